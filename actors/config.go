@@ -1,0 +1,82 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// Config tunes the task runtime. Start from DefaultConfig.
+type Config struct {
+	// BatchSize is the number of records per batch; a batch is sent when
+	// full, when its task goes idle, or after Linger. Default 512.
+	BatchSize int
+	// Linger is how long a partly filled batch may wait while its task is
+	// busy. Default 5ms.
+	Linger time.Duration
+	// Credits is the number of batch buffers per channel: at most that many
+	// batches are in flight between two subtasks. Default 4.
+	Credits int
+	// SerializeKeyBy sends every key-by edge through the element type's
+	// codec, as channels between devices do. Default false.
+	SerializeKeyBy bool
+	// Logger receives the runtime's logs. Default: discard.
+	Logger *slog.Logger
+	// Clock gives processing time. Default: the real clock.
+	Clock clockwork.Clock
+}
+
+// DefaultConfig returns the default runtime configuration.
+func DefaultConfig() Config {
+	return Config{
+		BatchSize: 512,
+		Linger:    5 * time.Millisecond,
+		Credits:   4,
+		Logger:    slog.New(slog.DiscardHandler),
+		Clock:     clockwork.NewRealClock(),
+	}
+}
+
+// Validate reports every problem of c at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.BatchSize < 1 {
+		errs = append(errs, fmt.Errorf("batch_size (%d) must be at least 1", c.BatchSize))
+	}
+	if c.Linger < 0 {
+		errs = append(errs, fmt.Errorf("linger (%s) must not be negative", c.Linger))
+	}
+	if c.Credits < 1 {
+		errs = append(errs, fmt.Errorf("credits (%d) must be at least 1", c.Credits))
+	}
+	if c.Logger == nil {
+		errs = append(errs, errors.New("logger must be set"))
+	}
+	if c.Clock == nil {
+		errs = append(errs, errors.New("clock must be set"))
+	}
+	return errors.Join(errs...)
+}
+
+// minLevel is a slog handler passing on records at or above a level, used
+// to keep protoactor's own logging to warnings.
+type minLevel struct {
+	slog.Handler
+	level slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.level && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(as), h.level}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h.Handler.WithGroup(name), h.level}
+}

@@ -1,0 +1,134 @@
+package actors
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/edgedio/edged/codec"
+	"github.com/edgedio/edged/operators"
+)
+
+// countingSource emits 0..n-1 as fast as it may and counts what it emitted.
+type countingSource struct {
+	operators.Base
+	n, next int64
+	emitted *atomic.Int64
+}
+
+func (s *countingSource) Poll(out operators.Collector[int64], max int) (operators.Status, error) {
+	for k := 0; k < max && s.next < s.n; k++ {
+		out.Collect(s.next)
+		s.next++
+		s.emitted.Add(1)
+	}
+	if s.next == s.n {
+		return operators.EndOfInput, nil
+	}
+	return operators.MoreAvailable, nil
+}
+
+func (s *countingSource) Available() <-chan struct{} { return nil }
+
+// gateSink blocks on its first record until gate is closed, then counts.
+type gateSink struct {
+	operators.Base
+	gate  <-chan struct{}
+	count *atomic.Int64
+}
+
+func (g *gateSink) Collect(int64) {
+	<-g.gate
+	g.count.Add(1)
+}
+
+func intType() *Type[int64] { return TypeOf(codec.For[int64](), nil) }
+
+// twoStageJob is source -(rebalance)-> sink, both parallelism 1.
+func twoStageJob(src operators.Source[int64], sink operators.Sink[int64]) *Job {
+	s := &Vertex{ID: 0, Name: "src", UID: "src", Parallelism: 1, Out: intType(),
+		NewSource: func(*operators.Context) (operators.Operator, error) { return src, nil }}
+	k := &Vertex{ID: 1, Name: "sink", UID: "sink", Parallelism: 1, In: intType(),
+		NewOperator: func(*operators.Context, any) (operators.Operator, any, error) { return sink, sink, nil }}
+	return &Job{Name: "credits", Vertices: []*Vertex{s, k}, Edges: []*Edge{{From: s, To: k, Partition: Rebalance}}}
+}
+
+// waitFor polls cond until it holds or the deadline passes: a bounded wait
+// on a condition, not a sleep for synchronisation.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A fast source and a blocked consumer: the source stops once the channel's
+// credits are used up, and never more batches are in flight than credits.
+func TestCreditsBoundInFlightBatches(t *testing.T) {
+	const credits, batch, n = 3, 100, 1_000_000
+	var emitted, consumed atomic.Int64
+	gate := make(chan struct{})
+	job := twoStageJob(&countingSource{n: n, emitted: &emitted}, &gateSink{gate: gate, count: &consumed})
+	cfg := DefaultConfig()
+	cfg.Credits, cfg.BatchSize = credits, batch
+	r, err := NewRunner(job, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- r.Run(context.Background()) }()
+
+	<-r.Started()
+	// Wait until the source has used every credit (it then blocks).
+	waitFor(t, "the channel to fill", func() bool {
+		return len(r.chans) == 1 && r.chans[0].maxInFlight.Load() == credits
+	})
+	// The source is blocked: it cannot have emitted more than the batches
+	// that fit in the credits plus the one it was filling.
+	before := emitted.Load()
+	if max := int64((credits + 1) * batch); before > max {
+		t.Fatalf("source emitted %d records with %d credits of %d: not bounded (max %d)", before, credits, batch, max)
+	}
+	close(gate)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if consumed.Load() != n {
+		t.Fatalf("consumed %d, want %d", consumed.Load(), n)
+	}
+	st := r.Stats()
+	if len(st.Channels) != 1 || st.Channels[0].MaxInFlight > credits || st.Channels[0].MaxInFlight != credits {
+		t.Fatalf("channel stats %+v: in-flight must reach and never exceed %d", st.Channels, credits)
+	}
+	if got := st.Channels[0].Batches; got < n/batch {
+		t.Fatalf("%d batches for %d records of batch size %d", got, n, batch)
+	}
+}
+
+// Cancelling the context stops a job whose tasks are blocked on credit.
+func TestCancelUnblocksTasks(t *testing.T) {
+	var emitted, consumed atomic.Int64
+	gate := make(chan struct{})
+	job := twoStageJob(&countingSource{n: 1 << 40, emitted: &emitted}, &gateSink{gate: gate, count: &consumed})
+	r, err := NewRunner(job, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- r.Run(ctx) }()
+	<-r.Started()
+	waitFor(t, "the source to block", func() bool {
+		return len(r.chans) == 1 && r.chans[0].maxInFlight.Load() == int64(DefaultConfig().Credits)
+	})
+	cancel()
+	close(gate) // let the sink's blocked Collect return so its actor can stop
+	if err := <-errc; err != context.Canceled {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+}

@@ -1,0 +1,43 @@
+package actors
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrInvalidJob is wrapped by every job-graph validation error.
+	ErrInvalidJob = errors.New("actors: invalid job")
+	// ErrNoCodec is returned when an edge must serialise records of a type
+	// that has no codec.
+	ErrNoCodec = errors.New("actors: element type has no codec")
+	// errCancelled unwinds a task blocked on credit when the job stops.
+	errCancelled = errors.New("actors: job cancelled")
+)
+
+// TaskError is the error of a failed task: which operator, which subtask,
+// and the cause (an error returned by user code, or a recovered panic).
+type TaskError struct {
+	Job         string
+	Operator    string
+	UID         string
+	Subtask     int
+	Parallelism int
+	// Panic is true when the cause was a panic; Stack then holds the stack.
+	Panic bool
+	Stack []byte
+	Err   error
+}
+
+// Error names the operator, the subtask and the cause.
+func (e *TaskError) Error() string {
+	kind := "error"
+	if e.Panic {
+		kind = "panic"
+	}
+	return fmt.Sprintf("job %q: operator %q (uid %q) subtask %d/%d failed: %s: %v",
+		e.Job, e.Operator, e.UID, e.Subtask, e.Parallelism, kind, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *TaskError) Unwrap() error { return e.Err }

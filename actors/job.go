@@ -1,0 +1,153 @@
+package actors
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/edgedio/edged/keygroup"
+	"github.com/edgedio/edged/operators"
+)
+
+// Partition says how an edge spreads records over the target's subtasks.
+type Partition int
+
+const (
+	// Forward sends subtask i's records to subtask i (equal parallelism).
+	Forward Partition = iota
+	// Rebalance sends records round robin to all target subtasks.
+	Rebalance
+	// KeyBy sends a record to the subtask owning its key group.
+	KeyBy
+	// Broadcast sends every record to every target subtask.
+	Broadcast
+)
+
+// String returns the partition's name.
+func (p Partition) String() string {
+	switch p {
+	case Forward:
+		return "forward"
+	case Rebalance:
+		return "rebalance"
+	case KeyBy:
+		return "key-by"
+	case Broadcast:
+		return "broadcast"
+	}
+	return fmt.Sprintf("partition(%d)", int(p))
+}
+
+// Vertex is one operator of a job graph.
+type Vertex struct {
+	// ID is the vertex's index in Job.Vertices.
+	ID int
+	// Name is shown in logs and errors.
+	Name string
+	// UID identifies the operator across runs; state is matched by it.
+	UID string
+	// Parallelism is the number of subtasks.
+	Parallelism int
+	// In is the type of the records consumed (nil for a source).
+	In ElemType
+	// Out is the type of the records produced (nil for a sink).
+	Out ElemType
+	// Keyed is set when the vertex follows a key-by edge; its subtasks get
+	// a keyed state backend for their key-group range.
+	Keyed bool
+	// NoChain keeps the vertex out of chains (for tests and debugging).
+	NoChain bool
+	// NewSource returns the operators.Source[Out] of one subtask. Set for
+	// sources only.
+	NewSource func(ctx *operators.Context) (operators.Operator, error)
+	// NewOperator returns the operator of one subtask wired to out (an
+	// operators.Collector[Out], nil for a sink) and its input (an
+	// operators.Collector[In]). Set for every vertex that is not a source.
+	NewOperator func(ctx *operators.Context, out any) (op operators.Operator, in any, err error)
+}
+
+// IsSource reports whether v is a source.
+func (v *Vertex) IsSource() bool { return v.NewSource != nil }
+
+// Edge joins two vertices.
+type Edge struct {
+	From, To  *Vertex
+	Partition Partition
+	// KeyGroup is, for a key-by edge, a func(T) int returning a record's key
+	// group, where T is From.Out.
+	KeyGroup any
+}
+
+// Job is a graph of vertices and edges.
+type Job struct {
+	Name string
+	// MaxParallelism is the number of key groups (default 128).
+	MaxParallelism int
+	Vertices       []*Vertex
+	Edges          []*Edge
+}
+
+// Validate reports every problem of the graph at once.
+func (j *Job) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidJob}, args...)...))
+	}
+	if len(j.Vertices) == 0 {
+		bad("job %q has no operators", j.Name)
+	}
+	maxP := j.maxParallelism()
+	uids := make(map[string]string)
+	for i, v := range j.Vertices {
+		if v.ID != i {
+			bad("vertex %q has id %d at index %d", v.Name, v.ID, i)
+		}
+		if err := keygroup.Validate(v.Parallelism, maxP); err != nil {
+			bad("operator %q: %v", v.Name, err)
+		}
+		if v.UID == "" {
+			bad("operator %q has no uid", v.Name)
+		} else if other, dup := uids[v.UID]; dup {
+			bad("operators %q and %q share uid %q", other, v.Name, v.UID)
+		} else {
+			uids[v.UID] = v.Name
+		}
+		if (v.NewSource == nil) == (v.NewOperator == nil) {
+			bad("operator %q must be exactly one of source or operator", v.Name)
+		}
+	}
+	ins := make(map[*Vertex]int)
+	for _, e := range j.Edges {
+		if e.From == nil || e.To == nil {
+			bad("edge with a missing end")
+			continue
+		}
+		ins[e.To]++
+		if e.To.IsSource() {
+			bad("edge %q -> %q: a source has no input", e.From.Name, e.To.Name)
+		}
+		if e.From.Out == nil {
+			bad("edge %q -> %q: %q produces nothing", e.From.Name, e.To.Name, e.From.Name)
+		} else if e.To.In != nil && e.From.Out.String() != e.To.In.String() {
+			bad("edge %q -> %q: type %s does not match %s", e.From.Name, e.To.Name, e.From.Out, e.To.In)
+		}
+		if e.Partition == Forward && e.From.Parallelism != e.To.Parallelism {
+			bad("edge %q -> %q: forward needs equal parallelism (%d vs %d)", e.From.Name, e.To.Name, e.From.Parallelism, e.To.Parallelism)
+		}
+		if e.Partition == KeyBy && e.KeyGroup == nil {
+			bad("edge %q -> %q: key-by without a key", e.From.Name, e.To.Name)
+		}
+	}
+	for _, v := range j.Vertices {
+		if !v.IsSource() && ins[v] == 0 {
+			bad("operator %q has no input", v.Name)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (j *Job) maxParallelism() int {
+	if j.MaxParallelism == 0 {
+		return keygroup.DefaultMaxParallelism
+	}
+	return j.MaxParallelism
+}

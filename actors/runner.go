@@ -1,0 +1,369 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/edgedio/edged/keygroup"
+	"github.com/edgedio/edged/operators"
+	"github.com/edgedio/edged/state"
+)
+
+// Runner executes one job. Make it with NewRunner, call Run once.
+type Runner struct {
+	job  *Job
+	cfg  Config
+	plan *Plan
+	maxP int
+	log  *slog.Logger
+
+	system *actor.ActorSystem
+	tasks  []*task
+	chans  []*channel
+
+	// done is closed when the job stops (finished, failed or cancelled);
+	// tasks blocked on credit unwind when it closes.
+	done     chan struct{}
+	stopOnce sync.Once
+	// started is closed once every task is built and spawned.
+	started chan struct{}
+	// events receives one report per task: nil when it finished, its error
+	// when it failed.
+	events chan taskEvent
+	// waiters tracks the goroutines awaiting source availability.
+	waiters sync.WaitGroup
+}
+
+type taskEvent struct {
+	t   *task
+	err error
+}
+
+// NewRunner validates the job and the config and plans the job's tasks. It
+// starts nothing.
+func NewRunner(job *Job, cfg Config) (*Runner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("actors: config: %w", err)
+	}
+	plan, err := BuildPlan(job)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.SerializeKeyBy {
+		var errs []error
+		for _, e := range job.Edges {
+			if e.Partition == KeyBy {
+				if err := e.From.Out.hasCodec(); err != nil {
+					errs = append(errs, fmt.Errorf("edge %q -> %q: %w", e.From.Name, e.To.Name, err))
+				}
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
+	}
+	return &Runner{
+		job:  job,
+		cfg:  cfg,
+		plan: plan,
+		maxP: job.maxParallelism(),
+		log:  cfg.Logger.With("job", job.Name),
+		done:    make(chan struct{}),
+		started: make(chan struct{}),
+	}, nil
+}
+
+// Started returns a channel closed once Run has built and spawned every
+// task; the runner's tasks and channels do not change after that.
+func (r *Runner) Started() <-chan struct{} { return r.started }
+
+// Plan returns the job's execution plan.
+func (r *Runner) Plan() *Plan { return r.plan }
+
+// Run executes the job until every task has finished (bounded sources),
+// a task fails, or ctx is cancelled. It returns nil, the first task's
+// *TaskError, or ctx's error. Every goroutine it started has ended when it
+// returns.
+func (r *Runner) Run(ctx context.Context) (err error) {
+	r.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(minLevel{r.cfg.Logger.Handler(), slog.LevelWarn}).With("component", "protoactor")
+	}))
+	defer r.system.Shutdown()
+
+	if err := r.build(); err != nil {
+		r.closeOperators()
+		return err
+	}
+	r.log.Info("job starting", "tasks", len(r.tasks), "chains", len(r.plan.Chains))
+	r.events = make(chan taskEvent, len(r.tasks))
+	for _, t := range r.tasks {
+		props := actor.PropsFromProducer(func() actor.Actor { return t })
+		t.pid = r.system.Root.Spawn(props)
+	}
+	close(r.started)
+	for _, t := range r.tasks {
+		if t.source != nil {
+			r.system.Root.Send(t.pid, startMsg{})
+		}
+	}
+
+	remaining := len(r.tasks)
+wait:
+	for remaining > 0 {
+		select {
+		case ev := <-r.events:
+			if ev.err != nil {
+				err = ev.err
+				break wait
+			}
+			remaining--
+		case <-ctx.Done():
+			err = ctx.Err()
+			break wait
+		}
+	}
+	r.stop()
+	if cerr := r.closeOperators(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		r.log.Warn("job stopped", "err", err)
+	} else {
+		r.log.Info("job finished")
+	}
+	return err
+}
+
+// stop unblocks every task, stops every actor and waits for the goroutines
+// the runner started.
+func (r *Runner) stop() {
+	r.stopOnce.Do(func() { close(r.done) })
+	for _, t := range r.tasks {
+		if t.pid != nil {
+			_ = r.system.Root.StopFuture(t.pid).Wait()
+		}
+	}
+	r.waiters.Wait()
+}
+
+func (r *Runner) stopping() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// report delivers a task's end; called from the task's goroutine.
+func (r *Runner) report(t *task, err error) {
+	r.events <- taskEvent{t: t, err: err}
+}
+
+// await sends pollMsg to pid once ready is ready, unless the job stops
+// first.
+func (r *Runner) await(ready <-chan struct{}, pid *actor.PID) {
+	r.waiters.Add(1)
+	go func() {
+		defer r.waiters.Done()
+		select {
+		case <-ready:
+			r.system.Root.Send(pid, pollMsg{})
+		case <-r.done:
+		}
+	}()
+}
+
+// closeOperators closes every operator that was built, tail first.
+func (r *Runner) closeOperators() error {
+	var errs []error
+	for _, t := range r.tasks {
+		for i := len(t.ops) - 1; i >= 0; i-- {
+			if t.ops[i] == nil {
+				continue
+			}
+			if err := t.ops[i].Close(); err != nil {
+				v := t.chain.Vertices[i]
+				errs = append(errs, fmt.Errorf("close operator %q subtask %d: %w", v.Name, t.subtask, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// build creates the tasks, the channels between them and the operator
+// instances, and opens the operators.
+func (r *Runner) build() error {
+	byChain := make(map[*Chain][]*task)
+	for _, c := range r.plan.Chains {
+		for i := range c.Head().Parallelism {
+			t := &task{run: r, chain: c, subtask: i}
+			t.stats.Chain, t.stats.Subtask = c.Name(), i
+			byChain[c] = append(byChain[c], t)
+			r.tasks = append(r.tasks, t)
+		}
+	}
+	tailOf := make(map[*Vertex]*Chain)
+	for _, c := range r.plan.Chains {
+		tailOf[c.Tail()] = c
+	}
+	// outChans[task][edge] lists the channels of one outgoing edge by
+	// target subtask.
+	outChans := make(map[*task]map[*Edge][]*channel)
+	for _, c := range r.plan.Chains {
+		for _, e := range c.In {
+			senders := byChain[tailOf[e.From]]
+			for j, recv := range byChain[c] {
+				for i, send := range senders {
+					if e.Partition == Forward && i != j {
+						continue
+					}
+					wire := r.cfg.SerializeKeyBy && e.Partition == KeyBy
+					ch := newChannel(len(recv.inChans), recv, r.cfg.Credits)
+					for range r.cfg.Credits {
+						ch.credits <- e.From.Out.newBuffer(ch, r.cfg.BatchSize, wire)
+					}
+					recv.inChans = append(recv.inChans, ch)
+					if outChans[send] == nil {
+						outChans[send] = make(map[*Edge][]*channel)
+					}
+					outChans[send][e] = append(outChans[send][e], ch)
+					r.chans = append(r.chans, ch)
+				}
+			}
+		}
+	}
+	for _, t := range r.tasks {
+		if err := r.buildTask(t, outChans[t]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Runner) buildTask(t *task, out map[*Edge][]*channel) error {
+	c := t.chain
+	n := len(c.Vertices)
+	t.ops = make([]operators.Operator, n)
+	t.ctxs = make([]*operators.Context, n)
+
+	// The tail's output: one router per outgoing edge.
+	var next any
+	if tail := c.Tail(); tail.Out != nil {
+		outs := make([]any, 0, len(c.Out))
+		for _, e := range c.Out {
+			rt := tail.Out.newRouter(t, e, out[e])
+			t.routers = append(t.routers, rt)
+			outs = append(outs, rt)
+		}
+		if len(outs) == 1 {
+			next = outs[0]
+		} else {
+			next = tail.Out.newFanout(outs)
+		}
+	}
+	// Operators from tail to head, each wired to the next one's input.
+	for i := n - 1; i >= 0; i-- {
+		v := c.Vertices[i]
+		ctx := r.newContext(v, t.subtask)
+		t.ctxs[i] = ctx
+		if v.IsSource() {
+			src, err := v.NewSource(ctx)
+			if err != nil {
+				return r.buildError(v, t.subtask, err)
+			}
+			t.ops[i] = src
+			if t.source, err = v.Out.newSourceDriver(src, next); err != nil {
+				return r.buildError(v, t.subtask, err)
+			}
+			continue
+		}
+		op, in, err := v.NewOperator(ctx, next)
+		if err != nil {
+			return r.buildError(v, t.subtask, err)
+		}
+		t.ops[i] = op
+		if i > 0 {
+			next = v.In.newTracker(t, i, in)
+		} else {
+			next = in
+		}
+	}
+	if head := c.Head(); !head.IsSource() {
+		t.inputs = make([]input, len(t.inChans))
+		for k := range t.inChans {
+			in, err := head.In.newInput(next)
+			if err != nil {
+				return r.buildError(head, t.subtask, err)
+			}
+			t.inputs[k] = in
+		}
+	}
+	for i := n - 1; i >= 0; i-- {
+		if err := t.ops[i].Open(t.ctxs[i]); err != nil {
+			return r.buildError(c.Vertices[i], t.subtask, fmt.Errorf("open: %w", err))
+		}
+	}
+	return nil
+}
+
+func (r *Runner) buildError(v *Vertex, subtask int, err error) error {
+	return &TaskError{Job: r.job.Name, Operator: v.Name, UID: v.UID, Subtask: subtask, Parallelism: v.Parallelism, Err: err}
+}
+
+func (r *Runner) newContext(v *Vertex, subtask int) *operators.Context {
+	kg := keygroup.RangeFor(subtask, v.Parallelism, r.maxP)
+	ctx := &operators.Context{
+		Job:            r.job.Name,
+		Operator:       v.Name,
+		UID:            v.UID,
+		Subtask:        subtask,
+		Parallelism:    v.Parallelism,
+		MaxParallelism: r.maxP,
+		KeyGroups:      kg,
+		Logger:         r.log.With("operator", v.Name, "subtask", subtask),
+		Clock:          r.cfg.Clock,
+	}
+	if v.Keyed {
+		ctx.State = state.NewMemoryBackend(kg)
+	}
+	return ctx
+}
+
+// Stats returns what every task did. Call it after Run has returned.
+func (r *Runner) Stats() Stats {
+	var s Stats
+	for _, t := range r.tasks {
+		s.Tasks = append(s.Tasks, t.stats)
+	}
+	for _, ch := range r.chans {
+		s.Channels = append(s.Channels, ChannelStats{
+			To:          ch.to.stats.Chain,
+			ToSubtask:   ch.to.subtask,
+			Batches:     ch.sent.Load(),
+			MaxInFlight: ch.maxInFlight.Load(),
+			Credits:     cap(ch.credits),
+		})
+	}
+	return s
+}
+
+// Stats are the counters of a finished job.
+type Stats struct {
+	Tasks    []TaskStats
+	Channels []ChannelStats
+}
+
+// ChannelStats counts what one channel carried.
+type ChannelStats struct {
+	To          string
+	ToSubtask   int
+	Batches     int64
+	MaxInFlight int64
+	Credits     int
+}

@@ -1,0 +1,301 @@
+package actors
+
+import (
+	"fmt"
+	"reflect"
+
+	"github.com/edgedio/edged/codec"
+	"github.com/edgedio/edged/keygroup"
+	"github.com/edgedio/edged/operators"
+)
+
+// ElemType describes the type of the records on a stream to the runtime.
+// Make one with TypeOf.
+type ElemType interface {
+	// String names the Go type.
+	String() string
+
+	newBuffer(ch *channel, size int, wire bool) any
+	newRouter(t *task, e *Edge, chans []*channel) router
+	newFanout(outs []any) any
+	newTracker(t *task, idx int, next any) any
+	newInput(head any) (input, error)
+	newSourceDriver(src operators.Operator, out any) (sourceDriver, error)
+	hasCodec() error
+}
+
+// Type is the ElemType of records of type T.
+type Type[T any] struct {
+	name  string
+	codec codec.Codec[T]
+	err   error
+}
+
+// TypeOf returns the ElemType of T with codec c. A nil c with a non-nil err
+// records why T has no codec; only serialised edges need one.
+func TypeOf[T any](c codec.Codec[T], err error) *Type[T] {
+	return &Type[T]{name: reflect.TypeFor[T]().String(), codec: c, err: err}
+}
+
+// String names T.
+func (t *Type[T]) String() string { return t.name }
+
+// Codec returns T's codec, or nil.
+func (t *Type[T]) Codec() codec.Codec[T] { return t.codec }
+
+func (t *Type[T]) hasCodec() error {
+	if t.codec == nil {
+		if t.err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrNoCodec, t.name, t.err)
+		}
+		return fmt.Errorf("%w: %s", ErrNoCodec, t.name)
+	}
+	return nil
+}
+
+func (t *Type[T]) newBuffer(ch *channel, size int, wire bool) any {
+	if wire {
+		return &wireBatch{ch: ch}
+	}
+	return &batch[T]{ch: ch, items: make([]T, 0, size)}
+}
+
+func (t *Type[T]) newFanout(outs []any) any {
+	cs := make([]operators.Collector[T], len(outs))
+	for i, o := range outs {
+		cs[i] = o.(operators.Collector[T])
+	}
+	return fanout[T](cs)
+}
+
+func (t *Type[T]) newTracker(tk *task, idx int, next any) any {
+	return &tracker[T]{t: tk, idx: int32(idx), next: next.(operators.Collector[T])}
+}
+
+func (t *Type[T]) newInput(head any) (input, error) {
+	c, ok := head.(operators.Collector[T])
+	if !ok {
+		return nil, fmt.Errorf("%w: input %T does not take %s", ErrInvalidJob, head, t.name)
+	}
+	return &typedInput[T]{head: c, codec: t.codec}, nil
+}
+
+func (t *Type[T]) newSourceDriver(src operators.Operator, out any) (sourceDriver, error) {
+	s, ok := src.(operators.Source[T])
+	if !ok {
+		return nil, fmt.Errorf("%w: source %T does not produce %s", ErrInvalidJob, src, t.name)
+	}
+	return &typedSource[T]{src: s, out: out.(operators.Collector[T])}, nil
+}
+
+// fanout sends every record to several outputs (a tail with several
+// outgoing edges).
+type fanout[T any] []operators.Collector[T]
+
+func (f fanout[T]) Collect(v T) {
+	for _, c := range f {
+		c.Collect(v)
+	}
+}
+
+// tracker sits between two chained operators and records which one is
+// running, so a failure names the right operator.
+type tracker[T any] struct {
+	t    *task
+	idx  int32
+	next operators.Collector[T]
+}
+
+func (k *tracker[T]) Collect(v T) {
+	k.t.current = k.idx
+	k.next.Collect(v)
+	k.t.current = k.idx - 1
+}
+
+// input feeds the batches of one input gate into the chain's head.
+type input interface {
+	// process feeds a batch into the head and returns its record count.
+	process(m message) int
+}
+
+type typedInput[T any] struct {
+	head    operators.Collector[T]
+	codec   codec.Codec[T]
+	scratch []T
+}
+
+func (in *typedInput[T]) process(m message) int {
+	switch b := m.(type) {
+	case *batch[T]:
+		n := len(b.items)
+		for _, v := range b.items {
+			in.head.Collect(v)
+		}
+		clear(b.items)
+		b.items = b.items[:0]
+		return n
+	case *wireBatch:
+		var err error
+		in.scratch, err = codec.DecodeBatch(in.codec, in.scratch[:0], b.data)
+		if err != nil {
+			panic(fmt.Errorf("decode batch: %w", err))
+		}
+		for _, v := range in.scratch {
+			in.head.Collect(v)
+		}
+		clear(in.scratch)
+		return len(in.scratch)
+	default:
+		panic(fmt.Errorf("unexpected message %T", m))
+	}
+}
+
+// sourceDriver polls a typed source into the chain.
+type sourceDriver interface {
+	poll(max int) (operators.Status, error)
+	available() <-chan struct{}
+}
+
+type typedSource[T any] struct {
+	src operators.Source[T]
+	out operators.Collector[T]
+}
+
+func (s *typedSource[T]) poll(max int) (operators.Status, error) { return s.src.Poll(s.out, max) }
+func (s *typedSource[T]) available() <-chan struct{}              { return s.src.Available() }
+
+// router is the erased view of a typed output router.
+type router interface {
+	// flush sends every open batch.
+	flush()
+	// opened reports whether a batch is open.
+	opened() bool
+	// endOfStream flushes and sends end-of-stream on every channel.
+	endOfStream()
+}
+
+// typedRouter batches the records of one outgoing edge and sends them to
+// the target subtasks by the edge's partitioning.
+type typedRouter[T any] struct {
+	t        *task
+	part     Partition
+	chans    []*channel
+	open     []*batch[T]
+	nopen    int
+	keyGroup func(T) int
+	maxP     int
+	next     int // round-robin cursor
+	size     int
+	codec    codec.Codec[T]
+	wire     bool
+	private  []*batch[T] // wire channels: the batch being filled
+}
+
+func (t *Type[T]) newRouter(tk *task, e *Edge, chans []*channel) router {
+	r := &typedRouter[T]{
+		t:     tk,
+		part:  e.Partition,
+		chans: chans,
+		open:  make([]*batch[T], len(chans)),
+		maxP:  tk.run.maxP,
+		size:  tk.run.cfg.BatchSize,
+		codec: t.codec,
+		wire:  tk.run.cfg.SerializeKeyBy && e.Partition == KeyBy,
+	}
+	if r.wire {
+		r.private = make([]*batch[T], len(chans))
+	}
+	if e.Partition == KeyBy {
+		r.keyGroup = e.KeyGroup.(func(T) int)
+	}
+	// Round robin starts at a different target in every subtask.
+	r.next = tk.subtask % len(chans)
+	return r
+}
+
+// Collect routes v to its target subtask(s).
+func (r *typedRouter[T]) Collect(v T) {
+	switch r.part {
+	case Forward:
+		r.add(0, v)
+	case Rebalance:
+		i := r.next
+		r.next++
+		if r.next == len(r.chans) {
+			r.next = 0
+		}
+		r.add(i, v)
+	case KeyBy:
+		r.add(keygroup.Subtask(r.keyGroup(v), len(r.chans), r.maxP), v)
+	case Broadcast:
+		for i := range r.chans {
+			r.add(i, v)
+		}
+	}
+}
+
+func (r *typedRouter[T]) add(i int, v T) {
+	b := r.open[i]
+	if b == nil {
+		b = r.take(i)
+		r.open[i] = b
+		if r.nopen == 0 {
+			r.t.noteOpened()
+		}
+		r.nopen++
+	}
+	b.items = append(b.items, v)
+	if len(b.items) >= r.size {
+		r.send(i)
+	}
+}
+
+// take returns an empty batch to fill for channel i: a credit on a plain
+// channel; on a wire channel the router's own buffer, the credit being taken
+// when the batch is encoded.
+func (r *typedRouter[T]) take(i int) *batch[T] {
+	ch := r.chans[i]
+	if !r.wire {
+		return ch.acquire(r.t.run.done).(*batch[T])
+	}
+	if r.private[i] == nil {
+		r.private[i] = &batch[T]{ch: ch, items: make([]T, 0, r.size)}
+	}
+	return r.private[i]
+}
+
+func (r *typedRouter[T]) send(i int) {
+	b, ch := r.open[i], r.chans[i]
+	r.open[i] = nil
+	r.nopen--
+	if !r.wire {
+		r.t.sendData(ch, b)
+		return
+	}
+	w := ch.acquire(r.t.run.done).(*wireBatch)
+	var err error
+	w.data, err = codec.AppendBatch(r.codec, w.data[:0], b.items)
+	if err != nil {
+		panic(fmt.Errorf("encode batch: %w", err))
+	}
+	clear(b.items)
+	b.items = b.items[:0]
+	r.t.sendData(ch, w)
+}
+
+func (r *typedRouter[T]) flush() {
+	for i, b := range r.open {
+		if b != nil {
+			r.send(i)
+		}
+	}
+}
+
+func (r *typedRouter[T]) opened() bool { return r.nopen > 0 }
+
+func (r *typedRouter[T]) endOfStream() {
+	r.flush()
+	for _, ch := range r.chans {
+		r.t.sendData(ch, &endOfStream{ch: ch})
+	}
+}

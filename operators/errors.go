@@ -1,0 +1,32 @@
+package operators
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrNotKeyed is returned when keyed state is used outside a keyed context.
+var ErrNotKeyed = errors.New("operators: keyed state used on a stream that is not keyed")
+
+// Failure is the panic value with which an operator aborts the record it is
+// processing because a user function returned an error. The task runtime
+// recovers it (and any other panic) and fails the task.
+type Failure struct {
+	Err error
+}
+
+// Error returns the cause's text.
+func (f *Failure) Error() string { return f.Err.Error() }
+
+// Unwrap returns the cause.
+func (f *Failure) Unwrap() error { return f.Err }
+
+// Fail aborts the current record with err; the task fails with it.
+func Fail(err error) {
+	panic(&Failure{Err: err})
+}
+
+// Failf aborts the current record with a formatted error.
+func Failf(format string, args ...any) {
+	Fail(fmt.Errorf(format, args...))
+}

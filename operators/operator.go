@@ -1,0 +1,117 @@
+package operators
+
+import (
+	"log/slog"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/edgedio/edged/keygroup"
+	"github.com/edgedio/edged/state"
+)
+
+// Collector receives the records an operator emits. It is called from the
+// owning subtask's goroutine; it may block when downstream lacks credit
+// (that is how backpressure reaches a source).
+type Collector[T any] interface {
+	Collect(v T)
+}
+
+// CollectorFunc adapts a function to a Collector.
+type CollectorFunc[T any] func(v T)
+
+// Collect calls f(v).
+func (f CollectorFunc[T]) Collect(v T) { f(v) }
+
+// Context describes the subtask an operator instance runs in and gives it
+// what the runtime provides. It is built before Open and is valid until Close.
+type Context struct {
+	// Job is the job's name.
+	Job string
+	// Operator is the operator's display name.
+	Operator string
+	// UID is the operator's stable identifier; state is matched by it.
+	UID string
+	// Subtask is this instance's index in [0, Parallelism).
+	Subtask int
+	// Parallelism is the operator's number of subtasks.
+	Parallelism int
+	// MaxParallelism is the job's number of key groups.
+	MaxParallelism int
+	// KeyGroups is the range of key groups this subtask owns.
+	KeyGroups keygroup.Range
+	// Logger is tagged with job, operator and subtask. Not for the
+	// per-record path.
+	Logger *slog.Logger
+	// Clock gives processing time; tests pass a fake clock.
+	Clock clockwork.Clock
+	// State is the keyed state backend of this subtask, or nil for an
+	// operator that does not follow a key-by edge.
+	State state.Backend
+	// Fail, when called, makes the task fail with err after the current
+	// call returns. Operators panic with a *Failure instead where they
+	// cannot return.
+	Fail func(err error)
+}
+
+// Operator is the lifecycle every operator instance has. The runtime calls
+// Open once before the first record, Finish once after the last record of a
+// bounded input (it may still emit), and Close once at the end whether the
+// task succeeded or failed.
+type Operator interface {
+	Open(ctx *Context) error
+	Finish() error
+	Close() error
+}
+
+// Base is an Operator with no-op lifecycle methods, to embed.
+type Base struct{}
+
+// Open does nothing.
+func (Base) Open(*Context) error { return nil }
+
+// Finish does nothing.
+func (Base) Finish() error { return nil }
+
+// Close does nothing.
+func (Base) Close() error { return nil }
+
+// OneInput is an operator that consumes records of type T.
+type OneInput[T any] interface {
+	Operator
+	Collector[T]
+}
+
+// Status is what a source reports after a Poll.
+type Status int
+
+const (
+	// MoreAvailable means Poll may be called again at once.
+	MoreAvailable Status = iota
+	// NothingAvailable means the source has nothing now; the runtime waits
+	// for the channel from Available before polling again.
+	NothingAvailable
+	// EndOfInput means the source is exhausted; Poll is not called again.
+	EndOfInput
+)
+
+// Source produces records of type T for one subtask.
+//
+// The runtime calls Poll repeatedly from the subtask's goroutine; Poll emits
+// at most max records to out and must not block for long (it returns
+// NothingAvailable instead, and the runtime waits on Available). Between two
+// Polls the runtime handles control messages, so a checkpoint sees the
+// source between records.
+type Source[T any] interface {
+	Operator
+	Poll(out Collector[T], max int) (Status, error)
+	// Available returns a channel that is ready (closed or readable) when
+	// Poll may have records again. Called after Poll returned
+	// NothingAvailable, from the subtask's goroutine; the channel is
+	// awaited on another goroutine.
+	Available() <-chan struct{}
+}
+
+// Sink consumes records of type T at the end of a pipeline.
+type Sink[T any] interface {
+	OneInput[T]
+}

@@ -1,0 +1,164 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/keygroup"
+)
+
+// Environment builds one job and runs it.
+type Environment struct {
+	name        string
+	parallelism int
+	cfg         actors.Config
+	job         actors.Job
+	errs        []error
+	names       map[string]int
+	nodes       map[*actors.Vertex]*node
+	autoEdges   map[*actors.Edge]bool
+	// last is the runner of the latest Execute, for Stats.
+	last *actors.Runner
+}
+
+// Option configures an Environment.
+type Option func(*Environment)
+
+// WithParallelism sets the default parallelism of operators (default 1).
+func WithParallelism(n int) Option { return func(e *Environment) { e.parallelism = n } }
+
+// WithMaxParallelism sets the number of key groups (default 128); it is
+// fixed for the life of a job's state.
+func WithMaxParallelism(n int) Option { return func(e *Environment) { e.job.MaxParallelism = n } }
+
+// WithBatchSize sets the number of records per batch (default 512).
+func WithBatchSize(n int) Option { return func(e *Environment) { e.cfg.BatchSize = n } }
+
+// WithLinger sets how long a partly filled batch may wait (default 5ms).
+func WithLinger(d time.Duration) Option { return func(e *Environment) { e.cfg.Linger = d } }
+
+// WithCredits sets the batches in flight per channel (default 4).
+func WithCredits(n int) Option { return func(e *Environment) { e.cfg.Credits = n } }
+
+// WithSerializedKeyBy sends every key-by edge through encode and decode, as
+// channels between devices do; results must not change.
+func WithSerializedKeyBy(on bool) Option { return func(e *Environment) { e.cfg.SerializeKeyBy = on } }
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(e *Environment) { e.cfg.Logger = l } }
+
+// WithClock sets the processing-time clock (default: the real clock).
+func WithClock(c clockwork.Clock) Option { return func(e *Environment) { e.cfg.Clock = c } }
+
+// NewEnvironment returns an empty environment for the job called name.
+func NewEnvironment(name string, opts ...Option) *Environment {
+	e := &Environment{
+		name:        name,
+		parallelism: 1,
+		cfg:         actors.DefaultConfig(),
+		job:         actors.Job{Name: name, MaxParallelism: keygroup.DefaultMaxParallelism},
+		names:       make(map[string]int),
+		nodes:       make(map[*actors.Vertex]*node),
+		autoEdges:   make(map[*actors.Edge]bool),
+	}
+	for _, o := range opts {
+		o(e)
+	}
+	return e
+}
+
+// MaxParallelism returns the job's number of key groups.
+func (e *Environment) MaxParallelism() int { return e.job.MaxParallelism }
+
+// addVertex appends v with a fresh id, the default parallelism and a uid
+// derived from its name when none is set later.
+func (e *Environment) addVertex(v *actors.Vertex) *actors.Vertex {
+	v.ID = len(e.job.Vertices)
+	if v.Parallelism == 0 {
+		v.Parallelism = e.parallelism
+	}
+	e.names[v.Name]++
+	if n := e.names[v.Name]; n > 1 {
+		v.UID = fmt.Sprintf("%s-%d", v.Name, n)
+	} else {
+		v.UID = v.Name
+	}
+	e.job.Vertices = append(e.job.Vertices, v)
+	return v
+}
+
+func (e *Environment) addError(err error) { e.errs = append(e.errs, err) }
+
+func (e *Environment) node(v *actors.Vertex) *node {
+	n := e.nodes[v]
+	if n == nil {
+		n = &node{}
+		e.nodes[v] = n
+	}
+	return n
+}
+
+// resolve fixes what depends on settings made after an operator was added:
+// automatic edges become forward when the parallelisms match and rebalance
+// when not; stateful operators must have a uid.
+func (e *Environment) resolve() error {
+	errs := append([]error(nil), e.errs...)
+	for _, ed := range e.job.Edges {
+		if !e.autoEdges[ed] {
+			continue
+		}
+		if ed.From.Parallelism == ed.To.Parallelism {
+			ed.Partition = actors.Forward
+		} else {
+			ed.Partition = actors.Rebalance
+		}
+	}
+	for _, v := range e.job.Vertices {
+		if n := e.nodes[v]; n != nil && n.stateful && !n.uidSet {
+			errs = append(errs, fmt.Errorf("stream: operator %q keeps state and needs a stable uid: call UID(...) on it", v.Name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Plan validates the graph and returns its execution plan without running
+// it.
+func (e *Environment) Plan() (*actors.Plan, error) {
+	r, err := e.runner()
+	if err != nil {
+		return nil, err
+	}
+	return r.Plan(), nil
+}
+
+func (e *Environment) runner() (*actors.Runner, error) {
+	if err := e.resolve(); err != nil {
+		return nil, err
+	}
+	return actors.NewRunner(&e.job, e.cfg)
+}
+
+// Execute runs the job until its bounded sources end (nil), a task fails
+// (its *actors.TaskError) or ctx is cancelled (ctx's error).
+func (e *Environment) Execute(ctx context.Context) error {
+	r, err := e.runner()
+	if err != nil {
+		return err
+	}
+	e.last = r
+	return r.Run(ctx)
+}
+
+// Stats returns the counters of the latest Execute, after it returned.
+func (e *Environment) Stats() actors.Stats {
+	if e.last == nil {
+		return actors.Stats{}
+	}
+	return e.last.Stats()
+}

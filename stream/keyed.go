@@ -1,0 +1,54 @@
+package stream
+
+import (
+	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/operators"
+)
+
+// KeyedStream is a stream partitioned by a key: every record of one key
+// goes to the same subtask, and keyed state is scoped to the key.
+type KeyedStream[T any, K comparable] struct {
+	s   *Stream[T]
+	key func(T) K
+}
+
+// KeyBy partitions s by key. Keys hash to key groups (the job's max
+// parallelism), and each subtask owns a contiguous range of key groups.
+func KeyBy[T any, K comparable](s *Stream[T], key func(T) K) *KeyedStream[T, K] {
+	kg := operators.KeyGroupFunc(key, s.env.job.MaxParallelism)
+	ks := *s
+	ks.ups = make([]upstream, len(s.ups))
+	for i, u := range s.ups {
+		ks.ups[i] = upstream{v: u.v, part: actors.KeyBy, keyGroup: kg}
+	}
+	return &KeyedStream[T, K]{s: &ks, key: key}
+}
+
+// Key returns the key selector.
+func (k *KeyedStream[T, K]) Key() func(T) K { return k.key }
+
+// Stream returns the keyed stream as a plain stream whose next operator
+// receives records partitioned by key.
+func (k *KeyedStream[T, K]) Stream() *Stream[T] { return k.s }
+
+// Reduce emits, for every record, fn applied to the key's previous result
+// and the record (the record itself for a key seen first): a rolling
+// reduce kept in keyed state. The operator needs a UID.
+func (k *KeyedStream[T, K]) Reduce(name string, fn func(acc, v T) (T, error)) *Stream[T] {
+	out := Transform(k.s, name, func(out operators.Collector[T]) operators.OneInput[T] {
+		return operators.NewKeyedReduce(k.key, fn, "reduce", out)
+	})
+	out.env.node(out.v).stateful = true
+	return out
+}
+
+// Aggregate folds the records of each key with agg and emits the updated
+// result for every record: a rolling aggregate kept in keyed state. The
+// operator needs a UID.
+func Aggregate[T any, K comparable, A, R any](k *KeyedStream[T, K], name string, agg operators.AggregateFunction[T, A, R]) *Stream[R] {
+	out := Transform(k.s, name, func(out operators.Collector[R]) operators.OneInput[T] {
+		return operators.NewKeyedAggregate(k.key, agg, "aggregate", out)
+	})
+	out.env.node(out.v).stateful = true
+	return out
+}

@@ -1,0 +1,221 @@
+package stream
+
+import (
+	"fmt"
+
+	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/codec"
+	"github.com/edgedio/edged/operators"
+)
+
+// upstream is one producer of a stream and how the next operator connects
+// to it.
+type upstream struct {
+	v    *actors.Vertex
+	part actors.Partition
+	// keyGroup is the func(T) int of a key-by connection.
+	keyGroup any
+	// auto is set when part was not chosen by the user: forward if the
+	// parallelisms match, rebalance if not.
+	auto bool
+}
+
+// Stream is a stream of records of type T.
+type Stream[T any] struct {
+	env *Environment
+	typ *actors.Type[T]
+	ups []upstream
+	// v is the vertex that produced the stream, nil for a union.
+	v *actors.Vertex
+}
+
+// node is what the stream package keeps per vertex besides the graph.
+type node struct {
+	stateful bool
+	uidSet   bool
+}
+
+func typeOf[T any]() *actors.Type[T] {
+	c, err := codec.Compile[T]()
+	return actors.TypeOf(c, err)
+}
+
+func newStream[T any](env *Environment, v *actors.Vertex) *Stream[T] {
+	return &Stream[T]{env: env, typ: v.Out.(*actors.Type[T]), v: v, ups: []upstream{{v: v, auto: true}}}
+}
+
+// SetCodec replaces the codec of the stream's records (used on serialised
+// edges and by state backends).
+func SetCodec[T any](s *Stream[T], c codec.Codec[T]) *Stream[T] {
+	t := actors.TypeOf(c, nil)
+	if s.v != nil {
+		s.v.Out = t
+	}
+	s.typ = t
+	return s
+}
+
+// SetParallelism sets the number of subtasks of the operator that produced
+// s.
+func (s *Stream[T]) SetParallelism(n int) *Stream[T] {
+	if s.v == nil {
+		s.env.addError(fmt.Errorf("stream: SetParallelism on a union; set it on each input"))
+		return s
+	}
+	s.v.Parallelism = n
+	return s
+}
+
+// UID sets the stable identifier of the operator that produced s; state is
+// matched to operators by it when a job is restored. Stateful operators
+// must have one.
+func (s *Stream[T]) UID(uid string) *Stream[T] {
+	if s.v == nil {
+		s.env.addError(fmt.Errorf("stream: UID on a union; set it on each input"))
+		return s
+	}
+	s.v.UID = uid
+	s.env.node(s.v).uidSet = true
+	return s
+}
+
+// DisableChaining keeps the operator that produced s in a task of its own.
+func (s *Stream[T]) DisableChaining() *Stream[T] {
+	if s.v != nil {
+		s.v.NoChain = true
+	}
+	return s
+}
+
+func (s *Stream[T]) with(part actors.Partition) *Stream[T] {
+	c := *s
+	c.ups = make([]upstream, len(s.ups))
+	for i, u := range s.ups {
+		c.ups[i] = upstream{v: u.v, part: part}
+	}
+	return &c
+}
+
+// Rebalance makes the next operator receive s round robin.
+func (s *Stream[T]) Rebalance() *Stream[T] { return s.with(actors.Rebalance) }
+
+// Broadcast makes every subtask of the next operator receive every record.
+func (s *Stream[T]) Broadcast() *Stream[T] { return s.with(actors.Broadcast) }
+
+// Forward makes subtask i of the next operator receive subtask i's records
+// (the parallelisms must match). It is the default when they do.
+func (s *Stream[T]) Forward() *Stream[T] { return s.with(actors.Forward) }
+
+// Union merges s with streams of the same type.
+func (s *Stream[T]) Union(others ...*Stream[T]) *Stream[T] {
+	u := &Stream[T]{env: s.env, typ: s.typ}
+	u.ups = append(u.ups, s.ups...)
+	for _, o := range others {
+		if o.env != s.env {
+			s.env.addError(fmt.Errorf("stream: union of streams from different environments"))
+			continue
+		}
+		u.ups = append(u.ups, o.ups...)
+	}
+	return u
+}
+
+// connect adds v as the consumer of s.
+func (s *Stream[T]) connect(v *actors.Vertex) {
+	v.In = s.typ
+	env := s.env
+	env.addVertex(v)
+	for _, u := range s.ups {
+		e := &actors.Edge{From: u.v, To: v, Partition: u.part, KeyGroup: u.keyGroup}
+		if u.auto {
+			e.Partition = actors.Forward
+		}
+		env.job.Edges = append(env.job.Edges, e)
+		env.autoEdges[e] = u.auto
+		if u.part == actors.KeyBy {
+			v.Keyed = true
+		}
+	}
+}
+
+// FromSource adds a source; newSource is called once per subtask.
+func FromSource[T any](env *Environment, name string, newSource func() operators.Source[T]) *Stream[T] {
+	v := env.addVertex(&actors.Vertex{
+		Name: name,
+		Out:  typeOf[T](),
+		NewSource: func(*operators.Context) (operators.Operator, error) {
+			return newSource(), nil
+		},
+	})
+	return newStream[T](env, v)
+}
+
+// Transform adds an operator built by newOp for each subtask: newOp gets the
+// collector of its output and returns the operator, which consumes T.
+func Transform[T, U any](s *Stream[T], name string, newOp func(out operators.Collector[U]) operators.OneInput[T]) *Stream[U] {
+	v := &actors.Vertex{
+		Name: name,
+		Out:  typeOf[U](),
+		NewOperator: func(_ *operators.Context, out any) (operators.Operator, any, error) {
+			op := newOp(out.(operators.Collector[U]))
+			return op, op, nil
+		},
+	}
+	s.connect(v)
+	return newStream[U](s.env, v)
+}
+
+// Map applies fn to every record; an error from fn fails the job.
+func Map[T, U any](s *Stream[T], name string, fn func(T) (U, error)) *Stream[U] {
+	return Transform(s, name, func(out operators.Collector[U]) operators.OneInput[T] {
+		return operators.NewMap(fn, out)
+	})
+}
+
+// FlatMap calls fn for every record; fn emits any number of records.
+func FlatMap[T, U any](s *Stream[T], name string, fn func(T, operators.Collector[U]) error) *Stream[U] {
+	return Transform(s, name, func(out operators.Collector[U]) operators.OneInput[T] {
+		return operators.NewFlatMap(fn, out)
+	})
+}
+
+// Filter keeps the records for which fn holds.
+func (s *Stream[T]) Filter(name string, fn func(T) bool) *Stream[T] {
+	return Transform(s, name, func(out operators.Collector[T]) operators.OneInput[T] {
+		return operators.NewFilter(fn, out)
+	})
+}
+
+// Sink is the end of a pipeline.
+type Sink struct {
+	env *Environment
+	v   *actors.Vertex
+}
+
+// SetParallelism sets the number of sink subtasks.
+func (k *Sink) SetParallelism(n int) *Sink { k.v.Parallelism = n; return k }
+
+// UID sets the sink's stable identifier.
+func (k *Sink) UID(uid string) *Sink {
+	k.v.UID = uid
+	k.env.node(k.v).uidSet = true
+	return k
+}
+
+// To adds a sink; newSink is called once per subtask.
+func (s *Stream[T]) To(name string, newSink func() operators.Sink[T]) *Sink {
+	v := &actors.Vertex{
+		Name: name,
+		NewOperator: func(*operators.Context, any) (operators.Operator, any, error) {
+			k := newSink()
+			return k, k, nil
+		},
+	}
+	s.connect(v)
+	return &Sink{env: s.env, v: v}
+}
+
+// ForEach adds a sink calling fn for every record; an error fails the job.
+func (s *Stream[T]) ForEach(name string, fn func(T) error) *Sink {
+	return s.To(name, func() operators.Sink[T] { return operators.NewSinkFunc(fn) })
+}
