@@ -162,7 +162,7 @@ type typedSource[T any] struct {
 }
 
 func (s *typedSource[T]) poll(max int) (operators.Status, error) { return s.src.Poll(s.out, max) }
-func (s *typedSource[T]) available() <-chan struct{}              { return s.src.Available() }
+func (s *typedSource[T]) available() <-chan struct{}             { return s.src.Available() }
 
 // router is the erased view of a typed output router.
 type router interface {

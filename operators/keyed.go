@@ -1,7 +1,6 @@
 package operators
 
 import (
-
 	"github.com/edgedio/edged/codec"
 	"github.com/edgedio/edged/keygroup"
 	"github.com/edgedio/edged/state"
@@ -137,4 +136,3 @@ func (r reduceAgg[T]) Result(acc reduceAcc[T]) T { return acc.v }
 func NewKeyedReduce[T any, K comparable](key func(T) K, fn func(acc, v T) (T, error), stateName string, out Collector[T]) *KeyedAggregate[T, K, reduceAcc[T], T] {
 	return NewKeyedAggregate[T, K, reduceAcc[T], T](key, reduceAgg[T]{fn: fn}, stateName, out)
 }
-
