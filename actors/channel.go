@@ -1,18 +1,35 @@
 package actors
 
-import "sync/atomic"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // channel joins one sending subtask to one receiving subtask. Its credits
 // are the batch buffers it owns: a sender takes one before filling it and
-// the receiver returns it once processed, so at most cap(credits) batches
-// are filled, queued or being processed at any time.
+// the receiver returns it once processed, so at most Credits batches are
+// filled, queued or being processed at any time.
+//
+// A sender that finds no free buffer sleeps until half of them are free
+// again, not just one: waking a goroutine costs more than filling a batch,
+// and a sender woken per batch would run in lock step with its receiver
+// instead of beside it.
 type channel struct {
 	// index is the channel's input index at the receiving task.
 	index int
 	// to is the receiving task.
 	to *task
-	// credits holds the free buffers (*batch[T] or *wireBatch).
-	credits chan any
+	// credits is the number of buffers the channel owns.
+	credits int
+
+	mu sync.Mutex // guards free and waiting
+	// free holds the free buffers (*batch[T] or *wireBatch).
+	free []any
+	// waiting is set while the sender sleeps on wake.
+	waiting bool
+	// wake (capacity 1) is rung when enough buffers are free again.
+	wake chan struct{}
+
 	// sent counts batches sent; processed counts batches the receiver
 	// finished. Both only grow.
 	sent, processed atomic.Int64
@@ -20,25 +37,51 @@ type channel struct {
 	maxInFlight atomic.Int64
 }
 
-// newChannel returns a channel with room for credits buffers; the caller
-// puts them in.
-func newChannel(index int, to *task, credits int) *channel {
-	return &channel{index: index, to: to, credits: make(chan any, credits)}
+// newChannel returns a channel owning the buffers bufs.
+func newChannel(index int, to *task, bufs []any) *channel {
+	return &channel{index: index, to: to, credits: len(bufs), free: bufs, wake: make(chan struct{}, 1)}
 }
+
+// resumeAt is how many free buffers wake a waiting sender.
+func (c *channel) resumeAt() int { return max(1, c.credits/2) }
 
 // acquire takes a free buffer, blocking until one is free or done closes.
 // On done it panics with errCancelled to unwind the task.
 func (c *channel) acquire(done <-chan struct{}) any {
-	select {
-	case b := <-c.credits:
-		return b
-	default:
+	for {
+		c.mu.Lock()
+		if n := len(c.free); n > 0 {
+			b := c.free[n-1]
+			c.free[n-1] = nil
+			c.free = c.free[:n-1]
+			c.mu.Unlock()
+			return b
+		}
+		c.waiting = true
+		c.mu.Unlock()
+		select {
+		case <-c.wake:
+		case <-done:
+			panic(errCancelled)
+		}
 	}
-	select {
-	case b := <-c.credits:
-		return b
-	case <-done:
-		panic(errCancelled)
+}
+
+// release returns a processed buffer to the sender.
+func (c *channel) release(b any) {
+	c.processed.Add(1)
+	c.mu.Lock()
+	c.free = append(c.free, b)
+	ring := c.waiting && len(c.free) >= c.resumeAt()
+	if ring {
+		c.waiting = false
+	}
+	c.mu.Unlock()
+	if ring {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -51,12 +94,6 @@ func (c *channel) noteSent() {
 			return
 		}
 	}
-}
-
-// release returns a processed buffer to the sender.
-func (c *channel) release(b any) {
-	c.processed.Add(1)
-	c.credits <- b
 }
 
 // wireBatch is a batch encoded with the element type's codec, used on
@@ -77,7 +114,7 @@ type message interface {
 	channel() *channel
 }
 
-func (b *batch[T]) channel() *channel  { return b.ch }
+func (b *batch[T]) channel() *channel { return b.ch }
 func (b *wireBatch) channel() *channel { return b.ch }
 
 // endOfStream follows the last batch of a channel.

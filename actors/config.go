@@ -19,7 +19,8 @@ type Config struct {
 	// busy. Default 5ms.
 	Linger time.Duration
 	// Credits is the number of batch buffers per channel: at most that many
-	// batches are in flight between two subtasks. Default 4.
+	// batches are in flight between two subtasks. Default 16. A blocked
+	// sender resumes when half of them are free.
 	Credits int
 	// SerializeKeyBy sends every key-by edge through the element type's
 	// codec, as channels between devices do. Default false.
@@ -35,7 +36,7 @@ func DefaultConfig() Config {
 	return Config{
 		BatchSize: 512,
 		Linger:    5 * time.Millisecond,
-		Credits:   4,
+		Credits:   16,
 		Logger:    slog.New(slog.DiscardHandler),
 		Clock:     clockwork.NewRealClock(),
 	}

@@ -224,9 +224,9 @@ func (r *Runner) build() error {
 						continue
 					}
 					wire := r.cfg.SerializeKeyBy && e.Partition == KeyBy
-					ch := newChannel(len(recv.inChans), recv, r.cfg.Credits)
+					ch := newChannel(len(recv.inChans), recv, make([]any, 0, r.cfg.Credits))
 					for range r.cfg.Credits {
-						ch.credits <- e.From.Out.newBuffer(ch, r.cfg.BatchSize, wire)
+						ch.free = append(ch.free, e.From.Out.newBuffer(ch, r.cfg.BatchSize, wire))
 					}
 					recv.inChans = append(recv.inChans, ch)
 					if outChans[send] == nil {
@@ -347,7 +347,7 @@ func (r *Runner) Stats() Stats {
 			ToSubtask:   ch.to.subtask,
 			Batches:     ch.sent.Load(),
 			MaxInFlight: ch.maxInFlight.Load(),
-			Credits:     cap(ch.credits),
+			Credits:     ch.credits,
 		})
 	}
 	return s

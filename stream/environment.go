@@ -43,7 +43,7 @@ func WithBatchSize(n int) Option { return func(e *Environment) { e.cfg.BatchSize
 // WithLinger sets how long a partly filled batch may wait (default 5ms).
 func WithLinger(d time.Duration) Option { return func(e *Environment) { e.cfg.Linger = d } }
 
-// WithCredits sets the batches in flight per channel (default 4).
+// WithCredits sets the batches in flight per channel (default 16).
 func WithCredits(n int) Option { return func(e *Environment) { e.cfg.Credits = n } }
 
 // WithSerializedKeyBy sends every key-by edge through encode and decode, as

@@ -1,0 +1,83 @@
+package operators
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// LineFileSink writes one line per record, format(v) followed by "\n",
+// into a directory: subtask i writes the file "part-<i>" (PartFile), which
+// Open creates, truncating an existing one, together with the directory.
+// On Finish and on Close it flushes its buffer, fsyncs and closes the file.
+// A write error fails the task.
+//
+// The sink has no transactions: after a restart, what was written before
+// the failure stays, so on its own it is at-least-once at best.
+type LineFileSink[T any] struct {
+	dir    string
+	format func(T) string
+	path   string
+	f      *os.File
+	w      *bufio.Writer
+}
+
+var _ Sink[string] = (*LineFileSink[string])(nil)
+
+// NewLineFileSink returns a sink that writes format(v) for each record v to
+// the file PartFile(dir, subtask). format is called on the subtask's
+// goroutine.
+func NewLineFileSink[T any](dir string, format func(T) string) *LineFileSink[T] {
+	return &LineFileSink[T]{dir: dir, format: format}
+}
+
+// PartFile returns the path of the file subtask writes in dir.
+func PartFile(dir string, subtask int) string {
+	return filepath.Join(dir, "part-"+strconv.Itoa(subtask))
+}
+
+// Open creates the directory and this subtask's file.
+func (s *LineFileSink[T]) Open(ctx *Context) error {
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return fmt.Errorf("line file sink: %w", err)
+	}
+	s.path = PartFile(s.dir, ctx.Subtask)
+	f, err := os.Create(s.path)
+	if err != nil {
+		return fmt.Errorf("line file sink: %w", err)
+	}
+	s.f, s.w = f, bufio.NewWriterSize(f, 64<<10)
+	return nil
+}
+
+// Collect buffers the line of v.
+func (s *LineFileSink[T]) Collect(v T) {
+	_, err := s.w.WriteString(s.format(v))
+	if err == nil {
+		err = s.w.WriteByte('\n')
+	}
+	if err != nil {
+		Fail(fmt.Errorf("line file sink: write %s: %w", s.path, err))
+	}
+}
+
+// Finish flushes, fsyncs and closes the file.
+func (s *LineFileSink[T]) Finish() error { return s.closeFile() }
+
+// Close flushes, fsyncs and closes the file unless Finish has.
+func (s *LineFileSink[T]) Close() error { return s.closeFile() }
+
+func (s *LineFileSink[T]) closeFile() error {
+	if s.f == nil {
+		return nil
+	}
+	err := errors.Join(s.w.Flush(), s.f.Sync(), s.f.Close())
+	s.f, s.w = nil, nil
+	if err != nil {
+		return fmt.Errorf("line file sink: %s: %w", s.path, err)
+	}
+	return nil
+}

@@ -1,0 +1,87 @@
+package operators
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+)
+
+func TestLineFileSink(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "out", "nested")
+	const p = 2
+	for s := range p {
+		sink := NewLineFileSink(dir, SensorReading.String)
+		if err := sink.Open(subtaskContext(s, p)); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			sink.Collect(SensorReading{"sensor_" + strconv.Itoa(s), int64(i), float64(s) + 0.5})
+		}
+		if err := sink.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		if err := sink.Close(); err != nil {
+			t.Errorf("Close after Finish: %v", err)
+		}
+	}
+	want := map[string]string{
+		"part-0": "sensor_0,0,0.5\nsensor_0,1,0.5\nsensor_0,2,0.5\n",
+		"part-1": "sensor_1,0,1.5\nsensor_1,1,1.5\nsensor_1,2,1.5\n",
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != len(want) {
+		t.Errorf("%d files in %s, want %d", len(entries), dir, len(want))
+	}
+	for name, content := range want {
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != content {
+			t.Errorf("%s = %q, want %q", name, got, content)
+		}
+	}
+	if got, want := PartFile(dir, 1), filepath.Join(dir, "part-1"); got != want {
+		t.Errorf("PartFile = %q, want %q", got, want)
+	}
+}
+
+func TestLineFileSinkTruncatesAndFlushesOnClose(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(PartFile(dir, 0), []byte("old content that is long\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sink := NewLineFileSink(dir, strconv.Itoa)
+	if err := sink.Open(subtaskContext(0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	sink.Collect(7)
+	if err := sink.Close(); err != nil { // no Finish: a failed task
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(PartFile(dir, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != "7\n" {
+		t.Errorf("file = %q, want %q", got, "7\n")
+	}
+}
+
+func TestLineFileSinkOpenError(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sink := NewLineFileSink(filepath.Join(file, "dir"), strconv.Itoa) // a file in the way
+	if err := sink.Open(subtaskContext(0, 1)); err == nil {
+		t.Error("Open succeeded with a file where the directory should be")
+	}
+	if err := sink.Close(); err != nil {
+		t.Errorf("Close after a failed Open: %v", err)
+	}
+}

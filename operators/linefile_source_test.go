@@ -1,0 +1,160 @@
+package operators
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeTempFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "input.txt")
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+const sensorFile = "sensor_1,1547718199,35.8\r\n\nbad line\nsensor_2,1547718200,20\nsensor_3,1547718201,-1.5"
+
+var sensorFileReadings = []SensorReading{
+	{"sensor_1", 1547718199, 35.8},
+	{"sensor_2", 1547718200, 20},
+	{"sensor_3", 1547718201, -1.5},
+}
+
+func TestLineFileSource(t *testing.T) {
+	path := writeTempFile(t, sensorFile)
+	for _, limit := range []int{1, 2, 100} {
+		var dead []rejectedLine
+		src := NewLineFileSource(path, ParseSensorReading).WithDeadLetter(func(line string, err error) {
+			dead = append(dead, rejectedLine{line, err})
+		})
+		got, err := runSource(t, Source[SensorReading](src), subtaskContext(0, 2), limit)
+		if err != nil {
+			t.Fatalf("limit %d: %v", limit, err)
+		}
+		if !equalReadings(got, sensorFileReadings) {
+			t.Errorf("limit %d: got %v, want %v", limit, got, sensorFileReadings)
+		}
+		if src.Malformed() != 1 || len(dead) != 1 || dead[0].line != "bad line" || !errors.Is(dead[0].err, ErrMalformed) {
+			t.Errorf("limit %d: Malformed() = %d, dead letters %v; want 1, %q", limit, src.Malformed(), dead, "bad line")
+		}
+		if got, want := src.Position(), int64(len(sensorFile)); got != want {
+			t.Errorf("limit %d: Position() = %d at end, want %d", limit, got, want)
+		}
+	}
+}
+
+func TestLineFileSourceOtherSubtasksEnd(t *testing.T) {
+	src := NewLineFileSource(filepath.Join(t.TempDir(), "missing"), ParseSensorReading)
+	got, err := runSource(t, Source[SensorReading](src), subtaskContext(1, 2), 10)
+	if err != nil || len(got) != 0 {
+		t.Errorf("subtask 1: %v, %v; want no records and no error", got, err)
+	}
+}
+
+func TestLineFileSourceMissingFile(t *testing.T) {
+	src := NewLineFileSource(filepath.Join(t.TempDir(), "missing"), ParseSensorReading)
+	err := src.Open(subtaskContext(0, 1))
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Open = %v, want fs.ErrNotExist", err)
+	}
+	src.Close()
+}
+
+func TestLineFileSourceLogsMalformed(t *testing.T) {
+	var lines strings.Builder
+	for range 2500 {
+		lines.WriteString("bad\n")
+	}
+	var logs bytes.Buffer
+	ctx := subtaskContext(0, 1)
+	ctx.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	src := NewLineFileSource(writeTempFile(t, lines.String()), ParseSensorReading)
+	if _, err := runSource(t, Source[SensorReading](src), ctx, 64); err != nil {
+		t.Fatal(err)
+	}
+	if src.Malformed() != 2500 {
+		t.Errorf("Malformed() = %d, want 2500", src.Malformed())
+	}
+	// The first, the 1000th and the 2000th.
+	if n := strings.Count(logs.String(), "malformed line"); n != 3 {
+		t.Errorf("%d log lines, want 3:\n%s", n, logs.String())
+	}
+}
+
+func TestLineFileSourcePosition(t *testing.T) {
+	path := writeTempFile(t, sensorFile)
+	first := NewLineFileSource(path, ParseSensorReading)
+	if err := first.Open(subtaskContext(0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	var got []SensorReading
+	out := CollectorFunc[SensorReading](func(r SensorReading) { got = append(got, r) })
+	for range 3 { // sensor_1, the empty line, bad line
+		if st, err := first.Poll(out, 1); err != nil || st != MoreAvailable {
+			t.Fatalf("Poll = %v, %v", st, err)
+		}
+	}
+	pos := first.Position()
+	if want := int64(strings.Index(sensorFile, "sensor_2")); pos != want {
+		t.Fatalf("Position() = %d, want %d", pos, want)
+	}
+
+	// Rewind the open source.
+	first.SetPosition(0)
+	again, err := pollToEnd(t, Source[SensorReading](first), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equalReadings(again, sensorFileReadings) {
+		t.Errorf("after SetPosition(0): %v, want %v", again, sensorFileReadings)
+	}
+	first.Close()
+
+	// Restore a new source.
+	restored := NewLineFileSource(path, ParseSensorReading)
+	restored.SetPosition(pos)
+	rest, err := runSource(t, Source[SensorReading](restored), subtaskContext(0, 1), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all := append(got, rest...); !equalReadings(all, sensorFileReadings) {
+		t.Errorf("before and after restore: %v, want %v", all, sensorFileReadings)
+	}
+}
+
+func TestLineFileSourceLongLines(t *testing.T) {
+	long := strings.Repeat("y", 200_000) // longer than the read buffer
+	path := writeTempFile(t, "a\n"+long+"\r\nb")
+	src := NewLineFileSource(path, func(s string) (string, error) { return s, nil })
+	got, err := runSource(t, Source[string](src), subtaskContext(0, 1), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[0] != "a" || got[1] != long || got[2] != "b" {
+		t.Errorf("got %d lines (lengths %v), want a, %d bytes, b", len(got), lineLengths(got), len(long))
+	}
+
+	tooLong := writeTempFile(t, "a\n"+strings.Repeat("z", MaxLineSize+1)+"\nb\n")
+	src = NewLineFileSource(tooLong, func(s string) (string, error) { return s, nil })
+	_, err = runSource(t, Source[string](src), subtaskContext(0, 1), 10)
+	if !errors.Is(err, bufio.ErrTooLong) {
+		t.Errorf("Poll error = %v, want bufio.ErrTooLong", err)
+	}
+}
+
+func lineLengths(lines []string) []int {
+	n := make([]int, len(lines))
+	for i, l := range lines {
+		n[i] = len(l)
+	}
+	return n
+}

@@ -1,0 +1,200 @@
+package operators
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// startLineServer listens on 127.0.0.1, serves the first connection with
+// handle on its own goroutine, and returns the address. Cleanup closes the
+// listener and the connection, and waits for the handler.
+func startLineServer(t *testing.T, handle func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex // guards conn
+		conn net.Conn
+	)
+	wg.Go(func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return // listener closed by cleanup
+		}
+		mu.Lock()
+		conn = c
+		mu.Unlock()
+		defer c.Close()
+		handle(c)
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		if conn != nil {
+			conn.Close() // ends a handler still waiting, if the test failed
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
+type rejectedLine struct {
+	line string
+	err  error
+}
+
+func TestSocketSourceReadsUntilEOF(t *testing.T) {
+	addr := startLineServer(t, func(c net.Conn) {
+		io.WriteString(c, "sensor_1,1547718199,35.8\n\nnot a reading\r\nsensor_2,1547718200,20\r\nsensor_3,1547718201,-1.5")
+	})
+	var dead []rejectedLine
+	src := NewSocketSource(addr, ParseSensorReading).WithDeadLetter(func(line string, err error) {
+		dead = append(dead, rejectedLine{line, err})
+	})
+	got, err := runSource(t, Source[SensorReading](src), subtaskContext(0, 1), 2)
+	if err != nil {
+		t.Fatalf("Poll: %v", err)
+	}
+	want := []SensorReading{
+		{"sensor_1", 1547718199, 35.8},
+		{"sensor_2", 1547718200, 20},
+		{"sensor_3", 1547718201, -1.5},
+	}
+	if !equalReadings(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if n := src.Malformed(); n != 1 {
+		t.Errorf("Malformed() = %d, want 1", n)
+	}
+	if len(dead) != 1 || dead[0].line != "not a reading" || !errors.Is(dead[0].err, ErrMalformed) {
+		t.Errorf("dead letters %v, want one: %q with ErrMalformed", dead, "not a reading")
+	}
+}
+
+func equalReadings(a, b []SensorReading) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestSocketSourceCloseWhileConnected(t *testing.T) {
+	serverDone := make(chan struct{})
+	addr := startLineServer(t, func(c net.Conn) {
+		defer close(serverDone)
+		io.WriteString(c, "sensor_1,1,20\n")
+		io.Copy(io.Discard, c) // until the source closes the connection
+	})
+	src := NewSocketSource(addr, ParseSensorReading)
+	if err := src.Open(subtaskContext(0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() }) // if the test stops early
+	var got []SensorReading
+	out := CollectorFunc[SensorReading](func(r SensorReading) { got = append(got, r) })
+	for len(got) == 0 {
+		st, err := src.Poll(out, 10)
+		if err != nil || st == EndOfInput {
+			t.Fatalf("Poll = %v, %v while the server is connected", st, err)
+		}
+		if len(got) == 0 {
+			waitAvailable(t, src.Available())
+		}
+	}
+	if err := src.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	timer := time.NewTimer(waitTimeout)
+	defer timer.Stop()
+	select {
+	case <-serverDone:
+	case <-timer.C:
+		t.Fatal("the server still sees the connection open after Close")
+	}
+	// Nothing more comes, and Close again is harmless.
+	if err := src.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestSocketSourceCloseWithFullQueue(t *testing.T) {
+	addr := startLineServer(t, func(c net.Conn) {
+		w := bufio.NewWriter(c)
+		for range 3 * socketQueueSize {
+			if _, err := w.WriteString("sensor_1,1,20\n"); err != nil {
+				return
+			}
+		}
+		w.Flush()
+		io.Copy(io.Discard, c)
+	})
+	src := NewSocketSource(addr, ParseSensorReading)
+	if err := src.Open(subtaskContext(0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() }) // if the test stops early
+	// Nobody polls: the reader fills the queue and blocks.
+	for len(src.lines) < socketQueueSize {
+		waitAvailable(t, src.Available())
+	}
+	if err := src.Close(); err != nil { // must not hang
+		t.Fatalf("Close: %v", err)
+	}
+}
+
+func TestSocketSourceLineTooLong(t *testing.T) {
+	addr := startLineServer(t, func(c net.Conn) {
+		io.WriteString(c, "sensor_1,1,20\n")
+		io.WriteString(c, strings.Repeat("x", MaxLineSize+10))
+		io.Copy(io.Discard, c)
+	})
+	got, err := runSource(t, Source[SensorReading](NewSocketSource(addr, ParseSensorReading)), subtaskContext(0, 1), 10)
+	if !errors.Is(err, bufio.ErrTooLong) {
+		t.Errorf("Poll error = %v, want bufio.ErrTooLong", err)
+	}
+	if len(got) != 1 {
+		t.Errorf("%d records before the error, want 1", len(got))
+	}
+}
+
+func TestSocketSourceDialError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	_, err = runSource(t, Source[SensorReading](NewSocketSource(addr, ParseSensorReading)), subtaskContext(0, 1), 10)
+	if err == nil || !strings.Contains(err.Error(), "dial") {
+		t.Errorf("Poll error = %v, want a dial error", err)
+	}
+}
+
+func TestSocketSourceOnlySubtaskZeroConnects(t *testing.T) {
+	src := NewSocketSource("127.0.0.1:1", ParseSensorReading)
+	got, err := runSource(t, Source[SensorReading](src), subtaskContext(1, 2), 10)
+	if err != nil || len(got) != 0 {
+		t.Errorf("subtask 1: %v, %v; want no records and no error", got, err)
+	}
+}
+
+func TestSocketSourceCloseBeforeOpen(t *testing.T) {
+	if err := NewSocketSource("127.0.0.1:1", ParseSensorReading).Close(); err != nil {
+		t.Errorf("Close before Open: %v", err)
+	}
+}
