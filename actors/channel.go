@@ -114,7 +114,7 @@ type message interface {
 	channel() *channel
 }
 
-func (b *batch[T]) channel() *channel { return b.ch }
+func (b *batch[T]) channel() *channel  { return b.ch }
 func (b *wireBatch) channel() *channel { return b.ch }
 
 // endOfStream follows the last batch of a channel.
