@@ -1,0 +1,126 @@
+package codec
+
+import (
+	"runtime"
+	"unsafe"
+)
+
+// compiled is the codec of a type without a hand-written codec: it runs the
+// plan compiled for the type once by Compile.
+type compiled[T any] struct {
+	pl *plan
+}
+
+// Append appends the encoding of v to dst.
+func (c compiled[T]) Append(dst []byte, v T) ([]byte, error) {
+	out, err := c.pl.append(dst, noescape(unsafe.Pointer(&v)), 0)
+	runtime.KeepAlive(&v) // v, and what it points to, stay live while the plan reads them
+	if err != nil {
+		return dst, err
+	}
+	return out, nil
+}
+
+// Decode decodes one value from the front of src.
+func (c compiled[T]) Decode(src []byte) (T, int, error) {
+	var v T
+	n, err := c.pl.decode(src, noescape(unsafe.Pointer(&v)), 0)
+	if err != nil {
+		var zero T
+		return zero, 0, err
+	}
+	return v, n, nil
+}
+
+// noescape hides p from escape analysis. The plan functions are called
+// through func values, so without it the compiler would move every value
+// passed to Append, and the value Decode fills, to the heap: one
+// allocation per record. That is safe because nothing a plan does keeps p
+// or a pointer derived from it after it returns: plans read and write
+// through p, copy values out before handing them to a method that might
+// keep its receiver, and never store p in a heap object. The runtime and
+// strings.Builder use the same trick; this form of it passes go vet.
+func noescape(p unsafe.Pointer) unsafe.Pointer {
+	x := uintptr(p)
+	return *(*unsafe.Pointer)(unsafe.Pointer(&x))
+}
+
+// encFunc appends the encoding of the value at p to dst. depth counts the
+// pointers, slices and maps above the value.
+type encFunc func(dst []byte, p unsafe.Pointer, depth int) ([]byte, error)
+
+// decFunc decodes from the front of src into the value at p, writing every
+// byte of it that the encoding covers, and returns the bytes consumed.
+type decFunc func(src []byte, p unsafe.Pointer, depth int) (int, error)
+
+// plan is the compiled codec of one type. Scalar plans have an op and no
+// funcs; the others have op opPlan and funcs. A plan is immutable once
+// compiled.
+type plan struct {
+	op      opKind
+	enc     encFunc
+	dec     decFunc
+	fields  []field // a struct's fields, nested structs flattened
+	isStrct bool
+	minSize int // bytes in the shortest encoding of any value
+}
+
+// field is one encoded field of a struct, at offset off from its start.
+type field struct {
+	name string
+	off  uintptr
+	pl   *plan
+}
+
+// append appends the encoding of the value at p.
+func (pl *plan) append(dst []byte, p unsafe.Pointer, depth int) ([]byte, error) {
+	if pl.op != opPlan {
+		return appendScalar(pl.op, dst, p), nil
+	}
+	return pl.enc(dst, p, depth)
+}
+
+// decode decodes the front of src into the value at p.
+func (pl *plan) decode(src []byte, p unsafe.Pointer, depth int) (int, error) {
+	if pl.op != opPlan {
+		return decodeScalar(pl.op, src, p)
+	}
+	return pl.dec(src, p, depth)
+}
+
+// encStruct appends the fields of the struct at p in order.
+func (pl *plan) encStruct(dst []byte, p unsafe.Pointer, depth int) ([]byte, error) {
+	for i := range pl.fields {
+		f := &pl.fields[i]
+		if f.pl.op != opPlan {
+			dst = appendScalar(f.pl.op, dst, unsafe.Add(p, f.off))
+			continue
+		}
+		var err error
+		dst, err = f.pl.enc(dst, unsafe.Add(p, f.off), depth)
+		if err != nil {
+			return dst, wrapField(f.name, err)
+		}
+	}
+	return dst, nil
+}
+
+// decStruct decodes the fields of the struct at p in order.
+func (pl *plan) decStruct(src []byte, p unsafe.Pointer, depth int) (int, error) {
+	off := 0
+	for i := range pl.fields {
+		f := &pl.fields[i]
+		var n int
+		var err error
+		if f.pl.op != opPlan {
+			n, err = decodeScalar(f.pl.op, src[off:], unsafe.Add(p, f.off))
+		} else {
+			n, err = f.pl.dec(src[off:], unsafe.Add(p, f.off), depth)
+		}
+		if err != nil {
+			return 0, err
+		}
+		off += n
+	}
+	return off, nil
+}
