@@ -17,6 +17,9 @@ import (
 type channel struct {
 	// index is the channel's input index at the receiving task.
 	index int
+	// gate is the input of the receiving operator the channel feeds (0, or
+	// 1 for the second input of a two-input operator).
+	gate int
 	// to is the receiving task.
 	to *task
 	// credits is the number of buffers the channel owns.
@@ -103,10 +106,12 @@ type wireBatch struct {
 	data []byte
 }
 
-// batch is a batch of records of type T sent on ch.
+// batch is a batch of records of type T sent on ch, with the event
+// timestamp of each (operators.NoTimestamp where there is none).
 type batch[T any] struct {
 	ch    *channel
 	items []T
+	ts    []int64
 }
 
 // message is a data message on a channel.
@@ -117,7 +122,26 @@ type message interface {
 func (b *batch[T]) channel() *channel  { return b.ch }
 func (b *wireBatch) channel() *channel { return b.ch }
 
+// isBatch marks the messages that carry records and hold a credit.
+func (b *batch[T]) isBatch()  {}
+func (b *wireBatch) isBatch() {}
+
 // endOfStream follows the last batch of a channel.
 type endOfStream struct{ ch *channel }
 
-func (e *endOfStream) channel() *channel { return e.ch }
+// watermarkMsg carries a channel's event-time watermark, in order with its
+// records.
+type watermarkMsg struct {
+	ch *channel
+	wm int64
+}
+
+// statusMsg says that a channel became idle or active again.
+type statusMsg struct {
+	ch   *channel
+	idle bool
+}
+
+func (e *endOfStream) channel() *channel  { return e.ch }
+func (w *watermarkMsg) channel() *channel { return w.ch }
+func (s *statusMsg) channel() *channel    { return s.ch }

@@ -49,8 +49,13 @@ type Vertex struct {
 	Parallelism int
 	// In is the type of the records consumed (nil for a source).
 	In ElemType
+	// In2 is the type of the records of the second input of a two-input
+	// operator, nil for every other.
+	In2 ElemType
 	// Out is the type of the records produced (nil for a sink).
 	Out ElemType
+	// SideOutputs are the types of the side outputs, by tag.
+	SideOutputs map[string]ElemType
 	// Keyed is set when the vertex follows a key-by edge; its subtasks get
 	// a keyed state backend for their key-group range.
 	Keyed bool
@@ -61,7 +66,9 @@ type Vertex struct {
 	NewSource func(ctx *operators.Context) (operators.Operator, error)
 	// NewOperator returns the operator of one subtask wired to out (an
 	// operators.Collector[Out], nil for a sink) and its input (an
-	// operators.Collector[In]). Set for every vertex that is not a source.
+	// operators.Collector[In]; for a two-input operator a [2]any holding
+	// the collectors of In and In2). Set for every vertex that is not a
+	// source.
 	NewOperator func(ctx *operators.Context, out any) (op operators.Operator, in any, err error)
 }
 
@@ -73,8 +80,30 @@ type Edge struct {
 	From, To  *Vertex
 	Partition Partition
 	// KeyGroup is, for a key-by edge, a func(T) int returning a record's key
-	// group, where T is From.Out.
+	// group, where T is the type the edge carries.
 	KeyGroup any
+	// Output is the side-output tag the edge leaves From by; "" for the
+	// main output.
+	Output string
+	// Input is the input of To the edge enters: 0, or 1 for the second
+	// input of a two-input operator.
+	Input int
+}
+
+// Type returns the type of the records the edge carries.
+func (e *Edge) Type() ElemType {
+	if e.Output != "" {
+		return e.From.SideOutputs[e.Output]
+	}
+	return e.From.Out
+}
+
+// target returns the input type of To the edge enters.
+func (e *Edge) target() ElemType {
+	if e.Input == 1 {
+		return e.To.In2
+	}
+	return e.To.In
 }
 
 // Job is a graph of vertices and edges.
@@ -125,10 +154,12 @@ func (j *Job) Validate() error {
 		if e.To.IsSource() {
 			bad("edge %q -> %q: a source has no input", e.From.Name, e.To.Name)
 		}
-		if e.From.Out == nil {
-			bad("edge %q -> %q: %q produces nothing", e.From.Name, e.To.Name, e.From.Name)
-		} else if e.To.In != nil && e.From.Out.String() != e.To.In.String() {
-			bad("edge %q -> %q: type %s does not match %s", e.From.Name, e.To.Name, e.From.Out, e.To.In)
+		if e.Input < 0 || e.Input > 1 || (e.Input == 1 && e.To.In2 == nil) {
+			bad("edge %q -> %q: %q has no input %d", e.From.Name, e.To.Name, e.To.Name, e.Input)
+		} else if typ := e.Type(); typ == nil {
+			bad("edge %q -> %q: %q has no output %q", e.From.Name, e.To.Name, e.From.Name, e.Output)
+		} else if in := e.target(); in != nil && typ.String() != in.String() {
+			bad("edge %q -> %q: type %s does not match %s", e.From.Name, e.To.Name, typ, in)
 		}
 		if e.Partition == Forward && e.From.Parallelism != e.To.Parallelism {
 			bad("edge %q -> %q: forward needs equal parallelism (%d vs %d)", e.From.Name, e.To.Name, e.From.Parallelism, e.To.Parallelism)

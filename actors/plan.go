@@ -56,7 +56,7 @@ func BuildPlan(j *Job) (*Plan, error) {
 		in[e.To] = append(in[e.To], e)
 	}
 	chainable := func(e *Edge) bool {
-		return e.Partition == Forward &&
+		return e.Partition == Forward && e.Output == "" && e.Input == 0 && e.To.In2 == nil &&
 			e.From.Parallelism == e.To.Parallelism &&
 			len(out[e.From]) == 1 && len(in[e.To]) == 1 &&
 			!e.From.NoChain && !e.To.NoChain

@@ -12,6 +12,7 @@ import (
 	"github.com/edgedio/edged/keygroup"
 	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/state"
+	"github.com/edgedio/edged/watermark"
 )
 
 // Runner executes one job. Make it with NewRunner, call Run once.
@@ -218,15 +219,16 @@ func (r *Runner) build() error {
 	for _, c := range r.plan.Chains {
 		for _, e := range c.In {
 			senders := byChain[tailOf[e.From]]
+			wire := r.cfg.SerializeKeyBy && e.Partition == KeyBy
 			for j, recv := range byChain[c] {
 				for i, send := range senders {
 					if e.Partition == Forward && i != j {
 						continue
 					}
-					wire := r.cfg.SerializeKeyBy && e.Partition == KeyBy
 					ch := newChannel(len(recv.inChans), recv, make([]any, 0, r.cfg.Credits))
+					ch.gate = e.Input
 					for range r.cfg.Credits {
-						ch.free = append(ch.free, e.From.Out.newBuffer(ch, r.cfg.BatchSize, wire))
+						ch.free = append(ch.free, e.Type().newBuffer(ch, r.cfg.BatchSize, wire))
 					}
 					recv.inChans = append(recv.inChans, ch)
 					if outChans[send] == nil {
@@ -251,26 +253,41 @@ func (r *Runner) buildTask(t *task, out map[*Edge][]*channel) error {
 	n := len(c.Vertices)
 	t.ops = make([]operators.Operator, n)
 	t.ctxs = make([]*operators.Context, n)
+	t.time.Timestamp = operators.NoTimestamp
+	if len(t.inChans) > 0 {
+		t.merger = watermark.NewMerger(len(t.inChans))
+	}
 
-	// The tail's output: one router per outgoing edge.
-	var next any
-	if tail := c.Tail(); tail.Out != nil {
-		outs := make([]any, 0, len(c.Out))
-		for _, e := range c.Out {
-			rt := tail.Out.newRouter(t, e, out[e])
-			t.routers = append(t.routers, rt)
-			outs = append(outs, rt)
-		}
-		if len(outs) == 1 {
-			next = outs[0]
+	// The tail's outputs: one router per outgoing edge, the main ones
+	// fanned out together and the side outputs by tag.
+	tail := c.Tail()
+	var mains []any
+	sides := make(map[string][]any)
+	for _, e := range c.Out {
+		rt := e.Type().newRouter(t, e, out[e])
+		t.routers = append(t.routers, rt)
+		if e.Output == "" {
+			mains = append(mains, rt)
 		} else {
-			next = tail.Out.newFanout(outs)
+			sides[e.Output] = append(sides[e.Output], rt)
 		}
 	}
+	var next any
+	if tail.Out != nil {
+		next = joinOutputs(tail.Out, mains)
+	}
+	sideOut := make(map[string]any, len(sides))
+	for tag, rs := range sides {
+		sideOut[tag] = joinOutputs(tail.SideOutputs[tag], rs)
+	}
+
 	// Operators from tail to head, each wired to the next one's input.
 	for i := n - 1; i >= 0; i-- {
 		v := c.Vertices[i]
-		ctx := r.newContext(v, t.subtask)
+		ctx := r.newContext(t, i)
+		if i == n-1 {
+			ctx.SideOutput = func(tag string) any { return sideOut[tag] }
+		}
 		t.ctxs[i] = ctx
 		if v.IsSource() {
 			src, err := v.NewSource(ctx)
@@ -296,12 +313,23 @@ func (r *Runner) buildTask(t *task, out map[*Edge][]*channel) error {
 	}
 	if head := c.Head(); !head.IsSource() {
 		t.inputs = make([]input, len(t.inChans))
-		for k := range t.inChans {
-			in, err := head.In.newInput(next)
+		for k, ch := range t.inChans {
+			typ, in := head.In, next
+			if head.In2 != nil {
+				ins, ok := next.([2]any)
+				if !ok {
+					return r.buildError(head, t.subtask, fmt.Errorf("%w: two-input operator returned %T, want [2]any", ErrInvalidJob, next))
+				}
+				in = ins[ch.gate]
+				if ch.gate == 1 {
+					typ = head.In2
+				}
+			}
+			input, err := typ.newInput(in, &t.time)
 			if err != nil {
 				return r.buildError(head, t.subtask, err)
 			}
-			t.inputs[k] = in
+			t.inputs[k] = input
 		}
 	}
 	for i := n - 1; i >= 0; i-- {
@@ -312,11 +340,21 @@ func (r *Runner) buildTask(t *task, out map[*Edge][]*channel) error {
 	return nil
 }
 
+// joinOutputs returns the collector feeding every output in outs: the one
+// output itself, a fan-out, or a discarding collector when there is none.
+func joinOutputs(typ ElemType, outs []any) any {
+	if len(outs) == 1 {
+		return outs[0]
+	}
+	return typ.newFanout(outs)
+}
+
 func (r *Runner) buildError(v *Vertex, subtask int, err error) error {
 	return &TaskError{Job: r.job.Name, Operator: v.Name, UID: v.UID, Subtask: subtask, Parallelism: v.Parallelism, Err: err}
 }
 
-func (r *Runner) newContext(v *Vertex, subtask int) *operators.Context {
+func (r *Runner) newContext(t *task, i int) *operators.Context {
+	v, subtask := t.chain.Vertices[i], t.subtask
 	kg := keygroup.RangeFor(subtask, v.Parallelism, r.maxP)
 	ctx := &operators.Context{
 		Job:            r.job.Name,
@@ -328,9 +366,13 @@ func (r *Runner) newContext(v *Vertex, subtask int) *operators.Context {
 		KeyGroups:      kg,
 		Logger:         r.log.With("operator", v.Name, "subtask", subtask),
 		Clock:          r.cfg.Clock,
+		Time:           &t.time,
+		ProcessingTime: procService{t: t, op: i},
+		EmitWatermark:  func(wm int64) { t.watermark(i+1, wm) },
+		EmitIdle:       func(idle bool) { t.status(idle) },
 	}
 	if v.Keyed {
-		ctx.State = state.NewMemoryBackend(kg)
+		ctx.State = state.NewMemoryBackend(kg, r.cfg.Clock)
 	}
 	return ctx
 }

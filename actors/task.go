@@ -10,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/edgedio/edged/operators"
+	"github.com/edgedio/edged/watermark"
 )
 
 // startMsg tells a source task to start polling.
@@ -17,6 +18,9 @@ type startMsg struct{}
 
 // pollMsg tells a source task to poll again.
 type pollMsg struct{}
+
+// timerMsg tells a task that its processing-time timer for at fired.
+type timerMsg struct{ at int64 }
 
 // task runs one subtask of a chain. It is the actor: protoactor calls
 // Receive one message at a time, and no other goroutine touches its fields
@@ -33,6 +37,16 @@ type task struct {
 	inChans []*channel
 	routers []router
 	source  sourceDriver
+
+	// time is the timestamp of the record in the chain, shared by the
+	// operators and read by the routers.
+	time operators.TaskTime
+	// merger combines the watermarks of the input channels.
+	merger *watermark.Merger
+	// idle is whether the task told its outputs it is idle.
+	idle bool
+	// timers are the processing-time callbacks of the operators.
+	timers procTimers
 
 	// current is the index in ops of the operator running, for errors.
 	current int32
@@ -54,6 +68,8 @@ type TaskStats struct {
 	BatchesIn  int64
 	RecordsIn  int64
 	BatchesOut int64
+	// Watermark is the task's input watermark when it ended.
+	Watermark int64
 }
 
 // Receive handles one message. It never lets a panic escape to protoactor.
@@ -69,12 +85,35 @@ func (t *task) Receive(c actor.Context) {
 		if t.ended == len(t.inChans) {
 			t.finish()
 		}
+	case *watermarkMsg:
+		t.pending.Add(-1)
+		wm, ok := t.merger.Watermark(m.ch.index, m.wm)
+		t.inputTime(wm, ok)
+	case *statusMsg:
+		t.pending.Add(-1)
+		wm, ok := t.merger.SetIdle(m.ch.index, m.idle)
+		t.inputTime(wm, ok)
 	case message:
 		t.pending.Add(-1)
 		t.onData(m)
+	case timerMsg:
+		t.timers.fired(m.at)
+		t.fireTimers()
 	case pollMsg, startMsg:
 		t.poll()
 	}
+}
+
+// inputTime passes on what a watermark or status message changed: the
+// task's stream status first, then its watermark.
+func (t *task) inputTime(wm int64, advanced bool) {
+	if idle, changed := t.merger.StatusChanged(); changed {
+		t.status(idle)
+	}
+	if advanced {
+		t.watermark(0, wm)
+	}
+	t.afterMessage()
 }
 
 func (t *task) onData(m message) {
@@ -83,6 +122,12 @@ func (t *task) onData(m message) {
 	t.stats.BatchesIn++
 	t.stats.RecordsIn += int64(t.inputs[ch.index].process(m))
 	ch.release(m)
+	t.afterMessage()
+}
+
+// afterMessage flushes the outputs when the mailbox is empty or the linger
+// time has passed.
+func (t *task) afterMessage() {
 	if t.pending.Load() == 0 {
 		t.flush()
 	} else {
@@ -92,6 +137,7 @@ func (t *task) onData(m message) {
 
 func (t *task) poll() {
 	t.current = 0
+	t.time.Timestamp = operators.NoTimestamp
 	st, err := t.source.poll(t.run.cfg.BatchSize)
 	if err != nil {
 		operators.Fail(err)
@@ -104,7 +150,43 @@ func (t *task) poll() {
 		t.flush()
 		t.run.await(t.source.available(), t.pid)
 	case operators.EndOfInput:
+		// A bounded source ends with the final watermark, so that every
+		// event-time window and timer downstream fires.
+		t.watermark(1, watermark.MaxWatermark)
 		t.finish()
+	}
+}
+
+// watermark passes wm to the operators from index from on: the first one
+// that handles watermarks takes it (and forwards what it decides with
+// EmitWatermark); if none does, it goes out on every output channel.
+func (t *task) watermark(from int, wm int64) {
+	for i := from; i < len(t.ops); i++ {
+		if h, ok := t.ops[i].(operators.WatermarkHandler); ok {
+			prev := t.current
+			t.current = int32(i)
+			if err := h.ProcessWatermark(wm); err != nil {
+				operators.Fail(err)
+			}
+			t.current = prev
+			return
+		}
+	}
+	t.stats.Watermark = wm
+	for _, r := range t.routers {
+		r.broadcast(func(ch *channel) message { return &watermarkMsg{ch: ch, wm: wm} })
+	}
+}
+
+// status tells the downstream tasks that this task's output is idle or
+// active again.
+func (t *task) status(idle bool) {
+	if t.idle == idle {
+		return
+	}
+	t.idle = idle
+	for _, r := range t.routers {
+		r.broadcast(func(ch *channel) message { return &statusMsg{ch: ch, idle: idle} })
 	}
 }
 
@@ -119,8 +201,9 @@ func (t *task) finish() {
 	}
 	t.current = int32(len(t.ops) - 1)
 	for _, r := range t.routers {
-		r.endOfStream()
+		r.broadcast(func(ch *channel) message { return &endOfStream{ch: ch} })
 	}
+	t.timers.stop()
 	t.done = true
 	t.run.report(t, nil)
 }
@@ -147,14 +230,32 @@ func (t *task) flush() {
 	t.openSince = time.Time{}
 }
 
-// sendData sends a data message to the task at the end of ch.
+// sendData sends a message to the task at the end of ch.
 func (t *task) sendData(ch *channel, m message) {
-	if _, eos := m.(*endOfStream); !eos {
+	if _, ok := m.(interface{ isBatch() }); ok {
 		ch.noteSent()
 		t.stats.BatchesOut++
 	}
 	ch.to.pending.Add(1)
 	t.run.system.Root.Send(ch.to.pid, m)
+}
+
+// fireTimers runs the processing-time callbacks that are due.
+func (t *task) fireTimers() {
+	now := t.run.cfg.Clock.Now().UnixMilli()
+	for {
+		cb, ok := t.timers.popDue(now)
+		if !ok {
+			break
+		}
+		t.current = int32(cb.op)
+		t.time.Timestamp = operators.NoTimestamp
+		if err := cb.fn(now); err != nil {
+			operators.Fail(err)
+		}
+	}
+	t.timers.arm(t)
+	t.afterMessage()
 }
 
 // recover turns a panic in Receive into the failure of the task; a task
@@ -165,6 +266,7 @@ func (t *task) recover() {
 		return
 	}
 	t.done = true
+	t.timers.stop()
 	if err, ok := r.(error); ok && errors.Is(err, errCancelled) {
 		return
 	}
@@ -176,11 +278,9 @@ func (t *task) recover() {
 		Subtask:     t.subtask,
 		Parallelism: v.Parallelism,
 	}
-	var f *operators.Failure
 	switch x := r.(type) {
 	case *operators.Failure:
-		f = x
-		te.Err = f.Err
+		te.Err = x.Err
 	case error:
 		te.Panic, te.Err, te.Stack = true, x, debug.Stack()
 	default:

@@ -19,7 +19,7 @@ type ElemType interface {
 	newRouter(t *task, e *Edge, chans []*channel) router
 	newFanout(outs []any) any
 	newTracker(t *task, idx int, next any) any
-	newInput(head any) (input, error)
+	newInput(head any, tt *operators.TaskTime) (input, error)
 	newSourceDriver(src operators.Operator, out any) (sourceDriver, error)
 	hasCodec() error
 }
@@ -57,7 +57,7 @@ func (t *Type[T]) newBuffer(ch *channel, size int, wire bool) any {
 	if wire {
 		return &wireBatch{ch: ch}
 	}
-	return &batch[T]{ch: ch, items: make([]T, 0, size)}
+	return &batch[T]{ch: ch, items: make([]T, 0, size), ts: make([]int64, 0, size)}
 }
 
 func (t *Type[T]) newFanout(outs []any) any {
@@ -72,12 +72,12 @@ func (t *Type[T]) newTracker(tk *task, idx int, next any) any {
 	return &tracker[T]{t: tk, idx: int32(idx), next: next.(operators.Collector[T])}
 }
 
-func (t *Type[T]) newInput(head any) (input, error) {
+func (t *Type[T]) newInput(head any, tt *operators.TaskTime) (input, error) {
 	c, ok := head.(operators.Collector[T])
 	if !ok {
 		return nil, fmt.Errorf("%w: input %T does not take %s", ErrInvalidJob, head, t.name)
 	}
-	return &typedInput[T]{head: c, codec: t.codec}, nil
+	return &typedInput[T]{head: c, codec: t.codec, time: tt}, nil
 }
 
 func (t *Type[T]) newSourceDriver(src operators.Operator, out any) (sourceDriver, error) {
@@ -121,26 +121,30 @@ type input interface {
 type typedInput[T any] struct {
 	head    operators.Collector[T]
 	codec   codec.Codec[T]
+	time    *operators.TaskTime
 	scratch []T
+	ts      []int64
 }
 
 func (in *typedInput[T]) process(m message) int {
 	switch b := m.(type) {
 	case *batch[T]:
 		n := len(b.items)
-		for _, v := range b.items {
+		for i, v := range b.items {
+			in.time.Timestamp = b.ts[i]
 			in.head.Collect(v)
 		}
 		clear(b.items)
-		b.items = b.items[:0]
+		b.items, b.ts = b.items[:0], b.ts[:0]
 		return n
 	case *wireBatch:
 		var err error
-		in.scratch, err = codec.DecodeBatch(in.codec, in.scratch[:0], b.data)
+		in.ts, in.scratch, err = decodeWire(in.codec, in.ts, in.scratch, b.data)
 		if err != nil {
 			panic(fmt.Errorf("decode batch: %w", err))
 		}
-		for _, v := range in.scratch {
+		for i, v := range in.scratch {
+			in.time.Timestamp = in.ts[i]
 			in.head.Collect(v)
 		}
 		clear(in.scratch)
@@ -170,8 +174,10 @@ type router interface {
 	flush()
 	// opened reports whether a batch is open.
 	opened() bool
-	// endOfStream flushes and sends end-of-stream on every channel.
-	endOfStream()
+	// broadcast flushes and then sends m(ch) on every channel: watermarks,
+	// stream status and end-of-stream, which must follow the records sent
+	// before them.
+	broadcast(m func(ch *channel) message)
 }
 
 // typedRouter batches the records of one outgoing edge and sends them to
@@ -245,6 +251,7 @@ func (r *typedRouter[T]) add(i int, v T) {
 		r.nopen++
 	}
 	b.items = append(b.items, v)
+	b.ts = append(b.ts, r.t.time.Timestamp)
 	if len(b.items) >= r.size {
 		r.send(i)
 	}
@@ -259,7 +266,7 @@ func (r *typedRouter[T]) take(i int) *batch[T] {
 		return ch.acquire(r.t.run.done).(*batch[T])
 	}
 	if r.private[i] == nil {
-		r.private[i] = &batch[T]{ch: ch, items: make([]T, 0, r.size)}
+		r.private[i] = &batch[T]{ch: ch, items: make([]T, 0, r.size), ts: make([]int64, 0, r.size)}
 	}
 	return r.private[i]
 }
@@ -274,12 +281,12 @@ func (r *typedRouter[T]) send(i int) {
 	}
 	w := ch.acquire(r.t.run.done).(*wireBatch)
 	var err error
-	w.data, err = codec.AppendBatch(r.codec, w.data[:0], b.items)
+	w.data, err = encodeWire(r.codec, w.data[:0], b.ts, b.items)
 	if err != nil {
 		panic(fmt.Errorf("encode batch: %w", err))
 	}
 	clear(b.items)
-	b.items = b.items[:0]
+	b.items, b.ts = b.items[:0], b.ts[:0]
 	r.t.sendData(ch, w)
 }
 
@@ -293,9 +300,9 @@ func (r *typedRouter[T]) flush() {
 
 func (r *typedRouter[T]) opened() bool { return r.nopen > 0 }
 
-func (r *typedRouter[T]) endOfStream() {
+func (r *typedRouter[T]) broadcast(m func(ch *channel) message) {
 	r.flush()
 	for _, ch := range r.chans {
-		r.t.sendData(ch, &endOfStream{ch: ch})
+		r.t.sendData(ch, m(ch))
 	}
 }

@@ -83,7 +83,7 @@ func (o *KeyedAggregate[T, K, A, R]) Open(ctx *Context) error {
 	if ctx.State == nil {
 		return ErrNotKeyed
 	}
-	v, err := state.NewValue[K, A](ctx.State, &o.kc, o.name)
+	v, err := state.NewValue[K, A](ctx.State, &o.kc, state.ValueDescriptor[A]{Name: o.name})
 	if err != nil {
 		return err
 	}

@@ -47,10 +47,24 @@ type Context struct {
 	// State is the keyed state backend of this subtask, or nil for an
 	// operator that does not follow a key-by edge.
 	State state.Backend
-	// Fail, when called, makes the task fail with err after the current
-	// call returns. Operators panic with a *Failure instead where they
-	// cannot return.
-	Fail func(err error)
+	// Time holds the timestamp of the record being processed, shared by
+	// the operators of the task.
+	Time *TaskTime
+	// ProcessingTime gives processing time and processing-time callbacks.
+	ProcessingTime ProcessingTimeService
+	// EmitWatermark sends a watermark to the operators after this one and
+	// on to the downstream tasks. Operators implementing WatermarkHandler
+	// call it to forward; sources and timestamp assigners call it to
+	// generate watermarks.
+	EmitWatermark func(wm int64)
+	// EmitIdle marks the stream out of this operator idle (true) or active
+	// again (false); downstream tasks leave an idle input out of their
+	// watermark.
+	EmitIdle func(idle bool)
+	// SideOutput returns the collector of the side output named tag (an
+	// operators.Collector[X] for the tag's type X), or nil when nothing
+	// consumes it.
+	SideOutput func(tag string) any
 }
 
 // Operator is the lifecycle every operator instance has. The runtime calls

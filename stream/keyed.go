@@ -19,7 +19,7 @@ func KeyBy[T any, K comparable](s *Stream[T], key func(T) K) *KeyedStream[T, K] 
 	ks := *s
 	ks.ups = make([]upstream, len(s.ups))
 	for i, u := range s.ups {
-		ks.ups[i] = upstream{v: u.v, part: actors.KeyBy, keyGroup: kg}
+		ks.ups[i] = upstream{v: u.v, part: actors.KeyBy, keyGroup: kg, output: u.output}
 	}
 	return &KeyedStream[T, K]{s: &ks, key: key}
 }

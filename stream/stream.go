@@ -18,6 +18,8 @@ type upstream struct {
 	// auto is set when part was not chosen by the user: forward if the
 	// parallelisms match, rebalance if not.
 	auto bool
+	// output is the side-output tag the stream leaves v by ("" for main).
+	output string
 }
 
 // Stream is a stream of records of type T.
@@ -91,7 +93,7 @@ func (s *Stream[T]) with(part actors.Partition) *Stream[T] {
 	c := *s
 	c.ups = make([]upstream, len(s.ups))
 	for i, u := range s.ups {
-		c.ups[i] = upstream{v: u.v, part: part}
+		c.ups[i] = upstream{v: u.v, part: part, output: u.output}
 	}
 	return &c
 }
@@ -123,10 +125,15 @@ func (s *Stream[T]) Union(others ...*Stream[T]) *Stream[T] {
 // connect adds v as the consumer of s.
 func (s *Stream[T]) connect(v *actors.Vertex) {
 	v.In = s.typ
+	s.env.addVertex(v)
+	s.connectInput(v, 0)
+}
+
+// connectInput adds the edges from s's producers into input in of v.
+func (s *Stream[T]) connectInput(v *actors.Vertex, in int) {
 	env := s.env
-	env.addVertex(v)
 	for _, u := range s.ups {
-		e := &actors.Edge{From: u.v, To: v, Partition: u.part, KeyGroup: u.keyGroup}
+		e := &actors.Edge{From: u.v, To: v, Partition: u.part, KeyGroup: u.keyGroup, Output: u.output, Input: in}
 		if u.auto {
 			e.Partition = actors.Forward
 		}

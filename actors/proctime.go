@@ -1,0 +1,134 @@
+package actors
+
+import (
+	"container/heap"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// procCallback is a processing-time callback of one operator of a task.
+type procCallback struct {
+	at        int64 // processing time in ms
+	seq       uint64
+	op        int
+	fn        func(now int64) error
+	cancelled bool
+	index     int
+}
+
+// procTimers holds a task's processing-time callbacks, earliest first, and
+// the one clock timer armed for the earliest. Used from the task's
+// goroutine only; the clock timer's function only sends a message to the
+// task.
+type procTimers struct {
+	h     procHeap
+	seq   uint64
+	timer clockwork.Timer
+	armed int64 // deadline of timer, valid when timer != nil
+}
+
+type procHeap []*procCallback
+
+func (h procHeap) Len() int { return len(h) }
+func (h procHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h procHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *procHeap) Push(x any) {
+	c := x.(*procCallback)
+	c.index = len(*h)
+	*h = append(*h, c)
+}
+func (h *procHeap) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	c.index = -1
+	return c
+}
+
+// add registers fn to run at processing time at, for operator op.
+func (p *procTimers) add(t *task, op int, at int64, fn func(now int64) error) func() {
+	p.seq++
+	c := &procCallback{at: at, seq: p.seq, op: op, fn: fn}
+	heap.Push(&p.h, c)
+	p.arm(t)
+	return func() {
+		if !c.cancelled && c.index >= 0 {
+			c.cancelled = true
+			heap.Remove(&p.h, c.index)
+		}
+	}
+}
+
+// popDue removes and returns the earliest callback due by now.
+func (p *procTimers) popDue(now int64) (*procCallback, bool) {
+	for len(p.h) > 0 && p.h[0].at <= now {
+		c := heap.Pop(&p.h).(*procCallback)
+		if !c.cancelled {
+			return c, true
+		}
+	}
+	return nil, false
+}
+
+// arm makes sure the clock timer fires no later than the earliest
+// callback.
+func (p *procTimers) arm(t *task) {
+	if len(p.h) == 0 {
+		return
+	}
+	next := p.h[0].at
+	if p.timer != nil && p.armed <= next {
+		return
+	}
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	clock := t.run.cfg.Clock
+	d := time.Duration(next-clock.Now().UnixMilli()) * time.Millisecond
+	pid := t.pid
+	run := t.run
+	p.armed = next
+	p.timer = clock.AfterFunc(max(d, 0), func() {
+		if !run.stopping() {
+			run.system.Root.Send(pid, timerMsg{at: next})
+		}
+	})
+}
+
+// fired is called when a timer for at fired: if it is the armed one, the
+// next arm must set a new one.
+func (p *procTimers) fired(at int64) {
+	if p.timer != nil && p.armed == at {
+		p.timer = nil
+	}
+}
+
+// stop cancels the clock timer.
+func (p *procTimers) stop() {
+	if p.timer != nil {
+		p.timer.Stop()
+		p.timer = nil
+	}
+}
+
+// service is the operators.ProcessingTimeService of operator op of t.
+type procService struct {
+	t  *task
+	op int
+}
+
+func (s procService) Now() int64 { return s.t.run.cfg.Clock.Now().UnixMilli() }
+
+func (s procService) At(at int64, fn func(now int64) error) func() {
+	return s.t.timers.add(s.t, s.op, at, fn)
+}

@@ -1,0 +1,109 @@
+package operators
+
+import (
+	"github.com/edgedio/edged/watermark"
+)
+
+// TimestampsAndWatermarks assigns each record its event timestamp and
+// generates watermarks by a strategy: the generator sees every timestamp
+// and is asked for a watermark every strategy interval of processing time.
+// Upstream watermarks are swallowed, except the final one (end of input).
+// With an idle timeout, the stream is marked idle after that long without
+// records, and active again at the next record.
+type TimestampsAndWatermarks[T any] struct {
+	strategy watermark.Strategy[T]
+	out      Collector[T]
+	ctx      *Context
+	gen      watermark.Generator
+	idleness *watermark.IdleDetector
+	// seen is set by Collect and cleared by the periodic check.
+	seen   bool
+	idle   bool
+	cancel func()
+}
+
+// NewTimestampsAndWatermarks returns the operator for strategy s.
+func NewTimestampsAndWatermarks[T any](s watermark.Strategy[T], out Collector[T]) *TimestampsAndWatermarks[T] {
+	return &TimestampsAndWatermarks[T]{strategy: s, out: out}
+}
+
+// Open creates the generator and schedules the first periodic emit.
+func (o *TimestampsAndWatermarks[T]) Open(ctx *Context) error {
+	if err := o.strategy.Validate(); err != nil {
+		return err
+	}
+	o.ctx = ctx
+	o.gen = o.strategy.NewGenerator()
+	if o.strategy.IdleTimeout > 0 {
+		o.idleness = watermark.NewIdleDetector(o.strategy.IdleTimeout)
+		o.idleness.OnEvent(ctx.ProcessingTime.Now())
+	}
+	o.schedule(ctx.ProcessingTime.Now())
+	return nil
+}
+
+func (o *TimestampsAndWatermarks[T]) interval() int64 {
+	if iv := o.strategy.Interval.Milliseconds(); iv > 0 {
+		return iv
+	}
+	return watermark.DefaultInterval.Milliseconds()
+}
+
+func (o *TimestampsAndWatermarks[T]) schedule(now int64) {
+	o.cancel = o.ctx.ProcessingTime.At(now+o.interval(), o.periodic)
+}
+
+// periodic emits the generator's watermark and checks for idleness.
+func (o *TimestampsAndWatermarks[T]) periodic(now int64) error {
+	if o.idleness != nil {
+		if o.seen {
+			o.idleness.OnEvent(now)
+			o.seen = false
+		} else if idle, changed := o.idleness.Check(now); changed && idle && !o.idle {
+			o.idle = true
+			o.ctx.EmitIdle(true)
+		}
+	}
+	if wm, ok := o.gen.OnPeriodicEmit(); ok {
+		o.ctx.EmitWatermark(wm)
+	}
+	o.schedule(now)
+	return nil
+}
+
+// Collect stamps v with its event timestamp and emits it.
+func (o *TimestampsAndWatermarks[T]) Collect(v T) {
+	ts := o.strategy.Timestamp(v)
+	o.ctx.Time.Timestamp = ts
+	o.gen.OnEvent(ts)
+	o.seen = true
+	if o.idle {
+		o.idle = false
+		o.ctx.EmitIdle(false)
+	}
+	o.out.Collect(v)
+}
+
+// ProcessWatermark forwards only the final watermark; this operator makes
+// its own.
+func (o *TimestampsAndWatermarks[T]) ProcessWatermark(wm int64) error {
+	if wm == watermark.MaxWatermark {
+		if wm, ok := o.gen.OnPeriodicEmit(); ok {
+			o.ctx.EmitWatermark(wm)
+		}
+		o.ctx.EmitWatermark(watermark.MaxWatermark)
+	}
+	return nil
+}
+
+// Finish does nothing: the final watermark arrives through
+// ProcessWatermark.
+func (o *TimestampsAndWatermarks[T]) Finish() error { return nil }
+
+// Close cancels the periodic emit.
+func (o *TimestampsAndWatermarks[T]) Close() error {
+	if o.cancel != nil {
+		o.cancel()
+	}
+	return nil
+}

@@ -1,0 +1,167 @@
+package operators
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Window is the half-open event- or processing-time interval [Start, End),
+// in milliseconds.
+type Window struct {
+	Start int64
+	End   int64
+}
+
+// MaxTimestamp returns the last instant in w: End-1. A window fires when the
+// watermark (or processing time) reaches it, and its results carry it as
+// their timestamp.
+func (w Window) MaxTimestamp() int64 { return w.End - 1 }
+
+// String formats w as "[start,end)".
+func (w Window) String() string { return fmt.Sprintf("[%d,%d)", w.Start, w.End) }
+
+// WindowResult is what a window aggregate or reduce emits: the key, the
+// window, and the result over the window's records.
+type WindowResult[K comparable, R any] struct {
+	Key    K
+	Window Window
+	Value  R
+}
+
+type windowKind uint8
+
+const (
+	tumbling windowKind = iota + 1
+	sliding
+	session
+)
+
+// WindowAssigner says which windows a record belongs to: tumbling, sliding
+// or session windows, on event time or processing time. Make one with the
+// constructors; the zero value is invalid.
+type WindowAssigner struct {
+	kind      windowKind
+	eventTime bool
+	size      int64 // ms; tumbling and sliding
+	slide     int64 // ms; sliding (== size for tumbling)
+	offset    int64 // ms
+	gap       int64 // ms; session
+}
+
+// TumblingEventTimeWindows returns fixed, non-overlapping windows of size on
+// event time, aligned to the epoch (see WithOffset).
+func TumblingEventTimeWindows(size time.Duration) WindowAssigner {
+	return WindowAssigner{kind: tumbling, eventTime: true, size: size.Milliseconds(), slide: size.Milliseconds()}
+}
+
+// TumblingProcessingTimeWindows is TumblingEventTimeWindows on processing
+// time.
+func TumblingProcessingTimeWindows(size time.Duration) WindowAssigner {
+	a := TumblingEventTimeWindows(size)
+	a.eventTime = false
+	return a
+}
+
+// SlidingEventTimeWindows returns windows of size starting every slide on
+// event time; a record belongs to size/slide windows but is stored once.
+func SlidingEventTimeWindows(size, slide time.Duration) WindowAssigner {
+	return WindowAssigner{kind: sliding, eventTime: true, size: size.Milliseconds(), slide: slide.Milliseconds()}
+}
+
+// SlidingProcessingTimeWindows is SlidingEventTimeWindows on processing
+// time.
+func SlidingProcessingTimeWindows(size, slide time.Duration) WindowAssigner {
+	a := SlidingEventTimeWindows(size, slide)
+	a.eventTime = false
+	return a
+}
+
+// EventTimeSessionWindows returns per-key windows that close after gap
+// without records, on event time.
+func EventTimeSessionWindows(gap time.Duration) WindowAssigner {
+	return WindowAssigner{kind: session, eventTime: true, gap: gap.Milliseconds()}
+}
+
+// ProcessingTimeSessionWindows is EventTimeSessionWindows on processing
+// time.
+func ProcessingTimeSessionWindows(gap time.Duration) WindowAssigner {
+	a := EventTimeSessionWindows(gap)
+	a.eventTime = false
+	return a
+}
+
+// WithOffset shifts the windows of a tumbling or sliding assigner by
+// offset (for example to align daily windows to a time zone).
+func (a WindowAssigner) WithOffset(offset time.Duration) WindowAssigner {
+	a.offset = offset.Milliseconds()
+	return a
+}
+
+// EventTime reports whether a assigns by event time.
+func (a WindowAssigner) EventTime() bool { return a.eventTime }
+
+// IsSession reports whether a makes session windows.
+func (a WindowAssigner) IsSession() bool { return a.kind == session }
+
+// String describes a.
+func (a WindowAssigner) String() string {
+	domain := "event-time"
+	if !a.eventTime {
+		domain = "processing-time"
+	}
+	switch a.kind {
+	case tumbling:
+		return fmt.Sprintf("tumbling %s windows of %dms", domain, a.size)
+	case sliding:
+		return fmt.Sprintf("sliding %s windows of %dms every %dms", domain, a.size, a.slide)
+	case session:
+		return fmt.Sprintf("%s session windows with gap %dms", domain, a.gap)
+	}
+	return "invalid window assigner"
+}
+
+// Validate reports every problem of a at once.
+func (a WindowAssigner) Validate() error {
+	var errs []error
+	switch a.kind {
+	case tumbling, sliding:
+		if a.size <= 0 {
+			errs = append(errs, fmt.Errorf("window.size (%dms) must be at least 1ms", a.size))
+		}
+		if a.slide <= 0 {
+			errs = append(errs, fmt.Errorf("window.slide (%dms) must be at least 1ms", a.slide))
+		} else if a.size > 0 && a.slide > a.size {
+			errs = append(errs, fmt.Errorf("window.slide (%dms) must not exceed window.size (%dms)", a.slide, a.size))
+		}
+		if a.offset < 0 || (a.slide > 0 && a.offset >= a.slide) {
+			errs = append(errs, fmt.Errorf("window.offset (%dms) must be in [0, slide)", a.offset))
+		}
+	case session:
+		if a.gap <= 0 {
+			errs = append(errs, fmt.Errorf("window.gap (%dms) must be at least 1ms", a.gap))
+		}
+	default:
+		errs = append(errs, errors.New("window: assigner not set"))
+	}
+	return errors.Join(errs...)
+}
+
+// pane returns the length of the slices that tumbling and sliding windows
+// are made of: gcd(size, slide).
+func (a WindowAssigner) pane() int64 {
+	x, y := a.size, a.slide
+	for y != 0 {
+		x, y = y, x%y
+	}
+	return x
+}
+
+// floorTo returns the largest t' <= t with t' ≡ offset (mod step).
+func floorTo(t, offset, step int64) int64 {
+	r := (t - offset) % step
+	if r < 0 {
+		r += step
+	}
+	return t - r
+}

@@ -1,0 +1,285 @@
+package operators
+
+import (
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/edgedio/edged/state"
+)
+
+// ErrNoTimestamp is returned when an event-time window gets a record
+// without a timestamp.
+var ErrNoTimestamp = errors.New("operators: event-time window got a record without a timestamp: assign timestamps and watermarks first")
+
+// windowCore holds what both window operators share: the key, the
+// assigner, allowed lateness and the late-data side output.
+type windowCore[K comparable, T any] struct {
+	keyedCore[K, struct{}]
+	key       func(T) K
+	assigner  WindowAssigner
+	lateness  int64 // ms
+	lateTag   string
+	late      Collector[T]
+	lateCount int64
+	name      string
+}
+
+func (w *windowCore[K, T]) openCore(ctx *Context, onTimer func(int64, TimeDomain) error) error {
+	if err := w.assigner.Validate(); err != nil {
+		return err
+	}
+	if !w.assigner.eventTime && w.lateness != 0 {
+		return errors.New("operators: allowed lateness applies to event-time windows only")
+	}
+	if err := w.open(ctx, onTimer); err != nil {
+		return err
+	}
+	if w.lateTag != "" && ctx.SideOutput != nil {
+		w.late, _ = ctx.SideOutput(w.lateTag).(Collector[T])
+	}
+	return nil
+}
+
+// now returns the record's time in the window's domain and the current
+// time the windows are measured against (watermark or processing time).
+func (w *windowCore[K, T]) times() (ts, current int64) {
+	if w.assigner.eventTime {
+		ts = w.ctx.Time.Timestamp
+		if ts == NoTimestamp {
+			Fail(ErrNoTimestamp)
+		}
+		return ts, w.wm
+	}
+	now := w.ctx.ProcessingTime.Now()
+	return now, now
+}
+
+// register sets a timer for the current key at ts in the window's domain.
+func (w *windowCore[K, T]) register(ts int64) {
+	if w.assigner.eventTime {
+		w.RegisterEventTimeTimer(ts)
+	} else {
+		w.RegisterProcessingTimeTimer(ts)
+	}
+}
+
+func (w *windowCore[K, T]) deleteTimer(ts int64) {
+	if w.assigner.eventTime {
+		w.DeleteEventTimeTimer(ts)
+	} else {
+		w.DeleteProcessingTimeTimer(ts)
+	}
+}
+
+// dropLate sends a record too late for all its windows to the side output
+// (or counts it as dropped).
+func (w *windowCore[K, T]) dropLate(v T) {
+	w.lateCount++
+	if w.late != nil {
+		w.late.Collect(v)
+	}
+}
+
+// LateRecords returns how many records came after all their windows had
+// been cleaned up (sent to the late-data side output, or dropped).
+func (w *windowCore[K, T]) LateRecords() int64 { return w.lateCount }
+
+// emitAt sets the timestamp of the results of window win.
+func (w *windowCore[K, T]) emitAt(win Window) { w.ctx.Time.Timestamp = win.MaxTimestamp() }
+
+// Finish fires the processing-time windows still open at the end of a
+// bounded input, so that nothing is lost; event-time windows have fired
+// with the final watermark.
+func (w *windowCore[K, T]) Finish() error {
+	if !w.assigner.eventTime {
+		return w.fireProcessingTime(maxTimestamp)
+	}
+	return nil
+}
+
+// ProcessWatermark fires the windows the watermark passed.
+func (w *windowCore[K, T]) ProcessWatermark(wm int64) error { return w.advance(wm) }
+
+// Close cancels the processing-time callback.
+func (w *windowCore[K, T]) Close() error {
+	w.close()
+	return nil
+}
+
+const maxTimestamp int64 = 1<<63 - 1
+
+// SlicedWindow is the operator of tumbling and sliding windows. Records are
+// stored once, in the slice (pane) of length gcd(size, slide) they fall
+// in; a window's result combines its slices when it fires. Each key has at
+// most one pending timer per window end, registered when a slice is
+// created and chained from one window end to the next while slices remain.
+type SlicedWindow[K comparable, T any] struct {
+	windowCore[K, T]
+	contents contents[K, int64, T]
+	slices   state.Value[[]int64] // sorted slice starts of the current key
+	size     int64
+	slide    int64
+	pane     int64
+	offset   int64
+	parts    []int64
+}
+
+// Open registers the window state.
+func (o *SlicedWindow[K, T]) Open(ctx *Context) error {
+	if err := o.openCore(ctx, o.onTimer); err != nil {
+		return err
+	}
+	a := o.assigner
+	o.size, o.slide, o.pane, o.offset = a.size, a.slide, a.pane(), a.offset
+	if err := o.contents.open(ctx.State, &o.keys, o.name+"/contents"); err != nil {
+		return err
+	}
+	s, err := state.NewValue[K, []int64](ctx.State, &o.keys, state.ValueDescriptor[[]int64]{Name: o.name + "/slices"})
+	o.slices = s
+	return err
+}
+
+// lastEnd returns the end of the latest window containing the slice at p.
+func (o *SlicedWindow[K, T]) lastEnd(p int64) int64 {
+	return floorTo(p, o.offset, o.slide) + o.size
+}
+
+// firstEnd returns the end of the earliest window containing the slice at
+// p: the first window start s >= p+pane-size on the slide grid, plus size.
+func (o *SlicedWindow[K, T]) firstEnd(p int64) int64 {
+	lo := p + o.pane - o.size
+	s := floorTo(lo, o.offset, o.slide)
+	if s < lo {
+		s += o.slide
+	}
+	return s + o.size
+}
+
+// Collect adds a record to its slice.
+func (o *SlicedWindow[K, T]) Collect(v T) {
+	o.setKey(o.key(v))
+	ts, current := o.times()
+	p := floorTo(ts, o.offset, o.pane)
+	last := o.lastEnd(p)
+	if o.assigner.eventTime && last-1+o.lateness <= current {
+		o.dropLate(v)
+		return
+	}
+	idx, _ := o.slices.Get()
+	i, found := slices.BinarySearch(idx, p)
+	if !found {
+		idx = slices.Insert(idx, i, p)
+		o.slices.Update(idx)
+	}
+	o.contents.add(p, v)
+	first := o.firstEnd(p)
+	if !found {
+		end := first
+		for end-1 <= current && end < last {
+			end += o.slide
+		}
+		if end-1 > current {
+			o.register(end - 1)
+		}
+	}
+	if o.assigner.eventTime && first-1 <= current {
+		// Late but within the allowed lateness: the windows that already
+		// fired fire again with this record, and the slice is cleaned up
+		// once the lateness has passed.
+		for end := first; end <= last && end-1 <= current; end += o.slide {
+			if end-1+o.lateness > current {
+				o.fire(Window{Start: end - o.size, End: end}, idx)
+			}
+		}
+		o.register(last - 1 + o.lateness)
+	}
+}
+
+// fire emits window win from the slices idx holds.
+func (o *SlicedWindow[K, T]) fire(win Window, idx []int64) {
+	o.parts = o.parts[:0]
+	for _, p := range idx {
+		if p >= win.Start && p < win.End {
+			o.parts = append(o.parts, p)
+		}
+	}
+	if len(o.parts) == 0 {
+		return
+	}
+	o.emitAt(win)
+	if err := o.contents.fire(o.keys.Key(), win, o.parts); err != nil {
+		Fail(err)
+	}
+}
+
+// onTimer fires the window ending at ts+1 (when one does), cleans up the
+// slices no window needs any more, and sets the next timer of the key.
+func (o *SlicedWindow[K, T]) onTimer(ts int64, _ TimeDomain) error {
+	idx, _ := o.slices.Get()
+	end := ts + 1
+	if floorTo(end-o.size, o.offset, o.slide) == end-o.size {
+		o.fire(Window{Start: end - o.size, End: end}, idx)
+	}
+	keep := idx[:0]
+	for _, p := range idx {
+		if o.lastEnd(p)-1+o.lateness <= ts {
+			o.contents.clear(p)
+		} else {
+			keep = append(keep, p)
+		}
+	}
+	if len(keep) == 0 {
+		o.slices.Clear()
+		return nil
+	}
+	if len(keep) != len(idx) {
+		o.slices.Update(keep)
+	}
+	// The next window end after ts, if a slice is in that window.
+	next := floorTo(end-o.size, o.offset, o.slide) + o.slide + o.size
+	if next-1 <= ts {
+		next += o.slide
+	}
+	if i, _ := slices.BinarySearch(keep, next-o.size); i < len(keep) && keep[i] < next {
+		o.register(next - 1)
+		return nil
+	}
+	if o.lateness > 0 {
+		o.register(o.lastEnd(keep[0]) - 1 + o.lateness)
+	}
+	return nil
+}
+
+// NewWindowAggregate returns a window operator folding each window's
+// records with agg and emitting a WindowResult per key and window. Sliding
+// and session windows need agg to implement Merger.
+func NewWindowAggregate[K comparable, T, A, R any](name string, key func(T) K, a WindowAssigner, lateness time.Duration, lateTag string, agg AggregateFunction[T, A, R], out Collector[WindowResult[K, R]]) (OneInput[T], error) {
+	if a.kind == session {
+		c := newAggContents[K, Window, T, A, R](agg, out)
+		if err := c.needsMerge(a); err != nil {
+			return nil, err
+		}
+		return newSession[K, T](name, key, a, lateness, lateTag, c), nil
+	}
+	c := newAggContents[K, int64, T, A, R](agg, out)
+	if err := c.needsMerge(a); err != nil {
+		return nil, err
+	}
+	return newSliced[K, T](name, key, a, lateness, lateTag, c), nil
+}
+
+// NewWindowProcess returns a window operator keeping every record of a
+// window and calling fn with them when it fires.
+func NewWindowProcess[K comparable, T, O any](name string, key func(T) K, a WindowAssigner, lateness time.Duration, lateTag string, fn ProcessWindowFunction[K, T, O], out Collector[O]) (OneInput[T], error) {
+	if a.kind == session {
+		return newSession[K, T](name, key, a, lateness, lateTag, &listContents[K, Window, T, O]{fn: fn, out: out}), nil
+	}
+	return newSliced[K, T](name, key, a, lateness, lateTag, &listContents[K, int64, T, O]{fn: fn, out: out}), nil
+}
+
+func newSliced[K comparable, T any](name string, key func(T) K, a WindowAssigner, lateness time.Duration, lateTag string, c contents[K, int64, T]) *SlicedWindow[K, T] {
+	o := &SlicedWindow[K, T]{contents: c}
+	o.name, o.key, o.assigner, o.lateness, o.lateTag = name, key, a, lateness.Milliseconds(), lateTag
+	return o
+}

@@ -1,0 +1,199 @@
+package state
+
+import (
+	"fmt"
+	"reflect"
+
+	"github.com/edgedio/edged/codec"
+)
+
+// ValueDescriptor describes keyed Value state: one value per key (and
+// namespace).
+type ValueDescriptor[V any] struct {
+	// Name identifies the state within its backend; it must not be empty.
+	Name string
+	// Codec encodes the value for disk backends and snapshots. Nil means
+	// codec.Compile[V]().
+	Codec codec.Codec[V]
+	// TTL makes values expire; the zero value keeps them for ever.
+	TTL TTLConfig
+}
+
+// ListDescriptor describes keyed List state: a list of values per key (and
+// namespace).
+type ListDescriptor[V any] struct {
+	// Name identifies the state within its backend; it must not be empty.
+	Name string
+	// Codec encodes one element. Nil means codec.Compile[V]().
+	Codec codec.Codec[V]
+	// TTL makes whole lists expire: every write renews the list's time to
+	// live, and an expired list is dropped with all its elements.
+	TTL TTLConfig
+}
+
+// MapDescriptor describes keyed Map state: a map from user keys UK to
+// values UV per key (and namespace).
+type MapDescriptor[UK comparable, UV any] struct {
+	// Name identifies the state within its backend; it must not be empty.
+	Name string
+	// KeyCodec encodes the user keys. Nil means codec.Compile[UK]().
+	KeyCodec codec.Codec[UK]
+	// ValueCodec encodes the user values. Nil means codec.Compile[UV]().
+	ValueCodec codec.Codec[UV]
+	// TTL makes map elements expire one by one: writing an element renews
+	// its time to live only.
+	TTL TTLConfig
+}
+
+// ReducingDescriptor describes keyed Reducing state: one value per key (and
+// namespace) into which added values are folded with Reduce.
+type ReducingDescriptor[V any] struct {
+	// Name identifies the state within its backend; it must not be empty.
+	Name string
+	// Codec encodes the value. Nil means codec.Compile[V]().
+	Codec codec.Codec[V]
+	// Reduce folds b into a: Add(v) stores Reduce(current, v), and a
+	// namespace merge stores Reduce(target, source). Required.
+	Reduce func(a, b V) V
+	// TTL makes values expire; the zero value keeps them for ever.
+	TTL TTLConfig
+}
+
+// AggregatingDescriptor describes keyed Aggregating state: one accumulator
+// per key (and namespace) into which inputs are added; Get returns the
+// accumulator's result.
+type AggregatingDescriptor[IN, ACC, OUT any] struct {
+	// Name identifies the state within its backend; it must not be empty.
+	Name string
+	// Codec encodes the accumulator. Nil means codec.Compile[ACC]().
+	Codec codec.Codec[ACC]
+	// Create returns the accumulator of a key (and namespace) without one.
+	// Required.
+	Create func() ACC
+	// Add folds an input into an accumulator and returns the new one.
+	// Required.
+	Add func(in IN, acc ACC) ACC
+	// Merge combines two accumulators; MergeNamespaces needs it (session
+	// windows), other uses do not.
+	Merge func(a, b ACC) ACC
+	// Result turns an accumulator into the state's value. Required.
+	Result func(acc ACC) OUT
+	// TTL makes accumulators expire; the zero value keeps them for ever.
+	TTL TTLConfig
+}
+
+// kind is the kind of a registered state. A name is bound to one kind.
+type kind uint8
+
+const (
+	kindValue kind = iota + 1
+	kindList
+	kindMap
+	kindReducing
+	kindAggregating
+	kindOperatorList
+	kindUnionList
+	kindBroadcast
+)
+
+var kindNames = [...]string{
+	kindValue:        "Value",
+	kindList:         "List",
+	kindMap:          "Map",
+	kindReducing:     "Reducing",
+	kindAggregating:  "Aggregating",
+	kindOperatorList: "ListState",
+	kindUnionList:    "UnionListState",
+	kindBroadcast:    "BroadcastState",
+}
+
+func (k kind) String() string {
+	if int(k) < len(kindNames) && kindNames[k] != "" {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// codecs holds the codecs a registered state is encoded with. Each field
+// holds a codec.Codec of the type named in its comment, or nil where the
+// kind has no such part. The memory backend encodes nothing per record; a
+// disk backend and snapshots will use these.
+type codecs struct {
+	key       any // codec.Codec[K], the stream key
+	namespace any // codec.Codec[N]
+	userKey   any // codec.Codec[UK] of Map state
+	value     any // codec.Codec of the value, element, user value or accumulator
+	// err is the first error met compiling a default codec. The memory
+	// backend keeps state of types without a codec; whatever needs the
+	// encoding (a snapshot, a disk backend) reports err.
+	err error
+}
+
+// spec is what a registered state is: handles made for the same name must
+// agree on it, and a snapshot records it.
+type spec struct {
+	name string
+	kind kind
+	// sig names the kind and the types, for error messages and for
+	// matching: "Value[int] keyed by string".
+	sig    string
+	ttl    TTLConfig
+	codecs codecs
+}
+
+// voidNamespace is the namespace of state created without one.
+type voidNamespace struct{}
+
+// newKeyedSpec returns the spec of keyed state of kind k over key type K
+// and namespace type N; types names what is stored ("int", "string -> int").
+func newKeyedSpec[K, N comparable](name string, k kind, ttl TTLConfig, types string) spec {
+	sig := fmt.Sprintf("%s[%s] keyed by %v", k, types, reflect.TypeFor[K]())
+	if reflect.TypeFor[N]() != reflect.TypeFor[voidNamespace]() {
+		sig += fmt.Sprintf(" in namespace %v", reflect.TypeFor[N]())
+	}
+	s := spec{name: name, kind: k, sig: sig, ttl: ttl}
+	s.codecs.key = defaultCodec[K](nil, &s.codecs.err)
+	s.codecs.namespace = defaultCodec[N](nil, &s.codecs.err)
+	return s
+}
+
+// typeName returns the name of T for signatures.
+func typeName[T any]() string { return reflect.TypeFor[T]().String() }
+
+// defaultCodec returns c, or the compiled default codec of T when c is nil.
+// A compile error is stored in *errp unless it already holds one.
+func defaultCodec[T any](c codec.Codec[T], errp *error) codec.Codec[T] {
+	if c != nil {
+		return c
+	}
+	c, err := codec.Compile[T]()
+	if err != nil && *errp == nil {
+		*errp = fmt.Errorf("state: no codec for %v: %w", reflect.TypeFor[T](), err)
+	}
+	return c
+}
+
+// checkName reports an empty state name.
+func checkName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty state name", ErrDescriptor)
+	}
+	return nil
+}
+
+// checkKeyed validates what every keyed state constructor gets.
+func checkKeyed[K comparable](b Backend, kc *KeyContext[K], name string, ttl TTLConfig) error {
+	if isNilBackend(b) {
+		return ErrNoBackend
+	}
+	if err := checkName(name); err != nil {
+		return err
+	}
+	if kc == nil {
+		return fmt.Errorf("state %q: %w", name, ErrNoKeyContext)
+	}
+	if err := ttl.validate(); err != nil {
+		return fmt.Errorf("state %q: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+package state
+
+import (
+	"fmt"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/edgedio/edged/keygroup"
+)
+
+// MemoryBackend keeps keyed state in Go maps, per state and per key group.
+// It is the fastest backend; its snapshot will be a copy. It encodes
+// nothing per record, so it also holds state whose types have no codec
+// (snapshots of such state will fail).
+//
+// Not safe for concurrent use: the subtask that owns it uses it, and every
+// handle made from it, from its own goroutine.
+type MemoryBackend struct {
+	groups keygroup.Range
+	clock  clockwork.Clock
+	// tables holds every registered state by name.
+	tables map[string]memState
+	// ttl lists the states that have a TTL, in registration order; cursor
+	// is where CleanupExpired resumes among them.
+	ttl    []memState
+	cursor cleanupCursor
+}
+
+// memState is a state table of the memory backend.
+type memState interface {
+	stateTable
+	// groupCount returns the number of key groups of the table.
+	groupCount() int
+	// expire checks the entries of the gi-th key group from slot from on,
+	// at most budget of them, and removes the expired ones. It returns the
+	// slot to resume from, or -1 when it reached the end of the group, the
+	// number of entries checked and the number of values removed.
+	expire(now int64, gi, from, budget int) (next, checked, removed int)
+}
+
+// cleanupCursor is a position among the entries of the TTL states.
+type cleanupCursor struct {
+	table, group, slot int
+}
+
+// NewMemoryBackend returns an empty memory backend for key groups r. TTLs
+// are measured on clock; nil means the real clock.
+func NewMemoryBackend(r keygroup.Range, clock clockwork.Clock) *MemoryBackend {
+	if clock == nil {
+		clock = clockwork.NewRealClock()
+	}
+	return &MemoryBackend{groups: r, clock: clock, tables: make(map[string]memState)}
+}
+
+// KeyGroups returns the key groups b holds.
+func (b *MemoryBackend) KeyGroups() keygroup.Range { return b.groups }
+
+func (b *MemoryBackend) lookup(name string) stateTable {
+	if t, ok := b.tables[name]; ok {
+		return t
+	}
+	return nil
+}
+
+// memTableFor returns the table registered under s.name, registering a new
+// one when there is none. init, if not nil, prepares a new table.
+func memTableFor[K, N comparable, T any](b *MemoryBackend, s spec, init func(*memTable[K, N, T])) (*memTable[K, N, T], error) {
+	if old, ok := b.tables[s.name]; ok {
+		t, ok := old.(*memTable[K, N, T])
+		if !ok || t.sp.kind != s.kind || t.sp.sig != s.sig {
+			return nil, fmt.Errorf("%w: %q is a %s, not a %s", ErrStateType, s.name, old.spec().sig, s.sig)
+		}
+		if t.sp.ttl != s.ttl {
+			return nil, fmt.Errorf("%w: %q has TTL %+v, not %+v", ErrStateType, s.name, t.sp.ttl, s.ttl)
+		}
+		return t, nil
+	}
+	t := newMemTable[K, N, T](b.groups, s)
+	if init != nil {
+		init(t)
+	}
+	b.tables[s.name] = t
+	if s.ttl.TTL > 0 {
+		b.ttl = append(b.ttl, t)
+	}
+	return t, nil
+}
+
+func (b *MemoryBackend) cleanupExpired(maxEntries int) int {
+	n := b.groups.Len()
+	if len(b.ttl) == 0 || n <= 0 {
+		return 0
+	}
+	now := b.clock.Now().UnixNano()
+	c := &b.cursor
+	removed, budget := 0, maxEntries
+	// A round visits every group of every TTL state; starting mid-group,
+	// it ends back in that group, hence rounds+1 group visits at most.
+	for visits, round := 0, len(b.ttl)*n; budget > 0 && visits <= round; {
+		if c.table >= len(b.ttl) {
+			c.table = 0
+		}
+		next, checked, rm := b.ttl[c.table].expire(now, c.group, c.slot, budget)
+		budget -= checked
+		removed += rm
+		if next >= 0 {
+			c.slot = next
+			continue
+		}
+		visits++
+		c.slot = 0
+		if c.group++; c.group >= n {
+			c.group = 0
+			c.table++
+		}
+	}
+	return removed
+}
+
+// unsupportedBackend is the error of a constructor given a backend it has
+// no handles for.
+func unsupportedBackend(b Backend) error {
+	return fmt.Errorf("state: unsupported backend %T", b)
+}
