@@ -367,6 +367,7 @@ func (r *Runner) newContext(t *task, i int) *operators.Context {
 		Logger:         r.log.With("operator", v.Name, "subtask", subtask),
 		Clock:          r.cfg.Clock,
 		Time:           &t.time,
+		OperatorState:  state.NewOperatorStore(),
 		ProcessingTime: procService{t: t, op: i},
 		EmitWatermark:  func(wm int64) { t.watermark(i+1, wm) },
 		EmitIdle:       func(idle bool) { t.status(idle) },

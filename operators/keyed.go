@@ -136,3 +136,17 @@ func (r reduceAgg[T]) Result(acc reduceAcc[T]) T { return acc.v }
 func NewKeyedReduce[T any, K comparable](key func(T) K, fn func(acc, v T) (T, error), stateName string, out Collector[T]) *KeyedAggregate[T, K, reduceAcc[T], T] {
 	return NewKeyedAggregate[T, K, reduceAcc[T], T](key, reduceAgg[T]{fn: fn}, stateName, out)
 }
+
+// ReduceFunction returns the AggregateFunction (with Merge) of a reduce:
+// the accumulator is the running value; an error from fn fails the task.
+func ReduceFunction[T any](fn func(a, b T) (T, error)) AggregateFunction[T, reduceAcc[T], T] {
+	return reduceAgg[T]{fn: fn}
+}
+
+// Merge combines two partial reductions.
+func (r reduceAgg[T]) Merge(a, b reduceAcc[T]) reduceAcc[T] {
+	if !b.set {
+		return a
+	}
+	return r.Add(b.v, a)
+}

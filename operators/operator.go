@@ -44,6 +44,9 @@ type Context struct {
 	Logger *slog.Logger
 	// Clock gives processing time; tests pass a fake clock.
 	Clock clockwork.Clock
+	// OperatorState holds the operator state of this subtask (list, union
+	// list and broadcast state).
+	OperatorState *state.OperatorStore
 	// State is the keyed state backend of this subtask, or nil for an
 	// operator that does not follow a key-by edge.
 	State state.Backend

@@ -88,15 +88,20 @@ func memTableFor[K, N comparable, T any](b *MemoryBackend, s spec, init func(*me
 
 func (b *MemoryBackend) cleanupExpired(maxEntries int) int {
 	n := b.groups.Len()
-	if len(b.ttl) == 0 || n <= 0 {
+	total := 0
+	for _, t := range b.ttl {
+		total += t.len()
+	}
+	if total == 0 || n <= 0 {
 		return 0
 	}
+	// Checking no more entries than there are means no entry is checked
+	// twice: the cursor would have to go all the way round.
+	budget := min(maxEntries, total)
 	now := b.clock.Now().UnixNano()
 	c := &b.cursor
-	removed, budget := 0, maxEntries
-	// A round visits every group of every TTL state; starting mid-group,
-	// it ends back in that group, hence rounds+1 group visits at most.
-	for visits, round := 0, len(b.ttl)*n; budget > 0 && visits <= round; {
+	removed := 0
+	for budget > 0 {
 		if c.table >= len(b.ttl) {
 			c.table = 0
 		}
@@ -107,7 +112,6 @@ func (b *MemoryBackend) cleanupExpired(maxEntries int) int {
 			c.slot = next
 			continue
 		}
-		visits++
 		c.slot = 0
 		if c.group++; c.group >= n {
 			c.group = 0

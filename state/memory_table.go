@@ -37,6 +37,8 @@ type memTable[K, N comparable, T any] struct {
 	sp     spec
 	groups keygroup.Range
 	kg     []memGroup[K, N, T]
+	// count is the number of entries in all groups.
+	count int
 	// epoch changes whenever an entry may have moved in memory: on every
 	// removal (the last slot moves into the hole) and whenever a slot
 	// slice is reallocated. Handles cache an entry pointer and trust it
@@ -56,13 +58,7 @@ func (t *memTable[K, N, T]) spec() *spec { return &t.sp }
 
 func (t *memTable[K, N, T]) groupCount() int { return len(t.kg) }
 
-func (t *memTable[K, N, T]) len() int {
-	n := 0
-	for i := range t.kg {
-		n += len(t.kg[i].slots)
-	}
-	return n
-}
+func (t *memTable[K, N, T]) len() int { return t.count }
 
 // group returns key group g. It panics if g is outside the backend's
 // range, which means the KeyContext was not set or the key was routed to
@@ -94,6 +90,7 @@ func (t *memTable[K, N, T]) insert(grp *memGroup[K, N, T], k nsKey[K, N]) *entry
 		t.epoch++
 	}
 	grp.slots = append(grp.slots, entry[K, N, T]{k: k})
+	t.count++
 	i := len(grp.slots) - 1
 	grp.index[k] = i
 	return &grp.slots[i]
@@ -110,6 +107,7 @@ func (t *memTable[K, N, T]) remove(grp *memGroup[K, N, T], k nsKey[K, N]) {
 // the hole.
 func (t *memTable[K, N, T]) removeAt(grp *memGroup[K, N, T], i int) {
 	t.epoch++
+	t.count--
 	delete(grp.index, grp.slots[i].k)
 	last := len(grp.slots) - 1
 	if i != last {

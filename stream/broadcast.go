@@ -1,0 +1,32 @@
+package stream
+
+import (
+	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/operators"
+)
+
+// ConnectBroadcast joins a keyed stream with a stream broadcast to every
+// subtask (the broadcast-state pattern: rules or thresholds applied to
+// keyed records). fn is called once per subtask for a fresh function. The
+// watermark of the operator is the minimum of both inputs, so a broadcast
+// stream without timestamps should be bounded or marked idle. The operator
+// needs a UID.
+func ConnectBroadcast[T any, K comparable, B, O any](k *KeyedStream[T, K], b *Stream[B], name string, fn func() operators.KeyedBroadcastProcessFunction[K, T, B, O]) *Stream[O] {
+	env := k.s.env
+	v := &actors.Vertex{
+		Name: name,
+		In:   k.s.typ,
+		In2:  b.typ,
+		Out:  typeOf[O](),
+		NewOperator: func(_ *operators.Context, out any) (operators.Operator, any, error) {
+			op := operators.NewKeyedBroadcastProcess(k.key, fn(), out.(operators.Collector[O]))
+			return op, op.Inputs(), nil
+		},
+	}
+	env.addVertex(v)
+	k.s.connectInput(v, 0)
+	b.Broadcast().connectInput(v, 1)
+	out := newStream[O](env, v)
+	env.node(v).stateful = true
+	return out
+}

@@ -1,0 +1,84 @@
+package stream
+
+import (
+	"time"
+
+	"github.com/edgedio/edged/operators"
+)
+
+// WindowedStream is a keyed stream cut into windows; finish it with
+// Reduce, WindowAggregate or WindowProcess.
+type WindowedStream[T any, K comparable] struct {
+	k        *KeyedStream[T, K]
+	assigner operators.WindowAssigner
+	lateness time.Duration
+	lateTag  string
+}
+
+// Window cuts the keyed stream into windows by assigner.
+func Window[T any, K comparable](k *KeyedStream[T, K], assigner operators.WindowAssigner) *WindowedStream[T, K] {
+	if err := assigner.Validate(); err != nil {
+		k.s.env.addError(err)
+	}
+	return &WindowedStream[T, K]{k: k, assigner: assigner}
+}
+
+// AllowedLateness keeps each event-time window's state for d after the
+// watermark passed its end: records arriving in that time update the
+// window and make it fire again. Records later than that go to the
+// late-data side output (SideOutputLateData) or are dropped and counted.
+func (w *WindowedStream[T, K]) AllowedLateness(d time.Duration) *WindowedStream[T, K] {
+	w.lateness = d
+	return w
+}
+
+// SideOutputLateData sends records that came after their windows were
+// cleaned up to tag; read them with SideOutput on the window's result.
+func (w *WindowedStream[T, K]) SideOutputLateData(tag operators.OutputTag[T]) *WindowedStream[T, K] {
+	w.lateTag = tag.ID()
+	return w
+}
+
+func windowOperator[T any, K comparable, O any](w *WindowedStream[T, K], name string, build func(out operators.Collector[O]) (operators.OneInput[T], error)) *Stream[O] {
+	var buildErr error
+	out := Transform(w.k.s, name, func(out operators.Collector[O]) operators.OneInput[T] {
+		op, err := build(out)
+		if err != nil {
+			operators.Fail(err)
+		}
+		return op
+	})
+	// Build once now so that a bad combination is reported before Execute.
+	if _, err := build(nil); err != nil {
+		buildErr = err
+		w.k.s.env.addError(buildErr)
+	}
+	out.env.node(out.v).stateful = true
+	if w.lateTag != "" {
+		SideOutput(out, operators.NewOutputTag[T](w.lateTag))
+	}
+	return out
+}
+
+// WindowAggregate folds each window's records per key with agg and emits
+// one WindowResult per key and window when the window fires (and again for
+// each late record within the allowed lateness). Sliding and session
+// windows need agg to implement operators.Merger. The operator needs a UID.
+func WindowAggregate[T any, K comparable, A, R any](w *WindowedStream[T, K], name string, agg operators.AggregateFunction[T, A, R]) *Stream[operators.WindowResult[K, R]] {
+	return windowOperator(w, name, func(out operators.Collector[operators.WindowResult[K, R]]) (operators.OneInput[T], error) {
+		return operators.NewWindowAggregate(name, w.k.key, w.assigner, w.lateness, w.lateTag, agg, out)
+	})
+}
+
+// Reduce combines each window's records per key with fn.
+func (w *WindowedStream[T, K]) Reduce(name string, fn func(a, b T) (T, error)) *Stream[operators.WindowResult[K, T]] {
+	return WindowAggregate(w, name, operators.ReduceFunction(fn))
+}
+
+// WindowProcess keeps every record of a window and calls fn with all of
+// them when it fires.
+func WindowProcess[T any, K comparable, O any](w *WindowedStream[T, K], name string, fn operators.ProcessWindowFunction[K, T, O]) *Stream[O] {
+	return windowOperator(w, name, func(out operators.Collector[O]) (operators.OneInput[T], error) {
+		return operators.NewWindowProcess(name, w.k.key, w.assigner, w.lateness, w.lateTag, fn, out)
+	})
+}
