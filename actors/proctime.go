@@ -83,7 +83,7 @@ func (p *procTimers) popDue(now int64) (*procCallback, bool) {
 // arm makes sure the clock timer fires no later than the earliest
 // callback.
 func (p *procTimers) arm(t *task) {
-	if len(p.h) == 0 {
+	if len(p.h) == 0 || !t.started {
 		return
 	}
 	next := p.h[0].at

@@ -102,9 +102,18 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	}
 	r.log.Info("job starting", "tasks", len(r.tasks), "chains", len(r.plan.Chains))
 	r.events = make(chan taskEvent, len(r.tasks))
-	for _, t := range r.tasks {
+	// Every pid is known before any task runs, so tasks can send to each
+	// other from their first message on.
+	for i, t := range r.tasks {
+		t.pid = r.system.NewLocalPID(fmt.Sprintf("task-%d", i))
+	}
+	for i, t := range r.tasks {
 		props := actor.PropsFromProducer(func() actor.Actor { return t })
-		t.pid = r.system.Root.Spawn(props)
+		if _, err := r.system.Root.SpawnNamed(props, fmt.Sprintf("task-%d", i)); err != nil {
+			r.stop()
+			r.closeOperators()
+			return fmt.Errorf("actors: spawn task %d: %w", i, err)
+		}
 	}
 	close(r.started)
 	for _, t := range r.tasks {

@@ -55,6 +55,7 @@ type task struct {
 	// openSince is when the oldest open output batch was opened (zero when
 	// none is).
 	openSince time.Time
+	started   bool // the actor has started: timers may be armed
 	ended     int  // input channels that delivered end-of-stream
 	done      bool // finished or failed: ignore further messages
 
@@ -96,6 +97,11 @@ func (t *task) Receive(c actor.Context) {
 	case message:
 		t.pending.Add(-1)
 		t.onData(m)
+	case *actor.Started:
+		// Operators may have asked for processing-time callbacks in Open;
+		// the clock timer is armed once the task runs.
+		t.started = true
+		t.timers.arm(t)
 	case timerMsg:
 		t.timers.fired(m.at)
 		t.fireTimers()

@@ -110,25 +110,27 @@ type reduceAgg[T any] struct {
 	fn func(acc, v T) (T, error)
 }
 
+// reduceAcc is the running value of a reduce; its fields are exported so
+// that its codec can encode it.
 type reduceAcc[T any] struct {
-	v   T
-	set bool
+	V   T
+	Set bool
 }
 
 func (r reduceAgg[T]) CreateAccumulator() reduceAcc[T] { return reduceAcc[T]{} }
 
 func (r reduceAgg[T]) Add(v T, acc reduceAcc[T]) reduceAcc[T] {
-	if !acc.set {
-		return reduceAcc[T]{v: v, set: true}
+	if !acc.Set {
+		return reduceAcc[T]{V: v, Set: true}
 	}
-	out, err := r.fn(acc.v, v)
+	out, err := r.fn(acc.V, v)
 	if err != nil {
 		Fail(err)
 	}
-	return reduceAcc[T]{v: out, set: true}
+	return reduceAcc[T]{V: out, Set: true}
 }
 
-func (r reduceAgg[T]) Result(acc reduceAcc[T]) T { return acc.v }
+func (r reduceAgg[T]) Result(acc reduceAcc[T]) T { return acc.V }
 
 // NewKeyedReduce returns a rolling keyed reduce: for every record it emits
 // fn(previous result of its key, record), or the record itself for a key
@@ -145,8 +147,8 @@ func ReduceFunction[T any](fn func(a, b T) (T, error)) AggregateFunction[T, redu
 
 // Merge combines two partial reductions.
 func (r reduceAgg[T]) Merge(a, b reduceAcc[T]) reduceAcc[T] {
-	if !b.set {
+	if !b.Set {
 		return a
 	}
-	return r.Add(b.v, a)
+	return r.Add(b.V, a)
 }

@@ -2,10 +2,11 @@ package operators
 
 import (
 	"errors"
-	"slices"
-	"time"
+	"fmt"
 
 	"github.com/edgedio/edged/state"
+	"slices"
+	"time"
 )
 
 // ErrNoTimestamp is returned when an event-time window gets a record
@@ -116,13 +117,16 @@ const maxTimestamp int64 = 1<<63 - 1
 // created and chained from one window end to the next while slices remain.
 type SlicedWindow[K comparable, T any] struct {
 	windowCore[K, T]
-	contents contents[K, int64, T]
-	slices   state.Value[[]int64] // sorted slice starts of the current key
-	size     int64
-	slide    int64
-	pane     int64
-	offset   int64
-	parts    []int64
+	store sliceStore[K, T]
+	// next is the pending window-end timer of the current key: a new slice
+	// whose first window ends no earlier needs no timer of its own, as the
+	// chain reaches it.
+	next   state.Value[int64]
+	size   int64
+	slide  int64
+	pane   int64
+	offset int64
+	starts []int64
 }
 
 // Open registers the window state.
@@ -132,12 +136,23 @@ func (o *SlicedWindow[K, T]) Open(ctx *Context) error {
 	}
 	a := o.assigner
 	o.size, o.slide, o.pane, o.offset = a.size, a.slide, a.pane(), a.offset
-	if err := o.contents.open(ctx.State, &o.keys, o.name+"/contents"); err != nil {
+	if err := o.store.open(ctx.State, &o.keys, o.name+"/contents"); err != nil {
 		return err
 	}
-	s, err := state.NewValue[K, []int64](ctx.State, &o.keys, state.ValueDescriptor[[]int64]{Name: o.name + "/slices"})
-	o.slices = s
+	next, err := state.NewValue[K, int64](ctx.State, &o.keys, state.ValueDescriptor[int64]{Name: o.name + "/next"})
+	o.next = next
 	return err
+}
+
+// chain registers the window-end timer at ts unless an earlier one of the
+// current key is pending (a timer is pending while it is after current;
+// one at or before current has fired or fires in this pass).
+func (o *SlicedWindow[K, T]) chain(ts, current int64) {
+	if next, ok := o.next.Get(); ok && next > current && next <= ts {
+		return
+	}
+	o.register(ts)
+	o.next.Update(ts)
 }
 
 // lastEnd returns the end of the latest window containing the slice at p.
@@ -166,49 +181,34 @@ func (o *SlicedWindow[K, T]) Collect(v T) {
 		o.dropLate(v)
 		return
 	}
-	idx, _ := o.slices.Get()
-	i, found := slices.BinarySearch(idx, p)
-	if !found {
-		idx = slices.Insert(idx, i, p)
-		o.slices.Update(idx)
-	}
-	o.contents.add(p, v)
+	created := o.store.add(p, v)
 	first := o.firstEnd(p)
-	if !found {
+	if created {
 		end := first
 		for end-1 <= current && end < last {
 			end += o.slide
 		}
 		if end-1 > current {
-			o.register(end - 1)
+			o.chain(end-1, current)
 		}
 	}
 	if o.assigner.eventTime && first-1 <= current {
 		// Late but within the allowed lateness: the windows that already
-		// fired fire again with this record, and the slice is cleaned up
-		// once the lateness has passed.
+		// fired, and whose lateness has not passed, fire again with this
+		// record; the slice is cleaned up once the lateness has passed.
 		for end := first; end <= last && end-1 <= current; end += o.slide {
 			if end-1+o.lateness > current {
-				o.fire(Window{Start: end - o.size, End: end}, idx)
+				o.fire(Window{Start: end - o.size, End: end})
 			}
 		}
 		o.register(last - 1 + o.lateness)
 	}
 }
 
-// fire emits window win from the slices idx holds.
-func (o *SlicedWindow[K, T]) fire(win Window, idx []int64) {
-	o.parts = o.parts[:0]
-	for _, p := range idx {
-		if p >= win.Start && p < win.End {
-			o.parts = append(o.parts, p)
-		}
-	}
-	if len(o.parts) == 0 {
-		return
-	}
+// fire emits window win.
+func (o *SlicedWindow[K, T]) fire(win Window) {
 	o.emitAt(win)
-	if err := o.contents.fire(o.keys.Key(), win, o.parts); err != nil {
+	if err := o.store.fire(o.keys.Key(), win); err != nil {
 		Fail(err)
 	}
 }
@@ -216,37 +216,26 @@ func (o *SlicedWindow[K, T]) fire(win Window, idx []int64) {
 // onTimer fires the window ending at ts+1 (when one does), cleans up the
 // slices no window needs any more, and sets the next timer of the key.
 func (o *SlicedWindow[K, T]) onTimer(ts int64, _ TimeDomain) error {
-	idx, _ := o.slices.Get()
 	end := ts + 1
 	if floorTo(end-o.size, o.offset, o.slide) == end-o.size {
-		o.fire(Window{Start: end - o.size, End: end}, idx)
+		o.fire(Window{Start: end - o.size, End: end})
 	}
-	keep := idx[:0]
-	for _, p := range idx {
-		if o.lastEnd(p)-1+o.lateness <= ts {
-			o.contents.clear(p)
-		} else {
-			keep = append(keep, p)
-		}
-	}
-	if len(keep) == 0 {
-		o.slices.Clear()
+	if o.store.drop(func(p int64) bool { return o.lastEnd(p)-1+o.lateness <= ts }) == 0 {
+		o.next.Clear()
 		return nil
 	}
-	if len(keep) != len(idx) {
-		o.slices.Update(keep)
-	}
+	o.starts = o.store.starts(o.starts[:0])
 	// The next window end after ts, if a slice is in that window.
 	next := floorTo(end-o.size, o.offset, o.slide) + o.slide + o.size
 	if next-1 <= ts {
 		next += o.slide
 	}
-	if i, _ := slices.BinarySearch(keep, next-o.size); i < len(keep) && keep[i] < next {
-		o.register(next - 1)
+	if i, _ := slices.BinarySearch(o.starts, next-o.size); i < len(o.starts) && o.starts[i] < next {
+		o.chain(next-1, ts)
 		return nil
 	}
 	if o.lateness > 0 {
-		o.register(o.lastEnd(keep[0]) - 1 + o.lateness)
+		o.register(o.lastEnd(o.starts[0]) - 1 + o.lateness)
 	}
 	return nil
 }
@@ -262,9 +251,9 @@ func NewWindowAggregate[K comparable, T, A, R any](name string, key func(T) K, a
 		}
 		return newSession[K, T](name, key, a, lateness, lateTag, c), nil
 	}
-	c := newAggContents[K, int64, T, A, R](agg, out)
-	if err := c.needsMerge(a); err != nil {
-		return nil, err
+	c := newAggSlices[K, T, A, R](agg, out)
+	if c.merger == nil && a.pane() != a.size {
+		return nil, fmt.Errorf("operators: %s combine accumulators: the aggregate function %T needs a Merge(a, b) method", a, agg)
 	}
 	return newSliced[K, T](name, key, a, lateness, lateTag, c), nil
 }
@@ -275,11 +264,11 @@ func NewWindowProcess[K comparable, T, O any](name string, key func(T) K, a Wind
 	if a.kind == session {
 		return newSession[K, T](name, key, a, lateness, lateTag, &listContents[K, Window, T, O]{fn: fn, out: out}), nil
 	}
-	return newSliced[K, T](name, key, a, lateness, lateTag, &listContents[K, int64, T, O]{fn: fn, out: out}), nil
+	return newSliced[K, T](name, key, a, lateness, lateTag, &listSlices[K, T, O]{fn: fn, out: out}), nil
 }
 
-func newSliced[K comparable, T any](name string, key func(T) K, a WindowAssigner, lateness time.Duration, lateTag string, c contents[K, int64, T]) *SlicedWindow[K, T] {
-	o := &SlicedWindow[K, T]{contents: c}
+func newSliced[K comparable, T any](name string, key func(T) K, a WindowAssigner, lateness time.Duration, lateTag string, store sliceStore[K, T]) *SlicedWindow[K, T] {
+	o := &SlicedWindow[K, T]{store: store}
 	o.name, o.key, o.assigner, o.lateness, o.lateTag = name, key, a, lateness.Milliseconds(), lateTag
 	return o
 }
