@@ -1,0 +1,164 @@
+package operators
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// FileTx is a transaction of the transactional file sink: one part file.
+type FileTx struct {
+	Name string
+}
+
+// fileTransactions writes each transaction to its own part file in a
+// directory: records go to ".<name>.inprogress"; pre-commit flushes,
+// fsyncs and renames it to ".<name>.pending"; commit renames that to
+// "<name>" (the only files readers should take: no leading dot). Renames
+// are atomic and followed by an fsync of the directory.
+type fileTransactions[T any] struct {
+	dir     string
+	format  func(T) string
+	prefix  string
+	seq     int64
+	f       *os.File
+	w       *bufio.Writer
+	current string
+}
+
+// NewFileSink returns an exactly-once file sink: a TwoPhaseCommitSink over
+// part files in dir, one line format(v) per record. A part file becomes
+// visible (its name loses the leading dot) only when the checkpoint that
+// covers its records completes, so after any failure and restore the
+// visible files hold every record exactly once.
+func NewFileSink[T any](dir string, format func(T) string) *TwoPhaseCommitSink[T, FileTx] {
+	return NewTwoPhaseCommitSink[T, FileTx](&fileTransactions[T]{dir: dir, format: format}, nil)
+}
+
+func (f *fileTransactions[T]) Open(ctx *Context) error {
+	if err := os.MkdirAll(f.dir, 0o755); err != nil {
+		return fmt.Errorf("file sink: %w", err)
+	}
+	// Part names carry the subtask and the attempt's start time, so no two
+	// attempts or subtasks ever use the same name.
+	f.prefix = fmt.Sprintf("part-%d-%d-", ctx.Subtask, ctx.Clock.Now().UnixNano())
+	// In-progress files of earlier attempts of this subtask were never
+	// pre-committed: nothing can commit them; remove them.
+	stale, _ := filepath.Glob(filepath.Join(f.dir, fmt.Sprintf(".part-%d-*.inprogress", ctx.Subtask)))
+	for _, p := range stale {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("file sink: remove stale %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+func (f *fileTransactions[T]) path(name, state string) string {
+	if state == "" {
+		return filepath.Join(f.dir, name)
+	}
+	return filepath.Join(f.dir, "."+name+"."+state)
+}
+
+func (f *fileTransactions[T]) Begin() (FileTx, error) {
+	f.seq++
+	tx := FileTx{Name: f.prefix + fmt.Sprint(f.seq)}
+	file, err := os.OpenFile(f.path(tx.Name, "inprogress"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return FileTx{}, err
+	}
+	f.f, f.current = file, tx.Name
+	if f.w == nil {
+		f.w = bufio.NewWriterSize(file, 64<<10)
+	} else {
+		f.w.Reset(file)
+	}
+	return tx, nil
+}
+
+func (f *fileTransactions[T]) Write(tx FileTx, v T) error {
+	if tx.Name != f.current {
+		return fmt.Errorf("file sink: write to %s, which is not the open transaction", tx.Name)
+	}
+	if _, err := f.w.WriteString(f.format(v)); err != nil {
+		return err
+	}
+	return f.w.WriteByte('\n')
+}
+
+func (f *fileTransactions[T]) PreCommit(tx FileTx) error {
+	if tx.Name != f.current || f.f == nil {
+		return fmt.Errorf("file sink: pre-commit of %s, which is not the open transaction", tx.Name)
+	}
+	if err := f.w.Flush(); err != nil {
+		return err
+	}
+	if err := f.f.Sync(); err != nil {
+		return err
+	}
+	if err := f.f.Close(); err != nil {
+		return err
+	}
+	f.f, f.current = nil, ""
+	if err := os.Rename(f.path(tx.Name, "inprogress"), f.path(tx.Name, "pending")); err != nil {
+		return err
+	}
+	return syncDir(f.dir)
+}
+
+func (f *fileTransactions[T]) Commit(tx FileTx) error {
+	err := os.Rename(f.path(tx.Name, "pending"), f.path(tx.Name, ""))
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, statErr := os.Stat(f.path(tx.Name, "")); statErr == nil {
+			return nil // committed before
+		}
+		return fmt.Errorf("file sink: commit %s: neither pending nor committed", tx.Name)
+	}
+	if err != nil {
+		return err
+	}
+	return syncDir(f.dir)
+}
+
+func (f *fileTransactions[T]) Abort(tx FileTx) error {
+	if tx.Name == f.current && f.f != nil {
+		f.f.Close()
+		f.f, f.current = nil, ""
+	}
+	for _, state := range []string{"inprogress", "pending"} {
+		if err := os.Remove(f.path(tx.Name, state)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncDir fsyncs a directory so that renames in it are durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// CommittedParts returns the paths of the committed part files of a file
+// sink directory, in name order.
+func CommittedParts(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasPrefix(e.Name(), "part-") {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	return out, nil
+}

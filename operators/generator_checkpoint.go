@@ -1,0 +1,53 @@
+package operators
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// ErrRescaleSource is returned when a source is restored with another
+// parallelism than it was snapshotted at and cannot redistribute its
+// position.
+var ErrRescaleSource = errors.New("operators: source cannot be restored with another parallelism")
+
+// SnapshotState returns the generator's position: the next global index
+// this subtask emits. Replaying from it gives the same records.
+func (g *Generator[T]) SnapshotState(int64) ([]byte, error) {
+	return binary.AppendVarint(nil, g.Position()), nil
+}
+
+// RestoreState makes the generator go on from its snapshotted position.
+// The generator's split of indices depends on its parallelism, so it must
+// be restored with the parallelism it had.
+func (g *Generator[T]) RestoreState(states [][]byte, oldParallelism int) error {
+	if len(states) != 1 {
+		return fmt.Errorf("%w: generator snapshotted at parallelism %d, restored with another", ErrRescaleSource, oldParallelism)
+	}
+	pos, n := binary.Varint(states[0])
+	if n <= 0 {
+		return fmt.Errorf("operators: generator: corrupt position %x", states[0])
+	}
+	g.SetPosition(pos)
+	return nil
+}
+
+// SnapshotState returns the file source's byte offset.
+func (s *LineFileSource[T]) SnapshotState(int64) ([]byte, error) {
+	return binary.AppendVarint(nil, s.Position()), nil
+}
+
+// RestoreState makes the file source go on from its snapshotted offset.
+// Only subtask 0 reads the file, so the offset of old subtask 0 is the one
+// that counts whatever the parallelism.
+func (s *LineFileSource[T]) RestoreState(states [][]byte, _ int) error {
+	if len(states) == 0 {
+		return nil
+	}
+	pos, n := binary.Varint(states[0])
+	if n <= 0 {
+		return fmt.Errorf("operators: line file source: corrupt offset %x", states[0])
+	}
+	s.SetPosition(pos)
+	return nil
+}
