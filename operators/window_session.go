@@ -57,15 +57,14 @@ func (o *SessionWindow[K, T]) Collect(v T) {
 		o.dropLate(v)
 		return
 	}
-	// Move the state of every absorbed window into the merged one.
+	// Move the state of every absorbed window into the merged one. Their
+	// timers stay: a timer is per key and time, and may be another
+	// session's too; one that finds no session ending at its time does
+	// nothing.
 	sources := o.absorbed[:0:0]
 	for _, x := range o.absorbed {
 		if x != merged {
 			sources = append(sources, x)
-			o.deleteTimer(x.MaxTimestamp())
-			if o.lateness > 0 {
-				o.deleteTimer(x.MaxTimestamp() + o.lateness)
-			}
 		}
 	}
 	if len(sources) > 0 {

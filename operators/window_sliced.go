@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/edgedio/edged/state"
-	"slices"
 	"time"
 )
 
@@ -62,14 +61,6 @@ func (w *windowCore[K, T]) register(ts int64) {
 		w.RegisterEventTimeTimer(ts)
 	} else {
 		w.RegisterProcessingTimeTimer(ts)
-	}
-}
-
-func (w *windowCore[K, T]) deleteTimer(ts int64) {
-	if w.assigner.eventTime {
-		w.DeleteEventTimeTimer(ts)
-	} else {
-		w.DeleteProcessingTimeTimer(ts)
 	}
 }
 
@@ -225,14 +216,17 @@ func (o *SlicedWindow[K, T]) onTimer(ts int64, _ TimeDomain) error {
 		return nil
 	}
 	o.starts = o.store.starts(o.starts[:0])
-	// The next window end after ts, if a slice is in that window.
+	// The earliest window ending after ts that holds a slice: the next
+	// window end, or a later one when there is a gap in the key's data.
 	next := floorTo(end-o.size, o.offset, o.slide) + o.slide + o.size
 	if next-1 <= ts {
 		next += o.slide
 	}
-	if i, _ := slices.BinarySearch(o.starts, next-o.size); i < len(o.starts) && o.starts[i] < next {
-		o.chain(next-1, ts)
-		return nil
+	for _, p := range o.starts {
+		if e := max(o.firstEnd(p), next); e <= o.lastEnd(p) {
+			o.chain(e-1, ts)
+			return nil
+		}
 	}
 	if o.lateness > 0 {
 		o.register(o.lastEnd(o.starts[0]) - 1 + o.lateness)
