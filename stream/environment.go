@@ -109,6 +109,15 @@ func (e *Environment) node(v *actors.Vertex) *node {
 // when not; stateful operators must have a uid.
 func (e *Environment) resolve() error {
 	errs := append([]error(nil), e.errs...)
+	for _, v := range e.job.Vertices { // in creation order: inputs first
+		if n := e.nodes[v]; n != nil && n.inherit && !n.parallelismSet {
+			for _, ed := range e.job.Edges {
+				if ed.To == v {
+					v.Parallelism = ed.From.Parallelism
+				}
+			}
+		}
+	}
 	for _, ed := range e.job.Edges {
 		if !e.autoEdges[ed] {
 			continue

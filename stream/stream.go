@@ -35,6 +35,10 @@ type Stream[T any] struct {
 type node struct {
 	stateful bool
 	uidSet   bool
+	// inherit takes the parallelism of the input unless SetParallelism
+	// was called on the operator.
+	inherit        bool
+	parallelismSet bool
 }
 
 func typeOf[T any]() *actors.Type[T] {
@@ -65,6 +69,7 @@ func (s *Stream[T]) SetParallelism(n int) *Stream[T] {
 		return s
 	}
 	s.v.Parallelism = n
+	s.env.node(s.v).parallelismSet = true
 	return s
 }
 

@@ -14,9 +14,13 @@ func (s *Stream[T]) AssignTimestampsAndWatermarks(name string, strategy watermar
 	if err := strategy.Validate(); err != nil {
 		s.env.addError(err)
 	}
-	return Transform(s, name, func(out operators.Collector[T]) operators.OneInput[T] {
+	out := Transform(s, name, func(out operators.Collector[T]) operators.OneInput[T] {
 		return operators.NewTimestampsAndWatermarks(strategy, out)
 	})
+	// Like Flink, the assigner runs with its input's parallelism, so that it
+	// chains with the source.
+	out.env.node(out.v).inherit = true
+	return out
 }
 
 // Process runs fn on every record of s (not keyed: no keyed state or

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -55,13 +56,13 @@ func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, log, *addr, *n, *parallelism); err != nil && !errors.Is(err, context.Canceled) {
+	if err := run(ctx, log, os.Stdout, *addr, *n, *parallelism); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("job failed", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, log *slog.Logger, addr string, n, parallelism int) error {
+func run(ctx context.Context, log *slog.Logger, out io.Writer, addr string, n, parallelism int) error {
 	if addr == "" {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -83,7 +84,7 @@ func run(ctx context.Context, log *slog.Logger, addr string, n, parallelism int)
 	keyed := stream.KeyBy(readings, func(r operators.SensorReading) string { return r.ID })
 	avg := stream.Aggregate(keyed, "average", averager{}).UID("average").SetParallelism(parallelism)
 	avg.To("print", func() operators.Sink[average] {
-		return operators.NewPrintSink(os.Stdout, average.String)
+		return operators.NewPrintSink(out, average.String)
 	}).SetParallelism(parallelism)
 	return env.Execute(ctx)
 }

@@ -1,0 +1,549 @@
+package snapshot
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/edgedio/edged/keygroup"
+)
+
+// The store's directory layout, version 1, is described in doc.go.
+const (
+	layoutFile     = "LAYOUT"
+	layoutContents = "edged snapshot store 1\n"
+	checkpointsDir = "checkpoints"
+	savepointsDir  = "savepoints"
+	metadataFile   = "_metadata"
+)
+
+// Store keeps the checkpoints and savepoints of one job in a directory (see
+// the layout above). Every method is safe for concurrent use: tasks write
+// their state files from their own goroutines while the coordinating actor
+// begins, commits and discards snapshots. Methods block on disk I/O.
+type Store struct {
+	root           string
+	job            string
+	maxParallelism int
+	log            *slog.Logger
+
+	mu     sync.Mutex      // guards active
+	active map[ID]location // snapshots begun and not yet committed or discarded
+}
+
+// location is the directory of an active snapshot.
+type location struct {
+	dir     string
+	kind    Kind
+	created bool // the store created dir (a user's savepoint path may have existed, empty)
+}
+
+// OpenStore opens (creating it if needed) the snapshot store of job in dir.
+// maxParallelism is the job's number of key groups, which Commit stamps
+// into every snapshot with the job's name. log receives a line for every
+// snapshot that recovery skips; nil discards them.
+func OpenStore(dir, job string, maxParallelism int, log *slog.Logger) (*Store, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("%w: checkpoint.dir must be set", ErrInvalidConfig)
+	}
+	if err := keygroup.Validate(1, maxParallelism); err != nil {
+		return nil, fmt.Errorf("open snapshot store: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{root: dir, job: job, maxParallelism: maxParallelism, log: log, active: map[ID]location{}}
+	for _, d := range []string{dir, filepath.Join(dir, checkpointsDir), filepath.Join(dir, savepointsDir)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("open snapshot store: %w", err)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, layoutFile))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := writeAtomic(dir, layoutFile, []byte(layoutContents)); err != nil {
+			return nil, fmt.Errorf("open snapshot store: %w", err)
+		}
+	case err != nil:
+		return nil, fmt.Errorf("open snapshot store: %w", err)
+	case string(b) != layoutContents:
+		return nil, fmt.Errorf("%w: %s holds %q, want %q", ErrLayout, filepath.Join(dir, layoutFile), b, layoutContents)
+	}
+	return s, nil
+}
+
+// Dir returns the store's root directory.
+func (s *Store) Dir() string { return s.root }
+
+// CheckpointDir returns the directory of checkpoint id.
+func (s *Store) CheckpointDir(id ID) string {
+	return filepath.Join(s.root, checkpointsDir, "chk-"+strconv.FormatUint(uint64(id), 10))
+}
+
+// Begin creates the directory of the checkpoint or savepoint t announces
+// and returns it. The caller calls it before sending t to the sources;
+// from then on Create and StatePath work for t.Checkpoint. A savepoint goes
+// to t.Path if set (relative to savepoints/, or absolute; it must not
+// exist or be empty), else to savepoints/sp-<id>-<timestamp>.
+func (s *Store) Begin(t Trigger) (string, error) {
+	loc := location{kind: KindCheckpoint, created: true}
+	if t.Savepoint {
+		loc.kind = KindSavepoint
+		switch {
+		case t.Path == "":
+			loc.dir = filepath.Join(s.root, savepointsDir, fmt.Sprintf("sp-%d-%d", t.Checkpoint, t.Timestamp))
+		case filepath.IsAbs(t.Path):
+			loc.dir = filepath.Clean(t.Path)
+		default:
+			loc.dir = filepath.Join(s.root, savepointsDir, t.Path)
+		}
+	} else {
+		loc.dir = s.CheckpointDir(t.Checkpoint)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, dup := s.active[t.Checkpoint]; dup {
+		return "", fmt.Errorf("begin %s %d: %w: already begun", loc.kind, t.Checkpoint, ErrExists)
+	}
+	if t.Savepoint {
+		entries, err := os.ReadDir(loc.dir)
+		switch {
+		case err == nil && len(entries) > 0:
+			return "", fmt.Errorf("begin savepoint %d: %w: %s is not empty", t.Checkpoint, ErrExists, loc.dir)
+		case err == nil:
+			loc.created = false
+		case errors.Is(err, fs.ErrNotExist):
+			if err := os.MkdirAll(filepath.Dir(loc.dir), 0o755); err != nil {
+				return "", fmt.Errorf("begin savepoint %d: %w", t.Checkpoint, err)
+			}
+		default:
+			return "", fmt.Errorf("begin savepoint %d: %w", t.Checkpoint, err)
+		}
+	}
+	if loc.created {
+		if err := os.Mkdir(loc.dir, 0o755); errors.Is(err, fs.ErrExist) {
+			return "", fmt.Errorf("begin %s %d: %w: %s", loc.kind, t.Checkpoint, ErrExists, loc.dir)
+		} else if err != nil {
+			return "", fmt.Errorf("begin %s %d: %w", loc.kind, t.Checkpoint, err)
+		}
+	}
+	s.active[t.Checkpoint] = loc
+	return loc.dir, nil
+}
+
+func (s *Store) location(id ID) (location, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	loc, ok := s.active[id]
+	if !ok {
+		return location{}, fmt.Errorf("%w: %d was not begun (or is finished)", ErrUnknownCheckpoint, id)
+	}
+	return loc, nil
+}
+
+// StatePath returns the path of the state file of subtask subtask of
+// operator uid in snapshot id, for a task that writes the file itself;
+// Create is the simpler way.
+func (s *Store) StatePath(id ID, uid string, subtask int) (string, error) {
+	name, err := stateFileName(uid, subtask)
+	if err != nil {
+		return "", err
+	}
+	loc, err := s.location(id)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(loc.dir, name), nil
+}
+
+// Create starts the state file of subtask subtask of operator uid in
+// snapshot id. The Writer belongs to the calling task.
+func (s *Store) Create(id ID, uid string, subtask int) (*Writer, error) {
+	path, err := s.StatePath(id, uid, subtask)
+	if err != nil {
+		return nil, fmt.Errorf("create state file of %q[%d]: %w", uid, subtask, err)
+	}
+	return newWriter(path)
+}
+
+// Commit makes snapshot md.Checkpoint complete: it stamps md with the
+// store's job name and max parallelism, checks that every state file md
+// names is there with its size, syncs the directory, then writes _metadata
+// atomically (temporary file, fsync, rename, fsync of the directory and of
+// its parent). It returns the snapshot's directory, which it also sets as
+// md.Dir. On error the snapshot stays incomplete; Discard removes it.
+func (s *Store) Commit(md *Metadata) (string, error) {
+	loc, err := s.location(md.Checkpoint)
+	if err != nil {
+		return "", fmt.Errorf("commit: %w", err)
+	}
+	if md.Kind != loc.kind {
+		return "", fmt.Errorf("commit %d: %w: metadata of a %s for a %s", md.Checkpoint, ErrCorrupt, md.Kind, loc.kind)
+	}
+	md.Job, md.MaxParallelism = s.job, s.maxParallelism
+	if err := md.Validate(); err != nil {
+		return "", fmt.Errorf("commit %s %d: %w", md.Kind, md.Checkpoint, err)
+	}
+	if err := checkFiles(loc.dir, md, false); err != nil {
+		return "", fmt.Errorf("commit %s %d: %w", md.Kind, md.Checkpoint, err)
+	}
+	b, err := EncodeMetadata(md)
+	if err != nil {
+		return "", fmt.Errorf("commit %s %d: %w", md.Kind, md.Checkpoint, err)
+	}
+	if err := syncDir(loc.dir); err != nil {
+		return "", fmt.Errorf("commit %s %d: %w", md.Kind, md.Checkpoint, err)
+	}
+	if err := writeAtomic(loc.dir, metadataFile, b); err != nil {
+		return "", fmt.Errorf("commit %s %d: %w", md.Kind, md.Checkpoint, err)
+	}
+	if err := syncDir(filepath.Dir(loc.dir)); err != nil {
+		return "", fmt.Errorf("commit %s %d: %w", md.Kind, md.Checkpoint, err)
+	}
+	s.mu.Lock()
+	delete(s.active, md.Checkpoint)
+	s.mu.Unlock()
+	md.Dir = loc.dir
+	return loc.dir, nil
+}
+
+// Discard deletes checkpoint id's directory, or the partial directory of a
+// savepoint that was begun and not committed (for a savepoint path that
+// existed empty, only what was written into it). It never touches a
+// committed savepoint. Discarding what is not there is not an error.
+func (s *Store) Discard(id ID) error {
+	s.mu.Lock()
+	loc, ok := s.active[id]
+	delete(s.active, id)
+	s.mu.Unlock()
+	if !ok {
+		loc = location{dir: s.CheckpointDir(id), kind: KindCheckpoint, created: true}
+	}
+	if loc.created {
+		if err := os.RemoveAll(loc.dir); err != nil {
+			return fmt.Errorf("discard %s %d: %w", loc.kind, id, err)
+		}
+		return nil
+	}
+	entries, err := os.ReadDir(loc.dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("discard %s %d: %w", loc.kind, id, err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(loc.dir, e.Name())); err != nil {
+			return fmt.Errorf("discard %s %d: %w", loc.kind, id, err)
+		}
+	}
+	return nil
+}
+
+// Latest returns the newest complete checkpoint of the job, verified: a
+// checkpoint directory without valid _metadata, of another job, or with a
+// state file missing, of the wrong size or with the wrong checksum is
+// skipped with a logged warning saying which and why, and the one before
+// it is tried. It returns ErrNoCheckpoint if none is complete. Verifying
+// reads every state file once.
+func (s *Store) Latest() (*Metadata, error) {
+	return s.latest(checkpointsDir, KindCheckpoint)
+}
+
+// LatestSavepoint is Latest for the savepoints under the store's
+// savepoints/ directory (savepoints written to other paths are not found).
+func (s *Store) LatestSavepoint() (*Metadata, error) {
+	return s.latest(savepointsDir, KindSavepoint)
+}
+
+// RecoveryPoint returns the snapshot to restore after a failure: the newer
+// (by ID) of Latest and LatestSavepoint, or Latest whenever there is one if
+// preferCheckpoint (Config.PreferCheckpointForRecovery) is set. It returns
+// ErrNoCheckpoint if there is neither.
+func (s *Store) RecoveryPoint(preferCheckpoint bool) (*Metadata, error) {
+	cp, err := s.Latest()
+	if err != nil && !errors.Is(err, ErrNoCheckpoint) {
+		return nil, err
+	}
+	if cp != nil && preferCheckpoint {
+		return cp, nil
+	}
+	sp, err := s.LatestSavepoint()
+	if err != nil && !errors.Is(err, ErrNoCheckpoint) {
+		return nil, err
+	}
+	switch {
+	case cp == nil && sp == nil:
+		return nil, ErrNoCheckpoint
+	case cp == nil:
+		return sp, nil
+	case sp == nil || cp.Checkpoint > sp.Checkpoint:
+		return cp, nil
+	}
+	return sp, nil
+}
+
+// Load reads and verifies the snapshot at path: a snapshot directory (a
+// savepoint anywhere, possibly moved from another device) or its _metadata
+// file. It does not check the job name.
+func Load(path string) (*Metadata, error) {
+	dir := path
+	if filepath.Base(path) == metadataFile {
+		dir = filepath.Dir(path)
+	}
+	md, err := verify(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load snapshot %s: %w", dir, err)
+	}
+	return md, nil
+}
+
+// Progress scans the store for what a new coordinator needs after a crash:
+// the checkpoint directories with a _metadata file (Completed; not
+// verified) and without (Incomplete), and the next ID, past every
+// checkpoint and savepoint in the store.
+func (s *Store) Progress() (Progress, error) {
+	p := Progress{NextID: 1}
+	cps, err := s.scan(checkpointsDir)
+	if err != nil {
+		return Progress{}, err
+	}
+	for _, e := range cps {
+		p.NextID = max(p.NextID, e.id+1)
+		if _, err := os.Stat(filepath.Join(e.dir, metadataFile)); err == nil {
+			p.Completed = append(p.Completed, e.id)
+		} else if errors.Is(err, fs.ErrNotExist) {
+			p.Incomplete = append(p.Incomplete, e.id)
+		} else {
+			return Progress{}, fmt.Errorf("scan snapshot store: %w", err)
+		}
+	}
+	sps, err := s.scan(savepointsDir)
+	if err != nil {
+		return Progress{}, err
+	}
+	for _, e := range sps {
+		p.NextID = max(p.NextID, e.id+1)
+	}
+	slices.Sort(p.Completed)
+	slices.Sort(p.Incomplete)
+	return p, nil
+}
+
+// entry is a snapshot directory found by scan.
+type entry struct {
+	id  ID
+	dir string
+}
+
+// scan lists the snapshot directories under sub, newest (highest ID)
+// first; names that are not chk-<id> or sp-<id>-<ts> are ignored.
+func (s *Store) scan(sub string) ([]entry, error) {
+	des, err := os.ReadDir(filepath.Join(s.root, sub))
+	if err != nil {
+		return nil, fmt.Errorf("scan snapshot store: %w", err)
+	}
+	var out []entry
+	for _, de := range des {
+		if !de.IsDir() {
+			continue
+		}
+		var idText string
+		switch sub {
+		case checkpointsDir:
+			idText, _ = strings.CutPrefix(de.Name(), "chk-")
+			if idText == de.Name() {
+				continue
+			}
+		default:
+			rest, ok := strings.CutPrefix(de.Name(), "sp-")
+			if !ok {
+				continue
+			}
+			idText, _, _ = strings.Cut(rest, "-")
+		}
+		id, err := strconv.ParseUint(idText, 10, 64)
+		if err != nil || id == 0 {
+			continue
+		}
+		out = append(out, entry{id: ID(id), dir: filepath.Join(s.root, sub, de.Name())})
+	}
+	slices.SortFunc(out, func(a, b entry) int { return cmp.Compare(b.id, a.id) })
+	return out, nil
+}
+
+func (s *Store) latest(sub string, kind Kind) (*Metadata, error) {
+	entries, err := s.scan(sub)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		md, err := verify(e.dir)
+		if err == nil && md.Kind != kind {
+			err = fmt.Errorf("%w: a %s in %s/", ErrCorrupt, md.Kind, sub)
+		}
+		if err == nil && md.Checkpoint != e.id {
+			err = fmt.Errorf("%w: metadata of %d in the directory of %d", ErrCorrupt, md.Checkpoint, e.id)
+		}
+		if err == nil && md.Job != s.job {
+			err = fmt.Errorf("%w: job %q, not %q", ErrJobMismatch, md.Job, s.job)
+		}
+		if err != nil {
+			s.log.Warn("snapshot: skipping "+kind.String(), "job", s.job, "checkpoint_id", uint64(e.id), "dir", e.dir, "err", err)
+			continue
+		}
+		return md, nil
+	}
+	return nil, fmt.Errorf("%w in %s", ErrNoCheckpoint, filepath.Join(s.root, sub))
+}
+
+// verify reads dir/_metadata and checks every state file it names.
+func verify(dir string) (*Metadata, error) {
+	b, err := os.ReadFile(filepath.Join(dir, metadataFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, ErrIncomplete
+	}
+	if err != nil {
+		return nil, err
+	}
+	md, err := DecodeMetadata(b)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkFiles(dir, md, true); err != nil {
+		return nil, err
+	}
+	md.Dir = dir
+	return md, nil
+}
+
+// checkFiles checks that the state files of md are in dir with their
+// sizes and, if sums, their checksums.
+func checkFiles(dir string, md *Metadata, sums bool) error {
+	for _, o := range md.Operators {
+		for i, h := range o.Subtasks {
+			if h.File == "" {
+				continue
+			}
+			if err := checkFile(filepath.Join(dir, h.File), h, sums); err != nil {
+				return fmt.Errorf("operator %q subtask %d: %w", o.UID, i, err)
+			}
+		}
+	}
+	return nil
+}
+
+func checkFile(path string, h Handle, sum bool) error {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %s", ErrMissing, h.File)
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() != h.Size {
+		return fmt.Errorf("%w: %s has %d bytes, metadata says %d", ErrSize, h.File, fi.Size(), h.Size)
+	}
+	if !sum {
+		return nil
+	}
+	c := crc32.New(castagnoli)
+	if _, err := io.Copy(c, f); err != nil {
+		return fmt.Errorf("read %s: %w", h.File, err)
+	}
+	if got := c.Sum32(); got != h.Checksum {
+		return fmt.Errorf("%w: %s has crc32c %08x, metadata says %08x", ErrChecksum, h.File, got, h.Checksum)
+	}
+	return nil
+}
+
+// FilePath returns the path of h's state file: filepath.Join(m.Dir,
+// h.File), or "" if h has no file.
+func (m *Metadata) FilePath(h Handle) string {
+	if h.File == "" {
+		return ""
+	}
+	return filepath.Join(m.Dir, h.File)
+}
+
+// stateFileName names the state file of an operator subtask.
+func stateFileName(uid string, subtask int) (string, error) {
+	if uid == "" {
+		return "", fmt.Errorf("%w: empty operator UID", ErrName)
+	}
+	if subtask < 0 {
+		return "", fmt.Errorf("%w: subtask %d", ErrName, subtask)
+	}
+	var b strings.Builder
+	for i := 0; i < len(uid); i++ {
+		c := uid[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	name := b.String()
+	if len(name) > 200 {
+		name = fmt.Sprintf("%s~%016x", name[:180], keygroup.HashString(uid))
+	}
+	return fmt.Sprintf("%s.%d.state", name, subtask), nil
+}
+
+// writeAtomic writes dir/name through a temporary file: write, fsync,
+// rename, fsync dir.
+func writeAtomic(dir, name string, data []byte) error {
+	f, err := os.CreateTemp(dir, name+".*.tmp")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, name))
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
+	}
+	return syncDir(dir)
+}
+
+// syncDir fsyncs a directory so that the entries created or renamed in it
+// are durable. Windows cannot sync directories; there it does nothing.
+func syncDir(dir string) error {
+	if runtime.GOOS == "windows" {
+		return nil
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}

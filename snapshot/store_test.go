@@ -1,0 +1,436 @@
+package snapshot
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// openTestStore opens a store in a temporary directory, logging into the
+// returned buffer without times.
+func openTestStore(t *testing.T, job string) (*Store, *bytes.Buffer) {
+	t.Helper()
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+	s, err := OpenStore(t.TempDir(), job, 128, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, &logs
+}
+
+// writeSnapshot takes a snapshot through the store the way tasks and the
+// coordinator's caller do: Begin, one state file per operator subtask
+// (contents from data), Commit.
+func writeSnapshot(t *testing.T, s *Store, trig Trigger, data map[string][]string) *Metadata {
+	t.Helper()
+	dir, err := s.Begin(trig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := &Metadata{Checkpoint: trig.Checkpoint, Kind: KindCheckpoint, Timestamp: trig.Timestamp}
+	if trig.Savepoint {
+		md.Kind = KindSavepoint
+	}
+	for _, uid := range slices.Sorted(maps.Keys(data)) {
+		o := Operator{UID: uid, Parallelism: len(data[uid])}
+		for i, contents := range data[uid] {
+			w, err := s.Create(trig.Checkpoint, uid, i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.Write([]byte(contents)); err != nil {
+				t.Fatal(err)
+			}
+			h, err := w.Finish()
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.Sources = []byte(fmt.Sprintf("pos-%d", i))
+			o.Subtasks = append(o.Subtasks, h)
+		}
+		md.Operators = append(md.Operators, o)
+	}
+	got, err := s.Commit(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != dir || md.Dir != dir {
+		t.Fatalf("Commit returned %q (md.Dir %q), Begin %q", got, md.Dir, dir)
+	}
+	return md
+}
+
+func readState(t *testing.T, md *Metadata, uid string, subtask int) string {
+	t.Helper()
+	o, ok := md.Operator(uid)
+	if !ok {
+		t.Fatalf("no operator %q", uid)
+	}
+	b, err := os.ReadFile(md.FilePath(o.Subtasks[subtask]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestStoreCheckpointRoundTrip(t *testing.T) {
+	s, _ := openTestStore(t, "job")
+	md := writeSnapshot(t, s, Trigger{Checkpoint: 1, Timestamp: 1000},
+		map[string][]string{"window": {"aaa", "bbbb"}, "src": {"x"}})
+	if md.Job != "job" || md.MaxParallelism != 128 {
+		t.Fatalf("Commit did not stamp the job: %q %d", md.Job, md.MaxParallelism)
+	}
+	latest, err := s.Latest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equalMetadata(latest, md) {
+		t.Fatalf("Latest:\n got %#v\nwant %#v", latest, md)
+	}
+	if got := readState(t, latest, "window", 1); got != "bbbb" {
+		t.Fatalf("state = %q", got)
+	}
+	if latest.Dir != filepath.Join(s.Dir(), "checkpoints", "chk-1") {
+		t.Fatalf("Dir = %q", latest.Dir)
+	}
+	// Nothing but state files and _metadata is left behind.
+	entries, err := os.ReadDir(latest.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if want := "_metadata src.0.state window.0.state window.1.state"; strings.Join(names, " ") != want {
+		t.Fatalf("files = %v, want %s", names, want)
+	}
+	// The layout file is there.
+	if b, err := os.ReadFile(filepath.Join(s.Dir(), "LAYOUT")); err != nil || string(b) != layoutContents {
+		t.Fatalf("LAYOUT = %q, %v", b, err)
+	}
+}
+
+func equalMetadata(a, b *Metadata) bool {
+	ea, err1 := EncodeMetadata(a)
+	eb, err2 := EncodeMetadata(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ea, eb) && a.Dir == b.Dir
+}
+
+func TestStoreLatestSkipsDamagedCheckpoints(t *testing.T) {
+	s, logs := openTestStore(t, "job")
+	data := map[string][]string{"op": {"hello"}}
+	for id := ID(1); id <= 7; id++ {
+		writeSnapshot(t, s, Trigger{Checkpoint: id, Timestamp: int64(id)}, data)
+	}
+	chk := func(id ID, name string) string { return filepath.Join(s.CheckpointDir(id), name) }
+	// 7: another job's checkpoint.
+	other, err := OpenStore(s.Dir(), "other-job", 128, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(s.CheckpointDir(7)); err != nil {
+		t.Fatal(err)
+	}
+	writeSnapshot(t, other, Trigger{Checkpoint: 7, Timestamp: 7}, data)
+	// 6: a flipped byte in the state file (same size).
+	must(t, os.WriteFile(chk(6, "op.0.state"), []byte("hellO"), 0o644))
+	// 5: a truncated state file.
+	must(t, os.WriteFile(chk(5, "op.0.state"), []byte("hell"), 0o644))
+	// 4: a missing state file.
+	must(t, os.Remove(chk(4, "op.0.state")))
+	// 3: corrupt metadata.
+	b, err := os.ReadFile(chk(3, metadataFile))
+	must(t, err)
+	b[len(b)/2] ^= 0xff
+	must(t, os.WriteFile(chk(3, metadataFile), b, 0o644))
+	// 2: no metadata (crashed before completing).
+	must(t, os.Remove(chk(2, metadataFile)))
+
+	md, err := s.Latest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md.Checkpoint != 1 {
+		t.Fatalf("Latest = %d, want 1", md.Checkpoint)
+	}
+	for id, why := range map[ID]string{
+		7: `snapshot: checkpoint of another job: job \"other-job\", not \"job\"`,
+		6: "snapshot: checksum mismatch: op.0.state has crc32c",
+		5: "snapshot: state file has the wrong size: op.0.state has 4 bytes, metadata says 5",
+		4: "snapshot: state file missing: op.0.state",
+		3: "snapshot: checksum mismatch: metadata crc32c",
+		2: "snapshot: checkpoint incomplete (no _metadata)",
+	} {
+		line := fmt.Sprintf("level=WARN msg=\"snapshot: skipping checkpoint\" job=job checkpoint_id=%d dir=%s err=\"", id, s.CheckpointDir(id))
+		i := strings.Index(logs.String(), line)
+		if i < 0 || !strings.Contains(logs.String()[i:], why) {
+			t.Errorf("no log line for checkpoint %d with %q in:\n%s", id, why, logs)
+		}
+	}
+	if n := strings.Count(logs.String(), "\n"); n != 6 {
+		t.Errorf("%d log lines, want 6:\n%s", n, logs)
+	}
+	// Once every checkpoint is damaged, there is none.
+	must(t, os.Remove(chk(1, metadataFile)))
+	if _, err := s.Latest(); !errors.Is(err, ErrNoCheckpoint) {
+		t.Fatalf("Latest = %v, want ErrNoCheckpoint", err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStoreSavepointIsRelocatable(t *testing.T) {
+	s, _ := openTestStore(t, "job")
+	md := writeSnapshot(t, s, Trigger{Checkpoint: 3, Timestamp: 1234, Savepoint: true},
+		map[string][]string{"op": {"one", "two"}})
+	if want := filepath.Join(s.Dir(), "savepoints", "sp-3-1234"); md.Dir != want {
+		t.Fatalf("savepoint dir = %q, want %q", md.Dir, want)
+	}
+	// Copy it to another device's disk and delete the original.
+	moved := filepath.Join(t.TempDir(), "elsewhere")
+	must(t, os.CopyFS(moved, os.DirFS(md.Dir)))
+	must(t, os.RemoveAll(md.Dir))
+	for _, path := range []string{moved, filepath.Join(moved, metadataFile)} {
+		got, err := Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Dir != moved || got.Kind != KindSavepoint || got.Checkpoint != 3 {
+			t.Fatalf("Load(%s) = %+v", path, got)
+		}
+		if s := readState(t, got, "op", 1); s != "two" {
+			t.Fatalf("state = %q", s)
+		}
+	}
+	if _, err := Load(t.TempDir()); !errors.Is(err, ErrIncomplete) {
+		t.Fatalf("Load(empty dir) = %v, want ErrIncomplete", err)
+	}
+}
+
+func TestStoreSavepointPaths(t *testing.T) {
+	s, _ := openTestStore(t, "job")
+	abs := filepath.Join(t.TempDir(), "backups", "before-upgrade")
+	md := writeSnapshot(t, s, Trigger{Checkpoint: 1, Savepoint: true, Path: abs}, map[string][]string{"op": {"a"}})
+	if md.Dir != abs {
+		t.Fatalf("Dir = %q, want %q", md.Dir, abs)
+	}
+	md = writeSnapshot(t, s, Trigger{Checkpoint: 2, Savepoint: true, Path: "nightly/monday"}, map[string][]string{"op": {"a"}})
+	if want := filepath.Join(s.Dir(), "savepoints", "nightly", "monday"); md.Dir != want {
+		t.Fatalf("Dir = %q, want %q", md.Dir, want)
+	}
+	// An existing empty directory is fine; a non-empty one is refused.
+	empty := t.TempDir()
+	writeSnapshot(t, s, Trigger{Checkpoint: 3, Savepoint: true, Path: empty}, map[string][]string{"op": {"a"}})
+	if _, err := s.Begin(Trigger{Checkpoint: 4, Savepoint: true, Path: empty}); !errors.Is(err, ErrExists) {
+		t.Fatalf("Begin into a non-empty dir = %v, want ErrExists", err)
+	}
+	// A savepoint's failure removes only what it wrote into a directory
+	// that existed.
+	empty2 := t.TempDir()
+	if _, err := s.Begin(Trigger{Checkpoint: 5, Savepoint: true, Path: empty2}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := s.Create(5, "op", 0)
+	must(t, err)
+	_, err = w.Finish()
+	must(t, err)
+	must(t, s.Discard(5))
+	if entries, err := os.ReadDir(empty2); err != nil || len(entries) != 0 {
+		t.Fatalf("after Discard: %v, %v", entries, err)
+	}
+}
+
+func TestStoreDiscard(t *testing.T) {
+	s, _ := openTestStore(t, "job")
+	writeSnapshot(t, s, Trigger{Checkpoint: 1}, map[string][]string{"op": {"a"}})
+	sp := writeSnapshot(t, s, Trigger{Checkpoint: 2, Savepoint: true, Timestamp: 9}, map[string][]string{"op": {"a"}})
+	must(t, s.Discard(1))
+	if _, err := os.Stat(s.CheckpointDir(1)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("checkpoint 1 still there: %v", err)
+	}
+	must(t, s.Discard(1)) // again: nothing to do
+	must(t, s.Discard(2)) // a completed savepoint is never touched
+	if _, err := Load(sp.Dir); err != nil {
+		t.Fatalf("savepoint gone after Discard: %v", err)
+	}
+	// A failed savepoint in the default place goes entirely.
+	dir, err := s.Begin(Trigger{Checkpoint: 3, Savepoint: true, Timestamp: 10})
+	must(t, err)
+	must(t, s.Discard(3))
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("failed savepoint still there: %v", err)
+	}
+}
+
+func TestStoreProgressAndRecoveryPoint(t *testing.T) {
+	s, _ := openTestStore(t, "job")
+	if _, err := s.RecoveryPoint(false); !errors.Is(err, ErrNoCheckpoint) {
+		t.Fatalf("RecoveryPoint on an empty store = %v", err)
+	}
+	p, err := s.Progress()
+	must(t, err)
+	if p.NextID != 1 || p.Completed != nil || p.Incomplete != nil {
+		t.Fatalf("empty Progress = %+v", p)
+	}
+	data := map[string][]string{"op": {"a"}}
+	writeSnapshot(t, s, Trigger{Checkpoint: 1}, data)
+	writeSnapshot(t, s, Trigger{Checkpoint: 2}, data)
+	writeSnapshot(t, s, Trigger{Checkpoint: 4, Savepoint: true, Timestamp: 44}, data)
+	_, err = s.Begin(Trigger{Checkpoint: 3}) // crashed while in progress
+	must(t, err)
+	writeSnapshot(t, s, Trigger{Checkpoint: 10}, data)
+	must(t, os.Remove(filepath.Join(s.CheckpointDir(10), metadataFile)))
+	writeSnapshot(t, s, Trigger{Checkpoint: 11, Savepoint: true, Timestamp: 55}, data)
+	must(t, os.Remove(filepath.Join(s.Dir(), "savepoints", "sp-11-55", metadataFile)))
+	must(t, os.MkdirAll(filepath.Join(s.Dir(), "checkpoints", "not-a-checkpoint"), 0o755))
+
+	p, err = s.Progress()
+	must(t, err)
+	if fmt.Sprint(p.NextID, p.Completed, p.Incomplete) != "12 [1 2] [3 10]" {
+		t.Fatalf("Progress = %+v", p)
+	}
+	// Newest wins: savepoint 4 over checkpoint 2 (11 is incomplete).
+	md, err := s.RecoveryPoint(false)
+	must(t, err)
+	if md.Checkpoint != 4 || md.Kind != KindSavepoint {
+		t.Fatalf("RecoveryPoint(false) = %d %s", md.Checkpoint, md.Kind)
+	}
+	md, err = s.RecoveryPoint(true)
+	must(t, err)
+	if md.Checkpoint != 2 || md.Kind != KindCheckpoint {
+		t.Fatalf("RecoveryPoint(true) = %d %s", md.Checkpoint, md.Kind)
+	}
+	// A newer checkpoint wins either way.
+	writeSnapshot(t, s, Trigger{Checkpoint: 12}, data)
+	if md, err := s.RecoveryPoint(false); err != nil || md.Checkpoint != 12 {
+		t.Fatalf("RecoveryPoint(false) = %v, %v", md, err)
+	}
+	// With no checkpoint, the savepoint even when checkpoints are preferred.
+	for _, id := range []ID{1, 2, 12} {
+		must(t, s.Discard(id))
+	}
+	if md, err := s.RecoveryPoint(true); err != nil || md.Checkpoint != 4 {
+		t.Fatalf("RecoveryPoint(true) without checkpoints = %v, %v", md, err)
+	}
+}
+
+func TestStoreErrors(t *testing.T) {
+	s, _ := openTestStore(t, "job")
+	if _, err := s.Create(1, "op", 0); !errors.Is(err, ErrUnknownCheckpoint) {
+		t.Errorf("Create before Begin = %v", err)
+	}
+	if _, err := s.Commit(&Metadata{Checkpoint: 1, Kind: KindCheckpoint}); !errors.Is(err, ErrUnknownCheckpoint) {
+		t.Errorf("Commit before Begin = %v", err)
+	}
+	_, err := s.Begin(Trigger{Checkpoint: 1})
+	must(t, err)
+	if _, err := s.Begin(Trigger{Checkpoint: 1}); !errors.Is(err, ErrExists) {
+		t.Errorf("Begin twice = %v", err)
+	}
+	if _, err := s.StatePath(1, "", 0); !errors.Is(err, ErrName) {
+		t.Errorf("empty uid = %v", err)
+	}
+	if _, err := s.StatePath(1, "op", -1); !errors.Is(err, ErrName) {
+		t.Errorf("negative subtask = %v", err)
+	}
+	w, err := s.Create(1, "op", 0)
+	must(t, err)
+	_, err = w.Write([]byte("abc"))
+	must(t, err)
+	h, err := w.Finish()
+	must(t, err)
+	if _, err := w.Finish(); err == nil {
+		t.Error("Finish twice succeeded")
+	}
+	must(t, w.Abort()) // no-op after Finish
+
+	md := &Metadata{Checkpoint: 1, Kind: KindCheckpoint, Operators: []Operator{{UID: "op", Parallelism: 1, Subtasks: []Handle{h}}}}
+	md.Operators[0].Subtasks[0].Size = 4
+	if _, err := s.Commit(md); !errors.Is(err, ErrSize) {
+		t.Errorf("Commit with a wrong size = %v", err)
+	}
+	md.Operators[0].Subtasks[0] = Handle{File: "nope.state"}
+	if _, err := s.Commit(md); !errors.Is(err, ErrMissing) {
+		t.Errorf("Commit with a missing file = %v", err)
+	}
+	md.Kind = KindSavepoint
+	if _, err := s.Commit(md); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Commit of the wrong kind = %v", err)
+	}
+	// The failed commits left the checkpoint incomplete and begun.
+	if _, err := os.Stat(filepath.Join(s.CheckpointDir(1), metadataFile)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("metadata written by a failed commit: %v", err)
+	}
+
+	// An aborted writer leaves nothing behind.
+	w, err = s.Create(1, "other", 0)
+	must(t, err)
+	_, err = w.Write([]byte("partial"))
+	must(t, err)
+	must(t, w.Abort())
+	entries, err := os.ReadDir(s.CheckpointDir(1))
+	must(t, err)
+	if len(entries) != 1 || entries[0].Name() != "op.0.state" {
+		t.Errorf("after Abort: %v", entries)
+	}
+
+	// A store of another layout version is refused.
+	must(t, os.WriteFile(filepath.Join(s.Dir(), "LAYOUT"), []byte("edged snapshot store 2\n"), 0o644))
+	if _, err := OpenStore(s.Dir(), "job", 128, nil); !errors.Is(err, ErrLayout) {
+		t.Errorf("OpenStore of layout 2 = %v", err)
+	}
+	if _, err := OpenStore("", "job", 128, nil); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("OpenStore without a dir = %v", err)
+	}
+	if _, err := OpenStore(t.TempDir(), "job", 0, nil); err == nil {
+		t.Error("OpenStore with max parallelism 0 succeeded")
+	}
+}
+
+func TestStateFileName(t *testing.T) {
+	for uid, want := range map[string]string{
+		"window-avg_1.v2": "window-avg_1.v2.3.state",
+		"my op/1":         "my%20op%2F1.3.state",
+		"..":              "...3.state",
+		"温度":              "%E6%B8%A9%E5%BA%A6.3.state",
+	} {
+		got, err := stateFileName(uid, 3)
+		if err != nil || got != want {
+			t.Errorf("stateFileName(%q) = %q, %v; want %q", uid, got, err, want)
+		}
+		if err := validFileName(got); err != nil {
+			t.Errorf("%q: %v", got, err)
+		}
+	}
+	long := strings.Repeat("x", 300)
+	got, err := stateFileName(long, 0)
+	if err != nil || len(got) > 255 || validFileName(got) != nil {
+		t.Errorf("long uid: %q (%d bytes), %v", got, len(got), err)
+	}
+	other, _ := stateFileName(long+"y", 0)
+	if other == got {
+		t.Errorf("two long UIDs share the file name %q", got)
+	}
+}
