@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/edgedio/edged/snapshot"
 )
 
 // Config tunes the task runtime. Start from DefaultConfig.
@@ -29,6 +31,15 @@ type Config struct {
 	Logger *slog.Logger
 	// Clock gives processing time. Default: the real clock.
 	Clock clockwork.Clock
+	// Checkpoint configures checkpoints; without a Dir there are neither
+	// checkpoints nor savepoints.
+	Checkpoint snapshot.Config
+	// Restore, when set, is the checkpoint or savepoint the job starts
+	// from: state is matched to operators by UID.
+	Restore *snapshot.Metadata
+	// AllowNonRestoredState lets a restore skip the state of operators the
+	// job no longer has; without it such a restore fails.
+	AllowNonRestoredState bool
 }
 
 // DefaultConfig returns the default runtime configuration.
@@ -39,6 +50,7 @@ func DefaultConfig() Config {
 		Credits:   16,
 		Logger:    slog.New(slog.DiscardHandler),
 		Clock:     clockwork.NewRealClock(),
+		Checkpoint: snapshot.DefaultConfig(),
 	}
 }
 
@@ -59,6 +71,11 @@ func (c Config) Validate() error {
 	}
 	if c.Clock == nil {
 		errs = append(errs, errors.New("clock must be set"))
+	}
+	if c.Checkpoint.Interval > 0 || c.Checkpoint.Dir != "" {
+		if err := c.Checkpoint.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/edgedio/edged/keygroup"
 	"github.com/edgedio/edged/operators"
+	"github.com/edgedio/edged/snapshot"
 	"github.com/edgedio/edged/state"
 	"github.com/edgedio/edged/watermark"
 )
@@ -38,6 +39,21 @@ type Runner struct {
 	events chan taskEvent
 	// waiters tracks the goroutines awaiting source availability.
 	waiters sync.WaitGroup
+
+	// Checkpointing, when the config has a checkpoint directory.
+	store *snapshot.Store
+	coord *snapshot.Coordinator
+	// inputs receives the tasks' acknowledgements and declines.
+	inputs chan snapshot.Input
+	// snapshots tracks the goroutines writing snapshots.
+	snapshots  sync.WaitGroup
+	savepoints chan savepointReq
+	waiting    map[snapshot.ID]savepointReq
+	paths      map[snapshot.ID]string
+	finished   map[*task]bool
+	stopped    bool
+	histMu     sync.Mutex // guards history
+	history    []snapshot.Stats
 }
 
 type taskEvent struct {
@@ -54,6 +70,11 @@ func NewRunner(job *Job, cfg Config) (*Runner, error) {
 	plan, err := BuildPlan(job)
 	if err != nil {
 		return nil, err
+	}
+	if md := cfg.Restore; md != nil {
+		if err := checkRestore(job, md, cfg.AllowNonRestoredState); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.SerializeKeyBy {
 		var errs []error
@@ -74,8 +95,13 @@ func NewRunner(job *Job, cfg Config) (*Runner, error) {
 		plan:    plan,
 		maxP:    job.maxParallelism(),
 		log:     cfg.Logger.With("job", job.Name),
-		done:    make(chan struct{}),
-		started: make(chan struct{}),
+		done:       make(chan struct{}),
+		started:    make(chan struct{}),
+		inputs:     make(chan snapshot.Input, 64),
+		savepoints: make(chan savepointReq),
+		waiting:    make(map[snapshot.ID]savepointReq),
+		paths:      make(map[snapshot.ID]string),
+		finished:   make(map[*task]bool),
 	}, nil
 }
 
@@ -115,6 +141,11 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("actors: spawn task %d: %w", i, err)
 		}
 	}
+	if err := r.openCheckpointing(); err != nil {
+		r.stop()
+		r.closeOperators()
+		return err
+	}
 	close(r.started)
 	for _, t := range r.tasks {
 		if t.source != nil {
@@ -122,20 +153,55 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 		}
 	}
 
+	clock := r.cfg.Clock
+	timer, tick := r.coordinatorTimer(clock, nil)
 	remaining := len(r.tasks)
 wait:
-	for remaining > 0 {
+	for remaining > 0 && !r.stopped {
+		var acts []snapshot.Action
 		select {
 		case ev := <-r.events:
 			if ev.err != nil {
 				err = ev.err
 				break wait
 			}
+			r.finished[ev.t] = true
 			remaining--
+		case in := <-r.inputs:
+			acts = r.coord.Step(clock.Now(), in)
+		case req := <-r.savepoints:
+			acts = r.coord.Step(clock.Now(), snapshot.TriggerSavepoint{Path: req.path, Stop: req.stop})
+			for _, a := range acts {
+				switch a := a.(type) {
+				case snapshot.Trigger:
+					if a.Savepoint {
+						r.waiting[a.Checkpoint] = req
+					}
+				case snapshot.Abort:
+					if a.Savepoint {
+						r.waiting[a.Checkpoint] = req
+					}
+				}
+			}
+		case <-tick:
+			acts = r.coord.Tick(clock.Now())
 		case <-ctx.Done():
 			err = ctx.Err()
 			break wait
 		}
+		if len(acts) > 0 {
+			if ferr := r.handle(clock.Now(), acts); ferr != nil {
+				err = ferr
+				break wait
+			}
+			timer, tick = r.coordinatorTimer(clock, timer)
+		}
+	}
+	if timer != nil {
+		timer.Stop()
+	}
+	for id, req := range r.waiting {
+		req.reply <- savepointResult{err: fmt.Errorf("savepoint %d: the job ended first", id)}
 	}
 	r.stop()
 	if cerr := r.closeOperators(); err == nil {
@@ -159,6 +225,7 @@ func (r *Runner) stop() {
 		}
 	}
 	r.waiters.Wait()
+	r.snapshots.Wait()
 }
 
 func (r *Runner) stopping() bool {
@@ -265,6 +332,7 @@ func (r *Runner) buildTask(t *task, out map[*Edge][]*channel) error {
 	t.time.Timestamp = operators.NoTimestamp
 	if len(t.inChans) > 0 {
 		t.merger = watermark.NewMerger(len(t.inChans))
+		t.aligner = NewAligner(len(t.inChans), r.cfg.Checkpoint.Mode != snapshot.AtLeastOnce)
 	}
 
 	// The tail's outputs: one router per outgoing edge, the main ones
@@ -341,9 +409,30 @@ func (r *Runner) buildTask(t *task, out map[*Edge][]*channel) error {
 			t.inputs[k] = input
 		}
 	}
+	// Restore keyed and operator state before Open, raw state after.
+	raws := make([][][]byte, n)
+	oldPs := make([]int, n)
+	if md := r.cfg.Restore; md != nil {
+		for i, v := range c.Vertices {
+			var err error
+			if raws[i], oldPs[i], err = r.restoreOperator(md, v, t.subtask, t.ctxs[i]); err != nil {
+				return r.buildError(v, t.subtask, fmt.Errorf("restore from %s: %w", md.Dir, err))
+			}
+		}
+	}
 	for i := n - 1; i >= 0; i-- {
 		if err := t.ops[i].Open(t.ctxs[i]); err != nil {
 			return r.buildError(c.Vertices[i], t.subtask, fmt.Errorf("open: %w", err))
+		}
+	}
+	for i, op := range t.ops {
+		if raws[i] == nil {
+			continue
+		}
+		if rs, ok := op.(operators.Restorer); ok {
+			if err := rs.RestoreState(raws[i], oldPs[i]); err != nil {
+				return r.buildError(c.Vertices[i], t.subtask, fmt.Errorf("restore: %w", err))
+			}
 		}
 	}
 	return nil
@@ -418,4 +507,27 @@ type ChannelStats struct {
 	Batches     int64
 	MaxInFlight int64
 	Credits     int
+}
+
+// checkRestore matches a snapshot to the job: the same number of key
+// groups, and every operator with state in the snapshot still in the job
+// unless allowNonRestored.
+func checkRestore(job *Job, md *snapshot.Metadata, allowNonRestored bool) error {
+	if md.MaxParallelism != job.maxParallelism() {
+		return fmt.Errorf("actors: restore from %s: it has %d key groups, the job %d: max parallelism is fixed for the life of a job's state", md.Dir, md.MaxParallelism, job.maxParallelism())
+	}
+	uids := make(map[string]bool, len(job.Vertices))
+	for _, v := range job.Vertices {
+		uids[v.UID] = true
+	}
+	var missing []string
+	for _, op := range md.Operators {
+		if !uids[op.UID] {
+			missing = append(missing, op.UID)
+		}
+	}
+	if len(missing) > 0 && !allowNonRestored {
+		return fmt.Errorf("actors: restore from %s: the job has no operator with uid %q; allow non-restored state to skip it", md.Dir, missing)
+	}
+	return nil
 }

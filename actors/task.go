@@ -57,7 +57,15 @@ type task struct {
 	openSince time.Time
 	started   bool // the actor has started: timers may be armed
 	ended     int  // input channels that delivered end-of-stream
-	done      bool // finished or failed: ignore further messages
+	done      bool // finished or failed: no more input
+	failed    bool // failed: ignore every message
+
+	// aligner aligns checkpoint barriers (tasks with inputs); held is the
+	// input held back on blocked channels, in arrival order.
+	aligner *Aligner
+	held    []message
+	// stopSource is set on a source after a stop-with-savepoint barrier.
+	stopSource bool
 
 	stats TaskStats
 }
@@ -75,28 +83,22 @@ type TaskStats struct {
 
 // Receive handles one message. It never lets a panic escape to protoactor.
 func (t *task) Receive(c actor.Context) {
-	if t.done || t.run.stopping() {
+	if t.failed || t.run.stopping() {
 		return
 	}
 	defer t.recover()
 	switch m := c.Message().(type) {
-	case *endOfStream:
-		t.pending.Add(-1)
-		t.ended++
-		if t.ended == len(t.inChans) {
-			t.finish()
-		}
-	case *watermarkMsg:
-		t.pending.Add(-1)
-		wm, ok := t.merger.Watermark(m.ch.index, m.wm)
-		t.inputTime(wm, ok)
-	case *statusMsg:
-		t.pending.Add(-1)
-		wm, ok := t.merger.SetIdle(m.ch.index, m.idle)
-		t.inputTime(wm, ok)
 	case message:
 		t.pending.Add(-1)
-		t.onData(m)
+		if !t.done {
+			t.dispatch(m)
+		}
+	case triggerMsg:
+		t.onTrigger(m)
+	case completeMsg:
+		t.notify(m.id, true)
+	case abortMsg:
+		t.notify(m.id, false)
 	case *actor.Started:
 		// Operators may have asked for processing-time callbacks in Open;
 		// the clock timer is armed once the task runs.
@@ -104,9 +106,112 @@ func (t *task) Receive(c actor.Context) {
 		t.timers.arm(t)
 	case timerMsg:
 		t.timers.fired(m.at)
-		t.fireTimers()
+		if !t.done {
+			t.fireTimers()
+		}
 	case pollMsg, startMsg:
-		t.poll()
+		if !t.done && !t.stopSource {
+			t.poll()
+		}
+	}
+}
+
+// dispatch handles a message from an input channel, or holds it back while
+// its channel is blocked by barrier alignment.
+func (t *task) dispatch(m message) {
+	ch := m.channel()
+	if t.aligner != nil && t.aligner.Blocked(ch.index) {
+		t.held = append(t.held, m)
+		return
+	}
+	switch m := m.(type) {
+	case *endOfStream:
+		if t.aligner != nil {
+			t.align(t.aligner.EndOfStream(t.run.cfg.Clock.Now(), ch.index))
+		}
+		t.ended++
+		if t.ended == len(t.inChans) {
+			t.finish()
+		}
+	case *watermarkMsg:
+		wm, ok := t.merger.Watermark(ch.index, m.wm)
+		t.inputTime(wm, ok)
+	case *statusMsg:
+		wm, ok := t.merger.SetIdle(ch.index, m.idle)
+		t.inputTime(wm, ok)
+	case *barrierMsg:
+		t.align(t.aligner.Barrier(t.run.cfg.Clock.Now(), ch.index, m.id))
+	default:
+		t.onData(m)
+	}
+}
+
+// align carries out what the aligner decided: snapshot and forward a
+// barrier, then process the input held back, in the order it came.
+func (t *task) align(act AlignAction) {
+	if act.Aborted != 0 {
+		t.run.log.Debug("alignment aborted", "checkpoint_id", act.Aborted, "task", t.stats.Chain, "subtask", t.subtask)
+	}
+	if act.Snapshot != 0 {
+		t.barrier(act.Snapshot)
+		t.checkpoint(act.Snapshot, act.Alignment)
+	}
+	if act.Release && len(t.held) > 0 {
+		held := t.held
+		t.held = nil
+		for _, m := range held {
+			if t.done {
+				return
+			}
+			t.dispatch(m)
+		}
+	}
+}
+
+// barrier sends checkpoint id's barrier on every output, after the records
+// sent before it.
+func (t *task) barrier(id int64) {
+	for _, r := range t.routers {
+		r.broadcast(func(ch *channel) message { return &barrierMsg{ch: ch, id: id} })
+	}
+}
+
+// onTrigger starts checkpoint id at a source: its barrier goes out and its
+// state is snapshotted. A task that finished only snapshots (its final
+// state) and acknowledges.
+func (t *task) onTrigger(m triggerMsg) {
+	if !t.done {
+		t.flush()
+		t.barrier(m.id)
+		if m.stop {
+			// Stop with a savepoint: emit nothing after the barrier.
+			t.stopSource = true
+		}
+	}
+	t.checkpoint(m.id, 0)
+}
+
+// notify tells the operators that checkpoint id completed (or was
+// aborted); an aborted alignment releases what it held.
+func (t *task) notify(id int64, complete bool) {
+	if !complete && t.aligner != nil {
+		t.align(t.aligner.Abort(id))
+	}
+	for i, op := range t.ops {
+		l, ok := op.(operators.CheckpointListener)
+		if !ok {
+			continue
+		}
+		t.current = int32(i)
+		var err error
+		if complete {
+			err = l.NotifyCheckpointComplete(id)
+		} else {
+			err = l.NotifyCheckpointAborted(id)
+		}
+		if err != nil {
+			operators.Fail(err)
+		}
 	}
 }
 
@@ -271,7 +376,7 @@ func (t *task) recover() {
 	if r == nil {
 		return
 	}
-	t.done = true
+	t.done, t.failed = true, true
 	t.timers.stop()
 	if err, ok := r.(error); ok && errors.Is(err, errCancelled) {
 		return

@@ -3,6 +3,7 @@ package operators
 import (
 	"math"
 
+	"github.com/edgedio/edged/codec"
 	"github.com/edgedio/edged/keygroup"
 	"github.com/edgedio/edged/state"
 )
@@ -131,7 +132,12 @@ func (c *keyedCore[K, O]) open(ctx *Context, onTimer func(int64, TimeDomain) err
 	c.wm = minWatermark
 	c.eventTimers = state.NewTimerQueue[K, struct{}]()
 	c.procTimers = state.NewTimerQueue[K, struct{}]()
-	return nil
+	// Registered timers are part of the keyed snapshot.
+	kc, nc := codec.For[K](), codec.For[struct{}]()
+	if err := state.RegisterTimerQueue(ctx.State, "timers/event", c.eventTimers, kc, nc); err != nil {
+		return err
+	}
+	return state.RegisterTimerQueue(ctx.State, "timers/processing", c.procTimers, kc, nc)
 }
 
 // setKey makes k the current key.

@@ -1,0 +1,301 @@
+package actors
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/edgedio/edged/codec"
+	"github.com/edgedio/edged/operators"
+	"github.com/edgedio/edged/snapshot"
+	"github.com/edgedio/edged/state"
+)
+
+// triggerMsg tells a source task (or a finished task) to snapshot
+// checkpoint id and, for a running source, to send its barrier.
+type triggerMsg struct {
+	id   int64
+	stop bool
+}
+
+// barrierMsg is checkpoint id's barrier on a channel, in order with its
+// records.
+type barrierMsg struct {
+	ch *channel
+	id int64
+}
+
+func (b *barrierMsg) channel() *channel { return b.ch }
+
+// completeMsg tells a task that checkpoint id completed.
+type completeMsg struct{ id int64 }
+
+// abortMsg tells a task that checkpoint id was aborted.
+type abortMsg struct{ id int64 }
+
+// fileMagic starts every operator state file.
+var fileMagic = []byte("EDGT0001")
+
+// sections says where the parts of an operator state file lie; it is
+// stored in the snapshot handle.
+type sections struct {
+	RawOff, RawLen     int64
+	OpOff, OpLen       int64
+	KeyedOff, KeyedLen int64
+	Groups             []groupExtent
+}
+
+type groupExtent struct {
+	Group          int
+	Offset, Length int64
+}
+
+// opSnapshot is the synchronous part of one operator's snapshot.
+type opSnapshot struct {
+	uid   string
+	raw   []byte
+	op    []byte
+	keyed *state.KeyedSnapshot
+}
+
+func (s *opSnapshot) empty() bool { return s.raw == nil && s.op == nil && s.keyed == nil }
+
+// checkpoint takes the synchronous part of the snapshot of checkpoint id
+// on the task's goroutine and writes it out on another goroutine, which
+// acknowledges it to the runner.
+func (t *task) checkpoint(id int64, alignment time.Duration) {
+	parts := make([]opSnapshot, 0, len(t.ops))
+	for i, op := range t.ops {
+		t.current = int32(i)
+		p := opSnapshot{uid: t.chain.Vertices[i].UID}
+		var err error
+		if s, ok := op.(operators.Snapshotter); ok {
+			if p.raw, err = s.SnapshotState(id); err != nil {
+				t.decline(id, fmt.Errorf("operator %q: %w", p.uid, err), parts)
+				return
+			}
+			if p.raw == nil {
+				p.raw = []byte{}
+			}
+		}
+		if st := t.ctxs[i].OperatorState; st != nil && st.Len() > 0 {
+			if p.op, err = state.SnapshotOperator(st); err != nil {
+				t.decline(id, fmt.Errorf("operator %q: %w", p.uid, err), parts)
+				return
+			}
+		}
+		if b := t.ctxs[i].State; b != nil {
+			if p.keyed, err = state.Snapshot(b); err != nil {
+				t.decline(id, fmt.Errorf("operator %q: %w", p.uid, err), parts)
+				return
+			}
+		}
+		parts = append(parts, p)
+	}
+	r, sub := t.run, t.subtask
+	tid := t.taskID()
+	r.snapshots.Add(1)
+	go func() {
+		defer r.snapshots.Done()
+		ts := snapshot.TaskState{Operators: make(map[string]snapshot.Handle)}
+		var err error
+		for i := range parts {
+			p := &parts[i]
+			if p.empty() {
+				continue
+			}
+			var h snapshot.Handle
+			if h, err = r.writeOperator(snapshot.ID(id), sub, p); err != nil {
+				err = fmt.Errorf("operator %q subtask %d: %w", p.uid, sub, err)
+				break
+			}
+			ts.Operators[p.uid] = h
+		}
+		for i := range parts {
+			if parts[i].keyed != nil {
+				parts[i].keyed.Release()
+			}
+		}
+		if err != nil {
+			r.input(snapshot.Decline{Checkpoint: snapshot.ID(id), Task: tid, Reason: err})
+			return
+		}
+		r.input(snapshot.Ack{Checkpoint: snapshot.ID(id), Task: tid, State: ts, AlignmentTime: alignment})
+	}()
+}
+
+func (t *task) decline(id int64, err error, parts []opSnapshot) {
+	for i := range parts {
+		if parts[i].keyed != nil {
+			parts[i].keyed.Release()
+		}
+	}
+	t.run.input(snapshot.Decline{Checkpoint: snapshot.ID(id), Task: t.taskID(), Reason: err})
+}
+
+func (t *task) taskID() snapshot.TaskID {
+	return snapshot.TaskID{Vertex: t.chain.Head().UID, Subtask: t.subtask}
+}
+
+// writeOperator writes one operator's snapshot to its state file.
+func (r *Runner) writeOperator(id snapshot.ID, subtask int, p *opSnapshot) (snapshot.Handle, error) {
+	w, err := r.store.Create(id, p.uid, subtask)
+	if err != nil {
+		return snapshot.Handle{}, err
+	}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	var sec sections
+	off := int64(len(fileMagic))
+	bw.Write(fileMagic)
+	sec.RawOff, sec.RawLen = off, int64(len(p.raw))
+	bw.Write(p.raw)
+	off += sec.RawLen
+	sec.OpOff, sec.OpLen = off, int64(len(p.op))
+	bw.Write(p.op)
+	off += sec.OpLen
+	sec.KeyedOff = off
+	if p.keyed != nil {
+		n, err := p.keyed.WriteTo(bw)
+		if err != nil {
+			w.Abort()
+			return snapshot.Handle{}, err
+		}
+		sec.KeyedLen = n
+		for g, e := range p.keyed.Offsets() {
+			sec.Groups = append(sec.Groups, groupExtent{Group: g, Offset: e.Offset, Length: e.Length})
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		w.Abort()
+		return snapshot.Handle{}, err
+	}
+	h, err := w.Finish()
+	if err != nil {
+		return snapshot.Handle{}, err
+	}
+	if h.KeyGroups, err = codec.For[sections]().Append(nil, sec); err != nil {
+		return snapshot.Handle{}, err
+	}
+	return h, nil
+}
+
+// restoredOperator is what one old subtask of an operator left in a
+// snapshot.
+type restoredOperator struct {
+	path string
+	sec  sections
+}
+
+func readSections(md *snapshot.Metadata, h snapshot.Handle) (restoredOperator, error) {
+	sec, _, err := codec.For[sections]().Decode(h.KeyGroups)
+	if err != nil {
+		return restoredOperator{}, fmt.Errorf("state file %s: sections: %w", h.File, err)
+	}
+	return restoredOperator{path: md.FilePath(h), sec: sec}, nil
+}
+
+// readPart reads length bytes at off of the file at path.
+func readPart(path string, off, length int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, length)
+	if _, err := f.ReadAt(b, off); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return b, nil
+}
+
+// restoreOperator loads vertex v's state for subtask sub from md into ctx
+// (keyed state and operator state, before Open) and returns the raw states
+// to give the operator after Open.
+func (r *Runner) restoreOperator(md *snapshot.Metadata, v *Vertex, sub int, ctx *operators.Context) (raw [][]byte, oldP int, err error) {
+	op, ok := md.Operator(v.UID)
+	if !ok {
+		return nil, 0, nil
+	}
+	oldP = op.Parallelism
+	old := make([]restoredOperator, len(op.Subtasks))
+	for i, h := range op.Subtasks {
+		if h.File == "" {
+			continue
+		}
+		if old[i], err = readSections(md, h); err != nil {
+			return nil, 0, err
+		}
+	}
+	// Keyed state: the key groups of this subtask, from the old subtasks
+	// whose ranges overlap them.
+	if ctx.State != nil {
+		for _, o := range state.KeyedRestoreSources(r.maxP, oldP, v.Parallelism)[sub] {
+			ro := old[o]
+			if ro.path == "" || ro.sec.KeyedLen == 0 {
+				continue
+			}
+			if err := restoreKeyed(ctx, ro); err != nil {
+				return nil, 0, err
+			}
+		}
+	}
+	// Operator state: redistributed by kind.
+	var ops [][]byte
+	for _, ro := range old {
+		var b []byte
+		if ro.path != "" && ro.sec.OpLen > 0 {
+			if b, err = readPart(ro.path, ro.sec.OpOff, ro.sec.OpLen); err != nil {
+				return nil, 0, err
+			}
+		}
+		ops = append(ops, b)
+	}
+	if slicesHaveData(ops) {
+		st, err := state.RestoreOperatorStates(ops, sub, v.Parallelism)
+		if err != nil {
+			return nil, 0, err
+		}
+		ctx.OperatorState = st
+	}
+	// Raw state: this subtask's at the same parallelism, all at another.
+	pick := old
+	if oldP == v.Parallelism {
+		pick = old[sub : sub+1]
+	}
+	for _, ro := range pick {
+		var b []byte
+		if ro.path != "" && ro.sec.RawLen >= 0 {
+			if b, err = readPart(ro.path, ro.sec.RawOff, ro.sec.RawLen); err != nil {
+				return nil, 0, err
+			}
+		}
+		raw = append(raw, b)
+	}
+	return raw, oldP, nil
+}
+
+func restoreKeyed(ctx *operators.Context, ro restoredOperator) error {
+	f, err := os.Open(ro.path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	offsets := make(state.KeyGroupOffsets, len(ro.sec.Groups))
+	for _, g := range ro.sec.Groups {
+		offsets[g.Group] = state.Extent{Offset: g.Offset, Length: g.Length}
+	}
+	sr := io.NewSectionReader(f, ro.sec.KeyedOff, ro.sec.KeyedLen)
+	return state.Restore(ctx.State, sr, offsets, ctx.KeyGroups)
+}
+
+
+func slicesHaveData(bs [][]byte) bool {
+	for _, b := range bs {
+		if len(b) > 0 {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,190 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/edgedio/edged/snapshot"
+)
+
+// ErrNoCheckpointStore is returned when a savepoint is asked of a job that
+// has no checkpoint directory.
+var ErrNoCheckpointStore = errors.New("actors: no checkpoint directory configured")
+
+// savepointReq asks the runner for a savepoint.
+type savepointReq struct {
+	path  string
+	stop  bool
+	reply chan savepointResult
+}
+
+type savepointResult struct {
+	path string
+	err  error
+}
+
+// input hands a coordinator input to the runner's loop; called from the
+// tasks' snapshot writers.
+func (r *Runner) input(in snapshot.Input) {
+	select {
+	case r.inputs <- in:
+	case <-r.done:
+	}
+}
+
+// TriggerSavepoint takes a savepoint of the running job at path ("" for
+// the store's default place) and returns where it was written. With stop,
+// the job ends once the savepoint is complete. It fails if the job has no
+// checkpoint directory or ends first.
+func (r *Runner) TriggerSavepoint(ctx context.Context, path string, stop bool) (string, error) {
+	if r.cfg.Checkpoint.Dir == "" {
+		return "", ErrNoCheckpointStore
+	}
+	req := savepointReq{path: path, stop: stop, reply: make(chan savepointResult, 1)}
+	select {
+	case <-r.started:
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	select {
+	case r.savepoints <- req:
+	case <-r.done:
+		return "", errors.New("actors: job ended before the savepoint")
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	select {
+	case res := <-req.reply:
+		return res.path, res.err
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// History returns the checkpoint statistics of the job, nil without
+// checkpointing. Safe to call while the job runs.
+func (r *Runner) History() []snapshot.Stats {
+	r.histMu.Lock()
+	defer r.histMu.Unlock()
+	return append([]snapshot.Stats(nil), r.history...)
+}
+
+// openCheckpointing opens the store and the coordinator when the job has
+// a checkpoint directory.
+func (r *Runner) openCheckpointing() error {
+	cfg := r.cfg.Checkpoint
+	if cfg.Dir == "" {
+		return nil
+	}
+	store, err := snapshot.OpenStore(cfg.Dir, r.job.Name, r.maxP, r.log)
+	if err != nil {
+		return err
+	}
+	var tasks, sources []snapshot.TaskID
+	for _, t := range r.tasks {
+		tasks = append(tasks, t.taskID())
+		if t.source != nil {
+			sources = append(sources, t.taskID())
+		}
+	}
+	coord, err := snapshot.NewCoordinator(cfg, tasks, sources)
+	if err != nil {
+		return err
+	}
+	prog, err := store.Progress()
+	if err != nil {
+		return err
+	}
+	if md := r.cfg.Restore; md != nil && snapshot.ID(md.Checkpoint) >= prog.NextID {
+		prog.NextID = md.Checkpoint + 1
+	}
+	acts, err := coord.Recover(prog)
+	if err != nil {
+		return err
+	}
+	r.store, r.coord = store, coord
+	r.handle(r.cfg.Clock.Now(), acts)
+	return nil
+}
+
+// handle carries out the coordinator's actions. It returns an error when
+// the job must fail, and sets r.stopped when a stop-with-savepoint
+// completed.
+func (r *Runner) handle(now time.Time, acts []snapshot.Action) error {
+	var fail error
+	for len(acts) > 0 {
+		a := acts[0]
+		acts = acts[1:]
+		switch a := a.(type) {
+		case snapshot.Trigger:
+			if _, err := r.store.Begin(a); err != nil {
+				acts = append(acts, r.coord.Step(now, snapshot.Decline{Checkpoint: a.Checkpoint, Task: r.tasks[0].taskID(), Reason: err})...)
+				continue
+			}
+			r.log.Debug("checkpoint triggered", "checkpoint_id", a.Checkpoint, "savepoint", a.Savepoint)
+			for _, t := range r.tasks {
+				if t.source != nil || r.finished[t] {
+					r.system.Root.Send(t.pid, triggerMsg{id: int64(a.Checkpoint), stop: a.Stop})
+				}
+			}
+		case snapshot.Complete:
+			path, err := r.store.Commit(a.Metadata)
+			acts = append(acts, r.coord.Step(now, snapshot.Persisted{Checkpoint: a.Checkpoint, Path: path, Err: err})...)
+			if err == nil {
+				r.log.Info("checkpoint complete", "checkpoint_id", a.Checkpoint, "savepoint", a.Savepoint, "path", path)
+				r.paths[a.Checkpoint] = path
+			}
+		case snapshot.NotifyComplete:
+			for _, t := range r.tasks {
+				r.system.Root.Send(t.pid, completeMsg{id: int64(a.Checkpoint)})
+			}
+			if req, ok := r.waiting[a.Checkpoint]; ok {
+				req.reply <- savepointResult{path: r.paths[a.Checkpoint]}
+				delete(r.waiting, a.Checkpoint)
+			}
+			if a.Stop {
+				r.stopped = true
+			}
+		case snapshot.Abort:
+			r.log.Warn("checkpoint aborted", "checkpoint_id", a.Checkpoint, "err", a.Reason)
+			for _, t := range r.tasks {
+				r.system.Root.Send(t.pid, abortMsg{id: int64(a.Checkpoint)})
+			}
+			if req, ok := r.waiting[a.Checkpoint]; ok {
+				req.reply <- savepointResult{err: fmt.Errorf("savepoint %d: %w", a.Checkpoint, a.Reason)}
+				delete(r.waiting, a.Checkpoint)
+			}
+		case snapshot.Discard:
+			if err := r.store.Discard(a.Checkpoint); err != nil {
+				r.log.Warn("discard checkpoint", "checkpoint_id", a.Checkpoint, "err", err)
+			}
+		case snapshot.FailJob:
+			fail = fmt.Errorf("checkpointing: %w", a.Reason)
+		}
+	}
+	r.histMu.Lock()
+	r.history = r.coord.History()
+	r.histMu.Unlock()
+	return fail
+}
+
+// coordinatorTimer returns the channel of a timer for the coordinator's
+// next tick, or nil.
+func (r *Runner) coordinatorTimer(clock clockwork.Clock, prev clockwork.Timer) (clockwork.Timer, <-chan time.Time) {
+	if prev != nil {
+		prev.Stop()
+	}
+	if r.coord == nil {
+		return nil, nil
+	}
+	next, ok := r.coord.Next()
+	if !ok {
+		return nil, nil
+	}
+	t := clock.NewTimer(max(next.Sub(clock.Now()), 0))
+	return t, t.Chan()
+}
