@@ -290,7 +290,6 @@ func restoreKeyed(ctx *operators.Context, ro restoredOperator) error {
 	return state.Restore(ctx.State, sr, offsets, ctx.KeyGroups)
 }
 
-
 func slicesHaveData(bs [][]byte) bool {
 	for _, b := range bs {
 		if len(b) > 0 {

@@ -45,11 +45,11 @@ type Config struct {
 // DefaultConfig returns the default runtime configuration.
 func DefaultConfig() Config {
 	return Config{
-		BatchSize: 512,
-		Linger:    5 * time.Millisecond,
-		Credits:   16,
-		Logger:    slog.New(slog.DiscardHandler),
-		Clock:     clockwork.NewRealClock(),
+		BatchSize:  512,
+		Linger:     5 * time.Millisecond,
+		Credits:    16,
+		Logger:     slog.New(slog.DiscardHandler),
+		Clock:      clockwork.NewRealClock(),
 		Checkpoint: snapshot.DefaultConfig(),
 	}
 }

@@ -90,11 +90,11 @@ func NewRunner(job *Job, cfg Config) (*Runner, error) {
 		}
 	}
 	return &Runner{
-		job:     job,
-		cfg:     cfg,
-		plan:    plan,
-		maxP:    job.maxParallelism(),
-		log:     cfg.Logger.With("job", job.Name),
+		job:        job,
+		cfg:        cfg,
+		plan:       plan,
+		maxP:       job.maxParallelism(),
+		log:        cfg.Logger.With("job", job.Name),
 		done:       make(chan struct{}),
 		started:    make(chan struct{}),
 		inputs:     make(chan snapshot.Input, 64),

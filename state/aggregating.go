@@ -38,14 +38,23 @@ func newAggregating[K, N comparable, IN, ACC, OUT any](b Backend, kc *KeyContext
 		return nil, fmt.Errorf("%w: aggregating state %q needs Create, Add and Result", ErrDescriptor, d.Name)
 	}
 	s := newKeyedSpec[K, N](d.Name, kindAggregating, d.TTL, typeName[ACC]())
-	s.codecs.value = defaultCodec(d.Codec, &s.codecs.err)
+	vc := defaultCodec(d.Codec, &s.codecs.err)
+	s.codecs.value = vc
 	switch b := b.(type) {
 	case *MemoryBackend:
-		t, err := memTableFor[K, N, ACC](b, s, nil)
+		t, err := memTableFor[K, N, ACC](b, s, newValueEntry(vc), nil)
 		if err != nil {
 			return nil, err
 		}
 		return &memAggregating[K, N, IN, ACC, OUT]{memHandle: newMemHandle(b, kc, t, d.TTL), d: d}, nil
+	case *BoltBackend:
+		t, err := boltTableFor(b, s, nil)
+		if err != nil {
+			return nil, err
+		}
+		h := &boltAggregating[K, N, IN, ACC, OUT]{boltHandle: newBoltHandle[K, N](b, kc, t, d.TTL), d: d}
+		h.dec, h.enc = decoder(&h.boltHandle, vc), encoder(&h.boltHandle, vc)
+		return h, nil
 	}
 	return nil, unsupportedBackend(b)
 }

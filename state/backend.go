@@ -5,11 +5,13 @@ import (
 )
 
 // Backend stores the keyed state of one subtask, organised by key group.
-// The only implementation today is MemoryBackend; a disk backend will be
-// another. Operators never call a backend directly: they create handles with
-// the package functions (NewValue, NewList, ..., NewNamespacedValue, ...),
-// which dispatch on the backend, and use Len and CleanupExpired. So a
-// backend can be swapped by job configuration without touching operators.
+// The implementations are MemoryBackend and BoltBackend. Operators never
+// call a backend directly: they create handles with the package functions
+// (NewValue, NewList, ..., NewNamespacedValue, ...), which dispatch on the
+// backend, register their timer queues (RegisterTimerQueue), and use Len
+// and CleanupExpired; the runtime takes snapshots (Snapshot) and restores
+// them (Restore). So a backend can be swapped by job configuration without
+// touching operators.
 //
 // A backend and every handle made from it belong to one subtask and are
 // used from that subtask's goroutine only.
@@ -20,6 +22,12 @@ type Backend interface {
 	lookup(name string) stateTable
 	// cleanupExpired implements CleanupExpired.
 	cleanupExpired(maxEntries int) int
+	// reg returns the backend's timer queues and pending restored state.
+	reg() *registry
+	// inUse reports whether state or timer queues are registered.
+	inUse() bool
+	// restoreGroup loads the states of the section of key group g.
+	restoreGroup(g int, states []sectionState) error
 }
 
 // stateTable is one registered keyed state inside a backend.
@@ -51,6 +59,8 @@ func isNilBackend(b Backend) bool {
 	case nil:
 		return true
 	case *MemoryBackend:
+		return b == nil
+	case *BoltBackend:
 		return b == nil
 	}
 	return false

@@ -3,6 +3,7 @@ package state
 import (
 	"fmt"
 	"reflect"
+	"strings"
 
 	"github.com/edgedio/edged/codec"
 )
@@ -94,6 +95,9 @@ const (
 	kindOperatorList
 	kindUnionList
 	kindBroadcast
+	// kindTimers is a timer queue registered with RegisterTimerQueue: not
+	// a state handles are made of, but snapshot and restored like one.
+	kindTimers
 )
 
 var kindNames = [...]string{
@@ -105,6 +109,7 @@ var kindNames = [...]string{
 	kindOperatorList: "ListState",
 	kindUnionList:    "UnionListState",
 	kindBroadcast:    "BroadcastState",
+	kindTimers:       "Timers",
 }
 
 func (k kind) String() string {
@@ -136,9 +141,26 @@ type spec struct {
 	kind kind
 	// sig names the kind and the types, for error messages and for
 	// matching: "Value[int] keyed by string".
-	sig    string
+	sig string
+	// types names the types without the kind: "int keyed by string". A
+	// snapshot records it with the kind, and a restore compares them.
+	types  string
 	ttl    TTLConfig
 	codecs codecs
+}
+
+// codecNames names the codec types of s, as a snapshot records them: a
+// restore refuses state whose codecs changed, since their encodings may
+// differ.
+func (s *spec) codecNames() string {
+	name := func(c any) string {
+		if c == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%T", c)
+	}
+	return fmt.Sprintf("key=%s ns=%s userkey=%s value=%s",
+		name(s.codecs.key), name(s.codecs.namespace), name(s.codecs.userKey), name(s.codecs.value))
 }
 
 // voidNamespace is the namespace of state created without one.
@@ -148,10 +170,12 @@ type voidNamespace struct{}
 // and namespace type N; types names what is stored ("int", "string -> int").
 func newKeyedSpec[K, N comparable](name string, k kind, ttl TTLConfig, types string) spec {
 	sig := fmt.Sprintf("%s[%s] keyed by %v", k, types, reflect.TypeFor[K]())
+	desc := fmt.Sprintf("%s keyed by %v", types, reflect.TypeFor[K]())
 	if reflect.TypeFor[N]() != reflect.TypeFor[voidNamespace]() {
 		sig += fmt.Sprintf(" in namespace %v", reflect.TypeFor[N]())
+		desc += fmt.Sprintf(" in namespace %v", reflect.TypeFor[N]())
 	}
-	s := spec{name: name, kind: k, sig: sig, ttl: ttl}
+	s := spec{name: name, kind: k, sig: sig, types: desc, ttl: ttl}
 	s.codecs.key = defaultCodec[K](nil, &s.codecs.err)
 	s.codecs.namespace = defaultCodec[N](nil, &s.codecs.err)
 	return s
@@ -188,6 +212,9 @@ func checkKeyed[K comparable](b Backend, kc *KeyContext[K], name string, ttl TTL
 	}
 	if err := checkName(name); err != nil {
 		return err
+	}
+	if strings.HasPrefix(name, timerPrefix) {
+		return fmt.Errorf("%w: state name %q: the prefix %q is reserved for timer queues", ErrDescriptor, name, timerPrefix)
 	}
 	if kc == nil {
 		return fmt.Errorf("state %q: %w", name, ErrNoKeyContext)

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/edgedio/edged/codec"
 )
 
@@ -18,7 +20,7 @@ func TestDescriptorCodecs(t *testing.T) {
 	b, _ := newTestBackend()
 	var kc KeyContext[string]
 	must(NewValue(b, &kc, ValueDescriptor[int]{Name: "default"}))
-	must(NewNamespacedList[string, window](b, &kc, ListDescriptor[int]{Name: "custom", Codec: plainCodec{}}))
+	must(NewNamespacedList[string, hiddenWindow](b, &kc, ListDescriptor[int]{Name: "custom", Codec: plainCodec{}}))
 	must(NewMap(b, &kc, MapDescriptor[string, point]{Name: "map"}))
 	must(NewValue(b, &kc, ValueDescriptor[hidden]{Name: "hidden"}))
 
@@ -39,10 +41,10 @@ func TestDescriptorCodecs(t *testing.T) {
 	if _, ok := sp.codecs.value.(plainCodec); !ok {
 		t.Fatalf("custom codec replaced by %T", sp.codecs.value)
 	}
-	if !strings.Contains(sp.sig, "List[int] keyed by string in namespace state.window") {
+	if !strings.Contains(sp.sig, "List[int] keyed by string in namespace state.hiddenWindow") {
 		t.Fatalf("sig %q", sp.sig)
 	}
-	// window has unexported fields: no namespace codec, recorded.
+	// hiddenWindow has unexported fields: no namespace codec, recorded.
 	if !errors.Is(sp.codecs.err, codec.ErrUnsupported) {
 		t.Fatalf("namespace codec error %v", sp.codecs.err)
 	}
@@ -67,13 +69,15 @@ func TestDescriptorCodecs(t *testing.T) {
 }
 
 func TestUnsetKeyContextPanics(t *testing.T) {
-	b, _ := newTestBackend()
-	var kc KeyContext[string]
-	v := must(NewValue(b, &kc, ValueDescriptor[int]{Name: "v"}))
-	defer func() {
-		if r, _ := recover().(string); !strings.Contains(r, "KeyContext not set") {
-			t.Fatalf("recovered %q", r)
-		}
-	}()
-	v.Update(1)
+	forEachBackend(t, func(t *testing.T, newTestBackend func() (Backend, *clockwork.FakeClock)) {
+		b, _ := newTestBackend()
+		var kc KeyContext[string]
+		v := must(NewValue(b, &kc, ValueDescriptor[int]{Name: "v"}))
+		defer func() {
+			if r, _ := recover().(string); !strings.Contains(r, "KeyContext not set") {
+				t.Fatalf("recovered %q", r)
+			}
+		}()
+		v.Update(1)
+	})
 }

@@ -19,3 +19,28 @@ var ErrDescriptor = errors.New("state: invalid state descriptor")
 // ErrNoKeyContext is returned when keyed state is asked for without a
 // KeyContext to scope it.
 var ErrNoKeyContext = errors.New("state: keyed state needs a KeyContext")
+
+// ErrCorruptSnapshot is wrapped by the errors of Restore, RestoreOperator
+// and RestoreOperatorStates, and of the registration of restored state,
+// when a snapshot stream is not what Snapshot or SnapshotOperator wrote: a
+// bad magic number, a checksum mismatch, a truncated or malformed section,
+// or an entry its codecs cannot decode.
+var ErrCorruptSnapshot = errors.New("state: corrupt snapshot")
+
+// ErrSnapshotVersion is returned for a snapshot written in a format version
+// this build does not read.
+var ErrSnapshotVersion = errors.New("state: unsupported snapshot version")
+
+// ErrIncompatibleState is wrapped by the error of a registration (NewValue,
+// ListState, RegisterTimerQueue, ...) of restored state whose kind, types,
+// TTL or codecs differ from what the snapshot recorded.
+var ErrIncompatibleState = errors.New("state: incompatible with the restored state")
+
+// ErrRestoreAfterRegister is returned by Restore on a backend that already
+// has registered state or timer queues, or already holds a key group being
+// restored: restore first, then register.
+var ErrRestoreAfterRegister = errors.New("state: restore into a backend that is in use")
+
+// ErrClosed is returned (or, from handles, panicked with) when a closed
+// BoltBackend is used.
+var ErrClosed = errors.New("state: backend closed")

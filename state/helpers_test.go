@@ -25,4 +25,8 @@ func must[T any](v T, err error) T {
 }
 
 // window is a namespace type for tests.
-type window struct{ start, end int64 }
+type window struct{ Start, End int64 }
+
+// hiddenWindow is a namespace type without a codec: its fields are
+// unexported.
+type hiddenWindow struct{ start, end int64 }

@@ -42,14 +42,23 @@ func newList[K, N comparable, V any](b Backend, kc *KeyContext[K], d ListDescrip
 		return nil, err
 	}
 	s := newKeyedSpec[K, N](d.Name, kindList, d.TTL, typeName[V]())
-	s.codecs.value = defaultCodec(d.Codec, &s.codecs.err)
+	vc := defaultCodec(d.Codec, &s.codecs.err)
+	s.codecs.value = vc
 	switch b := b.(type) {
 	case *MemoryBackend:
-		t, err := memTableFor[K, N, []V](b, s, nil)
+		t, err := memTableFor[K, N, []V](b, s, newListEntry(vc), nil)
 		if err != nil {
 			return nil, err
 		}
 		return &memList[K, N, V]{newMemHandle(b, kc, t, d.TTL)}, nil
+	case *BoltBackend:
+		t, err := boltTableFor(b, s, nil)
+		if err != nil {
+			return nil, err
+		}
+		h := &boltList[K, N, V]{boltHandle: newBoltHandle[K, N](b, kc, t, d.TTL), c: vc}
+		h.enc = encoder(&h.boltHandle, vc)
+		return h, nil
 	}
 	return nil, unsupportedBackend(b)
 }

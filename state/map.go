@@ -3,6 +3,8 @@ package state
 import (
 	"fmt"
 	"iter"
+
+	"github.com/edgedio/edged/codec"
 )
 
 // Map is keyed state holding a map from user keys to user values per key
@@ -42,12 +44,23 @@ func newMap[K, N comparable, UK comparable, UV any](b Backend, kc *KeyContext[K]
 		return nil, err
 	}
 	s := newKeyedSpec[K, N](d.Name, kindMap, d.TTL, fmt.Sprintf("%s -> %s", typeName[UK](), typeName[UV]()))
-	s.codecs.userKey = defaultCodec(d.KeyCodec, &s.codecs.err)
-	s.codecs.value = defaultCodec(d.ValueCodec, &s.codecs.err)
+	ukc := defaultCodec(d.KeyCodec, &s.codecs.err)
+	uvc := defaultCodec(d.ValueCodec, &s.codecs.err)
+	s.codecs.userKey, s.codecs.value = ukc, uvc
 	ttl := int64(d.TTL.TTL)
 	switch b := b.(type) {
+	case *BoltBackend:
+		kd, _ := s.codecs.key.(codec.Codec[K])
+		nd, _ := s.codecs.namespace.(codec.Codec[N])
+		t, err := boltTableFor(b, s, mapPrefixLen(kd, nd))
+		if err != nil {
+			return nil, err
+		}
+		// Elements expire one by one: the entry itself never does.
+		h := newBoltHandle[K, N](b, kc, t, TTLConfig{})
+		return &boltMap[K, N, UK, UV]{boltHandle: h, kc: ukc, vc: uvc, ttl: ttl, updateOnRead: d.TTL.UpdateOnRead}, nil
 	case *MemoryBackend:
-		t, err := memTableFor(b, s, func(t *memTable[K, N, map[UK]mapElem[UV]]) {
+		t, err := memTableFor(b, s, newMapEntry(ukc, uvc), func(t *memTable[K, N, map[UK]mapElem[UV]]) {
 			if ttl > 0 {
 				t.sweep = sweepMap[UK, UV]
 			}

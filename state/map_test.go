@@ -3,64 +3,70 @@ package state
 import (
 	"maps"
 	"testing"
+
+	"github.com/jonboulle/clockwork"
 )
 
 func TestMapScopedByKey(t *testing.T) {
-	b, _ := newTestBackend()
-	var kc KeyContext[string]
-	m := must(NewMap(b, &kc, MapDescriptor[string, int]{Name: "m"}))
-	kc.Set("a", 10)
-	if _, ok := m.Get("x"); ok || m.Len() != 0 || m.Contains("x") {
-		t.Fatal("fresh key has elements")
-	}
-	m.Remove("x") // no map: nothing to do
-	m.Put("x", 1)
-	m.Put("y", 2)
-	m.Put("x", 3)
-	kc.Set("b", 10)
-	m.Put("x", 10)
-	kc.Set("a", 10)
-	if v, ok := m.Get("x"); !ok || v != 3 {
-		t.Fatalf("a.x = %d, %v", v, ok)
-	}
-	if !m.Contains("y") || m.Contains("z") || m.Len() != 2 {
-		t.Fatal("Contains/Len wrong")
-	}
-	if got := maps.Collect(m.All()); !maps.Equal(got, map[string]int{"x": 3, "y": 2}) {
-		t.Fatalf("All = %v", got)
-	}
-	// Removing during All is allowed.
-	for k := range m.All() {
-		m.Remove(k)
-	}
-	if m.Len() != 0 || Len(b, "m") != 1 {
-		t.Fatalf("Len %d, entries %d: an emptied map must drop its entry", m.Len(), Len(b, "m"))
-	}
-	kc.Set("b", 10)
-	if v, _ := m.Get("x"); v != 10 {
-		t.Fatalf("b.x = %d", v)
-	}
-	m.Clear()
-	if m.Len() != 0 || Len(b, "m") != 0 {
-		t.Fatal("Clear kept b")
-	}
+	forEachBackend(t, func(t *testing.T, newTestBackend func() (Backend, *clockwork.FakeClock)) {
+		b, _ := newTestBackend()
+		var kc KeyContext[string]
+		m := must(NewMap(b, &kc, MapDescriptor[string, int]{Name: "m"}))
+		kc.Set("a", 10)
+		if _, ok := m.Get("x"); ok || m.Len() != 0 || m.Contains("x") {
+			t.Fatal("fresh key has elements")
+		}
+		m.Remove("x") // no map: nothing to do
+		m.Put("x", 1)
+		m.Put("y", 2)
+		m.Put("x", 3)
+		kc.Set("b", 10)
+		m.Put("x", 10)
+		kc.Set("a", 10)
+		if v, ok := m.Get("x"); !ok || v != 3 {
+			t.Fatalf("a.x = %d, %v", v, ok)
+		}
+		if !m.Contains("y") || m.Contains("z") || m.Len() != 2 {
+			t.Fatal("Contains/Len wrong")
+		}
+		if got := maps.Collect(m.All()); !maps.Equal(got, map[string]int{"x": 3, "y": 2}) {
+			t.Fatalf("All = %v", got)
+		}
+		// Removing during All is allowed.
+		for k := range m.All() {
+			m.Remove(k)
+		}
+		if m.Len() != 0 || Len(b, "m") != 1 {
+			t.Fatalf("Len %d, entries %d: an emptied map must drop its entry", m.Len(), Len(b, "m"))
+		}
+		kc.Set("b", 10)
+		if v, _ := m.Get("x"); v != 10 {
+			t.Fatalf("b.x = %d", v)
+		}
+		m.Clear()
+		if m.Len() != 0 || Len(b, "m") != 0 {
+			t.Fatal("Clear kept b")
+		}
+	})
 }
 
 func TestMapScopedByNamespace(t *testing.T) {
-	b, _ := newTestBackend()
-	var kc KeyContext[int]
-	m := must(NewNamespacedMap[int, string](b, &kc, MapDescriptor[int, bool]{Name: "m"}))
-	kc.Set(7, 15)
-	m.SetNamespace("w1")
-	m.Put(1, true)
-	m.SetNamespace("w2")
-	if m.Len() != 0 {
-		t.Fatal("namespace not part of the scope")
-	}
-	m.Put(2, true)
-	m.Clear()
-	m.SetNamespace("w1")
-	if !m.Contains(1) || m.Len() != 1 {
-		t.Fatal("Clear of w2 touched w1")
-	}
+	forEachBackend(t, func(t *testing.T, newTestBackend func() (Backend, *clockwork.FakeClock)) {
+		b, _ := newTestBackend()
+		var kc KeyContext[int]
+		m := must(NewNamespacedMap[int, string](b, &kc, MapDescriptor[int, bool]{Name: "m"}))
+		kc.Set(7, 15)
+		m.SetNamespace("w1")
+		m.Put(1, true)
+		m.SetNamespace("w2")
+		if m.Len() != 0 {
+			t.Fatal("namespace not part of the scope")
+		}
+		m.Put(2, true)
+		m.Clear()
+		m.SetNamespace("w1")
+		if !m.Contains(1) || m.Len() != 1 {
+			t.Fatal("Clear of w2 touched w1")
+		}
+	})
 }

@@ -9,9 +9,9 @@ import (
 )
 
 // MemoryBackend keeps keyed state in Go maps, per state and per key group.
-// It is the fastest backend; its snapshot will be a copy. It encodes
-// nothing per record, so it also holds state whose types have no codec
-// (snapshots of such state will fail).
+// It is the fastest backend; its snapshot is a copy (see Snapshot). It
+// encodes nothing per record, so it also holds state whose types have no
+// codec (snapshots of such state fail).
 //
 // Not safe for concurrent use: the subtask that owns it uses it, and every
 // handle made from it, from its own goroutine.
@@ -24,6 +24,9 @@ type MemoryBackend struct {
 	// is where CleanupExpired resumes among them.
 	ttl    []memState
 	cursor cleanupCursor
+	// registry holds the timer queues and the restored state not yet
+	// registered.
+	registry registry
 }
 
 // memState is a state table of the memory backend.
@@ -36,6 +39,9 @@ type memState interface {
 	// slot to resume from, or -1 when it reached the end of the group, the
 	// number of entries checked and the number of values removed.
 	expire(now int64, gi, from, budget int) (next, checked, removed int)
+	// capture returns the table's entries as they are now, sharing no
+	// memory that the table or the operator may still write.
+	capture() (recordSource, error)
 }
 
 // cleanupCursor is a position among the entries of the TTL states.
@@ -63,8 +69,10 @@ func (b *MemoryBackend) lookup(name string) stateTable {
 }
 
 // memTableFor returns the table registered under s.name, registering a new
-// one when there is none. init, if not nil, prepares a new table.
-func memTableFor[K, N comparable, T any](b *MemoryBackend, s spec, init func(*memTable[K, N, T])) (*memTable[K, N, T], error) {
+// one, encoded in snapshots by ec, when there is none. init, if not nil,
+// prepares a new table. A new table takes over the state restored under
+// its name, if any.
+func memTableFor[K, N comparable, T any](b *MemoryBackend, s spec, ec entryCodec[T], init func(*memTable[K, N, T])) (*memTable[K, N, T], error) {
 	if old, ok := b.tables[s.name]; ok {
 		t, ok := old.(*memTable[K, N, T])
 		if !ok || t.sp.kind != s.kind || t.sp.sig != s.sig {
@@ -76,14 +84,39 @@ func memTableFor[K, N comparable, T any](b *MemoryBackend, s spec, init func(*me
 		return t, nil
 	}
 	t := newMemTable[K, N, T](b.groups, s)
+	t.ec = ec
 	if init != nil {
 		init(t)
+	}
+	p, err := b.registry.take(&s)
+	if err != nil {
+		return nil, err
+	}
+	if p != nil {
+		if err := t.load(p); err != nil {
+			// The registration failed: keep the state for another try.
+			b.registry.pending[s.name] = p
+			return nil, err
+		}
 	}
 	b.tables[s.name] = t
 	if s.ttl.TTL > 0 {
 		b.ttl = append(b.ttl, t)
 	}
 	return t, nil
+}
+
+func (b *MemoryBackend) reg() *registry { return &b.registry }
+
+func (b *MemoryBackend) inUse() bool { return len(b.tables) > 0 || len(b.registry.timers) > 0 }
+
+func (b *MemoryBackend) restoreGroup(g int, states []sectionState) error {
+	for _, st := range states {
+		if err := b.registry.addRecords(st.meta, g, st.records); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (b *MemoryBackend) cleanupExpired(maxEntries int) int {

@@ -48,6 +48,8 @@ type memTable[K, N comparable, T any] struct {
 	// and reports how many it removed and whether the value is now empty.
 	// Without it an entry expires as a whole, by exp.
 	sweep func(v *T, now int64) (removed int, empty bool)
+	// ec encodes entries for snapshots and decodes restored ones.
+	ec entryCodec[T]
 }
 
 func newMemTable[K, N comparable, T any](r keygroup.Range, s spec) *memTable[K, N, T] {

@@ -24,11 +24,17 @@ import (
 // handle made from it, from its own goroutine.
 type OperatorStore struct {
 	states map[string]operatorState
+	// pending holds restored states not registered since, by name.
+	pending map[string]*opRaw
 }
 
 // operatorState is one registered state of an OperatorStore.
 type operatorState interface {
 	spec() *spec
+	// raw encodes the state for a snapshot.
+	raw() (*opRaw, error)
+	// load decodes a restored state into the state, which is new.
+	load(r *opRaw) error
 }
 
 // NewOperatorStore returns an empty operator state store.
@@ -108,7 +114,7 @@ func ReadOnlyBroadcastState[K comparable, V any](s *OperatorStore, name string) 
 
 // operatorSpec returns the spec of operator state holding values of V.
 func operatorSpec[V any](name string, k kind, types string) spec {
-	sp := spec{name: name, kind: k, sig: fmt.Sprintf("%s[%s]", k, types)}
+	sp := spec{name: name, kind: k, sig: fmt.Sprintf("%s[%s]", k, types), types: types}
 	sp.codecs.value = defaultCodec[V](nil, &sp.codecs.err)
 	return sp
 }
@@ -132,6 +138,18 @@ func operatorStateFor[T operatorState](s *OperatorStore, sp spec, mk func() T) (
 	}
 	t := mk()
 	*t.spec() = sp
+	if r := s.pending[sp.name]; r != nil {
+		if err := checkRestored(&r.meta, &sp); err != nil {
+			return zero, err
+		}
+		if sp.codecs.err != nil {
+			return zero, fmt.Errorf("restore: operator state %q: %w", sp.name, sp.codecs.err)
+		}
+		if err := t.load(r); err != nil {
+			return zero, fmt.Errorf("restore: operator state %q: %w", sp.name, err)
+		}
+		delete(s.pending, sp.name)
+	}
 	s.states[sp.name] = t
 	return t, nil
 }

@@ -34,14 +34,23 @@ func newReducing[K, N comparable, V any](b Backend, kc *KeyContext[K], d Reducin
 		return nil, fmt.Errorf("%w: reducing state %q has no Reduce", ErrDescriptor, d.Name)
 	}
 	s := newKeyedSpec[K, N](d.Name, kindReducing, d.TTL, typeName[V]())
-	s.codecs.value = defaultCodec(d.Codec, &s.codecs.err)
+	vc := defaultCodec(d.Codec, &s.codecs.err)
+	s.codecs.value = vc
 	switch b := b.(type) {
 	case *MemoryBackend:
-		t, err := memTableFor[K, N, V](b, s, nil)
+		t, err := memTableFor[K, N, V](b, s, newValueEntry(vc), nil)
 		if err != nil {
 			return nil, err
 		}
 		return &memReducing[K, N, V]{memHandle: newMemHandle(b, kc, t, d.TTL), reduce: d.Reduce}, nil
+	case *BoltBackend:
+		t, err := boltTableFor(b, s, nil)
+		if err != nil {
+			return nil, err
+		}
+		h := &boltReducing[K, N, V]{boltHandle: newBoltHandle[K, N](b, kc, t, d.TTL), reduce: d.Reduce}
+		h.dec, h.enc = decoder(&h.boltHandle, vc), encoder(&h.boltHandle, vc)
+		return h, nil
 	}
 	return nil, unsupportedBackend(b)
 }

@@ -29,14 +29,21 @@ func newValue[K, N comparable, V any](b Backend, kc *KeyContext[K], d ValueDescr
 		return nil, err
 	}
 	s := newKeyedSpec[K, N](d.Name, kindValue, d.TTL, typeName[V]())
-	s.codecs.value = defaultCodec(d.Codec, &s.codecs.err)
+	vc := defaultCodec(d.Codec, &s.codecs.err)
+	s.codecs.value = vc
 	switch b := b.(type) {
 	case *MemoryBackend:
-		t, err := memTableFor[K, N, V](b, s, nil)
+		t, err := memTableFor[K, N, V](b, s, newValueEntry(vc), nil)
 		if err != nil {
 			return nil, err
 		}
 		return &memValue[K, N, V]{newMemHandle(b, kc, t, d.TTL)}, nil
+	case *BoltBackend:
+		t, err := boltTableFor(b, s, nil)
+		if err != nil {
+			return nil, err
+		}
+		return newBoltValue[K, N](b, kc, t, vc, d.TTL), nil
 	}
 	return nil, unsupportedBackend(b)
 }

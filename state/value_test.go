@@ -5,157 +5,167 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/edgedio/edged/keygroup"
 )
 
 func TestValueScopedByKey(t *testing.T) {
-	b, _ := newTestBackend()
-	var kc KeyContext[string]
-	v := must(NewValue(b, &kc, ValueDescriptor[int]{Name: "count"}))
-	kc.Set("a", 10)
-	if _, ok := v.Get(); ok {
-		t.Fatal("fresh key has a value")
-	}
-	v.Update(1)
-	kc.Set("b", 19)
-	v.Update(2)
-	kc.Set("a", 10)
-	if x, ok := v.Get(); !ok || x != 1 {
-		t.Fatalf("a = %d, %v", x, ok)
-	}
-	// The same key in another key group is another entry.
-	kc.Set("a", 11)
-	if _, ok := v.Get(); ok {
-		t.Fatal("key group not part of the scope")
-	}
-	if n := Len(b, "count"); n != 2 {
-		t.Fatalf("Len = %d, want 2", n)
-	}
-	kc.Set("b", 19)
-	v.Clear()
-	if _, ok := v.Get(); ok || Len(b, "count") != 1 {
-		t.Fatal("Clear kept the value")
-	}
-	// A second handle on the same name sees the same entries.
-	w := must(NewValue(b, &kc, ValueDescriptor[int]{Name: "count"}))
-	kc.Set("a", 10)
-	if x, _ := w.Get(); x != 1 {
-		t.Fatalf("second handle sees %d", x)
-	}
+	forEachBackend(t, func(t *testing.T, newTestBackend func() (Backend, *clockwork.FakeClock)) {
+		b, _ := newTestBackend()
+		var kc KeyContext[string]
+		v := must(NewValue(b, &kc, ValueDescriptor[int]{Name: "count"}))
+		kc.Set("a", 10)
+		if _, ok := v.Get(); ok {
+			t.Fatal("fresh key has a value")
+		}
+		v.Update(1)
+		kc.Set("b", 19)
+		v.Update(2)
+		kc.Set("a", 10)
+		if x, ok := v.Get(); !ok || x != 1 {
+			t.Fatalf("a = %d, %v", x, ok)
+		}
+		// The same key in another key group is another entry.
+		kc.Set("a", 11)
+		if _, ok := v.Get(); ok {
+			t.Fatal("key group not part of the scope")
+		}
+		if n := Len(b, "count"); n != 2 {
+			t.Fatalf("Len = %d, want 2", n)
+		}
+		kc.Set("b", 19)
+		v.Clear()
+		if _, ok := v.Get(); ok || Len(b, "count") != 1 {
+			t.Fatal("Clear kept the value")
+		}
+		// A second handle on the same name sees the same entries.
+		w := must(NewValue(b, &kc, ValueDescriptor[int]{Name: "count"}))
+		kc.Set("a", 10)
+		if x, _ := w.Get(); x != 1 {
+			t.Fatalf("second handle sees %d", x)
+		}
+	})
 }
 
 func TestValueScopedByNamespace(t *testing.T) {
-	b, _ := newTestBackend()
-	var kc KeyContext[string]
-	v := must(NewNamespacedValue[string, window](b, &kc, ValueDescriptor[string]{Name: "last"}))
-	w1, w2 := window{0, 10}, window{10, 20}
-	kc.Set("a", 12)
-	v.SetNamespace(w1)
-	v.Update("a1")
-	v.SetNamespace(w2)
-	if _, ok := v.Get(); ok {
-		t.Fatal("namespace not part of the scope")
-	}
-	v.Update("a2")
-	kc.Set("b", 12)
-	v.SetNamespace(w1)
-	v.Update("b1")
-	if n := Len(b, "last"); n != 3 {
-		t.Fatalf("Len = %d, want 3 (key, namespace) entries", n)
-	}
-	// Clear after SetNamespace drops that namespace of the current key only.
-	kc.Set("a", 12)
-	v.Clear()
-	if _, ok := v.Get(); ok {
-		t.Fatal("Clear kept a's w1")
-	}
-	v.SetNamespace(w2)
-	if x, _ := v.Get(); x != "a2" {
-		t.Fatalf("a/w2 = %q", x)
-	}
-	kc.Set("b", 12)
-	v.SetNamespace(w1)
-	if x, _ := v.Get(); x != "b1" {
-		t.Fatalf("b/w1 = %q", x)
-	}
+	forEachBackend(t, func(t *testing.T, newTestBackend func() (Backend, *clockwork.FakeClock)) {
+		b, _ := newTestBackend()
+		var kc KeyContext[string]
+		v := must(NewNamespacedValue[string, window](b, &kc, ValueDescriptor[string]{Name: "last"}))
+		w1, w2 := window{0, 10}, window{10, 20}
+		kc.Set("a", 12)
+		v.SetNamespace(w1)
+		v.Update("a1")
+		v.SetNamespace(w2)
+		if _, ok := v.Get(); ok {
+			t.Fatal("namespace not part of the scope")
+		}
+		v.Update("a2")
+		kc.Set("b", 12)
+		v.SetNamespace(w1)
+		v.Update("b1")
+		if n := Len(b, "last"); n != 3 {
+			t.Fatalf("Len = %d, want 3 (key, namespace) entries", n)
+		}
+		// Clear after SetNamespace drops that namespace of the current key only.
+		kc.Set("a", 12)
+		v.Clear()
+		if _, ok := v.Get(); ok {
+			t.Fatal("Clear kept a's w1")
+		}
+		v.SetNamespace(w2)
+		if x, _ := v.Get(); x != "a2" {
+			t.Fatalf("a/w2 = %q", x)
+		}
+		kc.Set("b", 12)
+		v.SetNamespace(w1)
+		if x, _ := v.Get(); x != "b1" {
+			t.Fatalf("b/w1 = %q", x)
+		}
+	})
 }
 
 // The cached entry must not outlive changes made through another handle
 // or entries moving in memory.
 func TestValueCacheInvalidation(t *testing.T) {
-	b, _ := newTestBackend()
-	var kc KeyContext[int]
-	v := must(NewValue(b, &kc, ValueDescriptor[int]{Name: "v"}))
-	w := must(NewValue(b, &kc, ValueDescriptor[int]{Name: "v"}))
-	kc.Set(1, 10)
-	v.Update(1)
-	if x, _ := v.Get(); x != 1 {
-		t.Fatal(x)
-	}
-	w.Clear()
-	if _, ok := v.Get(); ok {
-		t.Fatal("v's cache outlived w.Clear")
-	}
-	v.Update(2)
-	// Insert many keys through w, through another KeyContext, so the slot
-	// slice of group 10 is reallocated while v's cache still holds key 1.
-	var kc2 KeyContext[int]
-	w2 := must(NewValue(b, &kc2, ValueDescriptor[int]{Name: "v"}))
-	for k := 2; k < 1000; k++ {
-		kc2.Set(k, 10)
-		w2.Update(k * 10)
-	}
-	v.Update(3)
-	kc2.Set(1, 10)
-	if x, _ := w2.Get(); x != 3 {
-		t.Fatalf("key 1 = %d after growth, want 3", x)
-	}
-	// Removing key 2 moves the last entry into its slot.
-	kc2.Set(2, 10)
-	w2.Clear()
-	kc2.Set(999, 10)
-	w2.Update(-1)
-	if x, _ := v.Get(); x != 3 {
-		t.Fatalf("key 1 = %d after a removal", x)
-	}
-	kc.Set(999, 10)
-	if x, _ := v.Get(); x != -1 {
-		t.Fatalf("key 999 = %d, want -1", x)
-	}
+	forEachBackend(t, func(t *testing.T, newTestBackend func() (Backend, *clockwork.FakeClock)) {
+		b, _ := newTestBackend()
+		var kc KeyContext[int]
+		v := must(NewValue(b, &kc, ValueDescriptor[int]{Name: "v"}))
+		w := must(NewValue(b, &kc, ValueDescriptor[int]{Name: "v"}))
+		kc.Set(1, 10)
+		v.Update(1)
+		if x, _ := v.Get(); x != 1 {
+			t.Fatal(x)
+		}
+		w.Clear()
+		if _, ok := v.Get(); ok {
+			t.Fatal("v's cache outlived w.Clear")
+		}
+		v.Update(2)
+		// Insert many keys through w, through another KeyContext, so the slot
+		// slice of group 10 is reallocated while v's cache still holds key 1.
+		var kc2 KeyContext[int]
+		w2 := must(NewValue(b, &kc2, ValueDescriptor[int]{Name: "v"}))
+		for k := 2; k < 1000; k++ {
+			kc2.Set(k, 10)
+			w2.Update(k * 10)
+		}
+		v.Update(3)
+		kc2.Set(1, 10)
+		if x, _ := w2.Get(); x != 3 {
+			t.Fatalf("key 1 = %d after growth, want 3", x)
+		}
+		// Removing key 2 moves the last entry into its slot.
+		kc2.Set(2, 10)
+		w2.Clear()
+		kc2.Set(999, 10)
+		w2.Update(-1)
+		if x, _ := v.Get(); x != 3 {
+			t.Fatalf("key 1 = %d after a removal", x)
+		}
+		kc.Set(999, 10)
+		if x, _ := v.Get(); x != -1 {
+			t.Fatalf("key 999 = %d, want -1", x)
+		}
+	})
 }
 
 func TestKeyedStateErrors(t *testing.T) {
-	b, _ := newTestBackend()
-	var kc KeyContext[string]
-	must(NewValue(b, &kc, ValueDescriptor[int]{Name: "x"}))
-	cases := []struct {
-		name string
-		err  error
-		want error
-	}{
-		{"value of another type", second(NewValue(b, &kc, ValueDescriptor[string]{Name: "x"})), ErrStateType},
-		{"another kind, same type", second(NewReducing(b, &kc, ReducingDescriptor[int]{Name: "x", Reduce: sum})), ErrStateType},
-		{"list", second(NewList(b, &kc, ListDescriptor[int]{Name: "x"})), ErrStateType},
-		{"map", second(NewMap(b, &kc, MapDescriptor[string, int]{Name: "x"})), ErrStateType},
-		{"another key type", second(NewValue(b, &KeyContext[int]{}, ValueDescriptor[int]{Name: "x"})), ErrStateType},
-		{"with a namespace", second(NewNamespacedValue[string, window](b, &kc, ValueDescriptor[int]{Name: "x"})), ErrStateType},
-		{"another TTL", second(NewValue(b, &kc, ValueDescriptor[int]{Name: "x", TTL: TTLConfig{TTL: 1}})), ErrStateType},
-		{"nil backend", second(NewValue(nil, &kc, ValueDescriptor[int]{Name: "y"})), ErrNoBackend},
-		{"typed nil backend", second(NewList(Backend((*MemoryBackend)(nil)), &kc, ListDescriptor[int]{Name: "y"})), ErrNoBackend},
-		{"empty name", second(NewValue(b, &kc, ValueDescriptor[int]{})), ErrDescriptor},
-		{"negative TTL", second(NewValue(b, &kc, ValueDescriptor[int]{Name: "y", TTL: TTLConfig{TTL: -1}})), ErrDescriptor},
-		{"no KeyContext", second(NewValue[string](b, nil, ValueDescriptor[int]{Name: "y"})), ErrNoKeyContext},
-		{"no Reduce", second(NewReducing(b, &kc, ReducingDescriptor[int]{Name: "y"})), ErrDescriptor},
-		{"no Create", second(NewAggregating(b, &kc, AggregatingDescriptor[int, int, int]{Name: "y", Add: add, Result: id})), ErrDescriptor},
-	}
-	for _, c := range cases {
-		if !errors.Is(c.err, c.want) {
-			t.Errorf("%s: got %v, want %v", c.name, c.err, c.want)
+	forEachBackend(t, func(t *testing.T, newTestBackend func() (Backend, *clockwork.FakeClock)) {
+		b, _ := newTestBackend()
+		var kc KeyContext[string]
+		must(NewValue(b, &kc, ValueDescriptor[int]{Name: "x"}))
+		cases := []struct {
+			name string
+			err  error
+			want error
+		}{
+			{"value of another type", second(NewValue(b, &kc, ValueDescriptor[string]{Name: "x"})), ErrStateType},
+			{"another kind, same type", second(NewReducing(b, &kc, ReducingDescriptor[int]{Name: "x", Reduce: sum})), ErrStateType},
+			{"list", second(NewList(b, &kc, ListDescriptor[int]{Name: "x"})), ErrStateType},
+			{"map", second(NewMap(b, &kc, MapDescriptor[string, int]{Name: "x"})), ErrStateType},
+			{"another key type", second(NewValue(b, &KeyContext[int]{}, ValueDescriptor[int]{Name: "x"})), ErrStateType},
+			{"with a namespace", second(NewNamespacedValue[string, window](b, &kc, ValueDescriptor[int]{Name: "x"})), ErrStateType},
+			{"another TTL", second(NewValue(b, &kc, ValueDescriptor[int]{Name: "x", TTL: TTLConfig{TTL: 1}})), ErrStateType},
+			{"nil backend", second(NewValue(nil, &kc, ValueDescriptor[int]{Name: "y"})), ErrNoBackend},
+			{"typed nil backend", second(NewList(Backend((*MemoryBackend)(nil)), &kc, ListDescriptor[int]{Name: "y"})), ErrNoBackend},
+			{"empty name", second(NewValue(b, &kc, ValueDescriptor[int]{})), ErrDescriptor},
+			{"negative TTL", second(NewValue(b, &kc, ValueDescriptor[int]{Name: "y", TTL: TTLConfig{TTL: -1}})), ErrDescriptor},
+			{"no KeyContext", second(NewValue[string](b, nil, ValueDescriptor[int]{Name: "y"})), ErrNoKeyContext},
+			{"no Reduce", second(NewReducing(b, &kc, ReducingDescriptor[int]{Name: "y"})), ErrDescriptor},
+			{"no Create", second(NewAggregating(b, &kc, AggregatingDescriptor[int, int, int]{Name: "y", Add: add, Result: id})), ErrDescriptor},
 		}
-	}
-	if Len(b, "y") != 0 || Len(nil, "x") != 0 {
-		t.Error("a failed registration left state behind")
-	}
+		for _, c := range cases {
+			if !errors.Is(c.err, c.want) {
+				t.Errorf("%s: got %v, want %v", c.name, c.err, c.want)
+			}
+		}
+		if Len(b, "y") != 0 || Len(nil, "x") != 0 {
+			t.Error("a failed registration left state behind")
+		}
+	})
 }
 
 func second[T any](_ T, err error) error { return err }
