@@ -80,7 +80,7 @@ func (r *Runner) openCheckpointing() error {
 	if cfg.Dir == "" {
 		return nil
 	}
-	store, err := snapshot.OpenStore(cfg.Dir, r.job.Name, r.maxP, r.log)
+	store, err := snapshot.OpenStore(cfg.Dir, r.job.Name, r.maxP, r.cfg.Logger)
 	if err != nil {
 		return err
 	}
@@ -107,8 +107,9 @@ func (r *Runner) openCheckpointing() error {
 		return err
 	}
 	r.store, r.coord = store, coord
-	r.handle(r.cfg.Clock.Now(), acts)
-	return nil
+	// The first tick starts the interval.
+	now := r.cfg.Clock.Now()
+	return r.handle(now, append(acts, coord.Tick(now)...))
 }
 
 // handle carries out the coordinator's actions. It returns an error when

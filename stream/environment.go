@@ -11,6 +11,7 @@ import (
 
 	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/keygroup"
+	"github.com/edgedio/edged/snapshot"
 )
 
 // Environment builds one job and runs it.
@@ -24,7 +25,8 @@ type Environment struct {
 	nodes       map[*actors.Vertex]*node
 	autoEdges   map[*actors.Edge]bool
 	// last is the runner of the latest Execute, for Stats.
-	last *actors.Runner
+	last    *actors.Runner
+	restart snapshot.RestartStrategy
 }
 
 // Option configures an Environment.
@@ -154,14 +156,22 @@ func (e *Environment) runner() (*actors.Runner, error) {
 }
 
 // Execute runs the job until its bounded sources end (nil), a task fails
-// (its *actors.TaskError) or ctx is cancelled (ctx's error).
+// and the restart strategy gives up (the failure), the job is stopped with
+// a savepoint (nil), or ctx is cancelled (ctx's error).
 func (e *Environment) Execute(ctx context.Context) error {
-	r, err := e.runner()
+	if e.restart == nil && e.cfg.Checkpoint.Dir == "" {
+		r, err := e.runner()
+		if err != nil {
+			return err
+		}
+		e.last = r
+		return r.Run(ctx)
+	}
+	j, err := e.ExecuteAsync(ctx)
 	if err != nil {
 		return err
 	}
-	e.last = r
-	return r.Run(ctx)
+	return j.Wait()
 }
 
 // Stats returns the counters of the latest Execute, after it returned.

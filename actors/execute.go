@@ -1,0 +1,141 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/edgedio/edged/snapshot"
+)
+
+// ErrRestartsExhausted wraps the last failure when the restart strategy
+// gives up.
+var ErrRestartsExhausted = errors.New("actors: restart strategy exhausted")
+
+// Execution runs a job with restarts: after a task failure the restart
+// strategy decides whether and when to run it again, and each new attempt
+// restores the latest complete checkpoint (or a newer savepoint, unless
+// the checkpoint config prefers checkpoints), rewinding the sources and
+// letting the sinks re-commit what the checkpoint covered. Make one with
+// NewExecution; Run it once.
+type Execution struct {
+	job      *Job
+	cfg      Config
+	strategy snapshot.RestartStrategy
+
+	mu       sync.Mutex // guards runner, attempts and restores
+	runner   *Runner
+	attempts int
+	restores []snapshot.ID
+	changed  chan struct{} // closed and replaced when runner changes
+}
+
+// NewExecution returns an execution of job; a nil strategy never restarts.
+func NewExecution(job *Job, cfg Config, strategy snapshot.RestartStrategy) *Execution {
+	if strategy == nil {
+		strategy = snapshot.NoRestart{}
+	}
+	return &Execution{job: job, cfg: cfg, strategy: strategy, changed: make(chan struct{})}
+}
+
+// Attempts returns how many times the job was started.
+func (e *Execution) Attempts() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.attempts
+}
+
+// Restores returns the checkpoints the restarts restored, in order.
+func (e *Execution) Restores() []snapshot.ID {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]snapshot.ID(nil), e.restores...)
+}
+
+// Runner returns the runner of the current attempt (nil before the first),
+// and a channel closed when that changes.
+func (e *Execution) Runner() (*Runner, <-chan struct{}) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.runner, e.changed
+}
+
+func (e *Execution) setRunner(r *Runner) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.runner = r
+	if r != nil {
+		e.attempts++
+	}
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+// TriggerSavepoint takes a savepoint of the running attempt (waiting for
+// one to run).
+func (e *Execution) TriggerSavepoint(ctx context.Context, path string, stop bool) (string, error) {
+	for {
+		r, changed := e.Runner()
+		if r != nil {
+			return r.TriggerSavepoint(ctx, path, stop)
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+}
+
+// Run runs the job until it finishes, fails for good, is stopped with a
+// savepoint, or ctx is cancelled.
+func (e *Execution) Run(ctx context.Context) error {
+	cfg := e.cfg
+	log := cfg.Logger.With("job", e.job.Name)
+	for {
+		r, err := NewRunner(e.job, cfg)
+		if err != nil {
+			return err
+		}
+		e.setRunner(r)
+		err = r.Run(ctx)
+		e.setRunner(nil)
+		var te *TaskError
+		if err == nil || !errors.As(err, &te) || ctx.Err() != nil {
+			return err
+		}
+		restart, delay := e.strategy.OnFailure(cfg.Clock.Now())
+		if !restart {
+			return fmt.Errorf("%w: %w", ErrRestartsExhausted, err)
+		}
+		log.Warn("job failed; restarting", "err", err, "delay", delay, "attempt", e.Attempts()+1)
+		if delay > 0 {
+			select {
+			case <-cfg.Clock.After(delay):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if cfg.Checkpoint.Dir != "" {
+			store, err := snapshot.OpenStore(cfg.Checkpoint.Dir, e.job.Name, e.job.maxParallelism(), cfg.Logger)
+			if err != nil {
+				return err
+			}
+			md, err := store.RecoveryPoint(cfg.Checkpoint.PreferCheckpointForRecovery)
+			switch {
+			case err == nil:
+				log.Info("restoring", "checkpoint_id", md.Checkpoint, "path", md.Dir)
+				cfg.Restore = md
+				e.mu.Lock()
+				e.restores = append(e.restores, md.Checkpoint)
+				e.mu.Unlock()
+			case errors.Is(err, snapshot.ErrNoCheckpoint):
+				// Nothing completed yet: start again from the beginning
+				// (or from the savepoint the job started from).
+			default:
+				return err
+			}
+		}
+	}
+}

@@ -1,0 +1,107 @@
+package stream
+
+import (
+	"context"
+
+	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/snapshot"
+)
+
+// WithCheckpointing turns on checkpoints with cfg (start from
+// snapshot.DefaultConfig(); cfg.Dir is required, cfg.Interval 0 allows
+// savepoints only). The seeds' Java settings map one to one:
+//
+//	cfg := snapshot.DefaultConfig()
+//	cfg.Dir = "/var/lib/edged/checkpoints"
+//	cfg.Interval = 30 * time.Second          // enableCheckpointing(30000)
+//	cfg.Mode = snapshot.ExactlyOnce          // setCheckpointingMode(EXACTLY_ONCE)
+//	cfg.Timeout = 60 * time.Second           // setCheckpointTimeout(60000)
+//	cfg.MaxConcurrent = 2                    // setMaxConcurrentCheckpoints(2)
+//	cfg.MinPause = 2 * time.Second           // setMinPauseBetweenCheckpoints(2000)
+//	cfg.PreferCheckpointForRecovery = true   // setPreferCheckpointForRecovery(true)
+//	cfg.TolerableFailures = 0                // setTolerableCheckpointFailureNumber(0)
+func WithCheckpointing(cfg snapshot.Config) Option {
+	return func(e *Environment) { e.cfg.Checkpoint = cfg }
+}
+
+// WithRestartStrategy sets what happens when a task fails:
+// snapshot.NoRestart{} (the default), &snapshot.FixedDelay{Attempts: 3,
+// Delay: 10 * time.Second} (fixedDelayRestart(3, 10000)) or
+// &snapshot.FailureRate{MaxFailures: 3, Interval: 10 * time.Minute, Delay:
+// time.Minute} (failureRateRestart(3, Time.minutes(10), Time.minutes(1))).
+// A restart restores the latest complete checkpoint.
+func WithRestartStrategy(s snapshot.RestartStrategy) Option {
+	return func(e *Environment) { e.restart = s }
+}
+
+// WithSavepoint starts the job from a savepoint (or retained checkpoint)
+// directory: state is matched to operators by UID, and operators may have
+// another parallelism than when it was taken. With allowNonRestored, state
+// of operators the job no longer has is skipped instead of failing.
+func WithSavepoint(path string, allowNonRestored bool) Option {
+	return func(e *Environment) {
+		md, err := snapshot.Load(path)
+		if err != nil {
+			e.addError(err)
+			return
+		}
+		e.cfg.Restore = md
+		e.cfg.AllowNonRestoredState = allowNonRestored
+	}
+}
+
+// Job is a running job: savepoints can be asked of it and it can be
+// waited for.
+type Job struct {
+	exec *actors.Execution
+	done chan struct{}
+	err  error
+}
+
+// ExecuteAsync starts the job and returns at once.
+func (e *Environment) ExecuteAsync(ctx context.Context) (*Job, error) {
+	if err := e.resolve(); err != nil {
+		return nil, err
+	}
+	j := &Job{exec: actors.NewExecution(&e.job, e.cfg, e.restart), done: make(chan struct{})}
+	go func() {
+		defer close(j.done)
+		j.err = j.exec.Run(ctx)
+	}()
+	return j, nil
+}
+
+// Wait waits for the job to end and returns its error.
+func (j *Job) Wait() error {
+	<-j.done
+	return j.err
+}
+
+// Done is closed when the job has ended.
+func (j *Job) Done() <-chan struct{} { return j.done }
+
+// TriggerSavepoint takes a savepoint of the running job ("" for the
+// checkpoint directory's savepoints/) and returns its path.
+func (j *Job) TriggerSavepoint(ctx context.Context, path string) (string, error) {
+	return j.exec.TriggerSavepoint(ctx, path, false)
+}
+
+// StopWithSavepoint takes a savepoint and ends the job once it is
+// complete; Wait then returns nil.
+func (j *Job) StopWithSavepoint(ctx context.Context, path string) (string, error) {
+	return j.exec.TriggerSavepoint(ctx, path, true)
+}
+
+// Attempts returns how many times the job was started (1 + restarts).
+func (j *Job) Attempts() int { return j.exec.Attempts() }
+
+// Restores returns the checkpoints the restarts restored, in order.
+func (j *Job) Restores() []snapshot.ID { return j.exec.Restores() }
+
+// History returns the checkpoint statistics of the current attempt.
+func (j *Job) History() []snapshot.Stats {
+	if r, _ := j.exec.Runner(); r != nil {
+		return r.History()
+	}
+	return nil
+}
