@@ -234,4 +234,3 @@ func diffLines(got, want []string) string {
 	}
 	return strings.Join(out, "\n")
 }
-
