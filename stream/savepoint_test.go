@@ -1,0 +1,137 @@
+package stream_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/edgedio/edged/operators"
+	"github.com/edgedio/edged/snapshot"
+	"github.com/edgedio/edged/stream"
+	"github.com/edgedio/edged/watermark"
+)
+
+// rescaleJob is generator (rate-limited, parallelism 1) -> timestamps ->
+// counting map -> key by sensor -> 10 s tumbling count+sum (parallelism
+// p) -> exactly-once file sink (parallelism p).
+func rescaleJob(n int64, keys, p int, rate float64, dir string, seen *atomic.Int64, opts ...stream.Option) *stream.Environment {
+	env := stream.NewEnvironment("rescale", append([]stream.Option{stream.WithParallelism(p)}, opts...)...)
+	src := stream.FromSource(env, "generator", func() operators.Source[operators.SensorReading] {
+		return operators.SensorGenerator(operators.GeneratorConfig{Count: n, Keys: keys, Rate: rate})
+	}).SetParallelism(1).UID("generator").
+		AssignTimestampsAndWatermarks("timestamps", watermark.ForMonotonous(eventTime))
+	counted := stream.Map(src, "count", func(r operators.SensorReading) (operators.SensorReading, error) {
+		seen.Add(1)
+		return r, nil
+	})
+	w := stream.Window(stream.KeyBy(counted, bySensor), operators.TumblingEventTimeWindows(10*time.Second))
+	stream.WindowAggregate(w, "count-sum", countSumWin{}).UID("count-sum").
+		To("files", func() operators.Sink[operators.WindowResult[string, countSum]] {
+			return operators.NewFileSink(dir, windowLine)
+		}).UID("files")
+	return env
+}
+
+// A savepoint taken at parallelism 2 (stop with savepoint, mid-stream)
+// resumes at parallelism 1 and 3 with exactly the final result of a run
+// without a stop.
+func TestSavepointRescale(t *testing.T) {
+	const n, keys = 200_000, 100
+	var seen atomic.Int64
+	want := t.TempDir()
+	if err := execute(t, rescaleJob(n, keys, 2, 0, want, &seen)); err != nil {
+		t.Fatal(err)
+	}
+	wantLines := committedLines(t, want)
+	if len(wantLines) == 0 {
+		t.Fatal("reference run committed nothing")
+	}
+	for _, p := range []int{1, 3} {
+		t.Run(fmt.Sprintf("resume-at-p=%d", p), func(t *testing.T) {
+			out := t.TempDir()
+			cfg := snapshot.DefaultConfig()
+			cfg.Dir = t.TempDir()
+			var seen atomic.Int64
+			env := rescaleJob(n, keys, 2, 400_000, out, &seen, stream.WithCheckpointing(cfg))
+			job, err := env.ExecuteAsync(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, "a quarter of the records read", func() bool { return seen.Load() >= n/4 })
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			path, err := job.StopWithSavepoint(ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := job.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			before := seen.Load()
+			if before >= n {
+				t.Fatalf("the job read all %d records before the stop: nothing left to resume", before)
+			}
+			t.Logf("stopped after %d records; savepoint %s", before, path)
+
+			resumed := rescaleJob(n, keys, p, 0, out, &seen, stream.WithSavepoint(path, false), stream.WithCheckpointing(cfg))
+			if err := execute(t, resumed); err != nil {
+				t.Fatal(err)
+			}
+			got := committedLines(t, out)
+			if strings.Join(got, "\n") != strings.Join(wantLines, "\n") {
+				t.Fatalf("resumed at p=%d: %d lines vs %d\n%s", p, len(got), len(wantLines), diffLines(got, wantLines))
+			}
+		})
+	}
+}
+
+// A savepoint of a job that has no operator with that uid any more fails
+// to restore unless non-restored state is allowed.
+func TestSavepointNonRestoredState(t *testing.T) {
+	var seen atomic.Int64
+	cfg := snapshot.DefaultConfig()
+	cfg.Dir = t.TempDir()
+	out := t.TempDir()
+	env := rescaleJob(100_000, 10, 1, 100_000, out, &seen, stream.WithCheckpointing(cfg))
+	job, err := env.ExecuteAsync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the first record", func() bool { return seen.Load() > 0 })
+	path, err := job.StopWithSavepoint(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	// A job without the window operator.
+	build := func(allow bool) *stream.Environment {
+		env := stream.NewEnvironment("rescale", stream.WithSavepoint(path, allow))
+		src := stream.FromSource(env, "generator", generator(10, 10)).UID("generator")
+		src.ForEach("sink", func(operators.SensorReading) error { return nil })
+		return env
+	}
+	if err := execute(t, build(false)); err == nil || !strings.Contains(err.Error(), "allow non-restored state") {
+		t.Fatalf("got %v, want a refusal naming the missing operators", err)
+	}
+	if err := execute(t, build(true)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitUntil polls cond until it holds, failing the test after 30 s: a
+// bounded wait on a condition of a job that runs on the real clock.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
