@@ -48,7 +48,7 @@ func newAggregating[K, N comparable, IN, ACC, OUT any](b Backend, kc *KeyContext
 		}
 		return &memAggregating[K, N, IN, ACC, OUT]{memHandle: newMemHandle(b, kc, t, d.TTL), d: d}, nil
 	case *BoltBackend:
-		t, err := boltTableFor(b, s, nil)
+		t, err := boltTableFor(b, s, nil, boltCheck[K, N](b, &s, noSuffix, checkOne(vc)))
 		if err != nil {
 			return nil, err
 		}

@@ -52,7 +52,10 @@ func newList[K, N comparable, V any](b Backend, kc *KeyContext[K], d ListDescrip
 		}
 		return &memList[K, N, V]{newMemHandle(b, kc, t, d.TTL)}, nil
 	case *BoltBackend:
-		t, err := boltTableFor(b, s, nil)
+		t, err := boltTableFor(b, s, nil, boltCheck[K, N](b, &s, noSuffix, func(p []byte) error {
+			_, err := decodeList(vc, p)
+			return err
+		}))
 		if err != nil {
 			return nil, err
 		}

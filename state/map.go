@@ -52,7 +52,7 @@ func newMap[K, N comparable, UK comparable, UV any](b Backend, kc *KeyContext[K]
 	case *BoltBackend:
 		kd, _ := s.codecs.key.(codec.Codec[K])
 		nd, _ := s.codecs.namespace.(codec.Codec[N])
-		t, err := boltTableFor(b, s, mapPrefixLen(kd, nd))
+		t, err := boltTableFor(b, s, mapPrefixLen(kd, nd), boltCheck[K, N](b, &s, checkOne(ukc), checkOne(uvc)))
 		if err != nil {
 			return nil, err
 		}

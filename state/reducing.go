@@ -44,7 +44,7 @@ func newReducing[K, N comparable, V any](b Backend, kc *KeyContext[K], d Reducin
 		}
 		return &memReducing[K, N, V]{memHandle: newMemHandle(b, kc, t, d.TTL), reduce: d.Reduce}, nil
 	case *BoltBackend:
-		t, err := boltTableFor(b, s, nil)
+		t, err := boltTableFor(b, s, nil, boltCheck[K, N](b, &s, noSuffix, checkOne(vc)))
 		if err != nil {
 			return nil, err
 		}

@@ -39,7 +39,7 @@ func newValue[K, N comparable, V any](b Backend, kc *KeyContext[K], d ValueDescr
 		}
 		return &memValue[K, N, V]{newMemHandle(b, kc, t, d.TTL)}, nil
 	case *BoltBackend:
-		t, err := boltTableFor(b, s, nil)
+		t, err := boltTableFor(b, s, nil, boltCheck[K, N](b, &s, noSuffix, checkOne(vc)))
 		if err != nil {
 			return nil, err
 		}
