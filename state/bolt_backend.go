@@ -133,6 +133,7 @@ func NewBoltBackend(path string, r keygroup.Range, clock clockwork.Clock, opts B
 		NoGrowSync:     true,
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
+		NoStatistics:   true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("state: open bolt backend %s: %w", path, err)
@@ -151,8 +152,7 @@ func NewBoltBackend(path string, r keygroup.Range, clock clockwork.Clock, opts B
 		return err
 	})
 	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("state: empty bolt backend %s: %w", path, err)
+		return nil, errors.Join(fmt.Errorf("state: empty bolt backend %s: %w", path, err), db.Close())
 	}
 	return &BoltBackend{
 		db: db, path: path, groups: r, clock: clock, opts: opts,

@@ -25,8 +25,10 @@ func (b *BoltBackend) cleanupExpired(maxEntries int) int {
 		return 0
 	}
 	c := &b.cleanup
+	if b.closed {
+		panic(ErrClosed)
+	}
 	if !c.active {
-		b.maybeFlush()
 		b.mustFlush()
 		c.active, c.table, c.after = true, 0, c.after[:0]
 	}

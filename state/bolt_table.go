@@ -97,6 +97,7 @@ func (t *boltTable) get(key []byte) ([]byte, bool) {
 func (t *boltTable) entry(key []byte) *bufEntry {
 	e, ok := t.buf[string(key)]
 	if !ok {
+		t.checkKeySize(len(key))
 		e = new(bufEntry)
 		t.buf[string(key)] = e
 		t.b.markDirty(t, 1)
@@ -136,6 +137,7 @@ func (t *boltTable) elem(prefix, uk []byte) *bufEntry {
 	e := t.entry(prefix)
 	op, ok := e.elems[string(uk)]
 	if !ok {
+		t.checkKeySize(len(prefix) + len(uk))
 		if e.elems == nil {
 			e.elems = make(map[string]*bufEntry)
 		}
@@ -241,6 +243,14 @@ func (t *boltTable) apply(tx *bolt.Tx) error {
 		}
 	}
 	return nil
+}
+
+// checkKeySize fails on a key bbolt would refuse at the next commit, so
+// that the failure comes from the write that made it.
+func (t *boltTable) checkKeySize(n int) {
+	if n > bolt.MaxKeySize {
+		panic(fmt.Errorf("state %q: an entry key of %d bytes exceeds bbolt's %d", t.sp.name, n, bolt.MaxKeySize))
+	}
 }
 
 // resetBuffer drops the buffered writes once committed.

@@ -63,7 +63,10 @@ func TestCorruptLatestCheckpointFallsBack(t *testing.T) {
 	var broke atomic.Int64
 	env := stream.NewEnvironment("exactly-once", stream.WithParallelism(2),
 		stream.WithCheckpointing(cfg), stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 2}))
-	src := stream.FromSource(env, "generator", generator(n, keys)).SetParallelism(1).UID("generator")
+	// At a fixed rate, so that the job lives through several checkpoints.
+	src := stream.FromSource(env, "generator", func() operators.Source[operators.SensorReading] {
+		return operators.SensorGenerator(operators.GeneratorConfig{Count: n, Keys: keys, Rate: 1_000_000})
+	}).SetParallelism(1).UID("generator")
 	mapped := stream.Transform(src.Rebalance(), "corrupt", func(c operators.Collector[operators.SensorReading]) operators.OneInput[operators.SensorReading] {
 		return &corruptOp{dir: cfg.Dir, done: &done, out: c, broke: &broke}
 	})
