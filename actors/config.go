@@ -10,6 +10,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/edgedio/edged/snapshot"
+	"github.com/edgedio/edged/state"
 )
 
 // Config tunes the task runtime. Start from DefaultConfig.
@@ -40,6 +41,29 @@ type Config struct {
 	// AllowNonRestoredState lets a restore skip the state of operators the
 	// job no longer has; without it such a restore fails.
 	AllowNonRestoredState bool
+	// StateBackend chooses where keyed state lives. Default: memory.
+	StateBackend StateBackendConfig
+}
+
+// BackendKind names a keyed state backend.
+type BackendKind string
+
+const (
+	// MemoryBackend keeps keyed state in Go maps: fastest; state must fit
+	// in RAM.
+	MemoryBackend BackendKind = "memory"
+	// BoltBackend keeps keyed state in a bbolt file per operator subtask:
+	// state larger than RAM.
+	BoltBackend BackendKind = "bolt"
+)
+
+// StateBackendConfig chooses and configures the keyed state backend.
+type StateBackendConfig struct {
+	Kind BackendKind
+	// Dir holds the bolt files (one per keyed operator subtask, under a
+	// directory named after the job). Required for bolt.
+	Dir  string
+	Bolt state.BoltOptions
 }
 
 // DefaultConfig returns the default runtime configuration.
@@ -71,6 +95,18 @@ func (c Config) Validate() error {
 	}
 	if c.Clock == nil {
 		errs = append(errs, errors.New("clock must be set"))
+	}
+	switch c.StateBackend.Kind {
+	case "", MemoryBackend:
+	case BoltBackend:
+		if c.StateBackend.Dir == "" {
+			errs = append(errs, errors.New("state_backend.dir must be set for the bolt backend"))
+		}
+		if err := c.StateBackend.Bolt.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	default:
+		errs = append(errs, fmt.Errorf("state_backend.kind (%q) must be memory or bolt", c.StateBackend.Kind))
 	}
 	if c.Checkpoint.Interval > 0 || c.Checkpoint.Dir != "" {
 		if err := c.Checkpoint.Validate(); err != nil {

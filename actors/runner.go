@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -256,9 +258,20 @@ func (r *Runner) await(ready <-chan struct{}, pid *actor.PID) {
 	}()
 }
 
-// closeOperators closes every operator that was built, tail first.
+// closeOperators closes every operator that was built, tail first, then
+// the state backends.
 func (r *Runner) closeOperators() error {
 	var errs []error
+	defer func() {
+		for _, t := range r.tasks {
+			for _, c := range t.closers {
+				if err := c(); err != nil {
+					r.log.Warn("close state backend", "err", err)
+				}
+			}
+			t.closers = nil
+		}
+	}()
 	for _, t := range r.tasks {
 		for i := len(t.ops) - 1; i >= 0; i-- {
 			if t.ops[i] == nil {
@@ -361,7 +374,10 @@ func (r *Runner) buildTask(t *task, out map[*Edge][]*channel) error {
 	// Operators from tail to head, each wired to the next one's input.
 	for i := n - 1; i >= 0; i-- {
 		v := c.Vertices[i]
-		ctx := r.newContext(t, i)
+		ctx, err := r.newContext(t, i)
+		if err != nil {
+			return r.buildError(v, t.subtask, fmt.Errorf("state backend: %w", err))
+		}
 		if i == n-1 {
 			ctx.SideOutput = func(tag string) any { return sideOut[tag] }
 		}
@@ -451,7 +467,7 @@ func (r *Runner) buildError(v *Vertex, subtask int, err error) error {
 	return &TaskError{Job: r.job.Name, Operator: v.Name, UID: v.UID, Subtask: subtask, Parallelism: v.Parallelism, Err: err}
 }
 
-func (r *Runner) newContext(t *task, i int) *operators.Context {
+func (r *Runner) newContext(t *task, i int) (*operators.Context, error) {
 	v, subtask := t.chain.Vertices[i], t.subtask
 	kg := keygroup.RangeFor(subtask, v.Parallelism, r.maxP)
 	ctx := &operators.Context{
@@ -471,9 +487,24 @@ func (r *Runner) newContext(t *task, i int) *operators.Context {
 		EmitIdle:       func(idle bool) { t.status(idle) },
 	}
 	if v.Keyed {
-		ctx.State = state.NewMemoryBackend(kg, r.cfg.Clock)
+		switch r.cfg.StateBackend.Kind {
+		case BoltBackend:
+			dir := filepath.Join(r.cfg.StateBackend.Dir, r.job.Name)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return nil, err
+			}
+			path := filepath.Join(dir, fmt.Sprintf("%s.%d.db", v.UID, subtask))
+			b, err := state.NewBoltBackend(path, kg, r.cfg.Clock, r.cfg.StateBackend.Bolt)
+			if err != nil {
+				return nil, err
+			}
+			t.closers = append(t.closers, b.Close)
+			ctx.State = b
+		default:
+			ctx.State = state.NewMemoryBackend(kg, r.cfg.Clock)
+		}
 	}
-	return ctx
+	return ctx, nil
 }
 
 // Stats returns what every task did. Call it after Run has returned.

@@ -67,6 +67,9 @@ type task struct {
 	// stopSource is set on a source after a stop-with-savepoint barrier.
 	stopSource bool
 
+	// closers release what the task's operators hold (state backends).
+	closers []func() error
+
 	stats TaskStats
 }
 

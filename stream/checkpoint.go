@@ -50,6 +50,16 @@ func WithSavepoint(path string, allowNonRestored bool) Option {
 	}
 }
 
+// WithBoltStateBackend keeps keyed state in bbolt files under dir (state
+// larger than RAM) instead of memory. Both backends behave alike and write
+// the same snapshots, so a job can switch between them through a
+// savepoint.
+func WithBoltStateBackend(dir string) Option {
+	return func(e *Environment) {
+		e.cfg.StateBackend = actors.StateBackendConfig{Kind: actors.BoltBackend, Dir: dir}
+	}
+}
+
 // Job is a running job: savepoints can be asked of it and it can be
 // waited for.
 type Job struct {

@@ -81,3 +81,31 @@ func BenchmarkCheckpointOverhead(b *testing.B) {
 		b.ReportMetric(float64(size)/float64(done), "bytes/checkpoint")
 	}
 }
+
+// BenchmarkStateBackend runs the keyed rolling count+sum over 1000 sensors
+// at parallelism 2 on the bbolt backend and on the memory backend, same
+// run.
+func BenchmarkStateBackend(b *testing.B) {
+	var mem, bolt time.Duration
+	job := func(opts ...stream.Option) *stream.Environment {
+		env := stream.NewEnvironment("backend", append([]stream.Option{stream.WithParallelism(2)}, opts...)...)
+		readings := stream.FromSource(env, "generator", generator(benchRecords, 1000))
+		stream.Aggregate(stream.KeyBy(readings, bySensor), "count-sum", countSumAgg{}).UID("count-sum").
+			ForEach("discard", func(countSum) error { return nil })
+		return env
+	}
+	for b.Loop() {
+		env := job()
+		start := time.Now()
+		runBench(b, env)
+		mem += time.Since(start)
+		env = job(stream.WithBoltStateBackend(b.TempDir()))
+		start = time.Now()
+		runBench(b, env)
+		bolt += time.Since(start)
+	}
+	n := float64(b.N) * benchRecords
+	b.ReportMetric(n/bolt.Seconds(), "records/s")
+	b.ReportMetric(n/mem.Seconds(), "memory-records/s")
+	b.ReportMetric(mem.Seconds()/bolt.Seconds(), "bolt/memory")
+}

@@ -144,24 +144,30 @@ func checkpointConfig(t *testing.T, mode snapshot.Mode) snapshot.Config {
 // checkpoints; what the two-phase-commit file sink committed equals the
 // failure-free run exactly: nothing lost, nothing twice.
 func TestExactlyOnceUnderFailures(t *testing.T) {
-	const n, keys = 1_000_000, 1000
+	t.Run("backend=memory", func(t *testing.T) { testExactlyOnce(t, 1_000_000, 1000) })
+	t.Run("backend=bolt", func(t *testing.T) {
+		testExactlyOnce(t, 300_000, 1000, stream.WithBoltStateBackend(t.TempDir()))
+	})
+}
+
+func testExactlyOnce(t *testing.T, n int64, keys int, opts ...stream.Option) {
 	want := t.TempDir()
 	if err := execute(t, eoJob(n, keys, want, nil, stream.WithParallelism(2))); err != nil {
 		t.Fatal(err)
 	}
 	wantLines := committedLines(t, want)
 	first := operators.DefaultGeneratorStart / 10
-	last := (operators.DefaultGeneratorStart + n/keys - 1) / 10
+	last := (operators.DefaultGeneratorStart + n/int64(keys) - 1) / 10
 	if want := keys * int(last-first+1); len(wantLines) != want {
 		t.Fatalf("failure-free run committed %d windows, want %d", len(wantLines), want)
 	}
 
 	fail := newFailer(4)
 	got := t.TempDir()
-	env := eoJob(n, keys, got, fail,
+	env := eoJob(n, keys, got, fail, append([]stream.Option{
 		stream.WithParallelism(2),
 		stream.WithCheckpointing(checkpointConfig(t, snapshot.ExactlyOnce)),
-		stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 10}))
+		stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 10})}, opts...)...)
 	job, err := env.ExecuteAsync(context.Background())
 	if err != nil {
 		t.Fatal(err)
