@@ -135,3 +135,37 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A savepoint of a running job leaves it running; the savepoint is
+// complete and loadable.
+func TestTriggerSavepointKeepsRunning(t *testing.T) {
+	var seen atomic.Int64
+	cfg := snapshot.DefaultConfig()
+	cfg.Dir = t.TempDir()
+	env := rescaleJob(100_000, 10, 2, 200_000, t.TempDir(), &seen, stream.WithCheckpointing(cfg))
+	job, err := env.ExecuteAsync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the first records", func() bool { return seen.Load() > 1000 })
+	path, err := job.TriggerSavepoint(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if seen.Load() != 100_000 {
+		t.Fatalf("the job read %d records, want all 100000: it must go on after a savepoint", seen.Load())
+	}
+	md, err := snapshot.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md.Kind != snapshot.KindSavepoint {
+		t.Fatalf("loaded %v, want a savepoint", md.Kind)
+	}
+	if _, ok := md.Operator("count-sum"); !ok {
+		t.Fatal("savepoint lacks the window operator's state")
+	}
+}
