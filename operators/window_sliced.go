@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/edgedio/edged/state"
 	"time"
 )
 
@@ -108,16 +107,14 @@ const maxTimestamp int64 = 1<<63 - 1
 // created and chained from one window end to the next while slices remain.
 type SlicedWindow[K comparable, T any] struct {
 	windowCore[K, T]
-	store sliceStore[K, T]
-	// next is the pending window-end timer of the current key: a new slice
-	// whose first window ends no earlier needs no timer of its own, as the
-	// chain reaches it.
-	next   state.Value[int64]
+	// store keeps the slices of each key and its pending window-end timer:
+	// a new slice whose first window ends no earlier needs no timer of its
+	// own, as the chain reaches it.
+	store  sliceStore[K, T]
 	size   int64
 	slide  int64
 	pane   int64
 	offset int64
-	starts []int64
 }
 
 // Open registers the window state.
@@ -127,23 +124,18 @@ func (o *SlicedWindow[K, T]) Open(ctx *Context) error {
 	}
 	a := o.assigner
 	o.size, o.slide, o.pane, o.offset = a.size, a.slide, a.pane(), a.offset
-	if err := o.store.open(ctx.State, &o.keys, o.name+"/contents"); err != nil {
-		return err
-	}
-	next, err := state.NewValue[K, int64](ctx.State, &o.keys, state.ValueDescriptor[int64]{Name: o.name + "/next"})
-	o.next = next
-	return err
+	return o.store.open(ctx.State, &o.keys, o.name+"/contents")
 }
 
 // chain registers the window-end timer at ts unless an earlier one of the
 // current key is pending (a timer is pending while it is after current;
 // one at or before current has fired or fires in this pass).
 func (o *SlicedWindow[K, T]) chain(ts, current int64) {
-	if next, ok := o.next.Get(); ok && next > current && next <= ts {
+	if next, ok := o.store.next(); ok && next > current && next <= ts {
 		return
 	}
 	o.register(ts)
-	o.next.Update(ts)
+	o.store.setNext(ts)
 }
 
 // lastEnd returns the end of the latest window containing the slice at p.
@@ -212,24 +204,25 @@ func (o *SlicedWindow[K, T]) onTimer(ts int64, _ TimeDomain) error {
 		o.fire(Window{Start: end - o.size, End: end})
 	}
 	if o.store.drop(func(p int64) bool { return o.lastEnd(p)-1+o.lateness <= ts }) == 0 {
-		o.next.Clear()
 		return nil
 	}
-	o.starts = o.store.starts(o.starts[:0])
 	// The earliest window ending after ts that holds a slice: the next
 	// window end, or a later one when there is a gap in the key's data.
 	next := floorTo(end-o.size, o.offset, o.slide) + o.slide + o.size
 	if next-1 <= ts {
 		next += o.slide
 	}
-	for _, p := range o.starts {
-		if e := max(o.firstEnd(p), next); e <= o.lastEnd(p) {
-			o.chain(e-1, ts)
-			return nil
-		}
+	if e, ok := o.store.first(func(p int64) (int64, bool) {
+		e := max(o.firstEnd(p), next)
+		return e, e <= o.lastEnd(p)
+	}); ok {
+		o.chain(e-1, ts)
+		return nil
 	}
 	if o.lateness > 0 {
-		o.register(o.lastEnd(o.starts[0]) - 1 + o.lateness)
+		if first, ok := o.store.first(func(p int64) (int64, bool) { return p, true }); ok {
+			o.register(o.lastEnd(first) - 1 + o.lateness)
+		}
 	}
 	return nil
 }

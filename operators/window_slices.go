@@ -13,8 +13,13 @@ type sliceStore[K comparable, T any] interface {
 	// add adds v to the slice starting at p and reports whether the slice
 	// is new.
 	add(p int64, v T) bool
-	// starts appends the slice starts of the current key, in order, to dst.
-	starts(dst []int64) []int64
+	// first returns the first result fn gives (ok) for the current key's
+	// slice starts, in order.
+	first(fn func(p int64) (int64, bool)) (int64, bool)
+	// next and setNext keep the current key's pending window-end timer
+	// with its slices.
+	next() (int64, bool)
+	setNext(ts int64)
 	// fire emits the result of window w if any slice lies in it.
 	fire(key K, w Window) error
 	// drop removes the oldest slices while done holds for them (done must
@@ -29,6 +34,13 @@ type aggSlice[A any] struct {
 	Acc   A
 }
 
+// sliceSet is what aggSlices keeps per key: its slices in order and its
+// pending window-end timer (0: none).
+type sliceSet[A any] struct {
+	Next   int64
+	Slices []aggSlice[A]
+}
+
 // aggSlices keeps the accumulators of all slices of a key in one state
 // entry, in order: adding a record costs one state access whatever the
 // number of slices, and a window's result combines its slices without
@@ -37,7 +49,7 @@ type aggSlices[K comparable, T, A, R any] struct {
 	agg    AggregateFunction[T, A, R]
 	merger Merger[A]
 	out    Collector[WindowResult[K, R]]
-	st     state.Value[[]aggSlice[A]]
+	st     state.Value[sliceSet[A]]
 }
 
 func newAggSlices[K comparable, T, A, R any](agg AggregateFunction[T, A, R], out Collector[WindowResult[K, R]]) *aggSlices[K, T, A, R] {
@@ -46,7 +58,7 @@ func newAggSlices[K comparable, T, A, R any](agg AggregateFunction[T, A, R], out
 }
 
 func (s *aggSlices[K, T, A, R]) open(b state.Backend, keys *state.KeyContext[K], name string) error {
-	st, err := state.NewValue[K, []aggSlice[A]](b, keys, state.ValueDescriptor[[]aggSlice[A]]{Name: name})
+	st, err := state.NewValue[K, sliceSet[A]](b, keys, state.ValueDescriptor[sliceSet[A]]{Name: name})
 	s.st = st
 	return err
 }
@@ -68,27 +80,42 @@ func findSlice[A any](sl []aggSlice[A], p int64) (int, bool) {
 }
 
 func (s *aggSlices[K, T, A, R]) add(p int64, v T) bool {
-	sl, _ := s.st.Get()
+	set, _ := s.st.Get()
+	sl := set.Slices
 	i, found := findSlice(sl, p)
 	if found {
 		sl[i].Acc = s.agg.Add(v, sl[i].Acc)
 	} else {
-		sl = slices.Insert(sl, i, aggSlice[A]{Start: p, Acc: s.agg.Add(v, s.agg.CreateAccumulator())})
+		set.Slices = slices.Insert(sl, i, aggSlice[A]{Start: p, Acc: s.agg.Add(v, s.agg.CreateAccumulator())})
 	}
-	s.st.Update(sl)
+	s.st.Update(set)
 	return !found
 }
 
-func (s *aggSlices[K, T, A, R]) starts(dst []int64) []int64 {
-	sl, _ := s.st.Get()
-	for _, x := range sl {
-		dst = append(dst, x.Start)
+func (s *aggSlices[K, T, A, R]) first(fn func(p int64) (int64, bool)) (int64, bool) {
+	set, _ := s.st.Get()
+	for _, x := range set.Slices {
+		if r, ok := fn(x.Start); ok {
+			return r, true
+		}
 	}
-	return dst
+	return 0, false
+}
+
+func (s *aggSlices[K, T, A, R]) next() (int64, bool) {
+	set, ok := s.st.Get()
+	return set.Next, ok && set.Next != 0
+}
+
+func (s *aggSlices[K, T, A, R]) setNext(ts int64) {
+	set, _ := s.st.Get()
+	set.Next = ts
+	s.st.Update(set)
 }
 
 func (s *aggSlices[K, T, A, R]) fire(key K, w Window) error {
-	sl, _ := s.st.Get()
+	set, _ := s.st.Get()
+	sl := set.Slices
 	i, _ := findSlice(sl, w.Start)
 	j := i
 	for j < len(sl) && sl[j].Start < w.End {
@@ -110,7 +137,8 @@ func (s *aggSlices[K, T, A, R]) fire(key K, w Window) error {
 }
 
 func (s *aggSlices[K, T, A, R]) drop(done func(p int64) bool) int {
-	sl, _ := s.st.Get()
+	set, _ := s.st.Get()
+	sl := set.Slices
 	n := 0
 	for n < len(sl) && done(sl[n].Start) {
 		n++
@@ -119,9 +147,9 @@ func (s *aggSlices[K, T, A, R]) drop(done func(p int64) bool) int {
 	case n == len(sl):
 		s.st.Clear()
 	case n > 0:
-		keep := slices.Delete(sl, 0, n)
-		s.st.Update(keep)
-		return len(keep)
+		set.Slices = slices.Delete(sl, 0, n)
+		s.st.Update(set)
+		return len(set.Slices)
 	}
 	return len(sl) - n
 }
@@ -131,38 +159,63 @@ func (s *aggSlices[K, T, A, R]) drop(done func(p int64) bool) int {
 type listSlices[K comparable, T, O any] struct {
 	fn      ProcessWindowFunction[K, T, O]
 	out     Collector[O]
-	index   state.Value[[]int64]
+	index   state.Value[sliceIndex]
 	lists   state.NamespacedList[int64, T]
 	scratch []T
 }
 
 func (s *listSlices[K, T, O]) open(b state.Backend, keys *state.KeyContext[K], name string) error {
 	var err error
-	if s.index, err = state.NewValue[K, []int64](b, keys, state.ValueDescriptor[[]int64]{Name: name + "/slices"}); err != nil {
+	if s.index, err = state.NewValue[K, sliceIndex](b, keys, state.ValueDescriptor[sliceIndex]{Name: name + "/slices"}); err != nil {
 		return err
 	}
 	s.lists, err = state.NewNamespacedList[K, int64, T](b, keys, state.ListDescriptor[T]{Name: name})
 	return err
 }
 
+// sliceIndex is what listSlices keeps per key besides the lists: the
+// slice starts in order and the pending window-end timer (0: none).
+type sliceIndex struct {
+	Next   int64
+	Starts []int64
+}
+
 func (s *listSlices[K, T, O]) add(p int64, v T) bool {
-	idx, _ := s.index.Get()
-	i, found := slices.BinarySearch(idx, p)
+	ix, _ := s.index.Get()
+	i, found := slices.BinarySearch(ix.Starts, p)
 	if !found {
-		s.index.Update(slices.Insert(idx, i, p))
+		ix.Starts = slices.Insert(ix.Starts, i, p)
+		s.index.Update(ix)
 	}
 	s.lists.SetNamespace(p)
 	s.lists.Add(v)
 	return !found
 }
 
-func (s *listSlices[K, T, O]) starts(dst []int64) []int64 {
-	idx, _ := s.index.Get()
-	return append(dst, idx...)
+func (s *listSlices[K, T, O]) first(fn func(p int64) (int64, bool)) (int64, bool) {
+	ix, _ := s.index.Get()
+	for _, p := range ix.Starts {
+		if r, ok := fn(p); ok {
+			return r, true
+		}
+	}
+	return 0, false
+}
+
+func (s *listSlices[K, T, O]) next() (int64, bool) {
+	ix, ok := s.index.Get()
+	return ix.Next, ok && ix.Next != 0
+}
+
+func (s *listSlices[K, T, O]) setNext(ts int64) {
+	ix, _ := s.index.Get()
+	ix.Next = ts
+	s.index.Update(ix)
 }
 
 func (s *listSlices[K, T, O]) fire(key K, w Window) error {
-	idx, _ := s.index.Get()
+	ix, _ := s.index.Get()
+	idx := ix.Starts
 	s.scratch = s.scratch[:0]
 	for _, p := range idx {
 		if p >= w.Start && p < w.End {
@@ -181,7 +234,8 @@ func (s *listSlices[K, T, O]) fire(key K, w Window) error {
 }
 
 func (s *listSlices[K, T, O]) drop(done func(p int64) bool) int {
-	idx, _ := s.index.Get()
+	ix, _ := s.index.Get()
+	idx := ix.Starts
 	n := 0
 	for n < len(idx) && done(idx[n]) {
 		s.lists.SetNamespace(idx[n])
@@ -192,9 +246,9 @@ func (s *listSlices[K, T, O]) drop(done func(p int64) bool) int {
 	case n == len(idx):
 		s.index.Clear()
 	case n > 0:
-		keep := slices.Delete(idx, 0, n)
-		s.index.Update(keep)
-		return len(keep)
+		ix.Starts = slices.Delete(idx, 0, n)
+		s.index.Update(ix)
+		return len(ix.Starts)
 	}
 	return len(idx) - n
 }
