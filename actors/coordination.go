@@ -47,6 +47,8 @@ func (r *Runner) TriggerSavepoint(ctx context.Context, path string, stop bool) (
 	req := savepointReq{path: path, stop: stop, reply: make(chan savepointResult, 1)}
 	select {
 	case <-r.started:
+	case <-r.done:
+		return "", errors.New("actors: job ended before the savepoint")
 	case <-ctx.Done():
 		return "", ctx.Err()
 	}

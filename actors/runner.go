@@ -123,6 +123,9 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 		return slog.New(minLevel{r.cfg.Logger.Handler(), slog.LevelWarn}).With("component", "protoactor")
 	}))
 	defer r.system.Shutdown()
+	// Whatever happens, the job is over when Run returns: wake whoever
+	// waits for it.
+	defer r.stopOnce.Do(func() { close(r.done) })
 
 	if err := r.build(); err != nil {
 		r.closeOperators()
