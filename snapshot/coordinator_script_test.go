@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgedio/edged/internal/script"
 )
 
 // TestCoordinatorScripts runs testdata/coordinator/*.txt. Commands (times
@@ -27,8 +29,11 @@ import (
 //
 // Unless persist=manual, every Complete is answered at once with a
 // successful Persisted, whose actions follow the complete line.
+//
+// The scripts are run by internal/script; go test ./snapshot/ -run Script
+// -update rewrites their expected output with what the coordinator does.
 func TestCoordinatorScripts(t *testing.T) {
-	runScripts(t, "coordinator", func(t *testing.T) func(*command) (string, error) {
+	script.Run(t, "testdata/coordinator", func(*testing.T) func(*script.Command) (string, error) {
 		h := &coordHarness{}
 		return h.handle
 	})
@@ -44,15 +49,15 @@ type coordHarness struct {
 
 var epoch = time.UnixMilli(0).UTC()
 
-func (h *coordHarness) handle(cmd *command) (string, error) {
-	if cmd.name == "new" {
+func (h *coordHarness) handle(cmd *script.Command) (string, error) {
+	if cmd.Name == "new" {
 		return h.create(cmd)
 	}
 	if h.c == nil {
 		return "", errors.New("no coordinator: start with new")
 	}
-	if _, ok := cmd.args["t"]; ok {
-		d, err := cmd.duration("t", 0)
+	if cmd.Has("t") {
+		d, err := cmd.Duration("t")
 		if err != nil {
 			return "", err
 		}
@@ -62,24 +67,27 @@ func (h *coordHarness) handle(cmd *command) (string, error) {
 		h.now = d
 	}
 	now := epoch.Add(h.now)
-	switch cmd.name {
+	switch cmd.Name {
 	case "tick":
 		return h.print(now, h.c.Tick(now)), nil
 	case "ack":
-		in, err := h.ack(cmd)
+		task, err := parseTask(cmd.StringOr("task", ""))
+		if err != nil {
+			return "", err
+		}
+		in, err := h.ack(cmd, task)
 		if err != nil {
 			return "", err
 		}
 		return h.print(now, h.c.Step(now, in)), nil
 	case "ack-all":
-		id, err := cmd.int("id", 0)
+		id, err := cmd.IntOr("id", 0)
 		if err != nil {
 			return "", err
 		}
 		var out []string
 		for _, task := range h.tasks {
-			cmd.args["task"] = task.String()
-			in, err := h.ack(cmd)
+			in, err := h.ack(cmd, task)
 			if err != nil {
 				return "", err
 			}
@@ -90,50 +98,50 @@ func (h *coordHarness) handle(cmd *command) (string, error) {
 		}
 		return strings.Join(out, "\n"), nil
 	case "decline":
-		id, err := cmd.int("id", 0)
+		id, err := cmd.IntOr("id", 0)
 		if err != nil {
 			return "", err
 		}
-		task, err := parseTask(cmd.str("task", ""))
+		task, err := parseTask(cmd.StringOr("task", ""))
 		if err != nil {
 			return "", err
 		}
-		reason := errors.New(cmd.str("reason", "no space left on device"))
+		reason := errors.New(cmd.StringOr("reason", "no space left on device"))
 		return h.print(now, h.c.Step(now, Decline{Checkpoint: ID(id), Task: task, Reason: reason})), nil
 	case "savepoint":
-		stop, err := cmd.bool("stop")
+		stop, err := cmd.BoolOr("stop", false)
 		if err != nil {
 			return "", err
 		}
-		return h.print(now, h.c.Step(now, TriggerSavepoint{Path: cmd.str("path", ""), Stop: stop})), nil
+		return h.print(now, h.c.Step(now, TriggerSavepoint{Path: cmd.StringOr("path", ""), Stop: stop})), nil
 	case "persist":
-		id, err := cmd.int("id", 0)
+		id, err := cmd.IntOr("id", 0)
 		if err != nil {
 			return "", err
 		}
 		in := Persisted{Checkpoint: ID(id), Path: fmt.Sprintf("/data/chk-%d", id)}
-		if e, ok := cmd.lookup("err"); ok {
+		if e, ok := cmd.Lookup("err"); ok {
 			in = Persisted{Checkpoint: ID(id), Err: errors.New(e)}
 		}
 		return h.print(now, h.c.Step(now, in)), nil
 	case "task-failed":
-		task, err := parseTask(cmd.str("task", ""))
+		task, err := parseTask(cmd.StringOr("task", ""))
 		if err != nil {
 			return "", err
 		}
-		in := TaskFailed{Task: task, Err: errors.New(cmd.str("reason", "panic"))}
+		in := TaskFailed{Task: task, Err: errors.New(cmd.StringOr("reason", "panic"))}
 		return h.print(now, h.c.Step(now, in)), nil
 	case "recover":
 		var p Progress
-		n, err := cmd.int("next", 0)
+		n, err := cmd.IntOr("next", 0)
 		if err != nil {
 			return "", err
 		}
 		p.NextID = ID(n)
-		if p.Completed, err = parseIDs(cmd.str("completed", "")); err != nil {
+		if p.Completed, err = parseIDs(cmd.StringOr("completed", "")); err != nil {
 			return "", err
 		}
-		if p.Incomplete, err = parseIDs(cmd.str("incomplete", "")); err != nil {
+		if p.Incomplete, err = parseIDs(cmd.StringOr("incomplete", "")); err != nil {
 			return "", err
 		}
 		acts, err := h.c.Recover(p)
@@ -157,10 +165,10 @@ func (h *coordHarness) handle(cmd *command) (string, error) {
 		p := h.c.Progress()
 		return fmt.Sprintf("next=%d completed=%v history=%d", p.NextID, p.Completed, len(p.History)), nil
 	}
-	return "", fmt.Errorf("unknown command %q", cmd.name)
+	return "", fmt.Errorf("unknown command %q", cmd.Name)
 }
 
-func (h *coordHarness) create(cmd *command) (string, error) {
+func (h *coordHarness) create(cmd *script.Command) (string, error) {
 	cfg := DefaultConfig()
 	cfg.Dir = "/data"
 	var err error
@@ -170,29 +178,29 @@ func (h *coordHarness) create(cmd *command) (string, error) {
 		}
 	}
 	var e error
-	cfg.Interval, e = cmd.duration("interval", 0)
+	cfg.Interval, e = cmd.DurationOr("interval", 0)
 	must(e)
-	cfg.Timeout, e = cmd.duration("timeout", cfg.Timeout)
+	cfg.Timeout, e = cmd.DurationOr("timeout", cfg.Timeout)
 	must(e)
-	cfg.MinPause, e = cmd.duration("min-pause", 0)
+	cfg.MinPause, e = cmd.DurationOr("min-pause", 0)
 	must(e)
-	cfg.MaxConcurrent, e = cmd.int("max-concurrent", cfg.MaxConcurrent)
+	cfg.MaxConcurrent, e = cmd.IntOr("max-concurrent", cfg.MaxConcurrent)
 	must(e)
-	cfg.TolerableFailures, e = cmd.int("tolerable", cfg.TolerableFailures)
+	cfg.TolerableFailures, e = cmd.IntOr("tolerable", cfg.TolerableFailures)
 	must(e)
-	cfg.Retain, e = cmd.int("retain", cfg.Retain)
+	cfg.Retain, e = cmd.IntOr("retain", cfg.Retain)
 	must(e)
-	if m, ok := cmd.lookup("mode"); ok {
+	if m, ok := cmd.Lookup("mode"); ok {
 		must(cfg.Mode.UnmarshalText([]byte(m)))
 	}
-	h.manual = cmd.str("persist", "auto") == "manual"
-	h.metadata, e = cmd.bool("metadata")
+	h.manual = cmd.StringOr("persist", "auto") == "manual"
+	h.metadata, e = cmd.BoolOr("metadata", false)
 	must(e)
 	if err != nil {
 		return "", err
 	}
 	h.tasks = nil
-	for _, spec := range strings.Split(cmd.str("tasks", ""), ",") {
+	for _, spec := range strings.Split(cmd.StringOr("tasks", ""), ",") {
 		v, p, _ := strings.Cut(spec, ":")
 		n, err := strconv.Atoi(p)
 		if err != nil {
@@ -203,7 +211,7 @@ func (h *coordHarness) create(cmd *command) (string, error) {
 		}
 	}
 	var sources []TaskID
-	for _, v := range strings.Split(cmd.str("sources", ""), ",") {
+	for _, v := range strings.Split(cmd.StringOr("sources", ""), ",") {
 		for _, t := range h.tasks {
 			if t.Vertex == v {
 				sources = append(sources, t)
@@ -219,25 +227,22 @@ func (h *coordHarness) create(cmd *command) (string, error) {
 	return "ok", nil
 }
 
-func (h *coordHarness) ack(cmd *command) (Ack, error) {
-	id, err := cmd.int("id", 0)
+// ack reads the arguments of an ack, for task.
+func (h *coordHarness) ack(cmd *script.Command, task TaskID) (Ack, error) {
+	id, err := cmd.IntOr("id", 0)
 	if err != nil {
 		return Ack{}, err
 	}
-	task, err := parseTask(cmd.str("task", ""))
+	size, err := cmd.IntOr("size", 100)
 	if err != nil {
 		return Ack{}, err
 	}
-	size, err := cmd.int("size", 100)
-	if err != nil {
-		return Ack{}, err
-	}
-	align, err := cmd.duration("align", 0)
+	align, err := cmd.DurationOr("align", 0)
 	if err != nil {
 		return Ack{}, err
 	}
 	ops := []string{task.Vertex}
-	if o, ok := cmd.lookup("ops"); ok {
+	if o, ok := cmd.Lookup("ops"); ok {
 		ops = nil
 		if o != "" {
 			ops = strings.Split(o, ",")

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgedio/edged/internal/script"
 )
 
 // TestGeneratorScripts runs testdata/generator_*.txt. Commands:
@@ -15,34 +17,25 @@ import (
 //	event ts=T[,T...]   OnEvent for each timestamp (min and max allowed)
 //	emit                OnPeriodicEmit
 func TestGeneratorScripts(t *testing.T) {
-	runScripts(t, "generator_*.txt", func() func(*command) (string, error) {
+	script.Run(t, "testdata/generator_*.txt", func(*testing.T) func(*script.Command) (string, error) {
 		var g Generator
-		return func(c *command) (string, error) {
-			if g == nil && c.name != "bounded" && c.name != "monotonous" {
+		return func(c *script.Command) (string, error) {
+			if g == nil && c.Name != "bounded" && c.Name != "monotonous" {
 				return "", errors.New("no generator: start with bounded or monotonous")
 			}
-			switch c.name {
+			switch c.Name {
 			case "bounded":
-				if err := c.checkArgs("delay"); err != nil {
-					return "", err
-				}
-				d, err := c.duration("delay")
+				d, err := c.Duration("delay")
 				if err != nil {
 					return "", err
 				}
 				g = NewBoundedOutOfOrderness(d)
 				return "ok", nil
 			case "monotonous":
-				if err := c.checkArgs(); err != nil {
-					return "", err
-				}
 				g = NewMonotonous()
 				return "ok", nil
 			case "event":
-				if err := c.checkArgs("ts"); err != nil {
-					return "", err
-				}
-				ts, err := c.times("ts")
+				ts, err := times(c, "ts")
 				if err != nil {
 					return "", err
 				}
@@ -51,16 +44,13 @@ func TestGeneratorScripts(t *testing.T) {
 				}
 				return "ok", nil
 			case "emit":
-				if err := c.checkArgs(); err != nil {
-					return "", err
-				}
 				wm, ok := g.OnPeriodicEmit()
 				if !ok {
 					return fmt.Sprintf("nothing (last %s)", fmtTime(wm)), nil
 				}
 				return "wm=" + fmtTime(wm), nil
 			}
-			return "", fmt.Errorf("unknown command %q", c.name)
+			return "", fmt.Errorf("unknown command %q", c.Name)
 		}
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/edgedio/edged/internal/script"
 )
 
 // TestIdleDetectorScripts runs testdata/idle_*.txt. Commands:
@@ -12,40 +14,37 @@ import (
 //	event now=MS        OnEvent at processing time MS
 //	check now=MS        Check at processing time MS
 func TestIdleDetectorScripts(t *testing.T) {
-	runScripts(t, "idle_*.txt", func() func(*command) (string, error) {
+	script.Run(t, "testdata/idle_*.txt", func(*testing.T) func(*script.Command) (string, error) {
 		var d *IdleDetector
-		return func(c *command) (string, error) {
-			if d == nil && c.name != "detector" {
+		return func(c *script.Command) (string, error) {
+			if d == nil && c.Name != "detector" {
 				return "", errors.New("no detector: start with detector")
 			}
-			switch c.name {
+			switch c.Name {
 			case "detector":
-				if err := c.checkArgs("timeout"); err != nil {
-					return "", err
-				}
-				timeout, err := c.duration("timeout")
+				timeout, err := c.Duration("timeout")
 				if err != nil {
 					return "", err
 				}
 				d = NewIdleDetector(timeout)
 				return fmt.Sprintf("idle=%t", d.Idle()), nil
 			case "event":
-				if err := c.checkArgs("now"); err != nil {
+				now, err := times(c, "now")
+				if err != nil {
 					return "", err
 				}
-				now, err := c.times("now")
-				if err != nil || len(now) != 1 {
-					return "", fmt.Errorf("event needs one now= (%v)", err)
+				if len(now) != 1 {
+					return "", c.Errorf("needs one now=")
 				}
 				changed := d.OnEvent(now[0])
 				return fmt.Sprintf("changed=%t idle=%t", changed, d.Idle()), nil
 			case "check":
-				if err := c.checkArgs("now"); err != nil {
+				now, err := times(c, "now")
+				if err != nil {
 					return "", err
 				}
-				now, err := c.times("now")
-				if err != nil || len(now) != 1 {
-					return "", fmt.Errorf("check needs one now= (%v)", err)
+				if len(now) != 1 {
+					return "", c.Errorf("needs one now=")
 				}
 				idle, changed := d.Check(now[0])
 				if idle != d.Idle() {
@@ -53,7 +52,7 @@ func TestIdleDetectorScripts(t *testing.T) {
 				}
 				return fmt.Sprintf("idle=%t changed=%t", idle, changed), nil
 			}
-			return "", fmt.Errorf("unknown command %q", c.name)
+			return "", fmt.Errorf("unknown command %q", c.Name)
 		}
 	})
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgedio/edged/internal/script"
 )
 
 // TestMergerScripts runs testdata/merger_*.txt. Commands:
@@ -22,7 +24,7 @@ import (
 // reports a change, then the combined watermark, whether it advanced and
 // Idle.
 func TestMergerScripts(t *testing.T) {
-	runScripts(t, "merger_*.txt", func() func(*command) (string, error) {
+	script.Run(t, "testdata/merger_*.txt", func(*testing.T) func(*script.Command) (string, error) {
 		var m *Merger
 		result := func(combined int64, advanced bool) string {
 			var b strings.Builder
@@ -35,30 +37,24 @@ func TestMergerScripts(t *testing.T) {
 			fmt.Fprintf(&b, "combined=%s advanced=%t idle=%t", fmtTime(combined), advanced, m.Idle())
 			return b.String()
 		}
-		return func(c *command) (string, error) {
-			if c.name != "new" && m == nil {
+		return func(c *script.Command) (string, error) {
+			if c.Name != "new" && m == nil {
 				return "", errors.New("no merger: start with new")
 			}
-			switch c.name {
+			switch c.Name {
 			case "new":
-				if err := c.checkArgs("channels"); err != nil {
-					return "", err
-				}
-				n, err := c.int("channels")
+				n, err := c.Int("channels")
 				if err != nil {
 					return "", err
 				}
 				m = NewMerger(n)
 				return fmt.Sprintf("combined=%s idle=%t", fmtTime(m.Current()), m.Idle()), nil
 			case "wm":
-				if err := c.checkArgs("ch", "ts"); err != nil {
-					return "", err
-				}
-				ch, err := c.int("ch")
+				ch, err := c.Int("ch")
 				if err != nil {
 					return "", err
 				}
-				ts, err := c.times("ts")
+				ts, err := times(c, "ts")
 				if err != nil {
 					return "", err
 				}
@@ -67,14 +63,11 @@ func TestMergerScripts(t *testing.T) {
 				}
 				return result(m.Watermark(ch, ts[0])), nil
 			case "idle", "active":
-				if err := c.checkArgs("ch"); err != nil {
-					return "", err
-				}
-				ch, err := c.int("ch")
+				ch, err := c.Int("ch")
 				if err != nil {
 					return "", err
 				}
-				return result(m.SetIdle(ch, c.name == "idle")), nil
+				return result(m.SetIdle(ch, c.Name == "idle")), nil
 			case "show":
 				var b strings.Builder
 				for i := range m.chans {
@@ -84,7 +77,7 @@ func TestMergerScripts(t *testing.T) {
 				fmt.Fprintf(&b, "combined=%s idle=%t", fmtTime(m.Current()), m.Idle())
 				return b.String(), nil
 			}
-			return "", fmt.Errorf("unknown command %q", c.name)
+			return "", fmt.Errorf("unknown command %q", c.Name)
 		}
 	})
 }
