@@ -82,6 +82,11 @@ func (o *TimestampsAndWatermarks[T]) Collect(v T) {
 		o.ctx.EmitIdle(false)
 	}
 	o.out.Collect(v)
+	if o.strategy.PerEvent {
+		if wm, ok := o.gen.OnPeriodicEmit(); ok {
+			o.ctx.EmitWatermark(wm)
+		}
+	}
 }
 
 // ProcessWatermark forwards only the final watermark; this operator makes

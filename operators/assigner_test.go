@@ -203,3 +203,22 @@ func TestAssignerInvalidStrategy(t *testing.T) {
 		t.Fatal("Open accepted a negative out-of-orderness")
 	}
 }
+
+// With per-event emission a watermark follows every event that advances
+// it, without any processing time passing.
+func TestAssignerPerEventEmit(t *testing.T) {
+	s := watermark.ForBoundedOutOfOrderness(10*time.Millisecond, func(v int64) int64 { return v }).WithPerEventEmit()
+	h := operatorstest.New(func(out operators.Collector[int64]) operators.OneInput[int64] {
+		return operators.NewTimestampsAndWatermarks(s, out)
+	})
+	if err := h.Open(); err != nil {
+		t.Fatal(err)
+	}
+	for _, ts := range []int64{100, 90, 120, 120, 130} {
+		h.Process(ts, operators.NoTimestamp)
+	}
+	want := []int64{89, 109, 119}
+	if !slices.Equal(h.Watermarks, want) {
+		t.Fatalf("watermarks %v, want %v", h.Watermarks, want)
+	}
+}

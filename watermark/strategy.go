@@ -32,6 +32,11 @@ type Strategy[T any] struct {
 	// Generator.OnPeriodicEmit, which is also when idleness is checked.
 	// 0 means DefaultInterval (200ms); otherwise at least 1ms.
 	Interval time.Duration
+	// PerEvent also asks the generator for a watermark after every event,
+	// not only every Interval: watermarks then follow the data whatever
+	// the processing time (deterministic in tests, prompt for sparse
+	// sensors) at the cost of one call per record.
+	PerEvent bool
 
 	// maxOutOfOrderness is what ForBoundedOutOfOrderness was given, kept
 	// so that Validate can report it instead of NewGenerator panicking.
@@ -72,6 +77,13 @@ func (s Strategy[T]) WithIdleness(d time.Duration) Strategy[T] {
 // processing time (0: DefaultInterval).
 func (s Strategy[T]) WithInterval(d time.Duration) Strategy[T] {
 	s.Interval = d
+	return s
+}
+
+// WithPerEventEmit returns a copy of s that also emits a watermark after
+// every event that advances it.
+func (s Strategy[T]) WithPerEventEmit() Strategy[T] {
+	s.PerEvent = true
 	return s
 }
 
