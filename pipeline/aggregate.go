@@ -1,0 +1,139 @@
+package pipeline
+
+import (
+	"math"
+
+	"github.com/edgedio/edged/operators"
+)
+
+// aggAcc is the accumulator of one aggregate: the number of values, the
+// running value (sum, min, max, first or last) and, for first and last,
+// the timestamp of that value.
+type aggAcc struct {
+	N int64
+	V float64
+	T int64
+}
+
+// WindowAcc is the accumulator of a window's aggregates. It is exported
+// only so that the runtime's codec can encode it.
+type WindowAcc struct {
+	A [maxAggregates]aggAcc
+}
+
+// windowAgg folds rows into a WindowAcc, per the plan's aggregates. It
+// implements operators.AggregateFunction and operators.Merger.
+type windowAgg struct {
+	pl *plan
+}
+
+var (
+	_ operators.AggregateFunction[Row, WindowAcc, WindowAcc] = windowAgg{}
+	_ operators.Merger[WindowAcc]                            = windowAgg{}
+)
+
+func (windowAgg) CreateAccumulator() WindowAcc { return WindowAcc{} }
+
+// ts is the record's order for first and last: its event time, or 0 (then
+// arrival order decides).
+func (a windowAgg) ts(r *Row) int64 {
+	if a.pl.eventTime {
+		return r.Int(a.pl.ts.Slot)
+	}
+	return 0
+}
+
+func (a windowAgg) Add(r Row, acc WindowAcc) WindowAcc {
+	t := a.ts(&r)
+	for i := range a.pl.aggs {
+		s := &a.pl.aggs[i]
+		x := &acc.A[i]
+		if s.fn == "count" {
+			x.N++
+			continue
+		}
+		v := r.Number(s.field)
+		x.add(s.fn, v, t)
+	}
+	return acc
+}
+
+func (x *aggAcc) add(fn string, v float64, t int64) {
+	switch fn {
+	case "sum", "avg":
+		x.V += v
+	case "min":
+		if x.N == 0 || v < x.V {
+			x.V = v
+		}
+	case "max":
+		if x.N == 0 || v > x.V {
+			x.V = v
+		}
+	case "first":
+		if x.N == 0 || t < x.T {
+			x.V, x.T = v, t
+		}
+	case "last":
+		if x.N == 0 || t >= x.T {
+			x.V, x.T = v, t
+		}
+	}
+	x.N++
+}
+
+func (a windowAgg) Merge(l, r WindowAcc) WindowAcc {
+	for i := range a.pl.aggs {
+		x, y := &l.A[i], r.A[i]
+		if y.N == 0 {
+			continue
+		}
+		if x.N == 0 {
+			*x = y
+			continue
+		}
+		switch a.pl.aggs[i].fn {
+		case "count":
+			x.N += y.N
+			continue
+		case "first":
+			if y.T < x.T {
+				x.V, x.T = y.V, y.T
+			}
+		case "last":
+			if y.T >= x.T {
+				x.V, x.T = y.V, y.T
+			}
+		case "sum", "avg":
+			x.V += y.V
+		case "min":
+			x.V = math.Min(x.V, y.V)
+		case "max":
+			x.V = math.Max(x.V, y.V)
+		}
+		x.N += y.N
+	}
+	return l
+}
+
+func (windowAgg) Result(acc WindowAcc) WindowAcc { return acc }
+
+// row turns a window result into a result row of pl.winSchema.
+func (pl *plan) windowRow(w operators.WindowResult[string, WindowAcc]) Row {
+	var r Row
+	r.SetStr(pl.winKey.Slot, w.Key)
+	r.SetInt(pl.winStart.Slot, w.Window.Start)
+	r.SetInt(pl.winEnd.Slot, w.Window.End)
+	for i := range pl.aggs {
+		s, x := &pl.aggs[i], w.Value.A[i]
+		switch s.fn {
+		case "count":
+			r.SetInt(s.out.Slot, x.N)
+		case "avg":
+			r.SetFloat(s.out.Slot, x.V/float64(x.N))
+		default:
+			r.SetFloat(s.out.Slot, x.V)
+		}
+	}
+	return r
+}

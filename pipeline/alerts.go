@@ -1,0 +1,120 @@
+package pipeline
+
+import (
+	"github.com/edgedio/edged/operators"
+	"github.com/edgedio/edged/state"
+)
+
+// AlertState is a key's alert state. It is exported only so that the
+// runtime's codec can encode it.
+type AlertState struct {
+	// Since is when alert i's condition became true; valid if Active[i].
+	Since  [maxAlerts]int64
+	Active [maxAlerts]bool
+	Fired  [maxAlerts]bool
+	// Last is the time of the key's latest record; valid if Seen.
+	Last        int64
+	Seen        bool
+	SilentFired bool
+}
+
+// alertFn is the keyed process function of alerts and silent. A condition
+// "held for D" means it was true on every record of the key from the
+// record that made it true (at Since) until Since+D; the alert fires once
+// time reaches Since+D: either a record of the key with a timestamp at or
+// after it (before that record is looked at), or a timer when the
+// watermark (processing time without event time) passes it. A false record
+// re-arms the alert. Silent fires at Last+D when no record came by then.
+type alertFn struct {
+	pl    *plan
+	name  string
+	dead  operators.OutputTag[DeadLetter]
+	count *counters
+	ev    *evaluator
+	st    state.Value[AlertState]
+}
+
+func (f *alertFn) Open(rt *operators.KeyedRuntime[string]) error {
+	f.ev = newEvaluator(f.pl.schema)
+	var err error
+	f.st, err = state.NewValue(rt.Backend(), rt.Keys(), state.ValueDescriptor[AlertState]{Name: "alerts"})
+	return err
+}
+
+func (f *alertFn) now(ctx *operators.KeyedContext[string, Row]) int64 {
+	if f.pl.eventTime {
+		return ctx.Timestamp()
+	}
+	return ctx.CurrentProcessingTime()
+}
+
+func (f *alertFn) register(ctx *operators.KeyedContext[string, Row], ts int64) {
+	if f.pl.eventTime {
+		ctx.Timers().RegisterEventTimeTimer(ts)
+	} else {
+		ctx.Timers().RegisterProcessingTimeTimer(ts)
+	}
+}
+
+func (f *alertFn) emit(ctx *operators.KeyedContext[string, Row], name string, since, at int64) {
+	var r Row
+	pl := f.pl
+	r.SetStr(pl.alKey.Slot, ctx.CurrentKey())
+	r.SetStr(pl.alName.Slot, name)
+	r.SetInt(pl.alSince.Slot, since)
+	r.SetInt(pl.alAt.Slot, at)
+	ctx.Emit(r)
+}
+
+// fireDue emits what is due at time now.
+func (f *alertFn) fireDue(ctx *operators.KeyedContext[string, Row], s *AlertState, now int64) {
+	for i := range f.pl.alerts {
+		a := &f.pl.alerts[i]
+		if s.Active[i] && !s.Fired[i] && now >= s.Since[i]+a.forMs {
+			f.emit(ctx, a.name, s.Since[i], s.Since[i]+a.forMs)
+			s.Fired[i] = true
+		}
+	}
+	if f.pl.silentMs > 0 && s.Seen && !s.SilentFired && now >= s.Last+f.pl.silentMs {
+		f.emit(ctx, f.pl.silentName, s.Last, s.Last+f.pl.silentMs)
+		s.SilentFired = true
+	}
+}
+
+func (f *alertFn) ProcessElement(r Row, ctx *operators.KeyedContext[string, Row]) error {
+	s, _ := f.st.Get()
+	now := f.now(ctx)
+	f.fireDue(ctx, &s, now)
+	for i := range f.pl.alerts {
+		a := &f.pl.alerts[i]
+		ok, err := f.ev.test(&a.program, &r)
+		if err != nil {
+			f.count.dead.Add(1)
+			f.dead.Emit(ctx, DeadLetter{Pipeline: f.name, Err: "alert " + a.name + ": " + err.Error(), Payload: string(r.AppendJSON(nil, f.pl.schema))})
+			continue
+		}
+		switch {
+		case ok && !s.Active[i]:
+			s.Active[i], s.Fired[i], s.Since[i] = true, false, now
+			f.register(ctx, now+a.forMs)
+		case !ok:
+			s.Active[i], s.Fired[i] = false, false
+		}
+	}
+	if f.pl.silentMs > 0 && (!s.Seen || now >= s.Last) {
+		s.Last, s.Seen, s.SilentFired = now, true, false
+		f.register(ctx, now+f.pl.silentMs)
+	}
+	f.st.Update(s)
+	return nil
+}
+
+func (f *alertFn) OnTimer(ts int64, ctx *operators.KeyedContext[string, Row]) error {
+	s, ok := f.st.Get()
+	if !ok {
+		return nil
+	}
+	f.fireDue(ctx, &s, ts)
+	f.st.Update(s)
+	return nil
+}

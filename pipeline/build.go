@@ -1,0 +1,292 @@
+package pipeline
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/edgedio/edged/operators"
+	"github.com/edgedio/edged/stream"
+	"github.com/edgedio/edged/watermark"
+)
+
+// DeadLetter is a record that could not be processed: a malformed payload
+// or a record whose expression failed.
+type DeadLetter struct {
+	Pipeline string
+	Err      string
+	Payload  string
+}
+
+// line formats d as the JSON object the sinks write.
+func (d DeadLetter) line() string {
+	b := make([]byte, 0, 64+len(d.Payload)+len(d.Err))
+	b = append(b, `{"pipeline":`...)
+	b = appendJSONString(b, d.Pipeline)
+	b = append(b, `,"error":`...)
+	b = appendJSONString(b, d.Err)
+	b = append(b, `,"payload":`...)
+	b = appendJSONString(b, d.Payload)
+	return string(append(b, '}'))
+}
+
+// DeadLetterPrefix starts every dead-letter line of the stdout sink.
+const DeadLetterPrefix = "dead-letter: "
+
+// counters are the counts a built pipeline keeps; shared by its subtasks.
+type counters struct {
+	dead atomic.Int64
+}
+
+// Job is what Build made of a pipeline: counters to read while or after
+// the environment runs.
+type Job struct {
+	c *counters
+}
+
+// DeadLetters returns the number of records sent to the dead-letter
+// output so far.
+func (j *Job) DeadLetters() int64 { return j.c.dead.Load() }
+
+// EnvOptions returns the stream options a pipeline's environment needs:
+// parallelism, checkpointing (when checkpoint.dir is set), the restart
+// strategy and the state backend.
+func EnvOptions(cfg PipelineConfig) ([]stream.Option, error) {
+	opts := []stream.Option{stream.WithParallelism(max(cfg.Parallelism, 1))}
+	if cfg.Checkpoint.Dir != "" {
+		opts = append(opts, stream.WithCheckpointing(cfg.Checkpoint))
+	}
+	rs, err := cfg.Restart.New()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, stream.WithRestartStrategy(rs))
+	if cfg.StateBackend == "bolt" {
+		opts = append(opts, stream.WithBoltStateBackend(cfg.StateDir))
+	}
+	return opts, nil
+}
+
+// Build adds the job of one pipeline to env (create env with EnvOptions)
+// and writes the stdout sinks' lines to out, which must be safe for
+// concurrent writes if other code writes to it too (Build serialises its
+// own sinks). cfg is validated (and compiled) if it was not.
+func Build(cfg PipelineConfig, env *stream.Environment, out io.Writer) error {
+	_, err := BuildJob(cfg, env, out)
+	return err
+}
+
+// BuildJob is Build returning the Job for its counters.
+func BuildJob(cfg PipelineConfig, env *stream.Environment, out io.Writer) (*Job, error) {
+	if cfg.plan == nil {
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	pl := cfg.plan
+	if cfg.Source.MQTT != nil {
+		return nil, fmt.Errorf("pipeline %q: mqtt source: %w", cfg.Name, ErrNotAvailable)
+	}
+	for i, s := range cfg.Sinks {
+		if s.MQTT != nil {
+			return nil, fmt.Errorf("pipeline %q: sinks[%d]: mqtt sink: %w", cfg.Name, i, ErrNotAvailable)
+		}
+	}
+	b := &builder{cfg: &cfg, pl: pl, env: env, c: &counters{}, out: &lockedWriter{w: out},
+		dead: operators.NewOutputTag[DeadLetter]("dead-letter")}
+	var rows *stream.Stream[Row]
+	var prep *stream.Stream[Row]
+	uid := func(s string) string { return cfg.Name + "/" + s }
+	switch src := cfg.Source; {
+	case src.Generator != nil:
+		g := src.Generator
+		gen := stream.FromSource(env, uid("source"), func() operators.Source[Row] {
+			return generatorSource(operators.GeneratorConfig{Count: g.Count, Rate: g.Rate, Keys: g.Keys, Start: g.Start})
+		}).UID(uid("source"))
+		prep = prepare(b, gen, nil, nil)
+	case src.File != nil:
+		lines := stream.FromSource(env, uid("source"), func() operators.Source[string] {
+			return operators.NewLineFileSource(src.File.Path, func(line string) (string, error) { return line, nil })
+		}).UID(uid("source")).SetParallelism(1)
+		decode := pl.json.Decode
+		if pl.csv != nil {
+			decode = pl.csv.Decode
+		}
+		prep = prepare(b, lines, decode, func(s string) string { return s })
+	}
+	rows = prep
+	if pl.eventTime {
+		et := cfg.EventTime
+		slot := pl.ts.Slot
+		strategy := watermark.ForBoundedOutOfOrderness(et.MaxOutOfOrderness, func(r Row) int64 { return r.Int(slot) }).
+			WithIdleness(et.IdleTimeout)
+		rows = rows.AssignTimestampsAndWatermarks(uid("timestamps"), strategy)
+	}
+	sinkAll(b, "dead-letter", stream.SideOutput(prep, b.dead), DeadLetter.line, DeadLetterPrefix)
+
+	if !pl.keyed || (!pl.windowed && len(pl.alerts) == 0 && pl.silentMs == 0) {
+		s := pl.schema
+		sinkAll(b, "rows", rows, func(r Row) string { return string(r.AppendJSON(nil, s)) }, "")
+		return &Job{c: b.c}, nil
+	}
+	keySlot := pl.key.Slot
+	keyed := stream.KeyBy(rows, func(r Row) string { return r.Str(keySlot) })
+	if pl.windowed {
+		w := stream.Window(keyed, pl.assigner).AllowedLateness(pl.lateness)
+		res := stream.WindowAggregate(w, uid("window"), windowAgg{pl: pl}).UID(uid("window")).SetParallelism(cfg.Parallelism)
+		winRows := stream.Map(res, uid("window-rows"), func(r operators.WindowResult[string, WindowAcc]) (Row, error) {
+			return pl.windowRow(r), nil
+		})
+		s := pl.winSchema
+		sinkAll(b, "windows", winRows, func(r Row) string { return string(r.AppendJSON(nil, s)) }, "")
+	}
+	if len(pl.alerts) > 0 || pl.silentMs > 0 {
+		alerts := stream.KeyedProcess(keyed, uid("alerts"), func() operators.KeyedProcessFunction[string, Row, Row] {
+			return &alertFn{pl: pl, name: cfg.Name, dead: b.dead, count: b.c}
+		}).UID(uid("alerts")).SetParallelism(cfg.Parallelism)
+		sinkAll(b, "dead-letter-alerts", stream.SideOutput(alerts, b.dead), DeadLetter.line, DeadLetterPrefix)
+		s := pl.alertSchema
+		sinkAll(b, "alerts", alerts, func(r Row) string { return string(r.AppendJSON(nil, s)) }, "")
+	}
+	return &Job{c: b.c}, nil
+}
+
+type builder struct {
+	cfg  *PipelineConfig
+	pl   *plan
+	env  *stream.Environment
+	c    *counters
+	out  io.Writer
+	dead operators.OutputTag[DeadLetter]
+}
+
+// sinkAll connects s to every sink of the pipeline. what names the output
+// ("windows", "alerts", "dead-letter", "rows"): the file sink writes it to
+// <dir>/<what>.
+func sinkAll[T any](b *builder, what string, s *stream.Stream[T], format func(T) string, prefix string) {
+	for i, sc := range b.cfg.Sinks {
+		name := b.cfg.Name + "/sink-" + strconv.Itoa(i) + "-" + what
+		switch {
+		case sc.Stdout != nil:
+			f := format
+			if prefix != "" {
+				f = func(v T) string { return prefix + format(v) }
+			}
+			s.To(name, func() operators.Sink[T] { return operators.NewPrintSink(b.out, f) }).UID(name)
+		case sc.File != nil:
+			dir := filepath.Join(sc.File.Dir, what)
+			s.To(name, func() operators.Sink[T] { return operators.NewFileSink(dir, format) }).UID(name)
+		}
+	}
+}
+
+// lockedWriter serialises the writes of a pipeline's print sinks.
+type lockedWriter struct {
+	mu sync.Mutex // guards w
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// generatorSource emits the records of operators.SensorGenerator as Rows
+// of GeneratorSchema: record i has id "sensor_<i mod keys>", ts
+// (start + i/keys) seconds and a temp in [20, 40) hashed from i. The ids
+// are built once, so emitting allocates nothing.
+func generatorSource(cfg operators.GeneratorConfig) *operators.Generator[Row] {
+	if cfg.Keys == 0 {
+		cfg.Keys = operators.DefaultGeneratorKeys
+	}
+	if cfg.Start == 0 {
+		cfg.Start = operators.DefaultGeneratorStart
+	}
+	ids := make([]string, max(cfg.Keys, 1))
+	for k := range ids {
+		ids[k] = "sensor_" + strconv.Itoa(k)
+	}
+	keys, start := int64(len(ids)), cfg.Start
+	gs := GeneratorSchema()
+	id, temp, ts := gs.Field(0).Slot, gs.Field(1).Slot, gs.Field(2).Slot
+	return operators.NewGenerator(cfg, func(i int64) Row {
+		var r Row
+		r.SetStr(id, ids[i%keys])
+		r.SetInt(ts, (start+i/keys)*1000)
+		r.SetFloat(temp, GeneratorTemp(i))
+		return r
+	})
+}
+
+// GeneratorTemp is the temperature of the generator's record i, the same
+// as operators.SensorGenerator's: a SplitMix64 hash of i mapped to [20,
+// 40) with two decimals.
+func GeneratorTemp(i int64) float64 {
+	x := uint64(i) + 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	x ^= x >> 31
+	return float64(2000+x%2000) / 100
+}
+
+// prepareFn decodes (when decode is set), filters and computes, sending
+// what fails to the dead-letter side output.
+type prepareFn[T any] struct {
+	b      *builder
+	decode func(string, *Row) error
+	raw    func(T) string
+	ev     *evaluator
+}
+
+func prepare[T any](b *builder, in *stream.Stream[T], decode func(string, *Row) error, raw func(T) string) *stream.Stream[Row] {
+	name := b.cfg.Name + "/prepare"
+	return stream.Process(in, name, func() operators.ProcessFunction[T, Row] {
+		return &prepareFn[T]{b: b, decode: decode, raw: raw}
+	})
+}
+
+func (f *prepareFn[T]) Open(*operators.Context) error {
+	f.ev = newEvaluator(f.b.pl.schema)
+	return nil
+}
+
+func (f *prepareFn[T]) fail(ctx *operators.ProcessContext[Row], payload string, err error) {
+	f.b.c.dead.Add(1)
+	f.b.dead.Emit(ctx, DeadLetter{Pipeline: f.b.cfg.Name, Err: err.Error(), Payload: payload})
+}
+
+func (f *prepareFn[T]) ProcessElement(v T, ctx *operators.ProcessContext[Row]) error {
+	var r Row
+	if f.decode != nil {
+		line := f.raw(v)
+		if err := f.decode(line, &r); err != nil {
+			f.fail(ctx, line, err)
+			return nil
+		}
+	} else {
+		r = any(v).(Row)
+	}
+	pl := f.b.pl
+	if pl.filter != nil {
+		ok, err := f.ev.test(pl.filter, &r)
+		if err != nil {
+			f.fail(ctx, string(r.AppendJSON(nil, pl.in)), fmt.Errorf("filter: %w", err))
+			return nil
+		}
+		if !ok {
+			return nil
+		}
+	}
+	for i := range pl.compute {
+		if err := f.ev.compute(&pl.compute[i], &r); err != nil {
+			f.fail(ctx, string(r.AppendJSON(nil, pl.in)), err)
+			return nil
+		}
+	}
+	ctx.Emit(r)
+	return nil
+}

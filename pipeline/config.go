@@ -1,0 +1,233 @@
+package pipeline
+
+import (
+	"time"
+
+	"github.com/edgedio/edged/snapshot"
+)
+
+// Config is a node config: the YAML file edged loads. Only the
+// `pipelines:` section exists so far. Load it with Load; Validate checks it
+// and compiles every pipeline.
+type Config struct {
+	// Pipelines are the declared pipelines; at least one.
+	Pipelines []PipelineConfig `yaml:"pipelines"`
+}
+
+// PipelineConfig declares one pipeline (YAML `pipelines[i]`). Start from
+// DefaultPipelineConfig when building one in Go.
+type PipelineConfig struct {
+	// Name identifies the pipeline; it names the job and prefixes operator
+	// UIDs, so it must be unique and should not change. Required.
+	Name string `yaml:"name"`
+	// Parallelism of the keyed operators and sinks. Default 1.
+	Parallelism int `yaml:"parallelism"`
+	// Source is where records come from: exactly one of its blocks.
+	Source SourceConfig `yaml:"source"`
+	// EventTime makes the pipeline run on event time from a field.
+	// Without it windows and alerts use processing time.
+	EventTime *EventTimeConfig `yaml:"event_time"`
+	// Key is the string field the pipeline is keyed by. Required with a
+	// window, alerts or silent.
+	Key string `yaml:"key"`
+	// Filter is a boolean expression; records for which it is false are
+	// dropped. Evaluated after decoding and before Compute.
+	Filter string `yaml:"filter"`
+	// Compute adds fields, in order, each from an expression over the
+	// fields before it. Its type is the expression's (float, int, bool or
+	// string).
+	Compute Exprs `yaml:"compute"`
+	// Window aggregates each key's records per window.
+	Window *WindowConfig `yaml:"window"`
+	// Alerts fire when a condition holds for a key for a duration.
+	Alerts []AlertConfig `yaml:"alerts"`
+	// Silent fires when a key sends nothing for a duration.
+	Silent *SilentConfig `yaml:"silent"`
+	// Sinks receive window results, alerts and dead letters. At least
+	// one.
+	Sinks []SinkConfig `yaml:"sinks"`
+	// Checkpoint configures checkpoints (package snapshot); default
+	// snapshot.DefaultConfig (off).
+	Checkpoint snapshot.Config `yaml:"checkpoint"`
+	// Restart configures the restart strategy; default
+	// snapshot.DefaultRestartConfig.
+	Restart snapshot.RestartConfig `yaml:"restart"`
+	// StateBackend is "memory" (default) or "bolt".
+	StateBackend string `yaml:"state_backend"`
+	// StateDir is the directory of the bolt backend; required with it.
+	StateDir string `yaml:"state_dir"`
+
+	plan *plan // set by Validate
+}
+
+// DefaultPipelineConfig returns a PipelineConfig with the defaults: the
+// snapshot defaults, parallelism 1, memory state.
+func DefaultPipelineConfig() PipelineConfig {
+	var p PipelineConfig
+	p.setDefaults()
+	return p
+}
+
+func (p *PipelineConfig) setDefaults() {
+	p.Parallelism = 1
+	p.Checkpoint = snapshot.DefaultConfig()
+	p.Restart = snapshot.DefaultRestartConfig()
+	p.StateBackend = "memory"
+}
+
+// SourceConfig holds exactly one source block.
+type SourceConfig struct {
+	Generator *GeneratorSourceConfig `yaml:"generator"`
+	File      *FileSourceConfig      `yaml:"file"`
+	MQTT      *MQTTSourceConfig      `yaml:"mqtt"`
+}
+
+// GeneratorSourceConfig is the deterministic sensor generator
+// (operators.SensorGenerator). Its rows have the fields id (string), temp
+// (float, in [20, 40)) and ts (time).
+type GeneratorSourceConfig struct {
+	// Count is the number of records; 0 means unbounded.
+	Count int64 `yaml:"count"`
+	// Rate is records per second; 0 means as fast as possible.
+	Rate float64 `yaml:"rate"`
+	// Keys is the number of sensors; default 1000.
+	Keys int `yaml:"keys"`
+	// Start is the first timestamp in unix seconds; default 1547718199.
+	Start int64 `yaml:"start"`
+}
+
+// FileSourceConfig reads a file of lines (JSON objects or CSV), once.
+type FileSourceConfig struct {
+	// Path of the file. Required.
+	Path string `yaml:"path"`
+	// Format is "json" or "csv". Required.
+	Format string `yaml:"format"`
+	// Delimiter of csv; default ",". One byte.
+	Delimiter string `yaml:"delimiter"`
+	// Fields is the schema of the decoded rows. Required.
+	Fields Fields `yaml:"fields"`
+}
+
+// MQTTSourceConfig subscribes to an MQTT broker. Parsed and validated;
+// Build reports ErrNotAvailable.
+type MQTTSourceConfig struct {
+	// Broker URL: tcp://, ssl://, ws:// or wss:// host:port. Empty means
+	// the embedded broker.
+	Broker string `yaml:"broker"`
+	// Topics to subscribe to; + and # wildcards allowed. At least one.
+	Topics []string `yaml:"topics"`
+	// QoS is 0, 1 or 2; default 1.
+	QoS int `yaml:"qos"`
+	// ClientID of the subscription; default the pipeline name.
+	ClientID string `yaml:"client_id"`
+	// Format is "json" or "csv". Required.
+	Format string `yaml:"format"`
+	// Delimiter of csv; default ",".
+	Delimiter string `yaml:"delimiter"`
+	// Fields is the schema of the decoded rows. Required.
+	Fields Fields `yaml:"fields"`
+}
+
+// Fields is the ordered field mapping of a decoded source. In YAML it is a
+// mapping from field name to either a type (`temp: float`: JSON key
+// `temp`, or the CSV column at the field's position) or a block
+// `{type, path, column, unit}`: `path` is a JSON key path like `$.a.b`,
+// `column` a 0-based CSV column, `unit` is `ms` (default) or `s` for time
+// fields given as numbers (strings are read as RFC 3339).
+type Fields []FieldConfig
+
+// FieldConfig is one entry of Fields.
+type FieldConfig struct {
+	Name   string
+	Type   string `yaml:"type"`
+	Path   string `yaml:"path"`
+	Column *int   `yaml:"column"`
+	Unit   string `yaml:"unit"`
+}
+
+// EventTimeConfig takes event time from a field.
+type EventTimeConfig struct {
+	// Field is a time or int (ms) field. Required.
+	Field string `yaml:"field"`
+	// MaxOutOfOrderness is how late records may arrive; default 0.
+	MaxOutOfOrderness time.Duration `yaml:"max_out_of_orderness"`
+	// IdleTimeout marks the source idle after this long without
+	// records; default 0 (never).
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+}
+
+// Exprs is an ordered `name: expression` mapping.
+type Exprs []NamedExpr
+
+// NamedExpr is one `name: expression` entry of compute.
+type NamedExpr struct {
+	Name string
+	Expr string
+}
+
+// WindowConfig windows each key's records and aggregates them.
+type WindowConfig struct {
+	// Type is tumbling, sliding or session. Required.
+	Type string `yaml:"type"`
+	// Size of tumbling and sliding windows.
+	Size time.Duration `yaml:"size"`
+	// Slide of sliding windows.
+	Slide time.Duration `yaml:"slide"`
+	// Gap of session windows.
+	Gap time.Duration `yaml:"gap"`
+	// AllowedLateness keeps windows for late records; default 0.
+	AllowedLateness time.Duration `yaml:"allowed_lateness"`
+	// Aggregates computed per window; at least one, at most 8.
+	Aggregates []AggregateConfig `yaml:"aggregates"`
+}
+
+// AggregateConfig is one aggregate of a window.
+type AggregateConfig struct {
+	// Name of the output field. Required.
+	Name string `yaml:"name"`
+	// Fn is count, sum, avg, min, max, first or last.
+	Fn string `yaml:"fn"`
+	// Field is the numeric input field; not used by count.
+	Field string `yaml:"field"`
+}
+
+// AlertConfig fires once when When has held for a key for For (every
+// record of the key in that time satisfying it); it may fire again after
+// When was false.
+type AlertConfig struct {
+	Name string        `yaml:"name"`
+	When string        `yaml:"when"`
+	For  time.Duration `yaml:"for"`
+}
+
+// SilentConfig fires when a key sends no record for For.
+type SilentConfig struct {
+	// Name of the alert; default "silent".
+	Name string        `yaml:"name"`
+	For  time.Duration `yaml:"for"`
+}
+
+// SinkConfig holds exactly one sink block.
+type SinkConfig struct {
+	Stdout *StdoutSinkConfig `yaml:"stdout"`
+	File   *FileSinkConfig   `yaml:"file"`
+	MQTT   *MQTTSinkConfig   `yaml:"mqtt"`
+}
+
+// StdoutSinkConfig prints JSON lines to the writer given to Build.
+type StdoutSinkConfig struct{}
+
+// FileSinkConfig writes JSON lines exactly once (operators.NewFileSink)
+// under Dir: windows/, alerts/ and dead-letter/.
+type FileSinkConfig struct {
+	Dir string `yaml:"dir"`
+}
+
+// MQTTSinkConfig publishes results. Parsed and validated; Build reports
+// ErrNotAvailable.
+type MQTTSinkConfig struct {
+	// Topic, with {field} placeholders of result fields.
+	Topic string `yaml:"topic"`
+	// QoS is 0, 1 or 2; default 1.
+	QoS int `yaml:"qos"`
+}

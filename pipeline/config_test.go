@@ -1,0 +1,149 @@
+package pipeline
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestShippedConfigsLoad(t *testing.T) {
+	files, err := filepath.Glob("../configs/*.yaml")
+	if err != nil || len(files) < 4 {
+		t.Fatalf("configs: %v %v", files, err)
+	}
+	for _, f := range files {
+		cfg, err := Load(f)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		for _, p := range cfg.Pipelines {
+			if p.plan == nil {
+				t.Errorf("%s: pipeline %s not compiled", f, p.Name)
+			}
+		}
+	}
+}
+
+const goodPipeline = `
+pipelines:
+  - name: p
+    source:
+      generator: {count: 10}
+    event_time: {field: ts}
+    key: id
+    window:
+      type: tumbling
+      size: 10s
+      aggregates: [{name: n, fn: count}]
+    sinks: [{stdout: {}}]
+`
+
+func TestBadConfigs(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(string) string
+		want []string // every problem, in order
+	}{
+		{"bad duration", func(s string) string { return strings.Replace(s, "size: 10s", `size: "1x"`, 1) },
+			[]string{`pipelines[0].window.size: "1x" is not a duration`}},
+		{"unknown keys", func(s string) string {
+			return strings.Replace(strings.Replace(s, "key: id", "key: id\n    colour: red", 1), "type: tumbling", "type: tumbling\n      sise: 1s", 1)
+		}, []string{`pipelines[0].colour: unknown key`, `pipelines[0].window.sise: unknown key`}},
+		{"wrong types", func(s string) string { return strings.Replace(s, "count: 10", "count: ten", 1) },
+			[]string{`pipelines[0].source.generator.count: "ten" is not an integer`}},
+		{"unknown field and fn", func(s string) string {
+			return strings.Replace(s, "{name: n, fn: count}", "{name: n, fn: median, field: temp}, {name: m, fn: avg, field: humidity}", 1)
+		}, []string{
+			`pipelines[0].window.aggregates[0].fn: "median" must be count, sum, avg, min, max, first or last`,
+			`pipelines[0].window.aggregates[1].field: "humidity" is not a field (have id, temp, ts)`,
+		}},
+		{"key type", func(s string) string { return strings.Replace(s, "key: id", "key: temp", 1) },
+			[]string{`pipelines[0].key: field "temp" is a float, want string`}},
+		{"bad expression", func(s string) string { return strings.Replace(s, "key: id", "key: id\n    filter: temp +", 1) },
+			[]string{`pipelines[0].filter: "temp +": unexpected token EOF (1:6)`}},
+		{"filter not bool", func(s string) string { return strings.Replace(s, "key: id", "key: id\n    filter: temp + 1", 1) },
+			[]string{`pipelines[0].filter: "temp + 1": expected bool, but got float64`}},
+		{"two sources and no sink", func(s string) string {
+			return strings.Replace(strings.Replace(s, "generator: {count: 10}", "generator: {count: 10}\n      file: {path: x, format: json, fields: {a: int}}", 1), "sinks: [{stdout: {}}]", "sinks: []", 1)
+		}, []string{`pipelines[0].source: must have exactly one of generator, file, mqtt`, `pipelines[0].event_time.field: "ts" is not a field (have none)`, `pipelines[0].key: "id" is not a field (have none)`, `pipelines[0].sinks: at least one sink is required`}},
+		{"checkpoint and restart", func(s string) string {
+			return s + "    checkpoint: {interval: 5s, min_pause: 10s, mode: twice}\n    restart: {strategy: sometimes}\n    state_backend: bolt\n"
+		}, []string{
+			`pipelines[0].checkpoint.mode: "twice" must be exactly_once or at_least_once`,
+			`pipelines[0].checkpoint.interval: (5s) must exceed checkpoint.min_pause (10s)`,
+			`pipelines[0].checkpoint.dir: must be set when checkpoint.interval is set`,
+			`pipelines[0].restart.strategy: ("sometimes") must be none, fixed_delay or failure_rate`,
+			`pipelines[0].state_dir: is required with state_backend bolt`,
+		}},
+		{"checkpoint semantics", func(s string) string {
+			return s + "    checkpoint: {interval: 5s, min_pause: 10s}\n    state_backend: bolt\n"
+		}, []string{
+			`pipelines[0].checkpoint.interval: (5s) must exceed checkpoint.min_pause (10s)`,
+			`pipelines[0].checkpoint.dir: must be set when checkpoint.interval is set`,
+			`pipelines[0].state_dir: is required with state_backend bolt`,
+		}},
+		{"mqtt", func(s string) string {
+			return strings.Replace(s, "generator: {count: 10}", "mqtt: {broker: 'http://x', topics: ['a/#/b', 's+/x'], qos: 3, format: json, fields: {id: string, ts: {type: time, column: 2}}}", 1)
+		}, []string{
+			`pipelines[0].source.mqtt.broker: "http://x" must be a tcp://, ssl://, mqtt://, mqtts://, ws:// or wss:// URL`,
+			`pipelines[0].source.mqtt.topics[0]: "a/#/b" may have # only as its last level`,
+			`pipelines[0].source.mqtt.topics[1]: "s+/x" may have + only as a whole level`,
+			`pipelines[0].source.mqtt.qos: (3) must be 0, 1 or 2`,
+			`pipelines[0].source.mqtt.fields.ts.column: applies only to format csv`,
+		}},
+		{"window shape", func(s string) string {
+			return strings.Replace(s, "size: 10s", "size: 10s\n      gap: 1s\n      allowed_lateness: -1s", 1)
+		}, []string{`pipelines[0].window.gap: does not apply to tumbling windows`, `pipelines[0].window.allowed_lateness: (-1s) must not be negative`}},
+		{"alerts", func(s string) string {
+			return s + "    alerts: [{name: a, when: 'temp > 1', for: 0s}, {name: a, when: 'id', for: 1s}]\n"
+		}, []string{
+			`pipelines[0].alerts[0].for: (0s) must be positive`,
+			`pipelines[0].alerts[1].name: "a" is taken`,
+			`pipelines[0].alerts[1].when: "id": expected bool, but got string`,
+		}},
+		{"syntax", func(string) string { return "pipelines: [" }, []string{`line 1: did not find expected node content`}},
+		{"empty", func(string) string { return "" }, []string{`pipelines: at least one pipeline is required`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.edit(goodPipeline)))
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("err = %v, want *ConfigError", err)
+			}
+			if !errors.Is(err, ErrInvalidConfig) || ce.ExitCode() != 2 {
+				t.Errorf("not ErrInvalidConfig with exit code 2")
+			}
+			var got []string
+			for _, p := range ce.Problems {
+				got = append(got, p.Error())
+			}
+			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}
+
+func TestGoodPipelineParses(t *testing.T) {
+	cfg, err := Parse([]byte(goodPipeline))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.Pipelines[0]; p.Checkpoint.Retain != 2 || p.Restart.Strategy != "failure_rate" || p.Parallelism != 1 {
+		t.Errorf("defaults not applied: %+v", p)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(goodPipeline))
+	f.Add([]byte("pipelines: [{name: x, source: {file: {path: a, format: csv, fields: {a: int}}}}]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := Parse(data)
+		if err == nil && cfg == nil {
+			t.Fatal("nil config without error")
+		}
+	})
+}

@@ -1,0 +1,24 @@
+// Package pipeline owns the declared pipelines of edged: the YAML schema of
+// a node config's `pipelines:` section (Config, Load, Validate), the Row
+// type whose Schema is resolved once when the config loads, the payload
+// decoders (JSON and CSV straight into a Row, no map per message), and
+// Build, which turns one PipelineConfig into a job on the typed runtime of
+// package stream.
+//
+// Per record, a built pipeline decodes, filters and computes in one
+// process function, assigns event time, keys by a string field, and feeds
+// windows (WindowAggregate) and alerts (KeyedProcess with timers). No
+// logging and no reflection run per record; expressions are compiled once
+// at load (expr-lang/expr). Evaluating an expression boxes the field values
+// it reads, which allocates; decoding does not.
+//
+// Malformed payloads and records whose expressions fail are counted
+// (Job.DeadLetters) and sent to a dead-letter side output; the stdout sink
+// prints them as lines starting with "dead-letter: " followed by a JSON
+// object {"pipeline", "error", "payload"}, and the file sink writes them to
+// the "dead-letter" subdirectory.
+//
+// Concurrency: Config values are plain data. Schema and compiled programs
+// are immutable after Load and shared by all subtasks; every decoder and
+// evaluator belongs to one subtask, created in its Open.
+package pipeline

@@ -1,0 +1,78 @@
+package pipeline
+
+import (
+	"errors"
+	"strings"
+)
+
+// Sentinel errors of package pipeline.
+var (
+	// ErrMalformed is wrapped by every decoding error: the payload is not
+	// what the pipeline's format and fields say.
+	ErrMalformed = errors.New("pipeline: malformed payload")
+	// ErrNotAvailable is returned by Build for a configured feature that is
+	// parsed and validated but not implemented yet (the MQTT source and
+	// sink).
+	ErrNotAvailable = errors.New("pipeline: not available yet")
+	// ErrInvalidConfig is wrapped by ConfigError.
+	ErrInvalidConfig = errors.New("pipeline: invalid config")
+)
+
+// Problem is one finding of Load or Validate: the YAML key path and what is
+// wrong there.
+type Problem struct {
+	// Path is the key path, as `pipelines[0].window.size`.
+	Path string
+	// Msg says what is wrong.
+	Msg string
+}
+
+// Error returns "path: msg".
+func (p Problem) Error() string {
+	if p.Path == "" {
+		return p.Msg
+	}
+	return p.Path + ": " + p.Msg
+}
+
+// ConfigError is the error of Load and Validate: every problem found, in
+// document order. A CLI exits with status 2 when errors.As finds one.
+type ConfigError struct {
+	// File is the config file, when known.
+	File string
+	// Problems holds every problem found; never empty.
+	Problems []Problem
+}
+
+// Error lists the problems, one per line.
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File)
+		b.WriteString(": ")
+	}
+	b.WriteString("invalid config:")
+	for _, p := range e.Problems {
+		b.WriteString("\n  ")
+		b.WriteString(p.Error())
+	}
+	return b.String()
+}
+
+// Unwrap lets errors.Is match ErrInvalidConfig.
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// ExitCode is the process exit status for a config error: 2.
+func (e *ConfigError) ExitCode() int { return 2 }
+
+// problems collects Problems.
+type problems []Problem
+
+func (p *problems) add(path, msg string) { *p = append(*p, Problem{Path: path, Msg: msg}) }
+
+func (p problems) err(file string) error {
+	if len(p) == 0 {
+		return nil
+	}
+	return &ConfigError{File: file, Problems: p}
+}

@@ -1,0 +1,5 @@
+package pipeline
+
+import "encoding/json"
+
+var jsonUnmarshal = json.Unmarshal

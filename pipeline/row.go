@@ -1,0 +1,317 @@
+package pipeline
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+)
+
+// Type is the type of a Row field.
+type Type uint8
+
+// Field types. Time is event time in milliseconds since the Unix epoch.
+const (
+	String Type = iota + 1
+	Float
+	Int
+	Bool
+	Time
+)
+
+// String returns the YAML spelling of t.
+func (t Type) String() string {
+	switch t {
+	case String:
+		return "string"
+	case Float:
+		return "float"
+	case Int:
+		return "int"
+	case Bool:
+		return "bool"
+	case Time:
+		return "time"
+	}
+	return "Type(" + strconv.Itoa(int(t)) + ")"
+}
+
+// parseType parses the YAML spelling of a type.
+func parseType(s string) (Type, bool) {
+	switch s {
+	case "string":
+		return String, true
+	case "float":
+		return Float, true
+	case "int":
+		return Int, true
+	case "bool":
+		return Bool, true
+	case "time":
+		return Time, true
+	}
+	return 0, false
+}
+
+// Capacity of a Row: numeric (float, int, bool, time) and string slots.
+const (
+	MaxNumFields = 16
+	MaxStrFields = 8
+)
+
+// Field is one field of a Schema: its name, type and the slot of the Row
+// holding it (a string slot for String, a numeric slot otherwise).
+type Field struct {
+	Name string
+	Type Type
+	Slot int
+}
+
+// Schema is the ordered list of a row's fields, resolved once when a config
+// loads. It is immutable once built and safe to share.
+type Schema struct {
+	fields []Field
+	nNum   int
+	nStr   int
+}
+
+// Fields returns the fields in order. The slice must not be modified.
+func (s *Schema) Fields() []Field { return s.fields }
+
+// Len returns the number of fields.
+func (s *Schema) Len() int { return len(s.fields) }
+
+// Index returns the position of the field named name, or -1.
+func (s *Schema) Index(name string) int {
+	for i := range s.fields {
+		if s.fields[i].Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Field returns the i-th field.
+func (s *Schema) Field(i int) Field { return s.fields[i] }
+
+// add appends a field and gives it a slot; it fails when the name is taken
+// or the row is full.
+func (s *Schema) add(name string, t Type) (Field, error) {
+	if s.Index(name) >= 0 {
+		return Field{}, fmt.Errorf("field %q is defined twice", name)
+	}
+	f := Field{Name: name, Type: t}
+	if t == String {
+		if s.nStr == MaxStrFields {
+			return Field{}, fmt.Errorf("more than %d string fields", MaxStrFields)
+		}
+		f.Slot = s.nStr
+		s.nStr++
+	} else {
+		if s.nNum == MaxNumFields {
+			return Field{}, fmt.Errorf("more than %d numeric fields", MaxNumFields)
+		}
+		f.Slot = s.nNum
+		s.nNum++
+	}
+	s.fields = append(s.fields, f)
+	return f, nil
+}
+
+// clone returns a copy of s that can be extended without touching s.
+func (s *Schema) clone() *Schema {
+	c := *s
+	c.fields = append([]Field(nil), s.fields...)
+	return &c
+}
+
+// Row is one record of a declared pipeline: the values of its Schema's
+// fields, held positionally in fixed arrays so that a Row is a plain value
+// (copying it allocates nothing). Numeric fields (float, int, bool, time)
+// share the num slots as raw bits; strings have their own slots. A Row does
+// not know its schema: the accessors take the slot resolved at load.
+type Row struct {
+	num [MaxNumFields]uint64
+	str [MaxStrFields]string
+}
+
+// Float returns the float in numeric slot i.
+func (r *Row) Float(i int) float64 { return math.Float64frombits(r.num[i]) }
+
+// Int returns the int (or time, in ms) in numeric slot i.
+func (r *Row) Int(i int) int64 { return int64(r.num[i]) }
+
+// Bool returns the bool in numeric slot i.
+func (r *Row) Bool(i int) bool { return r.num[i] != 0 }
+
+// Str returns the string in string slot i.
+func (r *Row) Str(i int) string { return r.str[i] }
+
+// SetFloat sets numeric slot i.
+func (r *Row) SetFloat(i int, v float64) { r.num[i] = math.Float64bits(v) }
+
+// SetInt sets numeric slot i to an int or a time in ms.
+func (r *Row) SetInt(i int, v int64) { r.num[i] = uint64(v) }
+
+// SetBool sets numeric slot i.
+func (r *Row) SetBool(i int, v bool) {
+	r.num[i] = 0
+	if v {
+		r.num[i] = 1
+	}
+}
+
+// SetStr sets string slot i.
+func (r *Row) SetStr(i int, v string) { r.str[i] = v }
+
+// Number returns field f as a float64, for aggregates: floats as they are,
+// ints and times converted, bools as 0 or 1.
+func (r *Row) Number(f Field) float64 {
+	switch f.Type {
+	case Float:
+		return r.Float(f.Slot)
+	case Int, Time:
+		return float64(r.Int(f.Slot))
+	case Bool:
+		return float64(r.num[f.Slot])
+	}
+	return 0
+}
+
+// Value returns field f boxed, for expressions and formatting. It
+// allocates for most values; it is not for the decode path.
+func (r *Row) Value(f Field) any {
+	switch f.Type {
+	case String:
+		return r.str[f.Slot]
+	case Float:
+		return r.Float(f.Slot)
+	case Int, Time:
+		return r.Int(f.Slot)
+	case Bool:
+		return r.Bool(f.Slot)
+	}
+	return nil
+}
+
+// AppendJSON appends r as a JSON object with the fields of s in order.
+// Times are written as milliseconds. A NaN or infinite float is written as
+// null.
+func (r *Row) AppendJSON(dst []byte, s *Schema) []byte {
+	dst = append(dst, '{')
+	for i, f := range s.fields {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendQuote(dst, f.Name)
+		dst = append(dst, ':')
+		switch f.Type {
+		case String:
+			dst = appendJSONString(dst, r.str[f.Slot])
+		case Float:
+			v := r.Float(f.Slot)
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				dst = append(dst, "null"...)
+			} else {
+				dst = strconv.AppendFloat(dst, v, 'g', -1, 64)
+			}
+		case Int, Time:
+			dst = strconv.AppendInt(dst, r.Int(f.Slot), 10)
+		case Bool:
+			dst = strconv.AppendBool(dst, r.Bool(f.Slot))
+		}
+	}
+	return append(dst, '}')
+}
+
+// appendJSONString appends s quoted as a JSON string.
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			dst = append(dst, '\\', c)
+		case c == '\n':
+			dst = append(dst, '\\', 'n')
+		case c == '\t':
+			dst = append(dst, '\\', 't')
+		case c == '\r':
+			dst = append(dst, '\\', 'r')
+		case c < 0x20:
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return append(dst, '"')
+}
+
+// rowVersion is the first byte of a Row's binary encoding.
+const rowVersion = 1
+
+// AppendBinary appends the binary encoding of r: a version byte, the
+// number of numeric slots up to the last non-zero one and their 8-byte
+// little-endian values, then the same for strings (uvarint length and
+// bytes). It implements encoding.BinaryAppender, so codec.For[Row] uses it.
+func (r Row) AppendBinary(dst []byte) ([]byte, error) {
+	n := MaxNumFields
+	for n > 0 && r.num[n-1] == 0 {
+		n--
+	}
+	dst = append(dst, rowVersion, byte(n))
+	for i := range n {
+		dst = binary.LittleEndian.AppendUint64(dst, r.num[i])
+	}
+	m := MaxStrFields
+	for m > 0 && r.str[m-1] == "" {
+		m--
+	}
+	dst = append(dst, byte(m))
+	for i := range m {
+		dst = binary.AppendUvarint(dst, uint64(len(r.str[i])))
+		dst = append(dst, r.str[i]...)
+	}
+	return dst, nil
+}
+
+// UnmarshalBinary decodes what AppendBinary wrote. It never panics; bad
+// input gives an error wrapping ErrMalformed.
+func (r *Row) UnmarshalBinary(b []byte) error {
+	*r = Row{}
+	bad := func(what string) error { return fmt.Errorf("%w: row: %s", ErrMalformed, what) }
+	if len(b) < 2 || b[0] != rowVersion {
+		return bad("bad header")
+	}
+	n := int(b[1])
+	b = b[2:]
+	if n > MaxNumFields || len(b) < 8*n {
+		return bad("bad numeric slots")
+	}
+	for i := range n {
+		r.num[i] = binary.LittleEndian.Uint64(b[8*i:])
+	}
+	b = b[8*n:]
+	if len(b) < 1 || int(b[0]) > MaxStrFields {
+		return bad("bad string slots")
+	}
+	m := int(b[0])
+	b = b[1:]
+	for i := range m {
+		l, k := binary.Uvarint(b)
+		if k <= 0 || l > uint64(len(b)-k) {
+			return bad("bad string length")
+		}
+		r.str[i] = string(b[k : k+int(l)])
+		b = b[k+int(l):]
+	}
+	if len(b) != 0 {
+		return bad("trailing bytes")
+	}
+	return nil
+}
+
+// msOf converts a duration to whole milliseconds.
+func msOf(d time.Duration) int64 { return d.Milliseconds() }

@@ -1,0 +1,802 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"reflect"
+	"regexp"
+
+	"strings"
+	"time"
+
+	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/vm"
+
+	"github.com/edgedio/edged/operators"
+	"github.com/edgedio/edged/snapshot"
+)
+
+// Limits of a pipeline.
+const (
+	maxAggregates = 8
+	maxAlerts     = 8
+)
+
+// Names of the fields of results.
+const (
+	fieldWindowStart = "window_start"
+	fieldWindowEnd   = "window_end"
+	fieldAlert       = "alert"
+	fieldSince       = "since"
+	fieldAt          = "at"
+)
+
+var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var nameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+
+// program is an expression compiled against a schema, with the fields it
+// reads.
+type program struct {
+	src   string
+	prog  *vm.Program
+	reads []Field
+}
+
+type computed struct {
+	field Field
+	typ   Type
+	program
+}
+
+type aggSpec struct {
+	name  string
+	fn    string
+	field Field
+	out   Field
+}
+
+type alertSpec struct {
+	name  string
+	forMs int64
+	program
+}
+
+// plan is a validated pipeline, resolved against its schema: built once by
+// Validate and shared read-only by all subtasks.
+type plan struct {
+	in        *Schema // rows as decoded or generated
+	schema    *Schema // after compute
+	json      *JSONDecoder
+	csv       *CSVDecoder
+	filter    *program
+	compute   []computed
+	key       Field
+	keyed     bool
+	ts        Field
+	eventTime bool
+
+	windowed  bool
+	assigner  operators.WindowAssigner
+	lateness  time.Duration
+	aggs      []aggSpec
+	winSchema *Schema
+	winKey    Field
+	winStart  Field
+	winEnd    Field
+
+	alerts      []alertSpec
+	silentMs    int64
+	silentName  string
+	alertSchema *Schema
+	alKey       Field
+	alName      Field
+	alSince     Field
+	alAt        Field
+}
+
+// Validate checks every pipeline, reports every problem at once as a
+// *ConfigError naming the YAML key paths, and compiles the pipelines
+// (schema, decoders, expressions) for Build.
+func (c *Config) Validate() error {
+	var p problems
+	c.validate(&p)
+	return p.err("")
+}
+
+func (c *Config) validate(p *problems) {
+	if len(c.Pipelines) == 0 {
+		p.add("pipelines", "at least one pipeline is required")
+	}
+	names := map[string]int{}
+	for i := range c.Pipelines {
+		pc := &c.Pipelines[i]
+		path := fmt.Sprintf("pipelines[%d]", i)
+		if j, dup := names[pc.Name]; dup && pc.Name != "" {
+			p.add(path+".name", fmt.Sprintf("%q is taken by pipelines[%d]", pc.Name, j))
+		}
+		names[pc.Name] = i
+		pc.plan = pc.compile(p, path)
+	}
+}
+
+// Validate checks one pipeline as Config.Validate does, with paths
+// starting at `pipeline`.
+func (pc *PipelineConfig) Validate() error {
+	var p problems
+	pc.plan = pc.compile(&p, "pipeline")
+	return p.err("")
+}
+
+// compile validates pc and returns its plan (nil if there were problems).
+func (pc *PipelineConfig) compile(p *problems, path string) *plan {
+	before := len(*p)
+	at := func(k string) string { return join(path, k) }
+	pl := &plan{}
+
+	switch {
+	case pc.Name == "":
+		p.add(at("name"), "is required")
+	case !nameRe.MatchString(pc.Name):
+		p.add(at("name"), fmt.Sprintf("%q must be letters, digits, '_', '-' or '.'", pc.Name))
+	}
+	if pc.Parallelism < 1 {
+		p.add(at("parallelism"), fmt.Sprintf("(%d) must be at least 1", pc.Parallelism))
+	}
+
+	pl.in = pc.compileSource(p, at("source"), pl)
+	schema := pl.in
+	if schema == nil {
+		schema = &Schema{}
+	}
+
+	if et := pc.EventTime; et != nil {
+		ep := at("event_time")
+		if f, ok := lookup(p, ep+".field", schema, et.Field, Time, Int); ok {
+			pl.ts, pl.eventTime = f, true
+		}
+		if et.MaxOutOfOrderness < 0 {
+			p.add(ep+".max_out_of_orderness", fmt.Sprintf("(%s) must not be negative", et.MaxOutOfOrderness))
+		}
+		if et.IdleTimeout < 0 {
+			p.add(ep+".idle_timeout", fmt.Sprintf("(%s) must not be negative", et.IdleTimeout))
+		}
+	}
+
+	if pc.Filter != "" {
+		if prog, ok := compileExpr(p, at("filter"), schema, pc.Filter, true); ok {
+			pl.filter = &prog
+		}
+	}
+	if len(pc.Compute) > 0 {
+		schema = schema.clone()
+		for _, ne := range pc.Compute {
+			cp := at("compute." + ne.Name)
+			if !identRe.MatchString(ne.Name) {
+				p.add(cp, "is not a valid field name")
+				continue
+			}
+			if schema.Index(ne.Name) >= 0 {
+				p.add(cp, "names an existing field")
+				continue
+			}
+			prog, ok := compileExpr(p, cp, schema, ne.Expr, false)
+			if !ok {
+				continue
+			}
+			t, ok := typeOfResult(prog.prog.Node().Type())
+			if !ok {
+				p.add(cp, fmt.Sprintf("cannot tell the type of %q (%v); convert it with float(), int(), string()", ne.Expr, prog.prog.Node().Type()))
+				continue
+			}
+			f, err := schema.add(ne.Name, t)
+			if err != nil {
+				p.add(cp, err.Error())
+				continue
+			}
+			pl.compute = append(pl.compute, computed{field: f, typ: t, program: prog})
+		}
+	}
+	pl.schema = schema
+
+	needKey := pc.Window != nil || len(pc.Alerts) > 0 || pc.Silent != nil
+	if pc.Key != "" {
+		if f, ok := lookup(p, at("key"), schema, pc.Key, String); ok {
+			pl.key, pl.keyed = f, true
+		}
+	} else if needKey {
+		p.add(at("key"), "is required with window, alerts or silent")
+	}
+
+	if w := pc.Window; w != nil {
+		pc.compileWindow(p, at("window"), pl)
+	}
+	pc.compileAlerts(p, path, pl)
+
+	if len(pc.Sinks) == 0 {
+		p.add(at("sinks"), "at least one sink is required")
+	}
+	for i, s := range pc.Sinks {
+		sp := fmt.Sprintf("%s[%d]", at("sinks"), i)
+		n := 0
+		if s.Stdout != nil {
+			n++
+		}
+		if s.File != nil {
+			n++
+			if s.File.Dir == "" {
+				p.add(sp+".file.dir", "is required")
+			}
+		}
+		if s.MQTT != nil {
+			n++
+			if s.MQTT.Topic == "" {
+				p.add(sp+".mqtt.topic", "is required")
+			} else if err := checkTopicTemplate(s.MQTT.Topic); err != "" {
+				p.add(sp+".mqtt.topic", fmt.Sprintf("%q %s", s.MQTT.Topic, err))
+			}
+			if s.MQTT.QoS < 0 || s.MQTT.QoS > 2 {
+				p.add(sp+".mqtt.qos", fmt.Sprintf("(%d) must be 0, 1 or 2", s.MQTT.QoS))
+			}
+		}
+		if n != 1 {
+			p.add(sp, "must have exactly one of stdout, file, mqtt")
+		}
+	}
+
+	addSnapshotProblems(p, path, pc.Checkpoint.Validate())
+	addSnapshotProblems(p, path, pc.Restart.Validate())
+	switch pc.StateBackend {
+	case "", "memory":
+	case "bolt":
+		if pc.StateDir == "" {
+			p.add(at("state_dir"), "is required with state_backend bolt")
+		}
+	default:
+		p.add(at("state_backend"), fmt.Sprintf("%q must be memory or bolt", pc.StateBackend))
+	}
+
+	if len(*p) > before {
+		return nil
+	}
+	return pl
+}
+
+// addSnapshotProblems adds the problems of a snapshot Validate, whose
+// messages start with their key path ("checkpoint.interval (...) must
+// ..."), under path.
+func addSnapshotProblems(p *problems, path string, err error) {
+	if err == nil {
+		return
+	}
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	} else {
+		errs = []error{err}
+	}
+	for _, e := range errs {
+		msg := strings.TrimPrefix(e.Error(), snapshot.ErrInvalidConfig.Error()+": ")
+		key, rest, _ := strings.Cut(msg, " ")
+		p.add(join(path, key), rest)
+	}
+}
+
+// compileSource validates the source and returns the schema of its rows.
+func (pc *PipelineConfig) compileSource(p *problems, path string, pl *plan) *Schema {
+	s := pc.Source
+	n := 0
+	for _, set := range []bool{s.Generator != nil, s.File != nil, s.MQTT != nil} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		p.add(path, "must have exactly one of generator, file, mqtt")
+		return nil
+	}
+	switch {
+	case s.Generator != nil:
+		g := s.Generator
+		gp := path + ".generator"
+		if g.Count < 0 {
+			p.add(gp+".count", fmt.Sprintf("(%d) must not be negative", g.Count))
+		}
+		if math.IsNaN(g.Rate) || math.IsInf(g.Rate, 0) || g.Rate < 0 {
+			p.add(gp+".rate", fmt.Sprintf("(%v) must be a finite number >= 0", g.Rate))
+		}
+		if g.Keys < 0 {
+			p.add(gp+".keys", fmt.Sprintf("(%d) must not be negative", g.Keys))
+		}
+		return GeneratorSchema()
+	case s.File != nil:
+		f := s.File
+		fp := path + ".file"
+		if f.Path == "" {
+			p.add(fp+".path", "is required")
+		}
+		return compileFields(p, fp, f.Format, f.Delimiter, f.Fields, pl)
+	default:
+		m := s.MQTT
+		mp := path + ".mqtt"
+		if m.Broker != "" {
+			u, err := url.Parse(m.Broker)
+			switch {
+			case err != nil:
+				p.add(mp+".broker", fmt.Sprintf("%q is not a URL", m.Broker))
+			case u.Scheme != "tcp" && u.Scheme != "ssl" && u.Scheme != "ws" && u.Scheme != "wss" && u.Scheme != "mqtt" && u.Scheme != "mqtts":
+				p.add(mp+".broker", fmt.Sprintf("%q must be a tcp://, ssl://, mqtt://, mqtts://, ws:// or wss:// URL", m.Broker))
+			case u.Host == "":
+				p.add(mp+".broker", fmt.Sprintf("%q has no host", m.Broker))
+			}
+		}
+		if len(m.Topics) == 0 {
+			p.add(mp+".topics", "at least one topic is required")
+		}
+		for i, t := range m.Topics {
+			if err := checkTopicFilter(t); err != "" {
+				p.add(fmt.Sprintf("%s.topics[%d]", mp, i), fmt.Sprintf("%q %s", t, err))
+			}
+		}
+		if m.QoS < 0 || m.QoS > 2 {
+			p.add(mp+".qos", fmt.Sprintf("(%d) must be 0, 1 or 2", m.QoS))
+		}
+		return compileFields(p, mp, m.Format, m.Delimiter, m.Fields, pl)
+	}
+}
+
+// GeneratorSchema is the schema of the generator source: id (string), temp
+// (float) and ts (time).
+func GeneratorSchema() *Schema {
+	s := &Schema{}
+	s.add("id", String)
+	s.add("temp", Float)
+	s.add("ts", Time)
+	return s
+}
+
+// checkTopicFilter checks an MQTT subscription filter; it returns what is
+// wrong or "".
+func checkTopicFilter(t string) string {
+	if t == "" {
+		return "must not be empty"
+	}
+	levels := strings.Split(t, "/")
+	for i, l := range levels {
+		switch {
+		case l == "#" && i != len(levels)-1:
+			return "may have # only as its last level"
+		case l != "#" && strings.Contains(l, "#"):
+			return "may have # only as a whole level"
+		case l != "+" && strings.Contains(l, "+"):
+			return "may have + only as a whole level"
+		}
+	}
+	return ""
+}
+
+// checkTopicTemplate checks an MQTT publish topic with {field}
+// placeholders.
+func checkTopicTemplate(t string) string {
+	if strings.ContainsAny(t, "+#") {
+		return "must not have wildcards"
+	}
+	depth := 0
+	for _, c := range t {
+		switch c {
+		case '{':
+			depth++
+		case '}':
+			depth--
+		}
+		if depth < 0 || depth > 1 {
+			return "has unbalanced braces"
+		}
+	}
+	if depth != 0 {
+		return "has unbalanced braces"
+	}
+	return ""
+}
+
+// compileFields builds the schema and decoder of a decoded source.
+func compileFields(p *problems, path, format, delim string, fields Fields, pl *plan) *Schema {
+	switch format {
+	case "json", "csv":
+	case "":
+		p.add(path+".format", "is required (json or csv)")
+	default:
+		p.add(path+".format", fmt.Sprintf("%q must be json or csv", format))
+	}
+	if delim != "" && (format != "csv" || len(delim) != 1) {
+		p.add(path+".delimiter", fmt.Sprintf("%q must be one byte, with format csv", delim))
+	}
+	if len(fields) == 0 {
+		p.add(path+".fields", "at least one field is required")
+	}
+	s := &Schema{}
+	specs := make([]FieldSpec, 0, len(fields))
+	ok := true
+	for i, fc := range fields {
+		fp := path + ".fields." + fc.Name
+		bad := func(k, msg string) {
+			p.add(join(fp, k), msg)
+			ok = false
+		}
+		if !identRe.MatchString(fc.Name) {
+			bad("", "is not a valid field name")
+			continue
+		}
+		t, tok := parseType(fc.Type)
+		if !tok {
+			if fc.Type == "" {
+				bad("type", "is required (string, float, int, bool or time)")
+			} else {
+				bad("type", fmt.Sprintf("%q must be string, float, int, bool or time", fc.Type))
+			}
+			continue
+		}
+		spec := FieldSpec{Column: i}
+		switch fc.Unit {
+		case "", "ms":
+		case "s":
+			spec.Unit = Seconds
+		default:
+			bad("unit", fmt.Sprintf("%q must be ms or s", fc.Unit))
+		}
+		if fc.Unit != "" && t != Time {
+			bad("unit", "applies only to time fields")
+		}
+		if fc.Column != nil {
+			if format != "csv" {
+				bad("column", "applies only to format csv")
+			} else if *fc.Column < 0 || *fc.Column > 1023 {
+				bad("column", fmt.Sprintf("(%d) must be in [0, 1023]", *fc.Column))
+			} else {
+				spec.Column = *fc.Column
+			}
+		}
+		if fc.Path != "" && format != "json" {
+			bad("path", "applies only to format json")
+		}
+		spec.Path = []string{fc.Name}
+		if fc.Path != "" {
+			rest, found := strings.CutPrefix(fc.Path, "$.")
+			parts := strings.Split(rest, ".")
+			if !found || slicesContain(parts, "") {
+				bad("path", fmt.Sprintf("%q must look like $.key or $.a.b", fc.Path))
+			} else {
+				spec.Path = parts
+			}
+		}
+		f, err := s.add(fc.Name, t)
+		if err != nil {
+			bad("", err.Error())
+			continue
+		}
+		spec.Field = f
+		specs = append(specs, spec)
+	}
+	if !ok || len(specs) == 0 {
+		return s
+	}
+	var err error
+	switch format {
+	case "json":
+		pl.json, err = NewJSONDecoder(specs)
+	case "csv":
+		d := byte(',')
+		if len(delim) == 1 {
+			d = delim[0]
+		}
+		pl.csv, err = NewCSVDecoder(specs, d)
+	}
+	if err != nil {
+		p.add(path+".fields", strings.TrimPrefix(err.Error(), "pipeline: "))
+	}
+	return s
+}
+
+func slicesContain(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// lookup finds a field of one of the types in want.
+func lookup(p *problems, path string, s *Schema, name string, want ...Type) (Field, bool) {
+	if name == "" {
+		p.add(path, "is required")
+		return Field{}, false
+	}
+	i := s.Index(name)
+	if i < 0 {
+		p.add(path, fmt.Sprintf("%q is not a field (have %s)", name, fieldNames(s)))
+		return Field{}, false
+	}
+	f := s.Field(i)
+	for _, t := range want {
+		if f.Type == t {
+			return f, true
+		}
+	}
+	ws := make([]string, len(want))
+	for i, t := range want {
+		ws[i] = t.String()
+	}
+	p.add(path, fmt.Sprintf("field %q is a %s, want %s", name, f.Type, strings.Join(ws, " or ")))
+	return Field{}, false
+}
+
+func fieldNames(s *Schema) string {
+	if s.Len() == 0 {
+		return "none"
+	}
+	names := make([]string, s.Len())
+	for i, f := range s.Fields() {
+		names[i] = f.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// exprEnv returns the type-checking environment of s: each field with a
+// value of its Go type.
+func exprEnv(s *Schema) map[string]any {
+	env := make(map[string]any, s.Len())
+	for _, f := range s.Fields() {
+		switch f.Type {
+		case String:
+			env[f.Name] = ""
+		case Float:
+			env[f.Name] = 0.0
+		case Int, Time:
+			env[f.Name] = 0
+		case Bool:
+			env[f.Name] = false
+		}
+	}
+	return env
+}
+
+// compileExpr compiles src against s, once.
+func compileExpr(p *problems, path string, s *Schema, src string, boolean bool) (program, bool) {
+	if strings.TrimSpace(src) == "" {
+		p.add(path, "is required")
+		return program{}, false
+	}
+	opts := []expr.Option{expr.Env(exprEnv(s))}
+	if boolean {
+		opts = append(opts, expr.AsBool())
+	}
+	prog, err := expr.Compile(src, opts...)
+	if err != nil {
+		msg, _, _ := strings.Cut(err.Error(), "\n")
+		p.add(path, fmt.Sprintf("%q: %s", src, msg))
+		return program{}, false
+	}
+	var refs identCollector
+	node := prog.Node()
+	ast.Walk(&node, &refs)
+	out := program{src: src, prog: prog}
+	for _, f := range s.Fields() {
+		if refs[f.Name] {
+			out.reads = append(out.reads, f)
+		}
+	}
+	return out, true
+}
+
+// identCollector records the identifiers of an expression.
+type identCollector map[string]bool
+
+func (c *identCollector) Visit(n *ast.Node) {
+	if id, ok := (*n).(*ast.IdentifierNode); ok {
+		if *c == nil {
+			*c = identCollector{}
+		}
+		(*c)[id.Value] = true
+	}
+}
+
+func typeOfResult(t reflect.Type) (Type, bool) {
+	if t == nil {
+		return 0, false
+	}
+	switch t.Kind() {
+	case reflect.Float64, reflect.Float32:
+		return Float, true
+	case reflect.Int, reflect.Int64, reflect.Int32, reflect.Int16, reflect.Int8:
+		return Int, true
+	case reflect.Bool:
+		return Bool, true
+	case reflect.String:
+		return String, true
+	}
+	return 0, false
+}
+
+func (pc *PipelineConfig) compileWindow(p *problems, path string, pl *plan) {
+	w := pc.Window
+	at := func(k string) string { return path + "." + k }
+	positive := func(k string, d time.Duration) bool {
+		if d <= 0 {
+			p.add(at(k), fmt.Sprintf("(%s) must be positive", d))
+			return false
+		}
+		return true
+	}
+	unused := func(k string, d time.Duration) {
+		if d != 0 {
+			p.add(at(k), fmt.Sprintf("does not apply to %s windows", w.Type))
+		}
+	}
+	et := pl.eventTime || pc.EventTime != nil
+	switch w.Type {
+	case "tumbling":
+		unused("slide", w.Slide)
+		unused("gap", w.Gap)
+		if positive("size", w.Size) {
+			pl.assigner = operators.TumblingProcessingTimeWindows(w.Size)
+			if et {
+				pl.assigner = operators.TumblingEventTimeWindows(w.Size)
+			}
+		}
+	case "sliding":
+		unused("gap", w.Gap)
+		if positive("size", w.Size) && positive("slide", w.Slide) {
+			pl.assigner = operators.SlidingProcessingTimeWindows(w.Size, w.Slide)
+			if et {
+				pl.assigner = operators.SlidingEventTimeWindows(w.Size, w.Slide)
+			}
+		}
+	case "session":
+		unused("size", w.Size)
+		unused("slide", w.Slide)
+		if positive("gap", w.Gap) {
+			pl.assigner = operators.ProcessingTimeSessionWindows(w.Gap)
+			if et {
+				pl.assigner = operators.EventTimeSessionWindows(w.Gap)
+			}
+		}
+	case "":
+		p.add(at("type"), "is required (tumbling, sliding or session)")
+	default:
+		p.add(at("type"), fmt.Sprintf("%q must be tumbling, sliding or session", w.Type))
+	}
+	if pl.assigner != (operators.WindowAssigner{}) {
+		if err := pl.assigner.Validate(); err != nil {
+			p.add(path, err.Error())
+		}
+	}
+	if w.AllowedLateness < 0 {
+		p.add(at("allowed_lateness"), fmt.Sprintf("(%s) must not be negative", w.AllowedLateness))
+	}
+	pl.lateness = w.AllowedLateness
+	switch {
+	case len(w.Aggregates) == 0:
+		p.add(at("aggregates"), "at least one aggregate is required")
+	case len(w.Aggregates) > maxAggregates:
+		p.add(at("aggregates"), fmt.Sprintf("at most %d aggregates", maxAggregates))
+	}
+	out := &Schema{}
+	var keyName = pc.Key
+	if keyName == "" {
+		keyName = "key"
+	}
+	pl.winKey, _ = out.add(keyName, String)
+	pl.winStart, _ = out.add(fieldWindowStart, Time)
+	pl.winEnd, _ = out.add(fieldWindowEnd, Time)
+	for i, a := range w.Aggregates {
+		ap := fmt.Sprintf("%s[%d]", at("aggregates"), i)
+		spec := aggSpec{name: a.Name, fn: a.Fn}
+		okName := true
+		if !identRe.MatchString(a.Name) {
+			p.add(ap+".name", fmt.Sprintf("%q is not a valid field name", a.Name))
+			okName = false
+		}
+		switch a.Fn {
+		case "count":
+			if a.Field != "" {
+				if _, ok := lookup(p, ap+".field", pl.schema, a.Field, Float, Int, Time, Bool, String); !ok {
+					okName = false
+				}
+			}
+		case "sum", "avg", "min", "max", "first", "last":
+			f, ok := lookup(p, ap+".field", pl.schema, a.Field, Float, Int, Time, Bool)
+			spec.field = f
+			okName = okName && ok
+		case "":
+			p.add(ap+".fn", "is required (count, sum, avg, min, max, first or last)")
+			okName = false
+		default:
+			p.add(ap+".fn", fmt.Sprintf("%q must be count, sum, avg, min, max, first or last", a.Fn))
+			okName = false
+		}
+		if !okName {
+			continue
+		}
+		t := Float
+		if a.Fn == "count" {
+			t = Int
+		}
+		f, err := out.add(a.Name, t)
+		if err != nil {
+			p.add(ap+".name", err.Error())
+			continue
+		}
+		spec.out = f
+		pl.aggs = append(pl.aggs, spec)
+	}
+	pl.windowed = true
+	pl.winSchema = out
+}
+
+func (pc *PipelineConfig) compileAlerts(p *problems, path string, pl *plan) {
+	if len(pc.Alerts) == 0 && pc.Silent == nil {
+		return
+	}
+	if len(pc.Alerts) > maxAlerts {
+		p.add(join(path, "alerts"), fmt.Sprintf("at most %d alerts", maxAlerts))
+	}
+	names := map[string]bool{}
+	for i, a := range pc.Alerts {
+		ap := fmt.Sprintf("%s[%d]", join(path, "alerts"), i)
+		switch {
+		case a.Name == "":
+			p.add(ap+".name", "is required")
+		case names[a.Name]:
+			p.add(ap+".name", fmt.Sprintf("%q is taken", a.Name))
+		}
+		names[a.Name] = true
+		if a.For <= 0 {
+			p.add(ap+".for", fmt.Sprintf("(%s) must be positive", a.For))
+		}
+		prog, ok := compileExpr(p, ap+".when", pl.schema, a.When, true)
+		if ok {
+			pl.alerts = append(pl.alerts, alertSpec{name: a.Name, forMs: msCeil(a.For), program: prog})
+		}
+	}
+	if s := pc.Silent; s != nil {
+		if s.For <= 0 {
+			p.add(join(path, "silent.for"), fmt.Sprintf("(%s) must be positive", s.For))
+		}
+		pl.silentMs = msCeil(s.For)
+		pl.silentName = s.Name
+		if pl.silentName == "" {
+			pl.silentName = "silent"
+		}
+		if names[pl.silentName] {
+			p.add(join(path, "silent.name"), fmt.Sprintf("%q is taken by an alert", pl.silentName))
+		}
+	}
+	out := &Schema{}
+	keyName := pc.Key
+	if keyName == "" {
+		keyName = "key"
+	}
+	pl.alKey, _ = out.add(keyName, String)
+	var err error
+	if pl.alName, err = out.add(fieldAlert, String); err != nil {
+		p.add(join(path, "key"), fmt.Sprintf("%q clashes with the alert fields", keyName))
+	}
+	pl.alSince, _ = out.add(fieldSince, Time)
+	pl.alAt, _ = out.add(fieldAt, Time)
+	pl.alertSchema = out
+}
+
+// msCeil rounds d up to whole milliseconds.
+func msCeil(d time.Duration) int64 {
+	ms := d.Milliseconds()
+	if time.Duration(ms)*time.Millisecond < d {
+		ms++
+	}
+	return ms
+}
+
+// errNoPlan is returned by Build for a config that did not validate.
+var errNoPlan = errors.New("pipeline: config is not valid")
