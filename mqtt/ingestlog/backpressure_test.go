@@ -1,0 +1,171 @@
+package ingestlog
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// fullLog opens a log bounded to three records of msg's size and fills it.
+func fullLog(t *testing.T) (*Log, int64) {
+	t.Helper()
+	m := msg(0)
+	frame := frameSize(&m)
+	l := openLog(t, t.TempDir(), Options{SegmentBytes: 4096, MaxBytes: 3 * frame}, nil)
+	appendN(t, l, 0, 3)
+	if st := l.Stats(); st.UnreleasedBytes != 3*frame || st.Blocked != 0 {
+		t.Fatalf("stats of a full log %+v", st)
+	}
+	return l, frame
+}
+
+type appendResult struct {
+	off uint64
+	err error
+}
+
+// appendAsync appends msg(i) on another goroutine.
+func appendAsync(ctx context.Context, l *Log, i int) <-chan appendResult {
+	done := make(chan appendResult, 1)
+	go func() {
+		off, err := l.Append(ctx, msg(i))
+		done <- appendResult{off, err}
+	}()
+	return done
+}
+
+func TestBackpressureTruncateUnblocks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, _ := fullLog(t)
+		done := appendAsync(context.Background(), l, 3)
+		synctest.Wait() // the append is blocked, nothing else runs
+		select {
+		case r := <-done:
+			t.Fatalf("Append on a full log returned %+v", r)
+		default:
+		}
+		if st := l.Stats(); st.Waiting != 1 || st.Blocked != 1 || st.NextOffset != 3 {
+			t.Fatalf("stats while blocked %+v", st)
+		}
+
+		time.Sleep(5 * time.Second) // fake time: the blocked time is measured
+		// Releasing nothing new keeps it blocked.
+		if err := l.Truncate(0); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if len(done) != 0 {
+			t.Fatal("Append returned without space")
+		}
+		if err := l.Truncate(1); err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		if r.err != nil || r.off != 3 {
+			t.Fatalf("unblocked Append = %+v", r)
+		}
+		st := l.Stats()
+		if st.Waiting != 0 || st.Blocked != 1 || st.BlockedTime < 5*time.Second {
+			t.Fatalf("stats after unblocking %+v", st)
+		}
+		checkRecords(t, readAll(t, l, 0), 0, 4)
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestBackpressureCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, _ := fullLog(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := appendAsync(ctx, l, 3)
+		synctest.Wait()
+		if len(done) != 0 {
+			t.Fatal("Append on a full log returned")
+		}
+		cancel()
+		r := <-done
+		if !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("cancelled Append = %+v", r)
+		}
+		st := l.Stats()
+		if st.NextOffset != 3 || st.Waiting != 0 || st.Blocked != 1 {
+			t.Fatalf("stats after a cancelled append %+v", st)
+		}
+		// Nothing was stored: the next append gets offset 3.
+		if err := l.Truncate(3); err != nil {
+			t.Fatal(err)
+		}
+		appendN(t, l, 3, 1)
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestBackpressureDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, _ := fullLog(t)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		start := time.Now()
+		_, err := l.Append(ctx, msg(3))
+		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) != time.Second {
+			t.Fatalf("Append = %v after %v", err, time.Since(start))
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestBackpressureClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, _ := fullLog(t)
+		done := appendAsync(context.Background(), l, 3)
+		synctest.Wait()
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-done; !errors.Is(r.err, ErrClosed) {
+			t.Fatalf("Append blocked across Close = %+v", r)
+		}
+	})
+}
+
+func TestGroupCommitWindow(t *testing.T) {
+	// With a 2ms window, appends that arrive within it share one fsync,
+	// and none waits longer than the window plus the fsync.
+	synctest.Test(t, func(t *testing.T) {
+		opts := DefaultOptions()
+		opts.SyncInterval = 2 * time.Millisecond
+		l := openLog(t, t.TempDir(), opts, nil)
+		appendN(t, l, 0, 1) // the first fsync: lastSync is now set
+		before := l.Stats().Fsyncs
+		start := time.Now()
+		results := make([]<-chan appendResult, 10)
+		for i := range results {
+			results[i] = appendAsync(context.Background(), l, 1+i)
+		}
+		seen := make(map[uint64]bool)
+		for _, done := range results {
+			r := <-done
+			if r.err != nil || seen[r.off] {
+				t.Fatalf("append = %+v", r)
+			}
+			seen[r.off] = true
+		}
+		if d := time.Since(start); d > opts.SyncInterval {
+			t.Fatalf("appends took %v of fake time, window is %v", d, opts.SyncInterval)
+		}
+		if got := l.Stats().Fsyncs - before; got != 1 {
+			t.Fatalf("10 appends in one window took %d fsyncs, want 1", got)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

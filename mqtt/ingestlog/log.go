@@ -1,0 +1,713 @@
+package ingestlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Log is a durable, append-only log of MQTT messages in a directory of
+// segment files. Append, Truncate, Reader and Stats are safe for
+// concurrent use; each Reader belongs to one goroutine.
+type Log struct {
+	dir      string
+	opts     Options
+	logger   *slog.Logger
+	lockFile *os.File      // holds the directory's flock until Close
+	maxFrame int64         // largest frame Append accepts
+	ready    chan struct{} // closed at Open: "look now"
+	bufs     sync.Pool     // *[]byte frame buffers for Append
+
+	first    atomic.Uint64 // base of the oldest segment; written under mu, read by Readers without it
+	isClosed atomic.Bool   // set by Close; read by Readers without mu
+
+	truncMu sync.Mutex // serialises Truncate, so no segment it reads is deleted under it
+
+	mu         sync.Mutex // guards every field below and the mutable fields of each segment
+	segs       []*segment // ascending base, contiguous; the last is active
+	next       uint64     // offset the next record gets
+	durable    uint64     // records below it are fsynced and visible to Readers
+	released   uint64     // Truncate released the records below it
+	unreleased int64      // bytes of the records at or after released: what MaxBytes bounds
+	diskBytes  int64      // bytes of the segment files
+	syncing    bool       // an Append is the group commit leader (or Close owns the files)
+	syncSeg    *segment   // segment the leader is fsyncing outside mu, nil if none
+	lastSync   time.Time  // when the leader's last fsync started
+	advanced   chan struct{}
+	space      chan struct{}
+	waiting    int   // Appends blocked for space now
+	closed     bool  // Close was called
+	failed     error // sticky write or fsync failure, wrapping ErrFailed
+	stats      Stats // counters; offsets and sizes are filled in by Stats
+}
+
+// Open opens the log in dir, creating dir and the first segment if needed,
+// and recovers it: every segment is read and every record checked. A torn
+// tail of the last segment (a partial record at the end, a last record
+// that fails its checksum, or a zero-filled remainder), left by a crash
+// before the fsync that would have acknowledged it, is cut off and logged
+// with the number of bytes dropped. Damage anywhere else is an error
+// wrapping ErrCorrupt (a *CorruptError naming the segment and offset),
+// ErrBadMagic, ErrVersion or ErrChecksum. The directory is locked against
+// a second Log until Close. logger may be nil.
+func Open(dir string, opts Options, logger *slog.Logger) (*Log, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("ingestlog: %w", err)
+	}
+	lockFile, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	l := &Log{
+		dir:      dir,
+		opts:     opts,
+		logger:   logger,
+		lockFile: lockFile,
+		maxFrame: opts.SegmentBytes - headerSize,
+		ready:    make(chan struct{}),
+		advanced: make(chan struct{}),
+		space:    make(chan struct{}),
+	}
+	if opts.MaxBytes > 0 && opts.MaxBytes < l.maxFrame {
+		l.maxFrame = opts.MaxBytes
+	}
+	close(l.ready)
+	if err := l.recover(); err != nil {
+		for _, s := range l.segs {
+			if s.f != nil {
+				s.f.Close()
+			}
+		}
+		lockFile.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// recover loads the segments of l.dir.
+func (l *Log) recover() error {
+	entries, err := os.ReadDir(l.dir)
+	if err != nil {
+		return fmt.Errorf("ingestlog: %w", err)
+	}
+	var bases []uint64
+	for _, e := range entries {
+		if base, ok := parseSegmentName(e.Name()); ok && e.Type().IsRegular() {
+			bases = append(bases, base)
+		}
+	}
+	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
+
+	var newBase uint64 // base of the segment to create if none is left
+	for i, base := range bases {
+		last := i == len(bases)-1
+		path := filepath.Join(l.dir, segmentName(base))
+		seg, records, err := l.recoverSegment(path, base, last)
+		if err != nil {
+			return err
+		}
+		if seg == nil { // the last segment's creation was cut short
+			newBase = base
+			break
+		}
+		if len(l.segs) > 0 && base != l.next {
+			return &CorruptError{Segment: path, Offset: l.next, Err: fmt.Errorf(
+				"%w: segment starts at offset %d, the previous one ends at %d", ErrGap, base, l.next)}
+		}
+		l.segs = append(l.segs, seg)
+		l.next = base + records
+		l.unreleased += seg.size - headerSize
+		l.diskBytes += seg.size
+	}
+
+	if len(l.segs) == 0 {
+		seg, err := createSegment(l.dir, newBase)
+		if err != nil {
+			return err
+		}
+		l.segs = append(l.segs, seg)
+		l.next = newBase
+		l.diskBytes += seg.size
+	}
+	active := l.segs[len(l.segs)-1]
+	if active.f == nil {
+		f, err := os.OpenFile(active.path, os.O_RDWR, 0)
+		if err != nil {
+			return fmt.Errorf("ingestlog: %w", err)
+		}
+		active.f = f
+	}
+	active.sealed = false
+	// A crashed process may have left written but unsynced records in the
+	// page cache; recovery counts them, so make them durable first.
+	if err := active.f.Sync(); err != nil {
+		return fmt.Errorf("ingestlog: fsync %s: %w", active.path, err)
+	}
+	if err := syncDir(l.dir); err != nil {
+		return err
+	}
+	l.durable = l.next
+	l.released = l.segs[0].base
+	l.first.Store(l.segs[0].base)
+	l.logger.Info("ingest log opened", "dir", l.dir, "segments", len(l.segs),
+		"first_offset", l.segs[0].base, "next_offset", l.next, "bytes", l.diskBytes)
+	return nil
+}
+
+// recoverSegment scans one segment and cuts its torn tail. It returns nil
+// (and removes the file) for a last segment whose header never made it to
+// disk. The last segment is returned open for writing, with its number of
+// records.
+func (l *Log) recoverSegment(path string, base uint64, last bool) (*segment, uint64, error) {
+	flag := os.O_RDONLY
+	if last {
+		flag = os.O_RDWR
+	}
+	f, err := os.OpenFile(path, flag, 0)
+	if err != nil {
+		return nil, 0, fmt.Errorf("ingestlog: %w", err)
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			f.Close()
+		}
+	}()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, 0, fmt.Errorf("ingestlog: %w", err)
+	}
+	res, err := scanSegment(f, fi.Size(), path, base, last)
+	if err != nil {
+		return nil, 0, err
+	}
+	if res.tornHeader {
+		f.Close()
+		keep = true // closed
+		if err := os.Remove(path); err != nil {
+			return nil, 0, fmt.Errorf("ingestlog: remove torn segment: %w", err)
+		}
+		l.stats.TornBytes += fi.Size()
+		l.logger.Warn("ingest log: removed a segment whose header was never written",
+			"segment", path, "offset", base, "bytes_dropped", fi.Size())
+		return nil, 0, nil
+	}
+	if res.torn != nil {
+		dropped := fi.Size() - res.size
+		if err := f.Truncate(res.size); err != nil {
+			return nil, 0, fmt.Errorf("ingestlog: cut torn tail of %s: %w", path, err)
+		}
+		if err := f.Sync(); err != nil {
+			return nil, 0, fmt.Errorf("ingestlog: fsync %s: %w", path, err)
+		}
+		l.stats.TornBytes += dropped
+		l.logger.Warn("ingest log: dropped torn tail", "segment", path,
+			"offset", base+res.records, "byte", res.size, "bytes_dropped", dropped, "reason", res.torn.Error())
+	}
+	seg := &segment{base: base, path: path, size: res.size, durableSize: res.size, index: res.index, sealed: !last}
+	if last {
+		seg.f = f
+		keep = true
+	}
+	return seg, res.records, nil
+}
+
+// createSegment creates, fsyncs and links the segment file starting at
+// base, open for writing.
+func createSegment(dir string, base uint64) (*segment, error) {
+	path := filepath.Join(dir, segmentName(base))
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("ingestlog: create segment: %w", err)
+	}
+	fail := func(err error) (*segment, error) {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("ingestlog: create segment %s: %w", path, err)
+	}
+	if _, err := f.Write(encodeHeader(base)); err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := syncDir(dir); err != nil {
+		return fail(err)
+	}
+	return &segment{
+		base:        base,
+		path:        path,
+		size:        headerSize,
+		durableSize: headerSize,
+		index:       []indexEntry{{off: base, pos: headerSize}},
+		f:           f,
+	}, nil
+}
+
+// Append stores m and returns its offset once it is durable: written and
+// fsynced, together with every Append that arrived while the previous
+// fsync ran or within Options.SyncInterval of it (group commit). Offsets
+// are dense and increase in the order Appends write; a record is durable
+// only once every record before it is.
+//
+// When the records not yet released by Truncate would exceed
+// Options.MaxBytes, Append blocks until Truncate releases space, the Log
+// is closed (ErrClosed) or ctx is done (ctx.Err(), wrapped); nothing is
+// stored then. ctx does not interrupt the fsync wait: once the record is
+// written, Append returns when it is durable or the log fails (ErrFailed).
+// Appends that block are counted in Stats.
+//
+// Append copies m; the caller may reuse m.Payload when it returns.
+func (l *Log) Append(ctx context.Context, m Message) (uint64, error) {
+	if err := m.validate(); err != nil {
+		return 0, err
+	}
+	size := frameSize(&m)
+	if size > l.maxFrame {
+		return 0, fmt.Errorf("%w: %d bytes framed, at most %d", ErrTooLarge, size, l.maxFrame)
+	}
+	bp := l.getBuf(size)
+	frame := appendFrame((*bp)[:0], &m)
+	l.mu.Lock()
+	off, err := l.write(ctx, frame)
+	if err == nil {
+		err = l.waitDurable(off)
+	}
+	l.mu.Unlock()
+	*bp = frame
+	l.putBuf(bp)
+	if err != nil {
+		return 0, err
+	}
+	return off, nil
+}
+
+func (l *Log) getBuf(size int64) *[]byte {
+	if bp, ok := l.bufs.Get().(*[]byte); ok && int64(cap(*bp)) >= size {
+		return bp
+	}
+	b := make([]byte, 0, max(size, 256))
+	return &b
+}
+
+func (l *Log) putBuf(bp *[]byte) {
+	if cap(*bp) <= 64<<10 {
+		l.bufs.Put(bp)
+	}
+}
+
+// write waits for space, then writes frame at the end of the active
+// segment (rolling to a new one first if it would not fit) and assigns its
+// offset. l.mu is held; write releases it while blocked.
+func (l *Log) write(ctx context.Context, frame []byte) (uint64, error) {
+	size := int64(len(frame))
+	var blockedAt time.Time
+	for {
+		var err error
+		switch {
+		case l.closed:
+			err = ErrClosed
+		case l.failed != nil:
+			err = l.failed
+		case l.opts.MaxBytes == 0 || l.unreleased+size <= l.opts.MaxBytes:
+		case ctx.Err() != nil:
+			err = fmt.Errorf("ingestlog: append waiting for space: %w", ctx.Err())
+		default:
+			if blockedAt.IsZero() {
+				blockedAt = time.Now()
+				l.stats.Blocked++
+				l.waiting++
+			}
+			ch := l.space
+			l.mu.Unlock()
+			select {
+			case <-ctx.Done():
+			case <-ch:
+			}
+			l.mu.Lock()
+			continue
+		}
+		if !blockedAt.IsZero() {
+			l.stats.BlockedTime += time.Since(blockedAt)
+			l.waiting--
+		}
+		if err != nil {
+			return 0, err
+		}
+		break
+	}
+
+	seg := l.segs[len(l.segs)-1]
+	if seg.size+size > l.opts.SegmentBytes && seg.size > headerSize {
+		if err := l.roll(); err != nil {
+			return 0, err
+		}
+		seg = l.segs[len(l.segs)-1]
+	}
+	pos := seg.size
+	if _, err := seg.f.WriteAt(frame, pos); err != nil {
+		err = fmt.Errorf("ingestlog: append to %s: %w", seg.path, err)
+		if terr := seg.f.Truncate(pos); terr != nil {
+			l.fail(errors.Join(err, terr))
+			return 0, l.failed
+		}
+		return 0, err
+	}
+	off := l.next
+	seg.addIndex(off, pos)
+	seg.size += size
+	l.next++
+	l.unreleased += size
+	l.diskBytes += size
+	l.stats.Appends++
+	l.stats.AppendedBytes += uint64(size)
+	return off, nil
+}
+
+// roll seals the active segment, fsyncing it first so that only the last
+// segment can ever have a torn tail, and starts a new one at l.next. If
+// the new segment cannot be created the old one stays active. l.mu is
+// held.
+func (l *Log) roll() error {
+	old := l.segs[len(l.segs)-1]
+	if err := old.f.Sync(); err != nil {
+		l.fail(fmt.Errorf("fsync %s: %w", old.path, err))
+		return l.failed
+	}
+	l.stats.Fsyncs++
+	old.durableSize = old.size
+	if l.next > l.durable {
+		l.durable = l.next
+		l.wake()
+	}
+	seg, err := createSegment(l.dir, l.next)
+	if err != nil {
+		return err
+	}
+	l.stats.Fsyncs += 2 // the new file and the directory
+	old.sealed = true
+	if l.syncSeg != old { // else the leader closes it when its fsync returns
+		l.closeSealed(old)
+	}
+	l.segs = append(l.segs, seg)
+	l.diskBytes += seg.size
+	return nil
+}
+
+// closeSealed closes the write handle of a sealed, fsynced segment.
+func (l *Log) closeSealed(s *segment) {
+	if err := s.f.Close(); err != nil {
+		// Everything in it is fsynced; a close error loses nothing.
+		l.logger.Warn("ingest log: closing a sealed segment", "segment", s.path, "err", err)
+	}
+	s.f = nil
+}
+
+// waitDurable returns once the record at off is durable, leading a group
+// commit if no other Append is. l.mu is held; it is released while
+// waiting.
+func (l *Log) waitDurable(off uint64) error {
+	for {
+		if l.durable > off {
+			return nil
+		}
+		if l.failed != nil {
+			return l.failed
+		}
+		if !l.syncing {
+			l.lead()
+			continue
+		}
+		ch := l.advanced
+		l.mu.Unlock()
+		<-ch
+		l.mu.Lock()
+	}
+}
+
+// lead runs one group commit: it waits out the rest of SyncInterval since
+// the last fsync started, so that concurrent Appends join the batch, then
+// fsyncs the active segment outside l.mu and advances durable to what was
+// written before the fsync started. l.mu is held.
+func (l *Log) lead() {
+	l.syncing = true
+	if d := l.opts.SyncInterval; d > 0 && !l.lastSync.IsZero() {
+		if wait := time.Until(l.lastSync.Add(d)); wait > 0 {
+			l.mu.Unlock()
+			t := time.NewTimer(wait)
+			<-t.C
+			l.mu.Lock()
+		}
+	}
+	seg := l.segs[len(l.segs)-1]
+	target, size := l.next, seg.size
+	if target <= l.durable || l.failed != nil {
+		l.syncing = false
+		l.wake()
+		return
+	}
+	l.syncSeg = seg
+	l.lastSync = time.Now()
+	l.stats.Fsyncs++
+	l.mu.Unlock()
+	err := seg.f.Sync()
+	l.mu.Lock()
+	l.syncSeg = nil
+	l.syncing = false
+	if seg.sealed {
+		l.closeSealed(seg)
+	}
+	if err != nil {
+		l.fail(fmt.Errorf("fsync %s: %w", seg.path, err))
+		return
+	}
+	seg.durableSize = max(seg.durableSize, size)
+	l.durable = max(l.durable, target)
+	l.wake()
+}
+
+// wake tells Appends waiting for durability and Readers waiting for
+// records that durable advanced (or the log failed or closed). l.mu is
+// held.
+func (l *Log) wake() {
+	close(l.advanced)
+	l.advanced = make(chan struct{})
+}
+
+// wakeSpace tells blocked Appends that space was released (or the log
+// failed or closed). l.mu is held.
+func (l *Log) wakeSpace() {
+	close(l.space)
+	l.space = make(chan struct{})
+}
+
+// fail makes err the log's sticky failure. l.mu is held.
+func (l *Log) fail(err error) {
+	if l.failed != nil {
+		return
+	}
+	l.failed = fmt.Errorf("%w: %w", ErrFailed, err)
+	l.logger.Error("ingest log failed; appends refused until it is reopened", "dir", l.dir, "err", err)
+	l.wake()
+	l.wakeSpace()
+}
+
+// Close makes every written record durable, fails the Appends still
+// waiting for space with ErrClosed, and closes the files and the
+// directory lock. Readers of a closed Log return ErrClosed. Closing twice
+// is a no-op.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	l.isClosed.Store(true)
+	l.wakeSpace()
+	for l.syncing {
+		ch := l.advanced
+		l.mu.Unlock()
+		<-ch
+		l.mu.Lock()
+	}
+	l.syncing = true // no leader from now on: Close owns the files
+	var errs []error
+	active := l.segs[len(l.segs)-1]
+	if l.failed == nil && l.durable < l.next {
+		if err := active.f.Sync(); err != nil {
+			l.fail(fmt.Errorf("fsync %s: %w", active.path, err))
+			errs = append(errs, l.failed)
+		} else {
+			l.stats.Fsyncs++
+			active.durableSize = active.size
+			l.durable = l.next
+		}
+	}
+	l.wake()
+	for _, s := range l.segs {
+		if s.f != nil {
+			if err := s.f.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("ingestlog: close %s: %w", s.path, err))
+			}
+			s.f = nil
+		}
+	}
+	if err := l.lockFile.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("ingestlog: unlock %s: %w", l.dir, err))
+	}
+	return errors.Join(errs...)
+}
+
+// Truncate releases the records before offset before and deletes the
+// segment files all of whose records are before it (and durable); the
+// active segment is never deleted. The source calls it when a checkpoint
+// that stored before as its position has completed, and once after
+// recovery with the restored position, since a reopened Log counts every
+// record on disk against MaxBytes. Released space unblocks Appends at
+// once; a file goes at the first Truncate after its last record is
+// released and a later segment has started. Truncate to an offset at or
+// before an earlier one releases nothing more (but deletes what became
+// deletable since); beyond the next offset it returns ErrOutOfRange.
+// Readers positioned before the new first offset get ErrTruncated.
+func (l *Log) Truncate(before uint64) error {
+	l.truncMu.Lock()
+	defer l.truncMu.Unlock()
+
+	l.mu.Lock()
+	if err := l.usable(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	if before > l.next {
+		next := l.next
+		l.mu.Unlock()
+		return fmt.Errorf("%w: truncate before %d, next offset is %d", ErrOutOfRange, before, next)
+	}
+	if before <= l.released {
+		// Nothing more to release, but a segment may have been sealed since.
+		deleted := l.detachReleased()
+		l.mu.Unlock()
+		return l.remove(deleted)
+	}
+	i := l.segmentFor(before)
+	seg := l.segs[i]
+	pos := int64(-1)
+	switch {
+	case before == seg.base:
+		pos = headerSize
+	case i == len(l.segs)-1 && before == l.next:
+		pos = seg.size
+	}
+	entry, limit := seg.lookup(before), seg.size
+	l.mu.Unlock()
+
+	if pos < 0 {
+		// truncMu keeps the file from being deleted; it only grows.
+		var err error
+		if pos, err = seekFile(seg.path, entry, before, limit); err != nil {
+			return err
+		}
+	}
+
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	// Only Truncate removes segments, so seg is still l.segs[i].
+	unreleased := seg.size - pos
+	for _, s := range l.segs[i+1:] {
+		unreleased += s.size - headerSize
+	}
+	l.unreleased = unreleased
+	l.released = before
+	l.wakeSpace()
+	deleted := l.detachReleased()
+	l.mu.Unlock()
+	return l.remove(deleted)
+}
+
+// detachReleased takes the segments all of whose records are released and
+// durable out of the log, except the active one, and returns them for
+// remove. Readers opened from now on cannot open them. l.mu is held.
+func (l *Log) detachReleased() []*segment {
+	limit := min(l.released, l.durable)
+	k := 0
+	for k < len(l.segs)-1 && l.segs[k+1].base <= limit {
+		k++
+	}
+	if k == 0 {
+		return nil
+	}
+	deleted := make([]*segment, k)
+	copy(deleted, l.segs[:k])
+	l.segs = append(l.segs[:0], l.segs[k:]...)
+	for _, s := range deleted {
+		l.diskBytes -= s.size
+	}
+	l.first.Store(l.segs[0].base)
+	return deleted
+}
+
+// remove deletes the files of detached segments, oldest first so that a
+// crash in between leaves a contiguous log, and syncs the directory.
+func (l *Log) remove(deleted []*segment) error {
+	if len(deleted) == 0 {
+		return nil
+	}
+	var errs []error
+	for _, s := range deleted {
+		if err := os.Remove(s.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("ingestlog: %w", err))
+		}
+	}
+	if err := syncDir(l.dir); err != nil {
+		errs = append(errs, err)
+	}
+	l.logger.Debug("ingest log segments deleted", "dir", l.dir, "segments", len(deleted),
+		"first_offset", l.first.Load())
+	return errors.Join(errs...)
+}
+
+// usable returns ErrClosed or the sticky failure. l.mu is held.
+func (l *Log) usable() error {
+	if l.closed {
+		return ErrClosed
+	}
+	return l.failed
+}
+
+// segmentFor returns the index of the segment holding offset off (the
+// last one starting at or before it); off must be at least the first
+// offset. l.mu is held.
+func (l *Log) segmentFor(off uint64) int {
+	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].base > off })
+	return max(i-1, 0)
+}
+
+// seekFile returns the byte position of offset target in the segment file
+// at path, reading from index entry e. limit is the bytes written.
+func seekFile(path string, e indexEntry, target uint64, limit int64) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("ingestlog: %w", err)
+	}
+	defer f.Close()
+	return skipTo(f, path, e.pos, e.off, target, limit)
+}
+
+// syncDir fsyncs a directory so that the entries created or removed in it
+// are durable. Windows cannot sync directories; there it does nothing.
+func syncDir(dir string) error {
+	if runtime.GOOS == "windows" {
+		return nil
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("ingestlog: %w", err)
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("ingestlog: sync %s: %w", dir, err)
+	}
+	return nil
+}

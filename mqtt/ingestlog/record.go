@@ -1,0 +1,229 @@
+package ingestlog
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"time"
+)
+
+// MaxPayloadBytes is the longest payload a record can hold: the largest
+// MQTT packet.
+const MaxPayloadBytes = 268435455
+
+const (
+	// maxTopicBytes is the longest MQTT topic name.
+	maxTopicBytes = 65535
+	// frameHeaderSize is the length and checksum before each record body.
+	frameHeaderSize = 8
+	// minBodySize is the shortest body: flags, time, and two zero lengths.
+	minBodySize = 4
+	// maxBodySize is the longest body a valid message encodes to.
+	maxBodySize = 1 + binary.MaxVarintLen64 + 3 + maxTopicBytes + 5 + MaxPayloadBytes
+
+	flagQoS    = 0x03 // bits 0-1: QoS 0, 1 or 2
+	flagRetain = 0x04 // bit 2: the retain flag
+	flagsKnown = flagQoS | flagRetain
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// errShortFrame means the bytes at hand hold only part of a frame.
+var errShortFrame = errors.New("ingestlog: incomplete record frame")
+
+// Message is what Append stores: one MQTT message as the source received
+// it.
+type Message struct {
+	// Topic is the MQTT topic name, at most 65535 bytes.
+	Topic string
+	// Payload is the message body, at most MaxPayloadBytes.
+	Payload []byte
+	// QoS is the MQTT quality of service it was published with: 0, 1 or 2.
+	QoS byte
+	// Retain is the MQTT retain flag.
+	Retain bool
+	// Received is when the broker or client received the message, kept so
+	// that a replay sees the same ingestion time as the first run. It is
+	// stored in nanoseconds since the Unix epoch; the zero Time (unknown)
+	// and the epoch itself both read back as the zero Time.
+	Received time.Time
+}
+
+// Record is a Message read back from the log with its offset.
+type Record struct {
+	// Offset is the record's position in the log: 0 for the first record
+	// ever appended, then dense and increasing across segments.
+	Offset uint64
+	Message
+}
+
+func (m *Message) validate() error {
+	switch {
+	case m.QoS > 2:
+		return fmt.Errorf("%w: QoS %d", ErrInvalidMessage, m.QoS)
+	case len(m.Topic) > maxTopicBytes:
+		return fmt.Errorf("%w: topic of %d bytes (at most %d)", ErrInvalidMessage, len(m.Topic), maxTopicBytes)
+	case len(m.Payload) > MaxPayloadBytes:
+		return fmt.Errorf("%w: payload of %d bytes (at most %d)", ErrInvalidMessage, len(m.Payload), MaxPayloadBytes)
+	}
+	return nil
+}
+
+func (m *Message) unixNano() int64 {
+	if m.Received.IsZero() {
+		return 0
+	}
+	return m.Received.UnixNano()
+}
+
+// frameSize is the number of bytes appendFrame adds for m.
+func frameSize(m *Message) int64 {
+	n := frameHeaderSize + 1 + varintLen(m.unixNano()) +
+		uvarintLen(uint64(len(m.Topic))) + len(m.Topic) +
+		uvarintLen(uint64(len(m.Payload))) + len(m.Payload)
+	return int64(n)
+}
+
+// appendFrame appends the frame of m (length, CRC32C, body) to dst. m must
+// be valid.
+func appendFrame(dst []byte, m *Message) []byte {
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0)
+	body := len(dst)
+	flags := m.QoS & flagQoS
+	if m.Retain {
+		flags |= flagRetain
+	}
+	dst = append(dst, flags)
+	dst = binary.AppendVarint(dst, m.unixNano())
+	dst = binary.AppendUvarint(dst, uint64(len(m.Topic)))
+	dst = append(dst, m.Topic...)
+	dst = binary.AppendUvarint(dst, uint64(len(m.Payload)))
+	dst = append(dst, m.Payload...)
+	binary.LittleEndian.PutUint32(dst[start:], uint32(len(dst)-body))
+	binary.LittleEndian.PutUint32(dst[start+4:], crc32.Checksum(dst[body:], castagnoli))
+	return dst
+}
+
+// parseFrameHeader returns the body length and checksum in the 8 bytes at
+// the start of b, or ErrRecordLength for a length no record can have.
+func parseFrameHeader(b []byte) (bodyLen int64, sum uint32, err error) {
+	n := binary.LittleEndian.Uint32(b)
+	sum = binary.LittleEndian.Uint32(b[4:])
+	if n < minBodySize || n > maxBodySize {
+		return 0, 0, fmt.Errorf("%w: %d bytes", ErrRecordLength, n)
+	}
+	return int64(n), sum, nil
+}
+
+// body is a parsed record body; topic and payload alias the input.
+type body struct {
+	flags    byte
+	received int64
+	topic    []byte
+	payload  []byte
+}
+
+// parseBody parses a record body whose checksum has been verified. It
+// accepts exactly the encodings appendFrame produces.
+func parseBody(b []byte) (body, error) {
+	var r body
+	if len(b) < minBodySize {
+		return r, fmt.Errorf("%w: %d bytes", ErrRecordBody, len(b))
+	}
+	r.flags = b[0]
+	if r.flags&^flagsKnown != 0 || r.flags&flagQoS == 3 {
+		return r, fmt.Errorf("%w: flags %#02x", ErrRecordBody, r.flags)
+	}
+	b = b[1:]
+	t, n := binary.Varint(b)
+	if n <= 0 || n != varintLen(t) {
+		return r, fmt.Errorf("%w: bad receive time", ErrRecordBody)
+	}
+	r.received = t
+	b = b[n:]
+	var err error
+	if r.topic, b, err = lengthPrefixed(b, maxTopicBytes, "topic"); err != nil {
+		return r, err
+	}
+	if r.payload, b, err = lengthPrefixed(b, MaxPayloadBytes, "payload"); err != nil {
+		return r, err
+	}
+	if len(b) != 0 {
+		return r, fmt.Errorf("%w: %d trailing bytes", ErrRecordBody, len(b))
+	}
+	return r, nil
+}
+
+// lengthPrefixed splits a uvarint length and that many bytes (at most max)
+// off the front of b.
+func lengthPrefixed(b []byte, max uint64, what string) (field, rest []byte, err error) {
+	l, n := binary.Uvarint(b)
+	if n <= 0 || n != uvarintLen(l) {
+		return nil, nil, fmt.Errorf("%w: bad %s length", ErrRecordBody, what)
+	}
+	b = b[n:]
+	if l > max || l > uint64(len(b)) {
+		return nil, nil, fmt.Errorf("%w: %s length %d with %d bytes left", ErrRecordBody, what, l, len(b))
+	}
+	return b[:l:l], b[l:], nil
+}
+
+// decodeFrame decodes the frame at the start of b into a Message whose
+// topic and payload are copies, and returns the frame's size. It returns
+// errShortFrame when b holds only part of the frame; it never panics.
+func decodeFrame(b []byte) (Message, int64, error) {
+	if len(b) < frameHeaderSize {
+		return Message{}, 0, errShortFrame
+	}
+	n, sum, err := parseFrameHeader(b)
+	if err != nil {
+		return Message{}, 0, err
+	}
+	if int64(len(b)-frameHeaderSize) < n {
+		return Message{}, 0, errShortFrame
+	}
+	raw := b[frameHeaderSize : frameHeaderSize+n]
+	if crc32.Checksum(raw, castagnoli) != sum {
+		return Message{}, 0, ErrChecksum
+	}
+	p, err := parseBody(raw)
+	if err != nil {
+		return Message{}, 0, err
+	}
+	return p.message(string(p.topic)), frameHeaderSize + n, nil
+}
+
+// message builds a Message owning a copy of the payload, with the given
+// topic string (which the caller may have interned).
+func (p *body) message(topic string) Message {
+	m := Message{
+		Topic:   topic,
+		Payload: bytes.Clone(p.payload),
+		QoS:     p.flags & flagQoS,
+		Retain:  p.flags&flagRetain != 0,
+	}
+	if p.received != 0 {
+		m.Received = time.Unix(0, p.received)
+	}
+	return m
+}
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
+}
+
+func varintLen(x int64) int {
+	ux := uint64(x) << 1
+	if x < 0 {
+		ux = ^ux
+	}
+	return uvarintLen(ux)
+}

@@ -1,0 +1,56 @@
+package ingestlog
+
+import "time"
+
+// Stats is a snapshot of a Log's position, size and counters. Counters
+// start at zero when the Log is opened.
+type Stats struct {
+	// FirstOffset is the offset of the oldest record still on disk.
+	FirstOffset uint64
+	// NextOffset is the offset the next Append gets.
+	NextOffset uint64
+	// DurableOffset is one past the last fsynced record; Readers see the
+	// records below it.
+	DurableOffset uint64
+	// ReleasedOffset is the highest offset given to Truncate (after Open,
+	// FirstOffset).
+	ReleasedOffset uint64
+	// Segments is the number of segment files.
+	Segments int
+	// DiskBytes is the size of the segment files.
+	DiskBytes int64
+	// UnreleasedBytes is the size of the records at or after
+	// ReleasedOffset: what Options.MaxBytes bounds.
+	UnreleasedBytes int64
+	// Appends counts the records appended.
+	Appends uint64
+	// AppendedBytes counts the bytes of the records appended, framing
+	// included.
+	AppendedBytes uint64
+	// Fsyncs counts fsyncs of segment files and of the directory.
+	Fsyncs uint64
+	// Blocked counts the Appends that had to wait for space.
+	Blocked uint64
+	// BlockedTime is the total time Appends waited for space.
+	BlockedTime time.Duration
+	// Waiting is the number of Appends waiting for space now.
+	Waiting int
+	// TornBytes is what Open cut off as a torn tail.
+	TornBytes int64
+}
+
+// Stats returns the log's current statistics.
+func (l *Log) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.stats
+	s.FirstOffset = l.segs[0].base
+	s.NextOffset = l.next
+	s.DurableOffset = l.durable
+	s.ReleasedOffset = l.released
+	s.Segments = len(l.segs)
+	s.DiskBytes = l.diskBytes
+	s.UnreleasedBytes = l.unreleased
+	s.Waiting = l.waiting
+	return s
+}
