@@ -40,7 +40,6 @@ func (w *WindowedStream[T, K]) SideOutputLateData(tag operators.OutputTag[T]) *W
 }
 
 func windowOperator[T any, K comparable, O any](w *WindowedStream[T, K], name string, build func(out operators.Collector[O]) (operators.OneInput[T], error)) *Stream[O] {
-	var buildErr error
 	out := Transform(w.k.s, name, func(out operators.Collector[O]) operators.OneInput[T] {
 		op, err := build(out)
 		if err != nil {
@@ -50,8 +49,7 @@ func windowOperator[T any, K comparable, O any](w *WindowedStream[T, K], name st
 	})
 	// Build once now so that a bad combination is reported before Execute.
 	if _, err := build(nil); err != nil {
-		buildErr = err
-		w.k.s.env.addError(buildErr)
+		w.k.s.env.addError(err)
 	}
 	out.env.node(out.v).stateful = true
 	if w.lateTag != "" {

@@ -1,0 +1,24 @@
+// Package mqtt owns edged's MQTT input and output: the embedded broker
+// (Broker), the source reading the durable ingest log (Source), and the
+// MQTT sinks (Sink, PublishFunc for operators.NewWriteAheadSink).
+//
+// Ingestion: with the embedded broker, the broker's OnPublish hook
+// appends each matching message to the ingest log (package ingestlog)
+// before the device gets its PUBACK, so a device's QoS 1 message is
+// acknowledged only once it is on disk and a full log pushes back on the
+// device. The Source replays the log from its checkpointed offset and
+// truncates it when a checkpoint completes: at-least-once into the job,
+// exactly-once state with checkpoints.
+//
+// Output: Sink publishes as records arrive and waits for the broker's
+// acknowledgements at each checkpoint barrier (at-least-once).
+// PublishFunc feeds operators.NewWriteAheadSink, which publishes only the
+// records of completed checkpoints, each carrying a deterministic msg_id
+// (WithMsgID), so a consumer dropping duplicate ids sees each record once.
+//
+// Concurrency: the Broker's hook runs on mochi's connection goroutines
+// (one per client, so a client's messages are appended in order). Source,
+// Sink and Publisher are owned by one subtask goroutine and are not safe
+// for concurrent use. Constructors start nothing; Broker.Start starts the
+// listener and Close stops it and waits for its connection goroutines.
+package mqtt

@@ -1,0 +1,22 @@
+package mqtt
+
+import "errors"
+
+var (
+	// ErrInvalidConfig is wrapped by every Validate error of this package.
+	ErrInvalidConfig = errors.New("mqtt: invalid config")
+	// ErrBrokerClosed is returned by Start on a closed Broker.
+	ErrBrokerClosed = errors.New("mqtt: broker closed")
+	// ErrBrokerStarted is returned by a second Start.
+	ErrBrokerStarted = errors.New("mqtt: broker already started")
+	// ErrCorruptState is returned by RestoreState for bytes SnapshotState
+	// did not write.
+	ErrCorruptState = errors.New("mqtt: corrupt source state")
+	// ErrTopic is returned for a topic template that cannot be parsed or
+	// expands to an invalid topic name.
+	ErrTopic = errors.New("mqtt: invalid topic")
+	// ErrPublish is wrapped by publish failures of a Publisher.
+	ErrPublish = errors.New("mqtt: publish failed")
+	// ErrPublisherClosed is returned by a closed Publisher.
+	ErrPublisherClosed = errors.New("mqtt: publisher closed")
+)

@@ -1,0 +1,190 @@
+package mqtt
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+)
+
+// PublisherConfig configures a Publisher.
+type PublisherConfig struct {
+	// Broker is the broker URL, "tcp://host:port". YAML broker; default
+	// tcp://127.0.0.1:1883.
+	Broker string
+	// ClientID is the MQTT client id; it must be unique per connection
+	// (the sink appends "-<subtask>"). YAML client_id; required.
+	ClientID string
+	// QoS is the quality of service of every publish: 0, 1 or 2. YAML
+	// qos; default 1.
+	QoS byte
+	// MaxInflight bounds the publishes not yet acknowledged by the broker
+	// (paho has no limit of its own): Publish waits for the oldest when
+	// it is reached. YAML max_inflight; default 1024.
+	MaxInflight int
+	// Timeout bounds connecting and waiting for one acknowledgement.
+	// YAML timeout; default 30s.
+	Timeout time.Duration
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// DefaultPublisherConfig returns QoS 1 to tcp://127.0.0.1:1883 with 1024
+// publishes in flight; ClientID must still be set.
+func DefaultPublisherConfig() PublisherConfig {
+	return PublisherConfig{
+		Broker:      "tcp://" + DefaultBrokerAddress,
+		QoS:         1,
+		MaxInflight: 1024,
+		Timeout:     30 * time.Second,
+	}
+}
+
+// Validate reports every problem with c at once, naming the YAML keys.
+func (c PublisherConfig) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	if c.Broker == "" {
+		bad("sink.broker must not be empty")
+	}
+	if c.ClientID == "" {
+		bad("sink.client_id must not be empty")
+	}
+	if c.QoS > 2 {
+		bad("sink.qos (%d) must be 0, 1 or 2", c.QoS)
+	}
+	if c.MaxInflight < 1 {
+		bad("sink.max_inflight (%d) must be at least 1", c.MaxInflight)
+	}
+	if c.Timeout <= 0 {
+		bad("sink.timeout (%s) must be positive", c.Timeout)
+	}
+	return errors.Join(errs...)
+}
+
+// Publisher publishes to an MQTT broker with paho, keeping at most
+// MaxInflight publishes unacknowledged. It connects at the first Publish.
+// Not safe for concurrent use: one goroutine (the sink's subtask) owns
+// it.
+//
+// paho completes the tokens of publishes lost across a reconnect without
+// delivery, so Publisher turns auto-reconnect off: a lost connection
+// fails the next Publish or Flush, and the job's restart (replaying from
+// the last checkpoint) resends.
+type Publisher struct {
+	cfg    PublisherConfig
+	logger *slog.Logger
+	client paho.Client
+	tokens []paho.Token // unacknowledged publishes, oldest first
+	head   int          // tokens[:head] are done
+	closed bool
+}
+
+// NewPublisher returns a publisher for cfg; it starts nothing.
+func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Publisher{cfg: cfg, logger: logger}, nil
+}
+
+func (p *Publisher) connect() error {
+	opts := paho.NewClientOptions().
+		AddBroker(p.cfg.Broker).
+		SetClientID(p.cfg.ClientID).
+		SetCleanSession(true).
+		SetAutoReconnect(false).
+		SetConnectRetry(false).
+		SetConnectTimeout(p.cfg.Timeout).
+		SetWriteTimeout(p.cfg.Timeout).
+		SetOrderMatters(false).
+		SetDefaultPublishHandler(func(paho.Client, paho.Message) {})
+	c := paho.NewClient(opts)
+	tok := c.Connect()
+	if !tok.WaitTimeout(p.cfg.Timeout) {
+		c.Disconnect(0)
+		return fmt.Errorf("%w: connect to %s: timed out after %s", ErrPublish, p.cfg.Broker, p.cfg.Timeout)
+	}
+	if err := tok.Error(); err != nil {
+		return fmt.Errorf("%w: connect to %s: %w", ErrPublish, p.cfg.Broker, err)
+	}
+	p.client = c
+	return nil
+}
+
+// Publish sends payload to topic, waiting first for the oldest
+// outstanding publish if MaxInflight are outstanding. It does not wait
+// for this publish's acknowledgement: Flush does.
+func (p *Publisher) Publish(topic string, payload []byte) error {
+	if p.closed {
+		return ErrPublisherClosed
+	}
+	if p.client == nil {
+		if err := p.connect(); err != nil {
+			return err
+		}
+	}
+	for len(p.tokens)-p.head >= p.cfg.MaxInflight {
+		if err := p.waitOldest(); err != nil {
+			return err
+		}
+	}
+	if p.head > 0 && p.head == len(p.tokens) {
+		p.tokens, p.head = p.tokens[:0], 0
+	}
+	p.tokens = append(p.tokens, p.client.Publish(topic, p.cfg.QoS, false, payload))
+	return nil
+}
+
+func (p *Publisher) waitOldest() error {
+	tok := p.tokens[p.head]
+	p.tokens[p.head] = nil
+	p.head++
+	if !tok.WaitTimeout(p.cfg.Timeout) {
+		return fmt.Errorf("%w: no acknowledgement from %s within %s", ErrPublish, p.cfg.Broker, p.cfg.Timeout)
+	}
+	if err := tok.Error(); err != nil {
+		return fmt.Errorf("%w: %w", ErrPublish, err)
+	}
+	return nil
+}
+
+// Flush waits until every publish so far is acknowledged by the broker
+// (for QoS 1 and 2) or written (QoS 0), and returns the first failure.
+func (p *Publisher) Flush() error {
+	var first error
+	for p.head < len(p.tokens) {
+		if err := p.waitOldest(); err != nil && first == nil {
+			first = err
+		}
+	}
+	p.tokens, p.head = p.tokens[:0], 0
+	return first
+}
+
+// Outstanding returns the number of publishes not yet waited for.
+func (p *Publisher) Outstanding() int { return len(p.tokens) - p.head }
+
+// Close disconnects, after waiting up to 250 ms for work in progress; it
+// does not wait for acknowledgements (call Flush first). Closing twice is
+// a no-op.
+func (p *Publisher) Close() error {
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	if p.client != nil {
+		p.client.Disconnect(250)
+		p.client = nil
+	}
+	p.tokens, p.head = nil, 0
+	return nil
+}

@@ -1,0 +1,86 @@
+package mqtt
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestMatchTopic(t *testing.T) {
+	for _, c := range []struct {
+		filter, topic string
+		want          bool
+	}{
+		{"#", "a/b", true},
+		{"#", "$SYS/x", false},
+		{"sensors/#", "sensors", true},
+		{"sensors/#", "sensors/a/b", true},
+		{"sensors/#", "sensorsx/a", false},
+		{"sensors/+", "sensors/a", true},
+		{"sensors/+", "sensors/a/b", false},
+		{"sensors/+/t", "sensors/a/t", true},
+		{"+/+", "a", false},
+		{"a/b", "a/b", true},
+		{"a/b", "a/b/c", false},
+		{"a/b/c", "a/b", false},
+		{"+", "", true},
+	} {
+		if got := MatchTopic(c.filter, c.topic); got != c.want {
+			t.Errorf("MatchTopic(%q, %q) = %v", c.filter, c.topic, got)
+		}
+	}
+}
+
+func TestBrokerConfigValidate(t *testing.T) {
+	err := BrokerConfig{Filters: []string{"a/#/b", "a+", "ok/+"}}.Validate()
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Validate = %v", err)
+	}
+	if n := len(err.(interface{ Unwrap() []error }).Unwrap()); n != 3 {
+		t.Fatalf("%d problems reported, want 3: %v", n, err)
+	}
+	if err := DefaultBrokerConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMsgID(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`{"v":1}`, `{"v":1,"msg_id":"abc"}`},
+		{` { } `, `{ "msg_id":"abc"}`},
+		{`{"v":{"w":[1]}}`, `{"v":{"w":[1]},"msg_id":"abc"}`},
+		{`21.5`, `abc|21.5`},
+		{`{bad`, `abc|{bad`},
+		{``, `abc|`},
+		{`a|b`, `abc|a|b`},
+	} {
+		got := WithMsgID([]byte(c.in), "abc")
+		if string(got) != c.want {
+			t.Errorf("WithMsgID(%q) = %q, want %q", c.in, got, c.want)
+		}
+		if id, ok := ParseMsgID(got); !ok || id != "abc" {
+			t.Errorf("ParseMsgID(%q) = %q, %v", got, id, ok)
+		}
+	}
+	if _, ok := ParseMsgID([]byte(`{"v":1}`)); ok {
+		t.Error("ParseMsgID found an id in a plain object")
+	}
+}
+
+func TestTopicTemplate(t *testing.T) {
+	tmpl := MustParseTopicTemplate("agg/{site}/{id}/avg")
+	got, err := tmpl.Expand(func(n string) string { return map[string]string{"site": "north", "id": "s1"}[n] })
+	if err != nil || got != "agg/north/s1/avg" {
+		t.Fatalf("Expand = %q, %v", got, err)
+	}
+	if _, err := tmpl.Expand(func(string) string { return "+" }); !errors.Is(err, ErrTopic) {
+		t.Fatalf("wildcard value: %v", err)
+	}
+	for _, bad := range []string{"", "a/{", "a/{}", "a/#", "a/{x y}", "a}"} {
+		if _, err := ParseTopicTemplate(bad); !errors.Is(err, ErrTopic) {
+			t.Errorf("ParseTopicTemplate(%q) = %v", bad, err)
+		}
+	}
+	if got, _ := MustParseTopicTemplate("plain/topic").Expand(nil); got != "plain/topic" {
+		t.Fatalf("literal template = %q", got)
+	}
+}
