@@ -82,6 +82,7 @@ func (c BrokerConfig) Validate() error {
 type Broker struct {
 	cfg    BrokerConfig
 	log    *ingestlog.Log
+	routes []route // further filters and logs, added before Start
 	logger *slog.Logger
 	server *mochi.Server
 	tcp    *listeners.TCP
@@ -126,6 +127,36 @@ func NewBroker(cfg BrokerConfig, log *ingestlog.Log) (*Broker, error) {
 	}
 	b.tcp = listeners.NewTCP(listeners.Config{ID: "tcp", Address: cfg.Address})
 	return b, nil
+}
+
+// route sends the messages matching filters to log.
+type route struct {
+	filters []string
+	log     *ingestlog.Log
+}
+
+// AddRoute makes the broker also append the messages matching filters to
+// log (one log per pipeline reading MQTT: each source truncates its own
+// log). A message matching several routes is appended to each. Call it
+// before Start; the caller keeps ownership of log.
+func (b *Broker) AddRoute(filters []string, log *ingestlog.Log) error {
+	for i, f := range filters {
+		if !validFilter(f) {
+			return fmt.Errorf("%w: route filters[%d] (%q) is not a valid MQTT topic filter", ErrInvalidConfig, i, f)
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.started {
+		return ErrBrokerStarted
+	}
+	if b.log == nil && len(b.routes) == 0 {
+		if err := b.server.AddHook(&ingestHook{b: b}, nil); err != nil {
+			return fmt.Errorf("mqtt: broker ingest hook: %w", err)
+		}
+	}
+	b.routes = append(b.routes, route{filters: filters, log: log})
+	return nil
 }
 
 // Server returns the mochi server, for adding hooks or listeners before
@@ -197,16 +228,28 @@ func (h *ingestHook) Provides(b byte) bool { return b == mochi.OnPublish }
 // PUBACK is sent.
 func (h *ingestHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	b := h.b
-	if !b.matches(pk.TopicName) {
-		return pk, nil
-	}
-	_, err := b.log.Append(b.ctx, ingestlog.Message{
+	msg := ingestlog.Message{
 		Topic:    pk.TopicName,
 		Payload:  pk.Payload,
 		QoS:      pk.FixedHeader.Qos,
 		Retain:   pk.FixedHeader.Retain,
 		Received: time.Now(),
-	})
+	}
+	var err error
+	if b.log != nil && b.matches(pk.TopicName) {
+		_, err = b.log.Append(b.ctx, msg)
+	}
+	for _, r := range b.routes {
+		if err != nil {
+			break
+		}
+		for _, f := range r.filters {
+			if MatchTopic(f, pk.TopicName) {
+				_, err = r.log.Append(b.ctx, msg)
+				break
+			}
+		}
+	}
 	if err == nil {
 		return pk, nil
 	}

@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -171,5 +172,49 @@ func TestBrokerBackpressure(t *testing.T) {
 	}
 	if st := l.Stats(); st.Blocked == 0 {
 		t.Fatalf("stats %+v: no blocked append", st)
+	}
+}
+
+// Routes append each message to the log of every route it matches.
+func TestBrokerRoutes(t *testing.T) {
+	a := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
+	b := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
+	br, err := NewBroker(BrokerConfig{Address: "127.0.0.1:0", Filters: []string{"#"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := br.AddRoute([]string{"sensors/+/temp"}, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := br.AddRoute([]string{"sensors/#"}, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := br.AddRoute([]string{"bad/#/x"}, b); err == nil {
+		t.Fatal("invalid filter accepted")
+	}
+	if err := br.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer br.Close()
+	pc := DefaultPublisherConfig()
+	pc.Broker, pc.ClientID = "tcp://"+br.Addr(), "routes"
+	pub, err := NewPublisher(pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	for _, topic := range []string{"sensors/1/temp", "sensors/1/hum", "other"} {
+		if err := pub.Publish(topic, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Stats().NextOffset; got != 1 {
+		t.Fatalf("route a got %d messages, want 1", got)
+	}
+	if got := b.Stats().NextOffset; got != 2 {
+		t.Fatalf("route b got %d messages, want 2", got)
 	}
 }
