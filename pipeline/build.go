@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/edgedio/edged/mqtt"
+	"github.com/edgedio/edged/mqtt/ingestlog"
 	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/stream"
 	"github.com/edgedio/edged/watermark"
@@ -81,22 +83,41 @@ func Build(cfg PipelineConfig, env *stream.Environment, out io.Writer) error {
 
 // BuildJob is Build returning the Job for its counters.
 func BuildJob(cfg PipelineConfig, env *stream.Environment, out io.Writer) (*Job, error) {
+	return BuildJobWith(cfg, env, out, Inputs{})
+}
+
+// Inputs is what the node gives the pipelines that use MQTT.
+type Inputs struct {
+	// MQTTLog returns the ingest log the embedded broker fills for the
+	// pipeline named name (nil: MQTT sources are not available).
+	MQTTLog func(name string) (*ingestlog.Log, error)
+	// Broker is the URL MQTT sinks publish to, for example
+	// "tcp://127.0.0.1:1883" ("": MQTT sinks are not available).
+	Broker string
+}
+
+// BuildJobWith is BuildJob with the node's MQTT inputs.
+func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in Inputs) (*Job, error) {
 	if cfg.plan == nil {
 		if err := cfg.Validate(); err != nil {
 			return nil, err
 		}
 	}
 	pl := cfg.plan
-	if cfg.Source.MQTT != nil {
-		return nil, fmt.Errorf("pipeline %q: mqtt source: %w", cfg.Name, ErrNotAvailable)
+	if m := cfg.Source.MQTT; m != nil && (m.Broker != "" || in.MQTTLog == nil) {
+		what := "the embedded broker's ingest log is not given"
+		if m.Broker != "" {
+			what = "an external broker (" + m.Broker + ") is not supported yet; leave broker empty for the embedded one"
+		}
+		return nil, fmt.Errorf("pipeline %q: mqtt source: %s: %w", cfg.Name, what, ErrNotAvailable)
 	}
 	for i, s := range cfg.Sinks {
-		if s.MQTT != nil {
-			return nil, fmt.Errorf("pipeline %q: sinks[%d]: mqtt sink: %w", cfg.Name, i, ErrNotAvailable)
+		if s.MQTT != nil && in.Broker == "" {
+			return nil, fmt.Errorf("pipeline %q: sinks[%d]: mqtt sink: no broker given: %w", cfg.Name, i, ErrNotAvailable)
 		}
 	}
 	b := &builder{cfg: &cfg, pl: pl, env: env, c: &counters{}, out: &lockedWriter{w: out},
-		dead: operators.NewOutputTag[DeadLetter]("dead-letter")}
+		dead: operators.NewOutputTag[DeadLetter]("dead-letter"), in: in}
 	var rows *stream.Stream[Row]
 	var prep *stream.Stream[Row]
 	uid := func(s string) string { return cfg.Name + "/" + s }
@@ -116,6 +137,19 @@ func BuildJob(cfg PipelineConfig, env *stream.Environment, out io.Writer) (*Job,
 			decode = pl.csv.Decode
 		}
 		prep = prepare(b, lines, decode, func(s string) string { return s })
+	case src.MQTT != nil:
+		log, err := in.MQTTLog(cfg.Name)
+		if err != nil {
+			return nil, fmt.Errorf("pipeline %q: mqtt source: %w", cfg.Name, err)
+		}
+		msgs := stream.FromSource(env, uid("source"), func() operators.Source[mqtt.Message] {
+			return mqtt.NewSource(log)
+		}).UID(uid("source")).SetParallelism(1)
+		decode := pl.json.Decode
+		if pl.csv != nil {
+			decode = pl.csv.Decode
+		}
+		prep = prepare(b, msgs, decode, func(m mqtt.Message) string { return string(m.Payload) })
 	}
 	rows = prep
 	if pl.eventTime {
@@ -161,6 +195,7 @@ type builder struct {
 	c    *counters
 	out  io.Writer
 	dead operators.OutputTag[DeadLetter]
+	in   Inputs
 }
 
 // sinkAll connects s to every sink of the pipeline. what names the output
@@ -179,6 +214,8 @@ func sinkAll[T any](b *builder, what string, s *stream.Stream[T], format func(T)
 		case sc.File != nil:
 			dir := filepath.Join(sc.File.Dir, what)
 			s.To(name, func() operators.Sink[T] { return operators.NewFileSink(dir, format) }).UID(name)
+		case sc.MQTT != nil:
+			mqttSink(b, name, what, s, format, sc.MQTT)
 		}
 	}
 }

@@ -108,8 +108,10 @@ type FileSourceConfig struct {
 	Fields Fields `yaml:"fields"`
 }
 
-// MQTTSourceConfig subscribes to an MQTT broker. Parsed and validated;
-// Build reports ErrNotAvailable.
+// MQTTSourceConfig reads MQTT messages. With Broker empty they come from
+// the node's embedded broker, through the pipeline's durable ingest log
+// (replayable: the log offset is checkpointed); an external broker is not
+// supported yet (Build reports ErrNotAvailable).
 type MQTTSourceConfig struct {
 	// Broker URL: tcp://, ssl://, ws:// or wss:// host:port. Empty means
 	// the embedded broker.
@@ -223,8 +225,9 @@ type FileSinkConfig struct {
 	Dir string `yaml:"dir"`
 }
 
-// MQTTSinkConfig publishes results. Parsed and validated; Build reports
-// ErrNotAvailable.
+// MQTTSinkConfig publishes results to the node's broker (Inputs.Broker):
+// through a write-ahead sink with a deterministic "msg_id" when
+// checkpoints are on, else as they come.
 type MQTTSinkConfig struct {
 	// Topic, with {field} placeholders of result fields.
 	Topic string `yaml:"topic"`

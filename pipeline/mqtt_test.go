@@ -1,0 +1,177 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edgedio/edged/mqtt"
+	"github.com/edgedio/edged/mqtt/ingestlog"
+	"github.com/edgedio/edged/stream"
+)
+
+const mqttPipeline = `
+pipelines:
+  - name: devices
+    source:
+      mqtt:
+        topics: [sensors/+/temperature]
+        format: json
+        fields:
+          id: {type: string, path: $.sensor}
+          temp: {type: float, path: $.t}
+          ts: {type: time, path: $.ts, unit: s}
+    event_time: {field: ts, max_out_of_orderness: 1s}
+    key: id
+    window:
+      type: tumbling
+      size: 10s
+      aggregates: [{name: n, fn: count, field: temp}]
+    sinks:
+      - mqtt: {topic: "agg/{id}"}
+`
+
+// Devices publish JSON readings to the embedded broker; each QoS 1 message
+// is in the pipeline's ingest log before its PUBACK; the pipeline counts
+// them in 10 s windows and publishes the results to agg/<sensor>, where a
+// subscriber gets them. A malformed payload goes to deadletter/devices.
+func TestMQTTPipelineEndToEnd(t *testing.T) {
+	cfg, err := Parse([]byte(mqttPipeline))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := cfg.Pipelines[0]
+	log, err := ingestlog.Open(t.TempDir(), ingestlog.DefaultOptions(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	br, err := mqtt.NewBroker(mqtt.BrokerConfig{Address: "127.0.0.1:0", Filters: []string{"#"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := br.AddRoute(pc.Source.MQTT.Topics, log); err != nil {
+		t.Fatal(err)
+	}
+	if err := br.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer br.Close()
+	url := "tcp://" + br.Addr()
+
+	// The subscriber of the results and of the dead letters.
+	var mu sync.Mutex
+	got := map[string]map[int64]int64{} // sensor -> window start -> count
+	var dead []string
+	sub := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID("checker").
+		SetDefaultPublishHandler(func(paho.Client, paho.Message) {}))
+	if tok := sub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscriber connect: %v", tok.Error())
+	}
+	defer sub.Disconnect(100)
+	tok := sub.Subscribe("#", 1, func(_ paho.Client, m paho.Message) {
+		mu.Lock()
+		defer mu.Unlock()
+		if bytes.HasPrefix([]byte(m.Topic()), []byte("deadletter/")) {
+			dead = append(dead, string(m.Payload()))
+			return
+		}
+		if !bytes.HasPrefix([]byte(m.Topic()), []byte("agg/")) {
+			return
+		}
+		var r struct {
+			ID          string `json:"id"`
+			WindowStart int64  `json:"window_start"`
+			N           int64  `json:"n"`
+		}
+		if err := json.Unmarshal(m.Payload(), &r); err != nil {
+			t.Errorf("result %s: %v", m.Payload(), err)
+			return
+		}
+		if got[r.ID] == nil {
+			got[r.ID] = map[int64]int64{}
+		}
+		got[r.ID][r.WindowStart] = r.N
+	})
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+
+	env := stream.NewEnvironment("devices", EnvOptionsOrDie(t, pc)...)
+	var out bytes.Buffer
+	if _, err := BuildJobWith(pc, env, &out, Inputs{
+		MQTTLog: func(string) (*ingestlog.Log, error) { return log, nil },
+		Broker:  url,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	job, err := env.ExecuteAsync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		job.Wait()
+	}()
+
+	// Two sensors, one reading per second for 25 s of event time: windows
+	// [0,10) and [10,20) complete once a reading at 21 s or later moves the
+	// watermark past 20 s.
+	dev := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID("device"))
+	if tok := dev.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("device connect: %v", tok.Error())
+	}
+	defer dev.Disconnect(100)
+	for s := 0; s < 25; s++ {
+		for _, id := range []string{"a", "b"} {
+			p := fmt.Sprintf(`{"sensor":%q,"t":%d.5,"ts":%d}`, id, 20+s%5, s)
+			if tok := dev.Publish("sensors/"+id+"/temperature", 1, false, p); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+				t.Fatalf("publish: %v", tok.Error())
+			}
+		}
+	}
+	if tok := dev.Publish("sensors/a/temperature", 1, false, "not json"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+	// Keep time moving until the results are in: readings keep coming
+	// (with timestamps far ahead) only to advance the watermark.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		done := len(got["a"]) >= 2 && len(got["b"]) >= 2 && len(dead) > 0
+		mu.Unlock()
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("results %v, dead letters %v; stdout %q", got, dead, out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range []string{"a", "b"} {
+		if got[id][0] != 10 || got[id][10000] != 10 {
+			t.Fatalf("sensor %s: windows %v, want 10 readings in [0,10s) and [10s,20s)", id, got[id])
+		}
+	}
+}
+
+// EnvOptionsOrDie returns the pipeline's environment options.
+func EnvOptionsOrDie(t *testing.T, pc PipelineConfig) []stream.Option {
+	t.Helper()
+	opts, err := EnvOptions(pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return opts
+}
