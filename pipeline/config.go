@@ -10,8 +10,36 @@ import (
 // `pipelines:` section exists so far. Load it with Load; Validate checks it
 // and compiles every pipeline.
 type Config struct {
+	// Node holds the settings of the device running the pipelines.
+	Node NodeConfig `yaml:"node"`
 	// Pipelines are the declared pipelines; at least one.
 	Pipelines []PipelineConfig `yaml:"pipelines"`
+}
+
+// NodeConfig is the YAML `node` block.
+type NodeConfig struct {
+	// DataDir holds the ingest logs of MQTT pipelines (and is where
+	// relative checkpoint and state directories are meant to live).
+	// Default "edged-data".
+	DataDir string `yaml:"data_dir"`
+	// Broker is the address the embedded MQTT broker listens on; default
+	// 127.0.0.1:1883. It runs when a pipeline reads or writes MQTT.
+	Broker string `yaml:"broker"`
+	// Listen is the address of the REST API and /metrics; default
+	// 127.0.0.1:8081.
+	Listen string `yaml:"listen"`
+	// Simulator, when set, publishes simulated sensor readings to the
+	// embedded broker: the demo needs nothing else.
+	Simulator *SimulatorConfig `yaml:"simulator"`
+}
+
+// SimulatorConfig is the YAML `node.simulator` block: Sensors devices
+// publishing JSON readings {"sensor","t","ts"} to Topic (with {id}
+// replaced by the sensor id) at Rate readings per second in all.
+type SimulatorConfig struct {
+	Sensors int     `yaml:"sensors"`
+	Rate    float64 `yaml:"rate"`
+	Topic   string  `yaml:"topic"`
 }
 
 // PipelineConfig declares one pipeline (YAML `pipelines[i]`). Start from

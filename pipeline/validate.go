@@ -107,6 +107,19 @@ func (c *Config) Validate() error {
 }
 
 func (c *Config) validate(p *problems) {
+	if sim := c.Node.Simulator; sim != nil {
+		if sim.Sensors < 1 {
+			p.add("node.simulator.sensors", fmt.Sprintf("(%d) must be at least 1", sim.Sensors))
+		}
+		if sim.Rate <= 0 {
+			p.add("node.simulator.rate", fmt.Sprintf("(%v) must be positive", sim.Rate))
+		}
+		if sim.Topic == "" {
+			p.add("node.simulator.topic", "is required")
+		} else if err := checkTopicTemplate(sim.Topic); err != "" {
+			p.add("node.simulator.topic", fmt.Sprintf("%q %s", sim.Topic, err))
+		}
+	}
 	if len(c.Pipelines) == 0 {
 		p.add("pipelines", "at least one pipeline is required")
 	}
