@@ -1,0 +1,239 @@
+// Command edged runs an edged node and talks to a running one.
+//
+//	edged run -c <config> [--from-savepoint <path>] [--allow-non-restored] [--listen addr]
+//	edged list                 [--addr host:port]
+//	edged checkpoints <job>    [--addr host:port]
+//	edged savepoint <job>      [--path p] [--addr host:port]
+//	edged stop <job>           [--path p] [--addr host:port]   (stop with a savepoint)
+//	edged cancel <job>         [--addr host:port]
+//
+// Exit status: 0 on success, 1 on a runtime failure, 2 on a usage or
+// config error (every config problem is printed with its key path).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/edgedio/edged/daemon"
+	"github.com/edgedio/edged/pipeline"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = `usage:
+  edged run -c <config> [--from-savepoint <path>] [--allow-non-restored] [--listen addr]
+  edged list [--addr host:port]
+  edged checkpoints <job> [--addr host:port]
+  edged savepoint <job> [--path p] [--addr host:port]
+  edged stop <job> [--path p] [--addr host:port]
+  edged cancel <job> [--addr host:port]
+`
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// run runs the edged command line args (without the program name) and
+// returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	cmd, args := args[0], args[1:]
+	switch cmd {
+	case "run":
+		return runNode(ctx, args, stdout, stderr)
+	case "list", "checkpoints", "savepoint", "stop", "cancel":
+		return runClient(ctx, cmd, args, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "edged: unknown command %q\n%s", cmd, usage)
+	return exitUsage
+}
+
+// parse parses flags anywhere among args and returns the positional
+// arguments.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		if args[0] == "--" {
+			return append(pos, args[1:]...), nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("edged run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var opts daemon.Options
+	var cfgPath, logLevel string
+	fs.StringVar(&cfgPath, "c", "", "config file (required)")
+	fs.StringVar(&cfgPath, "config", "", "config file (same as -c)")
+	fs.StringVar(&opts.Savepoint, "from-savepoint", "", "start every pipeline from this savepoint directory")
+	fs.BoolVar(&opts.AllowNonRestored, "allow-non-restored", false, "skip savepoint state of operators the pipelines no longer have")
+	fs.StringVar(&opts.Listen, "listen", daemon.DefaultListen, "REST API address (default: the config's node.listen, else "+daemon.DefaultListen+")")
+	fs.DurationVar(&opts.StopTimeout, "stop-timeout", time.Minute, "how long a stop with savepoint may take before the job is cancelled")
+	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return exitUsage
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(stderr, "edged run: unexpected arguments %q\n", pos)
+		return exitUsage
+	}
+	if cfgPath == "" {
+		fmt.Fprintln(stderr, "edged run: -c: a config file is required")
+		return exitUsage
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		fmt.Fprintf(stderr, "edged run: --log-level: %q must be debug, info, warn or error\n", logLevel)
+		return exitUsage
+	}
+	cfg, err := pipeline.Load(cfgPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "edged: %v\n", err)
+		return exitUsage
+	}
+	listenSet := false
+	fs.Visit(func(f *flag.Flag) { listenSet = listenSet || f.Name == "listen" })
+	if !listenSet && cfg.Node.Listen != "" {
+		opts.Listen = cfg.Node.Listen
+	}
+	opts.Stdout = stdout
+	opts.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := daemon.Run(ctx, cfg, opts); err != nil {
+		opts.Logger.Error("edged failed", "err", err)
+		var ce *pipeline.ConfigError
+		if errors.As(err, &ce) {
+			return ce.ExitCode()
+		}
+		return exitFailure
+	}
+	return exitOK
+}
+
+func runClient(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("edged "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &daemon.Client{}
+	var path string
+	var timeout time.Duration
+	fs.StringVar(&c.Addr, "addr", daemon.DefaultListen, "address of the node's REST API")
+	fs.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the node")
+	if cmd == "savepoint" || cmd == "stop" {
+		fs.StringVar(&path, "path", "", "savepoint directory (default: under the job's checkpoint dir)")
+	}
+	pos, err := parse(fs, args)
+	if err != nil {
+		return exitUsage
+	}
+	want := 1
+	if cmd == "list" {
+		want = 0
+	}
+	if len(pos) != want {
+		if want == 0 {
+			fmt.Fprintf(stderr, "edged %s: takes no arguments\n%s", cmd, usage)
+		} else {
+			fmt.Fprintf(stderr, "edged %s: a job name is required\n%s", cmd, usage)
+		}
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := client(ctx, c, cmd, pos, path, stdout); err != nil {
+		fmt.Fprintf(stderr, "edged %s: %v\n", cmd, err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+// client runs one client command against c and prints the answer.
+func client(ctx context.Context, c *daemon.Client, cmd string, pos []string, path string, stdout io.Writer) error {
+	switch cmd {
+	case "list":
+		jobs, err := c.Jobs(ctx)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tSTATUS\tATTEMPTS\tCHECKPOINTING\tDEAD LETTERS\tERROR")
+		for _, j := range jobs {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%t\t%d\t%s\n", j.Name, j.Status, j.Attempts, j.Checkpointing, j.DeadLetters, oneLine(j.Error))
+		}
+		return tw.Flush()
+	case "checkpoints":
+		cps, err := c.Checkpoints(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tKIND\tSTATUS\tTRIGGERED\tDURATION\tSIZE\tALIGNMENT\tPATH\tERROR")
+		for _, cp := range cps {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", cp.ID, cp.Kind, cp.Status,
+				cp.TriggerTime.Format(time.RFC3339), msDuration(cp.DurationMS), cp.SizeBytes,
+				msDuration(cp.AlignmentMS), cp.Path, oneLine(cp.Error))
+		}
+		return tw.Flush()
+	case "savepoint", "stop":
+		var p string
+		var err error
+		if cmd == "stop" {
+			p, err = c.Stop(ctx, pos[0], path)
+		} else {
+			p, err = c.Savepoint(ctx, pos[0], path)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, p)
+		return nil
+	case "cancel":
+		s, err := c.Cancel(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s %s\n", pos[0], s)
+		return nil
+	}
+	return fmt.Errorf("unknown command %q", cmd)
+}
+
+func msDuration(ms float64) string {
+	return time.Duration(ms * float64(time.Millisecond)).Round(time.Microsecond).String()
+}
+
+func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }

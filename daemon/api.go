@@ -1,0 +1,226 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/snapshot"
+)
+
+// JobInfo is one job of GET /jobs.
+type JobInfo struct {
+	Name   string `json:"name"`
+	Status Status `json:"status"`
+	// Attempts is how many times the job was started (1 + restarts).
+	Attempts      int  `json:"attempts"`
+	Checkpointing bool `json:"checkpointing"`
+	// DeadLetters counts records sent to the dead-letter output.
+	DeadLetters int64 `json:"dead_letters"`
+	// Savepoint is the path of the latest savepoint taken through the node.
+	Savepoint string `json:"savepoint,omitempty"`
+	// Error is why the job failed.
+	Error string `json:"error,omitempty"`
+}
+
+// JobList is the body of GET /jobs.
+type JobList struct {
+	Jobs []JobInfo `json:"jobs"`
+}
+
+// CheckpointInfo is one checkpoint or savepoint of GET
+// /jobs/{name}/checkpoints (snapshot.Stats).
+type CheckpointInfo struct {
+	ID     uint64 `json:"id"`
+	Kind   string `json:"kind"`   // checkpoint or savepoint
+	Status string `json:"status"` // in_progress, completed or failed
+	// Stop marks a stop-with-savepoint.
+	Stop        bool      `json:"stop,omitempty"`
+	TriggerTime time.Time `json:"trigger_time"`
+	// DurationMS is from the trigger to completion or failure, in ms; 0
+	// while in progress.
+	DurationMS  float64 `json:"duration_ms"`
+	Acked       int     `json:"acked"`
+	Tasks       int     `json:"tasks"`
+	SizeBytes   int64   `json:"size_bytes"`
+	AlignmentMS float64 `json:"alignment_ms"`
+	Path        string  `json:"path,omitempty"`
+	Error       string  `json:"error,omitempty"`
+}
+
+// CheckpointList is the body of GET /jobs/{name}/checkpoints, oldest
+// first.
+type CheckpointList struct {
+	Job         string           `json:"job"`
+	Checkpoints []CheckpointInfo `json:"checkpoints"`
+}
+
+// SavepointResult is the body of POST /jobs/{name}/savepoint and
+// /jobs/{name}/stop.
+type SavepointResult struct {
+	Job  string `json:"job"`
+	Path string `json:"path"`
+}
+
+// CancelResult is the body of POST /jobs/{name}/cancel.
+type CancelResult struct {
+	Job    string `json:"job"`
+	Status Status `json:"status"`
+}
+
+// ErrorBody is the body of every error response.
+type ErrorBody struct {
+	Error string `json:"error"`
+}
+
+// newAPI returns the REST API of n.
+func newAPI(n *node) http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		newJobCollector(n),
+	)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /jobs", n.handleList)
+	mux.HandleFunc("GET /jobs/{name}/checkpoints", n.handleCheckpoints)
+	mux.HandleFunc("POST /jobs/{name}/savepoint", n.handleSavepoint(false))
+	mux.HandleFunc("POST /jobs/{name}/stop", n.handleSavepoint(true))
+	mux.HandleFunc("POST /jobs/{name}/cancel", n.handleCancel)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return mux
+}
+
+func (n *node) info(j *job) JobInfo {
+	s := j.snapshot()
+	ji := JobInfo{Name: j.name, Status: s.Status, Attempts: j.run.Attempts(), Checkpointing: j.checkpointing,
+		DeadLetters: j.pj.DeadLetters(), Savepoint: s.Savepoint}
+	if s.Err != nil {
+		ji.Error = s.Err.Error()
+	}
+	return ji
+}
+
+func (n *node) handleList(w http.ResponseWriter, r *http.Request) {
+	l := JobList{Jobs: make([]JobInfo, 0, len(n.jobs))}
+	for _, j := range n.jobs {
+		l.Jobs = append(l.Jobs, n.info(j))
+	}
+	writeJSON(w, http.StatusOK, l)
+}
+
+func (n *node) handleCheckpoints(w http.ResponseWriter, r *http.Request) {
+	j, err := n.job(r.PathValue("name"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	j.observe()
+	s := j.snapshot()
+	l := CheckpointList{Job: j.name, Checkpoints: make([]CheckpointInfo, 0, len(s.History))}
+	for _, st := range s.History {
+		l.Checkpoints = append(l.Checkpoints, checkpointInfo(st))
+	}
+	writeJSON(w, http.StatusOK, l)
+}
+
+func checkpointInfo(s snapshot.Stats) CheckpointInfo {
+	ci := CheckpointInfo{ID: uint64(s.Checkpoint), Kind: s.Kind.String(), Status: s.Status.String(), Stop: s.Stop,
+		TriggerTime: s.Triggered, DurationMS: ms(s.Duration), Acked: s.Acked, Tasks: s.Tasks,
+		SizeBytes: s.Size, AlignmentMS: ms(s.Alignment), Path: s.Path}
+	if s.Err != nil {
+		ci.Error = s.Err.Error()
+	}
+	return ci
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (n *node) handleSavepoint(stop bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		j, err := n.job(r.PathValue("name"))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), n.opts.StopTimeout)
+		defer cancel()
+		p, err := n.savepoint(ctx, j, r.URL.Query().Get("path"), stop)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, SavepointResult{Job: j.name, Path: p})
+	}
+}
+
+func (n *node) handleCancel(w http.ResponseWriter, r *http.Request) {
+	j, err := n.job(r.PathValue("name"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if j.snapshot().Status != StatusRunning {
+		writeError(w, ErrNotRunning)
+		return
+	}
+	n.log.Info("cancelling job", "job", j.name)
+	j.cancel()
+	select {
+	case <-j.run.Done():
+	case <-r.Context().Done():
+		return
+	}
+	// The watcher records the status right after Done; wait for it so the
+	// answer says how the job ended.
+	writeJSON(w, http.StatusOK, CancelResult{Job: j.name, Status: j.finalStatus(r.Context())})
+}
+
+// finalStatus waits (bounded by ctx) for the watcher to record how the
+// ended job ended.
+func (j *job) finalStatus(ctx context.Context) Status {
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for {
+		if s := j.snapshot().Status; s != StatusRunning {
+			return s
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return StatusRunning
+		}
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v) // the client went away; nothing to do
+}
+
+// writeError answers err with its status code.
+func writeError(w http.ResponseWriter, err error) {
+	writeJSON(w, statusOf(err), ErrorBody{Error: err.Error()})
+}
+
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, ErrUnknownJob):
+		return http.StatusNotFound
+	case errors.Is(err, ErrNotRunning), errors.Is(err, ErrNoCheckpointing),
+		errors.Is(err, actors.ErrNoCheckpointStore), errors.Is(err, snapshot.ErrStopping),
+		errors.Is(err, snapshot.ErrStopped):
+		return http.StatusConflict
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}

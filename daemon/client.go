@@ -1,0 +1,122 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// Client talks to the REST API of a running node. Safe for concurrent
+// use.
+type Client struct {
+	// Addr is the node's API address, host:port or a http:// URL; default
+	// DefaultListen.
+	Addr string
+	// HTTP is the client to use; default http.DefaultClient.
+	HTTP *http.Client
+}
+
+// APIError is an error answer of the API.
+type APIError struct {
+	// StatusCode is the HTTP status.
+	StatusCode int
+	// Msg is the body's "error".
+	Msg string
+}
+
+// Error returns the API's message and status.
+func (e *APIError) Error() string {
+	return fmt.Sprintf("%s (HTTP %d)", e.Msg, e.StatusCode)
+}
+
+// Jobs lists the node's jobs.
+func (c *Client) Jobs(ctx context.Context) ([]JobInfo, error) {
+	var l JobList
+	err := c.do(ctx, http.MethodGet, "/jobs", nil, &l)
+	return l.Jobs, err
+}
+
+// Checkpoints returns the checkpoint history of a job, oldest first.
+func (c *Client) Checkpoints(ctx context.Context, job string) ([]CheckpointInfo, error) {
+	var l CheckpointList
+	err := c.do(ctx, http.MethodGet, "/jobs/"+url.PathEscape(job)+"/checkpoints", nil, &l)
+	return l.Checkpoints, err
+}
+
+// Savepoint takes a savepoint of a job (path "" for the job's checkpoint
+// directory) and returns its path.
+func (c *Client) Savepoint(ctx context.Context, job, path string) (string, error) {
+	return c.savepoint(ctx, job, "savepoint", path)
+}
+
+// Stop stops a job with a savepoint and returns its path.
+func (c *Client) Stop(ctx context.Context, job, path string) (string, error) {
+	return c.savepoint(ctx, job, "stop", path)
+}
+
+func (c *Client) savepoint(ctx context.Context, job, op, path string) (string, error) {
+	q := url.Values{}
+	if path != "" {
+		q.Set("path", path)
+	}
+	var r SavepointResult
+	err := c.do(ctx, http.MethodPost, "/jobs/"+url.PathEscape(job)+"/"+op, q, &r)
+	return r.Path, err
+}
+
+// Cancel cancels a job and returns how it ended.
+func (c *Client) Cancel(ctx context.Context, job string) (Status, error) {
+	var r CancelResult
+	err := c.do(ctx, http.MethodPost, "/jobs/"+url.PathEscape(job)+"/cancel", nil, &r)
+	return r.Status, err
+}
+
+func (c *Client) base() string {
+	a := c.Addr
+	if a == "" {
+		a = DefaultListen
+	}
+	if !strings.Contains(a, "://") {
+		a = "http://" + a
+	}
+	return strings.TrimSuffix(a, "/")
+}
+
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, out any) error {
+	u := c.base() + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	if err != nil {
+		return fmt.Errorf("daemon: %s %s: %w", method, path, err)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("daemon: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("daemon: %s %s: read answer: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e ErrorBody
+		if json.Unmarshal(body, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(body))
+		}
+		return &APIError{StatusCode: resp.StatusCode, Msg: e.Error}
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("daemon: %s %s: decode answer: %w", method, path, err)
+	}
+	return nil
+}

@@ -1,0 +1,312 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/edgedio/edged/pipeline"
+	"github.com/edgedio/edged/stream"
+)
+
+// DefaultListen is the REST API address when Options.Listen is empty.
+const DefaultListen = "127.0.0.1:8081"
+
+// Options configures Run. The zero value is usable.
+type Options struct {
+	// Listen is the REST API's TCP address; default DefaultListen. Use
+	// "127.0.0.1:0" for a free port (Ready reports it).
+	Listen string
+	// Stdout receives the lines of every pipeline's stdout sinks; default
+	// io.Discard. Run serialises its writes.
+	Stdout io.Writer
+	// Logger receives the node's and the runtime's logs; default discards.
+	Logger *slog.Logger
+	// Savepoint, when set, starts every pipeline from this savepoint (or
+	// retained checkpoint) directory (stream.WithSavepoint).
+	Savepoint string
+	// AllowNonRestored skips savepoint state of operators a job no longer
+	// has instead of failing.
+	AllowNonRestored bool
+	// StopTimeout bounds a stop-with-savepoint, on shutdown and from the
+	// API, before the job is cancelled instead; default 1m.
+	StopTimeout time.Duration
+	// PollInterval is how often a running job's checkpoint history is read
+	// into the node's (for metrics and for jobs that have ended); default 1s.
+	PollInterval time.Duration
+	// Ready, if set, is called with the API's address once it listens and
+	// the jobs have started; on Run's goroutine, so it must not block.
+	Ready func(addr net.Addr)
+}
+
+func (o Options) withDefaults() Options {
+	if o.Listen == "" {
+		o.Listen = DefaultListen
+	}
+	if o.Stdout == nil {
+		o.Stdout = io.Discard
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.StopTimeout <= 0 {
+		o.StopTimeout = time.Minute
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = time.Second
+	}
+	return o
+}
+
+// node is a running Run: its jobs, in config order.
+type node struct {
+	opts   Options
+	log    *slog.Logger
+	out    io.Writer // opts.Stdout, serialised
+	jobs   []*job
+	byName map[string]*job
+	inputs pipeline.Inputs // the MQTT side, for the pipelines
+	mqtt   *mqttNode
+
+	errMu    sync.Mutex // guards firstErr
+	firstErr error
+}
+
+func (n *node) job(name string) (*job, error) {
+	j, ok := n.byName[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownJob, name)
+	}
+	return j, nil
+}
+
+func (n *node) setErr(err error) {
+	n.errMu.Lock()
+	defer n.errMu.Unlock()
+	if n.firstErr == nil {
+		n.firstErr = err
+	}
+}
+
+// Run starts every pipeline of cfg as a job and serves the REST API on
+// opts.Listen. It returns once every job has ended: by itself (a bounded
+// source), stopped or cancelled through the API, or stopped because ctx was
+// cancelled: then each job with checkpointing is stopped with a savepoint
+// (its path is logged) and each other job is cancelled. It returns the
+// first job error, or an error if a job could not be built or started or
+// the API could not listen.
+func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
+	opts = opts.withDefaults()
+	if cfg == nil || len(cfg.Pipelines) == 0 {
+		return ErrNoPipelines
+	}
+	n := &node{opts: opts, log: opts.Logger, out: &lockedWriter{w: opts.Stdout}, byName: map[string]*job{}}
+
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return fmt.Errorf("daemon: listen: %w", err)
+	}
+	// The broker, ingest logs and simulator outlive the jobs.
+	defer func() {
+		if err := n.stopMQTT(); err != nil {
+			n.log.Warn("mqtt shutdown", "err", err)
+		}
+	}()
+	if n.inputs, err = n.startMQTT(ctx, cfg); err != nil {
+		ln.Close()
+		return fmt.Errorf("daemon: mqtt: %w", err)
+	}
+	var watchers sync.WaitGroup
+	for i, pc := range cfg.Pipelines {
+		j, err := n.start(ctx, pc)
+		if err != nil {
+			for _, started := range n.jobs {
+				started.cancel()
+			}
+			watchers.Wait()
+			ln.Close()
+			return fmt.Errorf("daemon: start pipelines[%d] %q: %w", i, pc.Name, err)
+		}
+		n.jobs = append(n.jobs, j)
+		n.byName[j.name] = j
+		watchers.Go(func() { n.watch(j) })
+	}
+	// Serve only now: the handlers read n.jobs without a lock.
+	srv := &http.Server{Handler: newAPI(n), ReadHeaderTimeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("api failed", "addr", ln.Addr().String(), "err", err)
+		}
+	})
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			srv.Close()
+		}
+		wg.Wait()
+	}()
+
+	n.log.Info("api listening", "addr", ln.Addr().String())
+	if opts.Ready != nil {
+		opts.Ready(ln.Addr())
+	}
+
+	allDone := make(chan struct{})
+	go func() {
+		watchers.Wait()
+		close(allDone)
+	}()
+	select {
+	case <-allDone:
+	case <-ctx.Done():
+		n.log.Info("shutting down", "reason", context.Cause(ctx).Error())
+		var stops sync.WaitGroup
+		for _, j := range n.jobs {
+			stops.Go(func() { n.shutdown(ctx, j) })
+		}
+		stops.Wait()
+		<-allDone
+	}
+	n.errMu.Lock()
+	defer n.errMu.Unlock()
+	return n.firstErr
+}
+
+// start builds and starts the job of one pipeline.
+func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, error) {
+	envOpts, err := pipeline.EnvOptions(pc)
+	if err != nil {
+		return nil, err
+	}
+	envOpts = append(envOpts, stream.WithLogger(n.log))
+	if n.opts.Savepoint != "" {
+		envOpts = append(envOpts, stream.WithSavepoint(n.opts.Savepoint, n.opts.AllowNonRestored))
+	}
+	env := stream.NewEnvironment(pc.Name, envOpts...)
+	pj, err := pipeline.BuildJobWith(pc, env, n.out, n.inputs)
+	if err != nil {
+		return nil, err
+	}
+	// The job's context is not ctx: on shutdown a job is stopped with a
+	// savepoint first and cancelled only if that fails.
+	jctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	sj, err := env.ExecuteAsync(jctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	j := &job{name: pc.Name, checkpointing: pc.Checkpoint.Dir != "", run: sj, pj: pj, cancelFn: cancel, status: StatusRunning}
+	n.log.Info("job started", "job", j.name, "checkpointing", j.checkpointing, "savepoint", n.opts.Savepoint)
+	return j, nil
+}
+
+// watch waits for j to end, polling its checkpoint history meanwhile, and
+// records and logs how it ended.
+func (n *node) watch(j *job) {
+	t := time.NewTicker(n.opts.PollInterval)
+	defer t.Stop()
+	for done := false; !done; {
+		select {
+		case <-j.run.Done():
+			done = true
+		case <-t.C:
+			j.observe()
+		}
+	}
+	err := j.run.Wait()
+	j.cancelFn()
+	status := j.finish(err)
+	switch status {
+	case StatusFailed:
+		n.log.Error("job failed", "job", j.name, "attempts", j.run.Attempts(), "err", err)
+		n.setErr(fmt.Errorf("job %q: %w", j.name, err))
+	default:
+		n.log.Info("job finished", "job", j.name, "status", string(status), "attempts", j.run.Attempts())
+	}
+}
+
+// shutdown ends j for Run's shutdown: stop with a savepoint when it has
+// checkpointing, else (or if that fails) cancel.
+func (n *node) shutdown(ctx context.Context, j *job) {
+	if j.snapshot().Status != StatusRunning {
+		return
+	}
+	if j.checkpointing {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.StopTimeout)
+		defer cancel()
+		path, err := n.stop(sctx, j, "")
+		if err == nil {
+			n.log.Info("job stopped with savepoint", "job", j.name, "savepoint", path)
+			return
+		}
+		if errors.Is(err, ErrNotRunning) {
+			return
+		}
+		n.log.Error("stop with savepoint failed; cancelling", "job", j.name, "err", err)
+	}
+	j.cancel()
+}
+
+// savepoint takes a savepoint of j (stop: and ends it) and returns its
+// path. ctx is cut short when the job ends.
+func (n *node) savepoint(ctx context.Context, j *job, path string, stop bool) (string, error) {
+	if !j.checkpointing {
+		return "", fmt.Errorf("%w: %q", ErrNoCheckpointing, j.name)
+	}
+	if j.snapshot().Status != StatusRunning {
+		return "", fmt.Errorf("%w: %q", ErrNotRunning, j.name)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-j.run.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var p string
+	var err error
+	if stop {
+		j.markStopping()
+		p, err = j.run.StopWithSavepoint(ctx, path)
+	} else {
+		p, err = j.run.TriggerSavepoint(ctx, path)
+	}
+	j.observe()
+	if err != nil {
+		select {
+		case <-j.run.Done():
+			return "", fmt.Errorf("%w: %q ended before the savepoint completed: %v", ErrNotRunning, j.name, err)
+		default:
+		}
+		return "", fmt.Errorf("savepoint of job %q: %w", j.name, err)
+	}
+	j.setSavepoint(p)
+	n.log.Info("savepoint taken", "job", j.name, "savepoint", p, "stop", stop)
+	return p, nil
+}
+
+func (n *node) stop(ctx context.Context, j *job, path string) (string, error) {
+	return n.savepoint(ctx, j, path, true)
+}
+
+// lockedWriter serialises writes to w from the sinks of all pipelines.
+type lockedWriter struct {
+	mu sync.Mutex // guards w
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

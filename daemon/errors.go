@@ -1,0 +1,17 @@
+package daemon
+
+import "errors"
+
+// Sentinel errors of package daemon.
+var (
+	// ErrNoPipelines is returned by Run for a config without pipelines.
+	ErrNoPipelines = errors.New("daemon: config has no pipelines")
+	// ErrUnknownJob is returned for a job name the node does not run.
+	ErrUnknownJob = errors.New("daemon: unknown job")
+	// ErrNotRunning is returned when a savepoint, stop or cancel is asked
+	// of a job that has ended.
+	ErrNotRunning = errors.New("daemon: job is not running")
+	// ErrNoCheckpointing is returned when a savepoint or stop-with-savepoint
+	// is asked of a job without checkpoint.dir.
+	ErrNoCheckpointing = errors.New("daemon: job has no checkpoint.dir configured")
+)

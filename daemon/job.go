@@ -1,0 +1,157 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+
+	"github.com/edgedio/edged/pipeline"
+	"github.com/edgedio/edged/snapshot"
+	"github.com/edgedio/edged/stream"
+)
+
+// Status is where a job stands.
+type Status string
+
+// The statuses of a job.
+const (
+	// StatusRunning means the job runs (possibly restarting).
+	StatusRunning Status = "running"
+	// StatusFinished means the job ended by itself (bounded sources) or
+	// was stopped with a savepoint.
+	StatusFinished Status = "finished"
+	// StatusCancelled means the job was cancelled, through the API or on
+	// shutdown.
+	StatusCancelled Status = "cancelled"
+	// StatusFailed means a task failed and the restart strategy gave up.
+	StatusFailed Status = "failed"
+)
+
+// job is the node's record of one pipeline's job.
+type job struct {
+	name          string
+	checkpointing bool
+	run           *stream.Job
+	pj            *pipeline.Job
+	cancelFn      context.CancelFunc
+
+	mu        sync.Mutex // guards the fields below
+	status    Status
+	err       error
+	cancelled bool // cancel was asked
+	stopping  bool // a stop-with-savepoint was asked
+	savepoint string
+	history   []snapshot.Stats // merged from every poll, by ID
+	completed int64            // checkpoints seen completing
+	failed    int64            // checkpoints seen failing
+}
+
+// jobState is a copy of a job's record.
+type jobState struct {
+	Status    Status
+	Err       error
+	Savepoint string
+	History   []snapshot.Stats
+	Completed int64
+	Failed    int64
+}
+
+func (j *job) snapshot() jobState {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return jobState{Status: j.status, Err: j.err, Savepoint: j.savepoint,
+		History: slices.Clone(j.history), Completed: j.completed, Failed: j.failed}
+}
+
+func (j *job) cancel() {
+	j.mu.Lock()
+	j.cancelled = true
+	j.mu.Unlock()
+	j.cancelFn()
+}
+
+func (j *job) markStopping() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.stopping = true
+}
+
+func (j *job) setSavepoint(p string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.savepoint = p
+}
+
+// finish records how the job ended (Wait returned err) and returns its
+// status.
+func (j *job) finish(err error) Status {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	switch {
+	case err == nil:
+		j.status = StatusFinished
+	case j.cancelled && errors.Is(err, context.Canceled):
+		j.status = StatusCancelled
+	default:
+		j.status, j.err = StatusFailed, err
+	}
+	return j.status
+}
+
+// observe merges the job's current checkpoint history into the record.
+// The runtime keeps only the current attempt's history, and none once the
+// job has ended, so the record keeps what was seen.
+func (j *job) observe() {
+	cur := j.run.History()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var c, f int
+	j.history, c, f = mergeHistory(j.history, cur, snapshot.HistorySize)
+	j.completed += int64(c)
+	j.failed += int64(f)
+}
+
+// mergeHistory merges cur into prev (both ordered by checkpoint ID, as
+// the runtime reports them) keeping at most limit entries, the newest. It
+// returns how many checkpoints became completed or failed: entries of cur
+// that were not in prev with that status. It does not modify prev.
+func mergeHistory(prev, cur []snapshot.Stats, limit int) (merged []snapshot.Stats, completed, failed int) {
+	idx := make(map[snapshot.ID]int, len(prev))
+	merged = slices.Clone(prev)
+	for i, s := range merged {
+		idx[s.Checkpoint] = i
+	}
+	for _, s := range cur {
+		i, ok := idx[s.Checkpoint]
+		if ok && merged[i].Status == s.Status {
+			merged[i] = s
+			continue
+		}
+		switch s.Status {
+		case snapshot.Completed:
+			completed++
+		case snapshot.Failed:
+			failed++
+		}
+		if ok {
+			merged[i] = s
+			continue
+		}
+		idx[s.Checkpoint] = len(merged)
+		merged = append(merged, s)
+	}
+	slices.SortStableFunc(merged, func(a, b snapshot.Stats) int {
+		switch {
+		case a.Checkpoint < b.Checkpoint:
+			return -1
+		case a.Checkpoint > b.Checkpoint:
+			return 1
+		}
+		return 0
+	})
+	if len(merged) > limit {
+		merged = slices.Clone(merged[len(merged)-limit:])
+	}
+	return merged, completed, failed
+}
