@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 # Packages whose tests run with the race detector: the runtime and
 # everything that runs on its goroutines.
-RACE_PKGS="./actors/... ./stream/... ./operators/... ./state/... ./pipeline/... ./mqtt/..."
+RACE_PKGS="./actors/... ./stream/... ./operators/... ./state/... ./pipeline/... ./mqtt/... ./daemon/..."
 
 echo "== go vet"
 go vet ./...
