@@ -11,7 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgedio/edged/keygroup"
 	"github.com/edgedio/edged/pipeline"
+	"github.com/edgedio/edged/snapshot"
 	"github.com/edgedio/edged/stream"
 )
 
@@ -187,8 +189,26 @@ func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, err
 		return nil, err
 	}
 	envOpts = append(envOpts, stream.WithLogger(n.log))
-	if n.opts.Savepoint != "" {
-		envOpts = append(envOpts, stream.WithSavepoint(n.opts.Savepoint, n.opts.AllowNonRestored))
+	resume := n.opts.Savepoint
+	if resume == "" && pc.Checkpoint.Dir != "" {
+		// A node that restarts (after a crash, kill -9 or a graceful stop)
+		// resumes each job from its latest complete checkpoint or savepoint,
+		// so nothing acknowledged is lost and nothing is emitted twice.
+		store, err := snapshot.OpenStore(pc.Checkpoint.Dir, pc.Name, keygroup.DefaultMaxParallelism, n.log)
+		if err != nil {
+			return nil, err
+		}
+		md, err := store.RecoveryPoint(pc.Checkpoint.PreferCheckpointForRecovery)
+		switch {
+		case err == nil:
+			resume = md.Dir
+			n.log.Info("resuming from the latest snapshot", "job", pc.Name, "checkpoint_id", md.Checkpoint, "path", md.Dir)
+		case !errors.Is(err, snapshot.ErrNoCheckpoint):
+			return nil, err
+		}
+	}
+	if resume != "" {
+		envOpts = append(envOpts, stream.WithSavepoint(resume, n.opts.AllowNonRestored))
 	}
 	env := stream.NewEnvironment(pc.Name, envOpts...)
 	pj, err := pipeline.BuildJobWith(pc, env, n.out, n.inputs)
@@ -204,7 +224,7 @@ func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, err
 		return nil, err
 	}
 	j := &job{name: pc.Name, checkpointing: pc.Checkpoint.Dir != "", run: sj, pj: pj, cancelFn: cancel, status: StatusRunning}
-	n.log.Info("job started", "job", j.name, "checkpointing", j.checkpointing, "savepoint", n.opts.Savepoint)
+	n.log.Info("job started", "job", j.name, "checkpointing", j.checkpointing, "restored_from", resume)
 	return j, nil
 }
 
