@@ -19,11 +19,14 @@ const DefaultBroker = "127.0.0.1:1883"
 // DefaultDataDir is node.data_dir when not set.
 const DefaultDataDir = "edged-data"
 
-// mqttNode is the node's MQTT side: the embedded broker, one ingest log
-// per pipeline reading MQTT, and the simulator.
+// mqttNode is the node's MQTT side: the embedded broker (nil when no
+// pipeline, sink or simulator needs it), one ingest log per pipeline
+// reading MQTT, a subscriber per pipeline reading an external broker, and
+// the simulator.
 type mqttNode struct {
 	broker *mqtt.Broker
 	logs   map[string]*ingestlog.Log
+	subs   []*mqtt.Subscriber
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -47,9 +50,56 @@ func usesMQTT(cfg *pipeline.Config) bool {
 	return false
 }
 
-// startMQTT starts the embedded broker with a route into a durable ingest
-// log for every pipeline reading MQTT, and the simulator; it returns the
+// needsEmbedded reports whether the embedded broker must run: a pipeline
+// reads it, the simulator publishes to it, or a pipeline that does not
+// read an external broker has an MQTT sink.
+func needsEmbedded(cfg *pipeline.Config) bool {
+	if cfg.Node.Simulator != nil {
+		return true
+	}
+	for _, pc := range cfg.Pipelines {
+		src := pc.Source.MQTT
+		if src != nil && src.Broker == "" {
+			return true
+		}
+		if src != nil {
+			continue // its sinks can publish to its external broker
+		}
+		for _, s := range pc.Sinks {
+			if s.MQTT != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// startMQTT opens a durable ingest log for every pipeline reading MQTT,
+// starts the embedded broker (if needed) with a route into the logs of
+// the pipelines reading it, a Subscriber filling the log of every
+// pipeline reading an external broker, and the simulator; it returns the
 // pipelines' inputs.
+//
+// External brokers: pipeline.BuildJobWith refuses a source with
+// source.mqtt.broker set, but a pipeline reading an ingest log does not
+// care who fills it. So, once the pipeline's Subscriber is started,
+// startMQTT replaces cfg.Pipelines[i] (in a fresh slice) by a copy whose
+// Source.MQTT is a copy with Broker "": the job then reads the log as for
+// the embedded broker, with the same at-least-once and replay guarantees
+// (the Subscriber acknowledges a message only once it is in the log).
+// cfg itself is modified that way (Run passes cfg.Pipelines on to the
+// jobs); the caller's MQTTSourceConfig values are not.
+//
+// The Subscriber's client id is source.mqtt.client_id, default
+// "edged-<pipeline>"; qos 0 in the config (also the unset value) means
+// QoS 1, so an external source cannot subscribe at QoS 0.
+//
+// Limitation: pipeline.Inputs.Broker, where MQTT sinks publish, is one
+// URL per node: the embedded broker's when it runs, else the external
+// broker of the first pipeline reading one. With the embedded broker
+// running, the sinks of a pipeline reading an external broker publish to
+// the embedded one; with several external brokers and no embedded one,
+// all sinks publish to the first.
 func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.Inputs, error) {
 	if !usesMQTT(cfg) {
 		return pipeline.Inputs{}, nil
@@ -62,15 +112,22 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 	if dataDir == "" {
 		dataDir = DefaultDataDir
 	}
-	br, err := mqtt.NewBroker(mqtt.BrokerConfig{Address: addr, Filters: []string{"#"}, Logger: n.log}, nil)
-	if err != nil {
-		return pipeline.Inputs{}, err
-	}
-	m := &mqttNode{broker: br, logs: map[string]*ingestlog.Log{}}
+	m := &mqttNode{logs: map[string]*ingestlog.Log{}}
 	n.mqtt = m
-	for _, pc := range cfg.Pipelines {
+	var br *mqtt.Broker
+	if needsEmbedded(cfg) {
+		var err error
+		br, err = mqtt.NewBroker(mqtt.BrokerConfig{Address: addr, Filters: []string{"#"}, Logger: n.log}, nil)
+		if err != nil {
+			return pipeline.Inputs{}, err
+		}
+		m.broker = br
+	}
+	external := ""
+	pipelines := append([]pipeline.PipelineConfig(nil), cfg.Pipelines...)
+	for i, pc := range pipelines {
 		src := pc.Source.MQTT
-		if src == nil || src.Broker != "" {
+		if src == nil {
 			continue
 		}
 		dir := filepath.Join(dataDir, "ingest", pc.Name)
@@ -79,15 +136,40 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 			return pipeline.Inputs{}, fmt.Errorf("ingest log of %q: %w", pc.Name, err)
 		}
 		m.logs[pc.Name] = log
-		if err := br.AddRoute(src.Topics, log); err != nil {
+		n.log.Info("ingest log open", "pipeline", pc.Name, "dir", dir, "bytes", log.Stats().DiskBytes, "next_offset", log.Stats().NextOffset)
+		if src.Broker == "" {
+			if err := br.AddRoute(src.Topics, log); err != nil {
+				return pipeline.Inputs{}, err
+			}
+			continue
+		}
+		sub, err := mqtt.NewSubscriber(mqtt.SubscriberConfig{
+			Broker: src.Broker, Pipeline: pc.Name, ClientID: src.ClientID,
+			Topics: src.Topics, QoS: byte(src.QoS), Logger: n.log.With("pipeline", pc.Name),
+		}, log)
+		if err != nil {
+			return pipeline.Inputs{}, fmt.Errorf("mqtt source of %q: %w", pc.Name, err)
+		}
+		if err := sub.Start(context.WithoutCancel(ctx)); err != nil {
 			return pipeline.Inputs{}, err
 		}
-		n.log.Info("ingest log open", "pipeline", pc.Name, "dir", dir, "bytes", log.Stats().DiskBytes, "next_offset", log.Stats().NextOffset)
+		m.subs = append(m.subs, sub)
+		if external == "" {
+			external = src.Broker
+		}
+		// The pipeline reads the log the subscriber fills (see above).
+		local := *src
+		local.Broker = ""
+		pipelines[i].Source.MQTT = &local
 	}
-	if err := br.Start(context.WithoutCancel(ctx)); err != nil {
-		return pipeline.Inputs{}, err
+	cfg.Pipelines = pipelines
+	url := external
+	if br != nil {
+		if err := br.Start(context.WithoutCancel(ctx)); err != nil {
+			return pipeline.Inputs{}, err
+		}
+		url = "tcp://" + br.Addr()
 	}
-	url := "tcp://" + br.Addr()
 	if sim := cfg.Node.Simulator; sim != nil {
 		sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 		m.stop = stop
@@ -110,7 +192,8 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 	}, nil
 }
 
-// stopMQTT stops the simulator, then the broker, then closes the logs.
+// stopMQTT stops the simulator, then the subscribers and the broker, then
+// closes the logs.
 func (n *node) stopMQTT() error {
 	m := n.mqtt
 	if m == nil {
@@ -120,7 +203,13 @@ func (n *node) stopMQTT() error {
 		m.stop()
 	}
 	m.wg.Wait()
-	errs := []error{m.broker.Close()}
+	var errs []error
+	for _, s := range m.subs {
+		errs = append(errs, s.Close())
+	}
+	if m.broker != nil {
+		errs = append(errs, m.broker.Close())
+	}
 	for _, l := range m.logs {
 		errs = append(errs, l.Close())
 	}
