@@ -3,6 +3,7 @@ package actors
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // channel joins one sending subtask to one receiving subtask. Its credits
@@ -38,6 +39,9 @@ type channel struct {
 	sent, processed atomic.Int64
 	// maxInFlight is the largest sent-processed seen when sending.
 	maxInFlight atomic.Int64
+	// blocked is the time the sender spent waiting for credit, in ns:
+	// backpressure.
+	blocked atomic.Int64
 }
 
 // newChannel returns a channel owning the buffers bufs.
@@ -62,8 +66,10 @@ func (c *channel) acquire(done <-chan struct{}) any {
 		}
 		c.waiting = true
 		c.mu.Unlock()
+		start := time.Now()
 		select {
 		case <-c.wake:
+			c.blocked.Add(int64(time.Since(start)))
 		case <-done:
 			panic(errCancelled)
 		}

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -297,6 +299,7 @@ func (r *Runner) build() error {
 		for i := range c.Head().Parallelism {
 			t := &task{run: r, chain: c, subtask: i}
 			t.stats.Chain, t.stats.Subtask = c.Name(), i
+			t.live.watermark.Store(math.MinInt64)
 			byChain[c] = append(byChain[c], t)
 			r.tasks = append(r.tasks, t)
 		}
@@ -327,6 +330,7 @@ func (r *Runner) build() error {
 						outChans[send] = make(map[*Edge][]*channel)
 					}
 					outChans[send][e] = append(outChans[send][e], ch)
+					send.outChans = append(send.outChans, ch)
 					r.chans = append(r.chans, ch)
 				}
 			}
@@ -514,7 +518,10 @@ func (r *Runner) newContext(t *task, i int) (*operators.Context, error) {
 func (r *Runner) Stats() Stats {
 	var s Stats
 	for _, t := range r.tasks {
-		s.Tasks = append(s.Tasks, t.stats)
+		st := t.stats
+		st.BatchesIn, st.RecordsIn, st.BatchesOut = t.live.batchesIn.Load(), t.live.recordsIn.Load(), t.live.batchesOut.Load()
+		st.Watermark = t.live.watermark.Load()
+		s.Tasks = append(s.Tasks, st)
 	}
 	for _, ch := range r.chans {
 		s.Channels = append(s.Channels, ChannelStats{
@@ -526,6 +533,60 @@ func (r *Runner) Stats() Stats {
 		})
 	}
 	return s
+}
+
+// TaskMetrics are the live counters of one task (a chain's subtask).
+type TaskMetrics struct {
+	Chain     string
+	Subtask   int
+	Operators []string
+	// Parallelism of the chain.
+	Parallelism int
+	RecordsIn   int64
+	BatchesIn   int64
+	BatchesOut  int64
+	// Watermark is the last watermark the task sent on (MinInt64 before
+	// the first).
+	Watermark int64
+	// Backpressure is how long the task waited for credit to send.
+	Backpressure time.Duration
+	// Queued is the number of messages in its mailbox.
+	Queued int64
+}
+
+// Metrics returns the live counters of every task; nil before the job is
+// built. Safe to call from any goroutine while the job runs.
+func (r *Runner) Metrics() []TaskMetrics {
+	select {
+	case <-r.started:
+	default:
+		return nil
+	}
+	out := make([]TaskMetrics, 0, len(r.tasks))
+	for _, t := range r.tasks {
+		m := TaskMetrics{
+			Chain:       t.stats.Chain,
+			Subtask:     t.subtask,
+			Parallelism: t.chain.Head().Parallelism,
+			RecordsIn:   t.live.recordsIn.Load(),
+			BatchesIn:   t.live.batchesIn.Load(),
+			BatchesOut:  t.live.batchesOut.Load(),
+			Watermark:   t.live.watermark.Load(),
+			Queued:      t.pending.Load(),
+		}
+		for _, v := range t.chain.Vertices {
+			m.Operators = append(m.Operators, v.Name)
+		}
+		out = append(out, m)
+	}
+	for i, t := range r.tasks {
+		var blocked int64
+		for _, ch := range t.outChans {
+			blocked += ch.blocked.Load()
+		}
+		out[i].Backpressure = time.Duration(blocked)
+	}
+	return out
 }
 
 // Stats are the counters of a finished job.

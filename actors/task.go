@@ -31,12 +31,13 @@ type task struct {
 	subtask int
 	pid     *actor.PID
 
-	ops     []operators.Operator
-	ctxs    []*operators.Context
-	inputs  []input // by input channel index
-	inChans []*channel
-	routers []router
-	source  sourceDriver
+	ops      []operators.Operator
+	ctxs     []*operators.Context
+	inputs   []input // by input channel index
+	inChans  []*channel
+	outChans []*channel // the channels this task sends on
+	routers  []router
+	source   sourceDriver
 
 	// time is the timestamp of the record in the chain, shared by the
 	// operators and read by the routers.
@@ -71,6 +72,15 @@ type task struct {
 	closers []func() error
 
 	stats TaskStats
+	// live are the counters others may read while the task runs.
+	live taskCounters
+}
+
+// taskCounters are a task's counters, updated per batch by the task and
+// read by anyone.
+type taskCounters struct {
+	recordsIn, batchesIn, batchesOut atomic.Int64
+	watermark                        atomic.Int64
 }
 
 // TaskStats counts what one task did.
@@ -233,8 +243,8 @@ func (t *task) inputTime(wm int64, advanced bool) {
 func (t *task) onData(m message) {
 	ch := m.channel()
 	t.current = 0
-	t.stats.BatchesIn++
-	t.stats.RecordsIn += int64(t.inputs[ch.index].process(m))
+	t.live.batchesIn.Add(1)
+	t.live.recordsIn.Add(int64(t.inputs[ch.index].process(m)))
 	ch.release(m)
 	t.afterMessage()
 }
@@ -286,7 +296,7 @@ func (t *task) watermark(from int, wm int64) {
 			return
 		}
 	}
-	t.stats.Watermark = wm
+	t.live.watermark.Store(wm)
 	for _, r := range t.routers {
 		r.broadcast(func(ch *channel) message { return &watermarkMsg{ch: ch, wm: wm} })
 	}
@@ -348,7 +358,7 @@ func (t *task) flush() {
 func (t *task) sendData(ch *channel, m message) {
 	if _, ok := m.(interface{ isBatch() }); ok {
 		ch.noteSent()
-		t.stats.BatchesOut++
+		t.live.batchesOut.Add(1)
 	}
 	ch.to.pending.Add(1)
 	t.run.system.Root.Send(ch.to.pid, m)

@@ -87,10 +87,12 @@ func newAPI(n *node) http.Handler {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newJobCollector(n),
+		newTaskCollector(n),
 	)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /jobs", n.handleList)
 	mux.HandleFunc("GET /jobs/{name}/checkpoints", n.handleCheckpoints)
+	mux.HandleFunc("GET /jobs/{name}/operators", n.handleOperators)
 	mux.HandleFunc("POST /jobs/{name}/savepoint", n.handleSavepoint(false))
 	mux.HandleFunc("POST /jobs/{name}/stop", n.handleSavepoint(true))
 	mux.HandleFunc("POST /jobs/{name}/cancel", n.handleCancel)

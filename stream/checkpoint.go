@@ -108,6 +108,16 @@ func (j *Job) Attempts() int { return j.exec.Attempts() }
 // Restores returns the checkpoints the restarts restored, in order.
 func (j *Job) Restores() []snapshot.ID { return j.exec.Restores() }
 
+// Metrics returns the live counters of the current attempt's tasks
+// (records in, batches, watermark, backpressure), nil when no attempt
+// runs.
+func (j *Job) Metrics() []actors.TaskMetrics {
+	if r, _ := j.exec.Runner(); r != nil {
+		return r.Metrics()
+	}
+	return nil
+}
+
 // History returns the checkpoint statistics of the current attempt.
 func (j *Job) History() []snapshot.Stats {
 	if r, _ := j.exec.Runner(); r != nil {

@@ -1,0 +1,99 @@
+package daemon
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// TaskInfo is one task (a chain of operators, one subtask) in GET
+// /jobs/{name}/operators.
+type TaskInfo struct {
+	Chain       string   `json:"chain"`
+	Operators   []string `json:"operators"`
+	Subtask     int      `json:"subtask"`
+	Parallelism int      `json:"parallelism"`
+	RecordsIn   int64    `json:"records_in"`
+	BatchesIn   int64    `json:"batches_in"`
+	BatchesOut  int64    `json:"batches_out"`
+	// Watermark is the task's last watermark sent on, in ms; absent
+	// before the first.
+	Watermark *int64 `json:"watermark_ms,omitempty"`
+	// BackpressureMS is how long the task waited for credit to send.
+	BackpressureMS float64 `json:"backpressure_ms"`
+	// Queued is the number of messages waiting in the task's mailbox.
+	Queued int64 `json:"queued"`
+}
+
+// OperatorList is the answer of GET /jobs/{name}/operators.
+type OperatorList struct {
+	Job   string     `json:"job"`
+	Tasks []TaskInfo `json:"tasks"`
+}
+
+func (n *node) handleOperators(w http.ResponseWriter, r *http.Request) {
+	j, err := n.job(r.PathValue("name"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	l := OperatorList{Job: j.name, Tasks: []TaskInfo{}}
+	for _, m := range j.run.Metrics() {
+		ti := TaskInfo{Chain: m.Chain, Operators: m.Operators, Subtask: m.Subtask, Parallelism: m.Parallelism,
+			RecordsIn: m.RecordsIn, BatchesIn: m.BatchesIn, BatchesOut: m.BatchesOut,
+			BackpressureMS: float64(m.Backpressure.Microseconds()) / 1000, Queued: m.Queued}
+		if m.Watermark != math.MinInt64 {
+			wm := m.Watermark
+			ti.Watermark = &wm
+		}
+		l.Tasks = append(l.Tasks, ti)
+	}
+	writeJSON(w, http.StatusOK, l)
+}
+
+// taskCollector exports the live task counters and the ingest logs' size.
+type taskCollector struct {
+	n                                                  *node
+	records, backpressure, watermark, queued, logBytes *prometheus.Desc
+}
+
+func newTaskCollector(n *node) *taskCollector {
+	l := []string{"job", "task", "subtask"}
+	return &taskCollector{
+		n:            n,
+		records:      prometheus.NewDesc("edged_task_records_in_total", "Records a task received from its input channels.", l, nil),
+		backpressure: prometheus.NewDesc("edged_task_backpressure_seconds_total", "Time a task waited for credit to send: backpressure from downstream.", l, nil),
+		watermark:    prometheus.NewDesc("edged_task_watermark_milliseconds", "Last event-time watermark a task sent on.", l, nil),
+		queued:       prometheus.NewDesc("edged_task_queued_messages", "Messages waiting in a task's mailbox.", l, nil),
+		logBytes:     prometheus.NewDesc("edged_ingest_log_bytes", "Bytes on disk of a pipeline's MQTT ingest log.", []string{"pipeline"}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *taskCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.records, c.backpressure, c.watermark, c.queued, c.logBytes} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector; called on a scrape's goroutine.
+func (c *taskCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, j := range c.n.jobs {
+		for _, m := range j.run.Metrics() {
+			sub := strconv.Itoa(m.Subtask)
+			ch <- prometheus.MustNewConstMetric(c.records, prometheus.CounterValue, float64(m.RecordsIn), j.name, m.Chain, sub)
+			ch <- prometheus.MustNewConstMetric(c.backpressure, prometheus.CounterValue, m.Backpressure.Seconds(), j.name, m.Chain, sub)
+			ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(m.Queued), j.name, m.Chain, sub)
+			if m.Watermark != math.MinInt64 {
+				ch <- prometheus.MustNewConstMetric(c.watermark, prometheus.GaugeValue, float64(m.Watermark), j.name, m.Chain, sub)
+			}
+		}
+	}
+	if m := c.n.mqtt; m != nil {
+		for name, l := range m.logs {
+			ch <- prometheus.MustNewConstMetric(c.logBytes, prometheus.GaugeValue, float64(l.Stats().DiskBytes), name)
+		}
+	}
+}
