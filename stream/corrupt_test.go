@@ -80,10 +80,14 @@ func TestCorruptLatestCheckpointFallsBack(t *testing.T) {
 	if err := job.Wait(); err != nil {
 		t.Fatal(err)
 	}
+	// The damaged checkpoint is never restored: usually the one before it
+	// is; a checkpoint that completed between the damage and the failure
+	// (its acknowledgements were in) is newer and intact.
 	r := job.Restores()
-	if len(r) != 1 || int64(r[0]) >= broke.Load() {
-		t.Fatalf("restored %v after damaging checkpoint %d: want one restore of an earlier checkpoint", r, broke.Load())
+	if len(r) != 1 || int64(r[0]) == broke.Load() {
+		t.Fatalf("restored %v after damaging checkpoint %d: want one restore of another checkpoint", r, broke.Load())
 	}
+	t.Logf("damaged checkpoint %d, restored %d", broke.Load(), r[0])
 	// The state restored from the older checkpoint is consistent with the
 	// source position restored with it: every sensor ends with its exact
 	// count and sum.
