@@ -55,7 +55,7 @@ func (o *corruptOp) Collect(r operators.SensorReading) {
 // A damaged latest checkpoint is detected and skipped: the restart
 // restores the one before, and nothing is lost.
 func TestCorruptLatestCheckpointFallsBack(t *testing.T) {
-	const n, keys = 300_000, 100
+	const n, keys = 600_000, 100
 	cfg := checkpointConfig(t, snapshot.ExactlyOnce)
 	cfg.Retain = 2
 	cfg.MaxConcurrent = 1
@@ -65,7 +65,7 @@ func TestCorruptLatestCheckpointFallsBack(t *testing.T) {
 		stream.WithCheckpointing(cfg), stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 2}))
 	// At a fixed rate, so that the job lives through several checkpoints.
 	src := stream.FromSource(env, "generator", func() operators.Source[operators.SensorReading] {
-		return operators.SensorGenerator(operators.GeneratorConfig{Count: n, Keys: keys, Rate: 1_000_000})
+		return operators.SensorGenerator(operators.GeneratorConfig{Count: n, Keys: keys, Rate: 600_000})
 	}).SetParallelism(1).UID("generator")
 	mapped := stream.Transform(src.Rebalance(), "corrupt", func(c operators.Collector[operators.SensorReading]) operators.OneInput[operators.SensorReading] {
 		return &corruptOp{dir: cfg.Dir, done: &done, out: c, broke: &broke}
