@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edgedio/edged/mqtt/ingestlog"
@@ -120,6 +122,22 @@ func (c SubscriberConfig) Validate() error {
 // (if that outlasts paho's keep-alive the connection drops and the
 // broker redelivers later).
 //
+// Redeliveries are deduplicated, which makes ingestion exactly-once across
+// crashes: the rule is that a message redelivered by the broker (DUP flag
+// set) that is identical (same topic and payload) to one of the last K
+// messages appended to the log is a duplicate of it, and is acknowledged
+// without being appended again. K is 4 times MaxPending, at least 4096:
+// far more than can be received but unacknowledged when edged dies. The
+// hashes (xxhash of topic and payload) of the last K records are loaded
+// from the tail of the log at Start, so the rule holds across restarts:
+// a message appended but not acknowledged when edged was killed, which the
+// broker redelivers with DUP on the resumed session, is dropped. Sensor
+// readings carry timestamps, so identical payloads on the same topic are
+// the same reading; a source whose distinct messages can be byte-identical
+// must not rely on this (messages without DUP are never dropped). A
+// redelivery of a message still being appended waits for that append and
+// is dropped only if it succeeded.
+//
 // paho reconnects by itself (ConnectRetry, AutoReconnect, backoff up to
 // MaxReconnectInterval) and the subscriber resubscribes on every connect.
 // Messages the broker resends before the subscription is renewed reach
@@ -140,13 +158,101 @@ type Subscriber struct {
 	inflight sync.WaitGroup // handlers, appends and the acker
 	ready    chan struct{}  // closed after the first successful subscribe
 	once     sync.Once
+
+	dmu       sync.Mutex           // guards seen and appending
+	seen      *hashRing            // hashes of the last K appended messages
+	appending map[uint64]*delivery // hash -> latest delivery being appended
+	dropped   atomic.Uint64        // redeliveries dropped as duplicates
+}
+
+// DedupWindow returns K, the number of last appended messages a
+// redelivery is compared with.
+func (c SubscriberConfig) DedupWindow() int {
+	return max(4*c.withDefaults().MaxPending, 4096)
+}
+
+// Dropped returns how many redelivered messages were acknowledged without
+// being appended because they duplicate one of the last K appended.
+func (s *Subscriber) Dropped() uint64 { return s.dropped.Load() }
+
+// msgHash is the dedup identity of a message: topic and payload.
+func msgHash(topic string, payload []byte) uint64 {
+	var d xxhash.Digest
+	d.Reset()
+	d.WriteString(topic)
+	d.Write([]byte{0}) // topics contain no NUL: separates topic from payload
+	d.Write(payload)
+	return d.Sum64()
+}
+
+// hashRing is a bounded multiset of the last len(ring) hashes added.
+type hashRing struct {
+	ring  []uint64
+	n     int // hashes in ring (<= len(ring))
+	next  int // where the next hash goes
+	count map[uint64]int
+}
+
+func newHashRing(k int) *hashRing {
+	return &hashRing{ring: make([]uint64, k), count: make(map[uint64]int, k)}
+}
+
+func (r *hashRing) add(h uint64) {
+	if r.n == len(r.ring) {
+		old := r.ring[r.next]
+		if c := r.count[old]; c <= 1 {
+			delete(r.count, old)
+		} else {
+			r.count[old] = c - 1
+		}
+	} else {
+		r.n++
+	}
+	r.ring[r.next] = h
+	r.next = (r.next + 1) % len(r.ring)
+	r.count[h]++
+}
+
+func (r *hashRing) has(h uint64) bool { return r.count[h] > 0 }
+
+// loadTail fills s.seen with the hashes of the last K records of the log.
+func (s *Subscriber) loadTail() error {
+	k := s.cfg.DedupWindow()
+	s.seen = newHashRing(k)
+	s.appending = make(map[uint64]*delivery)
+	st := s.log.Stats()
+	from := st.FirstOffset
+	if st.NextOffset > from+uint64(k) {
+		from = st.NextOffset - uint64(k)
+	}
+	r, err := s.log.Reader(from)
+	if err != nil {
+		return fmt.Errorf("mqtt: subscriber: read the ingest log's tail for deduplication: %w", err)
+	}
+	defer r.Close()
+	n := 0
+	for {
+		rec, ok, err := r.TryNext()
+		if err != nil {
+			return fmt.Errorf("mqtt: subscriber: read the ingest log's tail for deduplication: %w", err)
+		}
+		if !ok {
+			break
+		}
+		s.seen.add(msgHash(rec.Topic, rec.Payload))
+		n++
+	}
+	s.logger.Info("mqtt subscriber: dedup window loaded", "records", n, "from", from, "window", k)
+	return nil
 }
 
 // delivery is one received message on its way to the log and the ack.
 type delivery struct {
-	msg  paho.Message
-	done chan struct{}
-	err  error // of the append; read after done
+	msg     paho.Message
+	hash    uint64
+	done    chan struct{}
+	err     error // of the append; read after done
+	dropped bool  // a duplicate redelivery: acked, not appended; read after done
 }
 
 // NewSubscriber returns a subscriber appending to log. It connects
@@ -181,6 +287,9 @@ func (s *Subscriber) Start(ctx context.Context) error {
 	}
 	if s.started {
 		return errors.New("mqtt: subscriber already started")
+	}
+	if err := s.loadTail(); err != nil {
+		return err
 	}
 	s.started = true
 	s.ctx, s.cancel = context.WithCancel(ctx)
@@ -243,14 +352,48 @@ func (s *Subscriber) handle(_ paho.Client, m paho.Message) {
 	s.inflight.Add(1)
 	s.mu.Unlock()
 	defer s.inflight.Done()
-	d := &delivery{msg: m, done: make(chan struct{})}
+	d := &delivery{msg: m, hash: msgHash(m.Topic(), m.Payload()), done: make(chan struct{})}
 	select {
 	case s.pending <- d: // blocks when MaxPending are unacknowledged
 	case <-s.ctx.Done():
 		return
 	}
+	// Register d as the latest append of its hash; a redelivery waits for
+	// the one before it (still being appended) before deciding.
+	s.dmu.Lock()
+	prev := s.appending[d.hash]
+	s.appending[d.hash] = d
+	s.dmu.Unlock()
 	s.inflight.Go(func() {
 		defer close(d.done)
+		defer func() {
+			s.dmu.Lock()
+			if s.appending[d.hash] == d {
+				delete(s.appending, d.hash)
+			}
+			if d.err == nil && !d.dropped {
+				s.seen.add(d.hash)
+			}
+			s.dmu.Unlock()
+		}()
+		if m.Duplicate() {
+			if prev != nil {
+				select {
+				case <-prev.done:
+				case <-s.ctx.Done():
+					d.err = s.ctx.Err()
+					return
+				}
+			}
+			s.dmu.Lock()
+			dup := s.seen.has(d.hash)
+			s.dmu.Unlock()
+			if dup {
+				d.dropped = true
+				s.dropped.Add(1)
+				return
+			}
+		}
 		_, d.err = s.log.Append(s.ctx, ingestlog.Message{
 			Topic:    m.Topic(),
 			Payload:  m.Payload(),
@@ -278,6 +421,12 @@ func (s *Subscriber) acker() {
 				}
 				continue
 			}
+			if d.dropped {
+				s.logger.Debug("mqtt subscriber: dropped a redelivered duplicate", "topic", d.msg.Topic())
+				if s.dropped.Load() == 1 {
+					s.logger.Info("mqtt subscriber: dropping redelivered duplicates (a redelivery identical to one of the last K messages ingested)", "window", s.cfg.DedupWindow())
+				}
+			}
 			d.msg.Ack()
 		case <-s.ctx.Done():
 			return
@@ -303,6 +452,6 @@ func (s *Subscriber) Close() error {
 	s.cancel()
 	client.Disconnect(250)
 	s.inflight.Wait()
-	s.logger.Info("mqtt subscriber closed")
+	s.logger.Info("mqtt subscriber closed", "duplicates_dropped", s.dropped.Load())
 	return nil
 }
