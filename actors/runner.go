@@ -543,8 +543,11 @@ type TaskMetrics struct {
 	// Parallelism of the chain.
 	Parallelism int
 	RecordsIn   int64
-	BatchesIn   int64
-	BatchesOut  int64
+	// RecordsOut counts the records the task sent to other tasks (a
+	// broadcast record once per target); 0 for a chain ending in a sink.
+	RecordsOut int64
+	BatchesIn  int64
+	BatchesOut int64
 	// Watermark is the last watermark the task sent on (MinInt64 before
 	// the first).
 	Watermark int64
@@ -569,6 +572,7 @@ func (r *Runner) Metrics() []TaskMetrics {
 			Subtask:     t.subtask,
 			Parallelism: t.chain.Head().Parallelism,
 			RecordsIn:   t.live.recordsIn.Load(),
+			RecordsOut:  t.live.recordsOut.Load(),
 			BatchesIn:   t.live.batchesIn.Load(),
 			BatchesOut:  t.live.batchesOut.Load(),
 			Watermark:   t.live.watermark.Load(),

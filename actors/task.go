@@ -79,8 +79,9 @@ type task struct {
 // taskCounters are a task's counters, updated per batch by the task and
 // read by anyone.
 type taskCounters struct {
-	recordsIn, batchesIn, batchesOut atomic.Int64
-	watermark                        atomic.Int64
+	recordsIn, recordsOut atomic.Int64
+	batchesIn, batchesOut atomic.Int64
+	watermark             atomic.Int64
 }
 
 // TaskStats counts what one task did.

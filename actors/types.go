@@ -275,6 +275,7 @@ func (r *typedRouter[T]) send(i int) {
 	b, ch := r.open[i], r.chans[i]
 	r.open[i] = nil
 	r.nopen--
+	r.t.live.recordsOut.Add(int64(len(b.items)))
 	if !r.wire {
 		r.t.sendData(ch, b)
 		return

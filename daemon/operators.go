@@ -16,6 +16,7 @@ type TaskInfo struct {
 	Subtask     int      `json:"subtask"`
 	Parallelism int      `json:"parallelism"`
 	RecordsIn   int64    `json:"records_in"`
+	RecordsOut  int64    `json:"records_out"`
 	BatchesIn   int64    `json:"batches_in"`
 	BatchesOut  int64    `json:"batches_out"`
 	// Watermark is the task's last watermark sent on, in ms; absent
@@ -42,7 +43,7 @@ func (n *node) handleOperators(w http.ResponseWriter, r *http.Request) {
 	l := OperatorList{Job: j.name, Tasks: []TaskInfo{}}
 	for _, m := range j.run.Metrics() {
 		ti := TaskInfo{Chain: m.Chain, Operators: m.Operators, Subtask: m.Subtask, Parallelism: m.Parallelism,
-			RecordsIn: m.RecordsIn, BatchesIn: m.BatchesIn, BatchesOut: m.BatchesOut,
+			RecordsIn: m.RecordsIn, RecordsOut: m.RecordsOut, BatchesIn: m.BatchesIn, BatchesOut: m.BatchesOut,
 			BackpressureMS: float64(m.Backpressure.Microseconds()) / 1000, Queued: m.Queued}
 		if m.Watermark != math.MinInt64 {
 			wm := m.Watermark
@@ -55,8 +56,8 @@ func (n *node) handleOperators(w http.ResponseWriter, r *http.Request) {
 
 // taskCollector exports the live task counters and the ingest logs' size.
 type taskCollector struct {
-	n                                                  *node
-	records, backpressure, watermark, queued, logBytes *prometheus.Desc
+	n                                                              *node
+	records, recordsOut, backpressure, watermark, queued, logBytes *prometheus.Desc
 }
 
 func newTaskCollector(n *node) *taskCollector {
@@ -64,6 +65,7 @@ func newTaskCollector(n *node) *taskCollector {
 	return &taskCollector{
 		n:            n,
 		records:      prometheus.NewDesc("edged_task_records_in_total", "Records a task received from its input channels.", l, nil),
+		recordsOut:   prometheus.NewDesc("edged_task_records_out_total", "Records a task sent to other tasks.", l, nil),
 		backpressure: prometheus.NewDesc("edged_task_backpressure_seconds_total", "Time a task waited for credit to send: backpressure from downstream.", l, nil),
 		watermark:    prometheus.NewDesc("edged_task_watermark_milliseconds", "Last event-time watermark a task sent on.", l, nil),
 		queued:       prometheus.NewDesc("edged_task_queued_messages", "Messages waiting in a task's mailbox.", l, nil),
@@ -73,7 +75,7 @@ func newTaskCollector(n *node) *taskCollector {
 
 // Describe implements prometheus.Collector.
 func (c *taskCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.records, c.backpressure, c.watermark, c.queued, c.logBytes} {
+	for _, d := range []*prometheus.Desc{c.records, c.recordsOut, c.backpressure, c.watermark, c.queued, c.logBytes} {
 		ch <- d
 	}
 }
@@ -84,6 +86,7 @@ func (c *taskCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, m := range j.run.Metrics() {
 			sub := strconv.Itoa(m.Subtask)
 			ch <- prometheus.MustNewConstMetric(c.records, prometheus.CounterValue, float64(m.RecordsIn), j.name, m.Chain, sub)
+			ch <- prometheus.MustNewConstMetric(c.recordsOut, prometheus.CounterValue, float64(m.RecordsOut), j.name, m.Chain, sub)
 			ch <- prometheus.MustNewConstMetric(c.backpressure, prometheus.CounterValue, m.Backpressure.Seconds(), j.name, m.Chain, sub)
 			ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(m.Queued), j.name, m.Chain, sub)
 			if m.Watermark != math.MinInt64 {

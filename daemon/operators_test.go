@@ -34,14 +34,15 @@ func TestOperatorsAndTaskMetrics(t *testing.T) {
 		if err := json.Unmarshal(get("/jobs/ticking/operators"), &l); err != nil {
 			t.Fatal(err)
 		}
-		var in int64
+		var in, out int64
 		for _, task := range l.Tasks {
 			in += task.RecordsIn
+			out += task.RecordsOut
 			if len(task.Operators) == 0 || task.Parallelism < 1 {
 				t.Fatalf("task %+v", task)
 			}
 		}
-		if len(l.Tasks) >= 2 && in > 0 {
+		if len(l.Tasks) >= 2 && in > 0 && out > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -50,7 +51,7 @@ func TestOperatorsAndTaskMetrics(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	m := string(get("/metrics"))
-	for _, want := range []string{"edged_task_records_in_total{", "edged_task_backpressure_seconds_total{", "edged_task_queued_messages{"} {
+	for _, want := range []string{"edged_task_records_in_total{", "edged_task_records_out_total{", "edged_task_backpressure_seconds_total{", "edged_task_queued_messages{"} {
 		if !strings.Contains(m, want) {
 			t.Fatalf("/metrics lacks %s", want)
 		}
