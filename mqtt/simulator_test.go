@@ -19,7 +19,7 @@ func TestSimulate(t *testing.T) {
 		errc <- Simulate(ctx, SimulatorConfig{Broker: "tcp://" + br.Addr(), Sensors: 3, Rate: 1000, Topic: "sensors/{id}/temperature"})
 	}()
 	deadline := time.Now().Add(20 * time.Second)
-	for log.Stats().NextOffset < 30 {
+	for log.Stats().DurableOffset < 30 {
 		if time.Now().After(deadline) {
 			t.Fatal("the simulator published too little")
 		}
