@@ -331,6 +331,11 @@ func (l *Log) write(ctx context.Context, frame []byte) (uint64, error) {
 			if blockedAt.IsZero() {
 				blockedAt = time.Now()
 				l.stats.Blocked++
+				if l.waiting == 0 {
+					// The log just filled up: say so once, not per Append.
+					l.logger.Warn("ingest log full: appends wait until a completed checkpoint releases space (back-pressure to the publishers)",
+						"dir", l.dir, "max_bytes", l.opts.MaxBytes, "unreleased_bytes", l.unreleased)
+				}
 				l.waiting++
 			}
 			ch := l.space
