@@ -60,36 +60,7 @@ func TestCLIStopWithSavepointAndResume(t *testing.T) {
 	url := "tcp://" + mq
 	dir := t.TempDir()
 	api := freeAddr(t)
-	cfg := fmt.Sprintf(`node:
-  data_dir: %[1]s/data
-  listen: %[2]s
-pipelines:
-  - name: %[4]s
-    source:
-      mqtt:
-        broker: %[3]s
-        client_id: edged-e2e-savepoint
-        topics: [plant/+/temperature]
-        qos: 1
-        format: json
-        fields:
-          id: {type: string, path: $.sensor}
-          temp: {type: float, path: $.t}
-          ts: {type: time, path: $.ts, unit: ms}
-    event_time: {field: ts, max_out_of_orderness: 1s}
-    key: id
-    window:
-      type: tumbling
-      size: 10s
-      aggregates: [{name: count, fn: count}]
-    sinks:
-      - mqtt: {topic: "totals/{id}", qos: 1}
-    checkpoint: {dir: %[1]s/data/checkpoints, interval: 500ms, mode: exactly_once}
-`, dir, api, url, job)
-	cfgPath := filepath.Join(dir, "edged.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfgPath := writeMosquittoConfig(t, dir, api, url, job, "edged-e2e-savepoint")
 
 	// The subscriber: window results to the collector, dead letters
 	// counted.

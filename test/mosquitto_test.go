@@ -72,36 +72,7 @@ func TestMosquittoTotals(t *testing.T) {
 	url := "tcp://" + mq
 	dir := t.TempDir()
 	api := freeAddr(t)
-	cfg := fmt.Sprintf(`node:
-  data_dir: %[1]s/data
-  listen: %[2]s
-pipelines:
-  - name: mosquitto
-    source:
-      mqtt:
-        broker: %[3]s
-        client_id: edged-e2e
-        topics: [plant/+/temperature]
-        qos: 1
-        format: json
-        fields:
-          id: {type: string, path: $.sensor}
-          temp: {type: float, path: $.t}
-          ts: {type: time, path: $.ts, unit: ms}
-    event_time: {field: ts, max_out_of_orderness: 1s}
-    key: id
-    window:
-      type: tumbling
-      size: 10s
-      aggregates: [{name: count, fn: count}]
-    sinks:
-      - mqtt: {topic: "totals/{id}", qos: 1}
-    checkpoint: {dir: %[1]s/data/checkpoints, interval: 500ms, mode: exactly_once}
-`, dir, api, url)
-	cfgPath := filepath.Join(dir, "edged.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfgPath := writeMosquittoConfig(t, dir, api, url, "mosquitto", "edged-e2e")
 
 	col := newCollector()
 	sub := connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("e2e-totals").
@@ -188,4 +159,44 @@ pipelines:
 	if code := nd.terminate(30 * time.Second); code != 0 {
 		t.Fatalf("edged exited %d after SIGTERM\n%s", code, nd.logTail())
 	}
+}
+
+// writeMosquittoConfig writes the node config the Mosquitto tests share:
+// pipeline job reads plant/+/temperature from the broker at url (client
+// id clientID, a persistent session), counts each sensor's readings in
+// 10 s event-time windows and publishes the counts to totals/<sensor>, with
+// exactly-once checkpoints every 500 ms under dir/data.
+func writeMosquittoConfig(t *testing.T, dir, api, url, job, clientID string) string {
+	t.Helper()
+	cfg := fmt.Sprintf(`node:
+  data_dir: %[1]s/data
+  listen: %[2]s
+pipelines:
+  - name: %[4]s
+    source:
+      mqtt:
+        broker: %[3]s
+        client_id: %[5]s
+        topics: [plant/+/temperature]
+        qos: 1
+        format: json
+        fields:
+          id: {type: string, path: $.sensor}
+          temp: {type: float, path: $.t}
+          ts: {type: time, path: $.ts, unit: ms}
+    event_time: {field: ts, max_out_of_orderness: 1s}
+    key: id
+    window:
+      type: tumbling
+      size: 10s
+      aggregates: [{name: count, fn: count}]
+    sinks:
+      - mqtt: {topic: "totals/{id}", qos: 1}
+    checkpoint: {dir: %[1]s/data/checkpoints, interval: 500ms, mode: exactly_once}
+`, dir, api, url, job, clientID)
+	p := filepath.Join(dir, "edged.yaml")
+	if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
