@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"time"
 )
 
 // Type is the type of a Row field.
@@ -312,6 +311,3 @@ func (r *Row) UnmarshalBinary(b []byte) error {
 	}
 	return nil
 }
-
-// msOf converts a duration to whole milliseconds.
-func msOf(d time.Duration) int64 { return d.Milliseconds() }

@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"net/url"
@@ -810,6 +809,3 @@ func msCeil(d time.Duration) int64 {
 	}
 	return ms
 }
-
-// errNoPlan is returned by Build for a config that did not validate.
-var errNoPlan = errors.New("pipeline: config is not valid")
