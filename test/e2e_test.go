@@ -368,30 +368,7 @@ func TestKillRestartExactCounts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with a subprocess and 200,000 messages")
 	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("EDGED_E2E_SEED"); s != "" {
-		fmt.Sscan(s, &seed)
-	}
-	t.Logf("seed %d (set EDGED_E2E_SEED to repeat)", seed)
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-
-	// Kill points: indexes of readings in [10%, 95%) of the run, at least
-	// 15,000 apart.
-	var killAt []int
-	for len(killAt) < kills {
-		k := total/10 + rng.IntN(total*85/100)
-		ok := true
-		for _, o := range killAt {
-			if k-o < 15_000 && o-k < 15_000 {
-				ok = false
-			}
-		}
-		if ok {
-			killAt = append(killAt, k)
-		}
-	}
-	sort.Ints(killAt)
-	t.Logf("kill points (reading index): %v", killAt)
+	killAt := killPoints(t, total, kills)
 
 	dir := t.TempDir()
 	n := &node{t: t, brokerAddr: freeAddr(t), apiAddr: freeAddr(t), logPath: filepath.Join(dir, "edged.log")}
@@ -623,4 +600,33 @@ func TestKillRestartExactCounts(t *testing.T) {
 		}
 	}
 	t.Logf("total %v", time.Since(start).Round(time.Millisecond))
+}
+
+// killPoints returns count reading indexes in [10%, 95%) of n, at least
+// 15,000 apart, in order, drawn from a logged seed (EDGED_E2E_SEED
+// repeats a run).
+func killPoints(t *testing.T, n, count int) []int {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("EDGED_E2E_SEED"); s != "" {
+		fmt.Sscan(s, &seed)
+	}
+	t.Logf("seed %d (set EDGED_E2E_SEED to repeat)", seed)
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	var killAt []int
+	for len(killAt) < count {
+		k := n/10 + rng.IntN(n*85/100)
+		ok := true
+		for _, o := range killAt {
+			if k-o < 15_000 && o-k < 15_000 {
+				ok = false
+			}
+		}
+		if ok {
+			killAt = append(killAt, k)
+		}
+	}
+	sort.Ints(killAt)
+	t.Logf("kill points (reading index): %v", killAt)
+	return killAt
 }

@@ -2,10 +2,7 @@ package test
 
 import (
 	"fmt"
-	"math/rand/v2"
-	"os"
 	"path/filepath"
-	"sort"
 	"testing"
 	"time"
 
@@ -32,29 +29,7 @@ func TestMosquittoKillExactlyOnce(t *testing.T) {
 		winMS    = 10_000
 		nKills   = 3
 	)
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("EDGED_E2E_SEED"); s != "" {
-		fmt.Sscan(s, &seed)
-	}
-	t.Logf("seed %d (set EDGED_E2E_SEED to repeat)", seed)
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	// Kill points: reading indexes in [10%, 95%) of n, at least 15,000
-	// apart.
-	var killAt []int
-	for len(killAt) < nKills {
-		k := n/10 + rng.IntN(n*85/100)
-		ok := true
-		for _, o := range killAt {
-			if k-o < 15_000 && o-k < 15_000 {
-				ok = false
-			}
-		}
-		if ok {
-			killAt = append(killAt, k)
-		}
-	}
-	sort.Ints(killAt)
-	t.Logf("kill points (reading index): %v", killAt)
+	killAt := killPoints(t, n, nKills)
 
 	mq := startMosquitto(t)
 	url := "tcp://" + mq
