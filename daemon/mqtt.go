@@ -80,15 +80,10 @@ func needsEmbedded(cfg *pipeline.Config) bool {
 // pipeline reading an external broker, and the simulator; it returns the
 // pipelines' inputs.
 //
-// External brokers: pipeline.BuildJobWith refuses a source with
-// source.mqtt.broker set, but a pipeline reading an ingest log does not
-// care who fills it. So, once the pipeline's Subscriber is started,
-// startMQTT replaces cfg.Pipelines[i] (in a fresh slice) by a copy whose
-// Source.MQTT is a copy with Broker "": the job then reads the log as for
-// the embedded broker, with the same at-least-once and replay guarantees
-// (the Subscriber acknowledges a message only once it is in the log).
-// cfg itself is modified that way (Run passes cfg.Pipelines on to the
-// jobs); the caller's MQTTSourceConfig values are not.
+// External brokers: a pipeline reads its ingest log whoever fills it; for
+// an external broker a Subscriber does, acknowledging each message only
+// once it is in the log, so the replay guarantees are those of the
+// embedded broker.
 //
 // The Subscriber's client id is source.mqtt.client_id, default
 // "edged-<pipeline>"; qos 0 in the config (also the unset value) means
@@ -124,8 +119,7 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 		m.broker = br
 	}
 	external := ""
-	pipelines := append([]pipeline.PipelineConfig(nil), cfg.Pipelines...)
-	for i, pc := range pipelines {
+	for _, pc := range cfg.Pipelines {
 		src := pc.Source.MQTT
 		if src == nil {
 			continue
@@ -157,12 +151,7 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 		if external == "" {
 			external = src.Broker
 		}
-		// The pipeline reads the log the subscriber fills (see above).
-		local := *src
-		local.Broker = ""
-		pipelines[i].Source.MQTT = &local
 	}
-	cfg.Pipelines = pipelines
 	url := external
 	if br != nil {
 		if err := br.Start(context.WithoutCancel(ctx)); err != nil {

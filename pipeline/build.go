@@ -104,12 +104,10 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 		}
 	}
 	pl := cfg.plan
-	if m := cfg.Source.MQTT; m != nil && (m.Broker != "" || in.MQTTLog == nil) {
-		what := "the embedded broker's ingest log is not given"
-		if m.Broker != "" {
-			what = "an external broker (" + m.Broker + ") is not supported yet; leave broker empty for the embedded one"
-		}
-		return nil, fmt.Errorf("pipeline %q: mqtt source: %s: %w", cfg.Name, what, ErrNotAvailable)
+	if cfg.Source.MQTT != nil && in.MQTTLog == nil {
+		// The node fills each MQTT pipeline's ingest log, from its embedded
+		// broker or from a subscriber to an external one.
+		return nil, fmt.Errorf("pipeline %q: mqtt source: no ingest log given: %w", cfg.Name, ErrNotAvailable)
 	}
 	for i, s := range cfg.Sinks {
 		if s.MQTT != nil && in.Broker == "" {

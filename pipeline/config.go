@@ -136,10 +136,10 @@ type FileSourceConfig struct {
 	Fields Fields `yaml:"fields"`
 }
 
-// MQTTSourceConfig reads MQTT messages. With Broker empty they come from
-// the node's embedded broker, through the pipeline's durable ingest log
-// (replayable: the log offset is checkpointed); an external broker is not
-// supported yet (Build reports ErrNotAvailable).
+// MQTTSourceConfig reads MQTT messages through the pipeline's durable
+// ingest log (replayable: the log offset is checkpointed), which the node
+// fills from its embedded broker (Broker empty) or from a persistent
+// subscription to the external broker at Broker.
 type MQTTSourceConfig struct {
 	// Broker URL: tcp://, ssl://, ws:// or wss:// host:port. Empty means
 	// the embedded broker.
