@@ -2,9 +2,9 @@ package actors
 
 import (
 	"context"
+	"github.com/edgedio/edged/internal/testutil"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/edgedio/edged/codec"
 	"github.com/edgedio/edged/operators"
@@ -54,19 +54,6 @@ func twoStageJob(src operators.Source[int64], sink operators.Sink[int64]) *Job {
 	return &Job{Name: "credits", Vertices: []*Vertex{s, k}, Edges: []*Edge{{From: s, To: k, Partition: Rebalance}}}
 }
 
-// waitFor polls cond until it holds or the deadline passes: a bounded wait
-// on a condition, not a sleep for synchronisation.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // A fast source and a blocked consumer: the source stops once the channel's
 // credits are used up, and never more batches are in flight than credits.
 func TestCreditsBoundInFlightBatches(t *testing.T) {
@@ -85,7 +72,7 @@ func TestCreditsBoundInFlightBatches(t *testing.T) {
 
 	<-r.Started()
 	// Wait until the source has used every credit (it then blocks).
-	waitFor(t, "the channel to fill", func() bool {
+	testutil.Eventually(t, 0, "the channel to fill", func() bool {
 		return len(r.chans) == 1 && r.chans[0].maxInFlight.Load() == credits
 	})
 	// The source is blocked: it cannot have emitted more than the batches
@@ -123,7 +110,7 @@ func TestCancelUnblocksTasks(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- r.Run(ctx) }()
 	<-r.Started()
-	waitFor(t, "the source to block", func() bool {
+	testutil.Eventually(t, 0, "the source to block", func() bool {
 		return len(r.chans) == 1 && r.chans[0].maxInFlight.Load() == int64(DefaultConfig().Credits)
 	})
 	cancel()

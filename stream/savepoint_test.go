@@ -3,6 +3,7 @@ package stream_test
 import (
 	"context"
 	"fmt"
+	"github.com/edgedio/edged/internal/testutil"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -60,7 +61,7 @@ func TestSavepointRescale(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitUntil(t, "a quarter of the records read", func() bool { return seen.Load() >= n/4 })
+			testutil.Eventually(t, 0, "a quarter of the records read", func() bool { return seen.Load() >= n/4 })
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			path, err := job.StopWithSavepoint(ctx, "")
@@ -100,7 +101,7 @@ func TestSavepointNonRestoredState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the first record", func() bool { return seen.Load() > 0 })
+	testutil.Eventually(t, 0, "the first record", func() bool { return seen.Load() > 0 })
 	path, err := job.StopWithSavepoint(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)
@@ -125,16 +126,6 @@ func TestSavepointNonRestoredState(t *testing.T) {
 
 // waitUntil polls cond until it holds, failing the test after 30 s: a
 // bounded wait on a condition of a job that runs on the real clock.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // A savepoint of a running job leaves it running; the savepoint is
 // complete and loadable.
@@ -147,7 +138,7 @@ func TestTriggerSavepointKeepsRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the first records", func() bool { return seen.Load() > 1000 })
+	testutil.Eventually(t, 0, "the first records", func() bool { return seen.Load() > 1000 })
 	path, err := job.TriggerSavepoint(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)
