@@ -71,7 +71,7 @@ func richDevice() device {
 		Enabled:  true,
 		Small:    -128,
 		U16:      65535,
-		U:        1 << 63,
+		U:        1<<32 - 1, // the largest uint on 32-bit targets
 		Ptr:      42,
 		C64:      complex(1.5, -2),
 		C128:     complex(-0.0, 3e300),

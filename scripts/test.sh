@@ -38,3 +38,5 @@ go test -race -count=1 $RACE_PKGS
 
 echo "== all tests"
 go test -count=1 ./...
+
+./scripts/cross.sh

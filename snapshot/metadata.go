@@ -270,7 +270,7 @@ func DecodeMetadata(b []byte) (*Metadata, error) {
 		for s := range o.Subtasks {
 			h := &o.Subtasks[s]
 			h.File = d.string()
-			h.Size = int64(d.int(math.MaxInt64))
+			h.Size = d.size()
 			h.Checksum = d.uint32()
 			h.KeyGroups = d.bytes()
 			h.Sources = d.bytes()
@@ -337,6 +337,17 @@ func (d *decoder) int(limit int) int {
 		return 0
 	}
 	return int(v)
+}
+
+// size reads a file size: a uvarint that must fit an int64 on every
+// architecture (int is 32 bits on arm and 386).
+func (d *decoder) size() int64 {
+	v := d.uvarint()
+	if v > math.MaxInt64 {
+		d.fail(fmt.Sprintf("size %d", v))
+		return 0
+	}
+	return int64(v)
 }
 
 func (d *decoder) byte() byte {

@@ -20,8 +20,9 @@ type BoltOptions struct {
 	// InitialMmapSize is the size of the memory map the file is opened
 	// with, in bytes. A snapshot holds a read transaction until it is
 	// written, and a write that needs a larger map waits for it to end:
-	// set it above the size the file reaches. Default 256 MiB (address
-	// space, not memory); negative is an error.
+	// set it above the size the file reaches. Default 256 MiB on 64-bit
+	// targets and 16 MiB on 32-bit ones, whose whole address space is a
+	// few GiB (address space, not memory); negative is an error.
 	InitialMmapSize int
 	// BatchSize is how many writes (puts and deletes of distinct keys)
 	// the backend buffers before it commits them in one transaction.
@@ -32,8 +33,11 @@ type BoltOptions struct {
 // DefaultBoltOptions returns the options NewBoltBackend uses for zero
 // fields.
 func DefaultBoltOptions() BoltOptions {
-	return BoltOptions{Timeout: time.Second, InitialMmapSize: 256 << 20, BatchSize: 4096}
+	return BoltOptions{Timeout: time.Second, InitialMmapSize: defaultMmapSize, BatchSize: 4096}
 }
+
+// defaultMmapSize is 256 MiB where int is 64 bits and 16 MiB where it is 32.
+const defaultMmapSize = int(16<<20 + (256-16)<<20*(^uint(0)>>63))
 
 // Validate reports every option out of range at once.
 func (o BoltOptions) Validate() error {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/jonboulle/clockwork"
@@ -239,6 +240,9 @@ func TestRestoreCorrupt(t *testing.T) {
 			step := 1
 			if k.name != "memory" {
 				step = 13
+				if strconv.IntSize == 32 {
+					step = 97 // each bolt file maps address space until the test ends
+				}
 			}
 			for i := 0; i < len(data); i += step {
 				bad := bytes.Clone(data)
