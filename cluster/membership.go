@@ -1,0 +1,382 @@
+package cluster
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// MaxMetaSize is the largest encoded Meta gossip carries (memberlist's
+// limit; it panics above it, so Encode refuses instead).
+const MaxMetaSize = memberlist.MetaMaxSize
+
+// Meta is what a node tells the others about itself through gossip.
+type Meta struct {
+	// ID names the node; unique in the cluster and stable across restarts.
+	ID string `json:"id"`
+	// Transport is the address of the node's data transport (host:port).
+	Transport string `json:"tr,omitempty"`
+	// Capacity is the node's relative weight in placement (0 means 1).
+	Capacity int `json:"cap,omitempty"`
+	// Fingerprint identifies the pipelines' job graphs the node runs; nodes
+	// with another fingerprint are running other code or config.
+	Fingerprint string `json:"fp,omitempty"`
+	// Leaving is set by a node that is leaving gracefully, just before it
+	// leaves, so that the others can tell a leave from a crash (memberlist
+	// reports both alike).
+	Leaving bool `json:"leaving,omitempty"`
+}
+
+// Encode returns the gossip form of m, or ErrMetaTooLarge past
+// MaxMetaSize.
+func (m Meta) Encode() ([]byte, error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxMetaSize {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrMetaTooLarge, len(b), MaxMetaSize)
+	}
+	return b, nil
+}
+
+// DecodeMeta parses the gossip form of a node's Meta.
+func DecodeMeta(b []byte) (Meta, error) {
+	var m Meta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Meta{}, fmt.Errorf("%w: %v", ErrBadMeta, err)
+	}
+	if m.ID == "" {
+		return Meta{}, fmt.Errorf("%w: no id", ErrBadMeta)
+	}
+	return m, nil
+}
+
+// Profile is a failure-detection profile: how fast a dead node is noticed
+// against how often a slow one is wrongly suspected.
+type Profile string
+
+const (
+	// ProfileDevice is for a handful of devices on one LAN (the default):
+	// probes every 200 ms with a 100 ms timeout, suspicion multiplier 2 and
+	// gossip every 50 ms. A killed node is declared dead by every survivor
+	// in about 1 s; a node whose process stalls for more than about half a
+	// second (swap, a long GC on a tiny board) may be declared dead wrongly
+	// and rejoins when it answers again.
+	ProfileDevice Profile = "device"
+	// ProfileLAN is memberlist's LAN default: a dead node is seen in about
+	// 5–6 s, with fewer false suspicions under stalls.
+	ProfileLAN Profile = "lan"
+)
+
+// MembershipConfig configures a node's membership.
+type MembershipConfig struct {
+	// Meta is this node's metadata; Meta.ID is its gossip name.
+	Meta Meta
+	// BindAddr and BindPort are the gossip address (UDP and TCP). Port 0
+	// picks a free port (tests).
+	BindAddr string
+	BindPort int
+	// AdvertiseAddr, when set, is the address other nodes reach this one
+	// at, if it differs from BindAddr.
+	AdvertiseAddr string
+	// Peers are gossip addresses (host:port) of known nodes; joining
+	// through any one of them that answers is enough.
+	Peers []string
+	// SecretKey, when set, encrypts gossip (AES, 16, 24 or 32 bytes); every
+	// node needs the same key.
+	SecretKey []byte
+	// Profile is the failure-detection profile; default ProfileDevice.
+	Profile Profile
+	// Logger receives membership events and memberlist's own log lines.
+	Logger *slog.Logger
+}
+
+// Validate reports every problem of the config at once.
+func (c MembershipConfig) Validate() error {
+	var errs []error
+	if c.Meta.ID == "" {
+		errs = append(errs, errors.New("cluster.node_id: must be set"))
+	}
+	if _, err := c.Meta.Encode(); err != nil {
+		errs = append(errs, fmt.Errorf("cluster: node metadata: %w", err))
+	}
+	if c.BindPort < 0 || c.BindPort > 65535 {
+		errs = append(errs, fmt.Errorf("cluster.gossip port %d: out of range", c.BindPort))
+	}
+	switch len(c.SecretKey) {
+	case 0, 16, 24, 32:
+	default:
+		errs = append(errs, fmt.Errorf("cluster.secret_key: %d bytes, want 16, 24 or 32", len(c.SecretKey)))
+	}
+	switch c.Profile {
+	case "", ProfileDevice, ProfileLAN:
+	default:
+		errs = append(errs, fmt.Errorf("cluster.profile %q: want %q or %q", c.Profile, ProfileDevice, ProfileLAN))
+	}
+	for _, p := range c.Peers {
+		if _, _, err := net.SplitHostPort(p); err != nil {
+			errs = append(errs, fmt.Errorf("cluster.peers: %q: %v", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// memberlistConfig maps a profile onto memberlist's settings.
+func memberlistConfig(p Profile) *memberlist.Config {
+	c := memberlist.DefaultLANConfig()
+	if p == ProfileDevice || p == "" {
+		c.ProbeInterval = 200 * time.Millisecond
+		c.ProbeTimeout = 100 * time.Millisecond
+		c.SuspicionMult = 2
+		c.GossipInterval = 50 * time.Millisecond
+		c.RetransmitMult = 3
+		c.PushPullInterval = 5 * time.Second
+	}
+	return c
+}
+
+// EventKind says what happened to a member.
+type EventKind int
+
+const (
+	// MemberJoined: a node joined (or came back).
+	MemberJoined EventKind = iota + 1
+	// MemberLeft: a node left gracefully.
+	MemberLeft
+	// MemberFailed: a node was declared dead by failure detection.
+	MemberFailed
+	// MemberUpdated: a node's metadata changed.
+	MemberUpdated
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case MemberJoined:
+		return "joined"
+	case MemberLeft:
+		return "left"
+	case MemberFailed:
+		return "failed"
+	case MemberUpdated:
+		return "updated"
+	}
+	return "EventKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Event is a change in membership.
+type Event struct {
+	Kind EventKind
+	Node Meta
+	// Addr is the node's gossip address.
+	Addr string
+	At   time.Time
+}
+
+// Membership is this node's view of the cluster. Make it with
+// NewMembership and Start it; Events delivers changes; Leave on shutdown.
+// Its methods are safe for concurrent use.
+type Membership struct {
+	cfg MembershipConfig
+	log *slog.Logger
+
+	mu     sync.Mutex // guards queue, ml and meta
+	queue  []Event
+	meta   Meta
+	ml     *memberlist.Memberlist
+	notify chan struct{} // capacity 1: rung when queue gains events
+}
+
+// NewMembership validates cfg. It starts nothing.
+func NewMembership(cfg MembershipConfig) (*Membership, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Profile == "" {
+		cfg.Profile = ProfileDevice
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Membership{cfg: cfg, log: lg, meta: cfg.Meta, notify: make(chan struct{}, 1)}, nil
+}
+
+// Start binds the gossip listener and joins through the configured peers
+// (any one answering is enough; with none answering the node starts a
+// cluster of its own and others may join it later).
+func (m *Membership) Start() error {
+	c := memberlistConfig(m.cfg.Profile)
+	c.Name = m.cfg.Meta.ID
+	c.BindAddr = m.cfg.BindAddr
+	if c.BindAddr == "" {
+		c.BindAddr = "127.0.0.1"
+	}
+	c.BindPort = m.cfg.BindPort
+	c.AdvertisePort = m.cfg.BindPort
+	if m.cfg.AdvertiseAddr != "" {
+		c.AdvertiseAddr = m.cfg.AdvertiseAddr
+	}
+	c.SecretKey = m.cfg.SecretKey
+	c.Delegate = delegate{m}
+	c.Events = events{m}
+	c.Logger = log.New(slogWriter{m.log}, "", 0)
+	ml, err := memberlist.Create(c)
+	if err != nil {
+		return fmt.Errorf("cluster: start gossip on %s:%d: %w", c.BindAddr, c.BindPort, err)
+	}
+	m.mu.Lock()
+	m.ml = ml
+	m.mu.Unlock()
+	if len(m.cfg.Peers) > 0 {
+		n, err := ml.Join(m.cfg.Peers)
+		if err != nil && n == 0 {
+			m.log.Warn("cluster: no peer answered; starting alone", "peers", m.cfg.Peers, "err", err)
+		}
+	}
+	return nil
+}
+
+// Join joins through more peers (gossip addresses).
+func (m *Membership) Join(peers ...string) (int, error) {
+	return m.list().Join(peers)
+}
+
+// Addr is this node's gossip address.
+func (m *Membership) Addr() string {
+	n := m.list().LocalNode()
+	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+}
+
+// Members returns the alive members, this node included, sorted by id.
+func (m *Membership) Members() []Meta {
+	var out []Meta
+	for _, n := range m.list().Members() {
+		meta, err := DecodeMeta(n.Meta)
+		if err != nil {
+			meta = Meta{ID: n.Name}
+		}
+		out = append(out, meta)
+	}
+	slices.SortFunc(out, func(a, b Meta) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Events returns a channel that is signalled when events are pending;
+// Drain takes them. The queue never blocks memberlist: its callbacks only
+// append and ring.
+func (m *Membership) Events() <-chan struct{} { return m.notify }
+
+// Drain returns the pending events in the order they happened.
+func (m *Membership) Drain() []Event {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	q := m.queue
+	m.queue = nil
+	return q
+}
+
+// Leave tells the others this node is leaving (they see it within about
+// 100 ms instead of after failure detection), then stops gossip.
+func (m *Membership) Leave(timeout time.Duration) error {
+	ml := m.list()
+	if ml == nil {
+		return nil
+	}
+	m.mu.Lock()
+	m.meta.Leaving = true
+	m.mu.Unlock()
+	err := ml.UpdateNode(timeout)
+	err = errors.Join(err, ml.Leave(timeout))
+	return errors.Join(err, ml.Shutdown())
+}
+
+// Shutdown stops gossip without telling the others (as a crash would).
+func (m *Membership) Shutdown() error {
+	if ml := m.list(); ml != nil {
+		return ml.Shutdown()
+	}
+	return nil
+}
+
+func (m *Membership) list() *memberlist.Memberlist {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ml
+}
+
+func (m *Membership) push(kind EventKind, n *memberlist.Node) {
+	meta, err := DecodeMeta(n.Meta)
+	if err != nil {
+		meta = Meta{ID: n.Name}
+	}
+	ev := Event{Kind: kind, Node: meta, Addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))), At: time.Now()}
+	m.mu.Lock()
+	m.queue = append(m.queue, ev)
+	m.mu.Unlock()
+	select {
+	case m.notify <- struct{}{}:
+	default:
+	}
+}
+
+// delegate gives memberlist this node's metadata. Called on memberlist's
+// goroutines; never blocks.
+type delegate struct{ m *Membership }
+
+func (d delegate) NodeMeta(limit int) []byte {
+	d.m.mu.Lock()
+	meta := d.m.meta
+	d.m.mu.Unlock()
+	b, err := meta.Encode()
+	if err != nil || len(b) > limit {
+		return nil // Validate refused this at construction
+	}
+	return b
+}
+func (delegate) NotifyMsg([]byte)                  {}
+func (delegate) GetBroadcasts(_, _ int) [][]byte   { return nil }
+func (delegate) LocalState(bool) []byte            { return nil }
+func (delegate) MergeRemoteState(_ []byte, _ bool) {}
+
+// events queues memberlist's notifications. Called on memberlist's
+// goroutines; never blocks.
+type events struct{ m *Membership }
+
+func (e events) NotifyJoin(n *memberlist.Node) { e.m.push(MemberJoined, n) }
+func (e events) NotifyLeave(n *memberlist.Node) {
+	// n.State is not kept current by memberlist v0.7.0; the last metadata
+	// the node gossiped says whether it was leaving.
+	if meta, err := DecodeMeta(n.Meta); err == nil && meta.Leaving {
+		e.m.push(MemberLeft, n)
+		return
+	}
+	e.m.push(MemberFailed, n)
+}
+func (e events) NotifyUpdate(n *memberlist.Node) { e.m.push(MemberUpdated, n) }
+
+// slogWriter routes memberlist's log lines to slog at debug level.
+type slogWriter struct{ l *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	w.l.Debug(string(p), "component", "memberlist")
+	return len(p), nil
+}
