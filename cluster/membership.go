@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -190,11 +191,13 @@ type Membership struct {
 	cfg MembershipConfig
 	log *slog.Logger
 
-	mu     sync.Mutex // guards queue, ml and meta
-	queue  []Event
-	meta   Meta
-	ml     *memberlist.Memberlist
-	notify chan struct{} // capacity 1: rung when queue gains events
+	mu      sync.Mutex // guards queue, ml, meta, members and leaving
+	queue   []Event
+	meta    Meta
+	members map[string]Meta // alive members as the events told them
+	leaving map[string]bool // members that said they are leaving
+	ml      *memberlist.Memberlist
+	notify  chan struct{} // capacity 1: rung when queue gains events
 }
 
 // NewMembership validates cfg. It starts nothing.
@@ -209,7 +212,8 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	if lg == nil {
 		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Membership{cfg: cfg, log: lg, meta: cfg.Meta, notify: make(chan struct{}, 1)}, nil
+	return &Membership{cfg: cfg, log: lg, meta: cfg.Meta,
+		members: make(map[string]Meta), leaving: make(map[string]bool), notify: make(chan struct{}, 1)}, nil
 }
 
 // Start binds the gossip listener and joins through the configured peers
@@ -259,15 +263,15 @@ func (m *Membership) Addr() string {
 }
 
 // Members returns the alive members, this node included, sorted by id.
+// (memberlist's own Members shares nodes its goroutines write: this view is
+// kept from the events instead.)
 func (m *Membership) Members() []Meta {
-	var out []Meta
-	for _, n := range m.list().Members() {
-		meta, err := DecodeMeta(n.Meta)
-		if err != nil {
-			meta = Meta{ID: n.Name}
-		}
+	m.mu.Lock()
+	out := make([]Meta, 0, len(m.members))
+	for _, meta := range m.members {
 		out = append(out, meta)
 	}
+	m.mu.Unlock()
 	slices.SortFunc(out, func(a, b Meta) int {
 		switch {
 		case a.ID < b.ID:
@@ -304,7 +308,16 @@ func (m *Membership) Leave(timeout time.Duration) error {
 	m.mu.Lock()
 	m.meta.Leaving = true
 	m.mu.Unlock()
-	err := ml.UpdateNode(timeout)
+	// Tell every member directly (TCP) before the leave is gossiped, so
+	// each can tell the leave from a crash; the metadata flag covers those
+	// that miss the message.
+	var err error
+	for _, n := range ml.Members() {
+		if n.Name != m.meta.ID {
+			err = errors.Join(err, ml.SendReliable(n, []byte(leavingMsg+m.meta.ID)))
+		}
+	}
+	err = errors.Join(err, ml.UpdateNode(timeout))
 	err = errors.Join(err, ml.Leave(timeout))
 	return errors.Join(err, ml.Shutdown())
 }
@@ -323,6 +336,11 @@ func (m *Membership) list() *memberlist.Memberlist {
 	return m.ml
 }
 
+// leavingMsg prefixes the message a leaving node sends every member.
+const leavingMsg = "edged-leaving:"
+
+// push records a membership change from memberlist's callbacks (which hold
+// memberlist's lock: n is read here and nowhere else).
 func (m *Membership) push(kind EventKind, n *memberlist.Node) {
 	meta, err := DecodeMeta(n.Meta)
 	if err != nil {
@@ -330,6 +348,19 @@ func (m *Membership) push(kind EventKind, n *memberlist.Node) {
 	}
 	ev := Event{Kind: kind, Node: meta, Addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))), At: time.Now()}
 	m.mu.Lock()
+	switch kind {
+	case MemberJoined, MemberUpdated:
+		m.members[meta.ID] = meta
+		if kind == MemberJoined {
+			delete(m.leaving, meta.ID)
+		}
+	case MemberFailed:
+		if m.leaving[meta.ID] || meta.Leaving {
+			ev.Kind = MemberLeft
+		}
+		delete(m.members, meta.ID)
+		delete(m.leaving, meta.ID)
+	}
 	m.queue = append(m.queue, ev)
 	m.mu.Unlock()
 	select {
@@ -352,7 +383,13 @@ func (d delegate) NodeMeta(limit int) []byte {
 	}
 	return b
 }
-func (delegate) NotifyMsg([]byte)                  {}
+func (d delegate) NotifyMsg(b []byte) {
+	if id, ok := strings.CutPrefix(string(b), leavingMsg); ok {
+		d.m.mu.Lock()
+		d.m.leaving[id] = true
+		d.m.mu.Unlock()
+	}
+}
 func (delegate) GetBroadcasts(_, _ int) [][]byte   { return nil }
 func (delegate) LocalState(bool) []byte            { return nil }
 func (delegate) MergeRemoteState(_ []byte, _ bool) {}
@@ -362,15 +399,10 @@ func (delegate) MergeRemoteState(_ []byte, _ bool) {}
 type events struct{ m *Membership }
 
 func (e events) NotifyJoin(n *memberlist.Node) { e.m.push(MemberJoined, n) }
-func (e events) NotifyLeave(n *memberlist.Node) {
-	// n.State is not kept current by memberlist v0.7.0; the last metadata
-	// the node gossiped says whether it was leaving.
-	if meta, err := DecodeMeta(n.Meta); err == nil && meta.Leaving {
-		e.m.push(MemberLeft, n)
-		return
-	}
-	e.m.push(MemberFailed, n)
-}
+
+// NotifyLeave reports a leave or a death alike (n.State is not kept current
+// by memberlist v0.7.0); push tells them apart by what the node said.
+func (e events) NotifyLeave(n *memberlist.Node)  { e.m.push(MemberFailed, n) }
 func (e events) NotifyUpdate(n *memberlist.Node) { e.m.push(MemberUpdated, n) }
 
 // slogWriter routes memberlist's log lines to slog at debug level.
