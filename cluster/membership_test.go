@@ -33,7 +33,7 @@ func ids(ms []Meta) string {
 }
 
 // waitEvent drains m's events until one of kind for node arrives.
-func waitEvent(t *testing.T, m *Membership, kind EventKind, node string) Event {
+func waitEvent(t testing.TB, m *Membership, kind EventKind, node string) Event {
 	t.Helper()
 	deadline := time.After(testutil.DefaultTimeout)
 	for {
@@ -128,4 +128,54 @@ func TestMetaRoundTrip(t *testing.T) {
 	if _, err := DecodeMeta([]byte("{")); err == nil {
 		t.Fatal("bad meta parsed")
 	}
+}
+
+// BenchmarkFailureDetection measures, per profile, the time from a node's
+// crash (gossip stopped without a leave) to a survivor's failed event, on
+// loopback with three nodes.
+func BenchmarkFailureDetection(b *testing.B) {
+	for _, p := range []Profile{ProfileDevice, ProfileLAN} {
+		b.Run("profile="+string(p), func(b *testing.B) {
+			var total time.Duration
+			n := 0
+			for b.Loop() {
+				start := func(id string, peers ...string) *Membership {
+					m, err := NewMembership(MembershipConfig{Meta: Meta{ID: id}, BindAddr: "127.0.0.1", Peers: peers, Profile: p})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := m.Start(); err != nil {
+						b.Fatal(err)
+					}
+					return m
+				}
+				x := start("a")
+				y := start("b", x.Addr())
+				z := start("c", x.Addr(), y.Addr())
+				testutil.Eventually(b, 0, "three members", func() bool { return len(x.Members()) == 3 && len(z.Members()) == 3 })
+				killed := time.Now()
+				_ = z.Shutdown()
+				ev := waitEvent(b, x, MemberFailed, "c")
+				total += ev.At.Sub(killed)
+				n++
+				_ = x.Shutdown()
+				_ = y.Shutdown()
+			}
+			b.ReportMetric(float64(total.Milliseconds())/float64(n), "detect-ms")
+		})
+	}
+}
+
+// BenchmarkPlacementMovement reports the fraction of 128 units that move
+// when a fourth node joins three, against the ideal quarter.
+func BenchmarkPlacementMovement(b *testing.B) {
+	us := units([]string{"window"}, 128)
+	var moved float64
+	for b.Loop() {
+		before, _ := Place(members(3), us)
+		after, _ := Place(members(4), us)
+		moved = float64(len(Moved(before, after))) / float64(len(us))
+	}
+	b.ReportMetric(moved, "moved-fraction")
+	b.ReportMetric(moved/0.25, "moved/ideal")
 }
