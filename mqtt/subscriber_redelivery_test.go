@@ -75,8 +75,8 @@ func logged(t *testing.T, l *ingestlog.Log, from uint64) []string {
 
 // restart closes sub and l, as if edged had been killed with the
 // messages handled so far appended but their acks lost, reopens the log
-// and starts a new subscriber on it.
-func restart(t *testing.T, br *Broker, id, dir string, sub *Subscriber, l *ingestlog.Log) (*Subscriber, *ingestlog.Log) {
+// and starts a new subscriber with the same config on it.
+func restart(t *testing.T, sub *Subscriber, dir string, l *ingestlog.Log) (*Subscriber, *ingestlog.Log) {
 	t.Helper()
 	if err := sub.Close(); err != nil {
 		t.Fatal(err)
@@ -85,7 +85,7 @@ func restart(t *testing.T, br *Broker, id, dir string, sub *Subscriber, l *inges
 		t.Fatal(err)
 	}
 	l = openLog(t, dir, ingestlog.DefaultOptions())
-	return startSubscriber(t, br.Addr(), id, l), l
+	return startSubscriberWith(t, sub.cfg, l), l
 }
 
 // A message appended by one subscriber (and, as if edged were killed then,
@@ -98,15 +98,24 @@ func TestSubscriberDropsRedeliveredDuplicates(t *testing.T) {
 	br := startBroker(t, nil) // the "external" broker; messages are injected
 	dir := t.TempDir()
 	l := openLog(t, dir, ingestlog.DefaultOptions())
-	// Enough records before the ones redelivered to check the tail is
-	// read from the right offset, not only from the start.
-	const before = 5000
+	// More records before the ones redelivered than the window holds
+	// (W = 2*(8+8) = 32), to check the tail is read from the right
+	// offset, not only from the start.
+	// The oldest has the packet id and content of a redelivery below
+	// that must be kept: outside the window, it must not be found.
+	const before = 100
 	for i := range before {
-		if _, err := l.Append(context.Background(), ingestlog.Message{Topic: "sensors/old", Payload: fmt.Appendf(nil, `{"seq":%d}`, i), QoS: 1}); err != nil {
+		m := ingestlog.Message{Topic: "sensors/old", Payload: fmt.Appendf(nil, `{"seq":%d}`, i), QoS: 1, PacketID: uint16(1000 + i)}
+		if i == 0 {
+			m = ingestlog.Message{Topic: "sensors/4", Payload: []byte(`{"seq":4,"ts":4}`), QoS: 1, PacketID: 14}
+		}
+		if _, err := l.Append(context.Background(), m); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sub := startSubscriber(t, br.Addr(), "edged-dedup", l)
+	cfg := SubscriberConfig{Broker: "tcp://" + br.Addr(), ClientID: "edged-dedup", Topics: []string{"sensors/#"},
+		MaxPending: 8, BrokerMaxInflight: 8}
+	sub := startSubscriberWith(t, cfg, l)
 	first := []*fakeMsg{
 		newFakeMsg(11, "sensors/1", `{"seq":1,"ts":1}`, false),
 		newFakeMsg(12, "sensors/2", `{"seq":2,"ts":2}`, false),
@@ -116,7 +125,7 @@ func TestSubscriberDropsRedeliveredDuplicates(t *testing.T) {
 		sub.handle(nil, m)
 	}
 	waitAcked(t, first...)
-	sub, l = restart(t, br, "edged-dedup", dir, sub, l)
+	sub, l = restart(t, sub, dir, l)
 	if got := l.Stats().NextOffset; got != before+3 {
 		t.Fatalf("log holds %d records, want %d", got, before+3)
 	}
@@ -168,7 +177,7 @@ func TestSubscriberLargeRedeliveredBacklog(t *testing.T) {
 		sub.handle(nil, m)
 	}
 	waitAcked(t, first...) // acked here, but the acks never reached the broker
-	sub, l = restart(t, br, "edged-backlog", dir, sub, l)
+	sub, l = restart(t, sub, dir, l)
 
 	var again []*fakeMsg
 	for _, m := range first {
@@ -222,7 +231,7 @@ func TestSubscriberKeepsEqualReadings(t *testing.T) {
 	sub.handle(nil, on2dup)
 	sub.handle(nil, on3)
 	waitAcked(t, on2dup, on3) // on3's ack is lost with the kill
-	sub, l = restart(t, br, "edged-lamp", dir, sub, l)
+	sub, l = restart(t, sub, dir, l)
 	on3dup := on3.redelivery()
 	sub.handle(nil, on3dup)
 	waitAcked(t, on3dup)

@@ -15,7 +15,12 @@ import (
 
 func startSubscriber(t *testing.T, addr, id string, l *ingestlog.Log) *Subscriber {
 	t.Helper()
-	s, err := NewSubscriber(SubscriberConfig{Broker: "tcp://" + addr, ClientID: id, Topics: []string{"sensors/#"}}, l)
+	return startSubscriberWith(t, SubscriberConfig{Broker: "tcp://" + addr, ClientID: id, Topics: []string{"sensors/#"}}, l)
+}
+
+func startSubscriberWith(t *testing.T, cfg SubscriberConfig, l *ingestlog.Log) *Subscriber {
+	t.Helper()
+	s, err := NewSubscriber(cfg, l)
 	if err != nil {
 		t.Fatal(err)
 	}
