@@ -47,15 +47,14 @@ type SubscriberConfig struct {
 	// which stops paho reading the connection: back-pressure to the
 	// broker. Default 1024.
 	MaxPending int
-	// BrokerMaxInflight is the most QoS 1/2 messages the broker sends this
-	// client without their acknowledgement (Mosquitto's
-	// max_inflight_messages, default 20 there; mochi's
-	// Capabilities.MaximumInflight): the most it can redeliver with DUP
-	// after a reconnect. It sizes the redelivery window (DedupWindow), so
-	// it must be at least the broker's real limit; a redelivery beyond
-	// the window is appended again. YAML
-	// source.mqtt.broker_max_inflight; default 4096.
-	BrokerMaxInflight int
+	// RedeliveryWindow is W, the number of last appended records a
+	// redelivered (DUP) message is compared with; see Subscriber. It must
+	// cover every message the broker can still redeliver: at least
+	// 2 × (MaxPending + U), U the most messages the broker holds sent but
+	// unacknowledged. It must stay below 65536 so that a broker that
+	// allocates packet identifiers in sequence never repeats one within
+	// it. YAML source.mqtt.redelivery_window; default 32768.
+	RedeliveryWindow int
 	// MaxReconnectInterval caps paho's reconnect backoff. Default 10s.
 	MaxReconnectInterval time.Duration
 	// Logger; nil discards.
@@ -75,8 +74,8 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	if c.MaxPending <= 0 {
 		c.MaxPending = 1024
 	}
-	if c.BrokerMaxInflight <= 0 {
-		c.BrokerMaxInflight = 4096
+	if c.RedeliveryWindow <= 0 {
+		c.RedeliveryWindow = 32768
 	}
 	if c.MaxReconnectInterval <= 0 {
 		c.MaxReconnectInterval = 10 * time.Second
@@ -111,10 +110,8 @@ func (c SubscriberConfig) Validate() error {
 	if c.QoS > 2 {
 		bad("source.mqtt.qos (%d) must be 0, 1 or 2", c.QoS)
 	}
-	if w := c.DedupWindow(); w+c.BrokerMaxInflight >= 1<<16 {
-		bad("source.mqtt.broker_max_inflight (%d) and source.mqtt.max_pending (%d) make a redelivery window of %d records: "+
-			"with the broker's in-flight limit it must stay below 65536, so that a packet identifier the broker allocates in sequence never repeats in it",
-			c.BrokerMaxInflight, c.MaxPending, w)
+	if w := c.RedeliveryWindow; w <= 2*c.MaxPending || w >= 1<<16 {
+		bad("source.mqtt.redelivery_window (%d) must exceed twice source.mqtt.max_pending (%d) and stay below 65536", w, c.MaxPending)
 	}
 	return errors.Join(errs...)
 }
@@ -156,39 +153,47 @@ func (c SubscriberConfig) Validate() error {
 // twice keeps both). A redelivery of a message still being appended waits
 // for that append and is dropped only if it succeeded.
 //
-// Why W is enough: W = 2 × (MaxPending + BrokerMaxInflight). Let a record
-// at offset o hold message M, later redelivered with DUP. The broker
-// redelivers only messages it has sent but has no acknowledgement for, and
-// at most BrokerMaxInflight of them (call it I) at a time. Acks go to the
-// broker in arrival order, so when a connection ends with M
-// unacknowledged, every message that arrived after M on it is
-// unacknowledged too: in flight with M, at most I−1, and still in flight
-// on the next connection until M is acknowledged, so over all
-// connections at most I−1 messages arrive after M before M's
-// redelivery. The broker resends its in-flight messages in their original
-// order before new ones (MQTT 3.1.1 4.4 and 4.6), so the messages that
-// arrive before M on a later connection are older in-flight ones, at most
-// I−1 more. Records appended after o are therefore those messages (each
-// appended once, by induction on this rule), plus at most MaxPending that
-// arrived before M on its first connection but were appended after it
-// (appends are concurrent), plus at most MaxPending that arrive after M's
-// redelivery and are appended before it is checked: 2·MaxPending + 2·(I−1)
-// < W. Records without a packet identifier (from an older log) never
-// match.
+// Why W is enough. Let U be the most messages the broker holds sent to
+// this client but unacknowledged, at any time; it can redeliver only
+// those, and U < 65536 since each needs its own packet identifier. Let a
+// record at offset o hold message M, later redelivered with DUP. Acks go
+// to the broker in arrival order, so when a connection ends with M
+// unacknowledged, no message that arrived after M on it is acknowledged
+// either: they are held with M, and stay so on the next connection while
+// M is. The broker resends what it holds in the original order before new
+// messages (MQTT 3.1.1 4.4, 4.6). So the records appended after o, until
+// M's redelivery is checked, are at most: messages held with M (at most
+// U−1 that arrived after it, and at most U−1 older ones whose first append
+// never completed), each appended once (by induction on this rule); at
+// most MaxPending that arrived before M but were appended after it
+// (appends are concurrent); and at most MaxPending that arrive after the
+// redelivery and are appended before it is checked. That is below
+// 2·(U + MaxPending) ≤ W. With the default W (32768) and MaxPending
+// (1024), the rule covers U up to 15360.
 //
-// What could still go wrong, and when: the rule drops a DUP message
-// wrongly only if the broker had already reused its packet identifier for
-// a message with the same topic and payload that is still among the last
-// W records. A broker may reuse an identifier once it has the
-// acknowledgement; Mosquitto and mochi allocate them in sequence, so an
-// identifier comes back only after 65535 others, and Validate keeps W + I
-// below 65536. With a broker that reuses identifiers early, equal
-// readings (same topic and payload) redelivered after a crash could be
-// lost; timestamped readings cannot. A broker whose in-flight limit
-// exceeds BrokerMaxInflight can redeliver a message older than the
-// window, which is then appended twice (at-least-once, never a loss).
-// paho v1 speaks MQTT 3.1.1, which has no Receive Maximum, so the broker's
-// limit cannot be negotiated; set BrokerMaxInflight to it.
+// U is not the broker's configured in-flight limit. Measured with
+// Mosquitto 2.0.11, max_inflight_messages 1000, a subscriber reset while
+// receiving got up to 2,773 distinct DUP redeliveries on the next
+// connection, and a redelivery matched a record 1,453 appends back (more
+// than MaxPending): acks the client has written but the broker has not
+// yet read are discarded when the connection is reset (a killed process's
+// socket with unread input is reset), and the broker's limit does not
+// bound what it holds across that. The old 4,096-entry content window was
+// outgrown that way. paho v1 speaks MQTT 3.1.1, which has no Receive
+// Maximum to negotiate.
+//
+// What could still go wrong: the rule drops a DUP message wrongly only if
+// it was never appended and the broker had given its packet identifier,
+// after acknowledgement, to an earlier message with the same topic and
+// payload that is still among the last W records. Mosquitto and mochi
+// allocate identifiers in sequence, so one comes back only after 65535
+// others, beyond W (Validate keeps W below 65536; unappended allocations
+// are fewer than U). With a broker that reuses identifiers early, equal
+// readings redelivered after a crash could be lost; timestamped readings
+// cannot. A broker holding more than W/2 − MaxPending unacknowledged
+// messages can redeliver one older than the window, which is then
+// appended twice (a duplicate, never a loss). Records without a packet
+// identifier (from an older log) never match.
 //
 // paho reconnects by itself (ConnectRetry, AutoReconnect, backoff up to
 // MaxReconnectInterval) and the subscriber resubscribes on every connect.
@@ -215,26 +220,46 @@ type Subscriber struct {
 	seen      *keyRing                // identities of the last W appended records
 	appending map[msgKey]*delivery    // identity -> latest delivery being appended
 	dropped   atomic.Uint64           // redeliveries dropped as duplicates
+	dups      atomic.Uint64           // deliveries with DUP received
+	maxAge    atomic.Int64            // most records appended after one a dropped redelivery matched
 	maxUnack  atomic.Int64            // most deliveries received but not acknowledged at once
 	unacked   atomic.Int64            // deliveries received but not acknowledged now
 	openConn  paho.OpenConnectionFunc // tests: how to dial the broker; nil is paho's default
 }
 
 // DedupWindow returns W, the number of last appended records a
-// redelivery is compared with: 2 × (MaxPending + BrokerMaxInflight).
+// redelivery is compared with: RedeliveryWindow.
 func (c SubscriberConfig) DedupWindow() int {
-	c = c.withDefaults()
-	return 2 * (c.MaxPending + c.BrokerMaxInflight)
+	return c.withDefaults().RedeliveryWindow
 }
 
 // Dropped returns how many redelivered messages were acknowledged without
 // being appended because they are redeliveries of records in the log.
 func (s *Subscriber) Dropped() uint64 { return s.dropped.Load() }
 
+// Redelivered returns how many messages arrived with the DUP flag, dropped
+// or not.
+func (s *Subscriber) Redelivered() uint64 { return s.dups.Load() }
+
+// MaxRedeliveryAge returns the most records that had been appended after
+// the record a dropped redelivery matched: how much of the window
+// (DedupWindow) redeliveries have needed.
+func (s *Subscriber) MaxRedeliveryAge() int64 { return s.maxAge.Load() }
+
 // MaxUnacknowledged returns the most messages that were received but not
 // yet acknowledged at one time (at most MaxPending plus the one the paho
 // handler holds).
 func (s *Subscriber) MaxUnacknowledged() int64 { return s.maxUnack.Load() }
+
+// raise sets a to v if v is greater.
+func raise(a *atomic.Int64, v int64) {
+	for {
+		cur := a.Load()
+		if v <= cur || a.CompareAndSwap(cur, v) {
+			return
+		}
+	}
+}
 
 // msgKey identifies a message for redelivery detection: the packet
 // identifier it arrived with and the hash of its topic and payload.
@@ -253,35 +278,53 @@ func keyOf(id uint16, topic string, payload []byte) msgKey {
 	return msgKey{id: id, hash: d.Sum64()}
 }
 
-// keyRing is a bounded multiset of the last len(ring) keys added.
+// keyRing is a bounded multiset of the last len(ring) keys added, which
+// also knows how many keys were added after the latest copy of each.
 type keyRing struct {
 	ring  []msgKey
-	n     int // keys in ring (<= len(ring))
-	next  int // where the next key goes
-	count map[msgKey]int
+	n     int    // keys in ring (<= len(ring))
+	next  int    // where the next key goes
+	added uint64 // keys ever added
+	count map[msgKey]ringEntry
+}
+
+type ringEntry struct {
+	n    int    // copies in the ring
+	last uint64 // added when the latest copy went in
 }
 
 func newKeyRing(k int) *keyRing {
-	return &keyRing{ring: make([]msgKey, k), count: make(map[msgKey]int, k)}
+	return &keyRing{ring: make([]msgKey, k), count: make(map[msgKey]ringEntry, k)}
 }
 
 func (r *keyRing) add(k msgKey) {
 	if r.n == len(r.ring) {
 		old := r.ring[r.next]
-		if c := r.count[old]; c <= 1 {
+		if e := r.count[old]; e.n <= 1 {
 			delete(r.count, old)
 		} else {
-			r.count[old] = c - 1
+			e.n--
+			r.count[old] = e
 		}
 	} else {
 		r.n++
 	}
 	r.ring[r.next] = k
 	r.next = (r.next + 1) % len(r.ring)
-	r.count[k]++
+	r.added++
+	e := r.count[k]
+	r.count[k] = ringEntry{n: e.n + 1, last: r.added}
 }
 
-func (r *keyRing) has(k msgKey) bool { return r.count[k] > 0 }
+// has reports whether k is in the ring and how many keys were added after
+// its latest copy.
+func (r *keyRing) has(k msgKey) (age int, ok bool) {
+	e, ok := r.count[k]
+	if !ok {
+		return 0, false
+	}
+	return int(r.added - e.last), true
+}
 
 // loadTail fills s.seen with the identities of the last W records of the
 // log.
@@ -432,9 +475,7 @@ func (s *Subscriber) handle(_ paho.Client, m paho.Message) {
 	case <-s.ctx.Done():
 		return
 	}
-	if n := s.unacked.Add(1); n > s.maxUnack.Load() {
-		s.maxUnack.Store(n) // only this goroutine raises it
-	}
+	raise(&s.maxUnack, s.unacked.Add(1))
 	// Register d as the latest append of its identity; a redelivery waits
 	// for the one before it (still being appended) before deciding.
 	s.dmu.Lock()
@@ -454,6 +495,7 @@ func (s *Subscriber) handle(_ paho.Client, m paho.Message) {
 			s.dmu.Unlock()
 		}()
 		if m.Duplicate() && m.MessageID() != 0 {
+			s.dups.Add(1)
 			if prev != nil {
 				select {
 				case <-prev.done:
@@ -463,9 +505,10 @@ func (s *Subscriber) handle(_ paho.Client, m paho.Message) {
 				}
 			}
 			s.dmu.Lock()
-			dup := s.seen.has(d.key)
+			age, dup := s.seen.has(d.key)
 			s.dmu.Unlock()
 			if dup {
+				raise(&s.maxAge, int64(age))
 				d.dropped = true
 				s.dropped.Add(1)
 				return
@@ -534,6 +577,7 @@ func (s *Subscriber) Close() error {
 	client.Disconnect(250)
 	s.inflight.Wait()
 	s.logger.Info("mqtt subscriber closed", "redeliveries_dropped", s.dropped.Load(),
+		"max_redelivery_age", s.maxAge.Load(), "window", s.cfg.DedupWindow(),
 		"max_unacknowledged", s.maxUnack.Load())
 	return nil
 }

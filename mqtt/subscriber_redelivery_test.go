@@ -99,8 +99,8 @@ func TestSubscriberDropsRedeliveredDuplicates(t *testing.T) {
 	dir := t.TempDir()
 	l := openLog(t, dir, ingestlog.DefaultOptions())
 	// More records before the ones redelivered than the window holds
-	// (W = 2*(8+8) = 32), to check the tail is read from the right
-	// offset, not only from the start.
+	// (W = 32), to check the tail is read from the right offset, not only
+	// from the start.
 	// The oldest has the packet id and content of a redelivery below
 	// that must be kept: outside the window, it must not be found.
 	const before = 100
@@ -114,7 +114,7 @@ func TestSubscriberDropsRedeliveredDuplicates(t *testing.T) {
 		}
 	}
 	cfg := SubscriberConfig{Broker: "tcp://" + br.Addr(), ClientID: "edged-dedup", Topics: []string{"sensors/#"},
-		MaxPending: 8, BrokerMaxInflight: 8}
+		MaxPending: 8, RedeliveryWindow: 32}
 	sub := startSubscriberWith(t, cfg, l)
 	first := []*fakeMsg{
 		newFakeMsg(11, "sensors/1", `{"seq":1,"ts":1}`, false),

@@ -214,27 +214,36 @@ func TestSubscriberConfigValidate(t *testing.T) {
 func TestSubscriberDedupWindowIsBounded(t *testing.T) {
 	k := func(id uint16) msgKey { return msgKey{id: id, hash: 42} }
 	r := newKeyRing(3)
+	has := func(k msgKey) bool { _, ok := r.has(k); return ok }
 	for id := uint16(1); id <= 4; id++ {
 		r.add(k(id))
 	}
-	if r.has(k(1)) || !r.has(k(2)) || !r.has(k(4)) || r.has(msgKey{id: 2, hash: 43}) {
+	if has(k(1)) || !has(k(2)) || !has(k(4)) || has(msgKey{id: 2, hash: 43}) {
 		t.Fatalf("ring: %+v", r)
 	}
 	r.add(k(2))
 	r.add(k(2))
-	if !r.has(k(2)) || r.has(k(3)) || !r.has(k(4)) {
+	if !has(k(2)) || has(k(3)) || !has(k(4)) {
 		t.Fatalf("ring: %+v", r)
 	}
-	if w := (SubscriberConfig{MaxPending: 2000, BrokerMaxInflight: 20}).DedupWindow(); w != 4040 {
+	if age, _ := r.has(k(2)); age != 0 {
+		t.Fatalf("age of the latest key %d", age)
+	}
+	if age, _ := r.has(k(4)); age != 2 {
+		t.Fatalf("age of k(4) %d, want 2", age)
+	}
+	if w := (SubscriberConfig{RedeliveryWindow: 5000}).DedupWindow(); w != 5000 {
 		t.Fatalf("W = %d", w)
 	}
-	if w := (SubscriberConfig{}).DedupWindow(); w != 2*(1024+4096) {
+	if w := (SubscriberConfig{}).DedupWindow(); w != 32768 {
 		t.Fatalf("W = %d", w)
 	}
-	// W plus the broker's in-flight limit must stay below the packet
+	// W must exceed twice MaxPending and stay below the packet
 	// identifier space.
-	cfg := SubscriberConfig{Broker: "tcp://x:1", Pipeline: "p", Topics: []string{"a/#"}, BrokerMaxInflight: 30000}
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "source.mqtt.broker_max_inflight") {
-		t.Fatalf("Validate = %v", err)
+	for _, w := range []int{1 << 16, 2048} {
+		cfg := SubscriberConfig{Broker: "tcp://x:1", Pipeline: "p", Topics: []string{"a/#"}, RedeliveryWindow: w}
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "source.mqtt.redelivery_window") {
+			t.Fatalf("Validate with W %d = %v", w, err)
+		}
 	}
 }
