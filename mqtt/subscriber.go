@@ -129,8 +129,9 @@ func (c SubscriberConfig) Validate() error {
 //
 // Messages are appended concurrently (sharing the log's group commits) and
 // acknowledged in the order they arrived, each as soon as it and those
-// before it are durable. At most MaxPending are received but not yet
-// acknowledged: then the paho handler blocks, which stops paho reading the
+// before it are durable. At most MaxPending (plus the one the acker is
+// waiting on) are received but not yet acknowledged: then the paho
+// handler blocks, which stops paho reading the
 // connection (back-pressure to the broker; if that outlasts paho's
 // keep-alive the connection drops and the broker redelivers later). A
 // full log blocks the appends, so it holds back the acks too.
@@ -160,8 +161,10 @@ func (c SubscriberConfig) Validate() error {
 // to the broker in arrival order, so when a connection ends with M
 // unacknowledged, no message that arrived after M on it is acknowledged
 // either: they are held with M, and stay so on the next connection while
-// M is. The broker resends what it holds in the original order before new
-// messages (MQTT 3.1.1 4.4, 4.6). So the records appended after o, until
+// M is. The rule assumes the broker resends what it holds on reconnect, in
+// the original order, before new messages (MQTT 3.1.1 4.4 and 4.6 ask for
+// the resend and the order; the measurement below is consistent with
+// Mosquitto doing so). So the records appended after o, until
 // M's redelivery is checked, are at most: messages held with M (at most
 // U−1 that arrived after it, and at most U−1 older ones whose first append
 // never completed), each appended once (by induction on this rule); at
@@ -186,12 +189,15 @@ func (c SubscriberConfig) Validate() error {
 // it was never appended and the broker had given its packet identifier,
 // after acknowledgement, to an earlier message with the same topic and
 // payload that is still among the last W records. Mosquitto and mochi
-// allocate identifiers in sequence, so one comes back only after 65535
-// others, beyond W (Validate keeps W below 65536; unappended allocations
-// are fewer than U). With a broker that reuses identifiers early, equal
+// allocate identifiers in sequence per client, so one comes back only
+// after 65535 others: the earlier message is at least 65535 − L records
+// back, L the messages sent in between that were never appended (lost in
+// flight at crashes), which is beyond W unless L exceeds 65535 − W (32767
+// by default). With a broker that reuses identifiers early, equal
 // readings redelivered after a crash could be lost; timestamped readings
 // cannot. A broker holding more than W/2 − MaxPending unacknowledged
-// messages can redeliver one older than the window, which is then
+// messages, or sending more than that many new messages before its
+// resends, can redeliver one older than the window, which is then
 // appended twice (a duplicate, never a loss). Records without a packet
 // identifier (from an older log) never match.
 //

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/mqtt/ingestlog"
 )
 
@@ -95,6 +96,7 @@ func restart(t *testing.T, sub *Subscriber, dir string, l *ingestlog.Log) (*Subs
 // content equals a logged one's under another packet id, and a message
 // without DUP, are appended.
 func TestSubscriberDropsRedeliveredDuplicates(t *testing.T) {
+	testutil.Burn(t, 2)
 	br := startBroker(t, nil) // the "external" broker; messages are injected
 	dir := t.TempDir()
 	l := openLog(t, dir, ingestlog.DefaultOptions())
@@ -163,6 +165,7 @@ func TestSubscriberDropsRedeliveredDuplicates(t *testing.T) {
 // new messages: none is appended twice, and every new one is appended.
 func TestSubscriberLargeRedeliveredBacklog(t *testing.T) {
 	const backlog, fresh = 6000, 500
+	testutil.Burn(t, 2)
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 2))
@@ -218,6 +221,7 @@ func TestSubscriberLargeRedeliveredBacklog(t *testing.T) {
 // distinct message. A third "ON", appended but unacknowledged when edged
 // dies, is redelivered with DUP and dropped.
 func TestSubscriberKeepsEqualReadings(t *testing.T) {
+	testutil.Burn(t, 2)
 	br := startBroker(t, nil)
 	dir := t.TempDir()
 	l := openLog(t, dir, ingestlog.DefaultOptions())
