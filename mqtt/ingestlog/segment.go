@@ -268,11 +268,25 @@ func readFrame(br *bufio.Reader, remaining int64, buf []byte) (_ []byte, frame i
 // its end, for a valid record carrying a commit mark beyond off, the bad
 // frame's offset: proof that the bad frame had been fsynced. Frames after
 // damage need not start where the damage ends, so it tries every byte
-// position, skipping over each valid frame it finds. It returns the
-// record's position in tail and its mark.
+// position, skipping over each valid frame it finds. A position's body
+// must parse (an exact fit of its fields, which random bytes almost never
+// are) before its checksum is computed, so garbage costs linear time. It
+// returns the record's position in tail and its mark.
 func findMark(tail []byte, off uint64) (int64, uint64, bool) {
 	for i := 1; i+frameHeaderSize+minBodySize <= len(tail); {
-		p, n, err := parseFrame(tail[i:])
+		b := tail[i:]
+		n := int64(binary.LittleEndian.Uint32(b))
+		if n < minBodySize || n > int64(len(b)-frameHeaderSize) {
+			i++
+			continue
+		}
+		sum := binary.LittleEndian.Uint32(b[4:])
+		raw := b[frameHeaderSize : frameHeaderSize+n]
+		if !markedShape(raw) || crc32.Checksum(raw, castagnoli) != sum {
+			i++
+			continue
+		}
+		p, err := parseBody(raw)
 		if err != nil {
 			i++
 			continue
@@ -280,9 +294,47 @@ func findMark(tail []byte, off uint64) (int64, uint64, bool) {
 		if p.hasMark() && p.mark > off {
 			return int64(i), p.mark, true
 		}
-		i += int(n)
+		i += frameHeaderSize + int(n)
 	}
 	return 0, 0, false
+}
+
+// markedShape reports, without allocating, whether b has the shape of a
+// body parseBody accepts (known flags, minimal varints, fields that fill
+// it exactly).
+func markedShape(b []byte) bool {
+	if len(b) < minBodySize || b[0]&^flagsKnown != 0 || b[0]&flagQoS == 3 {
+		return false
+	}
+	flags := b[0]
+	b = b[1:]
+	t, n := binary.Varint(b)
+	if n <= 0 || n != varintLen(t) {
+		return false
+	}
+	b = b[n:]
+	if flags&flagPacketID != 0 {
+		id, n := binary.Uvarint(b)
+		if n <= 0 || n != uvarintLen(id) || id == 0 || id > 65535 {
+			return false
+		}
+		b = b[n:]
+	}
+	for _, max := range []uint64{maxTopicBytes, MaxPayloadBytes} {
+		l, n := binary.Uvarint(b)
+		if n <= 0 || n != uvarintLen(l) || l > max || l > uint64(len(b)-n) {
+			return false
+		}
+		b = b[uint64(n)+l:]
+	}
+	if flags&flagMark != 0 {
+		d, n := binary.Uvarint(b)
+		if n <= 0 || n != uvarintLen(d) {
+			return false
+		}
+		b = b[n:]
+	}
+	return len(b) == 0
 }
 
 func allZero(b []byte) bool {
