@@ -47,6 +47,14 @@ type SubscriberConfig struct {
 	// which stops paho reading the connection: back-pressure to the
 	// broker. Default 1024.
 	MaxPending int
+	// RedeliveryWindow is W, the number of last appended records a
+	// redelivered (DUP) message is compared with; see Subscriber. It must
+	// cover every message the broker can still redeliver: at least
+	// 2 × (MaxPending + U), U the most messages the broker holds sent but
+	// unacknowledged. It must stay below 65536 so that a broker that
+	// allocates packet identifiers in sequence never repeats one within
+	// it. YAML source.mqtt.redelivery_window; default 32768.
+	RedeliveryWindow int
 	// MaxReconnectInterval caps paho's reconnect backoff. Default 10s.
 	MaxReconnectInterval time.Duration
 	// Logger; nil discards.
@@ -65,6 +73,9 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	}
 	if c.MaxPending <= 0 {
 		c.MaxPending = 1024
+	}
+	if c.RedeliveryWindow <= 0 {
+		c.RedeliveryWindow = 32768
 	}
 	if c.MaxReconnectInterval <= 0 {
 		c.MaxReconnectInterval = 10 * time.Second
@@ -99,6 +110,9 @@ func (c SubscriberConfig) Validate() error {
 	if c.QoS > 2 {
 		bad("source.mqtt.qos (%d) must be 0, 1 or 2", c.QoS)
 	}
+	if w := c.RedeliveryWindow; w <= 2*c.MaxPending || w >= 1<<16 {
+		bad("source.mqtt.redelivery_window (%d) must exceed twice source.mqtt.max_pending (%d) and stay below 65536", w, c.MaxPending)
+	}
 	return errors.Join(errs...)
 }
 
@@ -111,32 +125,81 @@ func (c SubscriberConfig) Validate() error {
 // ingestlog.Log.Append returned, that is once the message is durable. If
 // the append fails (log closed or failed, subscriber closing) the message
 // is not acknowledged and an error is logged; the broker redelivers it when
-// the persistent session resumes (CleanSession false, fixed ClientID), so
-// the log can hold duplicates, and redelivered messages come out of order:
-// consumers deduplicate by content, not by position.
+// the persistent session resumes (CleanSession false, fixed ClientID).
 //
-// Messages are appended concurrently (up to MaxPending, sharing the log's
-// group commits) and acknowledged in the order they arrived. A full log
-// blocks the appends, which holds back the acks and, once MaxPending is
-// reached, paho's reading of the connection: back-pressure to the broker
-// (if that outlasts paho's keep-alive the connection drops and the
-// broker redelivers later).
+// Messages are appended concurrently (sharing the log's group commits) and
+// acknowledged in the order they arrived, each as soon as it and those
+// before it are durable. At most MaxPending (plus the one the acker is
+// waiting on) are received but not yet acknowledged: then the paho
+// handler blocks, which stops paho reading the
+// connection (back-pressure to the broker; if that outlasts paho's
+// keep-alive the connection drops and the broker redelivers later). A
+// full log blocks the appends, so it holds back the acks too.
 //
-// Redeliveries are deduplicated, which makes ingestion exactly-once across
-// crashes: the rule is that a message redelivered by the broker (DUP flag
-// set) that is identical (same topic and payload) to one of the last K
-// messages appended to the log is a duplicate of it, and is acknowledged
-// without being appended again. K is 4 times MaxPending, at least 4096:
-// far more than can be received but unacknowledged when edged dies. The
-// hashes (xxhash of topic and payload) of the last K records are loaded
-// from the tail of the log at Start, so the rule holds across restarts:
-// a message appended but not acknowledged when edged was killed, which the
-// broker redelivers with DUP on the resumed session, is dropped. Sensor
-// readings carry timestamps, so identical payloads on the same topic are
-// the same reading; a source whose distinct messages can be byte-identical
-// must not rely on this (messages without DUP are never dropped). A
-// redelivery of a message still being appended waits for that append and
-// is dropped only if it succeeded.
+// # Redeliveries
+//
+// A message appended but not acknowledged when edged died, or when the
+// connection dropped, is redelivered by the broker on the resumed session,
+// with the DUP flag and its original packet identifier (MQTT 3.1.1 4.4),
+// possibly out of order. The subscriber records each message's packet
+// identifier in the log with it (ingestlog.Message.PacketID) and keeps
+// the (packet identifier, xxhash of topic and payload) of the last W
+// records appended, W = DedupWindow(), reloaded from the log's tail at
+// Start. The rule: a message with DUP whose packet identifier and content
+// both equal those of one of the last W records is that record's
+// redelivery; it is acknowledged and not appended again (Dropped counts
+// them). Every other message is appended: a message without DUP is never
+// dropped, and neither is a DUP message whose content equals an earlier
+// message's under another packet identifier (a sensor that sends "ON"
+// twice keeps both). A redelivery of a message still being appended waits
+// for that append and is dropped only if it succeeded.
+//
+// Why W is enough. Let U be the most messages the broker holds sent to
+// this client but unacknowledged, at any time; it can redeliver only
+// those, and U < 65536 since each needs its own packet identifier. Let a
+// record at offset o hold message M, later redelivered with DUP. Acks go
+// to the broker in arrival order, so when a connection ends with M
+// unacknowledged, no message that arrived after M on it is acknowledged
+// either: they are held with M, and stay so on the next connection while
+// M is. The rule assumes the broker resends what it holds on reconnect, in
+// the original order, before new messages (MQTT 3.1.1 4.4 and 4.6 ask for
+// the resend and the order; the measurement below is consistent with
+// Mosquitto doing so). So the records appended after o, until
+// M's redelivery is checked, are at most: messages held with M (at most
+// U−1 that arrived after it, and at most U−1 older ones whose first append
+// never completed), each appended once (by induction on this rule); at
+// most MaxPending that arrived before M but were appended after it
+// (appends are concurrent); and at most MaxPending that arrive after the
+// redelivery and are appended before it is checked. That is below
+// 2·(U + MaxPending) ≤ W. With the default W (32768) and MaxPending
+// (1024), the rule covers U up to 15360.
+//
+// U is not the broker's configured in-flight limit. Measured with
+// Mosquitto 2.0.11, max_inflight_messages 1000, a subscriber reset while
+// receiving got up to 2,773 distinct DUP redeliveries on the next
+// connection, and a redelivery matched a record 1,453 appends back (more
+// than MaxPending): acks the client has written but the broker has not
+// yet read are discarded when the connection is reset (a killed process's
+// socket with unread input is reset), and the broker's limit does not
+// bound what it holds across that. The old 4,096-entry content window was
+// outgrown that way. paho v1 speaks MQTT 3.1.1, which has no Receive
+// Maximum to negotiate.
+//
+// What could still go wrong: the rule drops a DUP message wrongly only if
+// it was never appended and the broker had given its packet identifier,
+// after acknowledgement, to an earlier message with the same topic and
+// payload that is still among the last W records. Mosquitto and mochi
+// allocate identifiers in sequence per client, so one comes back only
+// after 65535 others: the earlier message is at least 65535 − L records
+// back, L the messages sent in between that were never appended (lost in
+// flight at crashes), which is beyond W unless L exceeds 65535 − W (32767
+// by default). With a broker that reuses identifiers early, equal
+// readings redelivered after a crash could be lost; timestamped readings
+// cannot. A broker holding more than W/2 − MaxPending unacknowledged
+// messages, or sending more than that many new messages before its
+// resends, can redeliver one older than the window, which is then
+// appended twice (a duplicate, never a loss). Records without a packet
+// identifier (from an older log) never match.
 //
 // paho reconnects by itself (ConnectRetry, AutoReconnect, backoff up to
 // MaxReconnectInterval) and the subscriber resubscribes on every connect.
@@ -159,78 +222,133 @@ type Subscriber struct {
 	ready    chan struct{}  // closed after the first successful subscribe
 	once     sync.Once
 
-	dmu       sync.Mutex           // guards seen and appending
-	seen      *hashRing            // hashes of the last K appended messages
-	appending map[uint64]*delivery // hash -> latest delivery being appended
-	dropped   atomic.Uint64        // redeliveries dropped as duplicates
+	dmu       sync.Mutex              // guards seen and appending
+	seen      *keyRing                // identities of the last W appended records
+	appending map[msgKey]*delivery    // identity -> latest delivery being appended
+	dropped   atomic.Uint64           // redeliveries dropped as duplicates
+	dups      atomic.Uint64           // deliveries with DUP received
+	maxAge    atomic.Int64            // most records appended after one a dropped redelivery matched
+	maxUnack  atomic.Int64            // most deliveries received but not acknowledged at once
+	unacked   atomic.Int64            // deliveries received but not acknowledged now
+	openConn  paho.OpenConnectionFunc // tests: how to dial the broker; nil is paho's default
 }
 
-// DedupWindow returns K, the number of last appended messages a
-// redelivery is compared with.
+// DedupWindow returns W, the number of last appended records a
+// redelivery is compared with: RedeliveryWindow.
 func (c SubscriberConfig) DedupWindow() int {
-	return max(4*c.withDefaults().MaxPending, 4096)
+	return c.withDefaults().RedeliveryWindow
 }
 
 // Dropped returns how many redelivered messages were acknowledged without
-// being appended because they duplicate one of the last K appended.
+// being appended because they are redeliveries of records in the log.
 func (s *Subscriber) Dropped() uint64 { return s.dropped.Load() }
 
-// msgHash is the dedup identity of a message: topic and payload.
-func msgHash(topic string, payload []byte) uint64 {
+// Redelivered returns how many messages arrived with the DUP flag, dropped
+// or not.
+func (s *Subscriber) Redelivered() uint64 { return s.dups.Load() }
+
+// MaxRedeliveryAge returns the most records that had been appended after
+// the record a dropped redelivery matched: how much of the window
+// (DedupWindow) redeliveries have needed.
+func (s *Subscriber) MaxRedeliveryAge() int64 { return s.maxAge.Load() }
+
+// MaxUnacknowledged returns the most messages that were received but not
+// yet acknowledged at one time (at most MaxPending plus the one the paho
+// handler holds).
+func (s *Subscriber) MaxUnacknowledged() int64 { return s.maxUnack.Load() }
+
+// raise sets a to v if v is greater.
+func raise(a *atomic.Int64, v int64) {
+	for {
+		cur := a.Load()
+		if v <= cur || a.CompareAndSwap(cur, v) {
+			return
+		}
+	}
+}
+
+// msgKey identifies a message for redelivery detection: the packet
+// identifier it arrived with and the hash of its topic and payload.
+type msgKey struct {
+	id   uint16
+	hash uint64
+}
+
+// keyOf returns the identity of a message.
+func keyOf(id uint16, topic string, payload []byte) msgKey {
 	var d xxhash.Digest
 	d.Reset()
 	d.WriteString(topic)
 	d.Write([]byte{0}) // topics contain no NUL: separates topic from payload
 	d.Write(payload)
-	return d.Sum64()
+	return msgKey{id: id, hash: d.Sum64()}
 }
 
-// hashRing is a bounded multiset of the last len(ring) hashes added.
-type hashRing struct {
-	ring  []uint64
-	n     int // hashes in ring (<= len(ring))
-	next  int // where the next hash goes
-	count map[uint64]int
+// keyRing is a bounded multiset of the last len(ring) keys added, which
+// also knows how many keys were added after the latest copy of each.
+type keyRing struct {
+	ring  []msgKey
+	n     int    // keys in ring (<= len(ring))
+	next  int    // where the next key goes
+	added uint64 // keys ever added
+	count map[msgKey]ringEntry
 }
 
-func newHashRing(k int) *hashRing {
-	return &hashRing{ring: make([]uint64, k), count: make(map[uint64]int, k)}
+type ringEntry struct {
+	n    int    // copies in the ring
+	last uint64 // added when the latest copy went in
 }
 
-func (r *hashRing) add(h uint64) {
+func newKeyRing(k int) *keyRing {
+	return &keyRing{ring: make([]msgKey, k), count: make(map[msgKey]ringEntry, k)}
+}
+
+func (r *keyRing) add(k msgKey) {
 	if r.n == len(r.ring) {
 		old := r.ring[r.next]
-		if c := r.count[old]; c <= 1 {
+		if e := r.count[old]; e.n <= 1 {
 			delete(r.count, old)
 		} else {
-			r.count[old] = c - 1
+			e.n--
+			r.count[old] = e
 		}
 	} else {
 		r.n++
 	}
-	r.ring[r.next] = h
+	r.ring[r.next] = k
 	r.next = (r.next + 1) % len(r.ring)
-	r.count[h]++
+	r.added++
+	e := r.count[k]
+	r.count[k] = ringEntry{n: e.n + 1, last: r.added}
 }
 
-func (r *hashRing) has(h uint64) bool { return r.count[h] > 0 }
+// has reports whether k is in the ring and how many keys were added after
+// its latest copy.
+func (r *keyRing) has(k msgKey) (age int, ok bool) {
+	e, ok := r.count[k]
+	if !ok {
+		return 0, false
+	}
+	return int(r.added - e.last), true
+}
 
-// loadTail fills s.seen with the hashes of the last K records of the log.
+// loadTail fills s.seen with the identities of the last W records of the
+// log.
 func (s *Subscriber) loadTail() error {
-	k := s.cfg.DedupWindow()
-	s.seen = newHashRing(k)
-	s.appending = make(map[uint64]*delivery)
+	w := s.cfg.DedupWindow()
+	s.seen = newKeyRing(w)
+	s.appending = make(map[msgKey]*delivery)
 	st := s.log.Stats()
 	from := st.FirstOffset
-	if st.NextOffset > from+uint64(k) {
-		from = st.NextOffset - uint64(k)
+	if st.NextOffset > from+uint64(w) {
+		from = st.NextOffset - uint64(w)
 	}
 	r, err := s.log.Reader(from)
 	if err != nil {
 		return fmt.Errorf("mqtt: subscriber: read the ingest log's tail for deduplication: %w", err)
 	}
 	defer r.Close()
-	n := 0
+	n, withID := 0, 0
 	for {
 		rec, ok, err := r.TryNext()
 		if err != nil {
@@ -239,20 +357,24 @@ func (s *Subscriber) loadTail() error {
 		if !ok {
 			break
 		}
-		s.seen.add(msgHash(rec.Topic, rec.Payload))
+		s.seen.add(keyOf(rec.PacketID, rec.Topic, rec.Payload))
 		n++
+		if rec.PacketID != 0 {
+			withID++
+		}
 	}
-	s.logger.Info("mqtt subscriber: dedup window loaded", "records", n, "from", from, "window", k)
+	s.logger.Info("mqtt subscriber: redelivery window loaded", "records", n, "with_packet_id", withID,
+		"from", from, "window", w)
 	return nil
 }
 
 // delivery is one received message on its way to the log and the ack.
 type delivery struct {
 	msg     paho.Message
-	hash    uint64
+	key     msgKey
 	done    chan struct{}
 	err     error // of the append; read after done
-	dropped bool  // a duplicate redelivery: acked, not appended; read after done
+	dropped bool  // a redelivery of a record in the log: acked, not appended; read after done
 }
 
 // NewSubscriber returns a subscriber appending to log. It connects
@@ -304,6 +426,7 @@ func (s *Subscriber) Start(ctx context.Context) error {
 		SetMaxReconnectInterval(s.cfg.MaxReconnectInterval).
 		SetDefaultPublishHandler(s.handle).
 		SetOnConnectHandler(s.onConnect).
+		SetCustomOpenConnectionFn(s.openConn).
 		SetConnectionLostHandler(func(_ paho.Client, err error) {
 			s.logger.Warn("mqtt subscriber: connection lost; reconnecting", "error", err)
 		})
@@ -352,31 +475,33 @@ func (s *Subscriber) handle(_ paho.Client, m paho.Message) {
 	s.inflight.Add(1)
 	s.mu.Unlock()
 	defer s.inflight.Done()
-	d := &delivery{msg: m, hash: msgHash(m.Topic(), m.Payload()), done: make(chan struct{})}
+	d := &delivery{msg: m, key: keyOf(m.MessageID(), m.Topic(), m.Payload()), done: make(chan struct{})}
 	select {
 	case s.pending <- d: // blocks when MaxPending are unacknowledged
 	case <-s.ctx.Done():
 		return
 	}
-	// Register d as the latest append of its hash; a redelivery waits for
-	// the one before it (still being appended) before deciding.
+	raise(&s.maxUnack, s.unacked.Add(1))
+	// Register d as the latest append of its identity; a redelivery waits
+	// for the one before it (still being appended) before deciding.
 	s.dmu.Lock()
-	prev := s.appending[d.hash]
-	s.appending[d.hash] = d
+	prev := s.appending[d.key]
+	s.appending[d.key] = d
 	s.dmu.Unlock()
 	s.inflight.Go(func() {
 		defer close(d.done)
 		defer func() {
 			s.dmu.Lock()
-			if s.appending[d.hash] == d {
-				delete(s.appending, d.hash)
+			if s.appending[d.key] == d {
+				delete(s.appending, d.key)
 			}
 			if d.err == nil && !d.dropped {
-				s.seen.add(d.hash)
+				s.seen.add(d.key)
 			}
 			s.dmu.Unlock()
 		}()
-		if m.Duplicate() {
+		if m.Duplicate() && m.MessageID() != 0 {
+			s.dups.Add(1)
 			if prev != nil {
 				select {
 				case <-prev.done:
@@ -386,9 +511,10 @@ func (s *Subscriber) handle(_ paho.Client, m paho.Message) {
 				}
 			}
 			s.dmu.Lock()
-			dup := s.seen.has(d.hash)
+			age, dup := s.seen.has(d.key)
 			s.dmu.Unlock()
 			if dup {
+				raise(&s.maxAge, int64(age))
 				d.dropped = true
 				s.dropped.Add(1)
 				return
@@ -400,6 +526,7 @@ func (s *Subscriber) handle(_ paho.Client, m paho.Message) {
 			QoS:      m.Qos(),
 			Retain:   m.Retained(),
 			Received: time.Now(),
+			PacketID: m.MessageID(),
 		})
 	})
 }
@@ -414,6 +541,7 @@ func (s *Subscriber) acker() {
 			case <-s.ctx.Done():
 				return
 			}
+			s.unacked.Add(-1)
 			if d.err != nil {
 				if s.ctx.Err() == nil {
 					s.logger.Error("mqtt subscriber: ingest append failed; message left unacknowledged for redelivery",
@@ -422,9 +550,11 @@ func (s *Subscriber) acker() {
 				continue
 			}
 			if d.dropped {
-				s.logger.Debug("mqtt subscriber: dropped a redelivered duplicate", "topic", d.msg.Topic())
+				s.logger.Debug("mqtt subscriber: dropped a redelivery of a logged message", "topic", d.msg.Topic(),
+					"packet_id", d.msg.MessageID())
 				if s.dropped.Load() == 1 {
-					s.logger.Info("mqtt subscriber: dropping redelivered duplicates (a redelivery identical to one of the last K messages ingested)", "window", s.cfg.DedupWindow())
+					s.logger.Info("mqtt subscriber: dropping redeliveries (DUP, same packet id and content as one of the last W records)",
+						"window", s.cfg.DedupWindow())
 				}
 			}
 			d.msg.Ack()
@@ -452,6 +582,8 @@ func (s *Subscriber) Close() error {
 	s.cancel()
 	client.Disconnect(250)
 	s.inflight.Wait()
-	s.logger.Info("mqtt subscriber closed", "duplicates_dropped", s.dropped.Load())
+	s.logger.Info("mqtt subscriber closed", "redeliveries_dropped", s.dropped.Load(),
+		"max_redelivery_age", s.maxAge.Load(), "window", s.cfg.DedupWindow(),
+		"max_unacknowledged", s.maxUnack.Load())
 	return nil
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +15,12 @@ import (
 
 func startSubscriber(t *testing.T, addr, id string, l *ingestlog.Log) *Subscriber {
 	t.Helper()
-	s, err := NewSubscriber(SubscriberConfig{Broker: "tcp://" + addr, ClientID: id, Topics: []string{"sensors/#"}}, l)
+	return startSubscriberWith(t, SubscriberConfig{Broker: "tcp://" + addr, ClientID: id, Topics: []string{"sensors/#"}}, l)
+}
+
+func startSubscriberWith(t *testing.T, cfg SubscriberConfig, l *ingestlog.Log) *Subscriber {
+	t.Helper()
+	s, err := NewSubscriber(cfg, l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,145 +209,41 @@ func TestSubscriberConfigValidate(t *testing.T) {
 	}
 }
 
-// fakeMsg is a paho.Message injected into Subscriber.handle, standing in
-// for a broker's (re)delivery.
-type fakeMsg struct {
-	topic   string
-	payload []byte
-	dup     bool
-	acked   chan struct{}
-}
-
-func newFakeMsg(topic, payload string, dup bool) *fakeMsg {
-	return &fakeMsg{topic: topic, payload: []byte(payload), dup: dup, acked: make(chan struct{})}
-}
-
-func (m *fakeMsg) Duplicate() bool   { return m.dup }
-func (m *fakeMsg) Qos() byte         { return 1 }
-func (m *fakeMsg) Retained() bool    { return false }
-func (m *fakeMsg) Topic() string     { return m.topic }
-func (m *fakeMsg) MessageID() uint16 { return 1 }
-func (m *fakeMsg) Payload() []byte   { return m.payload }
-func (m *fakeMsg) Ack()              { close(m.acked) }
-
-func waitAcked(t *testing.T, ms ...*fakeMsg) {
-	t.Helper()
-	for _, m := range ms {
-		select {
-		case <-m.acked:
-		case <-time.After(waitBound):
-			t.Fatalf("message %s %s not acknowledged", m.topic, m.payload)
-		}
-	}
-}
-
-// A message appended by one subscriber (and, as if edged were killed then,
-// never acknowledged) and redelivered with the DUP flag to a new
-// subscriber over the same log (reopened) is acknowledged and dropped; a
-// redelivery of a message not in the log, and a message without DUP, are
-// appended.
-func TestSubscriberDropsRedeliveredDuplicates(t *testing.T) {
-	br := startBroker(t, nil) // the "external" broker; messages are injected
-	dir := t.TempDir()
-	l, err := ingestlog.Open(dir, ingestlog.DefaultOptions(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Enough records before the ones redelivered to check the tail is
-	// read from the right offset, not only from the start.
-	const before = 5000
-	for i := range before {
-		if _, err := l.Append(context.Background(), ingestlog.Message{Topic: "sensors/old", Payload: fmt.Appendf(nil, `{"seq":%d}`, i), QoS: 1}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sub := startSubscriber(t, br.Addr(), "edged-dedup", l)
-	first := []*fakeMsg{
-		newFakeMsg("sensors/1", `{"seq":1,"ts":1}`, false),
-		newFakeMsg("sensors/2", `{"seq":2,"ts":2}`, false),
-		newFakeMsg("sensors/3", `{"seq":3,"ts":3}`, false),
-	}
-	for _, m := range first {
-		sub.handle(nil, m)
-	}
-	waitAcked(t, first...)
-	if err := sub.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	// "Restart": reopen the log, new subscriber.
-	l = openLog(t, dir, ingestlog.DefaultOptions())
-	if got := l.Stats().NextOffset; got != before+3 {
-		t.Fatalf("log holds %d records, want %d", got, before+3)
-	}
-	sub = startSubscriber(t, br.Addr(), "edged-dedup", l)
-	redelivered := []*fakeMsg{
-		newFakeMsg("sensors/2", `{"seq":2,"ts":2}`, true),  // appended, unacked: drop
-		newFakeMsg("sensors/3", `{"seq":3,"ts":3}`, true),  // same
-		newFakeMsg("sensors/4", `{"seq":4,"ts":4}`, true),  // never appended: keep
-		newFakeMsg("sensors/9", `{"seq":2,"ts":2}`, true),  // other topic: keep
-		newFakeMsg("sensors/1", `{"seq":1,"ts":1}`, false), // no DUP: keep
-	}
-	for _, m := range redelivered {
-		sub.handle(nil, m)
-	}
-	waitAcked(t, redelivered...)
-	if got := sub.Dropped(); got != 2 {
-		t.Errorf("dropped %d, want 2", got)
-	}
-	if err := sub.Close(); err != nil {
-		t.Fatal(err)
-	}
-	r, err := l.Reader(before)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	var got []string
-	for {
-		rec, ok, err := r.TryNext()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			break
-		}
-		got = append(got, rec.Topic+" "+string(rec.Payload))
-	}
-	want := []string{
-		`sensors/1 {"seq":1,"ts":1}`, `sensors/2 {"seq":2,"ts":2}`, `sensors/3 {"seq":3,"ts":3}`,
-		`sensors/4 {"seq":4,"ts":4}`, `sensors/9 {"seq":2,"ts":2}`, `sensors/1 {"seq":1,"ts":1}`,
-	}
-	// Appends are concurrent: compare as multisets.
-	sort.Strings(got)
-	sort.Strings(want)
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("log after the redelivery:\n%q\nwant\n%q", got, want)
-	}
-}
-
-// Only the last K messages are remembered: a redelivery of an older one
+// Only the last W messages are remembered: a redelivery of an older one
 // is appended again.
 func TestSubscriberDedupWindowIsBounded(t *testing.T) {
-	r := newHashRing(3)
-	for h := uint64(1); h <= 4; h++ {
-		r.add(h)
+	k := func(id uint16) msgKey { return msgKey{id: id, hash: 42} }
+	r := newKeyRing(3)
+	has := func(k msgKey) bool { _, ok := r.has(k); return ok }
+	for id := uint16(1); id <= 4; id++ {
+		r.add(k(id))
 	}
-	if r.has(1) || !r.has(2) || !r.has(4) {
+	if has(k(1)) || !has(k(2)) || !has(k(4)) || has(msgKey{id: 2, hash: 43}) {
 		t.Fatalf("ring: %+v", r)
 	}
-	r.add(2)
-	r.add(2)
-	if !r.has(2) || r.has(3) || !r.has(4) {
+	r.add(k(2))
+	r.add(k(2))
+	if !has(k(2)) || has(k(3)) || !has(k(4)) {
 		t.Fatalf("ring: %+v", r)
 	}
-	if k := (SubscriberConfig{MaxPending: 2000}).DedupWindow(); k != 8000 {
-		t.Fatalf("K = %d", k)
+	if age, _ := r.has(k(2)); age != 0 {
+		t.Fatalf("age of the latest key %d", age)
 	}
-	if k := (SubscriberConfig{}).DedupWindow(); k != 4096 {
-		t.Fatalf("K = %d", k)
+	if age, _ := r.has(k(4)); age != 2 {
+		t.Fatalf("age of k(4) %d, want 2", age)
+	}
+	if w := (SubscriberConfig{RedeliveryWindow: 5000}).DedupWindow(); w != 5000 {
+		t.Fatalf("W = %d", w)
+	}
+	if w := (SubscriberConfig{}).DedupWindow(); w != 32768 {
+		t.Fatalf("W = %d", w)
+	}
+	// W must exceed twice MaxPending and stay below the packet
+	// identifier space.
+	for _, w := range []int{1 << 16, 2048} {
+		cfg := SubscriberConfig{Broker: "tcp://x:1", Pipeline: "p", Topics: []string{"a/#"}, RedeliveryWindow: w}
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "source.mqtt.redelivery_window") {
+			t.Fatalf("Validate with W %d = %v", w, err)
+		}
 	}
 }

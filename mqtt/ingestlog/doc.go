@@ -33,18 +33,57 @@
 //     plus one segment, plus segments Readers still hold open: a Reader
 //     keeps its current file open, so a deleted segment's space returns
 //     when the Reader moves on or closes.
-//   - Open recovers: it reads every record of every segment. A torn tail
-//     of the last segment, left by a crash before the fsync that would
-//     have acknowledged it, is cut off and logged with the bytes dropped:
-//     a partial record at the end, a last record that fails its checksum,
-//     or a zero-filled remainder (and a last segment whose header never
-//     made it to disk is removed). Any other damage, a bad record in an
-//     earlier segment or in the middle of the last one, or segments that
-//     are not contiguous, fails Open with a *CorruptError (ErrCorrupt)
-//     naming the segment and offset; that needs a person, not a guess.
+//   - Open recovers (see Recovery): it reads every record of every
+//     segment, cuts a torn tail off the last one, and fails with a
+//     *CorruptError (ErrCorrupt) on damage to records that were
+//     acknowledged, or anywhere in an earlier segment.
 //   - A write or fsync error stops the log (ErrFailed): after a failed
 //     fsync the kernel may have dropped the dirty pages, so only a reopen,
 //     which reads what really is on disk, can continue.
+//
+// # Recovery
+//
+// Only the last segment can hold records that were never acknowledged:
+// records are written, then fsynced, and an Append is acknowledged
+// (returns) when the fsync covering it returned; a segment is sealed with
+// an fsync before the next one is created. A power loss can leave
+// anything after the last fsync that returned, since the file system
+// writes pages back in any order: a partial record, a hole of zeros
+// followed by whole records, garbage. Open applies this rule:
+//
+//  1. Any damage in a sealed (earlier) segment, or segments that are not
+//     contiguous, fails Open with a *CorruptError (ErrCorrupt) naming the
+//     segment and offset: that needs a person, not a guess.
+//  2. In the last segment, the valid records before the first damaged one
+//     (a bad length, partial record, checksum or body, whatever follows
+//     it) are kept. If a valid record anywhere after the damage carries a
+//     commit mark greater than the damaged record's offset, the damaged
+//     record had been fsynced, so it was acknowledged: Open fails with a
+//     *CorruptError that says so.
+//  3. Otherwise the damaged record and everything after it are a torn
+//     tail, since nothing there is proven acknowledged. It is cut off (the
+//     file truncated and fsynced) and logged with the bytes dropped
+//     (Stats.TornBytes). A last segment whose header never made it to
+//     disk (short or all zeros) is removed.
+//
+// A record carries a commit mark D, "every record before offset D was
+// fsynced before this record was written", when the durable offset moved
+// since the last mark was written: in the first record written after each
+// group commit, at a cost of a uvarint (1-5 bytes) per group commit. The
+// first record of a segment carries none (everything before it is sealed).
+// Open makes every record it keeps durable, so the first record appended
+// after it marks them all. Options.MaxBytes counts the marks.
+//
+// What holds: an acknowledged record is never dropped silently if a record
+// written after its fsync survives, which is so for every acknowledged
+// record except those of the last group commit before the crash. Damage to
+// that last group commit (a storage fault, not a crash: fsynced data
+// survives a power loss on a device that honours fsync) cannot be told
+// from a torn write and is cut as torn. Valid records written but never
+// fsynced are kept when they come before the first damage; the broker
+// redelivers them too, which the mqtt Subscriber's deduplication handles.
+// Logs written before commit marks existed carry none, so in their last
+// segment any damage counts as torn.
 //
 // # Files
 //
@@ -66,15 +105,24 @@
 //	  length       uint32   length of the body, 4..maxBodySize
 //	  checksum     uint32   CRC32C of the body
 //	  body:
-//	    flags      byte     bits 0-1 QoS (0..2), bit 2 retain, others 0
+//	    flags      byte     bits 0-1 QoS (0..2), bit 2 retain, bit 3
+//	                        packet id present, bit 4 commit mark
+//	                        present, bits 5-7 0
 //	    received   varint   receive time, ns since the Unix epoch; 0 unknown
+//	    packet id  uvarint  1..65535, if bit 3: the MQTT packet identifier
 //	    topic      uvarint length (at most 65535) and bytes
 //	    payload    uvarint length (at most MaxPayloadBytes) and bytes
+//	    mark       uvarint  if bit 4: the commit mark D, at most the
+//	                        record's own offset
 //
 // A record carries no offset: it is its segment's base plus its index in
 // the segment, and the segments must be contiguous. Decoders accept
 // exactly the encodings the encoder produces (minimal varints, no
-// trailing bytes) and never panic. Later versions bump the version.
+// trailing bytes) and never panic. Bits 3 and 4 were added within
+// version 1: records without them are the original format and read as
+// before (PacketID 0, no mark); a build that predates them rejects a
+// record that has them (ErrRecordBody). Incompatible changes bump the
+// version.
 //
 // # Concurrency
 //

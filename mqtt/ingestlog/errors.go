@@ -65,7 +65,9 @@ var (
 
 // CorruptError reports damage inside a segment that recovery must not
 // silently repair: a bad record in a segment that is not the last one, or
-// in the middle of the last one. errors.Is matches both ErrCorrupt and the
+// a bad record of the last one that a later record's commit mark proves
+// was acknowledged (see Recovery in the package doc). errors.Is matches
+// both ErrCorrupt and the
 // cause (ErrChecksum, ErrRecordLength, ErrRecordBody, ErrGap).
 type CorruptError struct {
 	// Segment is the path of the segment file.

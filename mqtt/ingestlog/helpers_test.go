@@ -200,3 +200,33 @@ func copyDir(t testing.TB, src string) string {
 	}
 	return dst
 }
+
+// frameSizes returns the size on disk of every record in the segments of
+// dir, by offset: the frame appendFrame made plus any commit mark.
+func frameSizes(t testing.TB, dir string) map[uint64]int64 {
+	t.Helper()
+	sizes := make(map[uint64]int64)
+	for _, name := range segmentFiles(t, dir) {
+		path := filepath.Join(dir, name)
+		base, _ := parseSegmentName(name)
+		starts := frameStarts(t, path)
+		end := fileSizeOf(t, path)
+		for k, pos := range starts {
+			next := end
+			if k+1 < len(starts) {
+				next = starts[k+1]
+			}
+			sizes[base+uint64(k)] = next - pos
+		}
+	}
+	return sizes
+}
+
+func fileSizeOf(t testing.TB, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}

@@ -36,6 +36,7 @@ type Log struct {
 	segs       []*segment // ascending base, contiguous; the last is active
 	next       uint64     // offset the next record gets
 	durable    uint64     // records below it are fsynced and visible to Readers
+	marked     uint64     // the last commit mark written: recovery can prove the records below it were acknowledged
 	released   uint64     // Truncate released the records below it
 	unreleased int64      // bytes of the records at or after released: what MaxBytes bounds
 	diskBytes  int64      // bytes of the segment files
@@ -51,14 +52,16 @@ type Log struct {
 }
 
 // Open opens the log in dir, creating dir and the first segment if needed,
-// and recovers it: every segment is read and every record checked. A torn
-// tail of the last segment (a partial record at the end, a last record
-// that fails its checksum, or a zero-filled remainder), left by a crash
-// before the fsync that would have acknowledged it, is cut off and logged
-// with the number of bytes dropped. Damage anywhere else is an error
-// wrapping ErrCorrupt (a *CorruptError naming the segment and offset),
-// ErrBadMagic, ErrVersion or ErrChecksum. The directory is locked against
-// a second Log until Close. logger may be nil.
+// and recovers it: every segment is read and every record checked. In the
+// last segment, the first damaged record and everything after it (zeros,
+// garbage, partial or whole records, in any order: what a power loss
+// leaves of writes that were never fsynced) are a torn tail, cut off and
+// logged with the number of bytes dropped, unless a later record's commit
+// mark proves the damaged one was acknowledged (see the package doc).
+// Damage to acknowledged records, or anywhere in an earlier segment, is an
+// error wrapping ErrCorrupt (a *CorruptError naming the segment and
+// offset), ErrBadMagic, ErrVersion or ErrChecksum. The directory is locked
+// against a second Log until Close. logger may be nil.
 func Open(dir string, opts Options, logger *slog.Logger) (*Log, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -281,15 +284,14 @@ func (l *Log) Append(ctx context.Context, m Message) (uint64, error) {
 	if size > l.maxFrame {
 		return 0, fmt.Errorf("%w: %d bytes framed, at most %d", ErrTooLarge, size, l.maxFrame)
 	}
-	bp := l.getBuf(size)
-	frame := appendFrame((*bp)[:0], &m)
+	bp := l.getBuf(size + maxMarkSize)
+	*bp = appendFrame((*bp)[:0], &m)
 	l.mu.Lock()
-	off, err := l.write(ctx, frame)
+	off, err := l.write(ctx, bp)
 	if err == nil {
 		err = l.waitDurable(off)
 	}
 	l.mu.Unlock()
-	*bp = frame
 	l.putBuf(bp)
 	if err != nil {
 		return 0, err
@@ -311,20 +313,36 @@ func (l *Log) putBuf(bp *[]byte) {
 	}
 }
 
-// write waits for space, then writes frame at the end of the active
-// segment (rolling to a new one first if it would not fit) and assigns its
-// offset. l.mu is held; write releases it while blocked.
-func (l *Log) write(ctx context.Context, frame []byte) (uint64, error) {
-	size := int64(len(frame))
+// markFor returns the commit mark the next record written to seg must
+// carry, if any: the durable offset, when it moved since the last mark.
+// The first record of a segment carries none (the segments before it are
+// sealed and fsynced, so there is nothing in it to vouch for), which lets
+// a record that exactly fills a segment fit. l.mu is held.
+func (l *Log) markFor(seg *segment) (uint64, int64, bool) {
+	if seg.size > headerSize && l.durable > l.marked {
+		return l.durable, markSize(l.durable), true
+	}
+	return 0, 0, false
+}
+
+// write waits for space, then writes the frame in *bp at the end of the
+// active segment (rolling to a new one first if it would not fit), adding
+// a commit mark if one is due, and assigns its offset. l.mu is held;
+// write releases it while blocked.
+func (l *Log) write(ctx context.Context, bp *[]byte) (uint64, error) {
+	size := int64(len(*bp))
 	var blockedAt time.Time
 	for {
 		var err error
+		_, extra, _ := l.markFor(l.segs[len(l.segs)-1])
 		switch {
 		case l.closed:
 			err = ErrClosed
 		case l.failed != nil:
 			err = l.failed
-		case l.opts.MaxBytes == 0 || l.unreleased+size <= l.opts.MaxBytes:
+		// A record alone may exceed MaxBytes by its mark, so that a record
+		// of MaxBytes always goes in eventually.
+		case l.opts.MaxBytes == 0 || l.unreleased+size+extra <= l.opts.MaxBytes || l.unreleased == 0:
 		case ctx.Err() != nil:
 			err = fmt.Errorf("ingestlog: append waiting for space: %w", ctx.Err())
 		default:
@@ -358,12 +376,21 @@ func (l *Log) write(ctx context.Context, frame []byte) (uint64, error) {
 	}
 
 	seg := l.segs[len(l.segs)-1]
-	if seg.size+size > l.opts.SegmentBytes && seg.size > headerSize {
+	if _, extra, _ := l.markFor(seg); seg.size+size+extra > l.opts.SegmentBytes && seg.size > headerSize {
 		if err := l.roll(); err != nil {
 			return 0, err
 		}
 		seg = l.segs[len(l.segs)-1]
 	}
+	marked := l.marked
+	if d, _, ok := l.markFor(seg); ok {
+		*bp = addMark(*bp, d)
+		size = int64(len(*bp))
+		marked = d
+	} else if seg.size == headerSize {
+		marked = l.durable // everything before a fresh segment is durable
+	}
+	frame := *bp
 	pos := seg.size
 	if _, err := seg.f.WriteAt(frame, pos); err != nil {
 		err = fmt.Errorf("ingestlog: append to %s: %w", seg.path, err)
@@ -373,6 +400,7 @@ func (l *Log) write(ctx context.Context, frame []byte) (uint64, error) {
 		}
 		return 0, err
 	}
+	l.marked = marked
 	off := l.next
 	seg.addIndex(off, pos)
 	seg.size += size

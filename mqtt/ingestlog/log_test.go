@@ -279,9 +279,13 @@ func TestTruncateAccounting(t *testing.T) {
 	l := openLog(t, t.TempDir(), testOptions(1<<20), nil)
 	appendN(t, l, 0, 10)
 	var sizes []int64
+	onDisk := frameSizes(t, l.dir)
 	for i := range 10 {
 		m := msg(i)
-		sizes = append(sizes, frameSize(&m))
+		if n := onDisk[uint64(i)]; i > 0 && n != frameSize(&m)+markSize(uint64(i)) {
+			t.Fatalf("record %d takes %d bytes, want its frame and a commit mark", i, n)
+		}
+		sizes = append(sizes, onDisk[uint64(i)])
 	}
 	sum := func(from int) (s int64) {
 		for _, n := range sizes[from:] {

@@ -54,8 +54,14 @@ func TestModel(t *testing.T) {
 			t.Fatalf("step %d: first offset %d beyond released %d", step, st.FirstOffset, released)
 		}
 		var want int64
-		for _, m := range model[released:] {
-			want += frameSize(&m)
+		sizes := frameSizes(t, dir)
+		for off := released; off < uint64(len(model)); off++ {
+			m := model[off]
+			// The frame, and perhaps a commit mark (an offset up to off).
+			if sizes[off] < frameSize(&m) || sizes[off] > frameSize(&m)+markSize(off) {
+				t.Fatalf("step %d: record %d takes %d bytes, its frame %d", step, off, sizes[off], frameSize(&m))
+			}
+			want += sizes[off]
 		}
 		if st.UnreleasedBytes != want {
 			t.Fatalf("step %d: %d bytes unreleased, model says %d", step, st.UnreleasedBytes, want)

@@ -20,12 +20,16 @@ const (
 	frameHeaderSize = 8
 	// minBodySize is the shortest body: flags, time, and two zero lengths.
 	minBodySize = 4
+	// maxMarkSize is the longest commit mark: a uvarint offset.
+	maxMarkSize = binary.MaxVarintLen64
 	// maxBodySize is the longest body a valid message encodes to.
-	maxBodySize = 1 + binary.MaxVarintLen64 + 3 + maxTopicBytes + 5 + MaxPayloadBytes
+	maxBodySize = 1 + binary.MaxVarintLen64 + 3 + 3 + maxTopicBytes + 5 + MaxPayloadBytes + maxMarkSize
 
-	flagQoS    = 0x03 // bits 0-1: QoS 0, 1 or 2
-	flagRetain = 0x04 // bit 2: the retain flag
-	flagsKnown = flagQoS | flagRetain
+	flagQoS      = 0x03 // bits 0-1: QoS 0, 1 or 2
+	flagRetain   = 0x04 // bit 2: the retain flag
+	flagPacketID = 0x08 // bit 3: a packet identifier follows the receive time
+	flagMark     = 0x10 // bit 4: a commit mark ends the body
+	flagsKnown   = flagQoS | flagRetain | flagPacketID | flagMark
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -49,6 +53,14 @@ type Message struct {
 	// stored in nanoseconds since the Unix epoch; the zero Time (unknown)
 	// and the epoch itself both read back as the zero Time.
 	Received time.Time
+	// PacketID is the MQTT packet identifier the message arrived with
+	// (1..65535), or 0 when there is none (QoS 0) or it is not known
+	// (records written before the field existed, or by a writer that does
+	// not set it). A broker resends an unacknowledged QoS 1/2 message
+	// with its original packet identifier, so together with the topic and
+	// payload it identifies a redelivery; see the mqtt package's
+	// Subscriber. It is stored only when non-zero.
+	PacketID uint16
 }
 
 // Record is a Message read back from the log with its offset.
@@ -78,16 +90,23 @@ func (m *Message) unixNano() int64 {
 	return m.Received.UnixNano()
 }
 
-// frameSize is the number of bytes appendFrame adds for m.
+// frameSize is the number of bytes appendFrame adds for m: the frame
+// without a commit mark (addMark adds markSize more).
 func frameSize(m *Message) int64 {
 	n := frameHeaderSize + 1 + varintLen(m.unixNano()) +
 		uvarintLen(uint64(len(m.Topic))) + len(m.Topic) +
 		uvarintLen(uint64(len(m.Payload))) + len(m.Payload)
+	if m.PacketID != 0 {
+		n += uvarintLen(uint64(m.PacketID))
+	}
 	return int64(n)
 }
 
-// appendFrame appends the frame of m (length, CRC32C, body) to dst. m must
-// be valid.
+// markSize is the number of bytes addMark adds for the mark d.
+func markSize(d uint64) int64 { return int64(uvarintLen(d)) }
+
+// appendFrame appends the frame of m (length, CRC32C, body) to dst,
+// without a commit mark. m must be valid.
 func appendFrame(dst []byte, m *Message) []byte {
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0)
@@ -96,8 +115,14 @@ func appendFrame(dst []byte, m *Message) []byte {
 	if m.Retain {
 		flags |= flagRetain
 	}
+	if m.PacketID != 0 {
+		flags |= flagPacketID
+	}
 	dst = append(dst, flags)
 	dst = binary.AppendVarint(dst, m.unixNano())
+	if m.PacketID != 0 {
+		dst = binary.AppendUvarint(dst, uint64(m.PacketID))
+	}
 	dst = binary.AppendUvarint(dst, uint64(len(m.Topic)))
 	dst = append(dst, m.Topic...)
 	dst = binary.AppendUvarint(dst, uint64(len(m.Payload)))
@@ -105,6 +130,19 @@ func appendFrame(dst []byte, m *Message) []byte {
 	binary.LittleEndian.PutUint32(dst[start:], uint32(len(dst)-body))
 	binary.LittleEndian.PutUint32(dst[start+4:], crc32.Checksum(dst[body:], castagnoli))
 	return dst
+}
+
+// addMark turns frame, one frame without a mark made by appendFrame,
+// into the same record carrying the commit mark d: "every record before
+// offset d was fsynced before this one was written". It sets the flag,
+// appends the uvarint, and rewrites the length and checksum.
+func addMark(frame []byte, d uint64) []byte {
+	frame[frameHeaderSize] |= flagMark
+	frame = binary.AppendUvarint(frame, d)
+	body := frame[frameHeaderSize:]
+	binary.LittleEndian.PutUint32(frame, uint32(len(body)))
+	binary.LittleEndian.PutUint32(frame[4:], crc32.Checksum(body, castagnoli))
+	return frame
 }
 
 // parseFrameHeader returns the body length and checksum in the 8 bytes at
@@ -122,9 +160,14 @@ func parseFrameHeader(b []byte) (bodyLen int64, sum uint32, err error) {
 type body struct {
 	flags    byte
 	received int64
+	packetID uint16
 	topic    []byte
 	payload  []byte
+	mark     uint64 // the commit mark, if flags has flagMark
 }
+
+// hasMark reports whether the record carries a commit mark.
+func (p *body) hasMark() bool { return p.flags&flagMark != 0 }
 
 // parseBody parses a record body whose checksum has been verified. It
 // accepts exactly the encodings appendFrame produces.
@@ -144,12 +187,28 @@ func parseBody(b []byte) (body, error) {
 	}
 	r.received = t
 	b = b[n:]
+	if r.flags&flagPacketID != 0 {
+		id, n := binary.Uvarint(b)
+		if n <= 0 || n != uvarintLen(id) || id == 0 || id > 65535 {
+			return r, fmt.Errorf("%w: bad packet identifier", ErrRecordBody)
+		}
+		r.packetID = uint16(id)
+		b = b[n:]
+	}
 	var err error
 	if r.topic, b, err = lengthPrefixed(b, maxTopicBytes, "topic"); err != nil {
 		return r, err
 	}
 	if r.payload, b, err = lengthPrefixed(b, MaxPayloadBytes, "payload"); err != nil {
 		return r, err
+	}
+	if r.hasMark() {
+		d, n := binary.Uvarint(b)
+		if n <= 0 || n != uvarintLen(d) {
+			return r, fmt.Errorf("%w: bad commit mark", ErrRecordBody)
+		}
+		r.mark = d
+		b = b[n:]
 	}
 	if len(b) != 0 {
 		return r, fmt.Errorf("%w: %d trailing bytes", ErrRecordBody, len(b))
@@ -175,35 +234,47 @@ func lengthPrefixed(b []byte, max uint64, what string) (field, rest []byte, err 
 // topic and payload are copies, and returns the frame's size. It returns
 // errShortFrame when b holds only part of the frame; it never panics.
 func decodeFrame(b []byte) (Message, int64, error) {
+	p, n, err := parseFrame(b)
+	if err != nil {
+		return Message{}, 0, err
+	}
+	return p.message(string(p.topic)), n, nil
+}
+
+// parseFrame parses the frame at the start of b (the body aliases b) and
+// returns its size; errShortFrame when b holds only part of it. It never
+// panics.
+func parseFrame(b []byte) (body, int64, error) {
 	if len(b) < frameHeaderSize {
-		return Message{}, 0, errShortFrame
+		return body{}, 0, errShortFrame
 	}
 	n, sum, err := parseFrameHeader(b)
 	if err != nil {
-		return Message{}, 0, err
+		return body{}, 0, err
 	}
 	if int64(len(b)-frameHeaderSize) < n {
-		return Message{}, 0, errShortFrame
+		return body{}, 0, errShortFrame
 	}
 	raw := b[frameHeaderSize : frameHeaderSize+n]
 	if crc32.Checksum(raw, castagnoli) != sum {
-		return Message{}, 0, ErrChecksum
+		return body{}, 0, ErrChecksum
 	}
 	p, err := parseBody(raw)
 	if err != nil {
-		return Message{}, 0, err
+		return body{}, 0, err
 	}
-	return p.message(string(p.topic)), frameHeaderSize + n, nil
+	return p, frameHeaderSize + n, nil
 }
 
 // message builds a Message owning a copy of the payload, with the given
 // topic string (which the caller may have interned).
 func (p *body) message(topic string) Message {
 	m := Message{
-		Topic:   topic,
-		Payload: bytes.Clone(p.payload),
-		QoS:     p.flags & flagQoS,
-		Retain:  p.flags&flagRetain != 0,
+		Topic:    topic,
+		Payload:  bytes.Clone(p.payload),
+		QoS:      p.flags & flagQoS,
+		Retain:   p.flags&flagRetain != 0,
+		PacketID: p.packetID,
 	}
 	if p.received != 0 {
 		m.Received = time.Unix(0, p.received)

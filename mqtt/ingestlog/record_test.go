@@ -19,6 +19,8 @@ func TestFrameRoundTrip(t *testing.T) {
 		{Topic: "x", Payload: []byte("y"), QoS: 2, Retain: true, Received: time.Unix(1_700_000_000, 123)},
 		{Topic: strings.Repeat("t", maxTopicBytes), Payload: bytes.Repeat([]byte{0xab}, 100_000)},
 		{Topic: "before 1970", Received: time.Unix(-5, 7)},
+		{Topic: "sensors/1", Payload: []byte("ON"), QoS: 1, PacketID: 1},
+		{Topic: "sensors/1", Payload: []byte("ON"), QoS: 2, PacketID: 65535},
 	}
 	for i, m := range msgs {
 		frame := appendFrame(nil, &m)
@@ -37,6 +39,23 @@ func TestFrameRoundTrip(t *testing.T) {
 		}
 		if got.Payload == nil {
 			t.Errorf("msg %d: nil payload", i)
+		}
+		if got.PacketID != m.PacketID {
+			t.Errorf("msg %d: packet id %d, want %d", i, got.PacketID, m.PacketID)
+		}
+		// The same record with a commit mark.
+		for _, d := range []uint64{0, 1, 1 << 40} {
+			marked := addMark(appendFrame(nil, &m), d)
+			if int64(len(marked)) != frameSize(&m)+markSize(d) {
+				t.Errorf("msg %d: marked frame of %d bytes", i, len(marked))
+			}
+			p, n, err := parseFrame(marked)
+			if err != nil || n != int64(len(marked)) || !p.hasMark() || p.mark != d {
+				t.Fatalf("msg %d mark %d: parse = %+v, %d, %v", i, d, p, n, err)
+			}
+			if got := p.message(string(p.topic)); !sameMessage(got, m) || got.PacketID != m.PacketID {
+				t.Errorf("msg %d: decoded %+v with a mark", i, got)
+			}
 		}
 	}
 }
@@ -64,7 +83,12 @@ func TestDecodeFrameRejects(t *testing.T) {
 		{"huge length", []byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0}, ErrRecordLength},
 		{"checksum", badCRC, ErrChecksum},
 		{"qos 3", rawFrame([]byte{3, 0, 0, 0}), ErrRecordBody},
-		{"unknown flag", rawFrame([]byte{0x08, 0, 0, 0}), ErrRecordBody},
+		{"unknown flag", rawFrame([]byte{0x20, 0, 0, 0}), ErrRecordBody},
+		{"packet id 0", rawFrame([]byte{0x08, 0, 0, 0, 0}), ErrRecordBody},
+		{"packet id too large", rawFrame([]byte{0x08, 0, 0x80, 0x80, 0x04, 0, 0}), ErrRecordBody},
+		{"non-minimal packet id", rawFrame([]byte{0x08, 0, 0x81, 0x00, 0, 0}), ErrRecordBody},
+		{"missing commit mark", rawFrame([]byte{0x10, 0, 0, 0}), ErrRecordBody},
+		{"non-minimal commit mark", rawFrame([]byte{0x10, 0, 0, 0, 0x80, 0x00}), ErrRecordBody},
 		{"non-minimal time", rawFrame([]byte{0, 0x80, 0x00, 0, 0}), ErrRecordBody},
 		{"non-minimal topic length", rawFrame([]byte{0, 0, 0x81, 0x00, 'a', 0}), ErrRecordBody},
 		{"topic past end", rawFrame([]byte{0, 0, 5, 'a', 0}), ErrRecordBody},
@@ -143,8 +167,9 @@ func FuzzDecodeRecord(f *testing.F) {
 		Received: time.Unix(1_700_000_000, 5)}))
 	f.Add(rawFrame([]byte{0, 0x80, 0x00, 0, 0}))
 	f.Add(rawFrame([]byte{0, 0, 5, 'a', 0}))
+	f.Add(addMark(appendFrame(nil, &Message{Topic: "t", Payload: []byte("ON"), QoS: 1, PacketID: 300}), 1234))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m, n, err := decodeFrame(data)
+		p, n, err := parseFrame(data)
 		if err != nil {
 			return
 		}
@@ -152,7 +177,11 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("decoded %d bytes of %d", n, len(data))
 		}
 		// Decode(Encode(x)) == x, and the encoding is the only one.
+		m := p.message(string(p.topic))
 		again := appendFrame(nil, &m)
+		if p.hasMark() {
+			again = addMark(again, p.mark)
+		}
 		if !bytes.Equal(again, data[:n]) {
 			t.Fatalf("re-encoded %x, decoded from %x", again, data[:n])
 		}

@@ -3,7 +3,6 @@ package ingestlog
 import (
 	"bufio"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -131,11 +130,13 @@ type scanResult struct {
 }
 
 // scanSegment validates the segment file read from r, size bytes long,
-// whose name says it starts at base. In the last segment (last) a torn
-// tail is reported in the result, not as an error: a partial record at the
-// end, a record failing its checksum that ends the file, or a zero-filled
-// remainder. Anything else that is not a valid record is a CorruptError.
-// It never panics.
+// whose name says it starts at base. Anything that is not a valid record
+// in a segment that is not the last one is a CorruptError. In the last
+// segment (last), the first bad frame and everything after it are a torn
+// tail, reported in the result, unless a valid record after it carries a
+// commit mark beyond the bad record's offset: that record proves the bad
+// one was fsynced (acknowledged) before the crash, so the damage is a
+// CorruptError too. It never panics.
 func scanSegment(r io.Reader, size int64, path string, base uint64, last bool) (scanResult, error) {
 	br := bufio.NewReaderSize(r, scanBufferSize)
 	var res scanResult
@@ -172,71 +173,40 @@ func scanSegment(r io.Reader, size int64, path string, base uint64, last bool) (
 	off := base
 	res.index = []indexEntry{{off: base, pos: pos}}
 	lastIndexed := pos
-	var fh [frameHeaderSize]byte
-	var buf []byte
-	corrupt := func(cause error) error {
-		return &CorruptError{Segment: path, Offset: off, Pos: pos, Err: cause}
-	}
+	var buf []byte // the bytes of the frame at pos read so far
 	for pos < size {
-		remaining := size - pos
-		if remaining < frameHeaderSize {
-			if last {
-				res.torn = fmt.Errorf("partial record header (%d bytes)", remaining)
-				break
-			}
-			return res, corrupt(fmt.Errorf("%w: %d bytes at the end of the segment", ErrRecordLength, remaining))
-		}
-		if _, err := io.ReadFull(br, fh[:]); err != nil {
-			return res, fmt.Errorf("read segment %s: %w", path, err)
-		}
-		n, sum, err := parseFrameHeader(fh[:])
+		var cause error
+		var frame int64
+		buf, frame, cause, err = readFrame(br, size-pos, buf[:0])
 		if err != nil {
-			if last && allZero(fh[:]) {
-				zero, zerr := restZero(br)
-				if zerr != nil {
-					return res, fmt.Errorf("read segment %s: %w", path, zerr)
-				}
-				if zero {
-					res.torn = errors.New("zero-filled tail")
-					break
-				}
-			}
-			return res, corrupt(err)
-		}
-		frame := frameHeaderSize + n
-		if frame > remaining {
-			if last {
-				res.torn = fmt.Errorf("partial record (%d of %d bytes)", remaining, frame)
-				break
-			}
-			return res, corrupt(fmt.Errorf("%w: record of %d bytes with %d left in the segment", ErrRecordLength, frame, remaining))
-		}
-		if int64(cap(buf)) < n {
-			buf = make([]byte, n)
-		}
-		buf = buf[:n]
-		if _, err := io.ReadFull(br, buf); err != nil {
 			return res, fmt.Errorf("read segment %s: %w", path, err)
 		}
-		if crc32.Checksum(buf, castagnoli) != sum {
-			if last {
-				atEnd := pos+frame == size
-				if !atEnd {
-					zero, zerr := restZero(br)
-					if zerr != nil {
-						return res, fmt.Errorf("read segment %s: %w", path, zerr)
-					}
-					atEnd = zero
-				}
-				if atEnd {
-					res.torn = errors.New("last record fails its checksum")
-					break
-				}
+		if cause == nil {
+			p, _ := parseBody(buf[frameHeaderSize:]) // checked by readFrame
+			if p.hasMark() && p.mark > off {
+				cause = fmt.Errorf("%w: commit mark %d beyond the record's own offset", ErrRecordBody, p.mark)
 			}
-			return res, corrupt(ErrChecksum)
 		}
-		if _, err := parseBody(buf); err != nil {
-			return res, corrupt(err)
+		if cause != nil {
+			if !last {
+				return res, &CorruptError{Segment: path, Offset: off, Pos: pos, Err: cause}
+			}
+			rest, err := io.ReadAll(br)
+			if err != nil {
+				return res, fmt.Errorf("read segment %s: %w", path, err)
+			}
+			tail := append(buf, rest...)
+			if at, mark, ok := findMark(tail, off); ok {
+				return res, &CorruptError{Segment: path, Offset: off, Pos: pos, Err: fmt.Errorf(
+					"%w (acknowledged: the record at byte %d was written after every record before offset %d was fsynced)",
+					cause, pos+at, mark)}
+			}
+			if allZero(tail) {
+				res.torn = fmt.Errorf("zero-filled tail (%d bytes)", len(tail))
+			} else {
+				res.torn = fmt.Errorf("unacknowledged tail of %d bytes: %w", len(tail), cause)
+			}
+			break
 		}
 		if pos-lastIndexed >= indexInterval {
 			res.index = append(res.index, indexEntry{off: off, pos: pos})
@@ -248,6 +218,123 @@ func scanSegment(r io.Reader, size int64, path string, base uint64, last bool) (
 	}
 	res.size = pos
 	return res, nil
+}
+
+// readFrame reads one frame, remaining (> 0) bytes at most, appending
+// what it reads to buf. It returns the frame's size, or why the bytes are
+// not a valid frame (cause), or the read error. buf always holds every
+// byte consumed from br.
+func readFrame(br *bufio.Reader, remaining int64, buf []byte) (_ []byte, frame int64, cause, err error) {
+	read := func(n int64) error {
+		start := len(buf)
+		buf = append(buf, make([]byte, n)...)
+		_, err := io.ReadFull(br, buf[start:])
+		return err
+	}
+	if remaining < frameHeaderSize {
+		if err := read(remaining); err != nil {
+			return buf, 0, nil, err
+		}
+		return buf, 0, fmt.Errorf("%w: %d bytes at the end of the segment", ErrRecordLength, remaining), nil
+	}
+	if err := read(frameHeaderSize); err != nil {
+		return buf, 0, nil, err
+	}
+	n, sum, perr := parseFrameHeader(buf)
+	if perr != nil {
+		return buf, 0, perr, nil
+	}
+	frame = frameHeaderSize + n
+	if frame > remaining {
+		if err := read(remaining - frameHeaderSize); err != nil {
+			return buf, 0, nil, err
+		}
+		return buf, 0, fmt.Errorf("%w: record of %d bytes with %d left in the segment", ErrRecordLength, frame, remaining), nil
+	}
+	if err := read(n); err != nil {
+		return buf, 0, nil, err
+	}
+	raw := buf[frameHeaderSize:]
+	if crc32.Checksum(raw, castagnoli) != sum {
+		return buf, 0, ErrChecksum, nil
+	}
+	if _, perr := parseBody(raw); perr != nil {
+		return buf, 0, perr, nil
+	}
+	return buf, frame, nil, nil
+}
+
+// findMark looks in tail, the bytes of a last segment from a bad frame to
+// its end, for a valid record carrying a commit mark beyond off, the bad
+// frame's offset: proof that the bad frame had been fsynced. Frames after
+// damage need not start where the damage ends, so it tries every byte
+// position, skipping over each valid frame it finds. A position's body
+// must parse (an exact fit of its fields, which random bytes almost never
+// are) before its checksum is computed, so garbage costs linear time. It
+// returns the record's position in tail and its mark.
+func findMark(tail []byte, off uint64) (int64, uint64, bool) {
+	for i := 1; i+frameHeaderSize+minBodySize <= len(tail); {
+		b := tail[i:]
+		n := int64(binary.LittleEndian.Uint32(b))
+		if n < minBodySize || n > int64(len(b)-frameHeaderSize) {
+			i++
+			continue
+		}
+		sum := binary.LittleEndian.Uint32(b[4:])
+		raw := b[frameHeaderSize : frameHeaderSize+n]
+		if !markedShape(raw) || crc32.Checksum(raw, castagnoli) != sum {
+			i++
+			continue
+		}
+		p, err := parseBody(raw)
+		if err != nil {
+			i++
+			continue
+		}
+		if p.hasMark() && p.mark > off {
+			return int64(i), p.mark, true
+		}
+		i += frameHeaderSize + int(n)
+	}
+	return 0, 0, false
+}
+
+// markedShape reports, without allocating, whether b has the shape of a
+// body parseBody accepts (known flags, minimal varints, fields that fill
+// it exactly).
+func markedShape(b []byte) bool {
+	if len(b) < minBodySize || b[0]&^flagsKnown != 0 || b[0]&flagQoS == 3 {
+		return false
+	}
+	flags := b[0]
+	b = b[1:]
+	t, n := binary.Varint(b)
+	if n <= 0 || n != varintLen(t) {
+		return false
+	}
+	b = b[n:]
+	if flags&flagPacketID != 0 {
+		id, n := binary.Uvarint(b)
+		if n <= 0 || n != uvarintLen(id) || id == 0 || id > 65535 {
+			return false
+		}
+		b = b[n:]
+	}
+	for _, max := range []uint64{maxTopicBytes, MaxPayloadBytes} {
+		l, n := binary.Uvarint(b)
+		if n <= 0 || n != uvarintLen(l) || l > max || l > uint64(len(b)-n) {
+			return false
+		}
+		b = b[uint64(n)+l:]
+	}
+	if flags&flagMark != 0 {
+		d, n := binary.Uvarint(b)
+		if n <= 0 || n != uvarintLen(d) {
+			return false
+		}
+		b = b[n:]
+	}
+	return len(b) == 0
 }
 
 func allZero(b []byte) bool {
