@@ -61,7 +61,7 @@ func TestEmbeddedKillExactlyOnceQoS2(t *testing.T) {
 	}
 	subscribe()
 
-	devs := devices(t, url, "e2e-qos2-device", true)
+	devs := devices(t, url, "e2e-qos2-device", w.sensors, true) // one device per sensor
 	defer disconnectAll(devs, 100)
 	l := startLoader(w, devs, 2, 0, w.all())
 	run := 0
@@ -73,6 +73,7 @@ func TestEmbeddedKillExactlyOnceQoS2(t *testing.T) {
 		run++
 		col.setRun(run)
 		nd.start()
+		unacked := l.unacked()
 		if !reconnect(t, sub, "the result consumer") {
 			// Subscribe again so that the rest of the test still
 			// measures the counts; the test has failed already.
@@ -85,14 +86,13 @@ func TestEmbeddedKillExactlyOnceQoS2(t *testing.T) {
 				kept++
 			}
 		}
-		t.Logf("devices connected again (%d of %d sessions present); %d publishes still unacknowledged, resent by paho", kept, len(devs), l.unacked())
+		t.Logf("devices connected again (%d of %d sessions present); paho resent the %d publishes without acknowledgement", kept, len(devs), unacked)
 		l.resume()
 	}
-	l.wait(t, 90*time.Second)
+	l.wait(t, nd, 90*time.Second)
 	t.Logf("published %d readings in %v", w.all(), time.Since(start).Round(time.Millisecond))
 
 	waitResults(t, col, w, 60*time.Second)
-	t.Logf("every window's result arrived after %v", time.Since(start).Round(time.Millisecond))
 	// The broker delivers a subscriber's messages in order: once the
 	// marker is back, what the sinks had published has arrived.
 	drain(t, url, "agg/_marker", col)

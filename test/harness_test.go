@@ -36,6 +36,7 @@ import (
 //	EDGED_E2E_READINGS     readings per exactly-once test (default 100000; the figure is 500000)
 //	EDGED_E2E_BURNERS      CPU burner processes beside edged (default: the number of CPUs)
 //	EDGED_E2E_PARALLELISM  parallelism of the kill tests' pipelines (default 2)
+//	EDGED_E2E_KEEP_LOGS    a directory to copy the edged log of a failed test to
 
 // burnerEnv makes the test binary a CPU burner instead of running tests
 // (see TestMain).
@@ -141,7 +142,7 @@ type pendingPub struct {
 // startLoader publishes readings from..to-1 over clients (reading i on
 // clients[i%len(clients)]) and returns at once.
 func startLoader(w workload, clients []paho.Client, qos byte, from, to int) *loader {
-	l := &loader{w: w, qos: qos, window: batch, clients: clients, done: make(chan struct{})}
+	l := &loader{w: w, qos: qos, window: max(batch, 8*len(clients)), clients: clients, done: make(chan struct{})}
 	l.next.Store(int64(from))
 	go l.run(from, to)
 	return l
@@ -214,8 +215,9 @@ func (l *loader) unacked() int {
 	return n
 }
 
-// wait waits until every reading is published and acknowledged.
-func (l *loader) wait(t *testing.T, timeout time.Duration) {
+// wait waits until every reading is published and acknowledged to the
+// broker, which nd runs or reads from.
+func (l *loader) wait(t *testing.T, nd *node, timeout time.Duration) {
 	t.Helper()
 	select {
 	case <-l.done:
@@ -223,6 +225,7 @@ func (l *loader) wait(t *testing.T, timeout time.Duration) {
 		t.Fatalf("publishing did not end within %v (next reading %d, %d acknowledged)", timeout, l.next.Load(), l.acked.Load())
 	}
 	if l.err != nil {
+		nd.failIfExited(t)
 		t.Fatalf("publishing: %v", l.err)
 	}
 }
@@ -237,12 +240,14 @@ func (l *loader) stopped() error {
 	}
 }
 
-// devices connects conns device clients to url. persistent: fixed client
-// ids and clean session false, so paho keeps unacknowledged QoS 1/2
-// publishes and resends them when the client connects again.
-func devices(t *testing.T, url, prefix string, persistent bool) []paho.Client {
+// devices connects n device clients to url. persistent: fixed client ids
+// and clean session false, so paho keeps unacknowledged QoS 1/2 publishes
+// and resends them when the client connects again. The embedded broker
+// appends a connection's publishes one after the other, each waiting for
+// the ingest log's fsync, so the number of devices bounds its rate.
+func devices(t *testing.T, url, prefix string, n int, persistent bool) []paho.Client {
 	t.Helper()
-	cs := make([]paho.Client, conns)
+	cs := make([]paho.Client, n)
 	for i := range cs {
 		opts := paho.NewClientOptions().AddBroker(url).SetClientID(fmt.Sprintf("%s-%d", prefix, i)).
 			SetCleanSession(!persistent).SetAutoReconnect(false).SetWriteTimeout(tokenTimeout).
@@ -485,6 +490,31 @@ func (n *node) checkParallelism(t *testing.T, job, op string, want int) {
 	t.Logf("GET /jobs/%s/operators: %s runs in %d subtasks", job, op, want)
 }
 
+// failIfExited fails the test if the node has exited by itself.
+func (n *node) failIfExited(t *testing.T) {
+	t.Helper()
+	select {
+	case <-n.done:
+		t.Fatalf("edged exited by itself (%v); the errors of its current run:\n%s", n.waitErr, n.runErrors())
+	default:
+	}
+}
+
+// runErrors returns the WARN and ERROR lines of the node's current run,
+// at most 30.
+func (n *node) runErrors() string {
+	var out []string
+	for _, line := range strings.Split(n.runLog(), "\n") {
+		if strings.Contains(line, "level=ERROR") || (strings.Contains(line, "level=WARN") && !strings.Contains(line, "component=mochi")) {
+			out = append(out, line)
+		}
+	}
+	if len(out) > 30 {
+		out = append(out[:30], fmt.Sprintf("... %d more", len(out)-30))
+	}
+	return strings.Join(out, "\n")
+}
+
 // runLog returns the node's log since its latest start.
 func (n *node) runLog() string {
 	b, _ := os.ReadFile(n.logPath)
@@ -520,8 +550,15 @@ func cleanupNode(t *testing.T, n *node) {
 				<-n.done
 			}
 		}
-		if t.Failed() {
-			t.Logf("edged log tail:\n%s", n.logTailN(12000))
+		if !t.Failed() {
+			return
+		}
+		t.Logf("edged log tail:\n%s", n.logTailN(12000))
+		if d := os.Getenv("EDGED_E2E_KEEP_LOGS"); d != "" {
+			dst := filepath.Join(d, strings.ReplaceAll(t.Name(), "/", "_")+".edged.log")
+			if b, err := os.ReadFile(n.logPath); err == nil && os.MkdirAll(d, 0o755) == nil && os.WriteFile(dst, b, 0o644) == nil {
+				t.Logf("edged log kept in %s", dst)
+			}
 		}
 	})
 }
@@ -585,9 +622,11 @@ func drain(t *testing.T, url, topic string, col *collector) {
 }
 
 // waitResults waits until col holds a result for every (sensor, window)
-// of w.
+// of w, and logs when they had all arrived; checkExact reports those that
+// did not.
 func waitResults(t *testing.T, col *collector, w workload, timeout time.Duration) {
 	t.Helper()
+	start := time.Now()
 	missing := 0
 	if testutil.Within(timeout, func() bool {
 		col.mu.Lock()
@@ -602,9 +641,10 @@ func waitResults(t *testing.T, col *collector, w workload, timeout time.Duration
 		}
 		return missing == 0
 	}) {
+		t.Logf("every window's result had arrived %v after the last reading was acknowledged", time.Since(start).Round(time.Millisecond))
 		return
 	}
-	t.Errorf("after %v, %d of %d window results still missing", timeout, missing, w.windows()*w.sensors)
+	t.Errorf("%v after the last reading was acknowledged, %d of %d window results still missing", timeout, missing, w.windows()*w.sensors)
 }
 
 // checkExact checks the results col received for w as a consumer that
@@ -753,6 +793,7 @@ func killInFlight(t *testing.T, nd *node, job string, l *loader, col *collector,
 	var seen inFlight
 	last := int64(-1)
 	testutil.Eventually(t, 60*time.Second, fmt.Sprintf("kill point %d with the node reading and publishes in flight", k), func() bool {
+		nd.failIfExited(t)
 		if err := l.stopped(); err != nil {
 			t.Fatalf("publishing stopped: %v", err)
 		}

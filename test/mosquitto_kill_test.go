@@ -57,7 +57,7 @@ func TestMosquittoKillExactlyOnce(t *testing.T) {
 	nd.start()
 	nd.checkParallelism(t, job, job+"/window", par)
 
-	devs := devices(t, url, "e2e-kill-devices", false)
+	devs := devices(t, url, "e2e-kill-devices", conns, false)
 	defer disconnectAll(devs, 100)
 	l := startLoader(w, devs, 1, 0, w.all())
 	run := 0
@@ -72,11 +72,10 @@ func TestMosquittoKillExactlyOnce(t *testing.T) {
 		col.setRun(run)
 		nd.start()
 	}
-	l.wait(t, 90*time.Second)
+	l.wait(t, nd, 90*time.Second)
 	t.Logf("published %d readings in %v", w.all(), time.Since(start).Round(time.Millisecond))
 
 	waitResults(t, col, w, 60*time.Second)
-	t.Logf("every window's result arrived after %v", time.Since(start).Round(time.Millisecond))
 	if code := nd.terminate(30 * time.Second); code != 0 {
 		t.Errorf("edged exited %d after SIGTERM, want 0", code)
 	}
