@@ -338,7 +338,7 @@ func (b *burners) check(t *testing.T) {
 }
 
 // report logs the CPU time the burners used and fails the test if they
-// used less than a tenth of a CPU over its duration: then they were not
+// used less than a twentieth of a CPU over its duration: then they were not
 // competing with edged.
 func (b *burners) report(t *testing.T) {
 	t.Helper()
@@ -358,7 +358,7 @@ func (b *burners) report(t *testing.T) {
 	}
 	wall := time.Since(b.start)
 	t.Logf("CPU burners used %v of CPU in %v", cpu.Round(time.Millisecond), wall.Round(time.Millisecond))
-	if cpu < wall/10 {
+	if cpu < wall/20 {
 		t.Errorf("CPU burners used only %v of CPU in %v: edged was not under contention", cpu, wall)
 	}
 }
