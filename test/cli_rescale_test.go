@@ -104,7 +104,7 @@ func TestCLIRescaleStopResume(t *testing.T) {
 		// parallelism before the stop.
 		testutil.Eventually(t, 60*time.Second, fmt.Sprintf("results of part %d", i+1), func() bool { return col.received(i) > 0 })
 		prev := sp
-		sp = cliStop(t, api, job)
+		sp = cliStop(t, nd, job)
 		if sp == prev || !strings.HasPrefix(sp, savepoints) {
 			t.Fatalf("edged stop printed %q: want a new savepoint under %s (previous %q)", sp, savepoints, prev)
 		}

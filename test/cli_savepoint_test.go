@@ -120,7 +120,7 @@ func TestCLIStopWithSavepointAndResume(t *testing.T) {
 
 	// Stop with a savepoint through the CLI.
 	stopStart := time.Now()
-	spPath := cliStop(t, api, job)
+	spPath := cliStop(t, nd1, job)
 
 	// The node ends by itself once its only job has ended.
 	if code := nd1.waitExit(t, 30*time.Second); code != 0 {

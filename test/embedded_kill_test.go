@@ -72,6 +72,7 @@ func TestEmbeddedKillExactlyOnceQoS2(t *testing.T) {
 			i+1, seen.reading, k, time.Since(start).Round(time.Millisecond), seen.unacked, seen.sourceOut, seen.results)
 		run++
 		col.setRun(run)
+		restart := time.Now()
 		nd.start()
 		unacked := l.unacked()
 		if !reconnect(t, sub, "the result consumer") {
@@ -86,7 +87,7 @@ func TestEmbeddedKillExactlyOnceQoS2(t *testing.T) {
 				kept++
 			}
 		}
-		t.Logf("devices connected again (%d of %d sessions present); paho resent the %d publishes without acknowledgement", kept, len(devs), unacked)
+		t.Logf("restarted and connected again in %v: %d of %d device sessions present; paho resent the %d publishes without acknowledgement", time.Since(restart).Round(time.Millisecond), kept, len(devs), unacked)
 		l.resume()
 	}
 	l.wait(t, nd, 90*time.Second)

@@ -563,17 +563,18 @@ func cleanupNode(t *testing.T, n *node) {
 	})
 }
 
-// cliStop runs `edged stop <job> --addr <api>` and returns the savepoint
-// path it printed, after checking that it is a directory.
-func cliStop(t *testing.T, api, job string) string {
+// cliStop runs `edged stop <job> --addr <node's api>` and returns the
+// savepoint path it printed, after checking that it is a directory.
+func cliStop(t *testing.T, nd *node, job string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	stop := exec.CommandContext(ctx, edgedBin, "stop", job, "--addr", api)
+	stop := exec.CommandContext(ctx, edgedBin, "stop", job, "--addr", nd.apiAddr)
 	stop.Stdout, stop.Stderr = &stdout, &stderr
 	start := time.Now()
 	if err := stop.Run(); err != nil {
+		nd.failIfExited(t)
 		t.Fatalf("edged stop %s: %v (context: %v)\nstdout: %s\nstderr: %s", job, err, ctx.Err(), stdout.String(), stderr.String())
 	}
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")

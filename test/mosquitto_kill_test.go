@@ -70,7 +70,9 @@ func TestMosquittoKillExactlyOnce(t *testing.T) {
 			i+1, seen.reading, k, time.Since(start).Round(time.Millisecond), seen.unacked, seen.sourceOut, seen.results)
 		run++
 		col.setRun(run)
+		restart := time.Now()
 		nd.start()
+		t.Logf("restarted in %v", time.Since(restart).Round(time.Millisecond))
 	}
 	l.wait(t, nd, 90*time.Second)
 	t.Logf("published %d readings in %v", w.all(), time.Since(start).Round(time.Millisecond))
