@@ -225,7 +225,7 @@ func (l *loader) wait(t *testing.T, nd *node, timeout time.Duration) {
 		t.Fatalf("publishing did not end within %v (next reading %d, %d acknowledged)", timeout, l.next.Load(), l.acked.Load())
 	}
 	if l.err != nil {
-		nd.failIfExited(t)
+		nd.failIfExits(t, 10*time.Second)
 		t.Fatalf("publishing: %v", l.err)
 	}
 }
@@ -491,12 +491,28 @@ func (n *node) checkParallelism(t *testing.T, job, op string, want int) {
 }
 
 // failIfExited fails the test if the node has exited by itself.
-func (n *node) failIfExited(t *testing.T) {
+func (n *node) failIfExited(t *testing.T) { n.failIfExits(t, 0) }
+
+// failIfExits fails the test if the node exits by itself within d: when
+// something it serves broke, it may be on its way out.
+func (n *node) failIfExits(t *testing.T, d time.Duration) {
 	t.Helper()
-	select {
-	case <-n.done:
+	exited := false
+	if d <= 0 {
+		select {
+		case <-n.done:
+			exited = true
+		default:
+		}
+	} else {
+		select {
+		case <-n.done:
+			exited = true
+		case <-time.After(d):
+		}
+	}
+	if exited {
 		t.Fatalf("edged exited by itself (%v); the errors of its current run:\n%s", n.waitErr, n.runErrors())
-	default:
 	}
 }
 
@@ -574,7 +590,7 @@ func cliStop(t *testing.T, nd *node, job string) string {
 	stop.Stdout, stop.Stderr = &stdout, &stderr
 	start := time.Now()
 	if err := stop.Run(); err != nil {
-		nd.failIfExited(t)
+		nd.failIfExits(t, 10*time.Second)
 		t.Fatalf("edged stop %s: %v (context: %v)\nstdout: %s\nstderr: %s", job, err, ctx.Err(), stdout.String(), stderr.String())
 	}
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
