@@ -1,7 +1,6 @@
 package test
 
 import (
-	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -61,7 +60,7 @@ func TestEmbeddedKillExactlyOnceQoS2(t *testing.T) {
 	}
 	subscribe()
 
-	devs := devices(t, url, "e2e-qos2-device", w.sensors, true) // one device per sensor
+	devs := devices(t, url, "e2e-qos2-device", conns, true)
 	defer disconnectAll(devs, 100)
 	l := startLoader(w, devs, 2, 0, w.all())
 	run := 0
@@ -81,12 +80,7 @@ func TestEmbeddedKillExactlyOnceQoS2(t *testing.T) {
 			t.Errorf("kill %d: the embedded broker did not keep the result consumer's persistent session across the kill (session present false): it is no longer subscribed, and results published before it subscribes again are lost", i+1)
 			subscribe()
 		}
-		kept := 0
-		for j, d := range devs {
-			if reconnect(t, d, fmt.Sprintf("device %d", j)) {
-				kept++
-			}
-		}
+		kept := reconnectAll(t, devs, "devices")
 		t.Logf("restarted and connected again in %v: %d of %d device sessions present; paho resent the %d publishes without acknowledgement", time.Since(restart).Round(time.Millisecond), kept, len(devs), unacked)
 		l.resume()
 	}

@@ -274,6 +274,36 @@ func reconnect(t *testing.T, c paho.Client, what string) bool {
 	return present
 }
 
+// reconnectAll connects every client of cs again, in parallel, and
+// returns how many found their session on the broker.
+func reconnectAll(t *testing.T, cs []paho.Client, what string) int {
+	t.Helper()
+	var present, failed atomic.Int64
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Go(func() {
+			ok := testutil.Within(30*time.Second, func() bool {
+				tok := c.Connect()
+				if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+					return false
+				}
+				if tok.(*paho.ConnectToken).SessionPresent() {
+					present.Add(1)
+				}
+				return true
+			})
+			if !ok {
+				failed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d of %d %s could not connect again within 30s", n, len(cs), what)
+	}
+	return int(present.Load())
+}
+
 // burners are CPU burner processes (the test binary in burner mode) that
 // compete with edged for the CPUs.
 type burners struct {
