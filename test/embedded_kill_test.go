@@ -60,7 +60,7 @@ func TestEmbeddedKillExactlyOnceQoS2(t *testing.T) {
 	}
 	subscribe()
 
-	devs := devices(t, url, "e2e-qos2-device", conns, true)
+	devs := devices(t, url, "e2e-qos2-device", w.sensors, true) // one device per sensor
 	defer disconnectAll(devs, 100)
 	l := startLoader(w, devs, 2, 0, w.all())
 	run := 0

@@ -839,7 +839,8 @@ func killInFlight(t *testing.T, nd *node, job string, l *loader, col *collector,
 	t.Helper()
 	var seen inFlight
 	last := int64(-1)
-	testutil.Eventually(t, 60*time.Second, fmt.Sprintf("kill point %d with the node reading and publishes in flight", k), func() bool {
+	var out int64
+	ok := testutil.Within(90*time.Second, func() bool {
 		nd.failIfExited(t)
 		if err := l.stopped(); err != nil {
 			t.Fatalf("publishing stopped: %v", err)
@@ -847,9 +848,10 @@ func killInFlight(t *testing.T, nd *node, job string, l *loader, col *collector,
 		if l.next.Load() <= int64(k) {
 			return false
 		}
-		out, ok := nd.sourceOut(job)
-		grew := ok && last >= 0 && out > last
-		if ok {
+		var read bool
+		out, read = nd.sourceOut(job)
+		grew := read && last >= 0 && out > last
+		if read {
 			last = out
 		}
 		if !grew || col.received(run) == 0 {
@@ -863,6 +865,10 @@ func killInFlight(t *testing.T, nd *node, job string, l *loader, col *collector,
 		}
 		return true
 	})
+	if !ok {
+		t.Fatalf("kill point %d not reached with the node reading and publishes in flight within 90s: next reading %d, %d acknowledged, %d unacknowledged, source sent on %d records and %d results arrived in this run",
+			k, l.next.Load(), l.acked.Load(), l.unacked(), out, col.received(run))
+	}
 	nd.kill()
 	return seen
 }
