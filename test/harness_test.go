@@ -33,7 +33,7 @@ import (
 // Environment variables (all optional):
 //
 //	EDGED_E2E_SEED         repeat a run's kill and split points
-//	EDGED_E2E_READINGS     readings per exactly-once test (default 100000; 500000 for a long run)
+//	EDGED_E2E_READINGS     readings per exactly-once test (default 100000, 60000 for QoS 2; 500000 for a long run)
 //	EDGED_E2E_BURNERS      CPU burner processes beside edged (default: the number of CPUs)
 //	EDGED_E2E_PARALLELISM  parallelism of the kill tests' pipelines (default 2)
 //	EDGED_E2E_KEEP_LOGS    a directory to copy the edged log of a failed test to
