@@ -1,10 +1,8 @@
 package test
 
 import (
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -12,31 +10,9 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
-)
 
-// startNodeArgs starts n like node.start, with extra arguments after
-// `run -c <config>`, and waits until it is ready.
-func startNodeArgs(n *node, extra ...string) {
-	n.t.Helper()
-	f, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	fmt.Fprintf(f, "===== edged run %v at %s =====\n", extra, time.Now().Format(time.RFC3339Nano))
-	n.logFile = f
-	n.cmd = exec.Command(edgedBin, append([]string{"run", "-c", n.cfgPath}, extra...)...)
-	n.cmd.Stdout, n.cmd.Stderr = f, f
-	if err := n.cmd.Start(); err != nil {
-		n.t.Fatalf("start edged: %v", err)
-	}
-	n.done = make(chan struct{})
-	cmd, done := n.cmd, n.done
-	go func() {
-		n.waitErr = cmd.Wait()
-		close(done)
-	}()
-	n.waitReady(30 * time.Second)
-}
+	"github.com/edgedio/edged/internal/testutil"
+)
 
 // TestCLIStopWithSavepointAndResume stops a node reading from Mosquitto
 // with `edged stop` (a savepoint) after half of the readings, starts a new
@@ -102,7 +78,7 @@ func TestCLIStopWithSavepointAndResume(t *testing.T) {
 
 	nd1 := &node{t: t, cfgPath: cfgPath, logPath: logPath, brokerAddr: mq, apiAddr: api}
 	nodes = append(nodes, nd1)
-	startNodeArgs(nd1)
+	nd1.start()
 	t.Logf("node 1 ready after %v", time.Since(start).Round(time.Millisecond))
 
 	pubs := publishers(t, url)
@@ -144,42 +120,10 @@ func TestCLIStopWithSavepointAndResume(t *testing.T) {
 
 	// Stop with a savepoint through the CLI.
 	stopStart := time.Now()
-	var stdout, stderr bytes.Buffer
-	stop := exec.Command(edgedBin, "stop", job, "--addr", api)
-	stop.Stdout, stop.Stderr = &stdout, &stderr
-	if err := stop.Start(); err != nil {
-		t.Fatalf("start edged stop: %v", err)
-	}
-	stopDone := make(chan error, 1)
-	go func() { stopDone <- stop.Wait() }()
-	select {
-	case err := <-stopDone:
-		if err != nil {
-			t.Fatalf("edged stop: %v (exit %d)\nstdout: %s\nstderr: %s", err, stop.ProcessState.ExitCode(), stdout.String(), stderr.String())
-		}
-	case <-time.After(60 * time.Second):
-		_ = stop.Process.Kill()
-		<-stopDone
-		t.Fatalf("edged stop did not return within 60 s\nstdout: %s\nstderr: %s", stdout.String(), stderr.String())
-	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	spPath := strings.TrimSpace(lines[len(lines)-1])
-	if spPath == "" {
-		t.Fatalf("edged stop printed no savepoint path (stderr %q)", stderr.String())
-	}
-	if fi, err := os.Stat(spPath); err != nil || !fi.IsDir() {
-		t.Fatalf("savepoint path %q printed by edged stop: stat %v", spPath, err)
-	}
-	t.Logf("edged stop exited 0 after %v: savepoint %s", time.Since(stopStart).Round(time.Millisecond), spPath)
+	spPath := cliStop(t, nd1, job)
 
 	// The node ends by itself once its only job has ended.
-	select {
-	case <-nd1.done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("node did not exit within 30 s of the stop with savepoint")
-	}
-	nd1.logFile.Close()
-	if code := nd1.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := nd1.waitExit(t, 30*time.Second); code != 0 {
 		t.Fatalf("node exited %d after the stop with savepoint, want 0", code)
 	}
 	t.Logf("node 1 exited 0, %v after the stop", time.Since(stopStart).Round(time.Millisecond))
@@ -187,29 +131,25 @@ func TestCLIStopWithSavepointAndResume(t *testing.T) {
 	// A new node from the savepoint, the second half and the tail.
 	nd2 := &node{t: t, cfgPath: cfgPath, logPath: logPath, brokerAddr: mq, apiAddr: api}
 	nodes = append(nodes, nd2)
-	startNodeArgs(nd2, "--from-savepoint", spPath)
+	nd2.start("--from-savepoint", spPath)
 	t.Logf("node 2 ready after %v", time.Since(start).Round(time.Millisecond))
 	publish(half, n+2*winMS)
 	t.Logf("published readings %d..%d (with the tail) after %v", half, n+2*winMS-1, time.Since(start).Round(time.Millisecond))
 
 	want := sensorsM * windows
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	got := 0
+	if !testutil.Within(90*time.Second, func() bool {
 		col.mu.Lock()
-		got := 0
+		defer col.mu.Unlock()
+		got = 0
 		for k := range col.byKey {
 			if (k.start-epochMS)/winMS < windows {
 				got++
 			}
 		}
-		col.mu.Unlock()
-		if got >= want && dead.Load() >= bad {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d window results and %d of %d dead letters after 90 s", got, want, dead.Load(), bad)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return got >= want && dead.Load() >= bad
+	}) {
+		t.Fatalf("%d of %d window results and %d of %d dead letters after 90 s", got, want, dead.Load(), bad)
 	}
 	t.Logf("all %d window results and %d dead letters after %v", want, dead.Load(), time.Since(start).Round(time.Millisecond))
 

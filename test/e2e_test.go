@@ -5,7 +5,6 @@ package test
 import (
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -19,12 +18,17 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edgedio/edged/internal/testutil"
 )
 
 // edgedBin is the binary TestMain builds.
 var edgedBin string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(burnerEnv) != "" {
+		os.Exit(runBurner()) // a CPU burner process started by startBurners
+	}
 	os.Exit(runMain(m))
 }
 
@@ -90,10 +94,19 @@ type collector struct {
 	bad     []string                // payloads that did not parse
 	perRun  map[int]map[winKey]bool // run -> windows received during it
 	run     int
+	markers map[string]bool // payloads received on a topic ending in /_marker (see drain)
 }
 
 func newCollector() *collector {
-	return &collector{byMsgID: map[string]string{}, byKey: map[winKey][]result{}, perRun: map[int]map[winKey]bool{}}
+	return &collector{byMsgID: map[string]string{}, byKey: map[winKey][]result{}, perRun: map[int]map[winKey]bool{},
+		markers: map[string]bool{}}
+}
+
+// received returns how many results arrived during run.
+func (c *collector) received(run int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.perRun[run])
 }
 
 func (c *collector) setRun(run int) {
@@ -104,6 +117,12 @@ func (c *collector) setRun(run int) {
 
 func (c *collector) handle(_ paho.Client, m paho.Message) {
 	payload := append([]byte(nil), m.Payload()...)
+	if strings.HasSuffix(m.Topic(), "/_marker") {
+		c.mu.Lock()
+		c.markers[string(payload)] = true
+		c.mu.Unlock()
+		return
+	}
 	var r result
 	var fields map[string]any
 	err := json.Unmarshal(payload, &r)
@@ -143,15 +162,17 @@ type node struct {
 	logFile    *os.File
 }
 
-func (n *node) start() {
+// start starts edged run -c <config> with extra arguments after it and
+// waits until it is ready.
+func (n *node) start(extra ...string) {
 	n.t.Helper()
 	f, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	fmt.Fprintf(f, "===== edged run at %s =====\n", time.Now().Format(time.RFC3339Nano))
+	fmt.Fprintf(f, "===== edged run %v at %s =====\n", extra, time.Now().Format(time.RFC3339Nano))
 	n.logFile = f
-	n.cmd = exec.Command(edgedBin, "run", "-c", n.cfgPath)
+	n.cmd = exec.Command(edgedBin, append([]string{"run", "-c", n.cfgPath}, extra...)...)
 	n.cmd.Stdout, n.cmd.Stderr = f, f
 	if err := n.cmd.Start(); err != nil {
 		n.t.Fatalf("start edged: %v", err)
@@ -165,25 +186,26 @@ func (n *node) start() {
 	n.waitReady(30 * time.Second)
 }
 
-// waitReady polls until GET /jobs says the job is running and the broker
+// waitReady waits until GET /jobs says the job is running and the broker
 // accepts connections.
 func (n *node) waitReady(timeout time.Duration) {
 	n.t.Helper()
 	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(timeout)
-	for {
+	exited := false
+	ready := testutil.Within(timeout, func() bool {
 		select {
 		case <-n.done:
-			n.t.Fatalf("edged exited while starting: %v\n%s", n.waitErr, n.logTail())
+			exited = true
+			return true
 		default:
 		}
-		if n.ready(client) {
-			return
-		}
-		if time.Now().After(deadline) {
-			n.t.Fatalf("edged not ready after %v\n%s", timeout, n.logTail())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return n.ready(client)
+	})
+	switch {
+	case exited:
+		n.t.Fatalf("edged exited while starting: %v\n%s", n.waitErr, n.logTail())
+	case !ready:
+		n.t.Fatalf("edged not ready after %v\n%s", timeout, n.logTail())
 	}
 }
 
@@ -483,23 +505,19 @@ func TestKillRestartExactCounts(t *testing.T) {
 			want = append(want, keyOf(w*windowMS+s))
 		}
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	missing := 0
+	if !testutil.Within(60*time.Second, func() bool {
 		col.mu.Lock()
-		missing := 0
+		defer col.mu.Unlock()
+		missing = 0
 		for _, k := range want {
 			if !col.perRun[run][k] {
 				missing++
 			}
 		}
-		col.mu.Unlock()
-		if missing == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 60s, %d of %d results of windows %d..%d (last run) still missing", missing, len(want), firstFinal, lastFinal)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return missing == 0
+	}) {
+		t.Fatalf("after 60s, %d of %d results of windows %d..%d (last run) still missing", missing, len(want), firstFinal, lastFinal)
 	}
 	t.Logf("all %d results of windows %d..%d arrived in the last run, %v after start", len(want), firstFinal, lastFinal, time.Since(start).Round(time.Millisecond))
 
@@ -603,22 +621,18 @@ func TestKillRestartExactCounts(t *testing.T) {
 }
 
 // killPoints returns count reading indexes in [10%, 95%) of n, at least
-// 15,000 apart, in order, drawn from a logged seed (EDGED_E2E_SEED
-// repeats a run).
+// min(15,000, a spacing that leaves room for them all) apart, in order,
+// drawn from a logged seed (EDGED_E2E_SEED repeats a run).
 func killPoints(t *testing.T, n, count int) []int {
 	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("EDGED_E2E_SEED"); s != "" {
-		fmt.Sscan(s, &seed)
-	}
-	t.Logf("seed %d (set EDGED_E2E_SEED to repeat)", seed)
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	rng := seededRand(t)
+	gap := min(15_000, n*85/100/(2*count))
 	var killAt []int
 	for len(killAt) < count {
 		k := n/10 + rng.IntN(n*85/100)
 		ok := true
 		for _, o := range killAt {
-			if k-o < 15_000 && o-k < 15_000 {
+			if k-o < gap && o-k < gap {
 				ok = false
 			}
 		}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edgedio/edged/internal/testutil"
 )
 
 // startMosquitto starts a Mosquitto broker on a free 127.0.0.1 port for
@@ -27,7 +29,7 @@ func startMosquitto(t *testing.T) string {
 	addr := freeAddr(t)
 	_, port, _ := net.SplitHostPort(addr)
 	conf := filepath.Join(t.TempDir(), "mosquitto.conf")
-	body := fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nmax_inflight_messages 1000\nmax_queued_messages 100000\n", port)
+	body := fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nmax_inflight_messages 1000\nmax_queued_messages 0\n", port)
 	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -39,18 +41,16 @@ func startMosquitto(t *testing.T) string {
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
+	if !testutil.Within(10*time.Second, func() bool {
+		var c net.Conn
+		if c, err = net.DialTimeout("tcp", addr, time.Second); err == nil {
 			c.Close()
-			return addr
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mosquitto not listening on %s: %v", addr, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return err == nil
+	}) {
+		t.Fatalf("mosquitto not listening on %s: %v", addr, err)
 	}
+	return addr
 }
 
 // TestMosquittoTotals: 200,000 JSON readings of 1,000 sensors go to a real
@@ -120,23 +120,19 @@ func TestMosquittoTotals(t *testing.T) {
 	}
 
 	want := sensorsM * windows
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	got := 0
+	if !testutil.Within(90*time.Second, func() bool {
 		col.mu.Lock()
-		got := 0
+		defer col.mu.Unlock()
+		got = 0
 		for k := range col.byKey {
 			if (k.start-epochMS)/winMS < windows {
 				got++
 			}
 		}
-		col.mu.Unlock()
-		if got >= want {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d window results after 90 s\n%s", got, want, nd.logTail())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return got >= want
+	}) {
+		t.Fatalf("%d of %d window results after 90 s\n%s", got, want, nd.logTail())
 	}
 	col.mu.Lock()
 	defer col.mu.Unlock()

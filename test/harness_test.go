@@ -1,0 +1,874 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edgedio/edged/internal/testutil"
+)
+
+// What the exactly-once tests share: a workload of readings with known
+// per-sensor totals, a publisher that runs beside the test and can be
+// paused around a kill, CPU burner processes, a look at the node's tasks,
+// the strict check of the results, and the CLI stop.
+//
+// Environment variables (all optional):
+//
+//	EDGED_E2E_SEED         repeat a run's kill and split points
+//	EDGED_E2E_READINGS     readings per exactly-once test (default 100000, 60000 for QoS 2; 500000 for a long run)
+//	EDGED_E2E_BURNERS      CPU burner processes beside edged (default: the number of CPUs)
+//	EDGED_E2E_PARALLELISM  parallelism of the kill tests' pipelines (default 2)
+//	EDGED_E2E_KEEP_LOGS    a directory to copy the edged log of a failed test to
+
+// burnerEnv makes the test binary a CPU burner instead of running tests
+// (see TestMain).
+const burnerEnv = "EDGED_E2E_BURNER"
+
+// tokenTimeout bounds the wait for one publish's acknowledgement; it
+// covers a node's restart, during which the devices' publishes wait.
+const tokenTimeout = 60 * time.Second
+
+// envInt returns the integer in the environment variable name, or def.
+func envInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 0 {
+		t.Fatalf("%s=%q: want a non-negative integer", name, s)
+	}
+	return v
+}
+
+// seededRand returns a random source from a logged seed (EDGED_E2E_SEED
+// repeats a run).
+func seededRand(t *testing.T) *rand.Rand {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("EDGED_E2E_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("EDGED_E2E_SEED=%q: %v", s, err)
+		}
+		seed = v
+	}
+	t.Logf("seed %d (set EDGED_E2E_SEED to repeat)", seed)
+	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+}
+
+// workload is n readings of sensors sensors, reading i from sensor
+// i%sensors with event time epochMS+i ms, counted in tumbling windows of
+// winMS ms, followed by tail readings that only move the watermark past
+// the last window. Every sensor has winMS/sensors readings in each of the
+// n/winMS windows.
+type workload struct {
+	n, sensors, winMS, tail int
+	topic                   string // with %s for the sensor id
+}
+
+// newWorkload returns the workload of the exactly-once tests: 100
+// sensors, 1 s windows, EDGED_E2E_READINGS readings (a multiple of 1000,
+// default def).
+func newWorkload(t *testing.T, def int) workload {
+	t.Helper()
+	n := envInt(t, "EDGED_E2E_READINGS", def) / 1000 * 1000
+	if n < 20_000 {
+		t.Fatalf("EDGED_E2E_READINGS must be at least 20000")
+	}
+	return workload{n: n, sensors: 100, winMS: 1000, tail: 3000, topic: "sensors/%s/temperature"}
+}
+
+func (w workload) sensor(i int) string { return fmt.Sprintf("s%03d", i%w.sensors) }
+func (w workload) windows() int        { return w.n / w.winMS }
+func (w workload) perSensor() int64    { return int64(w.winMS / w.sensors) }
+func (w workload) all() int            { return w.n + w.tail }
+
+func (w workload) windowStart(win int) int64 { return epochMS + int64(win)*int64(w.winMS) }
+
+func (w workload) reading(i int) (topic string, payload []byte) {
+	s := w.sensor(i)
+	return fmt.Sprintf(w.topic, s), []byte(fmt.Sprintf(`{"sensor":%q,"t":%d.5,"ts":%d}`, s, 20+i%15, epochMS+int64(i)))
+}
+
+// loader publishes readings of a workload from its own goroutine over a
+// fixed set of device connections, with at most window publishes not yet
+// acknowledged. The test pauses it to kill a node between two publishes,
+// so that no Publish call races the kill: every publish is either
+// complete, or stored by paho and resent on reconnect (persistent
+// sessions), or (clean sessions to a broker that does not die) simply
+// waiting for its acknowledgement.
+type loader struct {
+	w       workload
+	qos     byte
+	window  int
+	clients []paho.Client
+
+	gate sync.Mutex // held around each Publish; the test holds it to pause the loader
+
+	mu      sync.Mutex // guards pending
+	pending []pendingPub
+
+	next  atomic.Int64 // index of the next reading to publish
+	acked atomic.Int64 // publishes acknowledged
+	done  chan struct{}
+	err   error // why the loader stopped early; read after done
+}
+
+type pendingPub struct {
+	i   int
+	tok paho.Token
+}
+
+// startLoader publishes readings from..to-1 over clients (reading i on
+// clients[i%len(clients)]) and returns at once.
+func startLoader(w workload, clients []paho.Client, qos byte, from, to int) *loader {
+	l := &loader{w: w, qos: qos, window: max(batch, 8*len(clients)), clients: clients, done: make(chan struct{})}
+	l.next.Store(int64(from))
+	go l.run(from, to)
+	return l
+}
+
+func (l *loader) run(from, to int) {
+	defer close(l.done)
+	for i := from; i < to; i++ {
+		topic, p := l.w.reading(i)
+		l.gate.Lock()
+		tok := l.clients[i%len(l.clients)].Publish(topic, l.qos, false, p)
+		l.mu.Lock()
+		l.pending = append(l.pending, pendingPub{i, tok})
+		n := len(l.pending)
+		l.mu.Unlock()
+		l.next.Store(int64(i + 1))
+		l.gate.Unlock()
+		for ; n >= l.window; n-- {
+			if l.err = l.waitOldest(); l.err != nil {
+				return
+			}
+		}
+	}
+	for {
+		l.mu.Lock()
+		n := len(l.pending)
+		l.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if l.err = l.waitOldest(); l.err != nil {
+			return
+		}
+	}
+}
+
+func (l *loader) waitOldest() error {
+	l.mu.Lock()
+	p := l.pending[0]
+	l.mu.Unlock()
+	if !p.tok.WaitTimeout(tokenTimeout) {
+		return fmt.Errorf("reading %d: not acknowledged within %v", p.i, tokenTimeout)
+	}
+	if err := p.tok.Error(); err != nil {
+		return fmt.Errorf("reading %d: %w", p.i, err)
+	}
+	l.mu.Lock()
+	l.pending = l.pending[1:]
+	l.mu.Unlock()
+	l.acked.Add(1)
+	return nil
+}
+
+func (l *loader) pause()  { l.gate.Lock() }
+func (l *loader) resume() { l.gate.Unlock() }
+
+// unacked counts the publishes handed to paho whose acknowledgement has
+// not arrived.
+func (l *loader) unacked() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, p := range l.pending {
+		select {
+		case <-p.tok.Done():
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+// wait waits until every reading is published and acknowledged to the
+// broker, which nd runs or reads from.
+func (l *loader) wait(t *testing.T, nd *node, timeout time.Duration) {
+	t.Helper()
+	select {
+	case <-l.done:
+	case <-time.After(timeout):
+		t.Fatalf("publishing did not end within %v (next reading %d, %d acknowledged)", timeout, l.next.Load(), l.acked.Load())
+	}
+	if l.err != nil {
+		nd.failIfExits(t, 10*time.Second)
+		t.Fatalf("publishing: %v", l.err)
+	}
+}
+
+// stopped reports the loader's error if it has stopped early.
+func (l *loader) stopped() error {
+	select {
+	case <-l.done:
+		return l.err
+	default:
+		return nil
+	}
+}
+
+// devices connects n device clients to url. persistent: fixed client ids
+// and clean session false, so paho keeps unacknowledged QoS 1/2 publishes
+// and resends them when the client connects again. The embedded broker
+// appends a connection's publishes one after the other, each waiting for
+// the ingest log's fsync, so the number of devices bounds its rate.
+func devices(t *testing.T, url, prefix string, n int, persistent bool) []paho.Client {
+	t.Helper()
+	cs := make([]paho.Client, n)
+	for i := range cs {
+		opts := paho.NewClientOptions().AddBroker(url).SetClientID(fmt.Sprintf("%s-%d", prefix, i)).
+			SetCleanSession(!persistent).SetAutoReconnect(false).SetWriteTimeout(tokenTimeout).
+			SetConnectionLostHandler(func(paho.Client, error) {})
+		cs[i] = connect(t, opts)
+	}
+	return cs
+}
+
+// reconnect connects c again once its old connection is gone (paho
+// resumes its session: unacknowledged publishes are resent) and returns
+// the broker's session-present flag.
+func reconnect(t *testing.T, c paho.Client, what string) bool {
+	t.Helper()
+	present := false
+	testutil.Eventually(t, 30*time.Second, "reconnect "+what, func() bool {
+		tok := c.Connect()
+		if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			return false
+		}
+		present = tok.(*paho.ConnectToken).SessionPresent()
+		return true
+	})
+	return present
+}
+
+// reconnectAll connects every client of cs again, in parallel, and
+// returns how many found their session on the broker.
+func reconnectAll(t *testing.T, cs []paho.Client, what string) int {
+	t.Helper()
+	var present, failed atomic.Int64
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Go(func() {
+			ok := testutil.Within(30*time.Second, func() bool {
+				tok := c.Connect()
+				if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+					return false
+				}
+				if tok.(*paho.ConnectToken).SessionPresent() {
+					present.Add(1)
+				}
+				return true
+			})
+			if !ok {
+				failed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d of %d %s could not connect again within 30s", n, len(cs), what)
+	}
+	return int(present.Load())
+}
+
+// burners are CPU burner processes (the test binary in burner mode) that
+// compete with edged for the CPUs.
+type burners struct {
+	cmds  []*exec.Cmd
+	done  []chan struct{}
+	start time.Time
+}
+
+// startBurners starts EDGED_E2E_BURNERS burner processes (default one per
+// CPU), stopped when the test ends. Each exits by itself when its stdin
+// closes (the test process died) or after 15 minutes.
+func startBurners(t *testing.T) *burners {
+	t.Helper()
+	n := envInt(t, "EDGED_E2E_BURNERS", runtime.NumCPU())
+	b := &burners{start: time.Now()}
+	var stdins []io.Closer
+	for i := 0; i < n; i++ {
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), burnerEnv+"=1", "GOMAXPROCS=1")
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start burner: %v", err)
+		}
+		done := make(chan struct{})
+		go func() {
+			cmd.Wait()
+			close(done)
+		}()
+		b.cmds = append(b.cmds, cmd)
+		b.done = append(b.done, done)
+		stdins = append(stdins, in)
+	}
+	t.Cleanup(func() {
+		for i, in := range stdins {
+			in.Close()
+			select {
+			case <-b.done[i]:
+			case <-time.After(5 * time.Second):
+				b.cmds[i].Process.Kill()
+				<-b.done[i]
+			}
+		}
+	})
+	t.Logf("%d CPU burner processes beside edged (EDGED_E2E_BURNERS)", n)
+	return b
+}
+
+// check fails the test if a burner is no longer running: the contention
+// the test claims must be there.
+func (b *burners) check(t *testing.T) {
+	t.Helper()
+	for i, d := range b.done {
+		select {
+		case <-d:
+			t.Fatalf("CPU burner %d exited early: %v", i, b.cmds[i].ProcessState)
+		default:
+		}
+	}
+}
+
+// report logs the CPU time the burners used and fails the test if they
+// used less than a twentieth of a CPU over its duration: then they were not
+// competing with edged.
+func (b *burners) report(t *testing.T) {
+	t.Helper()
+	if len(b.cmds) == 0 {
+		t.Logf("no CPU burners (EDGED_E2E_BURNERS=0)")
+		return
+	}
+	b.check(t)
+	var cpu time.Duration
+	for _, c := range b.cmds {
+		d, err := procCPU(c.Process.Pid)
+		if err != nil {
+			t.Logf("burner CPU time unknown: %v", err)
+			return
+		}
+		cpu += d
+	}
+	wall := time.Since(b.start)
+	t.Logf("CPU burners used %v of CPU in %v", cpu.Round(time.Millisecond), wall.Round(time.Millisecond))
+	if cpu < wall/20 {
+		t.Errorf("CPU burners used only %v of CPU in %v: edged was not under contention", cpu, wall)
+	}
+}
+
+// procCPU returns the user and system CPU time of process pid from
+// /proc/<pid>/stat (in USER_HZ = 100 ticks per second).
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no ')'", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	// After the command: state is field 3, utime 14, stime 15.
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+}
+
+// runBurner is the test binary in burner mode: it keeps one CPU busy
+// until its stdin closes or 15 minutes pass.
+func runBurner() int {
+	stop := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		close(stop)
+	}()
+	deadline := time.After(15 * time.Minute)
+	x := uint64(1)
+	for {
+		select {
+		case <-stop:
+			return 0
+		case <-deadline:
+			return 0
+		default:
+		}
+		for j := 0; j < 1<<16; j++ {
+			x ^= x << 13
+			x ^= x >> 7
+			x ^= x << 17
+		}
+		if x == 0 { // never: keeps the loop from being optimised away
+			fmt.Println(x)
+		}
+	}
+}
+
+// taskInfo is one task of GET /jobs/{name}/operators.
+type taskInfo struct {
+	Chain       string   `json:"chain"`
+	Operators   []string `json:"operators"`
+	Subtask     int      `json:"subtask"`
+	Parallelism int      `json:"parallelism"`
+	RecordsIn   int64    `json:"records_in"`
+	RecordsOut  int64    `json:"records_out"`
+}
+
+// tasks returns the tasks of job on the running node.
+func (n *node) tasks(job string) ([]taskInfo, error) {
+	client := &http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get("http://" + n.apiAddr + "/jobs/" + job + "/operators")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /jobs/%s/operators: %s", job, resp.Status)
+	}
+	var l struct {
+		Tasks []taskInfo `json:"tasks"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
+		return nil, err
+	}
+	return l.Tasks, nil
+}
+
+// sourceOut returns the records the job's source task has sent on in the
+// node's current run.
+func (n *node) sourceOut(job string) (int64, bool) {
+	ts, err := n.tasks(job)
+	if err != nil {
+		return 0, false
+	}
+	for _, ti := range ts {
+		if slices.Contains(ti.Operators, job+"/source") {
+			return ti.RecordsOut, true
+		}
+	}
+	return 0, false
+}
+
+// checkParallelism fails the test unless GET /jobs/{job}/operators shows
+// the task holding operator op (e.g. "<job>/window") as want subtasks
+// 0..want-1, each reporting parallelism want.
+func (n *node) checkParallelism(t *testing.T, job, op string, want int) {
+	t.Helper()
+	var ts []taskInfo
+	var err error
+	// The job's tasks are listed once its runner has built them.
+	testutil.Eventually(t, 30*time.Second, "the tasks of "+op+" in GET /jobs/"+job+"/operators", func() bool {
+		ts, err = n.tasks(job)
+		return err == nil && slices.ContainsFunc(ts, func(ti taskInfo) bool { return slices.Contains(ti.Operators, op) })
+	})
+	var subtasks []int
+	for _, ti := range ts {
+		if !slices.Contains(ti.Operators, op) {
+			continue
+		}
+		if ti.Parallelism != want {
+			t.Fatalf("task %q subtask %d reports parallelism %d, want %d", ti.Chain, ti.Subtask, ti.Parallelism, want)
+		}
+		subtasks = append(subtasks, ti.Subtask)
+	}
+	slices.Sort(subtasks)
+	if len(subtasks) != want || subtasks[want-1] != want-1 {
+		t.Fatalf("operator %s runs as subtasks %v, want 0..%d", op, subtasks, want-1)
+	}
+	t.Logf("GET /jobs/%s/operators: %s runs in %d subtasks", job, op, want)
+}
+
+// failIfExited fails the test if the node has exited by itself.
+func (n *node) failIfExited(t *testing.T) { n.failIfExits(t, 0) }
+
+// failIfExits fails the test if the node exits by itself within d: when
+// something it serves broke, it may be on its way out.
+func (n *node) failIfExits(t *testing.T, d time.Duration) {
+	t.Helper()
+	exited := false
+	if d <= 0 {
+		select {
+		case <-n.done:
+			exited = true
+		default:
+		}
+	} else {
+		select {
+		case <-n.done:
+			exited = true
+		case <-time.After(d):
+		}
+	}
+	if exited {
+		t.Fatalf("edged exited by itself (%v); the errors of its current run:\n%s", n.waitErr, n.runErrors())
+	}
+}
+
+// runErrors returns the WARN and ERROR lines of the node's current run,
+// at most 30.
+func (n *node) runErrors() string {
+	var out []string
+	for _, line := range strings.Split(n.runLog(), "\n") {
+		if strings.Contains(line, "level=ERROR") || (strings.Contains(line, "level=WARN") && !strings.Contains(line, "component=mochi")) {
+			out = append(out, line)
+		}
+	}
+	if len(out) > 30 {
+		out = append(out[:30], fmt.Sprintf("... %d more", len(out)-30))
+	}
+	return strings.Join(out, "\n")
+}
+
+// runLog returns the node's log since its latest start.
+func (n *node) runLog() string {
+	b, _ := os.ReadFile(n.logPath)
+	s := string(b)
+	if i := strings.LastIndex(s, "===== edged run"); i >= 0 {
+		s = s[i:]
+	}
+	return s
+}
+
+// checkRestoredFrom fails the test unless the node's current run logged
+// that its job started from the snapshot at path.
+func (n *node) checkRestoredFrom(t *testing.T, path string) {
+	t.Helper()
+	for _, line := range strings.Split(n.runLog(), "\n") {
+		if strings.Contains(line, "restored_from="+path) || strings.Contains(line, `restored_from="`+path+`"`) {
+			t.Logf("edged: %s", line)
+			return
+		}
+	}
+	t.Fatalf("the node did not log restored_from=%s in its current run:\n%s", path, n.runLog())
+}
+
+// cleanupNode kills n at the end of the test if it still runs, and logs
+// the tail of its log if the test failed.
+func cleanupNode(t *testing.T, n *node) {
+	t.Cleanup(func() {
+		if n.cmd != nil && n.done != nil {
+			select {
+			case <-n.done:
+			default:
+				_ = n.cmd.Process.Kill()
+				<-n.done
+			}
+		}
+		if !t.Failed() {
+			return
+		}
+		t.Logf("edged log tail:\n%s", n.logTailN(12000))
+		if d := os.Getenv("EDGED_E2E_KEEP_LOGS"); d != "" {
+			dst := filepath.Join(d, strings.ReplaceAll(t.Name(), "/", "_")+".edged.log")
+			if b, err := os.ReadFile(n.logPath); err == nil && os.MkdirAll(d, 0o755) == nil && os.WriteFile(dst, b, 0o644) == nil {
+				t.Logf("edged log kept in %s", dst)
+			}
+		}
+	})
+}
+
+// cliStop runs `edged stop <job> --addr <node's api>` and returns the
+// savepoint path it printed, after checking that it is a directory.
+func cliStop(t *testing.T, nd *node, job string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	stop := exec.CommandContext(ctx, edgedBin, "stop", job, "--addr", nd.apiAddr)
+	stop.Stdout, stop.Stderr = &stdout, &stderr
+	start := time.Now()
+	if err := stop.Run(); err != nil {
+		nd.failIfExits(t, 10*time.Second)
+		t.Fatalf("edged stop %s: %v (context: %v)\nstdout: %s\nstderr: %s", job, err, ctx.Err(), stdout.String(), stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	p := strings.TrimSpace(lines[len(lines)-1])
+	if p == "" {
+		t.Fatalf("edged stop printed no savepoint path (stderr %q)", stderr.String())
+	}
+	if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+		t.Fatalf("savepoint path %q printed by edged stop: stat %v", p, err)
+	}
+	t.Logf("edged stop %s exited 0 after %v: savepoint %s", job, time.Since(start).Round(time.Millisecond), p)
+	return p
+}
+
+// waitExit waits for the node to exit by itself and returns its exit
+// code.
+func (n *node) waitExit(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-n.done:
+	case <-time.After(timeout):
+		t.Fatalf("node did not exit within %v", timeout)
+	}
+	n.logFile.Close()
+	return n.cmd.ProcessState.ExitCode()
+}
+
+// drain publishes a marker to topic (which col's subscription matches)
+// through the broker at url and waits until col has received it: the
+// broker queues a subscriber's messages in order, so everything it had
+// queued for col before the marker has then been delivered. It replaces
+// waiting for a while for late duplicates.
+func drain(t *testing.T, url, topic string, col *collector) {
+	t.Helper()
+	marker := strconv.FormatInt(time.Now().UnixNano(), 10)
+	c := connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("e2e-drain-"+marker).SetAutoReconnect(false))
+	defer c.Disconnect(100)
+	if tok := c.Publish(topic, 1, false, marker); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish marker: %v", tok.Error())
+	}
+	testutil.Eventually(t, 30*time.Second, "the marker behind the results", func() bool {
+		col.mu.Lock()
+		defer col.mu.Unlock()
+		return col.markers[marker]
+	})
+}
+
+// waitResults waits until col holds a result for every (sensor, window)
+// of w, and logs when they had all arrived; checkExact reports those that
+// did not.
+func waitResults(t *testing.T, col *collector, w workload, timeout time.Duration) {
+	t.Helper()
+	start := time.Now()
+	missing := 0
+	if testutil.Within(timeout, func() bool {
+		col.mu.Lock()
+		defer col.mu.Unlock()
+		missing = 0
+		for win := 0; win < w.windows(); win++ {
+			for s := 0; s < w.sensors; s++ {
+				if len(col.byKey[winKey{w.sensor(s), w.windowStart(win)}]) == 0 {
+					missing++
+				}
+			}
+		}
+		return missing == 0
+	}) {
+		t.Logf("every window's result had arrived %v after the last reading was acknowledged", time.Since(start).Round(time.Millisecond))
+		return
+	}
+	t.Errorf("%v after the last reading was acknowledged, %d of %d window results still missing", timeout, missing, w.windows()*w.sensors)
+}
+
+// checkExact checks the results col received for w as a consumer that
+// drops repeated msg_ids sees them: every (sensor, window) present under
+// exactly one msg_id, with exactly the readings published for it (none
+// lost, none counted twice), so every sensor's total is exact.
+func checkExact(t *testing.T, col *collector, w workload) {
+	t.Helper()
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	var errs []string
+	for _, b := range col.bad {
+		errs = append(errs, "bad result: "+b)
+	}
+	want := w.perSensor()
+	totals := map[string]int64{}
+	var missing, multiID, over, under, redelivered, results int
+	for win := 0; win < w.windows(); win++ {
+		for s := 0; s < w.sensors; s++ {
+			k := winKey{w.sensor(s), w.windowStart(win)}
+			rs := col.byKey[k]
+			results += len(rs)
+			if len(rs) == 0 {
+				missing++
+				errs = append(errs, fmt.Sprintf("%s window %d: no result", k.sensor, win))
+				continue
+			}
+			ids := map[string]int64{}
+			for _, r := range rs {
+				ids[r.MsgID] = r.Count
+			}
+			redelivered += len(rs) - len(ids)
+			if len(ids) > 1 {
+				multiID++
+				errs = append(errs, fmt.Sprintf("%s window %d: %d msg_ids %v (a consumer dropping repeated ids counts it %d times)", k.sensor, win, len(ids), ids, len(ids)))
+			}
+			for id, c := range ids {
+				totals[k.sensor] += c
+				switch {
+				case c > want:
+					over++
+					errs = append(errs, fmt.Sprintf("%s window %d: count %d, want %d: readings counted twice (msg_id %s)", k.sensor, win, c, want, id))
+				case c < want:
+					under++
+					errs = append(errs, fmt.Sprintf("%s window %d: count %d, want %d: readings lost (msg_id %s)", k.sensor, win, c, want, id))
+				}
+			}
+		}
+	}
+	var wrongTotals int
+	for s := 0; s < w.sensors; s++ {
+		id := w.sensor(s)
+		if totals[id] != int64(w.n/w.sensors) {
+			wrongTotals++
+			errs = append(errs, fmt.Sprintf("sensor %s: total %d, want %d", id, totals[id], w.n/w.sensors))
+		}
+	}
+	t.Logf("results: %d received for %d (sensor, window) pairs, %d of them repeats of a msg_id already received", results, w.windows()*w.sensors, redelivered)
+	if len(errs) == 0 {
+		t.Logf("every sensor's total is exactly %d over windows 0..%d, one msg_id per window", w.n/w.sensors, w.windows()-1)
+		return
+	}
+	slices.Sort(errs)
+	for i, e := range errs {
+		if i == 30 {
+			t.Errorf("... %d more", len(errs)-30)
+			break
+		}
+		t.Error(e)
+	}
+	t.Errorf("%d windows missing, %d under several msg_ids, %d counted over, %d under; %d of %d sensors with a wrong total; %d unparsable results",
+		missing, multiID, over, under, wrongTotals, w.sensors, len(col.bad))
+}
+
+// exactConfig is what writeExactConfig puts in a node config.
+type exactConfig struct {
+	job         string
+	api         string
+	broker      string // embedded broker address; "" when external is set
+	external    string // tcp:// URL of an external broker to read from
+	clientID    string // the external subscription's client id
+	qos         int    // the source's QoS
+	parallelism int
+}
+
+// writeExactConfig writes dir/edged.yaml: the pipeline job reads the
+// workload's topics, counts each sensor's readings in 1 s event-time
+// windows and publishes them to agg/<sensor> through the write-ahead MQTT
+// sink, with exactly-once checkpoints every 200 ms under dir/data.
+func writeExactConfig(t *testing.T, dir string, c exactConfig) string {
+	t.Helper()
+	data := filepath.Join(dir, "data")
+	var node, src string
+	if c.external != "" {
+		node = fmt.Sprintf("  data_dir: %s\n  listen: %s\n", data, c.api)
+		src = fmt.Sprintf("        broker: %s\n        client_id: %s\n", c.external, c.clientID)
+	} else {
+		node = fmt.Sprintf("  data_dir: %s\n  broker: %s\n  listen: %s\n", data, c.broker, c.api)
+	}
+	cfg := fmt.Sprintf(`node:
+%[1]spipelines:
+  - name: %[2]s
+    parallelism: %[3]d
+    source:
+      mqtt:
+%[4]s        topics: [sensors/+/temperature]
+        qos: %[5]d
+        format: json
+        fields:
+          id: {type: string, path: $.sensor}
+          temp: {type: float, path: $.t}
+          ts: {type: time, path: $.ts, unit: ms}
+    event_time: {field: ts, max_out_of_orderness: 1s}
+    key: id
+    window:
+      type: tumbling
+      size: 1s
+      aggregates: [{name: count, fn: count}]
+    sinks:
+      - mqtt: {topic: "agg/{id}", qos: 1}
+    checkpoint: {dir: %[6]s/checkpoints, interval: 200ms, mode: exactly_once}
+    restart: {strategy: fixed_delay, attempts: 3, delay: 100ms}
+`, node, c.job, c.parallelism, src, c.qos, data)
+	p := filepath.Join(dir, "edged.yaml")
+	if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// inFlight is what the test saw just before a kill.
+type inFlight struct {
+	reading   int   // next reading the loader was to publish
+	unacked   int   // publishes without acknowledgement
+	sourceOut int64 // records the source had sent on in this run
+	results   int   // results received in this run
+}
+
+// killInFlight waits until the node is in the middle of the load — the
+// loader has passed reading k, the job's source is reading (its
+// records_out grew between two looks), results arrived in this run and
+// publishes are unacknowledged — then pauses the loader and SIGKILLs the
+// node. The loader stays paused: the caller resumes it.
+func killInFlight(t *testing.T, nd *node, job string, l *loader, col *collector, run, k int) inFlight {
+	t.Helper()
+	var seen inFlight
+	last := int64(-1)
+	var out int64
+	ok := testutil.Within(90*time.Second, func() bool {
+		nd.failIfExited(t)
+		if err := l.stopped(); err != nil {
+			t.Fatalf("publishing stopped: %v", err)
+		}
+		if l.next.Load() <= int64(k) {
+			return false
+		}
+		var read bool
+		out, read = nd.sourceOut(job)
+		grew := read && last >= 0 && out > last
+		if read {
+			last = out
+		}
+		if !grew || col.received(run) == 0 {
+			return false
+		}
+		l.pause()
+		seen = inFlight{reading: int(l.next.Load()), unacked: l.unacked(), sourceOut: out, results: col.received(run)}
+		if seen.unacked == 0 {
+			l.resume()
+			return false
+		}
+		return true
+	})
+	if !ok {
+		t.Fatalf("kill point %d not reached with the node reading and publishes in flight within 90s: next reading %d, %d acknowledged, %d unacknowledged, source sent on %d records and %d results arrived in this run",
+			k, l.next.Load(), l.acked.Load(), l.unacked(), out, col.received(run))
+	}
+	nd.kill()
+	return seen
+}
