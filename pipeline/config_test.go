@@ -90,7 +90,7 @@ func TestBadConfigs(t *testing.T) {
 			`pipelines[0].source.mqtt.broker: "http://x" must be a tcp://, ssl://, mqtt://, mqtts://, ws:// or wss:// URL`,
 			`pipelines[0].source.mqtt.topics[0]: "a/#/b" may have # only as its last level`,
 			`pipelines[0].source.mqtt.topics[1]: "s+/x" may have + only as a whole level`,
-			`pipelines[0].source.mqtt.qos: (3) must be 0, 1 or 2`,
+			`pipelines[0].source.mqtt.qos: (3) must be 1 or 2`,
 			`pipelines[0].source.mqtt.fields.ts.column: applies only to format csv`,
 		}},
 		{"window shape", func(s string) string {
