@@ -1,9 +1,11 @@
 package pipeline
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // strictDecoders returns a JSON and a CSV decoder of one field of type t
@@ -168,5 +170,20 @@ func TestJSONDuplicateObjectOnPath(t *testing.T) {
 	// would decode a value the payload's last word withdrew.
 	if err := j.Decode(`{"a":{"id":"x"},"a":{"z":1}}`, &r); !errors.Is(err, ErrMalformed) {
 		t.Errorf("Decode = %v (%q), want ErrMalformed", err, r.Str(f.Slot))
+	}
+}
+
+func TestAppendJSONWritesValidUTF8(t *testing.T) {
+	s := &Schema{}
+	f, _ := s.add("s", String)
+	var r Row
+	r.SetStr(f.Slot, "a\xffb\xc3é\u2028")
+	out := r.AppendJSON(nil, s)
+	if !utf8.Valid(out) || !json.Valid(out) {
+		t.Fatalf("AppendJSON = %q: not valid UTF-8 JSON", out)
+	}
+	var back map[string]string
+	if err := json.Unmarshal(out, &back); err != nil || back["s"] != "a\ufffdb\ufffdé\u2028" {
+		t.Errorf("round trip: %q %v", back["s"], err)
 	}
 }
