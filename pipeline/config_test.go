@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -146,4 +147,21 @@ func FuzzParse(f *testing.F) {
 			t.Fatal("nil config without error")
 		}
 	})
+}
+
+// The shipped configs describe what edged does now: no source or sink is
+// "not available" or "future".
+func TestShippedConfigsCurrent(t *testing.T) {
+	files, _ := filepath.Glob("../configs/*.yaml")
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, stale := range []string{"not available", "future"} {
+			if strings.Contains(strings.ToLower(string(data)), stale) {
+				t.Errorf("%s says %q", f, stale)
+			}
+		}
+	}
 }
