@@ -309,30 +309,34 @@ func scanNumber(s string, i int) int {
 	if j < len(s) && s[j] == '-' {
 		j++
 	}
-	digits := func() int {
-		k := j
-		for j < len(s) && s[j] >= '0' && s[j] <= '9' {
-			j++
-		}
-		return j - k
-	}
-	if n := digits(); n == 0 || (n > 1 && s[j-n] == '0') {
+	k := skipDigits(s, j)
+	if k == j || (k-j > 1 && s[j] == '0') {
 		return -1
 	}
+	j = k
 	if j < len(s) && s[j] == '.' {
-		j++
-		if digits() == 0 {
+		if k = skipDigits(s, j+1); k == j+1 {
 			return -1
 		}
+		j = k
 	}
 	if j < len(s) && (s[j] == 'e' || s[j] == 'E') {
 		j++
 		if j < len(s) && (s[j] == '+' || s[j] == '-') {
 			j++
 		}
-		if digits() == 0 {
+		if k = skipDigits(s, j); k == j {
 			return -1
 		}
+		j = k
+	}
+	return j
+}
+
+// skipDigits returns the end of the decimal digits at s[j:].
+func skipDigits(s string, j int) int {
+	for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+		j++
 	}
 	return j
 }
@@ -474,7 +478,7 @@ func setField(r *Row, spec *FieldSpec, text string, kind textKind) error {
 		}
 		return fmt.Errorf("%w: field %q: %s%q is not a %s", ErrMalformed, f.Name, what, clip(text), f.Type)
 	}
-	number := kind == jsonNumber || (kind == csvText && isJSONNumber(text))
+	number := kind == jsonNumber || (kind == csvText && f.Type != String && isJSONNumber(text))
 	switch f.Type {
 	case String:
 		if kind != jsonString && kind != csvText {
