@@ -5,9 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -109,6 +114,7 @@ func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
 		return ErrNoPipelines
 	}
 	n := &node{opts: opts, log: opts.Logger, out: &lockedWriter{w: opts.Stdout}, byName: map[string]*job{}}
+	warnUnowned(n.log, cfg)
 
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
@@ -317,6 +323,125 @@ func (n *node) savepoint(ctx context.Context, j *job, path string, stop bool) (s
 
 func (n *node) stop(ctx context.Context, j *job, path string) (string, error) {
 	return n.savepoint(ctx, j, path, true)
+}
+
+// warnUnowned logs a warning for every ingest log under the data dir and
+// every checkpoint directory beside the configured ones (or under
+// <data_dir>/checkpoints) that no configured pipeline owns, with what it
+// holds: a renamed or removed pipeline leaves them behind, and an ingest
+// log's messages were acknowledged to their publishers. It deletes
+// nothing.
+func warnUnowned(log *slog.Logger, cfg *pipeline.Config) {
+	dataDir := cfg.Node.DataDir
+	if dataDir == "" {
+		dataDir = DefaultDataDir
+	}
+	logs := map[string]bool{}
+	ckps := map[string]bool{}
+	roots := []string{filepath.Join(dataDir, "checkpoints")}
+	for _, pc := range cfg.Pipelines {
+		if pc.Source.MQTT != nil {
+			logs[pc.Name] = true
+		}
+		if pc.Checkpoint.Dir != "" {
+			d := absDir(pc.Checkpoint.Dir)
+			ckps[d] = true
+			roots = append(roots, filepath.Dir(d))
+		}
+	}
+	ingestRoot := filepath.Join(dataDir, "ingest")
+	entries, _ := os.ReadDir(ingestRoot) // none yet: nothing to warn about
+	for _, e := range entries {
+		if !e.IsDir() || logs[e.Name()] {
+			continue
+		}
+		dir := filepath.Join(ingestRoot, e.Name())
+		segs, bytes, first := ingestLogContents(dir)
+		log.Warn("ingest log owned by no configured pipeline: its messages were acknowledged to their publishers and no pipeline will read them (renamed or removed pipeline?); left in place",
+			"dir", dir, "segments", segs, "bytes", bytes, "first_offset", first)
+	}
+	seen := map[string]bool{}
+	for _, root := range roots {
+		root = absDir(root)
+		if seen[root] {
+			continue
+		}
+		seen[root] = true
+		entries, _ := os.ReadDir(root)
+		for _, e := range entries {
+			dir := filepath.Join(root, e.Name())
+			if !e.IsDir() || ckps[dir] || seen[dir] {
+				continue
+			}
+			// A snapshot store has a LAYOUT file (snapshot/doc.go).
+			if _, err := os.Stat(filepath.Join(dir, "LAYOUT")); err != nil {
+				continue
+			}
+			seen[dir] = true
+			cps, sps := countDirs(filepath.Join(dir, "checkpoints")), countDirs(filepath.Join(dir, "savepoints"))
+			log.Warn("checkpoint dir owned by no configured pipeline: its job will not resume from it (renamed or removed pipeline?); left in place",
+				"dir", dir, "checkpoints", cps, "savepoints", sps, "bytes", dirBytes(dir))
+		}
+	}
+}
+
+// absDir is the absolute, cleaned form of dir.
+func absDir(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		return abs
+	}
+	return filepath.Clean(dir)
+}
+
+// ingestLogContents returns the segments of the ingest log in dir, their
+// bytes and the offset of the first one (its name; mqtt/ingestlog/doc.go),
+// without opening the log.
+func ingestLogContents(dir string) (segs int, bytes int64, first uint64) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".seg")
+		if !ok || e.IsDir() {
+			continue
+		}
+		base, err := strconv.ParseUint(name, 10, 64)
+		if err != nil {
+			continue
+		}
+		if info, err := e.Info(); err == nil {
+			bytes += info.Size()
+		}
+		if segs == 0 || base < first {
+			first = base
+		}
+		segs++
+	}
+	return segs, bytes, first
+}
+
+// countDirs returns the number of directories in dir.
+func countDirs(dir string) int {
+	entries, _ := os.ReadDir(dir)
+	n := 0
+	for _, e := range entries {
+		if e.IsDir() {
+			n++
+		}
+	}
+	return n
+}
+
+// dirBytes returns the bytes of the regular files under dir.
+func dirBytes(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // lockedWriter serialises writes to w from the sinks of all pipelines.

@@ -128,6 +128,22 @@ type Source[T any] interface {
 	Available() <-chan struct{}
 }
 
+// Replayer is implemented by a source that says whether it can be
+// rewound. A source that does not implement it is taken to be
+// replayable: a restore gives it back the position its checkpoint
+// recorded (an index, a byte offset, an ingest-log offset) and it replays
+// what followed. A source that cannot (SocketSource) makes a checkpointed
+// job at-most-once for its records, so the stream package refuses to run
+// it unless the job opts in.
+//
+// Replayable is called before the job runs, on an instance that is never
+// opened; it must not block.
+type Replayer interface {
+	// Replayable reports whether a restore can rewind the source to the
+	// position a checkpoint recorded.
+	Replayable() bool
+}
+
 // Sink consumes records of type T at the end of a pipeline.
 type Sink[T any] interface {
 	OneInput[T]

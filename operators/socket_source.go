@@ -16,9 +16,11 @@ const socketQueueSize = 1024
 // it sends, like Flink's socketTextStream. A connection is one split:
 // subtask 0 connects and the other subtasks report EndOfInput at once.
 //
-// A socket is not replayable: lines read before a failure are gone, so a
-// pipeline fed by a SocketSource is at-most-once whatever its checkpoint
-// mode. It is meant for demos and tests.
+// A socket is not replayable (Replayable is false): lines read before a
+// failure are gone, so a job fed by a SocketSource is at-most-once
+// whatever its checkpoint mode, and the stream package refuses to run it
+// with checkpoints unless stream.AllowAtMostOnceSources is given. It is
+// meant for demos and tests.
 //
 // Empty lines are skipped and a trailing "\r" is removed. A line parse
 // rejects is not emitted: it is counted (Malformed) and passed to the
@@ -45,7 +47,10 @@ type SocketSource[T any] struct {
 	ready   chan struct{} // always closed
 }
 
-var _ Source[string] = (*SocketSource[string])(nil)
+var (
+	_ Source[string] = (*SocketSource[string])(nil)
+	_ Replayer       = (*SocketSource[string])(nil)
+)
 
 // NewSocketSource returns a source of the lines sent by the TCP server at
 // addr ("host:port"), parsed by parse on the subtask's goroutine. It
@@ -84,6 +89,10 @@ func (s *SocketSource[T]) Open(ctx *Context) error {
 	go s.run(rctx)
 	return nil
 }
+
+// Replayable returns false: lines read before a failure are gone, and a
+// restarted job reconnects and reads what the server sends next.
+func (s *SocketSource[T]) Replayable() bool { return false }
 
 // Finish does nothing.
 func (s *SocketSource[T]) Finish() error { return nil }

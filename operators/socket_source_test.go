@@ -198,3 +198,18 @@ func TestSocketSourceCloseBeforeOpen(t *testing.T) {
 		t.Errorf("Close before Open: %v", err)
 	}
 }
+
+func TestSourcesSayWhetherTheyReplay(t *testing.T) {
+	var socket any = NewSocketSource("127.0.0.1:1", ParseSensorReading)
+	if r, ok := socket.(Replayer); !ok || r.Replayable() {
+		t.Errorf("socket source: Replayer %v, want one that cannot replay", ok)
+	}
+	for name, src := range map[string]any{
+		"generator": SensorGenerator(GeneratorConfig{Count: 1}),
+		"file":      NewLineFileSource("x", func(s string) (string, error) { return s, nil }),
+	} {
+		if r, ok := src.(Replayer); ok && !r.Replayable() {
+			t.Errorf("%s source says it cannot replay", name)
+		}
+	}
+}

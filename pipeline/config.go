@@ -146,7 +146,11 @@ type MQTTSourceConfig struct {
 	Broker string `yaml:"broker"`
 	// Topics to subscribe to; + and # wildcards allowed. At least one.
 	Topics []string `yaml:"topics"`
-	// QoS is 0, 1 or 2; default 1.
+	// QoS is 1 (default) or 2: the QoS of the subscription to an external
+	// broker. A message is acknowledged to the broker only once the ingest
+	// log holds it, so QoS 0 (at most once, nothing to acknowledge) is
+	// refused rather than upgraded. The embedded broker's route takes
+	// every message whatever its QoS, before the device's PUBACK.
 	QoS int `yaml:"qos"`
 	// ClientID of the subscription; default the pipeline name.
 	ClientID string `yaml:"client_id"`
@@ -157,6 +161,8 @@ type MQTTSourceConfig struct {
 	// Fields is the schema of the decoded rows. Required.
 	Fields Fields `yaml:"fields"`
 }
+
+func (m *MQTTSourceConfig) setDefaults() { m.QoS = 1 }
 
 // Fields is the ordered field mapping of a decoded source. In YAML it is a
 // mapping from field name to either a type (`temp: float`: JSON key

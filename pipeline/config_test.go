@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -90,7 +91,7 @@ func TestBadConfigs(t *testing.T) {
 			`pipelines[0].source.mqtt.broker: "http://x" must be a tcp://, ssl://, mqtt://, mqtts://, ws:// or wss:// URL`,
 			`pipelines[0].source.mqtt.topics[0]: "a/#/b" may have # only as its last level`,
 			`pipelines[0].source.mqtt.topics[1]: "s+/x" may have + only as a whole level`,
-			`pipelines[0].source.mqtt.qos: (3) must be 0, 1 or 2`,
+			`pipelines[0].source.mqtt.qos: (3) must be 1 or 2`,
 			`pipelines[0].source.mqtt.fields.ts.column: applies only to format csv`,
 		}},
 		{"window shape", func(s string) string {
@@ -146,4 +147,21 @@ func FuzzParse(f *testing.F) {
 			t.Fatal("nil config without error")
 		}
 	})
+}
+
+// The shipped configs describe what edged does now: no source or sink is
+// "not available" or "future".
+func TestShippedConfigsCurrent(t *testing.T) {
+	files, _ := filepath.Glob("../configs/*.yaml")
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, stale := range []string{"not available", "future"} {
+			if strings.Contains(strings.ToLower(string(data)), stale) {
+				t.Errorf("%s says %q", f, stale)
+			}
+		}
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // TimeUnit says how a number in a payload is read as a time field: seconds
@@ -34,10 +36,12 @@ type FieldSpec struct {
 const maxJSONDepth = 64
 
 // jsonNode is a node of the JSON decoder's key trie: either a leaf (spec >=
-// 0) or an object whose keys are the children.
+// 0) or an object whose keys are the children (obj is its index among the
+// objects, for the duplicate check).
 type jsonNode struct {
 	name     string
 	spec     int
+	obj      int
 	children []*jsonNode
 }
 
@@ -46,18 +50,39 @@ type jsonNode struct {
 // for payloads without escaped strings, allocates nothing: string values
 // are substrings of the payload. A JSONDecoder is immutable and may be
 // shared.
+//
+// It accepts only what encoding/json accepts, and decodes a mapped field
+// to the value encoding/json would give it, or refuses the payload
+// (ErrMalformed, naming the field) where encoding/json would guess:
+//
+//   - a string field takes a JSON string only (42 and true are refused,
+//     not turned into "42"); its value must be valid UTF-8 (encoding/json
+//     replaces bad bytes by U+FFFD, which would merge distinct keys);
+//     escapes are decoded, a surrogate pair (\ud83d\ude00) as the one
+//     character it encodes, and a lone surrogate is refused;
+//   - float and int fields take a JSON number only (not "12"); an int
+//     field refuses a fraction or exponent, a float field a number beyond
+//     float64's range;
+//   - a bool field takes the literals true and false only;
+//   - a time field takes a JSON number (in the field's unit) or a JSON
+//     string in RFC 3339;
+//   - a mapped key given twice, or an object on a mapped path given twice
+//     (encoding/json keeps the last), is refused.
+//
+// Values the pipeline does not map are checked for JSON syntax only.
 type JSONDecoder struct {
 	root  jsonNode
 	specs []FieldSpec
 }
 
 // NewJSONDecoder returns the decoder of specs; every spec needs a Path. At
-// most 64 fields.
+// most 64 fields, and at most 64 objects on their paths.
 func NewJSONDecoder(specs []FieldSpec) (*JSONDecoder, error) {
 	if len(specs) > 64 {
 		return nil, fmt.Errorf("pipeline: at most 64 decoded fields, have %d", len(specs))
 	}
-	d := &JSONDecoder{root: jsonNode{spec: -1}, specs: specs}
+	d := &JSONDecoder{root: jsonNode{spec: -1, obj: -1}, specs: specs}
+	objs := 0
 	for i, s := range specs {
 		if len(s.Path) == 0 {
 			return nil, fmt.Errorf("pipeline: field %q has an empty path", s.Field.Name)
@@ -73,7 +98,14 @@ func NewJSONDecoder(specs []FieldSpec) (*JSONDecoder, error) {
 			leaf := j == len(s.Path)-1
 			switch {
 			case c == nil:
-				c = &jsonNode{name: k, spec: -1}
+				c = &jsonNode{name: k, spec: -1, obj: -1}
+				if !leaf {
+					if objs == 64 {
+						return nil, fmt.Errorf("pipeline: field %q: at most 64 objects on the fields' paths", s.Field.Name)
+					}
+					c.obj = objs
+					objs++
+				}
 				n.children = append(n.children, c)
 			case leaf || c.spec >= 0:
 				return nil, fmt.Errorf("pipeline: field %q: path $.%s overlaps another field", s.Field.Name, strings.Join(s.Path, "."))
@@ -112,11 +144,12 @@ func (d *JSONDecoder) Decode(data string, r *Row) error {
 }
 
 type jsonParser struct {
-	s    string
-	i    int
-	d    *JSONDecoder
-	r    *Row
-	seen uint64
+	s       string
+	i       int
+	d       *JSONDecoder
+	r       *Row
+	seen    uint64 // specs decoded
+	objSeen uint64 // objects on mapped paths entered
 }
 
 func (p *jsonParser) fail(what string) error {
@@ -156,8 +189,9 @@ func (p *jsonParser) object(n *jsonNode, depth int) error {
 			return err
 		}
 		if esc {
-			if key, err = unquote(key); err != nil {
-				return p.fail("bad escape in key")
+			var bad string
+			if key, bad = unquote(key); bad != "" {
+				return p.fail(bad + " in key")
 			}
 		}
 		p.ws()
@@ -181,6 +215,10 @@ func (p *jsonParser) object(n *jsonNode, depth int) error {
 		case child.spec >= 0:
 			err = p.leaf(child.spec)
 		default:
+			if p.objSeen&(1<<child.obj) != 0 {
+				return p.fail("duplicate key " + strconv.Quote(clip(key)))
+			}
+			p.objSeen |= 1 << child.obj
 			err = p.object(child, depth+1)
 		}
 		if err != nil {
@@ -203,7 +241,7 @@ func (p *jsonParser) object(n *jsonNode, depth int) error {
 }
 
 // str parses a string at p.i and returns its raw contents (escapes left in
-// place) and whether it has escapes.
+// place, but checked) and whether it has escapes.
 func (p *jsonParser) str() (string, bool, error) {
 	if p.i >= len(p.s) || p.s[p.i] != '"' {
 		return "", false, p.fail("expected string")
@@ -218,6 +256,21 @@ func (p *jsonParser) str() (string, bool, error) {
 		case c == '\\':
 			esc = true
 			j++
+			if j >= len(p.s) {
+				break
+			}
+			switch p.s[j] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if _, ok := hex4(p.s, j+1); !ok {
+					p.i = j
+					return "", false, p.fail(`bad \u escape`)
+				}
+				j += 4
+			default:
+				p.i = j
+				return "", false, p.fail("bad escape")
+			}
 		case c < 0x20:
 			p.i = j
 			return "", false, p.fail("control character in string")
@@ -226,38 +279,78 @@ func (p *jsonParser) str() (string, bool, error) {
 	return "", false, p.fail("unterminated string")
 }
 
+// hex4 reads the 4 hex digits of a \u escape at s[i:].
+func hex4(s string, i int) (rune, bool) {
+	if i < 0 || i+4 > len(s) {
+		return 0, false
+	}
+	var v rune
+	for k := i; k < i+4; k++ {
+		c := s[k]
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		v = v<<4 | rune(c)
+	}
+	return v, true
+}
+
+// scanNumber returns the end of the JSON number at s[i:], or -1 when there
+// is none: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
+func scanNumber(s string, i int) int {
+	j := i
+	if j < len(s) && s[j] == '-' {
+		j++
+	}
+	k := skipDigits(s, j)
+	if k == j || (k-j > 1 && s[j] == '0') {
+		return -1
+	}
+	j = k
+	if j < len(s) && s[j] == '.' {
+		if k = skipDigits(s, j+1); k == j+1 {
+			return -1
+		}
+		j = k
+	}
+	if j < len(s) && (s[j] == 'e' || s[j] == 'E') {
+		j++
+		if j < len(s) && (s[j] == '+' || s[j] == '-') {
+			j++
+		}
+		if k = skipDigits(s, j); k == j {
+			return -1
+		}
+		j = k
+	}
+	return j
+}
+
+// skipDigits returns the end of the decimal digits at s[j:].
+func skipDigits(s string, j int) int {
+	for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+		j++
+	}
+	return j
+}
+
+// isJSONNumber reports whether all of s is one JSON number.
+func isJSONNumber(s string) bool { return scanNumber(s, 0) == len(s) }
+
 // number scans a JSON number at p.i and returns its text.
 func (p *jsonParser) number() (string, error) {
-	start := p.i
-	j := p.i
-	if j < len(p.s) && p.s[j] == '-' {
-		j++
-	}
-	digits := func() int {
-		k := j
-		for j < len(p.s) && p.s[j] >= '0' && p.s[j] <= '9' {
-			j++
-		}
-		return j - k
-	}
-	if n := digits(); n == 0 || (n > 1 && p.s[j-n] == '0') {
+	j := scanNumber(p.s, p.i)
+	if j < 0 {
 		return "", p.fail("bad number")
 	}
-	if j < len(p.s) && p.s[j] == '.' {
-		j++
-		if digits() == 0 {
-			return "", p.fail("bad number")
-		}
-	}
-	if j < len(p.s) && (p.s[j] == 'e' || p.s[j] == 'E') {
-		j++
-		if j < len(p.s) && (p.s[j] == '+' || p.s[j] == '-') {
-			j++
-		}
-		if digits() == 0 {
-			return "", p.fail("bad number")
-		}
-	}
+	start := p.i
 	p.i = j
 	return p.s[start:j], nil
 }
@@ -329,7 +422,7 @@ func (p *jsonParser) leaf(i int) error {
 		return p.fail("expected value")
 	}
 	var text string
-	quoted := false
+	var kind textKind
 	switch c := p.s[p.i]; {
 	case c == '"':
 		s, esc, err := p.str()
@@ -337,60 +430,96 @@ func (p *jsonParser) leaf(i int) error {
 			return err
 		}
 		if esc {
-			if s, err = unquote(s); err != nil {
-				return p.fail("bad escape")
+			var bad string
+			if s, bad = unquote(s); bad != "" {
+				return fmt.Errorf("%w: json: field %q: %s at offset %d", ErrMalformed, spec.Field.Name, bad, p.i)
 			}
 		}
-		text, quoted = s, true
+		text, kind = s, jsonString
 	case c == '-' || (c >= '0' && c <= '9'):
 		s, err := p.number()
 		if err != nil {
 			return err
 		}
-		text = s
+		text, kind = s, jsonNumber
 	case p.literal("true"):
-		text = "true"
+		text, kind = "true", jsonBool
 	case p.literal("false"):
-		text = "false"
+		text, kind = "false", jsonBool
 	default:
 		return fmt.Errorf("%w: json: field %q: expected a %s at offset %d", ErrMalformed, spec.Field.Name, spec.Field.Type, p.i)
 	}
-	if err := setField(p.r, spec, text, quoted); err != nil {
-		return err
-	}
-	return nil
+	return setField(p.r, spec, text, kind)
 }
 
-// setField parses text into the field of spec. quoted says the text was a
-// JSON string (so a number field refuses it... except times in RFC 3339).
-func setField(r *Row, spec *FieldSpec, text string, quoted bool) error {
+// textKind says what a field's text was in the payload.
+type textKind uint8
+
+const (
+	jsonString textKind = iota // a JSON string, unquoted
+	jsonNumber                 // a JSON number
+	jsonBool                   // the JSON literal true or false
+	csvText                    // a CSV column, trimmed
+)
+
+// setField parses text into the field of spec. A JSON value must have the
+// field's JSON type (a time takes a number or an RFC 3339 string); CSV
+// text is read as the JSON value it spells: a number as a JSON number, a
+// bool as true or false, anything else as a string.
+func setField(r *Row, spec *FieldSpec, text string, kind textKind) error {
 	f := spec.Field
 	bad := func() error {
-		return fmt.Errorf("%w: field %q: %q is not a %s", ErrMalformed, f.Name, clip(text), f.Type)
+		what := ""
+		switch kind {
+		case jsonString:
+			what = "the string "
+		case jsonNumber:
+			what = "the number "
+		}
+		return fmt.Errorf("%w: field %q: %s%q is not a %s", ErrMalformed, f.Name, what, clip(text), f.Type)
 	}
+	number := kind == jsonNumber || (kind == csvText && f.Type != String && isJSONNumber(text))
 	switch f.Type {
 	case String:
+		if kind != jsonString && kind != csvText {
+			return bad()
+		}
+		if !utf8.ValidString(text) {
+			return fmt.Errorf("%w: field %q: invalid UTF-8 in %q", ErrMalformed, f.Name, clip(text))
+		}
 		r.SetStr(f.Slot, text)
 	case Float:
+		if !number {
+			return bad()
+		}
 		v, err := strconv.ParseFloat(text, 64)
-		if err != nil || quoted {
+		if err != nil {
 			return bad()
 		}
 		r.SetFloat(f.Slot, v)
 	case Int:
+		if !number {
+			return bad()
+		}
 		v, err := strconv.ParseInt(text, 10, 64)
-		if err != nil || quoted {
+		if err != nil {
 			return bad()
 		}
 		r.SetInt(f.Slot, v)
 	case Bool:
-		v, err := strconv.ParseBool(text)
-		if err != nil || (quoted && text != "true" && text != "false") {
+		if (kind != jsonBool && kind != csvText) || (text != "true" && text != "false") {
 			return bad()
 		}
-		r.SetBool(f.Slot, v)
+		r.SetBool(f.Slot, text == "true")
 	case Time:
-		ms, ok := parseTime(text, spec.Unit)
+		var ms int64
+		ok := false
+		switch {
+		case number:
+			ms, ok = parseNumTime(text, spec.Unit)
+		case kind == jsonString || kind == csvText:
+			ms, ok = parseRFC3339(text)
+		}
 		if !ok {
 			return bad()
 		}
@@ -399,8 +528,8 @@ func setField(r *Row, spec *FieldSpec, text string, quoted bool) error {
 	return nil
 }
 
-// parseTime reads a number in unit, or an RFC 3339 time, as milliseconds.
-func parseTime(text string, unit TimeUnit) (int64, bool) {
+// parseNumTime reads a JSON number in unit as milliseconds.
+func parseNumTime(text string, unit TimeUnit) (int64, bool) {
 	if v, err := strconv.ParseInt(text, 10, 64); err == nil {
 		if unit == Seconds {
 			if v > math.MaxInt64/1000 || v < math.MinInt64/1000 {
@@ -410,15 +539,21 @@ func parseTime(text string, unit TimeUnit) (int64, bool) {
 		}
 		return v, true
 	}
-	if v, err := strconv.ParseFloat(text, 64); err == nil {
-		if unit == Seconds {
-			v *= 1000
-		}
-		if math.IsNaN(v) || v >= math.MaxInt64 || v <= math.MinInt64 {
-			return 0, false
-		}
-		return int64(math.Round(v)), true
+	v, err := strconv.ParseFloat(text, 64)
+	if err != nil {
+		return 0, false
 	}
+	if unit == Seconds {
+		v *= 1000
+	}
+	if math.IsNaN(v) || v >= math.MaxInt64 || v <= math.MinInt64 {
+		return 0, false
+	}
+	return int64(math.Round(v)), true
+}
+
+// parseRFC3339 reads an RFC 3339 time as milliseconds.
+func parseRFC3339(text string) (int64, bool) {
 	t, err := time.Parse(time.RFC3339Nano, text)
 	if err != nil {
 		return 0, false
@@ -434,9 +569,12 @@ func clip(s string) string {
 	return s
 }
 
-// unquote decodes the escapes of a JSON string's raw contents.
-func unquote(raw string) (string, error) {
+// unquote decodes the escapes of a JSON string's raw contents, which str
+// has checked. A surrogate pair becomes the character it encodes; a lone
+// surrogate is refused. It returns what is wrong, or "".
+func unquote(raw string) (string, string) {
 	var b strings.Builder
+	b.Grow(len(raw))
 	for i := 0; i < len(raw); i++ {
 		c := raw[i]
 		if c != '\\' {
@@ -445,7 +583,7 @@ func unquote(raw string) (string, error) {
 		}
 		i++
 		if i >= len(raw) {
-			return "", ErrMalformed
+			return "", "bad escape"
 		}
 		switch raw[i] {
 		case '"', '\\', '/':
@@ -461,25 +599,38 @@ func unquote(raw string) (string, error) {
 		case 't':
 			b.WriteByte('\t')
 		case 'u':
-			if i+4 >= len(raw) {
-				return "", ErrMalformed
+			v, ok := hex4(raw, i+1)
+			if !ok {
+				return "", `bad \u escape`
 			}
-			v, err := strconv.ParseUint(raw[i+1:i+5], 16, 32)
-			if err != nil {
-				return "", ErrMalformed
-			}
-			b.WriteRune(rune(v))
 			i += 4
+			if utf16.IsSurrogate(v) {
+				var lo rune
+				ok := false
+				if i+2 < len(raw) && raw[i+1] == '\\' && raw[i+2] == 'u' {
+					lo, ok = hex4(raw, i+3)
+				}
+				r := utf16.DecodeRune(v, lo)
+				if !ok || r == utf8.RuneError {
+					return "", fmt.Sprintf(`lone surrogate \u%04x`, v)
+				}
+				v = r
+				i += 6
+			}
+			b.WriteRune(v)
 		default:
-			return "", ErrMalformed
+			return "", "bad escape"
 		}
 	}
-	return b.String(), nil
+	return b.String(), ""
 }
 
 // CSVDecoder decodes delimited lines into Rows by column index. Values are
 // trimmed of spaces; quoting is not supported (a quote is an ordinary
-// character). It allocates nothing: strings are substrings of the line. A
+// character). A column is read as the JSON value it spells: float, int and
+// time fields take JSON numbers only (1.5, -2e3; not NaN, Inf, 0x1p4, 1_0,
+// +1 or 01), a time field also RFC 3339, a bool field true or false, and a
+// string field any valid UTF-8. It allocates nothing: strings are substrings of the line. A
 // CSVDecoder is immutable and may be shared.
 type CSVDecoder struct {
 	delim  byte
@@ -523,7 +674,7 @@ func (d *CSVDecoder) Decode(line string, r *Row) error {
 			v = line[start : start+end]
 		}
 		if i := d.byCol[col]; i >= 0 {
-			if err := setField(r, &d.specs[i], strings.TrimSpace(v), false); err != nil {
+			if err := setField(r, &d.specs[i], strings.TrimSpace(v), csvText); err != nil {
 				return err
 			}
 		}

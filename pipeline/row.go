@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"unicode/utf8"
 )
 
 // Type is the type of a Row field.
@@ -224,12 +225,24 @@ func (r *Row) AppendJSON(dst []byte, s *Schema) []byte {
 	return append(dst, '}')
 }
 
-// appendJSONString appends s quoted as a JSON string.
+// appendJSONString appends s quoted as a JSON string; a byte that is not
+// valid UTF-8 is written as U+FFFD (the decoders refuse such strings, so
+// only a computed field could hold one).
 func appendJSONString(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	for i := 0; i < len(s); i++ {
 		c := s[i]
+		if c >= utf8.RuneSelf {
+			r, n := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && n == 1 {
+				dst = append(dst, "\ufffd"...)
+			} else {
+				dst = append(dst, s[i:i+n]...)
+			}
+			i += n - 1
+			continue
+		}
 		switch {
 		case c == '"' || c == '\\':
 			dst = append(dst, '\\', c)

@@ -1,12 +1,15 @@
 package pipeline
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/url"
+	"path/filepath"
 	"reflect"
 	"regexp"
-
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/vm"
 
+	"github.com/edgedio/edged/keygroup"
 	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/snapshot"
 )
@@ -117,8 +121,17 @@ func (c *Config) validate(p *problems) {
 			p.add("node.simulator.topic", "is required")
 		} else if err := checkTopicTemplate(sim.Topic); err != "" {
 			p.add("node.simulator.topic", fmt.Sprintf("%q %s", sim.Topic, err))
+		} else {
+			for _, name := range placeholders(sim.Topic) {
+				if name != "id" {
+					p.add("node.simulator.topic", fmt.Sprintf("%q: the simulator fills only {id}", sim.Topic))
+					break
+				}
+			}
 		}
 	}
+	checkAddr(p, "node.broker", c.Node.Broker)
+	checkAddr(p, "node.listen", c.Node.Listen)
 	if len(c.Pipelines) == 0 {
 		p.add("pipelines", "at least one pipeline is required")
 	}
@@ -132,6 +145,56 @@ func (c *Config) validate(p *problems) {
 		names[pc.Name] = i
 		pc.plan = pc.compile(p, path)
 	}
+	checkSharedDirs(p, c.Pipelines)
+}
+
+// checkAddr checks a host:port the node listens on; empty means the
+// default.
+func checkAddr(p *problems, path, addr string) {
+	if addr == "" {
+		return
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		p.add(path, fmt.Sprintf("%q must be host:port (%v)", addr, err))
+		return
+	}
+	n, err := strconv.ParseUint(port, 10, 64)
+	switch {
+	case err != nil && errors.Is(err, strconv.ErrRange), err == nil && n > 65535:
+		p.add(path, fmt.Sprintf("%q must be host:port with a port in [0, 65535]", addr))
+	case err != nil:
+		p.add(path, fmt.Sprintf("%q must be host:port with a numeric port", addr))
+	}
+}
+
+// checkSharedDirs refuses two pipelines with one checkpoint directory: a
+// snapshot store belongs to one job, and the retention of one would
+// delete the checkpoints of the other.
+func checkSharedDirs(p *problems, pcs []PipelineConfig) {
+	owner := map[string]int{}
+	for i, pc := range pcs {
+		if pc.Checkpoint.Dir == "" {
+			continue
+		}
+		key := cleanDir(pc.Checkpoint.Dir)
+		if j, ok := owner[key]; ok {
+			p.add(fmt.Sprintf("pipelines[%d].checkpoint.dir", i), fmt.Sprintf(
+				"%q is also the checkpoint dir of pipelines[%d] (%q): each pipeline needs its own (retention would delete the other's checkpoints)",
+				pc.Checkpoint.Dir, j, pcs[j].Name))
+			continue
+		}
+		owner[key] = i
+	}
+}
+
+// cleanDir is the absolute, cleaned form of dir (cleaned only when the
+// working directory is unknown).
+func cleanDir(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		return abs
+	}
+	return filepath.Clean(dir)
 }
 
 // Validate checks one pipeline as Config.Validate does, with paths
@@ -154,8 +217,11 @@ func (pc *PipelineConfig) compile(p *problems, path string) *plan {
 	case !nameRe.MatchString(pc.Name):
 		p.add(at("name"), fmt.Sprintf("%q must be letters, digits, '_', '-' or '.'", pc.Name))
 	}
-	if pc.Parallelism < 1 {
+	switch {
+	case pc.Parallelism < 1:
 		p.add(at("parallelism"), fmt.Sprintf("(%d) must be at least 1", pc.Parallelism))
+	case pc.Parallelism > keygroup.DefaultMaxParallelism:
+		p.add(at("parallelism"), fmt.Sprintf("(%d) must not exceed the max parallelism (%d, the number of key groups)", pc.Parallelism, keygroup.DefaultMaxParallelism))
 	}
 
 	pl.in = pc.compileSource(p, at("source"), pl)
@@ -248,6 +314,8 @@ func (pc *PipelineConfig) compile(p *problems, path string) *plan {
 				p.add(sp+".mqtt.topic", "is required")
 			} else if err := checkTopicTemplate(s.MQTT.Topic); err != "" {
 				p.add(sp+".mqtt.topic", fmt.Sprintf("%q %s", s.MQTT.Topic, err))
+			} else if len(*p) == before {
+				pl.checkTopicFields(p, sp+".mqtt.topic", s.MQTT.Topic)
 			}
 			if s.MQTT.QoS < 0 || s.MQTT.QoS > 2 {
 				p.add(sp+".mqtt.qos", fmt.Sprintf("(%d) must be 0, 1 or 2", s.MQTT.QoS))
@@ -352,8 +420,12 @@ func (pc *PipelineConfig) compileSource(p *problems, path string, pl *plan) *Sch
 				p.add(fmt.Sprintf("%s.topics[%d]", mp, i), fmt.Sprintf("%q %s", t, err))
 			}
 		}
-		if m.QoS < 0 || m.QoS > 2 {
-			p.add(mp+".qos", fmt.Sprintf("(%d) must be 0, 1 or 2", m.QoS))
+		switch m.QoS {
+		case 1, 2:
+		case 0:
+			p.add(mp+".qos", "(0) is not supported: a message is acknowledged only once the ingest log holds it, which needs QoS 1 or 2")
+		default:
+			p.add(mp+".qos", fmt.Sprintf("(%d) must be 1 or 2", m.QoS))
 		}
 		return compileFields(p, mp, m.Format, m.Delimiter, m.Fields, pl)
 	}
@@ -410,7 +482,59 @@ func checkTopicTemplate(t string) string {
 	if depth != 0 {
 		return "has unbalanced braces"
 	}
+	for _, name := range placeholders(t) {
+		if name == "" {
+			return "has an empty placeholder"
+		}
+	}
 	return ""
+}
+
+// placeholders returns the names of the {field} placeholders of a topic
+// template whose braces checkTopicTemplate has found balanced.
+func placeholders(t string) []string {
+	var names []string
+	for {
+		open := strings.IndexByte(t, '{')
+		if open < 0 {
+			return names
+		}
+		end := strings.IndexByte(t[open:], '}')
+		if end < 0 {
+			return names
+		}
+		names = append(names, t[open+1:open+end])
+		t = t[open+end+1:]
+	}
+}
+
+// checkTopicFields checks that every placeholder of an MQTT sink's topic
+// names a field of every result the sink receives: the window results
+// and alerts of a keyed pipeline with either, else the rows.
+func (pl *plan) checkTopicFields(p *problems, path, topic string) {
+	type output struct {
+		what   string
+		schema *Schema
+	}
+	var outs []output
+	if !pl.keyed || (!pl.windowed && len(pl.alerts) == 0 && pl.silentMs == 0) {
+		outs = append(outs, output{"rows", pl.schema})
+	} else {
+		if pl.windowed {
+			outs = append(outs, output{"window results", pl.winSchema})
+		}
+		if pl.alertSchema != nil {
+			outs = append(outs, output{"alerts", pl.alertSchema})
+		}
+	}
+	for _, name := range placeholders(topic) {
+		for _, o := range outs {
+			if o.schema == nil || o.schema.Index(name) < 0 {
+				p.add(path, fmt.Sprintf("%q: {%s} is not a field of the %s (have %s)", topic, name, o.what, fieldNames(o.schema)))
+				return
+			}
+		}
+	}
 }
 
 // compileFields builds the schema and decoder of a decoded source.

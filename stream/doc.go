@@ -6,9 +6,15 @@
 //	readings := stream.FromSource(env, "sensors", func() operators.Source[operators.SensorReading] {
 //		return operators.SensorGenerator(operators.GeneratorConfig{Count: 1_000_000})
 //	})
-//	avg := stream.Aggregate(stream.KeyBy(readings, bySensor), "avg", averager{})
-//	avg.Print("out")
+//	avg := stream.Aggregate(stream.KeyBy(readings, bySensor), "avg", averager{}).UID("avg")
+//	avg.To("print", func() operators.Sink[average] {
+//		return operators.NewPrintSink(os.Stdout, average.String)
+//	})
 //	err := env.Execute(ctx)
+//
+// The package's Example is this job, runnable. A job with checkpoints
+// (WithCheckpointing) refuses a source that cannot be rewound
+// (operators.Replayer), unless AllowAtMostOnceSources is given.
 //
 // Go methods cannot have type parameters, so operations that change the
 // element type (Map, FlatMap, KeyBy, Aggregate) are functions; those that

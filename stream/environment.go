@@ -11,6 +11,7 @@ import (
 
 	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/keygroup"
+	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/snapshot"
 )
 
@@ -27,6 +28,8 @@ type Environment struct {
 	// last is the runner of the latest Execute, for Stats.
 	last    *actors.Runner
 	restart snapshot.RestartStrategy
+	// atMostOnce lets a checkpointed job read sources that cannot replay.
+	atMostOnce bool
 }
 
 // Option configures an Environment.
@@ -57,6 +60,15 @@ func WithLogger(l *slog.Logger) Option { return func(e *Environment) { e.cfg.Log
 
 // WithClock sets the processing-time clock (default: the real clock).
 func WithClock(c clockwork.Clock) Option { return func(e *Environment) { e.cfg.Clock = c } }
+
+// AllowAtMostOnceSources lets a job with checkpoints read sources that
+// cannot be rewound (operators.Replayer, such as the socket source). Such a
+// job is at-most-once for those sources' records: after a restart they
+// continue with what comes next, and what they had read since the
+// restored checkpoint is lost. Without this option Execute refuses the
+// job with ErrNotReplayable; with it, Execute logs a warning naming each
+// such source when the job starts.
+func AllowAtMostOnceSources() Option { return func(e *Environment) { e.atMostOnce = true } }
 
 // NewEnvironment returns an empty environment for the job called name.
 func NewEnvironment(name string, opts ...Option) *Environment {
@@ -134,6 +146,40 @@ func (e *Environment) resolve() error {
 		if n := e.nodes[v]; n != nil && n.stateful && !n.uidSet {
 			errs = append(errs, fmt.Errorf("stream: operator %q keeps state and needs a stable uid: call UID(...) on it", v.Name))
 		}
+	}
+	errs = append(errs, e.checkReplay())
+	return errors.Join(errs...)
+}
+
+// checkReplay refuses, in a job with checkpoints, a source that cannot be
+// rewound, unless AllowAtMostOnceSources; then it logs a warning for each.
+// It asks one instance of each source (never opened; constructors start
+// nothing).
+func (e *Environment) checkReplay() error {
+	if e.cfg.Checkpoint.Dir == "" {
+		return nil
+	}
+	var errs []error
+	for _, v := range e.job.Vertices {
+		if !v.IsSource() {
+			continue
+		}
+		op, err := v.NewSource(&operators.Context{Job: e.name, Operator: v.Name, UID: v.UID, Parallelism: v.Parallelism,
+			MaxParallelism: e.job.MaxParallelism, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			continue // the runner reports it
+		}
+		if r, ok := op.(operators.Replayer); !ok || r.Replayable() {
+			continue
+		}
+		if e.atMostOnce {
+			e.cfg.Logger.Warn("source cannot replay: the job is at-most-once for its records (AllowAtMostOnceSources)",
+				"job", e.name, "operator", v.Name)
+			continue
+		}
+		errs = append(errs, fmt.Errorf("%w: job %q has checkpoints (exactly-once or at-least-once), but its source %q cannot be rewound: "+
+			"records it read after the latest checkpoint would be lost on a restart; use a replayable source, or stream.AllowAtMostOnceSources() to run it at-most-once",
+			ErrNotReplayable, e.name, v.Name))
 	}
 	return errors.Join(errs...)
 }

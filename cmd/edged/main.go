@@ -1,11 +1,18 @@
 // Command edged runs an edged node and talks to a running one.
 //
 //	edged run -c <config> [--from-savepoint <path>] [--allow-non-restored] [--listen addr]
-//	edged list                 [--addr host:port]
-//	edged checkpoints <job>    [--addr host:port]
-//	edged savepoint <job>      [--path p] [--addr host:port]
-//	edged stop <job>           [--path p] [--addr host:port]   (stop with a savepoint)
-//	edged cancel <job>         [--addr host:port]
+//	edged list                 [--addr host:port | -c <config>]
+//	edged checkpoints <job>    [--addr host:port | -c <config>]
+//	edged savepoint <job>      [--path p] [--addr host:port | -c <config>]
+//	edged stop <job>           [--path p] [--addr host:port | -c <config>]   (stop with a savepoint)
+//	edged cancel <job>         [--addr host:port | -c <config>]
+//
+// The client commands find the node's REST API at, in this order: --addr;
+// node.listen of the config given with -c (a wildcard host such as
+// 0.0.0.0 or an empty one is dialled on the loopback address); the
+// EDGED_ADDR environment variable; 127.0.0.1:8081. A node started with
+// run --listen overrides its config's node.listen, so its clients need
+// --addr too.
 //
 // Exit status: 0 on success, 1 on a runtime failure, 2 on a usage or
 // config error (every config problem is printed with its key path).
@@ -18,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -38,11 +46,14 @@ func main() {
 
 const usage = `usage:
   edged run -c <config> [--from-savepoint <path>] [--allow-non-restored] [--listen addr]
-  edged list [--addr host:port]
-  edged checkpoints <job> [--addr host:port]
-  edged savepoint <job> [--path p] [--addr host:port]
-  edged stop <job> [--path p] [--addr host:port]
-  edged cancel <job> [--addr host:port]
+  edged list [--addr host:port | -c <config>]
+  edged checkpoints <job> [--addr host:port | -c <config>]
+  edged savepoint <job> [--path p] [--addr host:port | -c <config>]
+  edged stop <job> [--path p] [--addr host:port | -c <config>]
+  edged cancel <job> [--addr host:port | -c <config>]
+
+The client commands find the node at --addr, else the -c config's
+node.listen, else $EDGED_ADDR, else 127.0.0.1:8081.
 `
 
 // Exit statuses.
@@ -149,9 +160,11 @@ func runClient(ctx context.Context, cmd string, args []string, stdout, stderr io
 	fs := flag.NewFlagSet("edged "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c := &daemon.Client{}
-	var path string
+	var path, cfgPath string
 	var timeout time.Duration
-	fs.StringVar(&c.Addr, "addr", daemon.DefaultListen, "address of the node's REST API")
+	fs.StringVar(&c.Addr, "addr", "", "address of the node's REST API (default: -c's node.listen, else $"+addrEnv+", else "+daemon.DefaultListen+")")
+	fs.StringVar(&cfgPath, "c", "", "config file of the node, for its node.listen")
+	fs.StringVar(&cfgPath, "config", "", "config file (same as -c)")
 	fs.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the node")
 	if cmd == "savepoint" || cmd == "stop" {
 		fs.StringVar(&path, "path", "", "savepoint directory (default: under the job's checkpoint dir)")
@@ -172,6 +185,14 @@ func runClient(ctx context.Context, cmd string, args []string, stdout, stderr io
 		}
 		return exitUsage
 	}
+	if c.Addr == "" {
+		addr, err := clientAddr(cfgPath)
+		if err != nil {
+			fmt.Fprintf(stderr, "edged %s: %v\n", cmd, err)
+			return exitUsage
+		}
+		c.Addr = addr
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := client(ctx, c, cmd, pos, path, stdout); err != nil {
@@ -179,6 +200,45 @@ func runClient(ctx context.Context, cmd string, args []string, stdout, stderr io
 		return exitFailure
 	}
 	return exitOK
+}
+
+// addrEnv is the environment variable with the node's API address.
+const addrEnv = "EDGED_ADDR"
+
+// clientAddr returns the API address when --addr is not given: node.listen
+// of the config at cfgPath (when given), else $EDGED_ADDR, else the
+// default. A config that does not load is an error.
+func clientAddr(cfgPath string) (string, error) {
+	if cfgPath != "" {
+		cfg, err := pipeline.Load(cfgPath)
+		if err != nil {
+			return "", err
+		}
+		if cfg.Node.Listen != "" {
+			return dialAddr(cfg.Node.Listen), nil
+		}
+		return daemon.DefaultListen, nil
+	}
+	if a := os.Getenv(addrEnv); a != "" {
+		return a, nil
+	}
+	return daemon.DefaultListen, nil
+}
+
+// dialAddr turns a listen address into one to dial: a wildcard or empty
+// host becomes the loopback address of its family.
+func dialAddr(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	switch host {
+	case "", "0.0.0.0":
+		return net.JoinHostPort("127.0.0.1", port)
+	case "::":
+		return net.JoinHostPort("::1", port)
+	}
+	return listen
 }
 
 // client runs one client command against c and prints the answer.

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// fakeNode answers /jobs with one job named name.
+func fakeNode(t *testing.T, name string) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/jobs" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"jobs":[{"name":"` + name + `","status":"running"}]}`))
+	}))
+	t.Cleanup(func() {
+		srv.Close()
+		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	})
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// The client commands find the node: --addr, else the -c config's
+// node.listen, else EDGED_ADDR, else the default.
+func TestClientAddrPrecedence(t *testing.T) {
+	flagNode, cfgNode, envNode := fakeNode(t, "via-flag"), fakeNode(t, "via-config"), fakeNode(t, "via-env")
+	cfg := writeFile(t, "node.yaml", "node:\n  listen: "+cfgNode+"\n"+`
+pipelines:
+  - name: p
+    source: {generator: {count: 1}}
+    sinks: [{stdout: {}}]
+`)
+	list := func(args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), append([]string{"list"}, args...), &out, &errb); code != 0 {
+			t.Fatalf("list %q: exit %d\n%s", args, code, errb.String())
+		}
+		return out.String()
+	}
+	t.Setenv(addrEnv, envNode)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--addr", flagNode, "-c", cfg}, "via-flag"},
+		{[]string{"-c", cfg}, "via-config"},
+		{[]string{"--config", cfg}, "via-config"},
+		{nil, "via-env"},
+	} {
+		if out := list(tt.args...); !strings.Contains(out, tt.want) {
+			t.Errorf("list %q reached the wrong node:\n%s\nwant %s", tt.args, out, tt.want)
+		}
+	}
+}
+
+func TestClientAddrFromWildcardListen(t *testing.T) {
+	for listen, want := range map[string]string{
+		"0.0.0.0:9000":   "127.0.0.1:9000",
+		":9000":          "127.0.0.1:9000",
+		"[::]:9000":      "[::1]:9000",
+		"10.0.0.7:9000":  "10.0.0.7:9000",
+		"localhost:9000": "localhost:9000",
+	} {
+		if got := dialAddr(listen); got != want {
+			t.Errorf("dialAddr(%q) = %q, want %q", listen, got, want)
+		}
+	}
+}
+
+func TestClientBadConfigExits2(t *testing.T) {
+	var out, errb bytes.Buffer
+	p := writeFile(t, "bad.yaml", "node:\n  listen: nohost:notaport:1\n"+badConfig)
+	if code := run(context.Background(), []string{"list", "-c", p}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "node.listen") {
+		t.Errorf("exit %d, want 2 naming node.listen; stderr:\n%s", code, errb.String())
+	}
+}
+
+// node.broker that is not host:port used to fail at start (exit 1)
+// without a key path.
+func TestRunBadBrokerExits2(t *testing.T) {
+	p := writeFile(t, "broker.yaml", "node:\n  broker: nohost:notaport:1\n"+`
+pipelines:
+  - name: p
+    source: {generator: {count: 1}}
+    sinks: [{mqtt: {topic: "out/{id}"}}]
+`)
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"run", "-c", p, "--listen", "127.0.0.1:0"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "node.broker") {
+		t.Errorf("exit %d, want 2 naming node.broker; stderr:\n%s", code, errb.String())
+	}
+}
