@@ -3,8 +3,8 @@ package mqtt
 import (
 	"bufio"
 	"bytes"
-	"io"
 	"context"
+	"io"
 	"net"
 	"testing"
 	"time"
