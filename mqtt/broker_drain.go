@@ -22,6 +22,8 @@ type drainHook struct {
 	draining bool
 	busy     map[*mochi.Client]struct{}
 	idle     chan struct{} // closed when draining and busy is empty
+	atStart  int           // len(busy) when draining began
+	refused  int           // PUBLISH packets refused while draining
 }
 
 func newDrainHook() *drainHook {
@@ -49,6 +51,7 @@ func (h *drainHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.P
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.draining && pk.FixedHeader.Type == packets.Publish {
+		h.refused++
 		return pk, packets.ErrRejectPacket
 	}
 	h.busy[cl] = struct{}{}
@@ -85,6 +88,7 @@ func (h *drainHook) checkIdle() {
 func (h *drainHook) drain(timeout time.Duration) bool {
 	h.mu.Lock()
 	h.draining = true
+	h.atStart = len(h.busy)
 	h.checkIdle()
 	h.mu.Unlock()
 	t := time.NewTimer(timeout)
