@@ -45,7 +45,8 @@ type BrokerConfig struct {
 	// stored for persistent sessions. When a publish would pass it, the
 	// publisher gets no PUBACK until subscribers acknowledge enough (or
 	// their sessions end): back-pressure, nothing is dropped. YAML
-	// session_max_bytes; default 256 MiB; 0 means no bound.
+	// session_max_bytes; default 64 MiB; 0 means no bound. The stored
+	// messages are also held in memory (mochi keeps its own copy too).
 	SessionMaxBytes int64
 	// DrainTimeout bounds how long Close waits for the publishes in
 	// flight to be appended and acknowledged before it disconnects the
@@ -59,7 +60,7 @@ type BrokerConfig struct {
 // Defaults of BrokerConfig.
 const (
 	// DefaultSessionMaxBytes is BrokerConfig.SessionMaxBytes by default.
-	DefaultSessionMaxBytes = 256 << 20
+	DefaultSessionMaxBytes = 64 << 20
 	// DefaultDrainTimeout is BrokerConfig.DrainTimeout by default.
 	DefaultDrainTimeout = 5 * time.Second
 	// sessionCompactBytes is the journal size that first triggers a
