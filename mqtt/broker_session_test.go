@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -120,4 +121,43 @@ func TestBrokerPersistentSessionAcrossCrash(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A full session store holds back the publisher's PUBACK until the
+// offline consumer comes back and acknowledges; nothing is dropped.
+func TestBrokerSessionStoreFullBackpressure(t *testing.T) {
+	const n = 20
+	cfg := BrokerConfig{DataDir: t.TempDir(), SessionMaxBytes: 1000}
+	b := startBrokerCfg(t, nil, cfg, nil)
+	first := &persistentSub{seen: map[string]int{}}
+	sub := connectPersistent(t, b.Addr(), "slow", first, false)
+	if tok := sub.Subscribe("results/#", 1, nil); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	sub.Disconnect(0)
+
+	pub := connect(t, b.Addr(), "sink")
+	pad := strings.Repeat("x", 190)
+	var toks []paho.Token
+	for i := range n {
+		toks = append(toks, pub.Publish("results/x", 1, false, fmt.Sprintf("%02d%s", i, pad)))
+	}
+	testutil.Eventually(t, waitBound, "a publish blocked on the full store", func() bool { return b.SessionStats().Blocked > 0 })
+	if st := b.SessionStats(); st.Bytes > cfg.SessionMaxBytes {
+		t.Fatalf("stats %+v: store past its bound", st)
+	}
+	select {
+	case <-toks[n-1].Done():
+		t.Fatal("the last publish was acknowledged while the store is full")
+	default:
+	}
+
+	again := &persistentSub{seen: map[string]int{}}
+	connectPersistent(t, b.Addr(), "slow", again, false)
+	for _, tok := range toks {
+		if !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+	}
+	testutil.Eventually(t, waitBound, "every message delivered", func() bool { return again.distinct() == n })
 }

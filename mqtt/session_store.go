@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -215,52 +214,71 @@ func openSessionStore(dir string, maxBytes, compactBytes int64, logger *slog.Log
 	return s, nil
 }
 
-// replay reads the journal into memory, cutting off a torn end.
+// replay reads the journal into memory, cutting off a torn end: a
+// partial or damaged last record, left by a crash before the fsync that
+// would have made it durable. A damaged record followed by a good one is
+// damage, not a torn end (ErrCorruptSession).
 func (s *sessionStore) replay() error {
-	f, err := os.Open(s.path)
+	data, err := os.ReadFile(s.path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("mqtt: session store: %w", err)
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("mqtt: session store: %w", err)
-	}
-	r := bufio.NewReaderSize(f, 64<<10)
-	var pos int64
-	hdr := make([]byte, sessionFrameHeader)
-	for {
-		if _, err := io.ReadFull(r, hdr); err != nil {
-			break
-		}
-		n := binary.LittleEndian.Uint32(hdr)
-		if n == 0 || n > maxSessionRecord {
-			break
-		}
-		body := make([]byte, n)
-		if _, err := io.ReadFull(r, body); err != nil {
-			break
-		}
-		if crc32.Checksum(body, sessionCRC) != binary.LittleEndian.Uint32(hdr[4:]) {
+	pos := 0
+	for pos < len(data) {
+		body, ok := sessionFrame(data[pos:])
+		if !ok {
 			break
 		}
 		var rec sessionRec
 		if err := json.Unmarshal(body, &rec); err != nil {
-			return fmt.Errorf("%w: session journal %s at byte %d: %v", ErrCorruptSession, s.path, pos, err)
+			return fmt.Errorf("%w: %s at byte %d: %v", ErrCorruptSession, s.path, pos, err)
 		}
 		s.apply(&rec)
-		pos += sessionFrameHeader + int64(n)
+		pos += sessionFrameHeader + len(body)
 	}
-	if torn := st.Size() - pos; torn > 0 {
-		// Only the end can be torn: a crash before the fsync that would
-		// have made it durable. Nothing acknowledged depended on it.
-		s.stats.TornBytes = torn
+	if torn := len(data) - pos; torn > 0 {
+		if sessionDamageBefore(data[pos:]) {
+			return fmt.Errorf("%w: %s: damaged record at byte %d before the end", ErrCorruptSession, s.path, pos)
+		}
+		// Nothing acknowledged depended on a torn end.
+		s.stats.TornBytes = int64(torn)
 		s.logger.Warn("mqtt broker: session journal had a torn end; cut off", "file", s.path, "bytes", torn)
 	}
 	return nil
+}
+
+// sessionFrame returns the body of the frame at the start of b if it is
+// whole and its checksum matches.
+func sessionFrame(b []byte) ([]byte, bool) {
+	if len(b) < sessionFrameHeader {
+		return nil, false
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if n == 0 || n > maxSessionRecord || uint64(len(b)-sessionFrameHeader) < uint64(n) {
+		return nil, false
+	}
+	body := b[sessionFrameHeader : sessionFrameHeader+int(n)]
+	if crc32.Checksum(body, sessionCRC) != binary.LittleEndian.Uint32(b[4:]) {
+		return nil, false
+	}
+	return body, true
+}
+
+// sessionDamageBefore reports whether the bad frame at the start of b is
+// followed by a good one: damage in the middle, not a torn end.
+func sessionDamageBefore(b []byte) bool {
+	if len(b) < sessionFrameHeader {
+		return false
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if n == 0 || n > maxSessionRecord || uint64(len(b)-sessionFrameHeader) <= uint64(n) {
+		return false
+	}
+	_, ok := sessionFrame(b[sessionFrameHeader+int(n):])
+	return ok
 }
 
 // apply changes the in-memory state by rec. s.mu is held (or the store is
