@@ -21,6 +21,7 @@ import (
 // its store and from its send queue; those duplicates are both appended
 // by the second broker and are QoS 1's at-least-once, not the drain's.)
 func TestBrokerGracefulStopNoResend(t *testing.T) {
+	testutil.Burn(t, 1)
 	const devices, perDevice, window = 4, 120, 20
 	dir := t.TempDir()
 	opts := ingestlog.DefaultOptions()

@@ -20,6 +20,7 @@ import (
 // reconnect to a broker on the same directories and resend; the log holds
 // every message exactly once, and a released packet id is usable again.
 func TestBrokerQoS2ExactlyOnceAcrossCrash(t *testing.T) {
+	testutil.Burn(t, 1)
 	logDir, dataDir := t.TempDir(), t.TempDir()
 	l := openLog(t, logDir, ingestlog.DefaultOptions())
 	cfg := BrokerConfig{DataDir: dataDir}
@@ -121,6 +122,7 @@ func TestBrokerQoS2ExactlyOnceAcrossCrash(t *testing.T) {
 // crashes and is started again on the same address and directories; the
 // Source reading the ingest log gets every message exactly once.
 func TestBrokerQoS2DeviceToSourceAcrossCrash(t *testing.T) {
+	testutil.Burn(t, 1)
 	const n, window = 300, 20
 	logDir, dataDir := t.TempDir(), t.TempDir()
 	opts := ingestlog.DefaultOptions()

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
@@ -63,7 +64,8 @@ func publishN(t *testing.T, addr, id, topic, prefix string, n int) {
 // not yet synced are lost). After a restart on the same directory it
 // reconnects and gets every QoS 1 message whose publisher got a PUBACK.
 func TestBrokerPersistentSessionAcrossCrash(t *testing.T) {
-	const n = 2000
+	testutil.Burn(t, 1)
+	const n = 600
 	for _, online := range []bool{false, true} {
 		t.Run(fmt.Sprintf("online=%v", online), func(t *testing.T) {
 			dataDir := t.TempDir()
@@ -77,7 +79,9 @@ func TestBrokerPersistentSessionAcrossCrash(t *testing.T) {
 			if !online {
 				sub.Disconnect(0)
 			}
+			start := time.Now()
 			publishN(t, b.Addr(), "sink", "results/x", "r", n)
+			t.Logf("%d QoS 1 messages stored for a persistent session from one connection in %v", n, time.Since(start))
 			if online {
 				// The consumer acknowledges the first half only.
 				testutil.Eventually(t, waitBound, "every message delivered once", func() bool { return first.distinct() >= n })
