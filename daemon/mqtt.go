@@ -112,7 +112,12 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 	var br *mqtt.Broker
 	if needsEmbedded(cfg) {
 		var err error
-		br, err = mqtt.NewBroker(mqtt.BrokerConfig{Address: addr, Filters: []string{"#"}, Logger: n.log}, nil)
+		bc := mqtt.DefaultBrokerConfig()
+		bc.Address, bc.Logger = addr, n.log
+		// Persistent sessions, their queued results and the QoS 2 receipts
+		// of the devices survive a restart or a crash of the node.
+		bc.DataDir = filepath.Join(dataDir, "broker")
+		br, err = mqtt.NewBroker(bc, nil)
 		if err != nil {
 			return pipeline.Inputs{}, err
 		}
@@ -181,8 +186,9 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 	}, nil
 }
 
-// stopMQTT stops the simulator, then the subscribers and the broker, then
-// closes the logs.
+// stopMQTT stops the simulator, then the subscribers and the broker (which
+// drains: the publishes in flight are appended and acknowledged first),
+// then closes the logs.
 func (n *node) stopMQTT() error {
 	m := n.mqtt
 	if m == nil {

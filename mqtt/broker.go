@@ -34,15 +34,45 @@ type BrokerConfig struct {
 	// the ingest log. YAML filters; default ["#"] (every topic except
 	// $-topics).
 	Filters []string
+	// DataDir is the directory where the broker keeps its session journal
+	// (sessions.journal): persistent sessions, their subscriptions, the
+	// QoS 1/2 messages queued or in flight for them, and the packet ids of
+	// inbound QoS 2 messages not yet released. YAML data_dir; empty (the
+	// default) keeps sessions in memory only, so they end with the
+	// process and QoS 2 from devices is exactly-once only while it runs.
+	DataDir string
+	// SessionMaxBytes bounds the topic and payload bytes of the messages
+	// stored for persistent sessions. When a publish would pass it, the
+	// publisher gets no PUBACK until subscribers acknowledge enough (or
+	// their sessions end): back-pressure, nothing is dropped. YAML
+	// session_max_bytes; default 64 MiB; 0 means no bound. The stored
+	// messages are also held in memory (mochi keeps its own copy too).
+	SessionMaxBytes int64
+	// DrainTimeout bounds how long Close waits for the publishes in
+	// flight to be appended and acknowledged before it disconnects the
+	// clients. YAML drain_timeout; default 5s.
+	DrainTimeout time.Duration
 	// Logger receives the broker's logs (mochi's included, at Warn and
 	// above by default); nil discards them.
 	Logger *slog.Logger
 }
 
+// Defaults of BrokerConfig.
+const (
+	// DefaultSessionMaxBytes is BrokerConfig.SessionMaxBytes by default.
+	DefaultSessionMaxBytes = 64 << 20
+	// DefaultDrainTimeout is BrokerConfig.DrainTimeout by default.
+	DefaultDrainTimeout = 5 * time.Second
+	// sessionCompactBytes is the journal size that first triggers a
+	// rewrite; it grows to twice the live state.
+	sessionCompactBytes = 64 << 20
+)
+
 // DefaultBrokerConfig returns a broker on 127.0.0.1:1883 ingesting every
 // topic.
 func DefaultBrokerConfig() BrokerConfig {
-	return BrokerConfig{Address: DefaultBrokerAddress, Filters: []string{"#"}}
+	return BrokerConfig{Address: DefaultBrokerAddress, Filters: []string{"#"},
+		SessionMaxBytes: DefaultSessionMaxBytes, DrainTimeout: DefaultDrainTimeout}
 }
 
 // Validate reports every problem with c at once, naming the YAML keys.
@@ -55,6 +85,12 @@ func (c BrokerConfig) Validate() error {
 		if !validFilter(f) {
 			errs = append(errs, fmt.Errorf("%w: broker.filters[%d] (%q) is not a valid MQTT topic filter", ErrInvalidConfig, i, f))
 		}
+	}
+	if c.SessionMaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("%w: broker.session_max_bytes (%d) must not be negative", ErrInvalidConfig, c.SessionMaxBytes))
+	}
+	if c.DrainTimeout < 0 {
+		errs = append(errs, fmt.Errorf("%w: broker.drain_timeout (%s) must not be negative", ErrInvalidConfig, c.DrainTimeout))
 	}
 	return errors.Join(errs...)
 }
@@ -74,11 +110,33 @@ func (c BrokerConfig) Validate() error {
 // sends no PUBACK and drops the connection, so the device resends on
 // reconnect (at-least-once).
 //
+// QoS 2 from a device with a persistent session (clean_session=false;
+// MQTT 5: session expiry above 0) is exactly-once into the log when
+// BrokerConfig.DataDir is set: before the append, the broker records the
+// (client id, packet id) durably in its session journal, with a receive
+// time unique to the message (the record's Received) and the log's next
+// offset; a resend of that packet id before PUBREL, on the same
+// connection, a later one, or after a crash of the broker, is answered
+// with PUBREC without a second append; PUBREL forgets the id durably
+// before the PUBCOMP goes out. After a crash, Start looks for each
+// remembered message in the log from the recorded offset (by its receive
+// time and topic) to tell whether the append happened. A clean session
+// gets mochi's in-memory QoS 2 handling: exactly-once while the broker
+// runs, since a clean session's client does not resend after a reconnect.
+//
 // Because the hook is synchronous, one connection gets at most one
 // message per log fsync (ingestlog group commit window plus the fsync);
 // many devices share each fsync.
 //
-// Matching messages are also routed to subscribers as usual.
+// Matching messages are also routed to subscribers as usual. With
+// BrokerConfig.DataDir set, persistent sessions survive a restart or a
+// crash of the broker (see sessionHook).
+//
+// Close drains: it refuses new connections and new PUBLISH packets (the
+// connection that sent one is dropped without an acknowledgement, so its
+// device resends it to the next broker, and nothing was appended), waits
+// up to BrokerConfig.DrainTimeout for the publishes being processed to be
+// appended and acknowledged, then disconnects the clients.
 type Broker struct {
 	cfg    BrokerConfig
 	log    *ingestlog.Log
@@ -86,6 +144,14 @@ type Broker struct {
 	logger *slog.Logger
 	server *mochi.Server
 	tcp    *listeners.TCP
+	drain  *drainHook
+	store  *sessionStore // nil without DataDir; set by Start
+
+	// qos2Stage, when set, runs at each stage of a QoS 2 append
+	// ("receipt": the receipt is durable, "appended": the append
+	// returned); an error aborts the publish as a failed append would
+	// (tests).
+	qos2Stage func(stage, client string, pid uint16) error
 
 	mu      sync.Mutex // guards started, closed, cancel
 	started bool
@@ -95,8 +161,8 @@ type Broker struct {
 }
 
 // NewBroker returns a broker appending matching messages to log (nil: a
-// plain broker that ingests nothing). It starts nothing; the caller keeps
-// ownership of log and closes it after the Broker.
+// plain broker that ingests nothing). It starts nothing and opens no
+// file; the caller keeps ownership of log and closes it after the Broker.
 func NewBroker(cfg BrokerConfig, log *ingestlog.Log) (*Broker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -104,6 +170,9 @@ func NewBroker(cfg BrokerConfig, log *ingestlog.Log) (*Broker, error) {
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = DefaultDrainTimeout
 	}
 	caps := mochi.NewDefaultServerCapabilities()
 	caps.MaximumInflight = maxInflight
@@ -115,14 +184,11 @@ func NewBroker(cfg BrokerConfig, log *ingestlog.Log) (*Broker, error) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Broker{cfg: cfg, log: log, logger: logger, server: server, ctx: ctx, cancel: cancel}
-	if err := server.AddHook(new(auth.AllowHook), nil); err != nil {
-		cancel()
-		return nil, fmt.Errorf("mqtt: broker auth hook: %w", err)
-	}
-	if log != nil {
-		if err := server.AddHook(&ingestHook{b: b}, nil); err != nil {
+	b.drain = newDrainHook()
+	for _, h := range []mochi.Hook{b.drain, new(auth.AllowHook), &ingestHook{b: b}} {
+		if err := server.AddHook(h, nil); err != nil {
 			cancel()
-			return nil, fmt.Errorf("mqtt: broker ingest hook: %w", err)
+			return nil, fmt.Errorf("mqtt: broker hook %s: %w", h.ID(), err)
 		}
 	}
 	b.tcp = listeners.NewTCP(listeners.Config{ID: "tcp", Address: cfg.Address})
@@ -138,7 +204,9 @@ type route struct {
 // AddRoute makes the broker also append the messages matching filters to
 // log (one log per pipeline reading MQTT: each source truncates its own
 // log). A message matching several routes is appended to each. Call it
-// before Start; the caller keeps ownership of log.
+// before Start; the caller keeps ownership of log. QoS 2 receipts name
+// routes by the order they were added, so keep that order across
+// restarts.
 func (b *Broker) AddRoute(filters []string, log *ingestlog.Log) error {
 	for i, f := range filters {
 		if !validFilter(f) {
@@ -150,11 +218,6 @@ func (b *Broker) AddRoute(filters []string, log *ingestlog.Log) error {
 	if b.started {
 		return ErrBrokerStarted
 	}
-	if b.log == nil && len(b.routes) == 0 {
-		if err := b.server.AddHook(&ingestHook{b: b}, nil); err != nil {
-			return fmt.Errorf("mqtt: broker ingest hook: %w", err)
-		}
-	}
 	b.routes = append(b.routes, route{filters: filters, log: log})
 	return nil
 }
@@ -163,8 +226,10 @@ func (b *Broker) AddRoute(filters []string, log *ingestlog.Log) error {
 // Start.
 func (b *Broker) Server() *mochi.Server { return b.server }
 
-// Start binds the listener and starts serving; it returns once the
-// broker accepts connections. Closing ctx closes the broker, like Close.
+// Start opens the session journal (with BrokerConfig.DataDir) and
+// settles the QoS 2 receipts a crash left open, binds the listener and
+// starts serving; it returns once the broker accepts connections.
+// Closing ctx closes the broker, like Close.
 func (b *Broker) Start(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -174,10 +239,30 @@ func (b *Broker) Start(ctx context.Context) error {
 	if b.started {
 		return ErrBrokerStarted
 	}
+	if b.cfg.DataDir != "" {
+		st, err := openSessionStore(b.cfg.DataDir, b.cfg.SessionMaxBytes, sessionCompactBytes, b.logger)
+		if err != nil {
+			return err
+		}
+		b.store = st
+		if err := b.resolveReceipts(); err != nil {
+			st.close()
+			return err
+		}
+		if err := b.server.AddHook(&sessionHook{b: b, store: st, routing: map[string]routingMessage{}}, nil); err != nil {
+			st.close()
+			return fmt.Errorf("mqtt: broker session hook: %w", err)
+		}
+		stats := st.Stats()
+		b.logger.Info("mqtt broker sessions restored", "dir", b.cfg.DataDir, "sessions", stats.Sessions,
+			"messages", stats.Messages, "qos2_receipts", stats.Receipts)
+	}
 	if err := b.server.AddListener(b.tcp); err != nil {
+		b.closeStore()
 		return fmt.Errorf("mqtt: broker listen on %s: %w", b.cfg.Address, err)
 	}
 	if err := b.server.Serve(); err != nil {
+		b.closeStore()
 		return fmt.Errorf("mqtt: broker serve: %w", err)
 	}
 	b.started = true
@@ -190,13 +275,34 @@ func (b *Broker) Start(ctx context.Context) error {
 	return nil
 }
 
+func (b *Broker) closeStore() {
+	if b.store != nil {
+		b.store.close()
+	}
+}
+
 // Addr returns the address the broker listens on (with the real port
 // once started).
 func (b *Broker) Addr() string { return b.tcp.Address() }
 
-// Close unblocks the appends waiting for log space (their devices get no
-// PUBACK), disconnects every client, stops the listener and waits for
-// the connection goroutines. Closing twice is a no-op.
+// SessionStats returns the counters of the session journal (zero without
+// BrokerConfig.DataDir or before Start).
+func (b *Broker) SessionStats() SessionStats {
+	b.mu.Lock()
+	st := b.store
+	b.mu.Unlock()
+	if st == nil {
+		return SessionStats{}
+	}
+	return st.Stats()
+}
+
+// Close drains the broker and stops it: it refuses new connections and
+// PUBLISH packets, waits up to BrokerConfig.DrainTimeout for the packets
+// being processed (appends and their PUBACK/PUBREC), then unblocks the
+// appends still waiting for log space (their devices get no PUBACK),
+// disconnects every client, stops the listener, waits for the connection
+// goroutines and closes the session journal. Closing twice is a no-op.
 func (b *Broker) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -206,15 +312,37 @@ func (b *Broker) Close() error {
 	b.closed = true
 	started := b.started
 	b.mu.Unlock()
-	b.cancel()
 	if !started {
+		b.cancel()
 		return nil
 	}
-	return b.server.Close()
+	if !b.drain.drain(b.cfg.DrainTimeout) {
+		b.logger.Warn("mqtt broker: drain timed out; closing with publishes in flight (their devices resend)",
+			"timeout", b.cfg.DrainTimeout, "busy", b.drain.busyCount())
+	}
+	b.cancel()
+	err := b.server.Close()
+	if b.store != nil {
+		err = errors.Join(err, b.store.close())
+	}
+	return err
+}
+
+// crash stops the broker as a kill -9 would: no drain, and journal
+// records not yet synced are lost. For tests.
+func (b *Broker) crash() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	if b.store != nil {
+		b.store.crash()
+	}
+	b.cancel()
+	b.server.Close()
 }
 
 // ingestHook appends matching PUBLISH packets to the ingest log before
-// mochi acknowledges them.
+// mochi acknowledges them, and keeps the QoS 2 receipts.
 type ingestHook struct {
 	mochi.HookBase
 	b *Broker
@@ -222,18 +350,24 @@ type ingestHook struct {
 
 func (h *ingestHook) ID() string { return "edged-ingest" }
 
-func (h *ingestHook) Provides(b byte) bool { return b == mochi.OnPublish }
+func (h *ingestHook) Provides(b byte) bool { return b == mochi.OnPublish || b == mochi.OnPacketRead }
 
 // OnPublish runs on the publisher's connection goroutine, before the
 // PUBACK is sent.
 func (h *ingestHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	b := h.b
+	if b.log == nil && len(b.routes) == 0 {
+		return pk, nil
+	}
 	msg := ingestlog.Message{
 		Topic:    pk.TopicName,
 		Payload:  pk.Payload,
 		QoS:      pk.FixedHeader.Qos,
 		Retain:   pk.FixedHeader.Retain,
 		Received: time.Now(),
+	}
+	if pk.FixedHeader.Qos == 2 && b.store != nil && persistent(cl) && b.store.hasClient(cl.ID) {
+		return h.publishQoS2(cl, pk, msg)
 	}
 	var err error
 	if b.log != nil && b.matches(pk.TopicName) {
@@ -243,27 +377,39 @@ func (h *ingestHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pac
 		if err != nil {
 			break
 		}
-		for _, f := range r.filters {
-			if MatchTopic(f, pk.TopicName) {
-				_, err = r.log.Append(b.ctx, msg)
-				break
-			}
+		if r.matches(pk.TopicName) {
+			_, err = r.log.Append(b.ctx, msg)
 		}
 	}
 	if err == nil {
 		return pk, nil
 	}
-	// No PUBACK: drop the connection so the device resends on reconnect.
+	return pk, h.fail(cl, pk, err)
+}
+
+// fail drops cl's connection without an acknowledgement for pk, so the
+// device resends it on reconnect.
+func (h *ingestHook) fail(cl *mochi.Client, pk packets.Packet, err error) error {
+	b := h.b
 	if b.ctx.Err() == nil {
 		b.logger.Error("mqtt broker: ingest append failed; disconnecting client",
 			"client", cl.ID, "topic", pk.TopicName, "error", err)
 	}
 	cl.Stop(fmt.Errorf("mqtt: ingest append: %w", err))
-	return pk, packets.ErrRejectPacket
+	return packets.ErrRejectPacket
 }
 
 func (b *Broker) matches(topic string) bool {
 	for _, f := range b.cfg.Filters {
+		if MatchTopic(f, topic) {
+			return true
+		}
+	}
+	return false
+}
+
+func (r route) matches(topic string) bool {
+	for _, f := range r.filters {
 		if MatchTopic(f, topic) {
 			return true
 		}

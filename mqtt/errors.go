@@ -19,4 +19,11 @@ var (
 	ErrPublish = errors.New("mqtt: publish failed")
 	// ErrPublisherClosed is returned by a closed Publisher.
 	ErrPublisherClosed = errors.New("mqtt: publisher closed")
+	// ErrSessionStore is wrapped by failures to write the broker's
+	// session journal (BrokerConfig.DataDir); once it failed, sessions are
+	// no longer persisted and publishes that need it are refused.
+	ErrSessionStore = errors.New("mqtt: broker session store failed")
+	// ErrCorruptSession is returned by Broker.Start for a session journal
+	// with a damaged record before its end.
+	ErrCorruptSession = errors.New("mqtt: corrupt broker session journal")
 )

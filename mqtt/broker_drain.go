@@ -1,0 +1,108 @@
+package mqtt
+
+import (
+	"sync"
+	"time"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// drainHook lets Close drain the broker: it tracks the clients whose
+// packet is being processed (from its read to the end of its processing,
+// which includes the ingest append and the PUBACK/PUBREC write), and once
+// draining refuses new connections and new PUBLISH packets. A refused
+// PUBLISH ends its connection unacknowledged, so the device resends it
+// later, and it was not appended: no duplicate. It is the first hook, so
+// a refused packet reaches no other.
+type drainHook struct {
+	mochi.HookBase
+
+	mu       sync.Mutex // guards the fields below
+	draining bool
+	busy     map[*mochi.Client]struct{}
+	idle     chan struct{} // closed when draining and busy is empty
+	atStart  int           // len(busy) when draining began
+	refused  int           // PUBLISH packets refused while draining
+}
+
+func newDrainHook() *drainHook {
+	return &drainHook{busy: map[*mochi.Client]struct{}{}, idle: make(chan struct{})}
+}
+
+func (h *drainHook) ID() string { return "edged-drain" }
+
+func (h *drainHook) Provides(b byte) bool {
+	return b == mochi.OnConnect || b == mochi.OnPacketRead || b == mochi.OnPacketProcessed || b == mochi.OnDisconnect
+}
+
+// OnConnect refuses connections while draining.
+func (h *drainHook) OnConnect(cl *mochi.Client, _ packets.Packet) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.draining {
+		return ErrBrokerClosed
+	}
+	return nil
+}
+
+// OnPacketRead marks cl busy, or refuses a PUBLISH while draining.
+func (h *drainHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.draining && pk.FixedHeader.Type == packets.Publish {
+		h.refused++
+		return pk, packets.ErrRejectPacket
+	}
+	h.busy[cl] = struct{}{}
+	return pk, nil
+}
+
+// OnPacketProcessed marks cl idle.
+func (h *drainHook) OnPacketProcessed(cl *mochi.Client, _ packets.Packet, _ error) { h.done(cl) }
+
+// OnDisconnect marks cl idle (a packet that failed validation ends the
+// connection without OnPacketProcessed).
+func (h *drainHook) OnDisconnect(cl *mochi.Client, _ error, _ bool) { h.done(cl) }
+
+func (h *drainHook) done(cl *mochi.Client) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.busy, cl)
+	h.checkIdle()
+}
+
+// checkIdle closes idle once draining with nothing busy. h.mu is held.
+func (h *drainHook) checkIdle() {
+	if h.draining && len(h.busy) == 0 {
+		select {
+		case <-h.idle:
+		default:
+			close(h.idle)
+		}
+	}
+}
+
+// drain starts draining and waits until no packet is being processed or
+// timeout passes; it reports whether the broker drained.
+func (h *drainHook) drain(timeout time.Duration) bool {
+	h.mu.Lock()
+	h.draining = true
+	h.atStart = len(h.busy)
+	h.checkIdle()
+	h.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-h.idle:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+func (h *drainHook) busyCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.busy)
+}

@@ -1,0 +1,287 @@
+package mqtt
+
+import (
+	"sync"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/hooks/storage"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// sessionHook persists the broker's persistent sessions in the session
+// store: clients with clean_session=false (MQTT 5: a session expiry
+// interval above 0), their subscriptions, and the QoS 1/2 messages queued
+// or in flight for them, and gives them back to mochi at start.
+//
+// mochi sends the publisher its PUBACK before it routes the message to
+// the subscribers, so the hook stores the message in OnPublish, before the
+// PUBACK, for the persistent sessions subscribed to its topic (found with
+// mochi's own topic index), durably. Which packet id each session got is
+// recorded when mochi issues it (OnQosPublish) and the end of each flow
+// (PUBACK, PUBCOMP, a dropped or expired message) when it happens; those
+// records are group-committed with the next durable one, so a crash may
+// redeliver a message whose acknowledgement was not yet on disk
+// (at-least-once to the consumer, which drops duplicates by msg_id) but
+// never loses one whose publisher got its PUBACK.
+//
+// Hooks run on the clients' connection goroutines; the publish path (from
+// OnPublish to OnPublished) runs on the publisher's.
+type sessionHook struct {
+	mochi.HookBase
+	b     *Broker
+	store *sessionStore
+
+	mu      sync.Mutex                // guards routing
+	routing map[string]routingMessage // by publisher client id: the message being routed
+}
+
+// routingMessage is the stored message a publisher's goroutine is routing.
+type routingMessage struct {
+	id    uint64
+	topic string
+}
+
+func (h *sessionHook) ID() string { return "edged-sessions" }
+
+func (h *sessionHook) Provides(b byte) bool {
+	switch b {
+	case mochi.OnSessionEstablish, mochi.OnDisconnect, mochi.OnClientExpired,
+		mochi.OnSubscribed, mochi.OnUnsubscribed,
+		mochi.OnPublish, mochi.OnPublished, mochi.OnPacketProcessed,
+		mochi.OnQosPublish, mochi.OnQosComplete, mochi.OnQosDropped, mochi.OnPacketRead,
+		mochi.StoredClients, mochi.StoredSubscriptions, mochi.StoredInflightMessages:
+		return true
+	}
+	return false
+}
+
+// persistent reports whether cl's session outlives its connection.
+func persistent(cl *mochi.Client) bool {
+	if cl.Properties.ProtocolVersion == 5 {
+		return cl.Properties.Props.SessionExpiryInterval > 0
+	}
+	return !cl.Properties.Clean
+}
+
+// OnSessionEstablish runs before the CONNACK: a persistent session is
+// stored durably, a clean one discards what was stored under its id.
+func (h *sessionHook) OnSessionEstablish(cl *mochi.Client, pk packets.Packet) {
+	var err error
+	if persistent(cl) {
+		err = h.store.record(&sessionRec{T: "c", Client: cl.ID, Version: cl.Properties.ProtocolVersion,
+			Expiry: cl.Properties.Props.SessionExpiryInterval, ExpFlag: cl.Properties.Props.SessionExpiryIntervalFlag,
+			Listener: cl.Net.Listener, Username: cl.Properties.Username}, true)
+	} else if h.store.hasClient(cl.ID) {
+		err = h.store.record(&sessionRec{T: "cd", Client: cl.ID}, true)
+	}
+	if err != nil {
+		h.b.logger.Error("mqtt broker: storing session failed; disconnecting client", "client", cl.ID, "err", err)
+		cl.Stop(err)
+	}
+}
+
+// OnDisconnect forgets a session that ends with its connection.
+func (h *sessionHook) OnDisconnect(cl *mochi.Client, _ error, expire bool) {
+	if expire && !cl.IsTakenOver() && h.store.hasClient(cl.ID) {
+		h.store.record(&sessionRec{T: "cd", Client: cl.ID}, false)
+	}
+}
+
+// OnClientExpired forgets an expired session.
+func (h *sessionHook) OnClientExpired(cl *mochi.Client) {
+	h.store.record(&sessionRec{T: "cd", Client: cl.ID}, false)
+}
+
+// OnSubscribed runs before the SUBACK: a persistent session's new
+// subscriptions are stored durably.
+func (h *sessionHook) OnSubscribed(cl *mochi.Client, pk packets.Packet, codes []byte) {
+	if !persistent(cl) || !h.store.hasClient(cl.ID) {
+		return
+	}
+	for i, f := range pk.Filters {
+		if i >= len(codes) || codes[i] >= packets.ErrUnspecifiedError.Code {
+			continue
+		}
+		sub := sessionSub{Filter: f.Filter, Qos: f.Qos, RetainHandling: f.RetainHandling,
+			RetainAsPublished: f.RetainAsPublished, NoLocal: f.NoLocal, Identifier: f.Identifier}
+		h.store.record(&sessionRec{T: "s", Client: cl.ID, Sub: &sub}, false)
+	}
+	if err := h.store.sync(); err != nil {
+		h.b.logger.Error("mqtt broker: storing subscriptions failed; disconnecting client", "client", cl.ID, "err", err)
+		cl.Stop(err)
+	}
+}
+
+// OnUnsubscribed forgets a persistent session's subscriptions.
+func (h *sessionHook) OnUnsubscribed(cl *mochi.Client, pk packets.Packet) {
+	if !h.store.hasClient(cl.ID) {
+		return
+	}
+	for _, f := range pk.Filters {
+		h.store.record(&sessionRec{T: "u", Client: cl.ID, Filter: f.Filter}, false)
+	}
+}
+
+// OnPublish runs on the publisher's goroutine before its PUBACK (PUBREC):
+// a QoS 1/2 message for persistent sessions is stored durably first.
+func (h *sessionHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Qos == 0 || pk.Ignore {
+		return pk, nil
+	}
+	subs := h.b.server.Topics.Subscribers(pk.TopicName)
+	var to []sessionTo
+	for id, sub := range subs.Subscriptions {
+		if sub.NoLocal && id == cl.ID {
+			continue
+		}
+		q := min(pk.FixedHeader.Qos, sub.Qos)
+		if q == 0 || !h.store.hasClient(id) {
+			continue
+		}
+		to = append(to, sessionTo{Client: id, Qos: q})
+	}
+	if len(to) == 0 {
+		return pk, nil
+	}
+	id, err := h.store.addMessage(h.b.ctx, sessionMsgData{Topic: pk.TopicName, Payload: pk.Payload,
+		Qos: pk.FixedHeader.Qos, Retain: pk.FixedHeader.Retain, Origin: cl.ID, Created: pk.Created}, to)
+	if err != nil {
+		// No PUBACK: drop the connection so the publisher resends.
+		if h.b.ctx.Err() == nil {
+			h.b.logger.Error("mqtt broker: storing message for persistent sessions failed; disconnecting client",
+				"client", cl.ID, "topic", pk.TopicName, "err", err)
+		}
+		cl.Stop(err)
+		return pk, packets.ErrRejectPacket
+	}
+	h.mu.Lock()
+	h.routing[cl.ID] = routingMessage{id: id, topic: pk.TopicName}
+	h.mu.Unlock()
+	return pk, nil
+}
+
+// OnQosPublish records which packet id a persistent session got for the
+// message being routed.
+func (h *sessionHook) OnQosPublish(cl *mochi.Client, pk packets.Packet, _ int64, _ int) {
+	if pk.FixedHeader.Type != packets.Publish {
+		return
+	}
+	h.mu.Lock()
+	r, ok := h.routing[pk.Origin]
+	h.mu.Unlock()
+	if ok {
+		h.store.assign(cl.ID, pk.PacketID, r.id, pk.TopicName)
+	}
+}
+
+// OnPublished ends the routing of the publisher's message.
+func (h *sessionHook) OnPublished(cl *mochi.Client, _ packets.Packet) {
+	h.mu.Lock()
+	delete(h.routing, cl.ID)
+	h.mu.Unlock()
+}
+
+// OnPacketProcessed drops a stored message mochi never routed (its PUBACK
+// could not be written): the publisher resends it.
+func (h *sessionHook) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, _ error) {
+	if pk.FixedHeader.Type != packets.Publish {
+		return
+	}
+	h.mu.Lock()
+	r, ok := h.routing[cl.ID]
+	delete(h.routing, cl.ID)
+	h.mu.Unlock()
+	if ok {
+		h.store.record(&sessionRec{T: "md", MsgID: r.id}, false)
+	}
+}
+
+// OnPacketRead notes a PUBREC from a persistent session: the message
+// waits for its PUBCOMP now, and is resent as a PUBREL after a restart.
+func (h *sessionHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Type == packets.Pubrec && h.store.outbound(cl.ID, pk.PacketID) {
+		h.store.record(&sessionRec{T: "r", Client: cl.ID, PacketID: pk.PacketID}, false)
+	}
+	return pk, nil
+}
+
+// OnQosComplete ends an outbound flow on the client's PUBACK or PUBCOMP.
+// mochi also calls it for acknowledgements it built itself (inbound
+// flows); those carry a creation time, the client's packets do not.
+func (h *sessionHook) OnQosComplete(cl *mochi.Client, pk packets.Packet) {
+	t := pk.FixedHeader.Type
+	if (t != packets.Puback && t != packets.Pubcomp) || pk.Created != 0 {
+		return
+	}
+	if h.store.outbound(cl.ID, pk.PacketID) {
+		h.store.record(&sessionRec{T: "d", Client: cl.ID, PacketID: pk.PacketID}, false)
+	}
+}
+
+// OnQosDropped ends an outbound flow mochi gave up (expired, or the
+// session ended). A session taken over by a new connection keeps its
+// messages: mochi moved them to the new client.
+func (h *sessionHook) OnQosDropped(cl *mochi.Client, pk packets.Packet) {
+	if cl.IsTakenOver() {
+		return
+	}
+	if h.store.outbound(cl.ID, pk.PacketID) {
+		h.store.record(&sessionRec{T: "d", Client: cl.ID, PacketID: pk.PacketID}, false)
+	}
+}
+
+// StoredClients gives mochi the persistent sessions at start.
+func (h *sessionHook) StoredClients() ([]storage.Client, error) {
+	s := h.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]storage.Client, 0, len(s.clients))
+	for _, c := range s.clients {
+		out = append(out, storage.Client{ID: c.id, Listener: c.listener, Username: c.username,
+			ProtocolVersion: c.version, Clean: false,
+			Properties: storage.ClientProperties{SessionExpiryInterval: c.expiry, SessionExpiryIntervalFlag: c.expFlag}})
+	}
+	return out, nil
+}
+
+// StoredSubscriptions gives mochi the persistent sessions' subscriptions.
+func (h *sessionHook) StoredSubscriptions() ([]storage.Subscription, error) {
+	s := h.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []storage.Subscription
+	for _, c := range s.clients {
+		for _, sub := range c.subs {
+			out = append(out, storage.Subscription{Client: c.id, Filter: sub.Filter, Qos: sub.Qos,
+				RetainHandling: sub.RetainHandling, RetainAsPublished: sub.RetainAsPublished,
+				NoLocal: sub.NoLocal, Identifier: sub.Identifier})
+		}
+	}
+	return out, nil
+}
+
+// StoredInflightMessages gives mochi the messages queued or in flight for
+// the persistent sessions, each under the packet id the session knows it
+// by; they are resent (DUP) when the session reconnects.
+func (h *sessionHook) StoredInflightMessages() ([]storage.Message, error) {
+	s := h.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []storage.Message
+	for _, m := range s.msgs {
+		for client, d := range m.pending {
+			if d.pid == 0 {
+				continue
+			}
+			msg := storage.Message{Client: client, Origin: m.data.Origin, TopicName: m.data.Topic,
+				Payload: m.data.Payload, Created: m.data.Created, PacketID: d.pid,
+				FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: d.qos}}
+			if s.clients[client].rel[d.pid] {
+				msg.FixedHeader = packets.FixedHeader{Type: packets.Pubrel, Qos: 1}
+				msg.TopicName, msg.Payload = "", nil
+			}
+			out = append(out, msg)
+		}
+	}
+	return out, nil
+}

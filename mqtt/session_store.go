@@ -1,0 +1,781 @@
+package mqtt
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+)
+
+// sessionFile is the name of the session journal in BrokerConfig.DataDir.
+const sessionFile = "sessions.journal"
+
+// sessionFrameHeader is the length and CRC32C before each record body.
+const sessionFrameHeader = 8
+
+// maxSessionRecord bounds one record body; a larger length is damage.
+const maxSessionRecord = 64 << 20
+
+var sessionCRC = crc32.MakeTable(crc32.Castagnoli)
+
+// sessionRec is one journal record. T says which: "c" client (Client,
+// Version, Expiry, Listener, Username), "cd" client deleted, "s"
+// subscription (Sub), "u" unsubscribe (Filter), "m" message (Msg, To),
+// "md" message dropped, "a" delivery assigned a packet id, "r" delivery
+// awaiting PUBCOMP, "d" delivery done, "i" QoS 2 receipt (Tag, Topic,
+// Routes), "x" receipt released by PUBREL.
+type sessionRec struct {
+	T        string          `json:"t"`
+	Client   string          `json:"c,omitempty"`
+	Version  byte            `json:"v,omitempty"`
+	Expiry   uint32          `json:"e,omitempty"`
+	ExpFlag  bool            `json:"ef,omitempty"`
+	Listener string          `json:"l,omitempty"`
+	Username []byte          `json:"un,omitempty"`
+	Sub      *sessionSub     `json:"s,omitempty"`
+	Filter   string          `json:"f,omitempty"`
+	MsgID    uint64          `json:"m,omitempty"`
+	Msg      *sessionMsgData `json:"md,omitempty"`
+	To       []sessionTo     `json:"to,omitempty"`
+	PacketID uint16          `json:"p,omitempty"`
+	Tag      int64           `json:"g,omitempty"`
+	Topic    string          `json:"tp,omitempty"`
+	Routes   []receiptRoute  `json:"rt,omitempty"`
+}
+
+// sessionSub is a stored subscription.
+type sessionSub struct {
+	Filter            string `json:"f"`
+	Qos               byte   `json:"q,omitempty"`
+	RetainHandling    byte   `json:"rh,omitempty"`
+	RetainAsPublished bool   `json:"rap,omitempty"`
+	NoLocal           bool   `json:"nl,omitempty"`
+	Identifier        int    `json:"id,omitempty"`
+}
+
+// sessionMsgData is a stored message's content.
+type sessionMsgData struct {
+	Topic   string `json:"t"`
+	Payload []byte `json:"p,omitempty"`
+	Qos     byte   `json:"q"`
+	Retain  bool   `json:"r,omitempty"`
+	Origin  string `json:"o,omitempty"`
+	Created int64  `json:"c,omitempty"`
+}
+
+// sessionTo is one recipient of a stored message and the QoS it gets.
+type sessionTo struct {
+	Client string `json:"c"`
+	Qos    byte   `json:"q"`
+}
+
+// receiptRoute is one ingest log a QoS 2 message goes to: Key names the
+// route (0 the broker's own log, i+1 the i-th AddRoute), From is the log's
+// next offset before the append, so the record, if appended, is at or
+// after it.
+type receiptRoute struct {
+	Key  int    `json:"k"`
+	From uint64 `json:"f"`
+	// Known is true once Done is certain (appended here, found by a scan,
+	// or not found by a scan); not stored.
+	Known bool `json:"-"`
+	// Done is true once the message is in this log; not stored.
+	Done bool `json:"-"`
+}
+
+// sessionClient is a persistent session.
+type sessionClient struct {
+	id       string
+	version  byte
+	expiry   uint32
+	expFlag  bool
+	listener string
+	username []byte
+	subs     map[string]sessionSub
+	out      map[uint16]uint64 // outbound packet id -> message id
+	rel      map[uint16]bool   // outbound QoS 2 packet ids past PUBREC
+	receipts map[uint16]*qos2Receipt
+}
+
+// sessDelivery is one recipient's copy of a stored message.
+type sessDelivery struct {
+	qos byte
+	pid uint16 // 0: not assigned yet
+}
+
+// sessionMsg is a message stored for persistent sessions.
+type sessionMsg struct {
+	id      uint64
+	data    sessionMsgData
+	size    int64
+	pending map[string]*sessDelivery
+}
+
+// qos2Receipt remembers an inbound QoS 2 packet id until PUBREL.
+type qos2Receipt struct {
+	tag    int64
+	topic  string
+	routes []receiptRoute
+}
+
+// sessionStore is the broker's durable session state: persistent
+// sessions, their subscriptions, the QoS 1/2 messages queued or in flight
+// for them, and the inbound QoS 2 packet ids not yet released. It is an
+// append-only journal of checksummed records that is replayed at open and
+// rewritten (compacted) when it grows; records are group-committed: add
+// appends to a buffer and sync makes every record added so far durable
+// with one write and one fsync, shared by everyone waiting.
+//
+// All methods are safe for concurrent use; the store starts no
+// goroutines.
+type sessionStore struct {
+	dir          string
+	path         string
+	maxBytes     int64
+	compactBytes int64
+	logger       *slog.Logger
+
+	mu        sync.Mutex // guards every field below
+	f         *os.File
+	fileSize  int64
+	buf       []byte // records added, not yet written
+	added     uint64 // records added
+	synced    uint64 // records durable
+	syncing   bool
+	advanced  chan struct{} // closed and replaced when synced advances
+	space     chan struct{} // closed and replaced when liveBytes shrinks
+	failed    error
+	closed    bool
+	clients   map[string]*sessionClient
+	msgs      map[uint64]*sessionMsg
+	nextMsg   uint64
+	liveBytes int64
+	lastTag   int64
+	stats     SessionStats
+}
+
+// SessionStats counts what the broker's session store holds and did.
+type SessionStats struct {
+	// Sessions is the number of persistent sessions stored.
+	Sessions int
+	// Messages is the number of messages stored for them.
+	Messages int
+	// Bytes is the size of the stored messages' topics and payloads, what
+	// BrokerConfig.SessionMaxBytes bounds.
+	Bytes int64
+	// Receipts is the number of inbound QoS 2 packet ids awaiting PUBREL.
+	Receipts int
+	// Blocked counts publishes that waited for space.
+	Blocked uint64
+	// Syncs counts journal fsyncs.
+	Syncs uint64
+	// Compactions counts journal rewrites.
+	Compactions uint64
+	// TornBytes is what opening cut off the journal's end.
+	TornBytes int64
+}
+
+// openSessionStore opens (creating if needed) the journal in dir,
+// replays it, assigns packet ids to deliveries that had none and rewrites
+// it compacted.
+func openSessionStore(dir string, maxBytes, compactBytes int64, logger *slog.Logger) (*sessionStore, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("mqtt: session store: %w", err)
+	}
+	s := &sessionStore{
+		dir: dir, path: filepath.Join(dir, sessionFile),
+		maxBytes: maxBytes, compactBytes: compactBytes, logger: logger,
+		advanced: make(chan struct{}), space: make(chan struct{}),
+		clients: map[string]*sessionClient{}, msgs: map[uint64]*sessionMsg{},
+	}
+	if err := s.replay(); err != nil {
+		return nil, err
+	}
+	for _, m := range s.msgs {
+		for id, d := range m.pending {
+			if d.pid == 0 {
+				s.assignFresh(s.clients[id], m, d)
+			}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.compact(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// replay reads the journal into memory, cutting off a torn end: a
+// partial or damaged last record, left by a crash before the fsync that
+// would have made it durable. A damaged record followed by a good one is
+// damage, not a torn end (ErrCorruptSession).
+func (s *sessionStore) replay() error {
+	data, err := os.ReadFile(s.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("mqtt: session store: %w", err)
+	}
+	pos := 0
+	for pos < len(data) {
+		body, ok := sessionFrame(data[pos:])
+		if !ok {
+			break
+		}
+		var rec sessionRec
+		if err := json.Unmarshal(body, &rec); err != nil {
+			return fmt.Errorf("%w: %s at byte %d: %v", ErrCorruptSession, s.path, pos, err)
+		}
+		s.apply(&rec)
+		pos += sessionFrameHeader + len(body)
+	}
+	if torn := len(data) - pos; torn > 0 {
+		if sessionDamageBefore(data[pos:]) {
+			return fmt.Errorf("%w: %s: damaged record at byte %d before the end", ErrCorruptSession, s.path, pos)
+		}
+		// Nothing acknowledged depended on a torn end.
+		s.stats.TornBytes = int64(torn)
+		s.logger.Warn("mqtt broker: session journal had a torn end; cut off", "file", s.path, "bytes", torn)
+	}
+	return nil
+}
+
+// sessionFrame returns the body of the frame at the start of b if it is
+// whole and its checksum matches.
+func sessionFrame(b []byte) ([]byte, bool) {
+	if len(b) < sessionFrameHeader {
+		return nil, false
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if n == 0 || n > maxSessionRecord || uint64(len(b)-sessionFrameHeader) < uint64(n) {
+		return nil, false
+	}
+	body := b[sessionFrameHeader : sessionFrameHeader+int(n)]
+	if crc32.Checksum(body, sessionCRC) != binary.LittleEndian.Uint32(b[4:]) {
+		return nil, false
+	}
+	return body, true
+}
+
+// sessionDamageBefore reports whether the bad frame at the start of b is
+// followed by a good one: damage in the middle, not a torn end.
+func sessionDamageBefore(b []byte) bool {
+	if len(b) < sessionFrameHeader {
+		return false
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if n == 0 || n > maxSessionRecord || uint64(len(b)-sessionFrameHeader) <= uint64(n) {
+		return false
+	}
+	_, ok := sessionFrame(b[sessionFrameHeader+int(n):])
+	return ok
+}
+
+// apply changes the in-memory state by rec. s.mu is held (or the store is
+// not shared yet).
+func (s *sessionStore) apply(r *sessionRec) {
+	switch r.T {
+	case "c":
+		c := s.clients[r.Client]
+		if c == nil {
+			c = &sessionClient{id: r.Client, subs: map[string]sessionSub{}, out: map[uint16]uint64{},
+				rel: map[uint16]bool{}, receipts: map[uint16]*qos2Receipt{}}
+			s.clients[r.Client] = c
+		}
+		c.version, c.expiry, c.expFlag, c.listener, c.username = r.Version, r.Expiry, r.ExpFlag, r.Listener, r.Username
+	case "cd":
+		c := s.clients[r.Client]
+		if c == nil {
+			return
+		}
+		delete(s.clients, r.Client)
+		for _, m := range s.msgs {
+			if _, ok := m.pending[r.Client]; ok {
+				delete(m.pending, r.Client)
+				s.maybeFree(m)
+			}
+		}
+	case "s":
+		if c := s.clients[r.Client]; c != nil && r.Sub != nil {
+			c.subs[r.Sub.Filter] = *r.Sub
+		}
+	case "u":
+		if c := s.clients[r.Client]; c != nil {
+			delete(c.subs, r.Filter)
+		}
+	case "m":
+		if r.Msg == nil {
+			return
+		}
+		m := &sessionMsg{id: r.MsgID, data: *r.Msg, size: int64(len(r.Msg.Topic) + len(r.Msg.Payload)), pending: map[string]*sessDelivery{}}
+		for _, to := range r.To {
+			if s.clients[to.Client] != nil {
+				m.pending[to.Client] = &sessDelivery{qos: to.Qos}
+			}
+		}
+		if r.MsgID >= s.nextMsg {
+			s.nextMsg = r.MsgID + 1
+		}
+		if len(m.pending) == 0 {
+			return
+		}
+		s.msgs[m.id] = m
+		s.liveBytes += m.size
+	case "md":
+		if m := s.msgs[r.MsgID]; m != nil {
+			clear(m.pending)
+			s.maybeFree(m)
+		}
+	case "a":
+		c, m := s.clients[r.Client], s.msgs[r.MsgID]
+		if c == nil || m == nil || m.pending[r.Client] == nil {
+			return
+		}
+		m.pending[r.Client].pid = r.PacketID
+		c.out[r.PacketID] = m.id
+	case "r":
+		if c := s.clients[r.Client]; c != nil {
+			if _, ok := c.out[r.PacketID]; ok {
+				c.rel[r.PacketID] = true
+			}
+		}
+	case "d":
+		c := s.clients[r.Client]
+		if c == nil {
+			return
+		}
+		id, ok := c.out[r.PacketID]
+		if !ok {
+			return
+		}
+		delete(c.out, r.PacketID)
+		delete(c.rel, r.PacketID)
+		if m := s.msgs[id]; m != nil {
+			delete(m.pending, r.Client)
+			s.maybeFree(m)
+		}
+	case "i":
+		if c := s.clients[r.Client]; c != nil {
+			c.receipts[r.PacketID] = &qos2Receipt{tag: r.Tag, topic: r.Topic, routes: append([]receiptRoute(nil), r.Routes...)}
+		}
+		s.lastTag = max(s.lastTag, r.Tag)
+	case "x":
+		if c := s.clients[r.Client]; c != nil {
+			delete(c.receipts, r.PacketID)
+		}
+	}
+}
+
+// maybeFree forgets m once no recipient waits for it. s.mu is held.
+func (s *sessionStore) maybeFree(m *sessionMsg) {
+	if len(m.pending) > 0 || s.msgs[m.id] == nil {
+		return
+	}
+	delete(s.msgs, m.id)
+	s.liveBytes -= m.size
+	close(s.space)
+	s.space = make(chan struct{})
+}
+
+// assignFresh gives d a packet id its client does not use. s.mu is held.
+func (s *sessionStore) assignFresh(c *sessionClient, m *sessionMsg, d *sessDelivery) {
+	for pid := uint16(1); pid != 0; pid++ {
+		if _, used := c.out[pid]; !used {
+			d.pid = pid
+			c.out[pid] = m.id
+			return
+		}
+	}
+}
+
+// add applies rec and appends it to the journal buffer; it returns the
+// record's sequence number for sync. s.mu is held.
+func (s *sessionStore) add(r *sessionRec) uint64 {
+	s.apply(r)
+	body, err := json.Marshal(r)
+	if err != nil { // cannot happen: plain data
+		panic(fmt.Sprintf("mqtt: session record: %v", err))
+	}
+	var hdr [sessionFrameHeader]byte
+	binary.LittleEndian.PutUint32(hdr[:], uint32(len(body)))
+	binary.LittleEndian.PutUint32(hdr[4:], crc32.Checksum(body, sessionCRC))
+	s.buf = append(append(s.buf, hdr[:]...), body...)
+	s.added++
+	return s.added
+}
+
+// waitSynced returns once record seq is durable, leading a group commit if
+// no one else is. s.mu is held; it is released while writing and waiting.
+func (s *sessionStore) waitSynced(seq uint64) error {
+	for {
+		if s.synced >= seq {
+			return nil
+		}
+		if s.failed != nil {
+			return s.failed
+		}
+		if s.closed {
+			return ErrBrokerClosed
+		}
+		if s.syncing {
+			ch := s.advanced
+			s.mu.Unlock()
+			<-ch
+			s.mu.Lock()
+			continue
+		}
+		s.flushLocked()
+	}
+}
+
+// flushLocked writes and fsyncs the buffer as group commit leader, then
+// compacts the journal if it grew past its bound. s.mu is held.
+func (s *sessionStore) flushLocked() {
+	s.syncing = true
+	buf, upto, f := s.buf, s.added, s.f
+	s.buf = nil
+	s.mu.Unlock()
+	_, err := f.Write(buf)
+	if err == nil {
+		err = f.Sync()
+	}
+	s.mu.Lock()
+	s.syncing = false
+	if err != nil {
+		s.failed = fmt.Errorf("%w: session journal %s: %v", ErrSessionStore, s.path, err)
+		s.logger.Error("mqtt broker: session journal write failed; sessions are no longer persisted", "file", s.path, "err", err)
+	} else {
+		s.fileSize += int64(len(buf))
+		s.synced = upto
+		s.stats.Syncs++
+		if s.fileSize > s.compactBytes {
+			if err := s.compact(); err != nil {
+				s.failed = err
+			}
+		}
+	}
+	close(s.advanced)
+	s.advanced = make(chan struct{})
+}
+
+// compact rewrites the journal from the in-memory state into a new file,
+// fsyncs it and renames it over the old one. s.mu is held and no group
+// commit is running; the buffer is empty or already applied to the state.
+func (s *sessionStore) compact() error {
+	tmp := s.path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrSessionStore, err)
+	}
+	w := bufio.NewWriterSize(f, 64<<10)
+	var size int64
+	write := func(r *sessionRec) {
+		body, _ := json.Marshal(r)
+		var hdr [sessionFrameHeader]byte
+		binary.LittleEndian.PutUint32(hdr[:], uint32(len(body)))
+		binary.LittleEndian.PutUint32(hdr[4:], crc32.Checksum(body, sessionCRC))
+		w.Write(hdr[:])
+		w.Write(body)
+		size += sessionFrameHeader + int64(len(body))
+	}
+	for _, r := range s.snapshot() {
+		write(r)
+	}
+	err = w.Flush()
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, s.path)
+	}
+	if err == nil {
+		err = syncDir(s.dir)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: compact %s: %v", ErrSessionStore, s.path, err)
+	}
+	nf, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrSessionStore, err)
+	}
+	if s.f != nil {
+		s.f.Close()
+	}
+	s.f, s.fileSize = nf, size
+	s.buf = nil
+	s.synced = s.added
+	s.stats.Compactions++
+	if s.compactBytes < 2*size {
+		s.compactBytes = 2 * size // grow the bound rather than rewrite on every sync
+	}
+	return nil
+}
+
+// snapshot returns records that rebuild the current state. s.mu is held.
+func (s *sessionStore) snapshot() []*sessionRec {
+	var out []*sessionRec
+	ids := make([]string, 0, len(s.clients))
+	for id := range s.clients {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		c := s.clients[id]
+		out = append(out, &sessionRec{T: "c", Client: id, Version: c.version, Expiry: c.expiry, ExpFlag: c.expFlag, Listener: c.listener, Username: c.username})
+		for _, sub := range c.subs {
+			sub := sub
+			out = append(out, &sessionRec{T: "s", Client: id, Sub: &sub})
+		}
+		for pid, rc := range c.receipts {
+			out = append(out, &sessionRec{T: "i", Client: id, PacketID: pid, Tag: rc.tag, Topic: rc.topic, Routes: rc.routes})
+		}
+	}
+	mids := make([]uint64, 0, len(s.msgs))
+	for id := range s.msgs {
+		mids = append(mids, id)
+	}
+	sort.Slice(mids, func(i, j int) bool { return mids[i] < mids[j] })
+	for _, id := range mids {
+		m := s.msgs[id]
+		data := m.data
+		r := &sessionRec{T: "m", MsgID: id, Msg: &data}
+		for c, d := range m.pending {
+			r.To = append(r.To, sessionTo{Client: c, Qos: d.qos})
+		}
+		out = append(out, r)
+		for c, d := range m.pending {
+			if d.pid != 0 {
+				out = append(out, &sessionRec{T: "a", Client: c, PacketID: d.pid, MsgID: id})
+				if s.clients[c].rel[d.pid] {
+					out = append(out, &sessionRec{T: "r", Client: c, PacketID: d.pid})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// record adds r and, if durable, waits until it is on disk.
+func (s *sessionStore) record(r *sessionRec, durable bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrBrokerClosed
+	}
+	seq := s.add(r)
+	if !durable {
+		return nil
+	}
+	return s.waitSynced(seq)
+}
+
+// sync returns once every record added so far is durable.
+func (s *sessionStore) sync() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waitSynced(s.added)
+}
+
+// hasClient reports whether id has a stored persistent session.
+func (s *sessionStore) hasClient(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.clients[id] != nil
+}
+
+// addMessage stores a message for recipients, waiting while the store is
+// full, and returns once it is durable.
+func (s *sessionStore) addMessage(ctx context.Context, data sessionMsgData, to []sessionTo) (uint64, error) {
+	size := int64(len(data.Topic) + len(data.Payload))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	blocked := false
+	for s.maxBytes > 0 && s.liveBytes > 0 && s.liveBytes+size > s.maxBytes {
+		if s.closed {
+			return 0, ErrBrokerClosed
+		}
+		if !blocked {
+			blocked = true
+			s.stats.Blocked++
+			s.logger.Warn("mqtt broker: session store full; the publisher waits until subscribers acknowledge",
+				"max_bytes", s.maxBytes, "bytes", s.liveBytes)
+		}
+		ch := s.space
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		s.mu.Lock()
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("mqtt: session store full: %w", ctx.Err())
+		}
+	}
+	if s.closed {
+		return 0, ErrBrokerClosed
+	}
+	id := s.nextMsg
+	seq := s.add(&sessionRec{T: "m", MsgID: id, Msg: &data, To: to})
+	return id, s.waitSynced(seq)
+}
+
+// assign records that message id went to client as packet pid, unless
+// client already has pid assigned or does not wait for id.
+func (s *sessionStore) assign(client string, pid uint16, id uint64, topic string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, m := s.clients[client], s.msgs[id]
+	if s.closed || c == nil || m == nil || m.data.Topic != topic {
+		return
+	}
+	if _, used := c.out[pid]; used {
+		return
+	}
+	if d := m.pending[client]; d != nil && d.pid == 0 {
+		s.add(&sessionRec{T: "a", Client: client, PacketID: pid, MsgID: id})
+	}
+}
+
+// outbound reports whether client has pid assigned to a stored message.
+func (s *sessionStore) outbound(client string, pid uint16) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.clients[client]
+	if c == nil {
+		return false
+	}
+	_, ok := c.out[pid]
+	return ok
+}
+
+// receipt returns a copy of client's QoS 2 receipt for pid.
+func (s *sessionStore) receipt(client string, pid uint16) (qos2Receipt, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.clients[client]; c != nil {
+		if rc := c.receipts[pid]; rc != nil {
+			cp := *rc
+			cp.routes = append([]receiptRoute(nil), rc.routes...)
+			return cp, true
+		}
+	}
+	return qos2Receipt{}, false
+}
+
+// nextTag returns a receive time in ns that no earlier receipt used.
+func (s *sessionStore) nextTag(now int64) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastTag = max(now, s.lastTag+1)
+	return s.lastTag
+}
+
+// routeDone marks route key of client's receipt pid: known says whether
+// done is certain.
+func (s *sessionStore) routeDone(client string, pid uint16, key int, known, done bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.clients[client]
+	if c == nil || c.receipts[pid] == nil {
+		return
+	}
+	for i := range c.receipts[pid].routes {
+		if r := &c.receipts[pid].routes[i]; r.Key == key {
+			r.Known, r.Done = known, done
+		}
+	}
+}
+
+// receiptsToResolve returns a copy of every receipt with a route not
+// known yet, keyed by client and packet id.
+func (s *sessionStore) receiptsToResolve() map[string]map[uint16]qos2Receipt {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]map[uint16]qos2Receipt{}
+	for id, c := range s.clients {
+		for pid, rc := range c.receipts {
+			for _, r := range rc.routes {
+				if !r.Known {
+					if out[id] == nil {
+						out[id] = map[uint16]qos2Receipt{}
+					}
+					cp := *rc
+					cp.routes = append([]receiptRoute(nil), rc.routes...)
+					out[id][pid] = cp
+					break
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Stats returns the store's counters.
+func (s *sessionStore) Stats() SessionStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Sessions, st.Messages, st.Bytes = len(s.clients), len(s.msgs), s.liveBytes
+	for _, c := range s.clients {
+		st.Receipts += len(c.receipts)
+	}
+	return st
+}
+
+// close makes every record added durable and closes the file.
+func (s *sessionStore) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	err := s.waitSynced(s.added)
+	s.closed = true
+	close(s.space)
+	s.space = make(chan struct{})
+	if cerr := s.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// crash closes the file without writing the records not yet synced, as a
+// kill -9 would lose them. For tests.
+func (s *sessionStore) crash() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.syncing {
+		ch := s.advanced
+		s.mu.Unlock()
+		<-ch
+		s.mu.Lock()
+	}
+	s.closed = true
+	s.buf = nil
+	close(s.space)
+	s.space = make(chan struct{})
+	s.f.Close()
+}
+
+// syncDir fsyncs a directory so that a rename in it is durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
