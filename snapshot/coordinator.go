@@ -42,7 +42,7 @@ type Coordinator struct {
 	final     ID
 	retryAt   time.Time
 	finished  bool
-	hist          history
+	hist      history
 }
 
 // pending is a triggered checkpoint or savepoint not yet completed or

@@ -187,7 +187,7 @@ const (
 	metadataVersion = 2
 	// metadataFinished is the flags bit of Metadata.Finished.
 	metadataFinished = 1 << 0
-	headerLen       = len(metadataMagic) + 2 + 4
+	headerLen        = len(metadataMagic) + 2 + 4
 )
 
 // castagnoli is the CRC32C table used for metadata and state files.
