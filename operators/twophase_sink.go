@@ -47,6 +47,9 @@ type TwoPhaseCommitSink[T, TX any] struct {
 	current TX
 	open    bool
 	pending []pendingTx[TX]
+	// final: the job takes a final checkpoint after Finish, which
+	// pre-commits and commits the last transaction.
+	final bool
 }
 
 type pendingTx[TX any] struct {
@@ -66,6 +69,7 @@ func NewTwoPhaseCommitSink[T, TX any](sys Transactional[T, TX], c codec.Codec[TX
 // Open opens the system (when it has an Open(*Context) error method) and
 // begins the first transaction.
 func (s *TwoPhaseCommitSink[T, TX]) Open(ctx *Context) error {
+	s.final = ctx.FinalCheckpoint
 	if o, ok := s.sys.(interface{ Open(*Context) error }); ok {
 		if err := o.Open(ctx); err != nil {
 			return err
@@ -184,10 +188,13 @@ func (s *TwoPhaseCommitSink[T, TX]) Close() error {
 	return s.sys.Abort(s.current)
 }
 
-// Finish pre-commits and commits the last transaction: the input ended, so
-// no checkpoint will cover it; this is the end of a bounded job.
+// Finish ends the input. When the job takes a final checkpoint
+// (Context.FinalCheckpoint) it does nothing: that checkpoint pre-commits
+// the last transaction at its snapshot and commits it on completion, like
+// every other. Without checkpoints it pre-commits and commits the last
+// transaction and every pending one: no checkpoint will cover them.
 func (s *TwoPhaseCommitSink[T, TX]) Finish() error {
-	if !s.open {
+	if !s.open || s.final {
 		return nil
 	}
 	if err := s.sys.PreCommit(s.current); err != nil {

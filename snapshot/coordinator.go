@@ -323,10 +323,15 @@ func (c *Coordinator) Step(now time.Time, in Input) []Action {
 			Triggered: now, Tasks: len(c.tasks), Err: reason})
 		return []Action{Abort{Checkpoint: id, Savepoint: true, Reason: reason}}
 	case EndOfData:
-		if c.finishing || c.halted != nil || c.stopped || c.stopping != 0 {
+		if c.finishing || c.halted != nil || c.stopped {
 			return nil
 		}
 		c.finishing = true
+		if c.stopping != 0 {
+			// The stop ends the job; should it fail, the final
+			// checkpoint follows at the next Tick.
+			return nil
+		}
 		return c.triggerFinal(nil, now)
 	case Persisted:
 		return c.persisted(now, in)

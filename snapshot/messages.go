@@ -74,8 +74,9 @@ type TriggerSavepoint struct {
 // savepoint; a final checkpoint that fails is triggered again after
 // max(Interval, MinPause) (100ms when both are 0). Once it completes, its
 // NotifyComplete has Final set: the caller lets the sinks commit it and
-// ends the job. Ignored while a stop-with-savepoint is pending or after
-// the job stopped or halted.
+// ends the job. While a stop-with-savepoint is pending the stop ends the
+// job, and the final checkpoint is triggered only if the stop fails.
+// Ignored after the job stopped or halted.
 type EndOfData struct{}
 
 // Persisted tells the coordinator how writing the metadata of a Complete
