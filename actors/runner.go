@@ -582,7 +582,7 @@ func (r *Runner) Stats() Stats {
 	for _, t := range r.tasks {
 		st := t.stats
 		st.BatchesIn, st.RecordsIn, st.BatchesOut = t.live.batchesIn.Load(), t.live.recordsIn.Load(), t.live.batchesOut.Load()
-		st.Watermark = t.live.watermark.Load()
+		st.Watermark, st.RecordsOut = t.live.watermark.Load(), t.live.recordsOut.Load()
 		s.Tasks = append(s.Tasks, st)
 	}
 	for _, ch := range r.chans {

@@ -99,6 +99,8 @@ type TaskStats struct {
 	BatchesIn  int64
 	RecordsIn  int64
 	BatchesOut int64
+	// RecordsOut is TaskMetrics.RecordsOut when the task ended.
+	RecordsOut int64
 	// Watermark is the task's input watermark when it ended.
 	Watermark int64
 }
