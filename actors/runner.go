@@ -272,7 +272,7 @@ func (r *Runner) notified() {
 // what that checkpoint holds, and closed; nothing runs and nothing is
 // emitted.
 func (r *Runner) runFinished(md *snapshot.Metadata) error {
-	r.log.Info("job already finished: committing what its final checkpoint holds; nothing runs",
+	r.log.Debug("job already finished: committing what its final checkpoint holds; nothing runs",
 		"checkpoint_id", md.Checkpoint, "path", md.Dir)
 	err := r.build()
 	if cerr := r.closeOperators(); err == nil {
