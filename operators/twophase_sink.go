@@ -50,6 +50,29 @@ type TwoPhaseCommitSink[T, TX any] struct {
 	// final: the job takes a final checkpoint after Finish, which
 	// pre-commits and commits the last transaction.
 	final bool
+	// cleaned: what earlier runs left was cleaned up.
+	cleaned bool
+}
+
+// staleCleaner is a Transactional system that can drop what earlier runs
+// left uncommitted: transactions never pre-committed, and pre-committed
+// ones of checkpoints that never completed.
+type staleCleaner interface {
+	cleanStale() error
+}
+
+// clean lets the system drop what earlier runs left, once: after the
+// restore committed what the restored checkpoint holds, before the first
+// pre-commit of this run.
+func (s *TwoPhaseCommitSink[T, TX]) clean() error {
+	if s.cleaned {
+		return nil
+	}
+	s.cleaned = true
+	if c, ok := s.sys.(staleCleaner); ok {
+		return c.cleanStale()
+	}
+	return nil
 }
 
 type pendingTx[TX any] struct {
@@ -97,6 +120,13 @@ func (s *TwoPhaseCommitSink[T, TX]) Collect(v T) {
 // SnapshotState pre-commits the current transaction for checkpoint id,
 // begins the next one and returns every pending transaction.
 func (s *TwoPhaseCommitSink[T, TX]) SnapshotState(id int64) ([]byte, error) {
+	if err := s.clean(); err != nil {
+		return nil, err
+	}
+	if !s.open {
+		// Finished without a final checkpoint: nothing more to pre-commit.
+		return s.encodePending()
+	}
 	if err := s.sys.PreCommit(s.current); err != nil {
 		return nil, fmt.Errorf("two-phase commit sink: pre-commit: %w", err)
 	}
@@ -196,6 +226,9 @@ func (s *TwoPhaseCommitSink[T, TX]) Close() error {
 func (s *TwoPhaseCommitSink[T, TX]) Finish() error {
 	if !s.open || s.final {
 		return nil
+	}
+	if err := s.clean(); err != nil {
+		return err
 	}
 	if err := s.sys.PreCommit(s.current); err != nil {
 		return err
