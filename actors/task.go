@@ -66,8 +66,9 @@ type task struct {
 	// input held back on blocked channels, in arrival order.
 	aligner *Aligner
 	held    []message
-	// stopSource is set on a source after a stop-with-savepoint barrier.
-	stopSource bool
+	// stopSource is the stop-with-savepoint whose barrier a source sent,
+	// 0 if none: the source emits nothing more unless it is aborted.
+	stopSource int64
 	// lastSnap is the last checkpoint the task snapshotted; triggered
 	// lists the newer checkpoints triggered while it ran without a
 	// source: their barriers come on its inputs, or else every upstream
@@ -137,7 +138,7 @@ func (t *task) Receive(c actor.Context) {
 			t.fireTimers()
 		}
 	case pollMsg, startMsg:
-		if !t.done && !t.stopSource {
+		if !t.done && t.stopSource == 0 {
 			t.poll()
 		}
 	}
@@ -218,7 +219,7 @@ func (t *task) onTrigger(m triggerMsg) {
 		t.barrier(m.id)
 		if m.stop {
 			// Stop with a savepoint: emit nothing after the barrier.
-			t.stopSource = true
+			t.stopSource = m.id
 		}
 		t.checkpoint(m.id, 0)
 	default:
@@ -234,6 +235,11 @@ func (t *task) notify(id int64, complete bool) {
 	}
 	if !complete {
 		t.triggered = slices.DeleteFunc(t.triggered, func(x int64) bool { return x == id })
+		if t.stopSource == id {
+			// The stop failed: the job keeps running.
+			t.stopSource = 0
+			t.run.system.Root.Send(t.pid, pollMsg{})
+		}
 	}
 	for i, op := range t.ops {
 		l, ok := op.(operators.CheckpointListener)

@@ -152,8 +152,16 @@ func (d *decliner) SnapshotState(id int64) ([]byte, error) {
 // declineJob is generator -> declining map -> key by sensor -> 10 s
 // tumbling count+sum -> exactly-once file sink.
 func declineJob(n int64, keys int, dir string, d *decliner, opts ...stream.Option) *stream.Environment {
+	return declineRateJob(n, keys, 0, dir, d, opts...)
+}
+
+// declineRateJob is declineJob with a generator limited to rate records
+// per second (0: no limit).
+func declineRateJob(n int64, keys int, rate float64, dir string, d *decliner, opts ...stream.Option) *stream.Environment {
 	env := stream.NewEnvironment("exactly-once", opts...)
-	src := stream.FromSource(env, "generator", generator(n, keys)).SetParallelism(1).UID("generator").
+	src := stream.FromSource(env, "generator", func() operators.Source[operators.SensorReading] {
+		return operators.SensorGenerator(operators.GeneratorConfig{Count: n, Keys: keys, Rate: rate})
+	}).SetParallelism(1).UID("generator").
 		AssignTimestampsAndWatermarks("timestamps", watermark.ForMonotonous(eventTime))
 	mapped := stream.Transform(src.Rebalance(), "decline", func(out operators.Collector[operators.SensorReading]) operators.OneInput[operators.SensorReading] {
 		return &decliner{out: out, declines: d.declines, declined: d.declined}
@@ -330,4 +338,40 @@ func TestWindowChainCountsRecordsOut(t *testing.T) {
 	if chains == 0 || out == 0 {
 		t.Fatalf("%d window chain tasks, %d records out; want some of each: %+v", chains, out, env.Stats().Tasks)
 	}
+}
+
+// A stop with a savepoint that fails leaves the job running: its sources
+// go on after the aborted barrier and the output is complete and exact.
+func TestFailedStopKeepsRunning(t *testing.T) {
+	const n, keys = 20_000, 50
+	want := boundedWant(t, n, keys)
+	d := &decliner{declines: new(atomic.Int64), declined: new(atomic.Int64)}
+	d.declines.Store(1)
+	cfg := checkpointConfig(t, snapshot.ExactlyOnce)
+	cfg.Interval = 0 // savepoints and the final checkpoint only
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	job, err := declineRateJob(n, keys, 20_000, out, d, stream.WithParallelism(2), stream.WithCheckpointing(cfg)).ExecuteAsync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, "the job processes records", func() bool {
+		for _, m := range job.Metrics() {
+			if m.RecordsIn > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	if _, err := job.StopWithSavepoint(ctx, ""); !errors.Is(err, snapshot.ErrDeclined) {
+		t.Fatalf("stop: %v, want it declined", err)
+	}
+	if err := job.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if d.declined.Load() != 1 {
+		t.Fatalf("%d snapshots declined, want 1", d.declined.Load())
+	}
+	sameLines(t, "after the failed stop", committedLines(t, out), want)
 }
