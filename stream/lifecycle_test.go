@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -374,4 +375,38 @@ func TestFailedStopKeepsRunning(t *testing.T) {
 		t.Fatalf("%d snapshots declined, want 1", d.declined.Load())
 	}
 	sameLines(t, "after the failed stop", committedLines(t, out), want)
+}
+
+// A bounded job with checkpoints and a write-ahead sink publishes every
+// record once, in the final checkpoint's completion at the latest.
+func TestBoundedJobWriteAheadSinkPublishesOnce(t *testing.T) {
+	const n, keys = 20_000, 50
+	testutil.Burn(t, 2)
+	for i := range 5 {
+		var mu sync.Mutex
+		seen := make(map[string]int)
+		env := stream.NewEnvironment("write-ahead", stream.WithParallelism(2),
+			stream.WithCheckpointing(checkpointConfig(t, snapshot.ExactlyOnce)))
+		src := stream.FromSource(env, "generator", generator(n, keys)).SetParallelism(1).UID("generator")
+		src.Rebalance().To("wal", func() operators.Sink[operators.SensorReading] {
+			return operators.NewWriteAheadSink(func(rs []operators.SensorReading, id func(int) string) error {
+				mu.Lock()
+				defer mu.Unlock()
+				for j := range rs {
+					seen[id(j)]++
+				}
+				return nil
+			}, nil)
+		}).UID("wal")
+		if err := execute(t, env); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		total := 0
+		for _, c := range seen {
+			total += c
+		}
+		if len(seen) != n || total != n {
+			t.Fatalf("run %d: %d ids published %d times, want %d once each", i, len(seen), total, n)
+		}
+	}
 }
