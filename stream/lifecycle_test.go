@@ -237,11 +237,12 @@ func TestStopWithSavepointCommits(t *testing.T) {
 	const n, keys = 40_000, 50
 	want := boundedWant(t, n, keys)
 	testutil.Burn(t, 2)
+	midway := 0
 	for i := range 3 {
 		cfg := checkpointConfig(t, snapshot.ExactlyOnce)
 		cfg.TolerableFailures = 0
 		out := t.TempDir()
-		job, err := rateJob(n, keys, 20_000, out, stream.WithParallelism(2), stream.WithCheckpointing(cfg)).
+		job, err := rateJob(n, keys, 10_000, out, stream.WithParallelism(2), stream.WithCheckpointing(cfg)).
 			ExecuteAsync(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -266,8 +267,15 @@ func TestStopWithSavepointCommits(t *testing.T) {
 			t.Fatalf("run %d: the stop left %v", i, l)
 		}
 		before := committedLines(t, out)
-		if len(before) == 0 || len(before) >= len(want) {
-			t.Fatalf("run %d: %d of %d lines committed at the stop; want some, not all", i, len(before), len(want))
+		switch {
+		case len(before) == 0:
+			t.Fatalf("run %d: nothing committed at the stop", i)
+		case len(before) < len(want):
+			midway++
+		default:
+			// The input had ended before the stop's barrier: the
+			// savepoint holds every task's final state.
+			t.Logf("run %d: the input ended before the stop", i)
 		}
 		for _, l := range before {
 			if _, ok := slices.BinarySearch(want, l); !ok {
@@ -280,6 +288,9 @@ func TestStopWithSavepointCommits(t *testing.T) {
 			t.Fatalf("run %d: resume: %v", i, err)
 		}
 		sameLines(t, fmt.Sprintf("run %d after resuming", i), committedLines(t, out), want)
+	}
+	if midway == 0 {
+		t.Fatal("no stop came before the end of the input")
 	}
 }
 
