@@ -54,7 +54,6 @@ type Runner struct {
 	savepoints chan savepointReq
 	waiting    map[snapshot.ID]savepointReq
 	paths      map[snapshot.ID]string
-	finished   map[*task]bool
 	// closing is the checkpoint whose completion ends the job (the final
 	// checkpoint or a stop-with-savepoint), 0 before; acks receives one
 	// signal per task that handled its notification, counted in acked.
@@ -110,7 +109,6 @@ func NewRunner(job *Job, cfg Config) (*Runner, error) {
 		savepoints: make(chan savepointReq),
 		waiting:    make(map[snapshot.ID]savepointReq),
 		paths:      make(map[snapshot.ID]string),
-		finished:   make(map[*task]bool),
 	}, nil
 }
 
@@ -181,7 +179,6 @@ wait:
 				err = ev.err
 				break wait
 			}
-			r.finished[ev.t] = true
 			remaining--
 			if remaining == 0 && r.coord != nil {
 				// Every task finished its input: the final checkpoint
@@ -539,22 +536,24 @@ func (r *Runner) newContext(t *task, i int) (*operators.Context, error) {
 	v, subtask := t.chain.Vertices[i], t.subtask
 	kg := keygroup.RangeFor(subtask, v.Parallelism, r.maxP)
 	ctx := &operators.Context{
-		Job:             r.job.Name,
-		Operator:        v.Name,
-		UID:             v.UID,
-		Subtask:         subtask,
-		Parallelism:     v.Parallelism,
-		MaxParallelism:  r.maxP,
-		KeyGroups:       kg,
-		Logger:          r.log.With("operator", v.Name, "subtask", subtask),
-		Clock:           r.cfg.Clock,
-		Time:            &t.time,
-		OperatorState:   state.NewOperatorStore(),
-		ProcessingTime:  procService{t: t, op: i},
-		FinalCheckpoint: r.cfg.Checkpoint.Dir != "",
-		EmitWatermark:   func(wm int64) { t.watermark(i+1, wm) },
-		EmitIdle:        func(idle bool) { t.status(idle) },
+		Job:            r.job.Name,
+		Operator:       v.Name,
+		UID:            v.UID,
+		Subtask:        subtask,
+		Parallelism:    v.Parallelism,
+		MaxParallelism: r.maxP,
+		KeyGroups:      kg,
+		Logger:         r.log.With("operator", v.Name, "subtask", subtask),
+		Clock:          r.cfg.Clock,
+		Time:           &t.time,
+		OperatorState:  state.NewOperatorStore(),
+		ProcessingTime: procService{t: t, op: i},
+		EmitWatermark:  func(wm int64) { t.watermark(i+1, wm) },
+		EmitIdle:       func(idle bool) { t.status(idle) },
 	}
+	// With checkpoints, the final checkpoint commits the sinks' last
+	// records, not Finish.
+	ctx.FinalCheckpoint = r.cfg.Checkpoint.Dir != ""
 	if v.Keyed {
 		switch r.cfg.StateBackend.Kind {
 		case BoltBackend:
