@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/edgedio/edged/codec"
@@ -29,8 +30,14 @@ type barrierMsg struct {
 
 func (b *barrierMsg) channel() *channel { return b.ch }
 
-// completeMsg tells a task that checkpoint id completed.
-type completeMsg struct{ id int64 }
+// completeMsg tells a task that checkpoint id completed; with ack (the
+// final checkpoint, a stop-with-savepoint) the task tells the runner once
+// its operators were notified, so the job ends only after its sinks
+// committed.
+type completeMsg struct {
+	id  int64
+	ack bool
+}
 
 // abortMsg tells a task that checkpoint id was aborted.
 type abortMsg struct{ id int64 }
@@ -66,6 +73,8 @@ func (s *opSnapshot) empty() bool { return s.raw == nil && s.op == nil && s.keye
 // on the task's goroutine and writes it out on another goroutine, which
 // acknowledges it to the runner.
 func (t *task) checkpoint(id int64, alignment time.Duration) {
+	t.lastSnap = max(t.lastSnap, id)
+	t.triggered = slices.DeleteFunc(t.triggered, func(x int64) bool { return x <= id })
 	parts := make([]opSnapshot, 0, len(t.ops))
 	for i, op := range t.ops {
 		t.current = int32(i)

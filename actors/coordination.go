@@ -115,8 +115,8 @@ func (r *Runner) openCheckpointing() error {
 }
 
 // handle carries out the coordinator's actions. It returns an error when
-// the job must fail, and sets r.stopped when a stop-with-savepoint
-// completed.
+// the job must fail, and sets r.closing when the final checkpoint or a
+// stop-with-savepoint completed.
 func (r *Runner) handle(now time.Time, acts []snapshot.Action) error {
 	var fail error
 	for len(acts) > 0 {
@@ -128,11 +128,12 @@ func (r *Runner) handle(now time.Time, acts []snapshot.Action) error {
 				acts = append(acts, r.coord.Step(now, snapshot.Decline{Checkpoint: a.Checkpoint, Task: r.tasks[0].taskID(), Reason: err})...)
 				continue
 			}
-			r.log.Debug("checkpoint triggered", "checkpoint_id", a.Checkpoint, "savepoint", a.Savepoint)
+			r.log.Debug("checkpoint triggered", "checkpoint_id", a.Checkpoint, "savepoint", a.Savepoint, "final", a.Final)
+			// Every task is told: a running source emits the barrier, a
+			// finished task snapshots its final state, and any other task
+			// waits for the barriers (or snapshots when it finishes).
 			for _, t := range r.tasks {
-				if t.source != nil || r.finished[t] {
-					r.system.Root.Send(t.pid, triggerMsg{id: int64(a.Checkpoint), stop: a.Stop})
-				}
+				r.system.Root.Send(t.pid, triggerMsg{id: int64(a.Checkpoint), stop: a.Stop})
 			}
 		case snapshot.Complete:
 			path, err := r.store.Commit(a.Metadata)
@@ -142,15 +143,18 @@ func (r *Runner) handle(now time.Time, acts []snapshot.Action) error {
 				r.paths[a.Checkpoint] = path
 			}
 		case snapshot.NotifyComplete:
-			for _, t := range r.tasks {
-				r.system.Root.Send(t.pid, completeMsg{id: int64(a.Checkpoint)})
+			// The final checkpoint and a stop-with-savepoint end the job
+			// once every task has been notified: the sinks commit them.
+			ends := a.Stop || a.Final
+			if ends {
+				r.closing = a.Checkpoint
 			}
-			if req, ok := r.waiting[a.Checkpoint]; ok {
+			for _, t := range r.tasks {
+				r.system.Root.Send(t.pid, completeMsg{id: int64(a.Checkpoint), ack: ends})
+			}
+			if req, ok := r.waiting[a.Checkpoint]; ok && !ends {
 				req.reply <- savepointResult{path: r.paths[a.Checkpoint]}
 				delete(r.waiting, a.Checkpoint)
-			}
-			if a.Stop {
-				r.stopped = true
 			}
 		case snapshot.Abort:
 			r.log.Warn("checkpoint aborted", "checkpoint_id", a.Checkpoint, "err", a.Reason)
@@ -166,7 +170,7 @@ func (r *Runner) handle(now time.Time, acts []snapshot.Action) error {
 				r.log.Warn("discard checkpoint", "checkpoint_id", a.Checkpoint, "err", err)
 			}
 		case snapshot.FailJob:
-			fail = fmt.Errorf("checkpointing: %w", a.Reason)
+			fail = fmt.Errorf("%w: %w", ErrCheckpointFailure, a.Reason)
 		}
 	}
 	r.histMu.Lock()

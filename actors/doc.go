@@ -14,6 +14,16 @@
 // source outruns its consumers; a sender without credit blocks, and the
 // block travels upstream to the sources.
 //
+// End of input: a task whose inputs have all ended finishes its operators
+// and sends end-of-stream on. Without checkpoints the job ends when every
+// task has finished, and sinks commit in Finish. With checkpoints the
+// runner then takes a final checkpoint through the finished graph (every
+// task snapshots its final state), tells every task of its completion so
+// that the sinks commit it, and ends the job once every task has handled
+// that; a stop-with-savepoint ends the same way. The final checkpoint's
+// metadata marks the job finished: restoring it commits what it holds and
+// runs nothing.
+//
 // Concurrency: a task's fields are touched only from its actor's
 // goroutine (protoactor runs one message at a time per actor). The runner
 // starts tasks, waits for them and stops them; goroutines it starts are

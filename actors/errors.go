@@ -11,6 +11,11 @@ var (
 	// ErrNoCodec is returned when an edge must serialise records of a type
 	// that has no codec.
 	ErrNoCodec = errors.New("actors: element type has no codec")
+	// ErrCheckpointFailure is wrapped by the error of a job that failed
+	// because more checkpoints failed than checkpoint.tolerable_failures
+	// allows; the restart strategy restarts it from the latest completed
+	// checkpoint like any task failure.
+	ErrCheckpointFailure = errors.New("actors: too many failed checkpoints")
 	// errCancelled unwinds a task blocked on credit when the job stops.
 	errCancelled = errors.New("actors: job cancelled")
 )

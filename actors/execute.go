@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/edgedio/edged/snapshot"
@@ -24,10 +25,11 @@ type Execution struct {
 	cfg      Config
 	strategy snapshot.RestartStrategy
 
-	mu       sync.Mutex // guards runner, attempts and restores
+	mu       sync.Mutex // guards runner, attempts, restores and finished
 	runner   *Runner
 	attempts int
 	restores []snapshot.ID
+	finished *snapshot.Metadata
 	changed  chan struct{} // closed and replaced when runner changes
 }
 
@@ -46,11 +48,22 @@ func (e *Execution) Attempts() int {
 	return e.attempts
 }
 
-// Restores returns the checkpoints the restarts restored, in order.
+// Restores returns what each restart restored, in order: the checkpoint's
+// (or savepoint's) ID, or 0 for a restart from the beginning (no
+// checkpoint had completed) or from the savepoint the job started from.
 func (e *Execution) Restores() []snapshot.ID {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return append([]snapshot.ID(nil), e.restores...)
+}
+
+// AlreadyFinished returns the final checkpoint of an earlier run when the
+// job had finished before Run started (nil otherwise): Run then only let
+// the sinks commit what that checkpoint holds, and ran nothing.
+func (e *Execution) AlreadyFinished() *snapshot.Metadata {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.finished
 }
 
 // Runner returns the runner of the current attempt (nil before the first),
@@ -93,6 +106,22 @@ func (e *Execution) TriggerSavepoint(ctx context.Context, path string, stop bool
 func (e *Execution) Run(ctx context.Context) error {
 	cfg := e.cfg
 	log := cfg.Logger.With("job", e.job.Name)
+	if cfg.Restore == nil && cfg.Checkpoint.Dir != "" {
+		md, err := FinishedCheckpoint(cfg.Checkpoint.Dir, e.job.Name, e.job.maxParallelism(), cfg.Logger)
+		if err != nil {
+			return err
+		}
+		if md != nil {
+			cfg.Restore = md
+		}
+	}
+	if md := cfg.Restore; md != nil && md.Finished {
+		log.Info("job already finished; it does not run again (to run it anew, remove its checkpoints or use another checkpoint directory)",
+			"checkpoint_id", md.Checkpoint, "path", md.Dir)
+		e.mu.Lock()
+		e.finished = md
+		e.mu.Unlock()
+	}
 	for {
 		r, err := NewRunner(e.job, cfg)
 		if err != nil {
@@ -102,7 +131,7 @@ func (e *Execution) Run(ctx context.Context) error {
 		err = r.Run(ctx)
 		e.setRunner(nil)
 		var te *TaskError
-		if err == nil || !errors.As(err, &te) || ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil || !errors.As(err, &te) && !errors.Is(err, ErrCheckpointFailure) {
 			return err
 		}
 		restart, delay := e.strategy.OnFailure(cfg.Clock.Now())
@@ -117,7 +146,11 @@ func (e *Execution) Run(ctx context.Context) error {
 				return ctx.Err()
 			}
 		}
-		if cfg.Checkpoint.Dir != "" {
+		if cfg.Checkpoint.Dir == "" {
+			e.mu.Lock()
+			e.restores = append(e.restores, 0)
+			e.mu.Unlock()
+		} else {
 			store, err := snapshot.OpenStore(cfg.Checkpoint.Dir, e.job.Name, e.job.maxParallelism(), cfg.Logger)
 			if err != nil {
 				return err
@@ -133,9 +166,33 @@ func (e *Execution) Run(ctx context.Context) error {
 			case errors.Is(err, snapshot.ErrNoCheckpoint):
 				// Nothing completed yet: start again from the beginning
 				// (or from the savepoint the job started from).
+				log.Info("restarting without a checkpoint", "from_savepoint", cfg.Restore != nil)
+				e.mu.Lock()
+				e.restores = append(e.restores, 0)
+				e.mu.Unlock()
 			default:
 				return err
 			}
 		}
 	}
+}
+
+// FinishedCheckpoint returns the final checkpoint of job in the checkpoint
+// directory dir when the job finished there (its latest checkpoint is a
+// final one), nil when it did not or has no checkpoint.
+func FinishedCheckpoint(dir, job string, maxParallelism int, log *slog.Logger) (*snapshot.Metadata, error) {
+	store, err := snapshot.OpenStore(dir, job, maxParallelism, log)
+	if err != nil {
+		return nil, err
+	}
+	md, err := store.Latest()
+	switch {
+	case errors.Is(err, snapshot.ErrNoCheckpoint):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case !md.Finished:
+		return nil, nil
+	}
+	return md, nil
 }

@@ -54,10 +54,14 @@ type Runner struct {
 	savepoints chan savepointReq
 	waiting    map[snapshot.ID]savepointReq
 	paths      map[snapshot.ID]string
-	finished   map[*task]bool
-	stopped    bool
-	histMu     sync.Mutex // guards history
-	history    []snapshot.Stats
+	// closing is the checkpoint whose completion ends the job (the final
+	// checkpoint or a stop-with-savepoint), 0 before; acks receives one
+	// signal per task that handled its notification, counted in acked.
+	closing snapshot.ID
+	acks    chan struct{}
+	acked   int
+	histMu  sync.Mutex // guards history
+	history []snapshot.Stats
 }
 
 type taskEvent struct {
@@ -105,7 +109,6 @@ func NewRunner(job *Job, cfg Config) (*Runner, error) {
 		savepoints: make(chan savepointReq),
 		waiting:    make(map[snapshot.ID]savepointReq),
 		paths:      make(map[snapshot.ID]string),
-		finished:   make(map[*task]bool),
 	}, nil
 }
 
@@ -129,12 +132,16 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	// waits for it.
 	defer r.stopOnce.Do(func() { close(r.done) })
 
+	if md := r.cfg.Restore; md != nil && md.Finished {
+		return r.runFinished(md)
+	}
 	if err := r.build(); err != nil {
 		r.closeOperators()
 		return err
 	}
 	r.log.Info("job starting", "tasks", len(r.tasks), "chains", len(r.plan.Chains))
 	r.events = make(chan taskEvent, len(r.tasks))
+	r.acks = make(chan struct{}, len(r.tasks))
 	// Every pid is known before any task runs, so tasks can send to each
 	// other from their first message on.
 	for i, t := range r.tasks {
@@ -164,7 +171,7 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	timer, tick := r.coordinatorTimer(clock, nil)
 	remaining := len(r.tasks)
 wait:
-	for remaining > 0 && !r.stopped {
+	for !r.over(remaining) {
 		var acts []snapshot.Action
 		select {
 		case ev := <-r.events:
@@ -172,8 +179,15 @@ wait:
 				err = ev.err
 				break wait
 			}
-			r.finished[ev.t] = true
 			remaining--
+			if remaining == 0 && r.coord != nil {
+				// Every task finished its input: the final checkpoint
+				// commits the sinks' last results, then the job ends.
+				r.log.Info("input ended; taking the final checkpoint")
+				acts = r.coord.Step(clock.Now(), snapshot.EndOfData{})
+			}
+		case <-r.acks:
+			r.acked++
 		case in := <-r.inputs:
 			acts = r.coord.Step(clock.Now(), in)
 		case req := <-r.savepoints:
@@ -207,7 +221,16 @@ wait:
 	if timer != nil {
 		timer.Stop()
 	}
+	if req, ok := r.waiting[r.closing]; ok && err == nil && r.closing != 0 {
+		// A stop-with-savepoint: every sink committed it.
+		req.reply <- savepointResult{path: r.paths[r.closing]}
+		delete(r.waiting, r.closing)
+	}
 	for id, req := range r.waiting {
+		if err != nil {
+			req.reply <- savepointResult{err: fmt.Errorf("savepoint %d: the job failed first: %w", id, err)}
+			continue
+		}
 		req.reply <- savepointResult{err: fmt.Errorf("savepoint %d: the job ended first", id)}
 	}
 	r.stop()
@@ -218,6 +241,39 @@ wait:
 		r.log.Warn("job stopped", "err", err)
 	} else {
 		r.log.Info("job finished")
+	}
+	return err
+}
+
+// over reports whether the job is over: every task finished and, with
+// checkpoints, the final checkpoint (or a stop-with-savepoint) completed
+// and every task handled its notification.
+func (r *Runner) over(remaining int) bool {
+	if r.closing != 0 {
+		return r.acked == len(r.tasks)
+	}
+	return remaining == 0 && r.coord == nil
+}
+
+// notified tells the runner that a task handled the notification of the
+// checkpoint that ends the job; called from the task's goroutine.
+func (r *Runner) notified() {
+	select {
+	case r.acks <- struct{}{}:
+	case <-r.done:
+	}
+}
+
+// runFinished handles a restore from the final checkpoint of a job that
+// finished: the operators are built and restored, so the sinks commit
+// what that checkpoint holds, and closed; nothing runs and nothing is
+// emitted.
+func (r *Runner) runFinished(md *snapshot.Metadata) error {
+	r.log.Debug("job already finished: committing what its final checkpoint holds; nothing runs",
+		"checkpoint_id", md.Checkpoint, "path", md.Dir)
+	err := r.build()
+	if cerr := r.closeOperators(); err == nil {
+		err = cerr
 	}
 	return err
 }
@@ -406,7 +462,9 @@ func (r *Runner) buildTask(t *task, out map[*Edge][]*channel) error {
 		}
 		t.ops[i] = op
 		if i > 0 {
-			next = v.In.newTracker(t, i, in)
+			// Records reaching a sink at the chain's end are the
+			// chain's output.
+			next = v.In.newTracker(t, i, in, i == n-1 && v.Out == nil)
 		} else {
 			next = in
 		}
@@ -493,6 +551,9 @@ func (r *Runner) newContext(t *task, i int) (*operators.Context, error) {
 		EmitWatermark:  func(wm int64) { t.watermark(i+1, wm) },
 		EmitIdle:       func(idle bool) { t.status(idle) },
 	}
+	// With checkpoints, the final checkpoint commits the sinks' last
+	// records, not Finish.
+	ctx.FinalCheckpoint = r.cfg.Checkpoint.Dir != ""
 	if v.Keyed {
 		switch r.cfg.StateBackend.Kind {
 		case BoltBackend:
@@ -520,7 +581,7 @@ func (r *Runner) Stats() Stats {
 	for _, t := range r.tasks {
 		st := t.stats
 		st.BatchesIn, st.RecordsIn, st.BatchesOut = t.live.batchesIn.Load(), t.live.recordsIn.Load(), t.live.batchesOut.Load()
-		st.Watermark = t.live.watermark.Load()
+		st.Watermark, st.RecordsOut = t.live.watermark.Load(), t.live.recordsOut.Load()
 		s.Tasks = append(s.Tasks, st)
 	}
 	for _, ch := range r.chans {
@@ -543,8 +604,10 @@ type TaskMetrics struct {
 	// Parallelism of the chain.
 	Parallelism int
 	RecordsIn   int64
-	// RecordsOut counts the records the task sent to other tasks (a
-	// broadcast record once per target); 0 for a chain ending in a sink.
+	// RecordsOut counts the records the chain emitted: those it sent to
+	// other tasks (a broadcast record once per target) and, for a chain
+	// ending in a sink, those its last operator before the sink passed to
+	// the sink.
 	RecordsOut int64
 	BatchesIn  int64
 	BatchesOut int64

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -65,8 +66,16 @@ type task struct {
 	// input held back on blocked channels, in arrival order.
 	aligner *Aligner
 	held    []message
-	// stopSource is set on a source after a stop-with-savepoint barrier.
-	stopSource bool
+	// stopSource is the stop-with-savepoint whose barrier a source sent,
+	// 0 if none: the source emits nothing more unless it is aborted.
+	stopSource int64
+	// lastSnap is the last checkpoint the task snapshotted; triggered
+	// lists the newer checkpoints triggered while it ran without a
+	// source: their barriers come on its inputs, or else every upstream
+	// task snapshotted them finished and the task snapshots them when it
+	// finishes.
+	lastSnap  int64
+	triggered []int64
 
 	// closers release what the task's operators hold (state backends).
 	closers []func() error
@@ -91,6 +100,8 @@ type TaskStats struct {
 	BatchesIn  int64
 	RecordsIn  int64
 	BatchesOut int64
+	// RecordsOut is TaskMetrics.RecordsOut when the task ended.
+	RecordsOut int64
 	// Watermark is the task's input watermark when it ended.
 	Watermark int64
 }
@@ -111,6 +122,9 @@ func (t *task) Receive(c actor.Context) {
 		t.onTrigger(m)
 	case completeMsg:
 		t.notify(m.id, true)
+		if m.ack {
+			t.run.notified()
+		}
 	case abortMsg:
 		t.notify(m.id, false)
 	case *actor.Started:
@@ -124,7 +138,7 @@ func (t *task) Receive(c actor.Context) {
 			t.fireTimers()
 		}
 	case pollMsg, startMsg:
-		if !t.done && !t.stopSource {
+		if !t.done && t.stopSource == 0 {
 			t.poll()
 		}
 	}
@@ -192,17 +206,25 @@ func (t *task) barrier(id int64) {
 
 // onTrigger starts checkpoint id at a source: its barrier goes out and its
 // state is snapshotted. A task that finished only snapshots (its final
-// state) and acknowledges.
+// state: it emits nothing more) and acknowledges. A running task without
+// a source waits for the barriers on its inputs, and snapshots at its end
+// what none came for.
 func (t *task) onTrigger(m triggerMsg) {
-	if !t.done {
+	switch {
+	case m.id <= t.lastSnap:
+	case t.done:
+		t.checkpoint(m.id, 0)
+	case t.source != nil:
 		t.flush()
 		t.barrier(m.id)
 		if m.stop {
 			// Stop with a savepoint: emit nothing after the barrier.
-			t.stopSource = true
+			t.stopSource = m.id
 		}
+		t.checkpoint(m.id, 0)
+	default:
+		t.triggered = append(t.triggered, m.id)
 	}
-	t.checkpoint(m.id, 0)
 }
 
 // notify tells the operators that checkpoint id completed (or was
@@ -210,6 +232,14 @@ func (t *task) onTrigger(m triggerMsg) {
 func (t *task) notify(id int64, complete bool) {
 	if !complete && t.aligner != nil {
 		t.align(t.aligner.Abort(id))
+	}
+	if !complete {
+		t.triggered = slices.DeleteFunc(t.triggered, func(x int64) bool { return x == id })
+		if t.stopSource == id {
+			// The stop failed: the job keeps running.
+			t.stopSource = 0
+			t.run.system.Root.Send(t.pid, pollMsg{})
+		}
 	}
 	for i, op := range t.ops {
 		l, ok := op.(operators.CheckpointListener)
@@ -330,6 +360,16 @@ func (t *task) finish() {
 	}
 	t.timers.stop()
 	t.done = true
+	// Checkpoints triggered while the task ran whose barrier came on no
+	// input: every upstream task snapshotted them after it finished, so
+	// they cover all the input, and the task's final state goes with them.
+	pending := t.triggered
+	t.triggered = nil
+	for _, id := range pending {
+		if id > t.lastSnap {
+			t.checkpoint(id, 0)
+		}
+	}
 	t.run.report(t, nil)
 }
 

@@ -18,7 +18,7 @@ type ElemType interface {
 	newBuffer(ch *channel, size int, wire bool) any
 	newRouter(t *task, e *Edge, chans []*channel) router
 	newFanout(outs []any) any
-	newTracker(t *task, idx int, next any) any
+	newTracker(t *task, idx int, next any, counted bool) any
 	newInput(head any, tt *operators.TaskTime) (input, error)
 	newSourceDriver(src operators.Operator, out any) (sourceDriver, error)
 	hasCodec() error
@@ -68,8 +68,8 @@ func (t *Type[T]) newFanout(outs []any) any {
 	return fanout[T](cs)
 }
 
-func (t *Type[T]) newTracker(tk *task, idx int, next any) any {
-	return &tracker[T]{t: tk, idx: int32(idx), next: next.(operators.Collector[T])}
+func (t *Type[T]) newTracker(tk *task, idx int, next any, counted bool) any {
+	return &tracker[T]{t: tk, idx: int32(idx), next: next.(operators.Collector[T]), counted: counted}
 }
 
 func (t *Type[T]) newInput(head any, tt *operators.TaskTime) (input, error) {
@@ -104,9 +104,15 @@ type tracker[T any] struct {
 	t    *task
 	idx  int32
 	next operators.Collector[T]
+	// counted: next is the chain's sink, and what reaches it counts as the
+	// task's output.
+	counted bool
 }
 
 func (k *tracker[T]) Collect(v T) {
+	if k.counted {
+		k.t.live.recordsOut.Add(1)
+	}
 	k.t.current = k.idx
 	k.next.Collect(v)
 	k.t.current = k.idx - 1

@@ -206,6 +206,12 @@ func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, err
 		}
 		md, err := store.RecoveryPoint(pc.Checkpoint.PreferCheckpointForRecovery)
 		switch {
+		case err == nil && md.Finished:
+			// The job ran to its end before: restoring its final
+			// checkpoint commits what it holds and runs nothing.
+			resume = md.Dir
+			n.log.Info("job already finished; it does not run again (to run it anew, remove its checkpoint directory or point checkpoint.dir elsewhere)",
+				"job", pc.Name, "checkpoint_id", md.Checkpoint, "path", md.Dir)
 		case err == nil:
 			resume = md.Dir
 			n.log.Info("resuming from the latest snapshot", "job", pc.Name, "checkpoint_id", md.Checkpoint, "path", md.Dir)

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -23,6 +24,8 @@ type FileTx struct {
 type fileTransactions[T any] struct {
 	dir     string
 	format  func(T) string
+	subtask int
+	par     int
 	prefix  string
 	seq     int64
 	f       *os.File
@@ -43,6 +46,7 @@ func (f *fileTransactions[T]) Open(ctx *Context) error {
 	if err := os.MkdirAll(f.dir, 0o755); err != nil {
 		return fmt.Errorf("file sink: %w", err)
 	}
+	f.subtask, f.par = ctx.Subtask, ctx.Parallelism
 	// Part names carry the subtask and the attempt's start time, so no two
 	// attempts or subtasks ever use the same name.
 	f.prefix = fmt.Sprintf("part-%d-%d-", ctx.Subtask, ctx.Clock.Now().UnixNano())
@@ -52,6 +56,47 @@ func (f *fileTransactions[T]) Open(ctx *Context) error {
 	for _, p := range stale {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("file sink: remove stale %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// cleanStale removes the part files earlier runs of this subtask left
+// uncommitted: in-progress ones, and pending ones of checkpoints that never
+// completed (the restore committed those of the restored checkpoint, and
+// replay writes the rest again). Subtask 0 also removes those of subtasks
+// the job no longer has. The sink calls it once, after the restore and
+// before its first pre-commit, when it has no pending transaction of its
+// own.
+func (f *fileTransactions[T]) cleanStale() error {
+	entries, err := os.ReadDir(f.dir)
+	if err != nil {
+		return fmt.Errorf("file sink: %w", err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		base, ok := strings.CutPrefix(name, ".")
+		if !ok || name == "."+f.current+".inprogress" {
+			continue
+		}
+		if b, ok := strings.CutSuffix(base, ".pending"); ok {
+			base = b
+		} else if b, ok := strings.CutSuffix(base, ".inprogress"); ok {
+			base = b
+		} else {
+			continue
+		}
+		rest, ok := strings.CutPrefix(base, "part-")
+		if !ok {
+			continue
+		}
+		num, _, ok := strings.Cut(rest, "-")
+		sub, err := strconv.Atoi(num)
+		if !ok || err != nil || (sub != f.subtask && (f.subtask != 0 || sub < f.par)) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(f.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("file sink: remove stale %s: %w", name, err)
 		}
 	}
 	return nil

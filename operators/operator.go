@@ -68,6 +68,11 @@ type Context struct {
 	// operators.Collector[X] for the tag's type X), or nil when nothing
 	// consumes it.
 	SideOutput func(tag string) any
+	// FinalCheckpoint is set when the job checkpoints: after every task has
+	// finished (Finish), the runtime takes a final checkpoint and tells
+	// its completion. Exactly-once sinks then keep their last records for
+	// that checkpoint to commit instead of committing them in Finish.
+	FinalCheckpoint bool
 }
 
 // Operator is the lifecycle every operator instance has. The runtime calls

@@ -47,6 +47,32 @@ type TwoPhaseCommitSink[T, TX any] struct {
 	current TX
 	open    bool
 	pending []pendingTx[TX]
+	// final: the job takes a final checkpoint after Finish, which
+	// pre-commits and commits the last transaction.
+	final bool
+	// cleaned: what earlier runs left was cleaned up.
+	cleaned bool
+}
+
+// staleCleaner is a Transactional system that can drop what earlier runs
+// left uncommitted: transactions never pre-committed, and pre-committed
+// ones of checkpoints that never completed.
+type staleCleaner interface {
+	cleanStale() error
+}
+
+// clean lets the system drop what earlier runs left, once: after the
+// restore committed what the restored checkpoint holds, before the first
+// pre-commit of this run.
+func (s *TwoPhaseCommitSink[T, TX]) clean() error {
+	if s.cleaned {
+		return nil
+	}
+	s.cleaned = true
+	if c, ok := s.sys.(staleCleaner); ok {
+		return c.cleanStale()
+	}
+	return nil
 }
 
 type pendingTx[TX any] struct {
@@ -66,6 +92,7 @@ func NewTwoPhaseCommitSink[T, TX any](sys Transactional[T, TX], c codec.Codec[TX
 // Open opens the system (when it has an Open(*Context) error method) and
 // begins the first transaction.
 func (s *TwoPhaseCommitSink[T, TX]) Open(ctx *Context) error {
+	s.final = ctx.FinalCheckpoint
 	if o, ok := s.sys.(interface{ Open(*Context) error }); ok {
 		if err := o.Open(ctx); err != nil {
 			return err
@@ -93,6 +120,13 @@ func (s *TwoPhaseCommitSink[T, TX]) Collect(v T) {
 // SnapshotState pre-commits the current transaction for checkpoint id,
 // begins the next one and returns every pending transaction.
 func (s *TwoPhaseCommitSink[T, TX]) SnapshotState(id int64) ([]byte, error) {
+	if err := s.clean(); err != nil {
+		return nil, err
+	}
+	if !s.open {
+		// Finished without a final checkpoint: nothing more to pre-commit.
+		return s.encodePending()
+	}
 	if err := s.sys.PreCommit(s.current); err != nil {
 		return nil, fmt.Errorf("two-phase commit sink: pre-commit: %w", err)
 	}
@@ -184,11 +218,17 @@ func (s *TwoPhaseCommitSink[T, TX]) Close() error {
 	return s.sys.Abort(s.current)
 }
 
-// Finish pre-commits and commits the last transaction: the input ended, so
-// no checkpoint will cover it; this is the end of a bounded job.
+// Finish ends the input. When the job takes a final checkpoint
+// (Context.FinalCheckpoint) it does nothing: that checkpoint pre-commits
+// the last transaction at its snapshot and commits it on completion, like
+// every other. Without checkpoints it pre-commits and commits the last
+// transaction and every pending one: no checkpoint will cover them.
 func (s *TwoPhaseCommitSink[T, TX]) Finish() error {
-	if !s.open {
+	if !s.open || s.final {
 		return nil
+	}
+	if err := s.clean(); err != nil {
+		return err
 	}
 	if err := s.sys.PreCommit(s.current); err != nil {
 		return err

@@ -30,6 +30,9 @@ type WriteAheadSink[T any] struct {
 	subtask int
 	buf     []T
 	pending []walBatch[T]
+	// final: the job takes a final checkpoint after Finish, which
+	// publishes what is held.
+	final bool
 }
 
 type walBatch[T any] struct {
@@ -49,6 +52,7 @@ func NewWriteAheadSink[T any](publish Publish[T], c codec.Codec[T]) *WriteAheadS
 // Open records where the sink runs, for the record ids.
 func (s *WriteAheadSink[T]) Open(ctx *Context) error {
 	s.uid, s.subtask = ctx.UID, ctx.Subtask
+	s.final = ctx.FinalCheckpoint
 	return nil
 }
 
@@ -156,8 +160,13 @@ func (s *WriteAheadSink[T]) RestoreState(states [][]byte, _ int) error {
 	return nil
 }
 
-// Finish publishes what is held: the input ended.
+// Finish publishes what is held: the input ended. When the job takes a
+// final checkpoint (Context.FinalCheckpoint) it does nothing: that
+// checkpoint seals the last records and its completion publishes them.
 func (s *WriteAheadSink[T]) Finish() error {
+	if s.final {
+		return nil
+	}
 	if _, err := s.SnapshotState(maxTimestamp); err != nil {
 		return err
 	}

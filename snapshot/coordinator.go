@@ -35,7 +35,14 @@ type Coordinator struct {
 	halted        error // why the coordinator halted; nil while running
 	stopping      ID    // the pending stop-with-savepoint, 0 if none
 	stopped       bool
-	hist          history
+	// finishing is set by EndOfData: only final checkpoints are triggered
+	// from then on; final is the pending one (0 if none), retryAt when
+	// the next is due after one failed, finished once one completed.
+	finishing bool
+	final     ID
+	retryAt   time.Time
+	finished  bool
+	hist      history
 }
 
 // pending is a triggered checkpoint or savepoint not yet completed or
@@ -52,6 +59,7 @@ type pending struct {
 	size       int64
 	alignment  time.Duration
 	finalizing bool // Complete issued, waiting for Persisted
+	final      bool // the final checkpoint after EndOfData
 }
 
 // Progress is what a coordinator carries over to the next run of its job:
@@ -197,12 +205,30 @@ func (c *Coordinator) Next() (time.Time, bool) {
 	if c.periodic() && len(c.pending) < c.cfg.MaxConcurrent {
 		consider(c.due())
 	}
+	if c.finalDue() {
+		consider(c.retryAt)
+	}
 	return at, ok
+}
+
+// finalDue reports whether a final checkpoint is to be triggered (again)
+// at retryAt.
+func (c *Coordinator) finalDue() bool {
+	return c.finishing && c.final == 0 && !c.finished && c.halted == nil && !c.stopped && c.stopping == 0
+}
+
+// finalRetry is how long after a failed final checkpoint the next one is
+// triggered.
+func (c *Coordinator) finalRetry() time.Duration {
+	if d := max(c.cfg.Interval, c.cfg.MinPause); d > 0 {
+		return d
+	}
+	return 100 * time.Millisecond
 }
 
 // periodic reports whether periodic checkpoints may be triggered at all.
 func (c *Coordinator) periodic() bool {
-	return c.started && c.cfg.Interval > 0 && c.halted == nil && !c.stopped && c.stopping == 0
+	return c.started && c.cfg.Interval > 0 && c.halted == nil && !c.stopped && c.stopping == 0 && !c.finishing
 }
 
 // due returns when the next periodic checkpoint may start, leaving aside
@@ -243,6 +269,21 @@ func (c *Coordinator) Tick(now time.Time) []Action {
 		out = c.trigger(out, now, false, false, "")
 		c.nextDue = now.Add(c.cfg.Interval)
 	}
+	if c.finalDue() && !now.Before(c.retryAt) {
+		out = c.triggerFinal(out, now)
+	}
+	return out
+}
+
+// triggerFinal triggers the final checkpoint.
+func (c *Coordinator) triggerFinal(out []Action, now time.Time) []Action {
+	out = c.trigger(out, now, false, false, "")
+	t := out[len(out)-1].(Trigger)
+	t.Final = true
+	out[len(out)-1] = t
+	p := c.pending[len(c.pending)-1]
+	p.final = true
+	c.final = p.id
 	return out
 }
 
@@ -270,6 +311,8 @@ func (c *Coordinator) Step(now time.Time, in Input) []Action {
 			reason = ErrStopped
 		case c.stopping != 0:
 			reason = fmt.Errorf("%w (savepoint %d)", ErrStopping, c.stopping)
+		case c.finishing:
+			reason = ErrFinished
 		}
 		if reason == nil {
 			return c.trigger(nil, now, true, in.Stop, in.Path)
@@ -279,6 +322,17 @@ func (c *Coordinator) Step(now time.Time, in Input) []Action {
 		c.hist.add(Stats{Checkpoint: id, Kind: KindSavepoint, Status: Failed, Stop: in.Stop,
 			Triggered: now, Tasks: len(c.tasks), Err: reason})
 		return []Action{Abort{Checkpoint: id, Savepoint: true, Reason: reason}}
+	case EndOfData:
+		if c.finishing || c.halted != nil || c.stopped {
+			return nil
+		}
+		c.finishing = true
+		if c.stopping != 0 {
+			// The stop ends the job; should it fail, the final
+			// checkpoint follows at the next Tick.
+			return nil
+		}
+		return c.triggerFinal(nil, now)
 	case Persisted:
 		return c.persisted(now, in)
 	case TaskFailed:
@@ -352,8 +406,9 @@ func (c *Coordinator) ack(now time.Time, in Ack) []Action {
 	if err != nil {
 		return c.fail(nil, now, p, err, true)
 	}
+	md.Finished = p.final
 	p.finalizing = true
-	return []Action{Complete{Checkpoint: p.id, Savepoint: p.savepoint, Stop: p.stop, Metadata: md}}
+	return []Action{Complete{Checkpoint: p.id, Savepoint: p.savepoint, Stop: p.stop, Final: p.final, Metadata: md}}
 }
 
 // metadata gathers the acknowledged handles by operator.
@@ -406,7 +461,11 @@ func (c *Coordinator) persisted(now time.Time, in Persisted) []Action {
 	if s := c.hist.get(p.id); s != nil {
 		s.Status, s.Duration, s.Path = Completed, now.Sub(p.triggered), in.Path
 	}
-	out := []Action{NotifyComplete{Checkpoint: p.id, Stop: p.stop}}
+	out := []Action{NotifyComplete{Checkpoint: p.id, Stop: p.stop, Final: p.final}}
+	if p.final {
+		c.final = 0
+		c.finished = true
+	}
 	if p.savepoint {
 		if p.stop {
 			c.stopping = 0
@@ -448,6 +507,10 @@ func (c *Coordinator) fail(out []Action, now time.Time, p *pending, reason error
 	c.lastEnd = now
 	if p.id == c.stopping {
 		c.stopping = 0
+	}
+	if p.id == c.final {
+		c.final = 0
+		c.retryAt = now.Add(c.finalRetry())
 	}
 	if s := c.hist.get(p.id); s != nil {
 		s.Status, s.Duration, s.Err = Failed, now.Sub(p.triggered), reason

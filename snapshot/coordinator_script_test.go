@@ -114,6 +114,8 @@ func (h *coordHarness) handle(cmd *script.Command) (string, error) {
 			return "", err
 		}
 		return h.print(now, h.c.Step(now, TriggerSavepoint{Path: cmd.StringOr("path", ""), Stop: stop})), nil
+	case "end-of-data":
+		return h.print(now, h.c.Step(now, EndOfData{})), nil
 	case "persist":
 		id, err := cmd.IntOr("id", 0)
 		if err != nil {
@@ -276,6 +278,9 @@ func (h *coordHarness) print(now time.Time, acts []Action) string {
 			if a.Path != "" {
 				b.WriteString(" path=" + a.Path)
 			}
+			if a.Final {
+				b.WriteString(" final")
+			}
 		case Complete:
 			md := a.Metadata
 			fmt.Fprintf(&b, "complete %d %s size=%d ops=", a.Checkpoint, md.Kind, md.Size())
@@ -287,6 +292,9 @@ func (h *coordHarness) print(now time.Time, acts []Action) string {
 			}
 			if a.Stop {
 				b.WriteString(" stop")
+			}
+			if md.Finished {
+				b.WriteString(" finished")
 			}
 			if h.metadata {
 				for _, o := range md.Operators {
@@ -308,6 +316,9 @@ func (h *coordHarness) print(now time.Time, acts []Action) string {
 			fmt.Fprintf(&b, "notify %d", a.Checkpoint)
 			if a.Stop {
 				b.WriteString(" stop")
+			}
+			if a.Final {
+				b.WriteString(" final")
 			}
 		case Abort:
 			kind := ""

@@ -90,12 +90,12 @@
 //
 // # Metadata format
 //
-// The _metadata file, version 1 (EncodeMetadata, DecodeMetadata). Integers
+// The _metadata file, version 2 (EncodeMetadata, DecodeMetadata). Integers
 // are little endian; uvarint and varint are encoding/binary's; a string or
 // bytes field is a uvarint length and that many bytes.
 //
 //	magic        8 bytes  "EDGDMETA"
-//	version      uint16   1
+//	version      uint16   2 (1 is still read: it has no flags)
 //	body length  uint32
 //	body:
 //	  job              string
@@ -113,9 +113,10 @@
 //	      key groups   bytes    opaque: key-group offsets in the file
 //	      sources      bytes    opaque: source positions
 //	      pending      bytes    opaque: pending 2PC transactions
+//	  flags            byte     bit 0: finished (the job's final checkpoint)
 //	checksum     uint32   CRC32C of everything before it, header included
 //
-// A reader refuses another magic (ErrBadMagic), another version
+// A reader refuses another magic (ErrBadMagic), an unknown version
 // (ErrVersion), a checksum mismatch (ErrChecksum), and any body that is
 // not exactly one valid encoding (ErrCorrupt); it never panics. Later
 // versions append fields to the body and bump the version.

@@ -46,6 +46,9 @@ var (
 	// ErrStopped means the job stopped with a savepoint; nothing more is
 	// taken.
 	ErrStopped = errors.New("snapshot: job stopped with a savepoint")
+	// ErrFinished means the job's input ended: it takes its final
+	// checkpoint and no savepoint.
+	ErrFinished = errors.New("snapshot: job finished its input")
 	// ErrTooManyFailures is wrapped by FailJob.Reason when more checkpoints
 	// failed since the latest completed one than Config.TolerableFailures
 	// allows.

@@ -87,7 +87,7 @@ func ExampleCoordinator() {
 	// The caller writes the metadata (Store.Commit) and reports it.
 	show(c.Step(t0.Add(32*time.Second), snapshot.Persisted{Checkpoint: 1, Path: "/data/snapshots/checkpoints/chk-1"}))
 	// Output:
-	// snapshot.Trigger {Checkpoint:1 Timestamp:30000 Mode:exactly_once Savepoint:false Stop:false Path:}
+	// snapshot.Trigger {Checkpoint:1 Timestamp:30000 Mode:exactly_once Savepoint:false Stop:false Path: Final:false}
 	// snapshot.Complete 1
-	// snapshot.NotifyComplete {Checkpoint:1 Stop:false}
+	// snapshot.NotifyComplete {Checkpoint:1 Stop:false Final:false}
 }

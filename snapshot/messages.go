@@ -31,7 +31,7 @@ type TaskState struct {
 }
 
 // Input is a message for Coordinator.Step: Ack, Decline, TriggerSavepoint,
-// Persisted or TaskFailed.
+// EndOfData, Persisted or TaskFailed.
 type Input interface{ isInput() }
 
 // Ack is a task's acknowledgement of a checkpoint: its snapshot is written
@@ -66,6 +66,19 @@ type TriggerSavepoint struct {
 	Stop bool
 }
 
+// EndOfData says that every task of the job has finished its input: the
+// sources ended, the final watermark and every record have flowed through
+// the graph and every operator has finished. The coordinator triggers the
+// final checkpoint at once (not held back by the interval, the min pause
+// or the max concurrent checkpoints), then no periodic checkpoint and no
+// savepoint; a final checkpoint that fails is triggered again after
+// max(Interval, MinPause) (100ms when both are 0). Once it completes, its
+// NotifyComplete has Final set: the caller lets the sinks commit it and
+// ends the job. While a stop-with-savepoint is pending the stop ends the
+// job, and the final checkpoint is triggered only if the stop fails.
+// Ignored after the job stopped or halted.
+type EndOfData struct{}
+
 // Persisted tells the coordinator how writing the metadata of a Complete
 // went. Err nil means the metadata is durable at Path and the checkpoint
 // is complete; otherwise the checkpoint fails (and counts as a failure).
@@ -87,6 +100,7 @@ type TaskFailed struct {
 func (Ack) isInput()              {}
 func (Decline) isInput()          {}
 func (TriggerSavepoint) isInput() {}
+func (EndOfData) isInput()        {}
 func (Persisted) isInput()        {}
 func (TaskFailed) isInput()       {}
 
@@ -110,6 +124,9 @@ type Trigger struct {
 	Stop bool
 	// Path is TriggerSavepoint.Path for a savepoint, "" otherwise.
 	Path string
+	// Final is set for the final checkpoint after EndOfData: every task
+	// has finished, so every task snapshots its final state directly.
+	Final bool
 }
 
 // Complete says every task has acknowledged: the caller writes Metadata
@@ -119,6 +136,8 @@ type Complete struct {
 	Checkpoint ID
 	Savepoint  bool
 	Stop       bool
+	// Final is set for the final checkpoint; Metadata.Finished is set too.
+	Final bool
 	// Metadata holds the handles every operator subtask acknowledged; Job
 	// and MaxParallelism are left for the Store to stamp.
 	Metadata *Metadata
@@ -130,8 +149,12 @@ type Complete struct {
 type NotifyComplete struct {
 	Checkpoint ID
 	// Stop: a stop-with-savepoint completed; after notifying, the caller
-	// ends the job.
+	// waits until every task has handled the notification (the sinks
+	// committed) and ends the job.
 	Stop bool
+	// Final: the final checkpoint completed; as for Stop, the caller ends
+	// the job once every task has handled the notification.
+	Final bool
 }
 
 // Abort tells every task that a checkpoint or savepoint failed: tasks drop

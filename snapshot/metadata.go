@@ -87,6 +87,10 @@ type Metadata struct {
 	Timestamp int64
 	// Operators holds every operator with state, sorted by UID.
 	Operators []Operator
+	// Finished is set on the final checkpoint of a job whose input ended:
+	// every task had finished when it was taken. A job restored from it
+	// runs nothing more; its sinks only commit what it holds.
+	Finished bool
 
 	// Dir is the directory the metadata was loaded from (set by the Store,
 	// not stored): state files are filepath.Join(Dir, Handle.File).
@@ -176,11 +180,14 @@ func validFileName(name string) error {
 	return nil
 }
 
-// The metadata file format, version 1, is described in doc.go.
+// The metadata file format, version 2, is described in doc.go. Version 1
+// lacks the trailing flags byte; it is still read (Finished false).
 const (
 	metadataMagic   = "EDGDMETA"
-	metadataVersion = 1
-	headerLen       = len(metadataMagic) + 2 + 4
+	metadataVersion = 2
+	// metadataFinished is the flags bit of Metadata.Finished.
+	metadataFinished = 1 << 0
+	headerLen        = len(metadataMagic) + 2 + 4
 )
 
 // castagnoli is the CRC32C table used for metadata and state files.
@@ -213,6 +220,11 @@ func EncodeMetadata(m *Metadata) ([]byte, error) {
 			b = appendString(b, string(h.Pending))
 		}
 	}
+	var flags byte
+	if m.Finished {
+		flags |= metadataFinished
+	}
+	b = append(b, flags)
 	body := len(b) - headerLen
 	if uint64(body) > math.MaxUint32 {
 		return nil, fmt.Errorf("%w: metadata body of %d bytes", ErrCorrupt, body)
@@ -236,8 +248,9 @@ func DecodeMetadata(b []byte) (*Metadata, error) {
 	if len(b) < headerLen {
 		return nil, fmt.Errorf("%w: truncated header", ErrCorrupt)
 	}
-	if v := binary.LittleEndian.Uint16(b[len(metadataMagic):]); v != metadataVersion {
-		return nil, fmt.Errorf("%w: version %d, want %d", ErrVersion, v, metadataVersion)
+	version := binary.LittleEndian.Uint16(b[len(metadataMagic):])
+	if version != 1 && version != metadataVersion {
+		return nil, fmt.Errorf("%w: version %d, want 1 or %d", ErrVersion, version, metadataVersion)
 	}
 	bodyLen := uint64(binary.LittleEndian.Uint32(b[len(metadataMagic)+2:]))
 	if uint64(len(b)) != uint64(headerLen)+bodyLen+4 {
@@ -276,6 +289,13 @@ func DecodeMetadata(b []byte) (*Metadata, error) {
 			h.Sources = d.bytes()
 			h.Pending = d.bytes()
 		}
+	}
+	if version >= 2 {
+		flags := d.byte()
+		if d.err == nil && flags&^metadataFinished != 0 {
+			return nil, fmt.Errorf("%w: unknown flags %#x", ErrCorrupt, flags)
+		}
+		m.Finished = flags&metadataFinished != 0
 	}
 	if d.err != nil {
 		return nil, d.err

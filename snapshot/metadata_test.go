@@ -31,6 +31,7 @@ func TestMetadataRoundTrip(t *testing.T) {
 	for _, md := range []*Metadata{
 		sampleMetadata(),
 		{MaxParallelism: 1, Checkpoint: 1, Kind: KindSavepoint, Timestamp: -5},
+		{MaxParallelism: 1, Checkpoint: 9, Kind: KindCheckpoint, Finished: true},
 	} {
 		b, err := EncodeMetadata(md)
 		if err != nil {
@@ -43,6 +44,32 @@ func TestMetadataRoundTrip(t *testing.T) {
 		if !reflect.DeepEqual(got, md) {
 			t.Fatalf("round trip:\n got %#v\nwant %#v", got, md)
 		}
+	}
+}
+
+// Metadata of version 1 (before the flags byte) still decodes, as not
+// finished.
+func TestDecodeMetadataVersion1(t *testing.T) {
+	md := sampleMetadata()
+	md.Finished = true
+	b, err := EncodeMetadata(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := b[headerLen : len(b)-5] // without the flags byte
+	v1 := make([]byte, headerLen, headerLen+len(body)+4)
+	copy(v1, metadataMagic)
+	binary.LittleEndian.PutUint16(v1[len(metadataMagic):], 1)
+	binary.LittleEndian.PutUint32(v1[len(metadataMagic)+2:], uint32(len(body)))
+	v1 = append(v1, body...)
+	v1 = binary.LittleEndian.AppendUint32(v1, crc32.Checksum(v1, castagnoli))
+	got, err := DecodeMetadata(v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md.Finished = false
+	if !reflect.DeepEqual(got, md) {
+		t.Fatalf("version 1:\n got %#v\nwant %#v", got, md)
 	}
 }
 
@@ -66,7 +93,11 @@ func TestDecodeMetadataErrors(t *testing.T) {
 		{"empty", nil, ErrBadMagic},
 		{"magic", edit(func(b []byte) []byte { b[0] = 'X'; return b }), ErrBadMagic},
 		{"short header", good[:len(metadataMagic)+3], ErrCorrupt},
-		{"version", edit(func(b []byte) []byte { b[len(metadataMagic)] = 2; return b }), ErrVersion},
+		{"version", edit(func(b []byte) []byte { b[len(metadataMagic)] = 3; return b }), ErrVersion},
+		{"unknown flags", edit(func(b []byte) []byte {
+			b[len(b)-5] = 0x80
+			return reseal(b)
+		}), ErrCorrupt},
 		{"truncated", good[:len(good)-1], ErrCorrupt},
 		{"trailing", append(append([]byte(nil), good...), 0), ErrCorrupt},
 		{"flipped body bit", edit(func(b []byte) []byte { b[headerLen+3] ^= 1; return b }), ErrChecksum},

@@ -105,8 +105,16 @@ func (j *Job) StopWithSavepoint(ctx context.Context, path string) (string, error
 // Attempts returns how many times the job was started (1 + restarts).
 func (j *Job) Attempts() int { return j.exec.Attempts() }
 
-// Restores returns the checkpoints the restarts restored, in order.
+// Restores returns what each restart restored, in order: a checkpoint's
+// (or savepoint's) ID, or 0 for a restart without one (from the beginning,
+// or from the savepoint the job started from).
 func (j *Job) Restores() []snapshot.ID { return j.exec.Restores() }
+
+// AlreadyFinished returns the final checkpoint of an earlier run when the
+// job had already finished in its checkpoint directory (or was started
+// from a final checkpoint): it then ran nothing, its sinks only committed
+// what that checkpoint holds. Nil otherwise.
+func (j *Job) AlreadyFinished() *snapshot.Metadata { return j.exec.AlreadyFinished() }
 
 // Metrics returns the live counters of the current attempt's tasks
 // (records in, batches, watermark, backpressure), nil when no attempt

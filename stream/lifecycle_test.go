@@ -1,0 +1,423 @@
+package stream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/internal/testutil"
+	"github.com/edgedio/edged/keygroup"
+	"github.com/edgedio/edged/operators"
+	"github.com/edgedio/edged/snapshot"
+	"github.com/edgedio/edged/stream"
+	"github.com/edgedio/edged/watermark"
+)
+
+// boundedWant runs the bounded exactly-once job once without checkpoints
+// and returns what it committed.
+func boundedWant(t *testing.T, n int64, keys int) []string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := execute(t, eoJob(n, keys, dir, nil, stream.WithParallelism(2))); err != nil {
+		t.Fatal(err)
+	}
+	lines := committedLines(t, dir)
+	if len(lines) == 0 {
+		t.Fatal("the run without checkpoints committed nothing")
+	}
+	return lines
+}
+
+// sameLines fails the test when got is not exactly want.
+func sameLines(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("%s: committed %d lines, want %d\n%s", what, len(got), len(want), diffLines(got, want))
+	}
+}
+
+// finalCheckpoint returns the final checkpoint the job left in dir, failing
+// the test when there is none.
+func finalCheckpoint(t *testing.T, dir, job string) *snapshot.Metadata {
+	t.Helper()
+	md, err := actors.FinishedCheckpoint(dir, job, keygroup.DefaultMaxParallelism, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md == nil {
+		t.Fatalf("no final checkpoint in %s", dir)
+	}
+	return md
+}
+
+// leftovers lists the part files of dir still in progress or pending.
+func leftovers(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// A bounded job with frequent checkpoints and the two-phase-commit file
+// sink ends cleanly under CPU contention, its committed output exactly the
+// expected result: no barrier reaches a sink after its last commit, and a
+// final checkpoint commits the tail.
+func TestBoundedJobWithCheckpointsEndsCleanly(t *testing.T) {
+	const n, keys = 20_000, 50
+	want := boundedWant(t, n, keys)
+	testutil.Burn(t, 2)
+	for i := range 10 {
+		cfg := checkpointConfig(t, snapshot.ExactlyOnce)
+		cfg.TolerableFailures = 0
+		got := t.TempDir()
+		env := eoJob(n, keys, got, nil, stream.WithParallelism(2), stream.WithCheckpointing(cfg))
+		if err := execute(t, env); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		sameLines(t, fmt.Sprintf("run %d", i), committedLines(t, got), want)
+		if l := leftovers(t, got); len(l) > 0 {
+			t.Fatalf("run %d left %v", i, l)
+		}
+		finalCheckpoint(t, cfg.Dir, "exactly-once")
+	}
+}
+
+// The same bounded job started twice on the same checkpoint directory
+// commits its results once: the second run finds the final checkpoint,
+// says the job finished and runs nothing.
+func TestFinishedJobDoesNotRunAgain(t *testing.T) {
+	const n, keys = 20_000, 50
+	want := boundedWant(t, n, keys)
+	cfg := checkpointConfig(t, snapshot.ExactlyOnce)
+	out := t.TempDir()
+	for run := range 2 {
+		env := eoJob(n, keys, out, nil, stream.WithParallelism(2), stream.WithCheckpointing(cfg))
+		job, err := env.ExecuteAsync(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := job.Wait(); err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		md := finalCheckpoint(t, cfg.Dir, "exactly-once")
+		if fin := job.AlreadyFinished(); (fin != nil) != (run == 1) {
+			t.Fatalf("run %d: AlreadyFinished = %v", run, fin)
+		} else if fin != nil && fin.Checkpoint != md.Checkpoint {
+			t.Fatalf("run %d: finished at %d, the final checkpoint is %d", run, fin.Checkpoint, md.Checkpoint)
+		}
+		sameLines(t, fmt.Sprintf("after run %d", run), committedLines(t, out), want)
+	}
+}
+
+// decliner passes records through; the snapshots of its subtask 0 fail
+// while declines last (shared by every attempt).
+type decliner struct {
+	operators.Base
+	out      operators.Collector[operators.SensorReading]
+	declines *atomic.Int64
+	declined *atomic.Int64
+	subtask  int
+}
+
+func (d *decliner) Open(ctx *operators.Context) error {
+	d.subtask = ctx.Subtask
+	return nil
+}
+
+func (d *decliner) Collect(r operators.SensorReading) { d.out.Collect(r) }
+
+func (d *decliner) SnapshotState(id int64) ([]byte, error) {
+	if d.subtask == 0 && d.declines.Add(-1) >= 0 {
+		d.declined.Add(1)
+		return nil, fmt.Errorf("injected snapshot failure at checkpoint %d", id)
+	}
+	return nil, nil
+}
+
+// declineJob is generator -> declining map -> key by sensor -> 10 s
+// tumbling count+sum -> exactly-once file sink.
+func declineJob(n int64, keys int, dir string, d *decliner, opts ...stream.Option) *stream.Environment {
+	return declineRateJob(n, keys, 0, dir, d, opts...)
+}
+
+// declineRateJob is declineJob with a generator limited to rate records
+// per second (0: no limit).
+func declineRateJob(n int64, keys int, rate float64, dir string, d *decliner, opts ...stream.Option) *stream.Environment {
+	env := stream.NewEnvironment("exactly-once", opts...)
+	src := stream.FromSource(env, "generator", func() operators.Source[operators.SensorReading] {
+		return operators.SensorGenerator(operators.GeneratorConfig{Count: n, Keys: keys, Rate: rate})
+	}).SetParallelism(1).UID("generator").
+		AssignTimestampsAndWatermarks("timestamps", watermark.ForMonotonous(eventTime))
+	mapped := stream.Transform(src.Rebalance(), "decline", func(out operators.Collector[operators.SensorReading]) operators.OneInput[operators.SensorReading] {
+		return &decliner{out: out, declines: d.declines, declined: d.declined}
+	}).SetParallelism(2).UID("decline")
+	w := stream.Window(stream.KeyBy(mapped, bySensor), operators.TumblingEventTimeWindows(10*time.Second))
+	res := stream.WindowAggregate(w, "count-sum", countSumWin{}).UID("count-sum")
+	res.To("files", func() operators.Sink[operators.WindowResult[string, countSum]] {
+		return operators.NewFileSink(dir, windowLine)
+	}).UID("files")
+	return env
+}
+
+// More failed checkpoints than tolerable fail the job over: the restart
+// strategy restores and restarts it, and the output stays exact. Without a
+// restart strategy the job ends with the checkpoint failure.
+func TestCheckpointFailuresRestartTheJob(t *testing.T) {
+	const n, keys = 20_000, 50
+	want := boundedWant(t, n, keys)
+	testutil.Burn(t, 2)
+	for i := range 5 {
+		d := &decliner{declines: new(atomic.Int64), declined: new(atomic.Int64)}
+		d.declines.Store(2)
+		cfg := checkpointConfig(t, snapshot.ExactlyOnce)
+		cfg.TolerableFailures = 1
+		got := t.TempDir()
+		env := declineJob(n, keys, got, d, stream.WithParallelism(2), stream.WithCheckpointing(cfg),
+			stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 1}))
+		job, err := env.ExecuteAsync(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := job.Wait(); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		if d.declined.Load() != 2 || job.Attempts() != 2 || len(job.Restores()) != 1 {
+			t.Fatalf("run %d: %d snapshots declined, %d attempts, restores %v; want 2 declined, 2 attempts, 1 restore",
+				i, d.declined.Load(), job.Attempts(), job.Restores())
+		}
+		sameLines(t, fmt.Sprintf("run %d", i), committedLines(t, got), want)
+	}
+
+	d := &decliner{declines: new(atomic.Int64), declined: new(atomic.Int64)}
+	d.declines.Store(2)
+	cfg := checkpointConfig(t, snapshot.ExactlyOnce)
+	cfg.TolerableFailures = 1
+	err := execute(t, declineJob(n, keys, t.TempDir(), d, stream.WithParallelism(2), stream.WithCheckpointing(cfg)))
+	if !errors.Is(err, actors.ErrCheckpointFailure) || !errors.Is(err, snapshot.ErrTooManyFailures) {
+		t.Fatalf("without restarts: %v, want the checkpoint failure", err)
+	}
+}
+
+// rateJob is eoJob's pipeline over a generator limited to rate records per
+// second.
+func rateJob(n int64, keys int, rate float64, dir string, opts ...stream.Option) *stream.Environment {
+	env := stream.NewEnvironment("exactly-once", opts...)
+	src := stream.FromSource(env, "generator", func() operators.Source[operators.SensorReading] {
+		return operators.SensorGenerator(operators.GeneratorConfig{Count: n, Keys: keys, Rate: rate})
+	}).SetParallelism(1).UID("generator").
+		AssignTimestampsAndWatermarks("timestamps", watermark.ForMonotonous(eventTime))
+	w := stream.Window(stream.KeyBy(src.Rebalance(), bySensor), operators.TumblingEventTimeWindows(10*time.Second))
+	res := stream.WindowAggregate(w, "count-sum", countSumWin{}).UID("count-sum")
+	res.To("files", func() operators.Sink[operators.WindowResult[string, countSum]] {
+		return operators.NewFileSink(dir, windowLine)
+	}).UID("files")
+	return env
+}
+
+// A stop with a savepoint commits what the savepoint covers: no pending or
+// in-progress part file is left, and resuming from the savepoint completes
+// the output exactly.
+func TestStopWithSavepointCommits(t *testing.T) {
+	const n, keys = 40_000, 50
+	want := boundedWant(t, n, keys)
+	testutil.Burn(t, 2)
+	midway := 0
+	for i := range 3 {
+		cfg := checkpointConfig(t, snapshot.ExactlyOnce)
+		cfg.TolerableFailures = 0
+		out := t.TempDir()
+		job, err := rateJob(n, keys, 10_000, out, stream.WithParallelism(2), stream.WithCheckpointing(cfg)).
+			ExecuteAsync(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, time.Minute, "a checkpoint committed results", func() bool {
+			parts, _ := operators.CommittedParts(out)
+			for _, p := range parts {
+				if fi, err := os.Stat(p); err == nil && fi.Size() > 0 {
+					return true
+				}
+			}
+			return false
+		})
+		sp, err := job.StopWithSavepoint(context.Background(), "")
+		if err != nil {
+			t.Fatalf("run %d: stop: %v", i, err)
+		}
+		if err := job.Wait(); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		if l := leftovers(t, out); len(l) > 0 {
+			t.Fatalf("run %d: the stop left %v", i, l)
+		}
+		before := committedLines(t, out)
+		switch {
+		case len(before) == 0:
+			t.Fatalf("run %d: nothing committed at the stop", i)
+		case len(before) < len(want):
+			midway++
+		default:
+			// The input had ended before the stop's barrier: the
+			// savepoint holds every task's final state.
+			t.Logf("run %d: the input ended before the stop", i)
+		}
+		for _, l := range before {
+			if _, ok := slices.BinarySearch(want, l); !ok {
+				t.Fatalf("run %d: committed %q, which is not in the result", i, l)
+			}
+		}
+		resume := rateJob(n, keys, 0, out, stream.WithParallelism(2), stream.WithCheckpointing(cfg),
+			stream.WithSavepoint(sp, false))
+		if err := execute(t, resume); err != nil {
+			t.Fatalf("run %d: resume: %v", i, err)
+		}
+		sameLines(t, fmt.Sprintf("run %d after resuming", i), committedLines(t, out), want)
+	}
+	if midway == 0 {
+		t.Fatal("no stop came before the end of the input")
+	}
+}
+
+// failOnce fails at its first record while fails lasts.
+type failOnce struct {
+	operators.Base
+	out   operators.Collector[operators.SensorReading]
+	fails *atomic.Int64
+}
+
+func (f *failOnce) Collect(r operators.SensorReading) {
+	if f.fails.Add(-1) >= 0 {
+		panic("injected failure")
+	}
+	f.out.Collect(r)
+}
+
+// A restart without a checkpoint to restore counts in Restores, as 0.
+func TestRestoresCountsRestartWithoutCheckpoint(t *testing.T) {
+	fails := new(atomic.Int64)
+	fails.Store(1)
+	env := stream.NewEnvironment("restart")
+	src := stream.FromSource(env, "generator", generator(100, 10)).UID("generator")
+	mapped := stream.Transform(src, "fail", func(out operators.Collector[operators.SensorReading]) operators.OneInput[operators.SensorReading] {
+		return &failOnce{out: out, fails: fails}
+	}).UID("fail")
+	mapped.To("discard", func() operators.Sink[operators.SensorReading] {
+		return operators.NewSinkFunc(func(operators.SensorReading) error { return nil })
+	}).UID("discard")
+	stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 1})(env)
+	job, err := env.ExecuteAsync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if job.Attempts() != 2 || !slices.Equal(job.Restores(), []snapshot.ID{0}) {
+		t.Fatalf("%d attempts, restores %v; want 2 attempts, restores [0]", job.Attempts(), job.Restores())
+	}
+}
+
+// A chain ending in a sink counts the records its last operator passed to
+// the sink as its output.
+func TestWindowChainCountsRecordsOut(t *testing.T) {
+	env := eoJob(2_000, 10, t.TempDir(), nil, stream.WithParallelism(2))
+	if err := execute(t, env); err != nil {
+		t.Fatal(err)
+	}
+	var chains, out int64
+	for _, s := range env.Stats().Tasks {
+		if strings.Contains(s.Chain, "count-sum") {
+			chains++
+			out += s.RecordsOut
+		}
+	}
+	if chains == 0 || out == 0 {
+		t.Fatalf("%d window chain tasks, %d records out; want some of each: %+v", chains, out, env.Stats().Tasks)
+	}
+}
+
+// A stop with a savepoint that fails leaves the job running: its sources
+// go on after the aborted barrier and the output is complete and exact.
+func TestFailedStopKeepsRunning(t *testing.T) {
+	const n, keys = 20_000, 50
+	want := boundedWant(t, n, keys)
+	d := &decliner{declines: new(atomic.Int64), declined: new(atomic.Int64)}
+	d.declines.Store(1)
+	cfg := checkpointConfig(t, snapshot.ExactlyOnce)
+	cfg.Interval = 0 // savepoints and the final checkpoint only
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	job, err := declineRateJob(n, keys, 20_000, out, d, stream.WithParallelism(2), stream.WithCheckpointing(cfg)).ExecuteAsync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, "the job processes records", func() bool {
+		for _, m := range job.Metrics() {
+			if m.RecordsIn > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	if _, err := job.StopWithSavepoint(ctx, ""); !errors.Is(err, snapshot.ErrDeclined) {
+		t.Fatalf("stop: %v, want it declined", err)
+	}
+	if err := job.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if d.declined.Load() != 1 {
+		t.Fatalf("%d snapshots declined, want 1", d.declined.Load())
+	}
+	sameLines(t, "after the failed stop", committedLines(t, out), want)
+}
+
+// A bounded job with checkpoints and a write-ahead sink publishes every
+// record once, in the final checkpoint's completion at the latest.
+func TestBoundedJobWriteAheadSinkPublishesOnce(t *testing.T) {
+	const n, keys = 20_000, 50
+	testutil.Burn(t, 2)
+	for i := range 5 {
+		var mu sync.Mutex
+		seen := make(map[string]int)
+		env := stream.NewEnvironment("write-ahead", stream.WithParallelism(2),
+			stream.WithCheckpointing(checkpointConfig(t, snapshot.ExactlyOnce)))
+		src := stream.FromSource(env, "generator", generator(n, keys)).SetParallelism(1).UID("generator")
+		src.Rebalance().To("wal", func() operators.Sink[operators.SensorReading] {
+			return operators.NewWriteAheadSink(func(rs []operators.SensorReading, id func(int) string) error {
+				mu.Lock()
+				defer mu.Unlock()
+				for j := range rs {
+					seen[id(j)]++
+				}
+				return nil
+			}, nil)
+		}).UID("wal")
+		if err := execute(t, env); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		total := 0
+		for _, c := range seen {
+			total += c
+		}
+		if len(seen) != n || total != n {
+			t.Fatalf("run %d: %d ids published %d times, want %d once each", i, len(seen), total, n)
+		}
+	}
+}
