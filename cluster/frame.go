@@ -193,8 +193,11 @@ func DecodeFrame(src []byte) (Frame, error) {
 		r.b = nil
 	case KindWatermark, KindBarrier, KindAck:
 		v, k := binary.Varint(r.b)
-		if k <= 0 {
+		if k == 0 {
 			return Frame{}, fmt.Errorf("%w: %s value", ErrShortFrame, f.Kind)
+		}
+		if k < 0 || k != varintLen(v) {
+			return Frame{}, fmt.Errorf("%w: %s value overflows or is not minimal", ErrCorruptFrame, f.Kind)
 		}
 		f.Value = v
 		r.b = r.b[k:]
@@ -229,8 +232,9 @@ func (r *reader) uvarint(what string) uint64 {
 		r.err = fmt.Errorf("%w: %s", ErrShortFrame, what)
 		return 0
 	}
-	if k < 0 {
-		r.err = fmt.Errorf("%w: %s overflows", ErrCorruptFrame, what)
+	if k < 0 || k != uvarintLen(v) {
+		// Overflowing or not minimal: one value has one encoding.
+		r.err = fmt.Errorf("%w: %s overflows or is not minimal", ErrCorruptFrame, what)
 		return 0
 	}
 	r.b = r.b[k:]
