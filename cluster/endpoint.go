@@ -193,6 +193,8 @@ type OutChannel struct {
 	mu   sync.Mutex // guards m, and keeps its transmissions in order
 	m    *Sender
 	wake chan struct{} // capacity 1: rung on Resume, Done and Fail
+	// waits counts the times Send waited for credit.
+	waits atomic.Int64
 }
 
 // ID returns the channel's ID.
@@ -212,6 +214,7 @@ func (c *OutChannel) Send(ctx context.Context, m Send) error {
 			break
 		}
 		c.mu.Unlock()
+		c.waits.Add(1)
 		select {
 		case <-c.wake:
 		case <-ctx.Done():
@@ -234,6 +237,16 @@ func (c *OutChannel) Ready() bool {
 	defer c.mu.Unlock()
 	return c.m.Err() == nil && !c.m.Blocked()
 }
+
+// InFlight returns the batches sent and not yet acknowledged.
+func (c *OutChannel) InFlight() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m.InFlight()
+}
+
+// Waits returns how often Send waited for credit: backpressure.
+func (c *OutChannel) Waits() int64 { return c.waits.Load() }
 
 // Done reports whether the channel's end of stream was acknowledged.
 func (c *OutChannel) Done() bool {

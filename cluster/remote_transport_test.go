@@ -101,41 +101,63 @@ func TestRemoteLargeFrames(t *testing.T) {
 	}
 }
 
-// Killing one side's actor system fails the channels of the other, loudly.
+// Killing one side's actor system fails the channel on the other, loudly:
+// the receiver's side when the sender's node dies, and the sender's side
+// when the receiver's node dies.
 func TestRemoteKillFailsChannel(t *testing.T) {
-	cfg := DefaultChannelConfig()
-	var failed atomic.Pointer[error]
-	epA := NewEndpoint(cfg, nil, func(_ ChannelID, err error) { failed.CompareAndSwap(nil, &err) })
-	epB := NewEndpoint(cfg, nil, nil)
-	a := startRemote(t, epA, nil)
-	epA.Attach(a)
-	bt := NewRemoteTransport(DefaultRemoteConfig(), epB)
-	if err := bt.Start(); err != nil {
-		t.Fatal(err)
-	}
-	epB.Attach(bt)
-	id := ChannelID{Job: "j", Epoch: 1, Edge: 0, From: 0, To: 0}
-	out := epA.OpenSender(id, bt.Addr())
-	var got atomic.Int64
-	var in *InChannel
-	in = epB.OpenReceiver(id, a.Addr(), func(f Frame) {
-		got.Add(1)
-		in.Processed(f.Seq)
-	})
-	ctx := t.Context()
-	for range 10 {
-		if err := out.Send(ctx, Send{Kind: KindBatch, Body: []byte{1, 2, 3}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	testutil.Eventually(t, 0, "10 batches acknowledged", func() bool { return out.Stats().Batches == 10 && out.Ready() && got.Load() == 10 })
-	bt.Stop(context.Background(), false)
-	testutil.Eventually(t, 0, "the channel to fail", func() bool { return failed.Load() != nil })
-	err := *failed.Load()
-	if !errors.Is(err, ErrChannelFailed) || !errors.Is(err, ErrDisconnected) {
-		t.Fatalf("channel failed with %v, want ErrChannelFailed and ErrDisconnected", err)
-	}
-	if serr := out.Send(ctx, Send{Kind: KindBatch, Body: []byte{4}}); !errors.Is(serr, ErrChannelFailed) {
-		t.Fatalf("Send after the failure: %v, want the channel's failure", serr)
+	for _, kill := range []string{"receiver", "sender"} {
+		t.Run("kill "+kill, func(t *testing.T) {
+			cfg := DefaultChannelConfig()
+			var failed atomic.Pointer[error]
+			onFail := func(_ ChannelID, err error) { failed.CompareAndSwap(nil, &err) }
+			// The survivor reports failures; the victim is stopped.
+			var epS, epR *Endpoint
+			if kill == "receiver" {
+				epS, epR = NewEndpoint(cfg, nil, onFail), NewEndpoint(cfg, nil, nil)
+			} else {
+				epS, epR = NewEndpoint(cfg, nil, nil), NewEndpoint(cfg, nil, onFail)
+			}
+			ts := NewRemoteTransport(DefaultRemoteConfig(), epS)
+			tr := NewRemoteTransport(DefaultRemoteConfig(), epR)
+			for _, tt := range []*RemoteTransport{ts, tr} {
+				if err := tt.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { tt.Stop(context.Background(), false) })
+			}
+			epS.Attach(ts)
+			epR.Attach(tr)
+			id := ChannelID{Job: "j", Epoch: 1, Edge: 0, From: 0, To: 0}
+			out := epS.OpenSender(id, tr.Addr())
+			var got atomic.Int64
+			var in *InChannel
+			in = epR.OpenReceiver(id, ts.Addr(), func(f Frame) {
+				got.Add(1)
+				in.Processed(f.Seq)
+			})
+			ctx := t.Context()
+			for range 10 {
+				if err := out.Send(ctx, Send{Kind: KindBatch, Body: []byte{1, 2, 3}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			testutil.Eventually(t, 0, "10 batches acknowledged", func() bool {
+				return got.Load() == 10 && out.Stats().Batches == 10 && out.Ready() && out.InFlight() == 0
+			})
+			victim := map[string]*RemoteTransport{"receiver": tr, "sender": ts}[kill]
+			victim.Stop(context.Background(), false)
+			testutil.Eventually(t, 0, "the survivor's channel to fail", func() bool { return failed.Load() != nil })
+			err := *failed.Load()
+			if !errors.Is(err, ErrChannelFailed) || !errors.Is(err, ErrDisconnected) {
+				t.Fatalf("channel failed with %v, want ErrChannelFailed and ErrDisconnected", err)
+			}
+			if kill == "receiver" {
+				if serr := out.Send(ctx, Send{Kind: KindBatch, Body: []byte{4}}); !errors.Is(serr, ErrChannelFailed) {
+					t.Fatalf("Send after the failure: %v, want the channel's failure", serr)
+				}
+			} else if in.Err() == nil {
+				t.Fatal("receiver reported a failure but has none")
+			}
+		})
 	}
 }
