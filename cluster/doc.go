@@ -21,6 +21,10 @@
 //     connection or a missing acknowledgement fails the channel loudly
 //     (ErrChannelFailed); nothing is lost or duplicated silently. Frames of
 //     another epoch are dropped and counted.
+//   - Endpoint: the thin shell that owns a node's channel machines, steps
+//     them with what its transport delivers, sends what they transmit, and
+//     turns a lost connection into the failure of every channel with that
+//     peer.
 //   - Transports (Transport): an in-memory network with a seeded fault
 //     schedule for tests (MemoryNetwork), and RemoteTransport on
 //     protoactor-go's remote package, which no other file of edged
@@ -33,8 +37,8 @@
 // start no goroutines and read no clock: time enters through Tick. A
 // Sender is stepped with acknowledgements by whoever receives them (the
 // transport's handler), not from the sending task's mailbox, so a task
-// blocked on credit still sees its credits come back; the owner guards the
-// Sender with a mutex for that. Transports are safe for concurrent use;
+// blocked on credit still sees its credits come back; Endpoint guards each
+// machine with a mutex for that. Transports are safe for concurrent use;
 // their Handler is called from the transport's own goroutines (see
 // Handler). Constructors start nothing: MemoryNetwork runs only when the
 // test pumps it, RemoteTransport only after Start.
