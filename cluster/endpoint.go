@@ -283,9 +283,12 @@ func (c *OutChannel) step(in Input) {
 func (c *OutChannel) run(acts []Action) error {
 	var fail error
 	for _, a := range acts {
+		if fail != nil {
+			break // the channel failed: send nothing after it
+		}
 		switch a := a.(type) {
 		case Transmit:
-			if err := c.ep.transmit(c.peer, &a.Frame); err != nil && fail == nil {
+			if err := c.ep.transmit(c.peer, &a.Frame); err != nil {
 				// Sent nothing: fail now rather than at the peer's gap.
 				acts := c.m.Step(Disconnected{Reason: err})
 				if len(acts) > 0 {
@@ -352,9 +355,12 @@ func (c *InChannel) step(in Input) {
 	acts := c.m.Step(in)
 	var fail error
 	for _, a := range acts {
+		if fail != nil {
+			break
+		}
 		switch a := a.(type) {
 		case Transmit:
-			if err := c.ep.transmit(c.peer, &a.Frame); err != nil && fail == nil {
+			if err := c.ep.transmit(c.peer, &a.Frame); err != nil {
 				if fa := c.m.Step(Disconnected{Reason: err}); len(fa) > 0 {
 					fail = fa[0].(Fail).Err
 				}

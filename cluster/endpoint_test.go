@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -69,5 +70,30 @@ func TestEndpointBlockedSenderSeesAcks(t *testing.T) {
 		if v != byte(i) {
 			t.Fatalf("batch %d carries %d", i, v)
 		}
+	}
+}
+
+// A frame the transport refuses fails the channel at once, instead of
+// leaving the peer to find a gap.
+func TestEndpointTransportRefusalFails(t *testing.T) {
+	net := NewMemoryNetwork(1, Faults{})
+	var failures []error
+	a := NewEndpoint(DefaultChannelConfig(), nil, func(_ ChannelID, err error) { failures = append(failures, err) })
+	ta := net.Node("a", a)
+	a.Attach(ta)
+	net.Node("b", NewEndpoint(DefaultChannelConfig(), nil, nil))
+	out := a.OpenSender(ChannelID{Job: "j", Epoch: 1}, "b")
+	if err := out.Send(t.Context(), Send{Kind: KindBatch, Body: []byte{1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ta.Close(); err != nil {
+		t.Fatal(err)
+	}
+	err := out.Send(t.Context(), Send{Kind: KindBatch, Body: []byte{2}})
+	if !errors.Is(err, ErrChannelFailed) || len(failures) != 1 {
+		t.Fatalf("Send on a closed transport: %v, %d failures reported; want ErrChannelFailed, 1", err, len(failures))
+	}
+	if err := out.Send(t.Context(), Send{Kind: KindBatch, Body: []byte{3}}); !errors.Is(err, ErrChannelFailed) || len(failures) != 1 {
+		t.Fatalf("Send after the failure: %v, %d failures; want the same failure, reported once", err, len(failures))
 	}
 }
