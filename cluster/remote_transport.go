@@ -17,6 +17,15 @@ import (
 // node.
 const frameActorName = "edged-frames"
 
+// startMu serialises remote.Start within the process. Start sets gRPC's
+// global logger (grpclog.SetLoggerV2) on every call, which races with the
+// logging of a remote already serving: an upstream data race that only
+// shows with several nodes in one process, as in tests. Holding startMu
+// keeps two Starts apart; it cannot keep a Start apart from gRPC's own
+// goroutines, so tests of several remotes in one process still report
+// that race under -race.
+var startMu sync.Mutex
+
 // envelopeOverhead bounds what protoactor adds around one frame in a gRPC
 // message: the BytesValue wrapper and the message envelope's ids.
 const envelopeOverhead = 128
@@ -153,7 +162,11 @@ func (t *RemoteTransport) Start() (err error) {
 			err = fmt.Errorf("remote transport: start on %s:%d: %v", t.cfg.Host, t.cfg.Port, p)
 		}
 	}()
-	r.Start()
+	startMu.Lock()
+	func() {
+		defer startMu.Unlock()
+		r.Start()
+	}()
 	h := t.h
 	props := actor.PropsFromProducer(func() actor.Actor { return &frameActor{h: h} })
 	if _, err := system.Root.SpawnNamed(props, frameActorName); err != nil {
