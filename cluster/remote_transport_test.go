@@ -107,6 +107,7 @@ func TestRemoteLargeFrames(t *testing.T) {
 func TestRemoteKillFailsChannel(t *testing.T) {
 	for _, kill := range []string{"receiver", "sender"} {
 		t.Run("kill "+kill, func(t *testing.T) {
+			testutil.Burn(t, 2)
 			cfg := DefaultChannelConfig()
 			var failed atomic.Pointer[error]
 			onFail := func(_ ChannelID, err error) { failed.CompareAndSwap(nil, &err) }
