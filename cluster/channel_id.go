@@ -44,6 +44,7 @@ func (id ChannelID) Compare(o ChannelID) int {
 // job runs. The receiver of a frame compares the frame's epoch with its
 // own to drop messages from an older run.
 type Link struct {
+	// Job, Edge, From and To are as in ChannelID.
 	Job            string
 	Edge, From, To int
 }
