@@ -1,0 +1,115 @@
+package cluster
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/edgedio/edged/codec"
+)
+
+// BatchEncoder fills the body of one record batch, capped in records and in
+// bytes: a batch crossing nodes must fit in a frame, whatever the records
+// weigh. The body is the runtime's wire batch (actors/wire.go): the
+// uvarint count of timestamps, each timestamp as a zig-zag varint delta
+// from the one before, then the records as codec.AppendBatch writes them.
+//
+// Not safe for concurrent use; the sending task owns it.
+type BatchEncoder[T any] struct {
+	codec      codec.Codec[T]
+	maxRecords int
+	maxBytes   int
+	ts         []byte // timestamp deltas
+	recs       []byte // encoded records
+	n          int
+	prevTS     int64
+	scratch    []byte
+}
+
+// NewBatchEncoder returns an encoder of batches of at most maxRecords
+// records and maxBytes body bytes (both at least 1).
+func NewBatchEncoder[T any](c codec.Codec[T], maxRecords, maxBytes int) *BatchEncoder[T] {
+	return &BatchEncoder[T]{codec: c, maxRecords: max(1, maxRecords), maxBytes: max(1, maxBytes)}
+}
+
+// Len returns the number of records in the open batch.
+func (e *BatchEncoder[T]) Len() int { return e.n }
+
+// Size returns the body size the open batch would encode to, in bytes.
+func (e *BatchEncoder[T]) Size() int {
+	return 2*uvarintLen(uint64(e.n)) + len(e.ts) + len(e.recs)
+}
+
+// Full reports whether the open batch holds its maximum of records.
+func (e *BatchEncoder[T]) Full() bool { return e.n >= e.maxRecords }
+
+// Add appends v with event timestamp ts to the open batch. It returns false,
+// adding nothing, when the batch is full or v would take it past the byte
+// cap: the caller sends the batch (Flush) and adds v again. A record that
+// alone exceeds the byte cap is an error wrapping ErrRecordTooLarge.
+func (e *BatchEncoder[T]) Add(ts int64, v T) (bool, error) {
+	if e.n >= e.maxRecords {
+		return false, nil
+	}
+	var err error
+	e.scratch, err = e.codec.Append(e.scratch[:0], v)
+	if err != nil {
+		return false, fmt.Errorf("encode record: %w", err)
+	}
+	d := ts - e.prevTS
+	grow := varintLen(d) + len(e.scratch) + 2*(uvarintLen(uint64(e.n+1))-uvarintLen(uint64(e.n)))
+	if e.Size()+grow > e.maxBytes {
+		if e.n == 0 {
+			return false, fmt.Errorf("%w: %d bytes, cap %d", ErrRecordTooLarge, grow+2, e.maxBytes)
+		}
+		return false, nil
+	}
+	e.ts = binary.AppendVarint(e.ts, d)
+	e.recs = append(e.recs, e.scratch...)
+	e.prevTS = ts
+	e.n++
+	return true, nil
+}
+
+// Flush appends the open batch's body to dst, starts a new batch and
+// returns dst. An empty batch appends nothing.
+func (e *BatchEncoder[T]) Flush(dst []byte) []byte {
+	if e.n == 0 {
+		return dst
+	}
+	dst = binary.AppendUvarint(dst, uint64(e.n))
+	dst = append(dst, e.ts...)
+	dst = binary.AppendUvarint(dst, uint64(e.n))
+	dst = append(dst, e.recs...)
+	e.ts, e.recs, e.n, e.prevTS = e.ts[:0], e.recs[:0], 0, 0
+	return dst
+}
+
+// DecodeBatch decodes a batch body into ts[:0] and items[:0]. It never
+// panics; a corrupt body gives an error wrapping ErrCorruptFrame or the
+// codec's error.
+func DecodeBatch[T any](c codec.Codec[T], ts []int64, items []T, src []byte) ([]int64, []T, error) {
+	n, k := binary.Uvarint(src)
+	if k <= 0 || n > uint64(len(src)) {
+		return ts[:0], items[:0], fmt.Errorf("%w: timestamp count", ErrCorruptFrame)
+	}
+	src = src[k:]
+	ts = ts[:0]
+	prev := int64(0)
+	for range n {
+		d, k := binary.Varint(src)
+		if k <= 0 {
+			return ts[:0], items[:0], fmt.Errorf("%w: timestamp", ErrCorruptFrame)
+		}
+		prev += d
+		ts = append(ts, prev)
+		src = src[k:]
+	}
+	items, err := codec.DecodeBatch(c, items, src)
+	if err != nil {
+		return ts[:0], items[:0], fmt.Errorf("%w: %w", ErrCorruptFrame, err)
+	}
+	if len(items) != len(ts) {
+		return ts[:0], items[:0], fmt.Errorf("%w: %d timestamps for %d records", ErrCorruptFrame, len(ts), len(items))
+	}
+	return ts, items, nil
+}

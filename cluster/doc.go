@@ -1,0 +1,60 @@
+// Package cluster runs one job's tasks across several devices: it owns the
+// channels between subtasks placed on different nodes, the transports that
+// carry them, and the checks that both ends run the same plan.
+//
+// What it owns:
+//
+//   - Channel identity. A channel is named by a ChannelID (job, epoch, edge,
+//     from subtask, to subtask) that both ends derive from the plan
+//     (PlanChannels); no pointer crosses a node boundary.
+//   - The frame format (AppendFrame, DecodeFrame): a header with magic,
+//     version, kind, channel and sequence number, and as body the runtime
+//     codec's batch bytes (BatchEncoder, DecodeBatch). Decoders never
+//     panic.
+//   - The channel protocol, as two pure machines: Sender and Receiver. Every
+//     message of a channel (record batches, watermarks, stream status,
+//     barriers, end of stream) is numbered in one sequence; the receiver
+//     delivers in sequence and acknowledges once the task has processed a
+//     batch, and the acknowledgement is the sender's credit, so the bound
+//     on batches in flight holds across nodes as it does locally. A gap, a
+//     duplicate older than the window, a sender over its credits, a lost
+//     connection or a missing acknowledgement fails the channel loudly
+//     (ErrChannelFailed); nothing is lost or duplicated silently. Frames of
+//     another epoch are dropped and counted.
+//   - Endpoint: the thin shell that owns a node's channel machines, steps
+//     them with what its transport delivers, sends what they transmit, and
+//     turns a lost connection into the failure of every channel with that
+//     peer.
+//   - Transports (Transport): an in-memory network with a seeded fault
+//     schedule for tests (MemoryNetwork), and RemoteTransport on
+//     protoactor-go's remote package, which no other file of edged
+//     imports.
+//   - The job-graph fingerprint (FingerprintOf) that nodes compare before
+//     they exchange frames.
+//   - Membership (Membership): memberlist gossip with a failure-detection
+//     profile for a LAN of devices, node metadata (Meta) within gossip's
+//     512 bytes, leaves told apart from crashes, events queued for the
+//     cluster's own loop without ever blocking memberlist.
+//   - Placement (Place, Leader, HasQuorum): pure functions. Keyed subtasks
+//     go to live nodes by weighted rendezvous hashing with bounded load, so
+//     one join or leave moves about that node's share; the leader is the
+//     lowest id among the members a majority sees, and a node without a
+//     majority owns nothing.
+//
+// Concurrency. The machines (Sender, Receiver) and BatchEncoder are not safe
+// for concurrent use: each has one owner that serialises its calls. They
+// start no goroutines and read no clock: time enters through Tick. A
+// Sender is stepped with acknowledgements by whoever receives them (the
+// transport's handler), not from the sending task's mailbox, so a task
+// blocked on credit still sees its credits come back; Endpoint guards each
+// machine with a mutex for that. Transports are safe for concurrent use;
+// their Handler is called from the transport's own goroutines (see
+// Handler). Membership's methods are safe for concurrent use; memberlist
+// calls its delegates on memberlist's goroutines, where they only queue.
+// Constructors start nothing: MemoryNetwork runs only when the
+// test pumps it, RemoteTransport only after Start.
+//
+// Dependencies. cluster reads the exported job graph of package actors
+// (actors.Job) to derive channels and fingerprints; actors must not import
+// cluster, and will reach it through an interface of its own.
+package cluster

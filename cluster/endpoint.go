@@ -1,0 +1,383 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Endpoint runs the cross-node channels of one node over a Transport: it
+// encodes what the senders transmit, decodes what arrives and steps the
+// channel's machine with it, and turns a lost connection into the failure
+// of every channel with that peer. It is the Handler of its transport.
+//
+// Acknowledgements are stepped on the transport's goroutine, not the
+// sending task's: a task blocked in OutChannel.Send on credit is woken by
+// them.
+//
+// Safe for concurrent use.
+type Endpoint struct {
+	cfg    ChannelConfig
+	log    *slog.Logger
+	onFail func(ChannelID, error)
+
+	mu        sync.RWMutex // guards tr, out and in (the maps; each channel guards its machine)
+	tr        Transport
+	out       map[Link]*OutChannel
+	in        map[Link]*InChannel
+	unrouted  atomic.Int64 // frames for no open channel
+	corrupted atomic.Int64 // frames that did not decode
+}
+
+// NewEndpoint returns an endpoint with channels configured by cfg (which
+// must be valid). onFail, if not nil, is called once per failed channel,
+// from whichever goroutine stepped it; it must not block. log may be nil.
+func NewEndpoint(cfg ChannelConfig, log *slog.Logger, onFail func(ChannelID, error)) *Endpoint {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Endpoint{cfg: cfg, log: log, onFail: onFail, out: map[Link]*OutChannel{}, in: map[Link]*InChannel{}}
+}
+
+// Attach sets the transport the endpoint sends on; call it once, before
+// opening channels.
+func (e *Endpoint) Attach(tr Transport) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.tr = tr
+}
+
+// Unrouted returns the number of frames that arrived for no open channel.
+func (e *Endpoint) Unrouted() int64 { return e.unrouted.Load() }
+
+// Corrupted returns the number of frames that did not decode. The frame
+// after a corrupt one shows as a gap on its channel.
+func (e *Endpoint) Corrupted() int64 { return e.corrupted.Load() }
+
+// OpenSender opens the sending end of channel id, whose receiver runs on
+// node peer. A channel of the same link in an older epoch is replaced.
+func (e *Endpoint) OpenSender(id ChannelID, peer string) *OutChannel {
+	c := &OutChannel{ep: e, peer: peer, m: NewSender(id, e.cfg), wake: make(chan struct{}, 1)}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.out[id.Link()] = c
+	return c
+}
+
+// OpenReceiver opens the receiving end of channel id, whose sender runs on
+// node peer. deliver is called with the channel's frames in sequence, from
+// the transport's goroutine, and must not block (it hands the frame to the
+// task's mailbox); the task reports what it processed with
+// InChannel.Processed. The frame's Body is the deliver function's.
+func (e *Endpoint) OpenReceiver(id ChannelID, peer string, deliver func(Frame)) *InChannel {
+	c := &InChannel{ep: e, peer: peer, m: NewReceiver(id, e.cfg), deliver: deliver}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.in[id.Link()] = c
+	return c
+}
+
+// Close closes both ends of link l on this node, if open.
+func (e *Endpoint) Close(l Link) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.out, l)
+	delete(e.in, l)
+}
+
+// Tick steps every channel with the time: receivers repeat their
+// acknowledgements, senders time out missing ones. The owner calls it
+// periodically (every AckInterval/2 or more often).
+func (e *Endpoint) Tick(now time.Time) {
+	for _, c := range e.outs("") {
+		c.step(Tick{Now: now})
+	}
+	for _, c := range e.ins("") {
+		c.step(Tick{Now: now})
+	}
+}
+
+// HandleFrame decodes a frame and steps its channel with it.
+func (e *Endpoint) HandleFrame(data []byte) {
+	f, err := DecodeFrame(data)
+	if err != nil {
+		e.corrupted.Add(1)
+		e.log.Warn("corrupt frame dropped", "err", err)
+		return
+	}
+	e.mu.RLock()
+	var out *OutChannel
+	var in *InChannel
+	if f.Kind == KindAck {
+		out = e.out[f.Channel.Link()]
+	} else {
+		in = e.in[f.Channel.Link()]
+	}
+	e.mu.RUnlock()
+	switch {
+	case out != nil:
+		out.step(Receive{Frame: f})
+	case in != nil:
+		in.step(Receive{Frame: f})
+	default:
+		e.unrouted.Add(1)
+	}
+}
+
+// HandleDisconnect fails every channel with node.
+func (e *Endpoint) HandleDisconnect(node string, err error) {
+	e.log.Warn("peer disconnected", "node", node, "err", err)
+	for _, c := range e.outs(node) {
+		c.step(Disconnected{Reason: err})
+	}
+	for _, c := range e.ins(node) {
+		c.step(Disconnected{Reason: err})
+	}
+}
+
+// outs returns the open senders, to peer only unless peer is "".
+func (e *Endpoint) outs(peer string) []*OutChannel {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	var cs []*OutChannel
+	for _, c := range e.out {
+		if peer == "" || c.peer == peer {
+			cs = append(cs, c)
+		}
+	}
+	return cs
+}
+
+func (e *Endpoint) ins(peer string) []*InChannel {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	var cs []*InChannel
+	for _, c := range e.in {
+		if peer == "" || c.peer == peer {
+			cs = append(cs, c)
+		}
+	}
+	return cs
+}
+
+// transmit encodes f and hands it to the transport. A local failure to send
+// fails the channel through the returned error.
+func (e *Endpoint) transmit(peer string, f *Frame) error {
+	e.mu.RLock()
+	tr := e.tr
+	e.mu.RUnlock()
+	if tr == nil {
+		return fmt.Errorf("%w: endpoint has no transport", ErrTransportClosed)
+	}
+	data, err := AppendFrame(make([]byte, 0, f.EncodedSize()), f)
+	if err != nil {
+		return err
+	}
+	return tr.Send(peer, data)
+}
+
+func (e *Endpoint) failed(id ChannelID, err error) {
+	e.log.Error("channel failed", "job", id.Job, "channel", id.String(), "err", err)
+	if e.onFail != nil {
+		e.onFail(id, err)
+	}
+}
+
+// OutChannel is the sending end of a channel on an Endpoint.
+type OutChannel struct {
+	ep   *Endpoint
+	peer string
+	mu   sync.Mutex // guards m, and keeps its transmissions in order
+	m    *Sender
+	wake chan struct{} // capacity 1: rung on Resume, Done and Fail
+	// waits counts the times Send waited for credit.
+	waits atomic.Int64
+}
+
+// ID returns the channel's ID.
+func (c *OutChannel) ID() ChannelID { return c.m.ID() }
+
+// Send sends one message. It blocks while the channel has no credit, until
+// a Resume, a failure or ctx's end; it returns the channel's error once it
+// failed. Called by the sending task only.
+func (c *OutChannel) Send(ctx context.Context, m Send) error {
+	for {
+		c.mu.Lock()
+		if err := c.m.Err(); err != nil {
+			c.mu.Unlock()
+			return err
+		}
+		if !c.m.Blocked() {
+			break
+		}
+		c.mu.Unlock()
+		c.waits.Add(1)
+		select {
+		case <-c.wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	fail := c.run(c.m.Step(m))
+	err := c.m.Err()
+	c.mu.Unlock()
+	if fail != nil {
+		c.ep.failed(c.m.ID(), fail)
+	}
+	return err
+}
+
+// Ready reports whether Send would not block: the channel has credit and
+// has not failed.
+func (c *OutChannel) Ready() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m.Err() == nil && !c.m.Blocked()
+}
+
+// InFlight returns the batches sent and not yet acknowledged.
+func (c *OutChannel) InFlight() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m.InFlight()
+}
+
+// Waits returns how often Send waited for credit: backpressure.
+func (c *OutChannel) Waits() int64 { return c.waits.Load() }
+
+// Done reports whether the channel's end of stream was acknowledged.
+func (c *OutChannel) Done() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m.done
+}
+
+// Err returns the channel's failure, or nil.
+func (c *OutChannel) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m.Err()
+}
+
+// Stats returns the sender's counters.
+func (c *OutChannel) Stats() SenderStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m.Stats()
+}
+
+func (c *OutChannel) step(in Input) {
+	c.mu.Lock()
+	fail := c.run(c.m.Step(in))
+	c.mu.Unlock()
+	if fail != nil {
+		c.ep.failed(c.m.ID(), fail)
+	}
+}
+
+// run carries out the sender's actions; c.mu is held. It returns the
+// failure, if the channel failed.
+func (c *OutChannel) run(acts []Action) error {
+	var fail error
+	for _, a := range acts {
+		if fail != nil {
+			break // the channel failed: send nothing after it
+		}
+		switch a := a.(type) {
+		case Transmit:
+			if err := c.ep.transmit(c.peer, &a.Frame); err != nil {
+				// Sent nothing: fail now rather than at the peer's gap.
+				acts := c.m.Step(Disconnected{Reason: err})
+				if len(acts) > 0 {
+					fail = acts[0].(Fail).Err
+				}
+			}
+		case Fail:
+			fail = a.Err
+		}
+		switch a.(type) {
+		case Resume, Done, Fail:
+			select {
+			case c.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	if fail != nil {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+	return fail
+}
+
+// InChannel is the receiving end of a channel on an Endpoint.
+type InChannel struct {
+	ep      *Endpoint
+	peer    string
+	mu      sync.Mutex // guards m
+	m       *Receiver
+	deliver func(Frame)
+}
+
+// ID returns the channel's ID.
+func (c *InChannel) ID() ChannelID { return c.m.ID() }
+
+// Processed reports that the task processed every batch up to seq: the
+// receiver acknowledges them, returning their credits. Called by the
+// receiving task.
+func (c *InChannel) Processed(seq uint64) { c.step(Processed{Seq: seq}) }
+
+// Err returns the channel's failure, or nil.
+func (c *InChannel) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m.Err()
+}
+
+// Stats returns the receiver's counters.
+func (c *InChannel) Stats() ReceiverStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m.Stats()
+}
+
+// step steps the receiver, transmits its acks under c.mu, and delivers
+// after releasing it, so that deliver may call Processed. Deliveries keep
+// their order because the transport hands over one peer's frames one at a
+// time.
+func (c *InChannel) step(in Input) {
+	c.mu.Lock()
+	acts := c.m.Step(in)
+	var fail error
+	for _, a := range acts {
+		if fail != nil {
+			break
+		}
+		switch a := a.(type) {
+		case Transmit:
+			if err := c.ep.transmit(c.peer, &a.Frame); err != nil {
+				if fa := c.m.Step(Disconnected{Reason: err}); len(fa) > 0 {
+					fail = fa[0].(Fail).Err
+				}
+			}
+		case Fail:
+			fail = a.Err
+		}
+	}
+	c.mu.Unlock()
+	for _, a := range acts {
+		if d, ok := a.(Deliver); ok && fail == nil {
+			c.deliver(d.Frame)
+		}
+	}
+	if fail != nil {
+		c.ep.failed(c.m.ID(), fail)
+	}
+}
+
+var _ Handler = (*Endpoint)(nil)

@@ -1,0 +1,270 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/eventstream"
+	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// frameActorName is the name of the actor that receives frames on every
+// node.
+const frameActorName = "edged-frames"
+
+// startMu serialises remote.Start within the process. Start sets gRPC's
+// global logger (grpclog.SetLoggerV2) on every call, which races with the
+// logging of a remote already serving: an upstream data race that only
+// shows with several nodes in one process, as in tests. Holding startMu
+// keeps two Starts apart; it cannot keep a Start apart from gRPC's own
+// goroutines, so tests of several remotes in one process still report
+// that race under -race.
+var startMu sync.Mutex
+
+// envelopeOverhead bounds what protoactor adds around one frame in a gRPC
+// message: the BytesValue wrapper and the message envelope's ids.
+const envelopeOverhead = 128
+
+// RemoteConfig configures a RemoteTransport. Start from
+// DefaultRemoteConfig. The YAML keys are under cluster.transport.
+type RemoteConfig struct {
+	// Host is the address to listen on. Default 127.0.0.1.
+	Host string
+	// Port is the port to listen on; 0 picks a free one. Default 0.
+	Port int
+	// AdvertisedHost, if set, is the host:port peers reach this node at.
+	AdvertisedHost string
+	// MaxFrameBytes is the largest frame sent, in bytes: the channels'
+	// ChannelConfig.MaxFrameBytes. Default 256 KiB.
+	MaxFrameBytes int
+	// MaxMessageBytes is gRPC's largest message, in bytes: protoactor
+	// packs up to WriterBatchSize frames into one. Default 4 MiB, gRPC's
+	// own default.
+	MaxMessageBytes int
+	// WriterQueueSize is the initial size of the queue of frames waiting
+	// for a peer's connection (it grows). Default 4096.
+	WriterQueueSize int
+	// ConnectRetries is how often a connection to a peer is tried, two
+	// seconds apart, before the peer counts as disconnected. Default 5.
+	ConnectRetries int
+	// Logger receives the transport's logs, protoactor's at warning and
+	// above. Default: discard.
+	Logger *slog.Logger
+}
+
+// DefaultRemoteConfig returns the default remote transport configuration.
+func DefaultRemoteConfig() RemoteConfig {
+	return RemoteConfig{
+		Host:            "127.0.0.1",
+		MaxFrameBytes:   DefaultChannelConfig().MaxFrameBytes,
+		MaxMessageBytes: 4 << 20,
+		WriterQueueSize: 4096,
+		ConnectRetries:  5,
+		Logger:          slog.New(slog.DiscardHandler),
+	}
+}
+
+// WriterBatchSize returns how many frames protoactor's endpoint writer may
+// pack into one gRPC message: as many as fit, at the largest frame size,
+// in three quarters of MaxMessageBytes. Left at protoactor's default of
+// 1000, 24 KiB frames overflow gRPC's 4 MiB limit and every frame of the
+// message is lost.
+func (c RemoteConfig) WriterBatchSize() int {
+	return max(1, c.MaxMessageBytes/4*3/(c.MaxFrameBytes+envelopeOverhead))
+}
+
+// Validate reports every problem of c at once, naming the YAML keys.
+func (c RemoteConfig) Validate() error {
+	var errs []error
+	if c.Host == "" {
+		errs = append(errs, errors.New("cluster.transport.host must be set"))
+	}
+	if c.Port < 0 || c.Port > 65535 {
+		errs = append(errs, fmt.Errorf("cluster.transport.port (%d) must be 0 to 65535", c.Port))
+	}
+	if c.MaxFrameBytes < 2*FrameOverhead {
+		errs = append(errs, fmt.Errorf("cluster.transport.max_frame_bytes (%d) must be at least %d", c.MaxFrameBytes, 2*FrameOverhead))
+	}
+	if c.MaxFrameBytes+envelopeOverhead > c.MaxMessageBytes/4*3 {
+		errs = append(errs, fmt.Errorf("cluster.transport.max_frame_bytes (%d) must leave room in three quarters of cluster.transport.max_message_bytes (%d)", c.MaxFrameBytes, c.MaxMessageBytes))
+	}
+	if c.WriterQueueSize < 1 {
+		errs = append(errs, fmt.Errorf("cluster.transport.writer_queue_size (%d) must be at least 1", c.WriterQueueSize))
+	}
+	if c.ConnectRetries < 1 {
+		errs = append(errs, fmt.Errorf("cluster.transport.connect_retries (%d) must be at least 1", c.ConnectRetries))
+	}
+	if c.Logger == nil {
+		errs = append(errs, errors.New("logger must be set"))
+	}
+	return errors.Join(errs...)
+}
+
+// RemoteTransport carries frames between nodes on protoactor-go's remote
+// package: one actor system per node, one gRPC stream per peer, every
+// frame wrapped in a protobuf BytesValue. protoactor reports a lost
+// connection with an EndpointTerminatedEvent, which the transport passes
+// to its Handler as a disconnect. Delivery is at most once.
+//
+// Safe for concurrent use after Start.
+type RemoteTransport struct {
+	cfg RemoteConfig
+	h   Handler
+
+	mu      sync.Mutex // guards system, remote, sub, pids and stopped
+	system  *actor.ActorSystem
+	remote  *remote.Remote
+	sub     *eventstream.Subscription
+	pids    map[string]*actor.PID
+	stopped bool
+}
+
+// NewRemoteTransport returns a transport delivering to h. It starts
+// nothing: call Start.
+func NewRemoteTransport(cfg RemoteConfig, h Handler) *RemoteTransport {
+	return &RemoteTransport{cfg: cfg, h: h, pids: map[string]*actor.PID{}}
+}
+
+// Start starts the actor system and listens. The Handler may be called as
+// soon as it returns.
+func (t *RemoteTransport) Start() (err error) {
+	if err := t.cfg.Validate(); err != nil {
+		return fmt.Errorf("remote transport: %w", err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.system != nil {
+		return errors.New("remote transport: already started")
+	}
+	logger := t.cfg.Logger
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(warnOnly{logger.Handler()}).With("component", "protoactor")
+	}))
+	rc := remote.Configure(t.cfg.Host, t.cfg.Port,
+		remote.WithEndpointWriterBatchSize(t.cfg.WriterBatchSize()),
+		remote.WithEndpointWriterQueueSize(t.cfg.WriterQueueSize),
+		remote.WithEndpointManagerQueueSize(t.cfg.WriterQueueSize),
+	)
+	if t.cfg.AdvertisedHost != "" {
+		rc.AdvertisedHost = t.cfg.AdvertisedHost
+	}
+	rc.MaxRetryCount = t.cfg.ConnectRetries
+	r := remote.NewRemote(system, rc)
+	defer func() {
+		// remote.Start panics when it cannot listen.
+		if p := recover(); p != nil {
+			system.Shutdown()
+			err = fmt.Errorf("remote transport: start on %s:%d: %v", t.cfg.Host, t.cfg.Port, p)
+		}
+	}()
+	startMu.Lock()
+	func() {
+		defer startMu.Unlock()
+		r.Start()
+	}()
+	h := t.h
+	props := actor.PropsFromProducer(func() actor.Actor { return &frameActor{h: h} })
+	if _, err := system.Root.SpawnNamed(props, frameActorName); err != nil {
+		r.Shutdown(false)
+		system.Shutdown()
+		return fmt.Errorf("remote transport: spawn %s: %w", frameActorName, err)
+	}
+	t.sub = system.EventStream.Subscribe(func(evt any) {
+		if e, ok := evt.(*remote.EndpointTerminatedEvent); ok {
+			h.HandleDisconnect(e.Address, fmt.Errorf("%w: connection to %s lost", ErrDisconnected, e.Address))
+		}
+	})
+	t.system, t.remote = system, r
+	logger.Info("remote transport started", "node", system.Address(), "writer_batch_size", t.cfg.WriterBatchSize())
+	return nil
+}
+
+// Addr returns the host:port peers send to; "" before Start.
+func (t *RemoteTransport) Addr() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.system == nil {
+		return ""
+	}
+	return t.system.Address()
+}
+
+// Send queues frame for the node at address to.
+func (t *RemoteTransport) Send(to string, frame []byte) error {
+	if len(frame) > t.cfg.MaxFrameBytes {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, len(frame), t.cfg.MaxFrameBytes)
+	}
+	t.mu.Lock()
+	if t.system == nil || t.stopped {
+		t.mu.Unlock()
+		return ErrTransportClosed
+	}
+	pid := t.pids[to]
+	if pid == nil {
+		pid = actor.NewPID(to, frameActorName)
+		t.pids[to] = pid
+	}
+	root := t.system.Root
+	t.mu.Unlock()
+	root.Send(pid, &wrapperspb.BytesValue{Value: frame})
+	return nil
+}
+
+// Stop stops the transport. With graceful false it drops its connections at
+// once, as a crash would; with graceful true it lets gRPC finish what it
+// is sending, for up to ctx's deadline. No Handler call starts after Stop
+// returns... except those of frames already received, which the stopped
+// actor system drops.
+func (t *RemoteTransport) Stop(ctx context.Context, graceful bool) {
+	t.mu.Lock()
+	if t.system == nil || t.stopped {
+		t.mu.Unlock()
+		return
+	}
+	t.stopped = true
+	system, r, sub := t.system, t.remote, t.sub
+	t.mu.Unlock()
+	system.EventStream.Unsubscribe(sub)
+	if graceful {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			r.Shutdown(true)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			r.Shutdown(false)
+			<-done
+		}
+	} else {
+		r.Shutdown(false)
+	}
+	system.Shutdown()
+}
+
+// frameActor hands the frames arriving at a node to the Handler, one at a
+// time, in the order its mailbox received them.
+type frameActor struct{ h Handler }
+
+func (a *frameActor) Receive(ctx actor.Context) {
+	if m, ok := ctx.Message().(*wrapperspb.BytesValue); ok {
+		a.h.HandleFrame(m.Value)
+	}
+}
+
+// warnOnly passes on log records at warning level and above: protoactor
+// logs every connection at info.
+type warnOnly struct{ slog.Handler }
+
+func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}
+
+func (h warnOnly) WithAttrs(as []slog.Attr) slog.Handler { return warnOnly{h.Handler.WithAttrs(as)} }
+func (h warnOnly) WithGroup(name string) slog.Handler    { return warnOnly{h.Handler.WithGroup(name)} }

@@ -1,0 +1,164 @@
+package cluster
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/edgedio/edged/internal/testutil"
+)
+
+// countingHandler checks that frames numbered 0, 1, 2... arrive in order.
+type countingHandler struct {
+	mu      sync.Mutex // guards next, bad and discs
+	next    uint64
+	bad     []uint64
+	discs   []string
+	frames  atomic.Int64
+	onFrame func([]byte)
+}
+
+func (h *countingHandler) HandleFrame(b []byte) {
+	if h.onFrame != nil {
+		h.onFrame(b)
+		h.frames.Add(1)
+		return
+	}
+	h.mu.Lock()
+	n := binary.BigEndian.Uint64(b)
+	if n != h.next {
+		h.bad = append(h.bad, n)
+	}
+	h.next = n + 1
+	h.mu.Unlock()
+	h.frames.Add(1)
+}
+
+func (h *countingHandler) HandleDisconnect(node string, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.discs = append(h.discs, node)
+}
+
+func startRemote(t testing.TB, h Handler, mutate func(*RemoteConfig)) *RemoteTransport {
+	t.Helper()
+	cfg := DefaultRemoteConfig()
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	tr := NewRemoteTransport(cfg, h)
+	if err := tr.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Stop(context.Background(), false) })
+	return tr
+}
+
+// 100k frames between two actor systems in one process arrive in order.
+func TestRemoteLoopback100k(t *testing.T) {
+	const n = 100_000
+	ha, hb := &countingHandler{}, &countingHandler{}
+	a, b := startRemote(t, ha, nil), startRemote(t, hb, nil)
+	for i := range uint64(n) {
+		frame := make([]byte, 64)
+		binary.BigEndian.PutUint64(frame, i)
+		if err := a.Send(b.Addr(), frame); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 0, "100k frames at b", func() bool { return hb.frames.Load() == n })
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	if len(hb.bad) > 0 || hb.next != n {
+		t.Fatalf("frames out of order: %d misplaced (first %v), last %d", len(hb.bad), hb.bad[:min(5, len(hb.bad))], hb.next-1)
+	}
+}
+
+// The writer batch size keeps batch x largest frame under gRPC's limit:
+// large frames at full speed all arrive. With protoactor's default batch
+// of 1000 they overflow the 4 MiB message and are lost.
+func TestRemoteLargeFrames(t *testing.T) {
+	const n = 400
+	cfg := DefaultRemoteConfig()
+	if got := cfg.WriterBatchSize(); got*(cfg.MaxFrameBytes+envelopeOverhead) > cfg.MaxMessageBytes {
+		t.Fatalf("writer batch %d x frame %d exceeds %d", got, cfg.MaxFrameBytes, cfg.MaxMessageBytes)
+	}
+	ha, hb := &countingHandler{}, &countingHandler{}
+	a, b := startRemote(t, ha, nil), startRemote(t, hb, nil)
+	for i := range uint64(n) {
+		frame := make([]byte, cfg.MaxFrameBytes)
+		binary.BigEndian.PutUint64(frame, i)
+		if err := a.Send(b.Addr(), frame); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 0, "large frames at b", func() bool { return hb.frames.Load() == n })
+	if err := a.Send(b.Addr(), make([]byte, cfg.MaxFrameBytes+1)); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("Send of an oversized frame: %v, want ErrFrameTooLarge", err)
+	}
+}
+
+// Killing one side's actor system fails the channel on the other, loudly:
+// the receiver's side when the sender's node dies, and the sender's side
+// when the receiver's node dies.
+func TestRemoteKillFailsChannel(t *testing.T) {
+	for _, kill := range []string{"receiver", "sender"} {
+		t.Run("kill "+kill, func(t *testing.T) {
+			testutil.Burn(t, 2)
+			cfg := DefaultChannelConfig()
+			var failed atomic.Pointer[error]
+			onFail := func(_ ChannelID, err error) { failed.CompareAndSwap(nil, &err) }
+			// The survivor reports failures; the victim is stopped.
+			var epS, epR *Endpoint
+			if kill == "receiver" {
+				epS, epR = NewEndpoint(cfg, nil, onFail), NewEndpoint(cfg, nil, nil)
+			} else {
+				epS, epR = NewEndpoint(cfg, nil, nil), NewEndpoint(cfg, nil, onFail)
+			}
+			ts := NewRemoteTransport(DefaultRemoteConfig(), epS)
+			tr := NewRemoteTransport(DefaultRemoteConfig(), epR)
+			for _, tt := range []*RemoteTransport{ts, tr} {
+				if err := tt.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { tt.Stop(context.Background(), false) })
+			}
+			epS.Attach(ts)
+			epR.Attach(tr)
+			id := ChannelID{Job: "j", Epoch: 1, Edge: 0, From: 0, To: 0}
+			out := epS.OpenSender(id, tr.Addr())
+			var got atomic.Int64
+			var in *InChannel
+			in = epR.OpenReceiver(id, ts.Addr(), func(f Frame) {
+				got.Add(1)
+				in.Processed(f.Seq)
+			})
+			ctx := t.Context()
+			for range 10 {
+				if err := out.Send(ctx, Send{Kind: KindBatch, Body: []byte{1, 2, 3}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			testutil.Eventually(t, 0, "10 batches acknowledged", func() bool {
+				return got.Load() == 10 && out.Stats().Batches == 10 && out.Ready() && out.InFlight() == 0
+			})
+			victim := map[string]*RemoteTransport{"receiver": tr, "sender": ts}[kill]
+			victim.Stop(context.Background(), false)
+			testutil.Eventually(t, 0, "the survivor's channel to fail", func() bool { return failed.Load() != nil })
+			err := *failed.Load()
+			if !errors.Is(err, ErrChannelFailed) || !errors.Is(err, ErrDisconnected) {
+				t.Fatalf("channel failed with %v, want ErrChannelFailed and ErrDisconnected", err)
+			}
+			if kill == "receiver" {
+				if serr := out.Send(ctx, Send{Kind: KindBatch, Body: []byte{4}}); !errors.Is(serr, ErrChannelFailed) {
+					t.Fatalf("Send after the failure: %v, want the channel's failure", serr)
+				}
+			} else if in.Err() == nil {
+				t.Fatal("receiver reported a failure but has none")
+			}
+		})
+	}
+}
