@@ -7,7 +7,11 @@ cd "$(dirname "$0")/.."
 
 # Packages whose tests run with the race detector: the runtime and
 # everything that runs on its goroutines.
-RACE_PKGS="./actors/... ./stream/... ./operators/... ./state/... ./pipeline/... ./mqtt/... ./daemon/..."
+RACE_PKGS="./actors/... ./stream/... ./operators/... ./state/... ./pipeline/... ./mqtt/... ./daemon/... ./cluster/... ./internal/..."
+# protoactor-go's remote.Start sets gRPC's global logger on every call, which
+# races with another actor system's gRPC goroutines in the same process: the
+# tests that start two remote systems in one process run without -race.
+RACE_SKIP='^TestRemote'
 
 # The end-to-end tests in test/ start their own Mosquitto broker on
 # 127.0.0.1 when the mosquitto binary is there; install it where we can.
@@ -34,9 +38,10 @@ if [ -n "$unformatted" ]; then
 fi
 
 echo "== tests with the race detector: $RACE_PKGS"
-go test -race -count=1 $RACE_PKGS
+go test -race -count=1 -skip "$RACE_SKIP" $RACE_PKGS
 
 echo "== all tests"
-go test -count=1 ./...
+# test/ runs real processes, brokers and kill -9 one test after another.
+go test -count=1 -timeout 30m ./...
 
 ./scripts/cross.sh
