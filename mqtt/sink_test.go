@@ -90,7 +90,7 @@ func TestWriteAheadSinkSameIDs(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer pub.Close()
-		wal := operators.NewWriteAheadSink(PublishFunc(pub, readingTopic, encodeReading), nil)
+		wal := operators.NewWriteAheadSink(PublishFunc(pub, readingTopic, encodeReading, nil), nil)
 		if err := wal.Open(&operators.Context{UID: "agg-sink", Subtask: 0, Parallelism: 1}); err != nil {
 			t.Fatal(err)
 		}
