@@ -183,9 +183,10 @@ func (s *WriteAheadSink[T]) NotifyCheckpointAborted(int64) error { return nil }
 // subtask publishes those of old subtasks j with j mod parallelism ==
 // subtask: each held record is published by exactly one new subtask.
 func (s *WriteAheadSink[T]) RestoreState(states [][]byte, oldParallelism int) error {
-	rescaled := oldParallelism != s.parallelism || len(states) != 1
+	n := max(s.parallelism, 1)
+	rescaled := oldParallelism != n || len(states) != 1
 	for j, st := range states {
-		if rescaled && j%s.parallelism != s.subtask {
+		if rescaled && j%n != s.subtask {
 			continue
 		}
 		batches, err := s.decode(st)

@@ -25,6 +25,7 @@ func badRecordsPipeline(dir string) string {
 // job; the good readings' results are exact; and the job restarted from
 // its latest checkpoint (a node restart) runs on.
 func TestBadRecordsGoToDeadLetters(t *testing.T) {
+	contend(t)
 	h := newMQTTHarness(t)
 	dir := t.TempDir()
 	pc := parsePipeline(t, badRecordsPipeline(dir))

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"strings"
 	"sync"
@@ -17,7 +18,19 @@ import (
 	"github.com/edgedio/edged/stream"
 )
 
-const waitFor = 10 * time.Second
+// waitFor bounds each wait of the MQTT tests.
+const waitFor = 30 * time.Second
+
+// burn runs the write-ahead and dead-letter tests beside busy goroutines
+// (go test ./pipeline -run 'WriteAhead|BadRecords' -burn -count=20).
+var burn = flag.Bool("burn", false, "run the exactly-once MQTT tests under CPU contention")
+
+// contend burns the CPUs for the rest of the test when -burn is set.
+func contend(t *testing.T) {
+	if *burn {
+		testutil.Burn(t, 0)
+	}
+}
 
 // published is one message a subscriber of the test broker received.
 type published struct {
@@ -228,6 +241,7 @@ func reading(id string, ts int64) string {
 // its own client id, so they do not take the connection from each other,
 // and every result is published with a distinct msg_id.
 func TestMQTTWriteAheadSinkParallelism2(t *testing.T) {
+	contend(t)
 	h := newMQTTHarness(t)
 	job, _, _ := h.start(parsePipeline(t, walPipeline(2, t.TempDir(), "20ms")))
 	// Two rounds, each published when a later checkpoint completes: a
@@ -294,6 +308,7 @@ func isDone(j *stream.Job) bool {
 // (including two firings of one window, the second after a late reading)
 // never share an id.
 func TestMQTTWriteAheadRescaleKeepsIDs(t *testing.T) {
+	contend(t)
 	h := newMQTTHarness(t)
 	dir := t.TempDir()
 	pc := parsePipeline(t, walPipeline(2, dir, "1h"))
