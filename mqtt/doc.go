@@ -15,6 +15,10 @@
 // PublishFunc feeds operators.NewWriteAheadSink, which publishes only the
 // records of completed checkpoints, each carrying a deterministic msg_id
 // (WithMsgID), so a consumer dropping duplicate ids sees each record once.
+// Topics filled from records (TopicTemplate) are checked against the MQTT
+// 3.1.1 topic-name rules (ValidateTopicName); a record whose topic or
+// payload cannot be made is handed to the sink's reject function instead
+// of failing the job, when one is given.
 //
 // Concurrency: the Broker's hook runs on mochi's connection goroutines
 // (one per client, so a client's messages are appended in order). Source,

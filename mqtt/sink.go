@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/edgedio/edged/operators"
@@ -29,9 +30,13 @@ type Sink[T any] struct {
 	encode func(T) ([]byte, error)
 	// ID, when set before Open, gives each record the id put into its
 	// payload; it must be deterministic for the record to be useful.
-	ID  func(T) string
-	pub *Publisher
-	err error // first failure since the last SnapshotState
+	ID func(T) string
+	// Reject, when set before Open, takes a record whose topic or payload
+	// cannot be made (with the reason) instead of failing the sink; the
+	// sink goes on with the next record.
+	Reject func(v T, err error)
+	pub    *Publisher
+	err    error // first failure since the last SnapshotState
 }
 
 var (
@@ -75,6 +80,11 @@ func (s *Sink[T]) Collect(v T) {
 		return
 	}
 	if err := publishRecord(s.pub, s.topic, s.encode, v, s.idOf(v)); err != nil {
+		var bad *recordError
+		if s.Reject != nil && errors.As(err, &bad) {
+			s.Reject(v, bad.err)
+			return
+		}
 		s.err = fmt.Errorf("mqtt sink: %w", err)
 	}
 }
@@ -116,11 +126,11 @@ func (s *Sink[T]) Close() error {
 func publishRecord[T any](p *Publisher, topic func(T) (string, error), encode func(T) ([]byte, error), v T, id string) error {
 	t, err := topic(v)
 	if err != nil {
-		return err
+		return &recordError{err}
 	}
 	payload, err := encode(v)
 	if err != nil {
-		return fmt.Errorf("encode record for %s: %w", t, err)
+		return &recordError{fmt.Errorf("encode record for %s: %w", t, err)}
 	}
 	if id != "" {
 		payload = WithMsgID(payload, id)
@@ -130,16 +140,27 @@ func publishRecord[T any](p *Publisher, topic func(T) (string, error), encode fu
 
 // PublishFunc returns the publish function of an
 // operators.NewWriteAheadSink: it publishes each record of a completed
-// checkpoint with its deterministic id (operators.RecordID of the sink's
-// UID, subtask, checkpoint and index) put into the payload by WithMsgID,
-// and returns once the broker acknowledged them all. A re-publish after
-// recovery carries the same ids, so a consumer that drops duplicate
-// msg_ids sees each record once. p is owned by the write-ahead sink's
-// subtask; close it after the job.
-func PublishFunc[T any](p *Publisher, topic func(T) (string, error), encode func(T) ([]byte, error)) operators.Publish[T] {
+// checkpoint with its deterministic id (operators.WriteAheadSink.ID: the
+// sink's UID and the record's identity, never the subtask or a position)
+// put into the payload by WithMsgID, and returns once the broker
+// acknowledged them all. A re-publish after recovery, at any parallelism,
+// carries the same ids, so a consumer that drops duplicate msg_ids sees
+// each record once. p is owned by the write-ahead sink's subtask; close
+// it after the job.
+//
+// A record whose topic or payload cannot be made (topic or encode
+// returns an error) is given to reject, when it is not nil, and skipped:
+// one bad record must not fail the job over and over from a checkpoint
+// that holds it. With reject nil the error fails the publish.
+func PublishFunc[T any](p *Publisher, topic func(T) (string, error), encode func(T) ([]byte, error), reject func(v T, err error)) operators.Publish[T] {
 	return func(records []T, id func(i int) string) error {
 		for i, v := range records {
 			if err := publishRecord(p, topic, encode, v, id(i)); err != nil {
+				var bad *recordError
+				if reject != nil && errors.As(err, &bad) {
+					reject(v, bad.err)
+					continue
+				}
 				return fmt.Errorf("mqtt: %w", err)
 			}
 		}
@@ -149,3 +170,10 @@ func PublishFunc[T any](p *Publisher, topic func(T) (string, error), encode func
 		return nil
 	}
 }
+
+// recordError is a failure of one record (its topic or its encoding), as
+// opposed to one of the connection.
+type recordError struct{ err error }
+
+func (e *recordError) Error() string { return e.err.Error() }
+func (e *recordError) Unwrap() error { return e.err }

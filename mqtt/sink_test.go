@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -90,7 +91,7 @@ func TestWriteAheadSinkSameIDs(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer pub.Close()
-		wal := operators.NewWriteAheadSink(PublishFunc(pub, readingTopic, encodeReading), nil)
+		wal := operators.NewWriteAheadSink(PublishFunc(pub, readingTopic, encodeReading, nil), nil)
 		if err := wal.Open(&operators.Context{UID: "agg-sink", Subtask: 0, Parallelism: 1}); err != nil {
 			t.Fatal(err)
 		}
@@ -153,5 +154,48 @@ func TestWriteAheadSinkSameIDs(t *testing.T) {
 		if s != i {
 			t.Fatalf("deduplicated seqs %v...", seqs[:i+1])
 		}
+	}
+}
+
+// A record whose topic cannot be made goes to the reject function, with
+// the reason, and the others are published: a bad record held in a
+// checkpoint does not fail every publish of it. Without reject it fails.
+func TestPublishFuncRejectsBadTopics(t *testing.T) {
+	b := startBroker(t, nil)
+	sub := subscribe(t, b.Addr(), "consumer", "agg/#")
+	pub, err := NewPublisher(publisherConfig(b, "rejecting"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	var rejected []string
+	publish := PublishFunc(pub, readingTopic, encodeReading, func(r reading, err error) {
+		if !errors.Is(err, ErrTopic) {
+			t.Errorf("reject %v: %v, want ErrTopic", r, err)
+		}
+		rejected = append(rejected, r.Sensor)
+	})
+	recs := []reading{{"s1", 1}, {"#", 2}, {"a+b", 3}, {"x\x00y", 4}, {"\xff", 5}, {"s2", 6}}
+	if err := publish(recs, func(i int) string { return fmt.Sprint(i) }); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"#", "a+b", "x\x00y", "\xff"}; !slices.Equal(rejected, want) {
+		t.Fatalf("rejected %q, want %q", rejected, want)
+	}
+	got := sub.waitFor(t, 2)
+	var seqs []int
+	for _, m := range got {
+		var r reading
+		if err := json.Unmarshal(m, &r); err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, r.Seq)
+	}
+	if !slices.Equal(seqs, []int{1, 6}) {
+		t.Fatalf("published %v, want the good records 1 and 6", seqs)
+	}
+	strict := PublishFunc(pub, readingTopic, encodeReading, nil)
+	if err := strict(recs[1:2], func(int) string { return "x" }); !errors.Is(err, ErrTopic) {
+		t.Fatalf("without reject: %v, want ErrTopic", err)
 	}
 }

@@ -3,6 +3,7 @@ package mqtt
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // TopicTemplate is a topic name with {field} placeholders, such as
@@ -80,8 +81,10 @@ func validFieldName(n string) bool {
 // String returns the template's text.
 func (t TopicTemplate) String() string { return t.text }
 
-// Expand fills each placeholder with field(name). A value must not
-// contain MQTT wildcards or NUL ('/' is allowed and adds levels).
+// Expand fills each placeholder with field(name) and checks the result
+// with ValidateTopicName ('/' in a value is allowed and adds levels). An
+// error wraps ErrTopic and names the placeholder whose value made the
+// topic invalid.
 func (t TopicTemplate) Expand(field func(name string) string) (string, error) {
 	if len(t.parts) == 1 && t.parts[0].field == "" {
 		return t.parts[0].literal, nil
@@ -93,10 +96,64 @@ func (t TopicTemplate) Expand(field func(name string) string) (string, error) {
 			continue
 		}
 		v := field(p.field)
-		if strings.ContainsAny(v, "+#\x00") {
-			return "", fmt.Errorf("%w: template %q: {%s} = %q has a wildcard or NUL", ErrTopic, t.text, p.field, v)
+		if err := checkTopicText(v); err != nil {
+			return "", fmt.Errorf("%w: template %q: {%s} = %q: %s", ErrTopic, t.text, p.field, v, err)
 		}
 		sb.WriteString(v)
 	}
-	return sb.String(), nil
+	topic := sb.String()
+	if err := ValidateTopicName(topic); err != nil {
+		return "", fmt.Errorf("template %q: %w", t.text, err)
+	}
+	return topic, nil
 }
+
+// MaxTopicLength is the longest topic name MQTT can carry, in bytes.
+const MaxTopicLength = 65535
+
+// ValidateTopicName reports whether name can be published to, by the
+// rules of MQTT 3.1.1 (sections 1.5.3 and 4.7) and what brokers enforce:
+// 1 to 65535 bytes of well-formed UTF-8, no wildcard ('+', '#'), no NUL,
+// no control character (U+0001–U+001F, U+007F–U+009F, which Mosquitto
+// disconnects a client for) and no non-character U+FFFE or U+FFFF, and
+// not starting with '$' (reserved for the broker). Empty levels ("a//b",
+// "a/") are valid. The error wraps ErrTopic.
+func ValidateTopicName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty topic name", ErrTopic)
+	case len(name) > MaxTopicLength:
+		return fmt.Errorf("%w: topic name of %d bytes, more than %d", ErrTopic, len(name), MaxTopicLength)
+	case name[0] == '$':
+		return fmt.Errorf("%w: topic name %q starts with $ (reserved for the broker)", ErrTopic, name)
+	}
+	if err := checkTopicText(name); err != nil {
+		return fmt.Errorf("%w: topic name %q: %s", ErrTopic, name, err)
+	}
+	return nil
+}
+
+// checkTopicText returns what makes s unfit for a topic name, ignoring
+// length and '$'; nil if nothing.
+func checkTopicText(s string) error {
+	if !utf8.ValidString(s) {
+		return errTopicText("is not valid UTF-8")
+	}
+	for _, r := range s {
+		switch {
+		case r == '+' || r == '#':
+			return errTopicText("has a wildcard")
+		case r == 0:
+			return errTopicText("has a NUL")
+		case r < 0x20 || (r >= 0x7f && r <= 0x9f):
+			return errTopicText(fmt.Sprintf("has the control character %U", r))
+		case r == 0xfffe || r == 0xffff:
+			return errTopicText(fmt.Sprintf("has the non-character %U", r))
+		}
+	}
+	return nil
+}
+
+type errTopicText string
+
+func (e errTopicText) Error() string { return string(e) }

@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -82,5 +83,32 @@ func TestTopicTemplate(t *testing.T) {
 	}
 	if got, _ := MustParseTopicTemplate("plain/topic").Expand(nil); got != "plain/topic" {
 		t.Fatalf("literal template = %q", got)
+	}
+}
+
+// A placeholder value that would make an invalid MQTT 3.1.1 topic name is
+// an ErrTopic from Expand, naming the placeholder; values that make valid
+// names (including empty levels) pass.
+func TestTopicTemplateRejectsInvalidNames(t *testing.T) {
+	tmpl := MustParseTopicTemplate("agg/{id}")
+	for _, bad := range []string{"#", "a+b", "+", "a/#", "\xff\xfe", "x\x00y", "tab\there", "del\x7f", "c1\u0085", "nc\uffff"} {
+		got, err := tmpl.Expand(func(string) string { return bad })
+		if !errors.Is(err, ErrTopic) || !strings.Contains(err.Error(), "{id}") {
+			t.Errorf("Expand(id=%q) = %q, %v; want an ErrTopic naming {id}", bad, got, err)
+		}
+	}
+	for _, ok := range []string{"", "s1", "a/b", "a//b", "température", "日本"} {
+		if got, err := tmpl.Expand(func(string) string { return ok }); err != nil || got != "agg/"+ok {
+			t.Errorf("Expand(id=%q) = %q, %v", ok, got, err)
+		}
+	}
+	whole := MustParseTopicTemplate("{id}")
+	for _, bad := range []string{"", "$SYS/x", strings.Repeat("a", MaxTopicLength+1)} {
+		if _, err := whole.Expand(func(string) string { return bad }); !errors.Is(err, ErrTopic) {
+			t.Errorf("Expand({id}=%.20q) = %v, want ErrTopic", bad, err)
+		}
+	}
+	if got, err := whole.Expand(func(string) string { return strings.Repeat("a", MaxTopicLength) }); err != nil || len(got) != MaxTopicLength {
+		t.Errorf("a topic of %d bytes: %v", MaxTopicLength, err)
 	}
 }

@@ -1,6 +1,8 @@
 package operators_test
 
 import (
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -169,5 +171,112 @@ func TestRecordIDIsDeterministic(t *testing.T) {
 	}
 	if a == operators.RecordID("uid", "sensor_1", "2000") || a == operators.RecordID("uids", "ensor_1", "1000") {
 		t.Fatal("different parts, same id")
+	}
+}
+
+// The held records of a write-ahead sink are restored at another
+// parallelism: each is published again by exactly one new subtask, with
+// the id the old run gave it, and two different records never share an
+// id.
+func TestWriteAheadSinkRescale(t *testing.T) {
+	type published struct {
+		v, id   string
+		subtask int
+	}
+	var out []published
+	newSink := func(subtask, parallelism int) *operators.WriteAheadSink[string] {
+		s := operators.NewWriteAheadSink(func(vs []string, id func(int) string) error {
+			for i, v := range vs {
+				out = append(out, published{v, id(i), subtask})
+			}
+			return nil
+		}, nil)
+		ctx := sinkContext(subtask)
+		ctx.Parallelism = parallelism
+		if err := s.Open(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	// A run at parallelism 2: both subtasks hold records of checkpoints 1
+	// and 2 (the same positions in both, so ids from positions collide).
+	var states [][]byte
+	for sub := range 2 {
+		s := newSink(sub, 2)
+		for cp := int64(1); cp <= 2; cp++ {
+			for i := range 3 {
+				s.Collect(fmt.Sprintf("cp%d-sub%d-rec%d", cp, sub, i))
+			}
+			st, err := s.SnapshotState(cp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cp == 2 {
+				states = append(states, st)
+			}
+		}
+	}
+	if len(out) != 0 {
+		t.Fatalf("published before any completion: %v", out)
+	}
+	// What the run at parallelism 2 publishes when checkpoint 2 completes.
+	want := map[string]string{} // record -> id
+	ids := map[string]string{}  // id -> record
+	for sub := range 2 {
+		s := newSink(sub, 2)
+		if err := s.RestoreState(states[sub:sub+1], 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range out {
+		if other, dup := ids[p.id]; dup {
+			t.Fatalf("records %q and %q share the id %s", other, p.v, p.id)
+		}
+		ids[p.id] = p.v
+		want[p.v] = p.id
+	}
+	if len(want) != 12 {
+		t.Fatalf("parallelism 2 published %d records, want 12: %v", len(want), out)
+	}
+	for _, n := range []int{1, 3, 4} {
+		out = nil
+		for sub := range n {
+			if err := newSink(sub, n).RestoreState(states, 2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := map[string]string{}
+		for _, p := range out {
+			if _, dup := got[p.v]; dup {
+				t.Fatalf("parallelism %d: %q published twice: %v", n, p.v, out)
+			}
+			got[p.v] = p.id
+		}
+		if !maps.Equal(got, want) {
+			t.Fatalf("parallelism %d re-published %v, want %v", n, got, want)
+		}
+	}
+}
+
+// Ids are a function of the record: the same record gets the same id in
+// any subtask, and WithIdentity decides what makes two records one.
+func TestWriteAheadSinkIdentity(t *testing.T) {
+	a := operators.NewWriteAheadSink[string](nil, nil)
+	b := operators.NewWriteAheadSink[string](nil, nil)
+	if err := a.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Open(sinkContext(1)); err != nil {
+		t.Fatal(err)
+	}
+	if a.ID("x") != b.ID("x") || a.ID("x") == a.ID("y") {
+		t.Fatalf("ids x=%s/%s y=%s", a.ID("x"), b.ID("x"), a.ID("y"))
+	}
+	firstByte := operators.NewWriteAheadSink[string](nil, nil).WithIdentity(func(s string) string { return s[:1] })
+	if err := firstByte.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	if firstByte.ID("xa") != firstByte.ID("xb") || firstByte.ID("xa") == a.ID("xa") {
+		t.Fatal("WithIdentity not used")
 	}
 }

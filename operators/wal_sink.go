@@ -22,14 +22,28 @@ type Publish[T any] func(records []T, id func(i int) string) error
 // checkpoint; after a failure between publishing and the next checkpoint
 // they may be published again, with the same ids, so a consumer that drops
 // duplicate ids sees each record once.
+//
+// A record's id is RecordID(uid, identity(record)): a function of the
+// sink's UID and the record alone, never of the subtask that holds it or
+// of its position, so it is the same after a restore at any parallelism.
+// The identity is the record's codec encoding unless WithIdentity sets
+// another: two records with the same identity are one result to a
+// consumer that drops duplicate ids.
+//
+// The held records are list-like operator state: restored with another
+// parallelism, old subtask j's records go to new subtask j mod n, so each
+// is published again by exactly one new subtask.
 type WriteAheadSink[T any] struct {
 	Base
-	publish Publish[T]
-	codec   codec.Codec[T]
-	uid     string
-	subtask int
-	buf     []T
-	pending []walBatch[T]
+	publish     Publish[T]
+	codec       codec.Codec[T]
+	identity    func(T) string
+	uid         string
+	subtask     int
+	parallelism int
+	buf         []T
+	pending     []walBatch[T]
+	scratch     []byte
 	// final: the job takes a final checkpoint after Finish, which
 	// publishes what is held.
 	final bool
@@ -49,9 +63,20 @@ func NewWriteAheadSink[T any](publish Publish[T], c codec.Codec[T]) *WriteAheadS
 	return &WriteAheadSink[T]{publish: publish, codec: c}
 }
 
-// Open records where the sink runs, for the record ids.
+// WithIdentity sets the identity of a record, from which its id is made:
+// it must tell apart every two results a consumer must see both of, and
+// be the same for the same result in every run (for a window result: the
+// key, the window and its content). Call before the job runs; it returns
+// s.
+func (s *WriteAheadSink[T]) WithIdentity(identity func(T) string) *WriteAheadSink[T] {
+	s.identity = identity
+	return s
+}
+
+// Open records the sink's UID, for the record ids, and where the subtask
+// runs, for a restore at another parallelism.
 func (s *WriteAheadSink[T]) Open(ctx *Context) error {
-	s.uid, s.subtask = ctx.UID, ctx.Subtask
+	s.uid, s.subtask, s.parallelism = ctx.UID, ctx.Subtask, max(ctx.Parallelism, 1)
 	s.final = ctx.FinalCheckpoint
 	return nil
 }
@@ -113,9 +138,25 @@ func (s *WriteAheadSink[T]) decode(b []byte) ([]walBatch[T], error) {
 	return out, nil
 }
 
-// id returns the deterministic id of record i of checkpoint cp.
-func (s *WriteAheadSink[T]) id(cp int64, i int) string {
-	return RecordID(s.uid, fmt.Sprint(s.subtask), fmt.Sprint(cp), fmt.Sprint(i))
+// ID returns the deterministic id of v: RecordID of the sink's UID and
+// v's identity. Valid after Open.
+func (s *WriteAheadSink[T]) ID(v T) string {
+	if s.identity != nil {
+		return RecordID(s.uid, s.identity(v))
+	}
+	b, err := s.codec.Append(s.scratch[:0], v)
+	if err != nil {
+		// Records that cannot be encoded never enter the state (encode
+		// fails the snapshot first); fall back to the type's text form.
+		return RecordID(s.uid, fmt.Sprintf("%#v", v))
+	}
+	s.scratch = b
+	return RecordID(s.uid, string(b))
+}
+
+// publishBatch publishes records with their ids.
+func (s *WriteAheadSink[T]) publishBatch(records []T) error {
+	return s.publish(records, func(j int) string { return s.ID(records[j]) })
 }
 
 // NotifyCheckpointComplete publishes the records of every checkpoint up to
@@ -127,7 +168,7 @@ func (s *WriteAheadSink[T]) NotifyCheckpointComplete(id int64) error {
 		if len(p.records) == 0 {
 			continue
 		}
-		if err := s.publish(p.records, func(j int) string { return s.id(p.checkpoint, j) }); err != nil {
+		if err := s.publishBatch(p.records); err != nil {
 			return fmt.Errorf("write-ahead sink: publish checkpoint %d: %w", p.checkpoint, err)
 		}
 	}
@@ -141,9 +182,17 @@ func (s *WriteAheadSink[T]) NotifyCheckpointAborted(int64) error { return nil }
 
 // RestoreState publishes the records the restored (completed) checkpoint
 // held: they may not have been published before the failure. A consumer
-// dropping duplicate ids sees them once.
-func (s *WriteAheadSink[T]) RestoreState(states [][]byte, _ int) error {
-	for _, st := range states {
+// dropping duplicate ids sees them once. With another parallelism than
+// the checkpoint's, states holds every old subtask's records and this
+// subtask publishes those of old subtasks j with j mod parallelism ==
+// subtask: each held record is published by exactly one new subtask.
+func (s *WriteAheadSink[T]) RestoreState(states [][]byte, oldParallelism int) error {
+	n := max(s.parallelism, 1)
+	rescaled := oldParallelism != n || len(states) != 1
+	for j, st := range states {
+		if rescaled && j%n != s.subtask {
+			continue
+		}
 		batches, err := s.decode(st)
 		if err != nil {
 			return err
@@ -152,7 +201,7 @@ func (s *WriteAheadSink[T]) RestoreState(states [][]byte, _ int) error {
 			if len(p.records) == 0 {
 				continue
 			}
-			if err := s.publish(p.records, func(j int) string { return s.id(p.checkpoint, j) }); err != nil {
+			if err := s.publishBatch(p.records); err != nil {
 				return fmt.Errorf("write-ahead sink: re-publish checkpoint %d: %w", p.checkpoint, err)
 			}
 		}

@@ -3,6 +3,7 @@ package operators
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -156,6 +157,21 @@ func (a WindowAssigner) pane() int64 {
 	}
 	return x
 }
+
+// The record times a window operator accepts: for any size, slide, gap,
+// offset and allowed lateness a time.Duration can express (less than
+// 2^44 ms), a window's start, end and cleanup time (end + lateness) of a
+// record in [minWindowTime, maxWindowTime] stay within int64. A record
+// outside (an event time at the int64 extremes) has no window: it goes to
+// the late-data side output, counted with the late records, instead of
+// landing in a window whose bounds overflowed.
+const (
+	minWindowTime = math.MinInt64 / 4
+	maxWindowTime = math.MaxInt64 / 4
+)
+
+// windowTime reports whether a record at ts can be put in a window.
+func windowTime(ts int64) bool { return ts >= minWindowTime && ts <= maxWindowTime }
 
 // floorTo returns the largest t' <= t with t' ≡ offset (mod step).
 func floorTo(t, offset, step int64) int64 {

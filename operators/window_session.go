@@ -44,6 +44,10 @@ func intersects(a, b Window) bool { return a.Start <= b.End && b.Start <= a.End 
 func (o *SessionWindow[K, T]) Collect(v T) {
 	o.setKey(o.key(v))
 	ts, current := o.times()
+	if !windowTime(ts) {
+		o.dropLate(v)
+		return
+	}
 	merged := Window{Start: ts, End: ts + o.gap}
 	wins, _ := o.sessions.Get()
 	o.absorbed = o.absorbed[:0]

@@ -63,7 +63,8 @@ func (w *windowCore[K, T]) register(ts int64) {
 	}
 }
 
-// dropLate sends a record too late for all its windows to the side output
+// dropLate sends a record too late for all its windows (or whose time no
+// window can hold, see windowTime) to the side output
 // (or counts it as dropped).
 func (w *windowCore[K, T]) dropLate(v T) {
 	w.lateCount++
@@ -73,7 +74,8 @@ func (w *windowCore[K, T]) dropLate(v T) {
 }
 
 // LateRecords returns how many records came after all their windows had
-// been cleaned up (sent to the late-data side output, or dropped).
+// been cleaned up, or at a time no window can hold (sent to the late-data
+// side output, or dropped).
 func (w *windowCore[K, T]) LateRecords() int64 { return w.lateCount }
 
 // emitAt sets the timestamp of the results of window win.
@@ -158,6 +160,10 @@ func (o *SlicedWindow[K, T]) firstEnd(p int64) int64 {
 func (o *SlicedWindow[K, T]) Collect(v T) {
 	o.setKey(o.key(v))
 	ts, current := o.times()
+	if !windowTime(ts) {
+		o.dropLate(v)
+		return
+	}
 	p := floorTo(ts, o.offset, o.pane)
 	last := o.lastEnd(p)
 	if o.assigner.eventTime && last-1+o.lateness <= current {

@@ -928,3 +928,38 @@ func runWindowModel(t *testing.T, seed uint64, a operators.WindowAssigner, laten
 	sched.late = len(wantLate)
 	return sched, true
 }
+
+// A record whose timestamp is at the int64 extremes has no window that
+// int64 can hold (its start or end would overflow): it goes to the
+// late-data side output, counted, and the other records' windows are
+// exact. (math.MinInt64 itself is NoTimestamp.)
+func TestWindowTimestampExtremes(t *testing.T) {
+	for _, a := range []operators.WindowAssigner{
+		operators.TumblingEventTimeWindows(10 * time.Second),
+		operators.SlidingEventTimeWindows(10*time.Second, 5*time.Second),
+		operators.EventTimeSessionWindows(10 * time.Second),
+	} {
+		for _, how := range []windowBuild{viaAggregate, viaProcess} {
+			t.Run(fmt.Sprintf("%s/%s", a, how), func(t *testing.T) {
+				h := newWindow(t, a, ms(1000), how)
+				good := ev{"a", 1000, 1}
+				low, high := ev{"a", math.MinInt64 + 1, 2}, ev{"b", math.MaxInt64, 3}
+				feed(h, low, good, high, ev{"a", math.MinInt64 + 2, 4}, ev{"c", math.MaxInt64 - 1, 5})
+				advance(t, h, 100_000)
+				var got []result
+				for _, r := range h.Drain() {
+					got = append(got, r.Value)
+				}
+				if len(got) == 0 || got[0].Key != "a" || got[0].Value != sumOf(good) {
+					t.Fatalf("results %v, want only windows of %v", got, good)
+				}
+				for _, r := range got {
+					if r.Key != "a" || r.Value != sumOf(good) || r.Window.Start > 1000 || r.Window.End <= 1000 {
+						t.Fatalf("result %+v, want only windows of %v", r, good)
+					}
+				}
+				expectLate(t, h, low, high, ev{"a", math.MinInt64 + 2, 4}, ev{"c", math.MaxInt64 - 1, 5})
+			})
+		}
+	}
+}

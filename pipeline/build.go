@@ -162,7 +162,7 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 	if !pl.keyed || (!pl.windowed && len(pl.alerts) == 0 && pl.silentMs == 0) {
 		s := pl.schema
 		sinkAll(b, "rows", rows, func(r Row) string { return string(r.AppendJSON(nil, s)) }, "")
-		return &Job{c: b.c}, nil
+		return b.finish(), nil
 	}
 	keySlot := pl.key.Slot
 	keyed := stream.KeyBy(rows, func(r Row) string { return r.Str(keySlot) })
@@ -183,7 +183,7 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 		s := pl.alertSchema
 		sinkAll(b, "alerts", alerts, func(r Row) string { return string(r.AppendJSON(nil, s)) }, "")
 	}
-	return &Job{c: b.c}, nil
+	return b.finish(), nil
 }
 
 type builder struct {
@@ -194,6 +194,20 @@ type builder struct {
 	out  io.Writer
 	dead operators.OutputTag[DeadLetter]
 	in   Inputs
+	// rejects are the dead letters of the checks before the MQTT sinks
+	// (results whose topic is invalid), sent to the dead-letter output
+	// "dead-letter-sinks" once every sink is built.
+	rejects []*stream.Stream[DeadLetter]
+}
+
+// finish connects the dead letters of the sinks' checks to every sink.
+func (b *builder) finish() *Job {
+	if len(b.rejects) > 0 {
+		rejects := b.rejects
+		b.rejects = nil
+		sinkAll(b, "dead-letter-sinks", rejects[0].Union(rejects[1:]...), DeadLetter.line, DeadLetterPrefix)
+	}
+	return &Job{c: b.c}
 }
 
 // sinkAll connects s to every sink of the pipeline. what names the output
@@ -322,6 +336,22 @@ func (f *prepareFn[T]) ProcessElement(v T, ctx *operators.ProcessContext[Row]) e
 			return nil
 		}
 	}
+	if pl.eventTime {
+		if ts := r.Int(pl.ts.Slot); ts < MinEventTime || ts > MaxEventTime {
+			f.fail(ctx, string(r.AppendJSON(nil, pl.schema)), fmt.Errorf("%w: %s = %d ms", ErrEventTimeRange, pl.ts.Name, ts))
+			return nil
+		}
+	}
 	ctx.Emit(r)
 	return nil
 }
+
+// The event times a pipeline accepts, in milliseconds since the Unix
+// epoch: ±2^53 ms (about ±285,000 years), the integers a float64 holds
+// exactly. A record outside goes to the dead-letter output: its
+// watermark, window bounds and timers would overflow int64 or push the
+// watermark to the end of time.
+const (
+	MinEventTime int64 = -1 << 53
+	MaxEventTime int64 = 1 << 53
+)

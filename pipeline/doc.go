@@ -12,11 +12,16 @@
 // at load (expr-lang/expr). Evaluating an expression boxes the field values
 // it reads, which allocates; decoding does not.
 //
-// Malformed payloads and records whose expressions fail are counted
-// (Job.DeadLetters) and sent to a dead-letter side output; the stdout sink
-// prints them as lines starting with "dead-letter: " followed by a JSON
-// object {"pipeline", "error", "payload"}, and the file sink writes them to
-// the "dead-letter" subdirectory.
+// Malformed payloads, records whose expressions fail, records whose event
+// time is outside [MinEventTime, MaxEventTime], and results whose MQTT
+// sink topic is not a valid topic name are counted (Job.DeadLetters) and
+// sent to a dead-letter side output; none of them fails the job or enters
+// a checkpoint as a result to publish. The stdout sink prints them as
+// lines starting with "dead-letter: " followed by a JSON object
+// {"pipeline", "error", "payload"}, the file sink writes them to the
+// "dead-letter", "dead-letter-alerts" and "dead-letter-sinks"
+// subdirectories, and the MQTT sink publishes them to
+// "deadletter/<pipeline>".
 //
 // Concurrency: Config values are plain data. Schema and compiled programs
 // are immutable after Load and shared by all subtasks; every decoder and

@@ -1,7 +1,10 @@
 package pipeline
 
 import (
+	"fmt"
+	"log/slog"
 	"strconv"
+	"strings"
 
 	"github.com/edgedio/edged/codec"
 	"github.com/edgedio/edged/mqtt"
@@ -15,6 +18,11 @@ import (
 // write-ahead sink and carry a deterministic "msg_id" (exactly once for a
 // consumer that drops duplicate ids); without, they are published as
 // they come (at least once).
+//
+// A row whose topic is not a valid MQTT topic name (a key such as "#",
+// "a+b", invalid UTF-8 or a NUL filled into the template) is sent to the
+// dead-letter output by an operator before the sink: it never reaches the
+// sink, so it never enters a checkpoint's held results.
 func mqttSink[T any](b *builder, name, what string, s *stream.Stream[T], format func(T) string, sc *MQTTSinkConfig) {
 	pc := mqtt.DefaultPublisherConfig()
 	pc.Broker, pc.ClientID = b.in.Broker, name
@@ -23,13 +31,76 @@ func mqttSink[T any](b *builder, name, what string, s *stream.Stream[T], format 
 	}
 	topic := topicFunc[T](b, what, sc.Topic)
 	encode := func(v T) ([]byte, error) { return []byte(format(v)), nil }
+	var zero T
+	if _, isRow := any(zero).(Row); isRow {
+		sink := strings.TrimPrefix(name, b.cfg.Name+"/")
+		checked := stream.Process(s, name+"/topic", func() operators.ProcessFunction[T, T] {
+			return &topicCheck[T]{b: b, sink: sink, topic: topic, format: format}
+		})
+		b.rejects = append(b.rejects, stream.SideOutput(checked, b.dead))
+		s = checked
+	}
 	if b.cfg.Checkpoint.Interval > 0 {
 		s.To(name, func() operators.Sink[T] {
-			return newWALPublisher(pc, topic, encode)
+			w := newWALPublisher(pc, topic, encode, format)
+			w.reject = sinkReject(b, name, format, &w.logger)
+			return w
 		}).UID(name)
 		return
 	}
-	s.To(name, func() operators.Sink[T] { return mqtt.NewSink(pc, topic, encode) }).UID(name)
+	s.To(name, func() operators.Sink[T] {
+		sink := &plainPublisher[T]{Sink: mqtt.NewSink(pc, topic, encode)}
+		sink.Reject = sinkReject(b, name, format, &sink.logger)
+		return sink
+	}).UID(name)
+}
+
+// sinkReject returns what an MQTT sink does with a record it cannot
+// publish although topicCheck let it through (a result held in a
+// checkpoint written before topics were checked): count it as a dead
+// letter, log it, and go on. The logger is read at the call, after Open.
+func sinkReject[T any](b *builder, name string, format func(T) string, logger **slog.Logger) func(T, error) {
+	return func(v T, err error) {
+		b.c.dead.Add(1)
+		if l := *logger; l != nil {
+			l.Warn("mqtt sink: result cannot be published; counted as a dead letter",
+				"sink", name, "err", err, "result", format(v))
+		}
+	}
+}
+
+// plainPublisher is the at-least-once MQTT sink, keeping its subtask's
+// logger for rejected records.
+type plainPublisher[T any] struct {
+	*mqtt.Sink[T]
+	logger *slog.Logger
+}
+
+// Open opens the sink and keeps the logger.
+func (p *plainPublisher[T]) Open(ctx *operators.Context) error {
+	p.logger = ctx.Logger
+	return p.Sink.Open(ctx)
+}
+
+// topicCheck passes on the records whose topic can be made and sends the
+// others to the dead-letter output, with the reason.
+type topicCheck[T any] struct {
+	b      *builder
+	sink   string
+	topic  func(T) (string, error)
+	format func(T) string
+}
+
+func (f *topicCheck[T]) Open(*operators.Context) error { return nil }
+
+func (f *topicCheck[T]) ProcessElement(v T, ctx *operators.ProcessContext[T]) error {
+	if _, err := f.topic(v); err != nil {
+		f.b.c.dead.Add(1)
+		f.b.dead.Emit(ctx, DeadLetter{Pipeline: f.b.cfg.Name, Err: f.sink + ": " + err.Error(), Payload: f.format(v)})
+		return nil
+	}
+	ctx.Emit(v)
+	return nil
 }
 
 // topicFunc returns the topic of a record: the template filled from a
@@ -71,29 +142,59 @@ func topicFunc[T any](b *builder, what, tmpl string) func(T) (string, error) {
 }
 
 // walPublisher is a write-ahead sink publishing through its own MQTT
-// connection, closed with the sink.
+// connection, opened per subtask with the client id
+// "<sink name>-<subtask>" and closed with the sink. A result's msg_id is
+// RecordID of the sink's UID (pipeline, sink index and output) and the
+// result's JSON line (key, window or alert, and the values): the same in
+// every run and at every parallelism, and different for two firings of
+// one window that differ (allowed lateness).
 type walPublisher[T any] struct {
 	*operators.WriteAheadSink[T]
-	pub *mqtt.Publisher
+	cfg    mqtt.PublisherConfig
+	topic  func(T) (string, error)
+	encode func(T) ([]byte, error)
+	format func(T) string
+	reject func(T, error)
+	pub    *mqtt.Publisher
+	logger *slog.Logger
 }
 
-func newWALPublisher[T any](pc mqtt.PublisherConfig, topic func(T) (string, error), encode func(T) ([]byte, error)) *walPublisher[T] {
-	pub, err := mqtt.NewPublisher(pc)
-	if err != nil {
-		operators.Fail(err)
-	}
+func newWALPublisher[T any](pc mqtt.PublisherConfig, topic func(T) (string, error), encode func(T) ([]byte, error), format func(T) string) *walPublisher[T] {
 	c, cerr := codec.Compile[T]()
 	if cerr != nil {
 		operators.Fail(cerr)
 	}
-	return &walPublisher[T]{WriteAheadSink: operators.NewWriteAheadSink(mqtt.PublishFunc(pub, topic, encode), c), pub: pub}
+	w := &walPublisher[T]{cfg: pc, topic: topic, encode: encode, format: format}
+	w.WriteAheadSink = operators.NewWriteAheadSink(func(records []T, id func(int) string) error {
+		return mqtt.PublishFunc(w.pub, w.topic, w.encode, w.reject)(records, id)
+	}, c).WithIdentity(format)
+	return w
+}
+
+// Open connects the subtask's own publisher: subtasks sharing a client id
+// would take the connection from each other.
+func (w *walPublisher[T]) Open(ctx *operators.Context) error {
+	cfg := w.cfg
+	cfg.ClientID = fmt.Sprintf("%s-%d", cfg.ClientID, ctx.Subtask)
+	w.logger = ctx.Logger
+	if cfg.Logger == nil {
+		cfg.Logger = ctx.Logger
+	}
+	pub, err := mqtt.NewPublisher(cfg)
+	if err != nil {
+		return fmt.Errorf("mqtt sink: %w", err)
+	}
+	w.pub = pub
+	return w.WriteAheadSink.Open(ctx)
 }
 
 // Close closes the connection.
 func (w *walPublisher[T]) Close() error {
 	err := w.WriteAheadSink.Close()
-	if cerr := w.pub.Close(); err == nil {
-		err = cerr
+	if w.pub != nil {
+		if cerr := w.pub.Close(); err == nil {
+			err = cerr
+		}
 	}
 	return err
 }
