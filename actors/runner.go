@@ -442,6 +442,9 @@ func (r *Runner) buildTask(t *task, out map[*Edge][]*channel) error {
 				return r.buildError(v, t.subtask, fmt.Errorf("restore from %s: %w", md.Dir, err))
 			}
 		}
+		if err := r.restoreTime(md, t); err != nil {
+			return r.buildError(c.Head(), t.subtask, fmt.Errorf("restore event time from %s: %w", md.Dir, err))
+		}
 	}
 	for i := n - 1; i >= 0; i-- {
 		if err := t.ops[i].Open(t.ctxs[i]); err != nil {

@@ -46,6 +46,9 @@ type task struct {
 	merger *watermark.Merger
 	// idle is whether the task told its outputs it is idle.
 	idle bool
+	// restoredTime is set when the merger was restored from a checkpoint
+	// and the operators have not been given its watermark yet.
+	restoredTime bool
 	// timers are the processing-time callbacks of the operators.
 	timers procTimers
 
@@ -117,6 +120,7 @@ func (t *task) Receive(c actor.Context) {
 		// Operators may have asked for processing-time callbacks in Open;
 		// the clock timer is armed once the task runs.
 		t.started = true
+		t.replayTime()
 		t.timers.arm(t)
 	case timerMsg:
 		t.timers.fired(m.at)
