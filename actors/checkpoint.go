@@ -74,7 +74,9 @@ func (s *opSnapshot) empty() bool {
 // watermark), the watermark it last sent on its outputs and whether its
 // output is marked idle. It is saved with the head operator of the chain:
 // in the snapshot handle, after the file's section table (a handle
-// without it, as older snapshots have, restores nothing). Restoring it
+// without it, as older snapshots have, restores nothing); a head operator
+// with no state of its own gets a handle without a file for it, which a
+// restore does not count as state of the operator. Restoring it
 // makes lateness after a restore what it was in the run without the
 // failure.
 type taskTime struct {
@@ -89,6 +91,18 @@ type taskTime struct {
 	// task told its outputs it is idle.
 	Output     int64
 	OutputIdle bool
+}
+
+// hasStateFile reports whether a subtask of op wrote a state file: an
+// operator without one carried only its task's event time, which a job
+// without the operator does not miss.
+func hasStateFile(op snapshot.Operator) bool {
+	for _, h := range op.Subtasks {
+		if h.File != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // inputsFingerprint identifies the input channels of t, in their order.
@@ -124,12 +138,12 @@ func (r *Runner) restoreTime(md *snapshot.Metadata, t *task) error {
 	}
 	old := make([]*taskTime, len(op.Subtasks))
 	for i, h := range op.Subtasks {
-		if h.File == "" {
+		if len(h.KeyGroups) == 0 {
 			continue
 		}
 		var err error
 		if old[i], err = decodeTaskTime(h.KeyGroups); err != nil {
-			return fmt.Errorf("state file %s: %w", h.File, err)
+			return fmt.Errorf("operator %q subtask %d: %w", head.UID, i, err)
 		}
 	}
 	if op.Parallelism == head.Parallelism {
@@ -291,8 +305,17 @@ func (t *task) taskID() snapshot.TaskID {
 	return snapshot.TaskID{Vertex: t.chain.Head().UID, Subtask: t.subtask}
 }
 
-// writeOperator writes one operator's snapshot to its state file.
+// writeOperator writes one operator's snapshot to its state file. An
+// operator with nothing but the task's event time gets a handle without a
+// file.
 func (r *Runner) writeOperator(id snapshot.ID, subtask int, p *opSnapshot) (snapshot.Handle, error) {
+	if p.raw == nil && p.op == nil && p.keyed == nil {
+		kg, err := codec.For[sections]().Append(nil, sections{})
+		if err == nil {
+			kg, err = taskTimeCodec.Append(kg, *p.time)
+		}
+		return snapshot.Handle{KeyGroups: kg}, err
+	}
 	w, err := r.store.Create(id, p.uid, subtask)
 	if err != nil {
 		return snapshot.Handle{}, err

@@ -624,7 +624,7 @@ func checkRestore(job *Job, md *snapshot.Metadata, allowNonRestored bool) error 
 	}
 	var missing []string
 	for _, op := range md.Operators {
-		if !uids[op.UID] {
+		if !uids[op.UID] && hasStateFile(op) {
 			missing = append(missing, op.UID)
 		}
 	}

@@ -20,7 +20,7 @@ func timeHandle(t *testing.T, tt *taskTime) snapshot.Handle {
 			t.Fatal(err)
 		}
 	}
-	return snapshot.Handle{File: "w.state", KeyGroups: kg}
+	return snapshot.Handle{KeyGroups: kg}
 }
 
 // testTask is subtask sub of a one-vertex chain "w" of parallelism p with
@@ -98,5 +98,24 @@ func TestRestoreTimeRescaled(t *testing.T) {
 	tk := testTask(r, 2, 1)
 	if err := r.restoreTime(md, tk); err != nil || tk.merger.Current() != 200 {
 		t.Fatalf("other inputs: %v, watermark %d, want 200", err, tk.merger.Current())
+	}
+}
+
+// An operator that left only its task's event time in a snapshot (no
+// state file) is not state the job would lose: a job without it restores
+// without allowing non-restored state; one with a state file still
+// needs the permission.
+func TestCheckRestoreIgnoresEventTimeOnly(t *testing.T) {
+	job := &Job{Name: "j", Vertices: []*Vertex{{UID: "kept", Parallelism: 1}}}
+	md := &snapshot.Metadata{MaxParallelism: 128, Operators: []snapshot.Operator{
+		{UID: "kept", Parallelism: 1, Subtasks: []snapshot.Handle{{File: "kept.0.state"}}},
+		{UID: "removed-map", Parallelism: 1, Subtasks: []snapshot.Handle{timeHandle(t, &taskTime{})}},
+	}}
+	if err := checkRestore(job, md, false); err != nil {
+		t.Fatalf("restore without a stateless operator: %v", err)
+	}
+	md.Operators[1].Subtasks[0].File = "removed-map.0.state"
+	if err := checkRestore(job, md, false); err == nil {
+		t.Fatal("restore without an operator with state succeeded")
 	}
 }
