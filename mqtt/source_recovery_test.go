@@ -96,6 +96,7 @@ func (a *askedStore) times() int {
 // the retained one before it: the ingest log still holds the records that
 // checkpoint needs, and the totals are exact.
 func TestSourcePipelineFallsBackToOlderCheckpoint(t *testing.T) {
+	testutil.Burn(t, 1)
 	l := smallLog(t)
 	dir := t.TempDir()
 	cfg := snapshot.DefaultConfig()
