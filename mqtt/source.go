@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/edgedio/edged/keygroup"
 	"github.com/edgedio/edged/mqtt/ingestlog"
 	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/snapshot"
@@ -115,6 +116,32 @@ func WithRetain(n int) SourceOption {
 // needs whatever savepoints completed in between.
 func WithCheckpointStore(store CheckpointStore) SourceOption {
 	return func(s *Source) { s.store = store }
+}
+
+// WithCheckpointDir is WithCheckpointStore with the snapshot store of job
+// in dir (snapshot.Config.Dir), opened when the Source first needs it (a
+// checkpoint completed or a restore), so that building a job touches no
+// disk.
+func WithCheckpointDir(dir, job string) SourceOption {
+	return WithCheckpointStore(&lazyStore{dir: dir, job: job})
+}
+
+// lazyStore opens a snapshot store at its first Progress. Used by one
+// Source subtask only.
+type lazyStore struct {
+	dir, job string
+	store    *snapshot.Store
+}
+
+func (l *lazyStore) Progress() (snapshot.Progress, error) {
+	if l.store == nil {
+		st, err := snapshot.OpenStore(l.dir, l.job, keygroup.DefaultMaxParallelism, nil)
+		if err != nil {
+			return snapshot.Progress{}, err
+		}
+		l.store = st
+	}
+	return l.store.Progress()
 }
 
 var (

@@ -236,3 +236,33 @@ func FuzzSourceState(f *testing.F) {
 		}
 	})
 }
+
+// WithCheckpointDir reads the retained checkpoints from the job's store
+// on disk, opened only when a checkpoint completes.
+func TestSourceWithCheckpointDir(t *testing.T) {
+	dir := t.TempDir()
+	l := smallLog(t)
+	appendSeq(t, l, 0, 400)
+	src := openSource(t, l, WithCheckpointDir(dir, "job"))
+	store, err := snapshot.OpenStore(dir, "job", 128, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := func(id snapshot.ID) {
+		t.Helper()
+		if _, err := store.Begin(snapshot.Trigger{Checkpoint: id}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Commit(&snapshot.Metadata{Checkpoint: id, Kind: snapshot.KindCheckpoint}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(1)
+	checkpointAt(t, src, 1, 100)
+	commit(2)
+	checkpointAt(t, src, 2, 200)
+	checkpointAt(t, src, 3, 300) // a savepoint: not in checkpoints/
+	if r := l.Stats().ReleasedOffset; r != 100 {
+		t.Fatalf("released %d, want 100: checkpoints 1 and 2 are retained", r)
+	}
+}

@@ -8,11 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/edgedio/edged/keygroup"
 	"github.com/edgedio/edged/mqtt"
 	"github.com/edgedio/edged/mqtt/ingestlog"
 	"github.com/edgedio/edged/operators"
-	"github.com/edgedio/edged/snapshot"
 	"github.com/edgedio/edged/stream"
 	"github.com/edgedio/edged/watermark"
 )
@@ -146,11 +144,7 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 		// needs, asking the job's snapshot store which those are.
 		srcOpts := []mqtt.SourceOption{mqtt.WithRetain(cfg.Checkpoint.Retain)}
 		if cfg.Checkpoint.Dir != "" {
-			store, err := snapshot.OpenStore(cfg.Checkpoint.Dir, cfg.Name, keygroup.DefaultMaxParallelism, nil)
-			if err != nil {
-				return nil, fmt.Errorf("pipeline %q: mqtt source: %w", cfg.Name, err)
-			}
-			srcOpts = append(srcOpts, mqtt.WithCheckpointStore(store))
+			srcOpts = append(srcOpts, mqtt.WithCheckpointDir(cfg.Checkpoint.Dir, cfg.Name))
 		}
 		msgs := stream.FromSource(env, uid("source"), func() operators.Source[mqtt.Message] {
 			return mqtt.NewSource(log, srcOpts...)
