@@ -38,7 +38,7 @@ const (
 
 // lateHeavyEvents returns n events over keys keys, one every 10 ms of
 // event time, in an arrival order drawn from seed: most arrive within the
-// watermark bound, a fifth up to 3 s behind, so that many are late (some
+// watermark bound, two fifths up to 3 s behind, so that many are late (some
 // within the allowed lateness, some past it). It also returns how many
 // arrive behind the watermark a per-event bounded out-of-orderness
 // generator would have emitted by then.
@@ -52,7 +52,7 @@ func lateHeavyEvents(n, keys int, seed uint64) ([]lateEvent, int) {
 	for i := range as {
 		ts := int64(i) * 10
 		delay := rng.Int64N(100)
-		if rng.IntN(5) == 0 {
+		if rng.IntN(5) < 2 {
 			delay = rng.Int64N(3000)
 		}
 		as[i] = arrival{at: ts + delay, e: lateEvent{Key: "k" + strconv.Itoa(i%keys), TS: ts, V: int64(i)}}
@@ -74,14 +74,19 @@ func lateHeavyEvents(n, keys int, seed uint64) ([]lateEvent, int) {
 // pacedSource emits its events in order, at most rate per second of
 // processing time (so that checkpoints complete while it runs), and
 // checkpoints its position: a restore replays from there. One subtask.
+// While hold says so, it slows to one event per poll every few
+// milliseconds for its last holdLast events, so that a job with failures
+// still to inject does not end before they are.
 type pacedSource struct {
 	operators.Base
-	all     []lateEvent
-	next    int
-	rate    float64
-	start   time.Time
-	emitted int
-	wait    <-chan time.Time
+	all      []lateEvent
+	next     int
+	rate     float64
+	hold     func() bool
+	holdLast int
+	start    time.Time
+	emitted  int
+	wait     <-chan time.Time
 }
 
 func (s *pacedSource) Open(*operators.Context) error {
@@ -91,6 +96,15 @@ func (s *pacedSource) Open(*operators.Context) error {
 
 func (s *pacedSource) Poll(out operators.Collector[lateEvent], limit int) (operators.Status, error) {
 	due := int(time.Since(s.start).Seconds()*s.rate) - s.emitted
+	if s.hold != nil && s.next >= len(s.all)-s.holdLast && s.hold() {
+		if due > 0 {
+			out.Collect(s.all[s.next])
+			s.next++
+			s.emitted++
+		}
+		s.wait = time.After(5 * time.Millisecond)
+		return operators.NothingAvailable, nil
+	}
 	for k := 0; k < min(limit, due) && s.next < len(s.all); k++ {
 		out.Collect(s.all[s.next])
 		s.next++
@@ -154,7 +168,7 @@ type lateFailOp struct {
 }
 
 func (o *lateFailOp) Open(*operators.Context) error {
-	o.after = 1 + o.f.rng.IntN(3000)
+	o.after = 1 + o.f.rng.IntN(1000)
 	return nil
 }
 
@@ -180,7 +194,11 @@ func (o *lateFailOp) NotifyCheckpointAborted(int64) error  { return nil }
 func lateJob(events []lateEvent, out, lateOut string, fail *lateFailer, opts ...stream.Option) *stream.Environment {
 	env := stream.NewEnvironment("late-heavy", append([]stream.Option{stream.WithParallelism(2)}, opts...)...)
 	src := stream.FromSource(env, "events", func() operators.Source[lateEvent] {
-		return &pacedSource{all: events, rate: 40_000}
+		ps := &pacedSource{all: events, rate: 20_000, holdLast: len(events) / 10}
+		if fail != nil {
+			ps.hold = func() bool { return fail.left.Load() > 0 }
+		}
+		return ps
 	}).SetParallelism(1).UID("events").
 		AssignTimestampsAndWatermarks("timestamps",
 			watermark.ForBoundedOutOfOrderness(lateDisorder, lateEventTime).WithPerEventEmit())
@@ -227,7 +245,7 @@ func lateSeed(t *testing.T) uint64 {
 	return rand.Uint64()
 }
 
-// A late-heavy event-time job (a fifth of the records up to 3 s behind a
+// A late-heavy event-time job (two fifths of the records up to 3 s behind a
 // 200 ms watermark bound: late within the allowed lateness, or past it to
 // the side output) fails at random records and restarts from its
 // checkpoints; its committed results and late records equal the
@@ -283,4 +301,4 @@ func TestLateDataSameAfterRecovery(t *testing.T) {
 	}
 }
 
-var lateFailures int64 = 3
+var lateFailures int64 = 8
