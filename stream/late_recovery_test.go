@@ -1,15 +1,18 @@
 package stream_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +23,24 @@ import (
 	"github.com/edgedio/edged/stream"
 	"github.com/edgedio/edged/watermark"
 )
+
+// lockedBuffer is a bytes.Buffer safe for the runtime's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
 
 // lateEvent is one record of the late-heavy job: event time in ms.
 type lateEvent struct {
@@ -74,46 +95,63 @@ func lateHeavyEvents(n, keys int, seed uint64) ([]lateEvent, int) {
 // pacedSource emits its events in order, at most rate per second of
 // processing time (so that checkpoints complete while it runs), and
 // checkpoints its position: a restore replays from there. One subtask.
-// While hold says so, it slows to one event per poll every few
-// milliseconds for its last holdLast events, so that a job with failures
-// still to inject does not end before they are.
+//
+// With a failer it also fails its attempts: each attempt fails after a
+// number of events drawn from the failer, counted from the first
+// checkpoint the attempt completed. While failures are left it holds its
+// last holdLast events back, and fails at that point once a checkpoint has
+// completed, so a job does not end before its failures are in.
 type pacedSource struct {
 	operators.Base
 	all      []lateEvent
 	next     int
 	rate     float64
-	hold     func() bool
 	holdLast int
 	start    time.Time
 	emitted  int
 	wait     <-chan time.Time
+
+	fail      *lateFailer
+	completed bool // a checkpoint of this attempt completed
+	after     int  // events after that to fail at
+	seen      int  // events emitted since
 }
 
 func (s *pacedSource) Open(*operators.Context) error {
 	s.start = time.Now()
+	if s.fail != nil {
+		s.after = 1 + s.fail.rng.IntN(1000)
+	}
 	return nil
 }
 
 func (s *pacedSource) Poll(out operators.Collector[lateEvent], limit int) (operators.Status, error) {
-	due := int(time.Since(s.start).Seconds()*s.rate) - s.emitted
-	if s.hold != nil && s.next >= len(s.all)-s.holdLast && s.hold() {
-		if due > 0 {
-			out.Collect(s.all[s.next])
-			s.next++
-			s.emitted++
+	end := len(s.all)
+	if f := s.fail; f != nil && f.left.Load() > 0 {
+		end -= s.holdLast
+		if s.completed && (s.seen >= s.after || s.next >= end) {
+			f.left.Add(-1)
+			f.fired.Add(1)
+			panic(fmt.Sprintf("injected failure %d events after the first checkpoint", s.seen))
 		}
-		s.wait = time.After(5 * time.Millisecond)
-		return operators.NothingAvailable, nil
+		if s.next >= end {
+			s.wait = time.After(2 * time.Millisecond)
+			return operators.NothingAvailable, nil
+		}
 	}
-	for k := 0; k < min(limit, due) && s.next < len(s.all); k++ {
+	due := int(time.Since(s.start).Seconds()*s.rate) - s.emitted
+	for k := 0; k < min(limit, due) && s.next < end; k++ {
 		out.Collect(s.all[s.next])
 		s.next++
 		s.emitted++
+		if s.completed {
+			s.seen++
+		}
 	}
 	if s.next >= len(s.all) {
 		return operators.EndOfInput, nil
 	}
-	if due <= limit {
+	if due <= limit || s.next >= end {
 		s.wait = time.After(2 * time.Millisecond)
 		return operators.NothingAvailable, nil
 	}
@@ -149,64 +187,29 @@ func (s *pacedSource) RestoreState(states [][]byte, _ int) error {
 	return nil
 }
 
-// lateFailer fails one attempt after another at a record drawn from its
-// seeded generator, counted from the first checkpoint the attempt
-// completed, until it has no failure left.
+func (s *pacedSource) NotifyCheckpointComplete(int64) error { s.completed = true; return nil }
+func (s *pacedSource) NotifyCheckpointAborted(int64) error  { return nil }
+
+// lateFailer says how many failures are left to inject and draws where;
+// its rng is used by one source subtask at a time (attempts do not
+// overlap).
 type lateFailer struct {
-	rng   *rand.Rand // used by one subtask at a time: attempts do not overlap
+	rng   *rand.Rand
 	left  atomic.Int64
 	fired atomic.Int64
 }
 
-type lateFailOp struct {
-	operators.Base
-	f         *lateFailer
-	out       operators.Collector[lateEvent]
-	completed bool
-	after     int
-	seen      int
-}
-
-func (o *lateFailOp) Open(*operators.Context) error {
-	o.after = 1 + o.f.rng.IntN(1000)
-	return nil
-}
-
-func (o *lateFailOp) Collect(e lateEvent) {
-	if o.completed {
-		o.seen++
-		if o.seen >= o.after && o.f.left.Load() > 0 {
-			o.f.left.Add(-1)
-			o.f.fired.Add(1)
-			panic(fmt.Sprintf("injected failure %d records after the first checkpoint", o.seen))
-		}
-	}
-	o.out.Collect(e)
-}
-
-func (o *lateFailOp) NotifyCheckpointComplete(int64) error { o.completed = true; return nil }
-func (o *lateFailOp) NotifyCheckpointAborted(int64) error  { return nil }
-
-// lateJob is paced source -> per-event bounded out-of-orderness watermarks
-// -> (failures) -> key by -> 1 s tumbling sum with allowed lateness and a
+// lateJob is paced source (failing as fail says) -> per-event bounded
+// out-of-orderness watermarks -> key by -> 1 s tumbling sum with allowed lateness and a
 // late-data side output -> two exactly-once file sinks (results, late
 // records).
 func lateJob(events []lateEvent, out, lateOut string, fail *lateFailer, opts ...stream.Option) *stream.Environment {
 	env := stream.NewEnvironment("late-heavy", append([]stream.Option{stream.WithParallelism(2)}, opts...)...)
 	src := stream.FromSource(env, "events", func() operators.Source[lateEvent] {
-		ps := &pacedSource{all: events, rate: 20_000, holdLast: len(events) / 10}
-		if fail != nil {
-			ps.hold = func() bool { return fail.left.Load() > 0 }
-		}
-		return ps
+		return &pacedSource{all: events, rate: 20_000, holdLast: len(events) / 10, fail: fail}
 	}).SetParallelism(1).UID("events").
 		AssignTimestampsAndWatermarks("timestamps",
 			watermark.ForBoundedOutOfOrderness(lateDisorder, lateEventTime).WithPerEventEmit())
-	if fail != nil {
-		src = stream.Transform(src, "maybe-fail", func(out operators.Collector[lateEvent]) operators.OneInput[lateEvent] {
-			return &lateFailOp{f: fail, out: out}
-		}).SetParallelism(1).UID("maybe-fail")
-	}
 	tag := operators.NewOutputTag[lateEvent]("late")
 	w := stream.Window(stream.KeyBy(src, func(e lateEvent) string { return e.Key }), operators.TumblingEventTimeWindows(lateWindow)).
 		AllowedLateness(lateAllowed).SideOutputLateData(tag)
@@ -276,9 +279,11 @@ func TestLateDataSameAfterRecovery(t *testing.T) {
 	gotOut, gotLate := t.TempDir(), t.TempDir()
 	cfg := checkpointConfig(t, snapshot.ExactlyOnce)
 	cfg.Interval = 20 * time.Millisecond
+	var logs lockedBuffer
 	env := lateJob(events, gotOut, gotLate, fail,
 		stream.WithCheckpointing(cfg),
-		stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 10}))
+		stream.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))),
+		stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 2 * int(lateFailures)}))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	job, err := env.ExecuteAsync(ctx)
@@ -286,11 +291,11 @@ func TestLateDataSameAfterRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := job.Wait(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\nwarnings:\n%s", err, logs.String())
 	}
 	fired := int(fail.fired.Load())
-	if fired < 2 || len(job.Restores()) != fired {
-		t.Errorf("%d failures, restores %v: want at least 2 failures, each followed by a restore", fired, job.Restores())
+	if fired != int(lateFailures) || len(job.Restores()) != fired {
+		t.Errorf("%d failures, restores %v: want %d failures, each followed by a restore\nwarnings:\n%s", fired, job.Restores(), lateFailures, logs.String())
 	}
 	t.Logf("%d failures; restored checkpoints %v; %d results, %d late records", fired, job.Restores(), len(wantLines), len(wantLateLines))
 	if got := committedLines(t, gotOut); strings.Join(got, "\n") != strings.Join(wantLines, "\n") {
