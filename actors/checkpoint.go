@@ -187,14 +187,21 @@ func (r *Runner) restoreTime(md *snapshot.Metadata, t *task) error {
 	return nil
 }
 
-// replayTime gives the operators the restored task watermark when the
-// task starts, before any record: the first operator that handles
-// watermarks advances to it (firing nothing a run without the failure
-// had not fired before the checkpoint: timers at or before a watermark
-// fire when it arrives) and forwards it.
+// replayTime gives the operators the restored task watermark before the
+// task handles anything once every task is spawned (it forwards the
+// watermark downstream), so before any record: the first operator that
+// handles watermarks advances to it (firing nothing a run without the
+// failure had not fired before the checkpoint: timers at or before a
+// watermark fire when it arrives) and forwards it.
 func (t *task) replayTime() {
-	if !t.restoredTime || t.merger == nil {
+	if t.merger == nil {
+		t.restoredTime = false
 		return
+	}
+	select {
+	case <-t.run.started:
+	default:
+		return // not every task is spawned yet: the next message replays
 	}
 	t.restoredTime = false
 	if wm := t.merger.Current(); wm != watermark.MinWatermark {

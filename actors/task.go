@@ -104,6 +104,9 @@ func (t *task) Receive(c actor.Context) {
 		return
 	}
 	defer t.recover()
+	if t.restoredTime {
+		t.replayTime()
+	}
 	switch m := c.Message().(type) {
 	case message:
 		t.pending.Add(-1)
@@ -120,7 +123,6 @@ func (t *task) Receive(c actor.Context) {
 		// Operators may have asked for processing-time callbacks in Open;
 		// the clock timer is armed once the task runs.
 		t.started = true
-		t.replayTime()
 		t.timers.arm(t)
 	case timerMsg:
 		t.timers.fired(m.at)
