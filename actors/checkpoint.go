@@ -6,12 +6,15 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/edgedio/edged/codec"
+	"github.com/edgedio/edged/keygroup"
 	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/snapshot"
 	"github.com/edgedio/edged/state"
+	"github.com/edgedio/edged/watermark"
 )
 
 // triggerMsg tells a source task (or a finished task) to snapshot
@@ -65,9 +68,176 @@ type opSnapshot struct {
 	raw   []byte
 	op    []byte
 	keyed *state.KeyedSnapshot
+	// time is the task's event-time state, kept with the head operator.
+	time *taskTime
 }
 
-func (s *opSnapshot) empty() bool { return s.raw == nil && s.op == nil && s.keyed == nil }
+func (s *opSnapshot) empty() bool {
+	return s.raw == nil && s.op == nil && s.keyed == nil && s.time == nil
+}
+
+// taskTime is a task's event-time state at a checkpoint: its input
+// watermark merger (each channel's watermark and idle mark, the task's
+// watermark), the watermark it last sent on its outputs and whether its
+// output is marked idle. It is saved with the head operator of the chain:
+// in the snapshot handle, after the file's section table (a handle
+// without it, as older snapshots have, restores nothing); a head operator
+// with no state of its own gets a handle without a file for it, which a
+// restore does not count as state of the operator. Restoring it
+// makes lateness after a restore what it was in the run without the
+// failure.
+type taskTime struct {
+	// Inputs fingerprints the task's input channels (the edges into the
+	// chain, their sending vertices and parallelisms): the merger's
+	// per-channel state is restored only where it matches.
+	Inputs uint64
+	// HasMerger is set for a task with input channels.
+	HasMerger bool
+	Merger    watermark.MergerState
+	// Output is the watermark last sent downstream; OutputIdle whether the
+	// task told its outputs it is idle.
+	Output     int64
+	OutputIdle bool
+}
+
+// hasStateFile reports whether a subtask of op wrote a state file: an
+// operator without one carried only its task's event time, which a job
+// without the operator does not miss.
+func hasStateFile(op snapshot.Operator) bool {
+	for _, h := range op.Subtasks {
+		if h.File != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// inputsFingerprint identifies the input channels of t, in their order.
+func (t *task) inputsFingerprint() uint64 {
+	var b strings.Builder
+	for _, e := range t.chain.In {
+		fmt.Fprintf(&b, "%q/%d/%d/%d;", e.From.UID, e.From.Parallelism, e.Partition, e.Input)
+	}
+	return keygroup.HashString(b.String())
+}
+
+// captureTime returns the task's event-time state.
+func (t *task) captureTime() *taskTime {
+	tt := &taskTime{Inputs: t.inputsFingerprint(), Output: t.live.watermark.Load(), OutputIdle: t.idle}
+	if t.merger != nil {
+		tt.HasMerger, tt.Merger = true, t.merger.State()
+	}
+	return tt
+}
+
+// restoreTime sets the task's event-time state from snapshot md, before
+// the task starts: at the same parallelism and with the same input
+// channels, exactly what the task had; otherwise (rescaled) every input
+// channel active at the smallest task watermark of the old subtasks whose
+// key groups this subtask takes over (watermark.NewMergerAt), which is
+// never later than what any of them had. The operators learn the restored
+// watermark when the task starts (replayTime).
+func (r *Runner) restoreTime(md *snapshot.Metadata, t *task) error {
+	head := t.chain.Head()
+	op, ok := md.Operator(head.UID)
+	if !ok {
+		return nil
+	}
+	old := make([]*taskTime, len(op.Subtasks))
+	for i, h := range op.Subtasks {
+		if len(h.KeyGroups) == 0 {
+			continue
+		}
+		var err error
+		if old[i], err = decodeTaskTime(h.KeyGroups); err != nil {
+			return fmt.Errorf("operator %q subtask %d: %w", head.UID, i, err)
+		}
+	}
+	if op.Parallelism == head.Parallelism {
+		tt := old[t.subtask]
+		if tt == nil {
+			return nil
+		}
+		if tt.Inputs == t.inputsFingerprint() && tt.HasMerger == (t.merger != nil) {
+			if t.merger != nil {
+				m, err := watermark.RestoreMerger(tt.Merger)
+				if err != nil {
+					return err
+				}
+				if len(tt.Merger.Channels) != len(t.inChans) {
+					return fmt.Errorf("%w: %d input channels, the checkpoint %d", watermark.ErrCorruptState, len(t.inChans), len(tt.Merger.Channels))
+				}
+				t.merger = m
+			}
+			t.live.watermark.Store(tt.Output)
+			t.idle = tt.OutputIdle
+			t.restoredTime = true
+			return nil
+		}
+	}
+	if t.merger == nil {
+		return nil
+	}
+	wm, found := watermark.MaxWatermark, false
+	for _, o := range state.KeyedRestoreSources(r.maxP, op.Parallelism, head.Parallelism)[t.subtask] {
+		if tt := old[o]; tt != nil && tt.HasMerger {
+			wm, found = min(wm, tt.Merger.Combined), true
+		} else {
+			return nil // an old subtask without event-time state: start from the minimum
+		}
+	}
+	if !found || wm == watermark.MaxWatermark {
+		return nil
+	}
+	t.merger = watermark.NewMergerAt(len(t.inChans), wm)
+	t.restoredTime = true
+	return nil
+}
+
+// replayTime gives the operators the restored task watermark before the
+// task handles anything once every task is spawned (it forwards the
+// watermark downstream), so before any record: the first operator that
+// handles watermarks advances to it (firing nothing a run without the
+// failure had not fired before the checkpoint: timers at or before a
+// watermark fire when it arrives) and forwards it.
+func (t *task) replayTime() {
+	if t.merger == nil {
+		t.restoredTime = false
+		return
+	}
+	select {
+	case <-t.run.started:
+	default:
+		return // not every task is spawned yet: the next message replays
+	}
+	t.restoredTime = false
+	if wm := t.merger.Current(); wm != watermark.MinWatermark {
+		t.watermark(0, wm)
+	}
+}
+
+// taskTimeCodec encodes taskTime after the section table of a handle.
+var taskTimeCodec = codec.For[taskTime]()
+
+// decodeTaskTime reads the task time that follows the section table in a
+// handle's KeyGroups bytes; nil if there is none.
+func decodeTaskTime(b []byte) (*taskTime, error) {
+	_, n, err := codec.For[sections]().Decode(b)
+	if err != nil {
+		return nil, fmt.Errorf("sections: %w", err)
+	}
+	if n == len(b) {
+		return nil, nil
+	}
+	tt, k, err := taskTimeCodec.Decode(b[n:])
+	if err != nil {
+		return nil, fmt.Errorf("task time: %w", err)
+	}
+	if n+k != len(b) {
+		return nil, fmt.Errorf("task time: %w: %d bytes left over", watermark.ErrCorruptState, len(b)-n-k)
+	}
+	return &tt, nil
+}
 
 // checkpoint takes the synchronous part of the snapshot of checkpoint id
 // on the task's goroutine and writes it out on another goroutine, which
@@ -100,6 +270,9 @@ func (t *task) checkpoint(id int64, alignment time.Duration) {
 				t.decline(id, fmt.Errorf("operator %q: %w", p.uid, err), parts)
 				return
 			}
+		}
+		if i == 0 {
+			p.time = t.captureTime()
 		}
 		parts = append(parts, p)
 	}
@@ -148,8 +321,17 @@ func (t *task) taskID() snapshot.TaskID {
 	return snapshot.TaskID{Vertex: t.chain.Head().UID, Subtask: t.subtask}
 }
 
-// writeOperator writes one operator's snapshot to its state file.
+// writeOperator writes one operator's snapshot to its state file. An
+// operator with nothing but the task's event time gets a handle without a
+// file.
 func (r *Runner) writeOperator(id snapshot.ID, subtask int, p *opSnapshot) (snapshot.Handle, error) {
+	if p.raw == nil && p.op == nil && p.keyed == nil {
+		kg, err := codec.For[sections]().Append(nil, sections{})
+		if err == nil {
+			kg, err = taskTimeCodec.Append(kg, *p.time)
+		}
+		return snapshot.Handle{KeyGroups: kg}, err
+	}
 	w, err := r.store.Create(id, p.uid, subtask)
 	if err != nil {
 		return snapshot.Handle{}, err
@@ -186,6 +368,11 @@ func (r *Runner) writeOperator(id snapshot.ID, subtask int, p *opSnapshot) (snap
 	}
 	if h.KeyGroups, err = codec.For[sections]().Append(nil, sec); err != nil {
 		return snapshot.Handle{}, err
+	}
+	if p.time != nil {
+		if h.KeyGroups, err = taskTimeCodec.Append(h.KeyGroups, *p.time); err != nil {
+			return snapshot.Handle{}, err
+		}
 	}
 	return h, nil
 }

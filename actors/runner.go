@@ -500,6 +500,9 @@ func (r *Runner) buildTask(t *task, out map[*Edge][]*channel) error {
 				return r.buildError(v, t.subtask, fmt.Errorf("restore from %s: %w", md.Dir, err))
 			}
 		}
+		if err := r.restoreTime(md, t); err != nil {
+			return r.buildError(c.Head(), t.subtask, fmt.Errorf("restore event time from %s: %w", md.Dir, err))
+		}
 	}
 	for i := n - 1; i >= 0; i-- {
 		if err := t.ops[i].Open(t.ctxs[i]); err != nil {
@@ -684,7 +687,7 @@ func checkRestore(job *Job, md *snapshot.Metadata, allowNonRestored bool) error 
 	}
 	var missing []string
 	for _, op := range md.Operators {
-		if !uids[op.UID] {
+		if !uids[op.UID] && hasStateFile(op) {
 			missing = append(missing, op.UID)
 		}
 	}

@@ -47,6 +47,9 @@ type task struct {
 	merger *watermark.Merger
 	// idle is whether the task told its outputs it is idle.
 	idle bool
+	// restoredTime is set when the merger was restored from a checkpoint
+	// and the operators have not been given its watermark yet.
+	restoredTime bool
 	// timers are the processing-time callbacks of the operators.
 	timers procTimers
 
@@ -112,6 +115,9 @@ func (t *task) Receive(c actor.Context) {
 		return
 	}
 	defer t.recover()
+	if t.restoredTime {
+		t.replayTime()
+	}
 	switch m := c.Message().(type) {
 	case message:
 		t.pending.Add(-1)

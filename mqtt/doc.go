@@ -6,9 +6,11 @@
 // appends each matching message to the ingest log (package ingestlog)
 // before the device gets its PUBACK, so a device's QoS 1 message is
 // acknowledged only once it is on disk and a full log pushes back on the
-// device. The Source replays the log from its checkpointed offset and
-// truncates it when a checkpoint completes: at-least-once into the job,
-// exactly-once state with checkpoints.
+// device. The Source replays the log from its checkpointed offset and,
+// when a checkpoint completes, truncates it below what the oldest retained
+// checkpoint needs: at-least-once into the job, exactly-once state with
+// checkpoints, and a fallback to an older retained checkpoint finds its
+// records.
 //
 // Output: Sink publishes as records arrive and waits for the broker's
 // acknowledgements at each checkpoint barrier (at-least-once).

@@ -1,11 +1,15 @@
 package mqtt
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
+	"slices"
 
+	"github.com/edgedio/edged/keygroup"
 	"github.com/edgedio/edged/mqtt/ingestlog"
 	"github.com/edgedio/edged/operators"
+	"github.com/edgedio/edged/snapshot"
 )
 
 // Message is one MQTT message as the Source emits it.
@@ -19,8 +23,17 @@ type Message struct {
 	Offset uint64
 }
 
-// sourceStateVersion is the first byte of the Source's snapshot.
-const sourceStateVersion = 1
+// Versions of the Source's snapshot (its first byte): 1 holds the offset
+// only; 2 also the checkpoint's ID and the offsets of the completed
+// checkpoints the Source knew of.
+const (
+	sourceStateV1 = 1
+	sourceStateV2 = 2
+)
+
+// maxKnownCheckpoints bounds the completed checkpoints a Source remembers
+// (and stores in its snapshot).
+const maxKnownCheckpoints = 64
 
 // Source emits the messages of an ingest log, the replayable copy of what
 // the broker (or an MQTT subscriber) received; it implements
@@ -31,16 +44,30 @@ const sourceStateVersion = 1
 // Source truncates it.
 //
 // Positions: a fresh Source (nothing restored) starts at the oldest
-// record still in the log, that is everything no completed checkpoint has
-// covered. SnapshotState stores the offset of the next record to emit;
-// RestoreState seeks there, so recovery replays the log from the
-// checkpointed offset, and truncates the log before it (a reopened log
-// counts every record on disk against its size bound until the first
-// Truncate). NotifyCheckpointComplete truncates the log before the offset
-// that checkpoint recorded, deleting whole segments that are no longer
-// needed; restoring from a checkpoint older than the latest completed one
-// (an old savepoint) fails with ingestlog.ErrTruncated once the records
-// it needs are gone.
+// record still in the log, that is everything no retained checkpoint has
+// covered. SnapshotState stores the offset of the next record to emit,
+// with the checkpoint's ID and the offsets of the completed checkpoints
+// the Source knows of; RestoreState seeks there, so recovery replays the
+// log from the checkpointed offset.
+//
+// Truncation keeps what every retained checkpoint needs: when a checkpoint
+// completes (and after a restore) the log is truncated only below the
+// offset of the oldest checkpoint the snapshot store still retains, so
+// that a restore from any of them (the fallback when the newest is
+// damaged) finds its records. Which checkpoints are retained comes from
+// the store (WithCheckpointStore) or, without one, is taken to be the
+// newest WithRetain (default 2, as snapshot.Config.Retain) completed
+// snapshots the Source was told of. Without a store a savepoint counts
+// among them (the Source cannot tell a completed savepoint from a
+// checkpoint), so with savepoints give the Source the store. The offsets
+// of completed checkpoints travel in the Source's own snapshots, so the
+// knowledge survives restarts.
+//
+// Savepoints are never deleted, so the log is not kept for them: a
+// savepoint older than the oldest retained checkpoint may need records
+// that are gone. Restoring it fails in RestoreState with an error
+// wrapping ingestlog.ErrTruncated that names the savepoint's offset and
+// the log's first offset.
 //
 // All methods are called on the subtask's goroutine; Poll never blocks,
 // and Available returns a channel that is closed when new records are
@@ -49,11 +76,72 @@ const sourceStateVersion = 1
 type Source struct {
 	operators.Base
 	log     *ingestlog.Log
+	retain  int
+	store   CheckpointStore
 	active  bool
 	pos     uint64            // next offset to emit while reader is nil
 	reader  *ingestlog.Reader // opened at the first Poll
 	pending map[int64]uint64  // checkpoint id -> offset it recorded
-	closed  chan struct{}     // always closed; Available of an idle subtask
+	// known are completed checkpoints with their offsets, by ascending ID.
+	known  []checkpointOffset
+	closed chan struct{} // always closed; Available of an idle subtask
+}
+
+// checkpointOffset is the offset a completed checkpoint recorded.
+type checkpointOffset struct {
+	id     int64
+	offset uint64
+}
+
+// CheckpointStore tells which completed checkpoints the snapshot store
+// retains: *snapshot.Store implements it. Progress is called on the
+// source subtask's goroutine when a checkpoint completes and after a
+// restore; it reads a directory.
+type CheckpointStore interface {
+	Progress() (snapshot.Progress, error)
+}
+
+// SourceOption configures a Source.
+type SourceOption func(*Source)
+
+// WithRetain tells the Source how many completed checkpoints the job
+// retains (snapshot.Config.Retain, default 2), for a Source without a
+// CheckpointStore. Values below 1 count as 1.
+func WithRetain(n int) SourceOption {
+	return func(s *Source) { s.retain = max(n, 1) }
+}
+
+// WithCheckpointStore makes the Source ask store which completed
+// checkpoints are retained, so that the log keeps what each of them
+// needs whatever savepoints completed in between.
+func WithCheckpointStore(store CheckpointStore) SourceOption {
+	return func(s *Source) { s.store = store }
+}
+
+// WithCheckpointDir is WithCheckpointStore with the snapshot store of job
+// in dir (snapshot.Config.Dir), opened when the Source first needs it (a
+// checkpoint completed or a restore), so that building a job touches no
+// disk.
+func WithCheckpointDir(dir, job string) SourceOption {
+	return WithCheckpointStore(&lazyStore{dir: dir, job: job})
+}
+
+// lazyStore opens a snapshot store at its first Progress. Used by one
+// Source subtask only.
+type lazyStore struct {
+	dir, job string
+	store    *snapshot.Store
+}
+
+func (l *lazyStore) Progress() (snapshot.Progress, error) {
+	if l.store == nil {
+		st, err := snapshot.OpenStore(l.dir, l.job, keygroup.DefaultMaxParallelism, nil)
+		if err != nil {
+			return snapshot.Progress{}, err
+		}
+		l.store = st
+	}
+	return l.store.Progress()
 }
 
 var (
@@ -64,10 +152,14 @@ var (
 )
 
 // NewSource returns a source reading log. It reads nothing until Poll.
-func NewSource(log *ingestlog.Log) *Source {
+func NewSource(log *ingestlog.Log, opts ...SourceOption) *Source {
 	closed := make(chan struct{})
 	close(closed)
-	return &Source{log: log, pending: make(map[int64]uint64), closed: closed}
+	s := &Source{log: log, retain: snapshot.DefaultConfig().Retain, pending: make(map[int64]uint64), closed: closed}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Open makes subtask 0 the reader, starting at the oldest record in the
@@ -131,25 +223,37 @@ func (s *Source) Available() <-chan struct{} {
 	return s.reader.Ready()
 }
 
-// SnapshotState returns the offset of the next record to emit, and
-// remembers it as checkpoint id's for NotifyCheckpointComplete.
+// SnapshotState returns the offset of the next record to emit, with id
+// and the completed checkpoints the Source knows of, and remembers the
+// offset as checkpoint id's for NotifyCheckpointComplete.
 func (s *Source) SnapshotState(id int64) ([]byte, error) {
 	if !s.active {
 		return nil, nil
 	}
 	off := s.Offset()
 	s.pending[id] = off
-	return binary.AppendUvarint([]byte{sourceStateVersion}, off), nil
+	b := binary.AppendUvarint([]byte{sourceStateV2}, off)
+	b = binary.AppendVarint(b, id)
+	b = binary.AppendUvarint(b, uint64(len(s.known)))
+	for _, k := range s.known {
+		b = binary.AppendVarint(b, k.id)
+		b = binary.AppendUvarint(b, k.offset)
+	}
+	return b, nil
 }
 
 // RestoreState seeks subtask 0 to the offset old subtask 0 snapshotted
-// (states[0]) and releases the log before it; whatever the parallelism,
-// only subtask 0 read. The other subtasks ignore their state.
+// (states[0]); whatever the parallelism, only subtask 0 read. The other
+// subtasks ignore their state. The restored snapshot counts as completed
+// (it is), with the checkpoints it knew of; the log is then truncated
+// below what the retained checkpoints need. An offset no longer in the
+// log (a savepoint older than the retained checkpoints) fails with an
+// error wrapping ingestlog.ErrTruncated.
 func (s *Source) RestoreState(states [][]byte, _ int) error {
 	if !s.active || len(states) == 0 || len(states[0]) == 0 {
 		return nil
 	}
-	off, err := decodeSourceState(states[0])
+	st, err := decodeSourceState(states[0])
 	if err != nil {
 		return err
 	}
@@ -159,27 +263,91 @@ func (s *Source) RestoreState(states [][]byte, _ int) error {
 		}
 		s.reader = nil
 	}
-	s.pos = off
-	if err := s.log.Truncate(off); err != nil {
-		return fmt.Errorf("mqtt source: release log before restored offset %d: %w", off, err)
+	if ls := s.log.Stats(); st.offset < ls.FirstOffset || st.offset > ls.NextOffset {
+		what := "snapshot"
+		if st.id != 0 {
+			what = fmt.Sprintf("snapshot %d", st.id)
+		}
+		if st.offset < ls.FirstOffset {
+			return fmt.Errorf("mqtt source: restore %s at ingest-log offset %d: %w: the log's first offset is %d (the log keeps only what the retained checkpoints need; an older savepoint cannot be restored)",
+				what, st.offset, ingestlog.ErrTruncated, ls.FirstOffset)
+		}
+		return fmt.Errorf("mqtt source: restore %s at ingest-log offset %d: %w: the log's next offset is %d (another ingest log?)",
+			what, st.offset, ingestlog.ErrOutOfRange, ls.NextOffset)
+	}
+	s.pos = st.offset
+	s.known = st.known
+	if st.id != 0 {
+		s.addKnown(checkpointOffset{id: st.id, offset: st.offset})
+	}
+	if err := s.release(); err != nil {
+		return fmt.Errorf("mqtt source: after restoring offset %d: %w", st.offset, err)
 	}
 	return nil
 }
 
-func decodeSourceState(b []byte) (uint64, error) {
-	if len(b) < 2 || b[0] != sourceStateVersion {
-		return 0, fmt.Errorf("%w: %x", ErrCorruptState, b)
-	}
-	off, n := binary.Uvarint(b[1:])
-	if n <= 0 || n != len(b)-1 {
-		return 0, fmt.Errorf("%w: %x", ErrCorruptState, b)
-	}
-	return off, nil
+// sourceState is a decoded snapshot of the Source.
+type sourceState struct {
+	offset uint64
+	id     int64 // 0 in a version 1 state
+	known  []checkpointOffset
 }
 
-// NotifyCheckpointComplete truncates the log before the offset checkpoint
-// id recorded: no restore will need those records again. Checkpoints up
-// to id are forgotten.
+func decodeSourceState(b []byte) (sourceState, error) {
+	bad := fmt.Errorf("%w: %x", ErrCorruptState, b)
+	if len(b) < 2 || (b[0] != sourceStateV1 && b[0] != sourceStateV2) {
+		return sourceState{}, bad
+	}
+	d := b[1:]
+	uv := func() (uint64, bool) {
+		v, n := binary.Uvarint(d)
+		if n <= 0 {
+			return 0, false
+		}
+		d = d[n:]
+		return v, true
+	}
+	sv := func() (int64, bool) {
+		v, n := binary.Varint(d)
+		if n <= 0 {
+			return 0, false
+		}
+		d = d[n:]
+		return v, true
+	}
+	var st sourceState
+	var ok bool
+	if st.offset, ok = uv(); !ok {
+		return sourceState{}, bad
+	}
+	if b[0] == sourceStateV2 {
+		if st.id, ok = sv(); !ok || st.id <= 0 {
+			return sourceState{}, bad
+		}
+		n, ok := uv()
+		if !ok || n > maxKnownCheckpoints {
+			return sourceState{}, bad
+		}
+		for range n {
+			var k checkpointOffset
+			if k.id, ok = sv(); !ok || k.id <= 0 || (len(st.known) > 0 && k.id <= st.known[len(st.known)-1].id) {
+				return sourceState{}, bad
+			}
+			if k.offset, ok = uv(); !ok {
+				return sourceState{}, bad
+			}
+			st.known = append(st.known, k)
+		}
+	}
+	if len(d) != 0 {
+		return sourceState{}, bad
+	}
+	return st, nil
+}
+
+// NotifyCheckpointComplete records the offset checkpoint id recorded and
+// truncates the log below what the retained checkpoints still need.
+// Pending checkpoints up to id are forgotten.
 func (s *Source) NotifyCheckpointComplete(id int64) error {
 	off, ok := s.pending[id]
 	for cp := range s.pending {
@@ -190,8 +358,9 @@ func (s *Source) NotifyCheckpointComplete(id int64) error {
 	if !ok {
 		return nil
 	}
-	if err := s.log.Truncate(off); err != nil {
-		return fmt.Errorf("mqtt source: truncate log before offset %d (checkpoint %d): %w", off, id, err)
+	s.addKnown(checkpointOffset{id: id, offset: off})
+	if err := s.release(); err != nil {
+		return fmt.Errorf("mqtt source: checkpoint %d completed: %w", id, err)
 	}
 	return nil
 }
@@ -200,4 +369,81 @@ func (s *Source) NotifyCheckpointComplete(id int64) error {
 func (s *Source) NotifyCheckpointAborted(id int64) error {
 	delete(s.pending, id)
 	return nil
+}
+
+// addKnown records a completed checkpoint, keeping known sorted by ID.
+func (s *Source) addKnown(k checkpointOffset) {
+	i, found := slices.BinarySearchFunc(s.known, k.id, func(c checkpointOffset, id int64) int { return cmp.Compare(c.id, id) })
+	if found {
+		s.known[i] = k
+		return
+	}
+	s.known = slices.Insert(s.known, i, k)
+	if len(s.known) > maxKnownCheckpoints {
+		s.known = slices.Delete(s.known, 0, len(s.known)-maxKnownCheckpoints)
+	}
+}
+
+// release truncates the log below the offset the retained checkpoints
+// need, and forgets the known checkpoints no bound needs any more.
+func (s *Source) release() error {
+	var retained []int64
+	if s.store != nil {
+		p, err := s.store.Progress()
+		if err != nil {
+			return fmt.Errorf("list retained checkpoints: %w", err)
+		}
+		for _, id := range p.Completed {
+			retained = append(retained, int64(id))
+		}
+	} else {
+		for _, k := range s.known[max(0, len(s.known)-s.retain):] {
+			retained = append(retained, k.id)
+		}
+	}
+	before, keepFrom, ok := releasable(s.known, retained)
+	s.known = s.known[keepFrom:]
+	if !ok {
+		return nil
+	}
+	if err := s.log.Truncate(before); err != nil {
+		return fmt.Errorf("truncate log before offset %d: %w", before, err)
+	}
+	return nil
+}
+
+// releasable returns the offset below which no retained checkpoint needs
+// the log, given the completed checkpoints known (by ascending ID) and the
+// IDs of the retained ones; ok is false when it cannot tell (a retained
+// checkpoint older than every known one, or none retained). A retained
+// checkpoint the Source does not know (its completion was not reported to
+// this Source, or it belongs to an attempt the job went back from) needs
+// at least the offset of the newest known checkpoint before it, since a
+// checkpoint's offset is never below an earlier one's in its attempt, and
+// the attempts share their history up to the checkpoint they restored.
+// keepFrom is the index of the first known checkpoint a later call may
+// still need.
+func releasable(known []checkpointOffset, retained []int64) (before uint64, keepFrom int, ok bool) {
+	if len(retained) == 0 {
+		return 0, 0, false
+	}
+	first := true
+	oldest := slices.Min(retained)
+	for _, id := range retained {
+		// The newest known checkpoint at or before id.
+		i, found := slices.BinarySearchFunc(known, id, func(c checkpointOffset, id int64) int { return cmp.Compare(c.id, id) })
+		if !found {
+			i--
+		}
+		if i < 0 {
+			return 0, 0, false
+		}
+		if first || known[i].offset < before {
+			before, first = known[i].offset, false
+		}
+		if id == oldest {
+			keepFrom = i
+		}
+	}
+	return before, keepFrom, true
 }

@@ -1,6 +1,8 @@
 package operators
 
 import (
+	"fmt"
+
 	"github.com/edgedio/edged/watermark"
 )
 
@@ -98,6 +100,46 @@ func (o *TimestampsAndWatermarks[T]) ProcessWatermark(wm int64) error {
 		}
 		o.ctx.EmitWatermark(watermark.MaxWatermark)
 	}
+	return nil
+}
+
+// assignerStateVersion is the first byte of the assigner's snapshot.
+const assignerStateVersion = 1
+
+// SnapshotState saves the generator's state (when it is a
+// watermark.StatefulGenerator) and whether the output is marked idle, so
+// that after a restore the watermarks are those of a run without the
+// failure.
+func (o *TimestampsAndWatermarks[T]) SnapshotState(int64) ([]byte, error) {
+	idle := byte(0)
+	if o.idle {
+		idle = 1
+	}
+	b := []byte{assignerStateVersion, idle}
+	if g, ok := o.gen.(watermark.StatefulGenerator); ok {
+		b = g.AppendState(b)
+	}
+	return b, nil
+}
+
+// RestoreState takes back what SnapshotState wrote, at the same
+// parallelism. With another parallelism the generator starts afresh (its
+// first watermarks are then held back downstream by the restored task
+// watermarks, which never go back) and the output is active.
+func (o *TimestampsAndWatermarks[T]) RestoreState(states [][]byte, oldParallelism int) error {
+	if len(states) != 1 || oldParallelism != o.ctx.Parallelism || len(states[0]) == 0 {
+		return nil
+	}
+	b := states[0]
+	if len(b) < 2 || b[0] != assignerStateVersion || b[1] > 1 {
+		return fmt.Errorf("timestamp assigner: %w: %x", watermark.ErrCorruptState, b)
+	}
+	if g, ok := o.gen.(watermark.StatefulGenerator); ok && len(b) > 2 {
+		if err := g.RestoreState(b[2:]); err != nil {
+			return fmt.Errorf("timestamp assigner: %w", err)
+		}
+	}
+	o.idle = b[1] == 1
 	return nil
 }
 

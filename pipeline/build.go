@@ -140,8 +140,14 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 		if err != nil {
 			return nil, fmt.Errorf("pipeline %q: mqtt source: %w", cfg.Name, err)
 		}
+		// The source keeps in the log what every retained checkpoint
+		// needs, asking the job's snapshot store which those are.
+		srcOpts := []mqtt.SourceOption{mqtt.WithRetain(cfg.Checkpoint.Retain)}
+		if cfg.Checkpoint.Dir != "" {
+			srcOpts = append(srcOpts, mqtt.WithCheckpointDir(cfg.Checkpoint.Dir, cfg.Name))
+		}
 		msgs := stream.FromSource(env, uid("source"), func() operators.Source[mqtt.Message] {
-			return mqtt.NewSource(log)
+			return mqtt.NewSource(log, srcOpts...)
 		}).UID(uid("source")).SetParallelism(1)
 		decode := pl.json.Decode
 		if pl.csv != nil {

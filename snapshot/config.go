@@ -85,9 +85,16 @@ type Config struct {
 	// subsumed by a newer checkpoint, do not count. Default 0: the first
 	// failure fails the job, as in Flink.
 	TolerableFailures int `yaml:"tolerable_failures"`
-	// PreferCheckpointForRecovery makes recovery use the latest completed
-	// checkpoint even when a savepoint is newer. Default false: the newest
-	// of the two wins.
+	// PreferCheckpointForRecovery asks recovery to use the latest
+	// completed checkpoint even when a savepoint is newer. edged never
+	// does so: a completed savepoint may have committed output (sinks
+	// commit when any snapshot completes), and restoring the older
+	// checkpoint would commit that output twice. Recovery always restores
+	// the newest complete snapshot, checkpoint or savepoint, and where this
+	// setting would have picked an older one it is ignored with a logged
+	// warning naming both (see Store.RecoveryPoint). A damaged newest
+	// snapshot is still skipped for the one before it. Kept so that
+	// configs written for Flink load. Default false.
 	PreferCheckpointForRecovery bool `yaml:"prefer_checkpoint_for_recovery"`
 	// Retain is how many completed checkpoints to keep on disk; older ones
 	// are discarded. Savepoints are never discarded. Default 2: one to

@@ -83,8 +83,9 @@
 // Store.Latest returns the newest checkpoint that verifies (metadata
 // decodes, job matches, every state file present with its size and
 // checksum), logging and skipping damaged ones; LatestSavepoint does the
-// same for savepoints/; RecoveryPoint picks between the two by
-// Config.PreferCheckpointForRecovery; Load reads a snapshot from any path;
+// same for savepoints/; RecoveryPoint picks the newer of the two (never an
+// older checkpoint over a newer savepoint, whatever
+// Config.PreferCheckpointForRecovery says); Load reads a snapshot from any path;
 // Progress tells a new coordinator where IDs continue and which
 // directories never completed.
 //

@@ -264,17 +264,22 @@ func (s *Store) LatestSavepoint() (*Metadata, error) {
 	return s.latest(savepointsDir, KindSavepoint)
 }
 
-// RecoveryPoint returns the snapshot to restore after a failure: the newer
-// (by ID) of Latest and LatestSavepoint, or Latest whenever there is one if
-// preferCheckpoint (Config.PreferCheckpointForRecovery) is set. It returns
-// ErrNoCheckpoint if there is neither.
+// RecoveryPoint returns the snapshot to restore after a failure or a
+// restart: the newest (by ID) complete snapshot, checkpoint or savepoint,
+// that verifies. It returns ErrNoCheckpoint if there is none.
+//
+// Any complete snapshot (its _metadata written) may have been announced
+// complete, and its completion commits side effects (two-phase-commit
+// sinks commit, write-ahead sinks publish). Restoring an older snapshot
+// would replay and commit that output again, so preferCheckpoint
+// (Config.PreferCheckpointForRecovery) never makes recovery go back past a
+// newer savepoint: when it would, it is ignored with a logged warning that
+// names both snapshots. A damaged snapshot is skipped (logged) as ever, and
+// the newest of the rest is restored.
 func (s *Store) RecoveryPoint(preferCheckpoint bool) (*Metadata, error) {
 	cp, err := s.Latest()
 	if err != nil && !errors.Is(err, ErrNoCheckpoint) {
 		return nil, err
-	}
-	if cp != nil && preferCheckpoint {
-		return cp, nil
 	}
 	sp, err := s.LatestSavepoint()
 	if err != nil && !errors.Is(err, ErrNoCheckpoint) {
@@ -287,6 +292,12 @@ func (s *Store) RecoveryPoint(preferCheckpoint bool) (*Metadata, error) {
 		return sp, nil
 	case sp == nil || cp.Checkpoint > sp.Checkpoint:
 		return cp, nil
+	}
+	if preferCheckpoint {
+		s.log.Warn("snapshot: ignoring checkpoint.prefer_checkpoint_for_recovery: the savepoint is newer than the latest checkpoint and its completion may have committed output; restoring the checkpoint would commit that output twice",
+			"job", s.job,
+			"checkpoint_id", uint64(cp.Checkpoint), "checkpoint_dir", cp.Dir,
+			"savepoint_id", uint64(sp.Checkpoint), "savepoint_dir", sp.Dir)
 	}
 	return sp, nil
 }

@@ -285,7 +285,7 @@ func TestStoreDiscard(t *testing.T) {
 }
 
 func TestStoreProgressAndRecoveryPoint(t *testing.T) {
-	s, _ := openTestStore(t, "job")
+	s, logs := openTestStore(t, "job")
 	if _, err := s.RecoveryPoint(false); !errors.Is(err, ErrNoCheckpoint) {
 		t.Fatalf("RecoveryPoint on an empty store = %v", err)
 	}
@@ -317,11 +317,33 @@ func TestStoreProgressAndRecoveryPoint(t *testing.T) {
 	if md.Checkpoint != 4 || md.Kind != KindSavepoint {
 		t.Fatalf("RecoveryPoint(false) = %d %s", md.Checkpoint, md.Kind)
 	}
+	// Preferring checkpoints never goes back past the newer savepoint: its
+	// completion may have committed output. The setting is ignored, and
+	// the log says so, naming both.
+	logs.Reset()
+	md, err = s.RecoveryPoint(true)
+	must(t, err)
+	if md.Checkpoint != 4 || md.Kind != KindSavepoint {
+		t.Fatalf("RecoveryPoint(true) = %d %s, want savepoint 4", md.Checkpoint, md.Kind)
+	}
+	for _, want := range []string{"level=WARN", "ignoring checkpoint.prefer_checkpoint_for_recovery", "checkpoint_id=2", "savepoint_id=4", "chk-2", "sp-4-44", "twice"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Fatalf("log lacks %q:\n%s", want, logs.String())
+		}
+	}
+	// A damaged savepoint still falls back: to checkpoint 2, newest of
+	// the rest, without the warning.
+	must(t, os.WriteFile(filepath.Join(s.Dir(), "savepoints", "sp-4-44", "op.0.state"), []byte("b"), 0o644))
+	logs.Reset()
 	md, err = s.RecoveryPoint(true)
 	must(t, err)
 	if md.Checkpoint != 2 || md.Kind != KindCheckpoint {
-		t.Fatalf("RecoveryPoint(true) = %d %s", md.Checkpoint, md.Kind)
+		t.Fatalf("RecoveryPoint(true) with savepoint 4 damaged = %d %s", md.Checkpoint, md.Kind)
 	}
+	if strings.Contains(logs.String(), "ignoring") || !strings.Contains(logs.String(), "skipping savepoint") {
+		t.Fatalf("log:\n%s", logs.String())
+	}
+	writeSnapshot(t, s, Trigger{Checkpoint: 5, Savepoint: true, Timestamp: 45}, data)
 	// A newer checkpoint wins either way.
 	writeSnapshot(t, s, Trigger{Checkpoint: 12}, data)
 	if md, err := s.RecoveryPoint(false); err != nil || md.Checkpoint != 12 {
@@ -331,7 +353,7 @@ func TestStoreProgressAndRecoveryPoint(t *testing.T) {
 	for _, id := range []ID{1, 2, 12} {
 		must(t, s.Discard(id))
 	}
-	if md, err := s.RecoveryPoint(true); err != nil || md.Checkpoint != 4 {
+	if md, err := s.RecoveryPoint(true); err != nil || md.Checkpoint != 5 {
 		t.Fatalf("RecoveryPoint(true) without checkpoints = %v, %v", md, err)
 	}
 }

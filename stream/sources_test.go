@@ -1,7 +1,6 @@
 package stream_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -84,9 +83,8 @@ func TestCheckpointedJobRefusesSourceThatCannotReplay(t *testing.T) {
 
 func TestAtMostOnceSourceOptIn(t *testing.T) {
 	addr, connected := serveLines(t, 5)
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(&lockedBuffer{mu: &mu, b: &logs}, nil))
+	var logs lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	sink := operators.NewCollectSink[operators.SensorReading]()
 	env := stream.NewEnvironment("opt-in", checkpointing(t), stream.AllowAtMostOnceSources(), stream.WithLogger(logger))
 	socketJob(env, addr, sink)
@@ -96,10 +94,8 @@ func TestAtMostOnceSourceOptIn(t *testing.T) {
 	if !connected() || sink.Len() != 5 {
 		t.Errorf("read %d readings (connected %v), want 5", sink.Len(), connected())
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if n := strings.Count(logs.String(), "at-most-once"); n != 1 || !strings.Contains(logs.String(), "operator=socket-in") {
-		t.Errorf("want one at-most-once warning naming the source; logs:\n%s", logs.String())
+	if out := logs.String(); strings.Count(out, "at-most-once") != 1 || !strings.Contains(out, "operator=socket-in") {
+		t.Errorf("want one at-most-once warning naming the source; logs:\n%s", out)
 	}
 }
 
@@ -111,15 +107,4 @@ func TestUncheckpointedJobTakesSocketSource(t *testing.T) {
 	if err := env.Execute(context.Background()); err != nil || sink.Len() != 3 {
 		t.Fatalf("Execute = %v, %d readings; want nil, 3", err, sink.Len())
 	}
-}
-
-type lockedBuffer struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
 }

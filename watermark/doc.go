@@ -45,6 +45,13 @@
 //		if idle, changed := m.StatusChanged(); changed { emit status idle or active }
 //		if advanced { emit combined }
 //
+// Checkpoints: a Merger's State and a StatefulGenerator's AppendState are
+// saved with each checkpoint, and RestoreMerger and RestoreState bring
+// them back, so that after a restore a record is late exactly when it was
+// late in the run without the failure. A task restored with another
+// parallelism starts from NewMergerAt at the smallest watermark of the
+// old subtasks it takes over from.
+//
 // Concurrency: nothing here starts a goroutine or reads a clock. Processing
 // time is passed in by the caller (milliseconds since the epoch, as
 // time.Time.UnixMilli gives). No type is safe for concurrent use: each

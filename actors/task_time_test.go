@@ -1,0 +1,121 @@
+package actors
+
+import (
+	"testing"
+
+	"github.com/edgedio/edged/codec"
+	"github.com/edgedio/edged/snapshot"
+	"github.com/edgedio/edged/watermark"
+)
+
+// timeHandle is the handle of a head operator whose task saved tt.
+func timeHandle(t *testing.T, tt *taskTime) snapshot.Handle {
+	t.Helper()
+	kg, err := codec.For[sections]().Append(nil, sections{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tt != nil {
+		if kg, err = taskTimeCodec.Append(kg, *tt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return snapshot.Handle{KeyGroups: kg}
+}
+
+// testTask is subtask sub of a one-vertex chain "w" of parallelism p with
+// two input channels.
+func testTask(r *Runner, p, sub int) *task {
+	chain := &Chain{Vertices: []*Vertex{{UID: "w", Parallelism: p}}}
+	return &task{run: r, chain: chain, subtask: sub, inChans: make([]*channel, 2), merger: watermark.NewMerger(2)}
+}
+
+// A task restored at the same parallelism with the same inputs gets its
+// merger back exactly: each channel's watermark and idle mark, the task's
+// watermark, its output watermark and idle status.
+func TestRestoreTimeExact(t *testing.T) {
+	r := &Runner{maxP: 128}
+	orig := testTask(r, 1, 0)
+	orig.merger.Watermark(0, 300)
+	orig.merger.Watermark(1, 200)
+	orig.merger.SetIdle(1, true)
+	orig.merger.StatusChanged()
+	orig.live.watermark.Store(300)
+	tt := orig.captureTime()
+	md := &snapshot.Metadata{Operators: []snapshot.Operator{{UID: "w", Parallelism: 1, Subtasks: []snapshot.Handle{timeHandle(t, tt)}}}}
+	got := testTask(r, 1, 0)
+	if err := r.restoreTime(md, got); err != nil {
+		t.Fatal(err)
+	}
+	if !got.restoredTime || got.merger.Current() != 300 || got.live.watermark.Load() != 300 {
+		t.Fatalf("restored watermark %d output %d (restored %t), want 300", got.merger.Current(), got.live.watermark.Load(), got.restoredTime)
+	}
+	for ch, want := range []watermark.ChannelState{{Watermark: 300}, {Watermark: 200, Idle: true}} {
+		if wm, idle := got.merger.Channel(ch); wm != want.Watermark || idle != want.Idle {
+			t.Fatalf("channel %d: %d idle=%t, want %+v", ch, wm, idle, want)
+		}
+	}
+	// A record at 250 is late for the restored task as for the original;
+	// a fresh task would take it as on time.
+	if got.merger.Current() < 250 {
+		t.Fatal("a record late before the failure is on time after it")
+	}
+	// A snapshot without task time (older versions) restores nothing.
+	md.Operators[0].Subtasks[0] = timeHandle(t, nil)
+	fresh := testTask(r, 1, 0)
+	if err := r.restoreTime(md, fresh); err != nil || fresh.restoredTime || fresh.merger.Current() != watermark.MinWatermark {
+		t.Fatalf("restore without task time: %v, restored %t, watermark %d", err, fresh.restoredTime, fresh.merger.Current())
+	}
+}
+
+// Rescaled, a subtask starts at the smallest watermark of the old
+// subtasks whose key groups it takes over, on every channel.
+func TestRestoreTimeRescaled(t *testing.T) {
+	r := &Runner{maxP: 128}
+	old := func(wm int64) *taskTime {
+		return &taskTime{HasMerger: true, Merger: watermark.MergerState{Combined: wm, Channels: []watermark.ChannelState{{Watermark: wm}, {Watermark: wm + 5}}}}
+	}
+	md := &snapshot.Metadata{Operators: []snapshot.Operator{{UID: "w", Parallelism: 2,
+		Subtasks: []snapshot.Handle{timeHandle(t, old(100)), timeHandle(t, old(200))}}}}
+	// Old subtask 0 had key groups [0,64), 1 [64,128); new 0 [0,43),
+	// 1 [43,86), 2 [86,128).
+	for sub, want := range []int64{100, 100, 200} {
+		tk := testTask(r, 3, sub)
+		if err := r.restoreTime(md, tk); err != nil {
+			t.Fatal(err)
+		}
+		if tk.merger.Current() != want || !tk.restoredTime {
+			t.Fatalf("new subtask %d: watermark %d, want %d", sub, tk.merger.Current(), want)
+		}
+		for ch := range 2 {
+			if wm, idle := tk.merger.Channel(ch); wm != want || idle {
+				t.Fatalf("new subtask %d channel %d: %d idle=%t", sub, ch, wm, idle)
+			}
+		}
+	}
+	// Same parallelism, other inputs: the subtask's own watermark, on
+	// every channel.
+	tk := testTask(r, 2, 1)
+	if err := r.restoreTime(md, tk); err != nil || tk.merger.Current() != 200 {
+		t.Fatalf("other inputs: %v, watermark %d, want 200", err, tk.merger.Current())
+	}
+}
+
+// An operator that left only its task's event time in a snapshot (no
+// state file) is not state the job would lose: a job without it restores
+// without allowing non-restored state; one with a state file still
+// needs the permission.
+func TestCheckRestoreIgnoresEventTimeOnly(t *testing.T) {
+	job := &Job{Name: "j", Vertices: []*Vertex{{UID: "kept", Parallelism: 1}}}
+	md := &snapshot.Metadata{MaxParallelism: 128, Operators: []snapshot.Operator{
+		{UID: "kept", Parallelism: 1, Subtasks: []snapshot.Handle{{File: "kept.0.state"}}},
+		{UID: "removed-map", Parallelism: 1, Subtasks: []snapshot.Handle{timeHandle(t, &taskTime{})}},
+	}}
+	if err := checkRestore(job, md, false); err != nil {
+		t.Fatalf("restore without a stateless operator: %v", err)
+	}
+	md.Operators[1].Subtasks[0].File = "removed-map.0.state"
+	if err := checkRestore(job, md, false); err == nil {
+		t.Fatal("restore without an operator with state succeeded")
+	}
+}
