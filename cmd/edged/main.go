@@ -132,6 +132,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !listenSet && cfg.Node.Listen != "" {
 		opts.Listen = cfg.Node.Listen
 	}
+	opts.Token = cfg.Node.Token
 	opts.Stdout = stdout
 	opts.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if err := daemon.Run(ctx, cfg, opts); err != nil {
@@ -153,6 +154,7 @@ func runClient(ctx context.Context, cmd string, args []string, stdout, stderr io
 	var timeout time.Duration
 	fs.StringVar(&c.Addr, "addr", daemon.DefaultListen, "address of the node's REST API")
 	fs.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the node")
+	fs.StringVar(&c.Token, "token", os.Getenv("EDGED_TOKEN"), "the node's API token (default $EDGED_TOKEN); needed when it listens on a non-loopback address")
 	if cmd == "savepoint" || cmd == "stop" {
 		fs.StringVar(&path, "path", "", "savepoint directory (default: under the job's checkpoint dir)")
 	}
