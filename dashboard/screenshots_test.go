@@ -1,7 +1,6 @@
 package dashboard_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,16 +10,31 @@ import (
 	"github.com/edgedio/edged/internal/testutil"
 )
 
-// screenshots writes PNGs of the job and checkpoint views into dir
-// (scripts/screenshots.sh sets EDGED_SCREENSHOTS).
-func screenshots(t *testing.T, ctx context.Context, dir string) {
-	t.Helper()
-	testutil.Eventually(t, waitLimit, "a few checkpoints in the chart", func() bool {
-		return evalInt(t, ctx, `document.querySelectorAll("#cp-chart rect.bar").length`) >= 6
+// TestScreenshots writes PNGs of the job and checkpoint views into
+// $EDGED_SCREENSHOTS (scripts/screenshots.sh sets it to docs/).
+func TestScreenshots(t *testing.T) {
+	dir := os.Getenv("EDGED_SCREENSHOTS")
+	if dir == "" {
+		t.Skip("EDGED_SCREENSHOTS not set: run scripts/screenshots.sh")
+	}
+	chromium(t)
+	addr, broker := startDemo(t)
+	ctx := browser(t, 1360, 900)
+	publishBad(t, broker, `{"sensor":"s7","t":"warm","ts":1764590000000}`, `{"sensor":"s3","t":21.5`)
+	run(t, ctx, "open the dashboard", chromedp.Navigate("http://"+addr+"/#checkpoints"),
+		chromedp.WaitEnabled(`#btn-savepoint`, chromedp.ByQuery))
+	testutil.Eventually(t, waitLimit, "a few checkpoints", func() bool {
+		return evalInt(t, ctx, `document.querySelectorAll("#cp-chart rect.bar").length`) >= 8
+	})
+	run(t, ctx, "trigger a savepoint", chromedp.Click(`#btn-savepoint`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#confirm-ok`, chromedp.ByQuery), chromedp.Click(`#confirm-ok`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#savepoints li .path`, chromedp.ByQuery))
+	testutil.Eventually(t, waitLimit, "more checkpoints after the savepoint", func() bool {
+		return evalInt(t, ctx, `document.querySelectorAll("#cp-chart rect.bar").length`) >= 14
 	})
 	shot := func(name, view string) {
 		var png []byte
-		run(t, ctx, "screenshot "+name, chromedp.Navigate("about:blank"), chromedp.Navigate(chromeURL(t, ctx)+"#"+view),
+		run(t, ctx, "screenshot "+name, chromedp.Evaluate(`location.hash = "#`+view+`"`, nil),
 			chromedp.WaitVisible(`#view-`+view, chromedp.ByQuery))
 		// Two polls, so the rates and the chart are filled in.
 		n := evalInt(t, ctx, `Date.now()`)
@@ -32,13 +46,5 @@ func screenshots(t *testing.T, ctx context.Context, dir string) {
 	}
 	shot("dashboard-job.png", "job")
 	shot("dashboard-checkpoints.png", "checkpoints")
-}
-
-var pageURL string
-
-func chromeURL(t *testing.T, ctx context.Context) string {
-	if pageURL == "" {
-		run(t, ctx, "location", chromedp.Evaluate(`location.origin + "/"`, &pageURL))
-	}
-	return pageURL
+	shot("dashboard-ingest.png", "ingest")
 }

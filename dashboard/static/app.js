@@ -171,7 +171,7 @@ function drawGraph() {
   // Layers: a chain sits one column right of the furthest chain feeding it.
   const layer = new Map(g.chains.map((c) => [c.id, 0]));
   for (const c of g.chains) for (const e of g.edges) if (e.to === c.id) layer.set(c.id, Math.max(layer.get(c.id), layer.get(e.from) + 1));
-  const W = 270, GAPX = 120, GAPY = 22, PAD = 16;
+  const W = 206, GAPX = 150, GAPY = 16, PAD = 12;
   const heightOf = (c) => 34 + c.operators.length * 17 + 3 * 17 + 8;
   const cols = new Map();
   for (const c of g.chains) { const l = layer.get(c.id); if (!cols.has(l)) cols.set(l, []); cols.get(l).push(c); }
@@ -183,7 +183,10 @@ function drawGraph() {
     maxH = Math.max(maxH, y);
   }
   const width = PAD * 2 + cols.size * W + (cols.size - 1) * GAPX;
-  svg.setAttribute("width", width); svg.setAttribute("height", maxH + PAD);
+  // Scale down to the panel's width, never up.
+  const avail = Math.max(320, svg.parentElement.clientWidth - 20);
+  const scale = Math.min(1, avail / width);
+  svg.setAttribute("width", Math.round(width * scale)); svg.setAttribute("height", Math.round((maxH + PAD) * scale));
   svg.setAttribute("viewBox", `0 0 ${width} ${maxH + PAD}`);
   const defs = sv("defs");
   const m = sv("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" });
@@ -195,7 +198,7 @@ function drawGraph() {
     const x1 = a.x + W, y1 = a.y + a.h / 2, x2 = b.x - 2, y2 = b.y + b.h / 2;
     const mx = (x1 + x2) / 2;
     svg.append(sv("path", { d: `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}`, class: "edge" + (e.side_output ? " side" : ""), "marker-end": "url(#arrow)" }));
-    labels.push({ x: mx, y: (y1 + y2) / 2, text: e.partitioner + (e.side_output ? ` (${e.side_output})` : "") });
+    labels.push({ x: mx, y: (y1 + y2) / 2, text: e.side_output ? `${e.partitioner} · ${e.side_output}` : e.partitioner });
   }
   for (const c of g.chains) {
     const p = pos.get(c.id);
@@ -206,27 +209,28 @@ function drawGraph() {
     const r = state.rates.get(c.name);
     const y0 = 42 + c.operators.length * 17 + 6;
     const rin = r && r.known ? fmtRate(r.in) : "–", rout = r && r.known ? fmtRate(r.out) : "–";
-    grp.append(sv("text", { x: 12, y: y0, class: "metric rates" }, `in ${rin}/s · out ${rout}/s`));
+    const rates = c.source ? `out ${rout}/s` : c.sink ? `in ${rin}/s` : `in ${rin}/s · out ${rout}/s`;
+    grp.append(sv("text", { x: 12, y: y0, class: "metric rates" }, rates));
     const bp = r && r.known ? r.bp : NaN;
     grp.append(sv("text", { x: 12, y: y0 + 17, class: "metric" + (bp > 0.5 ? " hot" : "") }, `backpressure ${isNaN(bp) ? "–" : (bp * 100).toFixed(0) + " %"}`));
     grp.append(sv("text", { x: 12, y: y0 + 34, class: "metric" }, `watermark lag ${r ? fmtMs(r.wmLag) : "–"}`));
     svg.append(grp);
   }
   for (const l of labels) {
-    const w = l.text.length * 6.4 + 10;
+    const w = l.text.length * 6 + 10;
     svg.append(sv("rect", { x: l.x - w / 2, y: l.y - 10, width: w, height: 18, rx: 4, class: "elabel-bg" }));
-    svg.append(sv("text", { x: l.x, y: l.y + 3, "text-anchor": "middle", class: "elabel" }, l.text));
+    svg.append(sv("text", { x: l.x, y: l.y + 4, "text-anchor": "middle", class: "elabel" }, l.text));
   }
 }
 
 function short(op) {
   const s = op.includes("/") ? op.slice(op.indexOf("/") + 1) : op;
-  return s.length > 36 ? s.slice(0, 35) + "…" : s;
+  return s.length > 28 ? s.slice(0, 27) + "…" : s;
 }
 
 async function refreshDeadLetters() {
   const l = await api(`/jobs/${encodeURIComponent(state.job)}/deadletters?n=5`);
-  $("#dl-total").textContent = `${l.total} in all; the last ${l.recent.length} shown`;
+  $("#dl-total").textContent = l.recent.length ? `${l.total} in all; the last ${l.recent.length}, newest first` : `${l.total} in all`;
   const items = l.recent.map((d) => el("li", {}, el("div", { class: "err" }, d.error), el("div", { class: "payload" }, d.payload)));
   $("#deadletters").replaceChildren(...(items.length ? items : [el("li", { class: "empty" }, "none")]));
 }
