@@ -15,8 +15,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/edgedio/edged/daemon"
-	"github.com/edgedio/edged/mqtt"
 	"github.com/edgedio/edged/internal/testutil"
+	"github.com/edgedio/edged/mqtt"
 	"github.com/edgedio/edged/pipeline"
 )
 

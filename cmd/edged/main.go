@@ -7,6 +7,9 @@
 //	edged stop <job>           [--path p] [--addr host:port]   (stop with a savepoint)
 //	edged cancel <job>         [--addr host:port]
 //
+// The client commands send --token (default $EDGED_TOKEN) as the API's
+// bearer token, which a node listening on a non-loopback address requires.
+//
 // Exit status: 0 on success, 1 on a runtime failure, 2 on a usage or
 // config error (every config problem is printed with its key path).
 package main
@@ -43,6 +46,7 @@ const usage = `usage:
   edged savepoint <job> [--path p] [--addr host:port]
   edged stop <job> [--path p] [--addr host:port]
   edged cancel <job> [--addr host:port]
+client commands take --token t (default $EDGED_TOKEN) for a node on a non-loopback address
 `
 
 // Exit statuses.
