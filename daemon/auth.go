@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -84,6 +85,23 @@ func requireToken(token string, h http.Handler) http.Handler {
 			return
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="edged"`)
+		if r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html") {
+			// A browser opening the dashboard: say how to get in.
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = io.WriteString(w, unauthorizedPage)
+			return
+		}
 		writeJSON(w, http.StatusUnauthorized, ErrorBody{Error: ErrUnauthorized.Error()})
 	})
 }
+
+// unauthorizedPage answers a browser without the token.
+const unauthorizedPage = `<!doctype html><meta charset="utf-8"><title>edged: token required</title>
+<body style="font-family:system-ui,sans-serif;margin:3em;max-width:40em">
+<h1>Token required</h1>
+<p>This node listens on a network address, so its dashboard and REST API
+require a token. Open <code>/?token=&lt;token&gt;</code> once: the token is
+the config's <code>node.token</code>, or the one the node logged at start.</p>
+</body>
+`

@@ -109,6 +109,11 @@ func TestRequireToken(t *testing.T) {
 	if len(c) != 1 || c[0].Name != TokenCookie || c[0].Value != "s3cret" || !c[0].HttpOnly || c[0].SameSite != http.SameSiteStrictMode {
 		t.Fatalf("cookies %+v", c)
 	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("Accept", "text/html,application/xhtml+xml")
+	if w := do(r); w.Code != http.StatusUnauthorized || !strings.Contains(w.Body.String(), "/?token=") {
+		t.Errorf("browser without token: %d %s", w.Code, w.Body)
+	}
 	if h := requireToken("", http.NotFoundHandler()); h == nil {
 		t.Fatal("no handler without a token")
 	}

@@ -215,3 +215,26 @@ type cookieJar struct{ c []*http.Cookie }
 
 func (j *cookieJar) SetCookies(_ *url.URL, c []*http.Cookie) { j.c = append(j.c, c...) }
 func (j *cookieJar) Cookies(*url.URL) []*http.Cookie         { return j.c }
+
+// Without node.token, a node that requires one generates it and logs it
+// with the dashboard's link; the logged token opens the API.
+func TestGeneratedTokenLogged(t *testing.T) {
+	n := startNode(t, tickingConfig("ticking", ""), daemon.Options{RequireToken: true})
+	logs := n.logs.String()
+	i := strings.Index(logs, " token=")
+	if i < 0 || !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "/?token=") {
+		t.Fatalf("no generated token logged:\n%s", logs)
+	}
+	tok := strings.Fields(logs[i+len(" token="):])[0]
+	if len(tok) != 32 {
+		t.Fatalf("logged token %q", tok)
+	}
+	if c := getJSON(t, n, "/jobs", nil); c != http.StatusUnauthorized {
+		t.Fatalf("GET /jobs without token: %d", c)
+	}
+	c := *n.client
+	c.Token = tok
+	if _, err := c.Jobs(ctxT(t)); err != nil {
+		t.Fatalf("client with the logged token: %v", err)
+	}
+}
