@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -129,7 +130,7 @@ func (n *node) handleGraph(w http.ResponseWriter, r *http.Request) {
 	}
 	p := j.run.Plan()
 	if p == nil {
-		writeJSON(w, http.StatusConflict, ErrorBody{Error: ErrNoPlan.Error()})
+		writeJSON(w, http.StatusConflict, ErrorBody{Error: fmt.Errorf("%w: %q", ErrNoPlan, j.name).Error()})
 		return
 	}
 	writeJSON(w, http.StatusOK, graphOf(j.name, p))
