@@ -80,7 +80,8 @@ type ErrorBody struct {
 	Error string `json:"error"`
 }
 
-// newAPI returns the REST API of n.
+// newAPI returns the REST API of n and its dashboard, behind the token
+// check when the API requires one (see NeedsToken).
 func newAPI(n *node) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
@@ -97,7 +98,8 @@ func newAPI(n *node) http.Handler {
 	mux.HandleFunc("POST /jobs/{name}/stop", n.handleSavepoint(true))
 	mux.HandleFunc("POST /jobs/{name}/cancel", n.handleCancel)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	return mux
+	n.mountDashboard(mux)
+	return requireToken(n.apiToken(), mux)
 }
 
 func (n *node) info(j *job) JobInfo {

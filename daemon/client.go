@@ -18,6 +18,9 @@ type Client struct {
 	Addr string
 	// HTTP is the client to use; default http.DefaultClient.
 	HTTP *http.Client
+	// Token, when set, is sent as "Authorization: Bearer <Token>": the
+	// node requires it when it listens on a non-loopback address.
+	Token string
 }
 
 // APIError is an error answer of the API.
@@ -94,6 +97,9 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, out 
 	req, err := http.NewRequestWithContext(ctx, method, u, nil)
 	if err != nil {
 		return fmt.Errorf("daemon: %s %s: %w", method, path, err)
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
 	hc := c.HTTP
 	if hc == nil {

@@ -47,6 +47,12 @@ type Options struct {
 	// PollInterval is how often a running job's checkpoint history is read
 	// into the node's (for metrics and for jobs that have ended); default 1s.
 	PollInterval time.Duration
+	// Token is the bearer token the API and the dashboard require when
+	// Listen is not a loopback address (node.token); when empty there, one
+	// is generated and logged at start.
+	Token string
+	// RequireToken requires the token even on a loopback address.
+	RequireToken bool
 	// Ready, if set, is called with the API's address once it listens and
 	// the jobs have started; on Run's goroutine, so it must not block.
 	Ready func(addr net.Addr)

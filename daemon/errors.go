@@ -15,3 +15,13 @@ var (
 	// is asked of a job without checkpoint.dir.
 	ErrNoCheckpointing = errors.New("daemon: job has no checkpoint.dir configured")
 )
+
+// Errors of the dashboard's endpoints and the token check.
+var (
+	// ErrUnauthorized answers a request without the node's token when the
+	// API requires one.
+	ErrUnauthorized = errors.New("daemon: missing or wrong token")
+	// ErrNoPlan is returned for the graph of a job that has no running
+	// attempt (ended, or between restarts).
+	ErrNoPlan = errors.New("daemon: job has no running attempt")
+)

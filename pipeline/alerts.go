@@ -89,8 +89,9 @@ func (f *alertFn) ProcessElement(r Row, ctx *operators.KeyedContext[string, Row]
 		a := &f.pl.alerts[i]
 		ok, err := f.ev.test(&a.program, &r)
 		if err != nil {
-			f.count.dead.Add(1)
-			f.dead.Emit(ctx, DeadLetter{Pipeline: f.name, Err: "alert " + a.name + ": " + err.Error(), Payload: string(r.AppendJSON(nil, f.pl.schema))})
+			d := DeadLetter{Pipeline: f.name, Err: "alert " + a.name + ": " + err.Error(), Payload: string(r.AppendJSON(nil, f.pl.schema))}
+			f.count.deadLetter(d)
+			f.dead.Emit(ctx, d)
 			continue
 		}
 		switch {

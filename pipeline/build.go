@@ -38,9 +38,26 @@ func (d DeadLetter) line() string {
 // DeadLetterPrefix starts every dead-letter line of the stdout sink.
 const DeadLetterPrefix = "dead-letter: "
 
+// RecentDeadLetters is how many of the latest dead letters a Job keeps
+// (Job.RecentDeadLetters).
+const RecentDeadLetters = 16
+
 // counters are the counts a built pipeline keeps; shared by its subtasks.
 type counters struct {
 	dead atomic.Int64
+
+	mu     sync.Mutex // guards recent and next
+	recent [RecentDeadLetters]DeadLetter
+	next   int // count of dead letters recorded in recent
+}
+
+// deadLetter counts d and keeps it among the latest.
+func (c *counters) deadLetter(d DeadLetter) {
+	c.dead.Add(1)
+	c.mu.Lock()
+	c.recent[c.next%RecentDeadLetters] = d
+	c.next++
+	c.mu.Unlock()
 }
 
 // Job is what Build made of a pipeline: counters to read while or after
@@ -52,6 +69,20 @@ type Job struct {
 // DeadLetters returns the number of records sent to the dead-letter
 // output so far.
 func (j *Job) DeadLetters() int64 { return j.c.dead.Load() }
+
+// RecentDeadLetters returns the latest dead letters (at most
+// RecentDeadLetters), oldest first. Safe to call while the job runs.
+func (j *Job) RecentDeadLetters() []DeadLetter {
+	c := j.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := min(c.next, RecentDeadLetters)
+	out := make([]DeadLetter, 0, n)
+	for i := c.next - n; i < c.next; i++ {
+		out = append(out, c.recent[i%RecentDeadLetters])
+	}
+	return out
+}
 
 // EnvOptions returns the stream options a pipeline's environment needs:
 // parallelism, checkpointing (when checkpoint.dir is set), the restart
@@ -310,8 +341,9 @@ func (f *prepareFn[T]) Open(*operators.Context) error {
 }
 
 func (f *prepareFn[T]) fail(ctx *operators.ProcessContext[Row], payload string, err error) {
-	f.b.c.dead.Add(1)
-	f.b.dead.Emit(ctx, DeadLetter{Pipeline: f.b.cfg.Name, Err: err.Error(), Payload: payload})
+	d := DeadLetter{Pipeline: f.b.cfg.Name, Err: err.Error(), Payload: payload}
+	f.b.c.deadLetter(d)
+	f.b.dead.Emit(ctx, d)
 }
 
 func (f *prepareFn[T]) ProcessElement(v T, ctx *operators.ProcessContext[Row]) error {

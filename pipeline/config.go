@@ -28,6 +28,10 @@ type NodeConfig struct {
 	// Listen is the address of the REST API and /metrics; default
 	// 127.0.0.1:8081.
 	Listen string `yaml:"listen"`
+	// Token is the bearer token the REST API and the dashboard require
+	// when Listen is not a loopback address; when empty there, the node
+	// generates one at start and logs it.
+	Token string `yaml:"token"`
 	// Simulator, when set, publishes simulated sensor readings to the
 	// embedded broker: the demo needs nothing else.
 	Simulator *SimulatorConfig `yaml:"simulator"`

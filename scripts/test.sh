@@ -28,6 +28,17 @@ if ! command -v mosquitto >/dev/null 2>&1; then
   fi
 fi
 
+# The dashboard's browser test drives a headless Chromium; install it
+# where we can (the test skips with a message when it is absent).
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "== installing chromium"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "== chromium not installed and cannot install it: the dashboard's browser test will skip"
+  fi
+fi
+
 echo "== go vet"
 go vet ./...
 

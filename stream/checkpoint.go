@@ -126,6 +126,15 @@ func (j *Job) Metrics() []actors.TaskMetrics {
 	return nil
 }
 
+// Plan returns the execution plan (chains and the edges between them) of
+// the current attempt, nil when no attempt runs.
+func (j *Job) Plan() *actors.Plan {
+	if r, _ := j.exec.Runner(); r != nil {
+		return r.Plan()
+	}
+	return nil
+}
+
 // History returns the checkpoint statistics of the current attempt.
 func (j *Job) History() []snapshot.Stats {
 	if r, _ := j.exec.Runner(); r != nil {

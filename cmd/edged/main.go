@@ -14,6 +14,9 @@
 // run --listen overrides its config's node.listen, so its clients need
 // --addr too.
 //
+// The client commands send --token (default $EDGED_TOKEN) as the API's
+// bearer token, which a node listening on a non-loopback address requires.
+//
 // Exit status: 0 on success, 1 on a runtime failure, 2 on a usage or
 // config error (every config problem is printed with its key path).
 package main
@@ -54,6 +57,7 @@ const usage = `usage:
 
 The client commands find the node at --addr, else the -c config's
 node.listen, else $EDGED_ADDR, else 127.0.0.1:8081.
+client commands take --token t (default $EDGED_TOKEN) for a node on a non-loopback address
 `
 
 // Exit statuses.
@@ -143,6 +147,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !listenSet && cfg.Node.Listen != "" {
 		opts.Listen = cfg.Node.Listen
 	}
+	opts.Token = cfg.Node.Token
 	opts.Stdout = stdout
 	opts.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if err := daemon.Run(ctx, cfg, opts); err != nil {
@@ -166,6 +171,7 @@ func runClient(ctx context.Context, cmd string, args []string, stdout, stderr io
 	fs.StringVar(&cfgPath, "c", "", "config file of the node, for its node.listen")
 	fs.StringVar(&cfgPath, "config", "", "config file (same as -c)")
 	fs.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the node")
+	fs.StringVar(&c.Token, "token", os.Getenv("EDGED_TOKEN"), "the node's API token (default $EDGED_TOKEN); needed when it listens on a non-loopback address")
 	if cmd == "savepoint" || cmd == "stop" {
 		fs.StringVar(&path, "path", "", "savepoint directory (default: under the job's checkpoint dir)")
 	}

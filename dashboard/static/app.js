@@ -1,0 +1,386 @@
+// The edged dashboard: polls the node's REST API (same origin) and draws
+// the job, checkpoint and ingest views. No dependencies.
+
+const POLL_MS = 1000;
+const SVG = "http://www.w3.org/2000/svg";
+const $ = (sel) => document.querySelector(sel);
+
+const state = {
+  view: "job",
+  job: "",
+  jobs: [],
+  prevTasks: null, // {t, byKey}
+  prevIngest: null, // {t, byName}
+  graphKey: "",
+  graph: null,
+  rates: new Map(), // chain name -> {in, out, bp, wmLag}
+};
+
+// ---- helpers -------------------------------------------------------------
+
+async function api(path, opts = {}) {
+  const r = await fetch(path, { credentials: "same-origin", ...opts });
+  let body = null;
+  try { body = await r.json(); } catch { /* not JSON */ }
+  if (r.status === 401) {
+    banner("This node requires a token: open the dashboard once as /?token=<token> (the token is node.token, or the one the node logged at start).");
+  }
+  if (!r.ok) throw new Error((body && body.error) || `HTTP ${r.status}`);
+  return body;
+}
+
+function banner(text) {
+  const b = $("#banner");
+  b.textContent = text;
+  b.hidden = !text;
+}
+
+function el(tag, attrs = {}, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") e.className = v; else e.setAttribute(k, v);
+  }
+  for (const k of kids) e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  return e;
+}
+
+function sv(tag, attrs = {}, text) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function fmtRate(v) {
+  if (v === undefined || v === null || !isFinite(v)) return "–";
+  if (v >= 1e6) return (v / 1e6).toFixed(1) + "M";
+  if (v >= 1e4) return (v / 1e3).toFixed(0) + "k";
+  if (v >= 100) return v.toFixed(0);
+  return v.toFixed(1);
+}
+function fmtBytes(b) {
+  if (b === undefined || b === null) return "–";
+  const u = ["B", "KiB", "MiB", "GiB"];
+  let i = 0;
+  while (b >= 1024 && i < u.length - 1) { b /= 1024; i++; }
+  return (i ? b.toFixed(1) : b) + " " + u[i];
+}
+function fmtMs(ms) {
+  if (ms === undefined || ms === null || !isFinite(ms)) return "–";
+  if (ms >= 60000) return (ms / 60000).toFixed(1) + " min";
+  if (ms >= 1000) return (ms / 1000).toFixed(2) + " s";
+  return ms.toFixed(ms < 10 ? 1 : 0) + " ms";
+}
+function fmtTime(iso) {
+  const d = new Date(iso);
+  return isNaN(d) ? "" : d.toLocaleTimeString();
+}
+function tbodyRows(table, rows, empty) {
+  const tb = $(table).tBodies[0];
+  tb.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { class: "empty", colspan: "9" }, empty))]));
+}
+
+// ---- views ---------------------------------------------------------------
+
+function showView(v) {
+  state.view = ["job", "checkpoints", "ingest", "cluster"].includes(v) ? v : "job";
+  for (const s of document.querySelectorAll(".view")) s.hidden = s.id !== "view-" + state.view;
+  for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.view === state.view);
+  tick();
+}
+
+async function refreshJobs() {
+  const l = await api("/jobs");
+  state.jobs = l.jobs || [];
+  const sel = $("#job-select");
+  const names = state.jobs.map((j) => j.name);
+  if (sel.options.length !== names.length || [...sel.options].some((o, i) => o.value !== names[i])) {
+    sel.replaceChildren(...names.map((n) => el("option", { value: n }, n)));
+  }
+  if (!names.includes(state.job)) state.job = names[0] || "";
+  sel.value = state.job;
+}
+
+function currentJob() { return state.jobs.find((j) => j.name === state.job); }
+
+function renderCards() {
+  const j = currentJob();
+  if (!j) { $("#job-cards").replaceChildren(el("div", { class: "empty" }, "no jobs")); return; }
+  const card = (k, v, cls = "") => el("div", { class: "card" }, el("div", { class: "k" }, k), el("div", { class: "v " + cls }, v));
+  const cards = [
+    card("job", j.name),
+    card("status", j.status, "status-" + j.status),
+    card("attempts", j.attempts),
+    card("checkpointing", j.checkpointing ? "on" : "off"),
+    card("dead letters", j.dead_letters, j.dead_letters ? "warn" : ""),
+  ];
+  if (j.error) cards.push(card("error", j.error, "bad"));
+  $("#job-cards").replaceChildren(...cards);
+}
+
+async function refreshTasks() {
+  const l = await api(`/jobs/${encodeURIComponent(state.job)}/operators`);
+  const now = performance.now();
+  const byKey = new Map();
+  for (const t of l.tasks) byKey.set(t.chain + "#" + t.subtask, t);
+  const prev = state.prevTasks && state.prevTasks.job === state.job ? state.prevTasks : null;
+  const dt = prev ? (now - prev.t) / 1000 : 0;
+  const rows = [];
+  const chains = new Map();
+  for (const t of l.tasks) {
+    const p = prev && prev.byKey.get(t.chain + "#" + t.subtask);
+    const rin = p && dt > 0 ? Math.max(0, t.records_in - p.records_in) / dt : NaN;
+    const rout = p && dt > 0 ? Math.max(0, t.records_out - p.records_out) / dt : NaN;
+    const bp = p && dt > 0 ? Math.min(1, Math.max(0, t.backpressure_ms - p.backpressure_ms) / (dt * 1000)) : NaN;
+    const lag = t.watermark_ms !== undefined ? Math.max(0, Date.now() - t.watermark_ms) : NaN;
+    const c = chains.get(t.chain) || { in: 0, out: 0, bp: 0, wmLag: NaN, known: false };
+    if (!isNaN(rin)) { c.in += rin; c.out += rout; c.bp = Math.max(c.bp, bp); c.known = true; }
+    if (!isNaN(lag)) c.wmLag = isNaN(c.wmLag) ? lag : Math.max(c.wmLag, lag);
+    chains.set(t.chain, c);
+    rows.push(el("tr", { "data-chain": t.chain },
+      el("td", {}, t.chain), el("td", {}, `${t.subtask + 1}/${t.parallelism}`),
+      el("td", { class: "num rate-in" }, fmtRate(rin)), el("td", { class: "num rate-out" }, fmtRate(rout)),
+      el("td", { class: "num" + (bp > 0.5 ? " bad" : "") }, isNaN(bp) ? "–" : (bp * 100).toFixed(0) + " %"),
+      el("td", { class: "num" }, t.queued), el("td", { class: "num" }, fmtMs(lag))));
+  }
+  state.prevTasks = { job: state.job, t: now, byKey };
+  state.rates = chains;
+  tbodyRows("#tasks", rows, "no running attempt");
+}
+
+async function refreshGraph() {
+  try {
+    const g = await api(`/jobs/${encodeURIComponent(state.job)}/graph`);
+    const key = state.job + JSON.stringify(g);
+    if (key !== state.graphKey) { state.graphKey = key; state.graph = g; }
+  } catch (e) {
+    state.graph = null; state.graphKey = "";
+  }
+  drawGraph();
+}
+
+function drawGraph() {
+  const svg = $("#graph");
+  const g = state.graph;
+  svg.replaceChildren();
+  if (!g || !g.chains.length) {
+    svg.setAttribute("width", 400); svg.setAttribute("height", 40);
+    svg.append(sv("text", { x: 10, y: 25, class: "metric" }, "no running attempt: the graph shows while the job runs"));
+    return;
+  }
+  // Layers: a chain sits one column right of the furthest chain feeding it.
+  const layer = new Map(g.chains.map((c) => [c.id, 0]));
+  for (const c of g.chains) for (const e of g.edges) if (e.to === c.id) layer.set(c.id, Math.max(layer.get(c.id), layer.get(e.from) + 1));
+  const W = 206, GAPX = 150, GAPY = 16, PAD = 12;
+  const heightOf = (c) => 34 + c.operators.length * 17 + 3 * 17 + 8;
+  const cols = new Map();
+  for (const c of g.chains) { const l = layer.get(c.id); if (!cols.has(l)) cols.set(l, []); cols.get(l).push(c); }
+  const pos = new Map();
+  let maxH = 0;
+  for (const [l, cs] of cols) {
+    let y = PAD;
+    for (const c of cs) { const h = heightOf(c); pos.set(c.id, { x: PAD + l * (W + GAPX), y, h }); y += h + GAPY; }
+    maxH = Math.max(maxH, y);
+  }
+  const width = PAD * 2 + cols.size * W + (cols.size - 1) * GAPX;
+  // Scale down to the panel's width, never up.
+  const avail = Math.max(320, svg.parentElement.clientWidth - 20);
+  const scale = Math.min(1, avail / width);
+  svg.setAttribute("width", Math.round(width * scale)); svg.setAttribute("height", Math.round((maxH + PAD) * scale));
+  svg.setAttribute("viewBox", `0 0 ${width} ${maxH + PAD}`);
+  const defs = sv("defs");
+  const m = sv("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" });
+  m.append(sv("path", { d: "M0,0 L10,5 L0,10 z", class: "arrow" }));
+  defs.append(m); svg.append(defs);
+  const labels = [];
+  for (const e of g.edges) {
+    const a = pos.get(e.from), b = pos.get(e.to);
+    const x1 = a.x + W, y1 = a.y + a.h / 2, x2 = b.x - 2, y2 = b.y + b.h / 2;
+    const mx = (x1 + x2) / 2;
+    svg.append(sv("path", { d: `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}`, class: "edge" + (e.side_output ? " side" : ""), "marker-end": "url(#arrow)" }));
+    labels.push({ x: mx, y: (y1 + y2) / 2, text: e.side_output ? `${e.partitioner} · ${e.side_output}` : e.partitioner });
+  }
+  for (const c of g.chains) {
+    const p = pos.get(c.id);
+    const grp = sv("g", { class: "chain", "data-chain": c.name, transform: `translate(${p.x},${p.y})` });
+    grp.append(sv("rect", { class: "box" + (c.source ? " source" : c.sink ? " sink" : ""), width: W, height: p.h, rx: 8 }));
+    grp.append(sv("text", { x: 12, y: 21, class: "title" }, `${c.source ? "source" : c.sink ? "sink" : "chain"} · parallelism ${c.parallelism}`));
+    c.operators.forEach((op, i) => grp.append(sv("text", { x: 12, y: 42 + i * 17, class: "op" }, short(op))));
+    const r = state.rates.get(c.name);
+    const y0 = 42 + c.operators.length * 17 + 6;
+    const rin = r && r.known ? fmtRate(r.in) : "–", rout = r && r.known ? fmtRate(r.out) : "–";
+    const rates = c.source ? `out ${rout}/s` : c.sink ? `in ${rin}/s` : `in ${rin}/s · out ${rout}/s`;
+    grp.append(sv("text", { x: 12, y: y0, class: "metric rates" }, rates));
+    const bp = r && r.known ? r.bp : NaN;
+    grp.append(sv("text", { x: 12, y: y0 + 17, class: "metric" + (bp > 0.5 ? " hot" : "") }, `backpressure ${isNaN(bp) ? "–" : (bp * 100).toFixed(0) + " %"}`));
+    grp.append(sv("text", { x: 12, y: y0 + 34, class: "metric" }, `watermark lag ${r ? fmtMs(r.wmLag) : "–"}`));
+    svg.append(grp);
+  }
+  for (const l of labels) {
+    const w = l.text.length * 6 + 10;
+    svg.append(sv("rect", { x: l.x - w / 2, y: l.y - 10, width: w, height: 18, rx: 4, class: "elabel-bg" }));
+    svg.append(sv("text", { x: l.x, y: l.y + 4, "text-anchor": "middle", class: "elabel" }, l.text));
+  }
+}
+
+function short(op) {
+  const s = op.includes("/") ? op.slice(op.indexOf("/") + 1) : op;
+  return s.length > 28 ? s.slice(0, 27) + "…" : s;
+}
+
+async function refreshDeadLetters() {
+  const l = await api(`/jobs/${encodeURIComponent(state.job)}/deadletters?n=5`);
+  $("#dl-total").textContent = l.recent.length ? `${l.total} in all; the last ${l.recent.length}, newest first` : `${l.total} in all`;
+  const items = l.recent.map((d) => el("li", {}, el("div", { class: "err" }, d.error), el("div", { class: "payload" }, d.payload)));
+  $("#deadletters").replaceChildren(...(items.length ? items : [el("li", { class: "empty" }, "none")]));
+}
+
+async function refreshCheckpoints() {
+  const l = await api(`/jobs/${encodeURIComponent(state.job)}/checkpoints`);
+  const cps = l.checkpoints || [];
+  drawChart(cps);
+  const last = cps.slice(-12).reverse();
+  tbodyRows("#checkpoints", last.map((c) => el("tr", { class: c.status === "failed" ? "bad" : "" },
+    el("td", {}, c.id), el("td", {}, c.kind + (c.stop ? " (stop)" : "")),
+    el("td", { class: c.status === "failed" ? "bad" : c.status === "completed" ? "ok" : "" }, c.status, c.error ? el("div", { class: "err" }, c.error) : ""),
+    el("td", { class: "num" }, c.status === "in_progress" ? "…" : fmtMs(c.duration_ms)),
+    el("td", { class: "num" }, fmtBytes(c.size_bytes)), el("td", { class: "num" }, fmtMs(c.alignment_ms)),
+    el("td", {}, fmtTime(c.trigger_time)))), state.job ? "no checkpoint yet" : "no job");
+  const sps = cps.filter((c) => c.kind === "savepoint" && c.status === "completed" && c.path).reverse();
+  const j = currentJob();
+  if (j && j.savepoint && !sps.some((s) => s.path === j.savepoint)) sps.unshift({ path: j.savepoint, id: "", trigger_time: "" });
+  $("#savepoints").replaceChildren(...(sps.length ? sps.slice(0, 8).map((s) => el("li", {},
+    el("div", { class: "path" }, s.path),
+    el("div", { class: "meta" }, s.id !== "" ? `#${s.id} · ${fmtTime(s.trigger_time)} · ${fmtBytes(s.size_bytes)}${s.stop ? " · stopped the job" : ""}` : "latest savepoint")))
+    : [el("li", { class: "empty" }, "no savepoint yet")]));
+  const running = j && j.status === "running";
+  for (const b of ["#btn-savepoint", "#btn-stop", "#btn-cancel"]) $(b).disabled = !running || state.busy;
+  if (j && !j.checkpointing) { $("#btn-savepoint").disabled = true; $("#btn-stop").disabled = true; }
+}
+
+function drawChart(cps) {
+  const svg = $("#cp-chart");
+  svg.replaceChildren();
+  const W = Math.max(600, svg.clientWidth || 900), H = 220, L = 60, R = 70, T = 14, B = 30;
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`); svg.setAttribute("height", H);
+  const done = cps.filter((c) => c.status !== "in_progress");
+  if (!done.length) { svg.append(sv("text", { x: L, y: H / 2, class: "tick" }, "no checkpoint yet")); return; }
+  const maxD = Math.max(1, ...done.map((c) => Math.max(c.duration_ms, c.alignment_ms)));
+  const maxS = Math.max(1, ...done.map((c) => c.size_bytes));
+  const pw = W - L - R, ph = H - T - B, step = pw / done.length, bw = Math.max(3, Math.min(28, step * 0.6));
+  svg.append(sv("line", { x1: L, y1: T + ph, x2: L + pw, y2: T + ph, class: "axis" }));
+  for (const f of [0, 0.5, 1]) {
+    const y = T + ph - f * ph;
+    svg.append(sv("line", { x1: L, y1: y, x2: L + pw, y2: y, class: "axis" }));
+    svg.append(sv("text", { x: L - 6, y: y + 4, "text-anchor": "end", class: "tick" }, fmtMs(maxD * f)));
+    svg.append(sv("text", { x: L + pw + 6, y: y + 4, class: "tick" }, fmtBytes(Math.round(maxS * f))));
+  }
+  let line = "";
+  done.forEach((c, i) => {
+    const x = L + i * step + step / 2;
+    const failed = c.status === "failed";
+    const h = failed ? ph : Math.max(1, (c.duration_ms / maxD) * ph);
+    const bar = sv("rect", { x: x - bw / 2, y: T + ph - h, width: bw, height: h, class: "bar " + c.kind + (failed ? " failed" : ""), "data-id": c.id });
+    bar.append(sv("title", {}, `#${c.id} ${c.kind} ${c.status}: ${fmtMs(c.duration_ms)}, ${fmtBytes(c.size_bytes)}, alignment ${fmtMs(c.alignment_ms)}${c.error ? "\n" + c.error : ""}`));
+    svg.append(bar);
+    if (failed) svg.append(sv("text", { x, y: T + 10, "text-anchor": "middle", class: "fail-mark" }, "✕"));
+    else {
+      const ys = T + ph - (c.size_bytes / maxS) * ph;
+      line += (line ? " L" : "M") + `${x},${ys}`;
+      svg.append(sv("circle", { cx: x, cy: T + ph - (c.alignment_ms / maxD) * ph, r: 3, class: "align" }));
+    }
+    if (done.length <= 30 || i % Math.ceil(done.length / 30) === 0) svg.append(sv("text", { x, y: H - 10, "text-anchor": "middle", class: "tick" }, c.id));
+  });
+  if (line) svg.append(sv("path", { d: line, class: "size" }));
+}
+
+async function refreshIngest() {
+  const [l, b] = await Promise.all([api("/ingest"), api("/broker/clients")]);
+  const now = performance.now();
+  const prev = state.prevIngest;
+  const dt = prev ? (now - prev.t) / 1000 : 0;
+  const byName = new Map(l.pipelines.map((p) => [p.pipeline, p]));
+  tbodyRows("#ingest", l.pipelines.map((p) => {
+    const q = prev && prev.byName.get(p.pipeline);
+    const rin = q && dt > 0 ? (p.appends - q.appends) / dt : NaN;
+    const rout = q && dt > 0 ? Math.max(0, p.released_offset - q.released_offset) / dt : NaN;
+    return el("tr", { "data-pipeline": p.pipeline }, el("td", {}, p.pipeline), el("td", { class: "num" }, fmtBytes(p.disk_bytes)),
+      el("td", { class: "num" }, p.segments), el("td", { class: "num" }, fmtRate(rin)), el("td", { class: "num" }, fmtRate(rout)),
+      el("td", { class: "num" }, p.lag_records), el("td", { class: "num" }, p.next_offset),
+      el("td", { class: "num" + (p.waiting ? " bad" : "") }, p.blocked + (p.waiting ? ` (${p.waiting} waiting)` : "")));
+  }), "no pipeline reads MQTT");
+  state.prevIngest = { t: now, byName };
+  $("#broker-addr").textContent = b.embedded ? `embedded broker on ${b.address}` : "no embedded broker on this node";
+  tbodyRows("#clients", b.clients.map((c) => el("tr", {}, el("td", {}, c.id), el("td", {}, c.remote), el("td", {}, c.listener),
+    el("td", { class: "num" }, c.protocol_version), el("td", {}, c.clean_session ? "yes" : "no"))), "no client connected");
+}
+
+// ---- actions -------------------------------------------------------------
+
+function confirmDialog(title, text) {
+  const d = $("#confirm");
+  $("#confirm-title").textContent = title;
+  $("#confirm-text").textContent = text;
+  return new Promise((resolve) => {
+    d.addEventListener("close", () => resolve(d.returnValue === "ok"), { once: true });
+    d.showModal();
+  });
+}
+
+async function act(op, title, text) {
+  const job = state.job;
+  if (!job || !(await confirmDialog(title, text.replace("%s", job)))) return;
+  const st = $("#action-status");
+  state.busy = true;
+  st.className = "action-status";
+  st.textContent = `${title}…`;
+  try {
+    const r = await api(`/jobs/${encodeURIComponent(job)}/${op}`, { method: "POST" });
+    st.textContent = r.path ? `savepoint written to ${r.path}` : `job ${r.status}`;
+  } catch (e) {
+    st.className = "action-status bad";
+    st.textContent = `${title} failed: ${e.message}`;
+  } finally {
+    state.busy = false;
+    tick();
+  }
+}
+
+// ---- loop ----------------------------------------------------------------
+
+let ticking = false;
+async function tick() {
+  if (ticking) return;
+  ticking = true;
+  try {
+    await refreshJobs();
+    renderCards();
+    if (state.job) {
+      if (state.view === "job") {
+        await refreshTasks();
+        await refreshGraph();
+        await refreshDeadLetters();
+      } else if (state.view === "checkpoints") {
+        await refreshCheckpoints();
+      }
+    }
+    if (state.view === "ingest") await refreshIngest();
+    $("#conn").className = "conn live";
+    $("#conn").textContent = "live";
+    if (!$("#banner").textContent.startsWith("This node requires")) banner("");
+  } catch (e) {
+    $("#conn").className = "conn down";
+    $("#conn").textContent = "disconnected";
+    if (!$("#banner").textContent.startsWith("This node requires")) banner(`Cannot reach the node: ${e.message}`);
+  } finally {
+    ticking = false;
+  }
+}
+
+$("#job-select").addEventListener("change", (e) => { state.job = e.target.value; state.graphKey = ""; tick(); });
+$("#btn-savepoint").addEventListener("click", () => act("savepoint", "Trigger savepoint", "Take a savepoint of job %s now? The job keeps running."));
+$("#btn-stop").addEventListener("click", () => act("stop", "Stop with savepoint", "Take a savepoint of job %s and stop it? It does not restart until the node runs it again."));
+$("#btn-cancel").addEventListener("click", () => act("cancel", "Cancel job", "Cancel job %s without a savepoint? It resumes from its latest checkpoint when the node runs it again."));
+window.addEventListener("hashchange", () => showView(location.hash.slice(1)));
+showView(location.hash.slice(1));
+setInterval(tick, POLL_MS);
