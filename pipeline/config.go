@@ -158,6 +158,13 @@ type MQTTSourceConfig struct {
 	QoS int `yaml:"qos"`
 	// ClientID of the subscription; default the pipeline name.
 	ClientID string `yaml:"client_id"`
+	// MaxPending bounds the messages received from an external broker but
+	// not yet acknowledged; default 1024.
+	MaxPending int `yaml:"max_pending"`
+	// RedeliveryWindow is how many of the last logged records a DUP
+	// redelivery from an external broker is compared with; default 32768;
+	// it must exceed twice max_pending and stay below 65536.
+	RedeliveryWindow int `yaml:"redelivery_window"`
 	// Format is "json" or "csv". Required.
 	Format string `yaml:"format"`
 	// Delimiter of csv; default ",".
@@ -269,6 +276,10 @@ type FileSinkConfig struct {
 type MQTTSinkConfig struct {
 	// Topic, with {field} placeholders of result fields.
 	Topic string `yaml:"topic"`
-	// QoS is 0, 1 or 2; default 1.
+	// QoS is 0, 1 or 2; default 1. QoS 0 publishes at most once: a
+	// result may be lost on the way to the broker, so consumers of a QoS 0
+	// sink are not promised every result.
 	QoS int `yaml:"qos"`
 }
+
+func (m *MQTTSinkConfig) setDefaults() { m.QoS = 1 }

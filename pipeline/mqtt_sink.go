@@ -26,9 +26,7 @@ import (
 func mqttSink[T any](b *builder, name, what string, s *stream.Stream[T], format func(T) string, sc *MQTTSinkConfig) {
 	pc := mqtt.DefaultPublisherConfig()
 	pc.Broker, pc.ClientID = b.in.Broker, name
-	if sc.QoS > 0 {
-		pc.QoS = byte(sc.QoS)
-	}
+	pc.QoS = byte(sc.QoS)
 	topic := topicFunc[T](b, what, sc.Topic)
 	encode := func(v T) ([]byte, error) { return []byte(format(v)), nil }
 	var zero T

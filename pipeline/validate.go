@@ -427,6 +427,16 @@ func (pc *PipelineConfig) compileSource(p *problems, path string, pl *plan) *Sch
 		default:
 			p.add(mp+".qos", fmt.Sprintf("(%d) must be 1 or 2", m.QoS))
 		}
+		if m.MaxPending < 0 {
+			p.add(mp+".max_pending", fmt.Sprintf("(%d) must not be negative", m.MaxPending))
+		}
+		pending, window := m.MaxPending, m.RedeliveryWindow
+		if pending == 0 {
+			pending = 1024
+		}
+		if window != 0 && (window <= 2*pending || window >= 1<<16) {
+			p.add(mp+".redelivery_window", fmt.Sprintf("(%d) must exceed twice max_pending (%d) and stay below 65536", window, pending))
+		}
 		return compileFields(p, mp, m.Format, m.Delimiter, m.Fields, pl)
 	}
 }

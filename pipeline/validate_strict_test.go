@@ -119,3 +119,25 @@ pipelines:
 		`pipelines[1].checkpoint.dir: "./data/x/../ckp/" is also the checkpoint dir of pipelines[0] ("a"): each pipeline needs its own (retention would delete the other's checkpoints)`)
 	wantProblems(t, strings.Replace(two, "./data/x/../ckp/", "data/ckp/b", 1))
 }
+
+// An MQTT sink's qos 0 is kept (it used to become 1); the subscriber's
+// window settings reach the config and are checked against each other.
+func TestMQTTSinkQoSAndRedeliverySettings(t *testing.T) {
+	cfg, err := Parse([]byte(mqttSourcePipeline))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := cfg.Pipelines[0].Sinks[0].MQTT.QoS; q != 1 {
+		t.Errorf("default sink qos = %d, want 1", q)
+	}
+	cfg, err = Parse([]byte(strings.Replace(mqttSourcePipeline, `topic: "agg/{id}"`, `topic: "agg/{id}", qos: 0`, 1)))
+	if err != nil || cfg.Pipelines[0].Sinks[0].MQTT.QoS != 0 {
+		t.Fatalf("sink qos 0: %v", err)
+	}
+	cfg, err = Parse([]byte(strings.Replace(mqttSourcePipeline, "format: json", "max_pending: 100\n        redelivery_window: 4096\n        format: json", 1)))
+	if err != nil || cfg.Pipelines[0].Source.MQTT.MaxPending != 100 || cfg.Pipelines[0].Source.MQTT.RedeliveryWindow != 4096 {
+		t.Fatalf("subscriber settings: %v", err)
+	}
+	wantProblems(t, strings.Replace(mqttSourcePipeline, "format: json", "redelivery_window: 1000\n        format: json", 1),
+		`pipelines[0].source.mqtt.redelivery_window: (1000) must exceed twice max_pending (1024) and stay below 65536`)
+}
