@@ -477,6 +477,9 @@ func checkTopicTemplate(t string) string {
 	if strings.ContainsAny(t, "+#") {
 		return "must not have wildcards"
 	}
+	if strings.HasPrefix(t, "$") {
+		return "must not start with $ (topics of the broker itself)"
+	}
 	depth := 0
 	for _, c := range t {
 		switch c {

@@ -141,3 +141,10 @@ func TestMQTTSinkQoSAndRedeliverySettings(t *testing.T) {
 	wantProblems(t, strings.Replace(mqttSourcePipeline, "format: json", "redelivery_window: 1000\n        format: json", 1),
 		`pipelines[0].source.mqtt.redelivery_window: (1000) must exceed twice max_pending (1024) and stay below 65536`)
 }
+
+// A sink topic starting with $ would send every result to the dead-letter
+// output at run time; it is refused at load.
+func TestTopicTemplateDollar(t *testing.T) {
+	wantProblems(t, strings.Replace(mqttSourcePipeline, `"agg/{id}"`, `"$SYS/{id}"`, 1),
+		`pipelines[0].sinks[0].mqtt.topic: "$SYS/{id}" must not start with $ (topics of the broker itself)`)
+}
