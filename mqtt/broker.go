@@ -370,7 +370,12 @@ func (h *ingestHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pac
 		return h.publishQoS2(cl, pk, msg)
 	}
 	var err error
-	if b.log != nil && b.matches(pk.TopicName) {
+	if b.store != nil {
+		// A QoS 2 message's "in the log" record goes to disk before the
+		// log gets a later record (see sessionStore.routeDone).
+		err = b.store.syncAppended()
+	}
+	if err == nil && b.log != nil && b.matches(pk.TopicName) {
 		_, err = b.log.Append(b.ctx, msg)
 	}
 	for _, r := range b.routes {

@@ -181,3 +181,65 @@ func TestBrokerQoS2DeviceToSourceAcrossCrash(t *testing.T) {
 		}
 	}
 }
+
+// A QoS 2 message is appended and PUBREC'd, but its PUBREL has not come
+// when QoS 1 traffic fills the log's segment and a completed checkpoint
+// releases and deletes it; then the broker crashes. The resend after the
+// restart must not append the message again, although no scan of the log
+// can find it any more: the journal says it was appended.
+func TestBrokerQoS2AppendedReceiptSurvivesTruncation(t *testing.T) {
+	testutil.Burn(t, 1)
+	logDir, dataDir := t.TempDir(), t.TempDir()
+	opts := ingestlog.DefaultOptions()
+	opts.SegmentBytes = 256
+	l := openLog(t, logDir, opts)
+	cfg := BrokerConfig{DataDir: dataDir}
+	b := startBrokerCfg(t, l, cfg, nil)
+
+	a, _ := dialRaw(t, b.Addr(), "dev-a", false)
+	a.publish(2, 5, "sensors/a", []byte("a-5"), false)
+	a.expect(packets.Pubrec, 5)
+	first := l.Stats().NextOffset // a-5 is before it
+	q, _ := dialRaw(t, b.Addr(), "dev-q1", true)
+	for i := 1; l.Stats().FirstOffset < first || i <= 20; i++ {
+		q.publish(1, uint16(i), "sensors/q", fmt.Appendf(nil, "q-%d", i), false)
+		q.expect(packets.Puback, uint16(i))
+		if err := l.Truncate(l.Stats().NextOffset); err != nil { // a checkpoint completed
+			t.Fatal(err)
+		}
+		if i > 1000 {
+			t.Fatal("the segment holding the QoS 2 message was never deleted")
+		}
+	}
+	b.crash()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	l = openLog(t, logDir, opts)
+	b = startBrokerCfg(t, l, cfg, nil)
+	if st := b.SessionStats(); st.Receipts != 1 {
+		t.Fatalf("restored %d QoS 2 receipts, want 1", st.Receipts)
+	}
+	if found, err := findTagged(l, 0, 0, "sensors/a"); err != nil || found {
+		t.Fatalf("the log still holds a record of sensors/a (found %v, err %v): the scan is not what is tested", found, err)
+	}
+	next := l.Stats().NextOffset
+	a, present := dialRaw(t, b.Addr(), "dev-a", false)
+	if !present {
+		t.Fatal("dev-a: session not present after the crash")
+	}
+	a.publish(2, 5, "sensors/a", []byte("a-5"), true)
+	a.expect(packets.Pubrec, 5)
+	a.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel}, PacketID: 5})
+	a.expect(packets.Pubcomp, 5)
+	if got := l.Stats().NextOffset; got != next {
+		t.Errorf("the resent QoS 2 message was appended again (%d records appended after the restart)", got-next)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
