@@ -149,8 +149,9 @@ type Broker struct {
 
 	// qos2Stage, when set, runs at each stage of a QoS 2 append
 	// ("receipt": the receipt is durable, "appended": the append
-	// returned); an error aborts the publish as a failed append would
-	// (tests).
+	// returned, "released": the PUBREL's release is durable, before the
+	// PUBCOMP); an error aborts the publish as a failed append would, or
+	// drops the connection without a PUBCOMP (tests).
 	qos2Stage func(stage, client string, pid uint16) error
 
 	mu      sync.Mutex // guards started, closed, cancel

@@ -144,6 +144,12 @@ func (h *ingestHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.
 		h.b.logger.Error("mqtt broker: releasing a QoS 2 packet id failed; disconnecting client", "client", cl.ID, "err", err)
 		return pk, packets.ErrRejectPacket // no PUBCOMP: the device resends the PUBREL
 	}
+	if h.b.qos2Stage != nil {
+		if err := h.b.qos2Stage("released", cl.ID, pk.PacketID); err != nil {
+			cl.Stop(err)
+			return pk, packets.ErrRejectPacket
+		}
+	}
 	return pk, nil
 }
 
