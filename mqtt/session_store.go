@@ -700,10 +700,11 @@ func (s *sessionStore) nextTag(now int64) int64 {
 }
 
 // routeDone marks route key of client's receipt pid: known says whether
-// done is certain. A message known to be in the log is journaled ("ia"),
-// without waiting: syncAppended makes it durable before the log gets
-// another record, so a crash cannot leave the record findable only by a
-// scan of records a checkpoint may have released.
+// done is certain. A message known to be in the log is journaled ("ia")
+// without waiting: the broker calls syncAppended before each append, so
+// the record is durable before any append that starts after it, and a
+// checkpoint cannot release the message while a crash would leave it
+// findable only by a scan of the log.
 func (s *sessionStore) routeDone(client string, pid uint16, key int, known, done bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
