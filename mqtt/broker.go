@@ -370,22 +370,18 @@ func (h *ingestHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pac
 	if pk.FixedHeader.Qos == 2 && b.store != nil && persistent(cl) && b.store.hasClient(cl.ID) {
 		return h.publishQoS2(cl, pk, msg)
 	}
+	targets := b.targets(pk.TopicName)
 	var err error
-	if b.store != nil {
+	if len(targets) > 0 && b.store != nil {
 		// A QoS 2 message's "in the log" record goes to disk before the
 		// log gets a later record (see sessionStore.routeDone).
 		err = b.store.syncAppended()
 	}
-	if err == nil && b.log != nil && b.matches(pk.TopicName) {
-		_, err = b.log.Append(b.ctx, msg)
-	}
-	for _, r := range b.routes {
+	for _, tg := range targets {
 		if err != nil {
 			break
 		}
-		if r.matches(pk.TopicName) {
-			_, err = r.log.Append(b.ctx, msg)
-		}
+		_, err = tg.log.Append(b.ctx, msg)
 	}
 	if err == nil {
 		return pk, nil
