@@ -149,8 +149,9 @@ type Broker struct {
 
 	// qos2Stage, when set, runs at each stage of a QoS 2 append
 	// ("receipt": the receipt is durable, "appended": the append
-	// returned); an error aborts the publish as a failed append would
-	// (tests).
+	// returned, "released": the PUBREL's release is durable, before the
+	// PUBCOMP); an error aborts the publish as a failed append would, or
+	// drops the connection without a PUBCOMP (tests).
 	qos2Stage func(stage, client string, pid uint16) error
 
 	mu      sync.Mutex // guards started, closed, cancel
@@ -369,17 +370,18 @@ func (h *ingestHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pac
 	if pk.FixedHeader.Qos == 2 && b.store != nil && persistent(cl) && b.store.hasClient(cl.ID) {
 		return h.publishQoS2(cl, pk, msg)
 	}
+	targets := b.targets(pk.TopicName)
 	var err error
-	if b.log != nil && b.matches(pk.TopicName) {
-		_, err = b.log.Append(b.ctx, msg)
+	if len(targets) > 0 && b.store != nil {
+		// A QoS 2 message's "in the log" record goes to disk before the
+		// log gets a later record (see sessionStore.routeDone).
+		err = b.store.syncAppended()
 	}
-	for _, r := range b.routes {
+	for _, tg := range targets {
 		if err != nil {
 			break
 		}
-		if r.matches(pk.TopicName) {
-			_, err = r.log.Append(b.ctx, msg)
-		}
+		_, err = tg.log.Append(b.ctx, msg)
 	}
 	if err == nil {
 		return pk, nil

@@ -45,8 +45,9 @@ func (b *Broker) routeLog(key int) *ingestlog.Log {
 
 // publishQoS2 appends a QoS 2 message of a persistent session exactly
 // once. The first PUBLISH of a packet id records a receipt durably (the
-// tag is the record's unique receive time), then appends; mochi sends the
-// PUBREC. A PUBLISH of a packet id with a receipt (a resend after a
+// tag is the record's unique receive time), then appends and journals
+// that it did (made durable before the log's next append); mochi sends
+// the PUBREC. A PUBLISH of a packet id with a receipt (a resend after a
 // reconnect or a crash) appends only where the message is not yet, found
 // by a scan of the log if unsure, and is answered with PUBREC here,
 // without routing it to subscribers again.
@@ -102,6 +103,9 @@ func (h *ingestHook) publishQoS2(cl *mochi.Client, pk packets.Packet, msg ingest
 		// Unsure from here until the append returns: a failed append may
 		// still have reached the disk.
 		st.routeDone(cl.ID, pk.PacketID, r.Key, false, false)
+		if err := st.syncAppended(); err != nil {
+			return pk, h.fail(cl, pk, err)
+		}
 		if _, err := l.Append(b.ctx, msg); err != nil {
 			return pk, h.fail(cl, pk, err)
 		}
@@ -140,6 +144,12 @@ func (h *ingestHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.
 		h.b.logger.Error("mqtt broker: releasing a QoS 2 packet id failed; disconnecting client", "client", cl.ID, "err", err)
 		return pk, packets.ErrRejectPacket // no PUBCOMP: the device resends the PUBREL
 	}
+	if h.b.qos2Stage != nil {
+		if err := h.b.qos2Stage("released", cl.ID, pk.PacketID); err != nil {
+			cl.Stop(err)
+			return pk, packets.ErrRejectPacket
+		}
+	}
 	return pk, nil
 }
 
@@ -170,8 +180,10 @@ func (b *Broker) resolveReceipts() error {
 
 // findTagged reports whether l holds, at or after offset from, a record
 // on topic received at tag ns. If the log was truncated past from, it
-// looks from the first offset left (a record released by a completed
-// checkpoint is not found, and would be appended again).
+// looks from the first offset left. A record released by a completed
+// checkpoint is not found; the receipts do not depend on that, since a
+// receipt's "in the log" record ("ia") is durable before the log gets any
+// later record, and so before a checkpoint can release this one.
 func findTagged(l *ingestlog.Log, from uint64, tag int64, topic string) (bool, error) {
 	r, err := l.Reader(from)
 	if errors.Is(err, ingestlog.ErrTruncated) {

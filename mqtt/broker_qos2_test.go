@@ -3,10 +3,15 @@ package mqtt
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	pahopackets "github.com/eclipse/paho.mqtt.golang/packets"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/edgedio/edged/internal/testutil"
@@ -180,4 +185,223 @@ func TestBrokerQoS2DeviceToSourceAcrossCrash(t *testing.T) {
 			t.Errorf("seq %d read %d times, want once", seq, c)
 		}
 	}
+}
+
+// A QoS 2 message is appended and PUBREC'd, but its PUBREL has not come
+// when QoS 1 traffic fills the log's segment and a completed checkpoint
+// releases and deletes it; then the broker crashes. The resend after the
+// restart must not append the message again, although no scan of the log
+// can find it any more: the journal says it was appended.
+func TestBrokerQoS2AppendedReceiptSurvivesTruncation(t *testing.T) {
+	testutil.Burn(t, 1)
+	logDir, dataDir := t.TempDir(), t.TempDir()
+	opts := ingestlog.DefaultOptions()
+	opts.SegmentBytes = 256
+	l := openLog(t, logDir, opts)
+	cfg := BrokerConfig{DataDir: dataDir}
+	b := startBrokerCfg(t, l, cfg, nil)
+
+	a, _ := dialRaw(t, b.Addr(), "dev-a", false)
+	a.publish(2, 5, "sensors/a", []byte("a-5"), false)
+	a.expect(packets.Pubrec, 5)
+	first := l.Stats().NextOffset // a-5 is before it
+	q, _ := dialRaw(t, b.Addr(), "dev-q1", true)
+	for i := 1; l.Stats().FirstOffset < first || i <= 20; i++ {
+		q.publish(1, uint16(i), "sensors/q", fmt.Appendf(nil, "q-%d", i), false)
+		q.expect(packets.Puback, uint16(i))
+		if err := l.Truncate(l.Stats().NextOffset); err != nil { // a checkpoint completed
+			t.Fatal(err)
+		}
+		if i > 1000 {
+			t.Fatal("the segment holding the QoS 2 message was never deleted")
+		}
+	}
+	b.crash()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	l = openLog(t, logDir, opts)
+	b = startBrokerCfg(t, l, cfg, nil)
+	if st := b.SessionStats(); st.Receipts != 1 {
+		t.Fatalf("restored %d QoS 2 receipts, want 1", st.Receipts)
+	}
+	if found, err := findTagged(l, 0, 0, "sensors/a"); err != nil || found {
+		t.Fatalf("the log still holds a record of sensors/a (found %v, err %v): the scan is not what is tested", found, err)
+	}
+	next := l.Stats().NextOffset
+	a, present := dialRaw(t, b.Addr(), "dev-a", false)
+	if !present {
+		t.Fatal("dev-a: session not present after the crash")
+	}
+	a.publish(2, 5, "sensors/a", []byte("a-5"), true)
+	a.expect(packets.Pubrec, 5)
+	a.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel}, PacketID: 5})
+	a.expect(packets.Pubcomp, 5)
+	if got := l.Stats().NextOffset; got != next {
+		t.Errorf("the resent QoS 2 message was appended again (%d records appended after the restart)", got-next)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A paho device (persistent session, QoS 2) sends a PUBREL and the broker
+// crashes after releasing the packet id but before its PUBCOMP. Once the
+// device connects again, the message must be in the log once. paho
+// v1.5.1 alone keeps the PUBLISH in its store after the PUBREL and resends
+// it, which the broker rightly takes for a new message (the packet id was
+// released); a device must resend the PUBREL instead (pubrelDevice).
+func TestBrokerQoS2DeviceResendAfterRelease(t *testing.T) {
+	for _, fixed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pubrel_kept=%v", fixed), func(t *testing.T) {
+			dups := qos2ReleaseCrash(t, fixed)
+			if fixed && dups != 0 {
+				t.Errorf("%d messages in the log twice, want none", dups)
+			}
+			if !fixed && dups != 1 {
+				t.Errorf("plain paho: %d messages in the log twice; expected its resent PUBLISH to duplicate one (has paho changed?)", dups)
+			}
+		})
+	}
+}
+
+// qos2ReleaseCrash runs TestBrokerQoS2DeviceResendAfterRelease's scenario
+// and returns how many messages the log holds twice.
+func qos2ReleaseCrash(t *testing.T, pubrelKept bool) int {
+	testutil.Burn(t, 1)
+	const n, crashAt = 6, 3
+	logDir, dataDir := t.TempDir(), t.TempDir()
+	l := openLog(t, logDir, ingestlog.DefaultOptions())
+	released := make(chan struct{})
+	var b *Broker
+	stage := func(stage, client string, pid uint16) error {
+		if stage == "released" && pid == crashAt {
+			close(released)
+			<-b.ctx.Done() // the broker dies here, before the PUBCOMP
+			return errors.New("killed")
+		}
+		return nil
+	}
+	b = startBrokerCfg(t, l, BrokerConfig{DataDir: dataDir}, stage)
+	addr := b.Addr()
+	dev := connect(t, addr, "dev-rel", func(o *paho.ClientOptions) {
+		o.SetCleanSession(false).SetConnectionLostHandler(func(paho.Client, error) {})
+		if pubrelKept {
+			pubrelDevice(o)
+		}
+	})
+	published := make(chan error, 1)
+	go func() {
+		for i := 1; i <= n; i++ {
+			tok := dev.Publish("sensors/rel", 2, false, fmt.Sprintf("m-%d", i))
+			if !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+				published <- fmt.Errorf("message %d: %v", i, tok.Error())
+				return
+			}
+		}
+		published <- nil
+	}()
+	select {
+	case <-released:
+	case err := <-published:
+		t.Fatalf("publishing ended before the crash point: %v", err)
+	}
+	b.crash()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, logDir, ingestlog.DefaultOptions())
+	b = startBrokerCfg(t, l, BrokerConfig{Address: addr, DataDir: dataDir}, nil)
+	testutil.Eventually(t, waitBound, "the device connected again", func() bool {
+		tok := dev.Connect()
+		return tok.WaitTimeout(waitBound) && tok.Error() == nil
+	})
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, waitBound, "every message in the log", func() bool {
+		return b.SessionStats().Receipts == 0 && l.Stats().NextOffset >= n
+	})
+	dev.Disconnect(0)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dups := 0
+	got := logPayloads(t, logDir)
+	for i := 1; i <= n; i++ {
+		switch c := got[fmt.Sprintf("m-%d", i)]; {
+		case c == 0:
+			t.Errorf("m-%d missing from the log", i)
+		case c > 1:
+			dups++
+		}
+	}
+	return dups
+}
+
+// pubrelDevice makes a paho v1.5 client resend a QoS 2 message's PUBREL,
+// not its PUBLISH, after a reconnect: before a PUBREL goes out, it
+// replaces the stored PUBLISH of its packet id with the PUBREL (paho
+// leaves the PUBLISH there, against [MQTT-4.3.3]).
+func pubrelDevice(o *paho.ClientOptions) {
+	store := paho.NewMemoryStore()
+	o.SetStore(store).SetCustomOpenConnectionFn(func(uri *url.URL, co paho.ClientOptions) (net.Conn, error) {
+		conn, err := net.DialTimeout("tcp", uri.Host, co.ConnectTimeout)
+		if err != nil {
+			return nil, err
+		}
+		return &pubrelConn{Conn: conn, store: store}, nil
+	})
+}
+
+// pubrelConn follows the MQTT packets written to it and stores each
+// PUBREL in place of its PUBLISH before writing it.
+type pubrelConn struct {
+	net.Conn
+	store paho.Store
+
+	mu   sync.Mutex // paho writes from its send and keepalive goroutines
+	head []byte     // the current packet's fixed header (and a PUBREL's packet id) so far
+	left int        // bytes of the current packet still to pass
+}
+
+func (c *pubrelConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for q := p; len(q) > 0; {
+		if c.left > 0 {
+			k := min(c.left, len(q))
+			c.left -= k
+			q = q[k:]
+			continue
+		}
+		c.head = append(c.head, q[0])
+		q = q[1:]
+		rem, mult, end := 0, 1, 0
+		for i := 1; i < len(c.head) && end == 0; i++ {
+			rem += int(c.head[i]&0x7f) * mult
+			mult *= 128
+			if c.head[i]&0x80 == 0 {
+				end = i + 1
+			}
+		}
+		switch {
+		case end == 0: // remaining length not complete
+		case c.head[0]>>4 != pahopackets.Pubrel || rem < 2:
+			c.left, c.head = rem, c.head[:0]
+		case len(c.head) == end+2:
+			rel := pahopackets.NewControlPacket(pahopackets.Pubrel).(*pahopackets.PubrelPacket)
+			rel.MessageID = uint16(c.head[end])<<8 | uint16(c.head[end+1])
+			c.store.Put("o."+strconv.Itoa(int(rel.MessageID)), rel) // paho's outbound key
+			c.left, c.head = rem-2, c.head[:0]
+		}
+	}
+	return c.Conn.Write(p)
 }

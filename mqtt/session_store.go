@@ -31,7 +31,8 @@ var sessionCRC = crc32.MakeTable(crc32.Castagnoli)
 // subscription (Sub), "u" unsubscribe (Filter), "m" message (Msg, To),
 // "md" message dropped, "a" delivery assigned a packet id, "r" delivery
 // awaiting PUBCOMP, "d" delivery done, "i" QoS 2 receipt (Tag, Topic,
-// Routes), "x" receipt released by PUBREL.
+// Routes), "ia" the receipt's message is in the log of route Route,
+// "x" receipt released by PUBREL.
 type sessionRec struct {
 	T        string          `json:"t"`
 	Client   string          `json:"c,omitempty"`
@@ -49,6 +50,7 @@ type sessionRec struct {
 	Tag      int64           `json:"g,omitempty"`
 	Topic    string          `json:"tp,omitempty"`
 	Routes   []receiptRoute  `json:"rt,omitempty"`
+	Route    int             `json:"k,omitempty"`
 }
 
 // sessionSub is a stored subscription.
@@ -159,6 +161,7 @@ type sessionStore struct {
 	nextMsg   uint64
 	liveBytes int64
 	lastTag   int64
+	appended  uint64 // the last "ia" record added
 	stats     SessionStats
 }
 
@@ -369,6 +372,14 @@ func (s *sessionStore) apply(r *sessionRec) {
 			c.receipts[r.PacketID] = &qos2Receipt{tag: r.Tag, topic: r.Topic, routes: append([]receiptRoute(nil), r.Routes...)}
 		}
 		s.lastTag = max(s.lastTag, r.Tag)
+	case "ia":
+		if c := s.clients[r.Client]; c != nil && c.receipts[r.PacketID] != nil {
+			for i := range c.receipts[r.PacketID].routes {
+				if rt := &c.receipts[r.PacketID].routes[i]; rt.Key == r.Route {
+					rt.Known, rt.Done = true, true
+				}
+			}
+		}
 	case "x":
 		if c := s.clients[r.Client]; c != nil {
 			delete(c.receipts, r.PacketID)
@@ -541,6 +552,11 @@ func (s *sessionStore) snapshot() []*sessionRec {
 		}
 		for pid, rc := range c.receipts {
 			out = append(out, &sessionRec{T: "i", Client: id, PacketID: pid, Tag: rc.tag, Topic: rc.topic, Routes: rc.routes})
+			for _, r := range rc.routes {
+				if r.Known && r.Done {
+					out = append(out, &sessionRec{T: "ia", Client: id, PacketID: pid, Route: r.Key})
+				}
+			}
 		}
 	}
 	mids := make([]uint64, 0, len(s.msgs))
@@ -684,7 +700,11 @@ func (s *sessionStore) nextTag(now int64) int64 {
 }
 
 // routeDone marks route key of client's receipt pid: known says whether
-// done is certain.
+// done is certain. A message known to be in the log is journaled ("ia")
+// without waiting: the broker calls syncAppended before each append, so
+// the record is durable before any append that starts after it, and a
+// checkpoint cannot release the message while a crash would leave it
+// findable only by a scan of the log.
 func (s *sessionStore) routeDone(client string, pid uint16, key int, known, done bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -692,11 +712,28 @@ func (s *sessionStore) routeDone(client string, pid uint16, key int, known, done
 	if c == nil || c.receipts[pid] == nil {
 		return
 	}
+	if known && done && !s.closed {
+		s.appended = s.add(&sessionRec{T: "ia", Client: client, PacketID: pid, Route: key})
+		return
+	}
 	for i := range c.receipts[pid].routes {
 		if r := &c.receipts[pid].routes[i]; r.Key == key {
 			r.Known, r.Done = known, done
 		}
 	}
+}
+
+// syncAppended returns once every "ia" record added so far is durable;
+// the broker calls it before each append to an ingest log. A failed or
+// closed journal does not hold up appends (QoS 2 receipts fail on their
+// own then).
+func (s *sessionStore) syncAppended() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.appended <= s.synced || s.failed != nil || s.closed {
+		return nil
+	}
+	return s.waitSynced(s.appended)
 }
 
 // receiptsToResolve returns a copy of every receipt with a route not

@@ -133,3 +133,34 @@ func TestSessionStoreCompacts(t *testing.T) {
 	}
 	s.close()
 }
+
+// A receipt whose message is known to be in a log keeps that across
+// replay and compaction (every open compacts), and syncAppended makes the
+// record durable; a receipt of another route stays to be resolved.
+func TestSessionStoreReceiptAppended(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, 1<<20)
+	s.record(&sessionRec{T: "c", Client: "a"}, true)
+	s.record(&sessionRec{T: "i", Client: "a", PacketID: 7, Tag: 1, Topic: "t",
+		Routes: []receiptRoute{{Key: 0, From: 3}, {Key: 1, From: 9}}}, true)
+	s.routeDone("a", 7, 0, true, true)
+	if err := s.syncAppended(); err != nil {
+		t.Fatal(err)
+	}
+	s.crash() // nothing unsynced may be needed
+	for range 2 {
+		s = openStore(t, dir, 1<<20)
+		res := s.receiptsToResolve()
+		rc, ok := res["a"][7]
+		if !ok || len(rc.routes) != 2 {
+			t.Fatalf("receipts to resolve %+v: want a/7 with its two routes", res)
+		}
+		if r := rc.routes[0]; !r.Known || !r.Done {
+			t.Errorf("route 0 %+v: want known to be in the log", r)
+		}
+		if r := rc.routes[1]; r.Known {
+			t.Errorf("route 1 %+v: want still to be resolved", r)
+		}
+		s.close()
+	}
+}

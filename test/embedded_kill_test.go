@@ -19,7 +19,8 @@ import (
 // seeded points while publishes are unacknowledged, each time restarted
 // with the same config. The devices and the consumer then connect again
 // with their sessions: the devices' paho resends what was not
-// acknowledged (QoS 2: PUBLISH with DUP, or PUBREL), and the consumer
+// acknowledged (QoS 2: PUBLISH with DUP before the PUBREL was sent, the
+// PUBREL after it; see releaseAfterPubrel), and the consumer
 // does not subscribe again: its subscription must have outlived the
 // kill. A consumer that drops repeated msg_ids must see every window
 // exactly once with its exact count.

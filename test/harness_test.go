@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +23,7 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
 
 	"github.com/edgedio/edged/internal/testutil"
 )
@@ -242,7 +245,8 @@ func (l *loader) stopped() error {
 
 // devices connects n device clients to url. persistent: fixed client ids
 // and clean session false, so paho keeps unacknowledged QoS 1/2 publishes
-// and resends them when the client connects again. The embedded broker
+// and resends them when the client connects again (a QoS 2 publish whose
+// PUBREL was sent is resent as that PUBREL: see releaseAfterPubrel). The embedded broker
 // appends a connection's publishes one after the other, each waiting for
 // the ingest log's fsync, so the number of devices bounds its rate.
 func devices(t *testing.T, url, prefix string, n int, persistent bool) []paho.Client {
@@ -252,6 +256,9 @@ func devices(t *testing.T, url, prefix string, n int, persistent bool) []paho.Cl
 		opts := paho.NewClientOptions().AddBroker(url).SetClientID(fmt.Sprintf("%s-%d", prefix, i)).
 			SetCleanSession(!persistent).SetAutoReconnect(false).SetWriteTimeout(tokenTimeout).
 			SetConnectionLostHandler(func(paho.Client, error) {})
+		if persistent {
+			releaseAfterPubrel(opts)
+		}
 		cs[i] = connect(t, opts)
 	}
 	return cs
@@ -871,4 +878,195 @@ func killInFlight(t *testing.T, nd *node, job string, l *loader, col *collector,
 	}
 	nd.kill()
 	return seen
+}
+
+// releaseAfterPubrel makes a paho v1.5 client a correct QoS 2 sender
+// across reconnects. paho answers a PUBREC with a PUBREL but keeps the
+// PUBLISH in its store, so after a reconnect it resends the PUBLISH (with
+// DUP) instead of the PUBREL. MQTT forbids that ([MQTT-4.3.3], "MUST NOT
+// re-send the PUBLISH once it has sent the corresponding PUBREL"): the
+// receiver forgot the packet id at the PUBREL, and takes the resend for a
+// new message, a duplicate no broker can tell apart. opts gets its own
+// store and a connection that, before a PUBREL goes out, replaces the
+// stored PUBLISH of its packet id with the PUBREL, which paho's resume
+// then resends instead (and the PUBCOMP deletes).
+func releaseAfterPubrel(opts *paho.ClientOptions) {
+	store := paho.NewMemoryStore()
+	opts.SetStore(store).SetCustomOpenConnectionFn(func(uri *url.URL, o paho.ClientOptions) (net.Conn, error) {
+		conn, err := net.DialTimeout("tcp", uri.Host, o.ConnectTimeout)
+		if err != nil {
+			return nil, err
+		}
+		return &pubrelConn{Conn: conn, store: store}, nil
+	})
+}
+
+// pubrelConn follows the MQTT packets written to it and stores each
+// PUBREL in place of its PUBLISH before writing it.
+type pubrelConn struct {
+	net.Conn
+	store paho.Store
+
+	mu   sync.Mutex // paho writes from its send and keepalive goroutines
+	head []byte     // the current packet's fixed header (and packet id of a PUBREL) so far
+	left int        // bytes of the current packet still to pass
+}
+
+func (c *pubrelConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.scan(p)
+	return c.Conn.Write(p)
+}
+
+// scan advances through p's packet bytes. c.mu is held.
+func (c *pubrelConn) scan(p []byte) {
+	for len(p) > 0 {
+		if c.left > 0 {
+			n := min(c.left, len(p))
+			c.left -= n
+			p = p[n:]
+			continue
+		}
+		c.head = append(c.head, p[0])
+		p = p[1:]
+		rem, mult, end := 0, 1, 0
+		for i := 1; i < len(c.head) && end == 0; i++ {
+			rem += int(c.head[i]&0x7f) * mult
+			mult *= 128
+			if c.head[i]&0x80 == 0 {
+				end = i + 1
+			}
+		}
+		if end == 0 {
+			continue // remaining length not complete
+		}
+		if c.head[0]>>4 != packets.Pubrel || rem < 2 {
+			c.left, c.head = rem, c.head[:0]
+			continue
+		}
+		if len(c.head) < end+2 {
+			continue // packet id not complete
+		}
+		rel := packets.NewControlPacket(packets.Pubrel).(*packets.PubrelPacket)
+		rel.MessageID = uint16(c.head[end])<<8 | uint16(c.head[end+1])
+		c.store.Put("o."+strconv.Itoa(int(rel.MessageID)), rel) // paho's outbound key
+		c.left, c.head = rem-2, c.head[:0]
+	}
+}
+
+// A QoS 2 device with a persistent session whose connection drops after
+// it sent the PUBREL (no PUBCOMP) must resend the PUBREL when it connects
+// again, never the PUBLISH: the broker released the packet id at the
+// PUBREL and would take the PUBLISH for a new message. A scripted broker
+// on a raw socket drops the connection at that point.
+func TestDeviceResendsPubrelNotPublish(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type result struct {
+		pk  packets.ControlPacket
+		err error
+	}
+	resent := make(chan result, 1)
+	go func() {
+		fail := func(err error) { resent <- result{err: err} }
+		expect := func(conn net.Conn, want byte) (packets.ControlPacket, error) {
+			pk, err := packets.ReadPacket(conn)
+			if err == nil && packetType(pk) != want {
+				err = fmt.Errorf("got %s, want packet type %d", pk, want)
+			}
+			return pk, err
+		}
+		accept := func(present bool) (net.Conn, error) {
+			conn, err := ln.Accept()
+			if err != nil {
+				return nil, err
+			}
+			if _, err := expect(conn, packets.Connect); err != nil {
+				return nil, err
+			}
+			ack := packets.NewControlPacket(packets.Connack).(*packets.ConnackPacket)
+			ack.SessionPresent = present
+			return conn, ack.Write(conn)
+		}
+		conn, err := accept(false)
+		if err != nil {
+			fail(err)
+			return
+		}
+		pk, err := expect(conn, packets.Publish)
+		if err != nil {
+			fail(err)
+			return
+		}
+		rec := packets.NewControlPacket(packets.Pubrec).(*packets.PubrecPacket)
+		rec.MessageID = pk.Details().MessageID
+		if err := rec.Write(conn); err != nil {
+			fail(err)
+			return
+		}
+		if _, err := expect(conn, packets.Pubrel); err != nil {
+			fail(err)
+			return
+		}
+		conn.Close() // the broker dies before its PUBCOMP
+		conn, err = accept(true)
+		if err != nil {
+			fail(err)
+			return
+		}
+		defer conn.Close()
+		pk, err = packets.ReadPacket(conn)
+		resent <- result{pk: pk, err: err}
+		if err == nil && packetType(pk) == packets.Pubrel {
+			comp := packets.NewControlPacket(packets.Pubcomp).(*packets.PubcompPacket)
+			comp.MessageID = pk.Details().MessageID
+			comp.Write(conn)
+			packets.ReadPacket(conn) // until the client disconnects
+		}
+	}()
+
+	opts := paho.NewClientOptions().AddBroker("tcp://" + ln.Addr().String()).SetClientID("qos2-pubrel").
+		SetCleanSession(false).SetAutoReconnect(false).SetKeepAlive(time.Hour).
+		SetConnectionLostHandler(func(paho.Client, error) {})
+	releaseAfterPubrel(opts)
+	c := connect(t, opts)
+	defer c.Disconnect(100)
+	tok := c.Publish("sensors/s000", 2, false, "reading")
+	testutil.Eventually(t, 10*time.Second, "the connection to drop after the PUBREL", func() bool { return !c.IsConnectionOpen() })
+	if !reconnect(t, c, "the device") {
+		t.Fatal("the scripted broker's session-present flag was lost")
+	}
+	var r result
+	select {
+	case r = <-resent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the device sent nothing after connecting again")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if packetType(r.pk) != packets.Pubrel {
+		t.Fatalf("after the reconnect the device sent %s, want the PUBREL (the broker released the packet id at the first PUBREL)", r.pk)
+	}
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish not completed by the PUBCOMP: %v", tok.Error())
+	}
+}
+
+// packetType returns pk's MQTT control packet type.
+func packetType(pk packets.ControlPacket) byte {
+	switch pk.(type) {
+	case *packets.ConnectPacket:
+		return packets.Connect
+	case *packets.PublishPacket:
+		return packets.Publish
+	case *packets.PubrelPacket:
+		return packets.Pubrel
+	default:
+		return 0
+	}
 }
