@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -128,6 +129,10 @@ type loader struct {
 
 	gate sync.Mutex // held around each Publish; the test holds it to pause the loader
 
+	capMu     sync.Mutex    // guards capN and capRaised
+	capN      int64         // the loader publishes readings below capN only
+	capRaised chan struct{} // closed when capN changes
+
 	mu      sync.Mutex // guards pending
 	pending []pendingPub
 
@@ -145,7 +150,8 @@ type pendingPub struct {
 // startLoader publishes readings from..to-1 over clients (reading i on
 // clients[i%len(clients)]) and returns at once.
 func startLoader(w workload, clients []paho.Client, qos byte, from, to int) *loader {
-	l := &loader{w: w, qos: qos, window: max(batch, 8*len(clients)), clients: clients, done: make(chan struct{})}
+	l := &loader{w: w, qos: qos, window: max(batch, 8*len(clients)), clients: clients, done: make(chan struct{}),
+		capN: math.MaxInt64, capRaised: make(chan struct{})}
 	l.next.Store(int64(from))
 	go l.run(from, to)
 	return l
@@ -155,6 +161,7 @@ func (l *loader) run(from, to int) {
 	defer close(l.done)
 	for i := from; i < to; i++ {
 		topic, p := l.w.reading(i)
+		l.waitCap(i)
 		l.gate.Lock()
 		tok := l.clients[i%len(l.clients)].Publish(topic, l.qos, false, p)
 		l.mu.Lock()
@@ -197,6 +204,34 @@ func (l *loader) waitOldest() error {
 	l.mu.Unlock()
 	l.acked.Add(1)
 	return nil
+}
+
+// setCap lets the loader publish readings below n only (math.MaxInt64: no
+// cap). A kill test caps the loader a little past its kill point, so that
+// on a loaded machine the load cannot run to its end before the node has
+// caught up with the kill point.
+func (l *loader) setCap(n int64) {
+	l.capMu.Lock()
+	defer l.capMu.Unlock()
+	if n != l.capN {
+		l.capN = n
+		close(l.capRaised)
+		l.capRaised = make(chan struct{})
+	}
+}
+
+// waitCap blocks until reading i is below the cap or the loader's run is
+// abandoned by the test's end (the cap is lifted then).
+func (l *loader) waitCap(i int) {
+	for {
+		l.capMu.Lock()
+		n, ch := l.capN, l.capRaised
+		l.capMu.Unlock()
+		if int64(i) < n {
+			return
+		}
+		<-ch
+	}
 }
 
 func (l *loader) pause()  { l.gate.Lock() }
@@ -847,6 +882,11 @@ func killInFlight(t *testing.T, nd *node, job string, l *loader, col *collector,
 	var seen inFlight
 	last := int64(-1)
 	var out int64
+	// The loader stops a little past the kill point until the node has
+	// caught up; each time nothing is in flight it lets a few more go.
+	const ahead = 2000
+	l.setCap(int64(k) + ahead)
+	defer l.setCap(math.MaxInt64)
 	ok := testutil.Within(90*time.Second, func() bool {
 		nd.failIfExited(t)
 		if err := l.stopped(); err != nil {
@@ -867,6 +907,7 @@ func killInFlight(t *testing.T, nd *node, job string, l *loader, col *collector,
 		l.pause()
 		seen = inFlight{reading: int(l.next.Load()), unacked: l.unacked(), sourceOut: out, results: col.received(run)}
 		if seen.unacked == 0 {
+			l.setCap(l.next.Load() + int64(l.window))
 			l.resume()
 			return false
 		}
