@@ -249,3 +249,43 @@ func TestSubscriberKeepsEqualReadings(t *testing.T) {
 		t.Fatalf("dropped %d, want 1 (on3's redelivery)", got)
 	}
 }
+
+// A redelivery longer than the window (the broker resends more messages
+// than W after a kill): the oldest ones are outside the window and are
+// appended again, but appending them must not push the newer ones out of
+// the window, or every redelivered message after them would be appended
+// a second time.
+func TestSubscriberLongRedeliveryDoesNotCascade(t *testing.T) {
+	testutil.Burn(t, 2)
+	br := startBroker(t, nil)
+	dir := t.TempDir()
+	l := openLog(t, dir, ingestlog.DefaultOptions())
+	const window, n = 32, 60
+	cfg := SubscriberConfig{Broker: "tcp://" + br.Addr(), ClientID: "edged-long-redelivery", Topics: []string{"sensors/#"},
+		MaxPending: 8, RedeliveryWindow: window}
+	sub := startSubscriberWith(t, cfg, l)
+	var first []*fakeMsg
+	for i := range n {
+		m := newFakeMsg(uint16(i+1), fmt.Sprintf("sensors/%d", i%7), fmt.Sprintf(`{"seq":%d}`, i), false)
+		first = append(first, m)
+		sub.handle(nil, m)
+	}
+	waitAcked(t, first...)
+	sub, l = restart(t, sub, dir, l)
+	var again []*fakeMsg
+	for _, m := range first {
+		r := m.redelivery()
+		again = append(again, r)
+		sub.handle(nil, r)
+	}
+	waitAcked(t, again...)
+	if got, want := sub.Dropped(), uint64(window); got != want {
+		t.Errorf("dropped %d redeliveries, want the %d in the window", got, want)
+	}
+	if got, want := l.Stats().NextOffset, uint64(n+n-window); got != want {
+		t.Errorf("log holds %d records, want %d (%d appended again from outside the window)", got, want, n-window)
+	}
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

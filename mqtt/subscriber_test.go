@@ -209,33 +209,37 @@ func TestSubscriberConfigValidate(t *testing.T) {
 	}
 }
 
-// Only the last W messages are remembered: a redelivery of an older one
-// is appended again.
+// Only the last W fresh records are remembered: a redelivery of an older
+// one is appended again. A newer record under a packet id replaces the
+// older, and DUP records appended (not found) do not age the others.
 func TestSubscriberDedupWindowIsBounded(t *testing.T) {
 	k := func(id uint16) msgKey { return msgKey{id: id, hash: 42} }
 	r := newKeyRing(3)
 	has := func(k msgKey) bool { _, ok := r.has(k); return ok }
 	for id := uint16(1); id <= 4; id++ {
-		r.add(k(id))
+		r.add(k(id), true)
 	}
 	if has(k(1)) || !has(k(2)) || !has(k(4)) || has(msgKey{id: 2, hash: 43}) {
 		t.Fatalf("ring: %+v", r)
 	}
-	r.add(k(2))
-	r.add(k(2))
-	if !has(k(2)) || has(k(3)) || !has(k(4)) {
+	r.add(msgKey{id: 2, hash: 43}, true)
+	if has(k(2)) || !has(msgKey{id: 2, hash: 43}) || !has(k(4)) || !has(k(3)) || has(k(1)) {
 		t.Fatalf("ring: %+v", r)
 	}
-	if age, _ := r.has(k(2)); age != 0 {
-		t.Fatalf("age of the latest key %d", age)
+	if age, _ := r.has(k(4)); age != 1 {
+		t.Fatalf("age of k(4) %d, want 1", age)
 	}
-	if age, _ := r.has(k(4)); age != 2 {
-		t.Fatalf("age of k(4) %d, want 2", age)
+	// Redeliveries appended because they were not found do not age k(4).
+	for id := uint16(100); id < 110; id++ {
+		r.add(k(id), false)
+	}
+	if age, ok := r.has(k(4)); !ok || age != 1 {
+		t.Fatalf("k(4) after 10 DUP appends: age %d, found %v", age, ok)
 	}
 	if w := (SubscriberConfig{RedeliveryWindow: 5000}).DedupWindow(); w != 5000 {
 		t.Fatalf("W = %d", w)
 	}
-	if w := (SubscriberConfig{}).DedupWindow(); w != 32768 {
+	if w := (SubscriberConfig{}).DedupWindow(); w != 65535 {
 		t.Fatalf("W = %d", w)
 	}
 	// W must exceed twice MaxPending and stay below the packet

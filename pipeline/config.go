@@ -162,7 +162,7 @@ type MQTTSourceConfig struct {
 	// not yet acknowledged; default 1024.
 	MaxPending int `yaml:"max_pending"`
 	// RedeliveryWindow is how many of the last logged records a DUP
-	// redelivery from an external broker is compared with; default 32768;
+	// redelivery from an external broker is compared with; default 65535;
 	// it must exceed twice max_pending and stay below 65536.
 	RedeliveryWindow int `yaml:"redelivery_window"`
 	// Format is "json" or "csv". Required.
