@@ -3,17 +3,13 @@ package mqtt
 import (
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
-	pahopackets "github.com/eclipse/paho.mqtt.golang/packets"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/edgedio/edged/internal/mqtttest"
 	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/mqtt/ingestlog"
 )
@@ -254,7 +250,7 @@ func TestBrokerQoS2AppendedReceiptSurvivesTruncation(t *testing.T) {
 // device connects again, the message must be in the log once. paho
 // v1.5.1 alone keeps the PUBLISH in its store after the PUBREL and resends
 // it, which the broker rightly takes for a new message (the packet id was
-// released); a device must resend the PUBREL instead (pubrelDevice).
+// released); a device must resend the PUBREL instead (mqtttest.ReleaseAfterPubrel).
 func TestBrokerQoS2DeviceResendAfterRelease(t *testing.T) {
 	for _, fixed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("pubrel_kept=%v", fixed), func(t *testing.T) {
@@ -291,7 +287,7 @@ func qos2ReleaseCrash(t *testing.T, pubrelKept bool) int {
 	dev := connect(t, addr, "dev-rel", func(o *paho.ClientOptions) {
 		o.SetCleanSession(false).SetConnectionLostHandler(func(paho.Client, error) {})
 		if pubrelKept {
-			pubrelDevice(o)
+			mqtttest.ReleaseAfterPubrel(o)
 		}
 	})
 	published := make(chan error, 1)
@@ -344,64 +340,4 @@ func qos2ReleaseCrash(t *testing.T, pubrelKept bool) int {
 		}
 	}
 	return dups
-}
-
-// pubrelDevice makes a paho v1.5 client resend a QoS 2 message's PUBREL,
-// not its PUBLISH, after a reconnect: before a PUBREL goes out, it
-// replaces the stored PUBLISH of its packet id with the PUBREL (paho
-// leaves the PUBLISH there, against [MQTT-4.3.3]).
-func pubrelDevice(o *paho.ClientOptions) {
-	store := paho.NewMemoryStore()
-	o.SetStore(store).SetCustomOpenConnectionFn(func(uri *url.URL, co paho.ClientOptions) (net.Conn, error) {
-		conn, err := net.DialTimeout("tcp", uri.Host, co.ConnectTimeout)
-		if err != nil {
-			return nil, err
-		}
-		return &pubrelConn{Conn: conn, store: store}, nil
-	})
-}
-
-// pubrelConn follows the MQTT packets written to it and stores each
-// PUBREL in place of its PUBLISH before writing it.
-type pubrelConn struct {
-	net.Conn
-	store paho.Store
-
-	mu   sync.Mutex // paho writes from its send and keepalive goroutines
-	head []byte     // the current packet's fixed header (and a PUBREL's packet id) so far
-	left int        // bytes of the current packet still to pass
-}
-
-func (c *pubrelConn) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for q := p; len(q) > 0; {
-		if c.left > 0 {
-			k := min(c.left, len(q))
-			c.left -= k
-			q = q[k:]
-			continue
-		}
-		c.head = append(c.head, q[0])
-		q = q[1:]
-		rem, mult, end := 0, 1, 0
-		for i := 1; i < len(c.head) && end == 0; i++ {
-			rem += int(c.head[i]&0x7f) * mult
-			mult *= 128
-			if c.head[i]&0x80 == 0 {
-				end = i + 1
-			}
-		}
-		switch {
-		case end == 0: // remaining length not complete
-		case c.head[0]>>4 != pahopackets.Pubrel || rem < 2:
-			c.left, c.head = rem, c.head[:0]
-		case len(c.head) == end+2:
-			rel := pahopackets.NewControlPacket(pahopackets.Pubrel).(*pahopackets.PubrelPacket)
-			rel.MessageID = uint16(c.head[end])<<8 | uint16(c.head[end+1])
-			c.store.Put("o."+strconv.Itoa(int(rel.MessageID)), rel) // paho's outbound key
-			c.left, c.head = rem-2, c.head[:0]
-		}
-	}
-	return c.Conn.Write(p)
 }
