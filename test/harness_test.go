@@ -220,6 +220,13 @@ func (l *loader) setCap(n int64) {
 	}
 }
 
+// atCap reports whether the loader is held by the cap.
+func (l *loader) atCap() bool {
+	l.capMu.Lock()
+	defer l.capMu.Unlock()
+	return l.next.Load() >= l.capN
+}
+
 // waitCap blocks until reading i is below the cap or the loader's run is
 // abandoned by the test's end (the cap is lifted then).
 func (l *loader) waitCap(i int) {
@@ -894,6 +901,11 @@ func killInFlight(t *testing.T, nd *node, job string, l *loader, col *collector,
 		}
 		if l.next.Load() <= int64(k) {
 			return false
+		}
+		if l.atCap() && l.unacked() == 0 {
+			// The node has caught up with everything the cap let out: let
+			// a little more go, so that it reads again.
+			l.setCap(l.next.Load() + int64(l.window))
 		}
 		var read bool
 		out, read = nd.sourceOut(job)
