@@ -89,6 +89,7 @@ func TestEmbeddedKillExactlyOnceQoS2(t *testing.T) {
 		t.Logf("restarted and connected again in %v: %d of %d device sessions present; paho resent the %d publishes without acknowledgement", time.Since(restart).Round(time.Millisecond), kept, len(devs), unacked)
 		l.resume()
 	}
+	l.liftCap()
 	l.wait(t, nd, 90*time.Second)
 	t.Logf("published %d readings in %v", w.all(), time.Since(start).Round(time.Millisecond))
 

@@ -220,6 +220,9 @@ func (l *loader) setCap(n int64) {
 	}
 }
 
+// liftCap lets the loader publish the rest of its readings.
+func (l *loader) liftCap() { l.setCap(math.MaxInt64) }
+
 // atCap reports whether the loader is held by the cap.
 func (l *loader) atCap() bool {
 	l.capMu.Lock()
@@ -892,8 +895,16 @@ func killInFlight(t *testing.T, nd *node, job string, l *loader, col *collector,
 	// The loader stops a little past the kill point until the node has
 	// caught up; each time nothing is in flight it lets a few more go.
 	const ahead = 2000
+	// The cap stays after the kill, so that the load does not run ahead
+	// while the node restarts; the next kill point raises it, and the test
+	// lifts it (liftCap) after its last kill.
 	l.setCap(int64(k) + ahead)
-	defer l.setCap(math.MaxInt64)
+	killed := false
+	defer func() {
+		if !killed {
+			l.liftCap()
+		}
+	}()
 	ok := testutil.Within(90*time.Second, func() bool {
 		nd.failIfExited(t)
 		if err := l.stopped(); err != nil {
@@ -930,6 +941,7 @@ func killInFlight(t *testing.T, nd *node, job string, l *loader, col *collector,
 			k, l.next.Load(), l.acked.Load(), l.unacked(), out, col.received(run))
 	}
 	nd.kill()
+	killed = true
 	return seen
 }
 

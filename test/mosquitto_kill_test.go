@@ -74,6 +74,7 @@ func TestMosquittoKillExactlyOnce(t *testing.T) {
 		nd.start()
 		t.Logf("restarted in %v", time.Since(restart).Round(time.Millisecond))
 	}
+	l.liftCap()
 	l.wait(t, nd, 90*time.Second)
 	t.Logf("published %d readings in %v", w.all(), time.Since(start).Round(time.Millisecond))
 
