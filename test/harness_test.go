@@ -913,9 +913,11 @@ func killInFlight(t *testing.T, nd *node, job string, l *loader, col *collector,
 		if l.next.Load() <= int64(k) {
 			return false
 		}
-		if l.atCap() && l.unacked() == 0 {
-			// The node has caught up with everything the cap let out: let
-			// a little more go, so that it reads again.
+		if l.atCap() && l.unacked() == 0 && col.received(run) > 0 {
+			// The node has caught up with everything the cap let out and
+			// published results in this run: let a little more go, so
+			// that it reads again. (Before its first results it needs no
+			// more input: what the cap let out closes windows.)
 			l.setCap(l.next.Load() + int64(l.window))
 		}
 		var read bool
@@ -930,9 +932,19 @@ func killInFlight(t *testing.T, nd *node, job string, l *loader, col *collector,
 		l.pause()
 		seen = inFlight{reading: int(l.next.Load()), unacked: l.unacked(), sourceOut: out, results: col.received(run)}
 		if seen.unacked == 0 {
+			// Nothing in flight: let a few more readings go and pause the
+			// loader again as soon as some of them are.
 			l.setCap(l.next.Load() + int64(l.window))
 			l.resume()
-			return false
+			if !testutil.Within(2*time.Second, func() bool { return l.unacked() > 0 }) {
+				return false
+			}
+			l.pause()
+			seen = inFlight{reading: int(l.next.Load()), unacked: l.unacked(), sourceOut: out, results: col.received(run)}
+			if seen.unacked == 0 {
+				l.resume()
+				return false
+			}
 		}
 		return true
 	})
