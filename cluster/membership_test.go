@@ -83,7 +83,9 @@ func TestMembershipEncryption(t *testing.T) {
 	key := []byte("0123456789abcdef")
 	a := startNode(t, "a", key)
 	b := startNode(t, "b", key, a.Addr())
-	testutil.Eventually(t, 0, "two members", func() bool { return ids(b.Members()) == "a,b" })
+	for _, n := range []*Membership{a, b} {
+		testutil.Eventually(t, 0, "two members", func() bool { return ids(n.Members()) == "a,b" })
+	}
 	m, err := NewMembership(MembershipConfig{Meta: Meta{ID: "x"}, BindAddr: "127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
