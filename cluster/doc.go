@@ -40,6 +40,13 @@
 //     one join or leave moves about that node's share; the leader is the
 //     lowest id among the members a majority sees, and a node without a
 //     majority owns nothing.
+//   - Decider: the pure state machine by which the leader decides each
+//     placement and its epoch (one Paxos round per epoch, so an epoch
+//     never names two placements and a new leader never reuses one), and
+//     by which each node learns which units it may run: a unit moves only
+//     after every node the leader sees gave it up, and a node runs units
+//     only under a lease that a majority renews, so no unit is owned by
+//     two nodes at any moment, whatever the failure detectors say.
 //
 // Concurrency. The machines (Sender, Receiver) and BatchEncoder are not safe
 // for concurrent use: each has one owner that serialises its calls. They

@@ -72,3 +72,10 @@ var ErrMetaTooLarge = errors.New("cluster: node metadata too large")
 
 // ErrBadMeta is returned for node metadata that does not parse.
 var ErrBadMeta = errors.New("cluster: bad node metadata")
+
+// ErrBadDecision is returned for a decision protocol message that does not
+// parse.
+var ErrBadDecision = errors.New("cluster: bad decision message")
+
+// ErrBadDeciderConfig is returned for an invalid DeciderConfig.
+var ErrBadDeciderConfig = errors.New("cluster: bad decider config")
