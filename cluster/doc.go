@@ -47,6 +47,11 @@
 //     after every node the leader sees gave it up, and a node runs units
 //     only under a lease that a majority renews, so no unit is owned by
 //     two nodes at any moment, whatever the failure detectors say.
+//   - Replicas (ReplicaStore, Replicate, FetchReplica, ReplicaTargets,
+//     ReplicaHandler/HTTPReplicaClient): the copies of snapshot files that
+//     nodes keep for each other, written durably only when their CRC32C
+//     matches, checked again on every read, fetched from the first holder
+//     with an intact copy.
 //
 // Concurrency. The machines (Sender, Receiver) and BatchEncoder are not safe
 // for concurrent use: each has one owner that serialises its calls. They
