@@ -52,6 +52,12 @@
 //     nodes keep for each other, written durably only when their CRC32C
 //     matches, checked again on every read, fetched from the first holder
 //     with an intact copy.
+//   - Rebalancing (PlanRebalance, RebalanceGate, Migration): pure
+//     machines for moving work by savepoint migration: the plan and its
+//     moves (refused past a node's slots), when a rebalance may start
+//     (joins settled, no checkpoint, failover or rebalance running,
+//     storms damped), and the steps of one migration with their fallback
+//     to the previous placement.
 //
 // Concurrency. The machines (Sender, Receiver) and BatchEncoder are not safe
 // for concurrent use: each has one owner that serialises its calls. They

@@ -97,3 +97,14 @@ var (
 	// ErrNoReplica is returned when no holder served an intact replica.
 	ErrNoReplica = errors.New("cluster: no intact replica")
 )
+
+// Rebalance errors.
+var (
+	// ErrOverCapacity is returned when a rebalance would put more units
+	// on a node than its capacity, or leave no node to run them.
+	ErrOverCapacity = errors.New("cluster: over capacity")
+	// ErrBadGateConfig is returned for an invalid GateConfig.
+	ErrBadGateConfig = errors.New("cluster: bad rebalance gate config")
+	// ErrRebalance wraps the failure of a rebalance's step.
+	ErrRebalance = errors.New("cluster: rebalance failed")
+)

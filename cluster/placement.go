@@ -16,6 +16,9 @@ import (
 type Member struct {
 	ID       string
 	Capacity int
+	// Slots is the most units the node may run (0: no limit); a
+	// rebalance that would exceed it is refused (PlanRebalance).
+	Slots int `json:",omitempty"`
 }
 
 // Unit is one thing to place: the subtask of a keyed operator (and with it
