@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -94,6 +97,9 @@ func (e *edged) start() error {
 	e.logFile = f
 	e.cmd = exec.Command(*edgedBin, "run", "-c", e.cfgPath)
 	e.cmd.Stdout, e.cmd.Stderr = f, f
+	if *gctrace {
+		e.cmd.Env = append(os.Environ(), "GODEBUG=gctrace=1")
+	}
 	e.started = time.Now()
 	if err := startChild(e.cmd); err != nil {
 		return fmt.Errorf("start edged: %w", err)
@@ -280,4 +286,51 @@ func trackReads(e *edged, base, n int64, pubDone <-chan struct{}, settle time.Du
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+var gcLine = regexp.MustCompile(`^gc \d+ @.* (\d+)->(\d+)->(\d+) MB, (\d+) MB goal, (\d+) MB stacks`)
+
+// heapStats reads the gctrace lines edged wrote to its log since the
+// given byte offset (with -gctrace): the largest heap at the start of a
+// GC, the largest live heap after one, and the largest stacks, in MB.
+func (e *edged) heapStats(from int64) (peakHeap, peakLive, peakStacks int, gcs int) {
+	f, err := os.Open(e.logPath)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	f.Seek(from, 0)
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		m := gcLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		start, _ := strconv.Atoi(m[1])
+		live, _ := strconv.Atoi(m[3])
+		stacks, _ := strconv.Atoi(m[5])
+		peakHeap, peakLive, peakStacks = max(peakHeap, start), max(peakLive, live), max(peakStacks, stacks)
+		gcs++
+	}
+	return
+}
+
+// logSize is the current size of edged's log, to read gctrace lines from.
+func (e *edged) logSize() int64 {
+	fi, err := os.Stat(e.logPath)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// heapNote describes the Go heap of edged since the log offset from, when
+// -gctrace is on.
+func (e *edged) heapNote(scenario, what string, from int64) {
+	if !*gctrace {
+		return
+	}
+	h, l, st, n := e.heapStats(from)
+	note(scenario, "%s: Go heap (gctrace, %d GCs): peak %d MB at a GC start, peak live %d MB after a GC, stacks up to %d MB; the rest of the RSS is the runtime, code, and memory not yet returned to the OS.", what, n, h, l, st)
 }

@@ -108,6 +108,7 @@ func runEmbedded(e *edged, addr, root, name string, c, n int, ts func(int) int64
 	}
 	deadline := time.Now().Add(*timeout)
 	logf("embedded: publishing %d readings on %d connections", n, c)
+	logAt := e.logSize()
 	start := time.Now()
 	if err := l.run(*embInflight, 0, deadline); err != nil {
 		return r, fmt.Errorf("%w\n%s", err, e.logTail())
@@ -136,6 +137,7 @@ func runEmbedded(e *edged, addr, root, name string, c, n int, ts func(int) int64
 	}
 	r.read = int64(n)
 	r.cpu, r.peakKB = cpu1-cpu0, rss.peakKB()
+	e.heapNote("embedded", fmt.Sprintf("%d connections", c), logAt)
 	r.counted = res.sumBefore(lastEnd)
 	r.dups = res.stats().dups
 	logf("embedded: %d connections: %d PUBACKed in %v; counted %d", c, n, r.pubDur, r.counted)

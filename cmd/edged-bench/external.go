@@ -248,6 +248,7 @@ func runEdgedExternal(dir string, mq *mosquitto, subj, root string, pkts []*pack
 	}
 	mq0, _ := cpuTime(mq.cmd.Process.Pid)
 	logf("external: publishing to %s", spec.name)
+	logAt := e.logSize()
 	pubDone := make(chan struct{})
 	var pubErr error
 	start := time.Now()
@@ -289,6 +290,7 @@ func runEdgedExternal(dir string, mq *mosquitto, subj, root string, pkts []*pack
 	mq1, _ := cpuTime(mq.cmd.Process.Pid)
 	r.brokerCPU = mq1 - mq0
 	r.cpu, r.peakKB = cpu1-cpu0, rss.peakKB()
+	e.heapNote("external", fmt.Sprintf("QoS %d publishers, %s", qos, subjectNames[subj]), logAt)
 	r.counted = res.sumBefore(lastEnd)
 	st := res.stats()
 	r.dups, r.dupIDs, r.resultMsg = st.dups, st.dupIDs, st.msgs

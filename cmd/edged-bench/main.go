@@ -51,7 +51,7 @@ var (
 	scenarios = flag.String("scenarios", "external,embedded,memory,restart", "scenarios to run, comma-separated: external, embedded, memory, restart")
 	quick     = flag.Bool("quick", false, "a reduced run: every count divided by 10 (unless set explicitly)")
 
-	nMsgs     = flag.Int("n", 1_000_000, "external, embedded: readings published per subject")
+	nMsgs     = flag.Int("n", 1_000_000, "external: readings published per subscriber and publisher QoS")
 	sensors   = flag.Int("sensors", 1000, "external, embedded: distinct sensors")
 	pubQoS    = flag.String("pub-qos", "0,1", "external: publisher QoS modes to run, comma-separated")
 	subjects  = flag.String("subjects", "bare,alo,eo", "external: subscribers to run: bare (paho), alo (edged at-least-once), eo (edged exactly-once)")
@@ -74,6 +74,7 @@ var (
 
 	settle   = flag.Duration("settle", 5*time.Second, "how long a count may stand still before what arrived is taken as all that will")
 	timeout  = flag.Duration("timeout", 300*time.Second, "bound of every wait (publishing, consumption, readiness)")
+	gctrace  = flag.Bool("gctrace", false, "run edged with GODEBUG=gctrace=1 and report its Go heap (peak at GC start, peak live) next to the memory figures")
 	keep     = flag.Bool("keep", false, "keep the temporary directory (configs, logs)")
 	jsonPath = flag.String("json", "", "also write the JSON lines to this file")
 )

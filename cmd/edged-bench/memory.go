@@ -75,6 +75,7 @@ func memorySustained(dir string, mq *mosquitto) error {
 	defer rss.close()
 	deadline := time.Now().Add(*timeout)
 	logf("memory: %d readings of %d keys at %.0f/s", n, keys, rate)
+	logAt := e.logSize()
 	start := time.Now()
 	if err := l.run(*inflight, rate, deadline); err != nil {
 		return fmt.Errorf("%w\n%s", err, e.logTail())
@@ -97,6 +98,7 @@ func memorySustained(dir string, mq *mosquitto) error {
 	}
 	counted := res.sumBefore(lastEnd)
 	peakAll := rss.peakKB()
+	e.heapNote("memory", "Sustained load", logAt)
 	st := res.stats()
 	readRate := float64(n) / doneAt.Sub(start).Seconds()
 	addFigure(figure{Scenario: "memory", Figure: "peak RSS under sustained load", Value: float64(peakAll) / 1024, Unit: "MB",
@@ -138,6 +140,7 @@ func memoryBig(dir string, mq *mosquitto) error {
 	defer rss.close()
 	deadline := time.Now().Add(*timeout)
 	logf("memory: %d messages of %d bytes", n, size)
+	logAt := e.logSize()
 	start := time.Now()
 	if err := l.run(16, 0, deadline); err != nil {
 		return fmt.Errorf("%w\n%s", err, e.logTail())
@@ -161,6 +164,7 @@ func memoryBig(dir string, mq *mosquitto) error {
 	}
 	counted := res.sumBefore(lastEnd)
 	peak := rss.peakKB()
+	e.heapNote("memory", "Large payloads", logAt)
 	addFigure(figure{Scenario: "memory", Figure: "peak RSS, large payloads", Value: float64(peak) / 1024, Unit: "MB",
 		Baseline: ptr(float64(idle) / 1024), BaselineOf: "same process idle", Target: "≤ 80 MB, not a multiple of the payload", Met: ptr(float64(peak)/1024 <= 80),
 		What: fmt.Sprintf("burst of %d messages of %s (QoS 1, 4 connections, 16 in flight each, published in %s); loss %d", n, fmtBytes(size), round(pubDur), int64(n)-counted)})
