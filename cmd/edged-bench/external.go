@@ -79,8 +79,8 @@ func benchExternal(dir string, mq *mosquitto) error {
 			reportExternal(q, n, len(sample), r, runs)
 		}
 	}
-	note("external", "Load: %d JSON readings of %d sensors per subscriber, %d event-time readings per second (so each 1 s window holds %d readings per sensor), published by %d raw MQTT connections from pre-encoded packets (QoS 1: %d in flight per connection); each subscriber reads its own topic tree, one after the other against the same Mosquitto. Pipeline: key by sensor, 1 s tumbling count + avg, results published over MQTT (QoS 1); max_out_of_orderness %v.",
-		n, *sensors, *eventRate, *eventRate / *sensors, *conns, *inflight, *lateness)
+	note("external", "Load: %d JSON readings of %d sensors per subscriber, %d event-time readings per second (so each 1 s window holds %d readings per sensor), published by %d raw MQTT connections from pre-encoded packets (QoS 1: %d in flight per connection; rate cap: %s); each subscriber reads its own topic tree, one after the other against the same Mosquitto. Pipeline: key by sensor, 1 s tumbling count + avg, results published over MQTT (QoS 1); max_out_of_orderness %v.",
+		n, *sensors, *eventRate, *eventRate / *sensors, *conns, *inflight, rateCap(), *lateness)
 	note("external", "Messages/s: first to last message read (edged: logged in its ingest log, polled every 20 ms). CPU: utime+stime of the reading process (the bare subscriber runs in its own process) from the first publish until all was read (edged: until all results were in), over the messages read. Loss: readings published minus readings counted in the window results (bare: minus messages received); duplicates: result messages for a (sensor, window) already received.")
 	return nil
 }
@@ -127,7 +127,7 @@ func reportExternal(q, n, size int, r subjectRun, runs map[string]subjectRun) {
 	lossMet = ptr(int64(n)-r.counted == 0)
 	addFigure(figure{Scenario: "external", Figure: "loss", Subject: name, Value: float64(int64(n) - r.counted), Unit: "readings",
 		Target: "0", Met: lossMet,
-		What: fmt.Sprintf("published minus counted in the window results (%s result messages; %d for a window already seen, %d with a msg_id already seen)", commas(r.resultMsg), r.dups, r.dupIDs)})
+		What: fmt.Sprintf("published minus counted in the window results (edged logged %s of the %s published; %s result messages, %d for a window already seen, %d with a msg_id already seen)", commas(r.read), commas(int64(n)), commas(r.resultMsg), r.dups, r.dupIDs)})
 	addFigure(figure{Scenario: "external", Figure: "duplicates", Subject: name, Value: float64(r.dups), Unit: "results",
 		What: "result messages for a (sensor, window) already received"})
 	if r.e2e > 0 {
@@ -162,7 +162,7 @@ func runBare(mq *mosquitto, root string, pkts []*packets, qos byte, n int64) (su
 	var pubErr error
 	start := time.Now()
 	go func() {
-		pubErr = l.run(*inflight, 0, time.Now().Add(*timeout))
+		pubErr = l.run(*inflight, *pubRate, time.Now().Add(*timeout))
 		r.pubDur = time.Since(start)
 		close(pubDone)
 	}()
@@ -253,7 +253,7 @@ func runEdgedExternal(dir string, mq *mosquitto, subj, root string, pkts []*pack
 	var pubErr error
 	start := time.Now()
 	go func() {
-		pubErr = l.run(*inflight, 0, deadline)
+		pubErr = l.run(*inflight, *pubRate, deadline)
 		r.pubDur = time.Since(start)
 		close(pubDone)
 	}()
@@ -299,4 +299,11 @@ func runEdgedExternal(dir string, mq *mosquitto, subj, root string, pkts []*pack
 	}
 	logf("external: %s counted %d of %d; %d result messages", spec.name, r.counted, n, st.msgs)
 	return r, nil
+}
+
+func rateCap() string {
+	if *pubRate <= 0 {
+		return "none"
+	}
+	return commas(int64(*pubRate)) + " msg/s"
 }

@@ -57,6 +57,7 @@ var (
 	subjects  = flag.String("subjects", "bare,alo,eo", "external: subscribers to run: bare (paho), alo (edged at-least-once), eo (edged exactly-once)")
 	conns     = flag.Int("conns", 8, "external: publisher connections")
 	inflight  = flag.Int("inflight", 2000, "QoS 1 publishes in flight per connection (external, memory)")
+	pubRate   = flag.Float64("pub-rate", 0, "external: cap on the publishers' rate over all connections, msg/s (0: as fast as they go)")
 	eventRate = flag.Int("event-rate", 100_000, "readings per second of event time (external, embedded): the 1 s windows hold this many readings")
 	lateness  = flag.Duration("lateness", 2*time.Second, "max_out_of_orderness of the pipelines (publishers on several connections interleave)")
 
