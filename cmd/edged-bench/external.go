@@ -21,6 +21,7 @@ type subjectRun struct {
 	resultMsg int64
 	e2e       time.Duration // first publish until the results are all in (edged)
 	brokerCPU time.Duration // Mosquitto's CPU time meanwhile
+	lastRead  time.Duration // first publish to the last message read
 }
 
 func (r subjectRun) rate() float64 {
@@ -104,6 +105,9 @@ func reportExternal(q, n, size int, r subjectRun, runs map[string]subjectRun) {
 		}
 		cpuMet = ptr(r.cpuPerMsg() <= 5)
 	}
+	if r.lastRead > 0 && r.pubDur >= r.lastRead*95/100 {
+		note("external", "%s: the last message was read %s after the publishers finished (%s after the first publish): this rate is bounded by the load (publishers and Mosquitto), not only by the subscriber.", name, round(r.lastRead-r.pubDur), round(r.lastRead))
+	}
 	addFigure(figure{Scenario: "external", Figure: "messages/s", Subject: name, Value: r.rate(), Unit: "msg/s",
 		Baseline: base(bare.rate()), BaselineOf: "bare", Target: rateTarget, Met: rateMet,
 		What: what + fmt.Sprintf(", first to last read (%s read in %s; publishers done after %s)", commas(r.read), round(r.readDur), round(r.pubDur))})
@@ -179,6 +183,7 @@ func runBare(mq *mosquitto, root string, pkts []*packets, qos byte, n int64) (su
 	}
 	r.read, r.cpu, r.peakKB = rep.Count, cpu1-cpu0, rss.peakKB()
 	r.readDur = time.Duration(rep.LastNS - rep.FirstNS)
+	r.lastRead = time.Duration(rep.LastNS - start.UnixNano())
 	logf("external: bare subscriber read %d of %d in %v", r.read, n, r.readDur)
 	return r, nil
 }
@@ -266,6 +271,7 @@ func runEdgedExternal(dir string, mq *mosquitto, subj, root string, pkts []*pack
 		return r, pubErr
 	}
 	r.read, r.readDur = tr.count, tr.last.Sub(tr.first)
+	r.lastRead = tr.last.Sub(start)
 	logf("external: %s logged %d of %d in %v; closing the last window", spec.name, r.read, n, r.readDur)
 	// A tail of one reading per sensor past the last window moves the
 	// watermark on, so the last windows fire.
