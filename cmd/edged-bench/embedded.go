@@ -128,7 +128,7 @@ func runEmbedded(e *edged, addr, root, name string, c, n int, ts func(int) int64
 	if err := tail.run(*embInflight, 0, deadline); err != nil {
 		return r, err
 	}
-	if _, err := waitSum(res, lastEnd, int64(n), e, *settle, deadline); err != nil {
+	if _, err := waitSum(res, lastEnd, int64(n), e, resultSettle(), deadline); err != nil {
 		return r, err
 	}
 	cpu1, err := cpuTime(e.pid())

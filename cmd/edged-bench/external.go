@@ -285,7 +285,7 @@ func runEdgedExternal(dir string, mq *mosquitto, subj, root string, pkts []*pack
 	if err := tail.run(*inflight, 0, deadline); err != nil {
 		return r, err
 	}
-	doneAt, err := waitSum(res, lastEnd, r.read, e, *settle, deadline)
+	doneAt, err := waitSum(res, lastEnd, r.read, e, resultSettle(), deadline)
 	if err != nil {
 		return r, err
 	}

@@ -76,12 +76,19 @@ func memorySustained(dir string, mq *mosquitto) error {
 	deadline := time.Now().Add(*timeout)
 	logf("memory: %d readings of %d keys at %.0f/s", n, keys, rate)
 	logAt := e.logSize()
+	base, err := e.ingested()
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	if err := l.run(*inflight, rate, deadline); err != nil {
 		return fmt.Errorf("%w\n%s", err, e.logTail())
 	}
 	pubDur := time.Since(start)
 	peakPub := rss.peakKB()
+	if _, err := trackReads(e, base, int64(n), closed, *settle, deadline); err != nil {
+		return err
+	}
 	lastEnd := windowEnd(ts(n-1), win)
 	tailTS := lastEnd + lateness.Milliseconds() + win
 	tail, err := newLoad(mq.addr, "bench-mem-tail", encodeReadings(keys, 1, 1, reading(root, "k", keys, 5, func(int) int64 { return tailTS })), 1)
@@ -92,7 +99,7 @@ func memorySustained(dir string, mq *mosquitto) error {
 	if err := tail.run(*inflight, 0, deadline); err != nil {
 		return err
 	}
-	doneAt, err := waitSum(res, lastEnd, int64(n), e, *settle, deadline)
+	doneAt, err := waitSum(res, lastEnd, int64(n), e, resultSettle(), deadline)
 	if err != nil {
 		return err
 	}
@@ -141,11 +148,18 @@ func memoryBig(dir string, mq *mosquitto) error {
 	deadline := time.Now().Add(*timeout)
 	logf("memory: %d messages of %d bytes", n, size)
 	logAt := e.logSize()
+	base, err := e.ingested()
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	if err := l.run(16, 0, deadline); err != nil {
 		return fmt.Errorf("%w\n%s", err, e.logTail())
 	}
 	pubDur := time.Since(start)
+	if _, err := trackReads(e, base, int64(n), closed, *settle, deadline); err != nil {
+		return err
+	}
 	lastEnd := windowEnd(ts(n-1), win)
 	tailTS := lastEnd + lateness.Milliseconds() + win
 	tail, err := newLoad(mq.addr, "bench-big-tail", encodeReadings(keys, 1, 1, func(i int) (string, []byte) {
@@ -159,7 +173,7 @@ func memoryBig(dir string, mq *mosquitto) error {
 	if err := tail.run(16, 0, deadline); err != nil {
 		return err
 	}
-	if _, err := waitSum(res, lastEnd, int64(n), e, *settle, deadline); err != nil {
+	if _, err := waitSum(res, lastEnd, int64(n), e, resultSettle(), deadline); err != nil {
 		return err
 	}
 	counted := res.sumBefore(lastEnd)
@@ -170,6 +184,13 @@ func memoryBig(dir string, mq *mosquitto) error {
 		What: fmt.Sprintf("burst of %d messages of %s (QoS 1, 4 connections, 16 in flight each, published in %s); loss %d", n, fmtBytes(size), round(pubDur), int64(n)-counted)})
 	return nil
 }
+
+// closed is a closed channel: the publishing it stands for is over.
+var closed = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 func fmtBytes(n int) string {
 	switch {

@@ -117,6 +117,12 @@ func subscribeResults(url, id, topic string, r *results) (paho.Client, error) {
 	return c, nil
 }
 
+// resultSettle is how long the results may stand still before what
+// arrived is taken as all that will: a window fires only once the
+// pipeline has worked through the readings before it, which can take
+// long after they were read.
+func resultSettle() time.Duration { return 6 * *settle }
+
 // waitSum waits until the results of windows starting before end sum to
 // n, or have not moved for settle; it returns when they last moved.
 func waitSum(r *results, end, n int64, e *edged, settle time.Duration, deadline time.Time) (time.Time, error) {
