@@ -207,9 +207,10 @@ func (l *loader) waitOldest() error {
 }
 
 // setCap lets the loader publish readings below n only (math.MaxInt64: no
-// cap). A kill test caps the loader a little past its kill point, so that
-// on a loaded machine the load cannot run to its end before the node has
-// caught up with the kill point.
+// cap); a lower cap holds the loader before its next publish. A kill test
+// moves the cap with the node's event time (see killInFlight), so that on
+// a loaded machine the load cannot run to its end before the node has
+// caught up with the kill points.
 func (l *loader) setCap(n int64) {
 	l.capMu.Lock()
 	defer l.capMu.Unlock()
@@ -223,11 +224,11 @@ func (l *loader) setCap(n int64) {
 // liftCap lets the loader publish the rest of its readings.
 func (l *loader) liftCap() { l.setCap(math.MaxInt64) }
 
-// atCap reports whether the loader is held by the cap.
-func (l *loader) atCap() bool {
+// capAt returns the loader's cap (math.MaxInt64: none).
+func (l *loader) capAt() int64 {
 	l.capMu.Lock()
 	defer l.capMu.Unlock()
-	return l.next.Load() >= l.capN
+	return l.capN
 }
 
 // waitCap blocks until reading i is below the cap or the loader's run is
@@ -506,6 +507,7 @@ type taskInfo struct {
 	Parallelism int      `json:"parallelism"`
 	RecordsIn   int64    `json:"records_in"`
 	RecordsOut  int64    `json:"records_out"`
+	Watermark   *int64   `json:"watermark_ms"` // nil before the task's first watermark
 }
 
 // tasks returns the tasks of job on the running node.
@@ -531,16 +533,44 @@ func (n *node) tasks(job string) ([]taskInfo, error) {
 // sourceOut returns the records the job's source task has sent on in the
 // node's current run.
 func (n *node) sourceOut(job string) (int64, bool) {
+	p, ok := n.progress(job)
+	return p.sourceOut, ok
+}
+
+// jobProgress is how far a job has read, from GET /jobs/{name}/operators.
+type jobProgress struct {
+	sourceOut int64 // records the source task sent on in the node's current run
+	eventTime int64 // the window operator's watermark (least over its subtasks), ms
+}
+
+// progress returns how far the job on the running node has read; false
+// while the node does not answer or has not listed the job's source and
+// a watermark for every subtask of its window operator (as after a
+// restart, until the restored job runs and its event time moves). The
+// watermark is the one measure of the node's reading that holds across
+// restarts: a restored job resumes at its checkpoint's watermark, while
+// its records counters start again from 0.
+func (n *node) progress(job string) (jobProgress, bool) {
 	ts, err := n.tasks(job)
 	if err != nil {
-		return 0, false
+		return jobProgress{}, false
 	}
+	p := jobProgress{eventTime: math.MaxInt64}
+	var source, window bool
 	for _, ti := range ts {
 		if slices.Contains(ti.Operators, job+"/source") {
-			return ti.RecordsOut, true
+			p.sourceOut += ti.RecordsOut
+			source = true
+		}
+		if slices.Contains(ti.Operators, job+"/window") {
+			if ti.Watermark == nil {
+				return jobProgress{}, false
+			}
+			p.eventTime = min(p.eventTime, *ti.Watermark)
+			window = true
 		}
 	}
-	return 0, false
+	return p, source && window
 }
 
 // checkParallelism fails the test unless GET /jobs/{job}/operators shows
@@ -818,6 +848,11 @@ func checkExact(t *testing.T, col *collector, w workload) {
 		missing, multiID, over, under, wrongTotals, w.sensors, len(col.bad))
 }
 
+// maxOutOfOrderMS is the bounded out-of-orderness of the exactly-once
+// tests' event time: their watermark trails the newest reading read by
+// maxOutOfOrderMS+1 readings (one reading per ms).
+const maxOutOfOrderMS = 1000
+
 // exactConfig is what writeExactConfig puts in a node config.
 type exactConfig struct {
 	job         string
@@ -856,7 +891,7 @@ func writeExactConfig(t *testing.T, dir string, c exactConfig) string {
           id: {type: string, path: $.sensor}
           temp: {type: float, path: $.t}
           ts: {type: time, path: $.ts, unit: ms}
-    event_time: {field: ts, max_out_of_orderness: 1s}
+    event_time: {field: ts, max_out_of_orderness: %[7]dms}
     key: id
     window:
       type: tumbling
@@ -866,7 +901,7 @@ func writeExactConfig(t *testing.T, dir string, c exactConfig) string {
       - mqtt: {topic: "agg/{id}", qos: 1}
     checkpoint: {dir: %[6]s/checkpoints, interval: 200ms, mode: exactly_once}
     restart: {strategy: fixed_delay, attempts: 3, delay: 100ms}
-`, node, c.job, c.parallelism, src, c.qos, data)
+`, node, c.job, c.parallelism, src, c.qos, data, maxOutOfOrderMS)
 	p := filepath.Join(dir, "edged.yaml")
 	if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -878,79 +913,110 @@ func writeExactConfig(t *testing.T, dir string, c exactConfig) string {
 type inFlight struct {
 	reading   int   // next reading the loader was to publish
 	unacked   int   // publishes without acknowledgement
+	nodeAt    int   // the reading whose event time is the job's watermark
 	sourceOut int64 // records the source had sent on in this run
 	results   int   // results received in this run
 }
 
-// killInFlight waits until the node is in the middle of the load — the
-// loader has passed reading k, the job's source is reading (its
-// records_out grew between two looks), results arrived in this run and
-// publishes are unacknowledged — then pauses the loader and SIGKILLs the
-// node. The loader stays paused: the caller resumes it.
+// lockStepLead is how many readings past the job's event time (its
+// watermark) l may publish. Once the node has read every reading below
+// the loader's cap c, each subtask's newest timestamp is at least that of
+// reading c-1 less what the source's last batch (512 records at most)
+// gave only to the other subtask, so the watermark is at least reading
+// c-1-512-maxOutOfOrderMS-1: a lead of maxOutOfOrderMS+2+4*l.window (at
+// least 1600 more) always raises the cap again, and the loader cannot
+// wait for a node that has nothing left to read.
+func lockStepLead(l *loader) int64 {
+	return maxOutOfOrderMS + 2 + 4*int64(l.window)
+}
+
+// killStall bounds how long killInFlight waits while neither the node's
+// event time nor the loader moves (a node restoring under load takes
+// seconds).
+const killStall = 60 * time.Second
+
+// killInFlight holds the loader in lock step with the node — it may
+// publish only readings less than lockStepLead past the job's event time,
+// so on a loaded machine the load cannot run ahead of the node to its end
+// — and waits until the loader has passed reading k, the node is reading
+// (its event time advanced between two looks), results arrived in this
+// run and publishes are unacknowledged; then it pauses the loader and
+// SIGKILLs the node. The loader stays paused and capped: the caller
+// resumes it, the next call moves the cap on in lock step, and the test
+// lifts it (liftCap) after its last kill. It fails the test if neither
+// the node's event time nor the loader moves for killStall.
 func killInFlight(t *testing.T, nd *node, job string, l *loader, col *collector, run, k int) inFlight {
 	t.Helper()
-	var seen inFlight
-	last := int64(-1)
-	var out int64
-	// The loader stops a little past the kill point until the node has
-	// caught up; each time nothing is in flight it lets a few more go.
-	const ahead = 2000
-	// The cap stays after the kill, so that the load does not run ahead
-	// while the node restarts; the next kill point raises it, and the test
-	// lifts it (liftCap) after its last kill.
-	l.setCap(int64(k) + ahead)
+	lead := lockStepLead(l)
+	if l.capAt() == math.MaxInt64 {
+		// No event time yet (a new node): as if the node were at reading 0.
+		l.setCap(l.next.Load() + lead)
+	}
 	killed := false
 	defer func() {
 		if !killed {
+			// The test is failing: let the loader end.
 			l.liftCap()
 		}
 	}()
-	ok := testutil.Within(90*time.Second, func() bool {
+	var (
+		seen     inFlight
+		p        jobProgress
+		lastET   = int64(math.MinInt64)
+		lastNext = l.next.Load()
+		moved    = time.Now()
+		attempts int // kills given up because nothing was in flight
+	)
+	look := func() inFlight {
+		return inFlight{reading: int(l.next.Load()), unacked: l.unacked(), nodeAt: int(p.eventTime - epochMS),
+			sourceOut: p.sourceOut, results: col.received(run)}
+	}
+	ok := testutil.Within(10*time.Minute, func() bool {
 		nd.failIfExited(t)
 		if err := l.stopped(); err != nil {
 			t.Fatalf("publishing stopped: %v", err)
 		}
-		if l.next.Load() <= int64(k) {
-			return false
-		}
-		if l.atCap() && l.unacked() == 0 && col.received(run) > 0 {
-			// The node has caught up with everything the cap let out and
-			// published results in this run: let a little more go, so
-			// that it reads again. (Before its first results it needs no
-			// more input: what the cap let out closes windows.)
-			l.setCap(l.next.Load() + int64(l.window))
-		}
-		var read bool
-		out, read = nd.sourceOut(job)
-		grew := read && last >= 0 && out > last
+		var read, advanced bool
+		p, read = nd.progress(job)
 		if read {
-			last = out
+			l.setCap(p.eventTime - epochMS + lead)
+			advanced = lastET != math.MinInt64 && p.eventTime > lastET
+			lastET = p.eventTime
 		}
-		if !grew || col.received(run) == 0 {
+		if next := l.next.Load(); advanced || next != lastNext {
+			lastNext, moved = next, time.Now()
+		}
+		if time.Since(moved) > killStall {
+			t.Fatalf("kill point %d not reached: neither the node's event time nor the loader moved for %v (next reading %d, loader cap %d, %d acknowledged, %d unacknowledged; event time at reading %d (known: %v), source sent on %d records and %d results arrived in this run; %d kills given up with nothing in flight)",
+				k, killStall, l.next.Load(), l.capAt(), l.acked.Load(), l.unacked(), lastET-epochMS, lastET != math.MinInt64, p.sourceOut, col.received(run), attempts)
+		}
+		if !advanced || l.next.Load() <= int64(k) || col.received(run) == 0 {
 			return false
 		}
 		l.pause()
-		seen = inFlight{reading: int(l.next.Load()), unacked: l.unacked(), sourceOut: out, results: col.received(run)}
-		if seen.unacked == 0 {
-			// Nothing in flight: let a few more readings go and pause the
-			// loader again as soon as some of them are.
-			l.setCap(l.next.Load() + int64(l.window))
-			l.resume()
-			if !testutil.Within(2*time.Second, func() bool { return l.unacked() > 0 }) {
-				return false
-			}
-			l.pause()
-			seen = inFlight{reading: int(l.next.Load()), unacked: l.unacked(), sourceOut: out, results: col.received(run)}
-			if seen.unacked == 0 {
-				l.resume()
-				return false
-			}
+		if seen = look(); seen.unacked > 0 {
+			return true
 		}
-		return true
+		// Nothing in flight (the loader waited for the node, or the
+		// broker had just acknowledged all): let a loader window go past
+		// the cap and pause again as soon as some of it is in flight.
+		// The next look puts the cap back in lock step.
+		attempts++
+		l.setCap(l.next.Load() + int64(l.window))
+		l.resume()
+		if !testutil.Within(2*time.Second, func() bool { return l.unacked() > 0 }) {
+			return false
+		}
+		l.pause()
+		if seen = look(); seen.unacked > 0 {
+			return true
+		}
+		l.resume()
+		return false
 	})
 	if !ok {
-		t.Fatalf("kill point %d not reached with the node reading and publishes in flight within 90s: next reading %d, %d acknowledged, %d unacknowledged, source sent on %d records and %d results arrived in this run",
-			k, l.next.Load(), l.acked.Load(), l.unacked(), out, col.received(run))
+		t.Fatalf("kill point %d not reached within 10m: next reading %d, %d acknowledged, %d unacknowledged, event time at reading %d, source sent on %d records and %d results arrived in this run",
+			k, l.next.Load(), l.acked.Load(), l.unacked(), lastET-epochMS, p.sourceOut, col.received(run))
 	}
 	nd.kill()
 	killed = true
