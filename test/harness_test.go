@@ -47,8 +47,9 @@ import (
 const burnerEnv = "EDGED_E2E_BURNER"
 
 // tokenTimeout bounds the wait for one publish's acknowledgement; it
-// covers a node's restart, during which the devices' publishes wait.
-const tokenTimeout = 60 * time.Second
+// covers a node's restart (30 s) and the devices' reconnects
+// (reconnectTimeout), during which the devices' publishes wait.
+const tokenTimeout = 2 * time.Minute
 
 // envInt returns the integer in the environment variable name, or def.
 func envInt(t *testing.T, name string, def int) int {
@@ -310,49 +311,70 @@ func devices(t *testing.T, url, prefix string, n int, persistent bool) []paho.Cl
 	return cs
 }
 
-// reconnect connects c again once its old connection is gone (paho
-// resumes its session: unacknowledged publishes are resent) and returns
-// the broker's session-present flag.
-func reconnect(t *testing.T, c paho.Client, what string) bool {
-	t.Helper()
-	present := false
-	testutil.Eventually(t, 30*time.Second, "reconnect "+what, func() bool {
-		tok := c.Connect()
-		if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+// reconnectTimeout bounds connecting a client again after a node's
+// restart: on a loaded machine a hundred devices resuming their sessions
+// at once wait seconds for their CONNACKs.
+const reconnectTimeout = 60 * time.Second
+
+// connectAgain connects c again once its old connection is gone (paho
+// resumes its session: unacknowledged publishes are resent) and reports
+// whether it connected within timeout and the broker's session-present
+// flag. It waits for each attempt's outcome, however long it takes, and
+// only then tries again: a second Connect while the first is still
+// connecting fails at once, and would keep failing once the first has
+// connected.
+func connectAgain(c paho.Client, timeout time.Duration) (ok, present bool) {
+	var tok paho.Token
+	ok = testutil.Within(timeout, func() bool {
+		if tok == nil {
+			tok = c.Connect()
+		}
+		select {
+		case <-tok.Done():
+		default:
+			return false
+		}
+		if tok.Error() != nil {
+			tok = nil // the broker is not accepting yet: try again
 			return false
 		}
 		present = tok.(*paho.ConnectToken).SessionPresent()
 		return true
 	})
+	return ok, present
+}
+
+// reconnect connects c again (see connectAgain) and returns the broker's
+// session-present flag.
+func reconnect(t *testing.T, c paho.Client, what string) bool {
+	t.Helper()
+	ok, present := connectAgain(c, reconnectTimeout)
+	if !ok {
+		t.Fatalf("%s could not connect again within %v", what, reconnectTimeout)
+	}
 	return present
 }
 
-// reconnectAll connects every client of cs again, in parallel, and
-// returns how many found their session on the broker.
+// reconnectAll connects every client of cs again, in parallel (see
+// connectAgain), and returns how many found their session on the broker.
 func reconnectAll(t *testing.T, cs []paho.Client, what string) int {
 	t.Helper()
 	var present, failed atomic.Int64
 	var wg sync.WaitGroup
 	for _, c := range cs {
 		wg.Go(func() {
-			ok := testutil.Within(30*time.Second, func() bool {
-				tok := c.Connect()
-				if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
-					return false
-				}
-				if tok.(*paho.ConnectToken).SessionPresent() {
-					present.Add(1)
-				}
-				return true
-			})
-			if !ok {
+			ok, p := connectAgain(c, reconnectTimeout)
+			switch {
+			case !ok:
 				failed.Add(1)
+			case p:
+				present.Add(1)
 			}
 		})
 	}
 	wg.Wait()
 	if n := failed.Load(); n > 0 {
-		t.Fatalf("%d of %d %s could not connect again within 30s", n, len(cs), what)
+		t.Fatalf("%d of %d %s could not connect again within %v", n, len(cs), what, reconnectTimeout)
 	}
 	return int(present.Load())
 }
@@ -533,8 +555,16 @@ func (n *node) tasks(job string) ([]taskInfo, error) {
 // sourceOut returns the records the job's source task has sent on in the
 // node's current run.
 func (n *node) sourceOut(job string) (int64, bool) {
-	p, ok := n.progress(job)
-	return p.sourceOut, ok
+	ts, err := n.tasks(job)
+	if err != nil {
+		return 0, false
+	}
+	for _, ti := range ts {
+		if slices.Contains(ti.Operators, job+"/source") {
+			return ti.RecordsOut, true
+		}
+	}
+	return 0, false
 }
 
 // jobProgress is how far a job has read, from GET /jobs/{name}/operators.
