@@ -713,7 +713,9 @@ func cleanupNode(t *testing.T, n *node) {
 		}
 		t.Logf("edged log tail:\n%s", n.logTailN(12000))
 		if d := os.Getenv("EDGED_E2E_KEEP_LOGS"); d != "" {
-			dst := filepath.Join(d, strings.ReplaceAll(t.Name(), "/", "_")+".edged.log")
+			// Named by the test and the time of its end: with -count the
+			// failed runs keep a log each.
+			dst := filepath.Join(d, fmt.Sprintf("%s-%s.edged.log", strings.ReplaceAll(t.Name(), "/", "_"), time.Now().UTC().Format("20060102T150405.000")))
 			if b, err := os.ReadFile(n.logPath); err == nil && os.MkdirAll(d, 0o755) == nil && os.WriteFile(dst, b, 0o644) == nil {
 				t.Logf("edged log kept in %s", dst)
 			}
