@@ -47,8 +47,9 @@ import (
 const burnerEnv = "EDGED_E2E_BURNER"
 
 // tokenTimeout bounds the wait for one publish's acknowledgement; it
-// covers a node's restart, during which the devices' publishes wait.
-const tokenTimeout = 60 * time.Second
+// covers a node's restart (30 s) and the devices' reconnects
+// (reconnectTimeout), during which the devices' publishes wait.
+const tokenTimeout = 2 * time.Minute
 
 // envInt returns the integer in the environment variable name, or def.
 func envInt(t *testing.T, name string, def int) int {
@@ -207,9 +208,10 @@ func (l *loader) waitOldest() error {
 }
 
 // setCap lets the loader publish readings below n only (math.MaxInt64: no
-// cap). A kill test caps the loader a little past its kill point, so that
-// on a loaded machine the load cannot run to its end before the node has
-// caught up with the kill point.
+// cap); a lower cap holds the loader before its next publish. A kill test
+// moves the cap with the node's event time (see killInFlight), so that on
+// a loaded machine the load cannot run to its end before the node has
+// caught up with the kill points.
 func (l *loader) setCap(n int64) {
 	l.capMu.Lock()
 	defer l.capMu.Unlock()
@@ -223,11 +225,11 @@ func (l *loader) setCap(n int64) {
 // liftCap lets the loader publish the rest of its readings.
 func (l *loader) liftCap() { l.setCap(math.MaxInt64) }
 
-// atCap reports whether the loader is held by the cap.
-func (l *loader) atCap() bool {
+// capAt returns the loader's cap (math.MaxInt64: none).
+func (l *loader) capAt() int64 {
 	l.capMu.Lock()
 	defer l.capMu.Unlock()
-	return l.next.Load() >= l.capN
+	return l.capN
 }
 
 // waitCap blocks until reading i is below the cap or the loader's run is
@@ -309,49 +311,70 @@ func devices(t *testing.T, url, prefix string, n int, persistent bool) []paho.Cl
 	return cs
 }
 
-// reconnect connects c again once its old connection is gone (paho
-// resumes its session: unacknowledged publishes are resent) and returns
-// the broker's session-present flag.
-func reconnect(t *testing.T, c paho.Client, what string) bool {
-	t.Helper()
-	present := false
-	testutil.Eventually(t, 30*time.Second, "reconnect "+what, func() bool {
-		tok := c.Connect()
-		if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+// reconnectTimeout bounds connecting a client again after a node's
+// restart: on a loaded machine a hundred devices resuming their sessions
+// at once wait seconds for their CONNACKs.
+const reconnectTimeout = 60 * time.Second
+
+// connectAgain connects c again once its old connection is gone (paho
+// resumes its session: unacknowledged publishes are resent) and reports
+// whether it connected within timeout and the broker's session-present
+// flag. It waits for each attempt's outcome, however long it takes, and
+// only then tries again: a second Connect while the first is still
+// connecting fails at once, and would keep failing once the first has
+// connected.
+func connectAgain(c paho.Client, timeout time.Duration) (ok, present bool) {
+	var tok paho.Token
+	ok = testutil.Within(timeout, func() bool {
+		if tok == nil {
+			tok = c.Connect()
+		}
+		select {
+		case <-tok.Done():
+		default:
+			return false
+		}
+		if tok.Error() != nil {
+			tok = nil // the broker is not accepting yet: try again
 			return false
 		}
 		present = tok.(*paho.ConnectToken).SessionPresent()
 		return true
 	})
+	return ok, present
+}
+
+// reconnect connects c again (see connectAgain) and returns the broker's
+// session-present flag.
+func reconnect(t *testing.T, c paho.Client, what string) bool {
+	t.Helper()
+	ok, present := connectAgain(c, reconnectTimeout)
+	if !ok {
+		t.Fatalf("%s could not connect again within %v", what, reconnectTimeout)
+	}
 	return present
 }
 
-// reconnectAll connects every client of cs again, in parallel, and
-// returns how many found their session on the broker.
+// reconnectAll connects every client of cs again, in parallel (see
+// connectAgain), and returns how many found their session on the broker.
 func reconnectAll(t *testing.T, cs []paho.Client, what string) int {
 	t.Helper()
 	var present, failed atomic.Int64
 	var wg sync.WaitGroup
 	for _, c := range cs {
 		wg.Go(func() {
-			ok := testutil.Within(30*time.Second, func() bool {
-				tok := c.Connect()
-				if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
-					return false
-				}
-				if tok.(*paho.ConnectToken).SessionPresent() {
-					present.Add(1)
-				}
-				return true
-			})
-			if !ok {
+			ok, p := connectAgain(c, reconnectTimeout)
+			switch {
+			case !ok:
 				failed.Add(1)
+			case p:
+				present.Add(1)
 			}
 		})
 	}
 	wg.Wait()
 	if n := failed.Load(); n > 0 {
-		t.Fatalf("%d of %d %s could not connect again within 30s", n, len(cs), what)
+		t.Fatalf("%d of %d %s could not connect again within %v", n, len(cs), what, reconnectTimeout)
 	}
 	return int(present.Load())
 }
@@ -506,6 +529,7 @@ type taskInfo struct {
 	Parallelism int      `json:"parallelism"`
 	RecordsIn   int64    `json:"records_in"`
 	RecordsOut  int64    `json:"records_out"`
+	Watermark   *int64   `json:"watermark_ms"` // nil before the task's first watermark
 }
 
 // tasks returns the tasks of job on the running node.
@@ -541,6 +565,42 @@ func (n *node) sourceOut(job string) (int64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// jobProgress is how far a job has read, from GET /jobs/{name}/operators.
+type jobProgress struct {
+	sourceOut int64 // records the source task sent on in the node's current run
+	eventTime int64 // the window operator's watermark (least over its subtasks), ms
+}
+
+// progress returns how far the job on the running node has read; false
+// while the node does not answer or has not listed the job's source and
+// a watermark for every subtask of its window operator (as after a
+// restart, until the restored job runs and its event time moves). The
+// watermark is the one measure of the node's reading that holds across
+// restarts: a restored job resumes at its checkpoint's watermark, while
+// its records counters start again from 0.
+func (n *node) progress(job string) (jobProgress, bool) {
+	ts, err := n.tasks(job)
+	if err != nil {
+		return jobProgress{}, false
+	}
+	p := jobProgress{eventTime: math.MaxInt64}
+	var source, window bool
+	for _, ti := range ts {
+		if slices.Contains(ti.Operators, job+"/source") {
+			p.sourceOut += ti.RecordsOut
+			source = true
+		}
+		if slices.Contains(ti.Operators, job+"/window") {
+			if ti.Watermark == nil {
+				return jobProgress{}, false
+			}
+			p.eventTime = min(p.eventTime, *ti.Watermark)
+			window = true
+		}
+	}
+	return p, source && window
 }
 
 // checkParallelism fails the test unless GET /jobs/{job}/operators shows
@@ -653,7 +713,9 @@ func cleanupNode(t *testing.T, n *node) {
 		}
 		t.Logf("edged log tail:\n%s", n.logTailN(12000))
 		if d := os.Getenv("EDGED_E2E_KEEP_LOGS"); d != "" {
-			dst := filepath.Join(d, strings.ReplaceAll(t.Name(), "/", "_")+".edged.log")
+			// Named by the test and the time of its end: with -count the
+			// failed runs keep a log each.
+			dst := filepath.Join(d, fmt.Sprintf("%s-%s.edged.log", strings.ReplaceAll(t.Name(), "/", "_"), time.Now().UTC().Format("20060102T150405.000")))
 			if b, err := os.ReadFile(n.logPath); err == nil && os.MkdirAll(d, 0o755) == nil && os.WriteFile(dst, b, 0o644) == nil {
 				t.Logf("edged log kept in %s", dst)
 			}
@@ -818,6 +880,11 @@ func checkExact(t *testing.T, col *collector, w workload) {
 		missing, multiID, over, under, wrongTotals, w.sensors, len(col.bad))
 }
 
+// maxOutOfOrderMS is the bounded out-of-orderness of the exactly-once
+// tests' event time: their watermark trails the newest reading read by
+// maxOutOfOrderMS+1 readings (one reading per ms).
+const maxOutOfOrderMS = 1000
+
 // exactConfig is what writeExactConfig puts in a node config.
 type exactConfig struct {
 	job         string
@@ -856,7 +923,7 @@ func writeExactConfig(t *testing.T, dir string, c exactConfig) string {
           id: {type: string, path: $.sensor}
           temp: {type: float, path: $.t}
           ts: {type: time, path: $.ts, unit: ms}
-    event_time: {field: ts, max_out_of_orderness: 1s}
+    event_time: {field: ts, max_out_of_orderness: %[7]dms}
     key: id
     window:
       type: tumbling
@@ -866,7 +933,7 @@ func writeExactConfig(t *testing.T, dir string, c exactConfig) string {
       - mqtt: {topic: "agg/{id}", qos: 1}
     checkpoint: {dir: %[6]s/checkpoints, interval: 200ms, mode: exactly_once}
     restart: {strategy: fixed_delay, attempts: 3, delay: 100ms}
-`, node, c.job, c.parallelism, src, c.qos, data)
+`, node, c.job, c.parallelism, src, c.qos, data, maxOutOfOrderMS)
 	p := filepath.Join(dir, "edged.yaml")
 	if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -878,79 +945,111 @@ func writeExactConfig(t *testing.T, dir string, c exactConfig) string {
 type inFlight struct {
 	reading   int   // next reading the loader was to publish
 	unacked   int   // publishes without acknowledgement
+	nodeAt    int   // the reading whose event time is the job's watermark
 	sourceOut int64 // records the source had sent on in this run
 	results   int   // results received in this run
 }
 
-// killInFlight waits until the node is in the middle of the load — the
-// loader has passed reading k, the job's source is reading (its
-// records_out grew between two looks), results arrived in this run and
-// publishes are unacknowledged — then pauses the loader and SIGKILLs the
-// node. The loader stays paused: the caller resumes it.
+// lockStepLead is how many readings past the job's event time (its
+// watermark) l may publish. Once the node has read every reading below
+// the loader's cap c, each subtask's newest timestamp is at least that of
+// reading c-1 less what the source's last batch (512 records at most)
+// gave only to the other subtask, so the watermark is at least reading
+// c-1-512-maxOutOfOrderMS-1: a lead of maxOutOfOrderMS+2+4*l.window (at
+// least 1600 more) always raises the cap again, and the loader cannot
+// wait for a node that has nothing left to read.
+func lockStepLead(l *loader) int64 {
+	return maxOutOfOrderMS + 2 + 4*int64(l.window)
+}
+
+// killStall bounds how long killInFlight waits while neither the node's
+// event time nor the loader moves: a node restoring its job on a loaded
+// machine reads nothing for a while (up to 20 s seen under a load of 25
+// on 2 CPUs).
+const killStall = 2 * time.Minute
+
+// killInFlight holds the loader in lock step with the node — it may
+// publish only readings less than lockStepLead past the job's event time,
+// so on a loaded machine the load cannot run ahead of the node to its end
+// — and waits until the loader has passed reading k, the node is reading
+// (its event time advanced between two looks), results arrived in this
+// run and publishes are unacknowledged; then it pauses the loader and
+// SIGKILLs the node. The loader stays paused and capped: the caller
+// resumes it, the next call moves the cap on in lock step, and the test
+// lifts it (liftCap) after its last kill. It fails the test if neither
+// the node's event time nor the loader moves for killStall.
 func killInFlight(t *testing.T, nd *node, job string, l *loader, col *collector, run, k int) inFlight {
 	t.Helper()
-	var seen inFlight
-	last := int64(-1)
-	var out int64
-	// The loader stops a little past the kill point until the node has
-	// caught up; each time nothing is in flight it lets a few more go.
-	const ahead = 2000
-	// The cap stays after the kill, so that the load does not run ahead
-	// while the node restarts; the next kill point raises it, and the test
-	// lifts it (liftCap) after its last kill.
-	l.setCap(int64(k) + ahead)
+	lead := lockStepLead(l)
+	if l.capAt() == math.MaxInt64 {
+		// No event time yet (a new node): as if the node were at reading 0.
+		l.setCap(l.next.Load() + lead)
+	}
 	killed := false
 	defer func() {
 		if !killed {
+			// The test is failing: let the loader end.
 			l.liftCap()
 		}
 	}()
-	ok := testutil.Within(90*time.Second, func() bool {
+	var (
+		seen     inFlight
+		p        jobProgress
+		lastET   = int64(math.MinInt64)
+		lastNext = l.next.Load()
+		moved    = time.Now()
+		attempts int // kills given up because nothing was in flight
+	)
+	look := func() inFlight {
+		return inFlight{reading: int(l.next.Load()), unacked: l.unacked(), nodeAt: int(p.eventTime - epochMS),
+			sourceOut: p.sourceOut, results: col.received(run)}
+	}
+	ok := testutil.Within(10*time.Minute, func() bool {
 		nd.failIfExited(t)
 		if err := l.stopped(); err != nil {
 			t.Fatalf("publishing stopped: %v", err)
 		}
-		if l.next.Load() <= int64(k) {
-			return false
-		}
-		if l.atCap() && l.unacked() == 0 && col.received(run) > 0 {
-			// The node has caught up with everything the cap let out and
-			// published results in this run: let a little more go, so
-			// that it reads again. (Before its first results it needs no
-			// more input: what the cap let out closes windows.)
-			l.setCap(l.next.Load() + int64(l.window))
-		}
-		var read bool
-		out, read = nd.sourceOut(job)
-		grew := read && last >= 0 && out > last
+		var read, advanced bool
+		p, read = nd.progress(job)
 		if read {
-			last = out
+			l.setCap(p.eventTime - epochMS + lead)
+			advanced = lastET != math.MinInt64 && p.eventTime > lastET
+			lastET = p.eventTime
 		}
-		if !grew || col.received(run) == 0 {
+		if next := l.next.Load(); advanced || next != lastNext {
+			lastNext, moved = next, time.Now()
+		}
+		if time.Since(moved) > killStall {
+			t.Fatalf("kill point %d not reached: neither the node's event time nor the loader moved for %v (next reading %d, loader cap %d, %d acknowledged, %d unacknowledged; event time at reading %d (known: %v), source sent on %d records and %d results arrived in this run; %d kills given up with nothing in flight)",
+				k, killStall, l.next.Load(), l.capAt(), l.acked.Load(), l.unacked(), lastET-epochMS, lastET != math.MinInt64, p.sourceOut, col.received(run), attempts)
+		}
+		if !advanced || l.next.Load() <= int64(k) || col.received(run) == 0 {
 			return false
 		}
 		l.pause()
-		seen = inFlight{reading: int(l.next.Load()), unacked: l.unacked(), sourceOut: out, results: col.received(run)}
-		if seen.unacked == 0 {
-			// Nothing in flight: let a few more readings go and pause the
-			// loader again as soon as some of them are.
-			l.setCap(l.next.Load() + int64(l.window))
-			l.resume()
-			if !testutil.Within(2*time.Second, func() bool { return l.unacked() > 0 }) {
-				return false
-			}
-			l.pause()
-			seen = inFlight{reading: int(l.next.Load()), unacked: l.unacked(), sourceOut: out, results: col.received(run)}
-			if seen.unacked == 0 {
-				l.resume()
-				return false
-			}
+		if seen = look(); seen.unacked > 0 {
+			return true
 		}
-		return true
+		// Nothing in flight (the loader waited for the node, or the
+		// broker had just acknowledged all): let a loader window go past
+		// the cap and pause again as soon as some of it is in flight.
+		// The next look puts the cap back in lock step.
+		attempts++
+		l.setCap(l.next.Load() + int64(l.window))
+		l.resume()
+		if !testutil.Within(2*time.Second, func() bool { return l.unacked() > 0 }) {
+			return false
+		}
+		l.pause()
+		if seen = look(); seen.unacked > 0 {
+			return true
+		}
+		l.resume()
+		return false
 	})
 	if !ok {
-		t.Fatalf("kill point %d not reached with the node reading and publishes in flight within 90s: next reading %d, %d acknowledged, %d unacknowledged, source sent on %d records and %d results arrived in this run",
-			k, l.next.Load(), l.acked.Load(), l.unacked(), out, col.received(run))
+		t.Fatalf("kill point %d not reached within 10m: next reading %d, %d acknowledged, %d unacknowledged, event time at reading %d, source sent on %d records and %d results arrived in this run",
+			k, l.next.Load(), l.acked.Load(), l.unacked(), lastET-epochMS, p.sourceOut, col.received(run))
 	}
 	nd.kill()
 	killed = true
