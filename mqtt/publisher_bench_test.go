@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -24,11 +25,38 @@ import (
 // 1 with 1024 in flight, and the same records through a bare paho client
 // with the same window in the same run (the publisher before it spoke
 // MQTT itself). It reports both rates, their ratio, and CPU time per
-// message of this process and of Mosquitto.
+// message of this process (the publisher, and the consumer when there is
+// one) and of Mosquitto.
+//
+// With consumer=qos1 a paho client subscribed at QoS 1 (as the restart
+// benchmark's consumer is) must have received every message before a
+// round ends: the rate end to end through Mosquitto.
 //
 //	go test ./mqtt -run XXX -bench PublisherResults -benchtime 3x
 func BenchmarkPublisherResults(b *testing.B) {
+	for _, consumer := range []bool{false, true} {
+		name := "consumer=none"
+		if consumer {
+			name = "consumer=qos1"
+		}
+		b.Run(name, func(b *testing.B) { benchPublisherResults(b, consumer) })
+	}
+}
+
+func benchPublisherResults(b *testing.B, consumer bool) {
 	addr, mosq := startMosquittoBench(b)
+	var received atomic.Int64
+	if consumer {
+		sub := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("bench-consumer").
+			SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(func(paho.Client, paho.Message) {}))
+		if tok := sub.Connect(); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+			b.Fatal(tok.Error())
+		}
+		defer sub.Disconnect(0)
+		if tok := sub.Subscribe("agg/#", 1, func(paho.Client, paho.Message) { received.Add(1) }); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+			b.Fatal(tok.Error())
+		}
+	}
 	const n = 100_000
 	recs := make([]reading, n)
 	for i := range recs {
@@ -71,9 +99,13 @@ func BenchmarkPublisherResults(b *testing.B) {
 
 	type totals struct{ wall, cpu, mosq time.Duration }
 	run := func(f Publish, into *totals) {
+		received.Store(0)
 		c0, m0, t0 := processCPU(), procCPU(b, mosq), time.Now()
 		if err := f(recs, id); err != nil {
 			b.Fatal(err)
+		}
+		if consumer {
+			testutil.Eventually(b, waitBound, "every message at the consumer", func() bool { return received.Load() >= n })
 		}
 		into.wall += time.Since(t0)
 		into.cpu += processCPU() - c0
@@ -116,7 +148,9 @@ func startMosquittoBench(b *testing.B) (string, int) {
 	ln.Close()
 	_, port, _ := net.SplitHostPort(addr)
 	path := filepath.Join(b.TempDir(), "mosquitto.conf")
-	body := fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\npersistence false\n", port)
+	// As edged-bench's: a queue per subscriber that holds every message,
+	// so that a consumer behind the publisher loses none.
+	body := fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nmax_inflight_messages 1000\nmax_queued_messages 2000000\n", port)
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		b.Fatal(err)
 	}
