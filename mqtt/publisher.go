@@ -77,9 +77,10 @@ func (c PublisherConfig) Validate() error {
 //
 // Over tcp:// (mqtt://) and ssl:// (tls://, mqtts://) it speaks MQTT
 // 3.1.1 itself (pubConn): the publishes queued while the previous write
-// is in the kernel go out in one write, which is what lets a write-ahead
-// sink publish a checkpoint's 100,000 results in a fraction of a second.
-// Over websockets it uses paho.
+// is in the kernel go out in one write, and acknowledgements are read
+// through a buffer, where paho spends a system call on every publish and
+// several on every acknowledgement (BenchmarkPublisherResults). Over
+// websockets it uses paho.
 //
 // Neither reconnects: a lost connection fails the next Publish or Flush,
 // and the job's restart (replaying from the last checkpoint) resends.
