@@ -26,5 +26,8 @@
 // (one per client, so a client's messages are appended in order). Source,
 // Sink and Publisher are owned by one subtask goroutine and are not safe
 // for concurrent use. Constructors start nothing; Broker.Start starts the
-// listener and Close stops it and waits for its connection goroutines.
+// listener and Close stops it and waits for its connection goroutines. A
+// Publisher to a tcp:// or ssl:// broker starts a reader and a writer
+// goroutine for its connection at the first Publish; Close waits for
+// them.
 package mqtt

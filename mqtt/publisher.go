@@ -21,8 +21,9 @@ type PublisherConfig struct {
 	// qos; default 1.
 	QoS byte
 	// MaxInflight bounds the publishes not yet acknowledged by the broker
-	// (paho has no limit of its own): Publish waits for the oldest when
-	// it is reached. YAML max_inflight; default 1024.
+	// (not yet written, for QoS 0): Publish waits when it is reached. At
+	// QoS 1 and 2 at most 65535 can be in flight (MQTT packet ids); a
+	// larger value means 65535. YAML max_inflight; default 1024.
 	MaxInflight int
 	// Timeout bounds connecting and waiting for one acknowledgement.
 	// YAML timeout; default 30s.
@@ -30,6 +31,10 @@ type PublisherConfig struct {
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
+
+// maxPacketIDs is the number of MQTT packet ids: the most QoS 1 and 2
+// publishes that can be in flight on one connection.
+const maxPacketIDs = 65535
 
 // DefaultPublisherConfig returns QoS 1 to tcp://127.0.0.1:1883 with 1024
 // publishes in flight; ClientID must still be set.
@@ -66,21 +71,26 @@ func (c PublisherConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Publisher publishes to an MQTT broker with paho, keeping at most
-// MaxInflight publishes unacknowledged. It connects at the first Publish.
-// Not safe for concurrent use: one goroutine (the sink's subtask) owns
-// it.
+// Publisher publishes to an MQTT broker, keeping at most MaxInflight
+// publishes unacknowledged. It connects at the first Publish. Not safe
+// for concurrent use: one goroutine (the sink's subtask) owns it.
 //
-// paho completes the tokens of publishes lost across a reconnect without
-// delivery, so Publisher turns auto-reconnect off: a lost connection
-// fails the next Publish or Flush, and the job's restart (replaying from
-// the last checkpoint) resends.
+// Over tcp:// (mqtt://) and ssl:// (tls://, mqtts://) it speaks MQTT
+// 3.1.1 itself (pubConn): the publishes queued while the previous write
+// is in the kernel go out in one write, and acknowledgements are read
+// through a buffer, where paho spends a system call on every publish and
+// several on every acknowledgement (BenchmarkPublisherResults). Over
+// websockets it uses paho.
+//
+// Neither reconnects: a lost connection fails the next Publish or Flush,
+// and the job's restart (replaying from the last checkpoint) resends.
 type Publisher struct {
 	cfg    PublisherConfig
 	logger *slog.Logger
+	conn   *pubConn // tcp and TLS brokers
 	client paho.Client
-	tokens []paho.Token // unacknowledged publishes, oldest first
-	head   int          // tokens[:head] are done
+	tokens []paho.Token // paho: unacknowledged publishes, oldest first
+	head   int          // paho: tokens[:head] are done
 	closed bool
 }
 
@@ -97,6 +107,14 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 }
 
 func (p *Publisher) connect() error {
+	if leanScheme(p.cfg.Broker) {
+		c, err := dialPubConn(p.cfg)
+		if err != nil {
+			return err
+		}
+		p.conn = c
+		return nil
+	}
 	opts := paho.NewClientOptions().
 		AddBroker(p.cfg.Broker).
 		SetClientID(p.cfg.ClientID).
@@ -127,10 +145,17 @@ func (p *Publisher) Publish(topic string, payload []byte) error {
 	if p.closed {
 		return ErrPublisherClosed
 	}
-	if p.client == nil {
+	if p.client == nil && p.conn == nil {
 		if err := p.connect(); err != nil {
 			return err
 		}
+	}
+	if p.conn != nil {
+		limit := p.cfg.MaxInflight
+		if p.cfg.QoS > 0 {
+			limit = min(limit, maxPacketIDs)
+		}
+		return p.conn.publish(topic, payload, limit)
 	}
 	for len(p.tokens)-p.head >= p.cfg.MaxInflight {
 		if err := p.waitOldest(); err != nil {
@@ -160,6 +185,9 @@ func (p *Publisher) waitOldest() error {
 // Flush waits until every publish so far is acknowledged by the broker
 // (for QoS 1 and 2) or written (QoS 0), and returns the first failure.
 func (p *Publisher) Flush() error {
+	if p.conn != nil {
+		return p.conn.flush()
+	}
 	var first error
 	for p.head < len(p.tokens) {
 		if err := p.waitOldest(); err != nil && first == nil {
@@ -171,7 +199,14 @@ func (p *Publisher) Flush() error {
 }
 
 // Outstanding returns the number of publishes not yet waited for.
-func (p *Publisher) Outstanding() int { return len(p.tokens) - p.head }
+func (p *Publisher) Outstanding() int {
+	if p.conn != nil {
+		p.conn.mu.Lock()
+		defer p.conn.mu.Unlock()
+		return p.conn.outstanding()
+	}
+	return len(p.tokens) - p.head
+}
 
 // Close disconnects, after waiting up to 250 ms for work in progress; it
 // does not wait for acknowledgements (call Flush first). Closing twice is
@@ -181,10 +216,15 @@ func (p *Publisher) Close() error {
 		return nil
 	}
 	p.closed = true
+	var err error
+	if p.conn != nil {
+		err = p.conn.close()
+		p.conn = nil
+	}
 	if p.client != nil {
 		p.client.Disconnect(250)
 		p.client = nil
 	}
 	p.tokens, p.head = nil, 0
-	return nil
+	return err
 }

@@ -8,6 +8,10 @@ import (
 // ErrNotKeyed is returned when keyed state is used outside a keyed context.
 var ErrNotKeyed = errors.New("operators: keyed state used on a stream that is not keyed")
 
+// ErrClosed is wrapped by the failure of work an operator's Close cut
+// short (a write-ahead sink's background re-publish of restored records).
+var ErrClosed = errors.New("operators: operator closed")
+
 // Failure is the panic value with which an operator aborts the record it is
 // processing because a user function returned an error. The task runtime
 // recovers it (and any other panic) and fails the task.

@@ -47,7 +47,25 @@ type WriteAheadSink[T any] struct {
 	// final: the job takes a final checkpoint after Finish, which
 	// publishes what is held.
 	final bool
+	// background: RestoreState re-publishes on a goroutine
+	// (WithBackgroundRestore).
+	background bool
+	// held is being re-published by that goroutine: restored records of
+	// completed checkpoints, still part of every snapshot until held.done.
+	held *heldRecords[T]
 }
+
+// heldRecords are restored records re-published by a goroutine.
+type heldRecords[T any] struct {
+	batches []walBatch[T]
+	stop    chan struct{} // closed by Close: give up between chunks
+	done    chan struct{} // closed when the goroutine returned
+	err     error         // the goroutine's failure; read after done
+}
+
+// restoreChunk is how many held records a background re-publish hands to
+// Publish at once: Close waits for at most one chunk.
+const restoreChunk = 8192
 
 type walBatch[T any] struct {
 	checkpoint int64
@@ -73,6 +91,21 @@ func (s *WriteAheadSink[T]) WithIdentity(identity func(T) string) *WriteAheadSin
 	return s
 }
 
+// WithBackgroundRestore makes RestoreState return at once and re-publish
+// the restored records on a goroutine of its own, so the job starts
+// processing while they go out: they belong to a completed checkpoint, so
+// they are committed and need no new one. Until they are all published,
+// every snapshot still holds them, and NotifyCheckpointComplete and
+// Finish wait for them before publishing newer records (per key, results
+// keep their order). publish, the identity and the codec are then called
+// from that goroutine while the subtask runs: they must not share
+// unsynchronised state with the job's other operators. Call before the
+// job runs; it returns s.
+func (s *WriteAheadSink[T]) WithBackgroundRestore() *WriteAheadSink[T] {
+	s.background = true
+	return s
+}
+
 // Open records the sink's UID, for the record ids, and where the subtask
 // runs, for a restore at another parallelism.
 func (s *WriteAheadSink[T]) Open(ctx *Context) error {
@@ -87,14 +120,41 @@ func (s *WriteAheadSink[T]) Collect(v T) { s.buf = append(s.buf, v) }
 // SnapshotState seals the records since the last checkpoint as checkpoint
 // id's and returns everything not yet published.
 func (s *WriteAheadSink[T]) SnapshotState(id int64) ([]byte, error) {
+	if err := s.heldDone(false); err != nil {
+		return nil, err
+	}
 	s.pending = append(s.pending, walBatch[T]{checkpoint: id, records: s.buf})
 	s.buf = nil
 	return s.encode()
 }
 
+// heldDone drops the restored records once their background re-publish
+// ended, waiting for it when wait is set, and returns its failure. While
+// it runs (and wait is not set) they stay held.
+func (s *WriteAheadSink[T]) heldDone(wait bool) error {
+	h := s.held
+	if h == nil {
+		return nil
+	}
+	if wait {
+		<-h.done
+	}
+	select {
+	case <-h.done:
+	default:
+		return nil
+	}
+	s.held = nil
+	return h.err
+}
+
 func (s *WriteAheadSink[T]) encode() ([]byte, error) {
-	b := binary.AppendUvarint(nil, uint64(len(s.pending)))
-	for _, p := range s.pending {
+	batches := s.pending
+	if s.held != nil {
+		batches = append(slices.Clip(s.held.batches), s.pending...)
+	}
+	b := binary.AppendUvarint(nil, uint64(len(batches)))
+	for _, p := range batches {
 		b = binary.AppendVarint(b, p.checkpoint)
 		body, err := codec.AppendBatch(s.codec, nil, p.records)
 		if err != nil && len(p.records) > 0 {
@@ -140,17 +200,20 @@ func (s *WriteAheadSink[T]) decode(b []byte) ([]walBatch[T], error) {
 
 // ID returns the deterministic id of v: RecordID of the sink's UID and
 // v's identity. Valid after Open.
-func (s *WriteAheadSink[T]) ID(v T) string {
+func (s *WriteAheadSink[T]) ID(v T) string { return s.idWith(&s.scratch, v) }
+
+// idWith is ID with its own encoding buffer.
+func (s *WriteAheadSink[T]) idWith(scratch *[]byte, v T) string {
 	if s.identity != nil {
 		return RecordID(s.uid, s.identity(v))
 	}
-	b, err := s.codec.Append(s.scratch[:0], v)
+	b, err := s.codec.Append((*scratch)[:0], v)
 	if err != nil {
 		// Records that cannot be encoded never enter the state (encode
 		// fails the snapshot first); fall back to the type's text form.
 		return RecordID(s.uid, fmt.Sprintf("%#v", v))
 	}
-	s.scratch = b
+	*scratch = b
 	return RecordID(s.uid, string(b))
 }
 
@@ -160,8 +223,11 @@ func (s *WriteAheadSink[T]) publishBatch(records []T) error {
 }
 
 // NotifyCheckpointComplete publishes the records of every checkpoint up to
-// id.
+// id, after the restored ones (WithBackgroundRestore).
 func (s *WriteAheadSink[T]) NotifyCheckpointComplete(id int64) error {
+	if err := s.heldDone(true); err != nil {
+		return err
+	}
 	i := 0
 	for ; i < len(s.pending) && s.pending[i].checkpoint <= id; i++ {
 		p := s.pending[i]
@@ -186,9 +252,13 @@ func (s *WriteAheadSink[T]) NotifyCheckpointAborted(int64) error { return nil }
 // the checkpoint's, states holds every old subtask's records and this
 // subtask publishes those of old subtasks j with j mod parallelism ==
 // subtask: each held record is published by exactly one new subtask.
+//
+// With WithBackgroundRestore it decodes them, starts their re-publish on
+// a goroutine and returns.
 func (s *WriteAheadSink[T]) RestoreState(states [][]byte, oldParallelism int) error {
 	n := max(s.parallelism, 1)
 	rescaled := oldParallelism != n || len(states) != 1
+	var held []walBatch[T]
 	for j, st := range states {
 		if rescaled && j%n != s.subtask {
 			continue
@@ -201,10 +271,55 @@ func (s *WriteAheadSink[T]) RestoreState(states [][]byte, oldParallelism int) er
 			if len(p.records) == 0 {
 				continue
 			}
+			if s.background {
+				held = append(held, p)
+				continue
+			}
 			if err := s.publishBatch(p.records); err != nil {
 				return fmt.Errorf("write-ahead sink: re-publish checkpoint %d: %w", p.checkpoint, err)
 			}
 		}
+	}
+	if len(held) > 0 {
+		if err := s.heldDone(true); err != nil {
+			return err
+		}
+		h := &heldRecords[T]{batches: held, stop: make(chan struct{}), done: make(chan struct{})}
+		s.held = h
+		go s.republish(h)
+	}
+	return nil
+}
+
+// republish publishes h's records in chunks, giving up between chunks
+// once h.stop is closed.
+func (s *WriteAheadSink[T]) republish(h *heldRecords[T]) {
+	defer close(h.done)
+	var scratch []byte
+	for _, p := range h.batches {
+		for off := 0; off < len(p.records); off += restoreChunk {
+			select {
+			case <-h.stop:
+				h.err = fmt.Errorf("write-ahead sink: re-publish checkpoint %d: %w", p.checkpoint, ErrClosed)
+				return
+			default:
+			}
+			chunk := p.records[off:min(off+restoreChunk, len(p.records))]
+			if err := s.publish(chunk, func(j int) string { return s.idWith(&scratch, chunk[j]) }); err != nil {
+				h.err = fmt.Errorf("write-ahead sink: re-publish checkpoint %d: %w", p.checkpoint, err)
+				return
+			}
+		}
+	}
+}
+
+// Close stops a background re-publish of restored records and waits for
+// it (at most the publish of one chunk).
+func (s *WriteAheadSink[T]) Close() error {
+	if h := s.held; h != nil {
+		close(h.stop)
+		<-h.done
+		s.held = nil
 	}
 	return nil
 }
@@ -213,6 +328,9 @@ func (s *WriteAheadSink[T]) RestoreState(states [][]byte, oldParallelism int) er
 // final checkpoint (Context.FinalCheckpoint) it does nothing: that
 // checkpoint seals the last records and its completion publishes them.
 func (s *WriteAheadSink[T]) Finish() error {
+	if err := s.heldDone(true); err != nil {
+		return err
+	}
 	if s.final {
 		return nil
 	}

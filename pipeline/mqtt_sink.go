@@ -145,7 +145,12 @@ func topicFunc[T any](b *builder, what, tmpl string) func(T) (string, error) {
 // RecordID of the sink's UID (pipeline, sink index and output) and the
 // result's JSON line (key, window or alert, and the values): the same in
 // every run and at every parallelism, and different for two firings of
-// one window that differ (allowed lateness).
+// one window that differ (allowed lateness). After a restore, the
+// results the restored checkpoint held (committed, maybe not yet
+// published) go out on a goroutine of their own while the job runs
+// (operators.WriteAheadSink.WithBackgroundRestore): the topic and
+// format functions are pure and the publisher is the sink's alone until
+// they are out.
 type walPublisher[T any] struct {
 	*operators.WriteAheadSink[T]
 	cfg    mqtt.PublisherConfig
@@ -165,7 +170,7 @@ func newWALPublisher[T any](pc mqtt.PublisherConfig, topic func(T) (string, erro
 	w := &walPublisher[T]{cfg: pc, topic: topic, encode: encode, format: format}
 	w.WriteAheadSink = operators.NewWriteAheadSink(func(records []T, id func(int) string) error {
 		return mqtt.PublishFunc(w.pub, w.topic, w.encode, w.reject)(records, id)
-	}, c).WithIdentity(format)
+	}, c).WithIdentity(format).WithBackgroundRestore()
 	return w
 }
 

@@ -129,6 +129,13 @@ func (t *memTable[K, N, T]) load(p *pendingState) error {
 	entryTTL := t.sp.ttl.TTL > 0 && t.sp.kind != kindMap
 	for _, g := range slices.Sorted(maps.Keys(p.groups)) {
 		grp := t.group(g)
+		if n := p.groups[g].count; t.sp.kind != kindMap && grp.index == nil && n > 0 {
+			// One record per entry: size the group once instead of
+			// growing its map and slice record by record.
+			grp.index = make(map[nsKey[K, N]]int, n)
+			grp.slots = make([]entry[K, N, T], 0, n)
+			t.epoch++
+		}
 		err := forEachRecord(p.groups[g], func(key, val []byte) error {
 			k, n1, err := kc.Decode(key)
 			if err != nil {

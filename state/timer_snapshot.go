@@ -113,7 +113,11 @@ func (r *timerQueueReg[K, N]) capture(rg keygroup.Range) (rawSource, error) {
 // load registers the restored timers of p into the queue; nothing if
 // some fail to decode.
 func (r *timerQueueReg[K, N]) load(p *pendingState) error {
-	var ts []Timer[K, N]
+	n := 0
+	for _, recs := range p.groups {
+		n += recs.count
+	}
+	ts := make([]Timer[K, N], 0, n)
 	for _, g := range slices.Sorted(maps.Keys(p.groups)) {
 		err := forEachRecord(p.groups[g], func(key, val []byte) error {
 			k, n, err := r.kc.Decode(key)

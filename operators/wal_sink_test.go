@@ -1,0 +1,207 @@
+package operators_test
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edgedio/edged/internal/testutil"
+	"github.com/edgedio/edged/operators"
+)
+
+// gatedPublish records what a write-ahead sink publishes, from any
+// goroutine, and holds every publish until the gate opens.
+type gatedPublish struct {
+	mu      sync.Mutex
+	out     []string
+	ids     map[string]string
+	entered chan struct{} // capacity 1: a publish started
+	gate    chan struct{} // closed: publishes may finish
+}
+
+func newGatedPublish() *gatedPublish {
+	return &gatedPublish{ids: map[string]string{}, entered: make(chan struct{}, 1), gate: make(chan struct{})}
+}
+
+func (g *gatedPublish) publish(vs []string, id func(int) string) error {
+	select {
+	case g.entered <- struct{}{}:
+	default:
+	}
+	<-g.gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, v := range vs {
+		g.out = append(g.out, v)
+		g.ids[v] = id(i)
+	}
+	return nil
+}
+
+func (g *gatedPublish) published() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.out)
+}
+
+// heldState is the state of a write-ahead sink whose checkpoints 1 and 2
+// completed while it was killed before publishing them: it holds a and b
+// (checkpoint 1) and c (checkpoint 2). It also returns the ids a sink
+// restored from it without WithBackgroundRestore publishes.
+func heldState(t *testing.T) ([]byte, map[string]string) {
+	t.Helper()
+	s := operators.NewWriteAheadSink[string](func([]string, func(int) string) error {
+		t.Fatal("published before any completion")
+		return nil
+	}, nil)
+	if err := s.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	s.Collect("a")
+	s.Collect("b")
+	if _, err := s.SnapshotState(1); err != nil {
+		t.Fatal(err)
+	}
+	s.Collect("c")
+	st, err := s.SnapshotState(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	sync := operators.NewWriteAheadSink(func(vs []string, id func(int) string) error {
+		for i, v := range vs {
+			ids[v] = id(i)
+		}
+		return nil
+	}, nil)
+	if err := sync.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sync.RestoreState([][]byte{st}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 3 {
+		t.Fatalf("synchronous restore published %v", ids)
+	}
+	return st, ids
+}
+
+// With WithBackgroundRestore, the held results of the restored (completed)
+// checkpoint are published right after the restore, before any new
+// checkpoint, without holding up the restore; results collected after
+// the restore are published only once a checkpoint covering them
+// completes, after the held ones; and until the held ones are out every
+// snapshot still holds them.
+func TestWriteAheadSinkBackgroundRestore(t *testing.T) {
+	st, wantIDs := heldState(t)
+	g := newGatedPublish()
+	r := operators.NewWriteAheadSink(g.publish, nil).WithBackgroundRestore()
+	if err := r.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	restored := make(chan error, 1)
+	go func() { restored <- r.RestoreState([][]byte{st}, 1) }()
+	select {
+	case err := <-restored:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		close(g.gate)
+		t.Fatal("RestoreState waited for the held results to be published")
+	}
+	// The re-publish started without any new checkpoint.
+	select {
+	case <-g.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("held results not being published after the restore")
+	}
+	r.Collect("d") // computed after the restore: no completed checkpoint covers it
+	mid, err := r.SnapshotState(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(g.gate)
+	testutil.Eventually(t, 10*time.Second, "held results published", func() bool { return len(g.published()) >= 3 })
+	if got := g.published(); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("published %v before checkpoint 3 completed, want the held a b c only", got)
+	}
+	if err := r.NotifyCheckpointComplete(3); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.published(); !slices.Equal(got, []string{"a", "b", "c", "d"}) {
+		t.Fatalf("after checkpoint 3: %v", got)
+	}
+	g.mu.Lock()
+	for v, id := range wantIDs {
+		if g.ids[v] != id {
+			t.Fatalf("%s re-published with id %s, a synchronous restore gives %s", v, g.ids[v], id)
+		}
+	}
+	g.mu.Unlock()
+
+	// Snapshot 3, taken while a b c were still going out, holds them
+	// (and d); a snapshot after they went out holds none of them.
+	held := func(state []byte) []string {
+		var got []string
+		s := operators.NewWriteAheadSink(func(vs []string, _ func(int) string) error {
+			got = append(got, vs...)
+			return nil
+		}, nil)
+		if err := s.Open(sinkContext(0)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RestoreState([][]byte{state}, 1); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := held(mid); !slices.Equal(got, []string{"a", "b", "c", "d"}) {
+		t.Fatalf("snapshot during the re-publish holds %v, want a b c d", got)
+	}
+	r.Collect("e")
+	after, err := r.SnapshotState(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := held(after); !slices.Equal(got, []string{"e"}) {
+		t.Fatalf("snapshot after the re-publish holds %v, want e", got)
+	}
+}
+
+// Close stops a background re-publish between chunks and waits for it; a
+// failed re-publish fails the next checkpoint.
+func TestWriteAheadSinkBackgroundRestoreStops(t *testing.T) {
+	st, _ := heldState(t)
+	g := newGatedPublish()
+	r := operators.NewWriteAheadSink(g.publish, nil).WithBackgroundRestore()
+	if err := r.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RestoreState([][]byte{st}, 1); err != nil {
+		t.Fatal(err)
+	}
+	<-g.entered
+	closed := make(chan error, 1)
+	go func() { closed <- r.Close() }()
+	close(g.gate)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+
+	boom := errors.New("broker gone")
+	f := operators.NewWriteAheadSink(func([]string, func(int) string) error { return boom }, nil).WithBackgroundRestore()
+	if err := f.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.RestoreState([][]byte{st}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.NotifyCheckpointComplete(3); !errors.Is(err, boom) {
+		t.Fatalf("checkpoint after a failed re-publish: %v, want %v", err, boom)
+	}
+}
