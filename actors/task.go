@@ -429,8 +429,10 @@ func (t *task) sendRemote(ch *channel, m message) {
 	var body []byte
 	switch m := m.(type) {
 	case *wireBatch:
+		// The network owns the body from now on: the next batch is
+		// encoded into a new buffer of the same size.
 		kind, body = FrameBatch, m.data
-		m.data = nil
+		m.data = make([]byte, 0, cap(body))
 		ch.release(m)
 		ch.sent.Add(1)
 		t.live.batchesOut.Add(1)
