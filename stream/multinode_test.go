@@ -216,6 +216,7 @@ func TestMultiNodeTumblingWindowIsExact(t *testing.T) { testMultiNodeWindows(t, 
 // failures on nodes nodes and compares what the sinks committed with the
 // failure-free run in one process.
 func testMultiNodeExactlyOnce(t *testing.T, c *testCluster, fails int64, n int64, keys int) {
+	testutil.Burn(t, 1)
 	want := t.TempDir()
 	if err := execute(t, eoJob(n, keys, want, nil, stream.WithParallelism(2))); err != nil {
 		t.Fatal(err)
