@@ -106,6 +106,7 @@ func (c *testCluster) sent() cluster.SenderStats {
 		s.Frames += x.Frames
 		s.Batches += x.Batches
 		s.Bytes += x.Bytes
+		s.MaxInFlight = max(s.MaxInFlight, x.MaxInFlight)
 	}
 	return s
 }
@@ -118,7 +119,12 @@ func (c *testCluster) checkCrossed(t testing.TB) {
 	if len(c.Nodes) > 1 && s.Batches == 0 {
 		t.Fatal("no batch crossed nodes")
 	}
-	t.Logf("%d nodes: %d frames, %d batches, %d bytes between nodes", len(c.Nodes), s.Frames, s.Batches, s.Bytes)
+	// Acknowledgements are the credits: no channel ever had more batches
+	// unacknowledged than its credits.
+	if credits := testChannelConfig().Credits; s.MaxInFlight > credits {
+		t.Fatalf("%d batches in flight on a channel between nodes, credits %d", s.MaxInFlight, credits)
+	}
+	t.Logf("%d nodes: %d frames, %d batches, %d bytes between nodes, at most %d batches in flight", len(c.Nodes), s.Frames, s.Batches, s.Bytes, s.MaxInFlight)
 }
 
 type clusterMaker func(t testing.TB, n int) *testCluster
