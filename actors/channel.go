@@ -21,8 +21,18 @@ type channel struct {
 	// gate is the input of the receiving operator the channel feeds (0, or
 	// 1 for the second input of a two-input operator).
 	gate int
-	// to is the receiving task.
+	// to is the receiving task; nil on the sending node of a channel
+	// whose receiver runs on another node.
 	to *task
+	// toName and toSub name the receiving chain and subtask.
+	toName string
+	toSub  int
+	// out is the remote end of a channel whose receiver runs on another
+	// node (on the sending node); in that of a channel whose sender runs
+	// on another node (on the receiving node). Both nil for a local
+	// channel.
+	out RemoteSender
+	in  RemoteReceiver
 	// credits is the number of buffers the channel owns.
 	credits int
 
@@ -76,9 +86,15 @@ func (c *channel) acquire(done <-chan struct{}) any {
 	}
 }
 
-// release returns a processed buffer to the sender.
+// release returns a processed buffer to the sender; on the receiving
+// node of a remote channel, it reports the batch processed, which
+// returns its credit to the sender.
 func (c *channel) release(b any) {
 	c.processed.Add(1)
+	if c.in != nil {
+		c.in.Processed(b.(*wireBatch).seq)
+		return
+	}
 	c.mu.Lock()
 	c.free = append(c.free, b)
 	ring := c.waiting && len(c.free) >= c.resumeAt()
@@ -110,6 +126,8 @@ func (c *channel) noteSent() {
 type wireBatch struct {
 	ch   *channel
 	data []byte
+	// seq is the batch's sequence number on a remote channel.
+	seq uint64
 }
 
 // batch is a batch of records of type T sent on ch, with the event

@@ -137,7 +137,7 @@ func (t *task) captureTime() *taskTime {
 // key groups this subtask takes over (watermark.NewMergerAt), which is
 // never later than what any of them had. The operators learn the restored
 // watermark when the task starts (replayTime).
-func (r *Runner) restoreTime(md *snapshot.Metadata, t *task) error {
+func (r *host) restoreTime(md *snapshot.Metadata, t *task) error {
 	head := t.chain.Head()
 	op, ok := md.Operator(head.UID)
 	if !ok {
@@ -324,7 +324,7 @@ func (t *task) taskID() snapshot.TaskID {
 // writeOperator writes one operator's snapshot to its state file. An
 // operator with nothing but the task's event time gets a handle without a
 // file.
-func (r *Runner) writeOperator(id snapshot.ID, subtask int, p *opSnapshot) (snapshot.Handle, error) {
+func (r *host) writeOperator(id snapshot.ID, subtask int, p *opSnapshot) (snapshot.Handle, error) {
 	if p.raw == nil && p.op == nil && p.keyed == nil {
 		kg, err := codec.For[sections]().Append(nil, sections{})
 		if err == nil {
@@ -409,7 +409,7 @@ func readPart(path string, off, length int64) ([]byte, error) {
 // restoreOperator loads vertex v's state for subtask sub from md into ctx
 // (keyed state and operator state, before Open) and returns the raw states
 // to give the operator after Open.
-func (r *Runner) restoreOperator(md *snapshot.Metadata, v *Vertex, sub int, ctx *operators.Context) (raw [][]byte, oldP int, err error) {
+func (r *host) restoreOperator(md *snapshot.Metadata, v *Vertex, sub int, ctx *operators.Context) (raw [][]byte, oldP int, err error) {
 	op, ok := md.Operator(v.UID)
 	if !ok {
 		return nil, 0, nil

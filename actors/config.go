@@ -43,6 +43,9 @@ type Config struct {
 	AllowNonRestoredState bool
 	// StateBackend chooses where keyed state lives. Default: memory.
 	StateBackend StateBackendConfig
+	// Cluster, when set, places the job's tasks on several nodes; nil
+	// runs every task in this process.
+	Cluster *Cluster
 }
 
 // BackendKind names a keyed state backend.

@@ -27,15 +27,6 @@ type savepointResult struct {
 	err  error
 }
 
-// input hands a coordinator input to the runner's loop; called from the
-// tasks' snapshot writers.
-func (r *Runner) input(in snapshot.Input) {
-	select {
-	case r.inputs <- in:
-	case <-r.done:
-	}
-}
-
 // TriggerSavepoint takes a savepoint of the running job at path ("" for
 // the store's default place) and returns where it was written. With stop,
 // the job ends once the savepoint is complete. It fails if the job has no
@@ -86,13 +77,7 @@ func (r *Runner) openCheckpointing() error {
 	if err != nil {
 		return err
 	}
-	var tasks, sources []snapshot.TaskID
-	for _, t := range r.tasks {
-		tasks = append(tasks, t.taskID())
-		if t.source != nil {
-			sources = append(sources, t.taskID())
-		}
-	}
+	tasks, sources := r.taskIDs()
 	coord, err := snapshot.NewCoordinator(cfg, tasks, sources)
 	if err != nil {
 		return err
@@ -109,6 +94,9 @@ func (r *Runner) openCheckpointing() error {
 		return err
 	}
 	r.store, r.coord = store, coord
+	for _, h := range r.hosts {
+		h.store = store
+	}
 	// The first tick starts the interval.
 	now := r.cfg.Clock.Now()
 	return r.handle(now, append(acts, coord.Tick(now)...))
@@ -125,16 +113,15 @@ func (r *Runner) handle(now time.Time, acts []snapshot.Action) error {
 		switch a := a.(type) {
 		case snapshot.Trigger:
 			if _, err := r.store.Begin(a); err != nil {
-				acts = append(acts, r.coord.Step(now, snapshot.Decline{Checkpoint: a.Checkpoint, Task: r.tasks[0].taskID(), Reason: err})...)
+				first, _ := r.taskIDs()
+				acts = append(acts, r.coord.Step(now, snapshot.Decline{Checkpoint: a.Checkpoint, Task: first[0], Reason: err})...)
 				continue
 			}
 			r.log.Debug("checkpoint triggered", "checkpoint_id", a.Checkpoint, "savepoint", a.Savepoint, "final", a.Final)
 			// Every task is told: a running source emits the barrier, a
 			// finished task snapshots its final state, and any other task
 			// waits for the barriers (or snapshots when it finishes).
-			for _, t := range r.tasks {
-				r.system.Root.Send(t.pid, triggerMsg{id: int64(a.Checkpoint), stop: a.Stop})
-			}
+			r.command(triggerMsg{id: int64(a.Checkpoint), stop: a.Stop})
 		case snapshot.Complete:
 			path, err := r.store.Commit(a.Metadata)
 			acts = append(acts, r.coord.Step(now, snapshot.Persisted{Checkpoint: a.Checkpoint, Path: path, Err: err})...)
@@ -149,18 +136,14 @@ func (r *Runner) handle(now time.Time, acts []snapshot.Action) error {
 			if ends {
 				r.closing = a.Checkpoint
 			}
-			for _, t := range r.tasks {
-				r.system.Root.Send(t.pid, completeMsg{id: int64(a.Checkpoint), ack: ends})
-			}
+			r.command(completeMsg{id: int64(a.Checkpoint), ack: ends})
 			if req, ok := r.waiting[a.Checkpoint]; ok && !ends {
 				req.reply <- savepointResult{path: r.paths[a.Checkpoint]}
 				delete(r.waiting, a.Checkpoint)
 			}
 		case snapshot.Abort:
 			r.log.Warn("checkpoint aborted", "checkpoint_id", a.Checkpoint, "err", a.Reason)
-			for _, t := range r.tasks {
-				r.system.Root.Send(t.pid, abortMsg{id: int64(a.Checkpoint)})
-			}
+			r.command(abortMsg{id: int64(a.Checkpoint)})
 			if req, ok := r.waiting[a.Checkpoint]; ok {
 				req.reply <- savepointResult{err: fmt.Errorf("savepoint %d: %w", a.Checkpoint, a.Reason)}
 				delete(r.waiting, a.Checkpoint)
@@ -194,4 +177,19 @@ func (r *Runner) coordinatorTimer(clock clockwork.Clock, prev clockwork.Timer) (
 	}
 	t := clock.NewTimer(max(next.Sub(clock.Now()), 0))
 	return t, t.Chan()
+}
+
+// taskIDs returns the checkpoint ids of every task of the plan, on
+// whichever node it runs, and those of the sources among them.
+func (r *Runner) taskIDs() (tasks, sources []snapshot.TaskID) {
+	for _, c := range r.plan.Chains {
+		for i := range c.Head().Parallelism {
+			id := snapshot.TaskID{Vertex: c.Head().UID, Subtask: i}
+			tasks = append(tasks, id)
+			if c.Head().IsSource() {
+				sources = append(sources, id)
+			}
+		}
+	}
+	return tasks, sources
 }

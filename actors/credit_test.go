@@ -73,7 +73,7 @@ func TestCreditsBoundInFlightBatches(t *testing.T) {
 	<-r.Started()
 	// Wait until the source has used every credit (it then blocks).
 	testutil.Eventually(t, 0, "the channel to fill", func() bool {
-		return len(r.chans) == 1 && r.chans[0].maxInFlight.Load() == credits
+		return len(r.hosts[0].chans) == 1 && r.hosts[0].chans[0].maxInFlight.Load() == credits
 	})
 	// The source is blocked: it cannot have emitted more than the batches
 	// that fit in the credits plus the one it was filling.
@@ -111,7 +111,7 @@ func TestCancelUnblocksTasks(t *testing.T) {
 	go func() { errc <- r.Run(ctx) }()
 	<-r.Started()
 	testutil.Eventually(t, 0, "the source to block", func() bool {
-		return len(r.chans) == 1 && r.chans[0].maxInFlight.Load() == int64(DefaultConfig().Credits)
+		return len(r.hosts[0].chans) == 1 && r.hosts[0].chans[0].maxInFlight.Load() == int64(DefaultConfig().Credits)
 	})
 	cancel()
 	close(gate) // let the sink's blocked Collect return so its actor can stop

@@ -24,6 +24,22 @@
 // metadata marks the job finished: restoring it commits what it holds and
 // runs nothing.
 //
+// Job master and task hosts: a Runner is the job master of one deployment
+// of a job. It owns the checkpoint coordinator, the checkpoint metadata
+// and the deployment's epoch (an Execution gives every attempt a new one);
+// the tasks are built by a task host per node, which wires the channels
+// between its own tasks as above and the channels to tasks on other nodes
+// through its Network (Config.Cluster; package cluster implements it), and
+// reports to the master only by messages carrying the epoch: checkpoint
+// acknowledgements and declines, tasks finished or failed, notifications
+// handled. Messages of another epoch are dropped and counted. Without a
+// Cluster one host builds every task, as a single process. A host
+// registers with the fingerprint of its plan; one that differs from the
+// master's is refused (ErrPlanMismatch). A cross-node channel carries the
+// batches encoded with the element type's codec and the control messages
+// in one sequence; its failure fails the job, which restarts from the
+// latest checkpoint by its restart strategy.
+//
 // Concurrency: a task's fields are touched only from its actor's
 // goroutine (protoactor runs one message at a time per actor). The runner
 // starts tasks, waits for them and stops them; goroutines it starts are

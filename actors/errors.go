@@ -16,6 +16,9 @@ var (
 	// allows; the restart strategy restarts it from the latest completed
 	// checkpoint like any task failure.
 	ErrCheckpointFailure = errors.New("actors: too many failed checkpoints")
+	// ErrPlanMismatch is returned when a node's task host registers with
+	// a job graph whose plan fingerprint differs from the job master's.
+	ErrPlanMismatch = errors.New("actors: job plan mismatch")
 	// errCancelled unwinds a task blocked on credit when the job stops.
 	errCancelled = errors.New("actors: job cancelled")
 )

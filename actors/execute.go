@@ -123,7 +123,7 @@ func (e *Execution) Run(ctx context.Context) error {
 		e.mu.Unlock()
 	}
 	for {
-		r, err := NewRunner(e.job, cfg)
+		r, err := newRunner(e.job, cfg, uint64(e.Attempts()+1))
 		if err != nil {
 			return err
 		}

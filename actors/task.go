@@ -27,10 +27,15 @@ type timerMsg struct{ at int64 }
 // Receive one message at a time, and no other goroutine touches its fields
 // except pending (atomic) and the stats read after the job ended.
 type task struct {
-	run     *Runner
+	run     *host
 	chain   *Chain
 	subtask int
 	pid     *actor.PID
+	// remote is the node the task runs on when that is not its host's
+	// node: the host builds channels to it, not the task.
+	remote string
+	// nIn counts the input channels numbered so far while building.
+	nIn int
 
 	ops      []operators.Operator
 	ctxs     []*operators.Context
@@ -403,12 +408,54 @@ func (t *task) flush() {
 
 // sendData sends a message to the task at the end of ch.
 func (t *task) sendData(ch *channel, m message) {
+	if ch.out != nil {
+		t.sendRemote(ch, m)
+		return
+	}
 	if _, ok := m.(interface{ isBatch() }); ok {
 		ch.noteSent()
 		t.live.batchesOut.Add(1)
 	}
 	ch.to.pending.Add(1)
 	t.run.system.Root.Send(ch.to.pid, m)
+}
+
+// sendRemote sends a message on a channel whose receiver runs on another
+// node, in the channel's sequence. It blocks while the channel has no
+// credit; a failed channel fails the task.
+func (t *task) sendRemote(ch *channel, m message) {
+	var kind FrameKind
+	var value int64
+	var body []byte
+	switch m := m.(type) {
+	case *wireBatch:
+		// The network owns the body from now on: the next batch is
+		// encoded into a new buffer of the same size.
+		kind, body = FrameBatch, m.data
+		m.data = make([]byte, 0, cap(body))
+		ch.release(m)
+		ch.sent.Add(1)
+		t.live.batchesOut.Add(1)
+	case *watermarkMsg:
+		kind, value = FrameWatermark, m.wm
+	case *statusMsg:
+		kind = FrameStatus
+		if m.idle {
+			value = 1
+		}
+	case *barrierMsg:
+		kind, value = FrameBarrier, m.id
+	case *endOfStream:
+		kind = FrameEnd
+	default:
+		operators.Fail(fmt.Errorf("actors: %T cannot cross nodes", m))
+	}
+	if err := ch.out.Send(t.run.ctx, kind, value, body); err != nil {
+		if t.run.stopping() {
+			panic(errCancelled)
+		}
+		operators.Fail(fmt.Errorf("channel to %s[%d]: %w", ch.toName, ch.toSub, err))
+	}
 }
 
 // fireTimers runs the processing-time callbacks that are due.

@@ -25,7 +25,7 @@ func timeHandle(t *testing.T, tt *taskTime) snapshot.Handle {
 
 // testTask is subtask sub of a one-vertex chain "w" of parallelism p with
 // two input channels.
-func testTask(r *Runner, p, sub int) *task {
+func testTask(r *host, p, sub int) *task {
 	chain := &Chain{Vertices: []*Vertex{{UID: "w", Parallelism: p}}}
 	return &task{run: r, chain: chain, subtask: sub, inChans: make([]*channel, 2), merger: watermark.NewMerger(2)}
 }
@@ -34,7 +34,7 @@ func testTask(r *Runner, p, sub int) *task {
 // merger back exactly: each channel's watermark and idle mark, the task's
 // watermark, its output watermark and idle status.
 func TestRestoreTimeExact(t *testing.T) {
-	r := &Runner{maxP: 128}
+	r := &host{maxP: 128}
 	orig := testTask(r, 1, 0)
 	orig.merger.Watermark(0, 300)
 	orig.merger.Watermark(1, 200)
@@ -71,7 +71,7 @@ func TestRestoreTimeExact(t *testing.T) {
 // Rescaled, a subtask starts at the smallest watermark of the old
 // subtasks whose key groups it takes over, on every channel.
 func TestRestoreTimeRescaled(t *testing.T) {
-	r := &Runner{maxP: 128}
+	r := &host{maxP: 128}
 	old := func(wm int64) *taskTime {
 		return &taskTime{HasMerger: true, Merger: watermark.MergerState{Combined: wm, Channels: []watermark.ChannelState{{Watermark: wm}, {Watermark: wm + 5}}}}
 	}

@@ -16,7 +16,7 @@ type ElemType interface {
 	String() string
 
 	newBuffer(ch *channel, size int, wire bool) any
-	newRouter(t *task, e *Edge, chans []*channel) router
+	newRouter(t *task, e *Edge, chans []*channel, crosses bool) router
 	newFanout(outs []any) any
 	newTracker(t *task, idx int, next any, counted bool) any
 	newInput(head any, tt *operators.TaskTime) (input, error)
@@ -203,7 +203,7 @@ type typedRouter[T any] struct {
 	private  []*batch[T] // wire channels: the batch being filled
 }
 
-func (t *Type[T]) newRouter(tk *task, e *Edge, chans []*channel) router {
+func (t *Type[T]) newRouter(tk *task, e *Edge, chans []*channel, crosses bool) router {
 	r := &typedRouter[T]{
 		t:     tk,
 		part:  e.Partition,
@@ -212,7 +212,7 @@ func (t *Type[T]) newRouter(tk *task, e *Edge, chans []*channel) router {
 		maxP:  tk.run.maxP,
 		size:  tk.run.cfg.BatchSize,
 		codec: t.codec,
-		wire:  tk.run.cfg.SerializeKeyBy && e.Partition == KeyBy,
+		wire:  tk.run.cfg.SerializeKeyBy && e.Partition == KeyBy || crosses,
 	}
 	if r.wire {
 		r.private = make([]*batch[T], len(chans))
@@ -286,14 +286,28 @@ func (r *typedRouter[T]) send(i int) {
 		r.t.sendData(ch, b)
 		return
 	}
+	r.sendWire(ch, b.ts, b.items)
+	clear(b.items)
+	b.items, b.ts = b.items[:0], b.ts[:0]
+}
+
+// sendWire encodes records into a wire batch and sends it on ch. On a
+// channel to another node a batch is capped in bytes as well: one over the
+// cap is sent in halves.
+func (r *typedRouter[T]) sendWire(ch *channel, ts []int64, items []T) {
 	w := ch.acquire(r.t.run.done).(*wireBatch)
 	var err error
-	w.data, err = encodeWire(r.codec, w.data[:0], b.ts, b.items)
+	w.data, err = encodeWire(r.codec, w.data[:0], ts, items)
 	if err != nil {
 		panic(fmt.Errorf("encode batch: %w", err))
 	}
-	clear(b.items)
-	b.items, b.ts = b.items[:0], b.ts[:0]
+	if ch.out != nil && len(w.data) > ch.out.MaxBody() && len(items) > 1 {
+		ch.release(w)
+		h := len(items) / 2
+		r.sendWire(ch, ts[:h], items[:h])
+		r.sendWire(ch, ts[h:], items[h:])
+		return
+	}
 	r.t.sendData(ch, w)
 }
 

@@ -25,6 +25,12 @@
 //     them with what its transport delivers, sends what they transmit, and
 //     turns a lost connection into the failure of every channel with that
 //     peer.
+//   - Network: a node's end of the cross-node channels as package actors
+//     sees it (actors.Network): it opens channels by the ids the task host
+//     derives from the plan, maps node ids to transport addresses, adds
+//     up what was sent (Sent), and turns a channel's failure into the
+//     task host's failure callback. Pump runs a MemoryNetwork in real time
+//     under a whole job.
 //   - Transports (Transport): an in-memory network with a seeded fault
 //     schedule for tests (MemoryNetwork), and RemoteTransport on
 //     protoactor-go's remote package, which no other file of edged
@@ -74,5 +80,6 @@
 //
 // Dependencies. cluster reads the exported job graph of package actors
 // (actors.Job) to derive channels and fingerprints; actors must not import
-// cluster, and will reach it through an interface of its own.
+// cluster, and reaches it through an interface of its own (actors.Network,
+// implemented by Network).
 package cluster

@@ -88,6 +88,20 @@ func (e *Endpoint) Close(l Link) {
 	delete(e.in, l)
 }
 
+// CloseChannel closes the ends of channel id on this node, if they are
+// open in id's epoch: a channel of the same link in a newer epoch stays.
+func (e *Endpoint) CloseChannel(id ChannelID) {
+	l := id.Link()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if c := e.out[l]; c != nil && c.m.ID() == id {
+		delete(e.out, l)
+	}
+	if c := e.in[l]; c != nil && c.m.ID() == id {
+		delete(e.in, l)
+	}
+}
+
 // Tick steps every channel with the time: receivers repeat their
 // acknowledgements, senders time out missing ones. The owner calls it
 // periodically (every AckInterval/2 or more often).

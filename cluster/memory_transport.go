@@ -19,6 +19,10 @@ type Faults struct {
 	MaxDelay int
 	// Partitions cut links for a span of ticks.
 	Partitions []Partition
+	// Limit, if positive, is the most drops, duplicates, delays and
+	// reorders injected in all; after that frames pass unharmed, so a
+	// job restarted after a fault can run to its end.
+	Limit int
 }
 
 // Partition cuts the link between nodes A and B from tick From until tick
@@ -52,6 +56,8 @@ type MemoryNetwork struct {
 	cut    map[[2]string]bool // links cut by hand (Cut)
 	closed map[string]bool    // nodes closed: peers learn it at the next Step
 	stats  NetworkStats
+	faulty int           // faults injected, against Faults.Limit
+	ready  chan struct{} // capacity 1: rung when a frame is queued
 }
 
 type pending struct {
@@ -72,7 +78,24 @@ func NewMemoryNetwork(seed uint64, f Faults) *MemoryNetwork {
 		nodes:  map[string]*MemoryTransport{},
 		cut:    map[[2]string]bool{},
 		closed: map[string]bool{},
+		ready:  make(chan struct{}, 1),
 	}
+}
+
+// Ready returns a channel that receives a value after a frame was queued:
+// a pump waits on it instead of spinning.
+func (n *MemoryNetwork) Ready() <-chan struct{} { return n.ready }
+
+// roll draws whether a fault of probability p strikes now; n.mu is held.
+func (n *MemoryNetwork) roll(p float64) bool {
+	if p <= 0 || n.faults.Limit > 0 && n.faulty >= n.faults.Limit {
+		return false
+	}
+	if n.rng.Float64() < p {
+		n.faulty++
+		return true
+	}
+	return false
 }
 
 // Node adds node addr, whose deliveries go to h, and returns its transport.
@@ -234,12 +257,18 @@ func (n *MemoryNetwork) send(from, to string, data []byte) error {
 		n.stats.Cut++
 		return nil
 	}
-	if f.Drop > 0 && n.rng.Float64() < f.Drop {
+	defer func() {
+		select {
+		case n.ready <- struct{}{}:
+		default:
+		}
+	}()
+	if n.roll(f.Drop) {
 		n.stats.Dropped++
 		return nil
 	}
 	copies := 1
-	if f.Duplicate > 0 && n.rng.Float64() < f.Duplicate {
+	if n.roll(f.Duplicate) {
 		n.stats.Duplicated++
 		copies = 2
 	}
@@ -247,11 +276,11 @@ func (n *MemoryNetwork) send(from, to string, data []byte) error {
 		p := pending{at: n.tick, from: from, to: to, data: data}
 		n.order++
 		p.order = n.order
-		if f.Delay > 0 && n.rng.Float64() < f.Delay {
+		if n.roll(f.Delay) {
 			n.stats.Delayed++
 			p.at += 1 + n.rng.IntN(f.MaxDelay)
 		}
-		if f.Reorder > 0 && n.rng.Float64() < f.Reorder {
+		if n.roll(f.Reorder) {
 			// Overtake the last frame still queued on this link.
 			for i := len(n.queue) - 1; i >= 0; i-- {
 				q := &n.queue[i]

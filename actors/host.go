@@ -1,0 +1,590 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/edgedio/edged/keygroup"
+	"github.com/edgedio/edged/operators"
+	"github.com/edgedio/edged/snapshot"
+	"github.com/edgedio/edged/state"
+	"github.com/edgedio/edged/watermark"
+)
+
+// reportKind says what a host reports to the job master.
+type reportKind int
+
+const (
+	// reportFinished: a task finished its input.
+	reportFinished reportKind = iota
+	// reportFailed: a task (or one of its channels) failed with err.
+	reportFailed
+	// reportInput: a checkpoint acknowledgement or decline, in input.
+	reportInput
+	// reportNotified: a task handled the notification of the checkpoint
+	// that ends the job.
+	reportNotified
+)
+
+// hostReport is a message from a task host to the job master. It carries
+// the epoch of the deployment it belongs to: the master drops and counts
+// reports of another epoch.
+type hostReport struct {
+	epoch uint64
+	node  string
+	kind  reportKind
+	err   error
+	input snapshot.Input
+}
+
+// host is the task host of one node for one deployment (epoch) of a job:
+// it builds the tasks placed on its node, wires their channels (local ones
+// as buffers shared with the receiving task, remote ones through the
+// node's Network), writes their snapshot files, and reports to the job
+// master only by hostReport messages. Tasks reach their host, never the
+// master.
+type host struct {
+	node   string
+	epoch  uint64
+	job    *Job
+	plan   *Plan
+	cfg    Config
+	maxP   int
+	log    *slog.Logger
+	net    Network
+	system *actor.ActorSystem
+	// reports is the master's inbox.
+	reports chan<- hostReport
+	// started is closed once every host of the deployment spawned its
+	// tasks.
+	started <-chan struct{}
+	// store is where snapshot files are written; set before started.
+	store *snapshot.Store
+
+	tasks   []*task
+	chans   []*channel
+	remotes []func() // close the remote ends of channels
+
+	// done is closed when the host stops; tasks blocked on credit unwind.
+	done     chan struct{}
+	stopOnce sync.Once
+	// ctx ends with done, for the remote senders.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// waiters tracks the goroutines awaiting source availability.
+	waiters sync.WaitGroup
+	// snapshots tracks the goroutines writing snapshots.
+	snapshots sync.WaitGroup
+	// stale counts master commands of another epoch, dropped.
+	stale atomic.Int64
+}
+
+func newHost(node string, epoch uint64, job *Job, plan *Plan, cfg Config, net Network, reports chan<- hostReport, started <-chan struct{}) *host {
+	ctx, cancel := context.WithCancel(context.Background())
+	log := cfg.Logger.With("job", job.Name)
+	if node != "" {
+		log = log.With("node", node)
+	}
+	return &host{
+		node: node, epoch: epoch, job: job, plan: plan, cfg: cfg, maxP: job.maxParallelism(), log: log, net: net,
+		reports: reports, started: started,
+		done: make(chan struct{}), ctx: ctx, cancel: cancel,
+	}
+}
+
+// stopping reports whether the host stopped.
+func (h *host) stopping() bool {
+	select {
+	case <-h.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// send delivers a report to the master, unless the host stopped first.
+func (h *host) send(rep hostReport) {
+	rep.epoch, rep.node = h.epoch, h.node
+	select {
+	case h.reports <- rep:
+	case <-h.done:
+	}
+}
+
+// report tells the master that t ended: nil when it finished, its error
+// when it failed. Called from the task's goroutine.
+func (h *host) report(_ *task, err error) {
+	if err != nil {
+		h.send(hostReport{kind: reportFailed, err: err})
+		return
+	}
+	h.send(hostReport{kind: reportFinished})
+}
+
+// notified tells the master that a task handled the notification of the
+// checkpoint that ends the job; called from the task's goroutine.
+func (h *host) notified() { h.send(hostReport{kind: reportNotified}) }
+
+// input hands a checkpoint acknowledgement or decline to the master;
+// called from the tasks' snapshot writers.
+func (h *host) input(in snapshot.Input) { h.send(hostReport{kind: reportInput, input: in}) }
+
+// command delivers a message of the master's deployment epoch to every
+// task of the host; one of another epoch is dropped and counted.
+func (h *host) command(epoch uint64, m any) {
+	if epoch != h.epoch {
+		h.stale.Add(1)
+		h.log.Debug("command of another epoch dropped", "epoch", epoch, "host_epoch", h.epoch)
+		return
+	}
+	for _, t := range h.tasks {
+		h.system.Root.Send(t.pid, m)
+	}
+}
+
+// await sends pollMsg to pid once ready is ready, unless the host stops
+// first.
+func (h *host) await(ready <-chan struct{}, pid *actor.PID) {
+	h.waiters.Add(1)
+	go func() {
+		defer h.waiters.Done()
+		select {
+		case <-ready:
+			h.system.Root.Send(pid, pollMsg{})
+		case <-h.done:
+		}
+	}()
+}
+
+// spawn starts an actor per task.
+func (h *host) spawn() error {
+	for i, t := range h.tasks {
+		props := actor.PropsFromProducer(func() actor.Actor { return t })
+		if _, err := h.system.Root.SpawnNamed(props, fmt.Sprintf("task-%d", i)); err != nil {
+			return fmt.Errorf("actors: spawn task %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// start tells the host's sources to start polling.
+func (h *host) start() {
+	for _, t := range h.tasks {
+		if t.source != nil {
+			h.system.Root.Send(t.pid, startMsg{})
+		}
+	}
+}
+
+// stop unblocks every task, stops every actor, waits for the goroutines
+// the host started and closes the remote ends of its channels.
+func (h *host) stop() {
+	h.stopOnce.Do(func() {
+		close(h.done)
+		h.cancel()
+	})
+	for _, t := range h.tasks {
+		if t.pid != nil && h.system != nil {
+			_ = h.system.Root.StopFuture(t.pid).Wait()
+		}
+	}
+	h.waiters.Wait()
+	h.snapshots.Wait()
+	for _, c := range h.remotes {
+		c()
+	}
+	h.remotes = nil
+}
+
+// channelFailed fails the job for a cross-node channel's failure: the
+// master restarts it by its restart strategy.
+func (h *host) channelFailed(t *task, err error) {
+	v := t.chain.Head()
+	h.send(hostReport{kind: reportFailed, err: &TaskError{
+		Job: h.job.Name, Operator: v.Name, UID: v.UID, Subtask: t.subtask, Parallelism: v.Parallelism, Err: err,
+	}})
+}
+
+// closeOperators closes every operator that was built, tail first, then
+// the state backends.
+func (h *host) closeOperators() error {
+	var errs []error
+	defer func() {
+		for _, t := range h.tasks {
+			for _, c := range t.closers {
+				if err := c(); err != nil {
+					h.log.Warn("close state backend", "err", err)
+				}
+			}
+			t.closers = nil
+		}
+	}()
+	for _, t := range h.tasks {
+		for i := len(t.ops) - 1; i >= 0; i-- {
+			if t.ops[i] == nil {
+				continue
+			}
+			if err := t.ops[i].Close(); err != nil {
+				v := t.chain.Vertices[i]
+				errs = append(errs, fmt.Errorf("close operator %q subtask %d: %w", v.Name, t.subtask, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// placement says where the tasks of a plan run: nodeOf names a subtask's
+// node ("" everywhere in a single process), crosses marks the edges with
+// a channel between two nodes.
+type placement struct {
+	nodeOf  func(c *Chain, sub int) string
+	crosses map[*Edge]bool
+}
+
+func localPlacement() placement {
+	return placement{nodeOf: func(*Chain, int) string { return "" }}
+}
+
+func clusterPlacement(c *Cluster, plan *Plan) placement {
+	p := placement{nodeOf: c.nodeOf, crosses: make(map[*Edge]bool)}
+	tailOf := make(map[*Vertex]*Chain)
+	for _, ch := range plan.Chains {
+		tailOf[ch.Tail()] = ch
+	}
+	for _, ch := range plan.Chains {
+		for _, e := range ch.In {
+			from := tailOf[e.From]
+			for j := range ch.Head().Parallelism {
+				for i := range from.Head().Parallelism {
+					if e.Partition == Forward && i != j {
+						continue
+					}
+					if p.nodeOf(from, i) != p.nodeOf(ch, j) {
+						p.crosses[e] = true
+					}
+				}
+			}
+		}
+	}
+	return p
+}
+
+// build creates the host's tasks, the channels between them and to other
+// nodes, and the operator instances, and opens the operators.
+func (h *host) build(pl placement) error {
+	edgeIndex := make(map[*Edge]int, len(h.job.Edges))
+	for i, e := range h.job.Edges {
+		edgeIndex[e] = i
+	}
+	// Every subtask of the plan, local or not: channels are numbered the
+	// same way on every node.
+	byChain := make(map[*Chain][]*task)
+	for _, c := range h.plan.Chains {
+		for i := range c.Head().Parallelism {
+			t := &task{run: h, chain: c, subtask: i}
+			t.stats.Chain, t.stats.Subtask = c.Name(), i
+			t.live.watermark.Store(math.MinInt64)
+			if pl.nodeOf(c, i) == h.node {
+				t.pid = h.system.NewLocalPID(fmt.Sprintf("task-%d", len(h.tasks)))
+				h.tasks = append(h.tasks, t)
+			} else {
+				t.remote = pl.nodeOf(c, i)
+			}
+			byChain[c] = append(byChain[c], t)
+		}
+	}
+	tailOf := make(map[*Vertex]*Chain)
+	for _, c := range h.plan.Chains {
+		tailOf[c.Tail()] = c
+	}
+	// outChans[task][edge] lists the channels of one outgoing edge by
+	// target subtask.
+	outChans := make(map[*task]map[*Edge][]*channel)
+	for _, c := range h.plan.Chains {
+		for _, e := range c.In {
+			senders := byChain[tailOf[e.From]]
+			crosses := pl.crosses[e]
+			if crosses {
+				if err := e.Type().hasCodec(); err != nil {
+					return fmt.Errorf("edge %q -> %q crosses nodes: %w", e.From.Name, e.To.Name, err)
+				}
+			}
+			wire := h.cfg.SerializeKeyBy && e.Partition == KeyBy || crosses
+			for j, recv := range byChain[c] {
+				for i, send := range senders {
+					if e.Partition == Forward && i != j {
+						continue
+					}
+					if send.remote != "" && recv.remote != "" {
+						continue
+					}
+					// The receiver's input index counts every channel
+					// into it, local or remote.
+					ch := newChannel(recv.nIn, recv, nil)
+					recv.nIn++
+					ch.gate = e.Input
+					ch.toName, ch.toSub = c.Name(), j
+					key := ChannelKey{Job: h.job.Name, Epoch: h.epoch, Edge: edgeIndex[e], From: i, To: j}
+					switch {
+					case send.remote == "" && recv.remote == "":
+						ch.credits = h.cfg.Credits
+						for range h.cfg.Credits {
+							ch.free = append(ch.free, e.Type().newBuffer(ch, h.cfg.BatchSize, wire))
+						}
+					case recv.remote != "":
+						// The receiver runs on another node: the credits
+						// are the network's; one buffer to encode into.
+						ch.to = nil
+						ch.credits = 1
+						ch.free = append(ch.free, e.Type().newBuffer(ch, h.cfg.BatchSize, true))
+						s := send
+						out, err := h.net.OpenSender(key, recv.remote, func(err error) { h.channelFailed(s, err) })
+						if err != nil {
+							return fmt.Errorf("actors: open channel %v to node %q: %w", key, recv.remote, err)
+						}
+						ch.out = out
+						h.remotes = append(h.remotes, out.Close)
+					default:
+						// The sender runs on another node.
+						r := recv
+						in, err := h.net.OpenReceiver(key, send.remote, h.deliverer(r, ch), func(err error) { h.channelFailed(r, err) })
+						if err != nil {
+							return fmt.Errorf("actors: open channel %v from node %q: %w", key, send.remote, err)
+						}
+						ch.in = in
+						h.remotes = append(h.remotes, in.Close)
+					}
+					if recv.remote == "" {
+						recv.inChans = append(recv.inChans, ch)
+					}
+					if send.remote == "" {
+						if outChans[send] == nil {
+							outChans[send] = make(map[*Edge][]*channel)
+						}
+						outChans[send][e] = append(outChans[send][e], ch)
+						send.outChans = append(send.outChans, ch)
+					}
+					h.chans = append(h.chans, ch)
+				}
+			}
+		}
+	}
+	for _, t := range h.tasks {
+		if err := h.buildTask(t, outChans[t], pl.crosses); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deliverer returns the function that hands the messages of a remote
+// channel into the receiving task's mailbox, in sequence.
+func (h *host) deliverer(t *task, ch *channel) func(RemoteFrame) {
+	return func(f RemoteFrame) {
+		var m message
+		switch f.Kind {
+		case FrameBatch:
+			m = &wireBatch{ch: ch, data: f.Body, seq: f.Seq}
+		case FrameWatermark:
+			m = &watermarkMsg{ch: ch, wm: f.Value}
+		case FrameStatus:
+			m = &statusMsg{ch: ch, idle: f.Value == 1}
+		case FrameBarrier:
+			m = &barrierMsg{ch: ch, id: f.Value}
+		case FrameEnd:
+			m = &endOfStream{ch: ch}
+		default:
+			h.channelFailed(t, fmt.Errorf("actors: unknown frame kind %d on channel to %s[%d]", f.Kind, ch.toName, ch.toSub))
+			return
+		}
+		t.pending.Add(1)
+		h.system.Root.Send(t.pid, m)
+	}
+}
+
+func (h *host) buildTask(t *task, out map[*Edge][]*channel, crosses map[*Edge]bool) error {
+	c := t.chain
+	n := len(c.Vertices)
+	t.ops = make([]operators.Operator, n)
+	t.ctxs = make([]*operators.Context, n)
+	t.time.Timestamp = operators.NoTimestamp
+	if len(t.inChans) > 0 {
+		t.merger = watermark.NewMerger(len(t.inChans))
+		t.aligner = NewAligner(len(t.inChans), h.cfg.Checkpoint.Mode != snapshot.AtLeastOnce)
+	}
+
+	// The tail's outputs: one router per outgoing edge, the main ones
+	// fanned out together and the side outputs by tag.
+	tail := c.Tail()
+	var mains []any
+	sides := make(map[string][]any)
+	for _, e := range c.Out {
+		rt := e.Type().newRouter(t, e, out[e], crosses[e])
+		t.routers = append(t.routers, rt)
+		if e.Output == "" {
+			mains = append(mains, rt)
+		} else {
+			sides[e.Output] = append(sides[e.Output], rt)
+		}
+	}
+	var next any
+	if tail.Out != nil {
+		next = joinOutputs(tail.Out, mains)
+	}
+	sideOut := make(map[string]any, len(sides))
+	for tag, rs := range sides {
+		sideOut[tag] = joinOutputs(tail.SideOutputs[tag], rs)
+	}
+
+	// Operators from tail to head, each wired to the next one's input.
+	for i := n - 1; i >= 0; i-- {
+		v := c.Vertices[i]
+		ctx, err := h.newContext(t, i)
+		if err != nil {
+			return h.buildError(v, t.subtask, fmt.Errorf("state backend: %w", err))
+		}
+		if i == n-1 {
+			ctx.SideOutput = func(tag string) any { return sideOut[tag] }
+		}
+		t.ctxs[i] = ctx
+		if v.IsSource() {
+			src, err := v.NewSource(ctx)
+			if err != nil {
+				return h.buildError(v, t.subtask, err)
+			}
+			t.ops[i] = src
+			if t.source, err = v.Out.newSourceDriver(src, next); err != nil {
+				return h.buildError(v, t.subtask, err)
+			}
+			continue
+		}
+		op, in, err := v.NewOperator(ctx, next)
+		if err != nil {
+			return h.buildError(v, t.subtask, err)
+		}
+		t.ops[i] = op
+		if i > 0 {
+			// Records reaching a sink at the chain's end are the
+			// chain's output.
+			next = v.In.newTracker(t, i, in, i == n-1 && v.Out == nil)
+		} else {
+			next = in
+		}
+	}
+	if head := c.Head(); !head.IsSource() {
+		t.inputs = make([]input, len(t.inChans))
+		for k, ch := range t.inChans {
+			typ, in := head.In, next
+			if head.In2 != nil {
+				ins, ok := next.([2]any)
+				if !ok {
+					return h.buildError(head, t.subtask, fmt.Errorf("%w: two-input operator returned %T, want [2]any", ErrInvalidJob, next))
+				}
+				in = ins[ch.gate]
+				if ch.gate == 1 {
+					typ = head.In2
+				}
+			}
+			input, err := typ.newInput(in, &t.time)
+			if err != nil {
+				return h.buildError(head, t.subtask, err)
+			}
+			t.inputs[k] = input
+		}
+	}
+	// Restore keyed and operator state before Open, raw state after.
+	raws := make([][][]byte, n)
+	oldPs := make([]int, n)
+	if md := h.cfg.Restore; md != nil {
+		for i, v := range c.Vertices {
+			var err error
+			if raws[i], oldPs[i], err = h.restoreOperator(md, v, t.subtask, t.ctxs[i]); err != nil {
+				return h.buildError(v, t.subtask, fmt.Errorf("restore from %s: %w", md.Dir, err))
+			}
+		}
+		if err := h.restoreTime(md, t); err != nil {
+			return h.buildError(c.Head(), t.subtask, fmt.Errorf("restore event time from %s: %w", md.Dir, err))
+		}
+	}
+	for i := n - 1; i >= 0; i-- {
+		if err := t.ops[i].Open(t.ctxs[i]); err != nil {
+			return h.buildError(c.Vertices[i], t.subtask, fmt.Errorf("open: %w", err))
+		}
+	}
+	for i, op := range t.ops {
+		if raws[i] == nil {
+			continue
+		}
+		if rs, ok := op.(operators.Restorer); ok {
+			if err := rs.RestoreState(raws[i], oldPs[i]); err != nil {
+				return h.buildError(c.Vertices[i], t.subtask, fmt.Errorf("restore: %w", err))
+			}
+		}
+	}
+	return nil
+}
+
+// joinOutputs returns the collector feeding every output in outs: the one
+// output itself, a fan-out, or a discarding collector when there is none.
+func joinOutputs(typ ElemType, outs []any) any {
+	if len(outs) == 1 {
+		return outs[0]
+	}
+	return typ.newFanout(outs)
+}
+
+func (h *host) buildError(v *Vertex, subtask int, err error) error {
+	return &TaskError{Job: h.job.Name, Operator: v.Name, UID: v.UID, Subtask: subtask, Parallelism: v.Parallelism, Err: err}
+}
+
+func (h *host) newContext(t *task, i int) (*operators.Context, error) {
+	v, subtask := t.chain.Vertices[i], t.subtask
+	kg := keygroup.RangeFor(subtask, v.Parallelism, h.maxP)
+	ctx := &operators.Context{
+		Job:            h.job.Name,
+		Operator:       v.Name,
+		UID:            v.UID,
+		Subtask:        subtask,
+		Parallelism:    v.Parallelism,
+		MaxParallelism: h.maxP,
+		KeyGroups:      kg,
+		Logger:         h.log.With("operator", v.Name, "subtask", subtask),
+		Clock:          h.cfg.Clock,
+		Time:           &t.time,
+		OperatorState:  state.NewOperatorStore(),
+		ProcessingTime: procService{t: t, op: i},
+		EmitWatermark:  func(wm int64) { t.watermark(i+1, wm) },
+		EmitIdle:       func(idle bool) { t.status(idle) },
+	}
+	// With checkpoints, the final checkpoint commits the sinks' last
+	// records, not Finish.
+	ctx.FinalCheckpoint = h.cfg.Checkpoint.Dir != ""
+	if v.Keyed {
+		switch h.cfg.StateBackend.Kind {
+		case BoltBackend:
+			dir := filepath.Join(h.cfg.StateBackend.Dir, h.job.Name)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return nil, err
+			}
+			path := filepath.Join(dir, fmt.Sprintf("%s.%d.db", v.UID, subtask))
+			b, err := state.NewBoltBackend(path, kg, h.cfg.Clock, h.cfg.StateBackend.Bolt)
+			if err != nil {
+				return nil, err
+			}
+			t.closers = append(t.closers, b.Close)
+			ctx.State = b
+		default:
+			ctx.State = state.NewMemoryBackend(kg, h.cfg.Clock)
+		}
+	}
+	return ctx, nil
+}

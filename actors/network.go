@@ -1,0 +1,176 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Cluster places the tasks of one job on several nodes. A Config without
+// one runs every task in the process, as a single node.
+//
+// Every node builds the job graph from the same config or code; the job
+// master (the Runner) compares each node's plan fingerprint with its own
+// when the node's task host registers, and refuses a node running another
+// version of the job. A task host builds only the tasks placed on its
+// node; channels between two tasks of one node are local, as in a single
+// process, and channels between nodes go through the node's Network.
+type Cluster struct {
+	// Nodes are the nodes that host the job's tasks, each with its
+	// network. Node ids must be unique and non-empty.
+	Nodes []Node
+	// Placement maps a task (a vertex UID and a subtask) to the id of the
+	// node that runs it. A chain's subtask goes where the first of its
+	// vertices found in the table says; a task not in the table runs on
+	// the first node.
+	Placement map[TaskKey]string
+}
+
+// Node is one node of a Cluster.
+type Node struct {
+	// ID names the node in the placement table.
+	ID string
+	// Network carries the node's cross-node channels; required.
+	Network Network
+	// Job is the job graph as the node built it; nil means the job the
+	// Runner was given. Its fingerprint must match the Runner's.
+	Job *Job
+}
+
+// TaskKey names one subtask of a vertex in a placement table.
+type TaskKey struct {
+	UID     string
+	Subtask int
+}
+
+// String renders the key as uid[subtask].
+func (k TaskKey) String() string { return fmt.Sprintf("%s[%d]", k.UID, k.Subtask) }
+
+// ChannelKey names one channel of a job run, the same way on both of its
+// ends: the job, the epoch of the deployment, the edge's index in
+// Job.Edges, and the sending and receiving subtasks.
+type ChannelKey struct {
+	Job      string
+	Epoch    uint64
+	Edge     int
+	From, To int
+}
+
+// FrameKind says what a cross-node channel message carries.
+type FrameKind uint8
+
+const (
+	// FrameBatch carries a record batch encoded with the element type's
+	// codec (the body of a serialised batch).
+	FrameBatch FrameKind = iota + 1
+	// FrameWatermark carries a watermark in Value.
+	FrameWatermark
+	// FrameStatus carries the stream status in Value: 1 idle, 0 active.
+	FrameStatus
+	// FrameBarrier carries checkpoint Value's barrier.
+	FrameBarrier
+	// FrameEnd is the channel's end of stream.
+	FrameEnd
+)
+
+// RemoteFrame is one message delivered on the receiving end of a
+// cross-node channel, in the channel's sequence.
+type RemoteFrame struct {
+	// Seq is the message's sequence number: the receiver reports it
+	// processed with RemoteReceiver.Processed.
+	Seq   uint64
+	Kind  FrameKind
+	Value int64
+	// Body is a batch's encoded records; the receiver owns it.
+	Body []byte
+}
+
+// Network carries the cross-node channels of the node it belongs to. It is
+// implemented outside this package (package cluster), over a transport.
+type Network interface {
+	// Fingerprint returns a stable fingerprint of j's plan: two nodes
+	// exchange channels only when theirs are equal.
+	Fingerprint(j *Job) (string, error)
+	// OpenSender opens the sending end of channel id, whose receiver runs
+	// on node peer. onFail is called once if the channel fails (a gap, a
+	// lost connection, a missing acknowledgement), from any goroutine; it
+	// must not block.
+	OpenSender(id ChannelKey, peer string, onFail func(error)) (RemoteSender, error)
+	// OpenReceiver opens the receiving end of channel id, whose sender
+	// runs on node peer. deliver gets the channel's messages in sequence,
+	// from the network's goroutine, and must not block. onFail is as for
+	// OpenSender.
+	OpenReceiver(id ChannelKey, peer string, deliver func(RemoteFrame), onFail func(error)) (RemoteReceiver, error)
+}
+
+// RemoteSender is the sending end of a cross-node channel. Its methods are
+// called by the sending task only (Close after the task stopped).
+type RemoteSender interface {
+	// Send sends one message in the channel's sequence. It blocks while
+	// the channel has no credit (batches unacknowledged by the receiver)
+	// until credit returns, ctx ends, or the channel fails; it returns the
+	// channel's failure once it failed. body is the sender's from then
+	// on.
+	Send(ctx context.Context, kind FrameKind, value int64, body []byte) error
+	// MaxBody is the largest batch body, in bytes, a frame carries.
+	MaxBody() int
+	// Close closes the channel's end.
+	Close()
+}
+
+// RemoteReceiver is the receiving end of a cross-node channel.
+type RemoteReceiver interface {
+	// Processed reports that every message up to seq was processed: the
+	// batches among them are the sender's credits again.
+	Processed(seq uint64)
+	// Close closes the channel's end.
+	Close()
+}
+
+// validate checks the cluster against the plan: unique node ids, a
+// network on every node, placement rows naming known nodes and existing
+// subtasks.
+func (c *Cluster) validate(j *Job) error {
+	var errs []error
+	if len(c.Nodes) == 0 {
+		errs = append(errs, errors.New("cluster.nodes: at least one node"))
+	}
+	ids := make(map[string]bool)
+	for i, n := range c.Nodes {
+		switch {
+		case n.ID == "":
+			errs = append(errs, fmt.Errorf("cluster.nodes[%d].id must be set", i))
+		case ids[n.ID]:
+			errs = append(errs, fmt.Errorf("cluster.nodes[%d].id %q is not unique", i, n.ID))
+		}
+		ids[n.ID] = true
+		if n.Network == nil {
+			errs = append(errs, fmt.Errorf("cluster.nodes[%d].network must be set", i))
+		}
+	}
+	par := make(map[string]int)
+	for _, v := range j.Vertices {
+		par[v.UID] = v.Parallelism
+	}
+	for k, node := range c.Placement {
+		if !ids[node] {
+			errs = append(errs, fmt.Errorf("cluster.placement: %s is placed on unknown node %q", k, node))
+		}
+		if p, ok := par[k.UID]; !ok {
+			errs = append(errs, fmt.Errorf("cluster.placement: %s: the job has no operator with uid %q", k, k.UID))
+		} else if k.Subtask < 0 || k.Subtask >= p {
+			errs = append(errs, fmt.Errorf("cluster.placement: %s: operator %q has %d subtasks", k, k.UID, p))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// nodeOf returns the node that runs subtask sub of chain c.
+func (c *Cluster) nodeOf(ch *Chain, sub int) string {
+	for _, v := range ch.Vertices {
+		if n, ok := c.Placement[TaskKey{v.UID, sub}]; ok {
+			return n
+		}
+	}
+	return c.Nodes[0].ID
+}
