@@ -244,11 +244,15 @@ func NewWindowAggregate[K comparable, T, A, R any](name string, key func(T) K, a
 		}
 		return newSession[K, T](name, key, a, lateness, lateTag, c), nil
 	}
-	c := newAggSlices[K, T, A, R](agg, out)
-	if c.merger == nil && a.pane() != a.size {
+	if a.pane() == a.size {
+		// Tumbling: a window is one slice.
+		return newSliced[K, T](name, key, a, lateness, lateTag, newAggSlices[K, T, A, R](agg, out)), nil
+	}
+	m, ok := agg.(Merger[A])
+	if !ok {
 		return nil, fmt.Errorf("operators: %s combine accumulators: the aggregate function %T needs a Merge(a, b) method", a, agg)
 	}
-	return newSliced[K, T](name, key, a, lateness, lateTag, c), nil
+	return newSliced[K, T](name, key, a, lateness, lateTag, newIncSlices[K, T, A, R](agg, m, out)), nil
 }
 
 // NewWindowProcess returns a window operator keeping every record of a

@@ -71,7 +71,7 @@ const windowName = "w"
 // operator's name): "/contents" holds the records or accumulators, the
 // others index them (slices, sessions) or track timers.
 var stateNames = []string{
-	windowName + "/contents", windowName + "/contents/slices", windowName + "/slices",
+	windowName + "/contents", windowName + "/contents/slices", windowName + "/contents/incremental", windowName + "/slices",
 	windowName + "/sessions", windowName + "/next",
 }
 
@@ -215,7 +215,7 @@ func expectStateEmpty(t *testing.T, h *windowHarness, what string) {
 // expectStateHeld checks that the window operator still holds contents.
 func expectStateHeld(t *testing.T, h *windowHarness, what string) {
 	t.Helper()
-	if h.StateLen(windowName+"/contents") == 0 {
+	if h.StateLen(windowName+"/contents")+h.StateLen(windowName+"/contents/incremental") == 0 {
 		t.Fatalf("%s: the window holds no contents", what)
 	}
 }
