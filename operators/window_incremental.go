@@ -1,60 +1,59 @@
 package operators
 
 import (
-	"slices"
+	"math"
+	"math/rand/v2"
 
 	"github.com/edgedio/edged/state"
 )
 
-// incSlices is the slice store of sliding window aggregates: it keeps the
-// slices of each key as aggSlices does, plus an incrementally maintained
-// aggregate of the slices of the last window fired, so that the next
-// window's result costs a few merges (about slide/pane of them, amortised)
-// rather than one per slice of the window (size/pane).
+// incSlices is the slice store of sliding window aggregates. It keeps the
+// slices of each key as aggSlices does (same state, same layout), plus an
+// incrementally maintained aggregate of the slices of the last window
+// fired, so that the next window's result costs a few merges (about
+// slide/pane of them, amortised) rather than one per slice of the window
+// (size/pane).
 //
 // The incremental aggregate is two stacks over the slices whose starts lie
 // in [From, To): the front, [From, Mid), holds for each of its slices the
 // merge of that slice and all later ones up to Mid (a suffix aggregate);
 // the back, [Mid, To), holds the merge of its slices. A window [s, e) with
-// s >= From and e >= To adds the slices of [To, e) to the back and drops
-// the front's suffixes of slices before s; its result merges the first
-// remaining suffix with the back. When the front runs out (s >= Mid), the
-// window's slices are merged anew into suffixes (a flip), once per
-// size/slide windows. Only associativity is needed: slices are merged in
-// time order, as the merge of all slices does.
+// s >= From adds the slices of [To, e) to the back and drops the front's
+// suffixes of slices before s; its result merges the first remaining
+// suffix with the back. When the front runs out (s >= Mid), the window's
+// slices are merged anew into suffixes (a flip), once per size/slide
+// windows. Only associativity is needed: slices are combined in time
+// order, as the merge of all slices does.
 //
-// A record added to a slice inside [From, To) (a late record, or on
-// processing time one in the last millisecond of a window that fired)
-// invalidates the incremental aggregate, which the next window rebuilds.
-// Windows fired again because of late records, when they lie before the
+// The incremental aggregate lives in its own state, "<name>/incremental",
+// read and written when a window fires, so that adding a record costs
+// what it did. A record added to a slice inside [From, To) (a late
+// record, or on processing time one in the last millisecond of a window
+// that fired) drops the key's incremental aggregate, which the next window
+// rebuilds; the operator remembers the largest To it wrote (maxTo), so
+// only records before it look. Each operator instance marks what it
+// writes with a random owner: after a restore, at any parallelism, the
+// incremental aggregates of the snapshot belong to another owner and are
+// rebuilt when their key's next window fires (the slices are the state of
+// record), so maxTo need not be restored; and a snapshot of the earlier
+// layout, without incremental aggregates, restores as it is.
+//
+// Windows fired again because of late records, when they start before the
 // incremental aggregate, merge their slices as before.
-//
-// The state is one entry per key, "<name>/incremental". Savepoints of the
-// earlier layout, which kept the slices in "<name>" (sliceSet), restore:
-// a key's entry there is moved to the new state when the key is next
-// touched.
 type incSlices[K comparable, T, A, R any] struct {
-	agg    AggregateFunction[T, A, R]
-	merger Merger[A]
-	out    Collector[WindowResult[K, R]]
-	st     state.Value[incSet[A]]
-	legacy state.Value[sliceSet[A]]
+	*aggSlices[K, T, A, R]
+	inc   state.Value[incAgg[A]]
+	owner uint64
+	maxTo int64
 	// incremental and rebuilt count the windows whose result came from
 	// the incremental aggregate, and those that rebuilt it (tests).
 	incremental, rebuilt int64
 }
 
-// incSet is what incSlices keeps per key: its pending window-end timer
-// (0: none), its slices in order and the incremental aggregate.
-type incSet[A any] struct {
-	Next   int64
-	Slices []aggSlice[A]
-	Inc    incAgg[A]
-}
-
-// incAgg is the incremental aggregate of the slices in [From, To) (see
-// incSlices); Built is false when there is none.
+// incAgg is the incremental aggregate of a key's slices in [From, To)
+// (see incSlices), written by the operator instance Owner.
 type incAgg[A any] struct {
+	Owner         uint64
 	Built         bool
 	From, Mid, To int64
 	// Front is a stack: its last entry is the suffix aggregate of the
@@ -65,77 +64,28 @@ type incAgg[A any] struct {
 	HasBack bool
 }
 
-func newIncSlices[K comparable, T, A, R any](agg AggregateFunction[T, A, R], m Merger[A], out Collector[WindowResult[K, R]]) *incSlices[K, T, A, R] {
-	return &incSlices[K, T, A, R]{agg: agg, merger: m, out: out}
+func newIncSlices[K comparable, T, A, R any](agg AggregateFunction[T, A, R], out Collector[WindowResult[K, R]]) *incSlices[K, T, A, R] {
+	return &incSlices[K, T, A, R]{aggSlices: newAggSlices[K, T, A, R](agg, out)}
 }
 
 func (s *incSlices[K, T, A, R]) open(b state.Backend, keys *state.KeyContext[K], name string) error {
-	var err error
-	if s.st, err = state.NewValue[K, incSet[A]](b, keys, state.ValueDescriptor[incSet[A]]{Name: name + "/incremental"}); err != nil {
+	if err := s.aggSlices.open(b, keys, name); err != nil {
 		return err
 	}
-	s.legacy, err = state.NewValue[K, sliceSet[A]](b, keys, state.ValueDescriptor[sliceSet[A]]{Name: name})
+	var err error
+	s.inc, err = state.NewValue[K, incAgg[A]](b, keys, state.ValueDescriptor[incAgg[A]]{Name: name + "/incremental"})
+	s.owner, s.maxTo = rand.Uint64()|1, math.MinInt64
 	return err
 }
 
-// get returns the current key's entry, moving it from the earlier layout
-// when it is there.
-func (s *incSlices[K, T, A, R]) get() (incSet[A], bool) {
-	set, ok := s.st.Get()
-	if ok {
-		return set, true
-	}
-	old, ok := s.legacy.Get()
-	if !ok {
-		return set, false
-	}
-	s.legacy.Clear()
-	set = incSet[A]{Next: old.Next, Slices: old.Slices}
-	s.st.Update(set)
-	return set, true
-}
-
 func (s *incSlices[K, T, A, R]) add(p int64, v T) bool {
-	set, _ := s.get()
-	sl := set.Slices
-	i, found := findSlice(sl, p)
-	if found {
-		sl[i].Acc = s.agg.Add(v, sl[i].Acc)
-	} else {
-		set.Slices = slices.Insert(sl, i, aggSlice[A]{Start: p, Acc: s.agg.Add(v, s.agg.CreateAccumulator())})
-	}
-	if inc := &set.Inc; inc.Built && p >= inc.From && p < inc.To {
-		inc.reset()
-	}
-	s.st.Update(set)
-	return !found
-}
-
-// reset drops the incremental aggregate.
-func (a *incAgg[A]) reset() {
-	clear(a.Front)
-	*a = incAgg[A]{Front: a.Front[:0]}
-}
-
-func (s *incSlices[K, T, A, R]) first(fn func(p int64) (int64, bool)) (int64, bool) {
-	set, _ := s.get()
-	for _, x := range set.Slices {
-		if r, ok := fn(x.Start); ok {
-			return r, true
+	created := s.aggSlices.add(p, v)
+	if p < s.maxTo {
+		if a, ok := s.inc.Get(); ok && a.Owner == s.owner && a.Built && p >= a.From && p < a.To {
+			s.inc.Clear()
 		}
 	}
-	return 0, false
-}
-
-func (s *incSlices[K, T, A, R]) next() (int64, bool) {
-	set, ok := s.get()
-	return set.Next, ok && set.Next != 0
-}
-
-func (s *incSlices[K, T, A, R]) setNext(ts int64) {
-	set, _ := s.get()
-	set.Next = ts
-	s.st.Update(set)
+	return created
 }
 
 // copyOf returns a fresh accumulator equal to a: Merge may change its
@@ -143,34 +93,39 @@ func (s *incSlices[K, T, A, R]) setNext(ts int64) {
 func (s *incSlices[K, T, A, R]) copyOf(a A) A { return s.merger.Merge(s.agg.CreateAccumulator(), a) }
 
 func (s *incSlices[K, T, A, R]) fire(key K, w Window) error {
-	set, ok := s.get()
+	set, ok := s.st.Get()
 	if !ok {
 		return nil
 	}
-	inc := &set.Inc
-	if inc.Built && (w.Start < inc.From || w.End < inc.To) {
-		// A window fired again, before the incremental aggregate.
-		return s.mergeAll(key, w, set.Slices)
+	a, _ := s.inc.Get()
+	if a.Owner != s.owner {
+		a = incAgg[A]{Front: a.Front[:0]}
 	}
-	if !inc.Built || w.Start >= inc.Mid {
-		s.flip(&set, w)
+	if a.Built && w.Start < a.From {
+		// A window fired again, before the incremental aggregate.
+		return s.aggSlices.fire(key, w)
+	}
+	if !a.Built || w.Start >= a.Mid {
+		s.flip(&a, set.Slices, w)
 		s.rebuilt++
 	} else {
-		s.advance(&set, w)
+		s.advance(&a, set.Slices, w)
 		s.incremental++
 	}
-	s.st.Update(set)
+	a.Owner = s.owner
+	s.maxTo = max(s.maxTo, a.To)
+	s.inc.Update(a)
 	var acc A
 	have := false
-	if n := len(inc.Front); n > 0 {
-		acc, have = inc.Front[n-1].Acc, true
+	if n := len(a.Front); n > 0 {
+		acc, have = a.Front[n-1].Acc, true
 	}
-	if inc.HasBack {
+	if a.HasBack {
 		if have {
-			acc = s.merger.Merge(s.copyOf(acc), inc.Back)
+			acc = s.merger.Merge(s.copyOf(acc), a.Back)
 		} else {
 			// The back changes in place as slices join it: emit a copy.
-			acc, have = s.copyOf(inc.Back), true
+			acc, have = s.copyOf(a.Back), true
 		}
 	}
 	if have {
@@ -181,10 +136,9 @@ func (s *incSlices[K, T, A, R]) fire(key K, w Window) error {
 
 // flip makes the slices of w the front, as suffix aggregates, with an
 // empty back.
-func (s *incSlices[K, T, A, R]) flip(set *incSet[A], w Window) {
-	inc := &set.Inc
-	inc.reset()
-	sl := set.Slices
+func (s *incSlices[K, T, A, R]) flip(a *incAgg[A], sl []aggSlice[A], w Window) {
+	clear(a.Front)
+	*a = incAgg[A]{Front: a.Front[:0]}
 	i, _ := findSlice(sl, w.Start)
 	j := i
 	for j < len(sl) && sl[j].Start < w.End {
@@ -192,78 +146,50 @@ func (s *incSlices[K, T, A, R]) flip(set *incSet[A], w Window) {
 	}
 	for k := j - 1; k >= i; k-- {
 		acc := s.copyOf(sl[k].Acc)
-		if n := len(inc.Front); n > 0 {
-			acc = s.merger.Merge(acc, inc.Front[n-1].Acc)
+		if n := len(a.Front); n > 0 {
+			acc = s.merger.Merge(acc, a.Front[n-1].Acc)
 		}
-		inc.Front = append(inc.Front, aggSlice[A]{Start: sl[k].Start, Acc: acc})
+		a.Front = append(a.Front, aggSlice[A]{Start: sl[k].Start, Acc: acc})
 	}
-	inc.Built, inc.From, inc.Mid, inc.To = true, w.Start, w.End, w.End
+	a.Built, a.From, a.Mid, a.To = true, w.Start, w.End, w.End
 }
 
-// advance moves the incremental aggregate to w, which starts before Mid:
-// the slices of [To, w.End) join the back, the front's suffixes of the
-// slices before w.Start leave.
-func (s *incSlices[K, T, A, R]) advance(set *incSet[A], w Window) {
-	inc := &set.Inc
-	sl := set.Slices
-	for i, _ := findSlice(sl, inc.To); i < len(sl) && sl[i].Start < w.End; i++ {
-		if inc.HasBack {
-			inc.Back = s.merger.Merge(inc.Back, sl[i].Acc)
+// advance moves the incremental aggregate to w, which starts in
+// [From, Mid): the slices of [To, w.End) join the back, the front's
+// suffixes of the slices before w.Start leave.
+func (s *incSlices[K, T, A, R]) advance(a *incAgg[A], sl []aggSlice[A], w Window) {
+	// The slices after To are the newest ones: look for the first from
+	// the end.
+	i := len(sl)
+	for i > 0 && sl[i-1].Start >= a.To {
+		i--
+	}
+	for ; i < len(sl) && sl[i].Start < w.End; i++ {
+		if a.HasBack {
+			a.Back = s.merger.Merge(a.Back, sl[i].Acc)
 		} else {
-			inc.Back, inc.HasBack = s.copyOf(sl[i].Acc), true
+			a.Back, a.HasBack = s.copyOf(sl[i].Acc), true
 		}
 	}
-	n := len(inc.Front)
-	for n > 0 && inc.Front[n-1].Start < w.Start {
+	n := len(a.Front)
+	for n > 0 && a.Front[n-1].Start < w.Start {
 		n--
 	}
-	clear(inc.Front[n:])
-	inc.Front = inc.Front[:n]
-	inc.From, inc.To = w.Start, w.End
+	clear(a.Front[n:])
+	a.Front = a.Front[:n]
+	a.From, a.To = w.Start, max(a.To, w.End)
 }
 
-// mergeAll emits the result of w merging all its slices.
-func (s *incSlices[K, T, A, R]) mergeAll(key K, w Window, sl []aggSlice[A]) error {
-	i, _ := findSlice(sl, w.Start)
-	j := i
-	for j < len(sl) && sl[j].Start < w.End {
-		j++
-	}
-	switch j - i {
-	case 0:
-		return nil
-	case 1:
-		s.out.Collect(WindowResult[K, R]{Key: key, Window: w, Value: s.agg.Result(sl[i].Acc)})
-	default:
-		acc := s.agg.CreateAccumulator()
-		for _, x := range sl[i:j] {
-			acc = s.merger.Merge(acc, x.Acc)
-		}
-		s.out.Collect(WindowResult[K, R]{Key: key, Window: w, Value: s.agg.Result(acc)})
-	}
-	return nil
-}
-
-// drop removes the oldest slices while done holds for them. No window to
-// come holds a dropped slice, so the incremental aggregate stays: the
-// next window starts after the dropped slices, and drops their suffixes
-// or flips.
+// drop removes the oldest slices while done holds for them, and the
+// incremental aggregate with the last one. No window to come holds a
+// dropped slice, so the incremental aggregate stays: the next window
+// starts after the dropped slices, and drops their suffixes or flips.
 func (s *incSlices[K, T, A, R]) drop(done func(p int64) bool) int {
-	set, _ := s.get()
-	sl := set.Slices
-	n := 0
-	for n < len(sl) && done(sl[n].Start) {
-		n++
+	n := s.aggSlices.drop(done)
+	if n == 0 {
+		s.inc.Clear()
 	}
-	switch {
-	case n == len(sl):
-		s.st.Clear()
-	case n > 0:
-		set.Slices = slices.Delete(sl, 0, n)
-		s.st.Update(set)
-		return len(set.Slices)
-	}
-	return len(sl) - n
+	return n
 }
 
 // incStore returns the counts of results taken from the incremental

@@ -215,7 +215,7 @@ func expectStateEmpty(t *testing.T, h *windowHarness, what string) {
 // expectStateHeld checks that the window operator still holds contents.
 func expectStateHeld(t *testing.T, h *windowHarness, what string) {
 	t.Helper()
-	if h.StateLen(windowName+"/contents")+h.StateLen(windowName+"/contents/incremental") == 0 {
+	if h.StateLen(windowName+"/contents") == 0 {
 		t.Fatalf("%s: the window holds no contents", what)
 	}
 }
