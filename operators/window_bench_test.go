@@ -18,12 +18,12 @@ import (
 // slices of a window per result (the earlier way). It reports the CPU time
 // per record and the ratios to tumbling.
 func BenchmarkSlidingWindowOperator(b *testing.B) {
-	const keys, seconds = 1000, 200
-	ids := make([]string, keys)
+	const maxKeys = 1000
+	ids := make([]string, maxKeys)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("sensor_%d", i)
 	}
-	run := func(a operators.WindowAssigner, perSecond int, mergeAll, stats bool) time.Duration {
+	run := func(a operators.WindowAssigner, keys, seconds, perSecond int, mergeAll, stats bool) time.Duration {
 		h := operatorstest.New(func(out operators.Collector[result]) operators.OneInput[ev] {
 			if stats {
 				return buildWindow(b, a, mergeAll, operators.AggregateFunction[ev, statsAcc, statsAcc](statsAgg{}), operators.CollectorFunc[operators.WindowResult[string, statsAcc]](func(operators.WindowResult[string, statsAcc]) {}))
@@ -37,7 +37,7 @@ func BenchmarkSlidingWindowOperator(b *testing.B) {
 		start := processCPU()
 		for s := range int64(seconds) {
 			for r := range perSecond {
-				for _, id := range ids {
+				for _, id := range ids[:keys] {
 					ts := s*1000 + int64(r)*1000/int64(perSecond)
 					h.Process(ev{Key: id, TS: ts, V: s}, ts)
 				}
@@ -53,19 +53,26 @@ func BenchmarkSlidingWindowOperator(b *testing.B) {
 	for _, c := range []struct {
 		per   int
 		stats bool
-	}{{1, false}, {10, false}, {1, true}, {10, true}} {
+		size  time.Duration
+	}{{1, false, time.Minute}, {10, false, time.Minute}, {1, true, time.Minute}, {10, true, time.Minute}, {1, false, 10 * time.Minute}} {
 		name := fmt.Sprintf("per-key-per-second=%d", c.per)
 		if c.stats {
 			name += "/agg=stats"
 		}
+		// 1000 keys over 200 s; 100 keys over 1000 s for 10 min windows.
+		keys, seconds := maxKeys, 200
+		if c.size != time.Minute {
+			name += "/size=" + c.size.String()
+			keys, seconds = 100, 1000
+		}
 		per := c.per
 		b.Run(name, func(b *testing.B) {
 			var sliding, tumbling, mergeAll time.Duration
-			slide := operators.SlidingEventTimeWindows(60*time.Second, time.Second)
+			slide := operators.SlidingEventTimeWindows(c.size, time.Second)
 			for b.Loop() {
-				mergeAll += run(slide, per, true, c.stats)
-				tumbling += run(operators.TumblingEventTimeWindows(60*time.Second), per, false, c.stats)
-				sliding += run(slide, per, false, c.stats)
+				mergeAll += run(slide, keys, seconds, per, true, c.stats)
+				tumbling += run(operators.TumblingEventTimeWindows(c.size), keys, seconds, per, false, c.stats)
+				sliding += run(slide, keys, seconds, per, false, c.stats)
 			}
 			n := float64(b.N * keys * seconds * per)
 			b.ReportMetric(float64(sliding.Nanoseconds())/n, "cpu-ns/record")
