@@ -104,7 +104,9 @@ const maxTimestamp int64 = 1<<63 - 1
 
 // SlicedWindow is the operator of tumbling and sliding windows. Records are
 // stored once, in the slice (pane) of length gcd(size, slide) they fall
-// in; a window's result combines its slices when it fires. Each key has at
+// in; a window's result combines its slices when it fires (for sliding
+// window aggregates, through an incrementally maintained aggregate: see
+// incSlices). Each key has at
 // most one pending timer per window end, registered when a slice is
 // created and chained from one window end to the next while slices remain.
 type SlicedWindow[K comparable, T any] struct {
