@@ -104,7 +104,9 @@ const maxTimestamp int64 = 1<<63 - 1
 
 // SlicedWindow is the operator of tumbling and sliding windows. Records are
 // stored once, in the slice (pane) of length gcd(size, slide) they fall
-// in; a window's result combines its slices when it fires. Each key has at
+// in; a window's result combines its slices when it fires (for sliding
+// window aggregates, through an incrementally maintained aggregate: see
+// incSlices). Each key has at
 // most one pending timer per window end, registered when a slice is
 // created and chained from one window end to the next while slices remain.
 type SlicedWindow[K comparable, T any] struct {
@@ -117,6 +119,12 @@ type SlicedWindow[K comparable, T any] struct {
 	slide  int64
 	pane   int64
 	offset int64
+	// timerTs and nextEnd are the arguments of the functions onTimer
+	// passes to the store, made once (a closure per timer would be
+	// allocated).
+	timerTs, nextEnd    int64
+	cleaned             func(p int64) bool
+	nextWindow, firstOf func(p int64) (int64, bool)
 }
 
 // Open registers the window state.
@@ -126,6 +134,12 @@ func (o *SlicedWindow[K, T]) Open(ctx *Context) error {
 	}
 	a := o.assigner
 	o.size, o.slide, o.pane, o.offset = a.size, a.slide, a.pane(), a.offset
+	o.cleaned = func(p int64) bool { return o.lastEnd(p)-1+o.lateness <= o.timerTs }
+	o.nextWindow = func(p int64) (int64, bool) {
+		e := max(o.firstEnd(p), o.nextEnd)
+		return e, e <= o.lastEnd(p)
+	}
+	o.firstOf = func(p int64) (int64, bool) { return p, true }
 	return o.store.open(ctx.State, &o.keys, o.name+"/contents")
 }
 
@@ -209,7 +223,8 @@ func (o *SlicedWindow[K, T]) onTimer(ts int64, _ TimeDomain) error {
 	if floorTo(end-o.size, o.offset, o.slide) == end-o.size {
 		o.fire(Window{Start: end - o.size, End: end})
 	}
-	if o.store.drop(func(p int64) bool { return o.lastEnd(p)-1+o.lateness <= ts }) == 0 {
+	o.timerTs = ts
+	if o.store.drop(o.cleaned) == 0 {
 		return nil
 	}
 	// The earliest window ending after ts that holds a slice: the next
@@ -218,15 +233,13 @@ func (o *SlicedWindow[K, T]) onTimer(ts int64, _ TimeDomain) error {
 	if next-1 <= ts {
 		next += o.slide
 	}
-	if e, ok := o.store.first(func(p int64) (int64, bool) {
-		e := max(o.firstEnd(p), next)
-		return e, e <= o.lastEnd(p)
-	}); ok {
+	o.nextEnd = next
+	if e, ok := o.store.first(o.nextWindow); ok {
 		o.chain(e-1, ts)
 		return nil
 	}
 	if o.lateness > 0 {
-		if first, ok := o.store.first(func(p int64) (int64, bool) { return p, true }); ok {
+		if first, ok := o.store.first(o.firstOf); ok {
 			o.register(o.lastEnd(first) - 1 + o.lateness)
 		}
 	}
@@ -244,8 +257,12 @@ func NewWindowAggregate[K comparable, T, A, R any](name string, key func(T) K, a
 		}
 		return newSession[K, T](name, key, a, lateness, lateTag, c), nil
 	}
-	c := newAggSlices[K, T, A, R](agg, out)
-	if c.merger == nil && a.pane() != a.size {
+	if a.pane() == a.size {
+		// Tumbling: a window is one slice.
+		return newSliced[K, T](name, key, a, lateness, lateTag, newAggSlices[K, T, A, R](agg, out)), nil
+	}
+	c := newIncSlices[K, T, A, R](agg, out)
+	if c.merger == nil {
 		return nil, fmt.Errorf("operators: %s combine accumulators: the aggregate function %T needs a Merge(a, b) method", a, agg)
 	}
 	return newSliced[K, T](name, key, a, lateness, lateTag, c), nil

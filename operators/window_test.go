@@ -71,7 +71,7 @@ const windowName = "w"
 // operator's name): "/contents" holds the records or accumulators, the
 // others index them (slices, sessions) or track timers.
 var stateNames = []string{
-	windowName + "/contents", windowName + "/contents/slices", windowName + "/slices",
+	windowName + "/contents", windowName + "/contents/slices", windowName + "/contents/incremental", windowName + "/slices",
 	windowName + "/sessions", windowName + "/next",
 }
 
