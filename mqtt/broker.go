@@ -153,6 +153,10 @@ type Broker struct {
 	// PUBCOMP); an error aborts the publish as a failed append would, or
 	// drops the connection without a PUBCOMP (tests).
 	qos2Stage func(stage, client string, pid uint16) error
+	// durableWait, when set, replaces ingestlog.Log.WaitDurable for the
+	// acknowledgement gates (tests).
+	durableWait func(l *ingestlog.Log, off uint64) error
+	flushers    sync.WaitGroup // the ackGate flushers
 
 	mu      sync.Mutex // guards started, closed, cancel
 	started bool
@@ -258,7 +262,7 @@ func (b *Broker) Start(ctx context.Context) error {
 		b.logger.Info("mqtt broker sessions restored", "dir", b.cfg.DataDir, "sessions", stats.Sessions,
 			"messages", stats.Messages, "qos2_receipts", stats.Receipts)
 	}
-	if err := b.server.AddListener(b.tcp); err != nil {
+	if err := b.server.AddListener(&gatedListener{TCP: b.tcp, b: b}); err != nil {
 		b.closeStore()
 		return fmt.Errorf("mqtt: broker listen on %s: %w", b.cfg.Address, err)
 	}
@@ -323,6 +327,7 @@ func (b *Broker) Close() error {
 	}
 	b.cancel()
 	err := b.server.Close()
+	b.flushers.Wait()
 	if b.store != nil {
 		err = errors.Join(err, b.store.close())
 	}
@@ -340,6 +345,7 @@ func (b *Broker) crash() {
 	}
 	b.cancel()
 	b.server.Close()
+	b.flushers.Wait()
 }
 
 // ingestHook appends matching PUBLISH packets to the ingest log before
@@ -377,16 +383,32 @@ func (h *ingestHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pac
 		// log gets a later record (see sessionStore.routeDone).
 		err = b.store.syncAppended()
 	}
+	gate, _ := cl.Net.Conn.(*ackGate)
 	for _, tg := range targets {
 		if err != nil {
 			break
 		}
-		_, err = tg.log.Append(b.ctx, msg)
+		if gate == nil { // a listener added through Server: wait here
+			_, err = tg.log.Append(b.ctx, msg)
+			continue
+		}
+		var off uint64
+		if off, err = tg.log.AppendNoWait(b.ctx, msg); err == nil {
+			gate.appended(tg.key, off)
+		}
 	}
 	if err == nil {
 		return pk, nil
 	}
 	return pk, h.fail(cl, pk, err)
+}
+
+// waitDurable returns once the record at off of l is durable.
+func (b *Broker) waitDurable(l *ingestlog.Log, off uint64) error {
+	if b.durableWait != nil {
+		return b.durableWait(l, off)
+	}
+	return l.WaitDurable(off)
 }
 
 // fail drops cl's connection without an acknowledgement for pk, so the
