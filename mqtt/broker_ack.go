@@ -50,20 +50,20 @@ type ackGate struct {
 	net.Conn
 	b *Broker
 
-	mu       sync.Mutex
-	cond     sync.Cond // on mu: the held bytes were written, or the gate closed
-	written  []uint64  // per route key: 1 + the last offset appended for this connection, 0 if none
-	held     []byte    // bytes waiting for written to be durable
-	spare    []byte    // the previous batch, reused for held
-	batched  int       // bytes of the batch the flusher is waiting to write
-	syncDue  bool      // records were appended since the flusher last took a batch
-	writing  bool      // a batch or a direct write is being written (or waited for)
-	owed     bool      // counted in the drain hook as acknowledgements pending
-	running  bool      // the flusher goroutine was started
-	closed   bool
-	err      error         // sticky: the log failed or a write failed
-	wake     chan struct{} // cap 1: there is work for the flusher
-	waitBuf  []uint64      // the flusher's copy of written
+	mu      sync.Mutex
+	cond    sync.Cond // on mu: the held bytes were written, or the gate closed
+	written []uint64  // per route key: 1 + the last offset appended for this connection, 0 if none
+	held    []byte    // bytes waiting for written to be durable
+	spare   []byte    // the previous batch, reused for held
+	batched int       // bytes of the batch the flusher is waiting to write
+	syncDue bool      // records were appended since the flusher last took a batch
+	writing bool      // a batch or a direct write is being written (or waited for)
+	owed    bool      // counted in the drain hook as acknowledgements pending
+	running bool      // the flusher goroutine was started
+	closed  bool
+	err     error         // sticky: the log failed or a write failed
+	wake    chan struct{} // cap 1: there is work for the flusher
+	waitBuf []uint64      // the flusher's copy of written
 }
 
 func newAckGate(b *Broker, c net.Conn) *ackGate {
