@@ -10,7 +10,6 @@ import (
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
-	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/edgedio/edged/mqtt/ingestlog"
@@ -143,7 +142,7 @@ type Broker struct {
 	routes []route // further filters and logs, added before Start
 	logger *slog.Logger
 	server *mochi.Server
-	tcp    *listeners.TCP
+	tcp    *gatedListener
 	drain  *drainHook
 	store  *sessionStore // nil without DataDir; set by Start
 
@@ -196,7 +195,7 @@ func NewBroker(cfg BrokerConfig, log *ingestlog.Log) (*Broker, error) {
 			return nil, fmt.Errorf("mqtt: broker hook %s: %w", h.ID(), err)
 		}
 	}
-	b.tcp = listeners.NewTCP(listeners.Config{ID: "tcp", Address: cfg.Address})
+	b.tcp = &gatedListener{b: b, address: cfg.Address}
 	return b, nil
 }
 
@@ -262,7 +261,7 @@ func (b *Broker) Start(ctx context.Context) error {
 		b.logger.Info("mqtt broker sessions restored", "dir", b.cfg.DataDir, "sessions", stats.Sessions,
 			"messages", stats.Messages, "qos2_receipts", stats.Receipts)
 	}
-	if err := b.server.AddListener(&gatedListener{TCP: b.tcp, b: b}); err != nil {
+	if err := b.server.AddListener(b.tcp); err != nil {
 		b.closeStore()
 		return fmt.Errorf("mqtt: broker listen on %s: %w", b.cfg.Address, err)
 	}

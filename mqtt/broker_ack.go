@@ -1,8 +1,10 @@
 package mqtt
 
 import (
+	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mochi-mqtt/server/v2/listeners"
 )
@@ -12,18 +14,81 @@ import (
 // connection's goroutine).
 const maxHeldBytes = 1 << 20
 
-// gatedListener is mochi's TCP listener with every accepted connection
-// wrapped in an ackGate.
+// gatedListener is the broker's TCP listener (mochi's listeners.Listener):
+// it wraps every accepted connection in an ackGate. (mochi's own TCP
+// listener shares one error variable among its connection goroutines, a
+// data race when two connections end at once.)
 type gatedListener struct {
-	*listeners.TCP
-	b *Broker
+	b       *Broker
+	address string
+	mu      sync.Mutex   // guards listen
+	listen  net.Listener // set by Init
+	log     *slog.Logger
+	end     atomic.Bool
 }
 
-// Serve accepts connections and hands them to mochi wrapped.
+// ID returns the listener's id.
+func (l *gatedListener) ID() string { return "tcp" }
+
+// Protocol returns "tcp".
+func (l *gatedListener) Protocol() string { return "tcp" }
+
+// Address returns the address listened on (with the real port once
+// listening).
+func (l *gatedListener) Address() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.listen != nil {
+		return l.listen.Addr().String()
+	}
+	return l.address
+}
+
+// Init binds the address.
+func (l *gatedListener) Init(log *slog.Logger) error {
+	ln, err := net.Listen("tcp", l.address)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.listen, l.log = ln, log
+	l.mu.Unlock()
+	return nil
+}
+
+// Serve accepts connections until Close and hands each to mochi wrapped
+// in an ackGate.
 func (l *gatedListener) Serve(establish listeners.EstablishFn) {
-	l.TCP.Serve(func(id string, c net.Conn) error {
-		return establish(id, newAckGate(l.b, c))
-	})
+	l.mu.Lock()
+	ln, log := l.listen, l.log
+	l.mu.Unlock()
+	for !l.end.Load() {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		if l.end.Load() {
+			conn.Close()
+			return
+		}
+		go func() {
+			if err := establish(l.ID(), newAckGate(l.b, conn)); err != nil {
+				log.Warn("mqtt broker: connection ended", "error", err)
+			}
+		}()
+	}
+}
+
+// Close stops accepting and has mochi close the listener's clients.
+func (l *gatedListener) Close(closeClients listeners.CloseFn) {
+	if l.end.CompareAndSwap(false, true) {
+		closeClients(l.ID())
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.listen != nil {
+		l.listen.Close()
+	}
 }
 
 // ackGate is a client connection whose outgoing bytes wait until every
@@ -155,6 +220,16 @@ func (g *ackGate) Write(p []byte) (int, error) {
 	g.kick()
 	g.mu.Unlock()
 	return len(p), nil
+}
+
+// settled returns once nothing appended for this connection waits for
+// an fsync and every held byte is written, or the gate closed or failed.
+func (g *ackGate) settled() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for !g.closed && g.err == nil && (len(g.held) > 0 || g.syncDue || g.writing) {
+		g.cond.Wait()
+	}
 }
 
 // Close closes the connection; held bytes are dropped (their messages were

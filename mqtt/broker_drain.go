@@ -47,15 +47,22 @@ func (h *drainHook) OnConnect(cl *mochi.Client, _ packets.Packet) error {
 	return nil
 }
 
-// OnPacketRead marks cl busy, or refuses a PUBLISH while draining.
+// OnPacketRead marks cl busy, or refuses a PUBLISH while draining. A
+// refused PUBLISH ends the connection, but first the acknowledgements of
+// the messages the connection already appended go out (they wait for an
+// fsync in its ackGate): the device must not resend those.
 func (h *drainHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if h.draining && pk.FixedHeader.Type == packets.Publish {
 		h.refused++
+		h.mu.Unlock()
+		if g, ok := cl.Net.Conn.(*ackGate); ok {
+			g.settled()
+		}
 		return pk, packets.ErrRejectPacket
 	}
 	h.busy[cl] = struct{}{}
+	h.mu.Unlock()
 	return pk, nil
 }
 
