@@ -98,16 +98,26 @@ func (c BrokerConfig) Validate() error {
 // with an allow-all auth hook and one TCP listener.
 //
 // Every PUBLISH whose topic matches one of BrokerConfig.Filters is
-// appended to the ingest log inside mochi's OnPublish hook, which runs on
-// the publishing client's connection goroutine before the broker sends
-// the PUBACK (PUBREC for QoS 2). So a device's QoS 1 message is
-// acknowledged only once it is durable in the log, and a full log
-// (ingestlog.Options.MaxBytes) blocks the hook: the device waits for its
-// PUBACK, which is back-pressure over TCP, per device. Messages of one
-// connection are appended in the order they arrive. If the append fails
-// (the log failed or was closed, or the broker is closing), the broker
-// sends no PUBACK and drops the connection, so the device resends on
-// reconnect (at-least-once).
+// written to the ingest log inside mochi's OnPublish hook, which runs on
+// the publishing client's connection goroutine before the broker writes
+// the PUBACK (PUBREC for QoS 2). The hook does not wait for the fsync:
+// the connection's ackGate holds the PUBACK, and every byte written to
+// the connection after it, until the log says the record is durable, and
+// then sends what it held in order. So a device's QoS 1 message is
+// acknowledged only once it is durable in the log, while the connection
+// goes on reading and appending the device's next messages during the
+// fsync (pipelining); every connection's records written before an fsync
+// starts share it (group commit). A full log (ingestlog.Options.MaxBytes)
+// blocks the hook: the device waits for its PUBACK, which is
+// back-pressure over TCP, per device. Messages of one connection are
+// appended, and acknowledged, in the order they arrive. If the append or
+// the fsync fails (the log failed or was closed, or the broker is
+// closing), the broker sends no PUBACK for it or any later message of the
+// connection and drops the connection, so the device resends on
+// reconnect (at-least-once). mochi routes a message to subscribers right
+// after writing its PUBACK, so a subscriber may get it before it is
+// durable (and, if the broker crashes before the fsync, again when the
+// device resends it).
 //
 // QoS 2 from a device with a persistent session (clean_session=false;
 // MQTT 5: session expiry above 0) is exactly-once into the log when
@@ -123,9 +133,9 @@ func (c BrokerConfig) Validate() error {
 // gets mochi's in-memory QoS 2 handling: exactly-once while the broker
 // runs, since a clean session's client does not resend after a reconnect.
 //
-// Because the hook is synchronous, one connection gets at most one
-// message per log fsync (ingestlog group commit window plus the fsync);
-// many devices share each fsync.
+// QoS 2 from a persistent session, and connections of listeners added
+// through Server, append synchronously instead: one message per fsync
+// per connection, many connections sharing each fsync.
 //
 // Matching messages are also routed to subscribers as usual. With
 // BrokerConfig.DataDir set, persistent sessions survive a restart or a
