@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
 )
 
 // maxHeldBytes bounds the bytes an ackGate holds for its connection while
@@ -17,7 +18,7 @@ const maxHeldBytes = 1 << 20
 // gatedListener is the broker's TCP listener (mochi's listeners.Listener):
 // it wraps every accepted connection in an ackGate. (mochi's own TCP
 // listener shares one error variable among its connection goroutines, a
-// data race when two connections end at once.)
+// data race when two connections end at once, and see Close.)
 type gatedListener struct {
 	b       *Broker
 	address string
@@ -79,10 +80,19 @@ func (l *gatedListener) Serve(establish listeners.EstablishFn) {
 	}
 }
 
-// Close stops accepting and has mochi close the listener's clients.
-func (l *gatedListener) Close(closeClients listeners.CloseFn) {
+// Close stops accepting and disconnects the listener's clients. It does
+// not call closeClients: mochi's (Clients.GetByListener) takes the
+// clients' read lock twice, and deadlocks when a client ends between the
+// two (its Delete waits for the write lock, which blocks the second read
+// lock): Close would hang when a device disconnects while the broker
+// stops.
+func (l *gatedListener) Close(listeners.CloseFn) {
 	if l.end.CompareAndSwap(false, true) {
-		closeClients(l.ID())
+		for _, cl := range l.b.server.Clients.GetAll() {
+			if cl.Net.Listener == l.ID() && !cl.Closed() {
+				_ = l.b.server.DisconnectClient(cl, packets.ErrServerShuttingDown)
+			}
+		}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

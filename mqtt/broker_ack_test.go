@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
@@ -205,5 +206,43 @@ func TestBrokerGroupCommitAcrossConnections(t *testing.T) {
 	}
 	if st.Fsyncs > devices*n/4 {
 		t.Fatalf("%d fsyncs for %d messages", st.Fsyncs, devices*n)
+	}
+}
+
+// Close returns while devices disconnect at the same moment (mochi's own
+// listener close could deadlock on its clients' lock then).
+func TestBrokerCloseWhileDevicesDisconnect(t *testing.T) {
+	const rounds, devices = 30, 16
+	for r := range rounds {
+		b, err := NewBroker(BrokerConfig{Address: "127.0.0.1:0", Filters: []string{"#"}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		conns := make([]*rawClient, devices)
+		for d := range conns {
+			conns[d], _ = dialRaw(t, b.Addr(), fmt.Sprintf("r%d-d%d", r, d), true)
+		}
+		testutil.Eventually(t, waitBound, "devices connected", func() bool { return b.server.Clients.Len() == devices })
+		var wg sync.WaitGroup
+		for _, c := range conns {
+			wg.Go(func() { c.conn.Close() })
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- b.Close() }()
+		wg.Wait()
+		testutil.Eventually(t, 10*time.Second, fmt.Sprintf("Close of round %d returning", r), func() bool {
+			select {
+			case err := <-closed:
+				if err != nil {
+					t.Error(err)
+				}
+				return true
+			default:
+				return false
+			}
+		})
 	}
 }
