@@ -10,7 +10,6 @@ import (
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
-	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/edgedio/edged/mqtt/ingestlog"
@@ -99,16 +98,26 @@ func (c BrokerConfig) Validate() error {
 // with an allow-all auth hook and one TCP listener.
 //
 // Every PUBLISH whose topic matches one of BrokerConfig.Filters is
-// appended to the ingest log inside mochi's OnPublish hook, which runs on
-// the publishing client's connection goroutine before the broker sends
-// the PUBACK (PUBREC for QoS 2). So a device's QoS 1 message is
-// acknowledged only once it is durable in the log, and a full log
-// (ingestlog.Options.MaxBytes) blocks the hook: the device waits for its
-// PUBACK, which is back-pressure over TCP, per device. Messages of one
-// connection are appended in the order they arrive. If the append fails
-// (the log failed or was closed, or the broker is closing), the broker
-// sends no PUBACK and drops the connection, so the device resends on
-// reconnect (at-least-once).
+// written to the ingest log inside mochi's OnPublish hook, which runs on
+// the publishing client's connection goroutine before the broker writes
+// the PUBACK (PUBREC for QoS 2). The hook does not wait for the fsync:
+// the connection's ackGate holds the PUBACK, and every byte written to
+// the connection after it, until the log says the record is durable, and
+// then sends what it held in order. So a device's QoS 1 message is
+// acknowledged only once it is durable in the log, while the connection
+// goes on reading and appending the device's next messages during the
+// fsync (pipelining); every connection's records written before an fsync
+// starts share it (group commit). A full log (ingestlog.Options.MaxBytes)
+// blocks the hook: the device waits for its PUBACK, which is
+// back-pressure over TCP, per device. Messages of one connection are
+// appended, and acknowledged, in the order they arrive. If the append or
+// the fsync fails (the log failed or was closed, or the broker is
+// closing), the broker sends no PUBACK for it or any later message of the
+// connection and drops the connection, so the device resends on
+// reconnect (at-least-once). mochi routes a message to subscribers right
+// after writing its PUBACK, so a subscriber may get it before it is
+// durable (and, if the broker crashes before the fsync, again when the
+// device resends it).
 //
 // QoS 2 from a device with a persistent session (clean_session=false;
 // MQTT 5: session expiry above 0) is exactly-once into the log when
@@ -124,9 +133,9 @@ func (c BrokerConfig) Validate() error {
 // gets mochi's in-memory QoS 2 handling: exactly-once while the broker
 // runs, since a clean session's client does not resend after a reconnect.
 //
-// Because the hook is synchronous, one connection gets at most one
-// message per log fsync (ingestlog group commit window plus the fsync);
-// many devices share each fsync.
+// QoS 2 from a persistent session, and connections of listeners added
+// through Server, append synchronously instead: one message per fsync
+// per connection, many connections sharing each fsync.
 //
 // Matching messages are also routed to subscribers as usual. With
 // BrokerConfig.DataDir set, persistent sessions survive a restart or a
@@ -143,7 +152,7 @@ type Broker struct {
 	routes []route // further filters and logs, added before Start
 	logger *slog.Logger
 	server *mochi.Server
-	tcp    *listeners.TCP
+	tcp    *gatedListener
 	drain  *drainHook
 	store  *sessionStore // nil without DataDir; set by Start
 
@@ -153,6 +162,10 @@ type Broker struct {
 	// PUBCOMP); an error aborts the publish as a failed append would, or
 	// drops the connection without a PUBCOMP (tests).
 	qos2Stage func(stage, client string, pid uint16) error
+	// durableWait, when set, replaces ingestlog.Log.WaitDurable for the
+	// acknowledgement gates (tests).
+	durableWait func(l *ingestlog.Log, off uint64) error
+	flushers    sync.WaitGroup // the ackGate flushers
 
 	mu      sync.Mutex // guards started, closed, cancel
 	started bool
@@ -192,7 +205,7 @@ func NewBroker(cfg BrokerConfig, log *ingestlog.Log) (*Broker, error) {
 			return nil, fmt.Errorf("mqtt: broker hook %s: %w", h.ID(), err)
 		}
 	}
-	b.tcp = listeners.NewTCP(listeners.Config{ID: "tcp", Address: cfg.Address})
+	b.tcp = &gatedListener{b: b, address: cfg.Address}
 	return b, nil
 }
 
@@ -323,6 +336,7 @@ func (b *Broker) Close() error {
 	}
 	b.cancel()
 	err := b.server.Close()
+	b.flushers.Wait()
 	if b.store != nil {
 		err = errors.Join(err, b.store.close())
 	}
@@ -340,6 +354,7 @@ func (b *Broker) crash() {
 	}
 	b.cancel()
 	b.server.Close()
+	b.flushers.Wait()
 }
 
 // ingestHook appends matching PUBLISH packets to the ingest log before
@@ -377,16 +392,32 @@ func (h *ingestHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pac
 		// log gets a later record (see sessionStore.routeDone).
 		err = b.store.syncAppended()
 	}
+	gate, _ := cl.Net.Conn.(*ackGate)
 	for _, tg := range targets {
 		if err != nil {
 			break
 		}
-		_, err = tg.log.Append(b.ctx, msg)
+		if gate == nil { // a listener added through Server: wait here
+			_, err = tg.log.Append(b.ctx, msg)
+			continue
+		}
+		var off uint64
+		if off, err = tg.log.AppendNoWait(b.ctx, msg); err == nil {
+			gate.appended(tg.key, off)
+		}
 	}
 	if err == nil {
 		return pk, nil
 	}
 	return pk, h.fail(cl, pk, err)
+}
+
+// waitDurable returns once the record at off of l is durable.
+func (b *Broker) waitDurable(l *ingestlog.Log, off uint64) error {
+	if b.durableWait != nil {
+		return b.durableWait(l, off)
+	}
+	return l.WaitDurable(off)
 }
 
 // fail drops cl's connection without an acknowledgement for pk, so the

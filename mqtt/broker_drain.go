@@ -22,7 +22,8 @@ type drainHook struct {
 	draining bool
 	busy     map[*mochi.Client]struct{}
 	idle     chan struct{} // closed when draining and busy is empty
-	atStart  int           // len(busy) when draining began
+	atStart  int           // busy connections and pending ones when draining began
+	pending  int           // connections with acknowledgements waiting for an fsync (ackGate)
 	refused  int           // PUBLISH packets refused while draining
 }
 
@@ -46,15 +47,22 @@ func (h *drainHook) OnConnect(cl *mochi.Client, _ packets.Packet) error {
 	return nil
 }
 
-// OnPacketRead marks cl busy, or refuses a PUBLISH while draining.
+// OnPacketRead marks cl busy, or refuses a PUBLISH while draining. A
+// refused PUBLISH ends the connection, but first the acknowledgements of
+// the messages the connection already appended go out (they wait for an
+// fsync in its ackGate): the device must not resend those.
 func (h *drainHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if h.draining && pk.FixedHeader.Type == packets.Publish {
 		h.refused++
+		h.mu.Unlock()
+		if g, ok := cl.Net.Conn.(*ackGate); ok {
+			g.settled()
+		}
 		return pk, packets.ErrRejectPacket
 	}
 	h.busy[cl] = struct{}{}
+	h.mu.Unlock()
 	return pk, nil
 }
 
@@ -72,9 +80,19 @@ func (h *drainHook) done(cl *mochi.Client) {
 	h.checkIdle()
 }
 
-// checkIdle closes idle once draining with nothing busy. h.mu is held.
+// hold adds n (1 or -1) to the connections whose acknowledgements wait
+// for an fsync: the drain waits for them too.
+func (h *drainHook) hold(n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.pending += n
+	h.checkIdle()
+}
+
+// checkIdle closes idle once draining with nothing busy and no
+// acknowledgement pending. h.mu is held.
 func (h *drainHook) checkIdle() {
-	if h.draining && len(h.busy) == 0 {
+	if h.draining && len(h.busy) == 0 && h.pending == 0 {
 		select {
 		case <-h.idle:
 		default:
@@ -83,12 +101,13 @@ func (h *drainHook) checkIdle() {
 	}
 }
 
-// drain starts draining and waits until no packet is being processed or
-// timeout passes; it reports whether the broker drained.
+// drain starts draining and waits until no packet is being processed and
+// no acknowledgement waits for an fsync, or timeout passes; it reports
+// whether the broker drained.
 func (h *drainHook) drain(timeout time.Duration) bool {
 	h.mu.Lock()
 	h.draining = true
-	h.atStart = len(h.busy)
+	h.atStart = len(h.busy) + h.pending
 	h.checkIdle()
 	h.mu.Unlock()
 	t := time.NewTimer(timeout)
@@ -104,5 +123,5 @@ func (h *drainHook) drain(timeout time.Duration) bool {
 func (h *drainHook) busyCount() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.busy)
+	return len(h.busy) + h.pending
 }

@@ -29,6 +29,7 @@ type Log struct {
 
 	first    atomic.Uint64 // base of the oldest segment; written under mu, read by Readers without it
 	isClosed atomic.Bool   // set by Close; read by Readers without mu
+	durableA atomic.Uint64 // mirrors durable, for DurableOffset
 
 	truncMu sync.Mutex // serialises Truncate, so no segment it reads is deleted under it
 
@@ -164,7 +165,7 @@ func (l *Log) recover() error {
 	if err := syncDir(l.dir); err != nil {
 		return err
 	}
-	l.durable = l.next
+	l.setDurable(l.next)
 	l.released = l.segs[0].base
 	l.first.Store(l.segs[0].base)
 	l.logger.Info("ingest log opened", "dir", l.dir, "segments", len(l.segs),
@@ -299,6 +300,61 @@ func (l *Log) Append(ctx context.Context, m Message) (uint64, error) {
 	return off, nil
 }
 
+// AppendNoWait writes m like Append and returns its offset without
+// waiting for the fsync: the record is durable, and visible to Readers,
+// once WaitDurable(off) returns or DurableOffset passes off. A caller
+// that acknowledges m must do so only then. Records written this way are
+// made durable by the next group commit, which any WaitDurable or Append
+// leads; a caller that stops caring (its device disconnected) should
+// still call WaitDurable, or the record waits for the next one. It blocks
+// for space and fails like Append.
+func (l *Log) AppendNoWait(ctx context.Context, m Message) (uint64, error) {
+	if err := m.validate(); err != nil {
+		return 0, err
+	}
+	size := frameSize(&m)
+	if size > l.maxFrame {
+		return 0, fmt.Errorf("%w: %d bytes framed, at most %d", ErrTooLarge, size, l.maxFrame)
+	}
+	bp := l.getBuf(size + maxMarkSize)
+	*bp = appendFrame((*bp)[:0], &m)
+	l.mu.Lock()
+	off, err := l.write(ctx, bp)
+	l.mu.Unlock()
+	l.putBuf(bp)
+	if err != nil {
+		return 0, err
+	}
+	return off, nil
+}
+
+// WaitDurable returns once the record at off is durable (fsynced), leading
+// a group commit if none is running: every record written before the
+// fsync starts shares it. It fails with ErrOutOfRange for an offset not
+// yet written, with the log's sticky failure (ErrFailed), or with
+// ErrClosed if the log was closed before the record became durable.
+func (l *Log) WaitDurable(off uint64) error {
+	if l.durableA.Load() > off {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if off >= l.next {
+		return fmt.Errorf("%w: wait for offset %d, next offset is %d", ErrOutOfRange, off, l.next)
+	}
+	if l.closed && l.durable <= off {
+		if l.failed != nil {
+			return l.failed
+		}
+		return ErrClosed
+	}
+	return l.waitDurable(off)
+}
+
+// DurableOffset returns one past the last durable record, without locking:
+// a record at off is durable when DurableOffset() > off.
+func (l *Log) DurableOffset() uint64 { return l.durableA.Load() }
+
 func (l *Log) getBuf(size int64) *[]byte {
 	if bp, ok := l.bufs.Get().(*[]byte); ok && int64(cap(*bp)) >= size {
 		return bp
@@ -425,7 +481,7 @@ func (l *Log) roll() error {
 	l.stats.Fsyncs++
 	old.durableSize = old.size
 	if l.next > l.durable {
-		l.durable = l.next
+		l.setDurable(l.next)
 		l.wake()
 	}
 	seg, err := createSegment(l.dir, l.next)
@@ -510,8 +566,14 @@ func (l *Log) lead() {
 		return
 	}
 	seg.durableSize = max(seg.durableSize, size)
-	l.durable = max(l.durable, target)
+	l.setDurable(max(l.durable, target))
 	l.wake()
+}
+
+// setDurable advances durable to d. l.mu is held.
+func (l *Log) setDurable(d uint64) {
+	l.durable = d
+	l.durableA.Store(d)
 }
 
 // wake tells Appends waiting for durability and Readers waiting for
@@ -569,7 +631,7 @@ func (l *Log) Close() error {
 		} else {
 			l.stats.Fsyncs++
 			active.durableSize = active.size
-			l.durable = l.next
+			l.setDurable(l.next)
 		}
 	}
 	l.wake()

@@ -1,0 +1,328 @@
+package mqtt
+
+import (
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// maxHeldBytes bounds the bytes an ackGate holds for its connection while
+// they wait for an fsync; a write past it waits (back-pressure on the
+// connection's goroutine).
+const maxHeldBytes = 1 << 20
+
+// gatedListener is the broker's TCP listener (mochi's listeners.Listener):
+// it wraps every accepted connection in an ackGate. (mochi's own TCP
+// listener shares one error variable among its connection goroutines, a
+// data race when two connections end at once, and see Close.)
+type gatedListener struct {
+	b       *Broker
+	address string
+	mu      sync.Mutex   // guards listen
+	listen  net.Listener // set by Init
+	log     *slog.Logger
+	end     atomic.Bool
+}
+
+// ID returns the listener's id.
+func (l *gatedListener) ID() string { return "tcp" }
+
+// Protocol returns "tcp".
+func (l *gatedListener) Protocol() string { return "tcp" }
+
+// Address returns the address listened on (with the real port once
+// listening).
+func (l *gatedListener) Address() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.listen != nil {
+		return l.listen.Addr().String()
+	}
+	return l.address
+}
+
+// Init binds the address.
+func (l *gatedListener) Init(log *slog.Logger) error {
+	ln, err := net.Listen("tcp", l.address)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.listen, l.log = ln, log
+	l.mu.Unlock()
+	return nil
+}
+
+// Serve accepts connections until Close and hands each to mochi wrapped
+// in an ackGate.
+func (l *gatedListener) Serve(establish listeners.EstablishFn) {
+	l.mu.Lock()
+	ln, log := l.listen, l.log
+	l.mu.Unlock()
+	for !l.end.Load() {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		if l.end.Load() {
+			conn.Close()
+			return
+		}
+		go func() {
+			if err := establish(l.ID(), newAckGate(l.b, conn)); err != nil {
+				log.Warn("mqtt broker: connection ended", "error", err)
+			}
+		}()
+	}
+}
+
+// Close stops accepting and disconnects the listener's clients. It does
+// not call closeClients: mochi's (Clients.GetByListener) takes the
+// clients' read lock twice, and deadlocks when a client ends between the
+// two (its Delete waits for the write lock, which blocks the second read
+// lock): Close would hang when a device disconnects while the broker
+// stops.
+func (l *gatedListener) Close(listeners.CloseFn) {
+	if l.end.CompareAndSwap(false, true) {
+		for _, cl := range l.b.server.Clients.GetAll() {
+			if cl.Net.Listener == l.ID() && !cl.Closed() {
+				_ = l.b.server.DisconnectClient(cl, packets.ErrServerShuttingDown)
+			}
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.listen != nil {
+		l.listen.Close()
+	}
+}
+
+// ackGate is a client connection whose outgoing bytes wait until every
+// record the broker appended for that client so far is durable.
+//
+// The broker's OnPublish hook writes a message to the ingest log without
+// waiting for the fsync (ingestlog.Log.AppendNoWait) and tells the gate
+// the record's offset; mochi then writes the PUBACK (PUBREC) on the
+// connection. The gate holds those bytes, and whatever is written after
+// them, until the records are durable, then writes them in order, many
+// acknowledgements in one write. So the connection's goroutine goes on
+// reading and appending the next PUBLISH packets while an fsync runs
+// (pipelining: a client with many messages in flight shares each fsync
+// with itself and with every other client), yet no acknowledgement leaves
+// before its message is fsynced, and acknowledgements keep their order.
+//
+// Bytes written while nothing appended is waiting for an fsync go straight
+// to the connection. A flusher goroutine, started at the first append,
+// leads or joins the group commits and writes the held bytes; it ends when
+// the connection closes, after making its records durable (so Readers see
+// them even if no other append comes). If the log fails, the held bytes
+// are dropped and the connection closed: the device resends.
+type ackGate struct {
+	net.Conn
+	b *Broker
+
+	mu      sync.Mutex
+	cond    sync.Cond // on mu: the held bytes were written, or the gate closed
+	written []uint64  // per route key: 1 + the last offset appended for this connection, 0 if none
+	held    []byte    // bytes waiting for written to be durable
+	spare   []byte    // the previous batch, reused for held
+	batched int       // bytes of the batch the flusher is waiting to write
+	syncDue bool      // records were appended since the flusher last took a batch
+	writing bool      // a batch or a direct write is being written (or waited for)
+	owed    bool      // counted in the drain hook as acknowledgements pending
+	running bool      // the flusher goroutine was started
+	closed  bool
+	err     error         // sticky: the log failed or a write failed
+	wake    chan struct{} // cap 1: there is work for the flusher
+	waitBuf []uint64      // the flusher's copy of written
+}
+
+func newAckGate(b *Broker, c net.Conn) *ackGate {
+	g := &ackGate{Conn: c, b: b, written: make([]uint64, 1+len(b.routes)), wake: make(chan struct{}, 1)}
+	g.cond.L = &g.mu
+	return g
+}
+
+// appended records that the record at off of route key's log was written
+// for this connection: bytes written from now on wait until it is durable.
+// It runs on the connection's goroutine.
+func (g *ackGate) appended(key int, off uint64) {
+	g.mu.Lock()
+	g.written[key] = off + 1
+	g.syncDue = true
+	g.kick()
+	g.mu.Unlock()
+}
+
+// kick marks acknowledgements pending for the drain and wakes (or starts)
+// the flusher. g.mu is held.
+func (g *ackGate) kick() {
+	if !g.owed {
+		g.owed = true
+		g.b.drain.hold(1)
+	}
+	if !g.running {
+		g.running = true
+		g.b.flushers.Add(1)
+		go g.flush()
+	}
+	g.signal()
+}
+
+// signal wakes the flusher if it waits.
+func (g *ackGate) signal() {
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+// covered reports whether every record appended for this connection is
+// durable. g.mu is held.
+func (g *ackGate) covered() bool {
+	for key, w := range g.written {
+		if w > 0 && g.b.routeLog(key).DurableOffset() < w {
+			return false
+		}
+	}
+	return true
+}
+
+// Write sends p once every record appended for this connection before it
+// is durable: at once if they already are, else after the flusher's next
+// fsync. It returns before p is sent in the second case.
+func (g *ackGate) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	for {
+		switch {
+		case g.err != nil:
+			err := g.err
+			g.mu.Unlock()
+			return 0, err
+		case g.closed:
+			g.mu.Unlock()
+			return 0, net.ErrClosed
+		case len(g.held) == 0 && !g.writing && !g.syncDue && g.covered():
+			g.writing = true
+			g.mu.Unlock()
+			n, err := g.Conn.Write(p)
+			g.mu.Lock()
+			g.writing = false
+			if len(g.held) > 0 || g.syncDue {
+				g.kick()
+			} else {
+				g.signal()
+			}
+			g.cond.Broadcast()
+			g.mu.Unlock()
+			return n, err
+		case len(g.held) > 0 && len(g.held)+len(p) > maxHeldBytes:
+			g.cond.Wait()
+			continue
+		}
+		break
+	}
+	g.held = append(g.held, p...)
+	g.kick()
+	g.mu.Unlock()
+	return len(p), nil
+}
+
+// settled returns once nothing appended for this connection waits for
+// an fsync and every held byte is written, or the gate closed or failed.
+func (g *ackGate) settled() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for !g.closed && g.err == nil && (len(g.held) > 0 || g.syncDue || g.writing) {
+		g.cond.Wait()
+	}
+}
+
+// Close closes the connection; held bytes are dropped (their messages were
+// not acknowledged, so the device resends them).
+func (g *ackGate) Close() error {
+	g.mu.Lock()
+	g.closed = true
+	g.cond.Broadcast()
+	g.signal()
+	g.mu.Unlock()
+	return g.Conn.Close()
+}
+
+// flush waits for the records appended for this connection to become
+// durable, then writes the bytes held meanwhile, until the connection
+// closes.
+func (g *ackGate) flush() {
+	defer g.b.flushers.Done()
+	for {
+		g.mu.Lock()
+		for g.writing || (len(g.held) == 0 && !g.syncDue && !g.closed) {
+			g.mu.Unlock()
+			<-g.wake
+			g.mu.Lock()
+		}
+		if g.err != nil || (g.closed && !g.syncDue) {
+			g.settle()
+			g.mu.Unlock()
+			return
+		}
+		batch := g.held
+		g.batched = len(batch)
+		g.held = g.spare[:0]
+		g.spare = nil
+		g.syncDue = false
+		g.writing = true
+		closed := g.closed
+		g.waitBuf = append(g.waitBuf[:0], g.written...)
+		g.mu.Unlock()
+
+		var err error
+		for key, w := range g.waitBuf {
+			if w > 0 {
+				if err = g.b.waitDurable(g.b.routeLog(key), w-1); err != nil {
+					break
+				}
+			}
+		}
+		if err == nil && len(batch) > 0 && !closed {
+			_, err = g.Conn.Write(batch)
+		}
+
+		g.mu.Lock()
+		g.writing = false
+		g.batched = 0
+		g.spare = batch[:0]
+		if err != nil && g.err == nil {
+			g.err = err
+			if !closed && g.b.ctx.Err() == nil {
+				g.b.logger.Warn("mqtt broker: acknowledgements not sent; disconnecting client", "error", err)
+			}
+		}
+		if g.err != nil {
+			g.held = nil
+			g.cond.Broadcast()
+			g.settle()
+			g.mu.Unlock()
+			g.Conn.Close()
+			return
+		}
+		if len(g.held) == 0 && !g.syncDue && g.owed {
+			g.owed = false
+			g.b.drain.hold(-1)
+		}
+		g.cond.Broadcast()
+		g.mu.Unlock()
+	}
+}
+
+// settle ends the gate's count in the drain hook. g.mu is held.
+func (g *ackGate) settle() {
+	if g.owed {
+		g.owed = false
+		g.b.drain.hold(-1)
+	}
+}
