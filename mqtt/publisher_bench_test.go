@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -170,13 +169,6 @@ func startMosquittoBench(b *testing.B) (string, int) {
 		return err == nil
 	})
 	return addr, cmd.Process.Pid
-}
-
-// processCPU is this process's user and system CPU time.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // procCPU is the user and system CPU time of process pid.
