@@ -242,7 +242,7 @@ type Subscriber struct {
 	maxAge    atomic.Int64            // most records appended after one a dropped redelivery matched
 	maxUnack  atomic.Int64            // most deliveries received but not acknowledged at once
 	unacked   atomic.Int64            // deliveries received but not acknowledged now
-	openConn  paho.OpenConnectionFunc // tests: how to dial the broker; nil is paho's default
+	openConn  paho.OpenConnectionFunc // tests: how to dial the broker (wrapped in a bufferedConn); nil dials TCP
 }
 
 // DedupWindow returns W, the number of last appended records a
@@ -435,7 +435,7 @@ func (s *Subscriber) Start(ctx context.Context) error {
 		SetMaxReconnectInterval(s.cfg.MaxReconnectInterval).
 		SetDefaultPublishHandler(s.handle).
 		SetOnConnectHandler(s.onConnect).
-		SetCustomOpenConnectionFn(s.openConn).
+		SetCustomOpenConnectionFn(bufferedDial(s.cfg.Broker, s.openConn)).
 		SetConnectionLostHandler(func(_ paho.Client, err error) {
 			s.logger.Warn("mqtt subscriber: connection lost; reconnecting", "error", err)
 		})
