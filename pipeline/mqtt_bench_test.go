@@ -189,19 +189,17 @@ func drainBare(tb testing.TB, url, id string, total int) (rate float64, cpu time
 // resultCounter sums the counts of the window results written to it, one
 // JSON object a line.
 type resultCounter struct {
-	mu   sync.Mutex // guards part
-	part []byte
+	mu     sync.Mutex // guards part
+	part   []byte
 	before int64 // only windows starting before count
-	sum  atomic.Int64
-	rows atomic.Int64
-	all  bytes.Buffer
+	sum    atomic.Int64
+	rows   atomic.Int64
 }
 
 func (r *resultCounter) Write(p []byte) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.part = append(r.part, p...)
-	r.all.Write(p)
 	for {
 		i := bytes.IndexByte(r.part, '\n')
 		if i < 0 {
@@ -377,9 +375,6 @@ func benchMQTTPipelineOnce(b *testing.B, sinkKind string) {
 		}
 		return sum() >= int64(n)
 	}) {
-		if f := os.Getenv("BENCH_DUMP"); f != "" {
-			os.WriteFile(f, []byte(out.all.String()), 0o644)
-		}
 		b.Fatalf("the window results sum to %d (%d rows) of %d readings; the ingest log holds %d records of %d",
 			sum(), out.rows.Load(), n, log.Stats().NextOffset, total)
 	}
