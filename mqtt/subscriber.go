@@ -230,7 +230,8 @@ type Subscriber struct {
 	ctx      context.Context // cancelled by Close: unblocks appends
 	cancel   context.CancelFunc
 	pending  chan *delivery // in arrival order, for the acker
-	inflight sync.WaitGroup // handlers, appends and the acker
+	work     chan *delivery // in arrival order, for the appenders
+	inflight sync.WaitGroup // handlers, appenders and the acker
 	ready    chan struct{}  // closed after the first successful subscribe
 	once     sync.Once
 
@@ -381,6 +382,7 @@ func (s *Subscriber) loadTail() error {
 type delivery struct {
 	msg     paho.Message
 	key     msgKey
+	prev    *delivery // the earlier delivery of the same identity still being appended; cleared by process
 	done    chan struct{}
 	err     error // of the append; read after done
 	dropped bool  // a redelivery of a record in the log: acked, not appended; read after done
@@ -402,6 +404,7 @@ func NewSubscriber(cfg SubscriberConfig, log *ingestlog.Log) (*Subscriber, error
 		log:     log,
 		logger:  cfg.Logger.With("component", "mqtt-subscriber", "broker", cfg.Broker, "client_id", cfg.ClientID),
 		pending: make(chan *delivery, cfg.MaxPending),
+		work:    make(chan *delivery, cfg.MaxPending+1),
 		ready:   make(chan struct{}),
 	}, nil
 }
@@ -441,6 +444,9 @@ func (s *Subscriber) Start(ctx context.Context) error {
 		})
 	s.client = paho.NewClient(o)
 	s.inflight.Go(s.acker)
+	for range min(appendWorkers, s.cfg.MaxPending) {
+		s.inflight.Go(s.appender)
+	}
 	s.client.Connect() // with ConnectRetry it retries in the background
 	s.logger.Info("mqtt subscriber connecting", "topics", s.cfg.Topics, "qos", s.cfg.QoS)
 	return nil
@@ -497,46 +503,76 @@ func (s *Subscriber) handle(_ paho.Client, m paho.Message) {
 	prev := s.appending[d.key]
 	s.appending[d.key] = d
 	s.dmu.Unlock()
-	s.inflight.Go(func() {
-		defer close(d.done)
-		defer func() {
-			s.dmu.Lock()
-			if s.appending[d.key] == d {
-				delete(s.appending, d.key)
-			}
-			if d.err == nil && !d.dropped {
-				s.seen.add(d.key, !m.Duplicate())
-			}
-			s.dmu.Unlock()
-		}()
-		if m.Duplicate() && m.MessageID() != 0 {
-			s.dups.Add(1)
-			if prev != nil {
-				select {
-				case <-prev.done:
-				case <-s.ctx.Done():
-					d.err = s.ctx.Err()
-					return
-				}
-			}
-			s.dmu.Lock()
-			age, dup := s.seen.has(d.key)
-			s.dmu.Unlock()
-			if dup {
-				raise(&s.maxAge, int64(age))
-				d.dropped = true
-				s.dropped.Add(1)
+	d.prev = prev
+	select {
+	case s.work <- d: // never full: at most MaxPending+1 deliveries are unacknowledged
+	case <-s.ctx.Done():
+	}
+}
+
+// appendWorkers is how many goroutines append deliveries to the log at
+// most (fewer when MaxPending is smaller): appends wait for their fsync,
+// so this many share one. A fixed set instead of one goroutine per
+// message: starting a goroutine and growing its stack for the append cost
+// more CPU than the append itself at the broker's pace.
+const appendWorkers = 128
+
+// appender appends the deliveries of s.work until Close.
+func (s *Subscriber) appender() {
+	for {
+		select {
+		case d := <-s.work:
+			s.process(d)
+		case <-s.ctx.Done():
+			return
+		}
+	}
+}
+
+// process appends d to the log, or drops it as the redelivery of a record
+// in the log, then closes d.done.
+func (s *Subscriber) process(d *delivery) {
+	m, prev := d.msg, d.prev
+	d.prev = nil
+	defer close(d.done)
+	defer func() {
+		s.dmu.Lock()
+		if s.appending[d.key] == d {
+			delete(s.appending, d.key)
+		}
+		if d.err == nil && !d.dropped {
+			s.seen.add(d.key, !m.Duplicate())
+		}
+		s.dmu.Unlock()
+	}()
+	if m.Duplicate() && m.MessageID() != 0 {
+		s.dups.Add(1)
+		if prev != nil {
+			// prev arrived earlier, so a worker took it before d.
+			select {
+			case <-prev.done:
+			case <-s.ctx.Done():
+				d.err = s.ctx.Err()
 				return
 			}
 		}
-		_, d.err = s.log.Append(s.ctx, ingestlog.Message{
-			Topic:    m.Topic(),
-			Payload:  m.Payload(),
-			QoS:      m.Qos(),
-			Retain:   m.Retained(),
-			Received: time.Now(),
-			PacketID: m.MessageID(),
-		})
+		s.dmu.Lock()
+		age, dup := s.seen.has(d.key)
+		s.dmu.Unlock()
+		if dup {
+			raise(&s.maxAge, int64(age))
+			d.dropped = true
+			s.dropped.Add(1)
+			return
+		}
+	}
+	_, d.err = s.log.Append(s.ctx, ingestlog.Message{
+		Topic:    m.Topic(),
+		Payload:  m.Payload(),
+		QoS:      m.Qos(),
+		Retain:   m.Retained(),
+		Received: time.Now(),
+		PacketID: m.MessageID(),
 	})
 }
 
