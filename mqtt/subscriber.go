@@ -47,6 +47,12 @@ type SubscriberConfig struct {
 	// which stops paho reading the connection: back-pressure to the
 	// broker. Default 1024.
 	MaxPending int
+	// MaxPendingBytes bounds the payload bytes of the messages received
+	// but not yet acknowledged, as MaxPending bounds their number, so that
+	// large payloads do not multiply memory: with 1 MiB payloads the
+	// default lets 8 be pending instead of MaxPending. A message larger
+	// than the bound is let through alone. Default 8 MiB.
+	MaxPendingBytes int64
 	// RedeliveryWindow is W, the number of last fresh records a
 	// redelivered (DUP) message is compared with; see Subscriber. It must
 	// cover every message the broker can still redeliver: at least
@@ -61,6 +67,9 @@ type SubscriberConfig struct {
 	Logger *slog.Logger
 }
 
+// DefaultMaxPendingBytes is SubscriberConfig.MaxPendingBytes by default.
+const DefaultMaxPendingBytes = 8 << 20
+
 func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	if c.ClientID == "" && c.Pipeline != "" {
 		c.ClientID = "edged-" + c.Pipeline
@@ -73,6 +82,9 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	}
 	if c.MaxPending <= 0 {
 		c.MaxPending = 1024
+	}
+	if c.MaxPendingBytes <= 0 {
+		c.MaxPendingBytes = DefaultMaxPendingBytes
 	}
 	if c.RedeliveryWindow <= 0 {
 		c.RedeliveryWindow = 65535
@@ -231,6 +243,7 @@ type Subscriber struct {
 	cancel   context.CancelFunc
 	pending  chan *delivery // in arrival order, for the acker
 	work     chan *delivery // in arrival order, for the appenders
+	budget   *byteBudget    // payload bytes received, not yet acknowledged
 	inflight sync.WaitGroup // handlers, appenders and the acker
 	ready    chan struct{}  // closed after the first successful subscribe
 	once     sync.Once
@@ -382,6 +395,7 @@ func (s *Subscriber) loadTail() error {
 type delivery struct {
 	msg     paho.Message
 	key     msgKey
+	size    int64     // payload bytes, held in the budget until acknowledged
 	prev    *delivery // the earlier delivery of the same identity still being appended; cleared by process
 	done    chan struct{}
 	err     error // of the append; read after done
@@ -405,6 +419,7 @@ func NewSubscriber(cfg SubscriberConfig, log *ingestlog.Log) (*Subscriber, error
 		logger:  cfg.Logger.With("component", "mqtt-subscriber", "broker", cfg.Broker, "client_id", cfg.ClientID),
 		pending: make(chan *delivery, cfg.MaxPending),
 		work:    make(chan *delivery, cfg.MaxPending+1),
+		budget:  newByteBudget(cfg.MaxPendingBytes),
 		ready:   make(chan struct{}),
 	}, nil
 }
@@ -490,10 +505,15 @@ func (s *Subscriber) handle(_ paho.Client, m paho.Message) {
 	s.inflight.Add(1)
 	s.mu.Unlock()
 	defer s.inflight.Done()
-	d := &delivery{msg: m, key: keyOf(m.MessageID(), m.Topic(), m.Payload()), done: make(chan struct{})}
+	d := &delivery{msg: m, key: keyOf(m.MessageID(), m.Topic(), m.Payload()), done: make(chan struct{}),
+		size: int64(len(m.Payload()))}
+	if !s.budget.acquire(s.ctx, d.size) { // blocks when MaxPendingBytes are unacknowledged
+		return
+	}
 	select {
 	case s.pending <- d: // blocks when MaxPending are unacknowledged
 	case <-s.ctx.Done():
+		s.budget.release(d.size)
 		return
 	}
 	raise(&s.maxUnack, s.unacked.Add(1))
@@ -515,7 +535,7 @@ func (s *Subscriber) handle(_ paho.Client, m paho.Message) {
 // so this many share one. A fixed set instead of one goroutine per
 // message: starting a goroutine and growing its stack for the append cost
 // more CPU than the append itself at the broker's pace.
-const appendWorkers = 128
+const appendWorkers = 256
 
 // appender appends the deliveries of s.work until Close.
 func (s *Subscriber) appender() {
@@ -576,6 +596,56 @@ func (s *Subscriber) process(d *delivery) {
 	})
 }
 
+// byteBudget bounds the bytes held at once; safe for concurrent use.
+type byteBudget struct {
+	max int64
+
+	mu      sync.Mutex // guards used, waiting and freed
+	used    int64
+	waiting bool          // an acquire waits on freed
+	freed   chan struct{} // closed by the release after a waiting acquire
+}
+
+func newByteBudget(max int64) *byteBudget {
+	return &byteBudget{max: max, freed: make(chan struct{})}
+}
+
+// acquire takes n bytes (at most max), waiting until they are free or
+// ctx is done; it reports whether it took them. A request of max or more
+// waits until nothing is held.
+func (b *byteBudget) acquire(ctx context.Context, n int64) bool {
+	n = min(n, b.max)
+	for {
+		b.mu.Lock()
+		if b.used+n <= b.max {
+			b.used += n
+			b.mu.Unlock()
+			return true
+		}
+		b.waiting = true
+		ch := b.freed
+		b.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// release gives back n bytes taken by acquire.
+func (b *byteBudget) release(n int64) {
+	n = min(n, b.max)
+	b.mu.Lock()
+	b.used -= n
+	if b.waiting {
+		b.waiting = false
+		close(b.freed)
+		b.freed = make(chan struct{})
+	}
+	b.mu.Unlock()
+}
+
 // acker acknowledges the appended messages in arrival order.
 func (s *Subscriber) acker() {
 	for {
@@ -587,6 +657,7 @@ func (s *Subscriber) acker() {
 				return
 			}
 			s.unacked.Add(-1)
+			s.budget.release(d.size)
 			if d.err != nil {
 				if s.ctx.Err() == nil {
 					s.logger.Error("mqtt subscriber: ingest append failed; message left unacknowledged for redelivery",

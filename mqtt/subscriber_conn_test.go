@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/url"
@@ -128,4 +129,39 @@ func TestBufferedConnReportsWriteError(t *testing.T) {
 	if !errors.Is(err, io.ErrClosedPipe) {
 		t.Fatalf("error %v, want io.ErrClosedPipe", err)
 	}
+}
+
+// While the log cannot take more (full until a checkpoint releases
+// space), the subscriber holds at most MaxPendingBytes of payloads
+// received but not acknowledged, not MaxPending messages: large payloads
+// do not multiply memory. Once space is released, every message arrives.
+func TestSubscriberBoundsPendingBytes(t *testing.T) {
+	const n, size = 40, 4 << 10
+	br := startBroker(t, nil) // the "external" broker
+	opts := ingestlog.DefaultOptions()
+	opts.MaxBytes = 6 * size // a few payloads, then appends wait for space
+	l := openLog(t, t.TempDir(), opts)
+	sub := startSubscriberWith(t, SubscriberConfig{Broker: "tcp://" + br.Addr(), ClientID: "edged-bytes",
+		Topics: []string{"sensors/#"}, MaxPendingBytes: 3 * size}, l)
+	pub := connect(t, br.Addr(), "publisher")
+	payload := make([]byte, size)
+	for i := range n {
+		tok := pub.Publish("sensors/big", 1, false, append(fmt.Appendf(nil, "%04d", i), payload[4:]...))
+		if !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+	}
+	testutil.Eventually(t, waitBound, "an append waiting for space", func() bool { return l.Stats().Blocked > 0 })
+	// The paho handler holds one more message while it waits for budget.
+	if got, most := sub.MaxUnacknowledged(), int64(3+1); got > most {
+		t.Errorf("%d messages of %d bytes unacknowledged at once, want at most %d (MaxPendingBytes %d)", got, size, most, 3*size)
+	}
+	// Release space until every message is in.
+	testutil.Eventually(t, waitBound, "every message appended", func() bool {
+		st := l.Stats()
+		if err := l.Truncate(st.DurableOffset); err != nil {
+			t.Fatal(err)
+		}
+		return st.DurableOffset >= n
+	})
 }
