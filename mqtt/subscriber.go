@@ -142,8 +142,8 @@ func (c SubscriberConfig) Validate() error {
 // Messages are appended concurrently (sharing the log's group commits) and
 // acknowledged in the order they arrived, each as soon as it and those
 // before it are durable. At most MaxPending (plus the one the acker is
-// waiting on) are received but not yet acknowledged: then the paho
-// handler blocks, which stops paho reading the
+// waiting on), and at most MaxPendingBytes of payload, are received but
+// not yet acknowledged: then the paho handler blocks, which stops paho reading the
 // connection (back-pressure to the broker; if that outlasts paho's
 // keep-alive the connection drops and the broker redelivers later). A
 // full log blocks the appends, so it holds back the acks too.
