@@ -47,6 +47,12 @@ type SubscriberConfig struct {
 	// which stops paho reading the connection: back-pressure to the
 	// broker. Default 1024.
 	MaxPending int
+	// MaxPendingBytes bounds the payload bytes of the messages received
+	// but not yet acknowledged, as MaxPending bounds their number, so that
+	// large payloads do not multiply memory: with 1 MiB payloads the
+	// default lets 8 be pending instead of MaxPending. A message larger
+	// than the bound is let through alone. Default 8 MiB.
+	MaxPendingBytes int64
 	// RedeliveryWindow is W, the number of last fresh records a
 	// redelivered (DUP) message is compared with; see Subscriber. It must
 	// cover every message the broker can still redeliver: at least
@@ -61,6 +67,9 @@ type SubscriberConfig struct {
 	Logger *slog.Logger
 }
 
+// DefaultMaxPendingBytes is SubscriberConfig.MaxPendingBytes by default.
+const DefaultMaxPendingBytes = 8 << 20
+
 func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	if c.ClientID == "" && c.Pipeline != "" {
 		c.ClientID = "edged-" + c.Pipeline
@@ -73,6 +82,9 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	}
 	if c.MaxPending <= 0 {
 		c.MaxPending = 1024
+	}
+	if c.MaxPendingBytes <= 0 {
+		c.MaxPendingBytes = DefaultMaxPendingBytes
 	}
 	if c.RedeliveryWindow <= 0 {
 		c.RedeliveryWindow = 65535
@@ -130,8 +142,8 @@ func (c SubscriberConfig) Validate() error {
 // Messages are appended concurrently (sharing the log's group commits) and
 // acknowledged in the order they arrived, each as soon as it and those
 // before it are durable. At most MaxPending (plus the one the acker is
-// waiting on) are received but not yet acknowledged: then the paho
-// handler blocks, which stops paho reading the
+// waiting on), and at most MaxPendingBytes of payload, are received but
+// not yet acknowledged: then the paho handler blocks, which stops paho reading the
 // connection (back-pressure to the broker; if that outlasts paho's
 // keep-alive the connection drops and the broker redelivers later). A
 // full log blocks the appends, so it holds back the acks too.
@@ -230,7 +242,9 @@ type Subscriber struct {
 	ctx      context.Context // cancelled by Close: unblocks appends
 	cancel   context.CancelFunc
 	pending  chan *delivery // in arrival order, for the acker
-	inflight sync.WaitGroup // handlers, appends and the acker
+	work     chan *delivery // in arrival order, for the appenders
+	budget   *byteBudget    // payload bytes received, not yet acknowledged
+	inflight sync.WaitGroup // handlers, appenders and the acker
 	ready    chan struct{}  // closed after the first successful subscribe
 	once     sync.Once
 
@@ -242,7 +256,7 @@ type Subscriber struct {
 	maxAge    atomic.Int64            // most records appended after one a dropped redelivery matched
 	maxUnack  atomic.Int64            // most deliveries received but not acknowledged at once
 	unacked   atomic.Int64            // deliveries received but not acknowledged now
-	openConn  paho.OpenConnectionFunc // tests: how to dial the broker; nil is paho's default
+	openConn  paho.OpenConnectionFunc // tests: how to dial the broker (wrapped in a bufferedConn); nil dials TCP
 }
 
 // DedupWindow returns W, the number of last appended records a
@@ -381,6 +395,8 @@ func (s *Subscriber) loadTail() error {
 type delivery struct {
 	msg     paho.Message
 	key     msgKey
+	size    int64     // payload bytes, held in the budget until acknowledged
+	prev    *delivery // the earlier delivery of the same identity still being appended; cleared by process
 	done    chan struct{}
 	err     error // of the append; read after done
 	dropped bool  // a redelivery of a record in the log: acked, not appended; read after done
@@ -402,6 +418,8 @@ func NewSubscriber(cfg SubscriberConfig, log *ingestlog.Log) (*Subscriber, error
 		log:     log,
 		logger:  cfg.Logger.With("component", "mqtt-subscriber", "broker", cfg.Broker, "client_id", cfg.ClientID),
 		pending: make(chan *delivery, cfg.MaxPending),
+		work:    make(chan *delivery, cfg.MaxPending+1),
+		budget:  newByteBudget(cfg.MaxPendingBytes),
 		ready:   make(chan struct{}),
 	}, nil
 }
@@ -435,12 +453,15 @@ func (s *Subscriber) Start(ctx context.Context) error {
 		SetMaxReconnectInterval(s.cfg.MaxReconnectInterval).
 		SetDefaultPublishHandler(s.handle).
 		SetOnConnectHandler(s.onConnect).
-		SetCustomOpenConnectionFn(s.openConn).
+		SetCustomOpenConnectionFn(bufferedDial(s.cfg.Broker, s.openConn)).
 		SetConnectionLostHandler(func(_ paho.Client, err error) {
 			s.logger.Warn("mqtt subscriber: connection lost; reconnecting", "error", err)
 		})
 	s.client = paho.NewClient(o)
 	s.inflight.Go(s.acker)
+	for range min(appendWorkers, s.cfg.MaxPending) {
+		s.inflight.Go(s.appender)
+	}
 	s.client.Connect() // with ConnectRetry it retries in the background
 	s.logger.Info("mqtt subscriber connecting", "topics", s.cfg.Topics, "qos", s.cfg.QoS)
 	return nil
@@ -484,10 +505,15 @@ func (s *Subscriber) handle(_ paho.Client, m paho.Message) {
 	s.inflight.Add(1)
 	s.mu.Unlock()
 	defer s.inflight.Done()
-	d := &delivery{msg: m, key: keyOf(m.MessageID(), m.Topic(), m.Payload()), done: make(chan struct{})}
+	d := &delivery{msg: m, key: keyOf(m.MessageID(), m.Topic(), m.Payload()), done: make(chan struct{}),
+		size: int64(len(m.Payload()))}
+	if !s.budget.acquire(s.ctx, d.size) { // blocks when MaxPendingBytes are unacknowledged
+		return
+	}
 	select {
 	case s.pending <- d: // blocks when MaxPending are unacknowledged
 	case <-s.ctx.Done():
+		s.budget.release(d.size)
 		return
 	}
 	raise(&s.maxUnack, s.unacked.Add(1))
@@ -497,47 +523,127 @@ func (s *Subscriber) handle(_ paho.Client, m paho.Message) {
 	prev := s.appending[d.key]
 	s.appending[d.key] = d
 	s.dmu.Unlock()
-	s.inflight.Go(func() {
-		defer close(d.done)
-		defer func() {
-			s.dmu.Lock()
-			if s.appending[d.key] == d {
-				delete(s.appending, d.key)
-			}
-			if d.err == nil && !d.dropped {
-				s.seen.add(d.key, !m.Duplicate())
-			}
-			s.dmu.Unlock()
-		}()
-		if m.Duplicate() && m.MessageID() != 0 {
-			s.dups.Add(1)
-			if prev != nil {
-				select {
-				case <-prev.done:
-				case <-s.ctx.Done():
-					d.err = s.ctx.Err()
-					return
-				}
-			}
-			s.dmu.Lock()
-			age, dup := s.seen.has(d.key)
-			s.dmu.Unlock()
-			if dup {
-				raise(&s.maxAge, int64(age))
-				d.dropped = true
-				s.dropped.Add(1)
+	d.prev = prev
+	select {
+	case s.work <- d: // never full: at most MaxPending+1 deliveries are unacknowledged
+	case <-s.ctx.Done():
+	}
+}
+
+// appendWorkers is how many goroutines append deliveries to the log at
+// most (fewer when MaxPending is smaller): appends wait for their fsync,
+// so this many share one. A fixed set instead of one goroutine per
+// message: starting a goroutine and growing its stack for the append cost
+// more CPU than the append itself at the broker's pace.
+const appendWorkers = 256
+
+// appender appends the deliveries of s.work until Close.
+func (s *Subscriber) appender() {
+	for {
+		select {
+		case d := <-s.work:
+			s.process(d)
+		case <-s.ctx.Done():
+			return
+		}
+	}
+}
+
+// process appends d to the log, or drops it as the redelivery of a record
+// in the log, then closes d.done.
+func (s *Subscriber) process(d *delivery) {
+	m, prev := d.msg, d.prev
+	d.prev = nil
+	defer close(d.done)
+	defer func() {
+		s.dmu.Lock()
+		if s.appending[d.key] == d {
+			delete(s.appending, d.key)
+		}
+		if d.err == nil && !d.dropped {
+			s.seen.add(d.key, !m.Duplicate())
+		}
+		s.dmu.Unlock()
+	}()
+	if m.Duplicate() && m.MessageID() != 0 {
+		s.dups.Add(1)
+		if prev != nil {
+			// prev arrived earlier, so a worker took it before d.
+			select {
+			case <-prev.done:
+			case <-s.ctx.Done():
+				d.err = s.ctx.Err()
 				return
 			}
 		}
-		_, d.err = s.log.Append(s.ctx, ingestlog.Message{
-			Topic:    m.Topic(),
-			Payload:  m.Payload(),
-			QoS:      m.Qos(),
-			Retain:   m.Retained(),
-			Received: time.Now(),
-			PacketID: m.MessageID(),
-		})
+		s.dmu.Lock()
+		age, dup := s.seen.has(d.key)
+		s.dmu.Unlock()
+		if dup {
+			raise(&s.maxAge, int64(age))
+			d.dropped = true
+			s.dropped.Add(1)
+			return
+		}
+	}
+	_, d.err = s.log.Append(s.ctx, ingestlog.Message{
+		Topic:    m.Topic(),
+		Payload:  m.Payload(),
+		QoS:      m.Qos(),
+		Retain:   m.Retained(),
+		Received: time.Now(),
+		PacketID: m.MessageID(),
 	})
+}
+
+// byteBudget bounds the bytes held at once; safe for concurrent use.
+type byteBudget struct {
+	max int64
+
+	mu      sync.Mutex // guards used, waiting and freed
+	used    int64
+	waiting bool          // an acquire waits on freed
+	freed   chan struct{} // closed by the release after a waiting acquire
+}
+
+func newByteBudget(max int64) *byteBudget {
+	return &byteBudget{max: max, freed: make(chan struct{})}
+}
+
+// acquire takes n bytes (at most max), waiting until they are free or
+// ctx is done; it reports whether it took them. A request of max or more
+// waits until nothing is held.
+func (b *byteBudget) acquire(ctx context.Context, n int64) bool {
+	n = min(n, b.max)
+	for {
+		b.mu.Lock()
+		if b.used+n <= b.max {
+			b.used += n
+			b.mu.Unlock()
+			return true
+		}
+		b.waiting = true
+		ch := b.freed
+		b.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// release gives back n bytes taken by acquire.
+func (b *byteBudget) release(n int64) {
+	n = min(n, b.max)
+	b.mu.Lock()
+	b.used -= n
+	if b.waiting {
+		b.waiting = false
+		close(b.freed)
+		b.freed = make(chan struct{})
+	}
+	b.mu.Unlock()
 }
 
 // acker acknowledges the appended messages in arrival order.
@@ -551,6 +657,7 @@ func (s *Subscriber) acker() {
 				return
 			}
 			s.unacked.Add(-1)
+			s.budget.release(d.size)
 			if d.err != nil {
 				if s.ctx.Err() == nil {
 					s.logger.Error("mqtt subscriber: ingest append failed; message left unacknowledged for redelivery",

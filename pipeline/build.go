@@ -5,8 +5,10 @@ import (
 	"io"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/edgedio/edged/mqtt"
 	"github.com/edgedio/edged/mqtt/ingestlog"
@@ -184,7 +186,7 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 		if pl.csv != nil {
 			decode = pl.csv.Decode
 		}
-		prep = prepare(b, msgs, decode, func(m mqtt.Message) string { return string(m.Payload) })
+		prep = prepare(b, msgs, decode, payloadString)
 	}
 	rows = prep
 	if pl.eventTime {
@@ -322,10 +324,25 @@ func GeneratorTemp(i int64) float64 {
 // prepareFn decodes (when decode is set), filters and computes, sending
 // what fails to the dead-letter side output.
 type prepareFn[T any] struct {
-	b      *builder
-	decode func(string, *Row) error
-	raw    func(T) string
-	ev     *evaluator
+	b        *builder
+	decode   func(string, *Row) error
+	raw      func(T) string
+	ev       *evaluator
+	strs     []int             // slots of the decoded string fields
+	interned map[string]string // decoded strings, copied out of their payloads
+	row      Row               // the record being prepared
+}
+
+// maxInterned bounds the distinct strings a prepare subtask keeps to
+// share between records; past it the table starts again.
+const maxInterned = 4096
+
+// payloadString returns m's payload as a string without copying it: the
+// Message owns its payload and nothing writes to it. The string does not
+// outlive the record's preparation: the decoded string fields are interned
+// copies (prepareFn.intern) and a dead letter copies it.
+func payloadString(m mqtt.Message) string {
+	return unsafe.String(unsafe.SliceData(m.Payload), len(m.Payload))
 }
 
 func prepare[T any](b *builder, in *stream.Stream[T], decode func(string, *Row) error, raw func(T) string) *stream.Stream[Row] {
@@ -337,29 +354,62 @@ func prepare[T any](b *builder, in *stream.Stream[T], decode func(string, *Row) 
 
 func (f *prepareFn[T]) Open(*operators.Context) error {
 	f.ev = newEvaluator(f.b.pl.schema)
+	for _, fd := range f.b.pl.in.Fields() {
+		if fd.Type == String {
+			f.strs = append(f.strs, fd.Slot)
+		}
+	}
+	f.interned = make(map[string]string)
 	return nil
 }
 
+// intern replaces the decoded string fields of r, which share the memory
+// of the payload they were decoded from, by copies shared between
+// records: a key kept in state must not keep its whole payload alive, and
+// a repeated value (a sensor id) costs no allocation.
+func (f *prepareFn[T]) intern(r *Row) {
+	for _, slot := range f.strs {
+		v := r.Str(slot)
+		if v == "" {
+			continue
+		}
+		c, ok := f.interned[v]
+		if !ok {
+			if len(f.interned) >= maxInterned {
+				clear(f.interned)
+			}
+			c = strings.Clone(v)
+			f.interned[c] = c
+		}
+		r.SetStr(slot, c)
+	}
+}
+
 func (f *prepareFn[T]) fail(ctx *operators.ProcessContext[Row], payload string, err error) {
-	d := DeadLetter{Pipeline: f.b.cfg.Name, Err: err.Error(), Payload: payload}
+	// payload may share the memory of a message's payload: keep a copy.
+	d := DeadLetter{Pipeline: f.b.cfg.Name, Err: err.Error(), Payload: strings.Clone(payload)}
 	f.b.c.deadLetter(d)
 	f.b.dead.Emit(ctx, d)
 }
 
 func (f *prepareFn[T]) ProcessElement(v T, ctx *operators.ProcessContext[Row]) error {
-	var r Row
+	// The row is decoded in place: a local one passed to the decoder
+	// through a function value would be allocated for every record.
+	f.row = Row{}
+	r := &f.row
 	if f.decode != nil {
 		line := f.raw(v)
-		if err := f.decode(line, &r); err != nil {
+		if err := f.decode(line, r); err != nil {
 			f.fail(ctx, line, err)
 			return nil
 		}
+		f.intern(r)
 	} else {
-		r = any(v).(Row)
+		*r = any(v).(Row)
 	}
 	pl := f.b.pl
 	if pl.filter != nil {
-		ok, err := f.ev.test(pl.filter, &r)
+		ok, err := f.ev.test(pl.filter, r)
 		if err != nil {
 			f.fail(ctx, string(r.AppendJSON(nil, pl.in)), fmt.Errorf("filter: %w", err))
 			return nil
@@ -369,7 +419,7 @@ func (f *prepareFn[T]) ProcessElement(v T, ctx *operators.ProcessContext[Row]) e
 		}
 	}
 	for i := range pl.compute {
-		if err := f.ev.compute(&pl.compute[i], &r); err != nil {
+		if err := f.ev.compute(&pl.compute[i], r); err != nil {
 			f.fail(ctx, string(r.AppendJSON(nil, pl.in)), err)
 			return nil
 		}
@@ -380,7 +430,7 @@ func (f *prepareFn[T]) ProcessElement(v T, ctx *operators.ProcessContext[Row]) e
 			return nil
 		}
 	}
-	ctx.Emit(r)
+	ctx.Emit(*r)
 	return nil
 }
 
