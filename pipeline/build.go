@@ -37,6 +37,16 @@ func (d DeadLetter) line() string {
 	return string(append(b, '}'))
 }
 
+// perEventWatermarks makes the timestamp assigner emit a watermark after
+// every record instead of periodically: tests set it to make lateness
+// deterministic.
+var perEventWatermarks bool
+
+// lateError is the error of a dead letter for a record that came after
+// every window it belongs to had closed (its event time behind the
+// watermark by more than max_out_of_orderness plus allowed_lateness).
+const lateError = "late: its windows had already closed (event time behind the watermark by more than max_out_of_orderness + allowed_lateness)"
+
 // DeadLetterPrefix starts every dead-letter line of the stdout sink.
 const DeadLetterPrefix = "dead-letter: "
 
@@ -194,6 +204,9 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 		slot := pl.ts.Slot
 		strategy := watermark.ForBoundedOutOfOrderness(et.MaxOutOfOrderness, func(r Row) int64 { return r.Int(slot) }).
 			WithIdleness(et.IdleTimeout)
+		if perEventWatermarks {
+			strategy = strategy.WithPerEventEmit()
+		}
 		rows = rows.AssignTimestampsAndWatermarks(uid("timestamps"), strategy)
 	}
 	sinkAll(b, "dead-letter", stream.SideOutput(prep, b.dead), DeadLetter.line, DeadLetterPrefix)
@@ -206,8 +219,19 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 	keySlot := pl.key.Slot
 	keyed := stream.KeyBy(rows, func(r Row) string { return r.Str(keySlot) })
 	if pl.windowed {
-		w := stream.Window(keyed, pl.assigner).AllowedLateness(pl.lateness)
+		lateTag := operators.NewOutputTag[Row](uid("late"))
+		w := stream.Window(keyed, pl.assigner).AllowedLateness(pl.lateness).SideOutputLateData(lateTag)
 		res := stream.WindowAggregate(w, uid("window"), windowAgg{pl: pl}).UID(uid("window")).SetParallelism(cfg.Parallelism)
+		// A record later than its windows' allowed lateness is a dead
+		// letter, counted and kept like a malformed one, never silently
+		// dropped.
+		in := pl.schema
+		late := stream.Map(stream.SideOutput(res, lateTag), uid("late-rows"), func(r Row) (DeadLetter, error) {
+			d := DeadLetter{Pipeline: cfg.Name, Err: lateError, Payload: string(r.AppendJSON(nil, in))}
+			b.c.deadLetter(d)
+			return d, nil
+		}).SetParallelism(cfg.Parallelism)
+		sinkAll(b, "dead-letter-late", late, DeadLetter.line, DeadLetterPrefix)
 		winRows := stream.Map(res, uid("window-rows"), func(r operators.WindowResult[string, WindowAcc]) (Row, error) {
 			return pl.windowRow(r), nil
 		})
