@@ -133,15 +133,17 @@ func (c SubscriberConfig) Validate() error {
 // replayable input of the pipeline's Source.
 //
 // Delivery is at-least-once for QoS 1 and 2: paho's automatic acks are
-// disabled and a message is acknowledged (PUBACK) only after
-// ingestlog.Log.Append returned, that is once the message is durable. If
-// the append fails (log closed or failed, subscriber closing) the message
-// is not acknowledged and an error is logged; the broker redelivers it when
-// the persistent session resumes (CleanSession false, fixed ClientID).
+// disabled and a message is acknowledged (PUBACK) only once it is durable
+// in the log (ingestlog.Log.WaitDurable). If the append fails (log closed
+// or failed, subscriber closing) the message is not acknowledged and an
+// error is logged; the broker redelivers it when the persistent session
+// resumes (CleanSession false, fixed ClientID).
 //
-// Messages are appended concurrently (sharing the log's group commits) and
-// acknowledged in the order they arrived, each as soon as it and those
-// before it are durable. At most MaxPending (plus the one the acker is
+// Messages are written to the log on paho's goroutine in the order they
+// arrived, without waiting for the fsync (ingestlog.Log.AppendNoWait), so
+// the log keeps the broker's order; the acker acknowledges them in that
+// order, each once the log's group commit made it durable (messages share
+// fsyncs). At most MaxPending (plus the one the acker is
 // waiting on), and at most MaxPendingBytes of payload, are received but
 // not yet acknowledged: then the paho handler blocks, which stops paho reading the
 // connection (back-pressure to the broker; if that outlasts paho's
@@ -242,21 +244,23 @@ type Subscriber struct {
 	ctx      context.Context // cancelled by Close: unblocks appends
 	cancel   context.CancelFunc
 	pending  chan *delivery // in arrival order, for the acker
-	work     chan *delivery // in arrival order, for the appenders
 	budget   *byteBudget    // payload bytes received, not yet acknowledged
-	inflight sync.WaitGroup // handlers, appenders and the acker
+	inflight sync.WaitGroup // handlers and the acker
 	ready    chan struct{}  // closed after the first successful subscribe
 	once     sync.Once
 
-	dmu       sync.Mutex              // guards seen and appending
-	seen      *keyRing                // latest record per packet id, within the last W fresh ones
-	appending map[msgKey]*delivery    // identity -> latest delivery being appended
-	dropped   atomic.Uint64           // redeliveries dropped as duplicates
-	dups      atomic.Uint64           // deliveries with DUP received
-	maxAge    atomic.Int64            // most records appended after one a dropped redelivery matched
-	maxUnack  atomic.Int64            // most deliveries received but not acknowledged at once
-	unacked   atomic.Int64            // deliveries received but not acknowledged now
-	openConn  paho.OpenConnectionFunc // tests: how to dial the broker (wrapped in a bufferedConn); nil dials TCP
+	dmu      sync.Mutex    // guards seen
+	seen     *keyRing      // latest record per packet id, within the last W fresh ones
+	dropped  atomic.Uint64 // redeliveries dropped as duplicates
+	dups     atomic.Uint64 // deliveries with DUP received
+	maxAge   atomic.Int64  // most records appended after one a dropped redelivery matched
+	maxUnack atomic.Int64  // most deliveries received but not acknowledged at once
+	unacked  atomic.Int64  // deliveries received but not acknowledged now
+	// lastOff is the offset of the last record written, if wrote; used by
+	// paho's goroutine (handle) only.
+	lastOff  uint64
+	wrote    bool
+	openConn paho.OpenConnectionFunc // tests: how to dial the broker (wrapped in a bufferedConn); nil dials TCP
 }
 
 // DedupWindow returns W, the number of last appended records a
@@ -360,7 +364,6 @@ func (r *keyRing) has(k msgKey) (age int, ok bool) {
 func (s *Subscriber) loadTail() error {
 	w := s.cfg.DedupWindow()
 	s.seen = newKeyRing(w)
-	s.appending = make(map[msgKey]*delivery)
 	st := s.log.Stats()
 	from := st.FirstOffset
 	if st.NextOffset > from+uint64(w) {
@@ -393,13 +396,16 @@ func (s *Subscriber) loadTail() error {
 
 // delivery is one received message on its way to the log and the ack.
 type delivery struct {
-	msg     paho.Message
-	key     msgKey
-	size    int64     // payload bytes, held in the budget until acknowledged
-	prev    *delivery // the earlier delivery of the same identity still being appended; cleared by process
-	done    chan struct{}
-	err     error // of the append; read after done
-	dropped bool  // a redelivery of a record in the log: acked, not appended; read after done
+	msg  paho.Message
+	key  msgKey
+	size int64 // payload bytes, held in the budget until acknowledged
+	// off is the offset to wait for before the acknowledgement: the
+	// record's own, or for a dropped redelivery the last record written
+	// before it (its original may be that recent); has says there is one.
+	off     uint64
+	has     bool
+	err     error // of the append
+	dropped bool  // a redelivery of a record in the log: acked, not appended
 }
 
 // NewSubscriber returns a subscriber appending to log. It connects
@@ -418,7 +424,6 @@ func NewSubscriber(cfg SubscriberConfig, log *ingestlog.Log) (*Subscriber, error
 		log:     log,
 		logger:  cfg.Logger.With("component", "mqtt-subscriber", "broker", cfg.Broker, "client_id", cfg.ClientID),
 		pending: make(chan *delivery, cfg.MaxPending),
-		work:    make(chan *delivery, cfg.MaxPending+1),
 		budget:  newByteBudget(cfg.MaxPendingBytes),
 		ready:   make(chan struct{}),
 	}, nil
@@ -459,9 +464,6 @@ func (s *Subscriber) Start(ctx context.Context) error {
 		})
 	s.client = paho.NewClient(o)
 	s.inflight.Go(s.acker)
-	for range min(appendWorkers, s.cfg.MaxPending) {
-		s.inflight.Go(s.appender)
-	}
 	s.client.Connect() // with ConnectRetry it retries in the background
 	s.logger.Info("mqtt subscriber connecting", "topics", s.cfg.Topics, "qos", s.cfg.QoS)
 	return nil
@@ -496,6 +498,9 @@ func (s *Subscriber) onConnect(c paho.Client) {
 }
 
 // handle runs on paho's goroutine for every message, in arrival order.
+// It writes the message to the log in that order (without waiting for the
+// fsync), so the log keeps the broker's order; the acker waits for
+// durability before it acknowledges.
 func (s *Subscriber) handle(_ paho.Client, m paho.Message) {
 	s.mu.Lock()
 	if s.closed {
@@ -505,77 +510,27 @@ func (s *Subscriber) handle(_ paho.Client, m paho.Message) {
 	s.inflight.Add(1)
 	s.mu.Unlock()
 	defer s.inflight.Done()
-	d := &delivery{msg: m, key: keyOf(m.MessageID(), m.Topic(), m.Payload()), done: make(chan struct{}),
-		size: int64(len(m.Payload()))}
+	d := &delivery{msg: m, key: keyOf(m.MessageID(), m.Topic(), m.Payload()), size: int64(len(m.Payload()))}
 	if !s.budget.acquire(s.ctx, d.size) { // blocks when MaxPendingBytes are unacknowledged
 		return
 	}
+	s.process(d)
 	select {
 	case s.pending <- d: // blocks when MaxPending are unacknowledged
 	case <-s.ctx.Done():
 		s.budget.release(d.size)
-		return
+		return // not acknowledged: redelivered on the next session
 	}
 	raise(&s.maxUnack, s.unacked.Add(1))
-	// Register d as the latest append of its identity; a redelivery waits
-	// for the one before it (still being appended) before deciding.
-	s.dmu.Lock()
-	prev := s.appending[d.key]
-	s.appending[d.key] = d
-	s.dmu.Unlock()
-	d.prev = prev
-	select {
-	case s.work <- d: // never full: at most MaxPending+1 deliveries are unacknowledged
-	case <-s.ctx.Done():
-	}
 }
 
-// appendWorkers is how many goroutines append deliveries to the log at
-// most (fewer when MaxPending is smaller): appends wait for their fsync,
-// so this many share one. A fixed set instead of one goroutine per
-// message: starting a goroutine and growing its stack for the append cost
-// more CPU than the append itself at the broker's pace.
-const appendWorkers = 256
-
-// appender appends the deliveries of s.work until Close.
-func (s *Subscriber) appender() {
-	for {
-		select {
-		case d := <-s.work:
-			s.process(d)
-		case <-s.ctx.Done():
-			return
-		}
-	}
-}
-
-// process appends d to the log, or drops it as the redelivery of a record
-// in the log, then closes d.done.
+// process writes d to the log, or drops it as the redelivery of a record
+// in the log. Called in arrival order, one at a time.
 func (s *Subscriber) process(d *delivery) {
-	m, prev := d.msg, d.prev
-	d.prev = nil
-	defer close(d.done)
-	defer func() {
-		s.dmu.Lock()
-		if s.appending[d.key] == d {
-			delete(s.appending, d.key)
-		}
-		if d.err == nil && !d.dropped {
-			s.seen.add(d.key, !m.Duplicate())
-		}
-		s.dmu.Unlock()
-	}()
+	m := d.msg
+	d.off, d.has = s.lastOff, s.wrote
 	if m.Duplicate() && m.MessageID() != 0 {
 		s.dups.Add(1)
-		if prev != nil {
-			// prev arrived earlier, so a worker took it before d.
-			select {
-			case <-prev.done:
-			case <-s.ctx.Done():
-				d.err = s.ctx.Err()
-				return
-			}
-		}
 		s.dmu.Lock()
 		age, dup := s.seen.has(d.key)
 		s.dmu.Unlock()
@@ -586,7 +541,7 @@ func (s *Subscriber) process(d *delivery) {
 			return
 		}
 	}
-	_, d.err = s.log.Append(s.ctx, ingestlog.Message{
+	off, err := s.log.AppendNoWait(s.ctx, ingestlog.Message{
 		Topic:    m.Topic(),
 		Payload:  m.Payload(),
 		QoS:      m.Qos(),
@@ -594,6 +549,15 @@ func (s *Subscriber) process(d *delivery) {
 		Received: time.Now(),
 		PacketID: m.MessageID(),
 	})
+	if err != nil {
+		d.err = err
+		return
+	}
+	d.off, d.has = off, true
+	s.lastOff, s.wrote = off, true
+	s.dmu.Lock()
+	s.seen.add(d.key, !m.Duplicate())
+	s.dmu.Unlock()
 }
 
 // byteBudget bounds the bytes held at once; safe for concurrent use.
@@ -646,15 +610,15 @@ func (b *byteBudget) release(n int64) {
 	b.mu.Unlock()
 }
 
-// acker acknowledges the appended messages in arrival order.
+// acker acknowledges the written messages in arrival order, each once
+// the log has made it durable (a dropped redelivery once everything
+// written before it is).
 func (s *Subscriber) acker() {
 	for {
 		select {
 		case d := <-s.pending:
-			select {
-			case <-d.done:
-			case <-s.ctx.Done():
-				return
+			if d.err == nil && d.has {
+				d.err = s.log.WaitDurable(d.off)
 			}
 			s.unacked.Add(-1)
 			s.budget.release(d.size)

@@ -251,3 +251,45 @@ func TestSubscriberDedupWindowIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// The log keeps the order in which the broker delivered the messages (one
+// publisher, so its order): concurrent appends used to reorder them, and a
+// reading moved behind later ones can fall behind the watermark.
+func TestSubscriberKeepsArrivalOrder(t *testing.T) {
+	const n = 5000
+	br := startBroker(t, nil)
+	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
+	sub := startSubscriber(t, br.Addr(), "edged-order", l)
+	pub := connect(t, br.Addr(), "publisher")
+	if err := publishSeq(t, pub, 0, n); err != nil {
+		t.Fatal(err)
+	}
+	waitAppends(t, l, n)
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.Reader(l.Stats().FirstOffset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for want := 0; ; want++ {
+		rec, ok, err := r.TryNext()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			if want != n {
+				t.Fatalf("%d records, want %d", want, n)
+			}
+			return
+		}
+		var p struct{ Seq int }
+		if err := json.Unmarshal(rec.Payload, &p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Seq != want {
+			t.Fatalf("record %d holds seq %d: the log does not keep the arrival order", rec.Offset, p.Seq)
+		}
+	}
+}
