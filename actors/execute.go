@@ -131,7 +131,8 @@ func (e *Execution) Run(ctx context.Context) error {
 		err = r.Run(ctx)
 		e.setRunner(nil)
 		var te *TaskError
-		if err == nil || ctx.Err() != nil || !errors.As(err, &te) && !errors.Is(err, ErrCheckpointFailure) {
+		if err == nil || ctx.Err() != nil || !errors.As(err, &te) && !errors.Is(err, ErrCheckpointFailure) &&
+			!errors.Is(err, ErrControlFailed) && !errors.Is(err, ErrControlTimeout) {
 			return err
 		}
 		restart, delay := e.strategy.OnFailure(cfg.Clock.Now())
