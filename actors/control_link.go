@@ -119,7 +119,7 @@ func (h *host) controlFailed(err error) {
 		c.serving.Add(1)
 		go func() {
 			defer c.serving.Done()
-			_ = h.ctlSend(&controlMsg{Kind: ctlFailed, Err: toWire(fmt.Errorf("%w: node %q: %w", ErrControlFailed, h.node, err))})
+			_ = h.ctlSend(&controlMsg{Kind: ctlFailed, Err: toWire(fmt.Errorf("%w: %w", ErrControlFailed, err))})
 			h.cancelTasks()
 		}()
 	}

@@ -221,7 +221,7 @@ func TestMultiNodeTumblingWindowIsExact(t *testing.T) { testMultiNodeWindows(t, 
 // testMultiNodeExactlyOnce runs the exactly-once job with injected task
 // failures on nodes nodes and compares what the sinks committed with the
 // failure-free run in one process.
-func testMultiNodeExactlyOnce(t *testing.T, c *testCluster, fails int64, n int64, keys int) {
+func testMultiNodeExactlyOnce(t *testing.T, c *testCluster, fails int64, n int64, keys int, opts ...stream.Option) {
 	testutil.Burn(t, 1)
 	want := t.TempDir()
 	if err := execute(t, eoJob(n, keys, want, nil, stream.WithParallelism(2))); err != nil {
@@ -231,11 +231,11 @@ func testMultiNodeExactlyOnce(t *testing.T, c *testCluster, fails int64, n int64
 
 	fail := newFailer(fails)
 	got := t.TempDir()
-	env := eoJob(n, keys, got, fail,
+	env := eoJob(n, keys, got, fail, append([]stream.Option{
 		stream.WithParallelism(2),
 		stream.WithCheckpointing(checkpointConfig(t, snapshot.ExactlyOnce)),
 		stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 30}),
-		stream.WithCluster(c.Cluster))
+		stream.WithCluster(c.Cluster)}, opts...)...)
 	c.spread(t, env)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
