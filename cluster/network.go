@@ -31,8 +31,11 @@ type Network struct {
 	fails map[chanEnd]func(error)
 
 	// sent adds up what the senders closed so far transmitted.
-	sentMu sync.Mutex // guards sent
+	sentMu sync.Mutex // guards sent and control
 	sent   SenderStats
+	// control adds up what the closed control channels between a job
+	// master and its task hosts transmitted (a batch is one message).
+	control SenderStats
 
 	tickMu sync.Mutex // guards stop and wg's use
 	stop   chan struct{}
@@ -66,8 +69,18 @@ func (n *Network) SetPeer(id, addr string) {
 	n.peers[id] = addr
 }
 
-// Sent returns what the senders closed so far transmitted, added up
-// (MaxInFlight is the largest of any one channel).
+// ControlSent returns what the control channels closed so far
+// transmitted, added up like Sent: each batch is one message between a job
+// master and a task host.
+func (n *Network) ControlSent() SenderStats {
+	n.sentMu.Lock()
+	defer n.sentMu.Unlock()
+	return n.control
+}
+
+// Sent returns what the data channels closed so far transmitted, added
+// up (MaxInFlight is the largest of any one channel); control channels
+// are counted apart (ControlSent).
 func (n *Network) Sent() SenderStats {
 	n.sentMu.Lock()
 	defer n.sentMu.Unlock()
@@ -243,6 +256,15 @@ func (s *netSender) MaxBody() int { return s.n.cfg.MaxBatchBytes() }
 func (s *netSender) Close() {
 	st := s.c.Stats()
 	s.n.sentMu.Lock()
+	if e := s.id.Edge; e == actors.ControlEdgeUp || e == actors.ControlEdgeDown {
+		s.n.control.Frames += st.Frames
+		s.n.control.Batches += st.Batches
+		s.n.control.Bytes += st.Bytes
+		s.n.control.MaxInFlight = max(s.n.control.MaxInFlight, st.MaxInFlight)
+		s.n.sentMu.Unlock()
+		s.n.close(s.id, true)
+		return
+	}
 	s.n.sent.Frames += st.Frames
 	s.n.sent.Batches += st.Batches
 	s.n.sent.Bytes += st.Bytes

@@ -124,7 +124,16 @@ func (c *testCluster) checkCrossed(t testing.TB) {
 	if credits := testChannelConfig().Credits; s.MaxInFlight > credits {
 		t.Fatalf("%d batches in flight on a channel between nodes, credits %d", s.MaxInFlight, credits)
 	}
-	t.Logf("%d nodes: %d frames, %d batches, %d bytes between nodes, at most %d batches in flight", len(c.Nodes), s.Frames, s.Batches, s.Bytes, s.MaxInFlight)
+	// The job master and the hosts talked only by control messages over
+	// the transport.
+	var ctl int64
+	for _, nw := range c.nets {
+		ctl += nw.ControlSent().Batches
+	}
+	if want := int64(4 * len(c.Nodes)); ctl < want {
+		t.Fatalf("%d control messages between the job master and %d hosts, want at least %d (register, deploy, deployed, start)", ctl, len(c.Nodes), want)
+	}
+	t.Logf("%d nodes: %d frames, %d batches, %d bytes between nodes, at most %d batches in flight; %d control messages", len(c.Nodes), s.Frames, s.Batches, s.Bytes, s.MaxInFlight, ctl)
 }
 
 type clusterMaker func(t testing.TB, n int) *testCluster
