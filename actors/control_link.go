@@ -51,6 +51,10 @@ type hostCtl struct {
 	down RemoteReceiver
 	// deploys wakes the host's serve goroutine for a deploy command.
 	deploys chan struct{}
+	// started is the host's started channel, closed on the start command:
+	// every task of the job, on every node, is spawned.
+	started   chan struct{}
+	startOnce sync.Once
 	// serving tracks the host's control goroutines; none starts once
 	// stopped is set.
 	serving sync.WaitGroup
@@ -70,8 +74,8 @@ func (c *hostCtl) wait() {
 // openControl opens the host's control channels with the master on node
 // master, sends its registration and starts the goroutine that deploys
 // its tasks when told.
-func (h *host) openControl(index int, master string, fingerprint string) error {
-	c := &hostCtl{deploys: make(chan struct{}, 1)}
+func (h *host) openControl(index int, master string, fingerprint string, started chan struct{}) error {
+	c := &hostCtl{deploys: make(chan struct{}, 1), started: started}
 	out, err := h.net.OpenSender(controlKey(h.job.Name, h.epoch, index, true), master, h.controlFailed)
 	if err != nil {
 		return fmt.Errorf("actors: node %q: open control channel: %w", h.node, err)
@@ -156,6 +160,7 @@ func (h *host) onControl(f RemoteFrame, in RemoteReceiver) {
 		default:
 		}
 	case ctlStart:
+		h.ctl.startOnce.Do(func() { close(h.ctl.started) })
 		h.start()
 	case ctlTrigger:
 		h.command(m.Epoch, triggerMsg{id: m.Checkpoint, stop: m.Flag})

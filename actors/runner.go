@@ -189,12 +189,16 @@ func (r *Runner) makeHosts() ([]*host, []placement, error) {
 		if err != nil {
 			return hosts, nil, fmt.Errorf("actors: node %q: %w", n.ID, err)
 		}
-		h := newHost(n.ID, r.epoch, job, plan, r.cfg, n.Network, r.reports, r.started)
+		// The host shares no channel with the master: it reports over its
+		// control channels and learns that every task of the job is
+		// spawned from the master's start command.
+		started := make(chan struct{})
+		h := newHost(n.ID, r.epoch, job, plan, r.cfg, n.Network, nil, started)
 		h.system = r.newProtoSystem()
 		h.pl = clusterPlacement(c, plan)
 		hosts = append(hosts, h)
 		pls = append(pls, h.pl)
-		if err := h.openControl(i, c.Nodes[0].ID, got); err != nil {
+		if err := h.openControl(i, c.Nodes[0].ID, got, started); err != nil {
 			return hosts, nil, err
 		}
 	}
