@@ -237,8 +237,11 @@ func (h *host) closeControl() {
 type masterCtl struct {
 	down []*ctlSender
 	up   []RemoteReceiver
-	// pending counts the goroutines handing reports to a busy master.
+	// pending counts the goroutines handing reports to a busy master;
+	// none starts once stopped is set.
 	pending sync.WaitGroup
+	mu      sync.Mutex // guards stopped
+	stopped bool
 	closed  sync.Once
 }
 
@@ -273,6 +276,11 @@ func (r *Runner) closeControl() {
 	if r.ctl == nil {
 		return
 	}
+	r.ctl.mu.Lock()
+	r.ctl.stopped = true
+	r.ctl.mu.Unlock()
+	// The job is over: the pending goroutines give up.
+	r.stopOnce.Do(func() { close(r.done) })
 	r.ctl.pending.Wait()
 	r.ctl.closed.Do(func() {
 		for _, s := range r.ctl.down {
@@ -302,9 +310,15 @@ func (r *Runner) deliver(rep hostReport) {
 		return
 	default:
 	}
-	r.ctl.pending.Add(1)
+	c := r.ctl
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return
+	}
+	c.pending.Add(1)
 	go func() {
-		defer r.ctl.pending.Done()
+		defer c.pending.Done()
 		select {
 		case r.reports <- rep:
 		case <-r.done:
