@@ -120,11 +120,20 @@ func TestMultiNodeControlHandshakeTimeoutRestarts(t *testing.T) {
 // aggregate is exact on 2 and 3 nodes, and the master's own graph runs no
 // operator.
 func TestMultiNodeSeparateJobGraphsKeyedRollingIsExact(t *testing.T) {
+	testSeparateJobGraphsRolling(t, overMemory)
+}
+
+// The same over protoactor remote on loopback.
+func TestRemoteMultiNodeSeparateJobGraphsKeyedRollingIsExact(t *testing.T) {
+	testSeparateJobGraphsRolling(t, remoteCluster)
+}
+
+func testSeparateJobGraphsRolling(t *testing.T, mk clusterMaker) {
 	const n, keys = 200_000, 500
 	want := expected(n, keys)
 	for _, nodes := range []int{2, 3} {
 		t.Run(fmt.Sprintf("nodes=%d", nodes), func(t *testing.T) {
-			c := memoryCluster(t, nodes, 1, cluster.Faults{})
+			c := mk(t, nodes)
 			master := newLastPerKey(func(c countSum) string { return c.ID }, false)
 			env := rollingJob(n, keys, 3, master, stream.WithCluster(c.Cluster))
 			c.spread(t, env)
