@@ -14,8 +14,10 @@ import (
 // gives up.
 var ErrRestartsExhausted = errors.New("actors: restart strategy exhausted")
 
-// Execution runs a job with restarts: after a task failure the restart
-// strategy decides whether and when to run it again, and each new attempt
+// Execution runs a job with restarts: after a task failure (or too many
+// failed checkpoints, or a failed control channel or handshake step in a
+// cluster: ErrControlFailed, ErrControlTimeout) the restart strategy
+// decides whether and when to run it again, and each new attempt
 // restores the latest complete checkpoint (or a newer savepoint, unless
 // the checkpoint config prefers checkpoints), rewinding the sources and
 // letting the sinks re-commit what the checkpoint covered. Make one with
