@@ -19,6 +19,16 @@ var (
 	// ErrPlanMismatch is returned when a node's task host registers with
 	// a job graph whose plan fingerprint differs from the job master's.
 	ErrPlanMismatch = errors.New("actors: job plan mismatch")
+	// ErrControlFailed is wrapped by the error of a deployment whose
+	// control channel between the job master and a task host failed (a
+	// lost or out-of-order message, a lost connection, a missing
+	// acknowledgement); the restart strategy restarts the job from its
+	// latest completed checkpoint, as after a task failure.
+	ErrControlFailed = errors.New("actors: control channel failed")
+	// ErrControlTimeout is wrapped by the error of a deployment whose
+	// hosts did not register or deploy within cluster.control_timeout; it
+	// is restarted like ErrControlFailed.
+	ErrControlTimeout = errors.New("actors: control timeout")
 	// errCancelled unwinds a task blocked on credit when the job stops.
 	errCancelled = errors.New("actors: job cancelled")
 )

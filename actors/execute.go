@@ -14,8 +14,10 @@ import (
 // gives up.
 var ErrRestartsExhausted = errors.New("actors: restart strategy exhausted")
 
-// Execution runs a job with restarts: after a task failure the restart
-// strategy decides whether and when to run it again, and each new attempt
+// Execution runs a job with restarts: after a task failure (or too many
+// failed checkpoints, or a failed control channel or handshake step in a
+// cluster: ErrControlFailed, ErrControlTimeout) the restart strategy
+// decides whether and when to run it again, and each new attempt
 // restores the latest complete checkpoint (or a newer savepoint, unless
 // the checkpoint config prefers checkpoints), rewinding the sources and
 // letting the sinks re-commit what the checkpoint covered. Make one with
@@ -131,7 +133,8 @@ func (e *Execution) Run(ctx context.Context) error {
 		err = r.Run(ctx)
 		e.setRunner(nil)
 		var te *TaskError
-		if err == nil || ctx.Err() != nil || !errors.As(err, &te) && !errors.Is(err, ErrCheckpointFailure) {
+		if err == nil || ctx.Err() != nil || !errors.As(err, &te) && !errors.Is(err, ErrCheckpointFailure) &&
+			!errors.Is(err, ErrControlFailed) && !errors.Is(err, ErrControlTimeout) {
 			return err
 		}
 		restart, delay := e.strategy.OnFailure(cfg.Clock.Now())

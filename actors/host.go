@@ -33,6 +33,10 @@ const (
 	// reportNotified: a task handled the notification of the checkpoint
 	// that ends the job.
 	reportNotified
+	// reportRegister: a host registered, with its plan's fingerprint.
+	reportRegister
+	// reportDeployed: a host built and spawned its tasks.
+	reportDeployed
 )
 
 // hostReport is a message from a task host to the job master. It carries
@@ -44,6 +48,8 @@ type hostReport struct {
 	kind  reportKind
 	err   error
 	input snapshot.Input
+	// fingerprint is a registering host's plan fingerprint.
+	fingerprint string
 }
 
 // host is the task host of one node for one deployment (epoch) of a job:
@@ -69,6 +75,12 @@ type host struct {
 	started <-chan struct{}
 	// store is where snapshot files are written; set before started.
 	store *snapshot.Store
+	// ctl is the host's end of its control channels with the master, in a
+	// cluster; nil in a single process, where reports go to the master's
+	// inbox directly.
+	ctl *hostCtl
+	// pl is where the plan's tasks run.
+	pl placement
 
 	tasks   []*task
 	chans   []*channel
@@ -114,6 +126,10 @@ func (h *host) stopping() bool {
 // send delivers a report to the master, unless the host stopped first.
 func (h *host) send(rep hostReport) {
 	rep.epoch, rep.node = h.epoch, h.node
+	if h.ctl != nil {
+		h.sendReport(rep)
+		return
+	}
 	select {
 	case h.reports <- rep:
 	case <-h.done:
@@ -188,10 +204,11 @@ func (h *host) start() {
 // stop unblocks every task, stops every actor, waits for the goroutines
 // the host started and closes the remote ends of its channels.
 func (h *host) stop() {
-	h.stopOnce.Do(func() {
-		close(h.done)
-		h.cancel()
-	})
+	h.cancelTasks()
+	if h.ctl != nil {
+		// The control goroutines end before the tasks are stopped.
+		h.ctl.wait()
+	}
 	for _, t := range h.tasks {
 		if t.pid != nil && h.system != nil {
 			_ = h.system.Root.StopFuture(t.pid).Wait()
@@ -203,6 +220,7 @@ func (h *host) stop() {
 		c()
 	}
 	h.remotes = nil
+	h.closeControl()
 }
 
 // channelFailed fails the job for a cross-node channel's failure: the

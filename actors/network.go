@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Cluster places the tasks of one job on several nodes. A Config without
@@ -24,6 +25,12 @@ type Cluster struct {
 	// vertices found in the table says; a task not in the table runs on
 	// the first node.
 	Placement map[TaskKey]string
+	// ControlTimeout bounds each step of a deployment's handshake: every
+	// host registered, every host deployed its tasks. 0 means
+	// DefaultControlTimeout (10 s). A step that times out fails the
+	// deployment with ErrControlTimeout, restarted by the restart
+	// strategy.
+	ControlTimeout time.Duration
 }
 
 // Node is one node of a Cluster.

@@ -26,8 +26,14 @@ type Runner struct {
 	maxP  int
 	log   *slog.Logger
 	epoch uint64
+	// want is the plan fingerprint every node must register with.
+	want string
 
 	hosts []*host
+	// ctl is the master's end of the control channels, in a cluster.
+	ctl *masterCtl
+	// ctx ends when Run returns; commands to hosts are sent under it.
+	ctx context.Context
 
 	// done is closed when the job stops (finished, failed or cancelled).
 	done     chan struct{}
@@ -160,31 +166,41 @@ func (r *Runner) makeHosts() ([]*host, []placement, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("actors: fingerprint of job %q: %w", r.job.Name, err)
 	}
+	r.want = want
+	// The master's ends first, so that no registration finds the master
+	// not listening.
+	if err := r.openControl(); err != nil {
+		return nil, nil, err
+	}
 	var hosts []*host
 	var pls []placement
-	for _, n := range c.Nodes {
+	for i, n := range c.Nodes {
 		job := r.job
 		if n.Job != nil {
 			job = n.Job
 		}
-		// The host registers with its plan's fingerprint: a node running
-		// another version of the job is refused.
+		// The host registers with its plan's fingerprint; the master
+		// refuses a node running another version of the job.
 		got, err := n.Network.Fingerprint(job)
 		if err != nil {
 			return hosts, nil, fmt.Errorf("actors: node %q: fingerprint of job %q: %w", n.ID, job.Name, err)
-		}
-		if got != want {
-			return hosts, nil, fmt.Errorf("%w: job %q: node %q runs plan %.12s, the job master %.12s: every node must run the same job graph",
-				ErrPlanMismatch, r.job.Name, n.ID, got, want)
 		}
 		plan, err := BuildPlan(job)
 		if err != nil {
 			return hosts, nil, fmt.Errorf("actors: node %q: %w", n.ID, err)
 		}
-		h := newHost(n.ID, r.epoch, job, plan, r.cfg, n.Network, r.reports, r.started)
+		// The host shares no channel with the master: it reports over its
+		// control channels and learns that every task of the job is
+		// spawned from the master's start command.
+		started := make(chan struct{})
+		h := newHost(n.ID, r.epoch, job, plan, r.cfg, n.Network, nil, started)
 		h.system = r.newProtoSystem()
+		h.pl = clusterPlacement(c, plan)
 		hosts = append(hosts, h)
-		pls = append(pls, clusterPlacement(c, plan))
+		pls = append(pls, h.pl)
+		if err := h.openControl(i, c.Nodes[0].ID, got, started); err != nil {
+			return hosts, nil, err
+		}
 	}
 	return hosts, pls, nil
 }
@@ -197,6 +213,10 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	// Whatever happens, the job is over when Run returns: wake whoever
 	// waits for it.
 	defer r.stopOnce.Do(func() { close(r.done) })
+	var cancel context.CancelFunc
+	r.ctx, cancel = context.WithCancel(ctx)
+	defer cancel()
+	defer r.closeControl()
 
 	hosts, pls, err := r.makeHosts()
 	r.hosts = hosts
@@ -212,29 +232,44 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	if md := r.cfg.Restore; md != nil && md.Finished {
 		return r.runFinished(md, pls)
 	}
-	for i, h := range r.hosts {
-		if err := h.build(pls[i]); err != nil {
+	if r.ctl != nil {
+		// Every host registers and deploys its tasks over its control
+		// channels.
+		if err := r.deployRemote(ctx, r.want); err != nil {
+			r.cancelHosts()
 			r.stop()
 			r.closeOperators()
 			return err
+		}
+	} else {
+		for i, h := range r.hosts {
+			if err := h.build(pls[i]); err != nil {
+				r.stop()
+				r.closeOperators()
+				return err
+			}
+		}
+		for _, h := range r.hosts {
+			if err := h.spawn(); err != nil {
+				r.stop()
+				r.closeOperators()
+				return err
+			}
 		}
 	}
 	r.log.Info("job starting", "tasks", r.plan.Tasks(), "chains", len(r.plan.Chains), "nodes", len(r.hosts), "epoch", r.epoch)
-	for _, h := range r.hosts {
-		if err := h.spawn(); err != nil {
-			r.stop()
-			r.closeOperators()
-			return err
-		}
-	}
 	if err := r.openCheckpointing(); err != nil {
 		r.stop()
 		r.closeOperators()
 		return err
 	}
 	close(r.started)
-	for _, h := range r.hosts {
-		h.start()
+	if r.ctl != nil {
+		r.commandAll(r.ctx, controlMsg{Kind: ctlStart})
+	} else {
+		for _, h := range r.hosts {
+			h.start()
+		}
 	}
 
 	clock := r.cfg.Clock
@@ -310,6 +345,7 @@ wait:
 		}
 		req.reply <- savepointResult{err: fmt.Errorf("savepoint %d: the job ended first", id)}
 	}
+	r.cancelHosts()
 	r.stop()
 	if cerr := r.closeOperators(); err == nil {
 		err = cerr
@@ -334,6 +370,22 @@ func (r *Runner) over(remaining int) bool {
 
 // command sends a message of the current epoch to every host.
 func (r *Runner) command(m any) {
+	if r.ctl != nil {
+		var c controlMsg
+		switch m := m.(type) {
+		case triggerMsg:
+			c = controlMsg{Kind: ctlTrigger, Checkpoint: m.id, Flag: m.stop}
+		case completeMsg:
+			c = controlMsg{Kind: ctlComplete, Checkpoint: m.id, Flag: m.ack}
+		case abortMsg:
+			c = controlMsg{Kind: ctlAbort, Checkpoint: m.id}
+		default:
+			r.log.Error("command has no control message; not sent", "type", fmt.Sprintf("%T", m))
+			return
+		}
+		r.commandAll(r.ctx, c)
+		return
+	}
 	for _, h := range r.hosts {
 		h.command(r.epoch, m)
 	}
@@ -357,6 +409,20 @@ func (r *Runner) runFinished(md *snapshot.Metadata, pls []placement) error {
 		err = cerr
 	}
 	return err
+}
+
+// cancelHosts tells every host that the deployment is over, within the
+// control timeout: its tasks stop taking input.
+func (r *Runner) cancelHosts() {
+	if r.ctl == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.controlTimeout())
+	defer cancel()
+	m := controlMsg{Kind: ctlCancel, Job: r.job.Name, Epoch: r.epoch}
+	for _, s := range r.ctl.down {
+		_ = s.send(ctx, &m)
+	}
 }
 
 // stop stops every host.

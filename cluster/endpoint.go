@@ -23,6 +23,9 @@ type Endpoint struct {
 	cfg    ChannelConfig
 	log    *slog.Logger
 	onFail func(ChannelID, error)
+	// onFailEnd, if set, is called like onFail with the failed end: out
+	// for a sender.
+	onFailEnd func(id ChannelID, out bool, err error)
 
 	mu        sync.RWMutex // guards tr, out and in (the maps; each channel guards its machine)
 	tr        Transport
@@ -98,6 +101,21 @@ func (e *Endpoint) CloseChannel(id ChannelID) {
 		delete(e.out, l)
 	}
 	if c := e.in[l]; c != nil && c.m.ID() == id {
+		delete(e.in, l)
+	}
+}
+
+// CloseEnd closes one end of channel id on this node, the sender's if out,
+// if it is open in id's epoch. Both ends of one channel may be open on one
+// endpoint (the control channels of a host on the job master's node).
+func (e *Endpoint) CloseEnd(id ChannelID, out bool) {
+	l := id.Link()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if c := e.out[l]; out && c != nil && c.m.ID() == id {
+		delete(e.out, l)
+	}
+	if c := e.in[l]; !out && c != nil && c.m.ID() == id {
 		delete(e.in, l)
 	}
 }
@@ -193,10 +211,13 @@ func (e *Endpoint) transmit(peer string, f *Frame) error {
 	return tr.Send(peer, data)
 }
 
-func (e *Endpoint) failed(id ChannelID, err error) {
+func (e *Endpoint) failed(id ChannelID, out bool, err error) {
 	e.log.Error("channel failed", "job", id.Job, "channel", id.String(), "err", err)
 	if e.onFail != nil {
 		e.onFail(id, err)
+	}
+	if e.onFailEnd != nil {
+		e.onFailEnd(id, out, err)
 	}
 }
 
@@ -239,7 +260,7 @@ func (c *OutChannel) Send(ctx context.Context, m Send) error {
 	err := c.m.Err()
 	c.mu.Unlock()
 	if fail != nil {
-		c.ep.failed(c.m.ID(), fail)
+		c.ep.failed(c.m.ID(), true, fail)
 	}
 	return err
 }
@@ -288,7 +309,7 @@ func (c *OutChannel) step(in Input) {
 	fail := c.run(c.m.Step(in))
 	c.mu.Unlock()
 	if fail != nil {
-		c.ep.failed(c.m.ID(), fail)
+		c.ep.failed(c.m.ID(), true, fail)
 	}
 }
 
@@ -390,7 +411,7 @@ func (c *InChannel) step(in Input) {
 		}
 	}
 	if fail != nil {
-		c.ep.failed(c.m.ID(), fail)
+		c.ep.failed(c.m.ID(), false, fail)
 	}
 }
 

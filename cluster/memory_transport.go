@@ -23,6 +23,11 @@ type Faults struct {
 	// reorders injected in all; after that frames pass unharmed, so a
 	// job restarted after a fault can run to its end.
 	Limit int
+	// DropIf, if set, is asked about every frame before the random
+	// faults, with the network's lock held: true loses the frame (counted
+	// as dropped). It targets one frame, a control message for instance;
+	// it must not call the network.
+	DropIf func(from, to string, frame []byte) bool
 }
 
 // Partition cuts the link between nodes A and B from tick From until tick
@@ -263,7 +268,7 @@ func (n *MemoryNetwork) send(from, to string, data []byte) error {
 		default:
 		}
 	}()
-	if n.roll(f.Drop) {
+	if f.DropIf != nil && f.DropIf(from, to, data) || n.roll(f.Drop) {
 		n.stats.Dropped++
 		return nil
 	}

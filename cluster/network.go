@@ -28,11 +28,14 @@ type Network struct {
 
 	mu    sync.Mutex // guards peers and fails
 	peers map[string]string
-	fails map[ChannelID]func(error)
+	fails map[chanEnd]func(error)
 
 	// sent adds up what the senders closed so far transmitted.
-	sentMu sync.Mutex // guards sent
+	sentMu sync.Mutex // guards sent and control
 	sent   SenderStats
+	// control adds up what the closed control channels between a job
+	// master and its task hosts transmitted (a batch is one message).
+	control SenderStats
 
 	tickMu sync.Mutex // guards stop and wg's use
 	stop   chan struct{}
@@ -43,8 +46,9 @@ type Network struct {
 // cfg (which must be valid). log may be nil. It starts nothing: attach a
 // transport whose Handler is Endpoint().
 func NewNetwork(node string, cfg ChannelConfig, log *slog.Logger) *Network {
-	n := &Network{node: node, cfg: cfg, peers: map[string]string{}, fails: map[ChannelID]func(error){}}
-	n.ep = NewEndpoint(cfg, log, n.failed)
+	n := &Network{node: node, cfg: cfg, peers: map[string]string{}, fails: map[chanEnd]func(error){}}
+	n.ep = NewEndpoint(cfg, log, nil)
+	n.ep.onFailEnd = n.failed
 	return n
 }
 
@@ -65,8 +69,18 @@ func (n *Network) SetPeer(id, addr string) {
 	n.peers[id] = addr
 }
 
-// Sent returns what the senders closed so far transmitted, added up
-// (MaxInFlight is the largest of any one channel).
+// ControlSent returns what the control channels closed so far
+// transmitted, added up like Sent: each batch is one message between a job
+// master and a task host.
+func (n *Network) ControlSent() SenderStats {
+	n.sentMu.Lock()
+	defer n.sentMu.Unlock()
+	return n.control
+}
+
+// Sent returns what the data channels closed so far transmitted, added
+// up (MaxInFlight is the largest of any one channel); control channels
+// are counted apart (ControlSent).
 func (n *Network) Sent() SenderStats {
 	n.sentMu.Lock()
 	defer n.sentMu.Unlock()
@@ -142,7 +156,7 @@ func (n *Network) OpenSender(key actors.ChannelKey, peer string, onFail func(err
 	if len(id.Job) > MaxJobName {
 		return nil, fmt.Errorf("%w: job name of %d bytes exceeds %d", ErrCorruptFrame, len(id.Job), MaxJobName)
 	}
-	n.setFail(id, onFail)
+	n.setFail(chanEnd{id, true}, onFail)
 	return &netSender{n: n, id: id, c: n.ep.OpenSender(id, n.addr(peer))}, nil
 }
 
@@ -152,36 +166,44 @@ func (n *Network) OpenReceiver(key actors.ChannelKey, peer string, deliver func(
 	if len(id.Job) > MaxJobName {
 		return nil, fmt.Errorf("%w: job name of %d bytes exceeds %d", ErrCorruptFrame, len(id.Job), MaxJobName)
 	}
-	n.setFail(id, onFail)
+	n.setFail(chanEnd{id, false}, onFail)
 	c := n.ep.OpenReceiver(id, n.addr(peer), func(f Frame) {
 		deliver(actors.RemoteFrame{Seq: f.Seq, Kind: frameKindOf(f.Kind), Value: f.Value, Body: f.Body})
 	})
 	return &netReceiver{n: n, id: id, c: c}, nil
 }
 
-func (n *Network) setFail(id ChannelID, onFail func(error)) {
+// chanEnd names one end of a channel: both ends of a channel may be open
+// on one node (the control channels of the host on the master's node).
+type chanEnd struct {
+	id  ChannelID
+	out bool
+}
+
+func (n *Network) setFail(e chanEnd, onFail func(error)) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if onFail != nil {
-		n.fails[id] = onFail
+		n.fails[e] = onFail
 	}
 }
 
-func (n *Network) failed(id ChannelID, err error) {
+func (n *Network) failed(id ChannelID, out bool, err error) {
+	e := chanEnd{id, out}
 	n.mu.Lock()
-	f := n.fails[id]
-	delete(n.fails, id)
+	f := n.fails[e]
+	delete(n.fails, e)
 	n.mu.Unlock()
 	if f != nil {
 		f(err)
 	}
 }
 
-func (n *Network) close(id ChannelID) {
+func (n *Network) close(id ChannelID, out bool) {
 	n.mu.Lock()
-	delete(n.fails, id)
+	delete(n.fails, chanEnd{id, out})
 	n.mu.Unlock()
-	n.ep.CloseChannel(id)
+	n.ep.CloseEnd(id, out)
 }
 
 // kindOf maps a frame kind of package actors to the frame's kind (0 for
@@ -234,12 +256,21 @@ func (s *netSender) MaxBody() int { return s.n.cfg.MaxBatchBytes() }
 func (s *netSender) Close() {
 	st := s.c.Stats()
 	s.n.sentMu.Lock()
+	if e := s.id.Edge; e == actors.ControlEdgeUp || e == actors.ControlEdgeDown {
+		s.n.control.Frames += st.Frames
+		s.n.control.Batches += st.Batches
+		s.n.control.Bytes += st.Bytes
+		s.n.control.MaxInFlight = max(s.n.control.MaxInFlight, st.MaxInFlight)
+		s.n.sentMu.Unlock()
+		s.n.close(s.id, true)
+		return
+	}
 	s.n.sent.Frames += st.Frames
 	s.n.sent.Batches += st.Batches
 	s.n.sent.Bytes += st.Bytes
 	s.n.sent.MaxInFlight = max(s.n.sent.MaxInFlight, st.MaxInFlight)
 	s.n.sentMu.Unlock()
-	s.n.close(s.id)
+	s.n.close(s.id, true)
 }
 
 type netReceiver struct {
@@ -250,6 +281,6 @@ type netReceiver struct {
 
 func (r *netReceiver) Processed(seq uint64) { r.c.Processed(seq) }
 
-func (r *netReceiver) Close() { r.n.close(r.id) }
+func (r *netReceiver) Close() { r.n.close(r.id, false) }
 
 var _ actors.Network = (*Network)(nil)

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,4 +93,62 @@ func TestNetworkFailureCallback(t *testing.T) {
 	if len(fails) != 1 || !errors.Is(fails[0], ErrChannelFailed) || !errors.Is(fails[0], ErrDisconnected) {
 		t.Fatalf("failures %v, want one ErrDisconnected", fails)
 	}
+}
+
+// Both ends of one channel may be open on one node (a host's control
+// channels on the job master's node): each end keeps its own failure
+// callback, messages reach the node itself, and closing one end leaves
+// the other open.
+func TestNetworkBothEndsOfAChannelOnOneNode(t *testing.T) {
+	mem := NewMemoryNetwork(1, Faults{})
+	a := NewNetwork("a", DefaultChannelConfig(), nil)
+	a.Attach(mem.Node("a", a.Endpoint()))
+	p := NewPump(mem, time.Millisecond, a)
+	p.Start()
+	defer p.Stop()
+	key := actors.ChannelKey{Job: "j", Epoch: 1, Edge: actors.ControlEdgeUp, From: 0, To: actors.MasterIndex}
+	got := make(chan actors.RemoteFrame, 4)
+	var in actors.RemoteReceiver
+	var inFails, outFails []error
+	var mu sync.Mutex
+	in, err := a.OpenReceiver(key, "a", func(f actors.RemoteFrame) { got <- f; in.Processed(f.Seq) }, func(err error) {
+		mu.Lock()
+		inFails = append(inFails, err)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := a.OpenSender(key, "a", func(err error) {
+		mu.Lock()
+		outFails = append(outFails, err)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Send(t.Context(), actors.FrameBatch, 0, []byte("register")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case f := <-got:
+		if string(f.Body) != "register" {
+			t.Fatalf("got %q", f.Body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the message never reached the node itself")
+	}
+	testutil.Eventually(t, 0, "the message acknowledged", func() bool { return a.Endpoint().outs("")[0].InFlight() == 0 })
+	out.Close()
+	if len(a.Endpoint().ins("")) != 1 {
+		t.Fatal("closing the sender closed the receiver too")
+	}
+	// The receiver's failure goes to the receiver's callback only.
+	a.Endpoint().ins("")[0].step(Disconnected{Reason: errors.New("gone")})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(inFails) != 1 || len(outFails) != 0 {
+		t.Fatalf("receiver failures %v, sender failures %v: want one at the receiver", inFails, outFails)
+	}
+	in.Close()
 }

@@ -124,7 +124,16 @@ func (c *testCluster) checkCrossed(t testing.TB) {
 	if credits := testChannelConfig().Credits; s.MaxInFlight > credits {
 		t.Fatalf("%d batches in flight on a channel between nodes, credits %d", s.MaxInFlight, credits)
 	}
-	t.Logf("%d nodes: %d frames, %d batches, %d bytes between nodes, at most %d batches in flight", len(c.Nodes), s.Frames, s.Batches, s.Bytes, s.MaxInFlight)
+	// The job master and the hosts talked only by control messages over
+	// the transport.
+	var ctl int64
+	for _, nw := range c.nets {
+		ctl += nw.ControlSent().Batches
+	}
+	if want := int64(4 * len(c.Nodes)); ctl < want {
+		t.Fatalf("%d control messages between the job master and %d hosts, want at least %d (register, deploy, deployed, start)", ctl, len(c.Nodes), want)
+	}
+	t.Logf("%d nodes: %d frames, %d batches, %d bytes between nodes, at most %d batches in flight; %d control messages", len(c.Nodes), s.Frames, s.Batches, s.Bytes, s.MaxInFlight, ctl)
 }
 
 type clusterMaker func(t testing.TB, n int) *testCluster
@@ -221,7 +230,7 @@ func TestMultiNodeTumblingWindowIsExact(t *testing.T) { testMultiNodeWindows(t, 
 // testMultiNodeExactlyOnce runs the exactly-once job with injected task
 // failures on nodes nodes and compares what the sinks committed with the
 // failure-free run in one process.
-func testMultiNodeExactlyOnce(t *testing.T, c *testCluster, fails int64, n int64, keys int) {
+func testMultiNodeExactlyOnce(t *testing.T, c *testCluster, fails int64, n int64, keys int, opts ...stream.Option) {
 	testutil.Burn(t, 1)
 	want := t.TempDir()
 	if err := execute(t, eoJob(n, keys, want, nil, stream.WithParallelism(2))); err != nil {
@@ -231,11 +240,11 @@ func testMultiNodeExactlyOnce(t *testing.T, c *testCluster, fails int64, n int64
 
 	fail := newFailer(fails)
 	got := t.TempDir()
-	env := eoJob(n, keys, got, fail,
+	env := eoJob(n, keys, got, fail, append([]stream.Option{
 		stream.WithParallelism(2),
 		stream.WithCheckpointing(checkpointConfig(t, snapshot.ExactlyOnce)),
 		stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 30}),
-		stream.WithCluster(c.Cluster))
+		stream.WithCluster(c.Cluster)}, opts...)...)
 	c.spread(t, env)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
