@@ -12,11 +12,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/edgedio/edged/internal/fsutil"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -113,7 +114,7 @@ func (s *ReplicaStore) Put(k ReplicaKey, sum uint32, size int64, r io.Reader) er
 		os.Remove(tmp)
 		return err
 	}
-	return syncDir(dir)
+	return fsutil.SyncDir(dir)
 }
 
 // Open returns the replica k, checked against size and sum; a replica
@@ -189,21 +190,6 @@ func checkReplica(k ReplicaKey, b []byte, sum uint32, size int64) error {
 		return fmt.Errorf("%w: %s has crc32c %08x, expected %08x", ErrReplicaCorrupt, k, got, sum)
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	if runtime.GOOS == "windows" {
-		return nil
-	}
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // ReplicaTargets returns the peers that hold the replicas of node's
@@ -312,7 +298,7 @@ func FetchReplica(ctx context.Context, c ReplicaClient, holders []string, k Repl
 			err = os.Rename(tmp, path)
 		}
 		if err == nil {
-			err = syncDir(dir)
+			err = fsutil.SyncDir(dir)
 		}
 		if err != nil {
 			os.Remove(tmp)

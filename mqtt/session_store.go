@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+
+	"github.com/edgedio/edged/internal/fsutil"
 )
 
 // sessionFile is the name of the session journal in BrokerConfig.DataDir.
@@ -513,7 +515,7 @@ func (s *sessionStore) compact() error {
 		err = os.Rename(tmp, s.path)
 	}
 	if err == nil {
-		err = syncDir(s.dir)
+		err = fsutil.SyncDir(s.dir)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: compact %s: %v", ErrSessionStore, s.path, err)
@@ -805,14 +807,4 @@ func (s *sessionStore) crash() {
 	close(s.space)
 	s.space = make(chan struct{})
 	s.f.Close()
-}
-
-// syncDir fsyncs a directory so that a rename in it is durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/edgedio/edged/internal/fsutil"
 )
 
 // FileTx is a transaction of the transactional file sink: one part file.
@@ -152,7 +154,7 @@ func (f *fileTransactions[T]) PreCommit(tx FileTx) error {
 	if err := os.Rename(f.path(tx.Name, "inprogress"), f.path(tx.Name, "pending")); err != nil {
 		return err
 	}
-	return syncDir(f.dir)
+	return fsutil.SyncDir(f.dir)
 }
 
 func (f *fileTransactions[T]) Commit(tx FileTx) error {
@@ -166,7 +168,7 @@ func (f *fileTransactions[T]) Commit(tx FileTx) error {
 	if err != nil {
 		return err
 	}
-	return syncDir(f.dir)
+	return fsutil.SyncDir(f.dir)
 }
 
 func (f *fileTransactions[T]) Abort(tx FileTx) error {
@@ -180,16 +182,6 @@ func (f *fileTransactions[T]) Abort(tx FileTx) error {
 		}
 	}
 	return nil
-}
-
-// syncDir fsyncs a directory so that renames in it are durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // CommittedParts returns the paths of the committed part files of a file

@@ -10,12 +10,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
+	"github.com/edgedio/edged/internal/fsutil"
 	"github.com/edgedio/edged/keygroup"
 )
 
@@ -202,13 +202,13 @@ func (s *Store) Commit(md *Metadata) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("commit %s %d: %w", md.Kind, md.Checkpoint, err)
 	}
-	if err := syncDir(loc.dir); err != nil {
+	if err := fsutil.SyncDir(loc.dir); err != nil {
 		return "", fmt.Errorf("commit %s %d: %w", md.Kind, md.Checkpoint, err)
 	}
 	if err := writeAtomic(loc.dir, metadataFile, b); err != nil {
 		return "", fmt.Errorf("commit %s %d: %w", md.Kind, md.Checkpoint, err)
 	}
-	if err := syncDir(filepath.Dir(loc.dir)); err != nil {
+	if err := fsutil.SyncDir(filepath.Dir(loc.dir)); err != nil {
 		return "", fmt.Errorf("commit %s %d: %w", md.Kind, md.Checkpoint, err)
 	}
 	s.mu.Lock()
@@ -536,25 +536,5 @@ func writeAtomic(dir, name string, data []byte) error {
 		os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
 	}
-	return syncDir(dir)
-}
-
-// syncDir fsyncs a directory so that the entries created or renamed in it
-// are durable. Windows cannot sync directories; there it does nothing.
-func syncDir(dir string) error {
-	if runtime.GOOS == "windows" {
-		return nil
-	}
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+	return fsutil.SyncDir(dir)
 }

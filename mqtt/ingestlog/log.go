@@ -8,11 +8,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/edgedio/edged/internal/fsutil"
 )
 
 // Log is a durable, append-only log of MQTT messages in a directory of
@@ -787,22 +788,10 @@ func seekFile(path string, e indexEntry, target uint64, limit int64) (int64, err
 	return skipTo(f, path, e.pos, e.off, target, limit)
 }
 
-// syncDir fsyncs a directory so that the entries created or removed in it
-// are durable. Windows cannot sync directories; there it does nothing.
+// syncDir fsyncs dir (fsutil.SyncDir), its errors marked as the log's.
 func syncDir(dir string) error {
-	if runtime.GOOS == "windows" {
-		return nil
-	}
-	f, err := os.Open(dir)
-	if err != nil {
+	if err := fsutil.SyncDir(dir); err != nil {
 		return fmt.Errorf("ingestlog: %w", err)
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("ingestlog: sync %s: %w", dir, err)
 	}
 	return nil
 }
