@@ -22,6 +22,9 @@ type windowCore[K comparable, T any] struct {
 	late      Collector[T]
 	lateCount int64
 	name      string
+	// procFired is the latest processing-time timer fired: a record at or
+	// before it is placed just after it.
+	procFired int64
 }
 
 func (w *windowCore[K, T]) openCore(ctx *Context, onTimer func(int64, TimeDomain) error) error {
@@ -31,7 +34,13 @@ func (w *windowCore[K, T]) openCore(ctx *Context, onTimer func(int64, TimeDomain
 	if !w.assigner.eventTime && w.lateness != 0 {
 		return errors.New("operators: allowed lateness applies to event-time windows only")
 	}
-	if err := w.open(ctx, onTimer); err != nil {
+	fired := func(ts int64, d TimeDomain) error {
+		if d == ProcessingTime && ts > w.procFired {
+			w.procFired = ts
+		}
+		return onTimer(ts, d)
+	}
+	if err := w.open(ctx, fired); err != nil {
 		return err
 	}
 	if w.lateTag != "" && ctx.SideOutput != nil {
@@ -51,6 +60,11 @@ func (w *windowCore[K, T]) times() (ts, current int64) {
 		return ts, w.wm
 	}
 	now := w.ctx.ProcessingTime.Now()
+	if now <= w.procFired {
+		// A timer of this millisecond already fired its windows: the
+		// record belongs to the next millisecond's.
+		now = w.procFired + 1
+	}
 	return now, now
 }
 

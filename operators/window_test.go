@@ -963,3 +963,27 @@ func TestWindowTimestampExtremes(t *testing.T) {
 		}
 	}
 }
+
+// A record that arrives at the very millisecond whose timer already fired
+// its window goes to the next window: it is neither lost in a slice no
+// timer fires nor a second firing of the closed window.
+func TestProcessingTimeRecordAfterItsWindowFired(t *testing.T) {
+	start := operatorstest.DefaultStart.UnixMilli()
+	h := newWindow(t, operators.TumblingProcessingTimeWindows(time.Second), 0, viaAggregate)
+	a1, a2 := ev{"a", 0, 1}, ev{"a", 0, 2}
+	h.Process(a1, operators.NoTimestamp)
+	if err := h.AdvanceProcessingTime(999 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	expectOut(t, h, "at +999ms", res("a", start, start+1000, sumOf(a1)))
+	h.Process(a2, operators.NoTimestamp) // still at +999ms: the window fired
+	if err := h.AdvanceProcessingTime(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	expectOut(t, h, "at +1999ms", res("a", start+1000, start+2000, sumOf(a2)))
+	if err := h.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	expectOut(t, h, "Finish")
+	expectStateEmpty(t, h, "after Finish")
+}
