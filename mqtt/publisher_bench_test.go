@@ -2,10 +2,7 @@ package mqtt
 
 import (
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -14,6 +11,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/edgedio/edged/internal/mqtttest"
 	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/operators"
 )
@@ -43,7 +41,9 @@ func BenchmarkPublisherResults(b *testing.B) {
 }
 
 func benchPublisherResults(b *testing.B, consumer bool) {
-	addr, mosq := startMosquittoBench(b)
+	// As edged-bench's: a queue per subscriber that holds every message,
+	// so that a consumer behind the publisher loses none.
+	addr, mosq := mqtttest.StartMosquitto(b, "max_inflight_messages 1000\nmax_queued_messages 2000000\n")
 	var received atomic.Int64
 	if consumer {
 		sub := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("bench-consumer").
@@ -128,48 +128,6 @@ func benchPublisherResults(b *testing.B, consumer bool) {
 
 // Publish is the type of PublishFunc's result for reading records.
 type Publish = operators.Publish[reading]
-
-// startMosquittoBench starts Mosquitto on a free 127.0.0.1 port and
-// returns its address and pid; it skips when Mosquitto is not installed.
-func startMosquittoBench(b *testing.B) (string, int) {
-	bin, err := exec.LookPath("mosquitto")
-	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/mosquitto"); serr != nil {
-			b.Skip("mosquitto is not installed")
-		}
-		bin = "/usr/sbin/mosquitto"
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	_, port, _ := net.SplitHostPort(addr)
-	path := filepath.Join(b.TempDir(), "mosquitto.conf")
-	// As edged-bench's: a queue per subscriber that holds every message,
-	// so that a consumer behind the publisher loses none.
-	body := fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nmax_inflight_messages 1000\nmax_queued_messages 2000000\n", port)
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-c", path)
-	if err := cmd.Start(); err != nil {
-		b.Fatalf("start mosquitto: %v", err)
-	}
-	b.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	testutil.Eventually(b, 10*time.Second, "mosquitto listening on "+addr, func() bool {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	return addr, cmd.Process.Pid
-}
 
 // procCPU is the user and system CPU time of process pid.
 func procCPU(b *testing.B, pid int) time.Duration {

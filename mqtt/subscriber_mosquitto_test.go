@@ -5,60 +5,16 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/edgedio/edged/internal/mqtttest"
 	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/mqtt/ingestlog"
 )
-
-// startMosquitto starts a Mosquitto broker on a free 127.0.0.1 port with
-// conf added to its config and returns its address. The test skips when
-// mosquitto is not installed.
-func startMosquitto(t *testing.T, conf string) string {
-	t.Helper()
-	bin, err := exec.LookPath("mosquitto")
-	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/mosquitto"); serr != nil {
-			t.Skip("mosquitto is not installed")
-		}
-		bin = "/usr/sbin/mosquitto"
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	_, port, _ := net.SplitHostPort(addr)
-	path := filepath.Join(t.TempDir(), "mosquitto.conf")
-	body := fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\npersistence false\n%s", port, conf)
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-c", path)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start mosquitto: %v", err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	testutil.Eventually(t, 10*time.Second, "mosquitto listening on "+addr, func() bool {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	return addr
-}
 
 // killable dials the broker for a Subscriber and can cut its connection
 // the way a killed process's does: no DISCONNECT, a reset.
@@ -130,6 +86,13 @@ func publishReadings(c paho.Client, n int) error {
 		}
 	}
 	return nil
+}
+
+// startMosquitto starts a Mosquitto broker with conf added to its config
+// (mqtttest.StartMosquitto) and returns its address.
+func startMosquitto(t *testing.T, conf string) string {
+	addr, _ := mqtttest.StartMosquitto(t, conf)
+	return addr
 }
 
 // Against a real Mosquitto (max_inflight_messages 1000), under CPU

@@ -5,9 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -20,6 +18,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/edgedio/edged/internal/mqtttest"
 	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/mqtt"
 	"github.com/edgedio/edged/mqtt/ingestlog"
@@ -34,49 +33,6 @@ var (
 	benchHeap = flag.String("mqtt.heapprofile", "", "BenchmarkMQTTPipeline: write a heap profile taken when the backlog is half ingested to this file")
 	benchWait = flag.Duration("mqtt.wait", 5*time.Minute, "BenchmarkMQTTPipeline: how long to wait for the results")
 )
-
-// startBenchMosquitto starts a Mosquitto broker on a free 127.0.0.1 port
-// with queues large enough to hold the whole backlog of a persistent
-// session; it skips when mosquitto is not installed.
-func startBenchMosquitto(tb testing.TB) string {
-	tb.Helper()
-	bin, err := exec.LookPath("mosquitto")
-	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/mosquitto"); serr != nil {
-			tb.Skip("mosquitto is not installed")
-		}
-		bin = "/usr/sbin/mosquitto"
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	_, port, _ := net.SplitHostPort(addr)
-	path := filepath.Join(tb.TempDir(), "mosquitto.conf")
-	body := fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\npersistence false\n"+
-		"max_inflight_messages 1000\nmax_queued_messages 4000000\nmax_queued_bytes 0\n", port)
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-c", path)
-	if err := cmd.Start(); err != nil {
-		tb.Fatalf("start mosquitto: %v", err)
-	}
-	tb.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	testutil.Eventually(tb, 10*time.Second, "mosquitto listening on "+addr, func() bool {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	return addr
-}
 
 // cpuTime returns the CPU time (user + system) this process used so far.
 func cpuTime() time.Duration {
@@ -289,7 +245,7 @@ func BenchmarkMQTTPipeline(b *testing.B) {
 
 func benchMQTTPipelineOnce(b *testing.B, sinkKind string) {
 	b.StopTimer()
-	url := "tcp://" + startBenchMosquitto(b)
+	url := "tcp://" + startBenchMosquittoAddr(b)
 	n, keys := *benchMsgs, *benchKeys
 	total := fillBacklog(b, url, n, keys, "bench-bare", "bench-edged")
 	runtime.GC()
@@ -492,3 +448,10 @@ func subscribeBenchResults(tb testing.TB, url string, before int64) *mqttResults
 func (r *mqttResults) sum() int64 { return r.rc.sum.Load() }
 
 func (r *mqttResults) close() { r.c.Disconnect(100) }
+
+// startBenchMosquittoAddr starts a Mosquitto broker with queues large
+// enough to hold the whole backlog of a persistent session.
+func startBenchMosquittoAddr(tb testing.TB) string {
+	addr, _ := mqtttest.StartMosquitto(tb, "max_inflight_messages 1000\nmax_queued_messages 4000000\nmax_queued_bytes 0\n")
+	return addr
+}

@@ -2,54 +2,21 @@ package test
 
 import (
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/edgedio/edged/internal/mqtttest"
 	"github.com/edgedio/edged/internal/testutil"
 )
 
-// startMosquitto starts a Mosquitto broker on a free 127.0.0.1 port for
-// the test and returns its address. The test skips when mosquitto is not
-// installed (scripts/test.sh installs it where it can).
+// startMosquitto starts the Mosquitto of a test (mqtttest.StartMosquitto)
+// with room for the tests' load.
 func startMosquitto(t *testing.T) string {
-	t.Helper()
-	bin, err := exec.LookPath("mosquitto")
-	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/mosquitto"); serr != nil {
-			t.Skip("mosquitto is not installed")
-		}
-		bin = "/usr/sbin/mosquitto"
-	}
-	addr := freeAddr(t)
-	_, port, _ := net.SplitHostPort(addr)
-	conf := filepath.Join(t.TempDir(), "mosquitto.conf")
-	body := fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nmax_inflight_messages 1000\nmax_queued_messages 0\n", port)
-	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-c", conf)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start mosquitto: %v", err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	if !testutil.Within(10*time.Second, func() bool {
-		var c net.Conn
-		if c, err = net.DialTimeout("tcp", addr, time.Second); err == nil {
-			c.Close()
-		}
-		return err == nil
-	}) {
-		t.Fatalf("mosquitto not listening on %s: %v", addr, err)
-	}
+	addr, _ := mqtttest.StartMosquitto(t, "max_inflight_messages 1000\nmax_queued_messages 0\n")
 	return addr
 }
 
