@@ -249,8 +249,10 @@ type Subscriber struct {
 	ready    chan struct{}  // closed after the first successful subscribe
 	once     sync.Once
 
-	dmu      sync.Mutex    // guards seen
-	seen     *keyRing      // latest record per packet id, within the last W fresh ones
+	// seen is the latest record per packet id, within the last W fresh
+	// ones; filled by loadTail before Start, then used by paho's
+	// goroutine (handle) only.
+	seen     *keyRing
 	dropped  atomic.Uint64 // redeliveries dropped as duplicates
 	dups     atomic.Uint64 // deliveries with DUP received
 	maxAge   atomic.Int64  // most records appended after one a dropped redelivery matched
@@ -531,9 +533,7 @@ func (s *Subscriber) process(d *delivery) {
 	d.off, d.has = s.lastOff, s.wrote
 	if m.Duplicate() && m.MessageID() != 0 {
 		s.dups.Add(1)
-		s.dmu.Lock()
 		age, dup := s.seen.has(d.key)
-		s.dmu.Unlock()
 		if dup {
 			raise(&s.maxAge, int64(age))
 			d.dropped = true
@@ -555,9 +555,7 @@ func (s *Subscriber) process(d *delivery) {
 	}
 	d.off, d.has = off, true
 	s.lastOff, s.wrote = off, true
-	s.dmu.Lock()
 	s.seen.add(d.key, !m.Duplicate())
-	s.dmu.Unlock()
 }
 
 // byteBudget bounds the bytes held at once; safe for concurrent use.
