@@ -163,11 +163,14 @@ func (h *host) onControl(f RemoteFrame, in RemoteReceiver) {
 		h.ctl.startOnce.Do(func() { close(h.ctl.started) })
 		h.start()
 	case ctlTrigger:
+		h.stage(m.Checkpoint, true)
 		h.command(m.Epoch, triggerMsg{id: m.Checkpoint, stop: m.Flag})
 	case ctlComplete:
 		h.command(m.Epoch, completeMsg{id: m.Checkpoint, ack: m.Flag})
+		h.stage(m.Checkpoint, false)
 	case ctlAbort:
 		h.command(m.Epoch, abortMsg{id: m.Checkpoint})
+		h.stage(m.Checkpoint, false)
 	case ctlCancel:
 		h.cancelTasks()
 	default:

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
 	"sync"
 
 	"github.com/edgedio/edged/snapshot"
@@ -103,6 +105,26 @@ func (e *Execution) TriggerSavepoint(ctx context.Context, path string, stop bool
 	}
 }
 
+// ReceiveFile hands a state file pushed by a host in another process to
+// the running attempt (Runner.ReceiveFile).
+func (e *Execution) ReceiveFile(epoch uint64, id snapshot.ID, name string, size int64, checksum uint32, body io.Reader) error {
+	r, _ := e.Runner()
+	if r == nil {
+		return fmt.Errorf("%w: job %q: no attempt runs", ErrStaleDeployment, e.job.Name)
+	}
+	return r.ReceiveFile(epoch, id, name, size, checksum, body)
+}
+
+// OpenRestoreFile opens a state file of the snapshot the running attempt
+// restores, for a host in another process (Runner.OpenRestoreFile).
+func (e *Execution) OpenRestoreFile(epoch uint64, name string) (*os.File, snapshot.Handle, error) {
+	r, _ := e.Runner()
+	if r == nil {
+		return nil, snapshot.Handle{}, fmt.Errorf("%w: job %q: no attempt runs", ErrStaleDeployment, e.job.Name)
+	}
+	return r.OpenRestoreFile(epoch, name)
+}
+
 // Run runs the job until it finishes, fails for good, is stopped with a
 // savepoint, or ctx is cancelled.
 func (e *Execution) Run(ctx context.Context) error {
@@ -125,7 +147,11 @@ func (e *Execution) Run(ctx context.Context) error {
 		e.mu.Unlock()
 	}
 	for {
-		r, err := newRunner(e.job, cfg, uint64(e.Attempts()+1))
+		epoch := uint64(e.Attempts() + 1)
+		if cfg.Cluster != nil {
+			epoch += cfg.Cluster.EpochBase
+		}
+		r, err := newRunner(e.job, cfg, epoch)
 		if err != nil {
 			return err
 		}

@@ -81,6 +81,12 @@ type host struct {
 	ctl *hostCtl
 	// pl is where the plan's tasks run.
 	pl placement
+	// files, on a node in another process than the job master's (on
+	// master), pushes each state file the host writes to the master before
+	// the acknowledgement; store is then the node's own staging store,
+	// where checkpoints begin when their trigger arrives.
+	files  SnapshotFiles
+	master string
 
 	tasks   []*task
 	chans   []*channel
@@ -151,8 +157,53 @@ func (h *host) report(_ *task, err error) {
 func (h *host) notified() { h.send(hostReport{kind: reportNotified}) }
 
 // input hands a checkpoint acknowledgement or decline to the master;
-// called from the tasks' snapshot writers.
-func (h *host) input(in snapshot.Input) { h.send(hostReport{kind: reportInput, input: in}) }
+// called from the tasks' snapshot writers. On a node in another process
+// than the master's, the state files of an acknowledgement are pushed to
+// the master first: the acknowledgement counts only once they are there;
+// a file that cannot be pushed declines the checkpoint.
+func (h *host) input(in snapshot.Input) {
+	if ack, ok := in.(snapshot.Ack); ok && h.files != nil {
+		if err := h.push(ack); err != nil {
+			in = snapshot.Decline{Checkpoint: ack.Checkpoint, Task: ack.Task, Reason: err}
+		}
+	}
+	h.send(hostReport{kind: reportInput, input: in})
+}
+
+// push copies the state files of ack to the job master.
+func (h *host) push(ack snapshot.Ack) error {
+	dir := h.store.CheckpointDir(ack.Checkpoint)
+	for uid, hd := range ack.State.Operators {
+		if hd.File == "" {
+			continue
+		}
+		path := filepath.Join(dir, hd.File)
+		if err := h.files.Push(h.ctx, h.master, h.job.Name, h.epoch, ack.Checkpoint, path, hd); err != nil {
+			return fmt.Errorf("push state file of %q[%d] of checkpoint %d to the job master on %q: %w", uid, ack.Task.Subtask, ack.Checkpoint, h.master, err)
+		}
+	}
+	return nil
+}
+
+// stage begins checkpoint id in the node's staging store, on a node in
+// another process than the master's, before its tasks hear the trigger;
+// after a checkpoint's end, its staged files are removed.
+func (h *host) stage(id int64, begin bool) {
+	if h.files == nil || h.store == nil {
+		return
+	}
+	if begin {
+		if _, err := h.store.Begin(snapshot.Trigger{Checkpoint: snapshot.ID(id)}); err != nil {
+			// The tasks' snapshots then fail to create their files and
+			// decline the checkpoint.
+			h.log.Warn("stage checkpoint", "checkpoint_id", id, "err", err)
+		}
+		return
+	}
+	if err := h.store.Discard(snapshot.ID(id)); err != nil {
+		h.log.Warn("remove staged checkpoint", "checkpoint_id", id, "err", err)
+	}
+}
 
 // command delivers a message of the master's deployment epoch to every
 // task of the host; one of another epoch is dropped and counted.

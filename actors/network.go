@@ -31,13 +31,25 @@ type Cluster struct {
 	// deployment with ErrControlTimeout, restarted by the restart
 	// strategy.
 	ControlTimeout time.Duration
+	// Invite asks a node that runs in another process to host its tasks
+	// of a deployment (Worker.Deploy on that node); it returns once the
+	// node's host opened its control channels. Required when a node has
+	// no Network. A failed invitation fails the deployment with
+	// ErrControlFailed, restarted by the restart strategy.
+	Invite func(ctx context.Context, node string, d Deployment) error
+	// EpochBase is added to each attempt's number to make its epoch, so
+	// that the epochs of a job master that restarted are newer than those
+	// its nodes saw before. 0 in a single process.
+	EpochBase uint64
 }
 
 // Node is one node of a Cluster.
 type Node struct {
 	// ID names the node in the placement table.
 	ID string
-	// Network carries the node's cross-node channels; required.
+	// Network carries the node's cross-node channels. The first node
+	// runs the job master and needs one; a node without one runs in
+	// another process and is invited with Cluster.Invite.
 	Network Network
 	// Job is the job graph as the node built it; nil means the job the
 	// Runner was given. Its fingerprint must match the Runner's.
@@ -151,7 +163,7 @@ func (c *Cluster) validate(j *Job) error {
 			errs = append(errs, fmt.Errorf("cluster.nodes[%d].id %q is not unique", i, n.ID))
 		}
 		ids[n.ID] = true
-		if n.Network == nil {
+		if n.Network == nil && (i == 0 || c.Invite == nil) {
 			errs = append(errs, fmt.Errorf("cluster.nodes[%d].network must be set", i))
 		}
 	}

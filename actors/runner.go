@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -174,7 +178,12 @@ func (r *Runner) makeHosts() ([]*host, []placement, error) {
 	}
 	var hosts []*host
 	var pls []placement
+	var remote []int
 	for i, n := range c.Nodes {
+		if n.Network == nil {
+			remote = append(remote, i)
+			continue
+		}
 		job := r.job
 		if n.Job != nil {
 			job = n.Job
@@ -202,7 +211,95 @@ func (r *Runner) makeHosts() ([]*host, []placement, error) {
 			return hosts, nil, err
 		}
 	}
+	if len(remote) > 0 {
+		if err := r.invite(remote); err != nil {
+			return hosts, nil, err
+		}
+	}
 	return hosts, pls, nil
+}
+
+// invite asks the nodes in other processes (by index in Cluster.Nodes) to
+// host their tasks of the deployment, all at once, within the control
+// timeout.
+func (r *Runner) invite(nodes []int) error {
+	c := r.cfg.Cluster
+	d := Deployment{
+		Job: r.job.Name, Epoch: r.epoch, Master: c.Nodes[0].ID, Fingerprint: r.want,
+		Checkpointing: r.cfg.Checkpoint.Dir != "", Mode: r.cfg.Checkpoint.Mode,
+	}
+	for _, n := range c.Nodes {
+		d.Nodes = append(d.Nodes, n.ID)
+	}
+	for k, node := range c.Placement {
+		d.Placement = append(d.Placement, PlacedTask{UID: k.UID, Subtask: k.Subtask, Node: node})
+	}
+	slices.SortFunc(d.Placement, func(a, b PlacedTask) int {
+		if a.UID != b.UID {
+			return strings.Compare(a.UID, b.UID)
+		}
+		return a.Subtask - b.Subtask
+	})
+	if md := r.cfg.Restore; md != nil {
+		b, err := snapshot.EncodeMetadata(md)
+		if err != nil {
+			return fmt.Errorf("actors: deployment %d of job %q: encode restore metadata: %w", r.epoch, r.job.Name, err)
+		}
+		d.Restore = b
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, r.controlTimeout())
+	defer cancel()
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for k, i := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := d
+			d.Index = i
+			if err := c.Invite(ctx, c.Nodes[i].ID, d); err != nil {
+				errs[k] = fmt.Errorf("%w: job %q epoch %d: invite node %q: %w", ErrControlFailed, r.job.Name, r.epoch, c.Nodes[i].ID, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// ReceiveFile stores a state file that a host in another process wrote
+// for checkpoint id of deployment epoch, before it acknowledges the
+// checkpoint (see SnapshotFiles.Push): the file's size bytes are read
+// from body and kept only when they match size and checksum.
+func (r *Runner) ReceiveFile(epoch uint64, id snapshot.ID, name string, size int64, checksum uint32, body io.Reader) error {
+	if epoch != r.epoch {
+		r.stale.Add(1)
+		return fmt.Errorf("%w: job %q: state file of epoch %d, the job runs epoch %d", ErrStaleDeployment, r.job.Name, epoch, r.epoch)
+	}
+	if r.store == nil {
+		return fmt.Errorf("actors: job %q takes no checkpoints", r.job.Name)
+	}
+	return r.store.Import(id, name, size, checksum, body)
+}
+
+// OpenRestoreFile opens state file name of the snapshot deployment epoch
+// restores, for a host in another process (see SnapshotFiles.Fetch).
+func (r *Runner) OpenRestoreFile(epoch uint64, name string) (*os.File, snapshot.Handle, error) {
+	if epoch != r.epoch {
+		return nil, snapshot.Handle{}, fmt.Errorf("%w: job %q: restore file of epoch %d, the job runs epoch %d", ErrStaleDeployment, r.job.Name, epoch, r.epoch)
+	}
+	md := r.cfg.Restore
+	if md == nil {
+		return nil, snapshot.Handle{}, fmt.Errorf("actors: job %q epoch %d restores no snapshot", r.job.Name, epoch)
+	}
+	for _, op := range md.Operators {
+		for _, h := range op.Subtasks {
+			if h.File == name && name != "" {
+				f, err := os.Open(md.FilePath(h))
+				return f, h, err
+			}
+		}
+	}
+	return nil, snapshot.Handle{}, fmt.Errorf("actors: job %q epoch %d: snapshot %s has no state file %q: %w", r.job.Name, epoch, md.Dir, name, os.ErrNotExist)
 }
 
 // Run executes the job until every task has finished (bounded sources),
@@ -399,9 +496,16 @@ func (r *Runner) runFinished(md *snapshot.Metadata, pls []placement) error {
 	r.log.Debug("job already finished: committing what its final checkpoint holds; nothing runs",
 		"checkpoint_id", md.Checkpoint, "path", md.Dir)
 	var err error
-	for i, h := range r.hosts {
-		if err = h.build(pls[i]); err != nil {
-			break
+	if r.ctl != nil {
+		// Every host builds (and so restores) its tasks over its control
+		// channels; none starts.
+		err = r.deployRemote(r.ctx, r.want)
+		r.cancelHosts()
+	} else {
+		for i, h := range r.hosts {
+			if err = h.build(pls[i]); err != nil {
+				break
+			}
 		}
 	}
 	r.stop()
@@ -506,7 +610,11 @@ func (r *Runner) Metrics() []TaskMetrics {
 	default:
 		return nil
 	}
-	tasks := r.tasks()
+	return taskMetrics(r.tasks())
+}
+
+// taskMetrics returns the live counters of tasks.
+func taskMetrics(tasks []*task) []TaskMetrics {
 	out := make([]TaskMetrics, 0, len(tasks))
 	for _, t := range tasks {
 		m := TaskMetrics{
@@ -523,14 +631,12 @@ func (r *Runner) Metrics() []TaskMetrics {
 		for _, v := range t.chain.Vertices {
 			m.Operators = append(m.Operators, v.Name)
 		}
-		out = append(out, m)
-	}
-	for i, t := range tasks {
 		var blocked int64
 		for _, ch := range t.outChans {
 			blocked += ch.blocked.Load()
 		}
-		out[i].Backpressure = time.Duration(blocked)
+		m.Backpressure = time.Duration(blocked)
+		out = append(out, m)
 	}
 	return out
 }

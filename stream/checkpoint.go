@@ -81,6 +81,10 @@ func (e *Environment) ExecuteAsync(ctx context.Context) (*Job, error) {
 	return j, nil
 }
 
+// Execution returns the job's execution: the job master, to which nodes
+// in other processes push and from which they fetch state files.
+func (j *Job) Execution() *actors.Execution { return j.exec }
+
 // Wait waits for the job to end and returns its error.
 func (j *Job) Wait() error {
 	<-j.done

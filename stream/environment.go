@@ -194,6 +194,16 @@ func (e *Environment) Plan() (*actors.Plan, error) {
 	return r.Plan(), nil
 }
 
+// Graph validates the graph and returns the job graph, as a node in
+// another process builds it for a job master's deployment
+// (actors.WorkerConfig.Jobs).
+func (e *Environment) Graph() (*actors.Job, error) {
+	if err := e.resolve(); err != nil {
+		return nil, err
+	}
+	return &e.job, nil
+}
+
 func (e *Environment) runner() (*actors.Runner, error) {
 	if err := e.resolve(); err != nil {
 		return nil, err

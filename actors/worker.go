@@ -1,0 +1,359 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/edgedio/edged/snapshot"
+)
+
+// ErrStaleDeployment is returned by Worker.Deploy for a deployment whose
+// epoch is not newer than the one the worker hosts for the same job.
+var ErrStaleDeployment = errors.New("actors: stale deployment")
+
+// Deployment is the job master's invitation to a node running in another
+// process: host your tasks of epoch Epoch of job Job. The node builds the
+// job graph itself, from its own config or code; the master checks its
+// plan's fingerprint when the node's host registers.
+type Deployment struct {
+	// Job is the job's name.
+	Job string `json:"job"`
+	// Epoch is the deployment's epoch.
+	Epoch uint64 `json:"epoch"`
+	// Index is the node's index in Nodes: it names the node's control
+	// channels.
+	Index int `json:"index"`
+	// Master is the node of the job master.
+	Master string `json:"master"`
+	// Nodes are the ids of every node of the deployment, in order.
+	Nodes []string `json:"nodes"`
+	// Placement is the placement table.
+	Placement []PlacedTask `json:"placement"`
+	// Fingerprint is the master's plan fingerprint: a node whose plan
+	// differs refuses the deployment at once.
+	Fingerprint string `json:"fingerprint"`
+	// Checkpointing says whether the job takes checkpoints; Mode is their
+	// consistency.
+	Checkpointing bool          `json:"checkpointing"`
+	Mode          snapshot.Mode `json:"mode"`
+	// Restore is the encoded metadata of the snapshot the deployment
+	// restores (snapshot.EncodeMetadata), nil when it restores none. The
+	// node fetches the state files it needs from the master.
+	Restore []byte `json:"restore,omitempty"`
+}
+
+// PlacedTask is one row of a placement table.
+type PlacedTask struct {
+	UID     string `json:"uid"`
+	Subtask int    `json:"subtask"`
+	Node    string `json:"node"`
+}
+
+// SnapshotFiles moves state files between a node in another process and
+// the job master's node: a host pushes each file it wrote for a
+// checkpoint before it acknowledges it, so that the master's checkpoint
+// directory holds every file of a completed checkpoint, and fetches the
+// files of the snapshot its deployment restores.
+type SnapshotFiles interface {
+	// Push copies the state file at path, described by h, of checkpoint id
+	// of deployment (job, epoch) to the job master on node master. It
+	// returns once the master stored it durably.
+	Push(ctx context.Context, master, job string, epoch uint64, id snapshot.ID, path string, h snapshot.Handle) error
+	// Fetch copies state file h of the snapshot that deployment (job,
+	// epoch) restores from the job master on node master to path, checked
+	// against h's size and checksum.
+	Fetch(ctx context.Context, master, job string, epoch uint64, h snapshot.Handle, path string) error
+}
+
+// WorkerConfig configures a Worker.
+type WorkerConfig struct {
+	// Node is the worker's node id.
+	Node string
+	// Network carries the node's channels.
+	Network Network
+	// Config is the node's runtime config: batch size, credits, state
+	// backend, logger, clock, and Checkpoint.Dir, under which the node
+	// stages the state files it writes and fetches.
+	Config Config
+	// Jobs builds the job graph of a job by name, from the node's own
+	// config or code.
+	Jobs func(name string) (*Job, error)
+	// Files moves state files to and from the job master.
+	Files SnapshotFiles
+}
+
+// Worker hosts the tasks that job masters in other processes place on its
+// node: one task host per job, replaced by each newer deployment.
+type Worker struct {
+	cfg WorkerConfig
+	log *slog.Logger
+
+	mu     sync.Mutex // guards hosts and closed
+	hosts  map[string]*workerHost
+	closed bool
+}
+
+// workerHost is a running deployment on a worker.
+type workerHost struct {
+	h       *host
+	stopped chan struct{} // closed once the host is torn down
+}
+
+// NewWorker returns a worker. It starts nothing.
+func NewWorker(cfg WorkerConfig) *Worker {
+	if cfg.Config.Logger == nil {
+		cfg.Config.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Worker{cfg: cfg, log: cfg.Config.Logger.With("node", cfg.Node), hosts: make(map[string]*workerHost)}
+}
+
+// WorkerJob is what a worker hosts for one job.
+type WorkerJob struct {
+	Job    string `json:"job"`
+	Epoch  uint64 `json:"epoch"`
+	Master string `json:"master"`
+	// Tasks are the subtasks the node runs, with what they did.
+	Tasks []TaskMetrics `json:"tasks"`
+}
+
+// Jobs returns what the worker hosts, by job name.
+func (w *Worker) Jobs() []WorkerJob {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []WorkerJob
+	for name, wh := range w.hosts {
+		j := WorkerJob{Job: name, Epoch: wh.h.epoch, Master: wh.h.master}
+		select {
+		case <-wh.h.started:
+			// The tasks exist and do not change.
+			j.Tasks = taskMetrics(wh.h.tasks)
+		default:
+		}
+		out = append(out, j)
+	}
+	slices.SortFunc(out, func(a, b WorkerJob) int {
+		if a.Job < b.Job {
+			return -1
+		}
+		if a.Job > b.Job {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Deploy hosts the node's tasks of deployment d: it stops the host of an
+// older deployment of the same job, fetches the state files d restores,
+// opens the control channels with the master and registers. The master
+// then deploys and starts the tasks over the control channels. A
+// deployment not newer than the hosted one is refused with
+// ErrStaleDeployment.
+func (w *Worker) Deploy(ctx context.Context, d Deployment) error {
+	job, err := w.cfg.Jobs(d.Job)
+	if err != nil {
+		return fmt.Errorf("actors: node %q: job %q: %w", w.cfg.Node, d.Job, err)
+	}
+	fp, err := w.cfg.Network.Fingerprint(job)
+	if err != nil {
+		return fmt.Errorf("actors: node %q: fingerprint of job %q: %w", w.cfg.Node, d.Job, err)
+	}
+	if d.Fingerprint != "" && fp != d.Fingerprint {
+		return fmt.Errorf("%w: job %q: node %q runs plan %.12s, the job master %.12s: every node must run the same job graph",
+			ErrPlanMismatch, d.Job, w.cfg.Node, fp, d.Fingerprint)
+	}
+	if d.Index < 0 || d.Index >= len(d.Nodes) || d.Nodes[d.Index] != w.cfg.Node {
+		return fmt.Errorf("actors: node %q: deployment %d of job %q names node index %d of %q", w.cfg.Node, d.Epoch, d.Job, d.Index, d.Nodes)
+	}
+	if d.Checkpointing && w.cfg.Config.Checkpoint.Dir == "" {
+		return fmt.Errorf("actors: node %q: job %q takes checkpoints and the node has no checkpoint directory", w.cfg.Node, d.Job)
+	}
+
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return fmt.Errorf("actors: node %q: worker closed", w.cfg.Node)
+	}
+	old := w.hosts[d.Job]
+	if old != nil && old.h.epoch >= d.Epoch {
+		w.mu.Unlock()
+		return fmt.Errorf("%w: job %q epoch %d: the node hosts epoch %d", ErrStaleDeployment, d.Job, d.Epoch, old.h.epoch)
+	}
+	delete(w.hosts, d.Job)
+	w.mu.Unlock()
+	if old != nil {
+		w.log.Info("replacing deployment", "job", d.Job, "epoch", old.h.epoch, "new_epoch", d.Epoch)
+		old.h.cancelTasks()
+		<-old.stopped
+	}
+
+	plan, err := BuildPlan(job)
+	if err != nil {
+		return err
+	}
+	c := &Cluster{Placement: make(map[TaskKey]string, len(d.Placement))}
+	for _, id := range d.Nodes {
+		c.Nodes = append(c.Nodes, Node{ID: id})
+	}
+	for _, p := range d.Placement {
+		c.Placement[TaskKey{UID: p.UID, Subtask: p.Subtask}] = p.Node
+	}
+	cfg := w.cfg.Config
+	cfg.Cluster = c
+	cfg.Checkpoint.Mode = d.Mode
+	if !d.Checkpointing {
+		cfg.Checkpoint.Dir = ""
+	}
+	cfg.Restore = nil
+	var staging string
+	if cfg.Checkpoint.Dir != "" {
+		staging = filepath.Join(cfg.Checkpoint.Dir, "_staging", job.Name+"-"+strconv.FormatUint(d.Epoch, 10))
+		if err := os.RemoveAll(staging); err != nil {
+			return fmt.Errorf("actors: node %q: %w", w.cfg.Node, err)
+		}
+	}
+	pl := clusterPlacement(c, plan)
+	if d.Restore != nil {
+		md, err := snapshot.DecodeMetadata(d.Restore)
+		if err != nil {
+			return fmt.Errorf("actors: node %q: deployment %d of job %q: restore metadata: %w", w.cfg.Node, d.Epoch, d.Job, err)
+		}
+		if staging == "" {
+			return fmt.Errorf("actors: node %q: job %q restores a snapshot and the node has no checkpoint directory", w.cfg.Node, d.Job)
+		}
+		md.Dir = filepath.Join(staging, "restore")
+		if err := w.fetch(ctx, d, plan, pl, md); err != nil {
+			os.RemoveAll(staging)
+			return err
+		}
+		cfg.Restore = md
+	}
+
+	started := make(chan struct{})
+	h := newHost(w.cfg.Node, d.Epoch, job, plan, cfg, w.cfg.Network, nil, started)
+	h.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(minLevel{cfg.Logger.Handler(), slog.LevelWarn}).With("component", "protoactor")
+	}))
+	h.pl = pl
+	h.master = d.Master
+	h.files = w.cfg.Files
+	if staging != "" {
+		if h.store, err = snapshot.OpenStore(staging, job.Name, job.maxParallelism(), cfg.Logger); err != nil {
+			h.system.Shutdown()
+			os.RemoveAll(staging)
+			return fmt.Errorf("actors: node %q: %w", w.cfg.Node, err)
+		}
+	}
+	wh := &workerHost{h: h, stopped: make(chan struct{})}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		h.system.Shutdown()
+		os.RemoveAll(staging)
+		return fmt.Errorf("actors: node %q: worker closed", w.cfg.Node)
+	}
+	w.hosts[d.Job] = wh
+	w.mu.Unlock()
+	go w.teardown(wh, staging)
+	if err := h.openControl(d.Index, d.Master, fp, started); err != nil {
+		h.cancelTasks()
+		return err
+	}
+	w.log.Info("deployment hosted", "job", d.Job, "epoch", d.Epoch, "master", d.Master, "tasks", len(pl.local(plan, w.cfg.Node)), "restore", cfg.Restore != nil)
+	return nil
+}
+
+// teardown waits for a host's end (the master's cancel, a failed control
+// channel, a newer deployment or Close), then stops its tasks, closes its
+// operators and removes its staged files.
+func (w *Worker) teardown(wh *workerHost, staging string) {
+	defer close(wh.stopped)
+	h := wh.h
+	<-h.done
+	h.stop()
+	if err := h.closeOperators(); err != nil {
+		w.log.Warn("close operators", "job", h.job.Name, "epoch", h.epoch, "err", err)
+	}
+	h.system.Shutdown()
+	if staging != "" {
+		if err := os.RemoveAll(staging); err != nil {
+			w.log.Warn("remove staged state files", "dir", staging, "err", err)
+		}
+	}
+	w.mu.Lock()
+	if w.hosts[h.job.Name] == wh {
+		delete(w.hosts, h.job.Name)
+	}
+	w.mu.Unlock()
+	w.log.Info("deployment ended", "job", h.job.Name, "epoch", h.epoch)
+}
+
+// fetch copies from the master the state files of md that the node's
+// subtasks restore from: every file of an operator with a subtask here.
+func (w *Worker) fetch(ctx context.Context, d Deployment, plan *Plan, pl placement, md *snapshot.Metadata) error {
+	if err := os.MkdirAll(md.Dir, 0o755); err != nil {
+		return err
+	}
+	done := make(map[string]bool)
+	for _, t := range pl.local(plan, w.cfg.Node) {
+		for _, v := range t.chain.Vertices {
+			op, ok := md.Operator(v.UID)
+			if !ok {
+				continue
+			}
+			for _, h := range op.Subtasks {
+				if h.File == "" || done[h.File] {
+					continue
+				}
+				done[h.File] = true
+				if err := w.cfg.Files.Fetch(ctx, d.Master, d.Job, d.Epoch, h, filepath.Join(md.Dir, h.File)); err != nil {
+					return fmt.Errorf("actors: node %q: fetch state file %s of snapshot %d from %q: %w", w.cfg.Node, h.File, md.Checkpoint, d.Master, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Close stops every host of the worker and waits for them.
+func (w *Worker) Close() {
+	w.mu.Lock()
+	w.closed = true
+	hosts := make([]*workerHost, 0, len(w.hosts))
+	for _, wh := range w.hosts {
+		hosts = append(hosts, wh)
+	}
+	w.mu.Unlock()
+	for _, wh := range hosts {
+		wh.h.cancelTasks()
+		<-wh.stopped
+	}
+}
+
+// localTask is a subtask placed on a node.
+type localTask struct {
+	chain   *Chain
+	subtask int
+}
+
+// local returns the subtasks of plan placed on node.
+func (p placement) local(plan *Plan, node string) []localTask {
+	var ts []localTask
+	for _, c := range plan.Chains {
+		for i := range c.Head().Parallelism {
+			if p.nodeOf(c, i) == node {
+				ts = append(ts, localTask{c, i})
+			}
+		}
+	}
+	return ts
+}
