@@ -26,9 +26,11 @@ type Message struct {
 // Versions of the Source's snapshot (its first byte): 1 holds the offset
 // only; 2 also the checkpoint's ID and the offsets of the completed
 // checkpoints the Source knew of.
+// 3 is 2 followed by the split's identity (a length-prefixed string).
 const (
 	sourceStateV1 = 1
 	sourceStateV2 = 2
+	sourceStateV3 = 3
 )
 
 // maxKnownCheckpoints bounds the completed checkpoints a Source remembers
@@ -40,8 +42,9 @@ const maxKnownCheckpoints = 64
 // operators.Source[Message], Snapshotter, Restorer and CheckpointListener.
 //
 // One log is one split: only subtask 0 reads it, and the other subtasks
-// report EndOfInput at once. A log must feed a single Source, since the
-// Source truncates it.
+// report EndOfInput at once (in a cluster, WithSplit: every subtask runs
+// on its own node and reads that node's log). A log must feed a single
+// Source, since the Source truncates it.
 //
 // Positions: a fresh Source (nothing restored) starts at the oldest
 // record still in the log, that is everything no retained checkpoint has
@@ -75,10 +78,14 @@ const maxKnownCheckpoints = 64
 // it after the Source.
 type Source struct {
 	operators.Base
-	log     *ingestlog.Log
-	retain  int
-	store   CheckpointStore
-	active  bool
+	log    *ingestlog.Log
+	retain int
+	store  CheckpointStore
+	active bool
+	// split, when set, is the identity of the log this Source reads in a
+	// cluster (node id and log name): every subtask reads its own node's
+	// log, and a snapshot is restored only into the split it was taken of.
+	split   string
 	pos     uint64            // next offset to emit while reader is nil
 	reader  *ingestlog.Reader // opened at the first Poll
 	pending map[int64]uint64  // checkpoint id -> offset it recorded
@@ -109,6 +116,16 @@ type SourceOption func(*Source)
 // CheckpointStore. Values below 1 count as 1.
 func WithRetain(n int) SourceOption {
 	return func(s *Source) { s.retain = max(n, 1) }
+}
+
+// WithSplit makes the Source one split of a cluster's MQTT source, pinned
+// to its node: every subtask reads the log it was given (its own node's),
+// its snapshots carry id (the node's id and the log's name), and on
+// restore it takes only the snapshot taken of id, never another node's
+// offset. A split with no snapshot of its own starts at the oldest record
+// in its log.
+func WithSplit(id string) SourceOption {
+	return func(s *Source) { s.split = id }
 }
 
 // WithCheckpointStore makes the Source ask store which completed
@@ -165,7 +182,7 @@ func NewSource(log *ingestlog.Log, opts ...SourceOption) *Source {
 // Open makes subtask 0 the reader, starting at the oldest record in the
 // log unless RestoreState says otherwise.
 func (s *Source) Open(ctx *operators.Context) error {
-	s.active = ctx.Subtask == 0
+	s.active = ctx.Subtask == 0 || s.split != ""
 	if s.active {
 		s.pos = s.log.Stats().FirstOffset
 	}
@@ -232,12 +249,20 @@ func (s *Source) SnapshotState(id int64) ([]byte, error) {
 	}
 	off := s.Offset()
 	s.pending[id] = off
-	b := binary.AppendUvarint([]byte{sourceStateV2}, off)
+	version := byte(sourceStateV2)
+	if s.split != "" {
+		version = sourceStateV3
+	}
+	b := binary.AppendUvarint([]byte{version}, off)
 	b = binary.AppendVarint(b, id)
 	b = binary.AppendUvarint(b, uint64(len(s.known)))
 	for _, k := range s.known {
 		b = binary.AppendVarint(b, k.id)
 		b = binary.AppendUvarint(b, k.offset)
+	}
+	if s.split != "" {
+		b = binary.AppendUvarint(b, uint64(len(s.split)))
+		b = append(b, s.split...)
 	}
 	return b, nil
 }
@@ -250,6 +275,9 @@ func (s *Source) SnapshotState(id int64) ([]byte, error) {
 // log (a savepoint older than the retained checkpoints) fails with an
 // error wrapping ingestlog.ErrTruncated.
 func (s *Source) RestoreState(states [][]byte, _ int) error {
+	if s.split != "" {
+		return s.restoreSplit(states)
+	}
 	if !s.active || len(states) == 0 || len(states[0]) == 0 {
 		return nil
 	}
@@ -257,6 +285,29 @@ func (s *Source) RestoreState(states [][]byte, _ int) error {
 	if err != nil {
 		return err
 	}
+	return s.restore(st)
+}
+
+// restoreSplit restores the snapshot of the Source's own split, if states
+// hold one; the other splits' snapshots are other logs' offsets.
+func (s *Source) restoreSplit(states [][]byte) error {
+	for _, b := range states {
+		if len(b) == 0 {
+			continue
+		}
+		st, err := decodeSourceState(b)
+		if err != nil {
+			return err
+		}
+		if st.split == s.split {
+			return s.restore(st)
+		}
+	}
+	return nil
+}
+
+// restore seeks to st's offset.
+func (s *Source) restore(st sourceState) error {
 	if s.reader != nil {
 		if err := s.reader.Close(); err != nil {
 			return fmt.Errorf("mqtt source: %w", err)
@@ -291,11 +342,12 @@ type sourceState struct {
 	offset uint64
 	id     int64 // 0 in a version 1 state
 	known  []checkpointOffset
+	split  string // "" before version 3
 }
 
 func decodeSourceState(b []byte) (sourceState, error) {
 	bad := fmt.Errorf("%w: %x", ErrCorruptState, b)
-	if len(b) < 2 || (b[0] != sourceStateV1 && b[0] != sourceStateV2) {
+	if len(b) < 2 || b[0] < sourceStateV1 || b[0] > sourceStateV3 {
 		return sourceState{}, bad
 	}
 	d := b[1:]
@@ -320,7 +372,7 @@ func decodeSourceState(b []byte) (sourceState, error) {
 	if st.offset, ok = uv(); !ok {
 		return sourceState{}, bad
 	}
-	if b[0] == sourceStateV2 {
+	if b[0] >= sourceStateV2 {
 		if st.id, ok = sv(); !ok || st.id <= 0 {
 			return sourceState{}, bad
 		}
@@ -338,6 +390,13 @@ func decodeSourceState(b []byte) (sourceState, error) {
 			}
 			st.known = append(st.known, k)
 		}
+	}
+	if b[0] == sourceStateV3 {
+		n, ok := uv()
+		if !ok || n == 0 || n > uint64(len(d)) {
+			return sourceState{}, bad
+		}
+		st.split, d = string(d[:n]), d[n:]
 	}
 	if len(d) != 0 {
 		return sourceState{}, bad

@@ -1,0 +1,86 @@
+package mqtt
+
+import (
+	"testing"
+
+	"github.com/edgedio/edged/operators"
+)
+
+// In a cluster every subtask reads its own node's log, and a snapshot is
+// restored only into the split it was taken of: another node's offset is
+// never applied to this node's log, whatever the order of the states.
+func TestSourceSplitRestoresOnlyItsOwnOffset(t *testing.T) {
+	la, lb := smallLog(t), smallLog(t)
+	appendSeq(t, la, 0, 100)
+	appendSeq(t, lb, 0, 300)
+	var got []Message
+	col := operators.CollectorFunc[Message](func(m Message) { got = append(got, m) })
+
+	a := NewSource(la, WithSplit("node-a/p"))
+	b := NewSource(lb, WithSplit("node-b/p"))
+	for i, s := range []*Source{a, b} {
+		// Subtask 1 reads too: each split is active.
+		if err := s.Open(opCtx(i)); err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+	}
+	if _, err := a.Poll(col, 30); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Poll(col, 250); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 280 {
+		t.Fatalf("read %d records from both splits, want 280", len(got))
+	}
+	sa, err := a.SnapshotState(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := b.SnapshotState(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Restored with both states (as at another parallelism), each split
+	// takes its own: node-a resumes at 30, not at node-b's 250 (beyond its
+	// log).
+	for _, states := range [][][]byte{{sb, sa}, {sa, sb}} {
+		a2 := NewSource(la, WithSplit("node-a/p"))
+		if err := a2.Open(opCtx(1)); err != nil {
+			t.Fatal(err)
+		}
+		if err := a2.RestoreState(states, 2); err != nil {
+			t.Fatal(err)
+		}
+		if a2.Offset() != 30 {
+			t.Fatalf("node-a restored at offset %d, want 30", a2.Offset())
+		}
+		rest := drain(t, a2)
+		if len(rest) != 70 || rest[0].Offset != 30 {
+			t.Fatalf("node-a replayed %d records from %d", len(rest), rest[0].Offset)
+		}
+		a2.Close()
+	}
+
+	// A split that finds no snapshot of its own starts at its log's
+	// oldest record, ignoring the others'.
+	c := NewSource(la, WithSplit("node-c/p"))
+	if err := c.Open(opCtx(2)); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.RestoreState([][]byte{sb}, 3); err != nil {
+		t.Fatal(err)
+	}
+	if c.Offset() != 0 {
+		t.Fatalf("a split without a snapshot of its own starts at %d, want 0", c.Offset())
+	}
+
+	// A corrupt identity is refused.
+	bad := append(sa[:len(sa)-1:len(sa)-1], 0xff, 0xff)
+	if err := NewSource(la, WithSplit("node-a/p")).RestoreState([][]byte{bad}, 1); err == nil {
+		t.Fatal("a state with a corrupt split identity was accepted")
+	}
+}
