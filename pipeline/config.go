@@ -14,6 +14,8 @@ type Config struct {
 	Node NodeConfig `yaml:"node"`
 	// Pipelines are the declared pipelines; at least one.
 	Pipelines []PipelineConfig `yaml:"pipelines"`
+	// Cluster, when set, runs the pipelines on several nodes.
+	Cluster *ClusterConfig `yaml:"cluster"`
 }
 
 // NodeConfig is the YAML `node` block.

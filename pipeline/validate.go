@@ -132,6 +132,9 @@ func (c *Config) validate(p *problems) {
 	}
 	checkAddr(p, "node.broker", c.Node.Broker)
 	checkAddr(p, "node.listen", c.Node.Listen)
+	if c.Cluster != nil {
+		c.Cluster.validate(p)
+	}
 	if len(c.Pipelines) == 0 {
 		p.add("pipelines", "at least one pipeline is required")
 	}
