@@ -20,7 +20,7 @@ import (
 // of this process, as the daemon does over its REST API between
 // processes.
 type masterFiles struct {
-	job            atomic.Pointer[stream.Job]
+	job             atomic.Pointer[stream.Job]
 	pushed, fetched atomic.Int64
 }
 
