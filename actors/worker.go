@@ -80,13 +80,16 @@ type WorkerConfig struct {
 	Node string
 	// Network carries the node's channels.
 	Network Network
-	// Config is the node's runtime config: batch size, credits, state
-	// backend, logger, clock, and Checkpoint.Dir, under which the node
-	// stages the state files it writes and fetches.
-	Config Config
+	// Dir is where the node stages the state files it writes and fetches,
+	// one directory per deployment, removed when the deployment ends.
+	Dir string
+	// Logger receives the worker's logs; default discards.
+	Logger *slog.Logger
 	// Jobs builds the job graph of a job by name, from the node's own
-	// config or code.
-	Jobs func(name string) (*Job, error)
+	// config or code, with the node's runtime config for it (batch size,
+	// credits, state backend, logger, clock; its checkpoint directory is
+	// not used: the master's is where checkpoints complete).
+	Jobs func(name string) (*Job, Config, error)
 	// Files moves state files to and from the job master.
 	Files SnapshotFiles
 }
@@ -110,10 +113,10 @@ type workerHost struct {
 
 // NewWorker returns a worker. It starts nothing.
 func NewWorker(cfg WorkerConfig) *Worker {
-	if cfg.Config.Logger == nil {
-		cfg.Config.Logger = slog.New(slog.DiscardHandler)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Worker{cfg: cfg, log: cfg.Config.Logger.With("node", cfg.Node), hosts: make(map[string]*workerHost)}
+	return &Worker{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), hosts: make(map[string]*workerHost)}
 }
 
 // WorkerJob is what a worker hosts for one job.
@@ -159,7 +162,7 @@ func (w *Worker) Jobs() []WorkerJob {
 // deployment not newer than the hosted one is refused with
 // ErrStaleDeployment.
 func (w *Worker) Deploy(ctx context.Context, d Deployment) error {
-	job, err := w.cfg.Jobs(d.Job)
+	job, cfg, err := w.cfg.Jobs(d.Job)
 	if err != nil {
 		return fmt.Errorf("actors: node %q: job %q: %w", w.cfg.Node, d.Job, err)
 	}
@@ -174,8 +177,11 @@ func (w *Worker) Deploy(ctx context.Context, d Deployment) error {
 	if d.Index < 0 || d.Index >= len(d.Nodes) || d.Nodes[d.Index] != w.cfg.Node {
 		return fmt.Errorf("actors: node %q: deployment %d of job %q names node index %d of %q", w.cfg.Node, d.Epoch, d.Job, d.Index, d.Nodes)
 	}
-	if d.Checkpointing && w.cfg.Config.Checkpoint.Dir == "" {
-		return fmt.Errorf("actors: node %q: job %q takes checkpoints and the node has no checkpoint directory", w.cfg.Node, d.Job)
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("actors: node %q: job %q: config: %w", w.cfg.Node, d.Job, err)
+	}
+	if d.Checkpointing && w.cfg.Dir == "" {
+		return fmt.Errorf("actors: node %q: job %q takes checkpoints and the node has no staging directory", w.cfg.Node, d.Job)
 	}
 
 	w.mu.Lock()
@@ -207,16 +213,14 @@ func (w *Worker) Deploy(ctx context.Context, d Deployment) error {
 	for _, p := range d.Placement {
 		c.Placement[TaskKey{UID: p.UID, Subtask: p.Subtask}] = p.Node
 	}
-	cfg := w.cfg.Config
 	cfg.Cluster = c
 	cfg.Checkpoint.Mode = d.Mode
-	if !d.Checkpointing {
-		cfg.Checkpoint.Dir = ""
-	}
+	cfg.Checkpoint.Dir = ""
 	cfg.Restore = nil
 	var staging string
-	if cfg.Checkpoint.Dir != "" {
-		staging = filepath.Join(cfg.Checkpoint.Dir, "_staging", job.Name+"-"+strconv.FormatUint(d.Epoch, 10))
+	if d.Checkpointing {
+		staging = filepath.Join(w.cfg.Dir, job.Name+"-"+strconv.FormatUint(d.Epoch, 10))
+		cfg.Checkpoint.Dir = staging
 		if err := os.RemoveAll(staging); err != nil {
 			return fmt.Errorf("actors: node %q: %w", w.cfg.Node, err)
 		}

@@ -137,6 +137,12 @@ type Inputs struct {
 	// Broker is the URL MQTT sinks publish to, for example
 	// "tcp://127.0.0.1:1883" ("": MQTT sinks are not available).
 	Broker string
+	// Splits, in a cluster, is the number of nodes: an MQTT source then
+	// has one subtask per node, each reading its own node's ingest log,
+	// and Split names this node's (node id and pipeline). 0 on a single
+	// node.
+	Splits int
+	Split  string
 }
 
 // BuildJobWith is BuildJob with the node's MQTT inputs.
@@ -186,12 +192,20 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 		// The source keeps in the log what every retained checkpoint
 		// needs, asking the job's snapshot store which those are.
 		srcOpts := []mqtt.SourceOption{mqtt.WithRetain(cfg.Checkpoint.Retain)}
-		if cfg.Checkpoint.Dir != "" {
+		splits := 1
+		switch {
+		case in.Splits > 0:
+			// In a cluster the node's checkpoint directory is not where
+			// checkpoints complete: the split keeps what the newest
+			// retained ones it was told of need.
+			splits = in.Splits
+			srcOpts = append(srcOpts, mqtt.WithSplit(in.Split))
+		case cfg.Checkpoint.Dir != "":
 			srcOpts = append(srcOpts, mqtt.WithCheckpointDir(cfg.Checkpoint.Dir, cfg.Name))
 		}
 		msgs := stream.FromSource(env, uid("source"), func() operators.Source[mqtt.Message] {
 			return mqtt.NewSource(log, srcOpts...)
-		}).UID(uid("source")).SetParallelism(1)
+		}).UID(uid("source")).SetParallelism(splits)
 		decode := pl.json.Decode
 		if pl.csv != nil {
 			decode = pl.csv.Decode

@@ -204,6 +204,9 @@ func (e *Environment) Graph() (*actors.Job, error) {
 	return &e.job, nil
 }
 
+// Config returns the runtime config the environment's options made.
+func (e *Environment) Config() actors.Config { return e.cfg }
+
 func (e *Environment) runner() (*actors.Runner, error) {
 	if err := e.resolve(); err != nil {
 		return nil, err

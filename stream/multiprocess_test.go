@@ -65,11 +65,13 @@ func workerCluster(t *testing.T, c *testCluster, files *masterFiles, build func(
 	t.Helper()
 	workers := make(map[string]*actors.Worker)
 	for i := 1; i < len(c.Nodes); i++ {
-		cfg := actors.DefaultConfig()
-		cfg.Checkpoint.Dir = t.TempDir()
 		w := actors.NewWorker(actors.WorkerConfig{
-			Node: c.Nodes[i].ID, Network: c.nets[i], Config: cfg, Files: files,
-			Jobs: func(string) (*actors.Job, error) { return build().Graph() },
+			Node: c.Nodes[i].ID, Network: c.nets[i], Dir: t.TempDir(), Files: files,
+			Jobs: func(string) (*actors.Job, actors.Config, error) {
+				env := build()
+				j, err := env.Graph()
+				return j, env.Config(), err
+			},
 		})
 		t.Cleanup(w.Close)
 		workers[c.Nodes[i].ID] = w
