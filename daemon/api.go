@@ -99,6 +99,9 @@ func newAPI(n *node) http.Handler {
 	mux.HandleFunc("POST /jobs/{name}/cancel", n.handleCancel)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	n.mountDashboard(mux)
+	if n.cluster != nil {
+		n.cluster.mount(mux, n)
+	}
 	return requireToken(n.apiToken(), mux)
 }
 

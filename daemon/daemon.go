@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/edgedio/edged/keygroup"
+	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/pipeline"
 	"github.com/edgedio/edged/snapshot"
 	"github.com/edgedio/edged/stream"
@@ -86,6 +87,8 @@ type node struct {
 	byName map[string]*job
 	inputs pipeline.Inputs // the MQTT side, for the pipelines
 	mqtt   *mqttNode
+	// cluster is the node's part in a cluster; nil on a single node.
+	cluster *clusterNode
 
 	errMu    sync.Mutex // guards firstErr
 	firstErr error
@@ -94,6 +97,11 @@ type node struct {
 func (n *node) job(name string) (*job, error) {
 	j, ok := n.byName[name]
 	if !ok {
+		if c := n.cluster; c != nil && !c.master {
+			master := c.cfg.Master()
+			peer, _ := c.cfg.Peer(master)
+			return nil, fmt.Errorf("%w %q on node %q: in a cluster the job runs on node %q (api %s)", ErrUnknownJob, name, c.cfg.Node, master, peer.API)
+		}
 		return nil, fmt.Errorf("%w %q", ErrUnknownJob, name)
 	}
 	return j, nil
@@ -136,8 +144,21 @@ func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
 		ln.Close()
 		return fmt.Errorf("daemon: mqtt: %w", err)
 	}
+	if cfg.Cluster != nil {
+		if err := n.joinCluster(cfg); err != nil {
+			ln.Close()
+			return fmt.Errorf("daemon: %w", err)
+		}
+		// The worker's hosts read the ingest logs: they stop first.
+		defer n.cluster.stop()
+	}
 	var watchers sync.WaitGroup
 	for i, pc := range cfg.Pipelines {
+		if n.cluster != nil && !n.cluster.master {
+			// The job master on the cluster's first node places tasks
+			// here; the worker hosts them.
+			break
+		}
 		j, err := n.start(ctx, pc)
 		if err != nil {
 			for _, started := range n.jobs {
@@ -176,6 +197,10 @@ func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
 	allDone := make(chan struct{})
 	go func() {
 		watchers.Wait()
+		if n.cluster != nil && !n.cluster.master {
+			// A worker serves until it is stopped.
+			<-ctx.Done()
+		}
 		close(allDone)
 	}()
 	select {
@@ -228,10 +253,22 @@ func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, err
 	if resume != "" {
 		envOpts = append(envOpts, stream.WithSavepoint(resume, n.opts.AllowNonRestored))
 	}
+	var placed *actors.Cluster
+	if n.cluster != nil {
+		placed = &actors.Cluster{}
+		envOpts = append(envOpts, stream.WithCluster(placed))
+	}
 	env := stream.NewEnvironment(pc.Name, envOpts...)
 	pj, err := pipeline.BuildJobWith(pc, env, n.out, n.inputs)
 	if err != nil {
 		return nil, err
+	}
+	if placed != nil {
+		ac, err := n.cluster.jobCluster(env)
+		if err != nil {
+			return nil, err
+		}
+		*placed = *ac
 	}
 	// The job's context is not ctx: on shutdown a job is stopped with a
 	// savepoint first and cancelled only if that fails.

@@ -204,6 +204,10 @@ func (e *Environment) Graph() (*actors.Job, error) {
 	return &e.job, nil
 }
 
+// WithCluster runs the job's tasks on the nodes of c, placed by
+// c.Placement (which may be filled in after the environment is built).
+func WithCluster(c *actors.Cluster) Option { return func(e *Environment) { e.cfg.Cluster = c } }
+
 // Config returns the runtime config the environment's options made.
 func (e *Environment) Config() actors.Config { return e.cfg }
 

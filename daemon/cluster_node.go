@@ -1,0 +1,409 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/cluster"
+	"github.com/edgedio/edged/internal/fsutil"
+	"github.com/edgedio/edged/pipeline"
+	"github.com/edgedio/edged/snapshot"
+	"github.com/edgedio/edged/stream"
+)
+
+// clusterNode is the node's part in a cluster (the config's cluster
+// block): its transport and network, and either the job masters (on the
+// node with the lowest id) or a worker hosting the tasks the masters
+// place on it.
+type clusterNode struct {
+	cfg    *pipeline.ClusterConfig
+	log    *slog.Logger
+	net    *cluster.Network
+	tr     *cluster.RemoteTransport
+	peers  *peerClient
+	master bool
+	// worker hosts the node's tasks; nil on the master's node.
+	worker *actors.Worker
+	// epochBase makes the epochs of this start of the master newer than
+	// those of any earlier start.
+	epochBase uint64
+}
+
+// startCluster starts the node's transport and network.
+func startCluster(cfg *pipeline.ClusterConfig, dataDir, token string, log *slog.Logger) (*clusterNode, error) {
+	host, port, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("cluster.listen: %w", err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return nil, fmt.Errorf("cluster.listen: port %q: %w", port, err)
+	}
+	log = log.With("node", cfg.Node)
+	c := &clusterNode{cfg: cfg, log: log, master: cfg.Master() == cfg.Node}
+	c.peers = &peerClient{cfg: cfg, token: token, http: &http.Client{}}
+	c.net = cluster.NewNetwork(cfg.Node, cluster.DefaultChannelConfig(), log)
+	rc := cluster.DefaultRemoteConfig()
+	rc.Host, rc.Port, rc.Logger = host, p, log
+	c.tr = cluster.NewRemoteTransport(rc, c.net.Endpoint())
+	if err := c.tr.Start(); err != nil {
+		return nil, fmt.Errorf("cluster: transport on %s: %w", cfg.Listen, err)
+	}
+	c.net.Attach(c.tr)
+	for _, peer := range cfg.Peers {
+		c.net.SetPeer(peer.ID, peer.Address)
+	}
+	c.net.SetPeer(cfg.Node, c.tr.Addr())
+	c.net.Start(100 * time.Millisecond)
+	if c.master {
+		if c.epochBase, err = nextEpochBase(filepath.Join(dataDir, "cluster")); err != nil {
+			c.stop()
+			return nil, err
+		}
+	}
+	log.Info("cluster transport listening", "addr", c.tr.Addr(), "nodes", cfg.Nodes(), "master", cfg.Master())
+	return c, nil
+}
+
+// stop stops the worker, the network and the transport.
+func (c *clusterNode) stop() {
+	if c.worker != nil {
+		c.worker.Close()
+	}
+	c.net.Stop()
+	c.tr.Stop(context.Background(), true)
+}
+
+// nextEpochBase reads and advances the master's start counter in dir: the
+// epochs of the n-th start begin at n<<32, above every attempt of the
+// starts before.
+func nextEpochBase(dir string) (uint64, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, fmt.Errorf("cluster: %w", err)
+	}
+	path := filepath.Join(dir, "starts")
+	var n uint64
+	switch b, err := os.ReadFile(path); {
+	case err == nil:
+		if n, err = strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32); err != nil {
+			return 0, fmt.Errorf("cluster: %s: %w", path, err)
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return 0, fmt.Errorf("cluster: %w", err)
+	}
+	n++
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.FormatUint(n, 10)+"\n"), 0o644); err != nil {
+		return 0, fmt.Errorf("cluster: %w", err)
+	}
+	f, err := os.Open(tmp)
+	if err == nil {
+		err = f.Sync()
+		f.Close()
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		err = fsutil.SyncDir(dir)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("cluster: %w", err)
+	}
+	return n << 32, nil
+}
+
+// jobCluster returns the placement of a job built in env on the cluster's
+// nodes: subtask i of every operator on node i modulo the number of nodes
+// (in id order), unless the config pins it; the MQTT source has one
+// subtask per node, so each reads its own node's log.
+func (c *clusterNode) jobCluster(env *stream.Environment) (*actors.Cluster, error) {
+	job, err := env.Graph()
+	if err != nil {
+		return nil, err
+	}
+	ids := c.cfg.Nodes()
+	ac := &actors.Cluster{Placement: map[actors.TaskKey]string{}, Invite: c.peers.invite, EpochBase: c.epochBase}
+	for _, id := range ids {
+		n := actors.Node{ID: id}
+		if id == c.cfg.Node {
+			n.Network = c.net
+		}
+		ac.Nodes = append(ac.Nodes, n)
+	}
+	for _, v := range job.Vertices {
+		for i := range v.Parallelism {
+			ac.Placement[actors.TaskKey{UID: v.UID, Subtask: i}] = ids[i%len(ids)]
+		}
+	}
+	for _, p := range c.cfg.Placement {
+		k := actors.TaskKey{UID: p.Operator, Subtask: p.Subtask}
+		if _, ok := ac.Placement[k]; !ok {
+			return nil, fmt.Errorf("cluster.placement: the job %q has no subtask %s", job.Name, k)
+		}
+		ac.Placement[k] = p.Node
+	}
+	return ac, nil
+}
+
+// mount adds the cluster's routes to the API: deployments (on a worker),
+// state files pushed and fetched (on the master).
+func (c *clusterNode) mount(mux *http.ServeMux, n *node) {
+	mux.HandleFunc("POST /cluster/deployments", c.handleDeploy)
+	mux.HandleFunc("PUT /cluster/jobs/{job}/epochs/{epoch}/checkpoints/{id}/files/{name}", func(w http.ResponseWriter, r *http.Request) {
+		c.handlePush(w, r, n)
+	})
+	mux.HandleFunc("GET /cluster/jobs/{job}/epochs/{epoch}/restore/{name}", func(w http.ResponseWriter, r *http.Request) {
+		c.handleFetch(w, r, n)
+	})
+	mux.HandleFunc("GET /cluster/worker", func(w http.ResponseWriter, r *http.Request) {
+		var jobs []actors.WorkerJob
+		if c.worker != nil {
+			jobs = c.worker.Jobs()
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"node": c.cfg.Node, "master": c.cfg.Master(), "jobs": jobs})
+	})
+}
+
+func (c *clusterNode) handleDeploy(w http.ResponseWriter, r *http.Request) {
+	if c.worker == nil {
+		clusterError(w, http.StatusConflict, fmt.Errorf("node %q runs the job masters and takes no deployments", c.cfg.Node))
+		return
+	}
+	var d actors.Deployment
+	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<20)).Decode(&d); err != nil {
+		clusterError(w, http.StatusBadRequest, fmt.Errorf("deployment: %w", err))
+		return
+	}
+	if err := c.worker.Deploy(r.Context(), d); err != nil {
+		status := http.StatusInternalServerError
+		if errors.Is(err, actors.ErrStaleDeployment) || errors.Is(err, actors.ErrPlanMismatch) {
+			status = http.StatusConflict
+		}
+		clusterError(w, status, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"job": d.Job, "epoch": d.Epoch, "node": c.cfg.Node})
+}
+
+// clusterJob returns the execution of the job a cluster request names.
+func (n *node) clusterJob(r *http.Request) (*actors.Execution, uint64, error) {
+	j, err := n.job(r.PathValue("job"))
+	if err != nil {
+		return nil, 0, err
+	}
+	epoch, err := strconv.ParseUint(r.PathValue("epoch"), 10, 64)
+	if err != nil {
+		return nil, 0, fmt.Errorf("epoch %q: %w", r.PathValue("epoch"), err)
+	}
+	return j.run.Execution(), epoch, nil
+}
+
+func (c *clusterNode) handlePush(w http.ResponseWriter, r *http.Request, n *node) {
+	exec, epoch, err := n.clusterJob(r)
+	if err != nil {
+		clusterError(w, http.StatusNotFound, err)
+		return
+	}
+	id, err1 := strconv.ParseUint(r.PathValue("id"), 10, 64)
+	size, err2 := strconv.ParseInt(r.Header.Get("X-Edged-Size"), 10, 64)
+	sum, err3 := strconv.ParseUint(r.Header.Get("X-Edged-Checksum"), 16, 32)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		clusterError(w, http.StatusBadRequest, fmt.Errorf("state file: %w", err))
+		return
+	}
+	if err := exec.ReceiveFile(epoch, snapshot.ID(id), r.PathValue("name"), size, uint32(sum), r.Body); err != nil {
+		status := http.StatusInternalServerError
+		if errors.Is(err, actors.ErrStaleDeployment) {
+			status = http.StatusConflict
+		}
+		clusterError(w, status, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"stored": r.PathValue("name")})
+}
+
+func (c *clusterNode) handleFetch(w http.ResponseWriter, r *http.Request, n *node) {
+	exec, epoch, err := n.clusterJob(r)
+	if err != nil {
+		clusterError(w, http.StatusNotFound, err)
+		return
+	}
+	f, h, err := exec.OpenRestoreFile(epoch, r.PathValue("name"))
+	if err != nil {
+		status := http.StatusInternalServerError
+		switch {
+		case errors.Is(err, actors.ErrStaleDeployment):
+			status = http.StatusConflict
+		case errors.Is(err, os.ErrNotExist):
+			status = http.StatusNotFound
+		}
+		clusterError(w, status, err)
+		return
+	}
+	defer f.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(h.Size, 10))
+	w.Header().Set("X-Edged-Checksum", strconv.FormatUint(uint64(h.Checksum), 16))
+	io.Copy(w, io.LimitReader(f, h.Size))
+}
+
+// peerClient talks to the other nodes' APIs: it invites them to host
+// deployments and moves state files (actors.SnapshotFiles).
+type peerClient struct {
+	cfg   *pipeline.ClusterConfig
+	token string
+	http  *http.Client
+}
+
+var _ actors.SnapshotFiles = (*peerClient)(nil)
+
+func (p *peerClient) url(node, path string) (string, error) {
+	peer, ok := p.cfg.Peer(node)
+	if !ok {
+		return "", fmt.Errorf("no peer %q in cluster.peers", node)
+	}
+	return "http://" + peer.API + path, nil
+}
+
+func (p *peerClient) do(ctx context.Context, method, node, path string, body io.Reader, hdr http.Header) (*http.Response, error) {
+	u, err := p.url(node, path)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	if p.token != "" {
+		req.Header.Set("Authorization", "Bearer "+p.token)
+	}
+	resp, err := p.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		var e ErrorBody
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(b))
+		}
+		return nil, &APIError{StatusCode: resp.StatusCode, Msg: fmt.Sprintf("node %q: %s %s: %s", node, method, path, e.Error)}
+	}
+	return resp, nil
+}
+
+// invite asks node to host its tasks of deployment d.
+func (p *peerClient) invite(ctx context.Context, node string, d actors.Deployment) error {
+	b, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	resp, err := p.do(ctx, http.MethodPost, node, "/cluster/deployments", bytes.NewReader(b), http.Header{"Content-Type": {"application/json"}})
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+func filePath(job string, epoch uint64, rest string) string {
+	return "/cluster/jobs/" + url.PathEscape(job) + "/epochs/" + strconv.FormatUint(epoch, 10) + rest
+}
+
+// Push copies a state file to the job master's node.
+func (p *peerClient) Push(ctx context.Context, master, job string, epoch uint64, id snapshot.ID, path string, h snapshot.Handle) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	hdr := http.Header{
+		"Content-Type":     {"application/octet-stream"},
+		"X-Edged-Size":     {strconv.FormatInt(h.Size, 10)},
+		"X-Edged-Checksum": {strconv.FormatUint(uint64(h.Checksum), 16)},
+	}
+	resp, err := p.do(ctx, http.MethodPut, master, filePath(job, epoch, "/checkpoints/"+strconv.FormatUint(uint64(id), 10)+"/files/"+url.PathEscape(h.File)), f, hdr)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// Fetch copies a state file of the snapshot a deployment restores from the
+// job master's node.
+func (p *peerClient) Fetch(ctx context.Context, master, job string, epoch uint64, h snapshot.Handle, path string) error {
+	resp, err := p.do(ctx, http.MethodGet, master, filePath(job, epoch, "/restore/"+url.PathEscape(h.File)), nil, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return snapshot.CopyFile(resp.Body, h, path)
+}
+
+// clusterError answers err with code.
+func clusterError(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, ErrorBody{Error: err.Error()})
+}
+
+// joinCluster starts the node's part in the cluster of cfg: the transport,
+// and on a node other than the master's the worker that hosts the tasks
+// placed on it.
+func (n *node) joinCluster(cfg *pipeline.Config) error {
+	dataDir := cfg.Node.DataDir
+	if dataDir == "" {
+		dataDir = DefaultDataDir
+	}
+	c, err := startCluster(cfg.Cluster, dataDir, n.opts.Token, n.log)
+	if err != nil {
+		return err
+	}
+	n.cluster = c
+	n.inputs.Splits, n.inputs.Split = len(cfg.Cluster.Nodes()), cfg.Cluster.Node
+	if c.master {
+		return nil
+	}
+	byName := make(map[string]pipeline.PipelineConfig, len(cfg.Pipelines))
+	for _, pc := range cfg.Pipelines {
+		byName[pc.Name] = pc
+	}
+	c.worker = actors.NewWorker(actors.WorkerConfig{
+		Node: cfg.Cluster.Node, Network: c.net, Dir: filepath.Join(dataDir, "cluster", "staging"), Logger: n.log, Files: c.peers,
+		Jobs: func(name string) (*actors.Job, actors.Config, error) {
+			pc, ok := byName[name]
+			if !ok {
+				return nil, actors.Config{}, fmt.Errorf("%w %q: the node's config has no such pipeline", ErrUnknownJob, name)
+			}
+			envOpts, err := pipeline.EnvOptions(pc)
+			if err != nil {
+				return nil, actors.Config{}, err
+			}
+			env := stream.NewEnvironment(pc.Name, append(envOpts, stream.WithLogger(n.log))...)
+			if _, err := pipeline.BuildJobWith(pc, env, n.out, n.inputs); err != nil {
+				return nil, actors.Config{}, err
+			}
+			job, err := env.Graph()
+			return job, env.Config(), err
+		},
+	})
+	return nil
+}
