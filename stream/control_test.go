@@ -140,7 +140,7 @@ func testSeparateJobGraphsRolling(t *testing.T, mk clusterMaker) {
 			var sinks []*lastPerKey[countSum]
 			for i := range c.Nodes {
 				s := newLastPerKey(func(c countSum) string { return c.ID }, false)
-				job, err := (rollingJob(n, keys, 3, s)).Graph()
+				job, err := rollingJob(n, keys, 3, s).Graph()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -199,7 +199,7 @@ func TestMultiNodeSeparateJobGraphsExactlyOnceUnderFailures(t *testing.T) {
 	var fails []*failer
 	for i := range c.Nodes {
 		dir, f := t.TempDir(), newFailer(2)
-		job, err := (eoJob(n, keys, dir, f, stream.WithParallelism(2))).Graph()
+		job, err := eoJob(n, keys, dir, f, stream.WithParallelism(2)).Graph()
 		if err != nil {
 			t.Fatal(err)
 		}

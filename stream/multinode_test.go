@@ -400,7 +400,7 @@ func TestMultiNodeFingerprintMismatchRefused(t *testing.T) {
 	c := memoryCluster(t, 2, 1, cluster.Faults{})
 	sink := newLastPerKey(func(c countSum) string { return c.ID }, false)
 	env := rollingJob(1000, 10, 2, sink, stream.WithCluster(c.Cluster))
-	other, err := (rollingJob(1000, 10, 3, sink)).Graph()
+	other, err := rollingJob(1000, 10, 3, sink).Graph()
 	if err != nil {
 		t.Fatal(err)
 	}
