@@ -179,6 +179,139 @@ func brokerUp(addr string) bool {
 	return true
 }
 
+// clusterLoad publishes the e2e workload to a cluster's nodes and
+// collects the results from every node's broker.
+type clusterLoad struct {
+	t       *testing.T
+	members []*clusterMember
+	col     *collector
+	subs    []paho.Client   // by node: its results subscriber
+	pubs    [][]paho.Client // by node: its device connections
+	down    map[int]bool    // nodes killed and not yet restarted
+}
+
+const devicesPerNode = 4
+
+func newClusterLoad(t *testing.T, members []*clusterMember) *clusterLoad {
+	l := &clusterLoad{t: t, members: members, col: newCollector(), down: map[int]bool{},
+		subs: make([]paho.Client, len(members)), pubs: make([][]paho.Client, len(members))}
+	for i := range members {
+		l.connect(i)
+	}
+	t.Cleanup(func() {
+		for i := range members {
+			l.disconnect(i)
+		}
+	})
+	return l
+}
+
+// connect connects node i's results subscriber (a persistent session in
+// the node's broker, so results published while it is away wait for it)
+// and its devices.
+func (l *clusterLoad) connect(i int) {
+	m := l.members[i]
+	opts := paho.NewClientOptions().AddBroker("tcp://"+m.brokerAddr).SetClientID(fmt.Sprintf("results-%s", m.id)).
+		SetCleanSession(false).SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(l.col.handle)
+	c := connect(l.t, opts)
+	if tok := c.Subscribe("agg/#", 1, l.col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		l.t.Fatalf("subscribe to node %s: %v", m.id, tok.Error())
+	}
+	l.subs[i] = c
+	l.pubs[i] = nil
+	for k := range devicesPerNode {
+		opts := paho.NewClientOptions().AddBroker("tcp://"+m.brokerAddr).SetClientID(fmt.Sprintf("devices-%s-%d", m.id, k)).
+			SetCleanSession(true).SetAutoReconnect(false).SetWriteTimeout(5 * time.Second)
+		l.pubs[i] = append(l.pubs[i], connect(l.t, opts))
+	}
+}
+
+func (l *clusterLoad) disconnect(i int) {
+	if l.subs[i] != nil {
+		l.subs[i].Disconnect(0)
+	}
+	disconnectAll(l.pubs[i], 0)
+	l.subs[i], l.pubs[i] = nil, nil
+}
+
+// kill SIGKILLs node i with none of its publishes in flight (every
+// reading it acknowledged is in its ingest log); its readings go to the
+// next live node until restart.
+func (l *clusterLoad) kill(i int) {
+	l.disconnect(i)
+	l.members[i].kill()
+	l.down[i] = true
+	l.t.Logf("killed node %s", l.members[i].id)
+}
+
+// restart starts node i again with its data and reconnects to it.
+func (l *clusterLoad) restart(i int) {
+	l.members[i].start()
+	delete(l.down, i)
+	l.connect(i)
+	l.t.Logf("restarted node %s", l.members[i].id)
+}
+
+// publish sends readings [from, to) in lock step: reading i to node i%3,
+// or the next live one; at most inFlight unacknowledged at once.
+func (l *clusterLoad) publish(from, to int) {
+	const inFlight = 600
+	var toks []paho.Token
+	wait := func() {
+		for _, tok := range toks {
+			if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+				l.t.Fatalf("publish: %v", tok.Error())
+			}
+		}
+		toks = toks[:0]
+	}
+	for i := from; i < to; i++ {
+		node := i % len(l.members)
+		for l.down[node] {
+			node = (node + 1) % len(l.members)
+		}
+		topic, p := payloadOf(i)
+		toks = append(toks, l.pubs[node][(i/len(l.members))%devicesPerNode].Publish(topic, 1, false, p))
+		if len(toks) == inFlight {
+			wait()
+		}
+	}
+	wait()
+}
+
+// finish publishes a tail to every node, moving each split's watermark
+// past the last window, and checks that each window of every sensor
+// arrived exactly once with the exact count.
+func (l *clusterLoad) finish(n int, timeout time.Duration) {
+	l.publish(n, n+len(l.members)*tail)
+	windows := n / windowMS
+	want := windows * sensors
+	if !testutil.Within(timeout, func() bool { return countWindows(l.col, windows) >= want }) {
+		l.t.Fatalf("%d of %d window results after %v", countWindows(l.col, windows), want, timeout)
+	}
+	checkExactWindows(l.t, l.col, windows)
+}
+
+// checkWorkers checks that every worker hosts tasks of the job that took
+// records in.
+func (l *clusterLoad) checkWorkers() {
+	client := &http.Client{Timeout: time.Second}
+	for _, m := range l.members[1:] {
+		jobs, err := m.hosted(client)
+		if err != nil || len(jobs) != 1 {
+			l.t.Fatalf("node %s hosts %v (%v)", m.id, jobs, err)
+		}
+		var in int64
+		for _, ts := range jobs[0].Tasks {
+			in += ts.RecordsIn
+		}
+		if in == 0 {
+			l.t.Fatalf("node %s hosts tasks that took no record in: %+v", m.id, jobs[0].Tasks)
+		}
+		l.t.Logf("node %s: epoch %d, %d tasks, %d records in", m.id, jobs[0].Epoch, len(jobs[0].Tasks), in)
+	}
+}
+
 // Three edged processes on loopback run one MQTT pipeline with static
 // placement: each node ingests what its devices publish to its own
 // embedded broker (one source split per node), the readings are keyed
@@ -190,78 +323,58 @@ func TestThreeNodeClusterExactTotals(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with three subprocesses")
 	}
-	members := startCluster(t)
+	l := newClusterLoad(t, startCluster(t))
 	const n = 30_000
-	col := newCollector()
-	var subs, pubs []paho.Client
-	for i, m := range members {
-		opts := paho.NewClientOptions().AddBroker("tcp://"+m.brokerAddr).SetClientID(fmt.Sprintf("results-%d", i)).
-			SetCleanSession(true).SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(col.handle)
-		c := connect(t, opts)
-		if tok := c.Subscribe("agg/#", 1, col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-			t.Fatalf("subscribe to node %s: %v", m.id, tok.Error())
-		}
-		subs = append(subs, c)
-		for k := range 4 {
-			opts := paho.NewClientOptions().AddBroker("tcp://"+m.brokerAddr).SetClientID(fmt.Sprintf("devices-%d-%d", i, k)).
-				SetCleanSession(true).SetAutoReconnect(false).SetWriteTimeout(5 * time.Second)
-			pubs = append(pubs, connect(t, opts))
-		}
-	}
-	defer func() {
-		disconnectAll(subs, 100)
-		disconnectAll(pubs, 100)
-	}()
-	// Reading i goes to node i%3 (so every node's split carries every
-	// window), on one of its connections; a tail per node moves each
-	// split's watermark past the last window.
-	publish := func(i int, toNode int) paho.Token {
-		topic, p := payloadOf(i)
-		return pubs[toNode*4+(i/3)%4].Publish(topic, 1, false, p)
-	}
-	const inFlight = 600
-	var toks []paho.Token
-	for i := range n + 3*tail {
-		node := i % 3
-		toks = append(toks, publish(i, node))
-		if len(toks) == inFlight {
-			for _, tok := range toks {
-				if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-					t.Fatalf("publish: %v", tok.Error())
-				}
-			}
-			toks = toks[:0]
-		}
-	}
-	for _, tok := range toks {
-		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-			t.Fatalf("publish: %v", tok.Error())
-		}
-	}
-	windows := n / windowMS
-	want := windows * sensors
-	if !testutil.Within(90*time.Second, func() bool { return countWindows(col, windows) >= want }) {
-		t.Fatalf("%d of %d window results after 90 s", countWindows(col, windows), want)
-	}
-	checkExactWindows(t, col, windows)
+	l.publish(0, n)
+	l.finish(n, 90*time.Second)
+	l.checkWorkers()
+}
 
-	// Every node ran part of the job: the workers host tasks that took
-	// records in.
-	client := &http.Client{Timeout: time.Second}
-	for _, m := range members[1:] {
-		jobs, err := m.hosted(client)
-		if err != nil || len(jobs) != 1 {
-			t.Fatalf("node %s hosts %v (%v)", m.id, jobs, err)
-		}
-		var in int64
-		for _, ts := range jobs[0].Tasks {
-			in += ts.RecordsIn
-		}
-		if in == 0 {
-			t.Fatalf("node %s hosts tasks that took no record in: %+v", m.id, jobs[0].Tasks)
-		}
-		t.Logf("node %s: epoch %d, %d tasks, %d records in", m.id, jobs[0].Epoch, len(jobs[0].Tasks), in)
+// A worker and then the job master of a three-process cluster are
+// SIGKILLed under MQTT load and restarted: the job restarts from its
+// latest checkpoint in a newer epoch each time (the worker fetching the
+// state it restores from the master), and every window of every sensor
+// still arrives exactly once with the exact count.
+func TestClusterNodesKilledExactTotals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses and SIGKILL")
 	}
+	members := startCluster(t)
+	l := newClusterLoad(t, members)
+	const n = 60_000
+	var epochs []uint64
+	client := &http.Client{Timeout: time.Second}
+	// nextEpoch waits until worker c hosts a deployment newer than the
+	// last one seen.
+	nextEpoch := func() {
+		var last uint64
+		if len(epochs) > 0 {
+			last = epochs[len(epochs)-1]
+		}
+		testutil.Eventually(t, 60*time.Second, "worker c hosts a newer deployment", func() bool {
+			jobs, err := members[2].hosted(client)
+			if err != nil || len(jobs) != 1 || len(jobs[0].Tasks) == 0 || jobs[0].Epoch <= last {
+				return false
+			}
+			epochs = append(epochs, jobs[0].Epoch)
+			return true
+		})
+	}
+	nextEpoch()
+	l.publish(0, n/3)
+	l.kill(2) // worker c
+	l.publish(n/3, n/2)
+	l.restart(2)
+	nextEpoch()
+	l.publish(n/2, 2*n/3)
+	l.kill(0) // the job master
+	l.publish(2*n/3, 5*n/6)
+	l.restart(0)
+	nextEpoch()
+	l.publish(5*n/6, n)
+	l.finish(n, 120*time.Second)
+	t.Logf("worker c hosted epochs %v", epochs)
+	l.checkWorkers()
 }
 
 // countWindows counts the (sensor, window) results received for the
