@@ -378,7 +378,7 @@ func (n *node) joinCluster(cfg *pipeline.Config) error {
 		return err
 	}
 	n.cluster = c
-	n.inputs.Splits, n.inputs.Split = len(cfg.Cluster.Nodes()), cfg.Cluster.Node
+	n.inputs.Nodes, n.inputs.Self = cfg.Cluster.Nodes(), cfg.Cluster.Node
 	if c.master {
 		return nil
 	}

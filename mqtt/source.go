@@ -42,7 +42,7 @@ const maxKnownCheckpoints = 64
 // operators.Source[Message], Snapshotter, Restorer and CheckpointListener.
 //
 // One log is one split: only subtask 0 reads it, and the other subtasks
-// report EndOfInput at once (in a cluster, WithSplit: every subtask runs
+// report EndOfInput at once (in a cluster, WithSplits: every subtask runs
 // on its own node and reads that node's log). A log must feed a single
 // Source, since the Source truncates it.
 //
@@ -82,10 +82,19 @@ type Source struct {
 	retain int
 	store  CheckpointStore
 	active bool
-	// split, when set, is the identity of the log this Source reads in a
-	// cluster (node id and log name): every subtask reads its own node's
-	// log, and a snapshot is restored only into the split it was taken of.
+	// In a cluster (WithSplits) subtask i is the split of node
+	// splits[i]: it reads the log only on that node (self), and a snapshot
+	// is restored only into the split it was taken of. split is this
+	// subtask's node; away marks a split running on another node while
+	// its own is down: it reads nothing, reports its stream idle, and
+	// keeps its snapshot (carried) for when it is back home.
+	splits  []string
+	self    string
 	split   string
+	away    bool
+	carried []byte
+	idleCtx func(bool)
+	never   chan struct{}
 	pos     uint64            // next offset to emit while reader is nil
 	reader  *ingestlog.Reader // opened at the first Poll
 	pending map[int64]uint64  // checkpoint id -> offset it recorded
@@ -118,14 +127,17 @@ func WithRetain(n int) SourceOption {
 	return func(s *Source) { s.retain = max(n, 1) }
 }
 
-// WithSplit makes the Source one split of a cluster's MQTT source, pinned
-// to its node: every subtask reads the log it was given (its own node's),
-// its snapshots carry id (the node's id and the log's name), and on
-// restore it takes only the snapshot taken of id, never another node's
-// offset. A split with no snapshot of its own starts at the oldest record
-// in its log.
-func WithSplit(id string) SourceOption {
-	return func(s *Source) { s.split = id }
+// WithSplits makes the Source a cluster's MQTT source with one split per
+// node: subtask i is node nodes[i]'s split and reads the log it was given
+// only when it runs on that node (self). Its snapshots carry the node's
+// id, and a restore takes only the snapshot of its own split, never
+// another node's offset; a split with no snapshot of its own starts at
+// the oldest record in its log. A split placed on another node while its
+// own is down reads nothing and marks its stream idle, so that the
+// watermarks of the others advance; it keeps its snapshot for when the
+// node is back.
+func WithSplits(nodes []string, self string) SourceOption {
+	return func(s *Source) { s.splits, s.self = nodes, self }
 }
 
 // WithCheckpointStore makes the Source ask store which completed
@@ -182,7 +194,17 @@ func NewSource(log *ingestlog.Log, opts ...SourceOption) *Source {
 // Open makes subtask 0 the reader, starting at the oldest record in the
 // log unless RestoreState says otherwise.
 func (s *Source) Open(ctx *operators.Context) error {
-	s.active = ctx.Subtask == 0 || s.split != ""
+	s.active = ctx.Subtask == 0
+	if s.splits != nil {
+		if ctx.Subtask >= len(s.splits) {
+			return fmt.Errorf("mqtt source: subtask %d of a source with %d splits", ctx.Subtask, len(s.splits))
+		}
+		s.split = s.splits[ctx.Subtask]
+		s.away = s.split != s.self
+		s.active = !s.away
+		s.idleCtx = ctx.EmitIdle
+		s.never = make(chan struct{})
+	}
 	if s.active {
 		s.pos = s.log.Stats().FirstOffset
 	}
@@ -209,6 +231,13 @@ func (s *Source) Offset() uint64 {
 
 // Poll emits up to limit durable records without blocking.
 func (s *Source) Poll(out operators.Collector[Message], limit int) (operators.Status, error) {
+	if s.away {
+		if s.idleCtx != nil {
+			s.idleCtx(true)
+			s.idleCtx = nil
+		}
+		return operators.NothingAvailable, nil
+	}
 	if !s.active {
 		return operators.EndOfInput, nil
 	}
@@ -234,6 +263,9 @@ func (s *Source) Poll(out operators.Collector[Message], limit int) (operators.St
 
 // Available returns a channel closed when Poll may have records again.
 func (s *Source) Available() <-chan struct{} {
+	if s.away {
+		return s.never
+	}
 	if s.reader == nil {
 		return s.closed
 	}
@@ -244,13 +276,16 @@ func (s *Source) Available() <-chan struct{} {
 // and the completed checkpoints the Source knows of, and remembers the
 // offset as checkpoint id's for NotifyCheckpointComplete.
 func (s *Source) SnapshotState(id int64) ([]byte, error) {
+	if s.away {
+		return s.carried, nil
+	}
 	if !s.active {
 		return nil, nil
 	}
 	off := s.Offset()
 	s.pending[id] = off
 	version := byte(sourceStateV2)
-	if s.split != "" {
+	if s.splits != nil {
 		version = sourceStateV3
 	}
 	b := binary.AppendUvarint([]byte{version}, off)
@@ -260,7 +295,7 @@ func (s *Source) SnapshotState(id int64) ([]byte, error) {
 		b = binary.AppendVarint(b, k.id)
 		b = binary.AppendUvarint(b, k.offset)
 	}
-	if s.split != "" {
+	if s.splits != nil {
 		b = binary.AppendUvarint(b, uint64(len(s.split)))
 		b = append(b, s.split...)
 	}
@@ -275,7 +310,7 @@ func (s *Source) SnapshotState(id int64) ([]byte, error) {
 // log (a savepoint older than the retained checkpoints) fails with an
 // error wrapping ingestlog.ErrTruncated.
 func (s *Source) RestoreState(states [][]byte, _ int) error {
-	if s.split != "" {
+	if s.splits != nil {
 		return s.restoreSplit(states)
 	}
 	if !s.active || len(states) == 0 || len(states[0]) == 0 {
@@ -299,9 +334,14 @@ func (s *Source) restoreSplit(states [][]byte) error {
 		if err != nil {
 			return err
 		}
-		if st.split == s.split {
-			return s.restore(st)
+		if st.split != s.split {
+			continue
 		}
+		if s.away {
+			s.carried = b
+			return nil
+		}
+		return s.restore(st)
 	}
 	return nil
 }

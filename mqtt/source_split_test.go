@@ -16,8 +16,9 @@ func TestSourceSplitRestoresOnlyItsOwnOffset(t *testing.T) {
 	var got []Message
 	col := operators.CollectorFunc[Message](func(m Message) { got = append(got, m) })
 
-	a := NewSource(la, WithSplit("node-a/p"))
-	b := NewSource(lb, WithSplit("node-b/p"))
+	nodes := []string{"a", "b", "c"}
+	a := NewSource(la, WithSplits(nodes, "a"))
+	b := NewSource(lb, WithSplits(nodes, "b"))
 	for i, s := range []*Source{a, b} {
 		// Subtask 1 reads too: each split is active.
 		if err := s.Open(opCtx(i)); err != nil {
@@ -47,8 +48,8 @@ func TestSourceSplitRestoresOnlyItsOwnOffset(t *testing.T) {
 	// takes its own: node-a resumes at 30, not at node-b's 250 (beyond its
 	// log).
 	for _, states := range [][][]byte{{sb, sa}, {sa, sb}} {
-		a2 := NewSource(la, WithSplit("node-a/p"))
-		if err := a2.Open(opCtx(1)); err != nil {
+		a2 := NewSource(la, WithSplits(nodes, "a"))
+		if err := a2.Open(opCtx(0)); err != nil {
 			t.Fatal(err)
 		}
 		if err := a2.RestoreState(states, 2); err != nil {
@@ -66,7 +67,7 @@ func TestSourceSplitRestoresOnlyItsOwnOffset(t *testing.T) {
 
 	// A split that finds no snapshot of its own starts at its log's
 	// oldest record, ignoring the others'.
-	c := NewSource(la, WithSplit("node-c/p"))
+	c := NewSource(la, WithSplits(nodes, "c"))
 	if err := c.Open(opCtx(2)); err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,49 @@ func TestSourceSplitRestoresOnlyItsOwnOffset(t *testing.T) {
 
 	// A corrupt identity is refused.
 	bad := append(sa[:len(sa)-1:len(sa)-1], 0xff, 0xff)
-	if err := NewSource(la, WithSplit("node-a/p")).RestoreState([][]byte{bad}, 1); err == nil {
+	bs := NewSource(la, WithSplits(nodes, "a"))
+	if err := bs.Open(opCtx(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := bs.RestoreState([][]byte{bad}, 1); err == nil {
 		t.Fatal("a state with a corrupt split identity was accepted")
+	}
+
+	// Node b's split placed on node a while b is down reads nothing of
+	// a's log, marks its stream idle once, and keeps b's snapshot for
+	// when b is back.
+	var idle []bool
+	ctx := opCtx(1)
+	ctx.EmitIdle = func(v bool) { idle = append(idle, v) }
+	away := NewSource(la, WithSplits(nodes, "a"))
+	if err := away.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := away.RestoreState([][]byte{sa, sb}, 3); err != nil {
+		t.Fatal(err)
+	}
+	got = got[:0]
+	for range 3 {
+		if st, err := away.Poll(col, 100); st != operators.NothingAvailable || err != nil {
+			t.Fatalf("away split Poll = %v, %v", st, err)
+		}
+	}
+	if len(got) != 0 || len(idle) != 1 || !idle[0] {
+		t.Fatalf("away split emitted %d records and idle marks %v; want none and [true]", len(got), idle)
+	}
+	select {
+	case <-away.Available():
+		t.Fatal("an away split reports records available")
+	default:
+	}
+	carried, err := away.SnapshotState(5)
+	if err != nil || string(carried) != string(sb) {
+		t.Fatalf("away split snapshot %x (%v), want node b's %x", carried, err, sb)
+	}
+	if err := away.NotifyCheckpointComplete(5); err != nil {
+		t.Fatal(err)
+	}
+	if la.Stats().FirstOffset != 0 {
+		t.Fatalf("an away split truncated the log it does not read: %+v", la.Stats())
 	}
 }

@@ -137,12 +137,12 @@ type Inputs struct {
 	// Broker is the URL MQTT sinks publish to, for example
 	// "tcp://127.0.0.1:1883" ("": MQTT sinks are not available).
 	Broker string
-	// Splits, in a cluster, is the number of nodes: an MQTT source then
-	// has one subtask per node, each reading its own node's ingest log,
-	// and Split names this node's (node id and pipeline). 0 on a single
-	// node.
-	Splits int
-	Split  string
+	// Nodes, in a cluster, are the ids of its nodes in order and Self is
+	// this node's: an MQTT source then has one subtask per node, each
+	// reading its own node's ingest log (mqtt.WithSplits). Nil on a
+	// single node.
+	Nodes []string
+	Self  string
 }
 
 // BuildJobWith is BuildJob with the node's MQTT inputs.
@@ -194,12 +194,12 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 		srcOpts := []mqtt.SourceOption{mqtt.WithRetain(cfg.Checkpoint.Retain)}
 		splits := 1
 		switch {
-		case in.Splits > 0:
+		case len(in.Nodes) > 0:
 			// In a cluster the node's checkpoint directory is not where
 			// checkpoints complete: the split keeps what the newest
 			// retained ones it was told of need.
-			splits = in.Splits
-			srcOpts = append(srcOpts, mqtt.WithSplit(in.Split))
+			splits = len(in.Nodes)
+			srcOpts = append(srcOpts, mqtt.WithSplits(in.Nodes, in.Self))
 		case cfg.Checkpoint.Dir != "":
 			srcOpts = append(srcOpts, mqtt.WithCheckpointDir(cfg.Checkpoint.Dir, cfg.Name))
 		}
