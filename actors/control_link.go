@@ -302,6 +302,18 @@ func (r *Runner) controlFailed(node string, err error) {
 		err: fmt.Errorf("%w: job %q epoch %d: node %q: %w", ErrControlFailed, r.job.Name, r.epoch, node, err)})
 }
 
+// fail ends the deployment with err, as a failure report would.
+func (r *Runner) fail(err error) {
+	if r.ctl != nil {
+		r.deliver(hostReport{epoch: r.epoch, kind: reportFailed, err: err})
+		return
+	}
+	select {
+	case r.reports <- hostReport{epoch: r.epoch, kind: reportFailed, err: err}:
+	case <-r.done:
+	}
+}
+
 // deliver hands a report to the master's loop without blocking the
 // network's goroutine: when the inbox is full, a goroutine waits for room
 // or the job's end.

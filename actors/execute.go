@@ -105,6 +105,16 @@ func (e *Execution) TriggerSavepoint(ctx context.Context, path string, stop bool
 	}
 }
 
+// Redeploy ends the running attempt with an error wrapping
+// ErrControlFailed and reason, so that the restart strategy deploys the
+// job again from its latest checkpoint, with the nodes and placement
+// Cluster.Update then returns. It does nothing when no attempt runs.
+func (e *Execution) Redeploy(reason string) {
+	if r, _ := e.Runner(); r != nil {
+		r.fail(fmt.Errorf("%w: job %q epoch %d: redeploying: %s", ErrControlFailed, e.job.Name, r.epoch, reason))
+	}
+}
+
 // ReceiveFile hands a state file pushed by a host in another process to
 // the running attempt (Runner.ReceiveFile).
 func (e *Execution) ReceiveFile(epoch uint64, id snapshot.ID, name string, size int64, checksum uint32, body io.Reader) error {
@@ -148,16 +158,30 @@ func (e *Execution) Run(ctx context.Context) error {
 	}
 	for {
 		epoch := uint64(e.Attempts() + 1)
+		acfg := cfg
+		var err error
 		if cfg.Cluster != nil {
 			epoch += cfg.Cluster.EpochBase
+			acfg.Cluster, err = cfg.Cluster.update()
 		}
-		r, err := newRunner(e.job, cfg, epoch)
-		if err != nil {
+		var r *Runner
+		if err == nil {
+			r, err = newRunner(e.job, acfg, epoch)
+		}
+		if err != nil && !errors.Is(err, ErrControlFailed) {
 			return err
 		}
-		e.setRunner(r)
-		err = r.Run(ctx)
-		e.setRunner(nil)
+		if err != nil {
+			// No deployment now (no quorum, say): the restart strategy
+			// decides when to try again.
+			e.mu.Lock()
+			e.attempts++
+			e.mu.Unlock()
+		} else {
+			e.setRunner(r)
+			err = r.Run(ctx)
+			e.setRunner(nil)
+		}
 		var te *TaskError
 		if err == nil || ctx.Err() != nil || !errors.As(err, &te) && !errors.Is(err, ErrCheckpointFailure) &&
 			!errors.Is(err, ErrControlFailed) && !errors.Is(err, ErrControlTimeout) {

@@ -37,6 +37,12 @@ type Cluster struct {
 	// no Network. A failed invitation fails the deployment with
 	// ErrControlFailed, restarted by the restart strategy.
 	Invite func(ctx context.Context, node string, d Deployment) error
+	// Update, when set, is called before each attempt (each deployment):
+	// it returns the nodes and the placement the attempt runs with (the
+	// live members, after a failure or a join) in place of Nodes and
+	// Placement. The first node must be the master's. An error fails the
+	// attempt, restarted by the restart strategy.
+	Update func() (nodes []Node, placement map[TaskKey]string, err error)
 	// EpochBase is added to each attempt's number to make its epoch, so
 	// that the epochs of a job master that restarted are newer than those
 	// its nodes saw before. 0 in a single process.
@@ -182,6 +188,21 @@ func (c *Cluster) validate(j *Job) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// update returns the cluster an attempt runs with: c, or c with the nodes
+// and placement of Update.
+func (c *Cluster) update() (*Cluster, error) {
+	if c.Update == nil {
+		return c, nil
+	}
+	nodes, placement, err := c.Update()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrControlFailed, err)
+	}
+	u := *c
+	u.Nodes, u.Placement = nodes, placement
+	return &u, nil
 }
 
 // nodeOf returns the node that runs subtask sub of chain c.

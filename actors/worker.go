@@ -328,6 +328,23 @@ func (w *Worker) fetch(ctx context.Context, d Deployment, plan *Plan, pl placeme
 	return nil
 }
 
+// Evict stops every host of the worker (the node may no longer own its
+// subtasks: it sees no majority) and waits for them; the worker takes
+// new deployments after. It returns how many it stopped.
+func (w *Worker) Evict() int {
+	w.mu.Lock()
+	hosts := make([]*workerHost, 0, len(w.hosts))
+	for _, wh := range w.hosts {
+		hosts = append(hosts, wh)
+	}
+	w.mu.Unlock()
+	for _, wh := range hosts {
+		wh.h.cancelTasks()
+		<-wh.stopped
+	}
+	return len(hosts)
+}
+
 // Close stops every host of the worker and waits for them.
 func (w *Worker) Close() {
 	w.mu.Lock()

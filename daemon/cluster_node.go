@@ -14,7 +14,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/edgedio/edged/actors"
@@ -41,6 +43,25 @@ type clusterNode struct {
 	// epochBase makes the epochs of this start of the master newer than
 	// those of any earlier start.
 	epochBase uint64
+	// live follows the membership; nil without cluster.gossip.
+	live *liveView
+
+	mu    sync.Mutex // guards execs
+	execs []*actors.Execution
+}
+
+// executions returns the job masters' executions of the node.
+func (c *clusterNode) executions() []*actors.Execution {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.execs)
+}
+
+// addExecution records a job master's execution.
+func (c *clusterNode) addExecution(e *actors.Execution) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.execs = append(c.execs, e)
 }
 
 // startCluster starts the node's transport and network.
@@ -79,8 +100,12 @@ func startCluster(cfg *pipeline.ClusterConfig, dataDir, token string, log *slog.
 	return c, nil
 }
 
-// stop stops the worker, the network and the transport.
+// stop leaves the membership and stops the worker, the network and the
+// transport.
 func (c *clusterNode) stop() {
+	if c.live != nil {
+		c.live.stopGossip()
+	}
 	if c.worker != nil {
 		c.worker.Close()
 	}
@@ -156,6 +181,10 @@ func (c *clusterNode) jobCluster(env *stream.Environment) (*actors.Cluster, erro
 			return nil, fmt.Errorf("cluster.placement: the job %q has no subtask %s", job.Name, k)
 		}
 		ac.Placement[k] = p.Node
+	}
+	if v := c.live; v != nil {
+		home := &actors.Cluster{Nodes: ac.Nodes, Placement: ac.Placement}
+		ac.Update = func() ([]actors.Node, map[actors.TaskKey]string, error) { return v.update(home) }
 	}
 	return ac, nil
 }
@@ -379,6 +408,12 @@ func (n *node) joinCluster(cfg *pipeline.Config) error {
 	}
 	n.cluster = c
 	n.inputs.Nodes, n.inputs.Self = cfg.Cluster.Nodes(), cfg.Cluster.Node
+	if cfg.Cluster.Gossip != "" {
+		if err := c.startGossip(); err != nil {
+			c.stop()
+			return err
+		}
+	}
 	if c.master {
 		return nil
 	}

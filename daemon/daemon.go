@@ -278,6 +278,9 @@ func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, err
 		cancel()
 		return nil, err
 	}
+	if n.cluster != nil {
+		n.cluster.addExecution(sj.Execution())
+	}
 	j := &job{name: pc.Name, checkpointing: pc.Checkpoint.Dir != "", run: sj, pj: pj, cancelFn: cancel, status: StatusRunning}
 	n.log.Info("job started", "job", j.name, "checkpointing", j.checkpointing, "restored_from", resume)
 	return j, nil

@@ -17,6 +17,13 @@ type ClusterConfig struct {
 	// Listen is the host:port of this node's transport (cross-node
 	// channels). Required.
 	Listen string `yaml:"listen"`
+	// Gossip, when set, is the host:port of this node's membership
+	// (gossip, UDP and TCP): the nodes then detect each other's failure,
+	// the job masters place a dead node's subtasks on the live ones and
+	// put them back when it returns, and a node that does not see a
+	// majority of the cluster runs nothing. Every peer then needs its
+	// gossip address. Without it placement is static.
+	Gossip string `yaml:"gossip"`
 	// Peers are the other nodes. At least one.
 	Peers []PeerConfig `yaml:"peers"`
 	// Placement pins subtasks to nodes; a subtask not listed runs on node
@@ -36,6 +43,9 @@ type PeerConfig struct {
 	// API is the host:port of the peer's REST API (its node.listen):
 	// deployments and state files go there.
 	API string `yaml:"api"`
+	// Gossip is the host:port of the peer's membership (its
+	// cluster.gossip); required when cluster.gossip is set.
+	Gossip string `yaml:"gossip"`
 }
 
 // PlacementConfig is one entry of `cluster.placement`.
@@ -83,6 +93,7 @@ func (c *ClusterConfig) validate(p *problems) {
 	} else {
 		checkAddr(p, "cluster.listen", c.Listen)
 	}
+	checkAddr(p, "cluster.gossip", c.Gossip)
 	if len(c.Peers) == 0 {
 		p.add("cluster.peers", "at least one peer is required")
 	}
@@ -105,6 +116,14 @@ func (c *ClusterConfig) validate(p *problems) {
 			p.add(path+".api", "is required: the peer's node.listen")
 		} else {
 			checkAddr(p, path+".api", peer.API)
+		}
+		switch {
+		case c.Gossip != "" && peer.Gossip == "":
+			p.add(path+".gossip", "is required with cluster.gossip: the peer's cluster.gossip")
+		case c.Gossip == "" && peer.Gossip != "":
+			p.add(path+".gossip", "is set and cluster.gossip is not: set both or neither")
+		case peer.Gossip != "":
+			checkAddr(p, path+".gossip", peer.Gossip)
 		}
 	}
 	for i, pl := range c.Placement {

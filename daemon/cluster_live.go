@@ -1,0 +1,193 @@
+package daemon
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/cluster"
+)
+
+// liveView is the node's view of which configured nodes are alive, from
+// gossip (cluster.gossip), and what the job masters last deployed on.
+type liveView struct {
+	c  *clusterNode
+	m  *cluster.Membership
+	mu sync.Mutex // guards deployed, failovers
+	// deployed are the nodes of the latest deployment (master only).
+	deployed []string
+	// placement is the latest deployment's placement, by node.
+	placement map[actors.TaskKey]string
+	// lastChange is when the live set last changed, and what changed.
+	lastChange time.Time
+	lastEvent  string
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// startGossip starts the node's membership and the loop that follows it.
+func (c *clusterNode) startGossip() error {
+	host, port, err := net.SplitHostPort(c.cfg.Gossip)
+	if err != nil {
+		return fmt.Errorf("cluster.gossip: %w", err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return fmt.Errorf("cluster.gossip: port %q: %w", port, err)
+	}
+	var peers []string
+	for _, peer := range c.cfg.Peers {
+		peers = append(peers, peer.Gossip)
+	}
+	m, err := cluster.NewMembership(cluster.MembershipConfig{
+		Meta:     cluster.Meta{ID: c.cfg.Node, Transport: c.tr.Addr()},
+		BindAddr: host, BindPort: p, Peers: peers, Logger: c.log,
+	})
+	if err != nil {
+		return err
+	}
+	if err := m.Start(); err != nil {
+		return err
+	}
+	v := &liveView{c: c, m: m, stop: make(chan struct{})}
+	c.live = v
+	v.wg.Add(1)
+	go v.loop(peers, c.executions)
+	return nil
+}
+
+// stopGossip leaves the cluster gracefully and stops the loop.
+func (v *liveView) stopGossip() {
+	close(v.stop)
+	v.wg.Wait()
+	if err := v.m.Leave(time.Second); err != nil {
+		v.c.log.Warn("cluster: leave", "err", err)
+	}
+	if err := v.m.Shutdown(); err != nil {
+		v.c.log.Warn("cluster: gossip shutdown", "err", err)
+	}
+}
+
+// alive returns the configured nodes the node sees alive, itself
+// included, in id order.
+func (v *liveView) alive() []string {
+	seen := map[string]bool{v.c.cfg.Node: true}
+	for _, m := range v.m.Members() {
+		seen[m.ID] = true
+	}
+	var out []string
+	for _, id := range v.c.cfg.Nodes() {
+		if seen[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// loop follows the membership: it joins the peers until every configured
+// node is seen; on the master, a change of the live set that the latest
+// deployment does not match redeploys every job (a dead node's subtasks
+// move to the live ones, a node that came back gets its own again); on a
+// worker, losing the majority stops every hosted task.
+func (v *liveView) loop(peers []string, jobs func() []*actors.Execution) {
+	defer v.wg.Done()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	size := len(v.c.cfg.Nodes())
+	for {
+		select {
+		case <-v.stop:
+			return
+		case <-tick.C:
+			if len(v.m.Members()) < size {
+				// A node that started before the others, or a side of a
+				// healed partition: join again through every peer.
+				_, _ = v.m.Join(peers...)
+			}
+		case <-v.m.Events():
+			evs := v.m.Drain()
+			var what []string
+			for _, e := range evs {
+				what = append(what, e.Node.ID+" "+e.Kind.String())
+			}
+			v.c.log.Info("cluster membership changed", "events", strings.Join(what, ", "), "alive", v.alive())
+			v.mu.Lock()
+			v.lastChange, v.lastEvent = time.Now(), strings.Join(what, ", ")
+			v.mu.Unlock()
+		}
+		alive := v.alive()
+		if v.c.master {
+			v.mu.Lock()
+			deployed := v.deployed
+			v.mu.Unlock()
+			if deployed != nil && !slices.Equal(deployed, alive) {
+				v.c.log.Warn("cluster: live nodes differ from the deployment; redeploying", "alive", alive, "deployed", deployed)
+				for _, e := range jobs() {
+					e.Redeploy(fmt.Sprintf("live nodes %v, deployed on %v", alive, deployed))
+				}
+				v.mu.Lock()
+				v.deployed = nil // until the next deployment
+				v.mu.Unlock()
+			}
+		} else if w := v.c.worker; w != nil && !cluster.HasQuorum(len(alive), size) {
+			if n := w.Evict(); n > 0 {
+				v.c.log.Warn("cluster: this node sees no majority; its tasks stopped", "alive", alive, "size", size)
+			}
+		}
+	}
+}
+
+// update returns the nodes and placement of the next deployment (for
+// actors.Cluster.Update): the live nodes, if they are a majority; each
+// subtask on its home node (as with static placement) when that is
+// alive, else on a live node chosen by rendezvous hashing.
+func (v *liveView) update(home *actors.Cluster) ([]actors.Node, map[actors.TaskKey]string, error) {
+	alive := v.alive()
+	size := len(v.c.cfg.Nodes())
+	if !cluster.HasQuorum(len(alive), size) {
+		return nil, nil, fmt.Errorf("node %q sees %d of %d nodes (%v): no majority, nothing runs", v.c.cfg.Node, len(alive), size, alive)
+	}
+	live := map[string]bool{}
+	var members []cluster.Member
+	var nodes []actors.Node
+	for _, id := range alive {
+		live[id] = true
+		members = append(members, cluster.Member{ID: id})
+		n := actors.Node{ID: id}
+		if id == v.c.cfg.Node {
+			n.Network = v.c.net
+		}
+		nodes = append(nodes, n)
+	}
+	placement := make(map[actors.TaskKey]string, len(home.Placement))
+	var units []cluster.Unit
+	for k, node := range home.Placement {
+		if live[node] {
+			placement[k] = node
+			continue
+		}
+		units = append(units, cluster.Unit(k.String()))
+	}
+	moved, err := cluster.Place(members, units)
+	if err != nil {
+		return nil, nil, err
+	}
+	for k, node := range home.Placement {
+		if !live[node] {
+			placement[k] = moved[cluster.Unit(k.String())]
+		}
+	}
+	v.mu.Lock()
+	v.deployed, v.placement = alive, placement
+	v.mu.Unlock()
+	if len(units) > 0 {
+		v.c.log.Warn("cluster: placing the subtasks of dead nodes on live ones", "alive", alive, "moved", len(units))
+	}
+	return nodes, placement, nil
+}
