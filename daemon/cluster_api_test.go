@@ -84,8 +84,8 @@ func threeNodes() cluster.Status {
 			{Node: "n2", Subtasks: []cluster.PlacedSubtask{{Operator: "window", UID: "w", Subtask: 1, KeyGroups: cluster.KeyGroups{64, 127}}}},
 			{Node: "n1", Subtasks: []cluster.PlacedSubtask{{Operator: "window", UID: "w", Subtask: 0, KeyGroups: cluster.KeyGroups{0, 63}}}},
 		},
-		Replicas: []cluster.CheckpointReplicas{{Checkpoint: 9, Files: []cluster.ReplicaFile{{File: "window-0.snap", Size: 1024, Nodes: []string{"n1", "n2"}}}}},
-		Failovers: []cluster.Failover{{At: at, DeadNode: "n3", Epoch: 5, DetectionMS: 1500, PlacementMS: 30, RestoreMS: 400, FirstRecordMS: 70}},
+		Replicas:       []cluster.CheckpointReplicas{{Checkpoint: 9, Files: []cluster.ReplicaFile{{File: "window-0.snap", Size: 1024, Nodes: []string{"n1", "n2"}}}}},
+		Failovers:      []cluster.Failover{{At: at, DeadNode: "n3", Epoch: 5, DetectionMS: 1500, PlacementMS: 30, RestoreMS: 400, FirstRecordMS: 70}},
 		FailoversTotal: 2,
 	}
 }
