@@ -131,13 +131,17 @@ func (n *node) clusterAction(w http.ResponseWriter, r *http.Request, res Cluster
 	ctx, cancel := context.WithTimeout(r.Context(), n.opts.StopTimeout)
 	defer cancel()
 	start := time.Now()
-	n.log.Info("cluster "+res.Action+" asked", "node", res.Node)
+	log := n.log.With("action", res.Action)
+	if res.Node != "" {
+		log = log.With("node", res.Node)
+	}
+	log.Info("cluster action asked through the API")
 	if err := do(ctx); err != nil {
-		n.log.Warn("cluster "+res.Action+" not done", "node", res.Node, "took", time.Since(start), "err", err)
+		log.Warn("cluster action not done", "took", time.Since(start), "err", err)
 		writeClusterError(w, fmt.Errorf("%s: %w", res.Action, err))
 		return
 	}
-	n.log.Info("cluster "+res.Action+" done", "node", res.Node, "took", time.Since(start))
+	log.Info("cluster action done", "took", time.Since(start))
 	if p := n.clusterProvider(); p != nil {
 		// Clocks of the provider and this handler are the same wall clock;
 		// a record from before the action belongs to another one.
