@@ -89,6 +89,7 @@ func newAPI(n *node) http.Handler {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newJobCollector(n),
 		newTaskCollector(n),
+		newClusterCollector(n),
 	)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /jobs", n.handleList)
@@ -98,6 +99,7 @@ func newAPI(n *node) http.Handler {
 	mux.HandleFunc("POST /jobs/{name}/stop", n.handleSavepoint(true))
 	mux.HandleFunc("POST /jobs/{name}/cancel", n.handleCancel)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	n.mountCluster(mux)
 	n.mountDashboard(mux)
 	if n.cluster != nil {
 		n.cluster.mount(mux, n)

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/edgedio/edged/cluster"
 )
 
 // Client talks to the REST API of a running node. Safe for concurrent
@@ -76,6 +78,31 @@ func (c *Client) Cancel(ctx context.Context, job string) (Status, error) {
 	var r CancelResult
 	err := c.do(ctx, http.MethodPost, "/jobs/"+url.PathEscape(job)+"/cancel", nil, &r)
 	return r.Status, err
+}
+
+// Cluster returns the node's view of its cluster; Enabled is false on a
+// node without one.
+func (c *Client) Cluster(ctx context.Context) (cluster.Status, error) {
+	var s cluster.Status
+	err := c.do(ctx, http.MethodGet, "/cluster", nil, &s)
+	return s, err
+}
+
+// Drain moves all the work of node to the other members of the node's
+// cluster and lets it leave; it returns once that is done, with the
+// rebalance it ran when the cluster recorded one.
+func (c *Client) Drain(ctx context.Context, node string) (ClusterActionResult, error) {
+	var r ClusterActionResult
+	err := c.do(ctx, http.MethodPost, "/cluster/drain/"+url.PathEscape(node), nil, &r)
+	return r, err
+}
+
+// Rebalance asks the node's cluster for a rebalance and returns once it
+// has ended, with the rebalance when the cluster recorded one.
+func (c *Client) Rebalance(ctx context.Context) (ClusterActionResult, error) {
+	var r ClusterActionResult
+	err := c.do(ctx, http.MethodPost, "/cluster/rebalance", nil, &r)
+	return r, err
 }
 
 func (c *Client) base() string {

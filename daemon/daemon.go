@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgedio/edged/cluster"
 	"github.com/edgedio/edged/keygroup"
 	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/pipeline"
@@ -54,6 +55,10 @@ type Options struct {
 	Token string
 	// RequireToken requires the token even on a loopback address.
 	RequireToken bool
+	// Cluster, when set, is the cluster the node's GET /cluster, drain,
+	// rebalance, cluster metrics and dashboard view show and steer; nil on
+	// a node without one (GET /cluster answers {"enabled":false}).
+	Cluster cluster.StatusProvider
 	// Ready, if set, is called with the API's address once it listens and
 	// the jobs have started; on Run's goroutine, so it must not block.
 	Ready func(addr net.Addr)
@@ -89,6 +94,8 @@ type node struct {
 	mqtt   *mqttNode
 	// cluster is the node's part in a cluster; nil on a single node.
 	cluster *clusterNode
+
+	cluster clusterSlot // the cluster's provider (cluster_api.go)
 
 	errMu    sync.Mutex // guards firstErr
 	firstErr error
@@ -128,6 +135,7 @@ func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
 		return ErrNoPipelines
 	}
 	n := &node{opts: opts, log: opts.Logger, out: &lockedWriter{w: opts.Stdout}, byName: map[string]*job{}}
+	n.setCluster(opts.Cluster)
 	warnUnowned(n.log, cfg)
 
 	ln, err := net.Listen("tcp", opts.Listen)

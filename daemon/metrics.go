@@ -64,3 +64,98 @@ func (c *jobCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// clusterCollector exports the node's view of its cluster, read from the
+// cluster's StatusProvider at scrape time. On a node without a cluster it
+// exports edged_cluster_enabled 0 and nothing else.
+type clusterCollector struct {
+	n *node
+
+	enabled, members, isLeader, leader, epoch, seesMajority, keyGroups, subtasks,
+	failovers, rebalances, lastFailover, lastFailoverAt, lastRebalancePause, lastRebalanceMoved,
+	lastRebalanceBytes, lastRebalanceAt *prometheus.Desc
+}
+
+func newClusterCollector(n *node) *clusterCollector {
+	return &clusterCollector{
+		n:                  n,
+		enabled:            prometheus.NewDesc("edged_cluster_enabled", "1 when the node runs a cluster, else 0.", nil, nil),
+		members:            prometheus.NewDesc("edged_cluster_members", "Members this node knows, by state (alive, suspect, dead, left).", []string{"state"}, nil),
+		isLeader:           prometheus.NewDesc("edged_cluster_is_leader", "1 when this node is the cluster's leader, else 0.", nil, nil),
+		leader:             prometheus.NewDesc("edged_cluster_leader", "1 for the leader this node follows (absent while it knows none).", []string{"leader"}, nil),
+		epoch:              prometheus.NewDesc("edged_cluster_epoch", "Epoch of the placement this node runs.", nil, nil),
+		seesMajority:       prometheus.NewDesc("edged_cluster_sees_majority", "1 while this node sees a majority of the cluster (it owns nothing otherwise), else 0.", nil, nil),
+		keyGroups:          prometheus.NewDesc("edged_cluster_key_groups_owned", "Key groups owned by a node's subtasks under the current placement, summed over the keyed operators.", []string{"node"}, nil),
+		subtasks:           prometheus.NewDesc("edged_cluster_subtasks_owned", "Keyed subtasks a node runs under the current placement.", []string{"node"}, nil),
+		failovers:          prometheus.NewDesc("edged_cluster_failovers_total", "Failovers seen since this node started.", nil, nil),
+		rebalances:         prometheus.NewDesc("edged_cluster_rebalances_total", "Rebalances since this node started (refused and failed ones included).", nil, nil),
+		lastFailover:       prometheus.NewDesc("edged_cluster_last_failover_seconds", "Durations of the latest failover by phase (detection, placement, restore, first_record, total).", []string{"phase"}, nil),
+		lastFailoverAt:     prometheus.NewDesc("edged_cluster_last_failover_timestamp_seconds", "When the latest failover's dead node was declared dead (Unix time).", nil, nil),
+		lastRebalancePause: prometheus.NewDesc("edged_cluster_last_rebalance_pause_seconds", "How long each moved subtask paused in the latest rebalance.", []string{"subtask"}, nil),
+		lastRebalanceMoved: prometheus.NewDesc("edged_cluster_last_rebalance_moved_key_groups", "Key groups that changed node in the latest rebalance.", []string{"trigger", "outcome"}, nil),
+		lastRebalanceBytes: prometheus.NewDesc("edged_cluster_last_rebalance_bytes_shipped", "State bytes shipped to new owners in the latest rebalance.", nil, nil),
+		lastRebalanceAt:    prometheus.NewDesc("edged_cluster_last_rebalance_timestamp_seconds", "When the latest rebalance started (Unix time).", nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.enabled, c.members, c.isLeader, c.leader, c.epoch, c.seesMajority, c.keyGroups,
+		c.subtasks, c.failovers, c.rebalances, c.lastFailover, c.lastFailoverAt, c.lastRebalancePause, c.lastRebalanceMoved,
+		c.lastRebalanceBytes, c.lastRebalanceAt} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector; called on a scrape's goroutine.
+func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.n.clusterStatus()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	b := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	gauge(c.enabled, b(s.Enabled))
+	if !s.Enabled {
+		return
+	}
+	for st, n := range s.MembersByState() {
+		gauge(c.members, float64(n), string(st))
+	}
+	gauge(c.isLeader, b(s.Leader != "" && s.Leader == s.Node))
+	if s.Leader != "" {
+		gauge(c.leader, 1, s.Leader)
+	}
+	gauge(c.epoch, float64(s.Epoch))
+	if me, ok := s.Member(s.Node); ok {
+		gauge(c.seesMajority, b(me.SeesMajority))
+	}
+	owned := s.KeyGroupsOwned()
+	for _, p := range s.Placement {
+		gauge(c.keyGroups, float64(owned[p.Node]), p.Node)
+		gauge(c.subtasks, float64(len(p.Subtasks)), p.Node)
+	}
+	ch <- prometheus.MustNewConstMetric(c.failovers, prometheus.CounterValue, float64(s.FailoversTotal))
+	ch <- prometheus.MustNewConstMetric(c.rebalances, prometheus.CounterValue, float64(s.RebalancesTotal))
+	if len(s.Failovers) > 0 {
+		f := s.Failovers[0]
+		for phase, v := range map[string]float64{"detection": f.DetectionMS, "placement": f.PlacementMS,
+			"restore": f.RestoreMS, "first_record": f.FirstRecordMS, "total": f.TotalMS()} {
+			gauge(c.lastFailover, v/1000, phase)
+		}
+		gauge(c.lastFailoverAt, float64(f.At.UnixMilli())/1000)
+	}
+	if len(s.Rebalances) > 0 {
+		r := s.Rebalances[0]
+		for sub, v := range r.PauseMS {
+			gauge(c.lastRebalancePause, v/1000, sub)
+		}
+		gauge(c.lastRebalanceMoved, float64(r.MovedKeyGroups), string(r.Trigger), string(r.Outcome))
+		gauge(c.lastRebalanceBytes, float64(r.BytesShipped))
+		gauge(c.lastRebalanceAt, float64(r.At.UnixMilli())/1000)
+	}
+}

@@ -44,6 +44,13 @@ func chromium(t *testing.T) string {
 // data in a temp dir and returns the API's and the broker's addresses.
 func startDemo(t *testing.T) (api, broker string) {
 	t.Helper()
+	return startDemoWith(t, daemon.Options{})
+}
+
+// startDemoWith is startDemo with opts (its Listen, Logger and Ready are
+// replaced).
+func startDemoWith(t *testing.T, opts daemon.Options) (api, broker string) {
+	t.Helper()
 	data, err := os.ReadFile("../configs/mqtt-demo.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -75,8 +82,8 @@ func startDemo(t *testing.T) (api, broker string) {
 	ready := make(chan net.Addr, 1)
 	errc := make(chan error, 1)
 	go func() {
-		errc <- daemon.Run(ctx, cfg, daemon.Options{Listen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler),
-			Ready: func(a net.Addr) { ready <- a }})
+		opts.Listen, opts.Logger, opts.Ready = "127.0.0.1:0", slog.New(slog.DiscardHandler), func(a net.Addr) { ready <- a }
+		errc <- daemon.Run(ctx, cfg, opts)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -122,19 +129,27 @@ func publishBad(t *testing.T, broker string, payloads ...string) {
 // browser starts a fresh headless chromium and returns its context.
 func browser(t *testing.T, w, h int) context.Context {
 	t.Helper()
+	// Not t.TempDir: chromium's helper processes may still write to the
+	// profile for a moment after the browser exits, and TempDir's cleanup
+	// fails the test on a directory that is not empty.
+	profile, err := os.MkdirTemp("", "edged-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromium(t)),
 		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-quic", true), chromedp.NoFirstRun,
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true), chromedp.Flag("hide-scrollbars", true),
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(w, h),
+		chromedp.UserDataDir(profile), chromedp.WindowSize(w, h),
 	}
 	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(func(string, ...any) {}))
 	t.Cleanup(func() {
 		cancel()
 		acancel()
+		testutil.Eventually(t, waitLimit, "chromium's profile removed", func() bool { return os.RemoveAll(profile) == nil })
 	})
 	if err := chromedp.Run(ctx); err != nil {
 		t.Fatalf("start chromium: %v", err)

@@ -7,18 +7,21 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/edgedio/edged/daemon"
 	"github.com/edgedio/edged/internal/testutil"
 )
 
-// TestScreenshots writes PNGs of the job and checkpoint views into
-// $EDGED_SCREENSHOTS (scripts/screenshots.sh sets it to docs/).
+// TestScreenshots writes PNGs of the job, checkpoint, ingest and cluster
+// views into $EDGED_SCREENSHOTS (scripts/screenshots.sh sets it to
+// docs/). The cluster view shows a fake cluster of four devices, one of
+// them dead after a failover (newFakeCluster).
 func TestScreenshots(t *testing.T) {
 	dir := os.Getenv("EDGED_SCREENSHOTS")
 	if dir == "" {
 		t.Skip("EDGED_SCREENSHOTS not set: run scripts/screenshots.sh")
 	}
 	chromium(t)
-	addr, broker := startDemo(t)
+	addr, broker := startDemoWith(t, daemon.Options{Cluster: newFakeCluster(t, 3)})
 	ctx := browser(t, 1360, 900)
 	publishBad(t, broker, `{"sensor":"s7","t":"warm","ts":1764590000000}`, `{"sensor":"s3","t":21.5`)
 	run(t, ctx, "open the dashboard", chromedp.Navigate("http://"+addr+"/#checkpoints"),
@@ -47,4 +50,5 @@ func TestScreenshots(t *testing.T) {
 	shot("dashboard-job.png", "job")
 	shot("dashboard-checkpoints.png", "checkpoints")
 	shot("dashboard-ingest.png", "ingest")
+	shot("dashboard-cluster.png", "cluster")
 }

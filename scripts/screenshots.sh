@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Regenerates the dashboard's screenshots in docs/ (dashboard-job.png and
-# dashboard-checkpoints.png): runs the MQTT demo on free loopback ports
-# and captures the job and checkpoint views in headless chromium.
+# Regenerates the dashboard's screenshots in docs/ (dashboard-job.png,
+# dashboard-checkpoints.png, dashboard-ingest.png and
+# dashboard-cluster.png): runs the MQTT demo on free loopback ports, with
+# a fake cluster of four devices for the cluster view, and captures the
+# views in headless chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v chromium >/dev/null 2>&1 && [ -z "${EDGED_CHROMIUM:-}" ]; then

@@ -6,6 +6,9 @@
 //	edged savepoint <job>      [--path p] [--addr host:port | -c <config>]
 //	edged stop <job>           [--path p] [--addr host:port | -c <config>]   (stop with a savepoint)
 //	edged cancel <job>         [--addr host:port | -c <config>]
+//	edged cluster status       [-json] [--addr host:port | -c <config>]
+//	edged cluster drain <node> [--addr host:port | -c <config>]
+//	edged cluster rebalance    [--addr host:port | -c <config>]
 //
 // The client commands find the node's REST API at, in this order: --addr;
 // node.listen of the config given with -c (a wildcard host such as
@@ -54,6 +57,9 @@ const usage = `usage:
   edged savepoint <job> [--path p] [--addr host:port | -c <config>]
   edged stop <job> [--path p] [--addr host:port | -c <config>]
   edged cancel <job> [--addr host:port | -c <config>]
+  edged cluster status [-json] [--addr host:port | -c <config>]
+  edged cluster drain <node> [--addr host:port | -c <config>]
+  edged cluster rebalance [--addr host:port | -c <config>]
 
 The client commands find the node at --addr, else the -c config's
 node.listen, else $EDGED_ADDR, else 127.0.0.1:8081.
@@ -80,6 +86,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runNode(ctx, args, stdout, stderr)
 	case "list", "checkpoints", "savepoint", "stop", "cancel":
 		return runClient(ctx, cmd, args, stdout, stderr)
+	case "cluster":
+		return runCluster(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -1,5 +1,5 @@
 // The edged dashboard: polls the node's REST API (same origin) and draws
-// the job, checkpoint and ingest views. No dependencies.
+// the job, checkpoint, ingest and cluster views. No dependencies.
 
 const POLL_MS = 1000;
 const SVG = "http://www.w3.org/2000/svg";
@@ -14,6 +14,7 @@ const state = {
   graphKey: "",
   graph: null,
   rates: new Map(), // chain name -> {in, out, bp, wmLag}
+  cluster: null, // the latest GET /cluster of an enabled cluster
 };
 
 // ---- helpers -------------------------------------------------------------
@@ -315,6 +316,217 @@ async function refreshIngest() {
     el("td", { class: "num" }, c.protocol_version), el("td", {}, c.clean_session ? "yes" : "no"))), "no client connected");
 }
 
+// ---- cluster --------------------------------------------------------------
+
+// Node colours of the key-group map, the legend and the replica chips, by
+// the node's place among the members (sorted by id), so they stay put.
+const NODE_COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#e15759", "#9c755f", "#bab0ac", "#ff9da7"];
+
+function nodeColor(id) {
+  const c = state.cluster;
+  const i = c && c.members ? c.members.findIndex((m) => m.id === id) : -1;
+  return i < 0 ? "#c9d3de" : NODE_COLORS[i % NODE_COLORS.length];
+}
+
+function nodeChip(id) {
+  const chip = el("span", { class: "chip", "data-node": id }, el("span", { class: "swatch" }), id);
+  chip.firstChild.style.background = nodeColor(id); // CSSOM, allowed by the page's CSP
+  return chip;
+}
+
+// refreshClusterNav fetches /cluster now and then outside the cluster view,
+// to show the Cluster tab only on a node that runs a cluster.
+let clusterNavAt = 0;
+async function refreshClusterNav() {
+  if (Date.now() - clusterNavAt < 10000) return;
+  clusterNavAt = Date.now();
+  try { setClusterEnabled((await api("/cluster")).enabled); } catch { /* shown by the next tick */ }
+}
+
+function setClusterEnabled(on) {
+  $('nav a[data-view="cluster"]').hidden = !on;
+  $("#cluster-off").hidden = on;
+  $("#cluster-on").hidden = !on;
+}
+
+async function refreshCluster() {
+  const c = await api("/cluster");
+  clusterNavAt = Date.now();
+  state.cluster = c.enabled ? c : null;
+  setClusterEnabled(c.enabled);
+  if (!c.enabled) return;
+  const owned = new Map(), subtasks = new Map();
+  for (const p of c.placement) {
+    subtasks.set(p.node, p.subtasks.length);
+    owned.set(p.node, p.subtasks.reduce((n, s) => n + Math.max(0, s.key_groups[1] - s.key_groups[0] + 1), 0));
+  }
+  const me = c.members.find((m) => m.id === c.node);
+  const alive = c.members.filter((m) => m.state === "alive").length;
+  const card = (k, v, cls = "") => el("div", { class: "card" }, el("div", { class: "k" }, k), el("div", { class: "v " + cls }, v));
+  $("#cluster-cards").replaceChildren(
+    card("this node", c.node),
+    card("leader", c.leader || "none", c.leader ? "" : "bad"),
+    card("epoch", c.epoch),
+    card("members alive", `${alive} / ${c.members.length}`, alive < c.members.length ? "warn" : "ok"),
+    card("majority", me && me.sees_majority ? "seen" : "not seen", me && me.sees_majority ? "ok" : "bad"),
+    card("failovers", c.failovers_total),
+    card("rebalances", c.rebalances_total));
+  // Tables are redrawn only when what they show changed, so that a button
+  // is not replaced under the pointer.
+  if (changed("members", [c.node, c.members, [...owned], [...subtasks], state.busy])) tbodyRows("#members", c.members.map((m) => {
+    const drain = el("button", { class: "drain", "data-node": m.id, title: `move all of ${m.id}'s work away, then let it leave` }, "Drain");
+    drain.disabled = state.busy || m.state !== "alive";
+    drain.addEventListener("click", () => clusterAct(`/cluster/drain/${encodeURIComponent(m.id)}`, `Drain ${m.id}`,
+      `Drain node ${m.id}? Its subtasks move to the other members by savepoint migration (only the moved key groups pause), then it leaves the cluster.`));
+    return el("tr", { "data-node": m.id },
+      el("td", {}, nodeChip(m.id), m.id === c.node ? el("span", { class: "tag" }, "this node") : ""),
+      el("td", {}, el("span", { class: "state state-" + m.state }, m.state)),
+      el("td", {}, m.leader ? "★ leader" : ""),
+      el("td", { class: m.sees_majority ? "ok" : "bad" }, m.sees_majority ? "yes" : "no"),
+      el("td", { class: "num" }, m.capacity || 1),
+      el("td", { class: "num" }, subtasks.get(m.id) || 0),
+      el("td", { class: "num kg-count" }, owned.get(m.id) || 0),
+      el("td", {}, el("code", {}, m.address)), el("td", {}, el("code", {}, m.api)),
+      el("td", {}, drain));
+  }), "no members");
+  $("#btn-rebalance").disabled = state.busy || !c.leader;
+  if (changed("kg", [c.epoch, c.max_parallelism, c.members, c.placement, svgWidth("#kg-map")])) drawKeyGroups(c, owned);
+  if (!changed("tables", [c.replicas, c.failovers, c.rebalances])) return;
+  const rep = [];
+  for (const cp of c.replicas) for (const f of cp.files) {
+    rep.push(el("tr", {}, el("td", {}, (cp.job ? cp.job + " " : "") + "#" + cp.checkpoint), el("td", {}, el("code", {}, f.file)),
+      el("td", { class: "num" }, fmtBytes(f.size)),
+      el("td", { class: f.nodes.length < 2 ? "warn" : "" }, ...f.nodes.map(nodeChip), f.nodes.length < 2 ? " one copy only" : "")));
+  }
+  tbodyRows("#replicas", rep.slice(0, 40), "no replicated checkpoint yet");
+  const fo = c.failovers.slice(0, 10);
+  const maxTotal = Math.max(1, ...fo.map(foTotal));
+  tbodyRows("#failovers", fo.map((f) => el("tr", {},
+    el("td", {}, fmtDateTime(f.at)), el("td", {}, nodeChip(f.dead_node)), el("td", { class: "num" }, f.epoch),
+    el("td", { class: "num" }, fmtMs(f.detection_ms)), el("td", { class: "num" }, fmtMs(f.placement_ms)),
+    el("td", { class: "num" }, fmtMs(f.restore_ms)), el("td", { class: "num" }, fmtMs(f.first_record_ms)),
+    el("td", { class: "num" }, el("b", {}, fmtMs(foTotal(f)))), el("td", {}, phaseBar(f, maxTotal)))), "no failover since this node started");
+  tbodyRows("#rebalances", c.rebalances.slice(0, 10).map((r) => {
+    const pauses = Object.entries(r.pause_ms || {}).sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1));
+    const moved = r.outcome !== "refused" && r.outcome !== "aborted";
+    return el("tr", {},
+      el("td", {}, fmtDateTime(r.at)), el("td", {}, r.trigger),
+      el("td", { class: "state " + (r.outcome === "done" ? "ok" : r.outcome === "running" ? "" : "bad") }, r.outcome),
+      el("td", { class: "num" }, moved ? r.moved_key_groups : "–"), el("td", { class: "num" }, moved ? fmtBytes(r.bytes_shipped) : "–"),
+      el("td", { class: "pauses" }, pauses.length ? pauses.slice(0, 6).map(([s, ms]) => `${s} ${fmtMs(ms)}`).join(", ") + (pauses.length > 6 ? ` … (${pauses.length})` : "") : "–"),
+      el("td", { class: "err" }, r.error || ""));
+  }), "no rebalance since this node started");
+}
+
+// changed reports whether the data drawn under name differs from the
+// last time it was drawn.
+const drawn = new Map();
+function changed(name, data) {
+  const k = JSON.stringify(data);
+  if (drawn.get(name) === k) return false;
+  drawn.set(name, k);
+  return true;
+}
+
+function svgWidth(sel) { return $(sel).parentElement.clientWidth; }
+
+function foTotal(f) { return f.detection_ms + f.placement_ms + f.restore_ms + f.first_record_ms; }
+
+function fmtDateTime(iso) {
+  const d = new Date(iso);
+  return isNaN(d) ? "" : d.toLocaleDateString() + " " + d.toLocaleTimeString();
+}
+
+// phaseBar draws a failover's phases as one bar, scaled to the longest
+// failover shown.
+function phaseBar(f, maxTotal) {
+  const W = 180, H = 12;
+  const svg = sv("svg", { width: W, height: H, class: "phases" });
+  let x = 0;
+  for (const [k, v] of [["detection", f.detection_ms], ["placement", f.placement_ms], ["restore", f.restore_ms], ["first", f.first_record_ms]]) {
+    const w = (v / maxTotal) * W;
+    const r = sv("rect", { x, y: 0, width: Math.max(w, v > 0 ? 1 : 0), height: H, class: "ph-" + k });
+    r.append(sv("title", {}, `${k}: ${fmtMs(v)}`));
+    svg.append(r);
+    x += w;
+  }
+  return svg;
+}
+
+// drawKeyGroups draws one row per keyed operator over its key groups
+// 0..max-1, each subtask's range coloured by the node that owns it, and
+// key groups nobody owns hatched.
+function drawKeyGroups(c, owned) {
+  const svg = $("#kg-map");
+  svg.replaceChildren();
+  const ops = new Map();
+  let maxKG = c.max_parallelism || 0;
+  for (const p of c.placement) for (const s of p.subtasks) {
+    const key = (s.job ? s.job + "/" : "") + s.operator + (s.uid && s.uid !== s.operator ? ` (${s.uid})` : "");
+    if (!ops.has(key)) ops.set(key, []);
+    ops.get(key).push({ ...s, node: p.node });
+    if (!c.max_parallelism) maxKG = Math.max(maxKG, s.key_groups[1] + 1);
+  }
+  $("#kg-note").textContent = `which node owns which key groups of each keyed operator, epoch ${c.epoch}` + (maxKG ? `; ${maxKG} key groups` : "");
+  if (!ops.size) {
+    svg.setAttribute("width", 460); svg.setAttribute("height", 40); svg.removeAttribute("viewBox");
+    svg.append(sv("text", { x: 10, y: 25, class: "tick" }, "no keyed subtask placed under this epoch"));
+    $("#kg-legend").replaceChildren();
+    return;
+  }
+  const L = 190, R = 16, T = 22, ROW = 34, BAR = 24;
+  const W = Math.max(640, (svg.parentElement.clientWidth || 900) - 30);
+  const H = T + ops.size * ROW + 6;
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`); svg.setAttribute("width", W); svg.setAttribute("height", H);
+  const pw = W - L - R, x = (g) => L + (g / maxKG) * pw;
+  const defs = sv("defs");
+  const pat = sv("pattern", { id: "unowned", width: 6, height: 6, patternUnits: "userSpaceOnUse", patternTransform: "rotate(45)" });
+  pat.append(sv("rect", { width: 6, height: 6, class: "kg-gap-bg" }), sv("line", { x1: 0, y1: 0, x2: 0, y2: 6, class: "kg-gap-line" }));
+  defs.append(pat); svg.append(defs);
+  const step = maxKG <= 16 ? 4 : maxKG <= 64 ? 16 : 32;
+  for (let g = 0; g <= maxKG; g += step) {
+    svg.append(sv("line", { x1: x(g), y1: T - 4, x2: x(g), y2: H - 4, class: "axis" }));
+    svg.append(sv("text", { x: x(g), y: T - 8, "text-anchor": "middle", class: "tick" }, g));
+  }
+  [...ops.keys()].sort().forEach((op, i) => {
+    const y = T + i * ROW + (ROW - BAR) / 2;
+    svg.append(sv("text", { x: L - 10, y: y + BAR / 2 + 4, "text-anchor": "end", class: "op" }, op.length > 28 ? op.slice(0, 27) + "…" : op));
+    const subs = ops.get(op).sort((a, b) => a.key_groups[0] - b.key_groups[0]);
+    svg.append(sv("rect", { x: L, y, width: pw, height: BAR, class: "kg-gap", fill: "url(#unowned)" }));
+    for (const s of subs) {
+      const [a, b] = s.key_groups;
+      const r = sv("rect", { x: x(a) + 0.5, y, width: Math.max(1, x(b + 1) - x(a) - 1), height: BAR, rx: 3, class: "kg",
+        fill: nodeColor(s.node), "data-node": s.node, "data-operator": s.operator, "data-subtask": s.subtask, "data-first": a, "data-last": b });
+      r.append(sv("title", {}, `${op} subtask ${s.subtask}: key groups ${a}–${b} on ${s.node}`));
+      svg.append(r);
+      const label = `${s.node} #${s.subtask}`;
+      if (x(b + 1) - x(a) > label.length * 6.5 + 8) svg.append(sv("text", { x: (x(a) + x(b + 1)) / 2, y: y + BAR / 2 + 4, "text-anchor": "middle", class: "kg-label" }, label));
+    }
+  });
+  $("#kg-legend").replaceChildren(...c.members.map((m) => el("span", { class: "legend-item" + (m.state === "alive" ? "" : " off") },
+    nodeChip(m.id), ` ${owned.get(m.id) || 0} key groups` + (m.state === "alive" ? "" : ` (${m.state})`))),
+  el("span", { class: "legend-item" }, el("span", { class: "swatch unowned" }), " unowned"));
+}
+
+async function clusterAct(path, title, text) {
+  if (!(await confirmDialog(title, text))) return;
+  const st = $("#cluster-status");
+  state.busy = true;
+  st.className = "action-status";
+  st.textContent = `${title}…`;
+  try {
+    const r = await api(path, { method: "POST" });
+    const rb = r.rebalance;
+    st.textContent = `${title}: done` + (rb ? ` (${rb.outcome}; ${rb.moved_key_groups} key groups moved, ${fmtBytes(rb.bytes_shipped)} shipped)` : "");
+  } catch (e) {
+    st.className = "action-status bad";
+    st.textContent = `${title} failed: ${e.message}`;
+  } finally {
+    state.busy = false;
+    tick();
+  }
+}
+
 // ---- actions -------------------------------------------------------------
 
 function confirmDialog(title, text) {
@@ -365,6 +577,7 @@ async function tick() {
       }
     }
     if (state.view === "ingest") await refreshIngest();
+    if (state.view === "cluster") await refreshCluster(); else await refreshClusterNav();
     $("#conn").className = "conn live";
     $("#conn").textContent = "live";
     if (!$("#banner").textContent.startsWith("This node requires")) banner("");
@@ -380,6 +593,8 @@ async function tick() {
 $("#job-select").addEventListener("change", (e) => { state.job = e.target.value; state.graphKey = ""; tick(); });
 $("#btn-savepoint").addEventListener("click", () => act("savepoint", "Trigger savepoint", "Take a savepoint of job %s now? The job keeps running."));
 $("#btn-stop").addEventListener("click", () => act("stop", "Stop with savepoint", "Take a savepoint of job %s and stop it? It does not restart until the node runs it again."));
+$("#btn-rebalance").addEventListener("click", () => clusterAct("/cluster/rebalance", "Rebalance",
+  "Rebalance the cluster now? The leader computes the placement for the live members and moves the subtasks whose node changes by savepoint migration; only their key groups pause."));
 $("#btn-cancel").addEventListener("click", () => act("cancel", "Cancel job", "Cancel job %s without a savepoint? It resumes from its latest checkpoint when the node runs it again."));
 window.addEventListener("hashchange", () => showView(location.hash.slice(1)));
 showView(location.hash.slice(1));

@@ -1,0 +1,280 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/edgedio/edged/cluster"
+	"github.com/edgedio/edged/daemon"
+)
+
+const clusterUsage = `usage:
+  edged cluster status [-json] [--addr host:port | -c <config>]
+  edged cluster drain <node> [--addr host:port | -c <config>]
+  edged cluster rebalance [--addr host:port | -c <config>]
+`
+
+// runCluster runs edged cluster <status|drain|rebalance> against the
+// node's REST API.
+func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintf(stderr, "edged cluster: a subcommand is required\n%s", clusterUsage)
+		return exitUsage
+	}
+	sub, args := args[0], args[1:]
+	switch sub {
+	case "status", "drain", "rebalance":
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, clusterUsage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "edged cluster: unknown subcommand %q\n%s", sub, clusterUsage)
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("edged cluster "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &daemon.Client{}
+	var cfgPath string
+	var timeout time.Duration
+	var asJSON bool
+	fs.StringVar(&c.Addr, "addr", "", "address of the node's REST API (default: -c's node.listen, else $"+addrEnv+", else "+daemon.DefaultListen+")")
+	fs.StringVar(&cfgPath, "c", "", "config file of the node, for its node.listen")
+	fs.StringVar(&cfgPath, "config", "", "config file (same as -c)")
+	fs.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the node (a drain or rebalance waits for the move; the node bounds it by its --stop-timeout)")
+	fs.StringVar(&c.Token, "token", os.Getenv("EDGED_TOKEN"), "the node's API token (default $EDGED_TOKEN); needed when it listens on a non-loopback address")
+	if sub == "status" {
+		fs.BoolVar(&asJSON, "json", false, "print the node's GET /cluster answer as JSON")
+	}
+	pos, err := parse(fs, args)
+	if err != nil {
+		return exitUsage
+	}
+	want := 0
+	if sub == "drain" {
+		want = 1
+	}
+	if len(pos) != want {
+		if want == 0 {
+			fmt.Fprintf(stderr, "edged cluster %s: takes no arguments\n%s", sub, clusterUsage)
+		} else {
+			fmt.Fprintf(stderr, "edged cluster drain: a node id is required\n%s", clusterUsage)
+		}
+		return exitUsage
+	}
+	if c.Addr == "" {
+		addr, err := clientAddr(cfgPath)
+		if err != nil {
+			fmt.Fprintf(stderr, "edged cluster %s: %v\n", sub, err)
+			return exitUsage
+		}
+		c.Addr = addr
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	switch sub {
+	case "status":
+		err = clusterStatus(ctx, c, asJSON, stdout)
+	case "drain":
+		var r daemon.ClusterActionResult
+		if r, err = c.Drain(ctx, pos[0]); err == nil {
+			fmt.Fprintf(stdout, "drained %s%s\n", pos[0], rebalanceSummary(r.Rebalance))
+		}
+	case "rebalance":
+		var r daemon.ClusterActionResult
+		if r, err = c.Rebalance(ctx); err == nil {
+			fmt.Fprintf(stdout, "rebalanced%s\n", rebalanceSummary(r.Rebalance))
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "edged cluster %s: %v\n", sub, err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+// rebalanceSummary describes what a drain or rebalance moved, when the
+// node reported it.
+func rebalanceSummary(r *cluster.Rebalance) string {
+	if r == nil {
+		return ""
+	}
+	s := fmt.Sprintf(": %s, %d key groups moved, %s shipped", r.Outcome, r.MovedKeyGroups, bytesString(r.BytesShipped))
+	if sub, ms := r.MaxPauseMS(); sub != "" {
+		s += fmt.Sprintf(", longest pause %s (%s)", msDuration(ms), sub)
+	}
+	return s
+}
+
+// clusterStatus prints the node's view of its cluster: as JSON, or as
+// tables.
+func clusterStatus(ctx context.Context, c *daemon.Client, asJSON bool, w io.Writer) error {
+	s, err := c.Cluster(ctx)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(s)
+	}
+	if !s.Enabled {
+		_, err := fmt.Fprintln(w, "this node runs no cluster")
+		return err
+	}
+	return printClusterStatus(w, s.Normalized())
+}
+
+// printClusterStatus writes the tables of edged cluster status.
+func printClusterStatus(w io.Writer, s cluster.Status) error {
+	by := s.MembersByState()
+	leader := s.Leader
+	if leader == "" {
+		leader = "none"
+	}
+	fmt.Fprintf(w, "node %s, leader %s, epoch %d, %d of %d members alive", s.Node, leader, s.Epoch, by[cluster.StateAlive], len(s.Members))
+	if me, ok := s.Member(s.Node); ok && !me.SeesMajority {
+		fmt.Fprint(w, " (this node sees no majority: it owns nothing)")
+	}
+	fmt.Fprintln(w)
+
+	owned := s.KeyGroupsOwned()
+	subtasks := map[string]int{}
+	for _, p := range s.Placement {
+		subtasks[p.Node] = len(p.Subtasks)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "\nMEMBERS")
+	fmt.Fprintln(tw, "ID\tSTATE\tLEADER\tMAJORITY\tCAPACITY\tSUBTASKS\tKEY GROUPS\tTRANSPORT\tAPI")
+	for _, m := range s.Members {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", m.ID, m.State, mark(m.Leader), yesNo(m.SeesMajority),
+			max(m.Capacity, 1), subtasks[m.ID], owned[m.ID], m.Address, m.API)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(w, "\nPLACEMENT (epoch %d)\n", s.Epoch)
+	rows := 0
+	fmt.Fprintln(tw, "NODE\tOPERATOR\tUID\tSUBTASK\tKEY GROUPS")
+	for _, p := range s.Placement {
+		for _, st := range p.Subtasks {
+			op := st.Operator
+			if st.Job != "" {
+				op = st.Job + "/" + op
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d-%d (%d)\n", p.Node, op, st.UID, st.Subtask, st.KeyGroups[0], st.KeyGroups[1], st.KeyGroups.Len())
+			rows++
+		}
+	}
+	if err := flushOrNone(w, tw, rows); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(w, "\nREPLICAS (newest checkpoint first)")
+	rows = 0
+	fmt.Fprintln(tw, "CHECKPOINT\tFILE\tSIZE\tNODES")
+	for _, c := range s.Replicas {
+		id := fmt.Sprint(c.Checkpoint)
+		if c.Job != "" {
+			id = c.Job + "/" + id
+		}
+		for _, f := range c.Files {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", id, f.File, bytesString(f.Size), strings.Join(f.Nodes, ","))
+			rows++
+		}
+	}
+	if err := flushOrNone(w, tw, rows); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(w, "\nFAILOVERS (newest first; %d since the node started)\n", s.FailoversTotal)
+	fmt.Fprintln(tw, "AT\tDEAD NODE\tEPOCH\tDETECTION\tPLACEMENT\tRESTORE\tFIRST RECORD\tTOTAL")
+	for _, f := range s.Failovers {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", f.At.Local().Format(time.DateTime), f.DeadNode, f.Epoch,
+			msDuration(f.DetectionMS), msDuration(f.PlacementMS), msDuration(f.RestoreMS), msDuration(f.FirstRecordMS), msDuration(f.TotalMS()))
+	}
+	if err := flushOrNone(w, tw, len(s.Failovers)); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(w, "\nREBALANCES (newest first; %d since the node started)\n", s.RebalancesTotal)
+	fmt.Fprintln(tw, "AT\tTRIGGER\tOUTCOME\tMOVED KEY GROUPS\tSHIPPED\tPAUSE PER SUBTASK\tERROR")
+	for _, r := range s.Rebalances {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.At.Local().Format(time.DateTime), r.Trigger, r.Outcome, r.MovedKeyGroups,
+			bytesString(r.BytesShipped), pauses(r.PauseMS), oneLine(r.Error))
+	}
+	return flushOrNone(w, tw, len(s.Rebalances))
+}
+
+// flushOrNone flushes tw, or drops its header and prints "(none)" when no
+// row was written.
+func flushOrNone(w io.Writer, tw *tabwriter.Writer, rows int) error {
+	if rows == 0 {
+		// The header alone would read as an empty table; say so instead.
+		tw.Init(w, 0, 4, 2, ' ', 0)
+		_, err := fmt.Fprintln(w, "(none)")
+		return err
+	}
+	return tw.Flush()
+}
+
+// pauses lists the pause of each moved subtask, longest first.
+func pauses(p map[string]float64) string {
+	if len(p) == 0 {
+		return "-"
+	}
+	subs := make([]string, 0, len(p))
+	for s := range p {
+		subs = append(subs, s)
+	}
+	slices.SortFunc(subs, func(a, b string) int {
+		if p[a] != p[b] {
+			if p[a] > p[b] {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	out := make([]string, len(subs))
+	for i, s := range subs {
+		out[i] = s + " " + msDuration(p[s])
+	}
+	return strings.Join(out, ", ")
+}
+
+func mark(b bool) string {
+	if b {
+		return "*"
+	}
+	return ""
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// bytesString writes n in binary units.
+func bytesString(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 3; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGT"[exp])
+}

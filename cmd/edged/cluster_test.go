@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edgedio/edged/cluster"
+	"github.com/edgedio/edged/daemon"
+	"github.com/edgedio/edged/pipeline"
+)
+
+// fakeCluster is a StatusProvider with a fixed status that records the
+// drains asked of it and refuses rebalances when refuse is set.
+type fakeCluster struct {
+	mu      sync.Mutex // guards the fields below
+	status  cluster.Status
+	drained []string
+	refuse  string
+}
+
+func (f *fakeCluster) Status() cluster.Status {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.status
+}
+
+func (f *fakeCluster) Drain(_ context.Context, node string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.drained = append(f.drained, node)
+	f.status.Rebalances = append(f.status.Rebalances, cluster.Rebalance{At: time.Now(), Trigger: cluster.TriggerDrain,
+		MovedKeyGroups: 64, BytesShipped: 3 << 20, PauseMS: map[string]float64{"window/1": 42, "window/0": 7}, Outcome: cluster.RebalanceDone})
+	return nil
+}
+
+func (f *fakeCluster) Rebalance(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.refuse != "" {
+		return fmt.Errorf("%w: %s", cluster.ErrRefused, f.refuse)
+	}
+	return nil
+}
+
+// startClusterNode runs a small job with cluster p behind a token and
+// returns the API's address.
+func startClusterNode(t *testing.T, p cluster.StatusProvider) string {
+	t.Helper()
+	cfg, err := pipeline.Parse([]byte(`
+pipelines:
+  - name: ticking
+    source:
+      generator: {count: 0, rate: 100, keys: 4}
+    sinks: [{stdout: {}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan net.Addr, 1)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- daemon.Run(ctx, cfg, daemon.Options{Listen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler),
+			Token: "t0k", RequireToken: true, Cluster: p, Ready: func(a net.Addr) { ready <- a }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-errc:
+		case <-time.After(waitLimit):
+			t.Error("Run did not return after cancel")
+		}
+		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	})
+	select {
+	case a := <-ready:
+		return a.String()
+	case err := <-errc:
+		errc <- err
+		t.Fatalf("Run: %v", err)
+	case <-time.After(waitLimit):
+		t.Fatal("node not ready")
+	}
+	return ""
+}
+
+func clusterOfThree() cluster.Status {
+	return cluster.Status{Enabled: true, Node: "n1", Leader: "n1", Epoch: 5,
+		Members: []cluster.MemberStatus{
+			{ID: "n1", Address: "127.0.0.1:7001", API: "127.0.0.1:8081", State: cluster.StateAlive, Leader: true, SeesMajority: true, Capacity: 1},
+			{ID: "n2", Address: "127.0.0.1:7002", API: "127.0.0.1:8082", State: cluster.StateAlive, SeesMajority: true, Capacity: 2},
+			{ID: "n3", Address: "127.0.0.1:7003", API: "127.0.0.1:8083", State: cluster.StateDead, Capacity: 1},
+		},
+		Placement: []cluster.NodePlacement{
+			{Node: "n1", Subtasks: []cluster.PlacedSubtask{{Operator: "window", UID: "w", Subtask: 0, KeyGroups: cluster.KeyGroups{0, 63}}}},
+			{Node: "n2", Subtasks: []cluster.PlacedSubtask{{Operator: "window", UID: "w", Subtask: 1, KeyGroups: cluster.KeyGroups{64, 127}}}},
+		},
+		Replicas:  []cluster.CheckpointReplicas{{Checkpoint: 9, Files: []cluster.ReplicaFile{{File: "window-0.snap", Size: 2048, Nodes: []string{"n1", "n2"}}}}},
+		Failovers: []cluster.Failover{{At: time.Now().Add(-time.Minute), DeadNode: "n3", Epoch: 5, DetectionMS: 1500, PlacementMS: 30, RestoreMS: 400, FirstRecordMS: 70}},
+	}
+}
+
+// edged cluster status, drain and rebalance against a node with a
+// cluster, through its token.
+func TestClusterCommands(t *testing.T) {
+	f := &fakeCluster{status: clusterOfThree()}
+	addr := startClusterNode(t, f)
+	t.Setenv("EDGED_TOKEN", "t0k")
+	cli := func(args ...string) (string, string, int) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), append(args, "--addr", addr), &out, &errb)
+		return out.String(), errb.String(), code
+	}
+
+	out, errs, code := cli("cluster", "status")
+	if code != 0 {
+		t.Fatalf("cluster status: %d\n%s", code, errs)
+	}
+	for _, want := range []string{
+		"node n1, leader n1, epoch 5, 2 of 3 members alive",
+		"MEMBERS", "PLACEMENT (epoch 5)", "REPLICAS", "FAILOVERS", "REBALANCES",
+		"window-0.snap", "n1,n2", "2.0 KiB",
+		"1.5s", "2s", // the failover's detection and total
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	lines := strings.Split(out, "\n")
+	row := func(prefix string) []string {
+		for _, l := range lines {
+			if strings.HasPrefix(l, prefix) {
+				return strings.Fields(l)
+			}
+		}
+		t.Fatalf("no line starting %q in:\n%s", prefix, out)
+		return nil
+	}
+	if f := row("n2 "); !slices.Equal(f[:7], []string{"n2", "alive", "yes", "2", "1", "64", "127.0.0.1:7002"}) {
+		t.Errorf("member row n2: %q", f)
+	}
+	if f := row("n3 "); f[1] != "dead" || f[2] != "no" {
+		t.Errorf("member row n3: %q", f)
+	}
+	if f := row("n1    window"); !slices.Equal(f, []string{"n1", "window", "w", "0", "0-63", "(64)"}) {
+		t.Errorf("placement row of n1: %q", f)
+	}
+	if !strings.Contains(out, "REBALANCES (newest first; 0 since the node started)\n(none)") {
+		t.Errorf("no rebalance shown as (none):\n%s", out)
+	}
+
+	out, errs, code = cli("cluster", "status", "-json")
+	var s cluster.Status
+	if code != 0 || json.Unmarshal([]byte(out), &s) != nil || !s.Enabled || len(s.Members) != 3 || s.Placement[1].Subtasks[0].KeyGroups != (cluster.KeyGroups{64, 127}) {
+		t.Fatalf("cluster status -json: %d %s\n%s", code, errs, out)
+	}
+
+	out, errs, code = cli("cluster", "drain", "n2")
+	if code != 0 || !strings.Contains(out, "drained n2: done, 64 key groups moved, 3.0 MiB shipped, longest pause 42ms (window/1)") {
+		t.Fatalf("cluster drain: %d %q %s", code, out, errs)
+	}
+	f.mu.Lock()
+	drained := slices.Clone(f.drained)
+	f.mu.Unlock()
+	if !slices.Equal(drained, []string{"n2"}) {
+		t.Fatalf("drained %v", drained)
+	}
+	out, _, _ = cli("cluster", "status")
+	if !strings.Contains(out, "drain    done") || !strings.Contains(out, "window/1 42ms, window/0 7ms") {
+		t.Errorf("status after the drain lacks the rebalance:\n%s", out)
+	}
+
+	if _, errs, code = cli("cluster", "drain", "n9"); code != 1 || !strings.Contains(errs, "unknown node") || !strings.Contains(errs, "404") {
+		t.Errorf("drain of an unknown node: %d %s", code, errs)
+	}
+	f.mu.Lock()
+	f.refuse = "a checkpoint is in progress"
+	f.mu.Unlock()
+	if _, errs, code = cli("cluster", "rebalance"); code != 1 || !strings.Contains(errs, "a checkpoint is in progress") || !strings.Contains(errs, "409") {
+		t.Errorf("refused rebalance: %d %s", code, errs)
+	}
+	if _, errs, code = cli("cluster", "status", "--token", "wrong"); code != 1 || !strings.Contains(errs, "401") {
+		t.Errorf("wrong token: %d %s", code, errs)
+	}
+}
+
+// Against a node without a cluster, status says so and the actions fail
+// with the node's reason.
+func TestClusterCommandsStandalone(t *testing.T) {
+	addr := startClusterNode(t, nil)
+	t.Setenv("EDGED_TOKEN", "t0k")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"cluster", "status", "--addr", addr}, &out, &errb); code != 0 || out.String() != "this node runs no cluster\n" {
+		t.Errorf("status: %d %q %s", code, out.String(), errb.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"cluster", "status", "-json", "--addr", addr}, &out, &errb); code != 0 || strings.Join(strings.Fields(out.String()), "") != `{"enabled":false}` {
+		t.Errorf("status -json: %d %q", code, out.String())
+	}
+	errb.Reset()
+	if code := run(context.Background(), []string{"cluster", "rebalance", "--addr", addr}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "runs no cluster") || !strings.Contains(errb.String(), "501") {
+		t.Errorf("rebalance: %d %s", code, errb.String())
+	}
+}
+
+func TestClusterUsageErrorsExit2(t *testing.T) {
+	for _, args := range [][]string{
+		{"cluster"},
+		{"cluster", "frobnicate"},
+		{"cluster", "drain"},
+		{"cluster", "drain", "a", "b"},
+		{"cluster", "rebalance", "extra"},
+		{"cluster", "status", "--no-such-flag"},
+		{"cluster", "drain", "n1", "-json"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), args, &out, &errb); code != 2 {
+			t.Errorf("%q: exit %d, want 2; stderr:\n%s", args, code, errb.String())
+		}
+	}
+}
