@@ -47,15 +47,15 @@ type clusterSlot struct {
 // serves, e.g. once the cluster has started.
 func (n *node) setCluster(p cluster.StatusProvider) {
 	if p == nil {
-		n.cluster.p.Store(nil)
+		n.provider.p.Store(nil)
 		return
 	}
-	n.cluster.p.Store(&p)
+	n.provider.p.Store(&p)
 }
 
 // clusterProvider returns the node's cluster provider, or nil.
 func (n *node) clusterProvider() cluster.StatusProvider {
-	if p := n.cluster.p.Load(); p != nil {
+	if p := n.provider.p.Load(); p != nil {
 		return *p
 	}
 	return nil

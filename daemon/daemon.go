@@ -95,7 +95,7 @@ type node struct {
 	// cluster is the node's part in a cluster; nil on a single node.
 	cluster *clusterNode
 
-	cluster clusterSlot // the cluster's provider (cluster_api.go)
+	provider clusterSlot // the cluster's provider (cluster_api.go)
 
 	errMu    sync.Mutex // guards firstErr
 	firstErr error
