@@ -16,9 +16,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/cluster"
 	"github.com/edgedio/edged/keygroup"
-	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/pipeline"
 	"github.com/edgedio/edged/snapshot"
 	"github.com/edgedio/edged/stream"
