@@ -249,3 +249,6 @@ func FinishedCheckpoint(dir, job string, maxParallelism int, log *slog.Logger) (
 	}
 	return md, nil
 }
+
+// Name returns the job's name.
+func (e *Execution) Name() string { return e.job.Name }

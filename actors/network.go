@@ -214,3 +214,24 @@ func (c *Cluster) nodeOf(ch *Chain, sub int) string {
 	}
 	return c.Nodes[0].ID
 }
+
+// NodeOf returns the node that runs subtask sub of vertex uid in the
+// current attempt ("" in a single process or before the attempt built
+// its plan), and the ids of the attempt's nodes.
+func (r *Runner) NodeOf(uid string, sub int) string {
+	c := r.cfg.Cluster
+	if c == nil {
+		return ""
+	}
+	for _, ch := range r.plan.Chains {
+		for _, v := range ch.Vertices {
+			if v.UID == uid {
+				return c.nodeOf(ch, sub)
+			}
+		}
+	}
+	return ""
+}
+
+// MaxParallelism returns the job's number of key groups.
+func (r *Runner) MaxParallelism() int { return r.maxP }

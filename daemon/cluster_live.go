@@ -16,9 +16,19 @@ import (
 // liveView is the node's view of which configured nodes are alive, from
 // gossip (cluster.gossip), and what the job masters last deployed on.
 type liveView struct {
-	c  *clusterNode
+	c *clusterNode
+	// m is the membership; nil without cluster.gossip, when every
+	// configured node counts as alive.
 	m  *cluster.Membership
-	mu sync.Mutex // guards deployed, failovers
+	mu sync.Mutex // guards the fields below
+	// drained are nodes drained by the operator: they get no subtasks.
+	drained map[string]bool
+	// failovers and rebalances are the latest of each, newest last.
+	failovers  []cluster.Failover
+	rebalances []cluster.Rebalance
+	nFailovers, nRebalances int64
+	// pending is a placement change asked for and not yet deployed.
+	pending *pendingChange
 	// deployed are the nodes of the latest deployment (master only).
 	deployed []string
 	// placement is the latest deployment's placement, by node.
@@ -55,15 +65,17 @@ func (c *clusterNode) startGossip() error {
 	if err := m.Start(); err != nil {
 		return err
 	}
-	v := &liveView{c: c, m: m, stop: make(chan struct{})}
-	c.live = v
-	v.wg.Add(1)
-	go v.loop(peers, c.executions)
+	c.live.m = m
+	c.live.wg.Add(1)
+	go c.live.loop(peers, c.executions)
 	return nil
 }
 
 // stopGossip leaves the cluster gracefully and stops the loop.
 func (v *liveView) stopGossip() {
+	if v.m == nil {
+		return
+	}
 	close(v.stop)
 	v.wg.Wait()
 	if err := v.m.Leave(time.Second); err != nil {
@@ -77,6 +89,9 @@ func (v *liveView) stopGossip() {
 // alive returns the configured nodes the node sees alive, itself
 // included, in id order.
 func (v *liveView) alive() []string {
+	if v.m == nil {
+		return v.c.cfg.Nodes()
+	}
 	seen := map[string]bool{v.c.cfg.Node: true}
 	for _, m := range v.m.Members() {
 		seen[m.ID] = true
@@ -126,14 +141,19 @@ func (v *liveView) loop(peers []string, jobs func() []*actors.Execution) {
 			v.mu.Lock()
 			deployed := v.deployed
 			v.mu.Unlock()
-			if deployed != nil && !slices.Equal(deployed, alive) {
+			if deployed != nil && !slices.Equal(v.placed(alive), deployed) {
 				v.c.log.Warn("cluster: live nodes differ from the deployment; redeploying", "alive", alive, "deployed", deployed)
+				v.mu.Lock()
+				v.deployed = nil // until the next deployment
+				for _, id := range deployed {
+					if !slices.Contains(alive, id) {
+						v.pending = &pendingChange{at: time.Now(), dead: id}
+					}
+				}
+				v.mu.Unlock()
 				for _, e := range jobs() {
 					e.Redeploy(fmt.Sprintf("live nodes %v, deployed on %v", alive, deployed))
 				}
-				v.mu.Lock()
-				v.deployed = nil // until the next deployment
-				v.mu.Unlock()
 			}
 		} else if w := v.c.worker; w != nil && !cluster.HasQuorum(len(alive), size) {
 			if n := w.Evict(); n > 0 {
@@ -153,9 +173,11 @@ func (v *liveView) update(home *actors.Cluster) ([]actors.Node, map[actors.TaskK
 	if !cluster.HasQuorum(len(alive), size) {
 		return nil, nil, fmt.Errorf("node %q sees %d of %d nodes (%v): no majority, nothing runs", v.c.cfg.Node, len(alive), size, alive)
 	}
+	start := time.Now()
 	live := map[string]bool{}
 	var members []cluster.Member
 	var nodes []actors.Node
+	alive = v.placed(alive)
 	for _, id := range alive {
 		live[id] = true
 		members = append(members, cluster.Member{ID: id})
@@ -185,9 +207,45 @@ func (v *liveView) update(home *actors.Cluster) ([]actors.Node, map[actors.TaskK
 	}
 	v.mu.Lock()
 	v.deployed, v.placement = alive, placement
+	if p := v.pending; p != nil {
+		v.pending = nil
+		if p.dead != "" {
+			v.nFailovers++
+			v.failovers = lastN(append(v.failovers, cluster.Failover{At: p.at, DeadNode: p.dead,
+				PlacementMS: msSince(start)}), 10)
+		}
+	}
 	v.mu.Unlock()
 	if len(units) > 0 {
 		v.c.log.Warn("cluster: placing the subtasks of dead nodes on live ones", "alive", alive, "moved", len(units))
 	}
 	return nodes, placement, nil
 }
+
+// pendingChange is a placement change the next deployment makes.
+type pendingChange struct {
+	at   time.Time
+	dead string // the node that died, for a failover
+}
+
+// placed returns the nodes of alive that take subtasks: not drained.
+func (v *liveView) placed(alive []string) []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []string
+	for _, id := range alive {
+		if !v.drained[id] || id == v.c.cfg.Node {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func lastN[T any](s []T, n int) []T {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func msSince(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }

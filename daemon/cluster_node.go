@@ -76,6 +76,7 @@ func startCluster(cfg *pipeline.ClusterConfig, dataDir, token string, log *slog.
 	}
 	log = log.With("node", cfg.Node)
 	c := &clusterNode{cfg: cfg, log: log, master: cfg.Master() == cfg.Node}
+	c.live = &liveView{c: c, stop: make(chan struct{})}
 	c.peers = &peerClient{cfg: cfg, token: token, http: &http.Client{}}
 	c.net = cluster.NewNetwork(cfg.Node, cluster.DefaultChannelConfig(), log)
 	rc := cluster.DefaultRemoteConfig()
@@ -407,6 +408,7 @@ func (n *node) joinCluster(cfg *pipeline.Config) error {
 		return err
 	}
 	n.cluster = c
+	n.setCluster(c)
 	n.inputs.Nodes, n.inputs.Self = cfg.Cluster.Nodes(), cfg.Cluster.Node
 	if cfg.Cluster.Gossip != "" {
 		if err := c.startGossip(); err != nil {

@@ -21,6 +21,7 @@ type clusterMember struct {
 	*node
 	id        string
 	transport string
+	gossip    string // "" without membership
 }
 
 // writeClusterConfig writes node me's config of a cluster of members: the
@@ -34,7 +35,15 @@ func writeClusterConfig(t *testing.T, dir string, me *clusterMember, members []*
 		if m == me {
 			continue
 		}
+		if m.gossip != "" {
+			fmt.Fprintf(&peers, "    - {id: %s, address: %q, api: %q, gossip: %q}\n", m.id, m.transport, m.apiAddr, m.gossip)
+			continue
+		}
 		fmt.Fprintf(&peers, "    - {id: %s, address: %q, api: %q}\n", m.id, m.transport, m.apiAddr)
+	}
+	gossip := ""
+	if me.gossip != "" {
+		gossip = fmt.Sprintf("  gossip: %q\n", me.gossip)
 	}
 	cfg := fmt.Sprintf(`node:
   data_dir: %[1]s
@@ -43,7 +52,7 @@ func writeClusterConfig(t *testing.T, dir string, me *clusterMember, members []*
 cluster:
   node: %[4]s
   listen: %[5]q
-  peers:
+%[7]s  peers:
 %[6]spipelines:
   - name: sensors
     parallelism: 3
@@ -75,7 +84,7 @@ cluster:
       strategy: fixed_delay
       attempts: 100
       delay: 200ms
-`, data, me.brokerAddr, me.apiAddr, me.id, me.transport, peers.String())
+`, data, me.brokerAddr, me.apiAddr, me.id, me.transport, peers.String(), gossip)
 	p := filepath.Join(dir, "edged.yaml")
 	if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -112,7 +121,7 @@ func (m *clusterMember) hosted(client *http.Client) ([]workerJob, error) {
 // startCluster starts three edged processes on loopback that run one
 // MQTT pipeline together: "a" (the job master) and the workers "b" and
 // "c"; the workers first, so the master's first deployment finds them.
-func startCluster(t *testing.T) []*clusterMember {
+func startCluster(t *testing.T, gossip bool) []*clusterMember {
 	t.Helper()
 	var members []*clusterMember
 	for _, id := range []string{"a", "b", "c"} {
@@ -123,6 +132,9 @@ func startCluster(t *testing.T) []*clusterMember {
 		m := &clusterMember{id: id, transport: freeAddr(t),
 			node: &node{t: t, brokerAddr: freeAddr(t), apiAddr: freeAddr(t), logPath: filepath.Join(dir, "edged.log")}}
 		m.cfgPath = filepath.Join(dir, "edged.yaml")
+		if gossip {
+			m.gossip = freeAddr(t)
+		}
 		members = append(members, m)
 	}
 	for _, m := range members {
@@ -323,7 +335,7 @@ func TestThreeNodeClusterExactTotals(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with three subprocesses")
 	}
-	l := newClusterLoad(t, startCluster(t))
+	l := newClusterLoad(t, startCluster(t, false))
 	const n = 30_000
 	l.publish(0, n)
 	l.finish(n, 90*time.Second)
@@ -339,7 +351,7 @@ func TestClusterNodesKilledExactTotals(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with three subprocesses and SIGKILL")
 	}
-	members := startCluster(t)
+	members := startCluster(t, false)
 	l := newClusterLoad(t, members)
 	const n = 60_000
 	var epochs []uint64
@@ -422,4 +434,163 @@ func checkExactWindows(t *testing.T, col *collector, windows int) {
 			}
 		}
 	}
+}
+
+// sourceOut returns how many records node m's source split emitted in
+// the deployment it hosts.
+func (m *clusterMember) sourceOut(client *http.Client) (int64, error) {
+	resp, err := client.Get("http://" + m.apiAddr + "/cluster/worker")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var w struct {
+		Jobs []struct {
+			Tasks []struct {
+				Chain      string `json:"Chain"`
+				RecordsOut int64  `json:"RecordsOut"`
+			} `json:"tasks"`
+		} `json:"jobs"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&w); err != nil {
+		return 0, err
+	}
+	var out int64
+	for _, j := range w.Jobs {
+		for _, ts := range j.Tasks {
+			if strings.Contains(ts.Chain, "source") {
+				out += ts.RecordsOut
+			}
+		}
+	}
+	return out, nil
+}
+
+// clusterStatus is what the test reads of GET /cluster.
+type clusterStatus struct {
+	Epoch          uint64 `json:"epoch"`
+	FailoversTotal int64  `json:"failovers_total"`
+	Members        []struct {
+		ID    string `json:"id"`
+		State string `json:"state"`
+	} `json:"members"`
+	Placement []struct {
+		Node     string `json:"node"`
+		Subtasks []struct {
+			Operator string `json:"operator"`
+			Subtask  int    `json:"subtask"`
+		} `json:"subtasks"`
+	} `json:"placement"`
+}
+
+func (m *clusterMember) status(client *http.Client) (clusterStatus, error) {
+	var s clusterStatus
+	resp, err := client.Get("http://" + m.apiAddr + "/cluster")
+	if err != nil {
+		return s, err
+	}
+	defer resp.Body.Close()
+	return s, json.NewDecoder(resp.Body).Decode(&s)
+}
+
+// keyedOn returns how many keyed subtasks the status places on node.
+func (s clusterStatus) keyedOn(node string) int {
+	for _, p := range s.Placement {
+		if p.Node == node {
+			return len(p.Subtasks)
+		}
+	}
+	return 0
+}
+
+// checkpointAfter waits until the job master completed a checkpoint
+// triggered after t.
+func (m *clusterMember) checkpointAfter(tt *testing.T, t time.Time) {
+	client := &http.Client{Timeout: time.Second}
+	testutil.Eventually(tt, 30*time.Second, "a checkpoint after "+t.Format(time.StampMilli), func() bool {
+		resp, err := client.Get("http://" + m.apiAddr + "/jobs/sensors/checkpoints")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var l struct {
+			Checkpoints []struct {
+				Status      string    `json:"status"`
+				TriggerTime time.Time `json:"trigger_time"`
+			} `json:"checkpoints"`
+		}
+		if json.NewDecoder(resp.Body).Decode(&l) != nil {
+			return false
+		}
+		for _, c := range l.Checkpoints {
+			if c.Status == "completed" && c.TriggerTime.After(t) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// A worker of a three-node cluster with gossip membership is SIGKILLed
+// under MQTT load and stays down: the job master sees it die, places its
+// subtasks (and their key groups) on the two live nodes, which restore
+// them from the latest checkpoint, and the dead node's source split goes
+// idle so the windows keep firing. Every window stays exact. When the
+// node comes back it gets its subtasks back, and the windows after are
+// exact too.
+func TestClusterWorkerFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses and SIGKILL")
+	}
+	members := startCluster(t, true)
+	l := newClusterLoad(t, members)
+	a, c := members[0], members[2]
+	client := &http.Client{Timeout: time.Second}
+	testutil.Eventually(t, 30*time.Second, "the master sees every node alive", func() bool {
+		s, err := a.status(client)
+		if err != nil {
+			return false
+		}
+		alive := 0
+		for _, m := range s.Members {
+			if m.State == "alive" {
+				alive++
+			}
+		}
+		return alive == 3 && s.keyedOn("c") > 0
+	})
+
+	const n1, n2, n3 = 15_000, 30_000, 45_000
+	l.publish(0, n1)
+	// Before the kill, everything node c acknowledged has left its log
+	// and a checkpoint covers it: the failover must not need c's disk.
+	testutil.Eventually(t, 60*time.Second, "node c's split read all it was sent", func() bool {
+		out, err := c.sourceOut(client)
+		return err == nil && out >= n1/3
+	})
+	a.checkpointAfter(t, time.Now())
+	l.kill(2)
+	start := time.Now()
+	testutil.Eventually(t, 60*time.Second, "the master moved node c's subtasks to live nodes", func() bool {
+		s, err := a.status(client)
+		return err == nil && s.FailoversTotal >= 1 && s.keyedOn("c") == 0 && s.keyedOn("a")+s.keyedOn("b") > 0
+	})
+	t.Logf("failover after %v", time.Since(start).Round(time.Millisecond))
+	l.publish(n1, n2)
+	// Windows up to n2 fire without node c.
+	l.publish(n2, n2+2*tail)
+	windows := n2 / windowMS
+	if !testutil.Within(90*time.Second, func() bool { return countWindows(l.col, windows) >= windows*sensors }) {
+		t.Fatalf("%d of %d window results after the failover", countWindows(l.col, windows), windows*sensors)
+	}
+	checkExactWindows(t, l.col, windows)
+
+	// Node c comes back and gets its subtasks back.
+	l.restart(2)
+	testutil.Eventually(t, 60*time.Second, "node c owns key groups again", func() bool {
+		s, err := a.status(client)
+		return err == nil && s.keyedOn("c") > 0
+	})
+	l.publish(n2+2*tail, n3)
+	l.finish(n3, 120*time.Second)
 }
