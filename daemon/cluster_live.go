@@ -24,8 +24,8 @@ type liveView struct {
 	// drained are nodes drained by the operator: they get no subtasks.
 	drained map[string]bool
 	// failovers and rebalances are the latest of each, newest last.
-	failovers  []cluster.Failover
-	rebalances []cluster.Rebalance
+	failovers               []cluster.Failover
+	rebalances              []cluster.Rebalance
 	nFailovers, nRebalances int64
 	// pending is a placement change asked for and not yet deployed.
 	pending *pendingChange

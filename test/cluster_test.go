@@ -223,7 +223,7 @@ func newClusterLoad(t *testing.T, members []*clusterMember) *clusterLoad {
 // and its devices.
 func (l *clusterLoad) connect(i int) {
 	m := l.members[i]
-	opts := paho.NewClientOptions().AddBroker("tcp://"+m.brokerAddr).SetClientID(fmt.Sprintf("results-%s", m.id)).
+	opts := paho.NewClientOptions().AddBroker("tcp://" + m.brokerAddr).SetClientID(fmt.Sprintf("results-%s", m.id)).
 		SetCleanSession(false).SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(l.col.handle)
 	c := connect(l.t, opts)
 	if tok := c.Subscribe("agg/#", 1, l.col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
@@ -232,7 +232,7 @@ func (l *clusterLoad) connect(i int) {
 	l.subs[i] = c
 	l.pubs[i] = nil
 	for k := range devicesPerNode {
-		opts := paho.NewClientOptions().AddBroker("tcp://"+m.brokerAddr).SetClientID(fmt.Sprintf("devices-%s-%d", m.id, k)).
+		opts := paho.NewClientOptions().AddBroker("tcp://" + m.brokerAddr).SetClientID(fmt.Sprintf("devices-%s-%d", m.id, k)).
 			SetCleanSession(true).SetAutoReconnect(false).SetWriteTimeout(5 * time.Second)
 		l.pubs[i] = append(l.pubs[i], connect(l.t, opts))
 	}
