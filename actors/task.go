@@ -338,6 +338,14 @@ func (t *task) watermark(from int, wm int64) {
 			return
 		}
 	}
+	// A watermark out of a task whose output was idle makes it active
+	// first: its output progresses again. (A task's idle mark survives a
+	// restore: a source split that was idle away from its node, say, and
+	// reads again at home, would otherwise stay idle downstream, and its
+	// records would be late once the other inputs moved the watermark.)
+	if t.idle {
+		t.status(false)
+	}
 	t.live.watermark.Store(wm)
 	for _, r := range t.routers {
 		r.broadcast(func(ch *channel) message { return &watermarkMsg{ch: ch, wm: wm} })

@@ -119,3 +119,35 @@ func TestCheckRestoreIgnoresEventTimeOnly(t *testing.T) {
 		t.Fatal("restore without an operator with state succeeded")
 	}
 }
+
+// recordingRouter records what a task broadcasts.
+type recordingRouter struct{ sent []message }
+
+func (r *recordingRouter) flush()       {}
+func (r *recordingRouter) opened() bool { return false }
+func (r *recordingRouter) broadcast(m func(ch *channel) message) {
+	r.sent = append(r.sent, m(nil))
+}
+
+// A task whose output is idle (restored so) and emits a watermark marks
+// its output active first: downstream, its records count for the
+// watermark again instead of arriving late after the others moved it.
+func TestWatermarkOutOfIdleTaskMarksItActive(t *testing.T) {
+	rt := &recordingRouter{}
+	tk := testTask(&host{maxP: 128}, 1, 0)
+	tk.routers = []router{rt}
+	tk.idle = true
+	tk.watermark(0, 500)
+	if len(rt.sent) != 2 {
+		t.Fatalf("sent %d messages, want an active status then the watermark", len(rt.sent))
+	}
+	st, ok := rt.sent[0].(*statusMsg)
+	wm, ok2 := rt.sent[1].(*watermarkMsg)
+	if !ok || st.idle || !ok2 || wm.wm != 500 || tk.idle {
+		t.Fatalf("sent %#v, %#v (task idle %t), want active status then watermark 500", rt.sent[0], rt.sent[1], tk.idle)
+	}
+	tk.watermark(0, 600)
+	if len(rt.sent) != 3 {
+		t.Fatalf("an active task sent %d messages for one watermark", len(rt.sent)-2)
+	}
+}
