@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"slices"
@@ -27,8 +28,13 @@ type liveView struct {
 	failovers               []cluster.Failover
 	rebalances              []cluster.Rebalance
 	nFailovers, nRebalances int64
-	// pending is a placement change asked for and not yet deployed.
+	// pending is a failover under way.
 	pending *pendingChange
+	// gate batches joins and damps rebalance storms; joining are the
+	// nodes asked of it, rebalancing is set while one runs.
+	gate        *cluster.RebalanceGate
+	joining     map[string]bool
+	rebalancing bool
 	// deployed are the nodes of the latest deployment (master only).
 	deployed []string
 	// placement is the latest deployment's placement, by node.
@@ -138,23 +144,7 @@ func (v *liveView) loop(peers []string, jobs func() []*actors.Execution) {
 		}
 		alive := v.alive()
 		if v.c.master {
-			v.mu.Lock()
-			deployed := v.deployed
-			v.mu.Unlock()
-			if deployed != nil && !slices.Equal(v.placed(alive), deployed) {
-				v.c.log.Warn("cluster: live nodes differ from the deployment; redeploying", "alive", alive, "deployed", deployed)
-				v.mu.Lock()
-				v.deployed = nil // until the next deployment
-				for _, id := range deployed {
-					if !slices.Contains(alive, id) {
-						v.pending = &pendingChange{at: time.Now(), dead: id}
-					}
-				}
-				v.mu.Unlock()
-				for _, e := range jobs() {
-					e.Redeploy(fmt.Sprintf("live nodes %v, deployed on %v", alive, deployed))
-				}
-			}
+			v.follow(alive, jobs)
 		} else if w := v.c.worker; w != nil && !cluster.HasQuorum(len(alive), size) {
 			if n := w.Evict(); n > 0 {
 				v.c.log.Warn("cluster: this node sees no majority; its tasks stopped", "alive", alive, "size", size)
@@ -207,13 +197,8 @@ func (v *liveView) update(home *actors.Cluster) ([]actors.Node, map[actors.TaskK
 	}
 	v.mu.Lock()
 	v.deployed, v.placement = alive, placement
-	if p := v.pending; p != nil {
-		v.pending = nil
-		if p.dead != "" {
-			v.nFailovers++
-			v.failovers = lastN(append(v.failovers, cluster.Failover{At: p.at, DeadNode: p.dead,
-				PlacementMS: msSince(start)}), 10)
-		}
+	if p := v.pending; p != nil && p.dead != "" {
+		p.placementMS = msSince(start)
 	}
 	v.mu.Unlock()
 	if len(units) > 0 {
@@ -222,16 +207,137 @@ func (v *liveView) update(home *actors.Cluster) ([]actors.Node, map[actors.TaskK
 	return nodes, placement, nil
 }
 
-// pendingChange is a placement change the next deployment makes.
+// pendingChange is a failover the next deployment makes.
 type pendingChange struct {
-	at   time.Time
-	dead string // the node that died, for a failover
+	at          time.Time
+	dead        string // the node that died
+	placementMS float64
+}
+
+// follow compares the live nodes with the latest deployment, on the
+// master: a deployed node that died fails over at once (every job is
+// redeployed on the live nodes from its latest checkpoint); a node that
+// joined (or came back) is asked of the rebalance gate, which batches
+// joins and damps storms, and moved in by a rebalance when it opens.
+func (v *liveView) follow(alive []string, jobs func() []*actors.Execution) {
+	now := time.Now()
+	v.mu.Lock()
+	deployed := v.deployed
+	var dead, joined []string
+	if deployed != nil {
+		for _, id := range deployed {
+			if !slices.Contains(alive, id) {
+				dead = append(dead, id)
+			}
+		}
+		for _, id := range v.placedLocked(alive) {
+			if !slices.Contains(deployed, id) && !v.joining[id] {
+				joined = append(joined, id)
+			}
+		}
+	}
+	if len(dead) > 0 {
+		v.deployed = nil // until the next deployment
+		v.pending = &pendingChange{at: now, dead: strings.Join(dead, ",")}
+		v.gate.Failover(true)
+	}
+	for _, id := range joined {
+		v.joining[id] = true
+		v.gate.Request(now, cluster.TriggerJoin, id)
+	}
+	start, ok, waiting := v.gate.Poll(now)
+	if ok {
+		v.rebalancing = true
+	}
+	v.mu.Unlock()
+	if len(joined) > 0 {
+		v.c.log.Info("cluster: node joined; rebalancing after the settle delay", "joined", joined, "waiting", waiting)
+	}
+	if len(dead) > 0 {
+		v.c.log.Warn("cluster: deployed nodes died; failing over to the live ones", "dead", dead, "alive", alive)
+		execs := jobs()
+		old := map[*actors.Execution]*actors.Runner{}
+		for _, e := range execs {
+			old[e], _ = e.Runner()
+			e.Redeploy(fmt.Sprintf("nodes %v died", dead))
+		}
+		v.wg.Add(1)
+		go v.recordFailover(execs, old)
+	}
+	if ok {
+		v.wg.Add(1)
+		go func() {
+			defer v.wg.Done()
+			ctx, cancel := v.stopCtx(2 * time.Minute)
+			defer cancel()
+			if err := v.c.redeploy(ctx, cluster.TriggerJoin, fmt.Sprintf("%v joined", start.Triggers)); err != nil {
+				v.c.log.Warn("cluster: rebalance after a join failed", "err", err)
+			}
+			v.mu.Lock()
+			v.gate.Done(time.Now())
+			v.rebalancing = false
+			v.joining = map[string]bool{}
+			v.mu.Unlock()
+		}()
+	}
+}
+
+// stopCtx returns a context that ends after d or when the view stops.
+func (v *liveView) stopCtx(d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	go func() {
+		select {
+		case <-v.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// recordFailover waits until every job runs again after a failover and
+// records it, with the time the new placement took and the time until
+// every task of the new deployment was restored and started.
+func (v *liveView) recordFailover(execs []*actors.Execution, old map[*actors.Execution]*actors.Runner) {
+	defer v.wg.Done()
+	ctx, cancel := v.stopCtx(5 * time.Minute)
+	defer cancel()
+	var err error
+	for _, e := range execs {
+		if err = waitNewRunner(ctx, e, old[e]); err != nil {
+			break
+		}
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.gate.Failover(false)
+	p := v.pending
+	if p == nil {
+		return
+	}
+	v.pending = nil
+	f := cluster.Failover{At: p.at, DeadNode: p.dead, PlacementMS: p.placementMS}
+	for _, e := range execs {
+		if r, _ := e.Runner(); r != nil {
+			f.Epoch = max(f.Epoch, r.Epoch())
+		}
+	}
+	if err == nil {
+		f.RestoreMS = msSince(p.at)
+	}
+	v.nFailovers++
+	v.failovers = lastN(append(v.failovers, f), 10)
+	v.c.log.Info("cluster: failover done", "dead", p.dead, "epoch", f.Epoch, "placement_ms", f.PlacementMS, "restore_ms", f.RestoreMS, "err", err)
 }
 
 // placed returns the nodes of alive that take subtasks: not drained.
 func (v *liveView) placed(alive []string) []string {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	return v.placedLocked(alive)
+}
+
+func (v *liveView) placedLocked(alive []string) []string {
 	var out []string
 	for _, id := range alive {
 		if !v.drained[id] || id == v.c.cfg.Node {

@@ -76,7 +76,11 @@ func startCluster(cfg *pipeline.ClusterConfig, dataDir, token string, log *slog.
 	}
 	log = log.With("node", cfg.Node)
 	c := &clusterNode{cfg: cfg, log: log, master: cfg.Master() == cfg.Node}
-	c.live = &liveView{c: c, stop: make(chan struct{})}
+	gate, err := cluster.NewRebalanceGate(cluster.DefaultGateConfig())
+	if err != nil {
+		return nil, err
+	}
+	c.live = &liveView{c: c, stop: make(chan struct{}), gate: gate, joining: map[string]bool{}}
 	c.peers = &peerClient{cfg: cfg, token: token, http: &http.Client{}}
 	c.net = cluster.NewNetwork(cfg.Node, cluster.DefaultChannelConfig(), log)
 	rc := cluster.DefaultRemoteConfig()

@@ -72,7 +72,8 @@ func (c *clusterNode) Status() cluster.Status {
 }
 
 // Drain moves every subtask off node (cluster.StatusProvider): the job
-// masters redeploy every job from its latest checkpoint without it. The
+// masters take a savepoint of every job and redeploy it from there
+// without the node. The
 // node keeps running and hosts nothing until a rebalance after it is
 // undrained by a restart of the master; it can then be stopped.
 func (c *clusterNode) Drain(ctx context.Context, node string) error {
@@ -104,13 +105,30 @@ func (c *clusterNode) Rebalance(ctx context.Context) error {
 	return c.redeploy(ctx, cluster.TriggerManual, "rebalance asked")
 }
 
-// redeploy restarts every job from its latest checkpoint on the current
-// placement, waits until each runs again, and records it.
+// redeploy takes a savepoint of every job, restarts each from it on the
+// current placement, waits until each runs again, and records it. A
+// failed savepoint aborts it with nothing moved.
 func (c *clusterNode) redeploy(ctx context.Context, trigger cluster.Trigger, reason string) error {
 	v := c.live
 	before := c.placements()
 	rec := cluster.Rebalance{At: time.Now(), Trigger: trigger, Outcome: cluster.RebalanceRunning, PauseMS: map[string]float64{}}
 	execs := c.executions()
+	// A savepoint first: the redeployment restores it (it is newer than
+	// the latest checkpoint), so little is replayed. Without one nothing
+	// moves.
+	for _, e := range execs {
+		path, err := e.TriggerSavepoint(ctx, "", false)
+		if err != nil {
+			rec.Outcome, rec.Error = cluster.RebalanceAborted, fmt.Sprintf("savepoint of job %q: %v", e.Name(), err)
+			v.mu.Lock()
+			v.nRebalances++
+			v.rebalances = lastN(append(v.rebalances, rec), 10)
+			v.mu.Unlock()
+			c.log.Warn("cluster: redeployment aborted: the savepoint failed; nothing moved", "trigger", trigger, "job", e.Name(), "err", err)
+			return fmt.Errorf("%w: savepoint of job %q before the redeployment: %w", cluster.ErrRefused, e.Name(), err)
+		}
+		c.log.Info("cluster: savepoint before the redeployment", "trigger", trigger, "job", e.Name(), "path", path, "took", time.Since(rec.At))
+	}
 	old := map[*actors.Execution]*actors.Runner{}
 	for _, e := range execs {
 		old[e], _ = e.Runner()
