@@ -27,6 +27,11 @@ type Stats struct {
 	// AppendedBytes counts the bytes of the records appended, framing
 	// included.
 	AppendedBytes uint64
+	// Writes counts the write system calls to segment files that
+	// appended records: one per group commit, plus one per
+	// pendFlushBytes appended between group commits, plus one per record
+	// of at least that size.
+	Writes uint64
 	// Fsyncs counts fsyncs of segment files and of the directory.
 	Fsyncs uint64
 	// Blocked counts the Appends that had to wait for space.
