@@ -17,7 +17,8 @@ type Stats struct {
 	ReleasedOffset uint64
 	// Segments is the number of segment files.
 	Segments int
-	// DiskBytes is the size of the segment files.
+	// DiskBytes is the size of the segment files, counting the records
+	// appended but not yet written (held for the next group commit).
 	DiskBytes int64
 	// UnreleasedBytes is the size of the records at or after
 	// ReleasedOffset: what Options.MaxBytes bounds.
