@@ -2,6 +2,7 @@ package ingestlog
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"math/rand/v2"
 	"os"
@@ -413,4 +414,49 @@ func TestBatchAppendReaderAndTruncateInsideBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRecords(t, readAll(t, l, 25), 25, 5)
+}
+
+// A failed write of a batch stops the log: its records already have
+// offsets, so WaitDurable, later appends and Readers at the end report
+// ErrFailed, nothing of the batch is reported durable, and a reopen keeps
+// what was durable.
+func TestBatchAppendWriteFailureFailsTheLog(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir, testOptions(1<<20), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, l, 0, 5)
+	for i := 5; i < 10; i++ {
+		if _, err := l.AppendNoWait(context.Background(), msg(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Writes through a read-only handle fail (EBADF); the test owns l.mu
+	// while it swaps the handle in.
+	seg := l.segs[len(l.segs)-1]
+	ro, err := os.Open(seg.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	rw := seg.f
+	seg.f = ro
+	l.mu.Unlock()
+	if err := l.WaitDurable(9); !errors.Is(err, ErrFailed) {
+		t.Fatalf("WaitDurable after a failed write: %v, want ErrFailed", err)
+	}
+	if d := l.DurableOffset(); d != 5 {
+		t.Fatalf("durable offset %d after the failed batch, want 5", d)
+	}
+	if _, err := l.AppendNoWait(context.Background(), msg(10)); !errors.Is(err, ErrFailed) {
+		t.Fatalf("AppendNoWait on a failed log: %v, want ErrFailed", err)
+	}
+	l.mu.Lock()
+	seg.f = rw
+	l.mu.Unlock()
+	ro.Close()
+	l.Close()
+	l = openLog(t, dir, testOptions(1<<20), nil)
+	checkRecords(t, readAll(t, l, 0), 0, 5)
 }
