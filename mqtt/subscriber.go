@@ -238,6 +238,7 @@ type Subscriber struct {
 
 	mu      sync.Mutex // guards client, started, closed; and inflight.Add
 	client  paho.Client
+	store   *subscriberStore // paho's store; set by Start
 	started bool
 	closed  bool
 
@@ -327,19 +328,23 @@ func keyOf(id uint16, topic string, payload []byte) msgKey {
 // again). A newer record under the same packet identifier replaces the
 // older one: a broker reuses an identifier only once the message it named
 // is acknowledged, so that one is never redelivered again.
+//
+// It is a table indexed by packet identifier (1 MiB: 65536 entries of 16
+// bytes), not a map: add runs once per message on paho's goroutine, and
+// the table is smaller than a map holding as many identifiers.
 type keyRing struct {
 	w     uint64
-	fresh uint64 // fresh records ever added
-	ids   map[uint16]ringEntry
+	fresh uint64      // fresh records ever added
+	ids   []ringEntry // by packet identifier
 }
 
 type ringEntry struct {
 	hash uint64
-	at   uint64 // fresh when it was added
+	at   uint64 // fresh when it was added, plus 1; 0: no record
 }
 
 func newKeyRing(w int) *keyRing {
-	return &keyRing{w: uint64(w), ids: make(map[uint16]ringEntry)}
+	return &keyRing{w: uint64(w), ids: make([]ringEntry, 1<<16)}
 }
 
 // add records k as the latest record under its packet identifier; fresh
@@ -348,17 +353,17 @@ func (r *keyRing) add(k msgKey, fresh bool) {
 	if fresh {
 		r.fresh++
 	}
-	r.ids[k.id] = ringEntry{hash: k.hash, at: r.fresh}
+	r.ids[k.id] = ringEntry{hash: k.hash, at: r.fresh + 1}
 }
 
 // has reports whether k is the latest record under its packet identifier
 // and within the window, and how many fresh records were added after it.
 func (r *keyRing) has(k msgKey) (age int, ok bool) {
-	e, ok := r.ids[k.id]
-	if !ok || e.hash != k.hash || r.fresh-e.at >= r.w {
+	e := r.ids[k.id]
+	if e.at == 0 || e.hash != k.hash || r.fresh-(e.at-1) >= r.w {
 		return 0, false
 	}
-	return int(r.fresh - e.at), true
+	return int(r.fresh - (e.at - 1)), true
 }
 
 // loadTail fills s.seen with the identities of the last W records of the
@@ -449,11 +454,13 @@ func (s *Subscriber) Start(ctx context.Context) error {
 	}
 	s.started = true
 	s.ctx, s.cancel = context.WithCancel(ctx)
+	s.store = newSubscriberStore()
 
 	o := paho.NewClientOptions().AddBroker(s.cfg.Broker).SetClientID(s.cfg.ClientID).
 		SetCleanSession(false).
 		SetAutoAckDisabled(true).
 		SetOrderMatters(true). // the handler only queues; order kept for acks
+		SetStore(s.store).
 		SetConnectRetry(true).
 		SetConnectRetryInterval(time.Second).
 		SetAutoReconnect(true).

@@ -293,3 +293,29 @@ func TestSubscriberKeepsArrivalOrder(t *testing.T) {
 		}
 	}
 }
+
+// The redelivery table covers every packet identifier, 1 to 65535, with
+// the window counted as before, and an identifier never added (or a zero
+// hash under it) is not found; add allocates nothing.
+func TestSubscriberDedupTableCoversEveryPacketID(t *testing.T) {
+	r := newKeyRing(65535)
+	if _, ok := r.has(msgKey{id: 7, hash: 0}); ok {
+		t.Fatal("found a key never added")
+	}
+	for id := 1; id <= 65535; id++ {
+		r.add(msgKey{id: uint16(id), hash: uint64(id) * 0x9e3779b97f4a7c15}, true)
+	}
+	for id := 1; id <= 65535; id++ {
+		age, ok := r.has(msgKey{id: uint16(id), hash: uint64(id) * 0x9e3779b97f4a7c15})
+		if !ok || age != 65535-id {
+			t.Fatalf("id %d: age %d, found %v; want age %d", id, age, ok, 65535-id)
+		}
+	}
+	r.add(msgKey{id: 9, hash: 1}, true) // the window moves on by one
+	if _, ok := r.has(msgKey{id: 1, hash: 0x9e3779b97f4a7c15}); ok {
+		t.Fatal("id 1 still found 65535 fresh records later")
+	}
+	if allocs := testing.AllocsPerRun(100, func() { r.add(msgKey{id: 12345, hash: 3}, true) }); allocs != 0 {
+		t.Fatalf("add allocates %.0f times", allocs)
+	}
+}

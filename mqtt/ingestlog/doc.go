@@ -22,6 +22,15 @@
 //     Append that needs an fsync leads it, waiting out the rest of
 //     Options.SyncInterval since the previous fsync started so that more
 //     Appends join, and the others wait for it. No other goroutine exists.
+//   - Records are batched in offset order: an appended record is held in
+//     memory with the others appended since the last group commit, and
+//     the leader takes them all, writes them with one write, fsyncs, and
+//     only then advances the durable offset to the end of what it took
+//     (AppendNoWait returns at once; WaitDurable reports a record durable
+//     only after the fsync that covers it has returned). Appends go on
+//     into the next batch meanwhile. More than 256 KiB held, a record of
+//     that size, a segment roll or Close write what is held at once
+//     (without an fsync), so memory stays bounded.
 //   - Readers see only durable records, so a checkpointed offset never
 //     points past what survives a crash.
 //   - Options.MaxBytes bounds the bytes of records not yet released by
@@ -44,7 +53,7 @@
 // # Recovery
 //
 // Only the last segment can hold records that were never acknowledged:
-// records are written, then fsynced, and an Append is acknowledged
+// records are written (in batches), then fsynced, and an Append is acknowledged
 // (returns) when the fsync covering it returned; a segment is sealed with
 // an fsync before the next one is created. A power loss can leave
 // anything after the last fsync that returned, since the file system

@@ -43,14 +43,24 @@ type Log struct {
 	unreleased int64      // bytes of the records at or after released: what MaxBytes bounds
 	diskBytes  int64      // bytes of the segment files
 	syncing    bool       // an Append is the group commit leader (or Close owns the files)
-	syncSeg    *segment   // segment the leader is fsyncing outside mu, nil if none
 	lastSync   time.Time  // when the leader's last fsync started
-	advanced   chan struct{}
-	space      chan struct{}
-	waiting    int   // Appends blocked for space now
-	closed     bool  // Close was called
-	failed     error // sticky write or fsync failure, wrapping ErrFailed
-	stats      Stats // counters; offsets and sizes are filled in by Stats
+	// pend holds the frames of the records after those written to the
+	// active segment's file, in offset order: they have their offsets
+	// but are not on disk yet. The group commit leader writes them with
+	// one write before its fsync (see lead). They start at byte pendPos
+	// of the active segment, whose size counts them.
+	pend    []byte
+	pendPos int64
+	spare   []byte // a written pend kept for reuse, or nil
+	// syncFile fsyncs a segment file: (*os.File).Sync; tests replace it
+	// to see what is on disk when an fsync starts.
+	syncFile func(*os.File) error
+	advanced chan struct{}
+	space    chan struct{}
+	waiting  int   // Appends blocked for space now
+	closed   bool  // Close was called
+	failed   error // sticky write or fsync failure, wrapping ErrFailed
+	stats    Stats // counters; offsets and sizes are filled in by Stats
 }
 
 // Open opens the log in dir, creating dir and the first segment if needed,
@@ -87,6 +97,7 @@ func Open(dir string, opts Options, logger *slog.Logger) (*Log, error) {
 		ready:    make(chan struct{}),
 		advanced: make(chan struct{}),
 		space:    make(chan struct{}),
+		syncFile: (*os.File).Sync,
 	}
 	if opts.MaxBytes > 0 && opts.MaxBytes < l.maxFrame {
 		l.maxFrame = opts.MaxBytes
@@ -158,6 +169,7 @@ func (l *Log) recover() error {
 		active.f = f
 	}
 	active.sealed = false
+	l.pendPos = active.size
 	// A crashed process may have left written but unsynced records in the
 	// page cache; recovery counts them, so make them durable first.
 	if err := active.f.Sync(); err != nil {
@@ -301,14 +313,19 @@ func (l *Log) Append(ctx context.Context, m Message) (uint64, error) {
 	return off, nil
 }
 
-// AppendNoWait writes m like Append and returns its offset without
+// AppendNoWait stores m like Append and returns its offset without
 // waiting for the fsync: the record is durable, and visible to Readers,
 // once WaitDurable(off) returns or DurableOffset passes off. A caller
-// that acknowledges m must do so only then. Records written this way are
-// made durable by the next group commit, which any WaitDurable or Append
-// leads; a caller that stops caring (its device disconnected) should
-// still call WaitDurable, or the record waits for the next one. It blocks
-// for space and fails like Append.
+// that acknowledges m must do so only then. The record is kept in memory
+// with the others appended since the last group commit, in offset order,
+// and the next group commit, which any WaitDurable or Append leads,
+// writes them all with one write and makes them durable with one fsync
+// (see Options.SyncInterval); more than pendFlushBytes of them, or a
+// record that large, are written at once, still without an fsync. A
+// caller that stops caring (its device disconnected) should still call
+// WaitDurable, or the record waits for the next one. It blocks for space
+// and fails like Append; it blocks for a group commit in progress only
+// when the record starts a new segment.
 func (l *Log) AppendNoWait(ctx context.Context, m Message) (uint64, error) {
 	if err := m.validate(); err != nil {
 		return 0, err
@@ -382,26 +399,46 @@ func (l *Log) markFor(seg *segment) (uint64, int64, bool) {
 	return 0, 0, false
 }
 
-// write waits for space, then writes the frame in *bp at the end of the
-// active segment (rolling to a new one first if it would not fit), adding
-// a commit mark if one is due, and assigns its offset. l.mu is held;
-// write releases it while blocked.
+// pendFlushBytes bounds the frames a Log holds in memory between group
+// commits: when they reach it, the Append that took them there writes
+// them (without an fsync), and a frame at least this large is written by
+// its own Append. It keeps memory bounded by this constant rather than by
+// how far appenders run ahead of the fsyncs, while the records of a
+// group commit of small messages still go out in one write.
+const pendFlushBytes = 256 << 10
+
+// maxSpareBytes is the largest written pend buffer kept for reuse.
+const maxSpareBytes = 2 * pendFlushBytes
+
+// write waits for space, then adds the frame in *bp at the end of the
+// active segment (rolling to a new one first if it would not fit),
+// adding a commit mark if one is due, and assigns its offset. The frame
+// joins l.pend, to be written by the next group commit, unless l.pend
+// then reaches pendFlushBytes: then write writes it. l.mu is held; write
+// releases it while blocked for space, or for a group commit in progress
+// before a roll.
 func (l *Log) write(ctx context.Context, bp *[]byte) (uint64, error) {
 	size := int64(len(*bp))
 	var blockedAt time.Time
+	defer func() {
+		if !blockedAt.IsZero() {
+			l.stats.BlockedTime += time.Since(blockedAt)
+			l.waiting--
+		}
+	}()
 	for {
-		var err error
-		_, extra, _ := l.markFor(l.segs[len(l.segs)-1])
+		seg := l.segs[len(l.segs)-1]
+		_, extra, _ := l.markFor(seg)
 		switch {
 		case l.closed:
-			err = ErrClosed
+			return 0, ErrClosed
 		case l.failed != nil:
-			err = l.failed
+			return 0, l.failed
 		// A record alone may exceed MaxBytes by its mark, so that a record
 		// of MaxBytes always goes in eventually.
 		case l.opts.MaxBytes == 0 || l.unreleased+size+extra <= l.opts.MaxBytes || l.unreleased == 0:
 		case ctx.Err() != nil:
-			err = fmt.Errorf("ingestlog: append waiting for space: %w", ctx.Err())
+			return 0, fmt.Errorf("ingestlog: append waiting for space: %w", ctx.Err())
 		default:
 			if blockedAt.IsZero() {
 				blockedAt = time.Now()
@@ -422,23 +459,25 @@ func (l *Log) write(ctx context.Context, bp *[]byte) (uint64, error) {
 			l.mu.Lock()
 			continue
 		}
-		if !blockedAt.IsZero() {
-			l.stats.BlockedTime += time.Since(blockedAt)
-			l.waiting--
+		if seg.size+size+extra <= l.opts.SegmentBytes || seg.size == headerSize {
+			break
 		}
-		if err != nil {
+		if l.syncing {
+			// The leader writes and fsyncs the active segment outside
+			// l.mu: let it finish before sealing the segment.
+			ch := l.advanced
+			l.mu.Unlock()
+			<-ch
+			l.mu.Lock()
+			continue
+		}
+		if err := l.roll(); err != nil {
 			return 0, err
 		}
 		break
 	}
 
 	seg := l.segs[len(l.segs)-1]
-	if _, extra, _ := l.markFor(seg); seg.size+size+extra > l.opts.SegmentBytes && seg.size > headerSize {
-		if err := l.roll(); err != nil {
-			return 0, err
-		}
-		seg = l.segs[len(l.segs)-1]
-	}
 	marked := l.marked
 	if d, _, ok := l.markFor(seg); ok {
 		*bp = addMark(*bp, d)
@@ -447,15 +486,23 @@ func (l *Log) write(ctx context.Context, bp *[]byte) (uint64, error) {
 	} else if seg.size == headerSize {
 		marked = l.durable // everything before a fresh segment is durable
 	}
-	frame := *bp
 	pos := seg.size
-	if _, err := seg.f.WriteAt(frame, pos); err != nil {
-		err = fmt.Errorf("ingestlog: append to %s: %w", seg.path, err)
-		if terr := seg.f.Truncate(pos); terr != nil {
-			l.fail(errors.Join(err, terr))
-			return 0, l.failed
+	if size >= pendFlushBytes {
+		// Large: written from *bp, not copied into l.pend.
+		if err := l.flushPend(seg); err != nil {
+			return 0, err
 		}
-		return 0, err
+		if err := l.writeAt(seg, *bp, pos); err != nil {
+			return 0, err
+		}
+		l.pendPos = pos + size
+	} else {
+		l.pend = append(l.pend, *bp...)
+		if len(l.pend) >= pendFlushBytes {
+			if err := l.flushPend(seg); err != nil {
+				return 0, err
+			}
+		}
 	}
 	l.marked = marked
 	off := l.next
@@ -469,13 +516,44 @@ func (l *Log) write(ctx context.Context, bp *[]byte) (uint64, error) {
 	return off, nil
 }
 
-// roll seals the active segment, fsyncing it first so that only the last
-// segment can ever have a torn tail, and starts a new one at l.next. If
-// the new segment cannot be created the old one stays active. l.mu is
-// held.
+// flushPend writes l.pend to seg, the active segment, without an fsync.
+// l.mu is held.
+func (l *Log) flushPend(seg *segment) error {
+	if len(l.pend) == 0 {
+		return nil
+	}
+	if err := l.writeAt(seg, l.pend, l.pendPos); err != nil {
+		return err
+	}
+	l.pendPos += int64(len(l.pend))
+	l.pend = l.pend[:0]
+	return nil
+}
+
+// writeAt writes b at byte pos of seg. A failure fails the log: the
+// records in b already have their offsets, and what reached the file is
+// unknown, so only a reopen, which reads what is on disk, can go on. l.mu
+// is held.
+func (l *Log) writeAt(seg *segment, b []byte, pos int64) error {
+	l.stats.Writes++
+	if _, err := seg.f.WriteAt(b, pos); err != nil {
+		l.fail(fmt.Errorf("append to %s: %w", seg.path, err))
+		return l.failed
+	}
+	return nil
+}
+
+// roll seals the active segment, writing the records it holds in memory
+// and fsyncing it first so that only the last segment can ever have a
+// torn tail, and starts a new one at l.next. If the new segment cannot be
+// created the old one stays active. No group commit may be in progress.
+// l.mu is held.
 func (l *Log) roll() error {
 	old := l.segs[len(l.segs)-1]
-	if err := old.f.Sync(); err != nil {
+	if err := l.flushPend(old); err != nil {
+		return err
+	}
+	if err := l.syncFile(old.f); err != nil {
 		l.fail(fmt.Errorf("fsync %s: %w", old.path, err))
 		return l.failed
 	}
@@ -491,11 +569,10 @@ func (l *Log) roll() error {
 	}
 	l.stats.Fsyncs += 2 // the new file and the directory
 	old.sealed = true
-	if l.syncSeg != old { // else the leader closes it when its fsync returns
-		l.closeSealed(old)
-	}
+	l.closeSealed(old)
 	l.segs = append(l.segs, seg)
 	l.diskBytes += seg.size
+	l.pendPos = seg.size
 	return nil
 }
 
@@ -532,8 +609,10 @@ func (l *Log) waitDurable(off uint64) error {
 
 // lead runs one group commit: it waits out the rest of SyncInterval since
 // the last fsync started, so that concurrent Appends join the batch, then
-// fsyncs the active segment outside l.mu and advances durable to what was
-// written before the fsync started. l.mu is held.
+// takes the records held in memory (l.pend) and, outside l.mu, writes
+// them with one write and fsyncs the active segment; then it advances
+// durable to what was appended before it took them. Appends go on
+// meanwhile into a fresh l.pend. l.mu is held.
 func (l *Log) lead() {
 	l.syncing = true
 	if d := l.opts.SyncInterval; d > 0 && !l.lastSync.IsZero() {
@@ -551,19 +630,33 @@ func (l *Log) lead() {
 		l.wake()
 		return
 	}
-	l.syncSeg = seg
+	buf, pos := l.pend, l.pendPos
+	l.pend, l.spare = l.spare[:0], nil
+	l.pendPos = size
 	l.lastSync = time.Now()
 	l.stats.Fsyncs++
+	if len(buf) > 0 {
+		l.stats.Writes++
+	}
 	l.mu.Unlock()
-	err := seg.f.Sync()
+	var err error
+	if len(buf) > 0 {
+		if _, werr := seg.f.WriteAt(buf, pos); werr != nil {
+			err = fmt.Errorf("append to %s: %w", seg.path, werr)
+		}
+	}
+	if err == nil {
+		if serr := l.syncFile(seg.f); serr != nil {
+			err = fmt.Errorf("fsync %s: %w", seg.path, serr)
+		}
+	}
 	l.mu.Lock()
-	l.syncSeg = nil
 	l.syncing = false
-	if seg.sealed {
-		l.closeSealed(seg)
+	if cap(buf) <= maxSpareBytes && l.spare == nil {
+		l.spare = buf[:0]
 	}
 	if err != nil {
-		l.fail(fmt.Errorf("fsync %s: %w", seg.path, err))
+		l.fail(err)
 		return
 	}
 	seg.durableSize = max(seg.durableSize, size)
@@ -626,7 +719,9 @@ func (l *Log) Close() error {
 	var errs []error
 	active := l.segs[len(l.segs)-1]
 	if l.failed == nil && l.durable < l.next {
-		if err := active.f.Sync(); err != nil {
+		if err := l.flushPend(active); err != nil {
+			errs = append(errs, err)
+		} else if err := l.syncFile(active.f); err != nil {
 			l.fail(fmt.Errorf("fsync %s: %w", active.path, err))
 			errs = append(errs, l.failed)
 		} else {
@@ -675,6 +770,18 @@ func (l *Log) Truncate(before uint64) error {
 		l.mu.Unlock()
 		return fmt.Errorf("%w: truncate before %d, next offset is %d", ErrOutOfRange, before, next)
 	}
+	if before > l.durable && before < l.next {
+		// Skipping to before reads the records ahead of it from the file:
+		// make them durable, so they are there.
+		if err := l.waitDurable(before - 1); err != nil {
+			l.mu.Unlock()
+			return err
+		}
+		if err := l.usable(); err != nil {
+			l.mu.Unlock()
+			return err
+		}
+	}
 	if before <= l.released {
 		// Nothing more to release, but a segment may have been sealed since.
 		deleted := l.detachReleased()
@@ -690,7 +797,7 @@ func (l *Log) Truncate(before uint64) error {
 	case i == len(l.segs)-1 && before == l.next:
 		pos = seg.size
 	}
-	entry, limit := seg.lookup(before), seg.size
+	entry, limit := seg.lookup(before), seg.durableSize
 	l.mu.Unlock()
 
 	if pos < 0 {

@@ -33,12 +33,25 @@ type Reader struct {
 
 // Reader returns a Reader positioned at offset from, which must be at
 // least the first offset still on disk (else ErrTruncated) and at most the
-// next offset (else ErrOutOfRange). A Reader sees only durable records.
+// next offset (else ErrOutOfRange). A Reader sees only durable records; a
+// Reader from an offset that is written but not durable yet first makes
+// the records before it durable (WaitDurable), since only then are they
+// all on disk to be skipped.
 func (l *Log) Reader(from uint64) (*Reader, error) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		return nil, ErrClosed
+	}
+	if from > l.durable && from < l.next {
+		if err := l.waitDurable(from - 1); err != nil {
+			l.mu.Unlock()
+			return nil, err
+		}
+		if l.closed {
+			l.mu.Unlock()
+			return nil, ErrClosed
+		}
 	}
 	if first := l.segs[0].base; from < first {
 		l.mu.Unlock()
@@ -50,17 +63,24 @@ func (l *Log) Reader(from uint64) (*Reader, error) {
 		return nil, fmt.Errorf("%w: reader from offset %d, next offset is %d", ErrOutOfRange, from, next)
 	}
 	seg := l.segs[l.segmentFor(from)]
-	entry, written, durable := seg.lookup(from), seg.size, seg.durableSize
+	entry, durable := seg.lookup(from), seg.durableSize
+	end := int64(-1) // from's position, if it is the end of the log
+	if from == l.next {
+		end = seg.size
+	}
 	// Opened under mu so that Truncate cannot delete it first.
 	f, err := os.Open(seg.path)
 	l.mu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("ingestlog: %w", err)
 	}
-	pos, err := skipTo(f, seg.path, entry.pos, entry.off, from, written)
-	if err != nil {
-		f.Close()
-		return nil, err
+	pos := end
+	if pos < 0 {
+		// The records before from are durable, so on disk.
+		if pos, err = skipTo(f, seg.path, entry.pos, entry.off, from, durable); err != nil {
+			f.Close()
+			return nil, err
+		}
 	}
 	return &Reader{
 		l:      l,

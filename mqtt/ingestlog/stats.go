@@ -17,7 +17,8 @@ type Stats struct {
 	ReleasedOffset uint64
 	// Segments is the number of segment files.
 	Segments int
-	// DiskBytes is the size of the segment files.
+	// DiskBytes is the size of the segment files, counting the records
+	// appended but not yet written (held for the next group commit).
 	DiskBytes int64
 	// UnreleasedBytes is the size of the records at or after
 	// ReleasedOffset: what Options.MaxBytes bounds.
@@ -27,6 +28,11 @@ type Stats struct {
 	// AppendedBytes counts the bytes of the records appended, framing
 	// included.
 	AppendedBytes uint64
+	// Writes counts the write system calls to segment files that
+	// appended records: one per group commit, plus one per
+	// pendFlushBytes appended between group commits, plus one per record
+	// of at least that size.
+	Writes uint64
 	// Fsyncs counts fsyncs of segment files and of the directory.
 	Fsyncs uint64
 	// Blocked counts the Appends that had to wait for space.
