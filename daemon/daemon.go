@@ -84,7 +84,8 @@ type node struct {
 	out    io.Writer // opts.Stdout, serialised
 	jobs   []*job
 	byName map[string]*job
-	inputs pipeline.Inputs // the MQTT side, for the pipelines
+	inputs pipeline.Inputs       // the MQTT side, for the pipelines
+	mem    pipeline.MemoryConfig // node.memory, defaults filled in
 	mqtt   *mqttNode
 
 	errMu    sync.Mutex // guards firstErr
@@ -119,8 +120,10 @@ func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
 	if cfg == nil || len(cfg.Pipelines) == 0 {
 		return ErrNoPipelines
 	}
-	n := &node{opts: opts, log: opts.Logger, out: &lockedWriter{w: opts.Stdout}, byName: map[string]*job{}}
+	n := &node{opts: opts, log: opts.Logger, out: &lockedWriter{w: opts.Stdout}, byName: map[string]*job{},
+		mem: cfg.Node.Memory.WithDefaults()}
 	warnUnowned(n.log, cfg)
+	defer applyMemory(n.mem, n.log, os.Getenv)()
 
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
@@ -200,7 +203,8 @@ func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, err
 	if err != nil {
 		return nil, err
 	}
-	envOpts = append(envOpts, stream.WithLogger(n.log))
+	envOpts = append(envOpts, stream.WithLogger(n.log),
+		stream.WithBatchSize(n.mem.BatchSize), stream.WithCredits(n.mem.Credits))
 	resume := n.opts.Savepoint
 	if resume == "" && pc.Checkpoint.Dir != "" {
 		// A node that restarts (after a crash, kill -9 or a graceful stop)
