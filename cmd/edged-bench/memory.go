@@ -9,7 +9,7 @@ import (
 
 var (
 	memConfig = flag.String("memory-config", "", "memory: node.memory of the measured runs, as a YAML flow mapping's content (empty: the defaults)")
-	memBase   = flag.String("memory-base", "limit: off", "memory: node.memory of the same-run baseline (the settings of a node before node.memory: no soft limit); empty: no baseline runs")
+	memBase   = flag.String("memory-base", "limit: off, credits: 16", "memory: node.memory of the same-run baseline (default: the settings of a node before node.memory: no soft limit, 16 credits); empty: no baseline runs")
 )
 
 // benchMemory measures edged's RSS idle, under a sustained load with many
