@@ -15,7 +15,7 @@ const (
 	// runtime's own default).
 	DefaultGCPercent = 100
 	// DefaultBatchSize is node.memory.batch_size by default.
-	DefaultBatchSize = 512
+	DefaultBatchSize = 256
 	// DefaultCredits is node.memory.credits by default.
 	DefaultCredits = 8
 	// DefaultMQTTPendingBytes is node.memory.mqtt_pending_bytes by
@@ -70,7 +70,8 @@ type MemoryConfig struct {
 	// The GOGC environment variable, when set, takes precedence.
 	GCPercent int `yaml:"gc_percent"`
 	// BatchSize is the number of records per batch between two tasks;
-	// default 512; at least 1.
+	// default 256 (the runtime's own default is 512: the batch buffers,
+	// allocated when a job starts, are half the idle heap); at least 1.
 	BatchSize int `yaml:"batch_size"`
 	// Credits is the number of batches in flight per channel between two
 	// tasks (flow control: a sender waits for a free batch buffer);

@@ -12,7 +12,7 @@ func TestNodeMemoryConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := cfg.Node.Memory.WithDefaults()
-	want := MemoryConfig{Limit: 56 << 20, GCPercent: 100, BatchSize: 512, Credits: 8,
+	want := MemoryConfig{Limit: 56 << 20, GCPercent: 100, BatchSize: 256, Credits: 8,
 		MQTTPendingBytes: 8 << 20, BrokerSessionBytes: 16 << 20}
 	if got != want || DefaultMemoryConfig() != want {
 		t.Errorf("defaults = %+v (DefaultMemoryConfig %+v), want %+v", got, DefaultMemoryConfig(), want)
