@@ -14,6 +14,9 @@ import (
 // percentage, batches and credits of its jobs) and puts the runtime's
 // settings back when it ends.
 func TestRunAppliesNodeMemory(t *testing.T) {
+	// The environment would win over node.memory.
+	t.Setenv("GOMEMLIMIT", "")
+	t.Setenv("GOGC", "")
 	prevLimit := debug.SetMemoryLimit(-1)
 	prevGC := debug.SetGCPercent(-1)
 	debug.SetGCPercent(prevGC)
