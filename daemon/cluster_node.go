@@ -434,11 +434,11 @@ func (n *node) joinCluster(cfg *pipeline.Config) error {
 			if !ok {
 				return nil, actors.Config{}, fmt.Errorf("%w %q: the node's config has no such pipeline", ErrUnknownJob, name)
 			}
-			envOpts, err := pipeline.EnvOptions(pc)
+			envOpts, err := n.envOptions(pc)
 			if err != nil {
 				return nil, actors.Config{}, err
 			}
-			env := stream.NewEnvironment(pc.Name, append(envOpts, stream.WithLogger(n.log))...)
+			env := stream.NewEnvironment(pc.Name, envOpts...)
 			if _, err := pipeline.BuildJobWith(pc, env, n.out, n.inputs); err != nil {
 				return nil, actors.Config{}, err
 			}

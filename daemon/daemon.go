@@ -90,7 +90,8 @@ type node struct {
 	out    io.Writer // opts.Stdout, serialised
 	jobs   []*job
 	byName map[string]*job
-	inputs pipeline.Inputs // the MQTT side, for the pipelines
+	inputs pipeline.Inputs       // the MQTT side, for the pipelines
+	mem    pipeline.MemoryConfig // node.memory, defaults filled in
 	mqtt   *mqttNode
 	// cluster is the node's part in a cluster; nil on a single node.
 	cluster *clusterNode
@@ -134,9 +135,11 @@ func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
 	if cfg == nil || len(cfg.Pipelines) == 0 {
 		return ErrNoPipelines
 	}
-	n := &node{opts: opts, log: opts.Logger, out: &lockedWriter{w: opts.Stdout}, byName: map[string]*job{}}
+	n := &node{opts: opts, log: opts.Logger, out: &lockedWriter{w: opts.Stdout}, byName: map[string]*job{},
+		mem: cfg.Node.Memory.WithDefaults()}
 	n.setCluster(opts.Cluster)
 	warnUnowned(n.log, cfg)
+	defer applyMemory(n.mem, n.log, os.Getenv)()
 
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
@@ -227,13 +230,23 @@ func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
 	return n.firstErr
 }
 
-// start builds and starts the job of one pipeline.
-func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, error) {
+// envOptions returns the options of a pipeline's environment on this
+// node: the pipeline's own, the node's logger and its memory bounds.
+func (n *node) envOptions(pc pipeline.PipelineConfig) ([]stream.Option, error) {
 	envOpts, err := pipeline.EnvOptions(pc)
 	if err != nil {
 		return nil, err
 	}
-	envOpts = append(envOpts, stream.WithLogger(n.log))
+	return append(envOpts, stream.WithLogger(n.log),
+		stream.WithBatchSize(n.mem.BatchSize), stream.WithCredits(n.mem.Credits)), nil
+}
+
+// start builds and starts the job of one pipeline.
+func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, error) {
+	envOpts, err := n.envOptions(pc)
+	if err != nil {
+		return nil, err
+	}
 	resume := n.opts.Savepoint
 	if resume == "" && pc.Checkpoint.Dir != "" {
 		// A node that restarts (after a crash, kill -9 or a graceful stop)

@@ -117,6 +117,7 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 		// Persistent sessions, their queued results and the QoS 2 receipts
 		// of the devices survive a restart or a crash of the node.
 		bc.DataDir = filepath.Join(dataDir, "broker")
+		bc.SessionMaxBytes = int64(max(n.mem.BrokerSessionBytes, 0)) // off: 0, no bound
 		br, err = mqtt.NewBroker(bc, nil)
 		if err != nil {
 			return pipeline.Inputs{}, err
@@ -146,6 +147,7 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 			Broker: src.Broker, Pipeline: pc.Name, ClientID: src.ClientID,
 			Topics: src.Topics, QoS: byte(src.QoS), Logger: n.log.With("pipeline", pc.Name),
 			MaxPending: src.MaxPending, RedeliveryWindow: src.RedeliveryWindow,
+			MaxPendingBytes: int64(n.mem.MQTTPendingBytes),
 		}, log)
 		if err != nil {
 			return pipeline.Inputs{}, fmt.Errorf("mqtt source of %q: %w", pc.Name, err)

@@ -37,6 +37,9 @@ type NodeConfig struct {
 	// Simulator, when set, publishes simulated sensor readings to the
 	// embedded broker: the demo needs nothing else.
 	Simulator *SimulatorConfig `yaml:"simulator"`
+	// Memory bounds the memory of the node: the Go runtime's soft limit
+	// and the buffers that grow with load. See MemoryConfig.
+	Memory MemoryConfig `yaml:"memory"`
 }
 
 // SimulatorConfig is the YAML `node.simulator` block: Sensors devices

@@ -130,6 +130,7 @@ func (c *Config) validate(p *problems) {
 			}
 		}
 	}
+	c.Node.Memory.validate(p)
 	checkAddr(p, "node.broker", c.Node.Broker)
 	checkAddr(p, "node.listen", c.Node.Listen)
 	if c.Cluster != nil {

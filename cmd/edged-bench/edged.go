@@ -29,6 +29,9 @@ type pipelineSpec struct {
 	// checkpoint is "" (no checkpoints: at-least-once, plain MQTT sink)
 	// or "exactly_once" (every 1 s, write-ahead MQTT sink).
 	checkpoint string
+	// memory, when set, is the node.memory block, as a YAML flow mapping's
+	// content ("limit: off, credits: 8").
+	memory string
 }
 
 type edged struct {
@@ -57,6 +60,9 @@ func newEdged(dir string, p pipelineSpec) (*edged, error) {
 	fmt.Fprintf(&b, "node:\n  data_dir: %s/data\n  listen: %s\n", d, api)
 	if p.embedded != "" {
 		fmt.Fprintf(&b, "  broker: %s\n", p.embedded)
+	}
+	if p.memory != "" {
+		fmt.Fprintf(&b, "  memory: {%s}\n", p.memory)
 	}
 	fmt.Fprintf(&b, "pipelines:\n  - name: %s\n    source:\n      mqtt:\n", p.name)
 	if p.broker != "" {

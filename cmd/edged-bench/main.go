@@ -18,7 +18,8 @@
 //     from 4 and 16 publishing connections; the same publishers against
 //     Mosquitto (not durable) are the baseline.
 //   - memory: RSS idle, peak RSS under a sustained load with 10,000 keys,
-//     and during a burst of 1 MB payloads.
+//     during the external scenario's burst (-n readings of -sensors, -conns
+//     QoS 1 connections) and during a burst of 1 MB payloads.
 //   - restart: SIGKILL with 100,000 keys of state, then the time from exec
 //     of the new process until the job runs, the first result and all
 //     results.

@@ -1,0 +1,103 @@
+package daemon
+
+import (
+	"log/slog"
+	"runtime"
+	"runtime/debug"
+	"testing"
+	"time"
+
+	"github.com/edgedio/edged/internal/testutil"
+	"github.com/edgedio/edged/pipeline"
+)
+
+func TestLimitFor(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct{ limit, live, want int64 }{
+		{64 * mib, 0, 64 * mib},
+		{64 * mib, 40 * mib, 64 * mib},
+		{64 * mib, 51 * mib, 64 * mib},    // 1.25 × 51 MiB < 64 MiB
+		{64 * mib, 60 * mib, 75 * mib},    // live above 80 % of the limit
+		{64 * mib, 400 * mib, 500 * mib},  // state far above the limit
+		{0, 400 * mib, noLimit},           // no limit
+		{-1, 0, noLimit},                  // off
+		{16 * mib, 16 * mib, 20 * mib},    // live at the limit
+		{noLimit, 100 * mib, noLimit},     // off, as the runtime's value
+		{128 * mib, 102 * mib, 128 * mib}, // 127.5 MiB
+		{128 * mib, 104 * mib, 130 * mib}, // 130 MiB
+		{1 << 62, 1 << 62, 1<<62 + 1<<60}, // no overflow
+	} {
+		if got := limitFor(tc.limit, tc.live); got != tc.want {
+			t.Errorf("limitFor(%d, %d) = %d, want %d", tc.limit, tc.live, got, tc.want)
+		}
+	}
+}
+
+// applyMemory sets the runtime's limit and GC percentage from node.memory
+// and puts back what it found; GOMEMLIMIT and GOGC in the environment win.
+func TestApplyMemory(t *testing.T) {
+	prevLimit, prevGC := debug.SetMemoryLimit(-1), debug.SetGCPercent(-1)
+	debug.SetGCPercent(prevGC)
+	log := slog.New(slog.DiscardHandler)
+	noEnv := func(string) string { return "" }
+
+	restore := applyMemory(pipeline.MemoryConfig{Limit: 200 << 20, GCPercent: 60}, log, noEnv)
+	gotLimit, gotGC := debug.SetMemoryLimit(-1), debug.SetGCPercent(-1)
+	debug.SetGCPercent(gotGC)
+	restore()
+	if gotLimit != 200<<20 || gotGC != 60 {
+		t.Errorf("while running: limit %d, gc %d; want %d, 60", gotLimit, gotGC, 200<<20)
+	}
+	if l, g := debug.SetMemoryLimit(-1), debug.SetGCPercent(-1); l != prevLimit || g != prevGC {
+		t.Errorf("after restore: limit %d, gc %d; want %d, %d", l, g, prevLimit, prevGC)
+	}
+	debug.SetGCPercent(prevGC)
+
+	// Defaults; an environment that sets both keeps its values.
+	restore = applyMemory(pipeline.MemoryConfig{}, log, noEnv)
+	gotLimit = debug.SetMemoryLimit(-1)
+	restore()
+	if gotLimit != pipeline.DefaultMemoryLimit {
+		t.Errorf("default limit %d, want %d", gotLimit, pipeline.DefaultMemoryLimit)
+	}
+	env := func(k string) string { return map[string]string{"GOMEMLIMIT": "1GiB", "GOGC": "300"}[k] }
+	restore = applyMemory(pipeline.MemoryConfig{Limit: 32 << 20, GCPercent: 20}, log, env)
+	gotLimit, gotGC = debug.SetMemoryLimit(-1), debug.SetGCPercent(-1)
+	debug.SetGCPercent(gotGC)
+	restore()
+	if gotLimit != prevLimit || gotGC != prevGC {
+		t.Errorf("with GOMEMLIMIT and GOGC set: limit %d, gc %d; want them untouched (%d, %d)", gotLimit, gotGC, prevLimit, prevGC)
+	}
+	restore = applyMemory(pipeline.MemoryConfig{Limit: pipeline.ByteSizeOff}, log, noEnv)
+	gotLimit = debug.SetMemoryLimit(-1)
+	restore()
+	if gotLimit != noLimit {
+		t.Errorf("limit off: %d, want %d", gotLimit, noLimit)
+	}
+}
+
+// Live data above the limit raise the runtime's soft limit to 1.25 × the
+// live heap (the collector would otherwise run back to back), and it comes
+// back to the configured limit once they are gone.
+func TestMemoryLimitFollowsLiveData(t *testing.T) {
+	prev := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(prev)
+	restore := applyMemory(pipeline.MemoryConfig{Limit: pipeline.MinMemoryLimit}, slog.New(slog.DiscardHandler), func(string) string { return "" })
+	defer restore()
+
+	live := make([][]byte, 48)
+	for i := range live {
+		live[i] = make([]byte, 1<<20)
+		live[i][0] = 1
+	}
+	testutil.Eventually(t, 10*time.Second, "the soft limit raised above the live 48 MiB", func() bool {
+		runtime.GC()
+		return debug.SetMemoryLimit(-1) >= 48<<20*5/4
+	})
+	runtime.KeepAlive(live)
+	live = nil
+	testutil.Eventually(t, 10*time.Second, "the soft limit back at node.memory.limit", func() bool {
+		runtime.GC()
+		return debug.SetMemoryLimit(-1) == pipeline.MinMemoryLimit
+	})
+}

@@ -1,0 +1,207 @@
+package pipeline
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Defaults of MemoryConfig (YAML node.memory).
+const (
+	// DefaultMemoryLimit is node.memory.limit by default: the Go
+	// runtime's soft memory limit.
+	DefaultMemoryLimit = 56 << 20
+	// DefaultGCPercent is node.memory.gc_percent by default (the Go
+	// runtime's own default).
+	DefaultGCPercent = 100
+	// DefaultBatchSize is node.memory.batch_size by default.
+	DefaultBatchSize = 256
+	// DefaultCredits is node.memory.credits by default.
+	DefaultCredits = 8
+	// DefaultMQTTPendingBytes is node.memory.mqtt_pending_bytes by
+	// default.
+	DefaultMQTTPendingBytes = 8 << 20
+	// DefaultBrokerSessionBytes is node.memory.broker_session_bytes by
+	// default.
+	DefaultBrokerSessionBytes = 16 << 20
+)
+
+// Bounds of MemoryConfig.
+const (
+	// MinMemoryLimit is the smallest node.memory.limit accepted: below it
+	// the runtime would collect garbage without pause even when idle.
+	MinMemoryLimit = 16 << 20
+	// MinMQTTPendingBytes is the smallest node.memory.mqtt_pending_bytes
+	// accepted.
+	MinMQTTPendingBytes = 64 << 10
+)
+
+// MemoryConfig is the YAML `node.memory` block: what bounds the memory of
+// the node, so that it is set by configuration rather than by the load.
+// Every field's zero value (the block or the key left out) means its
+// default; WithDefaults fills them in.
+//
+// The peak RSS of the node is about the memory the Go runtime manages
+// (which the limit bounds) plus the pages of the binary it has touched
+// (about 18 MB on linux/amd64). The heap holds the keyed state and the records in flight:
+// at most credits × batch_size records per channel between two tasks,
+// mqtt_pending_bytes of payloads per pipeline reading an external broker,
+// broker_session_bytes of messages queued by the embedded broker, and a
+// 64 KiB read-ahead buffer per ingest log reader. The limit makes the
+// garbage collector keep the heap's garbage within it; it cannot shrink
+// the live data, so the state of a pipeline with many keys needs a limit
+// above it.
+type MemoryConfig struct {
+	// Limit is the Go runtime's soft memory limit in bytes
+	// (runtime/debug.SetMemoryLimit): as the memory the runtime manages
+	// nears it, the garbage collector runs more often, instead of letting
+	// the heap grow to twice the live data (gc_percent 100). A soft
+	// limit: live data above it is kept, at the cost of more frequent
+	// collections (the runtime spends at most about half the CPU on
+	// them). A size: bytes, or with a unit (KiB, MiB, GiB; KB, MB, GB).
+	// Default 56 MiB; "off" sets no limit; at least 16 MiB. The
+	// GOMEMLIMIT environment variable, when set, takes precedence.
+	Limit ByteSize `yaml:"limit"`
+	// GCPercent is the garbage collector's target percentage
+	// (runtime/debug.SetGCPercent, as GOGC): a collection starts when the
+	// heap has grown by this percentage of the live data since the last
+	// one. Default 100; -1 turns the proportional trigger off, leaving
+	// only the limit (which must then be set); otherwise at least 10.
+	// The GOGC environment variable, when set, takes precedence.
+	GCPercent int `yaml:"gc_percent"`
+	// BatchSize is the number of records per batch between two tasks;
+	// default 256 (the runtime's own default is 512: the batch buffers,
+	// allocated when a job starts, are half the idle heap); at least 1.
+	BatchSize int `yaml:"batch_size"`
+	// Credits is the number of batches in flight per channel between two
+	// tasks (flow control: a sender waits for a free batch buffer);
+	// default 8 (the runtime's own default is 16: half the batch buffers,
+	// with no throughput lost on the MQTT pipelines measured); at least 1.
+	Credits int `yaml:"credits"`
+	// MQTTPendingBytes bounds, per pipeline reading an external broker,
+	// the payload bytes received but not yet acknowledged (appended to
+	// the ingest log, waiting for its fsync); past it, the subscriber
+	// stops reading the connection (back-pressure to the broker). A
+	// message larger than the bound is let through alone. With
+	// source.mqtt.max_pending it bounds the payloads the subscriber
+	// holds. Default 8 MiB; at least 64 KiB.
+	MQTTPendingBytes ByteSize `yaml:"mqtt_pending_bytes"`
+	// BrokerSessionBytes bounds the topic and payload bytes of the
+	// messages the embedded broker keeps for persistent sessions (its
+	// session_max_bytes): past it, publishers get no PUBACK until
+	// subscribers acknowledge enough (back-pressure, nothing is dropped).
+	// The broker library keeps a copy of each of these messages as well,
+	// so they cost about twice this bound. Default 16 MiB; "off" sets no
+	// bound.
+	BrokerSessionBytes ByteSize `yaml:"broker_session_bytes"`
+}
+
+// ByteSize is a number of bytes. In YAML it is an integer (bytes) or a
+// number with a unit: B, KiB, MiB, GiB (powers of 1024) or KB, MB, GB
+// (powers of 1000), as "64MiB" or "64 MiB"; "off" is ByteSizeOff.
+type ByteSize int64
+
+// ByteSizeOff is the value of "off": no bound.
+const ByteSizeOff ByteSize = -1
+
+var byteUnits = map[string]int64{
+	"": 1, "b": 1,
+	"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30,
+	"kb": 1e3, "mb": 1e6, "gb": 1e9,
+}
+
+// UnmarshalText parses a size as described at ByteSize.
+func (b *ByteSize) UnmarshalText(text []byte) error {
+	s := strings.TrimSpace(string(text))
+	if strings.EqualFold(s, "off") {
+		*b = ByteSizeOff
+		return nil
+	}
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	if i == 0 {
+		return fmt.Errorf("a size is a whole number of bytes with an optional unit (B, KiB, MiB, GiB, KB, MB, GB) or \"off\"")
+	}
+	n, err := strconv.ParseInt(s[:i], 10, 64)
+	unit, ok := byteUnits[strings.ToLower(strings.TrimSpace(s[i:]))]
+	if err != nil || !ok || n > (1<<62)/unit {
+		return fmt.Errorf("a size is a whole number of bytes with an optional unit (B, KiB, MiB, GiB, KB, MB, GB) or \"off\"")
+	}
+	*b = ByteSize(n * unit)
+	return nil
+}
+
+// String formats b with the largest binary unit that divides it.
+func (b ByteSize) String() string {
+	switch {
+	case b == ByteSizeOff:
+		return "off"
+	case b != 0 && b%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", b>>30)
+	case b != 0 && b%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", b>>20)
+	case b != 0 && b%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", b>>10)
+	}
+	return fmt.Sprintf("%dB", int64(b))
+}
+
+// DefaultMemoryConfig returns the defaults of node.memory.
+func DefaultMemoryConfig() MemoryConfig {
+	return MemoryConfig{}.WithDefaults()
+}
+
+// WithDefaults returns m with every field left at zero set to its
+// default.
+func (m MemoryConfig) WithDefaults() MemoryConfig {
+	if m.Limit == 0 {
+		m.Limit = DefaultMemoryLimit
+	}
+	if m.GCPercent == 0 {
+		m.GCPercent = DefaultGCPercent
+	}
+	if m.BatchSize == 0 {
+		m.BatchSize = DefaultBatchSize
+	}
+	if m.Credits == 0 {
+		m.Credits = DefaultCredits
+	}
+	if m.MQTTPendingBytes == 0 {
+		m.MQTTPendingBytes = DefaultMQTTPendingBytes
+	}
+	if m.BrokerSessionBytes == 0 {
+		m.BrokerSessionBytes = DefaultBrokerSessionBytes
+	}
+	return m
+}
+
+// validate adds a Problem for every bad node.memory key.
+func (m MemoryConfig) validate(p *problems) {
+	const path = "node.memory."
+	m = m.WithDefaults()
+	switch {
+	case m.Limit == ByteSizeOff:
+		if m.GCPercent == -1 {
+			p.add(path+"gc_percent", "(-1) needs node.memory.limit: without either the heap would grow without bound")
+		}
+	case m.Limit < MinMemoryLimit:
+		p.add(path+"limit", fmt.Sprintf("(%s) must be at least %s or off", m.Limit, ByteSize(MinMemoryLimit)))
+	}
+	if m.GCPercent != -1 && m.GCPercent < 10 {
+		p.add(path+"gc_percent", fmt.Sprintf("(%d) must be -1 (off) or at least 10", m.GCPercent))
+	}
+	if m.BatchSize < 1 {
+		p.add(path+"batch_size", fmt.Sprintf("(%d) must be at least 1", m.BatchSize))
+	}
+	if m.Credits < 1 {
+		p.add(path+"credits", fmt.Sprintf("(%d) must be at least 1", m.Credits))
+	}
+	if m.MQTTPendingBytes < MinMQTTPendingBytes {
+		p.add(path+"mqtt_pending_bytes", fmt.Sprintf("(%s) must be at least %s", m.MQTTPendingBytes, ByteSize(MinMQTTPendingBytes)))
+	}
+	if m.BrokerSessionBytes < 0 && m.BrokerSessionBytes != ByteSizeOff {
+		p.add(path+"broker_session_bytes", fmt.Sprintf("(%d) must not be negative (off: no bound)", int64(m.BrokerSessionBytes)))
+	}
+}

@@ -1,0 +1,84 @@
+package pipeline
+
+import (
+	"testing"
+)
+
+// node.memory parses sizes with units, fills in the defaults of what is
+// left out, and refuses what would not bound memory.
+func TestNodeMemoryConfig(t *testing.T) {
+	cfg, err := Parse([]byte(goodPipeline))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cfg.Node.Memory.WithDefaults()
+	want := MemoryConfig{Limit: 56 << 20, GCPercent: 100, BatchSize: 256, Credits: 8,
+		MQTTPendingBytes: 8 << 20, BrokerSessionBytes: 16 << 20}
+	if got != want || DefaultMemoryConfig() != want {
+		t.Errorf("defaults = %+v (DefaultMemoryConfig %+v), want %+v", got, DefaultMemoryConfig(), want)
+	}
+
+	cfg, err = Parse([]byte(`
+node:
+  memory:
+    limit: 48 MiB
+    gc_percent: 50
+    batch_size: 128
+    credits: 4
+    mqtt_pending_bytes: 2MB
+    broker_session_bytes: "off"
+` + goodPipeline))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = MemoryConfig{Limit: 48 << 20, GCPercent: 50, BatchSize: 128, Credits: 4,
+		MQTTPendingBytes: 2_000_000, BrokerSessionBytes: ByteSizeOff}
+	if got := cfg.Node.Memory.WithDefaults(); got != want {
+		t.Errorf("parsed = %+v, want %+v", got, want)
+	}
+
+	wantProblems(t, `
+node:
+  memory:
+    limit: 1MiB
+    gc_percent: 5
+    batch_size: -1
+    credits: -2
+    mqtt_pending_bytes: 1KiB
+`+goodPipeline,
+		`node.memory.limit: (1MiB) must be at least 16MiB or off`,
+		`node.memory.gc_percent: (5) must be -1 (off) or at least 10`,
+		`node.memory.batch_size: (-1) must be at least 1`,
+		`node.memory.credits: (-2) must be at least 1`,
+		`node.memory.mqtt_pending_bytes: (1KiB) must be at least 64KiB`)
+	wantProblems(t, "node:\n  memory: {limit: \"off\", gc_percent: -1}\n"+goodPipeline,
+		`node.memory.gc_percent: (-1) needs node.memory.limit: without either the heap would grow without bound`)
+	wantProblems(t, "node:\n  memory: {limit: 12 parsecs, credits: many}\n"+goodPipeline,
+		`node.memory.limit: "12 parsecs" is not valid: a size is a whole number of bytes with an optional unit (B, KiB, MiB, GiB, KB, MB, GB) or "off"`,
+		`node.memory.credits: "many" is not an integer`)
+	wantProblems(t, "node:\n  memory: {limit: \"off\", gc_percent: 200, broker_session_bytes: 0}\n"+goodPipeline)
+}
+
+func TestByteSize(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want ByteSize
+		ok   bool
+	}{
+		{"0", 0, true}, {"1024", 1024, true}, {"64MiB", 64 << 20, true}, {"64 MiB", 64 << 20, true},
+		{"1gib", 1 << 30, true}, {"3 KB", 3000, true}, {"5B", 5, true}, {"OFF", ByteSizeOff, true},
+		{"", 0, false}, {"-1", 0, false}, {"1.5MiB", 0, false}, {"10 TiB", 0, false},
+		{"MiB", 0, false}, {"99999999999999999999", 0, false}, {"9000000000 GiB", 0, false},
+	} {
+		var b ByteSize
+		err := b.UnmarshalText([]byte(tc.in))
+		if (err == nil) != tc.ok || (tc.ok && b != tc.want) {
+			t.Errorf("%q: %v, %v; want %v ok=%v", tc.in, b, err, tc.want, tc.ok)
+		}
+	}
+	for b, want := range map[ByteSize]string{0: "0B", 1000: "1000B", 2048: "2KiB", 64 << 20: "64MiB", 3 << 30: "3GiB", ByteSizeOff: "off"} {
+		if got := b.String(); got != want {
+			t.Errorf("%d.String() = %q, want %q", int64(b), got, want)
+		}
+	}
+}
