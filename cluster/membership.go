@@ -21,6 +21,19 @@ import (
 // limit; it panics above it, so Encode refuses instead).
 const MaxMetaSize = memberlist.MetaMaxSize
 
+// Limits of Meta's fields. With every field at its limit the encoded Meta,
+// Leaving flag included, takes 454 bytes, within MaxMetaSize; Validate also
+// checks the encoded size itself (JSON escapes some characters).
+const (
+	// MaxNodeIDLen is the longest node id, in bytes.
+	MaxNodeIDLen = 64
+	// MaxTransportAddrLen is the longest transport address: a DNS name of
+	// 253 bytes, a colon and a port.
+	MaxTransportAddrLen = 259
+	// MaxFingerprintLen is the longest fingerprint: a SHA-256 in hex.
+	MaxFingerprintLen = 64
+)
+
 // Meta is what a node tells the others about itself through gossip.
 type Meta struct {
 	// ID names the node; unique in the cluster and stable across restarts.
@@ -49,6 +62,26 @@ func (m Meta) Encode() ([]byte, error) {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrMetaTooLarge, len(b), MaxMetaSize)
 	}
 	return b, nil
+}
+
+// validate checks m's fields against their limits and its encoded size in
+// its largest form (Leaving set, as Leave gossips it).
+func (m Meta) validate() error {
+	var errs []error
+	if len(m.ID) > MaxNodeIDLen {
+		errs = append(errs, fmt.Errorf("cluster.node_id: %d bytes, limit %d", len(m.ID), MaxNodeIDLen))
+	}
+	if len(m.Transport) > MaxTransportAddrLen {
+		errs = append(errs, fmt.Errorf("cluster.transport address: %d bytes, limit %d", len(m.Transport), MaxTransportAddrLen))
+	}
+	if len(m.Fingerprint) > MaxFingerprintLen {
+		errs = append(errs, fmt.Errorf("cluster: fingerprint: %d bytes, limit %d", len(m.Fingerprint), MaxFingerprintLen))
+	}
+	m.Leaving = true
+	if _, err := m.Encode(); err != nil {
+		errs = append(errs, fmt.Errorf("cluster: node metadata (while leaving): %w", err))
+	}
+	return errors.Join(errs...)
 }
 
 // DecodeMeta parses the gossip form of a node's Meta.
@@ -101,6 +134,10 @@ type MembershipConfig struct {
 	Profile Profile
 	// Logger receives membership events and memberlist's own log lines.
 	Logger *slog.Logger
+
+	// wrapTransport, when set (tests only), wraps the gossip transport:
+	// the benchmarks stall a node's network with it.
+	wrapTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
 }
 
 // Validate reports every problem of the config at once.
@@ -109,8 +146,8 @@ func (c MembershipConfig) Validate() error {
 	if c.Meta.ID == "" {
 		errs = append(errs, errors.New("cluster.node_id: must be set"))
 	}
-	if _, err := c.Meta.Encode(); err != nil {
-		errs = append(errs, fmt.Errorf("cluster: node metadata: %w", err))
+	if err := c.Meta.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.BindPort < 0 || c.BindPort > 65535 {
 		errs = append(errs, fmt.Errorf("cluster.gossip port %d: out of range", c.BindPort))
@@ -235,8 +272,18 @@ func (m *Membership) Start() error {
 	c.Delegate = delegate{m}
 	c.Events = events{m}
 	c.Logger = log.New(slogWriter{m.log}, "", 0)
+	if m.cfg.wrapTransport != nil {
+		nt, err := newNetTransport(c)
+		if err != nil {
+			return fmt.Errorf("cluster: start gossip on %s:%d: %w", c.BindAddr, c.BindPort, err)
+		}
+		c.Transport = m.cfg.wrapTransport(nt)
+	}
 	ml, err := memberlist.Create(c)
 	if err != nil {
+		if c.Transport != nil {
+			_ = c.Transport.Shutdown()
+		}
 		return fmt.Errorf("cluster: start gossip on %s:%d: %w", c.BindAddr, c.BindPort, err)
 	}
 	m.mu.Lock()
@@ -249,6 +296,18 @@ func (m *Membership) Start() error {
 		}
 	}
 	return nil
+}
+
+// newNetTransport makes the transport memberlist would make itself,
+// retrying a picked port that is taken for UDP or TCP (as memberlist does).
+func newNetTransport(c *memberlist.Config) (*memberlist.NetTransport, error) {
+	nc := &memberlist.NetTransportConfig{BindAddrs: []string{c.BindAddr}, BindPort: c.BindPort, Logger: c.Logger}
+	for i := 0; ; i++ {
+		nt, err := memberlist.NewNetTransport(nc)
+		if err == nil || c.BindPort != 0 || i == 9 || !strings.Contains(err.Error(), "address already in use") {
+			return nt, err
+		}
+	}
 }
 
 // Join joins through more peers (gossip addresses).
@@ -310,14 +369,16 @@ func (m *Membership) Leave(timeout time.Duration) error {
 	m.mu.Unlock()
 	// Tell every member directly (TCP) before the leave is gossiped, so
 	// each can tell the leave from a crash; the metadata flag covers those
-	// that miss the message.
-	var err error
+	// that miss the message. A member that does not answer (it may have
+	// crashed unnoticed) is no reason to fail the leave.
 	for _, n := range ml.Members() {
 		if n.Name != m.meta.ID {
-			err = errors.Join(err, ml.SendReliable(n, []byte(leavingMsg+m.meta.ID)))
+			if err := ml.SendReliable(n, []byte(leavingMsg+m.meta.ID)); err != nil {
+				m.log.Debug("cluster: leaving message not delivered", "node", n.Name, "err", err)
+			}
 		}
 	}
-	err = errors.Join(err, ml.UpdateNode(timeout))
+	err := ml.UpdateNode(timeout)
 	err = errors.Join(err, ml.Leave(timeout))
 	return errors.Join(err, ml.Shutdown())
 }
