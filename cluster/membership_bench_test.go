@@ -19,6 +19,40 @@ import (
 	"github.com/edgedio/edged/internal/testutil"
 )
 
+// variant is a failure-detection profile under test: a Profile, with its
+// settings changed by tune if set.
+type variant struct {
+	name    string
+	profile Profile
+	tune    func(*memberlist.Config)
+}
+
+// timing returns a variant of the device profile with other timings.
+func timing(probe, timeout time.Duration, mult int) variant {
+	return variant{
+		name:    fmt.Sprintf("p%d-t%d-s%d", probe.Milliseconds(), timeout.Milliseconds(), mult),
+		profile: ProfileDevice,
+		tune: func(c *memberlist.Config) {
+			c.ProbeInterval, c.ProbeTimeout, c.SuspicionMult = probe, timeout, mult
+		},
+	}
+}
+
+var (
+	deviceVariant = variant{name: "device", profile: ProfileDevice}
+	lanVariant    = variant{name: "default", profile: ProfileLAN}
+	// candidates are the timings compared with the device profile: the
+	// first is the profile as first tuned (probe 200 ms, timeout 100 ms,
+	// suspicion multiplier 2).
+	candidates = []variant{
+		timing(200*time.Millisecond, 100*time.Millisecond, 2),
+		timing(300*time.Millisecond, 200*time.Millisecond, 3),
+		timing(200*time.Millisecond, 150*time.Millisecond, 6),
+		timing(250*time.Millisecond, 200*time.Millisecond, 5),
+		timing(300*time.Millisecond, 200*time.Millisecond, 5),
+	}
+)
+
 // benchNode is one member of a benchmark cluster.
 type benchNode struct {
 	m     *Membership
@@ -35,14 +69,14 @@ type benchCluster struct {
 
 // startCluster starts n members of profile p and waits until every one
 // sees all n. With stallable, the last member's network can be stalled.
-func startCluster(p Profile, n int, stallable bool) (*benchCluster, error) {
+func startCluster(v variant, n int, stallable bool) (*benchCluster, error) {
 	c := &benchCluster{lines: &lineCounter{}}
 	var addrs []string
 	for i := range n {
 		cfg := MembershipConfig{
 			Meta:     Meta{ID: fmt.Sprintf("n%d", i), Transport: "127.0.0.1:7000", Capacity: 1},
-			BindAddr: "127.0.0.1", Peers: slices.Clone(addrs), Profile: p,
-			Logger: slog.New(c.lines),
+			BindAddr: "127.0.0.1", Peers: slices.Clone(addrs), Profile: v.profile,
+			Logger: slog.New(c.lines), tune: v.tune,
 		}
 		var st *stallTransport
 		if stallable && i == n-1 {
@@ -71,7 +105,7 @@ func startCluster(p Profile, n int, stallable bool) (*benchCluster, error) {
 		return true
 	}) {
 		c.shutdown()
-		return nil, fmt.Errorf("%s: %d members did not all see each other", p, n)
+		return nil, fmt.Errorf("%s: %d members did not all see each other", v.name, n)
 	}
 	for _, nd := range c.nodes {
 		nd.m.Drain() // the joins
@@ -112,8 +146,8 @@ type detection struct {
 // without a leave (its gossip stops, its sockets close: what the others
 // see of a SIGKILL) and returns how long until the others declare it
 // dead.
-func measureDetection(p Profile, n int) (detection, error) {
-	c, err := startCluster(p, n, false)
+func measureDetection(v variant, n int) (detection, error) {
+	c, err := startCluster(v, n, false)
 	if err != nil {
 		return detection{}, err
 	}
@@ -127,7 +161,7 @@ func measureDetection(p Profile, n int) (detection, error) {
 	for i, nd := range c.nodes[:n-1] {
 		ev, err := awaitEvent(nd.m, MemberFailed, victim.cfg.Meta.ID, testutil.DefaultTimeout)
 		if err != nil {
-			return detection{}, fmt.Errorf("%s: %w", p, err)
+			return detection{}, fmt.Errorf("%s: %w", v.name, err)
 		}
 		took := ev.At.Sub(killed)
 		if i == 0 || took < d.first {
@@ -140,27 +174,42 @@ func measureDetection(p Profile, n int) (detection, error) {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// benchVariants are the device profile and memberlist's LAN default,
+// with the candidate timings too when EDGED_CANDIDATES is set.
+func benchVariants() []variant {
+	vs := []variant{deviceVariant, lanVariant}
+	if os.Getenv("EDGED_CANDIDATES") != "" {
+		vs = append(vs, candidates...)
+	}
+	return vs
+}
+
 // BenchmarkFailureDetection measures the time from a member's crash to
 // every other member declaring it dead, with three members on loopback,
 // for the device profile and, in the same iteration (concurrently), for
-// memberlist's LAN default. detection_ms is the device profile's mean,
-// max_detection_ms its worst iteration, default_detection_ms the LAN
-// default's mean, ratio_vs_default their quotient; first_ms is the device
-// profile's mean time until the first member declared it dead.
+// memberlist's LAN default (and the candidate timings with
+// EDGED_CANDIDATES=1). detection_ms is the device profile's mean,
+// max_detection_ms its worst iteration, first_ms its mean time until the
+// first member declared the crashed one dead; default_detection_ms is the
+// LAN default's mean and ratio_vs_default the quotient.
 func BenchmarkFailureDetection(b *testing.B) {
 	const members = 3
-	var dev, lan []detection
+	vs := benchVariants()
+	got := make([][]detection, len(vs))
 	for b.Loop() {
+		errs := make([]error, len(vs))
+		ds := make([]detection, len(vs))
 		var wg sync.WaitGroup
-		var derr, lerr error
-		var d, l detection
-		wg.Go(func() { d, derr = measureDetection(ProfileDevice, members) })
-		wg.Go(func() { l, lerr = measureDetection(ProfileLAN, members) })
+		for i, v := range vs {
+			wg.Go(func() { ds[i], errs[i] = measureDetection(v, members) })
+		}
 		wg.Wait()
-		if err := errors.Join(derr, lerr); err != nil {
+		if err := errors.Join(errs...); err != nil {
 			b.Fatal(err)
 		}
-		dev, lan = append(dev, d), append(lan, l)
+		for i := range vs {
+			got[i] = append(got[i], ds[i])
+		}
 	}
 	mean := func(ds []detection, f func(detection) time.Duration) float64 {
 		var sum time.Duration
@@ -170,12 +219,20 @@ func BenchmarkFailureDetection(b *testing.B) {
 		return ms(sum) / float64(len(ds))
 	}
 	all := func(d detection) time.Duration { return d.all }
-	worst := slices.MaxFunc(dev, func(a, b detection) int { return int(a.all - b.all) })
-	b.ReportMetric(mean(dev, all), "detection_ms")
-	b.ReportMetric(ms(worst.all), "max_detection_ms")
-	b.ReportMetric(mean(dev, func(d detection) time.Duration { return d.first }), "first_ms")
-	b.ReportMetric(mean(lan, all), "default_detection_ms")
-	b.ReportMetric(mean(dev, all)/mean(lan, all), "ratio_vs_default")
+	first := func(d detection) time.Duration { return d.first }
+	worst := func(ds []detection) float64 {
+		return ms(slices.MaxFunc(ds, func(a, b detection) int { return int(a.all - b.all) }).all)
+	}
+	def := mean(got[1], all)
+	b.ReportMetric(mean(got[0], all), "detection_ms")
+	b.ReportMetric(worst(got[0]), "max_detection_ms")
+	b.ReportMetric(mean(got[0], first), "first_ms")
+	b.ReportMetric(def, "default_detection_ms")
+	b.ReportMetric(mean(got[0], all)/def, "ratio_vs_default")
+	for i, v := range vs[2:] {
+		b.ReportMetric(mean(got[i+2], all), v.name+"_detection_ms")
+		b.ReportMetric(worst(got[i+2]), v.name+"_max_detection_ms")
+	}
 }
 
 // fpPeriod is how long BenchmarkFalsePositives watches each cluster:
@@ -193,87 +250,162 @@ func fpPeriod(b *testing.B) time.Duration {
 }
 
 // BenchmarkFalsePositives runs three members of the device profile, and
-// three of memberlist's LAN default beside them, for a fixed period
+// three of memberlist's LAN default beside them (and three of each
+// candidate timing with EDGED_CANDIDATES=1), for a fixed period
 // (EDGED_FP_PERIOD, default 1 min) with no failure, under CPU contention
-// (burn=N: testutil.Burn with N spinning goroutines, on top of whatever
-// else the machine runs), and counts the members wrongly declared dead
-// (false_dead, summed over the members' views: a member seen dead by
-// both others counts twice) and the suspicions that preceded them or
-// were refuted in time (suspicions, from memberlist's log).
+// (burn=N: testutil.Burn with N spinning goroutines in the process, on
+// top of whatever else the machine runs), and counts the members wrongly
+// declared dead (false_dead, summed over the members' views: a member
+// seen dead by both others counts twice) and the suspicions, refuted in
+// time or not (suspicions, from memberlist's log), per period.
 func BenchmarkFalsePositives(b *testing.B) {
 	period := fpPeriod(b)
+	vs := benchVariants()
 	for _, burn := range []int{2, 8} {
 		b.Run(fmt.Sprintf("burn=%d", burn), func(b *testing.B) {
 			testutil.Burn(b, burn)
-			var devDead, devSusp, lanDead, lanSusp, runs int
+			dead, susp := make([]int, len(vs)), make([]int, len(vs))
+			runs := 0
+			var load []float64
+			var maxLate time.Duration
 			for b.Loop() {
-				dev, err := startCluster(ProfileDevice, 3, false)
-				if err != nil {
-					b.Fatal(err)
+				cs := make([]*benchCluster, 0, len(vs))
+				for _, v := range vs {
+					c, err := startCluster(v, 3, false)
+					if err != nil {
+						for _, c := range cs {
+							c.shutdown()
+						}
+						b.Fatal(err)
+					}
+					cs = append(cs, c)
 				}
-				lan, err := startCluster(ProfileLAN, 3, false)
-				if err != nil {
-					dev.shutdown()
-					b.Fatal(err)
+				for _, c := range cs {
+					for _, nd := range c.nodes {
+						nd.m.Drain()
+					}
+					c.lines.reset()
 				}
-				dev.lines.reset()
-				lan.lines.reset()
-				time.Sleep(period) // the observation window, not a synchronisation
-				for _, c := range []*benchCluster{dev, lan} {
-					dead := 0
+				load0 := loadAvg()
+				late := watchLateness(period) // the observation window
+				load = append(load, (load0+loadAvg())/2)
+				maxLate = max(maxLate, late)
+				for i, c := range cs {
 					for _, nd := range c.nodes {
 						for _, ev := range nd.m.Drain() {
 							if ev.Kind == MemberFailed || ev.Kind == MemberLeft {
-								dead++
-								b.Logf("false positive: %s declared dead at %v", ev.Node.ID, ev.At.Format(time.TimeOnly))
+								dead[i]++
+								b.Logf("%s: false positive: %s declared dead at %v", vs[i].name, ev.Node.ID, ev.At.Format(time.TimeOnly))
 							}
 						}
 					}
-					if c == dev {
-						devDead, devSusp = devDead+dead, devSusp+c.lines.suspicions()
-					} else {
-						lanDead, lanSusp = lanDead+dead, lanSusp+c.lines.suspicions()
-					}
+					susp[i] += c.lines.suspicions()
 					c.shutdown()
 				}
 				runs++
 			}
-			b.ReportMetric(float64(devDead)/float64(runs), "false_dead")
-			b.ReportMetric(float64(devSusp)/float64(runs), "suspicions")
-			b.ReportMetric(float64(lanDead)/float64(runs), "default_false_dead")
-			b.ReportMetric(float64(lanSusp)/float64(runs), "default_suspicions")
+			n := float64(runs)
+			b.ReportMetric(float64(dead[0])/n, "false_dead")
+			b.ReportMetric(float64(susp[0])/n, "suspicions")
+			b.ReportMetric(float64(dead[1])/n, "default_false_dead")
+			b.ReportMetric(float64(susp[1])/n, "default_suspicions")
+			for i, v := range vs[2:] {
+				b.ReportMetric(float64(dead[i+2])/n, v.name+"_false_dead")
+				b.ReportMetric(float64(susp[i+2])/n, v.name+"_suspicions")
+			}
 			b.ReportMetric(period.Seconds(), "period_s")
+			b.ReportMetric(ms(maxLate), "max_sched_delay_ms")
+			var sum float64
+			for _, l := range load {
+				sum += l
+			}
+			b.ReportMetric(sum/n, "loadavg")
 		})
 	}
 }
 
-// BenchmarkStallTolerance stalls one of three device-profile members (no
-// packet in or out for stall=D, as a process frozen by swap or a long
-// pause would be; the kernel keeps what arrives meanwhile) and reports the
-// fraction of iterations in which the others declared it dead: the
-// profile's side of the trade between detection time and false
-// positives.
+// watchLateness waits for d and returns the longest a 10 ms ticker
+// fired late meanwhile: how long the process's goroutines may wait for a
+// CPU under the contention of the moment.
+func watchLateness(d time.Duration) time.Duration {
+	const tick = 10 * time.Millisecond
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	end := time.After(d)
+	last := time.Now()
+	var worst time.Duration
+	for {
+		select {
+		case now := <-t.C:
+			worst = max(worst, time.Since(last)-tick)
+			last = now
+		case <-end:
+			return worst
+		}
+	}
+}
+
+// loadAvg is the machine's one-minute load average (0 if unknown).
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	var l float64
+	fmt.Sscan(string(b), &l)
+	return l
+}
+
+// BenchmarkStallTolerance stalls one of three members (no packet in or
+// out for stall=D, as a process frozen by swap or a long pause would be;
+// the kernel keeps what arrives meanwhile) and reports the fraction of
+// iterations in which the others declared it dead (dead_fraction for the
+// device profile; the candidate timings' too with EDGED_CANDIDATES=1, run
+// beside it): the other side of the trade against detection time.
 func BenchmarkStallTolerance(b *testing.B) {
-	for _, stall := range []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, 750 * time.Millisecond, time.Second, 1500 * time.Millisecond} {
+	vs := []variant{deviceVariant}
+	if os.Getenv("EDGED_CANDIDATES") != "" {
+		vs = append(vs, candidates...)
+	}
+	for _, stall := range []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, 750 * time.Millisecond, time.Second, 1250 * time.Millisecond, 1500 * time.Millisecond, 2 * time.Second} {
 		b.Run("stall="+stall.String(), func(b *testing.B) {
-			dead, runs := 0, 0
+			dead := make([]int, len(vs))
+			runs := 0
 			for b.Loop() {
-				c, err := startCluster(ProfileDevice, 3, true)
-				if err != nil {
+				var wg sync.WaitGroup
+				errs := make([]error, len(vs))
+				for i, v := range vs {
+					wg.Go(func() {
+						c, err := startCluster(v, 3, true)
+						if err != nil {
+							errs[i] = err
+							return
+						}
+						defer c.shutdown()
+						victim := c.nodes[2]
+						victim.stall.stall(stall)
+						// Watch until the stall is over and a probe round
+						// and a suspicion timeout more.
+						cfg := memberlistConfig(v.profile)
+						if v.tune != nil {
+							v.tune(cfg)
+						}
+						watch := stall + 2*cfg.ProbeInterval + time.Duration(cfg.SuspicionMult)*cfg.ProbeInterval
+						if _, err := awaitEvent(c.nodes[0].m, MemberFailed, victim.m.cfg.Meta.ID, watch); err == nil {
+							dead[i]++
+						}
+					})
+				}
+				wg.Wait()
+				if err := errors.Join(errs...); err != nil {
 					b.Fatal(err)
 				}
-				v := c.nodes[2]
-				v.stall.stall(stall)
-				// Watch until the stall is over and a full suspicion
-				// timeout and probe round more.
-				_, err = awaitEvent(c.nodes[0].m, MemberFailed, v.m.cfg.Meta.ID, stall+time.Second)
-				if err == nil {
-					dead++
-				}
-				c.shutdown()
 				runs++
 			}
-			b.ReportMetric(float64(dead)/float64(runs), "dead_fraction")
+			b.ReportMetric(float64(dead[0])/float64(runs), "dead_fraction")
+			for i, v := range vs[1:] {
+				b.ReportMetric(float64(dead[i+1])/float64(runs), v.name+"_dead_fraction")
+			}
 		})
 	}
 }
