@@ -255,16 +255,18 @@ func fpPeriod(b *testing.B) time.Duration {
 // (EDGED_FP_PERIOD, default 1 min) with no failure, under CPU contention
 // (burn=N: testutil.Burn with N spinning goroutines in the process, on
 // top of whatever else the machine runs), and counts the members wrongly
-// declared dead (false_dead, summed over the members' views: a member
-// seen dead by both others counts twice) and the suspicions, refuted in
-// time or not (suspicions, from memberlist's log), per period.
+// reported failed (false_dead, summed over the members' views: a member
+// seen dead by both others counts twice), the suspicions, refuted in
+// time or not (suspicions, from memberlist's log), and the deaths
+// memberlist declared that were not confirmed (unconfirmed_deaths: the
+// member came back; see confirm), per period.
 func BenchmarkFalsePositives(b *testing.B) {
 	period := fpPeriod(b)
 	vs := benchVariants()
 	for _, burn := range []int{2, 8} {
 		b.Run(fmt.Sprintf("burn=%d", burn), func(b *testing.B) {
 			testutil.Burn(b, burn)
-			dead, susp := make([]int, len(vs)), make([]int, len(vs))
+			dead, susp, spared := make([]int, len(vs)), make([]int, len(vs)), make([]int, len(vs))
 			runs := 0
 			var load []float64
 			var maxLate time.Duration
@@ -300,6 +302,9 @@ func BenchmarkFalsePositives(b *testing.B) {
 						}
 					}
 					susp[i] += c.lines.suspicions()
+					for _, nd := range c.nodes {
+						spared[i] += int(nd.m.spared.Load())
+					}
 					c.shutdown()
 				}
 				runs++
@@ -307,6 +312,7 @@ func BenchmarkFalsePositives(b *testing.B) {
 			n := float64(runs)
 			b.ReportMetric(float64(dead[0])/n, "false_dead")
 			b.ReportMetric(float64(susp[0])/n, "suspicions")
+			b.ReportMetric(float64(spared[0])/n, "unconfirmed_deaths")
 			b.ReportMetric(float64(dead[1])/n, "default_false_dead")
 			b.ReportMetric(float64(susp[1])/n, "default_suspicions")
 			for i, v := range vs[2:] {
