@@ -122,10 +122,11 @@ type Profile string
 const (
 	// ProfileDevice is for a handful of devices on one LAN (the default):
 	// probes every 200 ms with a 100 ms timeout, suspicion multiplier 2 and
-	// gossip every 50 ms. A killed node is declared dead by every survivor
-	// in about 1 s; a node whose process stalls for more than about half a
-	// second (swap, a long GC on a tiny board) may be declared dead wrongly
-	// and rejoins when it answers again.
+	// gossip every 50 ms. memberlist declares a killed node dead in about
+	// 0.8–1 s; it also declares dead, under CPU contention, nodes that are
+	// merely slow, which the membership does not report as failed unless
+	// the death is confirmed (see confirm): a crashed process is reported
+	// about as fast, a slow one not at all.
 	ProfileDevice Profile = "device"
 	// ProfileLAN is memberlist's LAN default: a dead node is seen in about
 	// 5–6 s, with fewer false suspicions under stalls.
