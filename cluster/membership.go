@@ -1,17 +1,22 @@
 package cluster
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -20,6 +25,22 @@ import (
 // MaxMetaSize is the largest encoded Meta gossip carries (memberlist's
 // limit; it panics above it, so Encode refuses instead).
 const MaxMetaSize = memberlist.MetaMaxSize
+
+// Limits of Meta's fields. With every field at its limit the encoded Meta,
+// Leaving flag included, takes 480 bytes, within MaxMetaSize; Validate also
+// checks the encoded size itself (JSON escapes some characters).
+const (
+	// MaxNodeIDLen is the longest node id, in bytes.
+	MaxNodeIDLen = 64
+	// MaxTransportAddrLen is the longest transport address: a DNS name of
+	// 253 bytes, a colon and a port.
+	MaxTransportAddrLen = 259
+	// MaxFingerprintLen is the longest fingerprint: a SHA-256 in hex.
+	MaxFingerprintLen = 64
+	// MaxBootLen is the longest boot id (NewMembership's are 16 hex
+	// digits).
+	MaxBootLen = 16
+)
 
 // Meta is what a node tells the others about itself through gossip.
 type Meta struct {
@@ -36,6 +57,11 @@ type Meta struct {
 	// leaves, so that the others can tell a leave from a crash (memberlist
 	// reports both alike).
 	Leaving bool `json:"leaving,omitempty"`
+	// Boot identifies this run of the node: NewMembership sets a random
+	// one when it is empty. A node that restarts comes back with another,
+	// so the others see the restart (failed, then joined) even when gossip
+	// took the new run for the old one.
+	Boot string `json:"boot,omitempty"`
 }
 
 // Encode returns the gossip form of m, or ErrMetaTooLarge past
@@ -49,6 +75,32 @@ func (m Meta) Encode() ([]byte, error) {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrMetaTooLarge, len(b), MaxMetaSize)
 	}
 	return b, nil
+}
+
+// validate checks m's fields against their limits and its encoded size in
+// its largest form (Leaving set, as Leave gossips it).
+func (m Meta) validate() error {
+	var errs []error
+	if len(m.ID) > MaxNodeIDLen {
+		errs = append(errs, fmt.Errorf("cluster.node_id: %d bytes, limit %d", len(m.ID), MaxNodeIDLen))
+	}
+	if len(m.Transport) > MaxTransportAddrLen {
+		errs = append(errs, fmt.Errorf("cluster.transport address: %d bytes, limit %d", len(m.Transport), MaxTransportAddrLen))
+	}
+	if len(m.Fingerprint) > MaxFingerprintLen {
+		errs = append(errs, fmt.Errorf("cluster: fingerprint: %d bytes, limit %d", len(m.Fingerprint), MaxFingerprintLen))
+	}
+	if len(m.Boot) > MaxBootLen {
+		errs = append(errs, fmt.Errorf("cluster: boot id: %d bytes, limit %d", len(m.Boot), MaxBootLen))
+	}
+	if m.Boot == "" {
+		m.Boot = strings.Repeat("0", MaxBootLen) // NewMembership sets one
+	}
+	m.Leaving = true
+	if _, err := m.Encode(); err != nil {
+		errs = append(errs, fmt.Errorf("cluster: node metadata (while leaving): %w", err))
+	}
+	return errors.Join(errs...)
 }
 
 // DecodeMeta parses the gossip form of a node's Meta.
@@ -70,10 +122,11 @@ type Profile string
 const (
 	// ProfileDevice is for a handful of devices on one LAN (the default):
 	// probes every 200 ms with a 100 ms timeout, suspicion multiplier 2 and
-	// gossip every 50 ms. A killed node is declared dead by every survivor
-	// in about 1 s; a node whose process stalls for more than about half a
-	// second (swap, a long GC on a tiny board) may be declared dead wrongly
-	// and rejoins when it answers again.
+	// gossip every 50 ms. memberlist declares a killed node dead in about
+	// 0.8–1 s; it also declares dead, under CPU contention, nodes that are
+	// merely slow, which the membership does not report as failed unless
+	// the death is confirmed (see confirm): a crashed process is reported
+	// about as fast, a slow one not at all.
 	ProfileDevice Profile = "device"
 	// ProfileLAN is memberlist's LAN default: a dead node is seen in about
 	// 5–6 s, with fewer false suspicions under stalls.
@@ -101,6 +154,13 @@ type MembershipConfig struct {
 	Profile Profile
 	// Logger receives membership events and memberlist's own log lines.
 	Logger *slog.Logger
+
+	// wrapTransport, when set (tests only), wraps the gossip transport:
+	// the benchmarks stall a node's network with it.
+	wrapTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
+	// tune, when set (tests only), changes the profile's settings: the
+	// benchmarks compare candidate profiles with it.
+	tune func(*memberlist.Config)
 }
 
 // Validate reports every problem of the config at once.
@@ -109,8 +169,8 @@ func (c MembershipConfig) Validate() error {
 	if c.Meta.ID == "" {
 		errs = append(errs, errors.New("cluster.node_id: must be set"))
 	}
-	if _, err := c.Meta.Encode(); err != nil {
-		errs = append(errs, fmt.Errorf("cluster: node metadata: %w", err))
+	if err := c.Meta.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.BindPort < 0 || c.BindPort > 65535 {
 		errs = append(errs, fmt.Errorf("cluster.gossip port %d: out of range", c.BindPort))
@@ -191,13 +251,22 @@ type Membership struct {
 	cfg MembershipConfig
 	log *slog.Logger
 
-	mu      sync.Mutex // guards queue, ml, meta, members and leaving
+	mu      sync.Mutex // guards queue, ml, meta, members, leaving, pending and stopped
 	queue   []Event
 	meta    Meta
-	members map[string]Meta // alive members as the events told them
-	leaving map[string]bool // members that said they are leaving
+	members map[string]Meta   // alive members as the events told them
+	addrs   map[string]string // their gossip addresses
+	leaving map[string]bool   // members that said they are leaving
+	// pending are the members memberlist declared dead whose death is
+	// being confirmed (confirm); they stay in members meanwhile.
+	pending map[string]*pendingFailure
+	stopped bool // no more confirmations start
 	ml      *memberlist.Memberlist
 	notify  chan struct{} // capacity 1: rung when queue gains events
+
+	stop     chan struct{} // closed when gossip stops: confirmations end
+	confirms sync.WaitGroup
+	spared   atomic.Int64 // deaths memberlist declared that were not confirmed: the member came back
 }
 
 // NewMembership validates cfg. It starts nothing.
@@ -208,12 +277,18 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	if cfg.Profile == "" {
 		cfg.Profile = ProfileDevice
 	}
+	if cfg.Meta.Boot == "" {
+		var b [MaxBootLen / 2]byte
+		_, _ = rand.Read(b[:])
+		cfg.Meta.Boot = hex.EncodeToString(b[:])
+	}
 	lg := cfg.Logger
 	if lg == nil {
 		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return &Membership{cfg: cfg, log: lg, meta: cfg.Meta,
-		members: make(map[string]Meta), leaving: make(map[string]bool), notify: make(chan struct{}, 1)}, nil
+		members: make(map[string]Meta), addrs: make(map[string]string), leaving: make(map[string]bool), pending: make(map[string]*pendingFailure),
+		notify: make(chan struct{}, 1), stop: make(chan struct{})}, nil
 }
 
 // Start binds the gossip listener and joins through the configured peers
@@ -221,6 +296,9 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 // cluster of its own and others may join it later).
 func (m *Membership) Start() error {
 	c := memberlistConfig(m.cfg.Profile)
+	if m.cfg.tune != nil {
+		m.cfg.tune(c)
+	}
 	c.Name = m.cfg.Meta.ID
 	c.BindAddr = m.cfg.BindAddr
 	if c.BindAddr == "" {
@@ -235,8 +313,18 @@ func (m *Membership) Start() error {
 	c.Delegate = delegate{m}
 	c.Events = events{m}
 	c.Logger = log.New(slogWriter{m.log}, "", 0)
+	if m.cfg.wrapTransport != nil {
+		nt, err := newNetTransport(c)
+		if err != nil {
+			return fmt.Errorf("cluster: start gossip on %s:%d: %w", c.BindAddr, c.BindPort, err)
+		}
+		c.Transport = m.cfg.wrapTransport(nt)
+	}
 	ml, err := memberlist.Create(c)
 	if err != nil {
+		if c.Transport != nil {
+			_ = c.Transport.Shutdown()
+		}
 		return fmt.Errorf("cluster: start gossip on %s:%d: %w", c.BindAddr, c.BindPort, err)
 	}
 	m.mu.Lock()
@@ -249,6 +337,18 @@ func (m *Membership) Start() error {
 		}
 	}
 	return nil
+}
+
+// newNetTransport makes the transport memberlist would make itself,
+// retrying a picked port that is taken for UDP or TCP (as memberlist does).
+func newNetTransport(c *memberlist.Config) (*memberlist.NetTransport, error) {
+	nc := &memberlist.NetTransportConfig{BindAddrs: []string{c.BindAddr}, BindPort: c.BindPort, Logger: c.Logger}
+	for i := 0; ; i++ {
+		nt, err := memberlist.NewNetTransport(nc)
+		if err == nil || c.BindPort != 0 || i == 9 || !strings.Contains(err.Error(), "address already in use") {
+			return nt, err
+		}
+	}
 }
 
 // Join joins through more peers (gossip addresses).
@@ -310,24 +410,48 @@ func (m *Membership) Leave(timeout time.Duration) error {
 	m.mu.Unlock()
 	// Tell every member directly (TCP) before the leave is gossiped, so
 	// each can tell the leave from a crash; the metadata flag covers those
-	// that miss the message.
-	var err error
-	for _, n := range ml.Members() {
-		if n.Name != m.meta.ID {
-			err = errors.Join(err, ml.SendReliable(n, []byte(leavingMsg+m.meta.ID)))
+	// that miss the message. A member that does not answer (it may have
+	// crashed unnoticed) is no reason to fail the leave.
+	// (The nodes memberlist's Members returns are written by its
+	// goroutines meanwhile: the addresses are taken from the events.)
+	m.mu.Lock()
+	addrs := maps.Clone(m.addrs)
+	m.mu.Unlock()
+	for id, addr := range addrs {
+		if id == m.meta.ID {
+			continue
+		}
+		host, port, _ := net.SplitHostPort(addr)
+		p, _ := strconv.Atoi(port)
+		n := &memberlist.Node{Name: id, Addr: net.ParseIP(host), Port: uint16(p)}
+		if err := ml.SendReliable(n, []byte(leavingMsg+m.meta.ID)); err != nil {
+			m.log.Debug("cluster: leaving message not delivered", "node", id, "err", err)
 		}
 	}
-	err = errors.Join(err, ml.UpdateNode(timeout))
-	err = errors.Join(err, ml.Leave(timeout))
-	return errors.Join(err, ml.Shutdown())
+	// The flag is the fallback of the messages above: its broadcast not
+	// finishing in time is no reason to fail the leave either.
+	if err := ml.UpdateNode(timeout); err != nil {
+		m.log.Debug("cluster: leaving flag not gossiped in time", "err", err)
+	}
+	err := ml.Leave(timeout)
+	return errors.Join(err, m.Shutdown())
 }
 
 // Shutdown stops gossip without telling the others (as a crash would).
 func (m *Membership) Shutdown() error {
-	if ml := m.list(); ml != nil {
-		return ml.Shutdown()
+	m.mu.Lock()
+	ml := m.ml
+	if !m.stopped {
+		m.stopped = true
+		close(m.stop)
 	}
-	return nil
+	m.mu.Unlock()
+	var err error
+	if ml != nil {
+		err = ml.Shutdown()
+	}
+	m.confirms.Wait()
+	return err
 }
 
 func (m *Membership) list() *memberlist.Memberlist {
@@ -339,8 +463,32 @@ func (m *Membership) list() *memberlist.Memberlist {
 // leavingMsg prefixes the message a leaving node sends every member.
 const leavingMsg = "edged-leaving:"
 
+// Confirming a death. memberlist declares a member dead when it missed
+// its probes for a while, which a process that is merely slow (a loaded
+// device, a long pause) also does; a crashed process is told apart by
+// its gossip port: the kernel of a live device refuses a connection to a
+// port no process listens on any more, and accepts one to a process that
+// is only slow. So a member memberlist declares dead stays a member until
+// a connection to its gossip port is refused (a crash: failed at once),
+// connection attempts fail otherwise for confirmUnreachable (a device off
+// or cut off: failed that much later), or it has not come back within
+// confirmHold while still accepting connections (failed then). If it
+// comes back first (memberlist hears from it again: it was slow), no
+// event is reported at all.
+const (
+	confirmEvery       = 250 * time.Millisecond
+	confirmDialTimeout = time.Second
+	confirmUnreachable = 2 * time.Second
+	confirmHold        = 10 * time.Second
+)
+
+// pendingFailure is a death memberlist declared that confirm checks.
+type pendingFailure struct {
+	ev Event // the failed event to report if confirmed
+}
+
 // push records a membership change from memberlist's callbacks (which hold
-// memberlist's lock: n is read here and nowhere else).
+// memberlist's lock: n is read here and nowhere else). It never blocks.
 func (m *Membership) push(kind EventKind, n *memberlist.Node) {
 	meta, err := DecodeMeta(n.Meta)
 	if err != nil {
@@ -348,25 +496,128 @@ func (m *Membership) push(kind EventKind, n *memberlist.Node) {
 	}
 	ev := Event{Kind: kind, Node: meta, Addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))), At: time.Now()}
 	m.mu.Lock()
+	defer m.ring()
+	defer m.mu.Unlock()
+	id := meta.ID
 	switch kind {
 	case MemberJoined, MemberUpdated:
-		m.members[meta.ID] = meta
+		old, known := m.members[id]
+		p := m.pending[id]
+		delete(m.pending, id)
 		if kind == MemberJoined {
-			delete(m.leaving, meta.ID)
+			delete(m.leaving, id)
+		}
+		m.members[id] = meta
+		m.addrs[id] = ev.Addr
+		switch {
+		case known && old.Boot != meta.Boot:
+			// Another run of the node: the old one is gone with
+			// whatever it ran, even if gossip never saw it die.
+			m.queue = append(m.queue,
+				Event{Kind: MemberFailed, Node: old, Addr: ev.Addr, At: ev.At},
+				Event{Kind: MemberJoined, Node: meta, Addr: ev.Addr, At: ev.At})
+		case p != nil && old == meta:
+			// Declared dead, not confirmed, back: it was only slow.
+			m.spared.Add(1)
+		case p != nil:
+			m.spared.Add(1)
+			m.queue = append(m.queue, Event{Kind: MemberUpdated, Node: meta, Addr: ev.Addr, At: ev.At})
+		case known && kind == MemberJoined:
+			ev.Kind = MemberUpdated
+			m.queue = append(m.queue, ev)
+		default:
+			m.queue = append(m.queue, ev)
 		}
 	case MemberFailed:
-		if m.leaving[meta.ID] || meta.Leaving {
+		if m.leaving[id] || meta.Leaving {
 			ev.Kind = MemberLeft
+			delete(m.members, id)
+			delete(m.addrs, id)
+			delete(m.leaving, id)
+			delete(m.pending, id)
+			m.queue = append(m.queue, ev)
+			return
 		}
-		delete(m.members, meta.ID)
-		delete(m.leaving, meta.ID)
+		if _, known := m.members[id]; !known || m.stopped {
+			return
+		}
+		p := &pendingFailure{ev: ev}
+		m.pending[id] = p
+		m.confirms.Add(1)
+		go m.confirm(id, p)
 	}
-	m.queue = append(m.queue, ev)
-	m.mu.Unlock()
+}
+
+// ring signals that events are pending.
+func (m *Membership) ring() {
 	select {
 	case m.notify <- struct{}{}:
 	default:
 	}
+}
+
+// confirm checks the death of member id that memberlist declared (see
+// confirmEvery) until it is confirmed, the member is back, or gossip
+// stops.
+func (m *Membership) confirm(id string, p *pendingFailure) {
+	defer m.confirms.Done()
+	hold := time.NewTimer(confirmHold)
+	defer hold.Stop()
+	tick := time.NewTicker(confirmEvery)
+	defer tick.Stop()
+	var failing time.Time // since when connections fail; zero while they do not
+	for {
+		m.mu.Lock()
+		current := m.pending[id] == p
+		m.mu.Unlock()
+		if !current {
+			return // back, left, or declared dead again
+		}
+		conn, err := net.DialTimeout("tcp", p.ev.Addr, confirmDialTimeout)
+		switch {
+		case err == nil:
+			conn.Close()
+			failing = time.Time{}
+		case errors.Is(err, syscall.ECONNREFUSED):
+			m.confirmed(id, p, "crashed: connection refused")
+			return
+		case failing.IsZero():
+			failing = time.Now()
+		case time.Since(failing) >= confirmUnreachable:
+			m.confirmed(id, p, "unreachable: "+err.Error())
+			return
+		}
+		select {
+		case <-hold.C:
+			m.confirmed(id, p, "not back within "+confirmHold.String())
+			return
+		case <-m.stop:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// confirmed reports p's failure, unless it was overtaken meanwhile.
+func (m *Membership) confirmed(id string, p *pendingFailure, why string) {
+	m.mu.Lock()
+	if m.pending[id] != p {
+		m.mu.Unlock()
+		return
+	}
+	delete(m.pending, id)
+	delete(m.members, id)
+	delete(m.addrs, id)
+	ev := p.ev
+	ev.At = time.Now()
+	if m.leaving[id] {
+		ev.Kind = MemberLeft
+	}
+	delete(m.leaving, id)
+	m.queue = append(m.queue, ev)
+	m.mu.Unlock()
+	m.log.Info("cluster: member failed", "node", id, "why", why, "declared", p.ev.At, "confirmed_after", ev.At.Sub(p.ev.At))
+	m.ring()
 }
 
 // delegate gives memberlist this node's metadata. Called on memberlist's

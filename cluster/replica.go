@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -235,24 +234,33 @@ type ReplicaClient interface {
 // one of peers at once, and returns once all hold it durably. It fails,
 // naming each peer that does not hold it, if any copy fails: the
 // snapshot's acknowledgement must not count until its replicas exist.
+//
+// The file is streamed, never held in memory: it is read once to check
+// it against sum, then once per peer (from the page cache).
 func Replicate(ctx context.Context, c ReplicaClient, peers []string, k ReplicaKey, path string, sum uint32) error {
 	if err := k.Validate(); err != nil {
 		return err
 	}
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("cluster: replicate %s: %w", k, err)
 	}
+	defer f.Close()
 	// The local file is checked first: a replica of a damaged file would
 	// be worse than none.
-	if err := checkReplica(k, b, sum, int64(len(b))); err != nil {
-		return err
+	h := crc32.New(castagnoli)
+	size, err := io.Copy(h, f)
+	if err != nil {
+		return fmt.Errorf("cluster: replicate %s: %w", k, err)
+	}
+	if got := h.Sum32(); got != sum {
+		return fmt.Errorf("%w: %s has crc32c %08x, expected %08x", ErrReplicaCorrupt, k, got, sum)
 	}
 	errs := make([]error, len(peers))
 	var wg sync.WaitGroup
 	for i, p := range peers {
 		wg.Go(func() {
-			if err := c.PutReplica(ctx, p, k, sum, int64(len(b)), bytes.NewReader(b)); err != nil {
+			if err := c.PutReplica(ctx, p, k, sum, size, io.NewSectionReader(f, 0, size)); err != nil {
 				errs[i] = fmt.Errorf("%w: %s on %s: %w", ErrReplication, k, p, err)
 			}
 		})
