@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"math"
 	"reflect"
 
 	"github.com/edgedio/edged/state"
@@ -25,28 +26,28 @@ import (
 // order, as the merge of all slices does.
 //
 // The incremental aggregate is derived from the slices, so it is not part
-// of the state of record: it hangs off the key's slice set in memory (a
-// field the codec skips), found with the slices by the one state access a
-// firing makes, and written nowhere. It is rebuilt from the slices when it
-// is missing: after a restore (snapshots hold the slices only), after a
-// record joined one of its slices (a late record, or on processing time
-// one in the last millisecond of a window that fired), or when every
-// slice of the key was dropped. On a backend that keeps values encoded
-// (bbolt) it could not outlive a firing, so there each window merges its
-// slices.
+// of the state of record: the operator keeps it in memory, per key, and
+// writes it nowhere (adding a record and snapshots cost what they did for
+// the slices alone). It is rebuilt from the slices when it is missing or
+// stale: after a restore (snapshots hold the slices only), after a record
+// joined one of its slices (a late record, or on processing time one in
+// the last millisecond of a window that fired; the operator remembers the
+// largest To it built, maxTo, so only records before it look), and when
+// every slice of the key was dropped (its aggregate goes with them).
 //
 // Snapshots of the earlier layout kept the incremental aggregates in the
 // state "<name>/incremental" (incAgg): the store still registers it, so
-// that such snapshots restore, and clears a key's entry when it rebuilds
+// that such snapshots restore, and clears a key's entry when it builds
 // that key's aggregate or drops its slices, so that the state empties.
 //
 // Windows fired again because of late records, when they start before the
 // incremental aggregate, merge their slices as before.
 type incSlices[K comparable, T, A, R any] struct {
 	*aggSlices[K, T, A, R]
-	// inMemory says that the backend keeps values as they are (the
-	// incremental aggregate stays with its slice set).
-	inMemory bool
+	keys *state.KeyContext[K]
+	// incs holds the incremental aggregate of each key with slices.
+	incs  map[K]*incStacks[A]
+	maxTo int64
 	// flat says that accumulators hold no references, so that an
 	// assignment copies one (see copyOf).
 	flat bool
@@ -61,7 +62,7 @@ type incSlices[K comparable, T, A, R any] struct {
 }
 
 // incStacks is the incremental aggregate of a key's slices in
-// [From, To) (see incSlices).
+// [From, To) (see incSlices); it holds nothing until Built.
 type incStacks[A any] struct {
 	Built         bool
 	From, Mid, To int64
@@ -113,7 +114,7 @@ func (s *incSlices[K, T, A, R]) open(b state.Backend, keys *state.KeyContext[K],
 	if err := s.aggSlices.open(b, keys, name); err != nil {
 		return err
 	}
-	_, s.inMemory = b.(*state.MemoryBackend)
+	s.keys, s.incs, s.maxTo = keys, make(map[K]*incStacks[A]), math.MinInt64
 	var err error
 	legacyName := name + "/incremental"
 	s.legacy, err = state.NewValue[K, incAgg[A]](b, keys, state.ValueDescriptor[incAgg[A]]{Name: legacyName})
@@ -127,6 +128,18 @@ func (s *incSlices[K, T, A, R]) clearLegacy() {
 	if s.hasLegacy {
 		s.legacy.Clear()
 	}
+}
+
+func (s *incSlices[K, T, A, R]) add(p int64, v T) bool {
+	created := s.aggSlices.add(p, v)
+	if p < s.maxTo {
+		if a := s.incs[s.keys.Key()]; a != nil && a.Built && p >= a.From && p < a.To {
+			// The record joins a slice of the incremental aggregate: the
+			// next window rebuilds it.
+			a.Built = false
+		}
+	}
+	return created
 }
 
 // copyOf returns a fresh accumulator equal to a: Merge may change its
@@ -145,17 +158,15 @@ func (s *incSlices[K, T, A, R]) fire(key K, w Window) error {
 	if !ok {
 		return nil
 	}
-	a := set.inc
-	if !s.inMemory || (a != nil && w.Start < a.From) {
-		// No incremental aggregate can be kept, or a window fired again
-		// before it.
+	a := s.incs[key]
+	if a != nil && a.Built && w.Start < a.From {
+		// A window fired again, before the incremental aggregate.
 		s.fireSlices(key, w, set.Slices)
 		return nil
 	}
 	if a == nil {
 		a = new(incStacks[A])
-		set.inc = a
-		s.st.Update(set)
+		s.incs[key] = a
 		s.clearLegacy()
 	}
 	if !a.Built || w.Start >= a.Mid {
@@ -202,6 +213,7 @@ func (s *incSlices[K, T, A, R]) flip(a *incStacks[A], sl []aggSlice[A], w Window
 		a.Front = append(a.Front, aggSlice[A]{Start: sl[k].Start, Acc: acc})
 	}
 	a.Built, a.From, a.Mid, a.To = true, w.Start, w.End, w.End
+	s.maxTo = max(s.maxTo, a.To)
 }
 
 // advance moves the incremental aggregate to w, which starts in
@@ -228,6 +240,7 @@ func (s *incSlices[K, T, A, R]) advance(a *incStacks[A], sl []aggSlice[A], w Win
 	clear(a.Front[n:])
 	a.Front = a.Front[:n]
 	a.From, a.To = w.Start, max(a.To, w.End)
+	s.maxTo = max(s.maxTo, a.To)
 }
 
 // drop removes the oldest slices while done holds for them, and the
@@ -237,6 +250,7 @@ func (s *incSlices[K, T, A, R]) advance(a *incStacks[A], sl []aggSlice[A], w Win
 func (s *incSlices[K, T, A, R]) drop(done func(p int64) bool) int {
 	n := s.aggSlices.drop(done)
 	if n == 0 {
+		delete(s.incs, s.keys.Key())
 		s.clearLegacy()
 	}
 	return n

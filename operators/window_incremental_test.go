@@ -78,6 +78,16 @@ type keyedSnap struct {
 // processing-time clocks at now.
 func newIncHarness[R comparable](t *testing.T, build func(operators.Collector[operators.WindowResult[string, R]]) operators.OneInput[ev], p, maxP int, snaps []keyedSnap, now time.Time) *incHarness[R] {
 	t.Helper()
+	return newIncHarnessOn(t, build, p, maxP, snaps, now, func(r keygroup.Range, h *operatorstest.Harness[ev, operators.WindowResult[string, R]]) state.Backend {
+		return state.NewMemoryBackend(r, h.Clock)
+	})
+}
+
+// newIncHarnessOn is newIncHarness with the state backends that backend
+// makes for the subtasks.
+func newIncHarnessOn[R comparable](t *testing.T, build func(operators.Collector[operators.WindowResult[string, R]]) operators.OneInput[ev], p, maxP int, snaps []keyedSnap, now time.Time,
+	backend func(keygroup.Range, *operatorstest.Harness[ev, operators.WindowResult[string, R]]) state.Backend) *incHarness[R] {
+	t.Helper()
 	ih := &incHarness[R]{group: keyedGroups(maxP), maxP: maxP}
 	var sources [][]int
 	if snaps != nil {
@@ -87,7 +97,7 @@ func newIncHarness[R comparable](t *testing.T, build func(operators.Collector[op
 		h := operatorstest.New(build, operatorstest.Keyed(maxP), operatorstest.SideOutput[ev](lateTag), operatorstest.StartAt(now))
 		r := keygroup.RangeFor(i, p, maxP)
 		h.Ctx.Subtask, h.Ctx.Parallelism, h.Ctx.KeyGroups = i, p, r
-		h.Ctx.State = state.NewMemoryBackend(r, h.Clock)
+		h.Ctx.State = backend(r, h)
 		if snaps != nil {
 			for _, j := range sources[i] {
 				if err := state.Restore(h.Ctx.State, bytes.NewReader(snaps[j].data), snaps[j].offsets, r); err != nil {

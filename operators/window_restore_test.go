@@ -11,6 +11,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/edgedio/edged/keygroup"
 	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/operators/operatorstest"
 	"github.com/edgedio/edged/state"
@@ -149,8 +150,24 @@ func runGolden[A any, R comparable](t *testing.T, c goldenCase, aggName string, 
 	if len(want) == 0 {
 		t.Fatal("the reference emitted nothing after the snapshot")
 	}
-	for _, p := range []int{1, 2} {
-		got := newIncHarness(t, build, p, maxP, []keyedSnap{{data: g.Data, offsets: g.Offsets}}, operatorstest.DefaultStart)
+	memory := func(r keygroup.Range, h *operatorstest.Harness[ev, operators.WindowResult[string, R]]) state.Backend {
+		return state.NewMemoryBackend(r, h.Clock)
+	}
+	bolt := func(r keygroup.Range, h *operatorstest.Harness[ev, operators.WindowResult[string, R]]) state.Backend {
+		b, err := state.NewBoltBackend(filepath.Join(t.TempDir(), "state.db"), r, h.Clock, state.DefaultBoltOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}
+	for _, v := range []struct {
+		p       int
+		backend func(keygroup.Range, *operatorstest.Harness[ev, operators.WindowResult[string, R]]) state.Backend
+		name    string
+	}{{1, memory, "memory"}, {2, memory, "memory"}, {2, bolt, "bolt"}} {
+		p := v.p
+		got := newIncHarnessOn(t, build, p, maxP, []keyedSnap{{data: g.Data, offsets: g.Offsets}}, operatorstest.DefaultStart, v.backend)
 		legacy := 0
 		for _, h := range got.hs {
 			legacy += h.StateLen(windowName + "/contents/incremental")
@@ -164,17 +181,17 @@ func runGolden[A any, R comparable](t *testing.T, c goldenCase, aggName string, 
 		}
 		have, _ := run(got, steps[cut:])
 		if !slices.Equal(have, want) {
-			t.Errorf("%s at parallelism %d: emitted after the restore%v\nwant%v", c.path(aggName), p, have, want)
+			t.Errorf("%s at parallelism %d on %s: emitted after the restore%v\nwant%v", c.path(aggName), p, v.name, have, want)
 		}
 		if l, w := got.lateRecords(), ref.lateRecords()-refLate; l != w {
-			t.Errorf("%s at parallelism %d: %d late records after the restore, want %d", c.path(aggName), p, l, w)
+			t.Errorf("%s at parallelism %d on %s: %d late records after the restore, want %d", c.path(aggName), p, v.name, l, w)
 		}
 		if err := got.watermark(watermark.MaxWatermark); err != nil {
 			t.Fatal(err)
 		}
 		got.drain()
 		if n := got.stateLeft(); n != 0 {
-			t.Errorf("%s at parallelism %d: %d state entries left at the end", c.path(aggName), p, n)
+			t.Errorf("%s at parallelism %d on %s: %d state entries left at the end", c.path(aggName), p, v.name, n)
 		}
 		got.close(t)
 	}
@@ -184,8 +201,8 @@ func runGolden[A any, R comparable](t *testing.T, c goldenCase, aggName string, 
 // window aggregates taken by an earlier version of the operator (kept in
 // testdata, with its incremental aggregates in their own state) and checks
 // that the restored operator emits what the merge-all reference emits for
-// the rest of the stream, at parallelism 1 and 2, and leaves no state
-// behind. Rewrite the snapshots with -window.write-golden.
+// the rest of the stream, at parallelism 1 and 2, on the memory backend
+// and on bbolt, and leaves no state behind. Rewrite the snapshots with -window.write-golden.
 func TestSlidingWindowRestoresGoldenSnapshots(t *testing.T) {
 	for _, c := range goldenCases {
 		t.Run(c.name+"/count-sum", func(t *testing.T) {

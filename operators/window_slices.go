@@ -35,13 +35,10 @@ type aggSlice[A any] struct {
 }
 
 // sliceSet is what aggSlices keeps per key: its slices in order and its
-// pending window-end timer (0: none). Sliding windows hang their
-// incremental aggregate off it (see incSlices): derived from the slices,
-// it is not encoded, so snapshots hold what they always held.
+// pending window-end timer (0: none).
 type sliceSet[A any] struct {
 	Next   int64
 	Slices []aggSlice[A]
-	inc    *incStacks[A] `codec:"-"`
 }
 
 // aggSlices keeps the accumulators of all slices of a key in one state
@@ -93,13 +90,6 @@ func (s *aggSlices[K, T, A, R]) add(p int64, v T) bool {
 		sl[i].Acc = s.agg.Add(v, sl[i].Acc)
 	} else {
 		set.Slices = slices.Insert(sl, i, aggSlice[A]{Start: p, Acc: s.agg.Add(v, s.agg.CreateAccumulator())})
-	}
-	if a := set.inc; a != nil && p < a.To && p >= a.From {
-		// The record joins a slice the incremental aggregate holds (a
-		// late record, or on processing time one in the last
-		// millisecond of a window that fired): the next window rebuilds
-		// it.
-		set.inc = nil
 	}
 	s.st.Update(set)
 	return !found
