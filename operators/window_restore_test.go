@@ -213,3 +213,88 @@ func TestSlidingWindowRestoresGoldenSnapshots(t *testing.T) {
 		})
 	}
 }
+
+// TestSlidingWindowSnapshotsHoldSlicesOnly checks that the incremental
+// aggregates of sliding windows, derived from the slices, stay out of the
+// keyed state (and so out of snapshots) while windows fire from them.
+func TestSlidingWindowSnapshotsHoldSlicesOnly(t *testing.T) {
+	h := operatorstest.New(func(out operators.Collector[result]) operators.OneInput[ev] {
+		op, err := operators.NewWindowAggregate(windowName, evKey, operators.SlidingEventTimeWindows(ms(60), ms(10)), 0, "",
+			operators.AggregateFunction[ev, cs, cs](csAgg{}), out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return op
+	}, operatorstest.Keyed(16))
+	if err := h.Open(); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for ts := int64(0); ts < 1000; ts += 5 {
+		for _, k := range []string{"a", "b", "c"} {
+			h.Process(ev{Key: k, TS: ts, V: ts}, ts)
+		}
+		if err := h.Watermark(ts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if inc, _ := operators.IncrementalFirings(h.Op); inc == 0 {
+		t.Fatal("no result came from an incremental aggregate")
+	}
+	if n := h.StateLen(windowName + "/contents"); n != 3 {
+		t.Errorf("%d slice sets in the state, want 3", n)
+	}
+	if n := h.StateLen(windowName + "/contents/incremental"); n != 0 {
+		t.Errorf("%d incremental aggregates in the state, want none", n)
+	}
+}
+
+// countingAgg counts and sums like csAgg and counts the calls of Merge.
+type countingAgg struct {
+	csAgg
+	merges *int
+}
+
+func (a countingAgg) Merge(x, y cs) cs {
+	*a.merges++
+	return csAgg{}.Merge(x, y)
+}
+
+// TestSlidingWindowMergesPerResult checks that a sliding window's result
+// costs a few merges whatever the number of slices in a window: one record
+// per slice, windows of 10 and of 600 slices sliding by one.
+func TestSlidingWindowMergesPerResult(t *testing.T) {
+	for _, slices := range []int64{10, 600} {
+		merges := 0
+		h := operatorstest.New(func(out operators.Collector[result]) operators.OneInput[ev] {
+			op, err := operators.NewWindowAggregate(windowName, evKey, operators.SlidingEventTimeWindows(ms(slices), ms(1)), 0, "",
+				operators.AggregateFunction[ev, cs, cs](countingAgg{merges: &merges}), out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return op
+		}, operatorstest.Keyed(16))
+		if err := h.Open(); err != nil {
+			t.Fatal(err)
+		}
+		const n = 6000
+		for ts := range int64(n) {
+			h.Process(ev{Key: "a", TS: ts, V: 1}, ts)
+			if err := h.Watermark(ts); err != nil {
+				t.Fatal(err)
+			}
+		}
+		results := len(h.Drain())
+		if results != n {
+			t.Fatalf("%d slices: %d results, want %d", slices, results, n)
+		}
+		if per := float64(merges) / float64(results); per > 3 {
+			t.Errorf("%d slices per window: %.2f merges per result, want at most 3", slices, per)
+		} else {
+			t.Logf("%d slices per window: %.2f merges per result", slices, per)
+		}
+		if err := h.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
