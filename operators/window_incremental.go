@@ -2,14 +2,14 @@ package operators
 
 import (
 	"math"
-	"math/rand/v2"
+	"reflect"
 
 	"github.com/edgedio/edged/state"
 )
 
 // incSlices is the slice store of sliding window aggregates. It keeps the
-// slices of each key as aggSlices does (same state, same layout), plus an
-// incrementally maintained aggregate of the slices of the last window
+// slices of each key as aggSlices does (same state, same encoding), plus
+// an incrementally maintained aggregate of the slices of the last window
 // fired, so that the next window's result costs a few merges (about
 // slide/pane of them, amortised) rather than one per slice of the window
 // (size/pane).
@@ -25,35 +25,45 @@ import (
 // windows. Only associativity is needed: slices are combined in time
 // order, as the merge of all slices does.
 //
-// The incremental aggregate lives in its own state, "<name>/incremental",
-// read and written when a window fires, so that adding a record costs
-// what it did. A record added to a slice inside [From, To) (a late
-// record, or on processing time one in the last millisecond of a window
-// that fired) drops the key's incremental aggregate, which the next window
-// rebuilds; the operator remembers the largest To it wrote (maxTo), so
-// only records before it look. Each operator instance marks what it
-// writes with a random owner: after a restore, at any parallelism, the
-// incremental aggregates of the snapshot belong to another owner and are
-// rebuilt when their key's next window fires (the slices are the state of
-// record), so maxTo need not be restored; and a snapshot of the earlier
-// layout, without incremental aggregates, restores as it is.
+// The incremental aggregate is derived from the slices, so it is not part
+// of the state of record: the operator keeps it in memory, per key, and
+// writes it nowhere (adding a record and snapshots cost what they did for
+// the slices alone). It is rebuilt from the slices when it is missing or
+// stale: after a restore (snapshots hold the slices only), after a record
+// joined one of its slices (a late record, or on processing time one in
+// the last millisecond of a window that fired; the operator remembers the
+// largest To it built, maxTo, so only records before it look), and when
+// every slice of the key was dropped (its aggregate goes with them).
+//
+// Snapshots of the earlier layout kept the incremental aggregates in the
+// state "<name>/incremental" (incAgg): the store still registers it, so
+// that such snapshots restore, and clears a key's entry when it builds
+// that key's aggregate or drops its slices, so that the state empties.
 //
 // Windows fired again because of late records, when they start before the
 // incremental aggregate, merge their slices as before.
 type incSlices[K comparable, T, A, R any] struct {
 	*aggSlices[K, T, A, R]
-	inc   state.Value[incAgg[A]]
-	owner uint64
+	keys *state.KeyContext[K]
+	// incs holds the incremental aggregate of each key with slices.
+	incs  map[K]*incStacks[A]
 	maxTo int64
+	// flat says that accumulators hold no references, so that an
+	// assignment copies one (see copyOf).
+	flat bool
+	// legacy holds the incremental aggregates of a restored snapshot of
+	// the earlier layout; hasLegacy says whether it had any entries when
+	// the store opened.
+	legacy    state.Value[incAgg[A]]
+	hasLegacy bool
 	// incremental and rebuilt count the windows whose result came from
 	// the incremental aggregate, and those that rebuilt it (tests).
 	incremental, rebuilt int64
 }
 
-// incAgg is the incremental aggregate of a key's slices in [From, To)
-// (see incSlices), written by the operator instance Owner.
-type incAgg[A any] struct {
-	Owner         uint64
+// incStacks is the incremental aggregate of a key's slices in
+// [From, To) (see incSlices); it holds nothing until Built.
+type incStacks[A any] struct {
 	Built         bool
 	From, Mid, To int64
 	// Front is a stack: its last entry is the suffix aggregate of the
@@ -64,57 +74,108 @@ type incAgg[A any] struct {
 	HasBack bool
 }
 
+// incAgg is the incremental aggregate as snapshots of the earlier layout
+// hold it, in the state "<name>/incremental". Its type and fields are
+// those of that layout, so that the state restores; it is only cleared.
+type incAgg[A any] struct {
+	Owner         uint64
+	Built         bool
+	From, Mid, To int64
+	Front         []aggSlice[A]
+	Back          A
+	HasBack       bool
+}
+
 func newIncSlices[K comparable, T, A, R any](agg AggregateFunction[T, A, R], out Collector[WindowResult[K, R]]) *incSlices[K, T, A, R] {
-	return &incSlices[K, T, A, R]{aggSlices: newAggSlices[K, T, A, R](agg, out)}
+	return &incSlices[K, T, A, R]{aggSlices: newAggSlices[K, T, A, R](agg, out), flat: refFree(reflect.TypeFor[A]())}
+}
+
+// refFree reports whether values of t hold no pointers, slices, maps,
+// channels, functions or interfaces (strings are immutable): a copy of
+// such a value shares nothing that Merge could change.
+func refFree(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Array:
+		return t.Len() == 0 || refFree(t.Elem())
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if !refFree(t.Field(i).Type) {
+				return false
+			}
+		}
+		return true
+	case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer:
+		return false
+	}
+	return true
 }
 
 func (s *incSlices[K, T, A, R]) open(b state.Backend, keys *state.KeyContext[K], name string) error {
 	if err := s.aggSlices.open(b, keys, name); err != nil {
 		return err
 	}
+	s.keys, s.incs, s.maxTo = keys, make(map[K]*incStacks[A]), math.MinInt64
 	var err error
-	s.inc, err = state.NewValue[K, incAgg[A]](b, keys, state.ValueDescriptor[incAgg[A]]{Name: name + "/incremental"})
-	s.owner, s.maxTo = rand.Uint64()|1, math.MinInt64
+	legacyName := name + "/incremental"
+	s.legacy, err = state.NewValue[K, incAgg[A]](b, keys, state.ValueDescriptor[incAgg[A]]{Name: legacyName})
+	s.hasLegacy = err == nil && state.Len(b, legacyName) > 0
 	return err
+}
+
+// clearLegacy removes the current key's incremental aggregate of the
+// earlier layout, if a restore brought any.
+func (s *incSlices[K, T, A, R]) clearLegacy() {
+	if s.hasLegacy {
+		s.legacy.Clear()
+	}
 }
 
 func (s *incSlices[K, T, A, R]) add(p int64, v T) bool {
 	created := s.aggSlices.add(p, v)
 	if p < s.maxTo {
-		if a, ok := s.inc.Get(); ok && a.Owner == s.owner && a.Built && p >= a.From && p < a.To {
-			s.inc.Clear()
+		if a := s.incs[s.keys.Key()]; a != nil && a.Built && p >= a.From && p < a.To {
+			// The record joins a slice of the incremental aggregate: the
+			// next window rebuilds it.
+			a.Built = false
 		}
 	}
 	return created
 }
 
 // copyOf returns a fresh accumulator equal to a: Merge may change its
-// first argument, never its second.
-func (s *incSlices[K, T, A, R]) copyOf(a A) A { return s.merger.Merge(s.agg.CreateAccumulator(), a) }
+// first argument, never its second. An accumulator without references is
+// copied by assignment; another one is merged into a new accumulator
+// (windows combine their slices from a new accumulator too).
+func (s *incSlices[K, T, A, R]) copyOf(a A) A {
+	if s.flat {
+		return a
+	}
+	return s.merger.Merge(s.agg.CreateAccumulator(), a)
+}
 
 func (s *incSlices[K, T, A, R]) fire(key K, w Window) error {
 	set, ok := s.st.Get()
 	if !ok {
 		return nil
 	}
-	a, _ := s.inc.Get()
-	if a.Owner != s.owner {
-		a = incAgg[A]{Front: a.Front[:0]}
-	}
-	if a.Built && w.Start < a.From {
+	a := s.incs[key]
+	if a != nil && a.Built && w.Start < a.From {
 		// A window fired again, before the incremental aggregate.
-		return s.aggSlices.fire(key, w)
+		s.fireSlices(key, w, set.Slices)
+		return nil
+	}
+	if a == nil {
+		a = new(incStacks[A])
+		s.incs[key] = a
+		s.clearLegacy()
 	}
 	if !a.Built || w.Start >= a.Mid {
-		s.flip(&a, set.Slices, w)
+		s.flip(a, set.Slices, w)
 		s.rebuilt++
 	} else {
-		s.advance(&a, set.Slices, w)
+		s.advance(a, set.Slices, w)
 		s.incremental++
 	}
-	a.Owner = s.owner
-	s.maxTo = max(s.maxTo, a.To)
-	s.inc.Update(a)
 	var acc A
 	have := false
 	if n := len(a.Front); n > 0 {
@@ -136,9 +197,9 @@ func (s *incSlices[K, T, A, R]) fire(key K, w Window) error {
 
 // flip makes the slices of w the front, as suffix aggregates, with an
 // empty back.
-func (s *incSlices[K, T, A, R]) flip(a *incAgg[A], sl []aggSlice[A], w Window) {
+func (s *incSlices[K, T, A, R]) flip(a *incStacks[A], sl []aggSlice[A], w Window) {
 	clear(a.Front)
-	*a = incAgg[A]{Front: a.Front[:0]}
+	*a = incStacks[A]{Front: a.Front[:0]}
 	i, _ := findSlice(sl, w.Start)
 	j := i
 	for j < len(sl) && sl[j].Start < w.End {
@@ -152,12 +213,13 @@ func (s *incSlices[K, T, A, R]) flip(a *incAgg[A], sl []aggSlice[A], w Window) {
 		a.Front = append(a.Front, aggSlice[A]{Start: sl[k].Start, Acc: acc})
 	}
 	a.Built, a.From, a.Mid, a.To = true, w.Start, w.End, w.End
+	s.maxTo = max(s.maxTo, a.To)
 }
 
 // advance moves the incremental aggregate to w, which starts in
 // [From, Mid): the slices of [To, w.End) join the back, the front's
 // suffixes of the slices before w.Start leave.
-func (s *incSlices[K, T, A, R]) advance(a *incAgg[A], sl []aggSlice[A], w Window) {
+func (s *incSlices[K, T, A, R]) advance(a *incStacks[A], sl []aggSlice[A], w Window) {
 	// The slices after To are the newest ones: look for the first from
 	// the end.
 	i := len(sl)
@@ -178,6 +240,7 @@ func (s *incSlices[K, T, A, R]) advance(a *incAgg[A], sl []aggSlice[A], w Window
 	clear(a.Front[n:])
 	a.Front = a.Front[:n]
 	a.From, a.To = w.Start, max(a.To, w.End)
+	s.maxTo = max(s.maxTo, a.To)
 }
 
 // drop removes the oldest slices while done holds for them, and the
@@ -187,7 +250,8 @@ func (s *incSlices[K, T, A, R]) advance(a *incAgg[A], sl []aggSlice[A], w Window
 func (s *incSlices[K, T, A, R]) drop(done func(p int64) bool) int {
 	n := s.aggSlices.drop(done)
 	if n == 0 {
-		s.inc.Clear()
+		delete(s.incs, s.keys.Key())
+		s.clearLegacy()
 	}
 	return n
 }

@@ -29,6 +29,22 @@ func (concatAgg) Add(e ev, a string) string { return a + strconv.FormatInt(e.V, 
 func (concatAgg) Result(a string) string    { return a }
 func (concatAgg) Merge(a, b string) string  { return a + b }
 
+// listAgg lists the values of a window like concatAgg, in a slice behind
+// a pointer that Add and Merge change in place: a result that shares an
+// accumulator it should have copied changes under a later merge.
+type listAgg struct{}
+
+func (listAgg) CreateAccumulator() *[]int64 { return new([]int64) }
+func (listAgg) Add(e ev, a *[]int64) *[]int64 {
+	*a = append(*a, e.V)
+	return a
+}
+func (listAgg) Result(a *[]int64) string { return fmt.Sprint(*a) }
+func (listAgg) Merge(a, b *[]int64) *[]int64 {
+	*a = append(*a, *b...)
+	return a
+}
+
 // maxLast is a reduce: the record of the larger value, the later one on
 // ties (associative, not commutative).
 func maxLast(a, b ev) (ev, error) {
@@ -62,6 +78,16 @@ type keyedSnap struct {
 // processing-time clocks at now.
 func newIncHarness[R comparable](t *testing.T, build func(operators.Collector[operators.WindowResult[string, R]]) operators.OneInput[ev], p, maxP int, snaps []keyedSnap, now time.Time) *incHarness[R] {
 	t.Helper()
+	return newIncHarnessOn(t, build, p, maxP, snaps, now, func(r keygroup.Range, h *operatorstest.Harness[ev, operators.WindowResult[string, R]]) state.Backend {
+		return state.NewMemoryBackend(r, h.Clock)
+	})
+}
+
+// newIncHarnessOn is newIncHarness with the state backends that backend
+// makes for the subtasks.
+func newIncHarnessOn[R comparable](t *testing.T, build func(operators.Collector[operators.WindowResult[string, R]]) operators.OneInput[ev], p, maxP int, snaps []keyedSnap, now time.Time,
+	backend func(keygroup.Range, *operatorstest.Harness[ev, operators.WindowResult[string, R]]) state.Backend) *incHarness[R] {
+	t.Helper()
 	ih := &incHarness[R]{group: keyedGroups(maxP), maxP: maxP}
 	var sources [][]int
 	if snaps != nil {
@@ -71,7 +97,7 @@ func newIncHarness[R comparable](t *testing.T, build func(operators.Collector[op
 		h := operatorstest.New(build, operatorstest.Keyed(maxP), operatorstest.SideOutput[ev](lateTag), operatorstest.StartAt(now))
 		r := keygroup.RangeFor(i, p, maxP)
 		h.Ctx.Subtask, h.Ctx.Parallelism, h.Ctx.KeyGroups = i, p, r
-		h.Ctx.State = state.NewMemoryBackend(r, h.Clock)
+		h.Ctx.State = backend(r, h)
 		if snaps != nil {
 			for _, j := range sources[i] {
 				if err := state.Restore(h.Ctx.State, bytes.NewReader(snaps[j].data), snaps[j].offsets, r); err != nil {
@@ -367,7 +393,8 @@ func runIncremental[A any, R comparable](t *testing.T, seed uint64, agg operator
 // divide the size or not), offsets and allowed lateness, with restores
 // from snapshots at random parallelism, from the operator's own layout and
 // from the reference's. The aggregates: a commutative count and sum, an
-// order-sensitive concatenation, and a reduce (maximum, the later record
+// order-sensitive concatenation, the same in a slice that Merge appends
+// to in place, and a reduce (maximum, the later record
 // on ties). Run with -window.seed=N to try another seed.
 func TestIncrementalWindowsMatchMergeAll(t *testing.T) {
 	seeds := []uint64{*windowSeed}
@@ -400,6 +427,11 @@ func TestIncrementalWindowsMatchMergeAll(t *testing.T) {
 	t.Run("concat", func(t *testing.T) {
 		run(t, func(seed uint64, c *incCounts) bool {
 			return runIncremental(t, seed, operators.AggregateFunction[ev, string, string](concatAgg{}), c)
+		})
+	})
+	t.Run("list", func(t *testing.T) {
+		run(t, func(seed uint64, c *incCounts) bool {
+			return runIncremental(t, seed, operators.AggregateFunction[ev, *[]int64, string](listAgg{}), c)
 		})
 	})
 	t.Run("reduce-max", func(t *testing.T) {

@@ -64,9 +64,12 @@ func (s *aggSlices[K, T, A, R]) open(b state.Backend, keys *state.KeyContext[K],
 }
 
 func findSlice[A any](sl []aggSlice[A], p int64) (int, bool) {
-	// The newest slice is the usual one.
-	if n := len(sl); n > 0 && sl[n-1].Start == p {
-		return n - 1, true
+	// The newest slice is the usual one, or a new one after it.
+	if n := len(sl); n > 0 && sl[n-1].Start <= p {
+		if sl[n-1].Start == p {
+			return n - 1, true
+		}
+		return n, false
 	}
 	return slices.BinarySearchFunc(sl, p, func(x aggSlice[A], p int64) int {
 		switch {
@@ -115,7 +118,13 @@ func (s *aggSlices[K, T, A, R]) setNext(ts int64) {
 
 func (s *aggSlices[K, T, A, R]) fire(key K, w Window) error {
 	set, _ := s.st.Get()
-	sl := set.Slices
+	s.fireSlices(key, w, set.Slices)
+	return nil
+}
+
+// fireSlices emits the result of window w, merging its slices of sl, if
+// any lies in it.
+func (s *aggSlices[K, T, A, R]) fireSlices(key K, w Window, sl []aggSlice[A]) {
 	i, _ := findSlice(sl, w.Start)
 	j := i
 	for j < len(sl) && sl[j].Start < w.End {
@@ -123,7 +132,6 @@ func (s *aggSlices[K, T, A, R]) fire(key K, w Window) error {
 	}
 	switch j - i {
 	case 0:
-		return nil
 	case 1:
 		s.out.Collect(WindowResult[K, R]{Key: key, Window: w, Value: s.agg.Result(sl[i].Acc)})
 	default:
@@ -133,7 +141,6 @@ func (s *aggSlices[K, T, A, R]) fire(key K, w Window) error {
 		}
 		s.out.Collect(WindowResult[K, R]{Key: key, Window: w, Value: s.agg.Result(acc)})
 	}
-	return nil
 }
 
 func (s *aggSlices[K, T, A, R]) drop(done func(p int64) bool) int {
@@ -147,7 +154,11 @@ func (s *aggSlices[K, T, A, R]) drop(done func(p int64) bool) int {
 	case n == len(sl):
 		s.st.Clear()
 	case n > 0:
-		set.Slices = slices.Delete(sl, 0, n)
+		// Dropping from the front of the backing array costs what it
+		// drops, not a shift of the slices that stay; appends reuse the
+		// array's tail and move the slices to a new one when it is full.
+		clear(sl[:n])
+		set.Slices = sl[n:]
 		s.st.Update(set)
 		return len(set.Slices)
 	}
@@ -246,7 +257,7 @@ func (s *listSlices[K, T, O]) drop(done func(p int64) bool) int {
 	case n == len(idx):
 		s.index.Clear()
 	case n > 0:
-		ix.Starts = slices.Delete(idx, 0, n)
+		ix.Starts = idx[n:]
 		s.index.Update(ix)
 		return len(ix.Starts)
 	}
