@@ -53,38 +53,7 @@ cluster:
   node: %[4]s
   listen: %[5]q
 %[7]s  peers:
-%[6]spipelines:
-  - name: sensors
-    parallelism: 3
-    source:
-      mqtt:
-        topics: [sensors/+/temperature]
-        qos: 1
-        format: json
-        fields:
-          id: {type: string, path: $.sensor}
-          temp: {type: float, path: $.t}
-          ts: {type: time, path: $.ts, unit: ms}
-    event_time:
-      field: ts
-      max_out_of_orderness: 1s
-    key: id
-    window:
-      type: tumbling
-      size: 1s
-      aggregates:
-        - {name: count, fn: count}
-    sinks:
-      - mqtt: {topic: "agg/{id}", qos: 1}
-    checkpoint:
-      dir: %[1]s/checkpoints
-      interval: 200ms
-      mode: exactly_once
-    restart:
-      strategy: fixed_delay
-      attempts: 100
-      delay: 200ms
-`, data, me.brokerAddr, me.apiAddr, me.id, me.transport, peers.String(), gossip)
+%[6]s`, data, me.brokerAddr, me.apiAddr, me.id, me.transport, peers.String(), gossip) + sensorsPipeline(data, 3, 100, "200ms")
 	p := filepath.Join(dir, "edged.yaml")
 	if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

@@ -344,15 +344,13 @@ func payloadOf(i int) (topic string, payload []byte) {
 		[]byte(fmt.Sprintf(`{"sensor":%q,"t":%d.5,"ts":%d}`, s, 20+i%15, epochMS+int64(i)))
 }
 
-func writeConfig(t *testing.T, dir, brokerAddr, apiAddr string) string {
-	t.Helper()
-	data := filepath.Join(dir, "data")
-	cfg := fmt.Sprintf(`node:
-  data_dir: %[1]s
-  broker: %[2]s
-  listen: %[3]s
-pipelines:
+// sensorsPipeline is the e2e pipeline (1 s tumbling count per sensor,
+// exactly-once to MQTT, checkpoints in data) at parallelism p, restarted
+// attempts times.
+func sensorsPipeline(data string, p, attempts int, delay string) string {
+	return fmt.Sprintf(`pipelines:
   - name: sensors
+    parallelism: %[2]d
     source:
       mqtt:
         topics: [sensors/+/temperature]
@@ -379,9 +377,21 @@ pipelines:
       mode: exactly_once
     restart:
       strategy: fixed_delay
-      attempts: 3
-      delay: 100ms
-`, data, brokerAddr, apiAddr)
+      attempts: %[3]d
+      delay: %[4]s
+`, data, p, attempts, delay)
+}
+
+// writeConfig writes the config of a single node running the e2e
+// pipeline.
+func writeConfig(t *testing.T, dir, brokerAddr, apiAddr string) string {
+	t.Helper()
+	data := filepath.Join(dir, "data")
+	cfg := fmt.Sprintf(`node:
+  data_dir: %[1]s
+  broker: %[2]s
+  listen: %[3]s
+`, data, brokerAddr, apiAddr) + sensorsPipeline(data, 1, 3, "100ms")
 	p := filepath.Join(dir, "edged.yaml")
 	if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
