@@ -13,9 +13,17 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// frameActorName is the name of the actor that receives frames on every
-// node.
+// frameActorName is the name under which every node receives its peers'
+// frames: a process that hands each frame to the Handler on the goroutine
+// of protoactor's endpoint reader (one per peer connection), with no
+// mailbox between.
 const frameActorName = "edged-frames"
+
+// selfActorName is the name of the actor that receives the frames a node
+// sends to itself (both ends of a control channel on the job master's
+// node). They go through a mailbox: handled on the sending goroutine, a
+// frame's acknowledgement would step the sender that is transmitting it.
+const selfActorName = "edged-frames-self"
 
 // startMu serialises remote.Start within the process. Start sets gRPC's
 // global logger (grpclog.SetLoggerV2) on every call, which races with the
@@ -121,6 +129,7 @@ type RemoteTransport struct {
 	remote  *remote.Remote
 	sub     *eventstream.Subscription
 	pids    map[string]*actor.PID
+	self    *actor.PID
 	stopped bool
 }
 
@@ -168,18 +177,24 @@ func (t *RemoteTransport) Start() (err error) {
 		r.Start()
 	}()
 	h := t.h
-	props := actor.PropsFromProducer(func() actor.Actor { return &frameActor{h: h} })
-	if _, err := system.Root.SpawnNamed(props, frameActorName); err != nil {
+	if _, ok := system.ProcessRegistry.Add(&frameProcess{h: h}, frameActorName); !ok {
 		r.Shutdown(false)
 		system.Shutdown()
-		return fmt.Errorf("remote transport: spawn %s: %w", frameActorName, err)
+		return fmt.Errorf("remote transport: register %s: name taken", frameActorName)
+	}
+	props := actor.PropsFromProducer(func() actor.Actor { return &frameActor{h: h} })
+	self, err := system.Root.SpawnNamed(props, selfActorName)
+	if err != nil {
+		r.Shutdown(false)
+		system.Shutdown()
+		return fmt.Errorf("remote transport: spawn %s: %w", selfActorName, err)
 	}
 	t.sub = system.EventStream.Subscribe(func(evt any) {
 		if e, ok := evt.(*remote.EndpointTerminatedEvent); ok {
 			h.HandleDisconnect(e.Address, fmt.Errorf("%w: connection to %s lost", ErrDisconnected, e.Address))
 		}
 	})
-	t.system, t.remote = system, r
+	t.system, t.remote, t.self = system, r, self
 	logger.Info("remote transport started", "node", system.Address(), "writer_batch_size", t.cfg.WriterBatchSize())
 	return nil
 }
@@ -207,6 +222,9 @@ func (t *RemoteTransport) Send(to string, frame []byte) error {
 	pid := t.pids[to]
 	if pid == nil {
 		pid = actor.NewPID(to, frameActorName)
+		if to == t.system.Address() {
+			pid = t.self
+		}
 		t.pids[to] = pid
 	}
 	root := t.system.Root
@@ -248,7 +266,26 @@ func (t *RemoteTransport) Stop(ctx context.Context, graceful bool) {
 	system.Shutdown()
 }
 
-// frameActor hands the frames arriving at a node to the Handler, one at a
+// frameProcess hands the frames arriving from a peer to the Handler on
+// the goroutine of protoactor's endpoint reader for that peer: one at a
+// time, in the order they arrived, without the hop through a mailbox (and
+// its goroutine wake-up) an actor would add to every frame.
+type frameProcess struct{ h Handler }
+
+func (p *frameProcess) SendUserMessage(_ *actor.PID, message any) {
+	if e, ok := message.(*actor.MessageEnvelope); ok {
+		message = e.Message
+	}
+	if m, ok := message.(*wrapperspb.BytesValue); ok {
+		p.h.HandleFrame(m.Value)
+	}
+}
+
+func (p *frameProcess) SendSystemMessage(*actor.PID, any) {}
+
+func (p *frameProcess) Stop(*actor.PID) {}
+
+// frameActor hands the frames a node sends itself to the Handler, one at a
 // time, in the order its mailbox received them.
 type frameActor struct{ h Handler }
 
