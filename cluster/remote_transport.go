@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -34,6 +38,11 @@ const selfActorName = "edged-frames-self"
 // that race under -race.
 var startMu sync.Mutex
 
+// ioBufferBytes is the size of gRPC's read and write buffers on a
+// connection: a message of several frames goes out in a few system calls
+// rather than one per 32 KiB (gRPC's default).
+const ioBufferBytes = 256 << 10
+
 // envelopeOverhead bounds what protoactor adds around one frame in a gRPC
 // message: the BytesValue wrapper and the message envelope's ids.
 const envelopeOverhead = 128
@@ -51,8 +60,10 @@ type RemoteConfig struct {
 	// ChannelConfig.MaxFrameBytes. Default 256 KiB.
 	MaxFrameBytes int
 	// MaxMessageBytes is gRPC's largest message, in bytes: protoactor
-	// packs up to WriterBatchSize frames into one. Default 4 MiB, gRPC's
-	// own default.
+	// packs up to WriterBatchSize frames into one. It is also the HTTP/2
+	// flow-control window of a connection and its stream, so that a whole
+	// message goes out without waiting for a window update (the channels'
+	// credits bound what is in flight). Default 4 MiB, gRPC's own default.
 	MaxMessageBytes int
 	// WriterQueueSize is the initial size of the queue of frames waiting
 	// for a peer's connection (it grows). Default 4096.
@@ -131,6 +142,45 @@ type RemoteTransport struct {
 	pids    map[string]*actor.PID
 	self    *actor.PID
 	stopped bool
+
+	wireBytes, wireWrites atomic.Int64 // on the connections the node dialled
+}
+
+// WireStats counts what a node wrote on the connections it opened to its
+// peers: every frame it sent, with protoactor's envelopes and gRPC's and
+// HTTP/2's framing (everything above TCP). Every field only grows.
+type WireStats struct {
+	// Bytes counts the bytes written.
+	Bytes int64
+	// Writes counts the write calls: system calls, roughly.
+	Writes int64
+}
+
+// WireStats returns what the node wrote to its peers so far.
+func (t *RemoteTransport) WireStats() WireStats {
+	return WireStats{Bytes: t.wireBytes.Load(), Writes: t.wireWrites.Load()}
+}
+
+// dial opens a connection to a peer that counts what is written on it.
+func (t *RemoteTransport) dial(ctx context.Context, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, t: t}, nil
+}
+
+// countingConn counts the bytes and writes of a connection.
+type countingConn struct {
+	net.Conn
+	t *RemoteTransport
+}
+
+func (c *countingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.t.wireBytes.Add(int64(n))
+	c.t.wireWrites.Add(1)
+	return n, err
 }
 
 // NewRemoteTransport returns a transport delivering to h. It starts
@@ -154,7 +204,22 @@ func (t *RemoteTransport) Start() (err error) {
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(warnOnly{logger.Handler()}).With("component", "protoactor")
 	}))
+	win := int32(t.cfg.MaxMessageBytes)
 	rc := remote.Configure(t.cfg.Host, t.cfg.Port,
+		remote.WithDialOptions(
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(t.dial),
+			grpc.WithInitialWindowSize(win),
+			grpc.WithInitialConnWindowSize(win),
+			grpc.WithWriteBufferSize(ioBufferBytes),
+			grpc.WithReadBufferSize(ioBufferBytes),
+		),
+		remote.WithServerOptions(
+			grpc.InitialWindowSize(win),
+			grpc.InitialConnWindowSize(win),
+			grpc.WriteBufferSize(ioBufferBytes),
+			grpc.ReadBufferSize(ioBufferBytes),
+		),
 		remote.WithEndpointWriterBatchSize(t.cfg.WriterBatchSize()),
 		remote.WithEndpointWriterQueueSize(t.cfg.WriterQueueSize),
 		remote.WithEndpointManagerQueueSize(t.cfg.WriterQueueSize),

@@ -238,3 +238,35 @@ func TestRemoteSelfFrames(t *testing.T) {
 		t.Fatalf("%d frames handled inside the Handler's own call", got)
 	}
 }
+
+// A burst of frames goes out in messages of several frames, each written
+// in few system calls: gRPC's read and write buffers hold a message, not
+// 32 KiB of it. WireStats counts what went out, envelopes included.
+func TestRemoteBurstFewWrites(t *testing.T) {
+	const n, size = 110, 16 << 10
+	ha, hb := &countingHandler{}, &countingHandler{}
+	a, b := startRemote(t, ha, nil), startRemote(t, hb, nil)
+	// The frames queue while a connects to b; then the endpoint writer
+	// packs them into messages of WriterBatchSize frames.
+	for i := range uint64(n) {
+		frame := make([]byte, size)
+		binary.BigEndian.PutUint64(frame, i)
+		if err := a.Send(b.Addr(), frame); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 0, "the burst at b", func() bool { return hb.frames.Load() == n })
+	ws := a.WireStats()
+	if ws.Bytes < n*size {
+		t.Fatalf("%d bytes on the wire for %d frames of %d bytes", ws.Bytes, n, size)
+	}
+	if ws.Writes*4 > n {
+		t.Fatalf("%d writes for %d frames of %d bytes, want at most one per 4 frames", ws.Writes, n, size)
+	}
+	t.Logf("%d frames of %d bytes: %d bytes, %d writes", n, size, ws.Bytes, ws.Writes)
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	if len(hb.bad) > 0 {
+		t.Fatalf("frames out of order: %v", hb.bad[:min(5, len(hb.bad))])
+	}
+}
