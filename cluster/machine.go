@@ -19,7 +19,7 @@ type Send struct {
 	// transmitted.
 	Body []byte
 	// Merge lets a batch join the batch before it while that one waits
-	// for credit, both bodies in one frame, up to MaxBatchBytes: under
+	// for credit, both bodies in one frame, up to MaxMergeBytes: under
 	// backpressure fewer and larger frames cross, with fewer
 	// acknowledgements. Only for bodies whose concatenation the receiver
 	// splits (the runtime's wire batches: see actors' decodeWire).

@@ -69,13 +69,14 @@ func (s *Sender) Err() error { return s.err }
 
 // Blocked reports whether the sender waits for credit: the sending task
 // must send nothing more until a Resume. While the batch waiting for
-// credit takes Merge batches and is less than half full, the sender is
-// not blocked: the task goes on filling it.
+// credit takes Merge batches and is less than half full (of
+// ChannelConfig.MaxMergeBytes), the sender is not blocked: the task goes
+// on filling it.
 func (s *Sender) Blocked() bool {
 	if !s.waiting {
 		return false
 	}
-	return !s.merging || len(s.pending[len(s.pending)-1].Body) >= s.cfg.MaxBatchBytes()/2
+	return !s.merging || len(s.pending[len(s.pending)-1].Body) >= s.cfg.mergeBytes()/2
 }
 
 // Credits returns the batches the sender may transmit now.
@@ -125,7 +126,7 @@ func (s *Sender) send(m Send) []Action {
 		return s.fail(ErrFrameTooLarge, "%s frame of %d bytes, limit %d", m.Kind, n, s.cfg.MaxFrameBytes)
 	}
 	if m.Kind == KindBatch && m.Merge && s.merging {
-		if last := &s.pending[len(s.pending)-1]; len(last.Body)+len(m.Body) <= s.cfg.MaxBatchBytes() {
+		if last := &s.pending[len(s.pending)-1]; len(last.Body)+len(m.Body) <= s.cfg.mergeBytes() {
 			last.Body = append(last.Body, m.Body...)
 			s.stats.Merged++
 			return nil
@@ -137,7 +138,7 @@ func (s *Sender) send(m Send) []Action {
 	}
 	if len(s.pending) > 0 || (f.Kind == KindBatch && len(s.inflight) >= s.cfg.Credits) {
 		s.pending = append(s.pending, f)
-		s.merging = f.Kind == KindBatch && m.Merge
+		s.merging = f.Kind == KindBatch && m.Merge && s.cfg.mergeBytes() > 0
 		if f.Kind == KindBatch {
 			s.waiting = true
 		}
