@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/edgedio/edged/codec"
 )
@@ -84,32 +85,63 @@ func (e *BatchEncoder[T]) Flush(dst []byte) []byte {
 	return dst
 }
 
-// DecodeBatch decodes a batch body into ts[:0] and items[:0]. It never
-// panics; a corrupt body gives an error wrapping ErrCorruptFrame or the
-// codec's error.
+// DecodeBatch decodes a batch body into ts[:0] and items[:0]: one batch,
+// or several one after the other, as a frame carries them when batches
+// joined one waiting for credit (Send.Merge). Each batch is
+// self-delimiting: its records are decoded one by one. It never panics; a
+// corrupt body gives an error wrapping ErrCorruptFrame (and the codec's
+// error, if it failed).
 func DecodeBatch[T any](c codec.Codec[T], ts []int64, items []T, src []byte) ([]int64, []T, error) {
+	ts, items = ts[:0], items[:0]
+	for {
+		var err error
+		if ts, items, src, err = decodeOneBatch(c, ts, items, src); err != nil {
+			clear(items)
+			return ts[:0], items[:0], err
+		}
+		if len(src) == 0 {
+			return ts, items, nil
+		}
+	}
+}
+
+// decodeOneBatch decodes the batch at the start of src, appending to ts
+// and items, and returns the bytes after it.
+func decodeOneBatch[T any](c codec.Codec[T], ts []int64, items []T, src []byte) ([]int64, []T, []byte, error) {
 	n, k := binary.Uvarint(src)
 	if k <= 0 || n > uint64(len(src)) {
-		return ts[:0], items[:0], fmt.Errorf("%w: timestamp count", ErrCorruptFrame)
+		return ts, items, src, fmt.Errorf("%w: timestamp count", ErrCorruptFrame)
 	}
 	src = src[k:]
-	ts = ts[:0]
 	prev := int64(0)
 	for range n {
 		d, k := binary.Varint(src)
 		if k <= 0 {
-			return ts[:0], items[:0], fmt.Errorf("%w: timestamp", ErrCorruptFrame)
+			return ts, items, src, fmt.Errorf("%w: timestamp", ErrCorruptFrame)
 		}
 		prev += d
 		ts = append(ts, prev)
 		src = src[k:]
 	}
-	items, err := codec.DecodeBatch(c, items, src)
-	if err != nil {
-		return ts[:0], items[:0], fmt.Errorf("%w: %w", ErrCorruptFrame, err)
+	m, k := binary.Uvarint(src)
+	if k <= 0 || m > uint64(len(src)) {
+		return ts, items, src, fmt.Errorf("%w: record count", ErrCorruptFrame)
 	}
-	if len(items) != len(ts) {
-		return ts[:0], items[:0], fmt.Errorf("%w: %d timestamps for %d records", ErrCorruptFrame, len(ts), len(items))
+	if m != n {
+		return ts, items, src, fmt.Errorf("%w: %d timestamps for %d records", ErrCorruptFrame, n, m)
 	}
-	return ts, items, nil
+	src = src[k:]
+	items = slices.Grow(items, int(m))
+	for i := range m {
+		v, k, err := c.Decode(src)
+		if err == nil && (k < 0 || k > len(src)) {
+			err = fmt.Errorf("codec consumed %d of %d bytes", k, len(src))
+		}
+		if err != nil {
+			return ts, items, src, fmt.Errorf("%w: record %d: %w", ErrCorruptFrame, i, err)
+		}
+		items = append(items, v)
+		src = src[k:]
+	}
+	return ts, items, src, nil
 }

@@ -13,8 +13,8 @@ import (
 // TestChannelScripts runs testdata/channel/*.txt: a sender and a receiver
 // joined by a scripted wire. Commands (t is an offset from the Unix epoch):
 //
-//	new [credits=16 window=64 epoch=1 ack-interval=1s ack-timeout=10s max-frame=]
-//	send kind=batch|watermark|status|barrier|eos [value=0 bytes=8 n=1]
+//	new [credits=16 window=64 epoch=1 ack-interval=1s ack-timeout=10s max-frame= max-merge=]
+//	send kind=batch|watermark|status|barrier|eos [value=0 bytes=8 n=1 merge=false]
 //	deliver [seq=]      deliver wire frame seq (may be a duplicate), or
 //	                    every frame still on the wire, in order
 //	drop seq=           lose a frame on the wire
@@ -126,6 +126,7 @@ func (h *chanHarness) create(cmd *script.Command) (string, error) {
 	get("credits", &cfg.Credits)
 	get("window", &cfg.DuplicateWindow)
 	get("max-frame", &cfg.MaxFrameBytes)
+	get("max-merge", &cfg.MaxMergeBytes)
 	getD("ack-interval", &cfg.AckInterval)
 	getD("ack-timeout", &cfg.AckTimeout)
 	epoch, e2 := cmd.Int64Or("epoch", 1)
@@ -164,8 +165,12 @@ func (h *chanHarness) send(cmd *script.Command) error {
 	if err != nil {
 		return err
 	}
+	merge, err := cmd.BoolOr("merge", false)
+	if err != nil {
+		return err
+	}
 	for range n {
-		m := Send{Kind: kind, Value: value}
+		m := Send{Kind: kind, Value: value, Merge: merge}
 		if kind == KindBatch {
 			m.Body = make([]byte, size)
 		}
@@ -298,6 +303,9 @@ func (h *chanHarness) state() {
 			h.s.InFlight(), h.s.Credits(), h.s.Blocked(), ss.MaxInFlight, ss.Frames, ss.Batches, ss.StaleAcks, ss.EpochDropped, h.s.Err() != nil),
 		fmt.Sprintf("receiver: held=%d delivered=%d batches=%d duplicates=%d epoch-dropped=%d acks=%d err=%v",
 			h.r.Held(), rs.Delivered, rs.Batches, rs.Duplicates, rs.EpochDropped, rs.Acks, h.r.Err() != nil))
+	if ss.Merged > 0 {
+		h.out = append(h.out, fmt.Sprintf("merged: %d", ss.Merged))
+	}
 	if len(h.wire) > 0 {
 		h.out = append(h.out, fmt.Sprintf("wire: %v", h.wire))
 	}

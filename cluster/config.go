@@ -18,6 +18,12 @@ type ChannelConfig struct {
 	// in bytes; batches are capped at MaxBatchBytes so that they fit.
 	// Default 256 KiB.
 	MaxFrameBytes int
+	// MaxMergeBytes caps the frame body that batches sent under
+	// backpressure are merged into (Send.Merge), in bytes, and never more
+	// than MaxBatchBytes: larger frames mean fewer frames and
+	// acknowledgements, but more records in flight for a checkpoint
+	// barrier to wait behind. 0 turns merging off. Default 64 KiB.
+	MaxMergeBytes int
 	// DuplicateWindow is how many sequence numbers back a duplicate frame
 	// is dropped and counted; an older one fails the channel. Default 64.
 	DuplicateWindow int
@@ -37,6 +43,7 @@ func DefaultChannelConfig() ChannelConfig {
 	return ChannelConfig{
 		Credits:         16,
 		MaxFrameBytes:   256 << 10,
+		MaxMergeBytes:   64 << 10,
 		DuplicateWindow: 64,
 		AckInterval:     time.Second,
 		AckTimeout:      10 * time.Second,
@@ -47,6 +54,9 @@ func DefaultChannelConfig() ChannelConfig {
 // less the largest header.
 func (c ChannelConfig) MaxBatchBytes() int { return c.MaxFrameBytes - FrameOverhead }
 
+// mergeBytes returns the byte cap of a body merged from several batches.
+func (c ChannelConfig) mergeBytes() int { return min(c.MaxMergeBytes, c.MaxBatchBytes()) }
+
 // Validate reports every problem of c at once, naming the YAML keys.
 func (c ChannelConfig) Validate() error {
 	var errs []error
@@ -55,6 +65,9 @@ func (c ChannelConfig) Validate() error {
 	}
 	if c.MaxFrameBytes < 2*FrameOverhead {
 		errs = append(errs, fmt.Errorf("cluster.channels.max_frame_bytes (%d) must be at least %d", c.MaxFrameBytes, 2*FrameOverhead))
+	}
+	if c.MaxMergeBytes < 0 {
+		errs = append(errs, fmt.Errorf("cluster.channels.max_merge_bytes (%d) must not be negative", c.MaxMergeBytes))
 	}
 	if c.DuplicateWindow < 0 {
 		errs = append(errs, fmt.Errorf("cluster.channels.duplicate_window (%d) must not be negative", c.DuplicateWindow))

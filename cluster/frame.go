@@ -13,7 +13,9 @@ type Kind uint8
 
 const (
 	// KindBatch carries a record batch encoded with the runtime codec
-	// (timestamps, then the records: see EncodeBatch).
+	// (timestamps, then the records: see BatchEncoder), or several one
+	// after the other when batches joined one waiting for credit
+	// (Send.Merge); it holds one credit either way.
 	KindBatch Kind = iota + 1
 	// KindWatermark carries an event-time watermark in Value.
 	KindWatermark

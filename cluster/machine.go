@@ -18,6 +18,12 @@ type Send struct {
 	// Body is a batch's body; the machine keeps it until the frame is
 	// transmitted.
 	Body []byte
+	// Merge lets a batch join the batch before it while that one waits
+	// for credit, both bodies in one frame, up to MaxMergeBytes: under
+	// backpressure fewer and larger frames cross, with fewer
+	// acknowledgements. Only for bodies whose concatenation the receiver
+	// splits (the runtime's wire batches: see actors' decodeWire).
+	Merge bool
 }
 
 // Receive hands a machine a frame from the peer: a data frame to a

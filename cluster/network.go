@@ -247,16 +247,25 @@ type netSender struct {
 	c  *OutChannel
 }
 
+// Send sends one message. A record batch of a data channel may join the
+// batch before it while that one waits for credit (Send.Merge): the
+// receiving task's decoder splits the wire batches of a frame. A control
+// channel's batch is one message, never merged.
 func (s *netSender) Send(ctx context.Context, kind actors.FrameKind, value int64, body []byte) error {
-	return s.c.Send(ctx, Send{Kind: kindOf(kind), Value: value, Body: body})
+	merge := kind == actors.FrameBatch && !isControl(s.id.Edge)
+	return s.c.Send(ctx, Send{Kind: kindOf(kind), Value: value, Body: body, Merge: merge})
 }
+
+// isControl reports whether edge is one of the control channels' between
+// a job master and its task hosts.
+func isControl(edge int) bool { return edge == actors.ControlEdgeUp || edge == actors.ControlEdgeDown }
 
 func (s *netSender) MaxBody() int { return s.n.cfg.MaxBatchBytes() }
 
 func (s *netSender) Close() {
 	st := s.c.Stats()
 	s.n.sentMu.Lock()
-	if e := s.id.Edge; e == actors.ControlEdgeUp || e == actors.ControlEdgeDown {
+	if isControl(s.id.Edge) {
 		s.n.control.Frames += st.Frames
 		s.n.control.Batches += st.Batches
 		s.n.control.Bytes += st.Bytes
@@ -268,6 +277,7 @@ func (s *netSender) Close() {
 	s.n.sent.Frames += st.Frames
 	s.n.sent.Batches += st.Batches
 	s.n.sent.Bytes += st.Bytes
+	s.n.sent.Merged += st.Merged
 	s.n.sent.MaxInFlight = max(s.n.sent.MaxInFlight, st.MaxInFlight)
 	s.n.sentMu.Unlock()
 	s.n.close(s.id, true)

@@ -5,17 +5,29 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// frameActorName is the name of the actor that receives frames on every
-// node.
+// frameActorName is the name under which every node receives its peers'
+// frames: a process that hands each frame to the Handler on the goroutine
+// of protoactor's endpoint reader (one per peer connection), with no
+// mailbox between.
 const frameActorName = "edged-frames"
+
+// selfActorName is the name of the actor that receives the frames a node
+// sends to itself (both ends of a control channel on the job master's
+// node). They go through a mailbox: handled on the sending goroutine, a
+// frame's acknowledgement would step the sender that is transmitting it.
+const selfActorName = "edged-frames-self"
 
 // startMu serialises remote.Start within the process. Start sets gRPC's
 // global logger (grpclog.SetLoggerV2) on every call, which races with the
@@ -25,6 +37,11 @@ const frameActorName = "edged-frames"
 // goroutines, so tests of several remotes in one process still report
 // that race under -race.
 var startMu sync.Mutex
+
+// ioBufferBytes is the size of gRPC's read and write buffers on a
+// connection: a message of several frames goes out in a few system calls
+// rather than one per 32 KiB (gRPC's default).
+const ioBufferBytes = 256 << 10
 
 // envelopeOverhead bounds what protoactor adds around one frame in a gRPC
 // message: the BytesValue wrapper and the message envelope's ids.
@@ -43,8 +60,10 @@ type RemoteConfig struct {
 	// ChannelConfig.MaxFrameBytes. Default 256 KiB.
 	MaxFrameBytes int
 	// MaxMessageBytes is gRPC's largest message, in bytes: protoactor
-	// packs up to WriterBatchSize frames into one. Default 4 MiB, gRPC's
-	// own default.
+	// packs up to WriterBatchSize frames into one. It is also the HTTP/2
+	// flow-control window of a connection and its stream, so that a whole
+	// message goes out without waiting for a window update (the channels'
+	// credits bound what is in flight). Default 4 MiB, gRPC's own default.
 	MaxMessageBytes int
 	// WriterQueueSize is the initial size of the queue of frames waiting
 	// for a peer's connection (it grows). Default 4096.
@@ -121,7 +140,47 @@ type RemoteTransport struct {
 	remote  *remote.Remote
 	sub     *eventstream.Subscription
 	pids    map[string]*actor.PID
+	self    *actor.PID
 	stopped bool
+
+	wireBytes, wireWrites atomic.Int64 // on the connections the node dialled
+}
+
+// WireStats counts what a node wrote on the connections it opened to its
+// peers: every frame it sent, with protoactor's envelopes and gRPC's and
+// HTTP/2's framing (everything above TCP). Every field only grows.
+type WireStats struct {
+	// Bytes counts the bytes written.
+	Bytes int64
+	// Writes counts the write calls: system calls, roughly.
+	Writes int64
+}
+
+// WireStats returns what the node wrote to its peers so far.
+func (t *RemoteTransport) WireStats() WireStats {
+	return WireStats{Bytes: t.wireBytes.Load(), Writes: t.wireWrites.Load()}
+}
+
+// dial opens a connection to a peer that counts what is written on it.
+func (t *RemoteTransport) dial(ctx context.Context, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, t: t}, nil
+}
+
+// countingConn counts the bytes and writes of a connection.
+type countingConn struct {
+	net.Conn
+	t *RemoteTransport
+}
+
+func (c *countingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.t.wireBytes.Add(int64(n))
+	c.t.wireWrites.Add(1)
+	return n, err
 }
 
 // NewRemoteTransport returns a transport delivering to h. It starts
@@ -145,7 +204,22 @@ func (t *RemoteTransport) Start() (err error) {
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(warnOnly{logger.Handler()}).With("component", "protoactor")
 	}))
+	win := int32(t.cfg.MaxMessageBytes)
 	rc := remote.Configure(t.cfg.Host, t.cfg.Port,
+		remote.WithDialOptions(
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(t.dial),
+			grpc.WithInitialWindowSize(win),
+			grpc.WithInitialConnWindowSize(win),
+			grpc.WithWriteBufferSize(ioBufferBytes),
+			grpc.WithReadBufferSize(ioBufferBytes),
+		),
+		remote.WithServerOptions(
+			grpc.InitialWindowSize(win),
+			grpc.InitialConnWindowSize(win),
+			grpc.WriteBufferSize(ioBufferBytes),
+			grpc.ReadBufferSize(ioBufferBytes),
+		),
 		remote.WithEndpointWriterBatchSize(t.cfg.WriterBatchSize()),
 		remote.WithEndpointWriterQueueSize(t.cfg.WriterQueueSize),
 		remote.WithEndpointManagerQueueSize(t.cfg.WriterQueueSize),
@@ -168,18 +242,24 @@ func (t *RemoteTransport) Start() (err error) {
 		r.Start()
 	}()
 	h := t.h
-	props := actor.PropsFromProducer(func() actor.Actor { return &frameActor{h: h} })
-	if _, err := system.Root.SpawnNamed(props, frameActorName); err != nil {
+	if _, ok := system.ProcessRegistry.Add(&frameProcess{h: h}, frameActorName); !ok {
 		r.Shutdown(false)
 		system.Shutdown()
-		return fmt.Errorf("remote transport: spawn %s: %w", frameActorName, err)
+		return fmt.Errorf("remote transport: register %s: name taken", frameActorName)
+	}
+	props := actor.PropsFromProducer(func() actor.Actor { return &frameActor{h: h} })
+	self, err := system.Root.SpawnNamed(props, selfActorName)
+	if err != nil {
+		r.Shutdown(false)
+		system.Shutdown()
+		return fmt.Errorf("remote transport: spawn %s: %w", selfActorName, err)
 	}
 	t.sub = system.EventStream.Subscribe(func(evt any) {
 		if e, ok := evt.(*remote.EndpointTerminatedEvent); ok {
 			h.HandleDisconnect(e.Address, fmt.Errorf("%w: connection to %s lost", ErrDisconnected, e.Address))
 		}
 	})
-	t.system, t.remote = system, r
+	t.system, t.remote, t.self = system, r, self
 	logger.Info("remote transport started", "node", system.Address(), "writer_batch_size", t.cfg.WriterBatchSize())
 	return nil
 }
@@ -207,6 +287,9 @@ func (t *RemoteTransport) Send(to string, frame []byte) error {
 	pid := t.pids[to]
 	if pid == nil {
 		pid = actor.NewPID(to, frameActorName)
+		if to == t.system.Address() {
+			pid = t.self
+		}
 		t.pids[to] = pid
 	}
 	root := t.system.Root
@@ -248,7 +331,26 @@ func (t *RemoteTransport) Stop(ctx context.Context, graceful bool) {
 	system.Shutdown()
 }
 
-// frameActor hands the frames arriving at a node to the Handler, one at a
+// frameProcess hands the frames arriving from a peer to the Handler on
+// the goroutine of protoactor's endpoint reader for that peer: one at a
+// time, in the order they arrived, without the hop through a mailbox (and
+// its goroutine wake-up) an actor would add to every frame.
+type frameProcess struct{ h Handler }
+
+func (p *frameProcess) SendUserMessage(_ *actor.PID, message any) {
+	if e, ok := message.(*actor.MessageEnvelope); ok {
+		message = e.Message
+	}
+	if m, ok := message.(*wrapperspb.BytesValue); ok {
+		p.h.HandleFrame(m.Value)
+	}
+}
+
+func (p *frameProcess) SendSystemMessage(*actor.PID, any) {}
+
+func (p *frameProcess) Stop(*actor.PID) {}
+
+// frameActor hands the frames a node sends itself to the Handler, one at a
 // time, in the order its mailbox received them.
 type frameActor struct{ h Handler }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -160,5 +162,111 @@ func TestRemoteKillFailsChannel(t *testing.T) {
 				t.Fatal("receiver reported a failure but has none")
 			}
 		})
+	}
+}
+
+// stackHandler records whether a frame was handed over from an actor's
+// mailbox.
+type stackHandler struct {
+	countingHandler
+	viaMailbox atomic.Int64
+}
+
+func (h *stackHandler) HandleFrame(b []byte) {
+	buf := make([]byte, 64<<10)
+	if strings.Contains(string(buf[:runtime.Stack(buf, false)]), "actor.(*defaultMailbox)") {
+		h.viaMailbox.Add(1)
+	}
+	h.countingHandler.HandleFrame(b)
+}
+
+// A peer's frames reach the Handler on the goroutine that reads the
+// connection, not through an actor's mailbox: a mailbox adds a goroutine
+// wake-up to every frame and every acknowledgement.
+func TestRemoteFramesSkipTheMailbox(t *testing.T) {
+	const n = 1000
+	ha, hb := &countingHandler{}, &stackHandler{}
+	a, b := startRemote(t, ha, nil), startRemote(t, hb, nil)
+	for i := range uint64(n) {
+		frame := make([]byte, 64)
+		binary.BigEndian.PutUint64(frame, i)
+		if err := a.Send(b.Addr(), frame); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 0, "1000 frames at b", func() bool { return hb.frames.Load() == n })
+	if got := hb.viaMailbox.Load(); got != 0 {
+		t.Fatalf("%d of %d frames went through a mailbox", got, n)
+	}
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	if len(hb.bad) > 0 {
+		t.Fatalf("frames out of order: %v", hb.bad[:min(5, len(hb.bad))])
+	}
+}
+
+// A frame a node sends itself is handed over from a mailbox, so that the
+// Handler may send another frame to itself from HandleFrame (an
+// acknowledgement to a sender on the same node) without running into its
+// own call.
+func TestRemoteSelfFrames(t *testing.T) {
+	const n = 100
+	h := &countingHandler{}
+	var tr *RemoteTransport
+	var inHandler atomic.Bool
+	var nested atomic.Int64
+	h.onFrame = func(b []byte) {
+		if inHandler.Swap(true) {
+			nested.Add(1)
+		}
+		defer inHandler.Store(false)
+		if b[0] == 0 {
+			// Answer every request with a reply, as a receiver acknowledges.
+			if err := tr.Send(tr.Addr(), []byte{1}); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	tr = startRemote(t, h, nil)
+	for range n {
+		if err := tr.Send(tr.Addr(), []byte{0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 0, "requests and replies", func() bool { return h.frames.Load() == 2*n })
+	if got := nested.Load(); got != 0 {
+		t.Fatalf("%d frames handled inside the Handler's own call", got)
+	}
+}
+
+// A burst of frames goes out in messages of several frames, each written
+// in few system calls: gRPC's read and write buffers hold a message, not
+// 32 KiB of it. WireStats counts what went out, envelopes included.
+func TestRemoteBurstFewWrites(t *testing.T) {
+	const n, size = 110, 16 << 10
+	ha, hb := &countingHandler{}, &countingHandler{}
+	a, b := startRemote(t, ha, nil), startRemote(t, hb, nil)
+	// The frames queue while a connects to b; then the endpoint writer
+	// packs them into messages of WriterBatchSize frames.
+	for i := range uint64(n) {
+		frame := make([]byte, size)
+		binary.BigEndian.PutUint64(frame, i)
+		if err := a.Send(b.Addr(), frame); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 0, "the burst at b", func() bool { return hb.frames.Load() == n })
+	ws := a.WireStats()
+	if ws.Bytes < n*size {
+		t.Fatalf("%d bytes on the wire for %d frames of %d bytes", ws.Bytes, n, size)
+	}
+	if ws.Writes*4 > n {
+		t.Fatalf("%d writes for %d frames of %d bytes, want at most one per 4 frames", ws.Writes, n, size)
+	}
+	t.Logf("%d frames of %d bytes: %d bytes, %d writes", n, size, ws.Bytes, ws.Writes)
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	if len(hb.bad) > 0 {
+		t.Fatalf("frames out of order: %v", hb.bad[:min(5, len(hb.bad))])
 	}
 }

@@ -19,13 +19,17 @@ type SenderStats struct {
 	StaleAcks int64
 	// EpochDropped counts acknowledgements of another epoch, dropped.
 	EpochDropped int64
+	// Merged counts the batches that joined a batch waiting for credit
+	// (Send.Merge): they crossed in its frame, not in one of their own.
+	Merged int64
 }
 
 // Sender is the sending end of one cross-node channel: a pure machine.
 // It numbers every message of the channel in one sequence, sends a batch
 // only while it holds a credit, and takes credits back from the
 // receiver's acknowledgements. Messages behind a batch waiting for credit
-// wait with it, so order holds.
+// wait with it, so order holds; a batch sent with Merge behind it joins
+// it instead, in the same frame, while there is room.
 //
 // Not safe for concurrent use: its owner serialises Step. The owner steps
 // acknowledgements as they arrive, not from the sending task's mailbox, so
@@ -40,6 +44,7 @@ type Sender struct {
 	received uint64   // highest sequence number the receiver reported received
 	inflight []uint64 // transmitted, unacknowledged batches, in order
 	pending  []Frame  // messages waiting for a credit, in order
+	merging  bool     // the last of pending is a batch that takes Merge batches
 	waiting  bool     // a Resume is owed
 	eos      uint64   // sequence number of the end of stream, 0 before
 	done     bool
@@ -63,8 +68,16 @@ func (s *Sender) ID() ChannelID { return s.id }
 func (s *Sender) Err() error { return s.err }
 
 // Blocked reports whether the sender waits for credit: the sending task
-// must send nothing more until a Resume.
-func (s *Sender) Blocked() bool { return s.waiting }
+// must send nothing more until a Resume. While the batch waiting for
+// credit takes Merge batches and is less than half full (of
+// ChannelConfig.MaxMergeBytes), the sender is not blocked: the task goes
+// on filling it.
+func (s *Sender) Blocked() bool {
+	if !s.waiting {
+		return false
+	}
+	return !s.merging || len(s.pending[len(s.pending)-1].Body) >= s.cfg.mergeBytes()/2
+}
 
 // Credits returns the batches the sender may transmit now.
 func (s *Sender) Credits() int {
@@ -112,12 +125,20 @@ func (s *Sender) send(m Send) []Action {
 	if n := f.EncodedSize(); n > s.cfg.MaxFrameBytes {
 		return s.fail(ErrFrameTooLarge, "%s frame of %d bytes, limit %d", m.Kind, n, s.cfg.MaxFrameBytes)
 	}
+	if m.Kind == KindBatch && m.Merge && s.merging {
+		if last := &s.pending[len(s.pending)-1]; len(last.Body)+len(m.Body) <= s.cfg.mergeBytes() {
+			last.Body = append(last.Body, m.Body...)
+			s.stats.Merged++
+			return nil
+		}
+	}
 	s.next++
 	if m.Kind == KindEndOfStream {
 		s.eos = f.Seq
 	}
 	if len(s.pending) > 0 || (f.Kind == KindBatch && len(s.inflight) >= s.cfg.Credits) {
 		s.pending = append(s.pending, f)
+		s.merging = f.Kind == KindBatch && m.Merge && s.cfg.mergeBytes() > 0
 		if f.Kind == KindBatch {
 			s.waiting = true
 		}
@@ -182,7 +203,7 @@ func (s *Sender) ack(f Frame) []Action {
 		acts = append(acts, s.transmit(p))
 	}
 	if len(s.pending) == 0 {
-		s.pending = nil
+		s.pending, s.merging = nil, false
 	}
 	if s.waiting && len(s.pending) == 0 && s.cfg.Credits-len(s.inflight) >= max(1, s.cfg.Credits/2) {
 		s.waiting = false
@@ -210,6 +231,6 @@ func (s *Sender) tick(now time.Time) []Action {
 
 func (s *Sender) fail(cause error, format string, args ...any) []Action {
 	s.err = failure(s.id, cause, "sender: %s", fmt.Sprintf(format, args...))
-	s.pending = nil
+	s.pending, s.merging = nil, false
 	return []Action{Fail{Err: s.err}}
 }

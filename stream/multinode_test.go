@@ -25,7 +25,8 @@ import (
 type testCluster struct {
 	*actors.Cluster
 	nets []*cluster.Network
-	mem  *cluster.MemoryNetwork // nil over protoactor remote
+	mem  *cluster.MemoryNetwork     // nil over protoactor remote
+	trs  []*cluster.RemoteTransport // nil over the in-memory transport
 }
 
 func testChannelConfig() cluster.ChannelConfig {
@@ -54,7 +55,6 @@ func memoryCluster(t testing.TB, n int, seed uint64, f cluster.Faults) *testClus
 // remoteCluster returns n nodes over protoactor remote on loopback.
 func remoteCluster(t testing.TB, n int) *testCluster {
 	c := &testCluster{Cluster: &actors.Cluster{}}
-	var trs []*cluster.RemoteTransport
 	for i := range n {
 		id := fmt.Sprintf("node-%d", i)
 		nw := cluster.NewNetwork(id, testChannelConfig(), nil)
@@ -68,12 +68,12 @@ func remoteCluster(t testing.TB, n int) *testCluster {
 			nw.Stop()
 			tr.Stop(context.Background(), false)
 		})
-		trs = append(trs, tr)
+		c.trs = append(c.trs, tr)
 		c.nets = append(c.nets, nw)
 		c.Nodes = append(c.Nodes, actors.Node{ID: id, Network: nw})
 	}
 	for _, nw := range c.nets {
-		for i, tr := range trs {
+		for i, tr := range c.trs {
 			nw.SetPeer(c.Nodes[i].ID, tr.Addr())
 		}
 	}

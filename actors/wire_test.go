@@ -1,0 +1,83 @@
+package actors
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/edgedio/edged/codec"
+)
+
+type wireReading struct {
+	ID    string
+	Value float64
+}
+
+func wireBatchOf(t *testing.T, c codec.Codec[wireReading], from, n int) ([]byte, []int64, []wireReading) {
+	t.Helper()
+	var ts []int64
+	var items []wireReading
+	for i := from; i < from+n; i++ {
+		ts = append(ts, 1_700_000_000_000+int64(i*7))
+		items = append(items, wireReading{ID: fmt.Sprintf("sensor-%d", i), Value: float64(i) / 4})
+	}
+	b, err := encodeWire(c, nil, ts, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, ts, items
+}
+
+// A frame that crossed nodes may carry several wire batches one after the
+// other (batches that joined one waiting for credit): they decode to every
+// record, in order, with its timestamp.
+func TestDecodeWireConcatenated(t *testing.T) {
+	c := codec.For[wireReading]()
+	var body []byte
+	var wantTS []int64
+	var want []wireReading
+	for i, n := range []int{3, 1, 5} {
+		b, ts, items := wireBatchOf(t, c, 10*i, n)
+		body = append(body, b...)
+		wantTS = append(wantTS, ts...)
+		want = append(want, items...)
+	}
+	ts, items, err := decodeWire(c, nil, nil, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ts, wantTS) || !slices.Equal(items, want) {
+		t.Fatalf("decoded %v %v, want %v %v", ts, items, wantTS, want)
+	}
+	// One batch alone decodes as before, into reused slices.
+	one, wantTS1, want1 := wireBatchOf(t, c, 0, 4)
+	ts, items, err = decodeWire(c, ts, items, one)
+	if err != nil || !slices.Equal(ts, wantTS1) || !slices.Equal(items, want1) {
+		t.Fatalf("decoded %v %v %v, want %v %v", ts, items, err, wantTS1, want1)
+	}
+}
+
+// Every cut of a concatenation decodes only at a batch boundary; anywhere
+// else it is an error wrapping errWire, never a panic or a partial result.
+func TestDecodeWireTruncated(t *testing.T) {
+	c := codec.For[wireReading]()
+	a, _, _ := wireBatchOf(t, c, 0, 3)
+	b, _, _ := wireBatchOf(t, c, 3, 2)
+	body := append(slices.Clip(a), b...)
+	for cut := range len(body) {
+		ts, items, err := decodeWire(c, nil, nil, body[:cut])
+		switch {
+		case cut == len(a):
+			if err != nil || len(items) != 3 || len(ts) != 3 {
+				t.Fatalf("cut at the boundary %d: %d records, %v", cut, len(items), err)
+			}
+		case err == nil:
+			t.Fatalf("cut at %d of %d decoded %d records", cut, len(body), len(items))
+		case !errors.Is(err, errWire):
+			t.Fatalf("cut at %d: %v, want errWire", cut, err)
+		case len(ts) != 0 || len(items) != 0:
+			t.Fatalf("cut at %d: partial result %d/%d", cut, len(ts), len(items))
+		}
+	}
+}
