@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -130,15 +129,6 @@ func benchChannel(b *testing.B, transport string, records int) {
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "frames/s")
 	b.ReportMetric(float64(n*records)/elapsed.Seconds(), "records/s")
 	report(b, frameBytes, records)
-}
-
-// cpuTime returns the process's user and system CPU time.
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func report(b *testing.B, frameBytes, records int) {
