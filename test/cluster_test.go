@@ -93,16 +93,24 @@ func (m *clusterMember) hosted(client *http.Client) ([]workerJob, error) {
 func startCluster(t *testing.T, gossip bool) []*clusterMember {
 	t.Helper()
 	var members []*clusterMember
+	// Every address at once, each listener held until all are taken, so
+	// that no two of the twelve get the same port.
+	addrs := distinctAddrs(t, 12)
 	for _, id := range []string{"a", "b", "c"} {
 		dir := filepath.Join(t.TempDir(), id)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		m := &clusterMember{id: id, transport: freeAddr(t),
-			node: &node{t: t, brokerAddr: freeAddr(t), apiAddr: freeAddr(t), logPath: filepath.Join(dir, "edged.log")}}
+		take := func() string {
+			a := addrs[0]
+			addrs = addrs[1:]
+			return a
+		}
+		m := &clusterMember{id: id, transport: take(),
+			node: &node{t: t, brokerAddr: take(), apiAddr: take(), logPath: filepath.Join(dir, "edged.log")}}
 		m.cfgPath = filepath.Join(dir, "edged.yaml")
-		if gossip {
-			m.gossip = freeAddr(t)
+		if g := take(); gossip {
+			m.gossip = g
 		}
 		members = append(members, m)
 	}
@@ -149,6 +157,28 @@ func startCluster(t *testing.T, gossip bool) []*clusterMember {
 		t.Fatal("the workers do not host the job's tasks after 30 s")
 	}
 	return members
+}
+
+// distinctAddrs returns n free loopback addresses, all different: each
+// listener is held until every one is taken.
+func distinctAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	var out []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().String())
+	}
+	return out
 }
 
 func brokerUp(addr string) bool {
