@@ -469,7 +469,7 @@ type clusterStatus struct {
 		PlacementMS float64 `json:"placement_ms"`
 		RestoreMS   float64 `json:"restore_ms"`
 	} `json:"failovers"`
-	Members        []struct {
+	Members []struct {
 		ID    string `json:"id"`
 		State string `json:"state"`
 	} `json:"members"`
