@@ -275,6 +275,12 @@ func (r *Runner) ReceiveFile(epoch uint64, id snapshot.ID, name string, size int
 		r.stale.Add(1)
 		return fmt.Errorf("%w: job %q: state file of epoch %d, the job runs epoch %d", ErrStaleDeployment, r.job.Name, epoch, r.epoch)
 	}
+	select {
+	case <-r.started:
+		// Checkpointing is open: r.store is set for good.
+	default:
+		return fmt.Errorf("%w: job %q epoch %d is not started", ErrStaleDeployment, r.job.Name, epoch)
+	}
 	if r.store == nil {
 		return fmt.Errorf("actors: job %q takes no checkpoints", r.job.Name)
 	}
