@@ -275,17 +275,24 @@ func (s *WriteAheadSink[T]) idWith(scratch *[]byte, v T) string {
 	return RecordID(s.uid, string(b))
 }
 
-// publishBatch publishes p's records with their ids, a chunk at a time.
+// publishBatch publishes p's records with their ids in one call of
+// publish, which waits for the acknowledgements once for the whole
+// checkpoint (a call per chunk would drain the connection's window at
+// every chunk): the chunks are joined first, one copy of the records.
 func (s *WriteAheadSink[T]) publishBatch(p walBatch[T]) error {
-	for _, records := range p.chunks {
-		if len(records) == 0 {
-			continue
-		}
-		if err := s.publish(records, func(j int) string { return s.ID(records[j]) }); err != nil {
-			return err
-		}
+	var records []T
+	switch len(p.chunks) {
+	case 0:
+		return nil
+	case 1:
+		records = p.chunks[0]
+	default:
+		records = slices.Concat(p.chunks...)
 	}
-	return nil
+	if len(records) == 0 {
+		return nil
+	}
+	return s.publish(records, func(j int) string { return s.ID(records[j]) })
 }
 
 // NotifyCheckpointComplete publishes the records of every checkpoint up to

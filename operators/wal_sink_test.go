@@ -218,12 +218,15 @@ type walRow struct {
 // once after a restart) is held without being copied to grow one slice:
 // what Collect allocates stays close to the records' own size, where
 // append's growth allocates several times it (and copies as much). The
-// records keep their order in the publish and through a snapshot and a
-// restore.
+// checkpoint's records are still published in one call (one wait for the
+// broker's acknowledgements), and keep their order in the publish and
+// through a snapshot and a restore.
 func TestWriteAheadSinkHoldsALargeFiringWithoutRegrowing(t *testing.T) {
 	const n = 100_000
 	var published []int64
+	calls := 0
 	s := operators.NewWriteAheadSink(func(vs []walRow, id func(int) string) error {
+		calls++
 		if id(0) == "" {
 			t.Error("empty id")
 		}
@@ -266,6 +269,9 @@ func TestWriteAheadSinkHoldsALargeFiringWithoutRegrowing(t *testing.T) {
 		t.Fatal(err)
 	}
 	inOrder("checkpoint 1 completed")
+	if calls != 1 {
+		t.Fatalf("checkpoint 1's records published in %d calls, want 1 (one wait for the acknowledgements)", calls)
+	}
 	published = nil
 	r := operators.NewWriteAheadSink(func(vs []walRow, _ func(int) string) error {
 		for _, v := range vs {
