@@ -171,6 +171,38 @@ func PublishFunc[T any](p *Publisher, topic func(T) (string, error), encode func
 	}
 }
 
+// PublishLineFunc is PublishFunc for a write-ahead sink whose records'
+// identity is their payload, a line of text (WithIdentity(line)): it
+// makes each record's line once and takes both the payload and the id
+// from it, where PublishFunc makes it twice (encode, then the sink's ID
+// through the identity). The id is operators.RecordID(uid(), line): the
+// write-ahead sink's ID when uid returns the sink's UID (its
+// Context.UID; called at every publish, so it may be set in Open). The
+// id func the sink passes is not called.
+func PublishLineFunc[T any](p *Publisher, topic func(T) (string, error), line func(T) string, uid func() string, reject func(v T, err error)) operators.Publish[T] {
+	return func(records []T, _ func(i int) string) error {
+		u := uid()
+		for _, v := range records {
+			t, err := topic(v)
+			if err != nil {
+				if reject != nil {
+					reject(v, err)
+					continue
+				}
+				return fmt.Errorf("mqtt: %w", err)
+			}
+			l := line(v)
+			if err := p.Publish(t, WithMsgID([]byte(l), operators.RecordID(u, l))); err != nil {
+				return fmt.Errorf("mqtt: %w", err)
+			}
+		}
+		if err := p.Flush(); err != nil {
+			return fmt.Errorf("mqtt: %w", err)
+		}
+		return nil
+	}
+}
+
 // recordError is a failure of one record (its topic or its encoding), as
 // opposed to one of the connection.
 type recordError struct{ err error }

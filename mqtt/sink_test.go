@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/edgedio/edged/operators"
@@ -197,5 +198,65 @@ func TestPublishFuncRejectsBadTopics(t *testing.T) {
 	strict := PublishFunc(pub, readingTopic, encodeReading, nil)
 	if err := strict(recs[1:2], func(int) string { return "x" }); !errors.Is(err, ErrTopic) {
 		t.Fatalf("without reject: %v, want ErrTopic", err)
+	}
+}
+
+// PublishLineFunc makes each record's line once, for both its payload and
+// its msg_id, and publishes exactly what PublishFunc does for a
+// write-ahead sink whose identity is that line: the line with the msg_id
+// RecordID(sink UID, line), the same as the sink's ID of the record.
+func TestPublishLineFuncMakesEachLineOnce(t *testing.T) {
+	const n = 300
+	b := startBroker(t, nil)
+	sub := subscribe(t, b.Addr(), "consumer", "agg/#")
+	pub, err := NewPublisher(publisherConfig(b, "wal-line"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	line := func(r reading) string {
+		out, err := encodeReading(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	var calls atomic.Int64
+	counted := func(r reading) string {
+		calls.Add(1)
+		return line(r)
+	}
+	uid := ""
+	wal := operators.NewWriteAheadSink(PublishLineFunc(pub, readingTopic, counted, func() string { return uid }, nil), nil).
+		WithIdentity(counted)
+	ctx := &operators.Context{UID: "agg-sink", Subtask: 0, Parallelism: 1}
+	uid = ctx.UID
+	if err := wal.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := make(map[string]bool, n)
+	for i := range n {
+		r := reading{Sensor: fmt.Sprintf("s%d", i%4), Seq: i}
+		wal.Collect(r)
+		want[string(WithMsgID([]byte(line(r)), wal.ID(r)))] = true
+	}
+	if _, err := wal.SnapshotState(1); err != nil {
+		t.Fatal(err)
+	}
+	calls.Store(0)
+	if err := wal.NotifyCheckpointComplete(1); err != nil {
+		t.Fatal(err)
+	}
+	if c := calls.Load(); c != n {
+		t.Fatalf("publishing %d records made %d lines, want %d", n, c, n)
+	}
+	for _, m := range sub.waitFor(t, n) {
+		if !want[string(m)] {
+			t.Fatalf("published %q: not a record's line with the sink's id", m)
+		}
+		delete(want, string(m))
+	}
+	if len(want) != 0 {
+		t.Fatalf("%d records not published", len(want))
 	}
 }

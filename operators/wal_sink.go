@@ -41,9 +41,12 @@ type WriteAheadSink[T any] struct {
 	uid         string
 	subtask     int
 	parallelism int
-	buf         []T
-	pending     []walBatch[T]
-	scratch     []byte
+	// buf holds the records since the last checkpoint in chunks of at
+	// most walChunk records: a large firing (every key's window at once)
+	// is never copied to grow one slice.
+	buf     [][]T
+	pending []walBatch[T]
+	scratch []byte
 	// final: the job takes a final checkpoint after Finish, which
 	// publishes what is held.
 	final bool
@@ -67,9 +70,27 @@ type heldRecords[T any] struct {
 // Publish at once: Close waits for at most one chunk.
 const restoreChunk = 8192
 
+// walChunk is the most records one chunk of a checkpoint's held records
+// holds; the first chunks are smaller (walFirstChunk, doubling), so a
+// checkpoint holding a few records allocates little.
+const (
+	walChunk      = 8192
+	walFirstChunk = 64
+)
+
+// walBatch is the records of one checkpoint, in chunks.
 type walBatch[T any] struct {
 	checkpoint int64
-	records    []T
+	chunks     [][]T
+}
+
+// len is the number of records of b.
+func (b walBatch[T]) len() int {
+	n := 0
+	for _, c := range b.chunks {
+		n += len(c)
+	}
+	return n
 }
 
 // NewWriteAheadSink returns a write-ahead sink publishing with publish and
@@ -115,7 +136,18 @@ func (s *WriteAheadSink[T]) Open(ctx *Context) error {
 }
 
 // Collect holds v until its checkpoint completes.
-func (s *WriteAheadSink[T]) Collect(v T) { s.buf = append(s.buf, v) }
+func (s *WriteAheadSink[T]) Collect(v T) {
+	n := len(s.buf)
+	if n == 0 || len(s.buf[n-1]) == cap(s.buf[n-1]) {
+		size := walChunk
+		if n < 8 {
+			size = min(walFirstChunk<<n, walChunk)
+		}
+		s.buf = append(s.buf, make([]T, 0, size))
+		n++
+	}
+	s.buf[n-1] = append(s.buf[n-1], v)
+}
 
 // SnapshotState seals the records since the last checkpoint as checkpoint
 // id's and returns everything not yet published.
@@ -123,7 +155,7 @@ func (s *WriteAheadSink[T]) SnapshotState(id int64) ([]byte, error) {
 	if err := s.heldDone(false); err != nil {
 		return nil, err
 	}
-	s.pending = append(s.pending, walBatch[T]{checkpoint: id, records: s.buf})
+	s.pending = append(s.pending, walBatch[T]{checkpoint: id, chunks: s.buf})
 	s.buf = nil
 	return s.encode()
 }
@@ -154,16 +186,38 @@ func (s *WriteAheadSink[T]) encode() ([]byte, error) {
 		batches = append(slices.Clip(s.held.batches), s.pending...)
 	}
 	b := binary.AppendUvarint(nil, uint64(len(batches)))
+	var body []byte
 	for _, p := range batches {
 		b = binary.AppendVarint(b, p.checkpoint)
-		body, err := codec.AppendBatch(s.codec, nil, p.records)
-		if err != nil && len(p.records) > 0 {
+		var err error
+		if body, err = s.appendBatch(body[:0], p); err != nil {
 			return nil, err
 		}
 		b = binary.AppendUvarint(b, uint64(len(body)))
 		b = append(b, body...)
 	}
 	return b, nil
+}
+
+// appendBatch appends p's records to dst as codec.AppendBatch does for
+// one slice of them: the count, then every record's encoding.
+func (s *WriteAheadSink[T]) appendBatch(dst []byte, p walBatch[T]) ([]byte, error) {
+	n := p.len()
+	out := binary.AppendUvarint(dst, uint64(n))
+	body := len(out)
+	for _, c := range p.chunks {
+		for i := range c {
+			var err error
+			if out, err = s.codec.Append(out, c[i]); err != nil {
+				return dst, fmt.Errorf("write-ahead sink: batch value: %w", err)
+			}
+		}
+	}
+	if len(out)-body < n {
+		return dst, fmt.Errorf("write-ahead sink: %w: batch of %d values encodes to %d bytes",
+			codec.ErrUnsupported, n, len(out)-body)
+	}
+	return out, nil
 }
 
 func (s *WriteAheadSink[T]) decode(b []byte) ([]walBatch[T], error) {
@@ -193,7 +247,11 @@ func (s *WriteAheadSink[T]) decode(b []byte) ([]walBatch[T], error) {
 				return nil, fmt.Errorf("write-ahead sink: %w", err)
 			}
 		}
-		out = append(out, walBatch[T]{checkpoint: id, records: recs})
+		var chunks [][]T
+		if len(recs) > 0 {
+			chunks = [][]T{recs}
+		}
+		out = append(out, walBatch[T]{checkpoint: id, chunks: chunks})
 	}
 	return out, nil
 }
@@ -217,8 +275,23 @@ func (s *WriteAheadSink[T]) idWith(scratch *[]byte, v T) string {
 	return RecordID(s.uid, string(b))
 }
 
-// publishBatch publishes records with their ids.
-func (s *WriteAheadSink[T]) publishBatch(records []T) error {
+// publishBatch publishes p's records with their ids in one call of
+// publish, which waits for the acknowledgements once for the whole
+// checkpoint (a call per chunk would drain the connection's window at
+// every chunk): the chunks are joined first, one copy of the records.
+func (s *WriteAheadSink[T]) publishBatch(p walBatch[T]) error {
+	var records []T
+	switch len(p.chunks) {
+	case 0:
+		return nil
+	case 1:
+		records = p.chunks[0]
+	default:
+		records = slices.Concat(p.chunks...)
+	}
+	if len(records) == 0 {
+		return nil
+	}
 	return s.publish(records, func(j int) string { return s.ID(records[j]) })
 }
 
@@ -231,10 +304,7 @@ func (s *WriteAheadSink[T]) NotifyCheckpointComplete(id int64) error {
 	i := 0
 	for ; i < len(s.pending) && s.pending[i].checkpoint <= id; i++ {
 		p := s.pending[i]
-		if len(p.records) == 0 {
-			continue
-		}
-		if err := s.publishBatch(p.records); err != nil {
+		if err := s.publishBatch(p); err != nil {
 			return fmt.Errorf("write-ahead sink: publish checkpoint %d: %w", p.checkpoint, err)
 		}
 	}
@@ -268,14 +338,14 @@ func (s *WriteAheadSink[T]) RestoreState(states [][]byte, oldParallelism int) er
 			return err
 		}
 		for _, p := range batches {
-			if len(p.records) == 0 {
+			if p.len() == 0 {
 				continue
 			}
 			if s.background {
 				held = append(held, p)
 				continue
 			}
-			if err := s.publishBatch(p.records); err != nil {
+			if err := s.publishBatch(p); err != nil {
 				return fmt.Errorf("write-ahead sink: re-publish checkpoint %d: %w", p.checkpoint, err)
 			}
 		}
@@ -297,17 +367,19 @@ func (s *WriteAheadSink[T]) republish(h *heldRecords[T]) {
 	defer close(h.done)
 	var scratch []byte
 	for _, p := range h.batches {
-		for off := 0; off < len(p.records); off += restoreChunk {
-			select {
-			case <-h.stop:
-				h.err = fmt.Errorf("write-ahead sink: re-publish checkpoint %d: %w", p.checkpoint, ErrClosed)
-				return
-			default:
-			}
-			chunk := p.records[off:min(off+restoreChunk, len(p.records))]
-			if err := s.publish(chunk, func(j int) string { return s.idWith(&scratch, chunk[j]) }); err != nil {
-				h.err = fmt.Errorf("write-ahead sink: re-publish checkpoint %d: %w", p.checkpoint, err)
-				return
+		for _, records := range p.chunks {
+			for off := 0; off < len(records); off += restoreChunk {
+				select {
+				case <-h.stop:
+					h.err = fmt.Errorf("write-ahead sink: re-publish checkpoint %d: %w", p.checkpoint, ErrClosed)
+					return
+				default:
+				}
+				chunk := records[off:min(off+restoreChunk, len(records))]
+				if err := s.publish(chunk, func(j int) string { return s.idWith(&scratch, chunk[j]) }); err != nil {
+					h.err = fmt.Errorf("write-ahead sink: re-publish checkpoint %d: %w", p.checkpoint, err)
+					return
+				}
 			}
 		}
 	}

@@ -40,7 +40,7 @@ func mqttSink[T any](b *builder, name, what string, s *stream.Stream[T], format 
 	}
 	if b.cfg.Checkpoint.Interval > 0 {
 		s.To(name, func() operators.Sink[T] {
-			w := newWALPublisher(pc, topic, encode, format)
+			w := newWALPublisher(pc, topic, format)
 			w.reject = sinkReject(b, name, format, &w.logger)
 			return w
 		}).UID(name)
@@ -150,26 +150,28 @@ func topicFunc[T any](b *builder, what, tmpl string) func(T) (string, error) {
 // published) go out on a goroutine of their own while the job runs
 // (operators.WriteAheadSink.WithBackgroundRestore): the topic and
 // format functions are pure and the publisher is the sink's alone until
-// they are out.
+// they are out. The payload is the JSON line and so is the identity: the
+// publish makes each line once, for both (mqtt.PublishLineFunc).
 type walPublisher[T any] struct {
 	*operators.WriteAheadSink[T]
 	cfg    mqtt.PublisherConfig
 	topic  func(T) (string, error)
-	encode func(T) ([]byte, error)
 	format func(T) string
 	reject func(T, error)
 	pub    *mqtt.Publisher
 	logger *slog.Logger
+	uid    string // the sink's UID, set in Open
 }
 
-func newWALPublisher[T any](pc mqtt.PublisherConfig, topic func(T) (string, error), encode func(T) ([]byte, error), format func(T) string) *walPublisher[T] {
+func newWALPublisher[T any](pc mqtt.PublisherConfig, topic func(T) (string, error), format func(T) string) *walPublisher[T] {
 	c, cerr := codec.Compile[T]()
 	if cerr != nil {
 		operators.Fail(cerr)
 	}
-	w := &walPublisher[T]{cfg: pc, topic: topic, encode: encode, format: format}
+	w := &walPublisher[T]{cfg: pc, topic: topic, format: format}
+	uid := func() string { return w.uid }
 	w.WriteAheadSink = operators.NewWriteAheadSink(func(records []T, id func(int) string) error {
-		return mqtt.PublishFunc(w.pub, w.topic, w.encode, w.reject)(records, id)
+		return mqtt.PublishLineFunc(w.pub, w.topic, w.format, uid, w.reject)(records, id)
 	}, c).WithIdentity(format).WithBackgroundRestore()
 	return w
 }
@@ -180,6 +182,7 @@ func (w *walPublisher[T]) Open(ctx *operators.Context) error {
 	cfg := w.cfg
 	cfg.ClientID = fmt.Sprintf("%s-%d", cfg.ClientID, ctx.Subtask)
 	w.logger = ctx.Logger
+	w.uid = ctx.UID
 	if cfg.Logger == nil {
 		cfg.Logger = ctx.Logger
 	}

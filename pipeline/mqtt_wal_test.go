@@ -15,6 +15,7 @@ import (
 	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/mqtt"
 	"github.com/edgedio/edged/mqtt/ingestlog"
+	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/stream"
 )
 
@@ -383,6 +384,11 @@ func idsOf(t *testing.T, msgs []published, want int) map[string]string {
 			t.Fatalf("result %s published twice", body)
 		}
 		seen[body] = true
+		// The id is the write-ahead sink's: RecordID of the sink's UID
+		// and the result's line, in every version.
+		if want := operators.RecordID("wal/sink-1-windows", body); p.id != want {
+			t.Fatalf("result %s has msg_id %s, want RecordID(sink UID, line) = %s", body, p.id, want)
+		}
 		if prev, dup := ids[p.id]; dup {
 			t.Fatalf("results %s and %s share msg_id %s", prev, body, p.id)
 		}

@@ -138,9 +138,7 @@ func (r *timerQueueReg[K, N]) load(p *pendingState) error {
 			return fmt.Errorf("restore: timer queue %q, key group %d: %w", r.sp.name[len(timerPrefix):], g, err)
 		}
 	}
-	for _, t := range ts {
-		r.q.Register(t.Timestamp, t.Key, t.Group, t.Namespace)
-	}
+	r.q.registerAll(ts)
 	return nil
 }
 

@@ -76,6 +76,41 @@ func (q *TimerQueue[K, N]) Register(ts int64, key K, group int, ns N) bool {
 	return true
 }
 
+// registerAll registers the timers ts in their order, as Register does
+// one by one, but sizes the queue once: a restore of many timers makes
+// one allocation for their items and one map per key group, instead of
+// one item per timer and maps grown timer by timer.
+func (q *TimerQueue[K, N]) registerAll(ts []Timer[K, N]) {
+	if len(ts) == 0 {
+		return
+	}
+	counts := make(map[int]int)
+	for i := range ts {
+		counts[ts[i].Group]++
+	}
+	for g, n := range counts {
+		if q.groups[g] == nil {
+			q.groups[g] = make(map[Timer[K, N]]*timerItem[K, N], n)
+		}
+	}
+	items := make([]timerItem[K, N], len(ts))
+	q.heap = slices.Grow(q.heap, len(ts))
+	used := 0
+	for _, t := range ts {
+		m := q.groups[t.Group]
+		if _, ok := m[t]; ok {
+			continue
+		}
+		it := &items[used]
+		used++
+		it.t, it.seq, it.pos = t, q.seq, len(q.heap)
+		q.seq++
+		m[t] = it
+		q.heap = append(q.heap, it)
+		q.up(it.pos)
+	}
+}
+
 // Delete removes the timer at ts for key, group and ns. It returns false if
 // there was none.
 func (q *TimerQueue[K, N]) Delete(ts int64, key K, group int, ns N) bool {
