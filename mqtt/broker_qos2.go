@@ -185,6 +185,12 @@ func (b *Broker) resolveReceipts() error {
 // receipt's "in the log" record ("ia") is durable before the log gets any
 // later record, and so before a checkpoint can release this one.
 func findTagged(l *ingestlog.Log, from uint64, tag int64, topic string) (bool, error) {
+	if from > l.Stats().NextOffset {
+		// The log ends before the offset recorded before the append: the
+		// crash lost everything from there on (appends are written in
+		// batches, acknowledged only once fsynced), this record with it.
+		return false, nil
+	}
 	r, err := l.Reader(from)
 	if errors.Is(err, ingestlog.ErrTruncated) {
 		r, err = l.Reader(l.Stats().FirstOffset)

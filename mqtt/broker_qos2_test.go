@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -340,4 +341,25 @@ func qos2ReleaseCrash(t *testing.T, pubrelKept bool) int {
 		}
 	}
 	return dups
+}
+
+// A receipt recorded before an append the crash lost, in a log that then
+// ends before the receipt's offset (the appends before it were still in
+// the batch being written), is not found: the start does not fail, and
+// the message counts as never received.
+func TestFindTaggedPastTheLogsEnd(t *testing.T) {
+	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
+	for i := range 3 {
+		if _, err := l.Append(context.Background(), ingestlog.Message{Topic: "sensors/a", Payload: []byte{byte(i)}, Received: time.Unix(0, int64(i+1))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	end := l.Stats().NextOffset
+	found, err := findTagged(l, end+5, 7, "sensors/a")
+	if err != nil || found {
+		t.Fatalf("findTagged past the end (next offset %d) = %v, %v; want not found, no error", end, found, err)
+	}
+	if found, err := findTagged(l, 0, 2, "sensors/a"); err != nil || !found {
+		t.Fatalf("findTagged of a record in the log = %v, %v", found, err)
+	}
 }
