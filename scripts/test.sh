@@ -11,7 +11,12 @@ RACE_PKGS="./actors/... ./stream/... ./operators/... ./state/... ./pipeline/... 
 # protoactor-go's remote.Start sets gRPC's global logger on every call, which
 # races with another actor system's gRPC goroutines in the same process: the
 # tests that start two remote systems in one process run without -race.
-RACE_SKIP='^TestRemote'
+# paho v1.5.1 marks the stored publishes it resends on reconnect as
+# duplicates while its new writer goroutine may already encode them (a
+# data race inside paho, about one run in 20-30 of the broker drain test,
+# whose devices reconnect to a restarted broker): that test runs without
+# -race too.
+RACE_SKIP='^TestRemote|^TestBrokerGracefulStopNoResend$'
 
 # The end-to-end tests in test/ start their own Mosquitto broker on
 # 127.0.0.1 when the mosquitto binary is there; install it where we can.
