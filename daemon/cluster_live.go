@@ -31,17 +31,11 @@ type liveView struct {
 	// pending is a failover under way.
 	pending *pendingChange
 	// gate batches joins and damps rebalance storms; joining are the
-	// nodes asked of it, rebalancing is set while one runs.
-	gate        *cluster.RebalanceGate
-	joining     map[string]bool
-	rebalancing bool
+	// nodes asked of it.
+	gate    *cluster.RebalanceGate
+	joining map[string]bool
 	// deployed are the nodes of the latest deployment (master only).
 	deployed []string
-	// placement is the latest deployment's placement, by node.
-	placement map[actors.TaskKey]string
-	// lastChange is when the live set last changed, and what changed.
-	lastChange time.Time
-	lastEvent  string
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -138,9 +132,6 @@ func (v *liveView) loop(peers []string, jobs func() []*actors.Execution) {
 				what = append(what, e.Node.ID+" "+e.Kind.String())
 			}
 			v.c.log.Info("cluster membership changed", "events", strings.Join(what, ", "), "alive", v.alive())
-			v.mu.Lock()
-			v.lastChange, v.lastEvent = time.Now(), strings.Join(what, ", ")
-			v.mu.Unlock()
 		}
 		alive := v.alive()
 		if v.c.master {
@@ -196,7 +187,7 @@ func (v *liveView) update(home *actors.Cluster) ([]actors.Node, map[actors.TaskK
 		}
 	}
 	v.mu.Lock()
-	v.deployed, v.placement = alive, placement
+	v.deployed = alive
 	if p := v.pending; p != nil && p.dead != "" {
 		p.placementMS = msSince(start)
 	}
@@ -246,9 +237,6 @@ func (v *liveView) follow(alive []string, jobs func() []*actors.Execution) {
 		v.gate.Request(now, cluster.TriggerJoin, id)
 	}
 	start, ok, waiting := v.gate.Poll(now)
-	if ok {
-		v.rebalancing = true
-	}
 	v.mu.Unlock()
 	if len(joined) > 0 {
 		v.c.log.Info("cluster: node joined; rebalancing after the settle delay", "joined", joined, "waiting", waiting)
@@ -275,7 +263,6 @@ func (v *liveView) follow(alive []string, jobs func() []*actors.Execution) {
 			}
 			v.mu.Lock()
 			v.gate.Done(time.Now())
-			v.rebalancing = false
 			v.joining = map[string]bool{}
 			v.mu.Unlock()
 		}()
