@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/edgedio/edged/daemon"
 	"github.com/edgedio/edged/internal/testutil"
@@ -71,7 +72,12 @@ func TestDashboardEndpoints(t *testing.T) {
 	n := startNode(t, mqttDemo(t), daemon.Options{})
 
 	var g daemon.JobGraph
-	if c := getJSON(t, n, "/jobs/sensors/graph", &g); c != http.StatusOK {
+	// 409 between attempts: the job may still be starting its first one.
+	var c int
+	if !testutil.Within(10*time.Second, func() bool {
+		c = getJSON(t, n, "/jobs/sensors/graph", &g)
+		return c == http.StatusOK
+	}) {
 		t.Fatalf("graph: %d", c)
 	}
 	if g.Job != "sensors" || len(g.Chains) < 2 || len(g.Edges) < 1 {
