@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -143,15 +144,7 @@ func (w *Worker) Jobs() []WorkerJob {
 		}
 		out = append(out, j)
 	}
-	slices.SortFunc(out, func(a, b WorkerJob) int {
-		if a.Job < b.Job {
-			return -1
-		}
-		if a.Job > b.Job {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b WorkerJob) int { return strings.Compare(a.Job, b.Job) })
 	return out
 }
 

@@ -34,27 +34,13 @@ func (c *clusterNode) Status() cluster.Status {
 		s.Members = append(s.Members, m)
 	}
 	byNode := map[string][]cluster.PlacedSubtask{}
-	for _, e := range c.executions() {
-		r, _ := e.Runner()
-		if r == nil {
-			continue
-		}
+	c.keyedSubtasks(func(e *actors.Execution, r *actors.Runner, vx *actors.Vertex, sub int, kg keygroup.Range) {
 		s.Epoch = max(s.Epoch, r.Epoch())
 		s.MaxParallelism = r.MaxParallelism()
-		for _, ch := range r.Plan().Chains {
-			for _, vx := range ch.Vertices {
-				if !vx.Keyed {
-					continue
-				}
-				for i := range vx.Parallelism {
-					kg := keygroup.RangeFor(i, vx.Parallelism, r.MaxParallelism())
-					node := r.NodeOf(vx.UID, i)
-					byNode[node] = append(byNode[node], cluster.PlacedSubtask{Job: e.Name(), Operator: vx.Name, UID: vx.UID, Subtask: i,
-						KeyGroups: cluster.KeyGroups{kg.Start, kg.End - 1}})
-				}
-			}
-		}
-	}
+		node := r.NodeOf(vx.UID, sub)
+		byNode[node] = append(byNode[node], cluster.PlacedSubtask{Job: e.Name(), Operator: vx.Name, UID: vx.UID, Subtask: sub,
+			KeyGroups: cluster.KeyGroups{kg.Start, kg.End - 1}})
+	})
 	if w := c.worker; w != nil {
 		for _, j := range w.Jobs() {
 			s.Epoch = max(s.Epoch, j.Epoch)
@@ -169,6 +155,15 @@ type placedKeys struct {
 // attempts, by "job/operator/subtask".
 func (c *clusterNode) placements() map[string]placedKeys {
 	out := map[string]placedKeys{}
+	c.keyedSubtasks(func(e *actors.Execution, r *actors.Runner, vx *actors.Vertex, sub int, kg keygroup.Range) {
+		out[fmt.Sprintf("%s/%s/%d", e.Name(), vx.Name, sub)] = placedKeys{r.NodeOf(vx.UID, sub), kg.End - kg.Start}
+	})
+	return out
+}
+
+// keyedSubtasks calls f for every subtask of a keyed operator of the
+// running attempts, with its key groups.
+func (c *clusterNode) keyedSubtasks(f func(e *actors.Execution, r *actors.Runner, vx *actors.Vertex, sub int, kg keygroup.Range)) {
 	for _, e := range c.executions() {
 		r, _ := e.Runner()
 		if r == nil {
@@ -180,13 +175,11 @@ func (c *clusterNode) placements() map[string]placedKeys {
 					continue
 				}
 				for i := range vx.Parallelism {
-					kg := keygroup.RangeFor(i, vx.Parallelism, r.MaxParallelism())
-					out[fmt.Sprintf("%s/%s/%d", e.Name(), vx.Name, i)] = placedKeys{r.NodeOf(vx.UID, i), kg.End - kg.Start}
+					f(e, r, vx, i, keygroup.RangeFor(i, vx.Parallelism, r.MaxParallelism()))
 				}
 			}
 		}
 	}
-	return out
 }
 
 // waitNewRunner waits until e runs an attempt other than old with every
