@@ -55,9 +55,14 @@ func (c *clusterNode) startGossip() error {
 	for _, peer := range c.cfg.Peers {
 		peers = append(peers, peer.Gossip)
 	}
+	key, err := c.cfg.GossipKey()
+	if err != nil {
+		return fmt.Errorf("cluster.secret_key: %w", err)
+	}
 	m, err := cluster.NewMembership(cluster.MembershipConfig{
 		Meta:     cluster.Meta{ID: c.cfg.Node, Transport: c.tr.Addr()},
 		BindAddr: host, BindPort: p, Peers: peers, Logger: c.log,
+		SecretKey: key, Profile: cluster.Profile(c.cfg.Profile),
 	})
 	if err != nil {
 		return err

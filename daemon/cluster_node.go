@@ -82,9 +82,10 @@ func startCluster(cfg *pipeline.ClusterConfig, dataDir, token string, log *slog.
 	}
 	c.live = &liveView{c: c, stop: make(chan struct{}), gate: gate, joining: map[string]bool{}}
 	c.peers = &peerClient{cfg: cfg, token: token, http: &http.Client{}}
-	c.net = cluster.NewNetwork(cfg.Node, cluster.DefaultChannelConfig(), log)
+	cc := cfg.ChannelConfig()
+	c.net = cluster.NewNetwork(cfg.Node, cc, log)
 	rc := cluster.DefaultRemoteConfig()
-	rc.Host, rc.Port, rc.Logger = host, p, log
+	rc.Host, rc.Port, rc.Logger, rc.MaxFrameBytes = host, p, log, cc.MaxFrameBytes
 	c.tr = cluster.NewRemoteTransport(rc, c.net.Endpoint())
 	if err := c.tr.Start(); err != nil {
 		return nil, fmt.Errorf("cluster: transport on %s: %w", cfg.Listen, err)

@@ -1,9 +1,14 @@
 package pipeline
 
 import (
+	"encoding/base64"
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
+	"time"
+
+	"github.com/edgedio/edged/cluster"
 )
 
 // ClusterConfig is the YAML `cluster` block: the node is one of several
@@ -31,6 +36,75 @@ type ClusterConfig struct {
 	// source has one subtask per node, each reading its own node's ingest
 	// log.
 	Placement []PlacementConfig `yaml:"placement"`
+	// SecretKey, when set, encrypts and authenticates gossip: the base64
+	// of a 16, 24 or 32-byte AES key, the same on every node. A node with
+	// another key (or none) cannot join.
+	SecretKey string `yaml:"secret_key"`
+	// Profile is the failure-detection profile of the membership:
+	// "device" (default: a killed node is declared dead in about a
+	// second) or "lan" (memberlist's LAN default, about 5–6 s, fewer
+	// false suspicions on a congested network).
+	Profile string `yaml:"profile"`
+	// Channels tunes the cross-node channels; unset keys keep their
+	// defaults (cluster.DefaultChannelConfig).
+	Channels ChannelsConfig `yaml:"channels"`
+}
+
+// ChannelsConfig is the `cluster.channels` block. Zero values keep the
+// defaults.
+type ChannelsConfig struct {
+	// Credits is the number of batches unacknowledged per channel.
+	Credits int `yaml:"credits"`
+	// MaxFrameBytes is the largest frame a channel sends.
+	MaxFrameBytes int `yaml:"max_frame_bytes"`
+	// MaxMergeBytes caps the frames merged from batches waiting for
+	// credit; nil keeps the default, 0 turns merging off.
+	MaxMergeBytes *int `yaml:"max_merge_bytes"`
+	// AckInterval is how often a receiver repeats its latest
+	// acknowledgement.
+	AckInterval time.Duration `yaml:"ack_interval"`
+	// AckTimeout is how long a sender waits for progress before it fails
+	// the channel.
+	AckTimeout time.Duration `yaml:"ack_timeout"`
+}
+
+// ChannelConfig returns the cross-node channel configuration: the
+// defaults with the block's keys applied.
+func (c *ClusterConfig) ChannelConfig() cluster.ChannelConfig {
+	cc := cluster.DefaultChannelConfig()
+	ch := c.Channels
+	if ch.Credits != 0 {
+		cc.Credits = ch.Credits
+	}
+	if ch.MaxFrameBytes != 0 {
+		cc.MaxFrameBytes = ch.MaxFrameBytes
+	}
+	if ch.MaxMergeBytes != nil {
+		cc.MaxMergeBytes = *ch.MaxMergeBytes
+	}
+	if ch.AckInterval != 0 {
+		cc.AckInterval = ch.AckInterval
+	}
+	if ch.AckTimeout != 0 {
+		cc.AckTimeout = ch.AckTimeout
+	}
+	return cc
+}
+
+// GossipKey returns the decoded cluster.secret_key; nil when unset.
+func (c *ClusterConfig) GossipKey() ([]byte, error) {
+	if c.SecretKey == "" {
+		return nil, nil
+	}
+	k, err := base64.StdEncoding.DecodeString(strings.TrimSpace(c.SecretKey))
+	if err != nil {
+		return nil, fmt.Errorf("not base64: %w", err)
+	}
+	switch len(k) {
+	case 16, 24, 32:
+		return k, nil
+	}
+	return nil, fmt.Errorf("%d bytes, want 16, 24 or 32 (e.g. from `head -c 32 /dev/urandom | base64`)", len(k))
 }
 
 // PeerConfig is one entry of `cluster.peers`.
@@ -124,6 +198,23 @@ func (c *ClusterConfig) validate(p *problems) {
 			p.add(path+".gossip", "is set and cluster.gossip is not: set both or neither")
 		case peer.Gossip != "":
 			checkAddr(p, path+".gossip", peer.Gossip)
+		}
+	}
+	if _, err := c.GossipKey(); err != nil {
+		p.add("cluster.secret_key", err.Error())
+	}
+	if c.SecretKey != "" && c.Gossip == "" {
+		p.add("cluster.secret_key", "is set and cluster.gossip is not: the key encrypts gossip")
+	}
+	switch cluster.Profile(c.Profile) {
+	case "", cluster.ProfileDevice, cluster.ProfileLAN:
+	default:
+		p.add("cluster.profile", fmt.Sprintf("%q: want %q or %q", c.Profile, cluster.ProfileDevice, cluster.ProfileLAN))
+	}
+	if err := c.ChannelConfig().Validate(); err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			key, msg, _ := strings.Cut(line, " ")
+			p.add(key, msg)
 		}
 	}
 	for i, pl := range c.Placement {

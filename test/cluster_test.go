@@ -43,7 +43,9 @@ func writeClusterConfig(t *testing.T, dir string, me *clusterMember, members []*
 	}
 	gossip := ""
 	if me.gossip != "" {
-		gossip = fmt.Sprintf("  gossip: %q\n", me.gossip)
+		// Gossip is encrypted, so that the key's path is the one the
+		// cluster tests run.
+		gossip = fmt.Sprintf("  gossip: %q\n  secret_key: %s\n", me.gossip, testGossipKey)
 	}
 	cfg := fmt.Sprintf(`node:
   data_dir: %[1]s
@@ -90,6 +92,9 @@ func (m *clusterMember) hosted(client *http.Client) ([]workerJob, error) {
 // startCluster starts three edged processes on loopback that run one
 // MQTT pipeline together: "a" (the job master) and the workers "b" and
 // "c"; the workers first, so the master's first deployment finds them.
+// testGossipKey is the cluster tests' cluster.secret_key (AES-128).
+const testGossipKey = "ZWRnZWQtdGVzdC1rZXkxNg=="
+
 func startCluster(t *testing.T, gossip bool) []*clusterMember {
 	t.Helper()
 	var members []*clusterMember

@@ -1,0 +1,100 @@
+package pipeline
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgedio/edged/cluster"
+)
+
+const clusterBlock = `cluster:
+  node: a
+  listen: 127.0.0.1:7101
+  gossip: 127.0.0.1:7201
+  peers:
+    - {id: b, address: "127.0.0.1:7102", api: "127.0.0.1:8082", gossip: "127.0.0.1:7202"}
+`
+
+func TestClusterConfigKeys(t *testing.T) {
+	extra := "  secret_key: " + "MDEyMzQ1Njc4OWFiY2RlZg==" + "\n  profile: lan\n  channels: {credits: 4, max_merge_bytes: 0, ack_interval: 2s, ack_timeout: 30s}\n"
+	cfg, err := Parse([]byte(goodPipeline + clusterBlock + extra))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := cfg.Cluster.GossipKey()
+	if err != nil || string(key) != "0123456789abcdef" {
+		t.Errorf("GossipKey() = %q, %v", key, err)
+	}
+	if cfg.Cluster.Profile != string(cluster.ProfileLAN) {
+		t.Errorf("profile = %q", cfg.Cluster.Profile)
+	}
+	cc := cfg.Cluster.ChannelConfig()
+	def := cluster.DefaultChannelConfig()
+	if cc.Credits != 4 || cc.MaxMergeBytes != 0 || cc.AckInterval != 2*time.Second || cc.AckTimeout != 30*time.Second || cc.MaxFrameBytes != def.MaxFrameBytes {
+		t.Errorf("ChannelConfig() = %+v", cc)
+	}
+
+	cfg, err = Parse([]byte(goodPipeline + clusterBlock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key, err := cfg.Cluster.GossipKey(); key != nil || err != nil {
+		t.Errorf("GossipKey() without a key = %q, %v", key, err)
+	}
+	if cc := cfg.Cluster.ChannelConfig(); cc != def {
+		t.Errorf("ChannelConfig() without a block = %+v, want the defaults %+v", cc, def)
+	}
+}
+
+func TestBadClusterConfigs(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(string) string
+		want []string
+	}{
+		{"no peers and no listen", func(s string) string {
+			return "cluster:\n  node: a\n"
+		}, []string{`cluster.listen: is required: the host:port of this node's transport`, `cluster.peers: at least one peer is required`}},
+		{"duplicate peer and missing gossip", func(s string) string {
+			return s + `    - {id: a, address: "127.0.0.1:7103", api: "127.0.0.1:8083"}` + "\n"
+		}, []string{`cluster.peers[1].id: "a" is not unique (cluster.node and every peer need their own id)`, `cluster.peers[1].gossip: is required with cluster.gossip: the peer's cluster.gossip`}},
+		{"secret key", func(s string) string { return s + "  secret_key: c2hvcnQ=\n" },
+			[]string{"cluster.secret_key: 5 bytes, want 16, 24 or 32 (e.g. from `head -c 32 /dev/urandom | base64`)"}},
+		{"secret key not base64", func(s string) string { return s + "  secret_key: '!!'\n" },
+			[]string{`cluster.secret_key: not base64: illegal base64 data at input byte 0`}},
+		{"secret key without gossip", func(s string) string {
+			s = strings.Replace(s, "  gossip: 127.0.0.1:7201\n", "", 1)
+			s = strings.Replace(s, `, gossip: "127.0.0.1:7202"`, "", 1)
+			return s + "  secret_key: MDEyMzQ1Njc4OWFiY2RlZg==\n"
+		}, []string{`cluster.secret_key: is set and cluster.gossip is not: the key encrypts gossip`}},
+		{"profile", func(s string) string { return s + "  profile: wan\n" },
+			[]string{`cluster.profile: "wan": want "device" or "lan"`}},
+		{"channels", func(s string) string {
+			return s + "  channels: {credits: -1, max_merge_bytes: -5, ack_interval: 1s, ack_timeout: 1s}\n"
+		}, []string{
+			`cluster.channels.credits: (-1) must be at least 1`,
+			`cluster.channels.max_merge_bytes: (-5) must not be negative`,
+			`cluster.channels.ack_timeout: (1s) must be at least twice cluster.channels.ack_interval (1s)`,
+		}},
+		{"placement", func(s string) string { return s + "  placement: [{operator: p/window, subtask: -1, node: z}]\n" },
+			[]string{`cluster.placement[0].subtask: (-1) must not be negative`, `cluster.placement[0].node: "z" is not cluster.node or a peer`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(goodPipeline + tt.edit(clusterBlock)))
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("err = %v, want *ConfigError", err)
+			}
+			var got []string
+			for _, p := range ce.Problems {
+				got = append(got, p.Error())
+			}
+			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}
