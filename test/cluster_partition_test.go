@@ -733,6 +733,15 @@ func TestClusterPartitionMinorityStopsOwning(t *testing.T) {
 	// c holds and no checkpoint covers would reach the job only after the
 	// heal, behind its event time (see TestClusterWorkerFailover).
 	steady := l.startSteady(n1, []int{0, 1}, 2000)
+	t.Cleanup(func() {
+		// A failing test leaves it running: stop it before the devices
+		// disconnect and the nodes are killed.
+		steady.stop.Store(0)
+		select {
+		case <-steady.done:
+		case <-time.After(30 * time.Second):
+		}
+	})
 	eventually(60*time.Second, "node c's log released all it was sent", func() bool {
 		rel, err := c.released(client)
 		return err == nil && rel >= n1/3
@@ -791,7 +800,7 @@ func TestClusterPartitionMinorityStopsOwning(t *testing.T) {
 		slices.Sort(all)
 		return slices.Equal(all, []int{0, 1, 2}) && oa.epoch == ob.epoch && oa.epoch >= after.Epoch
 	})
-	t.Logf("after the cut: node c ran nothing %v after it; the master placed its subtasks on a (%d) and b (%d) in epoch %d %v after it",
+	t.Logf("after the cut: node c reported no majority and hosted nothing %v after it; then the master's GET /cluster showed its subtasks on a (%d) and b (%d) in epoch %d, %v after it (the handover below has when each was first and last seen running)",
 		cStopped.Round(time.Millisecond), after.keyedOn("a"), after.keyedOn("b"), after.Epoch, moved.Round(time.Millisecond))
 	// Every key group is processed by the majority: the windows after
 	// the cut fire for every sensor.
