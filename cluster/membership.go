@@ -251,7 +251,7 @@ type Membership struct {
 	cfg MembershipConfig
 	log *slog.Logger
 
-	mu      sync.Mutex // guards queue, ml, meta, members, leaving, pending and stopped
+	mu      sync.Mutex // guards queue, ml, meta, members, leaving, pending, stopped and rejoining
 	queue   []Event
 	meta    Meta
 	members map[string]Meta   // alive members as the events told them
@@ -260,12 +260,15 @@ type Membership struct {
 	// pending are the members memberlist declared dead whose death is
 	// being confirmed (confirm); they stay in members meanwhile.
 	pending map[string]*pendingFailure
-	stopped bool // no more confirmations start
-	ml      *memberlist.Memberlist
-	notify  chan struct{} // capacity 1: rung when queue gains events
+	stopped bool // no more confirmations or rejoins start
+	// rejoining is set while a Rejoin's join runs.
+	rejoining bool
+	ml        *memberlist.Memberlist
+	notify    chan struct{} // capacity 1: rung when queue gains events
 
 	stop     chan struct{} // closed when gossip stops: confirmations end
 	confirms sync.WaitGroup
+	rejoins  sync.WaitGroup
 	spared   atomic.Int64 // deaths memberlist declared that were not confirmed: the member came back
 }
 
@@ -351,9 +354,34 @@ func newNetTransport(c *memberlist.Config) (*memberlist.NetTransport, error) {
 	}
 }
 
-// Join joins through more peers (gossip addresses).
+// Join joins through more peers (gossip addresses). It dials them in
+// turn, each for up to memberlist's TCP timeout (10 s) when it does not
+// answer: a caller that must go on handling events uses Rejoin.
 func (m *Membership) Join(peers ...string) (int, error) {
 	return m.list().Join(peers)
+}
+
+// Rejoin joins through peers (gossip addresses) from a goroutine of its
+// own and returns at once. It does nothing while an earlier Rejoin's join
+// runs, before Start or after Shutdown. A node cut off from its peers
+// retries joining them without waiting for the dials: it still has to
+// see them go and lose its majority.
+func (m *Membership) Rejoin(peers ...string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopped || m.ml == nil || m.rejoining {
+		return
+	}
+	m.rejoining = true
+	ml := m.ml
+	m.rejoins.Add(1)
+	go func() {
+		defer m.rejoins.Done()
+		_, _ = ml.Join(peers)
+		m.mu.Lock()
+		m.rejoining = false
+		m.mu.Unlock()
+	}()
 }
 
 // Addr is this node's gossip address.
@@ -382,6 +410,19 @@ func (m *Membership) Members() []Meta {
 		return 0
 	})
 	return out
+}
+
+// Reachable returns the alive members that memberlist has not declared
+// dead, this node included, sorted by id: Members less the members whose
+// death is being confirmed. A node that must stop acting when it loses
+// its majority counts these: cut off from the others, it sees them go
+// the confirmation's time (confirmUnreachable and more) before they
+// report it failed and place its work elsewhere.
+func (m *Membership) Reachable() []Meta {
+	out := m.Members()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.DeleteFunc(out, func(x Meta) bool { return m.pending[x.ID] != nil })
 }
 
 // Events returns a channel that is signalled when events are pending;
@@ -451,6 +492,7 @@ func (m *Membership) Shutdown() error {
 		err = ml.Shutdown()
 	}
 	m.confirms.Wait()
+	m.rejoins.Wait() // a join under way ends within memberlist's TCP timeout
 	return err
 }
 

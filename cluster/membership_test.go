@@ -382,3 +382,83 @@ func TestMembershipRestartSeen(t *testing.T) {
 	}
 	t.Logf("events at a: %v", got)
 }
+
+// A member memberlist declared dead is left out of Reachable at once,
+// while Members keeps it until its death is confirmed; back, it is
+// reachable again. (A worker fences itself off with Reachable: cut off,
+// it stops its tasks before the majority confirms its death and moves
+// them.)
+func TestMembershipReachableLeavesOutDeclaredDead(t *testing.T) {
+	c, err := startCluster(deviceVariant, 3, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.shutdown)
+	a, v := c.nodes[0].m, c.nodes[2]
+	v.stall.stall(2 * time.Second)
+	testutil.Eventually(t, 0, "the stalled member declared dead: a member, not reachable", func() bool {
+		return len(a.Members()) == 3 && ids(a.Reachable()) == ids(a.Members()[:2])
+	})
+	testutil.Eventually(t, 0, "the stalled member reachable again", func() bool {
+		return a.spared.Load() > 0 && len(a.Reachable()) == 3
+	})
+}
+
+// Rejoin returns at once while the join it starts waits for a peer that
+// accepts the connection and never answers (memberlist's TCP timeout is
+// 10 s); a second Rejoin meanwhile starts nothing; the join ends when the
+// peer goes.
+func TestMembershipRejoinDoesNotWait(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make(chan net.Conn, 16)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				close(conns)
+				return
+			}
+			conns <- conn
+		}
+	}()
+	m := startNode(t, "a", nil)
+	start := time.Now()
+	m.Rejoin(ln.Addr().String())
+	m.Rejoin(ln.Addr().String())
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("Rejoin took %v", d)
+	}
+	var held []net.Conn
+	testutil.Eventually(t, 0, "the join connected to the silent peer", func() bool {
+		select {
+		case c := <-conns:
+			held = append(held, c)
+		default:
+		}
+		return len(held) > 0
+	})
+	m.mu.Lock()
+	rejoining := m.rejoining
+	m.mu.Unlock()
+	if !rejoining {
+		t.Fatal("the join to the silent peer is not under way")
+	}
+	ln.Close()
+	for c := range conns {
+		held = append(held, c)
+	}
+	if len(held) != 1 {
+		t.Errorf("%d connections to the silent peer, want 1: a Rejoin started while another ran", len(held))
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	testutil.Eventually(t, 0, "the join ended", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return !m.rejoining
+	})
+}

@@ -127,8 +127,9 @@ func (v *liveView) loop(peers []string, jobs func() []*actors.Execution) {
 		case <-tick.C:
 			if len(v.m.Members()) < size {
 				// A node that started before the others, or a side of a
-				// healed partition: join again through every peer.
-				_, _ = v.m.Join(peers...)
+				// healed partition: join again through every peer, without
+				// waiting for peers that do not answer.
+				v.m.Rejoin(peers...)
 			}
 		case <-v.m.Events():
 			evs := v.m.Drain()
@@ -141,9 +142,12 @@ func (v *liveView) loop(peers []string, jobs func() []*actors.Execution) {
 		alive := v.alive()
 		if v.c.master {
 			v.follow(alive, jobs)
-		} else if w := v.c.worker; w != nil && !cluster.HasQuorum(len(alive), size) {
+		} else if w := v.c.worker; w != nil && !cluster.HasQuorum(len(v.m.Reachable()), size) {
+			// Peers memberlist declared dead count as gone here before
+			// their death is confirmed: the majority places this node's
+			// work elsewhere only once it confirmed this node's.
 			if n := w.Evict(); n > 0 {
-				v.c.log.Warn("cluster: this node sees no majority; its tasks stopped", "alive", alive, "size", size)
+				v.c.log.Warn("cluster: this node sees no majority; its tasks stopped", "alive", alive, "reachable", len(v.m.Reachable()), "size", size)
 			}
 		}
 	}

@@ -6,7 +6,8 @@
 #   scripts/bench.sh                          every scenario, full size
 #   scripts/bench.sh -quick                   every count divided by 10
 #   scripts/bench.sh -scenarios external      one scenario: external,
-#                                             embedded, memory, restart
+#                                             embedded, memory, restart,
+#                                             cluster
 #   scripts/bench.sh -json out.jsonl          also write one JSON line per figure
 #   scripts/bench.sh -h                       every flag
 #

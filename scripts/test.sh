@@ -33,6 +33,18 @@ if ! command -v mosquitto >/dev/null 2>&1; then
   fi
 fi
 
+# The network partition test (test/cluster_partition_test.go, as root)
+# builds network namespaces with iproute2's ip; install it where we can
+# (the test skips with a message when it is absent or not root).
+if ! command -v ip >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "== installing iproute2"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null
+  else
+    echo "== ip (iproute2) not installed and cannot install it: the partition test will skip"
+  fi
+fi
+
 # The dashboard's browser test drives a headless Chromium; install it
 # where we can (the test skips with a message when it is absent).
 if ! command -v chromium >/dev/null 2>&1; then

@@ -32,6 +32,13 @@ type pipelineSpec struct {
 	// memory, when set, is the node.memory block, as a YAML flow mapping's
 	// content ("limit: off, credits: 8").
 	memory string
+	// parallelism, when set, is the pipeline's parallelism.
+	parallelism int
+	// cluster, when set, is the config's cluster block (YAML, from
+	// "cluster:" on).
+	cluster string
+	// api, when set, is node.listen (default: a free loopback address).
+	api string
 }
 
 type edged struct {
@@ -48,9 +55,12 @@ type edged struct {
 }
 
 func newEdged(dir string, p pipelineSpec) (*edged, error) {
-	api, err := freeAddr()
-	if err != nil {
-		return nil, err
+	api := p.api
+	if api == "" {
+		var err error
+		if api, err = freeAddr(); err != nil {
+			return nil, err
+		}
 	}
 	d := filepath.Join(dir, p.name)
 	if err := os.MkdirAll(d, 0o755); err != nil {
@@ -64,7 +74,12 @@ func newEdged(dir string, p pipelineSpec) (*edged, error) {
 	if p.memory != "" {
 		fmt.Fprintf(&b, "  memory: {%s}\n", p.memory)
 	}
-	fmt.Fprintf(&b, "pipelines:\n  - name: %s\n    source:\n      mqtt:\n", p.name)
+	b.WriteString(p.cluster)
+	fmt.Fprintf(&b, "pipelines:\n  - name: %s\n", p.name)
+	if p.parallelism > 0 {
+		fmt.Fprintf(&b, "    parallelism: %d\n", p.parallelism)
+	}
+	b.WriteString("    source:\n      mqtt:\n")
 	if p.broker != "" {
 		fmt.Fprintf(&b, "        broker: %s\n        client_id: bench-%s\n        qos: 1\n", p.broker, p.name)
 	}

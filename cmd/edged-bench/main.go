@@ -23,6 +23,11 @@
 //   - restart: SIGKILL with 100,000 keys of state, then the time from exec
 //     of the new process until the job runs, the first result and all
 //     results.
+//   - cluster: RSS of each node of a three-node cluster on 127.0.0.1
+//     (gossip, the exactly-once pipeline at parallelism 3, each node's
+//     devices publishing QoS 1 to its own embedded broker), idle and under
+//     a sustained load; one edged running the same pipeline with the whole
+//     load is the baseline.
 //
 // Run it with scripts/bench.sh, which builds edged and this command. Every
 // process it starts is killed when it exits or is interrupted.
@@ -49,7 +54,7 @@ const epochMS = int64(1_699_999_200_000)
 var (
 	edgedBin  = flag.String("edged", "", "edged binary (default: edged next to this binary)")
 	mosqBin   = flag.String("mosquitto", "", "mosquitto binary (default: from PATH, else /usr/sbin/mosquitto)")
-	scenarios = flag.String("scenarios", "external,embedded,memory,restart", "scenarios to run, comma-separated: external, embedded, memory, restart")
+	scenarios = flag.String("scenarios", "external,embedded,memory,restart,cluster", "scenarios to run, comma-separated: external, embedded, memory, restart, cluster")
 	quick     = flag.Bool("quick", false, "a reduced run: every count divided by 10 (unless set explicitly)")
 
 	nMsgs     = flag.Int("n", 1_000_000, "external: readings published per subscriber and publisher QoS")
@@ -95,7 +100,7 @@ func main() {
 	if *quick {
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for name, p := range map[string]*int{"n": nMsgs, "embedded-n": embN, "load-n": loadN, "restart-keys": restartKeys} {
+		for name, p := range map[string]*int{"n": nMsgs, "embedded-n": embN, "load-n": loadN, "restart-keys": restartKeys, "cluster-n": clusterN} {
 			if !set[name] {
 				*p /= 10
 			}
@@ -128,7 +133,7 @@ func run() error {
 	for _, s := range strings.Split(*scenarios, ",") {
 		s = strings.TrimSpace(s)
 		switch s {
-		case "external", "embedded", "memory", "restart":
+		case "external", "embedded", "memory", "restart", "cluster":
 			want[s] = true
 		case "":
 		default:
@@ -171,6 +176,11 @@ func run() error {
 	if want["restart"] {
 		if err := benchRestart(dir, mq); err != nil {
 			return fmt.Errorf("restart: %w", err)
+		}
+	}
+	if want["cluster"] {
+		if err := benchCluster(dir); err != nil {
+			return fmt.Errorf("cluster: %w", err)
 		}
 	}
 	return nil
@@ -285,6 +295,7 @@ var titles = map[string]string{
 	"embedded": "Embedded broker: durable QoS 1 ingestion",
 	"memory":   "Memory (peak VmRSS sampled every 100 ms)",
 	"restart":  "Restart after SIGKILL",
+	"cluster":  "A cluster of three edged processes: RSS of each node (peak VmRSS sampled every 100 ms)",
 }
 
 func printReport() {
