@@ -265,10 +265,10 @@ type roomCheck struct {
 // configured ones, and the placement the redeployment would make (each
 // subtask on its home node when that is placed, else spread by
 // rendezvous hashing, as liveView.update does) must put no more keyed
-// subtasks on a node than its capacity. It returns the keyed subtasks per
-// node of that placement, or an error wrapping cluster.ErrRefused or
-// cluster.ErrOverCapacity with the reason.
-func checkRoom(rc roomCheck) (map[string]int, error) {
+// subtasks on a node than its capacity. It returns that placement, by job,
+// and its keyed subtasks per node, or an error wrapping cluster.ErrRefused
+// or cluster.ErrOverCapacity with the reason.
+func checkRoom(rc roomCheck) (map[string]int, map[string]map[actors.TaskKey]string, error) {
 	var remaining []string
 	for _, id := range rc.alive {
 		if !slices.Contains(rc.draining, id) {
@@ -276,7 +276,7 @@ func checkRoom(rc roomCheck) (map[string]int, error) {
 		}
 	}
 	if len(rc.draining) > 0 && !cluster.HasQuorum(len(remaining), rc.size) {
-		return nil, fmt.Errorf("%w: draining %v would leave %d of %d nodes (%v): no majority, nothing would run",
+		return nil, nil, fmt.Errorf("%w: draining %v would leave %d of %d nodes (%v): no majority, nothing would run",
 			cluster.ErrRefused, rc.draining, len(remaining), rc.size, remaining)
 	}
 	placed := map[string]bool{}
@@ -288,23 +288,31 @@ func checkRoom(rc roomCheck) (map[string]int, error) {
 		}
 	}
 	load := map[string]int{}
+	placement := map[string]map[actors.TaskKey]string{}
 	for _, job := range slices.Sorted(mapKeys(rc.homes)) {
 		h := rc.homes[job]
+		p := make(map[actors.TaskKey]string, len(h.placement))
+		placement[job] = p
 		var units []cluster.Unit
 		for k, node := range h.placement {
 			if !placed[node] {
 				units = append(units, cluster.Unit(k.String()))
-			} else if h.keyed[k.UID] {
-				load[node]++
+				continue
 			}
+			p[k] = node
 		}
 		moved, err := cluster.Place(members, units)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", cluster.ErrRefused, err)
+			return nil, nil, fmt.Errorf("%w: %w", cluster.ErrRefused, err)
 		}
 		for k, node := range h.placement {
-			if !placed[node] && h.keyed[k.UID] {
-				load[moved[cluster.Unit(k.String())]]++
+			if !placed[node] {
+				p[k] = moved[cluster.Unit(k.String())]
+			}
+		}
+		for k, node := range p {
+			if h.keyed[k.UID] {
+				load[node]++
 			}
 		}
 	}
@@ -315,9 +323,9 @@ func checkRoom(rc roomCheck) (map[string]int, error) {
 		}
 	}
 	if len(over) > 0 {
-		return load, fmt.Errorf("%w: %s", cluster.ErrOverCapacity, strings.Join(over, "; "))
+		return load, placement, fmt.Errorf("%w: %s", cluster.ErrOverCapacity, strings.Join(over, "; "))
 	}
-	return load, nil
+	return load, placement, nil
 }
 
 func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
@@ -330,8 +338,9 @@ func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 	}
 }
 
-// room checks the cluster's room for a rebalance that drains draining.
-func (c *clusterNode) room(draining []string) error {
+// room checks the cluster's room for a rebalance that drains draining and
+// returns the placement it would make, by job.
+func (c *clusterNode) room(draining []string) (map[string]map[actors.TaskKey]string, error) {
 	v := c.live
 	alive := v.alive()
 	v.mu.Lock()
@@ -340,9 +349,32 @@ func (c *clusterNode) room(draining []string) error {
 		drained = append(drained, id)
 	}
 	v.mu.Unlock()
-	_, err := checkRoom(roomCheck{size: len(c.cfg.Nodes()), alive: alive, drained: drained, draining: draining,
+	_, placement, err := checkRoom(roomCheck{size: len(c.cfg.Nodes()), alive: alive, drained: drained, draining: draining,
 		master: c.cfg.Master(), capacity: c.cfg.CapacityOf, homes: c.jobHomes()})
-	return err
+	return placement, err
+}
+
+// unchanged reports whether every job runs an attempt whose placement is
+// placement already: a rebalance then has nothing to move (a restart
+// after a failure placed a node that joined meanwhile, say).
+func (c *clusterNode) unchanged(placement map[string]map[actors.TaskKey]string) bool {
+	execs := c.executions()
+	if len(execs) == 0 {
+		return false
+	}
+	for _, e := range execs {
+		r, _ := e.Runner()
+		p, ok := placement[e.Name()]
+		if r == nil || !ok {
+			return false
+		}
+		for k, node := range p {
+			if r.NodeOf(k.UID, k.Subtask) != node {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // triggerOf is the trigger a batch is recorded under: a drain, else a
@@ -386,10 +418,16 @@ func (c *clusterNode) runRebalance(ctx context.Context, s cluster.Start) error {
 		}
 	}
 	v.mu.Unlock()
-	if err := c.room(draining); err != nil {
+	placement, err := c.room(draining)
+	if err != nil {
 		c.recordRebalance(cluster.Rebalance{At: time.Now(), Trigger: trigger, Outcome: cluster.RebalanceRefused, Error: err.Error()})
 		c.log.Warn("cluster: rebalance refused", "trigger", trigger, "draining", draining, "err", err)
 		return err
+	}
+	if len(draining) == 0 && c.unchanged(placement) {
+		c.recordRebalance(cluster.Rebalance{At: time.Now(), Trigger: trigger, Outcome: cluster.RebalanceDone, PauseMS: map[string]float64{}})
+		c.log.Info("cluster: rebalance: every job runs on that placement already; nothing moved, nothing restarted", "trigger", trigger)
+		return nil
 	}
 	v.mu.Lock()
 	if v.drained == nil {
@@ -538,7 +576,7 @@ func (c *clusterNode) Drain(ctx context.Context, node string) error {
 		c.log.Info("cluster: node already drained", "drained", node)
 		return nil
 	}
-	if err := c.room([]string{node}); err != nil {
+	if _, err := c.room([]string{node}); err != nil {
 		c.recordRebalance(cluster.Rebalance{At: time.Now(), Trigger: cluster.TriggerDrain, Outcome: cluster.RebalanceRefused, Error: err.Error()})
 		c.log.Warn("cluster: drain refused", "drained", node, "err", err)
 		return err

@@ -246,37 +246,37 @@ func TestCheckRoom(t *testing.T) {
 	capacities := map[string]int{"a": 2, "b": 0, "c": 2}
 	rc := roomCheck{size: 3, alive: []string{"a", "b", "c"}, master: "a",
 		capacity: func(id string) int { return capacities[id] }, homes: homesOf("j1")}
-	load, err := checkRoom(rc)
+	load, _, err := checkRoom(rc)
 	if err != nil || load["a"] != 1 || load["b"] != 1 || load["c"] != 1 {
 		t.Fatalf("no drain: %v %v", load, err)
 	}
 	// Draining b puts its window subtask on a or c: 2 of 2, still room.
 	rc.draining = []string{"b"}
-	if load, err = checkRoom(rc); err != nil || load["b"] != 0 || load["a"]+load["c"] != 3 {
+	if load, _, err = checkRoom(rc); err != nil || load["b"] != 0 || load["a"]+load["c"] != 3 {
 		t.Fatalf("drain b: %v %v", load, err)
 	}
 	// Two jobs: draining b would put 3 or 4 on a node with capacity 2
 	// (a and c run 2 each already).
 	rc.homes = homesOf("j1", "j2")
-	_, err = checkRoom(rc)
+	_, _, err = checkRoom(rc)
 	if !errors.Is(err, cluster.ErrOverCapacity) || !strings.Contains(err.Error(), "keyed subtasks, its cluster.capacity is 2") {
 		t.Fatalf("drain b with two jobs: %v", err)
 	}
 	// No limits: room again.
 	capacities["a"], capacities["c"] = 0, 0
-	if _, err = checkRoom(rc); err != nil {
+	if _, _, err = checkRoom(rc); err != nil {
 		t.Fatalf("no limit: %v", err)
 	}
 	// c is dead: draining b would leave a alone, no majority.
 	rc.alive = []string{"a", "b"}
-	_, err = checkRoom(rc)
+	_, _, err = checkRoom(rc)
 	if !errors.Is(err, cluster.ErrRefused) || !strings.Contains(err.Error(), "no majority") {
 		t.Fatalf("drain b with c dead: %v", err)
 	}
 	// A node drained before gets nothing: its subtasks count elsewhere.
 	rc = roomCheck{size: 3, alive: []string{"a", "b", "c"}, drained: []string{"c"}, master: "a",
 		capacity: func(string) int { return 0 }, homes: homesOf("j1")}
-	if load, err = checkRoom(rc); err != nil || load["c"] != 0 || load["a"]+load["b"] != 3 {
+	if load, _, err = checkRoom(rc); err != nil || load["c"] != 0 || load["a"]+load["b"] != 3 {
 		t.Fatalf("c drained: %v %v", load, err)
 	}
 }

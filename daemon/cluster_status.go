@@ -82,6 +82,12 @@ func (c *clusterNode) redeploy(ctx context.Context, trigger cluster.Trigger, rea
 	for _, e := range execs {
 		start := time.Now()
 		path, err := e.TriggerSavepoint(ctx, "", false)
+		for try := 2; err != nil && try <= savepointTries && ctx.Err() == nil; try++ {
+			// Nothing has moved yet: a declined savepoint (a task that
+			// failed, the job restarting) is worth another try.
+			c.log.Warn("cluster: savepoint before the redeployment failed; trying again", "trigger", trigger, "job", e.Name(), "try", try, "err", err)
+			path, err = e.TriggerSavepoint(ctx, "", false)
+		}
 		if err != nil {
 			rec.Outcome, rec.Error = cluster.RebalanceAborted, fmt.Sprintf("savepoint of job %q: %v", e.Name(), err)
 			c.recordRebalance(rec)
@@ -137,6 +143,10 @@ func (c *clusterNode) redeploy(ctx context.Context, trigger cluster.Trigger, rea
 		"took", time.Since(rec.At), "err", err)
 	return rec, err
 }
+
+// savepointTries is how many savepoints a redeployment tries before it
+// gives up with nothing moved.
+const savepointTries = 3
 
 // stateBytes returns the bytes of subtask sub of the operators uids in
 // md; 0 without md.
