@@ -81,9 +81,12 @@ type GateConfig struct {
 	MaxSettle time.Duration
 	// MinInterval is the least time between the end of one rebalance and
 	// the start of the next; it doubles (up to MaxInterval) for each
-	// rebalance that starts within twice the current interval after the
-	// previous one ended, so flapping nodes cannot start a rebalance
-	// storm, and falls back to MinInterval after a longer quiet spell.
+	// rebalance asked for (its first request queued) within twice the
+	// current interval after the previous one ended, so flapping nodes
+	// cannot start a rebalance storm, and falls back to MinInterval after
+	// a longer quiet spell. (It counts from the request, not the start:
+	// joins that keep coming settle for MaxSettle, and a storm would
+	// otherwise look like a quiet spell.)
 	MinInterval time.Duration
 	MaxInterval time.Duration
 }
@@ -112,6 +115,7 @@ type RebalanceGate struct {
 
 	pending    []Trigger // queued, deduplicated, in arrival order
 	drains     []string  // nodes asked to drain, queued
+	firstReq   time.Time // first request of what is queued
 	firstJoin  time.Time // first join of the batch being settled
 	lastJoin   time.Time
 	checkpoint bool
@@ -131,6 +135,9 @@ func NewRebalanceGate(cfg GateConfig) (*RebalanceGate, error) {
 
 // Request queues a rebalance for trigger (with the node, for a drain).
 func (g *RebalanceGate) Request(now time.Time, t Trigger, node string) {
+	if len(g.pending) == 0 {
+		g.firstReq = now
+	}
 	if !slices.Contains(g.pending, t) {
 		g.pending = append(g.pending, t)
 	}
@@ -185,7 +192,7 @@ func (g *RebalanceGate) Poll(now time.Time) (s Start, ok bool, waiting string) {
 	s = Start{Triggers: g.pending, Drain: g.drains}
 	g.pending, g.drains = nil, nil
 	g.firstJoin, g.lastJoin = time.Time{}, time.Time{}
-	if !g.lastEnd.IsZero() && now.Sub(g.lastEnd) < 2*g.interval {
+	if !g.lastEnd.IsZero() && g.firstReq.Sub(g.lastEnd) < 2*g.interval {
 		g.interval = min(max(2*g.interval, g.cfg.MinInterval), g.cfg.MaxInterval)
 	} else {
 		g.interval = g.cfg.MinInterval

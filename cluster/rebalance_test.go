@@ -294,3 +294,26 @@ func TestMigrationFailures(t *testing.T) {
 		t.Fatalf("failed fallback: %s", m.Step())
 	}
 }
+
+// A node that keeps flapping (a join every 2 s) keeps each batch settling
+// until MaxSettle; the damping counts from the batch's first request, so
+// the interval still doubles instead of looking like a quiet spell.
+func TestGateDampsFlappingJoins(t *testing.T) {
+	g := newGate(t)
+	var starts []time.Duration
+	for d := time.Duration(0); d < 10*time.Minute; d += time.Second {
+		if d%(2*time.Second) == 0 {
+			g.Request(at(d), TriggerJoin, "node-4")
+		}
+		if _, ok, _ := g.Poll(at(d)); ok {
+			starts = append(starts, d)
+			g.Done(at(d))
+		}
+	}
+	if g.Interval() != 80*time.Second {
+		t.Fatalf("interval %v after 10 min of flapping (rebalances at %v), want the maximum 80s", g.Interval(), starts)
+	}
+	if len(starts) > 12 {
+		t.Fatalf("%d rebalances in 10 min of flapping: %v", len(starts), starts)
+	}
+}

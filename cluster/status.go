@@ -98,7 +98,9 @@ type MemberStatus struct {
 	// configured size; a member that does not owns nothing. Known for this
 	// node, and for the others as last reported.
 	SeesMajority bool `json:"sees_majority"`
-	// Capacity is the member's relative weight in placement (0 means 1).
+	// Capacity is the most keyed subtasks the member may run (its
+	// cluster.capacity); 0 means no limit. A drain or rebalance that
+	// would put more on it is refused with ErrOverCapacity.
 	Capacity int `json:"capacity"`
 }
 

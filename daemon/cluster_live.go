@@ -22,8 +22,9 @@ type liveView struct {
 	// configured node counts as alive.
 	m  *cluster.Membership
 	mu sync.Mutex // guards the fields below
-	// drained are nodes drained by the operator: they get no subtasks.
-	drained map[string]bool
+	// drained are nodes drained by the operator: they get no subtasks;
+	// left are those of them seen gone since (cluster_drain.go).
+	drained, left map[string]bool
 	// failovers and rebalances are the latest of each, newest last.
 	failovers               []cluster.Failover
 	rebalances              []cluster.Rebalance
@@ -37,8 +38,9 @@ type liveView struct {
 	// deployed are the nodes of the latest deployment (master only).
 	deployed []string
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
 }
 
 // startGossip starts the node's membership and the loop that follows it.
@@ -81,14 +83,16 @@ func (v *liveView) stopGossip() {
 	if v.m == nil {
 		return
 	}
-	close(v.stop)
-	v.wg.Wait()
-	if err := v.m.Leave(time.Second); err != nil {
-		v.c.log.Warn("cluster: leave", "err", err)
-	}
-	if err := v.m.Shutdown(); err != nil {
-		v.c.log.Warn("cluster: gossip shutdown", "err", err)
-	}
+	v.stopOnce.Do(func() {
+		close(v.stop)
+		v.wg.Wait()
+		if err := v.m.Leave(time.Second); err != nil {
+			v.c.log.Warn("cluster: leave", "err", err)
+		}
+		if err := v.m.Shutdown(); err != nil {
+			v.c.log.Warn("cluster: gossip shutdown", "err", err)
+		}
+	})
 }
 
 // alive returns the configured nodes the node sees alive, itself
@@ -224,6 +228,7 @@ func (v *liveView) follow(alive []string, jobs func() []*actors.Execution) {
 	v.mu.Lock()
 	deployed := v.deployed
 	var dead, joined []string
+	v.undrainReturnedLocked(alive)
 	if deployed != nil {
 		for _, id := range deployed {
 			if !slices.Contains(alive, id) {
@@ -244,11 +249,11 @@ func (v *liveView) follow(alive []string, jobs func() []*actors.Execution) {
 	for _, id := range joined {
 		v.joining[id] = true
 		v.gate.Request(now, cluster.TriggerJoin, id)
+		v.c.rb.requestedLocked(now)
 	}
-	start, ok, waiting := v.gate.Poll(now)
 	v.mu.Unlock()
 	if len(joined) > 0 {
-		v.c.log.Info("cluster: node joined; rebalancing after the settle delay", "joined", joined, "waiting", waiting)
+		v.c.log.Info("cluster: node joined; rebalancing after the settle delay", "joined", joined)
 	}
 	if len(dead) > 0 {
 		v.c.log.Warn("cluster: deployed nodes died; failing over to the live ones", "dead", dead, "alive", alive)
@@ -260,21 +265,6 @@ func (v *liveView) follow(alive []string, jobs func() []*actors.Execution) {
 		}
 		v.wg.Add(1)
 		go v.recordFailover(execs, old)
-	}
-	if ok {
-		v.wg.Add(1)
-		go func() {
-			defer v.wg.Done()
-			ctx, cancel := v.stopCtx(2 * time.Minute)
-			defer cancel()
-			if err := v.c.redeploy(ctx, cluster.TriggerJoin, fmt.Sprintf("%v joined", start.Triggers)); err != nil {
-				v.c.log.Warn("cluster: rebalance after a join failed", "err", err)
-			}
-			v.mu.Lock()
-			v.gate.Done(time.Now())
-			v.joining = map[string]bool{}
-			v.mu.Unlock()
-		}()
 	}
 }
 

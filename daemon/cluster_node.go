@@ -48,6 +48,13 @@ type clusterNode struct {
 
 	mu    sync.Mutex // guards execs
 	execs []*actors.Execution
+
+	// rb queues and runs rebalances (cluster_drain.go); its loop runs on
+	// the master's node only.
+	rb        *rebalancer
+	homesMu   sync.Mutex // guards homes
+	homes     map[string]jobHome
+	leaveOnce sync.Once
 }
 
 // executions returns the job masters' executions of the node.
@@ -81,6 +88,7 @@ func startCluster(cfg *pipeline.ClusterConfig, dataDir, token string, log *slog.
 		return nil, err
 	}
 	c.live = &liveView{c: c, stop: make(chan struct{}), gate: gate, joining: map[string]bool{}}
+	c.rb = c.newRebalancer()
 	c.peers = &peerClient{cfg: cfg, token: token, http: &http.Client{}}
 	cc := cfg.ChannelConfig()
 	c.net = cluster.NewNetwork(cfg.Node, cc, log)
@@ -101,6 +109,7 @@ func startCluster(cfg *pipeline.ClusterConfig, dataDir, token string, log *slog.
 			c.stop()
 			return nil, err
 		}
+		c.rb.start()
 	}
 	log.Info("cluster transport listening", "addr", c.tr.Addr(), "nodes", cfg.Nodes(), "master", cfg.Master())
 	return c, nil
@@ -109,6 +118,7 @@ func startCluster(cfg *pipeline.ClusterConfig, dataDir, token string, log *slog.
 // stop leaves the membership and stops the worker, the network and the
 // transport.
 func (c *clusterNode) stop() {
+	c.rb.close()
 	if c.live != nil {
 		c.live.stopGossip()
 	}
@@ -188,6 +198,7 @@ func (c *clusterNode) jobCluster(env *stream.Environment) (*actors.Cluster, erro
 		}
 		ac.Placement[k] = p.Node
 	}
+	c.setHome(job, ac.Placement)
 	if v := c.live; v != nil {
 		home := &actors.Cluster{Nodes: ac.Nodes, Placement: ac.Placement}
 		ac.Update = func() ([]actors.Node, map[actors.TaskKey]string, error) { return v.update(home) }
@@ -199,6 +210,7 @@ func (c *clusterNode) jobCluster(env *stream.Environment) (*actors.Cluster, erro
 // state files pushed and fetched (on the master).
 func (c *clusterNode) mount(mux *http.ServeMux, n *node) {
 	mux.HandleFunc("POST /cluster/deployments", c.handleDeploy)
+	mux.HandleFunc("POST /cluster/leave", c.handleLeave)
 	mux.HandleFunc("PUT /cluster/jobs/{job}/epochs/{epoch}/checkpoints/{id}/files/{name}", func(w http.ResponseWriter, r *http.Request) {
 		c.handlePush(w, r, n)
 	})

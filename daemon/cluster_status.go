@@ -3,12 +3,14 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
 	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/cluster"
 	"github.com/edgedio/edged/keygroup"
+	"github.com/edgedio/edged/snapshot"
 )
 
 var _ cluster.StatusProvider = (*clusterNode)(nil)
@@ -20,10 +22,15 @@ func (c *clusterNode) Status() cluster.Status {
 	size := len(c.cfg.Nodes())
 	master := c.cfg.Master()
 	s := cluster.Status{Enabled: true, Node: c.cfg.Node, Leader: master}
+	v.mu.Lock()
+	drained := maps.Clone(v.drained)
+	v.mu.Unlock()
 	for _, id := range c.cfg.Nodes() {
-		m := cluster.MemberStatus{ID: id, State: cluster.StateDead, Leader: id == master, Capacity: 1}
+		m := cluster.MemberStatus{ID: id, State: cluster.StateDead, Leader: id == master, Capacity: c.cfg.CapacityOf(id)}
 		if slices.Contains(alive, id) {
 			m.State = cluster.StateAlive
+		} else if drained[id] {
+			m.State = cluster.StateLeft
 		}
 		if id == c.cfg.Node {
 			m.Address, m.API = c.tr.Addr(), ""
@@ -57,98 +64,113 @@ func (c *clusterNode) Status() cluster.Status {
 	return s
 }
 
-// Drain moves every subtask off node (cluster.StatusProvider): the job
-// masters take a savepoint of every job and redeploy it from there
-// without the node. The
-// node keeps running and hosts nothing until a rebalance after it is
-// undrained by a restart of the master; it can then be stopped.
-func (c *clusterNode) Drain(ctx context.Context, node string) error {
-	if !slices.Contains(c.cfg.Nodes(), node) {
-		return fmt.Errorf("%w: %q is not a node of the cluster %v", cluster.ErrUnknownNode, node, c.cfg.Nodes())
-	}
-	if !c.master {
-		return fmt.Errorf("%w: node %q does not run the job masters; ask node %q", cluster.ErrRefused, c.cfg.Node, c.cfg.Master())
-	}
-	if node == c.cfg.Node {
-		return fmt.Errorf("%w: node %q runs the job masters and cannot be drained", cluster.ErrRefused, node)
-	}
-	v := c.live
-	v.mu.Lock()
-	if v.drained == nil {
-		v.drained = map[string]bool{}
-	}
-	v.drained[node] = true
-	v.mu.Unlock()
-	return c.redeploy(ctx, cluster.TriggerDrain, "drain of node "+node)
-}
-
-// Rebalance redeploys every job on the live, undrained nodes
-// (cluster.StatusProvider).
-func (c *clusterNode) Rebalance(ctx context.Context) error {
-	if !c.master {
-		return fmt.Errorf("%w: node %q does not run the job masters; ask node %q", cluster.ErrRefused, c.cfg.Node, c.cfg.Master())
-	}
-	return c.redeploy(ctx, cluster.TriggerManual, "rebalance asked")
-}
-
 // redeploy takes a savepoint of every job, restarts each from it on the
-// current placement, waits until each runs again, and records it. A
-// failed savepoint aborts it with nothing moved.
-func (c *clusterNode) redeploy(ctx context.Context, trigger cluster.Trigger, reason string) error {
-	v := c.live
+// current placement, waits until each runs again, and records it: the key
+// groups that changed node, the bytes of their state in the savepoint
+// (what their new owners fetch and restore), and per moved subtask the
+// pause of its job, from the end of the old attempt to every task of the
+// new one restored and started (the whole job restarts). A failed
+// savepoint aborts it with nothing moved.
+func (c *clusterNode) redeploy(ctx context.Context, trigger cluster.Trigger, reason string) (cluster.Rebalance, error) {
 	before := c.placements()
 	rec := cluster.Rebalance{At: time.Now(), Trigger: trigger, Outcome: cluster.RebalanceRunning, PauseMS: map[string]float64{}}
 	execs := c.executions()
 	// A savepoint first: the redeployment restores it (it is newer than
 	// the latest checkpoint), so little is replayed. Without one nothing
 	// moves.
+	savepoints := map[string]string{}
 	for _, e := range execs {
+		start := time.Now()
 		path, err := e.TriggerSavepoint(ctx, "", false)
+		for try := 2; err != nil && try <= savepointTries && ctx.Err() == nil; try++ {
+			// Nothing has moved yet: a declined savepoint (a task that
+			// failed, the job restarting) is worth another try.
+			c.log.Warn("cluster: savepoint before the redeployment failed; trying again", "trigger", trigger, "job", e.Name(), "try", try, "err", err)
+			path, err = e.TriggerSavepoint(ctx, "", false)
+		}
 		if err != nil {
 			rec.Outcome, rec.Error = cluster.RebalanceAborted, fmt.Sprintf("savepoint of job %q: %v", e.Name(), err)
-			v.mu.Lock()
-			v.nRebalances++
-			v.rebalances = lastN(append(v.rebalances, rec), 10)
-			v.mu.Unlock()
+			c.recordRebalance(rec)
 			c.log.Warn("cluster: redeployment aborted: the savepoint failed; nothing moved", "trigger", trigger, "job", e.Name(), "err", err)
-			return fmt.Errorf("%w: savepoint of job %q before the redeployment: %w", cluster.ErrRefused, e.Name(), err)
+			return rec, fmt.Errorf("%w: savepoint of job %q before the redeployment: %w", cluster.ErrRefused, e.Name(), err)
 		}
-		c.log.Info("cluster: savepoint before the redeployment", "trigger", trigger, "job", e.Name(), "path", path, "took", time.Since(rec.At))
+		savepoints[e.Name()] = path
+		c.log.Info("cluster: savepoint before the redeployment", "trigger", trigger, "job", e.Name(), "path", path, "took", time.Since(start))
 	}
 	old := map[*actors.Execution]*actors.Runner{}
+	stopped := map[*actors.Execution]time.Time{}
 	for _, e := range execs {
 		old[e], _ = e.Runner()
+		stopped[e] = time.Now()
 		e.Redeploy(reason)
 	}
 	var err error
+	pause := map[string]float64{}
 	for _, e := range execs {
 		if err = waitNewRunner(ctx, e, old[e]); err != nil {
 			break
 		}
+		pause[e.Name()] = msSince(stopped[e])
+		c.log.Info("cluster: job runs on the new placement", "trigger", trigger, "job", e.Name(), "pause_ms", pause[e.Name()])
 	}
 	after := c.placements()
+	sizes := map[string]*snapshot.Metadata{}
 	for k, n := range after {
-		if b, ok := before[k]; ok && b.node != n.node {
-			rec.MovedKeyGroups += n.groups
-			rec.PauseMS[k] = msSince(rec.At)
+		b, ok := before[k]
+		if !ok || b.node == n.node {
+			continue
 		}
+		rec.MovedKeyGroups += n.groups
+		if p, ok := pause[n.job]; ok {
+			rec.PauseMS[k] = p
+		}
+		md, ok := sizes[n.job]
+		if !ok && savepoints[n.job] != "" {
+			if md, err = snapshot.Load(savepoints[n.job]); err != nil {
+				c.log.Warn("cluster: the savepoint's sizes are unknown", "job", n.job, "err", err)
+				md, err = nil, nil
+			}
+			sizes[n.job] = md
+		}
+		rec.BytesShipped += stateBytes(md, n.chain, n.subtask)
 	}
 	rec.Outcome = cluster.RebalanceDone
 	if err != nil {
 		rec.Outcome, rec.Error = cluster.RebalanceFailed, err.Error()
 	}
-	v.mu.Lock()
-	v.nRebalances++
-	v.rebalances = lastN(append(v.rebalances, rec), 10)
-	v.mu.Unlock()
-	c.log.Info("cluster: redeployed", "trigger", trigger, "moved_key_groups", rec.MovedKeyGroups, "took", time.Since(rec.At), "err", err)
-	return err
+	c.recordRebalance(rec)
+	c.log.Info("cluster: redeployed", "trigger", trigger, "moved_key_groups", rec.MovedKeyGroups, "bytes_shipped", rec.BytesShipped,
+		"took", time.Since(rec.At), "err", err)
+	return rec, err
 }
 
-// placedKeys is where a keyed subtask runs and how many key groups it has.
+// savepointTries is how many savepoints a redeployment tries before it
+// gives up with nothing moved.
+const savepointTries = 3
+
+// stateBytes returns the bytes of subtask sub of the operators uids in
+// md; 0 without md.
+func stateBytes(md *snapshot.Metadata, uids []string, sub int) int64 {
+	if md == nil {
+		return 0
+	}
+	var n int64
+	for _, uid := range uids {
+		if op, ok := md.Operator(uid); ok && sub < len(op.Subtasks) {
+			n += op.Subtasks[sub].Size
+		}
+	}
+	return n
+}
+
+// placedKeys is where a keyed subtask runs, how many key groups it has,
+// and the UIDs of its chain's operators (whose state moves with it).
 type placedKeys struct {
-	node   string
-	groups int
+	job     string
+	node    string
+	groups  int
+	chain   []string
+	subtask int
 }
 
 // placements returns the node of every keyed subtask of the running
@@ -156,7 +178,16 @@ type placedKeys struct {
 func (c *clusterNode) placements() map[string]placedKeys {
 	out := map[string]placedKeys{}
 	c.keyedSubtasks(func(e *actors.Execution, r *actors.Runner, vx *actors.Vertex, sub int, kg keygroup.Range) {
-		out[fmt.Sprintf("%s/%s/%d", e.Name(), vx.Name, sub)] = placedKeys{r.NodeOf(vx.UID, sub), kg.End - kg.Start}
+		var chain []string
+		for _, ch := range r.Plan().Chains {
+			if slices.Contains(ch.Vertices, vx) {
+				for _, cv := range ch.Vertices {
+					chain = append(chain, cv.UID)
+				}
+			}
+		}
+		out[fmt.Sprintf("%s/%s/%d", e.Name(), vx.Name, sub)] = placedKeys{job: e.Name(), node: r.NodeOf(vx.UID, sub),
+			groups: kg.End - kg.Start, chain: chain, subtask: sub}
 	})
 	return out
 }

@@ -127,7 +127,9 @@ func (n *node) setErr(err error) {
 // opts.Listen. It returns once every job has ended: by itself (a bounded
 // source), stopped or cancelled through the API, or stopped because ctx was
 // cancelled: then each job with checkpointing is stopped with a savepoint
-// (its path is logged) and each other job is cancelled. It returns the
+// (its path is logged) and each other job is cancelled; a worker of a
+// cluster first asks the job masters to drain it (they move its subtasks
+// away when the others keep a majority and the capacity). It returns the
 // first job error, or an error if a job could not be built or started or
 // the API could not listen.
 func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
@@ -208,9 +210,12 @@ func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
 	allDone := make(chan struct{})
 	go func() {
 		watchers.Wait()
-		if n.cluster != nil && !n.cluster.master {
-			// A worker serves until it is stopped.
+		if c := n.cluster; c != nil && !c.master {
+			// A worker serves until it is stopped; then it asks the job
+			// masters to drain it first, while its API still serves (they
+			// tell it to leave through it).
 			<-ctx.Done()
+			c.drainSelf(context.WithoutCancel(ctx), n.opts.StopTimeout)
 		}
 		close(allDone)
 	}()

@@ -238,6 +238,15 @@ func (s *Source) Poll(out operators.Collector[Message], limit int) (operators.St
 		}
 		return operators.NothingAvailable, nil
 	}
+	if s.idleCtx != nil {
+		// A split back home (a rebalance or failover moved it back) may
+		// have been restored idle, as it was while away: downstream
+		// tasks restore its channels idle too and would leave its
+		// watermark out, making its records late. Say it is active (a
+		// no-op for a task that is active already).
+		s.idleCtx(false)
+		s.idleCtx = nil
+	}
 	if !s.active {
 		return operators.EndOfInput, nil
 	}

@@ -127,3 +127,30 @@ func TestSourceSplitRestoresOnlyItsOwnOffset(t *testing.T) {
 		t.Fatalf("an away split truncated the log it does not read: %+v", la.Stats())
 	}
 }
+
+// A split at home marks its stream active at its first Poll, once: a task
+// restored from a snapshot taken while the split ran away (idle) would
+// otherwise stay idle downstream, and the others' watermarks would make
+// its records late.
+func TestSourceSplitHomeMarksActive(t *testing.T) {
+	la := smallLog(t)
+	appendSeq(t, la, 0, 10)
+	var idle []bool
+	ctx := opCtx(0)
+	ctx.EmitIdle = func(v bool) { idle = append(idle, v) }
+	home := NewSource(la, WithSplits([]string{"a", "b"}, "a"))
+	if err := home.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer home.Close()
+	var got []Message
+	col := operators.CollectorFunc[Message](func(m Message) { got = append(got, m) })
+	for range 3 {
+		if _, err := home.Poll(col, 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != 10 || len(idle) != 1 || idle[0] {
+		t.Fatalf("home split emitted %d records and idle marks %v; want 10 and [false]", len(got), idle)
+	}
+}

@@ -31,6 +31,15 @@ type ClusterConfig struct {
 	Gossip string `yaml:"gossip"`
 	// Peers are the other nodes. At least one.
 	Peers []PeerConfig `yaml:"peers"`
+	// Capacity is the most keyed subtasks (summed over every job and keyed
+	// operator) this node may run; 0 (the default) means no limit. A
+	// drain or a rebalance whose placement would put more on a node than
+	// its capacity is refused, with the node and the count in the reason;
+	// a failover is not (the job runs over capacity rather than not at
+	// all, and says so in the log). Each peer's capacity is
+	// cluster.peers[].capacity; the node that runs the job masters reads
+	// them all.
+	Capacity int `yaml:"capacity"`
 	// Placement pins subtasks to nodes; a subtask not listed runs on node
 	// number subtask modulo the number of nodes, in id order. An MQTT
 	// source has one subtask per node, each reading its own node's ingest
@@ -120,7 +129,13 @@ type PeerConfig struct {
 	// Gossip is the host:port of the peer's membership (its
 	// cluster.gossip); required when cluster.gossip is set.
 	Gossip string `yaml:"gossip"`
+	// Capacity is the peer's cluster.capacity: the most keyed subtasks it
+	// may run; 0 (the default) means no limit.
+	Capacity int `yaml:"capacity"`
 }
+
+// MaxCapacity bounds cluster.capacity and cluster.peers[].capacity.
+const MaxCapacity = 1 << 16
 
 // PlacementConfig is one entry of `cluster.placement`.
 type PlacementConfig struct {
@@ -148,6 +163,17 @@ func (c *ClusterConfig) Nodes() []string {
 // Master returns the node that runs the job masters: the lowest id.
 func (c *ClusterConfig) Master() string { return c.Nodes()[0] }
 
+// CapacityOf returns the capacity of node id (this node's
+// cluster.capacity, or its peer entry's); 0 means no limit, and so does an
+// id the config does not know.
+func (c *ClusterConfig) CapacityOf(id string) int {
+	if id == c.Node {
+		return c.Capacity
+	}
+	p, _ := c.Peer(id)
+	return p.Capacity
+}
+
 // Peer returns the peer with id, if any.
 func (c *ClusterConfig) Peer(id string) (PeerConfig, bool) {
 	for _, p := range c.Peers {
@@ -171,6 +197,7 @@ func (c *ClusterConfig) validate(p *problems) {
 	if len(c.Peers) == 0 {
 		p.add("cluster.peers", "at least one peer is required")
 	}
+	checkCapacity(p, "cluster.capacity", c.Capacity)
 	seen := map[string]bool{c.Node: true}
 	for i, peer := range c.Peers {
 		path := fmt.Sprintf("cluster.peers[%d]", i)
@@ -186,6 +213,7 @@ func (c *ClusterConfig) validate(p *problems) {
 		} else {
 			checkAddr(p, path+".address", peer.Address)
 		}
+		checkCapacity(p, path+".capacity", peer.Capacity)
 		if peer.API == "" {
 			p.add(path+".api", "is required: the peer's node.listen")
 		} else {
@@ -228,5 +256,11 @@ func (c *ClusterConfig) validate(p *problems) {
 		if !seen[pl.Node] {
 			p.add(path+".node", fmt.Sprintf("%q is not cluster.node or a peer", pl.Node))
 		}
+	}
+}
+
+func checkCapacity(p *problems, path string, n int) {
+	if n < 0 || n > MaxCapacity {
+		p.add(path, fmt.Sprintf("(%d) must be 0 (no limit) to %d keyed subtasks", n, MaxCapacity))
 	}
 }

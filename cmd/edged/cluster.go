@@ -154,8 +154,8 @@ func printClusterStatus(w io.Writer, s cluster.Status) error {
 	fmt.Fprintln(w, "\nMEMBERS")
 	fmt.Fprintln(tw, "ID\tSTATE\tLEADER\tMAJORITY\tCAPACITY\tSUBTASKS\tKEY GROUPS\tTRANSPORT\tAPI")
 	for _, m := range s.Members {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", m.ID, m.State, mark(m.Leader), yesNo(m.SeesMajority),
-			max(m.Capacity, 1), subtasks[m.ID], owned[m.ID], m.Address, m.API)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", m.ID, m.State, mark(m.Leader), yesNo(m.SeesMajority),
+			capacityString(m.Capacity), subtasks[m.ID], owned[m.ID], m.Address, m.API)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -249,6 +249,14 @@ func pauses(p map[string]float64) string {
 		out[i] = s + " " + msDuration(p[s])
 	}
 	return strings.Join(out, ", ")
+}
+
+// capacityString writes a member's capacity: "-" for no limit.
+func capacityString(n int) string {
+	if n <= 0 {
+		return "-"
+	}
+	return fmt.Sprint(n)
 }
 
 func mark(b bool) string {

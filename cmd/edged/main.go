@@ -20,6 +20,14 @@
 // The client commands send --token (default $EDGED_TOKEN) as the API's
 // bearer token, which a node listening on a non-loopback address requires.
 //
+// SIGTERM or SIGINT stops edged run gracefully: every job with
+// checkpointing stops with a savepoint (on a cluster's job-master node as
+// well); a cluster's worker node first asks the job masters to drain it,
+// which they do when the other nodes keep a majority and have the
+// capacity (its subtasks move away from a savepoint and it leaves the
+// membership), and stops without a drain otherwise. It exits 0 either
+// way; its --stop-timeout bounds the drain as it does a stop.
+//
 // Exit status: 0 on success, 1 on a runtime failure, 2 on a usage or
 // config error (every config problem is printed with its key path).
 package main

@@ -1,0 +1,669 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/cluster"
+	"github.com/edgedio/edged/snapshot"
+)
+
+// Drain and leave, and the guards of every rebalance, on the node that
+// runs the job masters.
+//
+// Every rebalance (a join, edged cluster drain, edged cluster rebalance)
+// goes through one queue: the cluster.RebalanceGate, polled by one loop
+// (rebalancer.run). The gate holds what is queued while a failover runs
+// (liveView.follow tells it), while a checkpoint triggered before the
+// request is in progress (polled from the jobs' checkpoint histories), and
+// for the damping interval after the previous rebalance; it batches joins
+// over the settle delay. When it opens, the loop checks that the cluster
+// has room for the new placement (a majority left once the drained nodes
+// are gone, no node over its cluster.capacity) and refuses the batch with
+// the reason otherwise; then it redeploys from a savepoint, and asks every
+// drained node to leave the membership.
+
+// rebalancePoll is how often the loop polls the gate.
+const rebalancePoll = 50 * time.Millisecond
+
+// rebalanceTimeout bounds a rebalance from its start.
+const rebalanceTimeout = 2 * time.Minute
+
+// drainCatchUp bounds the wait for a drained node's source splits to have
+// read (and completed checkpoints to cover) what its ingest logs held when
+// the drain started.
+const drainCatchUp = 30 * time.Second
+
+// rebalanceWaiter is one caller waiting for its queued rebalance.
+type rebalanceWaiter struct {
+	trigger cluster.Trigger
+	node    string // the drained node (TriggerDrain)
+	done    chan error
+}
+
+// rebalancer queues rebalances behind the gate and runs them one at a
+// time from its loop. Its gate is shared with liveView.follow (joins,
+// failovers), under gateMu.
+type rebalancer struct {
+	clock clockwork.Clock
+	log   *slog.Logger
+
+	gateMu *sync.Mutex // guards gate and the fields below
+	gate   *cluster.RebalanceGate
+	// queuedAt is when the oldest request still queued was made; zero
+	// when nothing is queued.
+	queuedAt time.Time
+	waiters  []*rebalanceWaiter
+	waiting  string // why the gate held at the last poll
+
+	// checkpointing reports whether a checkpoint triggered before since
+	// is in progress in any job.
+	checkpointing func(since time.Time) bool
+	// exec runs a batch the gate let start and returns its record.
+	exec func(ctx context.Context, s cluster.Start) error
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// ask queues a rebalance for t (with node, for a drain) and waits for it
+// to run, or for ctx to end; the request then stays queued and runs with
+// the next batch.
+func (b *rebalancer) ask(ctx context.Context, t cluster.Trigger, node string) error {
+	w := &rebalanceWaiter{trigger: t, node: node, done: make(chan error, 1)}
+	b.gateMu.Lock()
+	now := b.clock.Now()
+	b.gate.Request(now, t, node)
+	if b.queuedAt.IsZero() {
+		b.queuedAt = now
+	}
+	b.waiters = append(b.waiters, w)
+	b.gateMu.Unlock()
+	select {
+	case err := <-w.done:
+		return err
+	case <-ctx.Done():
+		b.gateMu.Lock()
+		why := b.waiting
+		b.waiters = slices.DeleteFunc(b.waiters, func(x *rebalanceWaiter) bool { return x == w })
+		b.gateMu.Unlock()
+		if why != "" {
+			why = " (" + why + ")"
+		}
+		return fmt.Errorf("%w: the %s is still queued%s and runs when the gate opens", ctx.Err(), t, why)
+	}
+}
+
+// requested notes a join queued by liveView.follow (with gateMu held).
+func (b *rebalancer) requestedLocked(now time.Time) {
+	if b.queuedAt.IsZero() {
+		b.queuedAt = now
+	}
+}
+
+// step polls the gate once and, if it opens, runs the batch and tells its
+// waiters. It returns whether a batch ran.
+func (b *rebalancer) step(ctx context.Context) bool {
+	b.gateMu.Lock()
+	now := b.clock.Now()
+	b.gate.Checkpoint(!b.queuedAt.IsZero() && b.checkpointing(b.queuedAt))
+	s, ok, waiting := b.gate.Poll(now)
+	if waiting != b.waiting && waiting != "" {
+		b.log.Info("cluster: rebalance queued", "waiting", waiting)
+	}
+	b.waiting = waiting
+	var ws []*rebalanceWaiter
+	if ok {
+		ws, b.waiters = b.waiters, nil
+		b.queuedAt = time.Time{}
+	}
+	b.gateMu.Unlock()
+	if !ok {
+		return false
+	}
+	err := b.exec(ctx, s)
+	b.gateMu.Lock()
+	b.gate.Done(b.clock.Now())
+	b.gateMu.Unlock()
+	for _, w := range ws {
+		w.done <- err
+	}
+	return true
+}
+
+// start starts the loop.
+func (b *rebalancer) start() {
+	b.wg.Add(1)
+	go b.run()
+}
+
+// close stops the loop and waits for it (and a rebalance it runs).
+func (b *rebalancer) close() {
+	select {
+	case <-b.stop:
+		return
+	default:
+	}
+	close(b.stop)
+	b.wg.Wait()
+}
+
+func (b *rebalancer) run() {
+	defer b.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-b.stop
+		cancel()
+	}()
+	t := b.clock.NewTicker(rebalancePoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.Chan():
+			b.step(ctx)
+		}
+	}
+}
+
+// newRebalancer returns the rebalancer of c's job masters. It starts
+// nothing.
+func (c *clusterNode) newRebalancer() *rebalancer {
+	v := c.live
+	return &rebalancer{clock: clockwork.NewRealClock(), log: c.log, gateMu: &v.mu, gate: v.gate,
+		checkpointing: c.checkpointing, exec: c.runRebalance, stop: make(chan struct{})}
+}
+
+// checkpointing reports whether a checkpoint triggered before since is in
+// progress in any job: a rebalance asked meanwhile waits for it to end.
+// Checkpoints triggered later do not hold it (they would starve it at a
+// short interval); its savepoint runs beside them.
+func (c *clusterNode) checkpointing(since time.Time) bool {
+	for _, e := range c.executions() {
+		r, _ := e.Runner()
+		if r == nil {
+			continue
+		}
+		if checkpointBefore(r.History(), since) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkpointBefore reports whether hist has a checkpoint in progress that
+// was triggered before since.
+func checkpointBefore(hist []snapshot.Stats, since time.Time) bool {
+	for _, s := range hist {
+		if s.Status == snapshot.InProgress && s.Triggered.Before(since) {
+			return true
+		}
+	}
+	return false
+}
+
+// jobHome is a job's home placement (cluster_node.go's jobCluster) and
+// which vertices are keyed.
+type jobHome struct {
+	placement map[actors.TaskKey]string
+	keyed     map[string]bool
+}
+
+// setHome records the home placement of a job.
+func (c *clusterNode) setHome(job *actors.Job, placement map[actors.TaskKey]string) {
+	h := jobHome{placement: placement, keyed: map[string]bool{}}
+	for _, v := range job.Vertices {
+		if v.Keyed {
+			h.keyed[v.UID] = true
+		}
+	}
+	c.homesMu.Lock()
+	defer c.homesMu.Unlock()
+	if c.homes == nil {
+		c.homes = map[string]jobHome{}
+	}
+	c.homes[job.Name] = h
+}
+
+func (c *clusterNode) jobHomes() map[string]jobHome {
+	c.homesMu.Lock()
+	defer c.homesMu.Unlock()
+	out := make(map[string]jobHome, len(c.homes))
+	for k, h := range c.homes {
+		out[k] = h
+	}
+	return out
+}
+
+// roomCheck is what checkRoom decides on.
+type roomCheck struct {
+	size     int              // configured nodes
+	alive    []string         // nodes alive now
+	drained  []string         // nodes drained before
+	draining []string         // nodes this rebalance drains
+	master   string           // always placed
+	capacity func(string) int // 0: no limit
+	homes    map[string]jobHome
+}
+
+// checkRoom decides whether the cluster has room for a rebalance: the
+// nodes left once the draining ones are gone must be a majority of the
+// configured ones, and the placement the redeployment would make (each
+// subtask on its home node when that is placed, else spread by
+// rendezvous hashing, as liveView.update does) must put no more keyed
+// subtasks on a node than its capacity. It returns that placement, by job,
+// and its keyed subtasks per node, or an error wrapping cluster.ErrRefused
+// or cluster.ErrOverCapacity with the reason.
+func checkRoom(rc roomCheck) (map[string]int, map[string]map[actors.TaskKey]string, error) {
+	var remaining []string
+	for _, id := range rc.alive {
+		if !slices.Contains(rc.draining, id) {
+			remaining = append(remaining, id)
+		}
+	}
+	if len(rc.draining) > 0 && !cluster.HasQuorum(len(remaining), rc.size) {
+		return nil, nil, fmt.Errorf("%w: draining %v would leave %d of %d nodes (%v): no majority, nothing would run",
+			cluster.ErrRefused, rc.draining, len(remaining), rc.size, remaining)
+	}
+	placed := map[string]bool{}
+	var members []cluster.Member
+	for _, id := range remaining {
+		if id == rc.master || !slices.Contains(rc.drained, id) {
+			placed[id] = true
+			members = append(members, cluster.Member{ID: id})
+		}
+	}
+	load := map[string]int{}
+	placement := map[string]map[actors.TaskKey]string{}
+	for _, job := range slices.Sorted(mapKeys(rc.homes)) {
+		h := rc.homes[job]
+		p := make(map[actors.TaskKey]string, len(h.placement))
+		placement[job] = p
+		var units []cluster.Unit
+		for k, node := range h.placement {
+			if !placed[node] {
+				units = append(units, cluster.Unit(k.String()))
+				continue
+			}
+			p[k] = node
+		}
+		moved, err := cluster.Place(members, units)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", cluster.ErrRefused, err)
+		}
+		for k, node := range h.placement {
+			if !placed[node] {
+				p[k] = moved[cluster.Unit(k.String())]
+			}
+		}
+		for k, node := range p {
+			if h.keyed[k.UID] {
+				load[node]++
+			}
+		}
+	}
+	var over []string
+	for _, id := range slices.Sorted(mapKeys(load)) {
+		if capa := rc.capacity(id); capa > 0 && load[id] > capa {
+			over = append(over, fmt.Sprintf("node %s would run %d keyed subtasks, its cluster.capacity is %d", id, load[id], capa))
+		}
+	}
+	if len(over) > 0 {
+		return load, placement, fmt.Errorf("%w: %s", cluster.ErrOverCapacity, strings.Join(over, "; "))
+	}
+	return load, placement, nil
+}
+
+func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
+	return func(yield func(K) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// room checks the cluster's room for a rebalance that drains draining and
+// returns the placement it would make, by job.
+func (c *clusterNode) room(draining []string) (map[string]map[actors.TaskKey]string, error) {
+	v := c.live
+	alive := v.alive()
+	v.mu.Lock()
+	var drained []string
+	for id := range v.drained {
+		drained = append(drained, id)
+	}
+	v.mu.Unlock()
+	_, placement, err := checkRoom(roomCheck{size: len(c.cfg.Nodes()), alive: alive, drained: drained, draining: draining,
+		master: c.cfg.Master(), capacity: c.cfg.CapacityOf, homes: c.jobHomes()})
+	return placement, err
+}
+
+// unchanged reports whether every job runs an attempt whose placement is
+// placement already: a rebalance then has nothing to move (a restart
+// after a failure placed a node that joined meanwhile, say).
+func (c *clusterNode) unchanged(placement map[string]map[actors.TaskKey]string) bool {
+	execs := c.executions()
+	if len(execs) == 0 {
+		return false
+	}
+	for _, e := range execs {
+		r, _ := e.Runner()
+		p, ok := placement[e.Name()]
+		if r == nil || !ok {
+			return false
+		}
+		for k, node := range p {
+			if r.NodeOf(k.UID, k.Subtask) != node {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// triggerOf is the trigger a batch is recorded under: a drain, else a
+// manual rebalance, else a join.
+func triggerOf(s cluster.Start) cluster.Trigger {
+	for _, t := range []cluster.Trigger{cluster.TriggerDrain, cluster.TriggerManual} {
+		if slices.Contains(s.Triggers, t) {
+			return t
+		}
+	}
+	return cluster.TriggerJoin
+}
+
+// recordRebalance adds rec to the history.
+func (c *clusterNode) recordRebalance(rec cluster.Rebalance) {
+	v := c.live
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.nRebalances++
+	v.rebalances = lastN(append(v.rebalances, rec), 10)
+}
+
+// runRebalance runs a batch the gate let start: it checks the room, marks
+// the drained nodes, waits for their ingest logs to be read, redeploys
+// every job from a savepoint, and asks the drained nodes to leave.
+func (c *clusterNode) runRebalance(ctx context.Context, s cluster.Start) error {
+	ctx, cancel := context.WithTimeout(ctx, rebalanceTimeout)
+	defer cancel()
+	v := c.live
+	trigger := triggerOf(s)
+	defer func() {
+		v.mu.Lock()
+		v.joining = map[string]bool{}
+		v.mu.Unlock()
+	}()
+	var draining []string
+	v.mu.Lock()
+	for _, id := range s.Drain {
+		if !v.drained[id] {
+			draining = append(draining, id)
+		}
+	}
+	v.mu.Unlock()
+	placement, err := c.room(draining)
+	if err != nil {
+		c.recordRebalance(cluster.Rebalance{At: time.Now(), Trigger: trigger, Outcome: cluster.RebalanceRefused, Error: err.Error()})
+		c.log.Warn("cluster: rebalance refused", "trigger", trigger, "draining", draining, "err", err)
+		return err
+	}
+	if len(draining) == 0 && c.unchanged(placement) {
+		c.recordRebalance(cluster.Rebalance{At: time.Now(), Trigger: trigger, Outcome: cluster.RebalanceDone, PauseMS: map[string]float64{}})
+		c.log.Info("cluster: rebalance: every job runs on that placement already; nothing moved, nothing restarted", "trigger", trigger)
+		return nil
+	}
+	v.mu.Lock()
+	if v.drained == nil {
+		v.drained = map[string]bool{}
+	}
+	for _, id := range draining {
+		v.drained[id] = true
+	}
+	v.mu.Unlock()
+	for _, id := range draining {
+		if slices.Contains(v.alive(), id) {
+			c.waitIngest(ctx, id)
+		}
+	}
+	reason := fmt.Sprintf("rebalance (%v)", s.Triggers)
+	if len(draining) > 0 {
+		reason = fmt.Sprintf("drain of %v", draining)
+	}
+	rec, err := c.redeploy(ctx, trigger, reason)
+	if rec.Outcome == cluster.RebalanceAborted {
+		// Nothing moved: the drained nodes keep their subtasks.
+		v.mu.Lock()
+		for _, id := range draining {
+			delete(v.drained, id)
+		}
+		v.mu.Unlock()
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	for _, id := range s.Drain {
+		if !slices.Contains(v.alive(), id) {
+			continue
+		}
+		if lerr := c.peers.leave(ctx, id); lerr != nil {
+			c.log.Warn("cluster: drained node did not leave the membership", "drained", id, "err", lerr)
+			return fmt.Errorf("node %q drained, but it did not leave the membership: %w", id, lerr)
+		}
+		c.log.Info("cluster: drained node left the membership", "drained", id)
+	}
+	return nil
+}
+
+// waitIngest waits (at most drainCatchUp) until completed checkpoints
+// cover what node's ingest logs held when the drain started, so that the
+// savepoint after it leaves nothing of them unread: once the node's split
+// runs elsewhere it reads nothing until the node is back.
+func (c *clusterNode) waitIngest(ctx context.Context, node string) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, drainCatchUp)
+	defer cancel()
+	first, err := c.peers.ingest(ctx, node)
+	if err != nil {
+		c.log.Warn("cluster: drain: the node's ingest logs are unknown; not waiting for them", "drained", node, "err", err)
+		return
+	}
+	target := map[string]uint64{}
+	for _, p := range first.Pipelines {
+		target[p.Pipeline] = p.NextOffset
+	}
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		l, err := c.peers.ingest(ctx, node)
+		if err == nil && ingestCovered(l, target) {
+			c.log.Info("cluster: drain: the node's ingest logs are read and checkpointed", "drained", node, "offsets", target, "took", time.Since(start))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			c.log.Warn("cluster: drain: the node's ingest logs still hold records no checkpoint covers; they wait on its disk until it is back",
+				"drained", node, "offsets", target, "err", err, "took", time.Since(start))
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// ingestCovered reports whether every log of l was released up to its
+// offset in target.
+func ingestCovered(l IngestList, target map[string]uint64) bool {
+	for _, p := range l.Pipelines {
+		if off, ok := target[p.Pipeline]; ok && p.ReleasedOffset < off {
+			return false
+		}
+	}
+	return true
+}
+
+// ingest reads node's GET /ingest.
+func (p *peerClient) ingest(ctx context.Context, node string) (IngestList, error) {
+	var l IngestList
+	resp, err := p.do(ctx, http.MethodGet, node, "/ingest", nil, nil)
+	if err != nil {
+		return l, err
+	}
+	defer resp.Body.Close()
+	return l, json.NewDecoder(resp.Body).Decode(&l)
+}
+
+// leave asks a drained node to leave the membership.
+func (p *peerClient) leave(ctx context.Context, node string) error {
+	resp, err := p.do(ctx, http.MethodPost, node, "/cluster/leave", nil, nil)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// drain asks the job masters' node to drain node (this one).
+func (p *peerClient) drain(ctx context.Context, master, node string) (ClusterActionResult, error) {
+	var r ClusterActionResult
+	resp, err := p.do(ctx, http.MethodPost, master, "/cluster/drain/"+url.PathEscape(node), nil, nil)
+	if err != nil {
+		return r, err
+	}
+	defer resp.Body.Close()
+	return r, json.NewDecoder(resp.Body).Decode(&r)
+}
+
+// Drain moves every subtask off node and then lets it leave the membership
+// (cluster.StatusProvider). The drain is queued behind the gate (a
+// checkpoint or failover in progress, the damping interval), refused when
+// the others would not keep a majority or a node would go over its
+// cluster.capacity, and waits for the node's ingest logs to be read
+// before the savepoint. A drained node gets no subtasks until it restarts
+// (it rejoins the membership and is moved in like any join) or, without
+// cluster.gossip, until the master restarts.
+func (c *clusterNode) Drain(ctx context.Context, node string) error {
+	if !slices.Contains(c.cfg.Nodes(), node) {
+		return fmt.Errorf("%w: %q is not a node of the cluster %v", cluster.ErrUnknownNode, node, c.cfg.Nodes())
+	}
+	if !c.master {
+		return fmt.Errorf("%w: node %q does not run the job masters; ask node %q", cluster.ErrRefused, c.cfg.Node, c.cfg.Master())
+	}
+	if node == c.cfg.Node {
+		return fmt.Errorf("%w: node %q runs the job masters and cannot be drained", cluster.ErrRefused, node)
+	}
+	v := c.live
+	v.mu.Lock()
+	already := v.drained[node]
+	v.mu.Unlock()
+	if already {
+		c.log.Info("cluster: node already drained", "drained", node)
+		return nil
+	}
+	if _, err := c.room([]string{node}); err != nil {
+		c.recordRebalance(cluster.Rebalance{At: time.Now(), Trigger: cluster.TriggerDrain, Outcome: cluster.RebalanceRefused, Error: err.Error()})
+		c.log.Warn("cluster: drain refused", "drained", node, "err", err)
+		return err
+	}
+	return c.rb.ask(ctx, cluster.TriggerDrain, node)
+}
+
+// Rebalance redeploys every job on the live, undrained nodes
+// (cluster.StatusProvider), queued behind the gate; refused when a node
+// would go over its cluster.capacity.
+func (c *clusterNode) Rebalance(ctx context.Context) error {
+	if !c.master {
+		return fmt.Errorf("%w: node %q does not run the job masters; ask node %q", cluster.ErrRefused, c.cfg.Node, c.cfg.Master())
+	}
+	return c.rb.ask(ctx, cluster.TriggerManual, "")
+}
+
+// undrainReturnedLocked ends the drain of every drained node that left the
+// membership and is alive again (it restarted): the caller then sees it as
+// a join. With v.mu held.
+func (v *liveView) undrainReturnedLocked(alive []string) {
+	for id := range v.drained {
+		switch {
+		case !slices.Contains(alive, id):
+			if v.left == nil {
+				v.left = map[string]bool{}
+			}
+			v.left[id] = true
+		case v.left[id]:
+			delete(v.drained, id)
+			delete(v.left, id)
+			v.c.log.Info("cluster: a drained node is back; it is moved in like a join", "returned", id)
+		}
+	}
+}
+
+// handleLeave lets a drained worker leave the membership: it stops what
+// it still hosts (the redeployment placed nothing on it) and leaves the
+// gossip gracefully; it keeps serving its API until it is stopped.
+func (c *clusterNode) handleLeave(w http.ResponseWriter, r *http.Request) {
+	if c.master {
+		clusterError(w, http.StatusConflict, fmt.Errorf("%w: node %q runs the job masters and does not leave", cluster.ErrRefused, c.cfg.Node))
+		return
+	}
+	c.leave()
+	writeJSON(w, http.StatusOK, map[string]any{"node": c.cfg.Node, "left": true})
+}
+
+// leave stops the node's hosts and leaves the membership, once.
+func (c *clusterNode) leave() {
+	c.leaveOnce.Do(func() {
+		n := 0
+		if c.worker != nil {
+			n = c.worker.Evict()
+		}
+		if c.live != nil {
+			c.live.stopGossip()
+		}
+		c.log.Info("cluster: drained; this node left the membership and takes no work until it restarts", "hosts_stopped", n)
+	})
+}
+
+// drainSelf asks the job masters to drain this worker before it stops
+// (SIGTERM): they do so when the others keep a majority and have the
+// capacity; otherwise the node stops as it would without (its subtasks
+// fail over, or wait for it). Bounded by timeout.
+func (c *clusterNode) drainSelf(ctx context.Context, timeout time.Duration) {
+	if c.master {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	c.log.Info("cluster: stopping: asking the job masters to drain this node first", "master", c.cfg.Master())
+	r, err := c.peers.drain(ctx, c.cfg.Master(), c.cfg.Node)
+	var ae *APIError
+	switch {
+	case err == nil:
+		moved := 0
+		if r.Rebalance != nil {
+			moved = r.Rebalance.MovedKeyGroups
+		}
+		c.log.Info("cluster: drained before stopping", "moved_key_groups", moved, "took", time.Since(start))
+		c.leave()
+	case errors.As(err, &ae) && ae.StatusCode == http.StatusConflict:
+		c.log.Warn("cluster: not drained before stopping (the cluster has no room); stopping without", "err", err)
+	default:
+		c.log.Warn("cluster: not drained before stopping; stopping without", "err", err, "took", time.Since(start))
+	}
+}

@@ -1,0 +1,386 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/cluster"
+	"github.com/edgedio/edged/internal/testutil"
+	"github.com/edgedio/edged/pipeline"
+	"github.com/edgedio/edged/snapshot"
+)
+
+// fakeRebalancer is a rebalancer on a fake clock whose checkpoints and
+// runs the test controls; step is driven by the test, no loop runs.
+type fakeRebalancer struct {
+	*rebalancer
+	clock *clockwork.FakeClock
+	mu    sync.Mutex
+	// cpTriggered is the trigger time of the checkpoint in progress;
+	// zero when none is.
+	cpTriggered time.Time
+	runs        []time.Time
+	starts      []cluster.Start
+}
+
+func newFakeRebalancer(t *testing.T) *fakeRebalancer {
+	t.Helper()
+	gate, err := cluster.NewRebalanceGate(cluster.DefaultGateConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeRebalancer{clock: clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
+	f.rebalancer = &rebalancer{clock: f.clock, log: slog.New(slog.NewTextHandler(io.Discard, nil)), gateMu: &sync.Mutex{}, gate: gate,
+		checkpointing: func(since time.Time) bool {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			hist := []snapshot.Stats{{Checkpoint: 1, Status: snapshot.Completed, Triggered: since.Add(-time.Hour)}}
+			if !f.cpTriggered.IsZero() {
+				hist = append(hist, snapshot.Stats{Checkpoint: 2, Status: snapshot.InProgress, Triggered: f.cpTriggered})
+			}
+			return checkpointBefore(hist, since)
+		},
+		exec: func(ctx context.Context, s cluster.Start) error {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.runs = append(f.runs, f.clock.Now())
+			f.starts = append(f.starts, s)
+			return nil
+		},
+		stop: make(chan struct{})}
+	return f
+}
+
+func (f *fakeRebalancer) setCheckpoint(triggered time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cpTriggered = triggered
+}
+
+func (f *fakeRebalancer) nRuns() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.runs)
+}
+
+// askAsync asks for a rebalance from another goroutine (as an API handler
+// does) and returns its outcome's channel once the request is queued.
+func (f *fakeRebalancer) askAsync(t *testing.T, tr cluster.Trigger, node string) <-chan error {
+	t.Helper()
+	f.gateMu.Lock()
+	before := len(f.waiters)
+	f.gateMu.Unlock()
+	out := make(chan error, 1)
+	go func() { out <- f.ask(context.Background(), tr, node) }()
+	testutil.Eventually(t, 5*time.Second, "the request is queued", func() bool {
+		f.gateMu.Lock()
+		defer f.gateMu.Unlock()
+		return len(f.waiters) > before
+	})
+	return out
+}
+
+func (f *fakeRebalancer) waitingWhy() string {
+	f.gateMu.Lock()
+	defer f.gateMu.Unlock()
+	return f.waiting
+}
+
+// A drain asked while a checkpoint is in progress is queued, not run,
+// until that checkpoint ends; then it runs and its caller gets the
+// outcome. A checkpoint triggered after the request does not hold it.
+func TestRebalanceQueuedBehindCheckpoint(t *testing.T) {
+	f := newFakeRebalancer(t)
+	f.setCheckpoint(f.clock.Now().Add(-50 * time.Millisecond))
+	done := f.askAsync(t, cluster.TriggerDrain, "c")
+	for range 10 {
+		f.clock.Advance(rebalancePoll)
+		if f.step(context.Background()) {
+			t.Fatal("the drain ran during a checkpoint")
+		}
+	}
+	if why := f.waitingWhy(); !strings.Contains(why, "checkpoint") {
+		t.Fatalf("waiting %q, want a checkpoint", why)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the caller returned during the checkpoint: %v", err)
+	default:
+	}
+	// The checkpoint ends; the next one starts after the request: it
+	// does not hold the drain.
+	f.setCheckpoint(f.clock.Now().Add(time.Millisecond))
+	f.clock.Advance(rebalancePoll)
+	if !f.step(context.Background()) {
+		t.Fatalf("the drain did not run once the checkpoint ended (waiting %q)", f.waitingWhy())
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if s := f.starts[0]; len(s.Drain) != 1 || s.Drain[0] != "c" || triggerOf(s) != cluster.TriggerDrain {
+		t.Fatalf("ran %+v", s)
+	}
+}
+
+// A rebalance asked during a failover waits for the failover to end.
+func TestRebalanceQueuedBehindFailover(t *testing.T) {
+	f := newFakeRebalancer(t)
+	f.gateMu.Lock()
+	f.gate.Failover(true)
+	f.gateMu.Unlock()
+	done := f.askAsync(t, cluster.TriggerManual, "")
+	for range 5 {
+		f.clock.Advance(rebalancePoll)
+		if f.step(context.Background()) {
+			t.Fatal("the rebalance ran during a failover")
+		}
+	}
+	if why := f.waitingWhy(); !strings.Contains(why, "failover") {
+		t.Fatalf("waiting %q, want a failover", why)
+	}
+	f.gateMu.Lock()
+	f.gate.Failover(false)
+	f.gateMu.Unlock()
+	f.clock.Advance(rebalancePoll)
+	if !f.step(context.Background()) {
+		t.Fatal("the rebalance did not run after the failover")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A caller that gives up leaves its request queued, and says why it
+// waits.
+func TestRebalanceCallerGivesUp(t *testing.T) {
+	f := newFakeRebalancer(t)
+	f.setCheckpoint(f.clock.Now().Add(-time.Millisecond))
+	f.clock.Advance(time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	out := make(chan error, 1)
+	go func() { out <- f.ask(ctx, cluster.TriggerManual, "") }()
+	testutil.Eventually(t, 5*time.Second, "the request is queued", func() bool {
+		f.gateMu.Lock()
+		defer f.gateMu.Unlock()
+		return len(f.waiters) == 1
+	})
+	f.step(context.Background())
+	cancel()
+	err := <-out
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "checkpoint") {
+		t.Fatalf("err %v", err)
+	}
+	f.setCheckpoint(time.Time{})
+	if !f.step(context.Background()) {
+		t.Fatal("the abandoned request did not run")
+	}
+}
+
+// A node flapping (leaving and joining every 2 s for 20 minutes, each
+// join queued as liveView.follow queues it) does not start a rebalance
+// storm: the wired loop runs a handful of rebalances, further and further
+// apart, where without damping one would run every settle delay.
+func TestRebalanceStormDamped(t *testing.T) {
+	f := newFakeRebalancer(t)
+	start := f.clock.Now()
+	var lastJoin time.Time
+	for f.clock.Since(start) < 20*time.Minute {
+		if now := f.clock.Now(); now.Sub(lastJoin) >= 2*time.Second {
+			f.gateMu.Lock()
+			f.gate.Request(now, cluster.TriggerJoin, "d")
+			f.requestedLocked(now)
+			f.gateMu.Unlock()
+			lastJoin = now
+		}
+		f.step(context.Background())
+		f.clock.Advance(rebalancePoll)
+	}
+	n := f.nRuns()
+	// 20 min of joins would settle-and-run every 5 s: 240 rebalances.
+	// Damped: 10 s, 20 s, ... doubling to 5 min.
+	if n < 3 || n > 12 {
+		t.Fatalf("%d rebalances in 20 min of flapping: %v", n, f.runs)
+	}
+	var gaps []time.Duration
+	for i := 1; i < n; i++ {
+		gaps = append(gaps, f.runs[i].Sub(f.runs[i-1]))
+	}
+	for i := 1; i < len(gaps); i++ {
+		if gaps[i] < gaps[i-1] {
+			t.Fatalf("gaps between rebalances shrank while the node kept flapping: %v", gaps)
+		}
+	}
+	if last := gaps[len(gaps)-1]; last < 4*time.Minute {
+		t.Fatalf("the gap between rebalances grew only to %v: %v", last, gaps)
+	}
+	t.Logf("%d rebalances in 20 min of flapping, gaps %v", n, gaps)
+}
+
+func homesOf(jobs ...string) map[string]jobHome {
+	out := map[string]jobHome{}
+	for _, name := range jobs {
+		h := jobHome{placement: map[actors.TaskKey]string{}, keyed: map[string]bool{name + "/window": true}}
+		nodes := []string{"a", "b", "c"}
+		for i := range 3 {
+			h.placement[actors.TaskKey{UID: name + "/source", Subtask: i}] = nodes[i]
+			h.placement[actors.TaskKey{UID: name + "/window", Subtask: i}] = nodes[i]
+		}
+		out[name] = h
+	}
+	return out
+}
+
+// checkRoom refuses a drain that would leave no majority or put a node
+// over its capacity, naming the node, the count and the key; it counts
+// keyed subtasks only, over every job.
+func TestCheckRoom(t *testing.T) {
+	capacities := map[string]int{"a": 2, "b": 0, "c": 2}
+	rc := roomCheck{size: 3, alive: []string{"a", "b", "c"}, master: "a",
+		capacity: func(id string) int { return capacities[id] }, homes: homesOf("j1")}
+	load, _, err := checkRoom(rc)
+	if err != nil || load["a"] != 1 || load["b"] != 1 || load["c"] != 1 {
+		t.Fatalf("no drain: %v %v", load, err)
+	}
+	// Draining b puts its window subtask on a or c: 2 of 2, still room.
+	rc.draining = []string{"b"}
+	if load, _, err = checkRoom(rc); err != nil || load["b"] != 0 || load["a"]+load["c"] != 3 {
+		t.Fatalf("drain b: %v %v", load, err)
+	}
+	// Two jobs: draining b would put 3 or 4 on a node with capacity 2
+	// (a and c run 2 each already).
+	rc.homes = homesOf("j1", "j2")
+	_, _, err = checkRoom(rc)
+	if !errors.Is(err, cluster.ErrOverCapacity) || !strings.Contains(err.Error(), "keyed subtasks, its cluster.capacity is 2") {
+		t.Fatalf("drain b with two jobs: %v", err)
+	}
+	// No limits: room again.
+	capacities["a"], capacities["c"] = 0, 0
+	if _, _, err = checkRoom(rc); err != nil {
+		t.Fatalf("no limit: %v", err)
+	}
+	// c is dead: draining b would leave a alone, no majority.
+	rc.alive = []string{"a", "b"}
+	_, _, err = checkRoom(rc)
+	if !errors.Is(err, cluster.ErrRefused) || !strings.Contains(err.Error(), "no majority") {
+		t.Fatalf("drain b with c dead: %v", err)
+	}
+	// A node drained before gets nothing: its subtasks count elsewhere.
+	rc = roomCheck{size: 3, alive: []string{"a", "b", "c"}, drained: []string{"c"}, master: "a",
+		capacity: func(string) int { return 0 }, homes: homesOf("j1")}
+	if load, _, err = checkRoom(rc); err != nil || load["c"] != 0 || load["a"]+load["b"] != 3 {
+		t.Fatalf("c drained: %v %v", load, err)
+	}
+}
+
+// testClusterNode is a job-master node of cluster a, b, c without gossip
+// (every configured node counts as alive) and without a transport.
+func testClusterNode(t *testing.T, capacities map[string]int) *clusterNode {
+	t.Helper()
+	cfg := &pipeline.ClusterConfig{Node: "a", Listen: "127.0.0.1:1", Capacity: capacities["a"]}
+	for _, id := range []string{"b", "c"} {
+		cfg.Peers = append(cfg.Peers, pipeline.PeerConfig{ID: id, Capacity: capacities[id]})
+	}
+	gate, err := cluster.NewRebalanceGate(cluster.DefaultGateConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &clusterNode{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), master: true}
+	c.live = &liveView{c: c, stop: make(chan struct{}), gate: gate, joining: map[string]bool{}}
+	c.rb = c.newRebalancer()
+	for name, h := range homesOf("j1", "j2") {
+		job := &actors.Job{Name: name, Vertices: []*actors.Vertex{{UID: name + "/source", Parallelism: 3}, {UID: name + "/window", Parallelism: 3, Keyed: true}}}
+		c.setHome(job, h.placement)
+	}
+	return c
+}
+
+// A drain the capacity does not allow is refused at once with the reason
+// (ErrOverCapacity, which the API answers with 409 and the CLI prints),
+// recorded in the rebalance history, and the node is not drained.
+func TestDrainRefusedOverCapacity(t *testing.T) {
+	c := testClusterNode(t, map[string]int{"a": 2, "c": 2})
+	err := c.Drain(context.Background(), "b")
+	if !errors.Is(err, cluster.ErrOverCapacity) || clusterStatusOf(err) != 409 {
+		t.Fatalf("drain: %v", err)
+	}
+	c.live.mu.Lock()
+	recs, drained := c.live.rebalances, c.live.drained["b"]
+	c.live.mu.Unlock()
+	if drained {
+		t.Fatal("b drained after the refusal")
+	}
+	if len(recs) != 1 || recs[0].Outcome != cluster.RebalanceRefused || recs[0].Trigger != cluster.TriggerDrain ||
+		!strings.Contains(recs[0].Error, "its cluster.capacity is 2") {
+		t.Fatalf("history %+v", recs)
+	}
+	// The master and an unknown node are refused too.
+	if err := c.Drain(context.Background(), "a"); !errors.Is(err, cluster.ErrRefused) {
+		t.Fatalf("drain of the master: %v", err)
+	}
+	if err := c.Drain(context.Background(), "x"); !errors.Is(err, cluster.ErrUnknownNode) {
+		t.Fatalf("drain of x: %v", err)
+	}
+}
+
+// A rebalance whose room is gone by the time the gate opens is refused
+// there and recorded; the drained node is not marked.
+func TestRebalanceRefusedWhenItStarts(t *testing.T) {
+	c := testClusterNode(t, map[string]int{"a": 2, "c": 2})
+	err := c.runRebalance(context.Background(), cluster.Start{Triggers: []cluster.Trigger{cluster.TriggerDrain}, Drain: []string{"b"}})
+	if !errors.Is(err, cluster.ErrOverCapacity) {
+		t.Fatalf("run: %v", err)
+	}
+	c.live.mu.Lock()
+	defer c.live.mu.Unlock()
+	if c.live.drained["b"] || len(c.live.rebalances) != 1 || c.live.rebalances[0].Outcome != cluster.RebalanceRefused {
+		t.Fatalf("drained %v, history %+v", c.live.drained, c.live.rebalances)
+	}
+}
+
+// A drained node stays drained while it is up and while it is gone; once
+// it is back (it restarted) it is undrained, to be moved in as a join.
+func TestDrainedNodeBackAfterRestart(t *testing.T) {
+	c := testClusterNode(t, nil)
+	v := c.live
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.drained = map[string]bool{"b": true}
+	v.undrainReturnedLocked([]string{"a", "b", "c"})
+	if !v.drained["b"] {
+		t.Fatal("undrained while it had not left")
+	}
+	v.undrainReturnedLocked([]string{"a", "c"})
+	if !v.drained["b"] || !v.left["b"] {
+		t.Fatalf("gone: drained %v left %v", v.drained, v.left)
+	}
+	v.undrainReturnedLocked([]string{"a", "b", "c"})
+	if v.drained["b"] || v.left["b"] {
+		t.Fatalf("back: drained %v left %v", v.drained, v.left)
+	}
+	if got := v.placedLocked([]string{"a", "b", "c"}); len(got) != 3 {
+		t.Fatalf("placed %v", got)
+	}
+}
+
+// The drain's wait for the node's ingest logs: covered once each log is
+// released up to the offset it had when the drain started.
+func TestIngestCovered(t *testing.T) {
+	target := map[string]uint64{"p": 100, "q": 5}
+	l := IngestList{Pipelines: []IngestInfo{{Pipeline: "p", ReleasedOffset: 99, NextOffset: 120}, {Pipeline: "q", ReleasedOffset: 5}}}
+	if ingestCovered(l, target) {
+		t.Fatal("p at 99 of 100 counted as covered")
+	}
+	l.Pipelines[0].ReleasedOffset = 100
+	if !ingestCovered(l, target) {
+		t.Fatal("not covered at the targets")
+	}
+}
