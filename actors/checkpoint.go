@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -336,7 +335,9 @@ func (r *host) writeOperator(id snapshot.ID, subtask int, p *opSnapshot) (snapsh
 	if err != nil {
 		return snapshot.Handle{}, err
 	}
-	bw := bufio.NewWriterSize(w, 64<<10)
+	// w buffers (snapshot.Writer); a second buffer here was 64 KiB of
+	// garbage per state file and checkpoint.
+	bw := w
 	var sec sections
 	off := int64(len(fileMagic))
 	bw.Write(fileMagic)
@@ -357,10 +358,6 @@ func (r *host) writeOperator(id snapshot.ID, subtask int, p *opSnapshot) (snapsh
 		for g, e := range p.keyed.Offsets() {
 			sec.Groups = append(sec.Groups, groupExtent{Group: g, Offset: e.Offset, Length: e.Length})
 		}
-	}
-	if err := bw.Flush(); err != nil {
-		w.Abort()
-		return snapshot.Handle{}, err
 	}
 	h, err := w.Finish()
 	if err != nil {

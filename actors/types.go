@@ -53,11 +53,15 @@ func (t *Type[T]) hasCodec() error {
 	return nil
 }
 
-func (t *Type[T]) newBuffer(ch *channel, size int, wire bool) any {
+func (t *Type[T]) newBuffer(ch *channel, _ int, wire bool) any {
 	if wire {
 		return &wireBatch{ch: ch}
 	}
-	return &batch[T]{ch: ch, items: make([]T, 0, size), ts: make([]int64, 0, size)}
+	// The buffer's slices grow on first use (up to the batch size, where
+	// the sender flushes): a channel that carries nothing holds no record
+	// memory, which was most of an idle job's heap (credits × batch size
+	// records per channel).
+	return &batch[T]{ch: ch}
 }
 
 func (t *Type[T]) newFanout(outs []any) any {

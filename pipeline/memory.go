@@ -70,8 +70,10 @@ type MemoryConfig struct {
 	// The GOGC environment variable, when set, takes precedence.
 	GCPercent int `yaml:"gc_percent"`
 	// BatchSize is the number of records per batch between two tasks;
-	// default 256 (the runtime's own default is 512: the batch buffers,
-	// allocated when a job starts, are half the idle heap); at least 1.
+	// default 256 (the runtime's own default is 512: the batch buffers
+	// bound the records in flight under load; a buffer takes its memory
+	// when records first go through it, so an idle channel holds none);
+	// at least 1.
 	BatchSize int `yaml:"batch_size"`
 	// Credits is the number of batches in flight per channel between two
 	// tasks (flow control: a sender waits for a free batch buffer);

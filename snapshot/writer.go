@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"sync"
 )
 
 // Writer writes one state file of a snapshot: into a temporary file, which
@@ -26,12 +27,31 @@ type Writer struct {
 // errEnded is returned by a Writer used after Finish or Abort.
 var errEnded = errors.New("snapshot: state file writer already finished")
 
+// writerBufSize is the buffer of a Writer.
+const writerBufSize = 64 << 10
+
+// writerBufs holds the buffers of finished Writers: every checkpoint
+// writes a state file per stateful operator, and a new 64 KiB buffer for
+// each was most of an idle node's garbage.
+var writerBufs = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writerBufSize) }}
+
 func newWriter(path string) (*Writer, error) {
 	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return nil, fmt.Errorf("create state file: %w", err)
 	}
-	return &Writer{f: f, buf: bufio.NewWriterSize(f, 64<<10), path: path}, nil
+	buf := writerBufs.Get().(*bufio.Writer)
+	buf.Reset(f)
+	return &Writer{f: f, buf: buf, path: path}, nil
+}
+
+// release returns the buffer to writerBufs; the Writer has ended.
+func (w *Writer) release() {
+	if w.buf != nil {
+		w.buf.Reset(nil)
+		writerBufs.Put(w.buf)
+		w.buf = nil
+	}
 }
 
 // Write appends p to the file.
@@ -64,6 +84,7 @@ func (w *Writer) Finish() (Handle, error) {
 	if err == nil {
 		err = w.buf.Flush()
 	}
+	w.release()
 	if err == nil {
 		err = w.f.Sync()
 	}
@@ -87,6 +108,7 @@ func (w *Writer) Abort() error {
 		return nil
 	}
 	w.ended = true
+	w.release()
 	cerr := w.f.Close()
 	if err := os.Remove(w.f.Name()); err != nil {
 		return fmt.Errorf("abort state file %s: %w", w.path, err)

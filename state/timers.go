@@ -17,30 +17,60 @@ type Timer[K, N comparable] struct {
 // and namespace. Timers fire in order of timestamp, then of registration.
 // Timers are indexed by key group, for snapshots.
 //
+// Timers are kept in a bucket per timestamp, in registration order, and
+// the timestamps with a bucket in a heap: operators register their timers
+// in runs of one timestamp (window ends, one per key), so registering and
+// firing a timer cost a few operations whatever the number of keys,
+// instead of a heap operation over all queued timers.
+//
 // It is a pure data structure: no clock, no goroutine. The operator feeds it
 // the watermark (or the processing time) through PopUntil. Not safe for
 // concurrent use.
 type TimerQueue[K, N comparable] struct {
 	// groups holds the queued timers of each key group.
 	groups map[int]map[Timer[K, N]]*timerItem[K, N]
-	// heap orders the queued timers by (timestamp, seq).
-	heap []*timerItem[K, N]
-	// free keeps fired and deleted items for reuse.
-	free []*timerItem[K, N]
-	seq  uint64
+	// buckets holds the queued timers of each timestamp.
+	buckets map[int64]*timerBucket[K, N]
+	// times is a min-heap of the timestamps of buckets; an entry whose
+	// bucket is gone (all its timers deleted) is skipped when it comes
+	// to the top.
+	times []int64
+	// cur is the bucket last used (registration and firing come in runs
+	// of one timestamp): it spares a map look-up.
+	cur *timerBucket[K, N]
+	// n is the number of queued timers.
+	n int
+	// free and freeBuckets keep fired and deleted items, and emptied
+	// buckets, for reuse.
+	free        []*timerItem[K, N]
+	freeBuckets []*timerBucket[K, N]
+	seq         uint64
 }
 
-// timerItem is a queued timer: its place in the heap and its registration
-// sequence number, which orders timers of equal timestamp.
+// timerItem is a queued timer and its registration sequence number, which
+// orders timers of equal timestamp. A deleted item stays in its bucket
+// until firing reaches it.
 type timerItem[K, N comparable] struct {
-	t   Timer[K, N]
-	seq uint64
-	pos int
+	t       Timer[K, N]
+	seq     uint64
+	deleted bool
+}
+
+// timerBucket holds the timers of one timestamp in registration order:
+// items[head:], of which live are not deleted.
+type timerBucket[K, N comparable] struct {
+	ts    int64
+	items []*timerItem[K, N]
+	head  int
+	live  int
 }
 
 // NewTimerQueue returns an empty timer queue.
 func NewTimerQueue[K, N comparable]() *TimerQueue[K, N] {
-	return &TimerQueue[K, N]{groups: make(map[int]map[Timer[K, N]]*timerItem[K, N])}
+	return &TimerQueue[K, N]{
+		groups:  make(map[int]map[Timer[K, N]]*timerItem[K, N]),
+		buckets: make(map[int64]*timerBucket[K, N]),
+	}
 }
 
 // group returns the timers of key group g, creating the map if asked.
@@ -68,12 +98,39 @@ func (q *TimerQueue[K, N]) Register(ts int64, key K, group int, ns N) bool {
 	} else {
 		it = new(timerItem[K, N])
 	}
-	it.t, it.seq, it.pos = t, q.seq, len(q.heap)
+	q.insert(m, it, t)
+	return true
+}
+
+// insert queues it as timer t; m is t's key group's index.
+func (q *TimerQueue[K, N]) insert(m map[Timer[K, N]]*timerItem[K, N], it *timerItem[K, N], t Timer[K, N]) {
+	it.t, it.seq, it.deleted = t, q.seq, false
 	q.seq++
 	m[t] = it
-	q.heap = append(q.heap, it)
-	q.up(it.pos)
-	return true
+	b := q.bucket(t.Timestamp)
+	b.items = append(b.items, it)
+	b.live++
+	q.n++
+}
+
+// bucket returns the bucket of ts, making it if there is none.
+func (q *TimerQueue[K, N]) bucket(ts int64) *timerBucket[K, N] {
+	if b := q.cur; b != nil && b.ts == ts {
+		return b
+	}
+	b := q.buckets[ts]
+	if b == nil {
+		if n := len(q.freeBuckets); n > 0 {
+			b, q.freeBuckets = q.freeBuckets[n-1], q.freeBuckets[:n-1]
+		} else {
+			b = new(timerBucket[K, N])
+		}
+		b.ts = ts
+		q.buckets[ts] = b
+		q.pushTime(ts)
+	}
+	q.cur = b
+	return b
 }
 
 // registerAll registers the timers ts in their order, as Register does
@@ -94,20 +151,14 @@ func (q *TimerQueue[K, N]) registerAll(ts []Timer[K, N]) {
 		}
 	}
 	items := make([]timerItem[K, N], len(ts))
-	q.heap = slices.Grow(q.heap, len(ts))
 	used := 0
 	for _, t := range ts {
 		m := q.groups[t.Group]
 		if _, ok := m[t]; ok {
 			continue
 		}
-		it := &items[used]
+		q.insert(m, &items[used], t)
 		used++
-		it.t, it.seq, it.pos = t, q.seq, len(q.heap)
-		q.seq++
-		m[t] = it
-		q.heap = append(q.heap, it)
-		q.up(it.pos)
 	}
 }
 
@@ -120,16 +171,76 @@ func (q *TimerQueue[K, N]) Delete(ts int64, key K, group int, ns N) bool {
 	if !ok {
 		return false
 	}
-	q.remove(m, it)
+	delete(m, t)
+	it.deleted = true
+	q.n--
+	b := q.bucket(ts)
+	if b.live--; b.live == 0 {
+		q.dropBucket(b)
+	}
 	return true
+}
+
+// dropBucket removes b, which holds no live timer any more, and keeps its
+// items (all deleted) and itself for reuse. Its entry in times stays until
+// it comes to the top.
+func (q *TimerQueue[K, N]) dropBucket(b *timerBucket[K, N]) {
+	delete(q.buckets, b.ts)
+	for _, it := range b.items[b.head:] {
+		q.freeItem(it)
+	}
+	clear(b.items)
+	b.items, b.head, b.live = b.items[:0], 0, 0
+	if q.cur == b {
+		q.cur = nil
+	}
+	q.freeBuckets = append(q.freeBuckets, b)
+}
+
+func (q *TimerQueue[K, N]) freeItem(it *timerItem[K, N]) {
+	*it = timerItem[K, N]{}
+	q.free = append(q.free, it)
+}
+
+// top returns the bucket of the earliest timestamp, dropping the entries
+// of times whose bucket is gone, or nil when no timer is queued.
+func (q *TimerQueue[K, N]) top() *timerBucket[K, N] {
+	for len(q.times) > 0 {
+		ts := q.times[0]
+		b := q.cur
+		if b == nil || b.ts != ts {
+			b = q.buckets[ts]
+		}
+		if b != nil {
+			q.cur = b
+			return b
+		}
+		q.popTime()
+	}
+	return nil
+}
+
+// first returns the first live item of b (which has one), releasing the
+// deleted items before it.
+func (q *TimerQueue[K, N]) first(b *timerBucket[K, N]) *timerItem[K, N] {
+	for {
+		it := b.items[b.head]
+		if !it.deleted {
+			return it
+		}
+		b.items[b.head] = nil
+		b.head++
+		q.freeItem(it)
+	}
 }
 
 // Peek returns the next timer to fire, if any.
 func (q *TimerQueue[K, N]) Peek() (Timer[K, N], bool) {
-	if len(q.heap) == 0 {
+	b := q.top()
+	if b == nil {
 		return Timer[K, N]{}, false
 	}
-	return q.heap[0].t, true
+	return q.first(b).t, true
 }
 
 // PopUntil fires, in order, every timer whose timestamp is at most wm: it
@@ -138,16 +249,63 @@ func (q *TimerQueue[K, N]) Peek() (Timer[K, N], bool) {
 // the same call, in their order. (A fn that always registers a timer at or
 // before wm never returns.)
 func (q *TimerQueue[K, N]) PopUntil(wm int64, fn func(Timer[K, N])) {
-	for len(q.heap) > 0 && q.heap[0].t.Timestamp <= wm {
-		it := q.heap[0]
+	for {
+		b := q.top()
+		if b == nil || b.ts > wm {
+			return
+		}
+		it := q.first(b)
+		b.items[b.head] = nil
+		b.head++
 		t := it.t
-		q.remove(q.group(t.Group, false), it)
+		delete(q.groups[t.Group], t)
+		q.freeItem(it)
+		q.n--
+		if b.live--; b.live == 0 {
+			q.dropBucket(b)
+			q.popTime()
+		}
 		fn(t)
 	}
 }
 
+// pushTime adds ts to the heap of timestamps.
+func (q *TimerQueue[K, N]) pushTime(ts int64) {
+	q.times = append(q.times, ts)
+	for i := len(q.times) - 1; i > 0; {
+		p := (i - 1) / 2
+		if q.times[p] <= q.times[i] {
+			break
+		}
+		q.times[i], q.times[p] = q.times[p], q.times[i]
+		i = p
+	}
+}
+
+// popTime removes the earliest timestamp from the heap.
+func (q *TimerQueue[K, N]) popTime() {
+	last := len(q.times) - 1
+	q.times[0] = q.times[last]
+	q.times = q.times[:last]
+	for i := 0; ; {
+		l := 2*i + 1
+		if l >= last {
+			return
+		}
+		c := l
+		if r := l + 1; r < last && q.times[r] < q.times[l] {
+			c = r
+		}
+		if q.times[i] <= q.times[c] {
+			return
+		}
+		q.times[i], q.times[c] = q.times[c], q.times[i]
+		i = c
+	}
+}
+
 // Len returns the number of queued timers.
-func (q *TimerQueue[K, N]) Len() int { return len(q.heap) }
+func (q *TimerQueue[K, N]) Len() int { return q.n }
 
 // Groups returns the key groups that have queued timers, in increasing
 // order.
@@ -184,65 +342,9 @@ func (q *TimerQueue[K, N]) InGroup(g int) []Timer[K, N] {
 	return ts
 }
 
-// remove takes it out of the heap and of m, its group's index, and keeps
-// the item for reuse.
-func (q *TimerQueue[K, N]) remove(m map[Timer[K, N]]*timerItem[K, N], it *timerItem[K, N]) {
-	delete(m, it.t)
-	i, last := it.pos, len(q.heap)-1
-	if i != last {
-		q.swap(i, last)
-	}
-	q.heap[last] = nil
-	q.heap = q.heap[:last]
-	if i != last {
-		if !q.down(i) {
-			q.up(i)
-		}
-	}
-	*it = timerItem[K, N]{}
-	q.free = append(q.free, it)
-}
-
 func timerLess[K, N comparable](a, b *timerItem[K, N]) bool {
 	if a.t.Timestamp != b.t.Timestamp {
 		return a.t.Timestamp < b.t.Timestamp
 	}
 	return a.seq < b.seq
-}
-
-func (q *TimerQueue[K, N]) swap(i, j int) {
-	q.heap[i], q.heap[j] = q.heap[j], q.heap[i]
-	q.heap[i].pos, q.heap[j].pos = i, j
-}
-
-func (q *TimerQueue[K, N]) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !timerLess(q.heap[i], q.heap[p]) {
-			return
-		}
-		q.swap(i, p)
-		i = p
-	}
-}
-
-// down sifts the item at i down and reports whether it moved.
-func (q *TimerQueue[K, N]) down(i int) bool {
-	start, n := i, len(q.heap)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		c := l
-		if r := l + 1; r < n && timerLess(q.heap[r], q.heap[l]) {
-			c = r
-		}
-		if !timerLess(q.heap[c], q.heap[i]) {
-			break
-		}
-		q.swap(i, c)
-		i = c
-	}
-	return i > start
 }

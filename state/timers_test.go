@@ -204,6 +204,18 @@ func TestTimerQueueAgainstModel(t *testing.T) {
 		if q.Len() != len(m.ts) {
 			t.Fatalf("seed %d step %d: Len %d, model %d", seed, step, q.Len(), len(m.ts))
 		}
+		got, ok := q.Peek()
+		if ok != (len(m.ts) > 0) {
+			t.Fatalf("seed %d step %d: Peek ok %v with %d timers in the model", seed, step, ok, len(m.ts))
+		}
+		if ok {
+			first := slices.MinFunc(m.ts, func(a, b modelTimer) int {
+				return cmp.Or(cmp.Compare(a.t.Timestamp, b.t.Timestamp), cmp.Compare(a.seq, b.seq))
+			})
+			if got != first.t {
+				t.Fatalf("seed %d step %d: Peek %v, model %v", seed, step, got, first.t)
+			}
+		}
 		if step%1000 == 0 {
 			checkGroups(t, seed, step, q, &m)
 		}
@@ -256,6 +268,34 @@ func TestTimerQueueAllocs(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("register+fire allocates %v per 100 timers once warm", allocs)
+	}
+}
+
+// TestTimerQueueOneEntryPerTimestamp: timers of one timestamp (window
+// ends, one per key) share one bucket and one entry in the order of
+// timestamps, so that registering and firing one does not cost a heap
+// operation over every queued timer; deletes and bucket reuse keep the
+// order (see TestTimerQueueAgainstModel).
+func TestTimerQueueOneEntryPerTimestamp(t *testing.T) {
+	q := NewTimerQueue[int, int]()
+	for k := range 1000 {
+		q.Register(1000, k, k%128, 0)
+	}
+	q.Register(2000, 0, 0, 0)
+	if len(q.times) != 2 || len(q.buckets) != 2 {
+		t.Fatalf("2 timestamps of 1001 timers: %d heap entries, %d buckets; want 2 and 2", len(q.times), len(q.buckets))
+	}
+	q.Delete(1000, 500, 500%128, 0)
+	var keys []int
+	q.PopUntil(1000, func(x Timer[int, int]) {
+		keys = append(keys, x.Key)
+		q.Register(2000, x.Key, x.Group, 0) // the next window end of the key
+	})
+	if len(keys) != 999 || keys[0] != 0 || keys[499] != 499 || keys[500] != 501 {
+		t.Fatalf("fired %d timers (%v…): want 999 in registration order without key 500", len(keys), keys[:min(len(keys), 3)])
+	}
+	if len(q.times) != 1 || q.Len() != 999 {
+		t.Fatalf("after firing: %d heap entries, %d timers; want 1 and 999", len(q.times), q.Len())
 	}
 }
 
