@@ -31,6 +31,24 @@ type ClusterConfig struct {
 	// source has one subtask per node, each reading its own node's ingest
 	// log.
 	Placement []PlacementConfig `yaml:"placement"`
+	// Replicas is how many peers hold a copy of each state file a node
+	// writes for a checkpoint before its acknowledgement counts. 0 means
+	// DefaultReplicas, bounded by the number of peers; at most the number
+	// of peers.
+	Replicas int `yaml:"replicas"`
+}
+
+// DefaultReplicas is cluster.replicas when it is not set.
+const DefaultReplicas = 2
+
+// ReplicaCount returns the number of peers that hold a copy of each state
+// file: cluster.replicas, or DefaultReplicas bounded by the number of
+// peers.
+func (c *ClusterConfig) ReplicaCount() int {
+	if c.Replicas > 0 {
+		return c.Replicas
+	}
+	return min(DefaultReplicas, len(c.Peers))
 }
 
 // PeerConfig is one entry of `cluster.peers`.
@@ -125,6 +143,12 @@ func (c *ClusterConfig) validate(p *problems) {
 		case peer.Gossip != "":
 			checkAddr(p, path+".gossip", peer.Gossip)
 		}
+	}
+	switch {
+	case c.Replicas < 0:
+		p.add("cluster.replicas", fmt.Sprintf("(%d) must not be negative (0 means %d, bounded by the number of peers)", c.Replicas, DefaultReplicas))
+	case c.Replicas > len(c.Peers) && len(c.Peers) > 0:
+		p.add("cluster.replicas", fmt.Sprintf("(%d) must be at most the number of peers (%d): each copy goes to another node", c.Replicas, len(c.Peers)))
 	}
 	for i, pl := range c.Placement {
 		path := fmt.Sprintf("cluster.placement[%d]", i)
