@@ -134,12 +134,15 @@ func (v *liveView) loop(peers []string, jobs func() []*actors.Execution) {
 			v.c.log.Info("cluster membership changed", "events", strings.Join(what, ", "), "alive", v.alive())
 		}
 		alive := v.alive()
-		if v.c.master {
+		switch w := v.c.worker; {
+		case v.c.isMaster():
 			v.follow(alive, jobs)
-		} else if w := v.c.worker; w != nil && !cluster.HasQuorum(len(alive), size) {
+		case w != nil && !cluster.HasQuorum(len(alive), size):
 			if n := w.Evict(); n > 0 {
 				v.c.log.Warn("cluster: this node sees no majority; its tasks stopped", "alive", alive, "size", size)
 			}
+		default:
+			v.maybeTakeOver(alive)
 		}
 	}
 }
@@ -159,7 +162,7 @@ func (v *liveView) update(home *actors.Cluster) ([]actors.Node, map[actors.TaskK
 	var members []cluster.Member
 	var nodes []actors.Node
 	alive = v.placed(alive)
-	for _, id := range alive {
+	for _, id := range masterFirst(alive, v.c.cfg.Node) {
 		live[id] = true
 		members = append(members, cluster.Member{ID: id})
 		n := actors.Node{ID: id}

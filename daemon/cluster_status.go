@@ -18,7 +18,7 @@ func (c *clusterNode) Status() cluster.Status {
 	v := c.live
 	alive := v.alive()
 	size := len(c.cfg.Nodes())
-	master := c.cfg.Master()
+	master := c.leader()
 	s := cluster.Status{Enabled: true, Node: c.cfg.Node, Leader: master}
 	for _, id := range c.cfg.Nodes() {
 		m := cluster.MemberStatus{ID: id, State: cluster.StateDead, Leader: id == master, Capacity: 1}
@@ -48,6 +48,9 @@ func (c *clusterNode) Status() cluster.Status {
 	}
 	for node, subs := range byNode {
 		s.Placement = append(s.Placement, cluster.NodePlacement{Node: node, Subtasks: subs})
+	}
+	if c.rep != nil {
+		s.Replicas, s.ReplicaErrorsTotal = c.rep.status(), c.rep.bad.Load()
 	}
 	v.mu.Lock()
 	s.Failovers = slices.Clone(v.failovers)
