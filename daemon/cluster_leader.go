@@ -119,11 +119,32 @@ func chooseLeader(lowest string, named []string) string {
 	return out
 }
 
-// askLeader asks every peer which node leads; the node follows the one
-// they name. Called at start, before anything runs.
+// restartGrace is how long a node that restarted while it led waits
+// before it asks its peers again: time for them to see it die (about 1 s
+// with the device profile) and for one of them to take over.
+const restartGrace = 3 * time.Second
+
+// askLeader returns the leader the node follows at start: the one its
+// peers name (see chooseLeader). A peer that names this node followed it
+// before it restarted: if it died long enough for a peer to take over, the
+// peers name that one after restartGrace; if not, it leads again.
 func (c *clusterNode) askLeader(ctx context.Context) string {
+	named, self := c.namedLeaders(ctx)
+	if self && len(named) == 0 {
+		c.log.Info("cluster: the peers still follow this node; waiting for them to see it restarted", "wait", restartGrace)
+		select {
+		case <-time.After(restartGrace):
+		case <-ctx.Done():
+		}
+		named, _ = c.namedLeaders(ctx)
+	}
+	return chooseLeader(c.cfg.Master(), named)
+}
+
+// namedLeaders asks every peer which node leads: the other nodes they
+// name, and whether one that followed a leader named this node.
+func (c *clusterNode) namedLeaders(ctx context.Context) (named []string, self bool) {
 	var mu sync.Mutex
-	var named []string
 	var wg sync.WaitGroup
 	for _, p := range c.cfg.Peers {
 		wg.Go(func() {
@@ -135,20 +156,32 @@ func (c *clusterNode) askLeader(ctx context.Context) string {
 			}
 			defer resp.Body.Close()
 			var w struct {
-				Master string `json:"master"`
+				Master   string `json:"master"`
+				Followed bool   `json:"followed"`
 			}
-			if json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&w) == nil {
-				mu.Lock()
+			if json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&w) != nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case w.Master == c.cfg.Node:
+				self = self || w.Followed
+			case w.Master != "":
 				named = append(named, w.Master)
-				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-	// A peer that names this node only repeats what it knew of the node
-	// before it restarted: it is no other leader.
-	named = slices.DeleteFunc(named, func(id string) bool { return id == c.cfg.Node })
-	return chooseLeader(c.cfg.Master(), named)
+	return named, self
+}
+
+// following reports whether the node follows a leader whose deployment
+// came here.
+func (c *clusterNode) following() bool {
+	c.lead.mu.Lock()
+	defer c.lead.mu.Unlock()
+	return c.lead.followed && !c.lead.took
 }
 
 // maybeTakeOver takes over as leader when the rule says so (see

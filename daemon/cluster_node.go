@@ -271,7 +271,7 @@ func (c *clusterNode) mount(mux *http.ServeMux, n *node) {
 		if c.worker != nil {
 			jobs = c.worker.Jobs()
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"node": c.cfg.Node, "master": c.leader(), "jobs": jobs})
+		writeJSON(w, http.StatusOK, map[string]any{"node": c.cfg.Node, "master": c.leader(), "followed": c.following(), "jobs": jobs})
 	})
 }
 
