@@ -298,6 +298,13 @@ func (v *liveView) recordFailover(execs []*actors.Execution, old map[*actors.Exe
 			break
 		}
 	}
+	restored := time.Now()
+	var firstRecordMS float64
+	if err == nil {
+		if at, ok := firstRecord(ctx, execs, time.Minute); ok {
+			firstRecordMS = float64(at.Sub(restored).Microseconds()) / 1000
+		}
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.gate.Failover(false)
@@ -313,11 +320,12 @@ func (v *liveView) recordFailover(execs []*actors.Execution, old map[*actors.Exe
 		}
 	}
 	if err == nil {
-		f.RestoreMS = msSince(p.at)
+		f.RestoreMS = float64(restored.Sub(p.at).Microseconds()) / 1000
+		f.FirstRecordMS = firstRecordMS
 	}
 	v.nFailovers++
 	v.failovers = lastN(append(v.failovers, f), 10)
-	v.c.log.Info("cluster: failover done", "dead", p.dead, "epoch", f.Epoch, "placement_ms", f.PlacementMS, "restore_ms", f.RestoreMS, "err", err)
+	v.c.log.Info("cluster: failover done", "dead", p.dead, "epoch", f.Epoch, "placement_ms", f.PlacementMS, "restore_ms", f.RestoreMS, "first_record_ms", f.FirstRecordMS, "err", err)
 }
 
 // placed returns the nodes of alive that take subtasks: not drained.
@@ -345,3 +353,32 @@ func lastN[T any](s []T, n int) []T {
 }
 
 func msSince(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }
+
+// firstRecord waits, at most limit, until a task of the master's node in
+// the running attempt of one of execs took a record in, and returns when
+// it saw it (polled every 5 ms); false if none did.
+func firstRecord(ctx context.Context, execs []*actors.Execution, limit time.Duration) (time.Time, bool) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(limit)
+	for {
+		for _, e := range execs {
+			r, _ := e.Runner()
+			if r == nil {
+				continue
+			}
+			for _, m := range r.Metrics() {
+				if m.RecordsIn > 0 {
+					return time.Now(), true
+				}
+			}
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			return time.Time{}, false
+		case <-ctx.Done():
+			return time.Time{}, false
+		}
+	}
+}
