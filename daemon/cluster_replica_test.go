@@ -37,7 +37,7 @@ const replicaJobName = "j"
 
 // replicaCluster starts nodes a, b and c with replicas in temporary
 // directories (checkpoint.retain 2, cluster.replicas 2), every one alive.
-func replicaCluster(t *testing.T) map[string]*replicaNode {
+func replicaCluster(t testing.TB) map[string]*replicaNode {
 	t.Helper()
 	ids := []string{"a", "b", "c"}
 	nodes := map[string]*replicaNode{}
@@ -104,7 +104,7 @@ func stateFile(t *testing.T, dir string, id snapshot.ID, name string) (string, s
 	return path, snapshot.Handle{File: name, Size: size, Checksum: sum}
 }
 
-func (rn *replicaNode) store(t *testing.T) *snapshot.Store {
+func (rn *replicaNode) store(t testing.TB) *snapshot.Store {
 	t.Helper()
 	s, err := rn.rep.store(replicaJobName)
 	if err != nil {
@@ -115,7 +115,7 @@ func (rn *replicaNode) store(t *testing.T) *snapshot.Store {
 
 // holds reports whether node rn holds an intact copy of h of checkpoint
 // id.
-func (rn *replicaNode) holds(t *testing.T, id snapshot.ID, h snapshot.Handle) bool {
+func (rn *replicaNode) holds(t testing.TB, id snapshot.ID, h snapshot.Handle) bool {
 	_, err := rn.rep.localFile(rn.store(t), id, h)
 	return err == nil
 }
