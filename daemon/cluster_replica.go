@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -269,7 +270,7 @@ func (r *replicas) publish(ctx context.Context, epoch uint64, md *snapshot.Metad
 	for i, peer := range peers {
 		wg.Go(func() {
 			hdr := http.Header{"Content-Type": {"application/json"}, epochHeader: {strconv.FormatUint(epoch, 10)}}
-			resp, err := r.peers.do(ctx, http.MethodPut, peer, replicaPath(md.Job, md.Checkpoint, "/metadata"), strings.NewReader(string(body)), hdr)
+			resp, err := r.peers.do(ctx, http.MethodPut, peer, replicaPath(md.Job, md.Checkpoint, "/metadata"), bytes.NewReader(body), hdr)
 			if err == nil {
 				err = resp.Body.Close()
 			}
@@ -486,13 +487,11 @@ func (r *replicas) sources(job string, id snapshot.ID, h snapshot.Handle, local 
 		s = nil
 	}
 	if s != nil && local {
-		out = append(out, fetchSource{node: r.self, open: func(context.Context) (io.ReadCloser, error) {
-			path, err := r.localFile(s, id, h)
-			if err != nil {
-				return nil, err
-			}
-			return os.Open(path)
-		}})
+		// The node's own copy, if it holds one: none is no error (a
+		// damaged one is counted and logged by localFile).
+		if path, err := r.localFile(s, id, h); err == nil {
+			out = append(out, fetchSource{node: r.self, open: func(context.Context) (io.ReadCloser, error) { return os.Open(path) }})
+		}
 	}
 	for _, f := range first {
 		out = append(out, f)

@@ -268,8 +268,8 @@ func TestReplicasCorruptCopyAnotherHolderUsed(t *testing.T) {
 	nodes := replicaCluster(t)
 	a, b, c := nodes["a"], nodes["b"], nodes["c"]
 	ctx := context.Background()
-	// b's file of checkpoint 5 is on b, a and c; c loses its copy, and a's
-	// copy is damaged.
+	// b's file of checkpoint 5 is on b, a and c; c's copy is truncated
+	// and a's has a bit flipped.
 	path, h := stateFile(t, t.TempDir(), 5, "j%2Fwin.1.state")
 	for _, rn := range []*replicaNode{a, b, c} {
 		f, _ := os.Open(path)
@@ -285,7 +285,8 @@ func TestReplicasCorruptCopyAnotherHolderUsed(t *testing.T) {
 	if err := os.WriteFile(damaged, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(filepath.Join(c.store(t).CheckpointDir(5), h.File)); err != nil {
+	// c's own copy is truncated.
+	if err := os.WriteFile(filepath.Join(c.store(t).CheckpointDir(5), h.File), raw[:len(raw)-1], 0o644); err != nil {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(t.TempDir(), h.File)
@@ -296,8 +297,8 @@ func TestReplicasCorruptCopyAnotherHolderUsed(t *testing.T) {
 	if size, sum, err := snapshot.Checksum(dst); err != nil || size != h.Size || sum != h.Checksum {
 		t.Fatalf("fetched copy: %d bytes, crc %08x, %v", size, sum, err)
 	}
-	// c's own copy missing and a's damaged: two unusable copies on c's
-	// side, one damaged copy detected on a's.
+	// c's own copy is found damaged on c; a's damaged copy is detected
+	// on a's side and refused, which c counts too.
 	if got := c.rep.bad.Load(); got != 2 {
 		t.Errorf("c counted %d unusable copies, want 2", got)
 	}
