@@ -299,17 +299,11 @@ func (v *liveView) recordFailover(execs []*actors.Execution, old map[*actors.Exe
 		}
 	}
 	restored := time.Now()
-	var firstRecordMS float64
-	if err == nil {
-		if at, ok := firstRecord(ctx, execs, time.Minute); ok {
-			firstRecordMS = float64(at.Sub(restored).Microseconds()) / 1000
-		}
-	}
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	v.gate.Failover(false)
 	p := v.pending
 	if p == nil {
+		v.mu.Unlock()
 		return
 	}
 	v.pending = nil
@@ -321,11 +315,28 @@ func (v *liveView) recordFailover(execs []*actors.Execution, old map[*actors.Exe
 	}
 	if err == nil {
 		f.RestoreMS = float64(restored.Sub(p.at).Microseconds()) / 1000
-		f.FirstRecordMS = firstRecordMS
 	}
 	v.nFailovers++
 	v.failovers = lastN(append(v.failovers, f), 10)
-	v.c.log.Info("cluster: failover done", "dead", p.dead, "epoch", f.Epoch, "placement_ms", f.PlacementMS, "restore_ms", f.RestoreMS, "first_record_ms", f.FirstRecordMS, "err", err)
+	v.mu.Unlock()
+	v.c.log.Info("cluster: failover done", "dead", p.dead, "epoch", f.Epoch, "placement_ms", f.PlacementMS, "restore_ms", f.RestoreMS, "err", err)
+	if err != nil {
+		return
+	}
+	// The failover is recorded; its first record is added when it comes.
+	at, ok := firstRecord(ctx, execs, time.Minute)
+	if !ok {
+		return
+	}
+	ms := float64(at.Sub(restored).Microseconds()) / 1000
+	v.mu.Lock()
+	for i := range v.failovers {
+		if v.failovers[i].At.Equal(f.At) && v.failovers[i].DeadNode == f.DeadNode {
+			v.failovers[i].FirstRecordMS = ms
+		}
+	}
+	v.mu.Unlock()
+	v.c.log.Info("cluster: first record after the failover", "dead", p.dead, "first_record_ms", ms)
 }
 
 // placed returns the nodes of alive that take subtasks: not drained.

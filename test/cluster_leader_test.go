@@ -12,7 +12,12 @@ import (
 // leaderStatus is what the leader tests read of GET /cluster.
 type leaderStatus struct {
 	clusterStatus
-	Leader   string `json:"leader"`
+	Leader    string `json:"leader"`
+	Takeovers []struct {
+		DeadNode      string  `json:"dead_node"`
+		RestoreMS     float64 `json:"restore_ms"`
+		FirstRecordMS float64 `json:"first_record_ms"`
+	} `json:"failovers"`
 	Replicas []struct {
 		Checkpoint int64 `json:"checkpoint"`
 		Files      []struct {
@@ -158,7 +163,19 @@ func TestClusterLeaderKilledExactTotals(t *testing.T) {
 	if n, err := a.jobMasters(client); err != nil || n != 0 {
 		t.Fatalf("node a runs %d job masters (%v) while b leads", n, err)
 	}
-	if s, err := b.leaderStatus(client); err == nil {
-		t.Logf("failovers: %+v", s.Failovers)
-	}
+	// The takeover's durations are measured: b restored the job and took
+	// records in again.
+	testutil.Eventually(t, 30*time.Second, "b's takeover has its restore and first record timed", func() bool {
+		s, err := b.leaderStatus(client)
+		if err != nil {
+			return false
+		}
+		for _, f := range s.Takeovers {
+			if f.DeadNode == "a" && f.RestoreMS > 0 && f.FirstRecordMS > 0 {
+				t.Logf("takeover: %+v", f)
+				return true
+			}
+		}
+		return false
+	})
 }
