@@ -89,6 +89,9 @@ func (r *Runner) openCheckpointing() error {
 	if md := r.cfg.Restore; md != nil && snapshot.ID(md.Checkpoint) >= prog.NextID {
 		prog.NextID = md.Checkpoint + 1
 	}
+	if c := r.cfg.Cluster; c != nil && c.NextCheckpoint > prog.NextID {
+		prog.NextID = c.NextCheckpoint
+	}
 	acts, err := coord.Recover(prog)
 	if err != nil {
 		return err
@@ -124,6 +127,13 @@ func (r *Runner) handle(now time.Time, acts []snapshot.Action) error {
 			r.command(triggerMsg{id: int64(a.Checkpoint), stop: a.Stop})
 		case snapshot.Complete:
 			path, err := r.store.Commit(a.Metadata)
+			if c := r.cfg.Cluster; err == nil && c != nil && c.Publish != nil {
+				ctx, cancel := context.WithTimeout(r.ctx, r.controlTimeout())
+				if err = c.Publish(ctx, r.epoch, a.Metadata); err != nil {
+					err = fmt.Errorf("publish the metadata of snapshot %d to the cluster: %w", a.Checkpoint, err)
+				}
+				cancel()
+			}
 			acts = append(acts, r.coord.Step(now, snapshot.Persisted{Checkpoint: a.Checkpoint, Path: path, Err: err})...)
 			if err == nil {
 				r.log.Info("checkpoint complete", "checkpoint_id", a.Checkpoint, "savepoint", a.Savepoint, "path", path)

@@ -87,6 +87,12 @@ type host struct {
 	// where checkpoints begin when their trigger arrives.
 	files  SnapshotFiles
 	master string
+	// staging is set on a worker's host, whose store is its own staging
+	// store: checkpoints begin there when their trigger arrives. On the
+	// master's node the runner begins them in the job's store.
+	staging bool
+	// seen, when set, is raised to every checkpoint id triggered here.
+	seen *atomic.Int64
 
 	tasks   []*task
 	chans   []*channel
@@ -170,14 +176,14 @@ func (h *host) input(in snapshot.Input) {
 	h.send(hostReport{kind: reportInput, input: in})
 }
 
-// push copies the state files of ack to the job master.
+// push copies the state files of ack to the job master (and, through
+// SnapshotFiles, to the peers that keep replicas of them).
 func (h *host) push(ack snapshot.Ack) error {
-	dir := h.store.CheckpointDir(ack.Checkpoint)
 	for uid, hd := range ack.State.Operators {
 		if hd.File == "" {
 			continue
 		}
-		path := filepath.Join(dir, hd.File)
+		path := h.store.FilePath(ack.Checkpoint, hd.File)
 		if err := h.files.Push(h.ctx, h.master, h.job.Name, h.epoch, ack.Checkpoint, path, hd); err != nil {
 			return fmt.Errorf("push state file of %q[%d] of checkpoint %d to the job master on %q: %w", uid, ack.Task.Subtask, ack.Checkpoint, h.master, err)
 		}
@@ -189,7 +195,11 @@ func (h *host) push(ack snapshot.Ack) error {
 // another process than the master's, before its tasks hear the trigger;
 // after a checkpoint's end, its staged files are removed.
 func (h *host) stage(id int64, begin bool) {
-	if h.files == nil || h.store == nil {
+	if begin && h.seen != nil {
+		for cur := h.seen.Load(); id > cur && !h.seen.CompareAndSwap(cur, id); cur = h.seen.Load() {
+		}
+	}
+	if !h.staging || h.store == nil {
 		return
 	}
 	if begin {

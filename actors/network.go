@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/edgedio/edged/snapshot"
 )
 
 // Cluster places the tasks of one job on several nodes. A Config without
@@ -47,6 +49,20 @@ type Cluster struct {
 	// that the epochs of a job master that restarted are newer than those
 	// its nodes saw before. 0 in a single process.
 	EpochBase uint64
+	// Files, when set, copies the state files the master's own node
+	// writes to the peers that keep replicas of them (SnapshotFiles.Push
+	// with the master's node as master), before the acknowledgement
+	// counts.
+	Files SnapshotFiles
+	// Publish, when set, is called with the metadata of each snapshot
+	// once it is committed in the job's store and before its completion
+	// is announced: it stores it on the other nodes. An error fails the
+	// snapshot as a failed metadata write does.
+	Publish func(ctx context.Context, epoch uint64, md *snapshot.Metadata) error
+	// NextCheckpoint, when set, is the lowest id the attempt's
+	// checkpoints may take: a master that took over from another never
+	// reuses an id the other triggered.
+	NextCheckpoint snapshot.ID
 }
 
 // Node is one node of a Cluster.

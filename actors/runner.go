@@ -205,6 +205,11 @@ func (r *Runner) makeHosts() ([]*host, []placement, error) {
 		h := newHost(n.ID, r.epoch, job, plan, r.cfg, n.Network, nil, started)
 		h.system = r.newProtoSystem()
 		h.pl = clusterPlacement(c, plan)
+		if c.Files != nil {
+			// The master's own state files are replicated to its peers
+			// before its tasks' acknowledgements count.
+			h.files, h.master = c.Files, n.ID
+		}
 		hosts = append(hosts, h)
 		pls = append(pls, h.pl)
 		if err := h.openControl(i, c.Nodes[0].ID, got, started); err != nil {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -69,10 +70,11 @@ type SnapshotFiles interface {
 	// of deployment (job, epoch) to the job master on node master. It
 	// returns once the master stored it durably.
 	Push(ctx context.Context, master, job string, epoch uint64, id snapshot.ID, path string, h snapshot.Handle) error
-	// Fetch copies state file h of the snapshot that deployment (job,
-	// epoch) restores from the job master on node master to path, checked
-	// against h's size and checksum.
-	Fetch(ctx context.Context, master, job string, epoch uint64, h snapshot.Handle, path string) error
+	// Fetch copies state file h of snapshot id that deployment (job,
+	// epoch) restores to path, checked against h's size and checksum:
+	// from the job master on node master, or from another node that
+	// holds a copy.
+	Fetch(ctx context.Context, master, job string, epoch uint64, id snapshot.ID, h snapshot.Handle, path string) error
 }
 
 // WorkerConfig configures a Worker.
@@ -104,6 +106,16 @@ type Worker struct {
 	mu     sync.Mutex // guards hosts and closed
 	hosts  map[string]*workerHost
 	closed bool
+
+	// checkpoint is the highest checkpoint id triggered on the worker.
+	checkpoint atomic.Int64
+}
+
+// HighestCheckpoint returns the highest checkpoint id a job master
+// triggered on the worker's hosts since it was made (0 if none): a node
+// that becomes the job master numbers its checkpoints above it.
+func (w *Worker) HighestCheckpoint() snapshot.ID {
+	return snapshot.ID(w.checkpoint.Load())
 }
 
 // workerHost is a running deployment on a worker.
@@ -243,6 +255,8 @@ func (w *Worker) Deploy(ctx context.Context, d Deployment) error {
 	h.pl = pl
 	h.master = d.Master
 	h.files = w.cfg.Files
+	h.staging = true
+	h.seen = &w.checkpoint
 	if staging != "" {
 		if h.store, err = snapshot.OpenStore(staging, job.Name, job.maxParallelism(), cfg.Logger); err != nil {
 			h.system.Shutdown()
@@ -294,7 +308,7 @@ func (w *Worker) teardown(wh *workerHost, staging string) {
 	w.log.Info("deployment ended", "job", h.job.Name, "epoch", h.epoch)
 }
 
-// fetch copies from the master the state files of md that the node's
+// fetch copies (from the master, or another node holding a copy) the state files of md that the node's
 // subtasks restore from: every file of an operator with a subtask here.
 func (w *Worker) fetch(ctx context.Context, d Deployment, plan *Plan, pl placement, md *snapshot.Metadata) error {
 	if err := os.MkdirAll(md.Dir, 0o755); err != nil {
@@ -312,7 +326,7 @@ func (w *Worker) fetch(ctx context.Context, d Deployment, plan *Plan, pl placeme
 					continue
 				}
 				done[h.File] = true
-				if err := w.cfg.Files.Fetch(ctx, d.Master, d.Job, d.Epoch, h, filepath.Join(md.Dir, h.File)); err != nil {
+				if err := w.cfg.Files.Fetch(ctx, d.Master, d.Job, d.Epoch, md.Checkpoint, h, filepath.Join(md.Dir, h.File)); err != nil {
 					return fmt.Errorf("actors: node %q: fetch state file %s of snapshot %d from %q: %w", w.cfg.Node, h.File, md.Checkpoint, d.Master, err)
 				}
 			}

@@ -53,11 +53,11 @@
 //     after every node the leader sees gave it up, and a node runs units
 //     only under a lease that a majority renews, so no unit is owned by
 //     two nodes at any moment, whatever the failure detectors say.
-//   - Replicas (ReplicaStore, Replicate, FetchReplica, ReplicaTargets,
-//     ReplicaHandler/HTTPReplicaClient): the copies of snapshot files that
-//     nodes keep for each other, written durably only when their CRC32C
-//     matches, checked again on every read, fetched from the first holder
-//     with an intact copy.
+//   - Replicas (ReplicaTargets): which peers keep the copies of a node's
+//     snapshot files, by rendezvous hashing on the writer's id. The copies
+//     themselves live in each node's snapshot store (snapshot.Store's
+//     ImportReplica and AddMetadata), moved over the node API by the
+//     daemon.
 //   - Rebalancing (PlanRebalance, RebalanceGate, Migration): pure
 //     machines for moving work by savepoint migration: the plan and its
 //     moves (refused past a node's slots), when a rebalance may start

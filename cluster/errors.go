@@ -82,15 +82,6 @@ var ErrBadDeciderConfig = errors.New("cluster: bad decider config")
 
 // Replica errors.
 var (
-	// ErrBadReplicaKey is returned for a replica key that could not name
-	// a file safely (empty or path-like elements, checkpoint <= 0).
-	ErrBadReplicaKey = errors.New("cluster: bad replica key")
-	// ErrReplicaCorrupt is returned when a replica's size or CRC32C does
-	// not match what its writer recorded.
-	ErrReplicaCorrupt = errors.New("cluster: corrupt replica")
-	// ErrReplicaMissing is returned when a node holds no replica of the
-	// file asked for.
-	ErrReplicaMissing = errors.New("cluster: replica missing")
 	// ErrReplication is returned when a snapshot file could not be copied
 	// to one of its replica peers.
 	ErrReplication = errors.New("cluster: replication failed")

@@ -41,6 +41,10 @@ type Status struct {
 	// Replicas are where the files of the retained checkpoints are kept,
 	// newest checkpoint first.
 	Replicas []CheckpointReplicas `json:"replicas"`
+	// ReplicaErrorsTotal counts the copies of state files this node found
+	// missing, damaged or unreachable when it read one (another holder
+	// was used, if any).
+	ReplicaErrorsTotal int64 `json:"replica_errors_total"`
 	// Failovers are the latest failovers, newest first (a bounded
 	// history; FailoversTotal counts them all).
 	Failovers []Failover `json:"failovers"`

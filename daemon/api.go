@@ -118,8 +118,9 @@ func (n *node) info(j *job) JobInfo {
 }
 
 func (n *node) handleList(w http.ResponseWriter, r *http.Request) {
-	l := JobList{Jobs: make([]JobInfo, 0, len(n.jobs))}
-	for _, j := range n.jobs {
+	jobs := n.jobList()
+	l := JobList{Jobs: make([]JobInfo, 0, len(jobs))}
+	for _, j := range jobs {
 		l.Jobs = append(l.Jobs, n.info(j))
 	}
 	writeJSON(w, http.StatusOK, l)

@@ -350,7 +350,7 @@ func (c *clusterNode) room(draining []string) (map[string]map[actors.TaskKey]str
 	}
 	v.mu.Unlock()
 	_, placement, err := checkRoom(roomCheck{size: len(c.cfg.Nodes()), alive: alive, drained: drained, draining: draining,
-		master: c.cfg.Master(), capacity: c.cfg.CapacityOf, homes: c.jobHomes()})
+		master: c.leader(), capacity: c.cfg.CapacityOf, homes: c.jobHomes()})
 	return placement, err
 }
 
@@ -562,8 +562,8 @@ func (c *clusterNode) Drain(ctx context.Context, node string) error {
 	if !slices.Contains(c.cfg.Nodes(), node) {
 		return fmt.Errorf("%w: %q is not a node of the cluster %v", cluster.ErrUnknownNode, node, c.cfg.Nodes())
 	}
-	if !c.master {
-		return fmt.Errorf("%w: node %q does not run the job masters; ask node %q", cluster.ErrRefused, c.cfg.Node, c.cfg.Master())
+	if !c.isMaster() {
+		return fmt.Errorf("%w: node %q does not run the job masters; ask node %q", cluster.ErrRefused, c.cfg.Node, c.leader())
 	}
 	if node == c.cfg.Node {
 		return fmt.Errorf("%w: node %q runs the job masters and cannot be drained", cluster.ErrRefused, node)
@@ -588,8 +588,8 @@ func (c *clusterNode) Drain(ctx context.Context, node string) error {
 // (cluster.StatusProvider), queued behind the gate; refused when a node
 // would go over its cluster.capacity.
 func (c *clusterNode) Rebalance(ctx context.Context) error {
-	if !c.master {
-		return fmt.Errorf("%w: node %q does not run the job masters; ask node %q", cluster.ErrRefused, c.cfg.Node, c.cfg.Master())
+	if !c.isMaster() {
+		return fmt.Errorf("%w: node %q does not run the job masters; ask node %q", cluster.ErrRefused, c.cfg.Node, c.leader())
 	}
 	return c.rb.ask(ctx, cluster.TriggerManual, "")
 }
@@ -617,7 +617,7 @@ func (v *liveView) undrainReturnedLocked(alive []string) {
 // it still hosts (the redeployment placed nothing on it) and leaves the
 // gossip gracefully; it keeps serving its API until it is stopped.
 func (c *clusterNode) handleLeave(w http.ResponseWriter, r *http.Request) {
-	if c.master {
+	if c.isMaster() {
 		clusterError(w, http.StatusConflict, fmt.Errorf("%w: node %q runs the job masters and does not leave", cluster.ErrRefused, c.cfg.Node))
 		return
 	}
@@ -644,14 +644,14 @@ func (c *clusterNode) leave() {
 // capacity; otherwise the node stops as it would without (its subtasks
 // fail over, or wait for it). Bounded by timeout.
 func (c *clusterNode) drainSelf(ctx context.Context, timeout time.Duration) {
-	if c.master {
+	if c.isMaster() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	c.log.Info("cluster: stopping: asking the job masters to drain this node first", "master", c.cfg.Master())
-	r, err := c.peers.drain(ctx, c.cfg.Master(), c.cfg.Node)
+	c.log.Info("cluster: stopping: asking the job masters to drain this node first", "master", c.leader())
+	r, err := c.peers.drain(ctx, c.leader(), c.cfg.Node)
 	var ae *APIError
 	switch {
 	case err == nil:

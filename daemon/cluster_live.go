@@ -144,15 +144,18 @@ func (v *liveView) loop(peers []string, jobs func() []*actors.Execution) {
 			v.c.log.Info("cluster membership changed", "events", strings.Join(what, ", "), "alive", v.alive())
 		}
 		alive := v.alive()
-		if v.c.master {
+		switch w := v.c.worker; {
+		case v.c.isMaster():
 			v.follow(alive, jobs)
-		} else if w := v.c.worker; w != nil && !cluster.HasQuorum(len(v.m.Reachable()), size) {
+		case w != nil && !cluster.HasQuorum(len(v.m.Reachable()), size):
 			// Peers memberlist declared dead count as gone here before
 			// their death is confirmed: the majority places this node's
 			// work elsewhere only once it confirmed this node's.
 			if n := w.Evict(); n > 0 {
 				v.c.log.Warn("cluster: this node sees no majority; its tasks stopped", "alive", alive, "reachable", len(v.m.Reachable()), "size", size)
 			}
+		default:
+			v.maybeTakeOver(alive)
 		}
 	}
 }
@@ -172,7 +175,7 @@ func (v *liveView) update(home *actors.Cluster) ([]actors.Node, map[actors.TaskK
 	var members []cluster.Member
 	var nodes []actors.Node
 	alive = v.placed(alive)
-	for _, id := range alive {
+	for _, id := range masterFirst(alive, v.c.cfg.Node) {
 		live[id] = true
 		members = append(members, cluster.Member{ID: id})
 		n := actors.Node{ID: id}
@@ -294,11 +297,12 @@ func (v *liveView) recordFailover(execs []*actors.Execution, old map[*actors.Exe
 			break
 		}
 	}
+	restored := time.Now()
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	v.gate.Failover(false)
 	p := v.pending
 	if p == nil {
+		v.mu.Unlock()
 		return
 	}
 	v.pending = nil
@@ -309,11 +313,29 @@ func (v *liveView) recordFailover(execs []*actors.Execution, old map[*actors.Exe
 		}
 	}
 	if err == nil {
-		f.RestoreMS = msSince(p.at)
+		f.RestoreMS = float64(restored.Sub(p.at).Microseconds()) / 1000
 	}
 	v.nFailovers++
 	v.failovers = lastN(append(v.failovers, f), 10)
+	v.mu.Unlock()
 	v.c.log.Info("cluster: failover done", "dead", p.dead, "epoch", f.Epoch, "placement_ms", f.PlacementMS, "restore_ms", f.RestoreMS, "err", err)
+	if err != nil {
+		return
+	}
+	// The failover is recorded; its first record is added when it comes.
+	at, ok := firstRecord(ctx, execs, time.Minute)
+	if !ok {
+		return
+	}
+	ms := float64(at.Sub(restored).Microseconds()) / 1000
+	v.mu.Lock()
+	for i := range v.failovers {
+		if v.failovers[i].At.Equal(f.At) && v.failovers[i].DeadNode == f.DeadNode {
+			v.failovers[i].FirstRecordMS = ms
+		}
+	}
+	v.mu.Unlock()
+	v.c.log.Info("cluster: first record after the failover", "dead", p.dead, "first_record_ms", ms)
 }
 
 // placed returns the nodes of alive that take subtasks: not drained.
@@ -341,3 +363,32 @@ func lastN[T any](s []T, n int) []T {
 }
 
 func msSince(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }
+
+// firstRecord waits, at most limit, until a task of the master's node in
+// the running attempt of one of execs took a record in, and returns when
+// it saw it (polled every 5 ms); false if none did.
+func firstRecord(ctx context.Context, execs []*actors.Execution, limit time.Duration) (time.Time, bool) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(limit)
+	for {
+		for _, e := range execs {
+			r, _ := e.Runner()
+			if r == nil {
+				continue
+			}
+			for _, m := range r.Metrics() {
+				if m.RecordsIn > 0 {
+					return time.Now(), true
+				}
+			}
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			return time.Time{}, false
+		case <-ctx.Done():
+			return time.Time{}, false
+		}
+	}
+}

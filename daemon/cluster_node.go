@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/edgedio/edged/actors"
@@ -45,6 +46,20 @@ type clusterNode struct {
 	epochBase uint64
 	// live follows the membership; nil without cluster.gossip.
 	live *liveView
+	// rep keeps the node's copies of the jobs' snapshots.
+	rep *replicas
+	// lead is what the node knows of the leader; takeover makes the node
+	// the job masters' node (set with cluster.gossip).
+	lead     leaderState
+	takeover func(dead string) error
+	// startMu serialises a takeover's start of the jobs with shutdown.
+	startMu sync.Mutex
+	// dataDir is the node's data directory; its cluster/ subdirectory
+	// keeps the start counter and the highest epoch seen.
+	dataDir string
+	// seen is the highest deployment epoch the node saw (persisted).
+	seen    atomic.Uint64
+	epochMu sync.Mutex // serialises sawEpoch
 
 	mu    sync.Mutex // guards execs
 	execs []*actors.Execution
@@ -82,7 +97,12 @@ func startCluster(cfg *pipeline.ClusterConfig, dataDir, token string, log *slog.
 		return nil, fmt.Errorf("cluster.listen: port %q: %w", port, err)
 	}
 	log = log.With("node", cfg.Node)
-	c := &clusterNode{cfg: cfg, log: log, master: cfg.Master() == cfg.Node}
+	c := &clusterNode{cfg: cfg, log: log, master: cfg.Master() == cfg.Node, dataDir: dataDir}
+	seen, err := readEpoch(filepath.Join(dataDir, "cluster", "epoch"))
+	if err != nil {
+		return nil, err
+	}
+	c.seen.Store(seen)
 	gate, err := cluster.NewRebalanceGate(cluster.DefaultGateConfig())
 	if err != nil {
 		return nil, err
@@ -104,14 +124,10 @@ func startCluster(cfg *pipeline.ClusterConfig, dataDir, token string, log *slog.
 	}
 	c.net.SetPeer(cfg.Node, c.tr.Addr())
 	c.net.Start(100 * time.Millisecond)
-	if c.master {
-		if c.epochBase, err = nextEpochBase(filepath.Join(dataDir, "cluster")); err != nil {
-			c.stop()
-			return nil, err
-		}
-		c.rb.start()
-	}
-	log.Info("cluster transport listening", "addr", c.tr.Addr(), "nodes", cfg.Nodes(), "master", cfg.Master())
+	// The loop runs on every node: only a master (at start, or after a
+	// takeover) queues rebalances.
+	c.rb.start()
+	log.Info("cluster transport listening", "addr", c.tr.Addr(), "nodes", cfg.Nodes())
 	return c, nil
 }
 
@@ -131,8 +147,10 @@ func (c *clusterNode) stop() {
 
 // nextEpochBase reads and advances the master's start counter in dir: the
 // epochs of the n-th start begin at n<<32, above every attempt of the
-// starts before.
-func nextEpochBase(dir string) (uint64, error) {
+// starts before; n is also above the start of seen, the highest epoch the
+// node saw deployed by any master, so that a node that becomes master
+// deploys epochs newer than every other master's.
+func nextEpochBase(dir string, seen uint64) (uint64, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, fmt.Errorf("cluster: %w", err)
 	}
@@ -146,10 +164,23 @@ func nextEpochBase(dir string) (uint64, error) {
 	case !errors.Is(err, os.ErrNotExist):
 		return 0, fmt.Errorf("cluster: %w", err)
 	}
-	n++
+	n = max(n, seen>>32) + 1
+	if err := writeCounter(path, n); err != nil {
+		return 0, err
+	}
+	return n << 32, nil
+}
+
+// writeCounter writes n to path durably: temporary file, fsync, rename,
+// fsync of the directory.
+func writeCounter(path string, n uint64) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(strconv.FormatUint(n, 10)+"\n"), 0o644); err != nil {
-		return 0, fmt.Errorf("cluster: %w", err)
+		return fmt.Errorf("cluster: %w", err)
 	}
 	f, err := os.Open(tmp)
 	if err == nil {
@@ -163,9 +194,40 @@ func nextEpochBase(dir string) (uint64, error) {
 		err = fsutil.SyncDir(dir)
 	}
 	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	return nil
+}
+
+// readEpoch reads the highest epoch seen from path; 0 when there is none.
+func readEpoch(path string) (uint64, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
 		return 0, fmt.Errorf("cluster: %w", err)
 	}
-	return n << 32, nil
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("cluster: %s: %w", path, err)
+	}
+	return n, nil
+}
+
+// sawEpoch records a deployment epoch the node took part in: the highest
+// is kept, durably, so that the node refuses what an older master sends
+// and, as master, deploys newer epochs.
+func (c *clusterNode) sawEpoch(e uint64) {
+	c.epochMu.Lock()
+	defer c.epochMu.Unlock()
+	if e <= c.seen.Load() {
+		return
+	}
+	c.seen.Store(e)
+	if err := writeCounter(filepath.Join(c.dataDir, "cluster", "epoch"), e); err != nil {
+		c.log.Warn("cluster: record the highest epoch seen", "epoch", e, "err", err)
+	}
 }
 
 // jobCluster returns the placement of a job built in env on the cluster's
@@ -178,8 +240,9 @@ func (c *clusterNode) jobCluster(env *stream.Environment) (*actors.Cluster, erro
 		return nil, err
 	}
 	ids := c.cfg.Nodes()
-	ac := &actors.Cluster{Placement: map[actors.TaskKey]string{}, Invite: c.peers.invite, EpochBase: c.epochBase}
-	for _, id := range ids {
+	ac := &actors.Cluster{Placement: map[actors.TaskKey]string{}, Invite: c.peers.invite, EpochBase: c.epochBase,
+		Files: c.peers, Publish: c.rep.publish, NextCheckpoint: c.nextCheckpoint()}
+	for _, id := range masterFirst(ids, c.cfg.Node) {
 		n := actors.Node{ID: id}
 		if id == c.cfg.Node {
 			n.Network = c.net
@@ -217,18 +280,19 @@ func (c *clusterNode) mount(mux *http.ServeMux, n *node) {
 	mux.HandleFunc("GET /cluster/jobs/{job}/epochs/{epoch}/restore/{name}", func(w http.ResponseWriter, r *http.Request) {
 		c.handleFetch(w, r, n)
 	})
+	c.rep.mount(mux)
 	mux.HandleFunc("GET /cluster/worker", func(w http.ResponseWriter, r *http.Request) {
 		var jobs []actors.WorkerJob
 		if c.worker != nil {
 			jobs = c.worker.Jobs()
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"node": c.cfg.Node, "master": c.cfg.Master(), "jobs": jobs})
+		writeJSON(w, http.StatusOK, map[string]any{"node": c.cfg.Node, "master": c.leader(), "followed": c.following(), "jobs": jobs})
 	})
 }
 
 func (c *clusterNode) handleDeploy(w http.ResponseWriter, r *http.Request) {
-	if c.worker == nil {
-		clusterError(w, http.StatusConflict, fmt.Errorf("node %q runs the job masters and takes no deployments", c.cfg.Node))
+	if c.worker == nil || c.isMaster() {
+		clusterError(w, http.StatusConflict, fmt.Errorf("%w: node %q runs the job masters and takes no deployments", ErrStaleMaster, c.cfg.Node))
 		return
 	}
 	var d actors.Deployment
@@ -236,6 +300,7 @@ func (c *clusterNode) handleDeploy(w http.ResponseWriter, r *http.Request) {
 		clusterError(w, http.StatusBadRequest, fmt.Errorf("deployment: %w", err))
 		return
 	}
+	c.sawEpoch(d.Epoch)
 	if err := c.worker.Deploy(r.Context(), d); err != nil {
 		status := http.StatusInternalServerError
 		if errors.Is(err, actors.ErrStaleDeployment) || errors.Is(err, actors.ErrPlanMismatch) {
@@ -244,6 +309,7 @@ func (c *clusterNode) handleDeploy(w http.ResponseWriter, r *http.Request) {
 		clusterError(w, status, err)
 		return
 	}
+	c.followed(d.Master)
 	writeJSON(w, http.StatusOK, map[string]any{"job": d.Job, "epoch": d.Epoch, "node": c.cfg.Node})
 }
 
@@ -281,6 +347,9 @@ func (c *clusterNode) handlePush(w http.ResponseWriter, r *http.Request, n *node
 		clusterError(w, status, err)
 		return
 	}
+	if h := r.Header.Get(holdersHeader); h != "" {
+		c.rep.hold(exec.Name(), snapshot.ID(id), r.PathValue("name"), strings.Split(h, ","))
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"stored": r.PathValue("name")})
 }
 
@@ -315,6 +384,8 @@ type peerClient struct {
 	cfg   *pipeline.ClusterConfig
 	token string
 	http  *http.Client
+	// rep replicates the state files pushed and finds copies to fetch.
+	rep *replicas
 }
 
 var _ actors.SnapshotFiles = (*peerClient)(nil)
@@ -376,35 +447,25 @@ func filePath(job string, epoch uint64, rest string) string {
 	return "/cluster/jobs/" + url.PathEscape(job) + "/epochs/" + strconv.FormatUint(epoch, 10) + rest
 }
 
-// Push copies a state file to the job master's node.
+// Push copies a state file the node wrote to the peers that keep
+// replicas of it and to the job master's node.
 func (p *peerClient) Push(ctx context.Context, master, job string, epoch uint64, id snapshot.ID, path string, h snapshot.Handle) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	hdr := http.Header{
-		"Content-Type":     {"application/octet-stream"},
-		"X-Edged-Size":     {strconv.FormatInt(h.Size, 10)},
-		"X-Edged-Checksum": {strconv.FormatUint(uint64(h.Checksum), 16)},
-	}
-	resp, err := p.do(ctx, http.MethodPut, master, filePath(job, epoch, "/checkpoints/"+strconv.FormatUint(uint64(id), 10)+"/files/"+url.PathEscape(h.File)), f, hdr)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	return nil
+	return p.rep.push(ctx, master, job, epoch, id, path, h)
 }
 
-// Fetch copies a state file of the snapshot a deployment restores from the
-// job master's node.
-func (p *peerClient) Fetch(ctx context.Context, master, job string, epoch uint64, h snapshot.Handle, path string) error {
-	resp, err := p.do(ctx, http.MethodGet, master, filePath(job, epoch, "/restore/"+url.PathEscape(h.File)), nil, nil)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	return snapshot.CopyFile(resp.Body, h, path)
+// Fetch copies a state file of the snapshot a deployment restores: from
+// the node's own copy, the job master's node, or another node that holds
+// one.
+func (p *peerClient) Fetch(ctx context.Context, master, job string, epoch uint64, id snapshot.ID, h snapshot.Handle, path string) error {
+	fromMaster := fetchSource{node: master, open: func(ctx context.Context) (io.ReadCloser, error) {
+		resp, err := p.do(ctx, http.MethodGet, master, filePath(job, epoch, "/restore/"+url.PathEscape(h.File)), nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		return resp.Body, nil
+	}}
+	_, err := p.rep.fetchFirst(ctx, id, h, path, p.rep.sources(job, id, h, true, []fetchSource{fromMaster}))
+	return err
 }
 
 // clusterError answers err with code.
@@ -424,23 +485,46 @@ func (n *node) joinCluster(cfg *pipeline.Config) error {
 	if err != nil {
 		return err
 	}
+	c.rep = newReplicas(cfg.Cluster, cfg.Pipelines, c.peers, c.live.alive, c.seen.Load, n.log.With("node", cfg.Cluster.Node))
+	c.peers.rep = c.rep
+	if cfg.Cluster.Gossip != "" {
+		// Leadership stays where it is (see cluster_leader.go): a node
+		// that starts follows the leader its peers name.
+		c.lead.id = c.askLeader(n.ctx)
+		c.master = c.lead.id == cfg.Cluster.Node
+		c.takeover = func(dead string) error { return n.takeOver(dead, cfg.Pipelines) }
+	}
+	if c.master {
+		if c.epochBase, err = nextEpochBase(filepath.Join(dataDir, "cluster"), c.seen.Load()); err != nil {
+			c.stop()
+			return err
+		}
+	}
+	c.log.Info("cluster: leader", "leader", c.leader(), "master", c.master)
 	n.cluster = c
 	n.setCluster(c)
 	n.inputs.Nodes, n.inputs.Self = cfg.Cluster.Nodes(), cfg.Cluster.Node
+	if !c.master {
+		c.worker = n.newWorker(cfg, dataDir)
+	}
 	if cfg.Cluster.Gossip != "" {
 		if err := c.startGossip(); err != nil {
 			c.stop()
 			return err
 		}
 	}
-	if c.master {
-		return nil
-	}
+	return nil
+}
+
+// newWorker returns the worker that hosts the tasks the job masters place
+// on the node.
+func (n *node) newWorker(cfg *pipeline.Config, dataDir string) *actors.Worker {
+	c := n.cluster
 	byName := make(map[string]pipeline.PipelineConfig, len(cfg.Pipelines))
 	for _, pc := range cfg.Pipelines {
 		byName[pc.Name] = pc
 	}
-	c.worker = actors.NewWorker(actors.WorkerConfig{
+	return actors.NewWorker(actors.WorkerConfig{
 		Node: cfg.Cluster.Node, Network: c.net, Dir: filepath.Join(dataDir, "cluster", "staging"), Logger: n.log, Files: c.peers,
 		Jobs: func(name string) (*actors.Job, actors.Config, error) {
 			pc, ok := byName[name]
@@ -459,5 +543,4 @@ func (n *node) joinCluster(cfg *pipeline.Config) error {
 			return job, env.Config(), err
 		},
 	})
-	return nil
 }

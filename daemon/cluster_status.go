@@ -20,7 +20,7 @@ func (c *clusterNode) Status() cluster.Status {
 	v := c.live
 	alive := v.alive()
 	size := len(c.cfg.Nodes())
-	master := c.cfg.Master()
+	master := c.leader()
 	s := cluster.Status{Enabled: true, Node: c.cfg.Node, Leader: master}
 	v.mu.Lock()
 	drained := maps.Clone(v.drained)
@@ -55,6 +55,9 @@ func (c *clusterNode) Status() cluster.Status {
 	}
 	for node, subs := range byNode {
 		s.Placement = append(s.Placement, cluster.NodePlacement{Node: node, Subtasks: subs})
+	}
+	if c.rep != nil {
+		s.Replicas, s.ReplicaErrorsTotal = c.rep.status(), c.rep.bad.Load()
 	}
 	v.mu.Lock()
 	s.Failovers = slices.Clone(v.failovers)

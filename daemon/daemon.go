@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,11 +86,18 @@ func (o Options) withDefaults() Options {
 
 // node is a running Run: its jobs, in config order.
 type node struct {
-	opts   Options
-	log    *slog.Logger
-	out    io.Writer // opts.Stdout, serialised
+	opts Options
+	log  *slog.Logger
+	out  io.Writer // opts.Stdout, serialised
+	// jobsMu guards jobs and byName: a node of a cluster that takes over
+	// as the job masters' node adds its jobs while the API serves.
+	jobsMu sync.RWMutex
 	jobs   []*job
 	byName map[string]*job
+	// ctx is Run's context; late tracks the watchers of jobs started
+	// after Run began serving (a takeover).
+	ctx    context.Context
+	late   sync.WaitGroup
 	inputs pipeline.Inputs       // the MQTT side, for the pipelines
 	mem    pipeline.MemoryConfig // node.memory, defaults filled in
 	mqtt   *mqttNode
@@ -102,11 +110,28 @@ type node struct {
 	firstErr error
 }
 
+// jobList returns the node's jobs, in the order they started.
+func (n *node) jobList() []*job {
+	n.jobsMu.RLock()
+	defer n.jobsMu.RUnlock()
+	return slices.Clone(n.jobs)
+}
+
+// addJob records a started job.
+func (n *node) addJob(j *job) {
+	n.jobsMu.Lock()
+	defer n.jobsMu.Unlock()
+	n.jobs = append(n.jobs, j)
+	n.byName[j.name] = j
+}
+
 func (n *node) job(name string) (*job, error) {
+	n.jobsMu.RLock()
 	j, ok := n.byName[name]
+	n.jobsMu.RUnlock()
 	if !ok {
-		if c := n.cluster; c != nil && !c.master {
-			master := c.cfg.Master()
+		if c := n.cluster; c != nil && !c.isMaster() {
+			master := c.leader()
 			peer, _ := c.cfg.Peer(master)
 			return nil, fmt.Errorf("%w %q on node %q: in a cluster the job runs on node %q (api %s)", ErrUnknownJob, name, c.cfg.Node, master, peer.API)
 		}
@@ -138,7 +163,7 @@ func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
 		return ErrNoPipelines
 	}
 	n := &node{opts: opts, log: opts.Logger, out: &lockedWriter{w: opts.Stdout}, byName: map[string]*job{},
-		mem: cfg.Node.Memory.WithDefaults()}
+		mem: cfg.Node.Memory.WithDefaults(), ctx: ctx}
 	n.setCluster(opts.Cluster)
 	warnUnowned(n.log, cfg)
 	defer applyMemory(n.mem, n.log, os.Getenv)()
@@ -174,15 +199,14 @@ func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
 		}
 		j, err := n.start(ctx, pc)
 		if err != nil {
-			for _, started := range n.jobs {
+			for _, started := range n.jobList() {
 				started.cancel()
 			}
 			watchers.Wait()
 			ln.Close()
 			return fmt.Errorf("daemon: start pipelines[%d] %q: %w", i, pc.Name, err)
 		}
-		n.jobs = append(n.jobs, j)
-		n.byName[j.name] = j
+		n.addJob(j)
 		watchers.Go(func() { n.watch(j) })
 	}
 	// Serve only now: the handlers read n.jobs without a lock.
@@ -224,11 +248,16 @@ func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
 	case <-ctx.Done():
 		n.log.Info("shutting down", "reason", context.Cause(ctx).Error())
 		var stops sync.WaitGroup
-		for _, j := range n.jobs {
+		if c := n.cluster; c != nil {
+			// No takeover starts jobs from now on.
+			c.stopTakeover()
+		}
+		for _, j := range n.jobList() {
 			stops.Go(func() { n.shutdown(ctx, j) })
 		}
 		stops.Wait()
 		<-allDone
+		n.late.Wait()
 	}
 	n.errMu.Lock()
 	defer n.errMu.Unlock()

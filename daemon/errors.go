@@ -25,3 +25,10 @@ var (
 	// attempt (ended, or between restarts).
 	ErrNoPlan = errors.New("daemon: job has no running attempt")
 )
+
+// Errors of the cluster's replicated checkpoints and leadership.
+var (
+	// ErrStaleMaster refuses what a job master of an epoch older than one
+	// the node saw sends: another node took over as master since.
+	ErrStaleMaster = errors.New("daemon: message of a stale job master")
+)

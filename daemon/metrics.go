@@ -40,7 +40,7 @@ func (c *jobCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector; called on a scrape's goroutine.
 func (c *jobCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, j := range c.n.jobs {
+	for _, j := range c.n.jobList() {
 		if j.snapshot().Status == StatusRunning {
 			j.observe()
 		}

@@ -82,7 +82,7 @@ func (c *taskCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector; called on a scrape's goroutine.
 func (c *taskCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, j := range c.n.jobs {
+	for _, j := range c.n.jobList() {
 		for _, m := range j.run.Metrics() {
 			sub := strconv.Itoa(m.Subtask)
 			ch <- prometheus.MustNewConstMetric(c.records, prometheus.CounterValue, float64(m.RecordsIn), j.name, m.Chain, sub)

@@ -57,6 +57,11 @@ type ClusterConfig struct {
 	// Channels tunes the cross-node channels; unset keys keep their
 	// defaults (cluster.DefaultChannelConfig).
 	Channels ChannelsConfig `yaml:"channels"`
+	// Replicas is how many peers hold a copy of each state file a node
+	// writes for a checkpoint before its acknowledgement counts. 0 means
+	// DefaultReplicas, bounded by the number of peers; at most the number
+	// of peers.
+	Replicas int `yaml:"replicas"`
 }
 
 // ChannelsConfig is the `cluster.channels` block. Zero values keep the
@@ -114,6 +119,19 @@ func (c *ClusterConfig) GossipKey() ([]byte, error) {
 		return k, nil
 	}
 	return nil, fmt.Errorf("%d bytes, want 16, 24 or 32 (e.g. from `head -c 32 /dev/urandom | base64`)", len(k))
+}
+
+// DefaultReplicas is cluster.replicas when it is not set.
+const DefaultReplicas = 2
+
+// ReplicaCount returns the number of peers that hold a copy of each state
+// file: cluster.replicas, or DefaultReplicas bounded by the number of
+// peers.
+func (c *ClusterConfig) ReplicaCount() int {
+	if c.Replicas > 0 {
+		return c.Replicas
+	}
+	return min(DefaultReplicas, len(c.Peers))
 }
 
 // PeerConfig is one entry of `cluster.peers`.
@@ -244,6 +262,12 @@ func (c *ClusterConfig) validate(p *problems) {
 			key, msg, _ := strings.Cut(line, " ")
 			p.add(key, msg)
 		}
+	}
+	switch {
+	case c.Replicas < 0:
+		p.add("cluster.replicas", fmt.Sprintf("(%d) must not be negative (0 means %d, bounded by the number of peers)", c.Replicas, DefaultReplicas))
+	case c.Replicas > len(c.Peers) && len(c.Peers) > 0:
+		p.add("cluster.replicas", fmt.Sprintf("(%d) must be at most the number of peers (%d): each copy goes to another node", c.Replicas, len(c.Peers)))
 	}
 	for i, pl := range c.Placement {
 		path := fmt.Sprintf("cluster.placement[%d]", i)

@@ -41,7 +41,7 @@ func (m *masterFiles) Push(_ context.Context, _, _ string, epoch uint64, id snap
 	return nil
 }
 
-func (m *masterFiles) Fetch(_ context.Context, _, _ string, epoch uint64, h snapshot.Handle, path string) error {
+func (m *masterFiles) Fetch(_ context.Context, _, _ string, epoch uint64, _ snapshot.ID, h snapshot.Handle, path string) error {
 	j := m.job.Load()
 	if j == nil {
 		return fmt.Errorf("no job master")

@@ -1,0 +1,320 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/cluster"
+	"github.com/edgedio/edged/pipeline"
+	"github.com/edgedio/edged/snapshot"
+)
+
+// Leadership (with cluster.gossip). The job masters run on one node, the
+// leader. At the cluster's first start it is the node with the lowest id
+// (cluster.node order). When the leader dies (memberlist declares it
+// dead), the lowest live node that sees a majority and followed it takes
+// over: it stops its worker's tasks, restores every job from the newest
+// snapshot its store has the metadata of (copying in the files it lacks
+// from their holders), places the subtasks on the live nodes and deploys
+// them in an epoch above every epoch it saw, numbering checkpoints above
+// every id a master triggered on it.
+//
+// Leadership then stays where it is until that node dies: a node that
+// starts asks its peers which node leads, and follows the leader they
+// name; only when none names another does the lowest id lead. A node that
+// comes back so never runs a job while another node is master; it joins
+// as a worker and gets its subtasks back by the master's rebalance.
+
+// leaderState is what a node knows of the leader.
+type leaderState struct {
+	mu sync.Mutex
+	// id is the node whose job masters this node follows (or itself).
+	id string
+	// followed is set once a deployment of that leader came here: only a
+	// node that followed a leader takes over from it (at a first start,
+	// the lowest node may merely not be up yet).
+	followed bool
+	// took is set once this node took over as leader.
+	took bool
+	// stopped is set on shutdown: no takeover starts after it.
+	stopped bool
+	// nextCheckpoint is the lowest checkpoint id of the jobs this node
+	// masters after a takeover.
+	nextCheckpoint snapshot.ID
+	// detected is when the takeover began (the leader seen dead).
+	detected time.Time
+}
+
+// leader returns the node whose job masters this node follows.
+func (c *clusterNode) leader() string {
+	c.lead.mu.Lock()
+	defer c.lead.mu.Unlock()
+	if c.lead.id == "" {
+		return c.cfg.Master()
+	}
+	return c.lead.id
+}
+
+// isMaster reports whether the node runs the job masters: it started as
+// the leader or took over.
+func (c *clusterNode) isMaster() bool {
+	if c.master {
+		return true
+	}
+	c.lead.mu.Lock()
+	defer c.lead.mu.Unlock()
+	return c.lead.took
+}
+
+// followed records a deployment of the leader master.
+func (c *clusterNode) followed(master string) {
+	c.lead.mu.Lock()
+	defer c.lead.mu.Unlock()
+	if c.lead.took {
+		return
+	}
+	c.lead.id, c.lead.followed = master, true
+}
+
+// stopTakeover makes sure no takeover starts jobs from now on; one under
+// way finishes starting them first.
+func (c *clusterNode) stopTakeover() {
+	c.lead.mu.Lock()
+	c.lead.stopped = true
+	c.lead.mu.Unlock()
+	c.startMu.Lock()
+	defer c.startMu.Unlock()
+}
+
+// shouldTakeOver is the takeover rule: node self, following leader (and
+// having followed its deployments), takes over when the leader is not
+// among the live nodes alive (in id order), those are a majority of size,
+// and self is the lowest of them.
+func shouldTakeOver(self, leader string, followed bool, alive []string, size int) bool {
+	return followed && leader != self && cluster.HasQuorum(len(alive), size) &&
+		!slices.Contains(alive, leader) && len(alive) > 0 && alive[0] == self
+}
+
+// chooseLeader is the rule a starting node follows: the leader the peers
+// that answered name (the lowest, should they disagree), else the lowest
+// configured id.
+func chooseLeader(lowest string, named []string) string {
+	var out string
+	for _, id := range named {
+		if id != "" && (out == "" || id < out) {
+			out = id
+		}
+	}
+	if out == "" {
+		return lowest
+	}
+	return out
+}
+
+// restartGrace is how long a node that restarted while it led waits
+// before it asks its peers again: time for them to see it die (about 1 s
+// with the device profile) and for one of them to take over.
+const restartGrace = 3 * time.Second
+
+// askLeader returns the leader the node follows at start: the one its
+// peers name (see chooseLeader). A peer that names this node followed it
+// before it restarted: if it died long enough for a peer to take over, the
+// peers name that one after restartGrace; if not, it leads again.
+func (c *clusterNode) askLeader(ctx context.Context) string {
+	named, self := c.namedLeaders(ctx)
+	if self && len(named) == 0 {
+		c.log.Info("cluster: the peers still follow this node; waiting for them to see it restarted", "wait", restartGrace)
+		select {
+		case <-time.After(restartGrace):
+		case <-ctx.Done():
+		}
+		named, _ = c.namedLeaders(ctx)
+	}
+	return chooseLeader(c.cfg.Master(), named)
+}
+
+// namedLeaders asks every peer which node leads: the other nodes they
+// name, and whether one that followed a leader named this node.
+func (c *clusterNode) namedLeaders(ctx context.Context) (named []string, self bool) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, p := range c.cfg.Peers {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			resp, err := c.peers.do(ctx, http.MethodGet, p.ID, "/cluster/worker", nil, nil)
+			if err != nil {
+				return
+			}
+			defer resp.Body.Close()
+			var w struct {
+				Master   string `json:"master"`
+				Followed bool   `json:"followed"`
+			}
+			if json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&w) != nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case w.Master == c.cfg.Node:
+				self = self || w.Followed
+			case w.Master != "":
+				named = append(named, w.Master)
+			}
+		})
+	}
+	wg.Wait()
+	return named, self
+}
+
+// following reports whether the node follows a leader whose deployment
+// came here.
+func (c *clusterNode) following() bool {
+	c.lead.mu.Lock()
+	defer c.lead.mu.Unlock()
+	return c.lead.followed && !c.lead.took
+}
+
+// maybeTakeOver takes over as leader when the rule says so (see
+// shouldTakeOver); called by the membership loop on a worker.
+func (v *liveView) maybeTakeOver(alive []string) {
+	c := v.c
+	size := len(c.cfg.Nodes())
+	c.lead.mu.Lock()
+	leader := c.lead.id
+	if leader == "" {
+		leader = c.cfg.Master()
+	}
+	if c.lead.took || c.lead.stopped || c.takeover == nil || !shouldTakeOver(c.cfg.Node, leader, c.lead.followed, alive, size) {
+		c.lead.mu.Unlock()
+		return
+	}
+	c.lead.took, c.lead.id, c.lead.detected = true, c.cfg.Node, time.Now()
+	c.lead.mu.Unlock()
+	c.log.Warn("cluster: the leader died; this node takes over the job masters", "dead", leader, "alive", alive)
+	v.mu.Lock()
+	v.pending = &pendingChange{at: time.Now(), dead: leader}
+	v.mu.Unlock()
+	v.wg.Add(1)
+	go func() {
+		defer v.wg.Done()
+		if err := c.takeover(leader); err != nil {
+			c.log.Error("cluster: takeover failed", "err", err)
+			return
+		}
+		v.wg.Add(1)
+		v.recordFailover(c.executions(), map[*actors.Execution]*actors.Runner{})
+	}()
+}
+
+// takeOver makes this node the job masters' node after the leader dead
+// died: its worker's tasks stop, and every pipeline starts here as a job
+// master restored from the newest snapshot the node can complete.
+func (n *node) takeOver(dead string, pipelines []pipeline.PipelineConfig) error {
+	c := n.cluster
+	if c.worker != nil {
+		c.worker.Evict()
+	}
+	c.startMu.Lock()
+	defer c.startMu.Unlock()
+	c.lead.mu.Lock()
+	stopped := c.lead.stopped
+	c.lead.mu.Unlock()
+	if stopped {
+		return nil
+	}
+	base, err := nextEpochBase(filepath.Join(c.dataDir, "cluster"), c.seen.Load())
+	if err != nil {
+		return err
+	}
+	c.epochBase = base
+	var next snapshot.ID
+	if c.worker != nil {
+		next = c.worker.HighestCheckpoint() + 1
+	}
+	var failed []error
+	for _, pc := range pipelines {
+		if pc.Checkpoint.Dir != "" {
+			ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
+			md, err := c.rep.recover(ctx, pc.Name)
+			cancel()
+			switch {
+			case err != nil:
+				failed = append(failed, err)
+				continue
+			case md != nil:
+				next = max(next, md.Checkpoint+1)
+				c.log.Info("cluster: restoring the job from the replicated snapshot", "job", pc.Name, "checkpoint_id", uint64(md.Checkpoint), "dir", md.Dir)
+			default:
+				c.log.Warn("cluster: no snapshot of the job on this node; it starts from the beginning", "job", pc.Name)
+			}
+		}
+		c.lead.mu.Lock()
+		c.lead.nextCheckpoint = max(c.lead.nextCheckpoint, next)
+		c.lead.mu.Unlock()
+		j, err := n.start(n.ctx, pc)
+		if err != nil {
+			failed = append(failed, fmt.Errorf("start pipeline %q: %w", pc.Name, err))
+			continue
+		}
+		n.addJob(j)
+		n.late.Go(func() { n.watch(j) })
+	}
+	c.log.Info("cluster: took over the job masters", "dead", dead, "epoch_base", base, "next_checkpoint", uint64(c.nextCheckpoint()))
+	if len(failed) > 0 {
+		return fmt.Errorf("cluster: takeover: %v", failed)
+	}
+	return nil
+}
+
+// recover readies the node's store of job for a restore: the newest
+// snapshot it has the metadata of whose missing files it can copy in
+// from their holders; an older one when that fails (logged). It returns
+// nil when the store has none.
+func (r *replicas) recover(ctx context.Context, job string) (*snapshot.Metadata, error) {
+	s, err := r.store(job)
+	if err != nil {
+		return nil, err
+	}
+	mds, err := s.Completed()
+	if err != nil {
+		return nil, err
+	}
+	for _, md := range mds {
+		if err := r.complete(ctx, md); err != nil {
+			r.log.Warn("cluster: snapshot cannot be completed from its holders; trying an older one", "job", job, "checkpoint_id", uint64(md.Checkpoint), "err", err)
+			continue
+		}
+		return md, nil
+	}
+	return nil, nil
+}
+
+// nextCheckpoint returns the lowest checkpoint id of the jobs the node
+// masters (0 unless it took over).
+func (c *clusterNode) nextCheckpoint() snapshot.ID {
+	c.lead.mu.Lock()
+	defer c.lead.mu.Unlock()
+	return c.lead.nextCheckpoint
+}
+
+// masterFirst returns ids with master first, the others in their order:
+// the first node of an actors.Cluster runs the job master.
+func masterFirst(ids []string, master string) []string {
+	out := []string{master}
+	for _, id := range ids {
+		if id != master {
+			out = append(out, id)
+		}
+	}
+	return out
+}

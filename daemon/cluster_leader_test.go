@@ -1,0 +1,147 @@
+package daemon
+
+import (
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// scriptNode is one node of the takeover script: what it knows of the
+// leader, its epoch counter directory and the highest epoch it saw.
+type scriptNode struct {
+	id       string
+	dir      string
+	leader   string
+	followed bool
+	master   bool
+	seen     uint64
+	base     uint64 // epoch base while master
+	attempts uint64 // deployments since it became master
+}
+
+// The takeover rule over a scripted life of a three-node cluster: the
+// leader dies, exactly one node takes over, in an epoch above every epoch
+// deployed before; the old leader comes back and follows the new one
+// (nobody takes over, never two masters); the new leader dies and the
+// lowest live node takes over, again in a newer epoch; a node that sees no
+// majority never takes over; at a first start no node takes over from a
+// leader it never followed.
+func TestTakeoverScript(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	nodes := map[string]*scriptNode{}
+	for _, id := range ids {
+		nodes[id] = &scriptNode{id: id, dir: filepath.Join(t.TempDir(), id, "cluster"), leader: "a"}
+	}
+	var epochs []uint64 // every epoch deployed, in order
+	deploy := func(master string, alive []string) {
+		m := nodes[master]
+		m.attempts++
+		e := m.base + m.attempts
+		if len(epochs) > 0 && e <= epochs[len(epochs)-1] {
+			t.Fatalf("master %s deploys epoch %d after %d: not monotonic", master, e, epochs[len(epochs)-1])
+		}
+		epochs = append(epochs, e)
+		for _, id := range alive {
+			if id == master {
+				continue
+			}
+			n := nodes[id]
+			n.leader, n.followed, n.seen = master, true, max(n.seen, e)
+		}
+	}
+	// step evaluates the rule on every live node, takes over where it
+	// says so, and checks that at most one node is master at once.
+	step := func(alive []string, want string) {
+		t.Helper()
+		var took []string
+		for _, id := range alive {
+			n := nodes[id]
+			if n.master || !shouldTakeOver(id, n.leader, n.followed, alive, len(ids)) {
+				continue
+			}
+			took = append(took, id)
+			base, err := nextEpochBase(n.dir, n.seen)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n.master, n.leader, n.base, n.attempts = true, id, base, 0
+		}
+		if want == "" && len(took) > 0 || want != "" && !slices.Equal(took, []string{want}) {
+			t.Fatalf("alive %v: %v took over, want %q", alive, took, want)
+		}
+		var masters []string
+		for _, id := range alive {
+			if nodes[id].master {
+				masters = append(masters, id)
+			}
+		}
+		if len(masters) > 1 {
+			t.Fatalf("alive %v: masters %v", alive, masters)
+		}
+	}
+
+	// First start: b and c are up before a; they never followed a.
+	step([]string{"b", "c"}, "")
+	// a starts: its peers name no other leader.
+	if got := chooseLeader("a", nil); got != "a" {
+		t.Fatalf("first start: leader %q", got)
+	}
+	a := nodes["a"]
+	a.master = true
+	var err error
+	if a.base, err = nextEpochBase(a.dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	deploy("a", ids)
+	deploy("a", ids) // a restart of the job
+	step(ids, "")
+
+	// a dies: b, the lowest live node, takes over; c does not.
+	a.master = false
+	step([]string{"b", "c"}, "b")
+	deploy("b", []string{"b", "c"})
+
+	// A minority never takes over.
+	step([]string{"c"}, "")
+
+	// a comes back: its peers name b; it follows b.
+	if got := chooseLeader("a", []string{"b", "b"}); got != "b" {
+		t.Fatalf("a returning follows %q, want b", got)
+	}
+	a.leader, a.followed = "b", false
+	step(ids, "")
+	deploy("b", ids)
+	step(ids, "")
+
+	// b dies: a, now the lowest live node and a follower of b, takes over
+	// in an epoch above b's.
+	nodes["b"].master = false
+	step([]string{"a", "c"}, "a")
+	deploy("a", []string{"a", "c"})
+	if !slices.IsSorted(epochs) {
+		t.Fatalf("epochs %v not increasing", epochs)
+	}
+	t.Logf("epochs %v", epochs)
+}
+
+// The highest epoch a node saw is kept across its restarts, and the start
+// counter a node then takes over with puts its epochs above it.
+func TestSeenEpochPersisted(t *testing.T) {
+	dir := t.TempDir()
+	c := &clusterNode{dataDir: dir, log: slog.New(slog.DiscardHandler)}
+	c.sawEpoch(5<<32 + 3)
+	c.sawEpoch(2<<32 + 9) // older: ignored
+	got, err := readEpoch(filepath.Join(dir, "cluster", "epoch"))
+	if err != nil || got != 5<<32+3 {
+		t.Fatalf("persisted epoch %d, %v", got, err)
+	}
+	base, err := nextEpochBase(filepath.Join(dir, "cluster"), got)
+	if err != nil || base <= got {
+		t.Fatalf("epoch base %d after seeing %d: %v", base, got, err)
+	}
+	again, err := nextEpochBase(filepath.Join(dir, "cluster"), 0)
+	if err != nil || again <= base {
+		t.Fatalf("epoch base %d after %d: %v", again, base, err)
+	}
+}

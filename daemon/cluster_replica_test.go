@@ -1,0 +1,321 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/edgedio/edged/cluster"
+	"github.com/edgedio/edged/pipeline"
+	"github.com/edgedio/edged/snapshot"
+)
+
+// replicaNode is one node of a replica test: its replicas on an httptest
+// server, and what its master's push route received.
+type replicaNode struct {
+	id   string
+	dir  string
+	rep  *replicas
+	srv  *httptest.Server
+	mu   sync.Mutex
+	got  map[string]string // file pushed to the master route -> holders header
+	fail bool              // the replica route fails every PUT
+}
+
+const replicaJobName = "j"
+
+// replicaCluster starts nodes a, b and c with replicas in temporary
+// directories (checkpoint.retain 2, cluster.replicas 2), every one alive.
+func replicaCluster(t testing.TB) map[string]*replicaNode {
+	t.Helper()
+	ids := []string{"a", "b", "c"}
+	nodes := map[string]*replicaNode{}
+	for _, id := range ids {
+		rn := &replicaNode{id: id, dir: filepath.Join(t.TempDir(), id), got: map[string]string{}}
+		mux := http.NewServeMux()
+		rn.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			rn.mu.Lock()
+			fail := rn.fail
+			rn.mu.Unlock()
+			if fail && r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/replicas/") {
+				http.Error(w, "disk full", http.StatusInternalServerError)
+				return
+			}
+			mux.ServeHTTP(w, r)
+		}))
+		t.Cleanup(rn.srv.Close)
+		// The job master's route for pushed files: the test records who
+		// holds each.
+		mux.HandleFunc("PUT /cluster/jobs/{job}/epochs/{epoch}/checkpoints/{id}/files/{name}", func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			rn.mu.Lock()
+			rn.got[r.PathValue("name")] = r.Header.Get(holdersHeader)
+			rn.mu.Unlock()
+			writeJSON(w, http.StatusOK, nil)
+		})
+		nodes[id] = rn
+		defer func() { rn.rep.mount(mux) }()
+	}
+	for _, id := range ids {
+		rn := nodes[id]
+		cfg := &pipeline.ClusterConfig{Node: id, Listen: "127.0.0.1:1"}
+		for _, p := range ids {
+			if p != id {
+				cfg.Peers = append(cfg.Peers, pipeline.PeerConfig{ID: p, Address: "127.0.0.1:1", API: strings.TrimPrefix(nodes[p].srv.URL, "http://")})
+			}
+		}
+		pc := pipeline.DefaultPipelineConfig()
+		pc.Name = replicaJobName
+		pc.Checkpoint.Dir = rn.dir
+		pc.Checkpoint.Retain = 2
+		peers := &peerClient{cfg: cfg, http: rn.srv.Client()}
+		rn.rep = newReplicas(cfg, []pipeline.PipelineConfig{pc}, peers, cfg.Nodes, func() uint64 { return 7 }, slog.New(slog.DiscardHandler))
+		peers.rep = rn.rep
+	}
+	return nodes
+}
+
+// stateFile writes a state file of checkpoint id in dir and returns its
+// handle.
+func stateFile(t *testing.T, dir string, id snapshot.ID, name string) (string, snapshot.Handle) {
+	t.Helper()
+	path := filepath.Join(dir, fmt.Sprintf("stage-%d", id), name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, bytes.Repeat([]byte(name+fmt.Sprint(id)), 100), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	size, sum, err := snapshot.Checksum(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, snapshot.Handle{File: name, Size: size, Checksum: sum}
+}
+
+func (rn *replicaNode) store(t testing.TB) *snapshot.Store {
+	t.Helper()
+	s, err := rn.rep.store(replicaJobName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// holds reports whether node rn holds an intact copy of h of checkpoint
+// id.
+func (rn *replicaNode) holds(t testing.TB, id snapshot.ID, h snapshot.Handle) bool {
+	_, err := rn.rep.localFile(rn.store(t), id, h)
+	return err == nil
+}
+
+// A state file a worker writes is on its replica targets and in its own
+// store once Push returns, before it reaches the job master (whose push
+// carries the holders): the acknowledgement that follows counts only for
+// replicated files. A target that cannot store its copy fails the push,
+// and the master never gets the file.
+func TestReplicasPushCopiesBeforeTheAck(t *testing.T) {
+	nodes := replicaCluster(t)
+	b := nodes["b"]
+	ctx := context.Background()
+	// b's targets are both other nodes (cluster.replicas 2 of 2 peers);
+	// a, the master, gets its copy through the push route.
+	if got := b.rep.targets("b"); !slices.Equal(got, []string{"a", "c"}) {
+		t.Fatalf("targets of b: %v", got)
+	}
+	path, h := stateFile(t, t.TempDir(), 3, "j%2Fwin.1.state")
+	if err := b.rep.push(ctx, "a", replicaJobName, 1<<32+1, 3, path, h); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"b", "c"} {
+		if !nodes[id].holds(t, 3, h) {
+			t.Errorf("node %s holds no copy of %s after the push", id, h.File)
+		}
+	}
+	a := nodes["a"]
+	a.mu.Lock()
+	holders := a.got[h.File]
+	a.mu.Unlock()
+	if holders != "a,b,c" {
+		t.Errorf("the master got holders %q, want a,b,c", holders)
+	}
+
+	// c refuses its copy: the push fails, naming it, before the master
+	// hears of the file.
+	c := nodes["c"]
+	c.mu.Lock()
+	c.fail = true
+	c.mu.Unlock()
+	path2, h2 := stateFile(t, t.TempDir(), 4, "j%2Fwin.2.state")
+	err := b.rep.push(ctx, "a", replicaJobName, 1<<32+1, 4, path2, h2)
+	if !errors.Is(err, cluster.ErrReplication) || !strings.Contains(err.Error(), `"c"`) {
+		t.Fatalf("push with a failing target: %v, want ErrReplication naming c", err)
+	}
+	a.mu.Lock()
+	_, reached := a.got[h2.File]
+	a.mu.Unlock()
+	if reached {
+		t.Errorf("the master got %s after its replication failed", h2.File)
+	}
+}
+
+// The job master's own files go to its targets; the metadata of a
+// completed checkpoint is then on every live node, naming the holders of
+// each file, and each node's store keeps the checkpoints the master's
+// retention keeps. A node can complete any retained checkpoint from the
+// holders and restore it from its own disk.
+func TestReplicasMetadataOnEveryNode(t *testing.T) {
+	nodes := replicaCluster(t)
+	a, b, c := nodes["a"], nodes["b"], nodes["c"]
+	ctx := context.Background()
+	master := a.store(t)
+	var mds []*snapshot.Metadata
+	for id := snapshot.ID(1); id <= 3; id++ {
+		if _, err := master.Begin(snapshot.Trigger{Checkpoint: id}); err != nil {
+			t.Fatal(err)
+		}
+		md := &snapshot.Metadata{Checkpoint: id, Kind: snapshot.KindCheckpoint,
+			Operators: []snapshot.Operator{{UID: "j/win", Parallelism: 3, Subtasks: make([]snapshot.Handle, 3)}}}
+		for i, w := range []*replicaNode{a, b, c} {
+			path, h := stateFile(t, t.TempDir(), id, fmt.Sprintf("j%%2Fwin.%d.state", i))
+			if err := w.rep.push(ctx, "a", replicaJobName, 1<<32+1, id, path, h); err != nil {
+				t.Fatal(err)
+			}
+			// The master's tasks write into its store; its push route is
+			// faked: it stores what a worker pushed, as ReceiveFile does.
+			f, _ := os.Open(path)
+			err := master.Import(id, h.File, h.Size, h.Checksum, f)
+			f.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w != a {
+				a.mu.Lock()
+				a.rep.hold(replicaJobName, id, h.File, strings.Split(a.got[h.File], ","))
+				a.mu.Unlock()
+			}
+			md.Operators[0].Subtasks[i] = h
+		}
+		if _, err := master.Commit(md); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.rep.publish(ctx, 1<<32+1, md); err != nil {
+			t.Fatal(err)
+		}
+		mds = append(mds, md)
+	}
+	for _, rn := range []*replicaNode{b, c} {
+		got, err := rn.store(t).Completed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []snapshot.ID
+		for _, md := range got {
+			ids = append(ids, md.Checkpoint)
+		}
+		if !slices.Equal(ids, []snapshot.ID{3, 2}) {
+			t.Errorf("node %s has the metadata of checkpoints %v, want [3 2] (retain 2)", rn.id, ids)
+		}
+		if _, err := os.Stat(rn.store(t).CheckpointDir(1)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("node %s still keeps checkpoint 1: %v", rn.id, err)
+		}
+	}
+	st := b.rep.status()
+	if len(st) != 2 || st[0].Checkpoint != 3 || len(st[0].Files) != 3 {
+		t.Fatalf("status of b: %+v", st)
+	}
+	for _, f := range st[0].Files {
+		// Every file on its writer, the master and one more: a's on b and
+		// c; b's and c's on all three.
+		if !slices.Equal(f.Nodes, []string{"a", "b", "c"}) {
+			t.Errorf("file %s held by %v, want [a b c]", f.File, f.Nodes)
+		}
+	}
+	// Node c restores checkpoint 3 from its own disk once complete.
+	latest, err := c.store(t).Completed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.rep.complete(ctx, latest[0]); err != nil {
+		t.Fatal(err)
+	}
+	md, err := c.store(t).Latest()
+	if err != nil || md.Checkpoint != 3 {
+		t.Fatalf("latest on c: %v, %v", md, err)
+	}
+	// A master of an older epoch than the node saw is refused.
+	if err := a.rep.publish(ctx, 1, mds[2]); !errors.Is(err, cluster.ErrReplication) || !strings.Contains(err.Error(), ErrStaleMaster.Error()) {
+		t.Errorf("publish of a stale master: %v", err)
+	}
+}
+
+// A copy of a state file damaged on a holder's disk is detected there (its
+// size or CRC32C) and never served; the reader counts it, logs it and
+// reads the next holder's copy. Bytes damaged in transit are caught by the
+// reader's own check.
+func TestReplicasCorruptCopyAnotherHolderUsed(t *testing.T) {
+	nodes := replicaCluster(t)
+	a, b, c := nodes["a"], nodes["b"], nodes["c"]
+	ctx := context.Background()
+	// b's file of checkpoint 5 is on b, a and c; c's copy is truncated
+	// and a's has a bit flipped.
+	path, h := stateFile(t, t.TempDir(), 5, "j%2Fwin.1.state")
+	for _, rn := range []*replicaNode{a, b, c} {
+		f, _ := os.Open(path)
+		err := rn.store(t).ImportReplica(5, h.File, h.Size, h.Checksum, f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	damaged := filepath.Join(a.store(t).CheckpointDir(5), h.File)
+	raw, _ := os.ReadFile(damaged)
+	raw[10] ^= 0xff
+	if err := os.WriteFile(damaged, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// c's own copy is truncated.
+	if err := os.WriteFile(filepath.Join(c.store(t).CheckpointDir(5), h.File), raw[:len(raw)-1], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), h.File)
+	from, err := c.rep.fetchFirst(ctx, 5, h, dst, c.rep.sources(replicaJobName, 5, h, true, nil))
+	if err != nil || from != "b" {
+		t.Fatalf("fetch: from %q, %v; want b's copy", from, err)
+	}
+	if size, sum, err := snapshot.Checksum(dst); err != nil || size != h.Size || sum != h.Checksum {
+		t.Fatalf("fetched copy: %d bytes, crc %08x, %v", size, sum, err)
+	}
+	// c's own copy is found damaged on c; a's damaged copy is detected
+	// on a's side and refused, which c counts too.
+	if got := c.rep.bad.Load(); got != 2 {
+		t.Errorf("c counted %d unusable copies, want 2", got)
+	}
+	if got := a.rep.bad.Load(); got != 1 {
+		t.Errorf("a counted %d damaged copies, want 1", got)
+	}
+
+	// Bytes damaged on the way: the reader's own check refuses them.
+	flipped := append([]byte(nil), raw...)
+	bad := fetchSource{node: "x", open: func(context.Context) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(flipped)), nil }}
+	good := fetchSource{node: "b", open: func(context.Context) (io.ReadCloser, error) { return os.Open(path) }}
+	dst2 := filepath.Join(t.TempDir(), h.File)
+	if from, err := c.rep.fetchFirst(ctx, 5, h, dst2, []fetchSource{bad, good}); err != nil || from != "b" {
+		t.Fatalf("fetch after bytes damaged in transit: from %q, %v", from, err)
+	}
+	// No holder intact: the error says so.
+	if _, err := c.rep.fetchFirst(ctx, 5, h, dst2, []fetchSource{bad}); !errors.Is(err, cluster.ErrNoReplica) {
+		t.Fatalf("fetch with no intact copy: %v", err)
+	}
+}

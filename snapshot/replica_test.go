@@ -1,0 +1,99 @@
+package snapshot
+
+import (
+	"bytes"
+	"errors"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func replicaHandle(name string, data []byte) Handle {
+	return Handle{File: name, Size: int64(len(data)), Checksum: crc32.Checksum(data, castagnoli)}
+}
+
+// A node's store keeps copies of another node's snapshots: files imported
+// without Begin, metadata added (a savepoint's moved under savepoints/),
+// incomplete until every file is in, then restorable through Latest and
+// RecoveryPoint; retention keeps the newest completed ones.
+func TestStoreReplicaCopies(t *testing.T) {
+	s, _ := openTestStore(t, "job")
+	d0, d1 := []byte("subtask zero state"), []byte("subtask one state!")
+	h0, h1 := replicaHandle("op.0.state", d0), replicaHandle("op.1.state", d1)
+	md := func(id ID, kind Kind) *Metadata {
+		return &Metadata{Job: "job", MaxParallelism: 128, Checkpoint: id, Kind: kind, Timestamp: 1000 + int64(id),
+			Operators: []Operator{{UID: "op", Parallelism: 2, Subtasks: []Handle{h0, h1}}}}
+	}
+	if err := s.ImportReplica(4, h0.File, h0.Size, h0.Checksum, bytes.NewReader(d0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ImportReplica(4, h1.File, h1.Size, h1.Checksum+1, bytes.NewReader(d1)); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("import of a damaged copy: %v", err)
+	}
+	if err := s.ImportReplica(4, "_metadata", 1, 0, bytes.NewReader(d1)); !errors.Is(err, ErrName) {
+		t.Fatalf("import of _metadata: %v", err)
+	}
+	m4 := md(4, KindCheckpoint)
+	dir, err := s.AddMetadata(m4, "_replicas", []byte(`{}`))
+	if err != nil || dir != s.CheckpointDir(4) {
+		t.Fatalf("add metadata: %q, %v", dir, err)
+	}
+	if miss := Missing(m4); len(miss) != 1 || miss[0].File != h1.File {
+		t.Fatalf("missing %v, want %s", miss, h1.File)
+	}
+	if _, err := s.Latest(); !errors.Is(err, ErrNoCheckpoint) {
+		t.Fatalf("latest with a file missing: %v", err)
+	}
+	if err := s.ImportReplica(4, h1.File, h1.Size, h1.Checksum, bytes.NewReader(d1)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.RecoveryPoint(false); err != nil || got.Checkpoint != 4 {
+		t.Fatalf("recovery point: %v, %v", got, err)
+	}
+	// A savepoint moves under savepoints/ and is never retained away.
+	for _, h := range []Handle{h0, h1} {
+		data := map[string][]byte{h0.File: d0, h1.File: d1}[h.File]
+		if err := s.ImportReplica(5, h.File, h.Size, h.Checksum, bytes.NewReader(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sp := md(5, KindSavepoint)
+	if _, err := s.AddMetadata(sp, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.RecoveryPoint(false); err != nil || got.Checkpoint != 5 || got.Kind != KindSavepoint {
+		t.Fatalf("recovery point after the savepoint: %v, %v", got, err)
+	}
+	for id := ID(6); id <= 8; id++ {
+		if _, err := s.AddMetadata(md(id, KindCheckpoint), "", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(s.CheckpointDir(9), 0o755); err != nil { // pending
+		t.Fatal(err)
+	}
+	if err := s.RetainCompleted(2); err != nil {
+		t.Fatal(err)
+	}
+	all, err := s.Completed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []ID
+	for _, m := range all {
+		ids = append(ids, m.Checkpoint)
+	}
+	if len(ids) != 3 || ids[0] != 8 || ids[1] != 7 || ids[2] != 5 {
+		t.Fatalf("completed after retain 2: %v, want [8 7 5]", ids)
+	}
+	if _, err := os.Stat(s.CheckpointDir(9)); err != nil {
+		t.Fatalf("the pending checkpoint went: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(s.CheckpointDir(4))); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("checkpoint 4 kept: %v", err)
+	}
+	if _, err := s.AddMetadata(&Metadata{Job: "other", MaxParallelism: 128, Checkpoint: 10, Kind: KindCheckpoint}, "", nil); !errors.Is(err, ErrJobMismatch) {
+		t.Fatalf("metadata of another job: %v", err)
+	}
+}
