@@ -45,7 +45,8 @@ var startMu sync.Mutex
 const ioBufferBytes = 256 << 10
 
 // envelopeOverhead bounds what protoactor adds around one frame in a gRPC
-// message: the BytesValue wrapper and the message envelope's ids.
+// message: the edged.cluster.Frame wrapper (see wireFrame) and the message
+// envelope's ids.
 const envelopeOverhead = 128
 
 // RemoteConfig configures a RemoteTransport. Start from
@@ -127,7 +128,8 @@ func (c RemoteConfig) Validate() error {
 
 // RemoteTransport carries frames between nodes on protoactor-go's remote
 // package: one actor system per node, one gRPC stream per peer, every
-// frame wrapped in a protobuf BytesValue. protoactor reports a lost
+// frame wrapped in a protobuf message of its own, edged.cluster.Frame,
+// encoded once (see wireFrame). protoactor reports a lost
 // connection with an EndpointTerminatedEvent, which the transport passes
 // to its Handler as a disconnect. Delivery is at most once.
 //
