@@ -18,9 +18,10 @@ type ChannelConfig struct {
 	// in bytes; batches are capped at MaxBatchBytes so that they fit.
 	// Default 256 KiB.
 	MaxFrameBytes int
-	// MaxMergeBytes caps the frame body that batches sent under
-	// backpressure are merged into (Send.Merge), in bytes, and never more
-	// than MaxBatchBytes: larger frames mean fewer frames and
+	// MaxMergeBytes caps the frame body that batches are merged into
+	// (Send.Merge) while they wait for credit or the channel is saturated
+	// (half its credits or more in flight), in bytes, and never more than
+	// MaxBatchBytes: larger frames mean fewer frames and
 	// acknowledgements, but more records in flight for a checkpoint
 	// barrier to wait behind. 0 turns merging off. Default 64 KiB.
 	MaxMergeBytes int

@@ -204,11 +204,20 @@ func (e *Endpoint) transmit(peer string, f *Frame) error {
 	if tr == nil {
 		return fmt.Errorf("%w: endpoint has no transport", ErrTransportClosed)
 	}
+	if fs, ok := tr.(frameSender); ok {
+		return fs.SendFrame(peer, f)
+	}
 	data, err := AppendFrame(make([]byte, 0, f.EncodedSize()), f)
 	if err != nil {
 		return err
 	}
 	return tr.Send(peer, data)
+}
+
+// frameSender is a Transport that encodes frames itself, into the buffer
+// it sends (RemoteTransport): one copy of the frame fewer.
+type frameSender interface {
+	SendFrame(to string, f *Frame) error
 }
 
 func (e *Endpoint) failed(id ChannelID, out bool, err error) {

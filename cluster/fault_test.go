@@ -57,6 +57,7 @@ type faultRun struct {
 	produced map[*OutChannel]int
 	enc      *BatchEncoder[int64]
 	records  map[*OutChannel]int64 // records produced per channel
+	merge    bool                  // batches are sent with Merge
 }
 
 // faultSink is the receiving task of one channel: it checks that records
@@ -73,7 +74,7 @@ type faultSink struct {
 func newFaultRun(t *testing.T, seed uint64) *faultRun {
 	r := rand.New(rand.NewPCG(seed, 7))
 	cfg := DefaultChannelConfig()
-	cfg.Credits = 1 + r.IntN(6)
+	cfg.Credits = 1 + r.IntN(16) // from 8 on, saturated channels hold batches and acks are coalesced
 	cfg.DuplicateWindow = 8
 	cfg.AckInterval = 200 * time.Millisecond
 	cfg.AckTimeout = time.Second
@@ -87,6 +88,9 @@ func newFaultRun(t *testing.T, seed uint64) *faultRun {
 		records:  map[*OutChannel]int64{},
 		enc:      NewBatchEncoder(codec.For[int64](), 1000, 1<<16),
 	}
+	// Half the runs merge batches (as data channels do): under credit
+	// pressure and saturation, several cross in one frame.
+	fr.merge = r.IntN(2) == 0
 	for _, node := range []string{"a", "b"} {
 		ep := NewEndpoint(cfg, nil, func(id ChannelID, err error) { fr.failures = append(fr.failures, err) })
 		ep.Attach(fr.net.Node(node, ep))
@@ -132,7 +136,7 @@ func (fr *faultRun) produce() {
 						fr.fatalf("encode: %t %v", ok, err)
 					}
 				}
-				m = Send{Kind: KindBatch, Body: fr.enc.Flush(nil)}
+				m = Send{Kind: KindBatch, Body: fr.enc.Flush(nil), Merge: fr.merge}
 			}
 			if err := c.Send(fr.t.Context(), m); err != nil {
 				return // failed: the run ends on the failure
@@ -257,10 +261,22 @@ func TestFaultScheduleExactlyOnceOrFail(t *testing.T) {
 		seeds = 80
 	}
 	outcomes := map[string][2]int{}
+	var merged int64 // batches that crossed merged into another's frame
+	coalesced := 0   // channels whose receiver acknowledged several batches at once
 	for i := range seeds {
 		seed := base + uint64(i)
 		fr := newFaultRun(t, seed)
 		ok := fr.run()
+		if ok {
+			for _, c := range fr.outs {
+				merged += c.Stats().Merged
+			}
+			for _, s := range fr.ins {
+				if st := s.ch.Stats(); st.Acks < st.Batches-1 {
+					coalesced++
+				}
+			}
+		}
 		class := faultClass[seed%4]
 		o := outcomes[class]
 		if ok {
@@ -280,4 +296,8 @@ func TestFaultScheduleExactlyOnceOrFail(t *testing.T) {
 	if outcomes["everything"][1]+outcomes["partition"][1] == 0 {
 		t.Errorf("no faulty run failed: the failure path was not reached: %v", outcomes)
 	}
+	if merged == 0 || coalesced == 0 {
+		t.Errorf("%d batches merged, %d channels with coalesced acknowledgements: the paths were not reached", merged, coalesced)
+	}
+	t.Logf("%d batches merged; %d channels with coalesced acknowledgements", merged, coalesced)
 }

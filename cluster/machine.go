@@ -19,9 +19,11 @@ type Send struct {
 	// transmitted.
 	Body []byte
 	// Merge lets a batch join the batch before it while that one waits
-	// for credit, both bodies in one frame, up to MaxMergeBytes: under
-	// backpressure fewer and larger frames cross, with fewer
-	// acknowledgements. Only for bodies whose concatenation the receiver
+	// for credit, both bodies in one frame, up to MaxMergeBytes; and lets
+	// the sender of a saturated channel (half its credits or more in
+	// flight) hold the batch until the next acknowledgement, for the
+	// batches after it to join: under backpressure fewer and larger frames
+	// cross, with fewer acknowledgements. Only for bodies whose concatenation the receiver
 	// splits (the runtime's wire batches: see actors' decodeWire).
 	Merge bool
 }

@@ -23,7 +23,8 @@ type ReceiverStats struct {
 // has delivered recently, fails the channel on a gap, an old duplicate, a
 // sender over its credits or a lost connection, and acknowledges frames
 // once the task has processed them, so that the acknowledgement is the
-// sender's credit.
+// sender's credit: at once when nothing delivered is left to process,
+// else once every quarter of the credits (see advance).
 //
 // Control frames (watermarks, status, barriers, end of stream) hold no
 // credit: they count as processed once every batch before them is.
@@ -37,6 +38,7 @@ type Receiver struct {
 	queue     []entry // delivered, not yet processed, in order
 	batches   int     // batches in queue
 	processed uint64  // every frame up to here is processed
+	unacked   int     // batches processed since the last ack
 	eos       uint64  // sequence number of the end of stream, 0 before
 	done      bool
 	err       error
@@ -161,6 +163,7 @@ func (r *Receiver) process(seq uint64) []Action {
 	for n < len(r.queue) && r.queue[n].seq <= seq {
 		if r.queue[n].kind == KindBatch {
 			r.batches--
+			r.unacked++
 		}
 		r.processed = r.queue[n].seq
 		n++
@@ -170,7 +173,11 @@ func (r *Receiver) process(seq uint64) []Action {
 }
 
 // advance counts the control frames at the head of the queue as processed,
-// and acknowledges when a batch or the end of stream was processed.
+// and acknowledges when the end of stream was processed, or batches were:
+// at once when no batch delivered is left to process, else once every
+// ackEvery batches. A receiver behind its sender thus sends one
+// acknowledgement for several batches, and the sender, which resumes when
+// half its credits are free, waits no longer for it.
 func (r *Receiver) advance(batchDone bool) []Action {
 	n := 0
 	for n < len(r.queue) && r.queue[n].kind != KindBatch {
@@ -180,7 +187,8 @@ func (r *Receiver) advance(batchDone bool) []Action {
 	r.queue = r.queue[:copy(r.queue, r.queue[n:])]
 	var acts []Action
 	eosDone := r.eos != 0 && r.processed >= r.eos
-	if (batchDone || eosDone) && r.processed > r.ackSeq {
+	due := batchDone && (r.batches == 0 || r.unacked >= r.ackEvery())
+	if (due || eosDone) && r.processed > r.ackSeq {
 		acts = append(acts, r.ack())
 	}
 	if eosDone && !r.done {
@@ -190,8 +198,14 @@ func (r *Receiver) advance(batchDone bool) []Action {
 	return acts
 }
 
+// ackEvery is how many processed batches a receiver with more to process
+// acknowledges at once: a quarter of the credits, so that a blocked sender
+// regains the half it resumes at after two acknowledgements.
+func (r *Receiver) ackEvery() int { return max(1, r.cfg.Credits/4) }
+
 func (r *Receiver) ack() Action {
 	r.ackSeq, r.ackReceived, r.ackAt = r.processed, r.expected-1, r.now
+	r.unacked = 0
 	r.stats.Acks++
 	return Transmit{Frame: Frame{Channel: r.id, Kind: KindAck, Seq: r.processed, Value: int64(r.expected - 1)}}
 }

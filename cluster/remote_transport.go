@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,7 +45,8 @@ var startMu sync.Mutex
 const ioBufferBytes = 256 << 10
 
 // envelopeOverhead bounds what protoactor adds around one frame in a gRPC
-// message: the BytesValue wrapper and the message envelope's ids.
+// message: the edged.cluster.Frame wrapper (see wireFrame) and the message
+// envelope's ids.
 const envelopeOverhead = 128
 
 // RemoteConfig configures a RemoteTransport. Start from
@@ -126,7 +128,8 @@ func (c RemoteConfig) Validate() error {
 
 // RemoteTransport carries frames between nodes on protoactor-go's remote
 // package: one actor system per node, one gRPC stream per peer, every
-// frame wrapped in a protobuf BytesValue. protoactor reports a lost
+// frame wrapped in a protobuf message of its own, edged.cluster.Frame,
+// encoded once (see wireFrame). protoactor reports a lost
 // connection with an EndpointTerminatedEvent, which the transport passes
 // to its Handler as a disconnect. Delivery is at most once.
 //
@@ -205,6 +208,10 @@ func (t *RemoteTransport) Start() (err error) {
 		return slog.New(warnOnly{logger.Handler()}).With("component", "protoactor")
 	}))
 	win := int32(t.cfg.MaxMessageBytes)
+	// gRPC reads every message into a buffer of its own, which it hands
+	// back once protobuf has decoded the message: protobuf copies the
+	// envelopes' bytes out, so the buffers can be reused.
+	recvPool := grpc.NewSharedBufferPool()
 	rc := remote.Configure(t.cfg.Host, t.cfg.Port,
 		remote.WithDialOptions(
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -213,12 +220,14 @@ func (t *RemoteTransport) Start() (err error) {
 			grpc.WithInitialConnWindowSize(win),
 			grpc.WithWriteBufferSize(ioBufferBytes),
 			grpc.WithReadBufferSize(ioBufferBytes),
+			grpc.WithRecvBufferPool(recvPool),
 		),
 		remote.WithServerOptions(
 			grpc.InitialWindowSize(win),
 			grpc.InitialConnWindowSize(win),
 			grpc.WriteBufferSize(ioBufferBytes),
 			grpc.ReadBufferSize(ioBufferBytes),
+			grpc.RecvBufferPool(recvPool),
 		),
 		remote.WithEndpointWriterBatchSize(t.cfg.WriterBatchSize()),
 		remote.WithEndpointWriterQueueSize(t.cfg.WriterQueueSize),
@@ -279,6 +288,27 @@ func (t *RemoteTransport) Send(to string, frame []byte) error {
 	if len(frame) > t.cfg.MaxFrameBytes {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, len(frame), t.cfg.MaxFrameBytes)
 	}
+	return t.send(to, newWireFrame(frame))
+}
+
+// SendFrame encodes f and queues it for the node at address to, as Send
+// does with its encoding: the frame is encoded once, into the buffer
+// protoactor sends (see wireFrame).
+func (t *RemoteTransport) SendFrame(to string, f *Frame) error {
+	if n := f.EncodedSize(); n > t.cfg.MaxFrameBytes {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, t.cfg.MaxFrameBytes)
+	}
+	w, err := appendWireFrame(make([]byte, 0, wireFrameOverhead+f.EncodedSize()), f)
+	if err != nil {
+		return err
+	}
+	return t.send(to, w)
+}
+
+// wireFrameOverhead bounds what a wireFrame's encoding adds to its frame.
+const wireFrameOverhead = 1 + binary.MaxVarintLen64
+
+func (t *RemoteTransport) send(to string, w *wireFrame) error {
 	t.mu.Lock()
 	if t.system == nil || t.stopped {
 		t.mu.Unlock()
@@ -294,7 +324,7 @@ func (t *RemoteTransport) Send(to string, frame []byte) error {
 	}
 	root := t.system.Root
 	t.mu.Unlock()
-	root.Send(pid, &wrapperspb.BytesValue{Value: frame})
+	root.Send(pid, w)
 	return nil
 }
 
@@ -341,9 +371,22 @@ func (p *frameProcess) SendUserMessage(_ *actor.PID, message any) {
 	if e, ok := message.(*actor.MessageEnvelope); ok {
 		message = e.Message
 	}
-	if m, ok := message.(*wrapperspb.BytesValue); ok {
-		p.h.HandleFrame(m.Value)
+	if f := frameOf(message); f != nil {
+		p.h.HandleFrame(f)
 	}
+}
+
+// frameOf returns the frame a message carries: a wireFrame's, or a
+// BytesValue's (as nodes of earlier versions send them); nil for any
+// other message.
+func frameOf(message any) []byte {
+	switch m := message.(type) {
+	case *wireFrame:
+		return m.frame
+	case *wrapperspb.BytesValue:
+		return m.Value
+	}
+	return nil
 }
 
 func (p *frameProcess) SendSystemMessage(*actor.PID, any) {}
@@ -355,8 +398,8 @@ func (p *frameProcess) Stop(*actor.PID) {}
 type frameActor struct{ h Handler }
 
 func (a *frameActor) Receive(ctx actor.Context) {
-	if m, ok := ctx.Message().(*wrapperspb.BytesValue); ok {
-		a.h.HandleFrame(m.Value)
+	if f := frameOf(ctx.Message()); f != nil {
+		a.h.HandleFrame(f)
 	}
 }
 

@@ -29,7 +29,10 @@ type SenderStats struct {
 // only while it holds a credit, and takes credits back from the
 // receiver's acknowledgements. Messages behind a batch waiting for credit
 // wait with it, so order holds; a batch sent with Merge behind it joins
-// it instead, in the same frame, while there is room.
+// it instead, in the same frame, while there is room. A batch sent with
+// Merge while half the credits or more are in flight waits for the next
+// acknowledgement too, taking the batches after it: a saturated channel
+// sends fewer, larger frames.
 //
 // Not safe for concurrent use: its owner serialises Step. The owner steps
 // acknowledgements as they arrive, not from the sending task's mailbox, so
@@ -125,7 +128,8 @@ func (s *Sender) send(m Send) []Action {
 	if n := f.EncodedSize(); n > s.cfg.MaxFrameBytes {
 		return s.fail(ErrFrameTooLarge, "%s frame of %d bytes, limit %d", m.Kind, n, s.cfg.MaxFrameBytes)
 	}
-	if m.Kind == KindBatch && m.Merge && s.merging {
+	mergeable := m.Kind == KindBatch && m.Merge && s.cfg.mergeBytes() > 0
+	if mergeable && s.merging {
 		if last := &s.pending[len(s.pending)-1]; len(last.Body)+len(m.Body) <= s.cfg.mergeBytes() {
 			last.Body = append(last.Body, m.Body...)
 			s.stats.Merged++
@@ -136,15 +140,25 @@ func (s *Sender) send(m Send) []Action {
 	if m.Kind == KindEndOfStream {
 		s.eos = f.Seq
 	}
-	if len(s.pending) > 0 || (f.Kind == KindBatch && len(s.inflight) >= s.cfg.Credits) {
+	if len(s.pending) > 0 || (f.Kind == KindBatch && len(s.inflight) >= s.cfg.Credits) || (mergeable && s.saturated()) {
 		s.pending = append(s.pending, f)
-		s.merging = f.Kind == KindBatch && m.Merge && s.cfg.mergeBytes() > 0
+		s.merging = mergeable
 		if f.Kind == KindBatch {
 			s.waiting = true
 		}
 		return nil
 	}
 	return []Action{s.transmit(f)}
+}
+
+// saturated reports whether half the channel's credits or more are in
+// flight: the receiver is behind, and a batch that may merge waits for the
+// next acknowledgement rather than cross alone. The batches the task
+// sends meanwhile join it, so that a saturated channel carries fewer,
+// larger frames (and acknowledgements); a channel with credit to spare
+// sends every batch at once.
+func (s *Sender) saturated() bool {
+	return len(s.inflight) >= max(1, s.cfg.Credits/2)
 }
 
 func (s *Sender) transmit(f Frame) Action {

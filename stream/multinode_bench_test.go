@@ -1,14 +1,24 @@
 package stream_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
-	"github.com/edgedio/edged/cluster"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
+	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/cluster"
 	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/snapshot"
@@ -39,13 +49,25 @@ func placeByChain(b *testing.B, c *testCluster, env *stream.Environment, node fu
 	}
 }
 
+// keyByEdgeJob is the job of the key-by edge benchmarks: generated sensor
+// readings (1000 keys) keyed by sensor at parallelism 2 into a sink that
+// discards them.
+func keyByEdgeJob(name string, opts ...stream.Option) *stream.Environment {
+	env := stream.NewEnvironment(name, append([]stream.Option{stream.WithParallelism(2)}, opts...)...)
+	src := stream.FromSource(env, "generator", generator(benchRecords, 1000)).UID("generator")
+	stream.KeyBy(src, bySensor).Stream().ForEach("discard", func(operators.SensorReading) error { return nil }).UID("discard")
+	return env
+}
+
 // BenchmarkRemoteKeyByEdge moves records through one key-by edge at
 // parallelism 2: in one process (plain, and serialized as
 // WithSerializedKeyBy does, the same codec work a remote edge does), and
 // with the senders on one node and the
 // receivers on another over protoactor remote on loopback, in the same
 // run. remote/local is the throughput ratio; cpu-ns/record is the
-// process's CPU time per record; wire-bytes/record is the frame bytes
+// process's CPU time per record, and remote-cpu/local-cpu and
+// remote-cpu/serialized-cpu the ratios of those (steadier than the rates
+// on a loaded machine); wire-bytes/record is the frame bytes
 // sent between the nodes per record, and tcp-bytes/record what the nodes
 // wrote on their connections (frames, acknowledgements and control
 // messages with protoactor's and gRPC's framing: everything above TCP);
@@ -56,11 +78,13 @@ func BenchmarkRemoteKeyByEdge(b *testing.B) {
 	if os.Getenv("EDGED_BENCH_TRANSPORT") == "memory" {
 		c = memoryCluster(b, 2, 1, cluster.Faults{})
 	}
+	runs := 0
 	job := func(opts ...stream.Option) *stream.Environment {
-		env := stream.NewEnvironment("edge", append([]stream.Option{stream.WithParallelism(2)}, opts...)...)
-		src := stream.FromSource(env, "generator", generator(benchRecords, 1000)).UID("generator")
-		stream.KeyBy(src, bySensor).Stream().ForEach("discard", func(operators.SensorReading) error { return nil }).UID("discard")
-		return env
+		// Every run a job of its own name: the nodes stay up from one run
+		// to the next, and frames of a finished job still in flight must
+		// not reach the next one's channels.
+		runs++
+		return keyByEdgeJob(fmt.Sprintf("edge-%d", runs), opts...)
 	}
 	var local, ser, remote, localCPU, serCPU, remoteCPU time.Duration
 	before, tcpBefore := c.sent(), c.wire()
@@ -92,6 +116,8 @@ func BenchmarkRemoteKeyByEdge(b *testing.B) {
 	b.ReportMetric(float64(localCPU.Nanoseconds())/n, "local-cpu-ns/record")
 	b.ReportMetric(float64(serCPU.Nanoseconds())/n, "local-serialized-cpu-ns/record")
 	b.ReportMetric(float64(remoteCPU.Nanoseconds())/n, "remote-cpu-ns/record")
+	b.ReportMetric(float64(remoteCPU)/float64(localCPU), "remote-cpu/local-cpu")
+	b.ReportMetric(float64(remoteCPU)/float64(serCPU), "remote-cpu/serialized-cpu")
 	sent := c.sent()
 	b.ReportMetric(float64(sent.Bytes-before.Bytes)/n, "wire-bytes/record")
 	b.ReportMetric(n/float64(sent.Batches-before.Batches), "records/batch")
@@ -177,4 +203,219 @@ func BenchmarkRemoteCheckpointDuration(b *testing.B) {
 	b.ReportMetric(float64(one.Microseconds())/float64(b.N)/1000, "one-node-ms/checkpoint")
 	b.ReportMetric(float64(two.Microseconds())/float64(b.N)/1000, "two-node-ms/checkpoint")
 	b.ReportMetric(two.Seconds()/one.Seconds(), "two/one")
+}
+
+// peerEnv, when set, makes TestKeyByEdgePeer run as the second process
+// of BenchmarkRemoteKeyByEdgeTwoProcesses.
+const peerEnv = "EDGED_BENCH_PEER"
+
+// TestKeyByEdgePeer is the peer process of
+// BenchmarkRemoteKeyByEdgeTwoProcesses, which runs the test binary again
+// with peerEnv set: node-1 over protoactor remote on loopback, hosting
+// the tasks the job master in the benchmark's process places on it. It
+// prints its transport and HTTP addresses, serves /peer (the master's
+// address), /deploy (a Worker.Deploy) and /stats (its CPU time and what
+// it wrote to the master), and stops when its standard input closes.
+func TestKeyByEdgePeer(t *testing.T) {
+	if os.Getenv(peerEnv) == "" {
+		t.Skip("the peer process of BenchmarkRemoteKeyByEdgeTwoProcesses")
+	}
+	nw := cluster.NewNetwork("node-1", testChannelConfig(), nil)
+	tr := cluster.NewRemoteTransport(cluster.DefaultRemoteConfig(), nw.Endpoint())
+	if err := tr.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Stop(context.Background(), false)
+	nw.Attach(tr)
+	nw.SetPeer("node-1", tr.Addr())
+	nw.Start(20 * time.Millisecond)
+	defer nw.Stop()
+	w := actors.NewWorker(actors.WorkerConfig{Node: "node-1", Network: nw, Dir: t.TempDir(),
+		Jobs: func(name string) (*actors.Job, actors.Config, error) {
+			env := keyByEdgeJob(name)
+			j, err := env.Graph()
+			return j, env.Config(), err
+		}})
+	defer w.Close()
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /peer", func(rw http.ResponseWriter, r *http.Request) {
+		nw.SetPeer(r.FormValue("id"), r.FormValue("addr"))
+	})
+	mux.HandleFunc("POST /deploy", func(rw http.ResponseWriter, r *http.Request) {
+		var d actors.Deployment
+		if err := json.NewDecoder(r.Body).Decode(&d); err != nil {
+			http.Error(rw, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := w.Deploy(r.Context(), d); err != nil {
+			http.Error(rw, err.Error(), http.StatusInternalServerError)
+		}
+	})
+	mux.HandleFunc("GET /stats", func(rw http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(rw).Encode(peerStats{CPU: processCPU(), Wire: tr.WireStats()})
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	fmt.Printf("peer %s %s\n", tr.Addr(), ln.Addr())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+}
+
+// peerStats is what the peer process reports on /stats.
+type peerStats struct {
+	CPU  time.Duration
+	Wire cluster.WireStats
+}
+
+// peerProcess is the running peer of BenchmarkRemoteKeyByEdgeTwoProcesses.
+type peerProcess struct {
+	addr, http string
+}
+
+func (p *peerProcess) post(ctx context.Context, path string, body io.Reader) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+p.http+path, body)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("peer %s: %s: %s", path, resp.Status, strings.TrimSpace(string(msg)))
+	}
+	return nil
+}
+
+func (p *peerProcess) stats(b *testing.B) peerStats {
+	resp, err := http.Get("http://" + p.http + "/stats")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var s peerStats
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// startPeer runs the test binary again as TestKeyByEdgePeer and waits for
+// its addresses; the peer stops when the benchmark ends.
+func startPeer(b *testing.B) *peerProcess {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKeyByEdgePeer$", "-test.count=1", "-test.v=false")
+	cmd.Env = append(os.Environ(), peerEnv+"=1")
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			b.Errorf("peer process: %v", err)
+		}
+	})
+	lines := bufio.NewScanner(stdout)
+	for lines.Scan() {
+		var p peerProcess
+		if _, err := fmt.Sscanf(lines.Text(), "peer %s %s", &p.addr, &p.http); err == nil {
+			go func() { _, _ = io.Copy(io.Discard, stdout) }()
+			return &p
+		}
+	}
+	b.Fatalf("peer process printed no addresses: %v", lines.Err())
+	return nil
+}
+
+// BenchmarkRemoteKeyByEdgeTwoProcesses is BenchmarkRemoteKeyByEdge with
+// its second node in a process of its own (this test binary run again):
+// the generators here, the key-by edge's receivers there, over protoactor
+// remote on loopback; against the same edge within this process, in the
+// same run. cpu-ns/record adds up both processes' CPU time;
+// wire-bytes/record is the frame bytes sent to the peer per record, and
+// tcp-bytes/record what both processes wrote on their connections.
+func BenchmarkRemoteKeyByEdgeTwoProcesses(b *testing.B) {
+	peer := startPeer(b)
+	nw := cluster.NewNetwork("node-0", testChannelConfig(), nil)
+	tr := cluster.NewRemoteTransport(cluster.DefaultRemoteConfig(), nw.Endpoint())
+	if err := tr.Start(); err != nil {
+		b.Fatal(err)
+	}
+	nw.Attach(tr)
+	nw.Start(20 * time.Millisecond)
+	b.Cleanup(func() {
+		nw.Stop()
+		tr.Stop(context.Background(), false)
+	})
+	nw.SetPeer("node-0", tr.Addr())
+	nw.SetPeer("node-1", peer.addr)
+	if err := peer.post(context.Background(), "/peer?"+url.Values{"id": {"node-0"}, "addr": {tr.Addr()}}.Encode(), nil); err != nil {
+		b.Fatal(err)
+	}
+	c := &actors.Cluster{
+		Nodes: []actors.Node{{ID: "node-0", Network: nw}, {ID: "node-1"}},
+		Invite: func(ctx context.Context, _ string, d actors.Deployment) error {
+			body, err := json.Marshal(d)
+			if err != nil {
+				return err
+			}
+			return peer.post(ctx, "/deploy", bytes.NewReader(body))
+		},
+	}
+	runs := 0
+	var local, remote, localCPU, remoteCPU time.Duration
+	before, tcpBefore, peerBefore := nw.Sent(), tr.WireStats(), peer.stats(b)
+	for b.Loop() {
+		runs++
+		env := keyByEdgeJob(fmt.Sprintf("local-%d", runs))
+		start, cpu := time.Now(), processCPU()
+		runBench(b, env)
+		local += time.Since(start)
+		localCPU += processCPU() - cpu
+
+		env = keyByEdgeJob(fmt.Sprintf("edge-%d", runs), stream.WithCluster(c))
+		plan, err := env.Plan()
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Placement = make(map[actors.TaskKey]string)
+		for i, ch := range plan.Chains {
+			for sub := range ch.Head().Parallelism {
+				c.Placement[actors.TaskKey{UID: ch.Head().UID, Subtask: sub}] = c.Nodes[i%2].ID
+			}
+		}
+		start, cpu, peerCPU := time.Now(), processCPU(), peer.stats(b).CPU
+		runBench(b, env)
+		remote += time.Since(start)
+		remoteCPU += processCPU() - cpu + peer.stats(b).CPU - peerCPU
+	}
+	n := float64(b.N) * benchRecords
+	b.ReportMetric(n/local.Seconds(), "local-records/s")
+	b.ReportMetric(n/remote.Seconds(), "remote-records/s")
+	b.ReportMetric(local.Seconds()/remote.Seconds(), "remote/local")
+	b.ReportMetric(float64(localCPU.Nanoseconds())/n, "local-cpu-ns/record")
+	b.ReportMetric(float64(remoteCPU.Nanoseconds())/n, "remote-cpu-ns/record")
+	b.ReportMetric(float64(remoteCPU)/float64(localCPU), "remote-cpu/local-cpu")
+	sent := nw.Sent()
+	if sent.Batches == before.Batches {
+		b.Fatal("no batch crossed to the peer process")
+	}
+	b.ReportMetric(float64(sent.Bytes-before.Bytes)/n, "wire-bytes/record")
+	b.ReportMetric(n/float64(sent.Batches-before.Batches), "records/batch")
+	tcp := tr.WireStats().Bytes - tcpBefore.Bytes + peer.stats(b).Wire.Bytes - peerBefore.Wire.Bytes
+	b.ReportMetric(float64(tcp)/n, "tcp-bytes/record")
 }
