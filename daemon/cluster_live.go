@@ -35,6 +35,9 @@ type liveView struct {
 	// nodes asked of it.
 	gate    *cluster.RebalanceGate
 	joining map[string]bool
+	// warned are the members (id/boot) whose pipelines fingerprint was
+	// found to differ from this node's.
+	warned map[string]bool
 	// deployed are the nodes of the latest deployment (master only).
 	deployed []string
 
@@ -62,7 +65,7 @@ func (c *clusterNode) startGossip() error {
 		return fmt.Errorf("cluster.secret_key: %w", err)
 	}
 	m, err := cluster.NewMembership(cluster.MembershipConfig{
-		Meta:     cluster.Meta{ID: c.cfg.Node, Transport: c.tr.Addr()},
+		Meta:     cluster.Meta{ID: c.cfg.Node, Transport: c.tr.Addr(), Capacity: c.cfg.Capacity, Fingerprint: c.fingerprint},
 		BindAddr: host, BindPort: p, Peers: peers, Logger: c.log,
 		SecretKey: key, Profile: cluster.Profile(c.cfg.Profile),
 	})
@@ -142,6 +145,7 @@ func (v *liveView) loop(peers []string, jobs func() []*actors.Execution) {
 				what = append(what, e.Node.ID+" "+e.Kind.String())
 			}
 			v.c.log.Info("cluster membership changed", "events", strings.Join(what, ", "), "alive", v.alive())
+			v.checkFingerprints()
 		}
 		alive := v.alive()
 		switch w := v.c.worker; {
@@ -389,6 +393,29 @@ func firstRecord(ctx context.Context, execs []*actors.Execution, limit time.Dura
 			return time.Time{}, false
 		case <-ctx.Done():
 			return time.Time{}, false
+		}
+	}
+}
+
+// checkFingerprints warns, once per run of each member, about a member
+// whose pipelines differ from this node's (another config or version):
+// the job masters refuse its deployments (actors.ErrPlanMismatch), so it
+// hosts nothing until its config matches.
+func (v *liveView) checkFingerprints() {
+	for _, m := range v.m.Members() {
+		if m.ID == v.c.cfg.Node || m.Fingerprint == "" || m.Fingerprint == v.c.fingerprint {
+			continue
+		}
+		v.mu.Lock()
+		if v.warned == nil {
+			v.warned = map[string]bool{}
+		}
+		seen := v.warned[m.ID+"/"+m.Boot]
+		v.warned[m.ID+"/"+m.Boot] = true
+		v.mu.Unlock()
+		if !seen {
+			v.c.log.Warn("cluster: a member runs other pipelines than this node (its config or version differs); deployments on it are refused until they match",
+				"member", m.ID, "its_fingerprint", m.Fingerprint, "ours", v.c.fingerprint)
 		}
 	}
 }

@@ -3,6 +3,8 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,6 +43,9 @@ type clusterNode struct {
 	master bool
 	// worker hosts the node's tasks; nil on the master's node.
 	worker *actors.Worker
+	// fingerprint identifies the node's pipelines (gossiped in its
+	// membership metadata).
+	fingerprint string
 	// epochBase makes the epochs of this start of the master newer than
 	// those of any earlier start.
 	epochBase uint64
@@ -485,6 +490,7 @@ func (n *node) joinCluster(cfg *pipeline.Config) error {
 	if err != nil {
 		return err
 	}
+	c.fingerprint = pipelinesFingerprint(cfg.Pipelines)
 	c.rep = newReplicas(cfg.Cluster, cfg.Pipelines, c.peers, c.live.alive, c.seen.Load, n.log.With("node", cfg.Cluster.Node))
 	c.peers.rep = c.rep
 	if cfg.Cluster.Gossip != "" {
@@ -543,4 +549,16 @@ func (n *node) newWorker(cfg *pipeline.Config, dataDir string) *actors.Worker {
 			return job, env.Config(), err
 		},
 	})
+}
+
+// pipelinesFingerprint returns the SHA-256, in hex, of the node's
+// pipelines as configured: nodes with the same pipelines gossip the same
+// one.
+func pipelinesFingerprint(pcs []pipeline.PipelineConfig) string {
+	b, err := json.Marshal(pcs)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
