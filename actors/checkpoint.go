@@ -131,7 +131,8 @@ func (t *task) captureTime() *taskTime {
 
 // restoreTime sets the task's event-time state from snapshot md, before
 // the task starts: at the same parallelism and with the same input
-// channels, exactly what the task had; otherwise (rescaled) every input
+// channels, the watermarks the task had, every channel and the output
+// active (an idle input says so again once it runs); otherwise (rescaled) every input
 // channel active at the smallest task watermark of the old subtasks whose
 // key groups this subtask takes over (watermark.NewMergerAt), which is
 // never later than what any of them had. The operators learn the restored
@@ -159,7 +160,9 @@ func (r *host) restoreTime(md *snapshot.Metadata, t *task) error {
 		}
 		if tt.Inputs == t.inputsFingerprint() && tt.HasMerger == (t.merger != nil) {
 			if t.merger != nil {
-				m, err := watermark.RestoreMerger(tt.Merger)
+				// Stream status is not restored (MergerState.Activated):
+				// idle inputs say so again once they run.
+				m, err := watermark.RestoreMerger(tt.Merger.Activated())
 				if err != nil {
 					return err
 				}
@@ -169,7 +172,9 @@ func (r *host) restoreTime(md *snapshot.Metadata, t *task) error {
 				t.merger = m
 			}
 			t.live.watermark.Store(tt.Output)
-			t.idle = tt.OutputIdle
+			// The output starts active too, so that a task still idle
+			// tells its outputs again (their channels restore active).
+			t.idle = false
 			t.restoredTime = true
 			return nil
 		}

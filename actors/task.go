@@ -339,10 +339,7 @@ func (t *task) watermark(from int, wm int64) {
 		}
 	}
 	// A watermark out of a task whose output was idle makes it active
-	// first: its output progresses again. (A task's idle mark survives a
-	// restore: a source split that was idle away from its node, say, and
-	// reads again at home, would otherwise stay idle downstream, and its
-	// records would be late once the other inputs moved the watermark.)
+	// first: its output progresses again.
 	if t.idle {
 		t.status(false)
 	}

@@ -31,8 +31,9 @@ func testTask(r *host, p, sub int) *task {
 }
 
 // A task restored at the same parallelism with the same inputs gets its
-// merger back exactly: each channel's watermark and idle mark, the task's
-// watermark, its output watermark and idle status.
+// watermarks back: each channel's, the task's and its output's; stream
+// status is not restored: an idle channel comes back active at the task's
+// watermark, and the output active.
 func TestRestoreTimeExact(t *testing.T) {
 	r := &host{maxP: 128}
 	orig := testTask(r, 1, 0)
@@ -41,6 +42,7 @@ func TestRestoreTimeExact(t *testing.T) {
 	orig.merger.SetIdle(1, true)
 	orig.merger.StatusChanged()
 	orig.live.watermark.Store(300)
+	orig.idle = true
 	tt := orig.captureTime()
 	md := &snapshot.Metadata{Operators: []snapshot.Operator{{UID: "w", Parallelism: 1, Subtasks: []snapshot.Handle{timeHandle(t, tt)}}}}
 	got := testTask(r, 1, 0)
@@ -50,10 +52,23 @@ func TestRestoreTimeExact(t *testing.T) {
 	if !got.restoredTime || got.merger.Current() != 300 || got.live.watermark.Load() != 300 {
 		t.Fatalf("restored watermark %d output %d (restored %t), want 300", got.merger.Current(), got.live.watermark.Load(), got.restoredTime)
 	}
-	for ch, want := range []watermark.ChannelState{{Watermark: 300}, {Watermark: 200, Idle: true}} {
+	for ch, want := range []watermark.ChannelState{{Watermark: 300}, {Watermark: 300}} {
 		if wm, idle := got.merger.Channel(ch); wm != want.Watermark || idle != want.Idle {
 			t.Fatalf("channel %d: %d idle=%t, want %+v", ch, wm, idle, want)
 		}
+	}
+	if got.idle {
+		t.Fatal("the output was restored idle")
+	}
+	// The channel that was idle holds the watermark back: channel 0 racing
+	// ahead (its backlog, read first after the restore) does not move the
+	// task past what channel 1 may still send, until channel 1 says it is
+	// idle again.
+	if wm, adv := got.merger.Watermark(0, 900); adv || wm != 300 {
+		t.Fatalf("channel 0 at 900 moved the restored task to %d", wm)
+	}
+	if wm, adv := got.merger.SetIdle(1, true); !adv || wm != 900 {
+		t.Fatalf("channel 1 idle again: task at %d (advanced %t), want 900", wm, adv)
 	}
 	// A record at 250 is late for the restored task as for the original;
 	// a fresh task would take it as on time.
@@ -129,7 +144,7 @@ func (r *recordingRouter) broadcast(m func(ch *channel) message) {
 	r.sent = append(r.sent, m(nil))
 }
 
-// A task whose output is idle (restored so) and emits a watermark marks
+// A task whose output is idle and emits a watermark marks
 // its output active first: downstream, its records count for the
 // watermark again instead of arriving late after the others moved it.
 func TestWatermarkOutOfIdleTaskMarksItActive(t *testing.T) {

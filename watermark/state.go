@@ -37,6 +37,25 @@ func (m *Merger) State() MergerState {
 	return s
 }
 
+// Activated returns s with every idle channel active again, at the
+// larger of its watermark and the task's, and the task active: what a
+// task restored from s starts from. As in Flink, stream status is not
+// carried across a restore: an input that is still idle says so again
+// once it runs, while an input that became active while the job was down
+// (a source split back on its node, say) holds the task's watermark from
+// the start instead of finding it moved on by the other inputs' backlog.
+func (s MergerState) Activated() MergerState {
+	out := MergerState{Combined: s.Combined, Channels: make([]ChannelState, len(s.Channels))}
+	for i, c := range s.Channels {
+		if c.Idle {
+			c.Idle = false
+			c.Watermark = max(c.Watermark, s.Combined)
+		}
+		out.Channels[i] = c
+	}
+	return out
+}
+
 // RestoreMerger returns a Merger in state s, which must have at least one
 // channel, and no channel watermark above s.Combined unless the channel
 // could hold it there (a channel's watermark never lies below the task's
