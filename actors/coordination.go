@@ -118,6 +118,7 @@ func (r *Runner) handle(now time.Time, acts []snapshot.Action) error {
 				continue
 			}
 			r.log.Debug("checkpoint triggered", "checkpoint_id", a.Checkpoint, "savepoint", a.Savepoint, "final", a.Final)
+			r.inflight[a.Checkpoint] = true
 			// Every task is told: a running source emits the barrier, a
 			// finished task snapshots its final state, and any other task
 			// waits for the barriers (or snapshots when it finishes).
@@ -132,6 +133,7 @@ func (r *Runner) handle(now time.Time, acts []snapshot.Action) error {
 		case snapshot.NotifyComplete:
 			// The final checkpoint and a stop-with-savepoint end the job
 			// once every task has been notified: the sinks commit them.
+			delete(r.inflight, a.Checkpoint)
 			ends := a.Stop || a.Final
 			if ends {
 				r.closing = a.Checkpoint
@@ -143,6 +145,7 @@ func (r *Runner) handle(now time.Time, acts []snapshot.Action) error {
 			}
 		case snapshot.Abort:
 			r.log.Warn("checkpoint aborted", "checkpoint_id", a.Checkpoint, "err", a.Reason)
+			delete(r.inflight, a.Checkpoint)
 			r.command(abortMsg{id: int64(a.Checkpoint)})
 			if req, ok := r.waiting[a.Checkpoint]; ok {
 				req.reply <- savepointResult{err: fmt.Errorf("savepoint %d: %w", a.Checkpoint, a.Reason)}

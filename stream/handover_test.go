@@ -29,7 +29,9 @@ type gateOp struct {
 }
 
 type snapshotGate struct {
-	armed   atomic.Bool
+	armed atomic.Bool
+	// decline makes the next snapshot fail.
+	decline atomic.Bool
 	entered chan struct{}
 	release chan struct{}
 	once    sync.Once
@@ -41,7 +43,10 @@ func newSnapshotGate() *snapshotGate {
 
 func (o *gateOp) Collect(r operators.SensorReading) { o.out.Collect(r) }
 
-func (o *gateOp) SnapshotState(int64) ([]byte, error) {
+func (o *gateOp) SnapshotState(id int64) ([]byte, error) {
+	if o.g != nil && o.g.decline.CompareAndSwap(true, false) {
+		return nil, fmt.Errorf("snapshot %d declined by the test", id)
+	}
 	if o.g != nil && o.g.armed.Load() {
 		o.g.once.Do(func() { close(o.g.entered) })
 		<-o.g.release
@@ -257,4 +262,147 @@ func TestHandoverMovesOnlyTheMovedSubtask(t *testing.T) {
 		t.Fatalf("%d attempts", run.job.Attempts())
 	}
 	run.c.checkCrossed(t)
+}
+
+// testHandoverFallback fails a handover at step (on the node it runs on)
+// and checks that the job restarts from its latest checkpoint or
+// savepoint with the placement from before the handover, with exactly the
+// output of a run without a move.
+func testHandoverFallback(t *testing.T, fail func(hr **handoverRun) (func(actors.HandoverStep, string) error, *snapshotGate), cp func(t *testing.T) snapshot.Config) {
+	testutil.Burn(t, 1)
+	const n, keys = 300_000, 100
+	want := handoverReference(t, n, keys)
+	var run *handoverRun
+	hook, g := fail(&run)
+	run = startHandoverRun(t, n, keys, 100_000, g, cp(t), hook)
+	if g != nil {
+		g.decline.Store(true)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := run.job.Execution().Move(ctx, []actors.Move{{UID: "count-sum", Subtask: 0, To: run.to}})
+	if !errors.Is(err, actors.ErrHandover) {
+		t.Fatalf("move: %v, want ErrHandover", err)
+	}
+	t.Log(err)
+	testutil.Eventually(t, 0, "the job restarted", func() bool { return run.job.Attempts() >= 2 })
+	r, changed := run.job.Execution().Runner()
+	for r == nil {
+		<-changed
+		r, changed = run.job.Execution().Runner()
+	}
+	if got := r.NodeOf("count-sum", 0); got != run.from {
+		t.Fatalf("after the fallback count-sum[0] runs on %q, want %q (the placement before the handover)", got, run.from)
+	}
+	run.finish(t, want)
+	t.Logf("attempts %d, restores %v", run.job.Attempts(), run.job.Restores())
+	if len(run.job.Restores()) < 1 {
+		t.Fatal("no restart")
+	}
+}
+
+// The old owner fails after it snapshotted at the barrier, before it
+// hands over: the whole job restarts from the handover's savepoint with
+// the old placement, and the output is exact.
+func TestHandoverOldOwnerFailsFallsBack(t *testing.T) {
+	testHandoverFallback(t, func(hr **handoverRun) (func(actors.HandoverStep, string) error, *snapshotGate) {
+		return func(step actors.HandoverStep, node string) error {
+			if step == actors.HandoverRetire && node == (*hr).from {
+				return errors.New("old owner died")
+			}
+			return nil
+		}, nil
+	}, handoverCheckpoints)
+}
+
+// The new owner fails while it restores the moved subtask (the old one
+// is already retired): the whole job restarts from the handover's
+// savepoint with the old placement, and the output is exact.
+func TestHandoverNewOwnerFailsMidRestoreFallsBack(t *testing.T) {
+	testHandoverFallback(t, func(hr **handoverRun) (func(actors.HandoverStep, string) error, *snapshotGate) {
+		return func(step actors.HandoverStep, node string) error {
+			if step == actors.HandoverRestore && node == (*hr).to {
+				return errors.New("new owner died")
+			}
+			return nil
+		}, nil
+	}, handoverCheckpoints)
+}
+
+// The handover's savepoint fails after the moved subtask stopped at its
+// barrier: the job restarts (here from the beginning: no checkpoint
+// completed before) and the output is exact.
+func TestHandoverSavepointFailsFallsBack(t *testing.T) {
+	testHandoverFallback(t, func(**handoverRun) (func(actors.HandoverStep, string) error, *snapshotGate) {
+		return nil, newSnapshotGate()
+	}, func(t *testing.T) snapshot.Config {
+		cp := handoverCheckpoints(t)
+		cp.Interval = time.Hour
+		return cp
+	})
+}
+
+// A handover asked while a checkpoint is in progress waits for it, then
+// takes its own savepoint and moves the subtask.
+func TestHandoverWaitsForCheckpointInProgress(t *testing.T) {
+	testutil.Burn(t, 1)
+	const n, keys = 300_000, 100
+	want := handoverReference(t, n, keys)
+	g := newSnapshotGate()
+	cp := handoverCheckpoints(t)
+	cp.Interval = time.Hour
+	run := startHandoverRun(t, n, keys, 100_000, g, cp, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	g.armed.Store(true)
+	type spRes struct {
+		path string
+		err  error
+	}
+	sp := make(chan spRes, 1)
+	go func() {
+		p, err := run.job.TriggerSavepoint(ctx, "")
+		sp <- spRes{p, err}
+	}()
+	<-g.entered
+	r, _ := run.job.Execution().Runner()
+	type mvRes struct {
+		res actors.MoveResult
+		err error
+	}
+	mv := make(chan mvRes, 1)
+	go func() {
+		res, err := run.job.Execution().Move(ctx, []actors.Move{{UID: "count-sum", Subtask: 0, To: run.to}})
+		mv <- mvRes{res, err}
+	}()
+	testutil.Eventually(t, 0, "the move waits for the checkpoint in progress", func() bool { return r.PendingMoves() == 1 })
+	select {
+	case m := <-mv:
+		t.Fatalf("the move ended while a checkpoint was in progress: %+v %v", m.res, m.err)
+	default:
+	}
+	g.armed.Store(false)
+	close(g.release)
+	s := <-sp
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	m := <-mv
+	if m.err != nil {
+		t.Fatal(m.err)
+	}
+	md, err := snapshot.Load(s.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.res.Waited || m.res.Savepoint <= snapshot.ID(md.Checkpoint) {
+		t.Fatalf("move %+v after savepoint %d: it did not wait", m.res, md.Checkpoint)
+	}
+	if got := r.NodeOf("count-sum", 0); got != run.to {
+		t.Fatalf("count-sum[0] runs on %q, want %q", got, run.to)
+	}
+	run.finish(t, want)
+	if run.job.Attempts() != 1 {
+		t.Fatalf("%d attempts", run.job.Attempts())
+	}
 }
