@@ -13,9 +13,10 @@ import (
 // A handover moves keyed subtasks of a running job to other nodes while
 // every other subtask keeps running (Runner.Move):
 //
-//  1. The job master waits until no checkpoint is in progress, tells
-//     every task which subtasks move at the barrier of the savepoint it
-//     triggers next, and triggers that savepoint.
+//  1. The job master waits until the checkpoints in progress when the
+//     move was asked have ended, tells every task which subtasks move at
+//     the barrier of the savepoint it triggers next, and triggers that
+//     savepoint.
 //  2. At the barrier, each task sending to a moved subtask parks that
 //     channel (what it sends after the barrier waits, bounded by the
 //     channel's credits); the moved subtask snapshots and stops
@@ -90,7 +91,11 @@ type MovedSubtask struct {
 
 // moveReq asks the master loop for a handover.
 type moveReq struct {
-	moves  []Move
+	moves []Move
+	// after is the newest checkpoint in progress when the request came:
+	// the handover starts once every checkpoint up to it ended. Later
+	// ones do not hold it back, or periodic checkpoints would starve it.
+	after  snapshot.ID
 	waited bool
 	reply  chan moveResult
 }
@@ -109,8 +114,11 @@ type plannedMove struct {
 
 // Move moves keyed subtasks of the running job to other nodes at a
 // savepoint barrier, while every other subtask keeps running (see the
-// handover steps above). It waits for a checkpoint in progress to end,
-// and for the handover to complete. A move the job cannot make while it
+// handover steps above). It waits for the checkpoints in progress when
+// it is asked to end (not for those triggered later), and for the
+// handover to complete. A subtask that finished its input is not handed
+// over: a move that meets one falls back to a restart, as a failure
+// does. A move the job cannot make while it
 // runs returns ErrMoveUnsupported and changes nothing; a handover that
 // fails after its barrier returns an error wrapping ErrHandover, and the
 // job restarts from its latest checkpoint or savepoint.
@@ -254,6 +262,9 @@ func (r *Runner) onMove(req *moveReq) {
 		req.reply <- moveResult{err: err}
 		return
 	}
+	for id := range r.inflight {
+		req.after = max(req.after, id)
+	}
 	r.moveQueue = append(r.moveQueue, req)
 	r.queued.Store(int32(len(r.moveQueue)))
 }
@@ -265,9 +276,14 @@ func (r *Runner) startMove(now time.Time) []snapshot.Action {
 	if r.moving || len(r.moveQueue) == 0 || r.coord == nil {
 		return nil
 	}
-	if len(r.inflight) > 0 || r.closing != 0 {
-		r.moveQueue[0].waited = true
+	if r.closing != 0 {
 		return nil
+	}
+	for id := range r.inflight {
+		if id <= r.moveQueue[0].after {
+			r.moveQueue[0].waited = true
+			return nil
+		}
 	}
 	req := r.moveQueue[0]
 	r.moveQueue = r.moveQueue[1:]
@@ -385,7 +401,7 @@ func (r *Runner) handOver(ctx context.Context, planned []plannedMove, id snapsho
 		if err := r.hook(HandoverRetire, p.from); err != nil {
 			return res, err
 		}
-		handedAt, err := old.retire(ctx, p.key)
+		handedAt, err := old.retire(ctx, p.key, int64(id))
 		if err != nil {
 			return res, fmt.Errorf("retire %s on node %q: %w", p.key, p.from, err)
 		}

@@ -41,7 +41,7 @@ func (h *host) localTask(key TaskKey) *task {
 // that the handover's savepoint completed, so its sinks committed), its
 // actor stops, its remote channel ends close and its operators and state
 // backends are closed. It returns when the task was handed over.
-func (h *host) retire(ctx context.Context, key TaskKey) (handedAt int64, err error) {
+func (h *host) retire(ctx context.Context, key TaskKey, id int64) (handedAt int64, err error) {
 	t := h.localTask(key)
 	if t == nil {
 		return 0, fmt.Errorf("node %q runs no subtask %s", h.node, key)
@@ -50,7 +50,7 @@ func (h *host) retire(ctx context.Context, key TaskKey) (handedAt int64, err err
 		return 0, fmt.Errorf("subtask %s on node %q was not handed over at the barrier", key, h.node)
 	}
 	done := make(chan struct{})
-	h.system.Root.Send(t.pid, retireMsg{done: done})
+	h.system.Root.Send(t.pid, retireMsg{id: id, done: done})
 	select {
 	case <-done:
 	case <-ctx.Done():

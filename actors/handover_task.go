@@ -39,9 +39,13 @@ type swapMsg struct{ ch *channel }
 // repointMsg tells a task that some of its parked channels have a route.
 type repointMsg struct{}
 
-// retireMsg asks a handed-over task to close done once it handled what
-// was sent to it before.
-type retireMsg struct{ done chan struct{} }
+// retireMsg asks a handed-over task to close done once its operators
+// were notified that checkpoint id (the handover's savepoint) completed:
+// its sinks committed what the savepoint covers.
+type retireMsg struct {
+	id   int64
+	done chan struct{}
+}
 
 // taskHandover is what a task knows of the handover in progress.
 type taskHandover struct {
@@ -120,6 +124,11 @@ type handoverState struct {
 	handed atomic.Bool
 	// handedAt is when it was handed over (UnixNano).
 	handedAt atomic.Int64
+	// notified is the latest checkpoint whose completion the handed-over
+	// task's operators were notified of; retiring waits for its host's
+	// retire request until then.
+	notified int64
+	retiring *retireMsg
 }
 
 // receiveHanded handles a message of a task that was handed over.
@@ -132,10 +141,19 @@ func (t *task) receiveHanded(c actor.Context) {
 		if m.ack {
 			t.run.notified()
 		}
+		t.notified = max(t.notified, m.id)
+		if t.retiring != nil && t.notified >= t.retiring.id {
+			close(t.retiring.done)
+			t.retiring = nil
+		}
 	case abortMsg:
 		t.notify(m.id, false)
 	case retireMsg:
-		close(m.done)
+		if t.notified >= m.id {
+			close(m.done)
+			return
+		}
+		t.retiring = &m
 	}
 }
 

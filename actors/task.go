@@ -146,6 +146,7 @@ func (t *task) Receive(c actor.Context) {
 	case repointMsg:
 		t.unparkAll()
 	case retireMsg:
+		// Not handed over: nothing to wait for.
 		close(m.done)
 	case triggerMsg:
 		t.onTrigger(m)
