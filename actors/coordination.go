@@ -24,7 +24,9 @@ type savepointReq struct {
 
 type savepointResult struct {
 	path string
-	err  error
+	// md is the savepoint's metadata, as committed.
+	md  *snapshot.Metadata
+	err error
 }
 
 // TriggerSavepoint takes a savepoint of the running job at path ("" for
@@ -129,6 +131,9 @@ func (r *Runner) handle(now time.Time, acts []snapshot.Action) error {
 			if err == nil {
 				r.log.Info("checkpoint complete", "checkpoint_id", a.Checkpoint, "savepoint", a.Savepoint, "path", path)
 				r.paths[a.Checkpoint] = path
+				if _, ok := r.waiting[a.Checkpoint]; ok {
+					r.metas[a.Checkpoint] = a.Metadata
+				}
 			}
 		case snapshot.NotifyComplete:
 			// The final checkpoint and a stop-with-savepoint end the job
@@ -140,11 +145,13 @@ func (r *Runner) handle(now time.Time, acts []snapshot.Action) error {
 			}
 			r.command(completeMsg{id: int64(a.Checkpoint), ack: ends})
 			if req, ok := r.waiting[a.Checkpoint]; ok && !ends {
-				req.reply <- savepointResult{path: r.paths[a.Checkpoint]}
+				req.reply <- savepointResult{path: r.paths[a.Checkpoint], md: r.metas[a.Checkpoint]}
 				delete(r.waiting, a.Checkpoint)
 			}
+			delete(r.metas, a.Checkpoint)
 		case snapshot.Abort:
 			r.log.Warn("checkpoint aborted", "checkpoint_id", a.Checkpoint, "err", a.Reason)
+			delete(r.metas, a.Checkpoint)
 			delete(r.inflight, a.Checkpoint)
 			r.command(abortMsg{id: int64(a.Checkpoint)})
 			if req, ok := r.waiting[a.Checkpoint]; ok {

@@ -383,9 +383,12 @@ func (r *Runner) handOver(ctx context.Context, planned []plannedMove, id snapsho
 	if spr.err != nil {
 		return MoveResult{}, spr.err
 	}
-	md, err := snapshot.Load(spr.path)
-	if err != nil {
-		return MoveResult{}, err
+	md := spr.md
+	if md == nil {
+		var err error
+		if md, err = snapshot.Load(spr.path); err != nil {
+			return MoveResult{}, err
+		}
 	}
 	res := MoveResult{Savepoint: id, Path: spr.path}
 	nodeOf := func(c *Chain, sub int) string { return r.currentNode(c, sub) }

@@ -66,6 +66,9 @@ type Runner struct {
 	// inflight are the checkpoints triggered and not yet completed or
 	// aborted.
 	inflight map[snapshot.ID]bool
+	// metas holds the metadata of the savepoints asked for, from their
+	// commit to their notification.
+	metas map[snapshot.ID]*snapshot.Metadata
 
 	// Handovers (handover.go): requests, those waiting for a checkpoint
 	// or another handover, whether one runs, and the goroutine that
@@ -134,6 +137,7 @@ func newRunner(job *Job, cfg Config, epoch uint64) (*Runner, error) {
 		waiting:    make(map[snapshot.ID]savepointReq),
 		paths:      make(map[snapshot.ID]string),
 		inflight:   make(map[snapshot.ID]bool),
+		metas:      make(map[snapshot.ID]*snapshot.Metadata),
 		moves:      make(chan *moveReq),
 		moveEnded:  make(chan struct{}, 1),
 		moved:      make(map[TaskKey]string),

@@ -3,7 +3,9 @@ package stream_test
 import (
 	"context"
 	"maps"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/cluster"
+	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/snapshot"
 	"github.com/edgedio/edged/stream"
 )
@@ -119,6 +122,13 @@ func BenchmarkHandoverPause(b *testing.B) {
 	defer func() {
 		cancel()
 		_ = job.Wait()
+		// Messages to the stopped tasks of the redeployed attempts went
+		// to protoactor's dead letters, whose throttle goroutines end a
+		// moment later.
+		testutil.Eventually(b, 10*time.Second, "the dead-letter throttles ended", func() bool {
+			buf := make([]byte, 1<<20)
+			return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "NewDeadLetter.NewThrottle")
+		})
 	}()
 	for seen.Load() < 50_000 {
 		time.Sleep(time.Millisecond)
