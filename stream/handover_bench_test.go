@@ -92,7 +92,8 @@ func (g *gapMeter) measure(f func()) map[int]time.Duration {
 // before handovers). It reports the longest time each subtask's
 // records-in counter stood still: the moved subtask's and the other
 // one's during a handover, and the job's during a full redeploy, with
-// the ratio.
+// the ratio; idle-gap-ms is the longest gap over 100 ms with nothing
+// going on (the gaps between batches), for scale.
 //
 //	go test ./stream -run '^$' -bench BenchmarkHandoverPause -benchtime 5x
 func BenchmarkHandoverPause(b *testing.B) {
@@ -139,12 +140,15 @@ func BenchmarkHandoverPause(b *testing.B) {
 	go func() { defer close(done); g.run(stop) }()
 	defer func() { close(stop); <-done }()
 
-	var moved, others, full []time.Duration
+	var idle, moved, others, full []time.Duration
 	at := 0
 	b.ResetTimer()
 	for b.Loop() {
 		to := nodes[1-at]
-		gaps := g.measure(func() {
+		// The gaps between batches with nothing going on, for scale.
+		gaps := g.measure(func() { time.Sleep(100 * time.Millisecond) })
+		idle = append(idle, max(gaps[0], gaps[1]))
+		gaps = g.measure(func() {
 			res, err := job.Execution().Move(ctx, []actors.Move{{UID: "count-sum", Subtask: 0, To: to}})
 			if err != nil {
 				b.Fatal(err)
@@ -177,6 +181,7 @@ func BenchmarkHandoverPause(b *testing.B) {
 		slices.Sort(s)
 		return float64(s[len(s)/2].Microseconds()) / 1000
 	}
+	b.ReportMetric(med(idle), "idle-gap-ms")
 	b.ReportMetric(med(moved), "moved-pause-ms")
 	b.ReportMetric(med(others), "others-pause-ms")
 	b.ReportMetric(med(full), "redeploy-pause-ms")
