@@ -35,8 +35,20 @@ type channel struct {
 	in  RemoteReceiver
 	// credits is the number of buffers the channel owns.
 	credits int
+	// key names the channel (its generation is that of the deployment or
+	// of the handover that opened it); from and dest name its sending and
+	// receiving subtasks by head vertex UID.
+	key        ChannelKey
+	from, dest TaskKey
+	// park is set on a sending task's channel to a subtask that is being
+	// handed over (see handover_task.go): what the task sends waits in
+	// it until the channel is re-pointed to the new instance. Read and
+	// cleared on the sending task's goroutine only.
+	park *parking
+	// closeOnce closes the remote end (in or out) once.
+	closeOnce sync.Once
 
-	mu sync.Mutex // guards free and waiting
+	mu sync.Mutex // guards free, waiting and park's route
 	// free holds the free buffers (*batch[T] or *wireBatch).
 	free []any
 	// waiting is set while the sender sleeps on wake.
@@ -74,6 +86,13 @@ func (c *channel) acquire(done <-chan struct{}) any {
 			c.mu.Unlock()
 			return b
 		}
+		if p := c.park; p != nil && p.route != nil {
+			// Parked and re-pointed: send what waits, which frees the
+			// buffers it holds.
+			c.mu.Unlock()
+			p.unpark()
+			continue
+		}
 		c.waiting = true
 		c.mu.Unlock()
 		start := time.Now()
@@ -108,6 +127,30 @@ func (c *channel) release(b any) {
 		default:
 		}
 	}
+}
+
+// bodyCap is the largest batch body the channel's remote end carries, 0
+// when it has none.
+func (c *channel) bodyCap() int {
+	if c.out != nil {
+		return c.out.MaxBody()
+	}
+	if c.park != nil && c.park.replaced.out != nil {
+		return c.park.replaced.out.MaxBody()
+	}
+	return 0
+}
+
+// closeRemote closes the channel's remote end, if any, once.
+func (c *channel) closeRemote() {
+	c.closeOnce.Do(func() {
+		if c.out != nil {
+			c.out.Close()
+		}
+		if c.in != nil {
+			c.in.Close()
+		}
+	})
 }
 
 // noteSent records one more batch in flight.

@@ -24,7 +24,9 @@ type savepointReq struct {
 
 type savepointResult struct {
 	path string
-	err  error
+	// md is the savepoint's metadata, as committed.
+	md  *snapshot.Metadata
+	err error
 }
 
 // TriggerSavepoint takes a savepoint of the running job at path ("" for
@@ -121,6 +123,7 @@ func (r *Runner) handle(now time.Time, acts []snapshot.Action) error {
 				continue
 			}
 			r.log.Debug("checkpoint triggered", "checkpoint_id", a.Checkpoint, "savepoint", a.Savepoint, "final", a.Final)
+			r.inflight[a.Checkpoint] = true
 			// Every task is told: a running source emits the barrier, a
 			// finished task snapshots its final state, and any other task
 			// waits for the barriers (or snapshots when it finishes).
@@ -138,21 +141,28 @@ func (r *Runner) handle(now time.Time, acts []snapshot.Action) error {
 			if err == nil {
 				r.log.Info("checkpoint complete", "checkpoint_id", a.Checkpoint, "savepoint", a.Savepoint, "path", path)
 				r.paths[a.Checkpoint] = path
+				if _, ok := r.waiting[a.Checkpoint]; ok {
+					r.metas[a.Checkpoint] = a.Metadata
+				}
 			}
 		case snapshot.NotifyComplete:
 			// The final checkpoint and a stop-with-savepoint end the job
 			// once every task has been notified: the sinks commit them.
+			delete(r.inflight, a.Checkpoint)
 			ends := a.Stop || a.Final
 			if ends {
 				r.closing = a.Checkpoint
 			}
 			r.command(completeMsg{id: int64(a.Checkpoint), ack: ends})
 			if req, ok := r.waiting[a.Checkpoint]; ok && !ends {
-				req.reply <- savepointResult{path: r.paths[a.Checkpoint]}
+				req.reply <- savepointResult{path: r.paths[a.Checkpoint], md: r.metas[a.Checkpoint]}
 				delete(r.waiting, a.Checkpoint)
 			}
+			delete(r.metas, a.Checkpoint)
 		case snapshot.Abort:
 			r.log.Warn("checkpoint aborted", "checkpoint_id", a.Checkpoint, "err", a.Reason)
+			delete(r.metas, a.Checkpoint)
+			delete(r.inflight, a.Checkpoint)
 			r.command(abortMsg{id: int64(a.Checkpoint)})
 			if req, ok := r.waiting[a.Checkpoint]; ok {
 				req.reply <- savepointResult{err: fmt.Errorf("savepoint %d: %w", a.Checkpoint, a.Reason)}

@@ -40,10 +40,19 @@
 // in one sequence; its failure fails the job, which restarts from the
 // latest checkpoint by its restart strategy.
 //
+// Runner.Move hands keyed subtasks over to other nodes while the job runs
+// (handover.go): at a savepoint's barrier the senders park their
+// channels to the moved subtasks, the moved subtasks stop, and once the
+// savepoint is complete each is retired on its old node, restored on its
+// new one and its channels re-pointed (a new channel generation); the
+// other tasks are not restarted. A failure after the barrier restarts the
+// whole job from its latest checkpoint or savepoint.
+//
 // Concurrency: a task's fields are touched only from its actor's
 // goroutine (protoactor runs one message at a time per actor). The runner
 // starts tasks, waits for them and stops them; goroutines it starts are
 // tracked and waited for before Run returns. Panics never reach
 // protoactor's supervisor: a task recovers them and fails the job, so a
-// task is never silently restarted.
+// task is never silently restarted. A host's task and channel lists
+// change only in a handover, under the host's mutex.
 package actors

@@ -29,6 +29,18 @@ var (
 	// hosts did not register or deploy within cluster.control_timeout; it
 	// is restarted like ErrControlFailed.
 	ErrControlTimeout = errors.New("actors: control timeout")
+	// ErrHandover is wrapped by the error of a handover (Runner.Move)
+	// that failed after its barrier: the job fails with it (wrapping
+	// ErrControlFailed too) and the restart strategy restores the whole
+	// job from its latest checkpoint or savepoint, with the placement it
+	// had before the handover.
+	ErrHandover = errors.New("actors: handover failed")
+	// ErrMoveUnsupported is returned by Runner.Move for a move the
+	// running job cannot make while it runs (a node in another process,
+	// an unkeyed or source subtask, an edge into it that is not
+	// serialised, two moved subtasks joined by an edge); nothing changed,
+	// and a redeployment can still make it.
+	ErrMoveUnsupported = errors.New("actors: move not supported while the job runs")
 	// errCancelled unwinds a task blocked on credit when the job stops.
 	errCancelled = errors.New("actors: job cancelled")
 )

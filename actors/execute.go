@@ -29,12 +29,15 @@ type Execution struct {
 	cfg      Config
 	strategy snapshot.RestartStrategy
 
-	mu       sync.Mutex // guards runner, attempts, restores and finished
+	mu       sync.Mutex // guards runner, attempts, restores, finished and moved
 	runner   *Runner
 	attempts int
 	restores []snapshot.ID
 	finished *snapshot.Metadata
-	changed  chan struct{} // closed and replaced when runner changes
+	// moved is where handovers moved subtasks (by chain head), for the
+	// next attempts.
+	moved   map[TaskKey]string
+	changed chan struct{} // closed and replaced when runner changes
 }
 
 // NewExecution returns an execution of job; a nil strategy never restarts.
@@ -163,6 +166,9 @@ func (e *Execution) Run(ctx context.Context) error {
 		if cfg.Cluster != nil {
 			epoch += cfg.Cluster.EpochBase
 			acfg.Cluster, err = cfg.Cluster.update()
+			if err == nil {
+				acfg.Cluster = e.placed(acfg.Cluster)
+			}
 		}
 		var r *Runner
 		if err == nil {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -94,9 +95,19 @@ type host struct {
 	// seen, when set, is raised to every checkpoint id triggered here.
 	seen *atomic.Int64
 
+	// mu guards tasks, chans and remotes once the host is started: a
+	// handover replaces a task while the others run (handover_host.go).
+	mu      sync.Mutex
 	tasks   []*task
 	chans   []*channel
 	remotes []func() // close the remote ends of channels
+	// parked are the channels the host's tasks parked at a handover
+	// barrier, by the key of the channel they replace (generation 0 of
+	// it); guarded by mu.
+	parked map[ChannelKey]*parking
+	// handovers counts the tasks handed over to another node or taken
+	// over from one.
+	handovers atomic.Int64
 
 	// done is closed when the host stops; tasks blocked on credit unwind.
 	done     chan struct{}
@@ -223,9 +234,16 @@ func (h *host) command(epoch uint64, m any) {
 		h.log.Debug("command of another epoch dropped", "epoch", epoch, "host_epoch", h.epoch)
 		return
 	}
-	for _, t := range h.tasks {
+	for _, t := range h.taskList() {
 		h.system.Root.Send(t.pid, m)
 	}
+}
+
+// taskList returns the host's tasks.
+func (h *host) taskList() []*task {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.tasks)
 }
 
 // await sends pollMsg to pid once ready is ready, unless the host stops
@@ -270,17 +288,20 @@ func (h *host) stop() {
 		// The control goroutines end before the tasks are stopped.
 		h.ctl.wait()
 	}
-	for _, t := range h.tasks {
+	for _, t := range h.taskList() {
 		if t.pid != nil && h.system != nil {
 			_ = h.system.Root.StopFuture(t.pid).Wait()
 		}
 	}
 	h.waiters.Wait()
 	h.snapshots.Wait()
-	for _, c := range h.remotes {
+	h.mu.Lock()
+	remotes := h.remotes
+	h.remotes = nil
+	h.mu.Unlock()
+	for _, c := range remotes {
 		c()
 	}
-	h.remotes = nil
 	h.closeControl()
 }
 
@@ -297,8 +318,9 @@ func (h *host) channelFailed(t *task, err error) {
 // the state backends.
 func (h *host) closeOperators() error {
 	var errs []error
+	tasks := h.taskList()
 	defer func() {
-		for _, t := range h.tasks {
+		for _, t := range tasks {
 			for _, c := range t.closers {
 				if err := c(); err != nil {
 					h.log.Warn("close state backend", "err", err)
@@ -307,7 +329,7 @@ func (h *host) closeOperators() error {
 			t.closers = nil
 		}
 	}()
-	for _, t := range h.tasks {
+	for _, t := range tasks {
 		for i := len(t.ops) - 1; i >= 0; i-- {
 			if t.ops[i] == nil {
 				continue
@@ -413,6 +435,9 @@ func (h *host) build(pl placement) error {
 					ch.gate = e.Input
 					ch.toName, ch.toSub = c.Name(), j
 					key := ChannelKey{Job: h.job.Name, Epoch: h.epoch, Edge: edgeIndex[e], From: i, To: j}
+					ch.key = key
+					ch.from = TaskKey{UID: tailOf[e.From].Head().UID, Subtask: i}
+					ch.dest = TaskKey{UID: c.Head().UID, Subtask: j}
 					switch {
 					case send.remote == "" && recv.remote == "":
 						ch.credits = h.cfg.Credits
@@ -431,7 +456,7 @@ func (h *host) build(pl placement) error {
 							return fmt.Errorf("actors: open channel %v to node %q: %w", key, recv.remote, err)
 						}
 						ch.out = out
-						h.remotes = append(h.remotes, out.Close)
+						h.remotes = append(h.remotes, ch.closeRemote)
 					default:
 						// The sender runs on another node.
 						r := recv
@@ -440,7 +465,7 @@ func (h *host) build(pl placement) error {
 							return fmt.Errorf("actors: open channel %v from node %q: %w", key, send.remote, err)
 						}
 						ch.in = in
-						h.remotes = append(h.remotes, in.Close)
+						h.remotes = append(h.remotes, ch.closeRemote)
 					}
 					if recv.remote == "" {
 						recv.inChans = append(recv.inChans, ch)
@@ -458,7 +483,7 @@ func (h *host) build(pl placement) error {
 		}
 	}
 	for _, t := range h.tasks {
-		if err := h.buildTask(t, outChans[t], pl.crosses); err != nil {
+		if err := h.buildTask(t, outChans[t], pl.crosses, h.cfg.Restore); err != nil {
 			return err
 		}
 	}
@@ -490,7 +515,9 @@ func (h *host) deliverer(t *task, ch *channel) func(RemoteFrame) {
 	}
 }
 
-func (h *host) buildTask(t *task, out map[*Edge][]*channel, crosses map[*Edge]bool) error {
+// buildTask builds t's operators and routers, restores them from md (when
+// not nil) and opens them. An edge in crosses is serialised.
+func (h *host) buildTask(t *task, out map[*Edge][]*channel, crosses map[*Edge]bool, md *snapshot.Metadata) error {
 	c := t.chain
 	n := len(c.Vertices)
 	t.ops = make([]operators.Operator, n)
@@ -583,7 +610,7 @@ func (h *host) buildTask(t *task, out map[*Edge][]*channel, crosses map[*Edge]bo
 	// Restore keyed and operator state before Open, raw state after.
 	raws := make([][][]byte, n)
 	oldPs := make([]int, n)
-	if md := h.cfg.Restore; md != nil {
+	if md != nil {
 		for i, v := range c.Vertices {
 			var err error
 			if raws[i], oldPs[i], err = h.restoreOperator(md, v, t.subtask, t.ctxs[i]); err != nil {

@@ -63,6 +63,11 @@ type Cluster struct {
 	// checkpoints may take: a master that took over from another never
 	// reuses an id the other triggered.
 	NextCheckpoint snapshot.ID
+	// HandoverHook, when set, is called at each step of a handover
+	// (Runner.Move) that runs on a node, with that node, from the job
+	// master's handover goroutine; an error fails the step as the node's
+	// failure would. It is for fault injection in tests.
+	HandoverHook func(step HandoverStep, node string) error
 }
 
 // Node is one node of a Cluster.
@@ -89,12 +94,16 @@ func (k TaskKey) String() string { return fmt.Sprintf("%s[%d]", k.UID, k.Subtask
 
 // ChannelKey names one channel of a job run, the same way on both of its
 // ends: the job, the epoch of the deployment, the edge's index in
-// Job.Edges, and the sending and receiving subtasks.
+// Job.Edges, the sending and receiving subtasks, and the channel's
+// generation: 0 for the channels a deployment opens, the handover's
+// number for a channel a handover opened to or from a moved subtask
+// (Runner.Move), so that its frames never reach the channel it replaced.
 type ChannelKey struct {
 	Job      string
 	Epoch    uint64
 	Edge     int
 	From, To int
+	Gen      int
 }
 
 // FrameKind says what a cross-node channel message carries.
@@ -242,7 +251,7 @@ func (r *Runner) NodeOf(uid string, sub int) string {
 	for _, ch := range r.plan.Chains {
 		for _, v := range ch.Vertices {
 			if v.UID == uid {
-				return c.nodeOf(ch, sub)
+				return r.currentNode(ch, sub)
 			}
 		}
 	}

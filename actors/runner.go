@@ -63,6 +63,27 @@ type Runner struct {
 	acked   int
 	histMu  sync.Mutex // guards history
 	history []snapshot.Stats
+	// inflight are the checkpoints triggered and not yet completed or
+	// aborted.
+	inflight map[snapshot.ID]bool
+	// metas holds the metadata of the savepoints asked for, from their
+	// commit to their notification.
+	metas map[snapshot.ID]*snapshot.Metadata
+
+	// Handovers (handover.go): requests, those waiting for a checkpoint
+	// or another handover, whether one runs, and the goroutine that
+	// completes it.
+	moves     chan *moveReq
+	moveQueue []*moveReq
+	queued    atomic.Int32 // len(moveQueue), for PendingMoves
+	moving    bool
+	moveEnded chan struct{}
+	moveSeq   int
+	moveCtx   context.Context
+	moveWG    sync.WaitGroup
+	placeMu   sync.Mutex // guards moved
+	// moved is where handovers moved subtasks, by chain head.
+	moved map[TaskKey]string
 }
 
 // NewRunner validates the job and the config and plans the job's tasks. It
@@ -115,6 +136,11 @@ func newRunner(job *Job, cfg Config, epoch uint64) (*Runner, error) {
 		savepoints: make(chan savepointReq),
 		waiting:    make(map[snapshot.ID]savepointReq),
 		paths:      make(map[snapshot.ID]string),
+		inflight:   make(map[snapshot.ID]bool),
+		metas:      make(map[snapshot.ID]*snapshot.Metadata),
+		moves:      make(chan *moveReq),
+		moveEnded:  make(chan struct{}, 1),
+		moved:      make(map[TaskKey]string),
 	}, nil
 }
 
@@ -321,9 +347,11 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	// Whatever happens, the job is over when Run returns: wake whoever
 	// waits for it.
 	defer r.stopOnce.Do(func() { close(r.done) })
-	var cancel context.CancelFunc
+	var cancel, cancelMoves context.CancelFunc
 	r.ctx, cancel = context.WithCancel(ctx)
 	defer cancel()
+	r.moveCtx, cancelMoves = context.WithCancel(r.ctx)
+	defer cancelMoves()
 	defer r.closeControl()
 
 	hosts, pls, err := r.makeHosts()
@@ -424,6 +452,10 @@ wait:
 					}
 				}
 			}
+		case req := <-r.moves:
+			r.onMove(req)
+		case <-r.moveEnded:
+			r.moving = false
 		case <-tick:
 			acts = r.coord.Tick(clock.Now())
 		case <-ctx.Done():
@@ -431,6 +463,13 @@ wait:
 			break wait
 		}
 		if len(acts) > 0 {
+			if ferr := r.handle(clock.Now(), acts); ferr != nil {
+				err = ferr
+				break wait
+			}
+			timer, tick = r.coordinatorTimer(clock, timer)
+		}
+		if acts := r.startMove(clock.Now()); len(acts) > 0 {
 			if ferr := r.handle(clock.Now(), acts); ferr != nil {
 				err = ferr
 				break wait
@@ -453,6 +492,13 @@ wait:
 		}
 		req.reply <- savepointResult{err: fmt.Errorf("savepoint %d: the job ended first", id)}
 	}
+	// A handover in progress gives up; queued ones never start.
+	cancelMoves()
+	r.moveWG.Wait()
+	for _, req := range r.moveQueue {
+		req.reply <- moveResult{err: errors.New("actors: job ended before the move")}
+	}
+	r.moveQueue = nil
 	r.cancelHosts()
 	r.stop()
 	if cerr := r.closeOperators(); err == nil {
@@ -561,7 +607,7 @@ func (r *Runner) closeOperators() error {
 func (r *Runner) tasks() []*task {
 	var ts []*task
 	for _, h := range r.hostList() {
-		ts = append(ts, h.tasks...)
+		ts = append(ts, h.taskList()...)
 	}
 	return ts
 }
@@ -576,7 +622,10 @@ func (r *Runner) Stats() Stats {
 		s.Tasks = append(s.Tasks, st)
 	}
 	for _, h := range r.hostList() {
-		for _, ch := range h.chans {
+		h.mu.Lock()
+		chans := slices.Clone(h.chans)
+		h.mu.Unlock()
+		for _, ch := range chans {
 			s.Channels = append(s.Channels, ChannelStats{
 				To:          ch.toName,
 				ToSubtask:   ch.toSub,

@@ -91,6 +91,9 @@ type task struct {
 	stats TaskStats
 	// live are the counters others may read while the task runs.
 	live taskCounters
+
+	// handoverState is the task's part in a handover.
+	handoverState
 }
 
 // taskCounters are a task's counters, updated per batch by the task and
@@ -120,15 +123,31 @@ func (t *task) Receive(c actor.Context) {
 		return
 	}
 	defer t.recover()
+	if t.handed.Load() {
+		t.receiveHanded(c)
+		return
+	}
 	if t.restoredTime {
 		t.replayTime()
 	}
 	switch m := c.Message().(type) {
 	case message:
 		t.pending.Add(-1)
+		if t.holdSwapped(m) {
+			return
+		}
 		if !t.done {
 			t.dispatch(m)
 		}
+	case handoverMsg:
+		t.prepareHandover(m)
+	case swapMsg:
+		t.installSwap(m.ch)
+	case repointMsg:
+		t.unparkAll()
+	case retireMsg:
+		// Not handed over: nothing to wait for.
+		close(m.done)
 	case triggerMsg:
 		t.onTrigger(m)
 	case completeMsg:
@@ -180,6 +199,7 @@ func (t *task) dispatch(m message) {
 		t.inputTime(wm, ok)
 	case *barrierMsg:
 		t.align(t.aligner.Barrier(t.run.cfg.Clock.Now(), ch.index, m.id))
+		t.oldBarrier(ch, m.id)
 	default:
 		t.onData(m)
 	}
@@ -193,7 +213,15 @@ func (t *task) align(act AlignAction) {
 	}
 	if act.Snapshot != 0 {
 		t.barrier(act.Snapshot)
+		hand := t.ho != nil && t.ho.moving && act.Snapshot == t.ho.id
+		if hand {
+			t.handed.Store(true)
+		}
 		t.checkpoint(act.Snapshot, act.Alignment)
+		if hand {
+			t.handOver()
+			return
+		}
 	}
 	if act.Release && len(t.held) > 0 {
 		held := t.held
@@ -212,6 +240,9 @@ func (t *task) align(act AlignAction) {
 func (t *task) barrier(id int64) {
 	for _, r := range t.routers {
 		r.broadcast(func(ch *channel) message { return &barrierMsg{ch: ch, id: id} })
+	}
+	if t.ho != nil && id == t.ho.id {
+		t.parkMoved()
 	}
 }
 
@@ -413,6 +444,10 @@ func (t *task) flush() {
 
 // sendData sends a message to the task at the end of ch.
 func (t *task) sendData(ch *channel, m message) {
+	if ch.park != nil && !t.unpark(ch) {
+		t.parkSend(ch, m)
+		return
+	}
 	if ch.out != nil {
 		t.sendRemote(ch, m)
 		return

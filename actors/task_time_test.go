@@ -138,8 +138,10 @@ func TestCheckRestoreIgnoresEventTimeOnly(t *testing.T) {
 // recordingRouter records what a task broadcasts.
 type recordingRouter struct{ sent []message }
 
-func (r *recordingRouter) flush()       {}
-func (r *recordingRouter) opened() bool { return false }
+func (r *recordingRouter) flush()                      {}
+func (r *recordingRouter) opened() bool                { return false }
+func (r *recordingRouter) channels() []*channel        { return nil }
+func (r *recordingRouter) replace(int, *channel) error { return nil }
 func (r *recordingRouter) broadcast(m func(ch *channel) message) {
 	r.sent = append(r.sent, m(nil))
 }

@@ -188,6 +188,11 @@ type router interface {
 	// stream status and end-of-stream, which must follow the records sent
 	// before them.
 	broadcast(m func(ch *channel) message)
+	// channels returns the router's channels, by target subtask.
+	channels() []*channel
+	// replace puts ch in place of channel i, with no batch open on it; it
+	// fails unless the router serialises its batches.
+	replace(i int, ch *channel) error
 }
 
 // typedRouter batches the records of one outgoing edge and sends them to
@@ -305,7 +310,7 @@ func (r *typedRouter[T]) sendWire(ch *channel, ts []int64, items []T) {
 	if err != nil {
 		panic(fmt.Errorf("encode batch: %w", err))
 	}
-	if ch.out != nil && len(w.data) > ch.out.MaxBody() && len(items) > 1 {
+	if mb := ch.bodyCap(); mb > 0 && len(w.data) > mb && len(items) > 1 {
 		ch.release(w)
 		h := len(items) / 2
 		r.sendWire(ch, ts[:h], items[:h])
@@ -324,6 +329,20 @@ func (r *typedRouter[T]) flush() {
 }
 
 func (r *typedRouter[T]) opened() bool { return r.nopen > 0 }
+
+func (r *typedRouter[T]) channels() []*channel { return r.chans }
+
+func (r *typedRouter[T]) replace(i int, ch *channel) error {
+	if !r.wire {
+		return fmt.Errorf("%w: the edge to %s[%d] is not serialised: its receiver cannot move to another node while it runs", ErrMoveUnsupported, ch.toName, ch.toSub)
+	}
+	if r.open[i] != nil {
+		r.send(i)
+	}
+	r.chans[i] = ch
+	r.private[i] = nil
+	return nil
+}
 
 func (r *typedRouter[T]) broadcast(m func(ch *channel) message) {
 	r.flush()

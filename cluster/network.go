@@ -146,13 +146,20 @@ func (n *Network) addr(peer string) string {
 	return peer
 }
 
-func channelID(k actors.ChannelKey) ChannelID {
-	return ChannelID{Job: k.Job, Epoch: k.Epoch, Edge: k.Edge, From: k.From, To: k.To}
+func channelID(k actors.ChannelKey) (ChannelID, error) {
+	edge, err := edgeWithGen(k.Edge, k.Gen)
+	if err != nil {
+		return ChannelID{}, err
+	}
+	return ChannelID{Job: k.Job, Epoch: k.Epoch, Edge: edge, From: k.From, To: k.To}, nil
 }
 
 // OpenSender opens the sending end of channel key towards node peer.
 func (n *Network) OpenSender(key actors.ChannelKey, peer string, onFail func(error)) (actors.RemoteSender, error) {
-	id := channelID(key)
+	id, err := channelID(key)
+	if err != nil {
+		return nil, err
+	}
 	if len(id.Job) > MaxJobName {
 		return nil, fmt.Errorf("%w: job name of %d bytes exceeds %d", ErrCorruptFrame, len(id.Job), MaxJobName)
 	}
@@ -162,7 +169,10 @@ func (n *Network) OpenSender(key actors.ChannelKey, peer string, onFail func(err
 
 // OpenReceiver opens the receiving end of channel key from node peer.
 func (n *Network) OpenReceiver(key actors.ChannelKey, peer string, deliver func(actors.RemoteFrame), onFail func(error)) (actors.RemoteReceiver, error) {
-	id := channelID(key)
+	id, err := channelID(key)
+	if err != nil {
+		return nil, err
+	}
 	if len(id.Job) > MaxJobName {
 		return nil, fmt.Errorf("%w: job name of %d bytes exceeds %d", ErrCorruptFrame, len(id.Job), MaxJobName)
 	}
