@@ -307,8 +307,13 @@ type msgKey struct {
 	hash uint64
 }
 
-// keyOf returns the identity of a message.
+// keyOf returns the identity of a message. A message without a packet
+// identifier (QoS 0) is never redelivered, so it is never looked up: its
+// identity is the zero msgKey, and its topic and payload are not hashed.
 func keyOf(id uint16, topic string, payload []byte) msgKey {
+	if id == 0 {
+		return msgKey{}
+	}
 	var d xxhash.Digest
 	d.Reset()
 	d.WriteString(topic)
@@ -525,10 +530,14 @@ func (s *Subscriber) handle(_ paho.Client, m paho.Message) {
 	}
 	s.process(d)
 	select {
-	case s.pending <- d: // blocks when MaxPending are unacknowledged
-	case <-s.ctx.Done():
-		s.budget.release(d.size)
-		return // not acknowledged: redelivered on the next session
+	case s.pending <- d: // the common case: the acker keeps up
+	default:
+		select {
+		case s.pending <- d: // blocks when MaxPending are unacknowledged
+		case <-s.ctx.Done():
+			s.budget.release(d.size)
+			return // not acknowledged: redelivered on the next session
+		}
 	}
 	raise(&s.maxUnack, s.unacked.Add(1))
 }

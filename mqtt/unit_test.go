@@ -112,3 +112,22 @@ func TestTopicTemplateRejectsInvalidNames(t *testing.T) {
 		t.Errorf("a topic of %d bytes: %v", MaxTopicLength, err)
 	}
 }
+
+// A QoS 0 message (packet identifier 0) is never redelivered, so keyOf
+// gives it the zero identity without hashing its topic and payload; a
+// QoS 1 or 2 message is identified by its identifier and content.
+func TestKeyOfQoS0IsNotHashed(t *testing.T) {
+	if k := keyOf(0, "sensors/a", []byte(`{"t":1}`)); k != (msgKey{}) {
+		t.Errorf("keyOf(0, ...) = %+v, want the zero msgKey (no hash for QoS 0)", k)
+	}
+	a := keyOf(7, "sensors/a", []byte(`{"t":1}`))
+	if a.id != 7 || a.hash == 0 {
+		t.Errorf("keyOf(7, ...) = %+v, want id 7 and a content hash", a)
+	}
+	if b := keyOf(7, "sensors/a", []byte(`{"t":2}`)); b == a {
+		t.Errorf("keyOf gives the same identity to different payloads: %+v", b)
+	}
+	if b := keyOf(7, "sensors/a", []byte(`{"t":1}`)); b != a {
+		t.Errorf("keyOf(7, same content) = %+v, want %+v", b, a)
+	}
+}

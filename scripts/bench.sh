@@ -9,6 +9,8 @@
 #                                             embedded, memory, restart,
 #                                             cluster
 #   scripts/bench.sh -json out.jsonl          also write one JSON line per figure
+#   scripts/bench.sh -scenarios external -pub-qos 0 -subjects eo -edged-cpuprofile DIR
+#                                             CPU profile of edged (DIR/<pipeline>.cpu)
 #   scripts/bench.sh -h                       every flag
 #
 # The Markdown tables and the JSON lines go to stdout, progress to stderr.

@@ -116,7 +116,11 @@ func (e *edged) start() error {
 	}
 	fmt.Fprintf(f, "===== edged run at %s =====\n", time.Now().Format(time.RFC3339Nano))
 	e.logFile = f
-	e.cmd = exec.Command(*edgedBin, "run", "-c", e.cfgPath)
+	args := []string{"run", "-c", e.cfgPath}
+	if *cpuProf != "" {
+		args = append(args, "--cpuprofile", filepath.Join(*cpuProf, e.name+".cpu"))
+	}
+	e.cmd = exec.Command(*edgedBin, args...)
 	e.cmd.Stdout, e.cmd.Stderr = f, f
 	if *gctrace {
 		e.cmd.Env = append(os.Environ(), "GODEBUG=gctrace=1")

@@ -81,6 +81,7 @@ var (
 
 	settle   = flag.Duration("settle", 5*time.Second, "how long a count may stand still before what arrived is taken as all that will")
 	timeout  = flag.Duration("timeout", 300*time.Second, "bound of every wait (publishing, consumption, readiness)")
+	cpuProf  = flag.String("edged-cpuprofile", "", "write a CPU profile of every edged process to this directory (<pipeline>.cpu; edged run --cpuprofile)")
 	gctrace  = flag.Bool("gctrace", false, "run edged with GODEBUG=gctrace=1 and report its Go heap (peak at GC start, peak live) next to the memory figures")
 	keep     = flag.Bool("keep", false, "keep the temporary directory (configs, logs)")
 	jsonPath = flag.String("json", "", "also write the JSON lines to this file")

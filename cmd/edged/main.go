@@ -42,6 +42,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -136,6 +137,8 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opts.Listen, "listen", daemon.DefaultListen, "REST API address (default: the config's node.listen, else "+daemon.DefaultListen+")")
 	fs.DurationVar(&opts.StopTimeout, "stop-timeout", time.Minute, "how long a stop with savepoint may take before the job is cancelled")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	var cpuProfile string
+	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (for profiling; off by default)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return exitUsage
@@ -162,6 +165,14 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Visit(func(f *flag.Flag) { listenSet = listenSet || f.Name == "listen" })
 	if !listenSet && cfg.Node.Listen != "" {
 		opts.Listen = cfg.Node.Listen
+	}
+	if cpuProfile != "" {
+		stopProfile, err := startCPUProfile(cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "edged run: --cpuprofile: %v\n", err)
+			return exitFailure
+		}
+		defer stopProfile()
 	}
 	opts.Token = cfg.Node.Token
 	opts.Stdout = stdout
@@ -319,3 +330,20 @@ func msDuration(ms float64) string {
 }
 
 func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
+
+// startCPUProfile starts a CPU profile written to path and returns the
+// function that stops it and closes the file.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}

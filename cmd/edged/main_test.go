@@ -98,6 +98,28 @@ func TestRunDemoConfig(t *testing.T) {
 	}
 }
 
+// run --cpuprofile writes a CPU profile of the whole run.
+func TestRunCPUProfile(t *testing.T) {
+	data, err := os.ReadFile("../../configs/demo.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := writeFile(t, "demo.yaml", strings.Replace(string(data), "count: 100000", "count: 500", 1))
+	prof := filepath.Join(t.TempDir(), "edged.cpu")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"run", "-c", p, "--listen", "127.0.0.1:0", "--cpuprofile", prof}, &out, &errb); code != 0 {
+		t.Fatalf("exit = %d; stderr:\n%s", code, errb.String())
+	}
+	b, err := os.ReadFile(prof)
+	if err != nil {
+		t.Fatalf("no profile: %v", err)
+	}
+	// A pprof profile is a gzip-compressed protocol buffer.
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("profile is not gzip-compressed pprof data (%d bytes)", len(b))
+	}
+}
+
 // The client commands against a node run in the test.
 func TestClientCommands(t *testing.T) {
 	dir := t.TempDir()
