@@ -270,6 +270,9 @@ type Membership struct {
 	confirms sync.WaitGroup
 	rejoins  sync.WaitGroup
 	spared   atomic.Int64 // deaths memberlist declared that were not confirmed: the member came back
+
+	seenMu sync.Mutex           // guards seen
+	seen   map[string]time.Time // when each member last answered a probe
 }
 
 // NewMembership validates cfg. It starts nothing.
@@ -315,6 +318,7 @@ func (m *Membership) Start() error {
 	c.SecretKey = m.cfg.SecretKey
 	c.Delegate = delegate{m}
 	c.Events = events{m}
+	c.Ping = pings{m}
 	c.Logger = log.New(slogWriter{m.log}, "", 0)
 	if m.cfg.wrapTransport != nil {
 		nt, err := newNetTransport(c)
@@ -352,6 +356,31 @@ func newNetTransport(c *memberlist.Config) (*memberlist.NetTransport, error) {
 			return nt, err
 		}
 	}
+}
+
+// LastSeen returns when member id last answered one of this node's
+// probes (memberlist probes one member every probe interval, in turn),
+// and whether it ever did: a failed member's last sign of life, from
+// which its detection time counts.
+func (m *Membership) LastSeen(id string) (time.Time, bool) {
+	m.seenMu.Lock()
+	defer m.seenMu.Unlock()
+	t, ok := m.seen[id]
+	return t, ok
+}
+
+// pings records the probes' answers (memberlist.PingDelegate).
+type pings struct{ m *Membership }
+
+func (pings) AckPayload() []byte { return nil }
+
+func (p pings) NotifyPingComplete(other *memberlist.Node, _ time.Duration, _ []byte) {
+	p.m.seenMu.Lock()
+	defer p.m.seenMu.Unlock()
+	if p.m.seen == nil {
+		p.m.seen = map[string]time.Time{}
+	}
+	p.m.seen[other.Name] = time.Now()
 }
 
 // Join joins through more peers (gossip addresses). It dials them in

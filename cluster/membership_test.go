@@ -74,12 +74,18 @@ func TestMembershipJoinLeaveFail(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitEvent(t, a, MemberLeft, "c")
+	testutil.Eventually(t, 0, "a probed b", func() bool { _, ok := a.LastSeen("b"); return ok })
 	killed := time.Now()
 	if err := b.Shutdown(); err != nil { // no leave: a crash
 		t.Fatal(err)
 	}
 	ev := waitEvent(t, a, MemberFailed, "b")
 	t.Logf("crash of b detected by a after %v (device profile)", ev.At.Sub(killed).Round(time.Millisecond))
+	// b's last sign of life is its last answer to a's probes: before the
+	// crash, and its failure counts from it.
+	if seen, ok := a.LastSeen("b"); !ok || seen.After(killed) || ev.At.Sub(seen) <= 0 {
+		t.Fatalf("b last seen %v (%t), crashed %v, failed %v", seen, ok, killed, ev.At)
+	}
 	testutil.Eventually(t, 0, "a alone", func() bool { return ids(a.Members()) == "a" })
 }
 

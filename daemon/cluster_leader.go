@@ -202,7 +202,8 @@ func (v *liveView) maybeTakeOver(alive []string) {
 	c.lead.mu.Unlock()
 	c.log.Warn("cluster: the leader died; this node takes over the job masters", "dead", leader, "alive", alive)
 	v.mu.Lock()
-	v.pending = &pendingChange{at: time.Now(), dead: leader}
+	now := time.Now()
+	v.pending = &pendingChange{at: now, dead: leader, detectionMS: v.detectionMS(now, leader)}
 	v.mu.Unlock()
 	v.wg.Add(1)
 	go func() {

@@ -222,7 +222,27 @@ func (v *liveView) update(home *actors.Cluster) ([]actors.Node, map[actors.TaskK
 type pendingChange struct {
 	at          time.Time
 	dead        string // the node that died
+	detectionMS float64
 	placementMS float64
+}
+
+// detectionMS returns the time from the last sign of life of the dead
+// nodes (their last answer to this node's probes) until now: the
+// failover's detection time; 0 without gossip or an answer seen.
+func (v *liveView) detectionMS(now time.Time, dead ...string) float64 {
+	if v.m == nil {
+		return 0
+	}
+	var last time.Time
+	for _, id := range dead {
+		if t, ok := v.m.LastSeen(id); ok && t.After(last) {
+			last = t
+		}
+	}
+	if last.IsZero() || !now.After(last) {
+		return 0
+	}
+	return float64(now.Sub(last).Microseconds()) / 1000
 }
 
 // follow compares the live nodes with the latest deployment, on the
@@ -250,7 +270,7 @@ func (v *liveView) follow(alive []string, jobs func() []*actors.Execution) {
 	}
 	if len(dead) > 0 {
 		v.deployed = nil // until the next deployment
-		v.pending = &pendingChange{at: now, dead: strings.Join(dead, ",")}
+		v.pending = &pendingChange{at: now, dead: strings.Join(dead, ","), detectionMS: v.detectionMS(now, dead...)}
 		v.gate.Failover(true)
 	}
 	for _, id := range joined {
@@ -310,7 +330,7 @@ func (v *liveView) recordFailover(execs []*actors.Execution, old map[*actors.Exe
 		return
 	}
 	v.pending = nil
-	f := cluster.Failover{At: p.at, DeadNode: p.dead, PlacementMS: p.placementMS}
+	f := cluster.Failover{At: p.at, DeadNode: p.dead, DetectionMS: p.detectionMS, PlacementMS: p.placementMS}
 	for _, e := range execs {
 		if r, _ := e.Runner(); r != nil {
 			f.Epoch = max(f.Epoch, r.Epoch())
@@ -322,7 +342,7 @@ func (v *liveView) recordFailover(execs []*actors.Execution, old map[*actors.Exe
 	v.nFailovers++
 	v.failovers = lastN(append(v.failovers, f), 10)
 	v.mu.Unlock()
-	v.c.log.Info("cluster: failover done", "dead", p.dead, "epoch", f.Epoch, "placement_ms", f.PlacementMS, "restore_ms", f.RestoreMS, "err", err)
+	v.c.log.Info("cluster: failover done", "dead", p.dead, "epoch", f.Epoch, "detection_ms", f.DetectionMS, "placement_ms", f.PlacementMS, "restore_ms", f.RestoreMS, "err", err)
 	if err != nil {
 		return
 	}

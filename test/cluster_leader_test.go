@@ -15,6 +15,7 @@ type leaderStatus struct {
 	Leader    string `json:"leader"`
 	Takeovers []struct {
 		DeadNode      string  `json:"dead_node"`
+		DetectionMS   float64 `json:"detection_ms"`
 		RestoreMS     float64 `json:"restore_ms"`
 		FirstRecordMS float64 `json:"first_record_ms"`
 	} `json:"failovers"`
@@ -163,15 +164,16 @@ func TestClusterLeaderKilledExactTotals(t *testing.T) {
 	if n, err := a.jobMasters(client); err != nil || n != 0 {
 		t.Fatalf("node a runs %d job masters (%v) while b leads", n, err)
 	}
-	// The takeover's durations are measured: b restored the job and took
-	// records in again.
-	testutil.Eventually(t, 30*time.Second, "b's takeover has its restore and first record timed", func() bool {
+	// The takeover's durations are measured: a's last answer to b's
+	// probes until b saw it dead, and b restored the job and took records
+	// in again.
+	testutil.Eventually(t, 30*time.Second, "b's takeover has its detection, restore and first record timed", func() bool {
 		s, err := b.leaderStatus(client)
 		if err != nil {
 			return false
 		}
 		for _, f := range s.Takeovers {
-			if f.DeadNode == "a" && f.RestoreMS > 0 && f.FirstRecordMS > 0 {
+			if f.DeadNode == "a" && f.DetectionMS > 0 && f.RestoreMS > 0 && f.FirstRecordMS > 0 {
 				t.Logf("takeover: %+v", f)
 				return true
 			}
