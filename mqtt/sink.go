@@ -181,26 +181,55 @@ func PublishFunc[T any](p *Publisher, topic func(T) (string, error), encode func
 // id func the sink passes is not called.
 func PublishLineFunc[T any](p *Publisher, topic func(T) (string, error), line func(T) string, uid func() string, reject func(v T, err error)) operators.Publish[T] {
 	return func(records []T, _ func(i int) string) error {
+		if err := publishLines(p, topic, line, uid(), reject, records); err != nil {
+			return err
+		}
+		return flush(p)
+	}
+}
+
+// PublishLineChunksFunc is PublishLineFunc for
+// operators.WriteAheadSink.WithPublishChunks: the records of every chunk
+// in order, then one Flush, so the broker's acknowledgements are waited
+// for once for all the chunks.
+func PublishLineChunksFunc[T any](p *Publisher, topic func(T) (string, error), line func(T) string, uid func() string, reject func(v T, err error)) operators.PublishChunks[T] {
+	return func(chunks [][]T, _ func(c, i int) string) error {
 		u := uid()
-		for _, v := range records {
-			t, err := topic(v)
-			if err != nil {
-				if reject != nil {
-					reject(v, err)
-					continue
-				}
-				return fmt.Errorf("mqtt: %w", err)
-			}
-			l := line(v)
-			if err := p.Publish(t, WithMsgID([]byte(l), operators.RecordID(u, l))); err != nil {
-				return fmt.Errorf("mqtt: %w", err)
+		for _, records := range chunks {
+			if err := publishLines(p, topic, line, u, reject, records); err != nil {
+				return err
 			}
 		}
-		if err := p.Flush(); err != nil {
+		return flush(p)
+	}
+}
+
+// publishLines publishes records as PublishLineFunc does, without waiting
+// for their acknowledgements.
+func publishLines[T any](p *Publisher, topic func(T) (string, error), line func(T) string, u string, reject func(v T, err error), records []T) error {
+	for _, v := range records {
+		t, err := topic(v)
+		if err != nil {
+			if reject != nil {
+				reject(v, err)
+				continue
+			}
 			return fmt.Errorf("mqtt: %w", err)
 		}
-		return nil
+		l := line(v)
+		if err := p.Publish(t, WithMsgID([]byte(l), operators.RecordID(u, l))); err != nil {
+			return fmt.Errorf("mqtt: %w", err)
+		}
 	}
+	return nil
+}
+
+// flush waits for every publish of p.
+func flush(p *Publisher) error {
+	if err := p.Flush(); err != nil {
+		return fmt.Errorf("mqtt: %w", err)
+	}
+	return nil
 }
 
 // recordError is a failure of one record (its topic or its encoding), as

@@ -16,6 +16,12 @@ import (
 // replay), for consumers that drop duplicates.
 type Publish[T any] func(records []T, id func(i int) string) error
 
+// PublishChunks is Publish for records held in chunks: it publishes the
+// records of every chunk, in order, as one batch (waiting for the
+// acknowledgements once), so that they are never joined into one slice;
+// id(c, i) is the deterministic id of record i of chunk c.
+type PublishChunks[T any] func(chunks [][]T, id func(c, i int) string) error
+
 // WriteAheadSink holds the records of each checkpoint in its state and
 // publishes them only when that checkpoint completes (Flink's
 // GenericWriteAheadSink). Records are published once per completed
@@ -36,6 +42,7 @@ type Publish[T any] func(records []T, id func(i int) string) error
 type WriteAheadSink[T any] struct {
 	Base
 	publish     Publish[T]
+	chunked     PublishChunks[T] // set by WithPublishChunks
 	codec       codec.Codec[T]
 	identity    func(T) string
 	uid         string
@@ -109,6 +116,18 @@ func NewWriteAheadSink[T any](publish Publish[T], c codec.Codec[T]) *WriteAheadS
 // s.
 func (s *WriteAheadSink[T]) WithIdentity(identity func(T) string) *WriteAheadSink[T] {
 	s.identity = identity
+	return s
+}
+
+// WithPublishChunks makes the sink publish a completed checkpoint's
+// records with p, in the chunks it holds them in, instead of joining them
+// for the Publish given to NewWriteAheadSink (which still re-publishes
+// restored records): a checkpoint holding a large firing is published
+// without first copying all of it, so its first record goes out sooner
+// and the copy never adds to the memory. Call before the job runs; it
+// returns s.
+func (s *WriteAheadSink[T]) WithPublishChunks(p PublishChunks[T]) *WriteAheadSink[T] {
+	s.chunked = p
 	return s
 }
 
@@ -278,8 +297,15 @@ func (s *WriteAheadSink[T]) idWith(scratch *[]byte, v T) string {
 // publishBatch publishes p's records with their ids in one call of
 // publish, which waits for the acknowledgements once for the whole
 // checkpoint (a call per chunk would drain the connection's window at
-// every chunk): the chunks are joined first, one copy of the records.
+// every chunk): with WithPublishChunks in their chunks, else the chunks
+// are joined first, one copy of the records.
 func (s *WriteAheadSink[T]) publishBatch(p walBatch[T]) error {
+	if s.chunked != nil {
+		if p.len() == 0 {
+			return nil
+		}
+		return s.chunked(p.chunks, func(c, i int) string { return s.ID(p.chunks[c][i]) })
+	}
 	var records []T
 	switch len(p.chunks) {
 	case 0:

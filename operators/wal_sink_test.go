@@ -287,3 +287,85 @@ func TestWriteAheadSinkHoldsALargeFiringWithoutRegrowing(t *testing.T) {
 	}
 	inOrder("restored")
 }
+
+// With WithPublishChunks a completed checkpoint holding a large firing is
+// published in one call, in order, with the ids ID gives, from the chunks
+// the sink holds: never joined into one slice (a copy of the whole firing
+// before its first record could go out). The Publish given to the
+// constructor is not called, and a restore still re-publishes them.
+func TestWriteAheadSinkPublishesAFiringInItsChunks(t *testing.T) {
+	const n = 100_000
+	published := make([]int64, 0, n)
+	calls, chunkCount := 0, 0
+	s := operators.NewWriteAheadSink(func([]walRow, func(int) string) error {
+		t.Error("the joined publish was called")
+		return nil
+	}, nil)
+	s.WithPublishChunks(func(chunks [][]walRow, id func(c, i int) string) error {
+		calls++
+		chunkCount = len(chunks)
+		for c, vs := range chunks {
+			for _, v := range vs {
+				published = append(published, v.N)
+			}
+			if len(vs) > 0 {
+				if got, want := id(c, len(vs)-1), s.ID(vs[len(vs)-1]); got != want {
+					t.Fatalf("id(%d, %d) = %s, want ID's %s", c, len(vs)-1, got, want)
+				}
+			}
+		}
+		return nil
+	})
+	if err := s.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		s.Collect(walRow{N: int64(i)})
+	}
+	st, err := s.SnapshotState(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if err := s.NotifyCheckpointComplete(1); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	size := uint64(n) * uint64(unsafe.Sizeof(walRow{}))
+	if calls != 1 || chunkCount < 2 {
+		t.Fatalf("published in %d calls of %d chunks, want 1 call of the held chunks", calls, chunkCount)
+	}
+	if len(published) != n {
+		t.Fatalf("published %d records, want %d", len(published), n)
+	}
+	for i, v := range published {
+		if v != int64(i) {
+			t.Fatalf("record %d is %d", i, v)
+		}
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > size/4 {
+		t.Fatalf("publishing %d records of %d bytes allocated %d bytes (%.2f× their size): they were copied",
+			n, unsafe.Sizeof(walRow{}), alloc, float64(alloc)/float64(size))
+	}
+	var restored int
+	r := operators.NewWriteAheadSink(func(vs []walRow, _ func(int) string) error {
+		restored += len(vs)
+		return nil
+	}, nil).WithPublishChunks(func(chunks [][]walRow, _ func(c, i int) string) error {
+		for _, c := range chunks {
+			restored += len(c)
+		}
+		return nil
+	})
+	if err := r.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RestoreState([][]byte{st}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if restored != n {
+		t.Fatalf("restored and re-published %d records, want %d", restored, n)
+	}
+}

@@ -151,7 +151,9 @@ func topicFunc[T any](b *builder, what, tmpl string) func(T) (string, error) {
 // (operators.WriteAheadSink.WithBackgroundRestore): the topic and
 // format functions are pure and the publisher is the sink's alone until
 // they are out. The payload is the JSON line and so is the identity: the
-// publish makes each line once, for both (mqtt.PublishLineFunc).
+// publish makes each line once, for both (mqtt.PublishLineFunc). A
+// completed checkpoint's results are published in the chunks the sink
+// holds them in (mqtt.PublishLineChunksFunc), never copied into one slice.
 type walPublisher[T any] struct {
 	*operators.WriteAheadSink[T]
 	cfg    mqtt.PublisherConfig
@@ -172,7 +174,10 @@ func newWALPublisher[T any](pc mqtt.PublisherConfig, topic func(T) (string, erro
 	uid := func() string { return w.uid }
 	w.WriteAheadSink = operators.NewWriteAheadSink(func(records []T, id func(int) string) error {
 		return mqtt.PublishLineFunc(w.pub, w.topic, w.format, uid, w.reject)(records, id)
-	}, c).WithIdentity(format).WithBackgroundRestore()
+	}, c).WithIdentity(format).WithBackgroundRestore().
+		WithPublishChunks(func(chunks [][]T, id func(c, i int) string) error {
+			return mqtt.PublishLineChunksFunc(w.pub, w.topic, w.format, uid, w.reject)(chunks, id)
+		})
 	return w
 }
 
