@@ -320,22 +320,7 @@ cluster:
 			return getJSONFrom(client, "http://"+m.apiAddr+"/jobs", &l) == nil && len(l.Jobs) == 1 && l.Jobs[0].Status == "running" && brokerUp(m.brokerAddr)
 		}
 	}
-	t.Cleanup(func() {
-		for _, m := range members {
-			if m.cmd == nil {
-				continue
-			}
-			select {
-			case <-m.done:
-			default:
-				_ = m.cmd.Process.Kill()
-				<-m.done
-			}
-			if t.Failed() {
-				t.Logf("node %s log tail:\n%s", m.id, m.logTailN(60000))
-			}
-		}
-	})
+	killMembersAtCleanup(t, members, logTail)
 	for _, m := range append(slices.Clone(members[1:]), members[0]) {
 		m.startIn(lab.ns[m.id])
 	}

@@ -74,22 +74,7 @@ func startClusterOf(t *testing.T, ids []string, running, p int) []*clusterMember
 			}
 		}
 	}
-	t.Cleanup(func() {
-		for _, m := range members {
-			if m.cmd == nil {
-				continue
-			}
-			select {
-			case <-m.done:
-			default:
-				_ = m.cmd.Process.Kill()
-				<-m.done
-			}
-			if t.Failed() {
-				keepLog(t, m)
-			}
-		}
-	})
+	killMembersAtCleanup(t, members, keepLog)
 	for _, m := range members[1:running] {
 		m.start()
 	}

@@ -128,22 +128,7 @@ func startCluster(t *testing.T, gossip bool) []*clusterMember {
 			}
 		}
 	}
-	t.Cleanup(func() {
-		for _, m := range members {
-			if m.cmd == nil {
-				continue
-			}
-			select {
-			case <-m.done:
-			default:
-				_ = m.cmd.Process.Kill()
-				<-m.done
-			}
-			if t.Failed() {
-				t.Logf("node %s log tail:\n%s", m.id, m.logTailN(60000))
-			}
-		}
-	})
+	killMembersAtCleanup(t, members, logTail)
 	for _, m := range []*clusterMember{members[1], members[2], members[0]} {
 		m.start()
 	}
@@ -612,4 +597,30 @@ func TestClusterWorkerFailover(t *testing.T) {
 	if s, err := a.status(client); err == nil {
 		t.Logf("failovers: %+v", s.Failovers)
 	}
+}
+
+// killMembersAtCleanup kills, when the test ends, every member still
+// running, and hands each to onFail if the test failed.
+func killMembersAtCleanup(t *testing.T, members []*clusterMember, onFail func(*testing.T, *clusterMember)) {
+	t.Cleanup(func() {
+		for _, m := range members {
+			if m.cmd == nil {
+				continue
+			}
+			select {
+			case <-m.done:
+			default:
+				_ = m.cmd.Process.Kill()
+				<-m.done
+			}
+			if t.Failed() {
+				onFail(t, m)
+			}
+		}
+	})
+}
+
+// logTail logs the tail of a member's log.
+func logTail(t *testing.T, m *clusterMember) {
+	t.Logf("node %s log tail:\n%s", m.id, m.logTailN(60000))
 }
