@@ -30,12 +30,8 @@ type leaderStatus struct {
 
 func (m *clusterMember) leaderStatus(client *http.Client) (leaderStatus, error) {
 	var s leaderStatus
-	resp, err := client.Get("http://" + m.apiAddr + "/cluster")
-	if err != nil {
-		return s, err
-	}
-	defer resp.Body.Close()
-	return s, json.NewDecoder(resp.Body).Decode(&s)
+	err := m.get(client, "/cluster", &s)
+	return s, err
 }
 
 // jobMasters returns how many jobs node m runs the job master of.

@@ -4,7 +4,6 @@ package test
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -454,18 +453,6 @@ func (p *ownPoller) lookMaster(client *http.Client, m *clusterMember) (ownObs, e
 		}
 	}
 	return o, nil
-}
-
-func getJSONFrom(client *http.Client, url string, v any) error {
-	resp, err := client.Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
 }
 
 // snapshot returns a copy of the observations so far.

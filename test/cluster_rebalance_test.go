@@ -194,12 +194,8 @@ type rebalanceStatus struct {
 
 func (m *clusterMember) rebalances(client *http.Client) (rebalanceStatus, error) {
 	var s rebalanceStatus
-	resp, err := client.Get("http://" + m.apiAddr + "/cluster")
-	if err != nil {
-		return s, err
-	}
-	defer resp.Body.Close()
-	return s, json.NewDecoder(resp.Body).Decode(&s)
+	err := m.get(client, "/cluster", &s)
+	return s, err
 }
 
 func (s rebalanceStatus) state(id string) string {

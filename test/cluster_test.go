@@ -75,18 +75,11 @@ type workerJob struct {
 
 // hosted returns what a worker hosts.
 func (m *clusterMember) hosted(client *http.Client) ([]workerJob, error) {
-	resp, err := client.Get("http://" + m.apiAddr + "/cluster/worker")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
 	var w struct {
 		Jobs []workerJob `json:"jobs"`
 	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /cluster/worker: %s", resp.Status)
-	}
-	return w.Jobs, json.NewDecoder(resp.Body).Decode(&w)
+	err := m.get(client, "/cluster/worker", &w)
+	return w.Jobs, err
 }
 
 // startCluster starts three edged processes on loopback that run one
@@ -486,12 +479,8 @@ type clusterStatus struct {
 
 func (m *clusterMember) status(client *http.Client) (clusterStatus, error) {
 	var s clusterStatus
-	resp, err := client.Get("http://" + m.apiAddr + "/cluster")
-	if err != nil {
-		return s, err
-	}
-	defer resp.Body.Close()
-	return s, json.NewDecoder(resp.Body).Decode(&s)
+	err := m.get(client, "/cluster", &s)
+	return s, err
 }
 
 // keyedOn returns how many keyed subtasks the status places on node.
@@ -623,4 +612,23 @@ func killMembersAtCleanup(t *testing.T, members []*clusterMember, onFail func(*t
 // logTail logs the tail of a member's log.
 func logTail(t *testing.T, m *clusterMember) {
 	t.Logf("node %s log tail:\n%s", m.id, m.logTailN(60000))
+}
+
+// getJSONFrom decodes the JSON answer of GET url into v; an answer other
+// than 200 is an error.
+func getJSONFrom(client *http.Client, url string, v any) error {
+	resp, err := client.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// get decodes the JSON answer of GET path on m's API into v.
+func (m *clusterMember) get(client *http.Client, path string, v any) error {
+	return getJSONFrom(client, "http://"+m.apiAddr+path, v)
 }
