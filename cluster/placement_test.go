@@ -176,3 +176,74 @@ func BenchmarkPlace(b *testing.B) {
 		}
 	}
 }
+
+// A member of capacity 2 (the daemon's cluster.weight) gets about twice
+// the units of a member of capacity 1, and a join or leave of a weighted
+// member moves about the share it gains or had: weights keep rendezvous
+// hashing's minimal movement.
+func TestPlaceWeightedShareAndMovement(t *testing.T) {
+	us := units([]string{"window", "alerts"}, 64) // 128 units
+	weighted := func(caps ...int) []Member {
+		ms := make([]Member, len(caps))
+		for i, c := range caps {
+			ms[i] = Member{ID: fmt.Sprintf("node-%d", i+1), Capacity: c}
+		}
+		return ms
+	}
+	ms := weighted(2, 1, 1)
+	by := mustPlace(t, ms, us).ByNode()
+	heavy, l1, l2 := len(by["node-1"]), len(by["node-2"]), len(by["node-3"])
+	t.Logf("capacities 2, 1, 1: %d, %d, %d units", heavy, l1, l2)
+	// Ideal 64, 32, 32; the cap is the share rounded up.
+	if heavy > 64 || l1 > 32 || l2 > 32 || heavy < 56 || float64(heavy) < 1.75*float64(max(l1, l2)) {
+		t.Fatalf("capacities 2, 1, 1 placed %d, %d, %d units, want about 64, 32, 32", heavy, l1, l2)
+	}
+	// Without the weight the same members split evenly: the weight is
+	// what made the difference.
+	if by := mustPlace(t, weighted(1, 1, 1), us).ByNode(); len(by["node-1"]) > 43 {
+		t.Fatalf("capacities 1, 1, 1: node-1 has %d of 128 units", len(by["node-1"]))
+	}
+	for _, tc := range []struct {
+		name          string
+		before, after []Member
+	}{
+		{"a member of weight 2 joins 3 of weight 1", weighted(1, 1, 1), weighted(1, 1, 1, 2)},
+		{"a member of weight 1 joins 2, 1, 1", weighted(2, 1, 1), weighted(2, 1, 1, 1)},
+		{"the member of weight 2 leaves", weighted(1, 1, 1, 2), weighted(1, 1, 1)},
+		{"a member of weight 1 leaves 2, 1, 1, 1", weighted(2, 1, 1, 1), weighted(2, 1, 1)},
+	} {
+		before, after := mustPlace(t, tc.before, us), mustPlace(t, tc.after, us)
+		total := func(ms []Member) int {
+			n := 0
+			for _, m := range ms {
+				n += m.Capacity
+			}
+			return n
+		}
+		// The changed member's share of the larger set is the least that
+		// must move.
+		big := tc.after
+		if len(big) < len(tc.before) {
+			big = tc.before
+		}
+		ideal := float64(big[len(big)-1].Capacity) / float64(total(big))
+		moved := float64(len(Moved(before, after))) / float64(len(us))
+		t.Logf("%s: moved %.3f of the units (ideal %.3f)", tc.name, moved, ideal)
+		if moved > 1.5*ideal {
+			t.Errorf("%s: moved %.3f of the units, ideal %.3f", tc.name, moved, ideal)
+		}
+		// Nothing moves between members that stay, beyond the caps'
+		// rebalancing: every unit that moved came from or went to the
+		// changed member, but for a few.
+		changed := big[len(big)-1].ID
+		var between int
+		for _, u := range Moved(before, after) {
+			if before[u] != changed && after[u] != changed {
+				between++
+			}
+		}
+		if float64(between) > 0.05*float64(len(us)) {
+			t.Errorf("%s: %d units moved between members that stayed", tc.name, between)
+		}
+	}
+}
