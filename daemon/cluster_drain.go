@@ -257,6 +257,7 @@ type roomCheck struct {
 	draining []string         // nodes this rebalance drains
 	master   string           // always placed
 	capacity func(string) int // 0: no limit
+	weight   func(string) int // placement weight; nil: 1 each
 	homes    map[string]jobHome
 }
 
@@ -264,8 +265,9 @@ type roomCheck struct {
 // nodes left once the draining ones are gone must be a majority of the
 // configured ones, and the placement the redeployment would make (each
 // subtask on its home node when that is placed, else spread by
-// rendezvous hashing, as liveView.update does) must put no more keyed
-// subtasks on a node than its capacity. It returns that placement, by job,
+// rendezvous hashing weighted by the nodes' cluster.weight, as
+// liveView.update does) must put no more keyed subtasks on a node than its
+// capacity. It returns that placement, by job,
 // and its keyed subtasks per node, or an error wrapping cluster.ErrRefused
 // or cluster.ErrOverCapacity with the reason.
 func checkRoom(rc roomCheck) (map[string]int, map[string]map[actors.TaskKey]string, error) {
@@ -284,7 +286,11 @@ func checkRoom(rc roomCheck) (map[string]int, map[string]map[actors.TaskKey]stri
 	for _, id := range remaining {
 		if id == rc.master || !slices.Contains(rc.drained, id) {
 			placed[id] = true
-			members = append(members, cluster.Member{ID: id})
+			m := cluster.Member{ID: id}
+			if rc.weight != nil {
+				m.Capacity = rc.weight(id)
+			}
+			members = append(members, m)
 		}
 	}
 	load := map[string]int{}
@@ -350,7 +356,7 @@ func (c *clusterNode) room(draining []string) (map[string]map[actors.TaskKey]str
 	}
 	v.mu.Unlock()
 	_, placement, err := checkRoom(roomCheck{size: len(c.cfg.Nodes()), alive: alive, drained: drained, draining: draining,
-		master: c.leader(), capacity: c.cfg.CapacityOf, homes: c.jobHomes()})
+		master: c.leader(), capacity: c.cfg.CapacityOf, weight: c.cfg.WeightOf, homes: c.jobHomes()})
 	return placement, err
 }
 

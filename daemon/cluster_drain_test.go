@@ -384,3 +384,85 @@ func TestIngestCovered(t *testing.T) {
 		t.Fatal("not covered at the targets")
 	}
 }
+
+// weightedHomes is one job whose 40 keyed subtasks are all at home on d.
+func weightedHomes() map[string]jobHome {
+	h := jobHome{placement: map[actors.TaskKey]string{}, keyed: map[string]bool{"j/window": true}}
+	for i := range 40 {
+		h.placement[actors.TaskKey{UID: "j/window", Subtask: i}] = "d"
+	}
+	return map[string]jobHome{"j": h}
+}
+
+// The subtasks a drain spreads go by cluster.weight: with b of weight 2
+// and a, c of weight 1, draining d puts about half of its 40 on b (at
+// most 20, its share rounded up), where equal weights give b at most 14;
+// the capacity stays the limit.
+func TestCheckRoomUsesWeights(t *testing.T) {
+	weights := map[string]int{"a": 1, "b": 2, "c": 1, "d": 1}
+	rc := roomCheck{size: 4, alive: []string{"a", "b", "c", "d"}, master: "a", draining: []string{"d"},
+		capacity: func(string) int { return 0 }, weight: func(id string) int { return weights[id] }, homes: weightedHomes()}
+	load, _, err := checkRoom(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("weights a 1, b 2, c 1: load %v", load)
+	if load["d"] != 0 || load["a"]+load["b"]+load["c"] != 40 || load["b"] < 17 || load["b"] > 20 || load["a"] > 10 || load["c"] > 10 {
+		t.Fatalf("weights a 1, b 2, c 1: load %v, want about 20 on b and 10 on a and c", load)
+	}
+	rc.weight = nil
+	if load, _, err = checkRoom(rc); err != nil || load["b"] > 14 {
+		t.Fatalf("equal weights: load %v %v", load, err)
+	}
+	// The weight does not lift the capacity: b may run 15.
+	rc.weight = func(id string) int { return weights[id] }
+	rc.capacity = func(id string) int {
+		if id == "b" {
+			return 15
+		}
+		return 0
+	}
+	if _, _, err = checkRoom(rc); !errors.Is(err, cluster.ErrOverCapacity) || !strings.Contains(err.Error(), "node b would run") {
+		t.Fatalf("b over its capacity: %v", err)
+	}
+}
+
+// The master's placement reads the weights from its config: a drain's
+// room check and the next deployment (liveView.update) give the drained
+// node's subtasks to b, of cluster.peers[].weight 3, three times as much
+// as to a and c.
+func TestClusterPlacementUsesConfiguredWeights(t *testing.T) {
+	cfg := &pipeline.ClusterConfig{Node: "a", Listen: "127.0.0.1:1"}
+	for _, p := range []pipeline.PeerConfig{{ID: "b", Weight: 3}, {ID: "c"}, {ID: "d"}} {
+		cfg.Peers = append(cfg.Peers, p)
+	}
+	c := &clusterNode{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), master: true}
+	c.live = &liveView{c: c, stop: make(chan struct{}), joining: map[string]bool{}}
+	home := weightedHomes()["j"]
+	c.setHome(&actors.Job{Name: "j", Vertices: []*actors.Vertex{{UID: "j/window", Parallelism: 40, Keyed: true}}}, home.placement)
+	placement, err := c.room([]string{"d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(p map[actors.TaskKey]string) map[string]int {
+		out := map[string]int{}
+		for _, n := range p {
+			out[n]++
+		}
+		return out
+	}
+	by := count(placement["j"])
+	t.Logf("drain of d: %v", by)
+	if by["d"] != 0 || by["b"] < 20 || by["b"] > 24 || by["a"] > 8 || by["c"] > 8 {
+		t.Fatalf("drain of d placed %v, want about 24 on b and 8 on a and c", by)
+	}
+	// Once d is drained, the next deployment places the same way.
+	c.live.drained = map[string]bool{"d": true}
+	_, next, err := c.live.update(&actors.Cluster{Placement: home.placement})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := count(next); got["b"] != by["b"] || got["a"] != by["a"] || got["c"] != by["c"] {
+		t.Fatalf("deployment placed %v, the room check %v", got, by)
+	}
+}

@@ -65,7 +65,7 @@ func (c *clusterNode) startGossip() error {
 		return fmt.Errorf("cluster.secret_key: %w", err)
 	}
 	m, err := cluster.NewMembership(cluster.MembershipConfig{
-		Meta:     cluster.Meta{ID: c.cfg.Node, Transport: c.tr.Addr(), Capacity: c.cfg.Capacity, Fingerprint: c.fingerprint},
+		Meta:     cluster.Meta{ID: c.cfg.Node, Transport: c.tr.Addr(), Capacity: c.cfg.WeightOf(c.cfg.Node), Fingerprint: c.fingerprint},
 		BindAddr: host, BindPort: p, Peers: peers, Logger: c.log,
 		SecretKey: key, Profile: cluster.Profile(c.cfg.Profile),
 	})
@@ -167,7 +167,8 @@ func (v *liveView) loop(peers []string, jobs func() []*actors.Execution) {
 // update returns the nodes and placement of the next deployment (for
 // actors.Cluster.Update): the live nodes, if they are a majority; each
 // subtask on its home node (as with static placement) when that is
-// alive, else on a live node chosen by rendezvous hashing.
+// alive, else on a live node chosen by rendezvous hashing weighted by the
+// nodes' cluster.weight.
 func (v *liveView) update(home *actors.Cluster) ([]actors.Node, map[actors.TaskKey]string, error) {
 	alive := v.alive()
 	size := len(v.c.cfg.Nodes())
@@ -181,7 +182,7 @@ func (v *liveView) update(home *actors.Cluster) ([]actors.Node, map[actors.TaskK
 	alive = v.placed(alive)
 	for _, id := range masterFirst(alive, v.c.cfg.Node) {
 		live[id] = true
-		members = append(members, cluster.Member{ID: id})
+		members = append(members, cluster.Member{ID: id, Capacity: v.c.cfg.WeightOf(id)})
 		n := actors.Node{ID: id}
 		if id == v.c.cfg.Node {
 			n.Network = v.c.net

@@ -40,6 +40,14 @@ type ClusterConfig struct {
 	// cluster.peers[].capacity; the node that runs the job masters reads
 	// them all.
 	Capacity int `yaml:"capacity"`
+	// Weight is this node's share of the keyed subtasks that placement
+	// spreads (those whose home node is gone or drained), relative to the
+	// other nodes' weights: a node of weight 2 gets about twice the
+	// subtasks of a node of weight 1. 1 to MaxWeight; 0 (unset) means 1.
+	// Capacity stays the limit. Each peer's weight is
+	// cluster.peers[].weight; the node that runs the job masters reads
+	// them all.
+	Weight int `yaml:"weight"`
 	// Placement pins subtasks to nodes; a subtask not listed runs on node
 	// number subtask modulo the number of nodes, in id order. An MQTT
 	// source has one subtask per node, each reading its own node's ingest
@@ -150,7 +158,13 @@ type PeerConfig struct {
 	// Capacity is the peer's cluster.capacity: the most keyed subtasks it
 	// may run; 0 (the default) means no limit.
 	Capacity int `yaml:"capacity"`
+	// Weight is the peer's cluster.weight: its relative share of the
+	// keyed subtasks placement spreads; 0 (unset) means 1.
+	Weight int `yaml:"weight"`
 }
+
+// MaxWeight bounds cluster.weight and cluster.peers[].weight.
+const MaxWeight = 1000
 
 // MaxCapacity bounds cluster.capacity and cluster.peers[].capacity.
 const MaxCapacity = 1 << 16
@@ -192,6 +206,18 @@ func (c *ClusterConfig) CapacityOf(id string) int {
 	return p.Capacity
 }
 
+// WeightOf returns the placement weight of node id (this node's
+// cluster.weight, or its peer entry's), at least 1; 1 for an id the config
+// does not know.
+func (c *ClusterConfig) WeightOf(id string) int {
+	w := c.Weight
+	if id != c.Node {
+		p, _ := c.Peer(id)
+		w = p.Weight
+	}
+	return max(w, 1)
+}
+
 // Peer returns the peer with id, if any.
 func (c *ClusterConfig) Peer(id string) (PeerConfig, bool) {
 	for _, p := range c.Peers {
@@ -216,6 +242,7 @@ func (c *ClusterConfig) validate(p *problems) {
 		p.add("cluster.peers", "at least one peer is required")
 	}
 	checkCapacity(p, "cluster.capacity", c.Capacity)
+	checkWeight(p, "cluster.weight", c.Weight)
 	seen := map[string]bool{c.Node: true}
 	for i, peer := range c.Peers {
 		path := fmt.Sprintf("cluster.peers[%d]", i)
@@ -232,6 +259,7 @@ func (c *ClusterConfig) validate(p *problems) {
 			checkAddr(p, path+".address", peer.Address)
 		}
 		checkCapacity(p, path+".capacity", peer.Capacity)
+		checkWeight(p, path+".weight", peer.Weight)
 		if peer.API == "" {
 			p.add(path+".api", "is required: the peer's node.listen")
 		} else {
@@ -286,5 +314,11 @@ func (c *ClusterConfig) validate(p *problems) {
 func checkCapacity(p *problems, path string, n int) {
 	if n < 0 || n > MaxCapacity {
 		p.add(path, fmt.Sprintf("(%d) must be 0 (no limit) to %d keyed subtasks", n, MaxCapacity))
+	}
+}
+
+func checkWeight(p *problems, path string, n int) {
+	if n < 0 || n > MaxWeight {
+		p.add(path, fmt.Sprintf("(%d) must be 1 to %d (0 or unset means 1): the node's share of placement relative to the others'", n, MaxWeight))
 	}
 }

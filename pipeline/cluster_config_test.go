@@ -173,3 +173,57 @@ func TestClusterReplicas(t *testing.T) {
 		}
 	}
 }
+
+const weightBlock = `
+cluster:
+  node: b
+  listen: 127.0.0.1:7001
+  capacity: 4
+  weight: %s
+  peers:
+    - {id: a, address: "127.0.0.1:7000", api: "127.0.0.1:8000", capacity: 2, weight: %s}
+    - {id: c, address: "127.0.0.1:7002", api: "127.0.0.1:8002"}
+`
+
+func weightConfig(node, peer string) string {
+	return strings.Replace(strings.Replace(weightBlock, "%s", node, 1), "%s", peer, 1) + goodPipeline
+}
+
+// cluster.weight and cluster.peers[].weight default to 1, are read per
+// node beside the capacities (which they leave alone), and out-of-range
+// values are refused naming the key.
+func TestClusterWeight(t *testing.T) {
+	cfg, err := Parse([]byte(weightConfig("3", "2")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cfg.Cluster
+	if got := []int{c.WeightOf("b"), c.WeightOf("a"), c.WeightOf("c"), c.WeightOf("x")}; got[0] != 3 || got[1] != 2 || got[2] != 1 || got[3] != 1 {
+		t.Fatalf("weights b, a, c, x: %v, want [3 2 1 1]", got)
+	}
+	if c.CapacityOf("b") != 4 || c.CapacityOf("a") != 2 {
+		t.Fatalf("capacities b, a: %d %d, want 4 2", c.CapacityOf("b"), c.CapacityOf("a"))
+	}
+	if cfg, err = Parse([]byte(weightConfig("0", "1000"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Cluster.WeightOf("b"); got != 1 {
+		t.Fatalf("weight 0: WeightOf %d, want 1", got)
+	}
+	_, err = Parse([]byte(weightConfig("-1", "1001")))
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("err = %v, want *ConfigError", err)
+	}
+	var got []string
+	for _, p := range ce.Problems {
+		got = append(got, p.Error())
+	}
+	want := []string{
+		"cluster.weight: (-1) must be 1 to 1000 (0 or unset means 1): the node's share of placement relative to the others'",
+		"cluster.peers[0].weight: (1001) must be 1 to 1000 (0 or unset means 1): the node's share of placement relative to the others'",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
