@@ -97,6 +97,15 @@ func (c *Client) Drain(ctx context.Context, node string) (ClusterActionResult, e
 	return r, err
 }
 
+// Undrain ends the drain of node: it rejoins the cluster and takes work
+// again from the rebalance the undrain queues (a join). It returns once
+// that rebalance has ended, with it when the cluster recorded one.
+func (c *Client) Undrain(ctx context.Context, node string) (ClusterActionResult, error) {
+	var r ClusterActionResult
+	err := c.do(ctx, http.MethodPost, "/cluster/undrain/"+url.PathEscape(node), nil, &r)
+	return r, err
+}
+
 // Rebalance asks the node's cluster for a rebalance and returns once it
 // has ended, with the rebalance when the cluster recorded one.
 func (c *Client) Rebalance(ctx context.Context) (ClusterActionResult, error) {

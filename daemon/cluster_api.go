@@ -21,14 +21,18 @@ var (
 	// ErrBadNodeID answers a drain of a node id that no node could have:
 	// empty, too long, or with spaces or control characters (HTTP 400).
 	ErrBadNodeID = errors.New("daemon: bad node id")
+	// ErrNotDrained answers an undrain of a node that is not drained
+	// (HTTP 409).
+	ErrNotDrained = errors.New("daemon: node not drained")
 )
 
 // ClusterActionResult is the body of a successful POST
-// /cluster/drain/{node} and POST /cluster/rebalance.
+// /cluster/drain/{node}, POST /cluster/undrain/{node} and POST
+// /cluster/rebalance.
 type ClusterActionResult struct {
-	// Action is "drain" or "rebalance".
+	// Action is "drain", "undrain" or "rebalance".
 	Action string `json:"action"`
-	// Node is the drained node (drain only).
+	// Node is the drained or undrained node (drain and undrain only).
 	Node string `json:"node,omitempty"`
 	// Rebalance is the rebalance the action ran, when the cluster recorded
 	// one after the action started.
@@ -75,7 +79,9 @@ func (n *node) clusterStatus() cluster.Status {
 func (n *node) mountCluster(mux *http.ServeMux) {
 	mux.HandleFunc("GET /cluster", n.handleCluster)
 	mux.HandleFunc("POST /cluster/drain/{node}", n.handleDrain)
+	mux.HandleFunc("POST /cluster/undrain/{node}", n.handleUndrain)
 	mux.HandleFunc("POST /cluster/rebalance", n.handleRebalance)
+	mux.HandleFunc("POST /cluster/rejoin", n.handleRejoin)
 }
 
 func (n *node) handleCluster(w http.ResponseWriter, r *http.Request) {
@@ -100,6 +106,51 @@ func (n *node) handleDrain(w http.ResponseWriter, r *http.Request) {
 	n.clusterAction(w, r, ClusterActionResult{Action: "drain", Node: id}, func(ctx context.Context) error {
 		return p.Drain(ctx, id)
 	})
+}
+
+func (n *node) handleUndrain(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("node")
+	p, s, err := n.clusterFor("undrain")
+	if err == nil {
+		err = checkNodeID(id)
+	}
+	if err == nil {
+		if _, ok := s.Member(id); !ok {
+			err = fmt.Errorf("undrain: %w %q (members: %d)", cluster.ErrUnknownNode, id, len(s.Members))
+		}
+	}
+	u, ok := p.(undrainer)
+	if err == nil && !ok {
+		err = fmt.Errorf("undrain: %w: this node's cluster cannot undrain", cluster.ErrRefused)
+	}
+	if err != nil {
+		writeClusterError(w, err)
+		return
+	}
+	n.clusterAction(w, r, ClusterActionResult{Action: "undrain", Node: id}, func(ctx context.Context) error {
+		return u.Undrain(ctx, id)
+	})
+}
+
+// handleRejoin puts this node back into its cluster's membership after a
+// drain made it leave; the job masters' node asks it when the node is
+// undrained.
+func (n *node) handleRejoin(w http.ResponseWriter, r *http.Request) {
+	p, _, err := n.clusterFor("rejoin")
+	rj, ok := p.(rejoiner)
+	if err == nil && !ok {
+		err = fmt.Errorf("rejoin: %w: this node's cluster cannot rejoin", cluster.ErrRefused)
+	}
+	if err != nil {
+		writeClusterError(w, err)
+		return
+	}
+	was, err := rj.Rejoin()
+	if err != nil {
+		writeClusterError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"rejoined": was})
 }
 
 func (n *node) handleRebalance(w http.ResponseWriter, r *http.Request) {
@@ -180,7 +231,7 @@ func clusterStatusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, cluster.ErrUnknownNode):
 		return http.StatusNotFound
-	case errors.Is(err, cluster.ErrRefused), errors.Is(err, cluster.ErrOverCapacity):
+	case errors.Is(err, cluster.ErrRefused), errors.Is(err, cluster.ErrOverCapacity), errors.Is(err, ErrNotDrained):
 		return http.StatusConflict
 	}
 	return statusOf(err)

@@ -26,6 +26,8 @@ type fakeCluster struct {
 	mu         sync.Mutex // guards the fields below
 	status     cluster.Status
 	drained    []string
+	undrained  []string
+	rejoined   int
 	rebalances int
 	err        error // returned by Drain and Rebalance when set
 }
@@ -56,6 +58,25 @@ func (f *fakeCluster) Rebalance(ctx context.Context) error {
 	}
 	f.rebalances++
 	return nil
+}
+
+func (f *fakeCluster) Undrain(ctx context.Context, node string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return f.err
+	}
+	f.undrained = append(f.undrained, node)
+	f.status.Rebalances = append(f.status.Rebalances, cluster.Rebalance{At: time.Now(), Trigger: cluster.TriggerJoin,
+		MovedKeyGroups: 32, Outcome: cluster.RebalanceDone})
+	return nil
+}
+
+func (f *fakeCluster) Rejoin() (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rejoined++
+	return f.rejoined == 1, f.err
 }
 
 func (f *fakeCluster) setErr(err error) {
@@ -142,7 +163,7 @@ func TestClusterDisabled(t *testing.T) {
 			if err != nil || s.Enabled {
 				t.Fatalf("Client.Cluster = %+v, %v", s, err)
 			}
-			for _, path := range []string{"/cluster/drain/n1", "/cluster/rebalance"} {
+			for _, path := range []string{"/cluster/drain/n1", "/cluster/undrain/n1", "/cluster/rebalance", "/cluster/rejoin"} {
 				code, body := post(t, c, path)
 				if code != http.StatusNotImplemented || !strings.Contains(body, "runs no cluster") {
 					t.Errorf("POST %s: %d %s", path, code, body)
@@ -403,5 +424,51 @@ pipelines:
 	}
 	if d, _ := f.asked(); !slices.Equal(d, []string{"n3"}) {
 		t.Fatalf("drained %v", d)
+	}
+}
+
+// POST /cluster/undrain/{node} asks the provider to undrain the node and
+// answers with the join it ran; a malformed or unknown id never reaches
+// it, a node not drained is 409. POST /cluster/rejoin (asked of a drained
+// node by the job masters' node) reports whether the node had left.
+func TestClusterUndrainAPI(t *testing.T) {
+	f := &fakeCluster{status: threeNodes()}
+	c, _ := clusterAPI(t, f)
+	ctx := context.Background()
+	r, err := c.Undrain(ctx, "n2")
+	if err != nil {
+		t.Fatalf("Undrain: %v", err)
+	}
+	if r.Action != "undrain" || r.Node != "n2" || r.Rebalance == nil || r.Rebalance.Trigger != cluster.TriggerJoin || r.Rebalance.MovedKeyGroups != 32 {
+		t.Errorf("undrain answer %+v", r)
+	}
+	for _, tc := range []struct {
+		path string
+		code int
+		want string
+	}{
+		{"/cluster/undrain/n9", http.StatusNotFound, `unknown node \"n9\"`},
+		{"/cluster/undrain/bad%20id", http.StatusBadRequest, "bad node id"},
+	} {
+		if code, body := post(t, c, tc.path); code != tc.code || !strings.Contains(body, tc.want) {
+			t.Errorf("POST %s: %d %s; want %d with %q", tc.path, code, body, tc.code, tc.want)
+		}
+	}
+	f.setErr(fmt.Errorf("%w: node %q takes subtasks already", ErrNotDrained, "n3"))
+	if code, body := post(t, c, "/cluster/undrain/n3"); code != http.StatusConflict || !strings.Contains(body, "takes subtasks already") {
+		t.Errorf("undrain of a node not drained: %d %s", code, body)
+	}
+	f.setErr(nil)
+	f.mu.Lock()
+	undrained := slices.Clone(f.undrained)
+	f.mu.Unlock()
+	if !slices.Equal(undrained, []string{"n2"}) {
+		t.Fatalf("provider asked to undrain %v", undrained)
+	}
+	if code, body := post(t, c, "/cluster/rejoin"); code != http.StatusOK || strings.TrimSpace(body) != `{"rejoined":true}` {
+		t.Errorf("rejoin: %d %s", code, body)
+	}
+	if code, body := post(t, c, "/cluster/rejoin"); code != http.StatusOK || strings.TrimSpace(body) != `{"rejoined":false}` {
+		t.Errorf("second rejoin: %d %s", code, body)
 	}
 }

@@ -561,9 +561,10 @@ func (p *peerClient) drain(ctx context.Context, master, node string) (ClusterAct
 // checkpoint or failover in progress, the damping interval), refused when
 // the others would not keep a majority or a node would go over its
 // cluster.capacity, and waits for the node's ingest logs to be read
-// before the savepoint. A drained node gets no subtasks until it restarts
-// (it rejoins the membership and is moved in like any join) or, without
-// cluster.gossip, until the master restarts.
+// before the savepoint. A drained node gets no subtasks until it is
+// undrained (Undrain) or restarts (it rejoins the membership and is moved
+// in like any join) or, without cluster.gossip, until the master
+// restarts.
 func (c *clusterNode) Drain(ctx context.Context, node string) error {
 	if !slices.Contains(c.cfg.Nodes(), node) {
 		return fmt.Errorf("%w: %q is not a node of the cluster %v", cluster.ErrUnknownNode, node, c.cfg.Nodes())
@@ -631,18 +632,18 @@ func (c *clusterNode) handleLeave(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"node": c.cfg.Node, "left": true})
 }
 
-// leave stops the node's hosts and leaves the membership, once.
+// leave stops the node's hosts and leaves the membership, once until it
+// rejoins (cluster_undrain.go).
 func (c *clusterNode) leave() {
-	c.leaveOnce.Do(func() {
-		n := 0
-		if c.worker != nil {
-			n = c.worker.Evict()
-		}
-		if c.live != nil {
-			c.live.stopGossip()
-		}
-		c.log.Info("cluster: drained; this node left the membership and takes no work until it restarts", "hosts_stopped", n)
-	})
+	if !c.live.markOut() {
+		return
+	}
+	n := 0
+	if c.worker != nil {
+		n = c.worker.Evict()
+	}
+	c.live.stopGossip()
+	c.log.Info("cluster: drained; this node left the membership and takes no work until it is undrained or restarts", "hosts_stopped", n)
 }
 
 // drainSelf asks the job masters to drain this worker before it stops

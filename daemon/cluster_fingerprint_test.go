@@ -80,7 +80,8 @@ func TestClusterFingerprintMismatchWarnedOnce(t *testing.T) {
 
 	var logs syncBuffer
 	c := &clusterNode{cfg: &pipeline.ClusterConfig{Node: "a"}, log: slog.New(slog.NewTextHandler(&logs, nil)), fingerprint: ours}
-	v := &liveView{c: c, m: a}
+	v := &liveView{c: c}
+	v.m.Store(a)
 	v.checkFingerprints()
 	v.checkFingerprints()
 	out := logs.String()

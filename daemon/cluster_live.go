@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/edgedio/edged/actors"
@@ -18,9 +19,10 @@ import (
 // gossip (cluster.gossip), and what the job masters last deployed on.
 type liveView struct {
 	c *clusterNode
-	// m is the membership; nil without cluster.gossip, when every
-	// configured node counts as alive.
-	m  *cluster.Membership
+	// m is the membership of the node's current (or, once it left, last)
+	// gossip run; nil without cluster.gossip, when every configured node
+	// counts as alive. Replaced by rejoin.
+	m  atomic.Pointer[cluster.Membership]
 	mu sync.Mutex // guards the fields below
 	// drained are nodes drained by the operator: they get no subtasks;
 	// left are those of them seen gone since (cluster_drain.go).
@@ -41,10 +43,22 @@ type liveView struct {
 	// deployed are the nodes of the latest deployment (master only).
 	deployed []string
 
+	// gossipMu serialises stopGossip and rejoin, and guards out, stop
+	// and stopOnce: stop ends the gossip run (its loop and what waits on
+	// the view); rejoin replaces stop and stopOnce once the loop of the
+	// run it ends has returned.
+	gossipMu sync.Mutex
+	// out is set while the node is out of the membership: it left it
+	// (drained) and has not rejoined.
+	out      bool
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
 }
+
+// membership returns the membership of the node's current or last gossip
+// run; nil without cluster.gossip.
+func (v *liveView) membership() *cluster.Membership { return v.m.Load() }
 
 // startGossip starts the node's membership and the loop that follows it.
 func (c *clusterNode) startGossip() error {
@@ -75,24 +89,27 @@ func (c *clusterNode) startGossip() error {
 	if err := m.Start(); err != nil {
 		return err
 	}
-	c.live.m = m
+	c.live.m.Store(m)
 	c.live.wg.Add(1)
-	go c.live.loop(peers, c.executions)
+	go c.live.loop(m, c.live.stop, peers, c.executions)
 	return nil
 }
 
 // stopGossip leaves the cluster gracefully and stops the loop.
 func (v *liveView) stopGossip() {
-	if v.m == nil {
+	v.gossipMu.Lock()
+	defer v.gossipMu.Unlock()
+	m := v.membership()
+	if m == nil {
 		return
 	}
 	v.stopOnce.Do(func() {
 		close(v.stop)
 		v.wg.Wait()
-		if err := v.m.Leave(time.Second); err != nil {
+		if err := m.Leave(time.Second); err != nil {
 			v.c.log.Warn("cluster: leave", "err", err)
 		}
-		if err := v.m.Shutdown(); err != nil {
+		if err := m.Shutdown(); err != nil {
 			v.c.log.Warn("cluster: gossip shutdown", "err", err)
 		}
 	})
@@ -101,11 +118,12 @@ func (v *liveView) stopGossip() {
 // alive returns the configured nodes the node sees alive, itself
 // included, in id order.
 func (v *liveView) alive() []string {
-	if v.m == nil {
+	mem := v.membership()
+	if mem == nil {
 		return v.c.cfg.Nodes()
 	}
 	seen := map[string]bool{v.c.cfg.Node: true}
-	for _, m := range v.m.Members() {
+	for _, m := range mem.Members() {
 		seen[m.ID] = true
 	}
 	var out []string
@@ -121,25 +139,26 @@ func (v *liveView) alive() []string {
 // node is seen; on the master, a change of the live set that the latest
 // deployment does not match redeploys every job (a dead node's subtasks
 // move to the live ones, a node that came back gets its own again); on a
-// worker, losing the majority stops every hosted task.
-func (v *liveView) loop(peers []string, jobs func() []*actors.Execution) {
+// worker, losing the majority stops every hosted task. m is the gossip
+// run's membership, stop its end.
+func (v *liveView) loop(m *cluster.Membership, stop <-chan struct{}, peers []string, jobs func() []*actors.Execution) {
 	defer v.wg.Done()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	size := len(v.c.cfg.Nodes())
 	for {
 		select {
-		case <-v.stop:
+		case <-stop:
 			return
 		case <-tick.C:
-			if len(v.m.Members()) < size {
+			if len(m.Members()) < size {
 				// A node that started before the others, or a side of a
 				// healed partition: join again through every peer, without
 				// waiting for peers that do not answer.
-				v.m.Rejoin(peers...)
+				m.Rejoin(peers...)
 			}
-		case <-v.m.Events():
-			evs := v.m.Drain()
+		case <-m.Events():
+			evs := m.Drain()
 			var what []string
 			for _, e := range evs {
 				what = append(what, e.Node.ID+" "+e.Kind.String())
@@ -151,12 +170,12 @@ func (v *liveView) loop(peers []string, jobs func() []*actors.Execution) {
 		switch w := v.c.worker; {
 		case v.c.isMaster():
 			v.follow(alive, jobs)
-		case w != nil && !cluster.HasQuorum(len(v.m.Reachable()), size):
+		case w != nil && !cluster.HasQuorum(len(m.Reachable()), size):
 			// Peers memberlist declared dead count as gone here before
 			// their death is confirmed: the majority places this node's
 			// work elsewhere only once it confirmed this node's.
 			if n := w.Evict(); n > 0 {
-				v.c.log.Warn("cluster: this node sees no majority; its tasks stopped", "alive", alive, "reachable", len(v.m.Reachable()), "size", size)
+				v.c.log.Warn("cluster: this node sees no majority; its tasks stopped", "alive", alive, "reachable", len(m.Reachable()), "size", size)
 			}
 		default:
 			v.maybeTakeOver(alive)
@@ -231,12 +250,13 @@ type pendingChange struct {
 // nodes (their last answer to this node's probes) until now: the
 // failover's detection time; 0 without gossip or an answer seen.
 func (v *liveView) detectionMS(now time.Time, dead ...string) float64 {
-	if v.m == nil {
+	m := v.membership()
+	if m == nil {
 		return 0
 	}
 	var last time.Time
 	for _, id := range dead {
-		if t, ok := v.m.LastSeen(id); ok && t.After(last) {
+		if t, ok := m.LastSeen(id); ok && t.After(last) {
 			last = t
 		}
 	}
@@ -423,7 +443,7 @@ func firstRecord(ctx context.Context, execs []*actors.Execution, limit time.Dura
 // the job masters refuse its deployments (actors.ErrPlanMismatch), so it
 // hosts nothing until its config matches.
 func (v *liveView) checkFingerprints() {
-	for _, m := range v.m.Members() {
+	for _, m := range v.membership().Members() {
 		if m.ID == v.c.cfg.Node || m.Fingerprint == "" || m.Fingerprint == v.c.fingerprint {
 			continue
 		}

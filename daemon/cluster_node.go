@@ -74,7 +74,6 @@ type clusterNode struct {
 	rb        *rebalancer
 	homesMu   sync.Mutex // guards homes
 	homes     map[string]jobHome
-	leaveOnce sync.Once
 }
 
 // executions returns the job masters' executions of the node.

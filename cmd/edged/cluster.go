@@ -19,11 +19,12 @@ import (
 const clusterUsage = `usage:
   edged cluster status [-json] [--addr host:port | -c <config>]
   edged cluster drain <node> [--addr host:port | -c <config>]
+  edged cluster undrain <node> [--addr host:port | -c <config>]
   edged cluster rebalance [--addr host:port | -c <config>]
 `
 
-// runCluster runs edged cluster <status|drain|rebalance> against the
-// node's REST API.
+// runCluster runs edged cluster <status|drain|undrain|rebalance> against
+// the node's REST API.
 func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprintf(stderr, "edged cluster: a subcommand is required\n%s", clusterUsage)
@@ -31,7 +32,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
-	case "status", "drain", "rebalance":
+	case "status", "drain", "undrain", "rebalance":
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, clusterUsage)
 		return exitOK
@@ -48,7 +49,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.StringVar(&c.Addr, "addr", "", "address of the node's REST API (default: -c's node.listen, else $"+addrEnv+", else "+daemon.DefaultListen+")")
 	fs.StringVar(&cfgPath, "c", "", "config file of the node, for its node.listen")
 	fs.StringVar(&cfgPath, "config", "", "config file (same as -c)")
-	fs.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the node (a drain or rebalance waits for the move; the node bounds it by its --stop-timeout)")
+	fs.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the node (a drain, undrain or rebalance waits for the move; the node bounds it by its --stop-timeout)")
 	fs.StringVar(&c.Token, "token", os.Getenv("EDGED_TOKEN"), "the node's API token (default $EDGED_TOKEN); needed when it listens on a non-loopback address")
 	if sub == "status" {
 		fs.BoolVar(&asJSON, "json", false, "print the node's GET /cluster answer as JSON")
@@ -58,14 +59,14 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return exitUsage
 	}
 	want := 0
-	if sub == "drain" {
+	if sub == "drain" || sub == "undrain" {
 		want = 1
 	}
 	if len(pos) != want {
 		if want == 0 {
 			fmt.Fprintf(stderr, "edged cluster %s: takes no arguments\n%s", sub, clusterUsage)
 		} else {
-			fmt.Fprintf(stderr, "edged cluster drain: a node id is required\n%s", clusterUsage)
+			fmt.Fprintf(stderr, "edged cluster %s: a node id is required\n%s", sub, clusterUsage)
 		}
 		return exitUsage
 	}
@@ -86,6 +87,11 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		var r daemon.ClusterActionResult
 		if r, err = c.Drain(ctx, pos[0]); err == nil {
 			fmt.Fprintf(stdout, "drained %s%s\n", pos[0], rebalanceSummary(r.Rebalance))
+		}
+	case "undrain":
+		var r daemon.ClusterActionResult
+		if r, err = c.Undrain(ctx, pos[0]); err == nil {
+			fmt.Fprintf(stdout, "undrained %s%s\n", pos[0], rebalanceSummary(r.Rebalance))
 		}
 	case "rebalance":
 		var r daemon.ClusterActionResult

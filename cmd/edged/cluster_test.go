@@ -23,9 +23,10 @@ import (
 // drains asked of it and refuses rebalances when refuse is set.
 type fakeCluster struct {
 	mu      sync.Mutex // guards the fields below
-	status  cluster.Status
-	drained []string
-	refuse  string
+	status    cluster.Status
+	drained   []string
+	undrained []string
+	refuse    string
 }
 
 func (f *fakeCluster) Status() cluster.Status {
@@ -40,6 +41,22 @@ func (f *fakeCluster) Drain(_ context.Context, node string) error {
 	f.drained = append(f.drained, node)
 	f.status.Rebalances = append(f.status.Rebalances, cluster.Rebalance{At: time.Now(), Trigger: cluster.TriggerDrain,
 		MovedKeyGroups: 64, BytesShipped: 3 << 20, PauseMS: map[string]float64{"window/1": 42, "window/0": 7}, Outcome: cluster.RebalanceDone})
+	return nil
+}
+
+// Undrain ends the drain of a node drained before, recording the join it
+// ran; a node not drained is refused as the daemon's cluster refuses it.
+func (f *fakeCluster) Undrain(_ context.Context, node string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	i := slices.Index(f.drained, node)
+	if i < 0 {
+		return fmt.Errorf("%w: node %q takes subtasks already", daemon.ErrNotDrained, node)
+	}
+	f.drained = slices.Delete(f.drained, i, i+1)
+	f.undrained = append(f.undrained, node)
+	f.status.Rebalances = append(f.status.Rebalances, cluster.Rebalance{At: time.Now(), Trigger: cluster.TriggerJoin,
+		MovedKeyGroups: 32, BytesShipped: 1 << 20, PauseMS: map[string]float64{"window/1": 9}, Outcome: cluster.RebalanceDone})
 	return nil
 }
 
@@ -222,10 +239,48 @@ func TestClusterUsageErrorsExit2(t *testing.T) {
 		{"cluster", "rebalance", "extra"},
 		{"cluster", "status", "--no-such-flag"},
 		{"cluster", "drain", "n1", "-json"},
+		{"cluster", "undrain"},
+		{"cluster", "undrain", "a", "b"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), args, &out, &errb); code != 2 {
 			t.Errorf("%q: exit %d, want 2; stderr:\n%s", args, code, errb.String())
 		}
+	}
+}
+
+// edged cluster undrain asks the node to end a node's drain and prints
+// the rebalance that moved it back in; a node not drained or unknown
+// exits 1 with the reason and the HTTP status.
+func TestClusterUndrainCommand(t *testing.T) {
+	f := &fakeCluster{status: clusterOfThree()}
+	addr := startClusterNode(t, f)
+	t.Setenv("EDGED_TOKEN", "t0k")
+	cli := func(args ...string) (string, string, int) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), append(args, "--addr", addr), &out, &errb)
+		return out.String(), errb.String(), code
+	}
+	if _, errs, code := cli("cluster", "undrain", "n2"); code != 1 || !strings.Contains(errs, "node not drained") || !strings.Contains(errs, "409") {
+		t.Fatalf("undrain of a node not drained: %d %s", code, errs)
+	}
+	if _, errs, code := cli("cluster", "drain", "n2"); code != 0 {
+		t.Fatalf("drain: %d %s", code, errs)
+	}
+	out, errs, code := cli("cluster", "undrain", "n2")
+	if code != 0 || out != "undrained n2: done, 32 key groups moved, 1.0 MiB shipped, longest pause 9ms (window/1)\n" {
+		t.Fatalf("cluster undrain: %d %q %s", code, out, errs)
+	}
+	f.mu.Lock()
+	undrained, drained := slices.Clone(f.undrained), slices.Clone(f.drained)
+	f.mu.Unlock()
+	if !slices.Equal(undrained, []string{"n2"}) || len(drained) != 0 {
+		t.Fatalf("undrained %v, drained %v", undrained, drained)
+	}
+	if _, errs, code := cli("cluster", "undrain", "n9"); code != 1 || !strings.Contains(errs, "unknown node") || !strings.Contains(errs, "404") {
+		t.Errorf("undrain of an unknown node: %d %s", code, errs)
+	}
+	if _, errs, code := cli("cluster", "undrain", "bad id"); code != 1 || !strings.Contains(errs, "400") {
+		t.Errorf("undrain of a malformed id: %d %s", code, errs)
 	}
 }

@@ -1,0 +1,164 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/cluster"
+	"github.com/edgedio/edged/internal/testutil"
+)
+
+// undrainNode is testClusterNode with b drained, a peer client whose
+// peers do not answer, and a rebalancer on a fake clock whose runs are
+// recorded instead of redeploying.
+func undrainNode(t *testing.T) (*clusterNode, *clockwork.FakeClock, chan cluster.Start) {
+	t.Helper()
+	c := testClusterNode(t, nil)
+	c.peers = &peerClient{cfg: c.cfg, http: &http.Client{}}
+	fc := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	runs := make(chan cluster.Start, 4)
+	c.rb.clock = fc
+	c.rb.exec = func(_ context.Context, s cluster.Start) error {
+		runs <- s
+		return nil
+	}
+	c.live.drained = map[string]bool{"b": true}
+	return c, fc, runs
+}
+
+// ownedBy counts the subtasks placement puts on node, over every job.
+func ownedBy(p map[string]map[actors.TaskKey]string, node string) int {
+	n := 0
+	for _, job := range p {
+		for _, at := range job {
+			if at == node {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// An undrain clears the drained mark, so that the placement gives the
+// node its subtasks again, and queues a join for it behind the
+// rebalance gate: the join waits for the settle delay like any join, the
+// caller gets the outcome of the rebalance it ran, and the membership
+// loop does not queue the node a second time.
+func TestUndrainQueuesJoin(t *testing.T) {
+	c, fc, runs := undrainNode(t)
+	before, err := c.room(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := ownedBy(before, "b"); n != 0 {
+		t.Fatalf("drained b placed %d subtasks", n)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Undrain(context.Background(), "b") }()
+	testutil.Eventually(t, 10*time.Second, "the undrain's join is queued", func() bool {
+		c.rb.gateMu.Lock()
+		defer c.rb.gateMu.Unlock()
+		return len(c.rb.waiters) == 1
+	})
+	c.live.mu.Lock()
+	drained, joining := c.live.drained["b"], c.live.joining["b"]
+	c.live.mu.Unlock()
+	if drained || !joining {
+		t.Fatalf("after the undrain: drained %v, joining %v", drained, joining)
+	}
+	// follow sees b placed and not deployed: it is joining already.
+	c.live.mu.Lock()
+	c.live.deployed = []string{"a", "c"}
+	c.live.mu.Unlock()
+	c.live.follow([]string{"a", "b", "c"}, c.executions)
+	// Before the settle delay, nothing runs.
+	fc.Advance(time.Second)
+	if c.rb.step(context.Background()) {
+		t.Fatal("the join ran before the settle delay")
+	}
+	fc.Advance(cluster.DefaultGateConfig().Settle)
+	if !c.rb.step(context.Background()) {
+		t.Fatal("the join did not run after the settle delay")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	s := <-runs
+	if triggerOf(s) != cluster.TriggerJoin || len(s.Drain) != 0 || len(s.Triggers) != 1 {
+		t.Fatalf("ran %+v, want one join", s)
+	}
+	select {
+	case s := <-runs:
+		t.Fatalf("a second rebalance ran: %+v", s)
+	default:
+	}
+	after, err := c.room(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := ownedBy(after, "b"); n != 4 {
+		t.Fatalf("undrained b placed %d subtasks, want its 4 (2 jobs x source and window)", n)
+	}
+}
+
+// An undrain of a node the cluster does not know, of one not drained, or
+// asked of a node that does not run the job masters is refused at once
+// and queues nothing.
+func TestUndrainRefused(t *testing.T) {
+	c, _, _ := undrainNode(t)
+	ctx := context.Background()
+	if err := c.Undrain(ctx, "x"); !errors.Is(err, cluster.ErrUnknownNode) || clusterStatusOf(err) != http.StatusNotFound {
+		t.Fatalf("undrain of x: %v", err)
+	}
+	if err := c.Undrain(ctx, "c"); !errors.Is(err, ErrNotDrained) || clusterStatusOf(err) != http.StatusConflict {
+		t.Fatalf("undrain of c: %v", err)
+	}
+	c.master = false
+	if err := c.Undrain(ctx, "b"); !errors.Is(err, cluster.ErrRefused) {
+		t.Fatalf("undrain asked of a worker: %v", err)
+	}
+	c.rb.gateMu.Lock()
+	n := len(c.rb.waiters)
+	c.rb.gateMu.Unlock()
+	c.live.mu.Lock()
+	drained := c.live.drained["b"]
+	c.live.mu.Unlock()
+	if n != 0 || !drained {
+		t.Fatalf("refused undrains queued %d requests; b drained %v", n, drained)
+	}
+}
+
+// A drained worker left; rejoining puts it back (here without gossip: it
+// only takes deployments again), once; it can then be drained and leave
+// again.
+func TestRejoinAfterLeave(t *testing.T) {
+	c := testClusterNode(t, nil)
+	c.master = false
+	if was, err := c.Rejoin(); was || err != nil {
+		t.Fatalf("rejoin of a node that never left: %v %v", was, err)
+	}
+	c.leave()
+	if !c.live.out {
+		t.Fatal("the node did not leave")
+	}
+	if c.live.markOut() {
+		t.Fatal("a second leave left again")
+	}
+	if was, err := c.Rejoin(); !was || err != nil || c.live.out {
+		t.Fatalf("rejoin: %v %v, out %v", was, err, c.live.out)
+	}
+	c.leave()
+	if !c.live.out {
+		t.Fatal("the rejoined node did not leave on its second drain")
+	}
+	if !slices.Equal(c.live.alive(), []string{"a", "b", "c"}) {
+		t.Fatalf("alive %v", c.live.alive())
+	}
+}
