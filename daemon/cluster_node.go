@@ -71,9 +71,9 @@ type clusterNode struct {
 
 	// rb queues and runs rebalances (cluster_drain.go); its loop runs on
 	// the master's node only.
-	rb        *rebalancer
-	homesMu   sync.Mutex // guards homes
-	homes     map[string]jobHome
+	rb      *rebalancer
+	homesMu sync.Mutex // guards homes
+	homes   map[string]jobHome
 }
 
 // executions returns the job masters' executions of the node.

@@ -22,7 +22,7 @@ import (
 // fakeCluster is a StatusProvider with a fixed status that records the
 // drains asked of it and refuses rebalances when refuse is set.
 type fakeCluster struct {
-	mu      sync.Mutex // guards the fields below
+	mu        sync.Mutex // guards the fields below
 	status    cluster.Status
 	drained   []string
 	undrained []string
