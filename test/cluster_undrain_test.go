@@ -1,0 +1,95 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edgedio/edged/internal/testutil"
+)
+
+// startDevices connects node i's devices again after stopDevices: its
+// share of the readings goes to it again.
+func (l *clusterLoad) startDevices(i int) {
+	m := l.members[i]
+	for k := range devicesPerNode {
+		opts := paho.NewClientOptions().AddBroker("tcp://" + m.brokerAddr).SetClientID(fmt.Sprintf("devices-%s-%d", m.id, k)).
+			SetCleanSession(true).SetAutoReconnect(false).SetWriteTimeout(5 * time.Second)
+		l.pubs[i] = append(l.pubs[i], connect(l.t, opts))
+	}
+	delete(l.down, i)
+}
+
+// A worker drained with `edged cluster drain b` under MQTT load (its
+// devices moved to the other nodes first) leaves the membership; `edged
+// cluster undrain b` then brings it back without a restart: it rejoins
+// the membership, the join the undrain queued moves its subtasks back to
+// it from a savepoint (its devices publish to it again once it owns its
+// split: the pipeline has no idle timeout, so its silent split would hold
+// the windows back), and every window stays exact.
+func TestClusterNodeUndrainedRejoins(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses")
+	}
+	maybeBurn(t)
+	members := startCluster(t, true)
+	a := members[0]
+	l := newClusterLoad(t, members)
+	client := &http.Client{Timeout: time.Second}
+	waitAllAlive(t, a, 3)
+	const n = 30_000
+	l.publish(0, n/4)
+	l.stopDevices(1)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cli := func(args ...string) string {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		cmd := exec.CommandContext(ctx, edgedBin, append(args, "--addr", a.apiAddr)...)
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		start := time.Now()
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("edged %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+		}
+		t.Logf("edged %s after %v: %s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), strings.TrimSpace(stdout.String()))
+		return stdout.String()
+	}
+	if out := cli("cluster", "drain", "b"); !strings.HasPrefix(out, "drained b: done,") {
+		t.Fatalf("edged cluster drain printed %q", out)
+	}
+	testutil.Eventually(t, 30*time.Second, "the master sees b left", func() bool {
+		s, err := a.rebalances(client)
+		return err == nil && s.state("b") == "left" && s.keyedOn("b") == 0
+	})
+	l.publish(n/4, n/2)
+
+	if out := cli("cluster", "undrain", "b"); !strings.HasPrefix(out, "undrained b: done,") {
+		t.Fatalf("edged cluster undrain printed %q", out)
+	}
+	s, err := a.rebalances(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.state("b") != "alive" || s.keyedOn("b") == 0 || len(s.Rebalances) == 0 || s.Rebalances[0].Trigger != "join" ||
+		s.Rebalances[0].Outcome != "done" || s.Rebalances[0].MovedKeyGroups == 0 {
+		t.Fatalf("after the undrain: b %s with %d keyed subtasks, rebalances %+v", s.state("b"), s.keyedOn("b"), s.Rebalances)
+	}
+	// Undrained again: refused.
+	var stderr bytes.Buffer
+	again := exec.CommandContext(ctx, edgedBin, "cluster", "undrain", "b", "--addr", a.apiAddr)
+	again.Stderr = &stderr
+	if err := again.Run(); err == nil || !strings.Contains(stderr.String(), "409") {
+		t.Fatalf("second undrain: %v %s", err, stderr.String())
+	}
+	l.startDevices(1)
+	l.publish(n/2, n)
+	l.finishChecked(n, 120*time.Second)
+}
