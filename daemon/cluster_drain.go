@@ -267,9 +267,9 @@ type roomCheck struct {
 // subtask on its home node when that is placed, else spread by
 // rendezvous hashing weighted by the nodes' cluster.weight, as
 // liveView.update does) must put no more keyed subtasks on a node than its
-// capacity. It returns that placement, by job,
-// and its keyed subtasks per node, or an error wrapping cluster.ErrRefused
-// or cluster.ErrOverCapacity with the reason.
+// capacity. It returns that placement, by job, and its keyed subtasks per
+// node, or an error wrapping cluster.ErrRefused or cluster.ErrOverCapacity
+// with the reason.
 func checkRoom(rc roomCheck) (map[string]int, map[string]map[actors.TaskKey]string, error) {
 	var remaining []string
 	for _, id := range rc.alive {

@@ -113,6 +113,13 @@ func (c *clusterNode) Rejoin() (bool, error) {
 		return false, nil
 	}
 	if v.membership() != nil {
+		select {
+		case <-v.stop:
+		default:
+			// leave marked the node out and has not stopped its gossip
+			// run yet.
+			return false, fmt.Errorf("%w: rejoin: node %q is still leaving the membership", cluster.ErrRefused, v.c.cfg.Node)
+		}
 		// The loop of the run that ended has returned (stopGossip waited
 		// for it): nothing reads stop now.
 		v.stop = make(chan struct{})
