@@ -27,11 +27,13 @@ import (
 // them in an epoch above every epoch it saw, numbering checkpoints above
 // every id a master triggered on it.
 //
-// Leadership then stays where it is until that node dies: a node that
-// starts asks its peers which node leads, and follows the leader they
-// name; only when none names another does the lowest id lead. A node that
-// comes back so never runs a job while another node is master; it joins
-// as a worker and gets its subtasks back by the master's rebalance.
+// A node that starts asks its peers which node leads, and follows the
+// leader they name; only when none names another does the lowest id
+// lead. A node that comes back so never runs a job while another node is
+// master; it joins as a worker and gets its subtasks back by the master's
+// rebalance. Once it has been up for the settle delay and has caught up,
+// the leader hands the leadership back to it (cluster_handback.go), so
+// that the lowest id among the members the majority sees leads.
 
 // leaderState is what a node knows of the leader.
 type leaderState struct {
@@ -42,8 +44,12 @@ type leaderState struct {
 	// node that followed a leader takes over from it (at a first start,
 	// the lowest node may merely not be up yet).
 	followed bool
-	// took is set once this node took over as leader.
+	// took is set while this node leads after taking over (from a dead
+	// leader, or by a hand-back).
 	took bool
+	// stepped is set once this node handed the leadership over: from
+	// then on only took makes it the leader, whatever it started as.
+	stepped bool
 	// stopped is set on shutdown: no takeover starts after it.
 	stopped bool
 	// nextCheckpoint is the lowest checkpoint id of the jobs this node
@@ -66,12 +72,9 @@ func (c *clusterNode) leader() string {
 // isMaster reports whether the node runs the job masters: it started as
 // the leader or took over.
 func (c *clusterNode) isMaster() bool {
-	if c.master {
-		return true
-	}
 	c.lead.mu.Lock()
 	defer c.lead.mu.Unlock()
-	return c.lead.took
+	return c.master && !c.lead.stepped || c.lead.took
 }
 
 // followed records a deployment of the leader master.

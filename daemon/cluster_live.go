@@ -150,7 +150,10 @@ func (v *liveView) loop(peers []string, jobs func() []*actors.Execution) {
 		alive := v.alive()
 		switch w := v.c.worker; {
 		case v.c.isMaster():
-			v.follow(alive, jobs)
+			if !v.c.handing.Load() {
+				v.follow(alive, jobs)
+				v.maybeHandBack(alive)
+			}
 		case w != nil && !cluster.HasQuorum(len(v.m.Reachable()), size):
 			// Peers memberlist declared dead count as gone here before
 			// their death is confirmed: the majority places this node's
