@@ -146,7 +146,7 @@ func (d *handbackDecider) decide(now time.Time, self string, alive []string, siz
 		return "", ""
 	}
 	if now.Before(d.next) {
-		return "", fmt.Sprintf("damping: next hand-back attempt in %v", d.next.Sub(now).Round(time.Millisecond))
+		return "", fmt.Sprintf("damping: %v between hand-back attempts", d.interval)
 	}
 	for _, id := range lower {
 		r, ok := d.up[id]
@@ -154,8 +154,7 @@ func (d *handbackDecider) decide(now time.Time, self string, alive []string, siz
 			return id, ""
 		}
 	}
-	r := d.up[lower[0]]
-	return "", fmt.Sprintf("node %s settling: up %v of %v", lower[0], now.Sub(r.since).Round(time.Millisecond), d.settleOf(lower[0]))
+	return "", fmt.Sprintf("node %s settling: it must be up for %v in one run", lower[0], d.settleOf(lower[0]))
 }
 
 // attempt records that a hand-back starts at now.
@@ -189,8 +188,11 @@ type handback struct {
 	dec     *handbackDecider
 	running bool
 	waiting string
-	records []cluster.Handback
-	total   int64
+	// queuedAt is when the pending hand-back was first decided: only
+	// checkpoints triggered before it hold it.
+	queuedAt time.Time
+	records  []cluster.Handback
+	total    int64
 
 	// stop stops every job of the node with a savepoint and returns the
 	// savepoints' checkpoint ids by job; on error it has stopped nothing
@@ -252,9 +254,12 @@ func (v *liveView) boots() map[string]string {
 	return out
 }
 
-// handbackBusy returns why a hand-back must wait now: a failover in
-// progress, a rebalance queued, a checkpoint in progress; "" if none.
-func (c *clusterNode) handbackBusy(now time.Time) string {
+// handbackBusy returns why a hand-back queued at since must wait: a
+// failover in progress, a rebalance queued, a checkpoint triggered
+// before since in progress (later ones do not hold it: at a short
+// interval they would starve it; its savepoint runs beside them); "" if
+// none.
+func (c *clusterNode) handbackBusy(since time.Time) string {
 	v := c.live
 	v.mu.Lock()
 	failover := v.pending != nil
@@ -265,7 +270,7 @@ func (c *clusterNode) handbackBusy(now time.Time) string {
 		return "a failover is in progress"
 	case queued:
 		return "a rebalance is queued"
-	case c.checkpointing(now):
+	case c.checkpointing(since):
 		return "a checkpoint is in progress"
 	}
 	return ""
@@ -281,7 +286,6 @@ func (v *liveView) maybeHandBack(alive []string) {
 		return
 	}
 	now := time.Now()
-	busy := c.handbackBusy(now)
 	h.mu.Lock()
 	h.dec.observe(now, v.boots())
 	if h.running {
@@ -289,8 +293,16 @@ func (v *liveView) maybeHandBack(alive []string) {
 		return
 	}
 	target, waiting := h.dec.decide(now, c.cfg.Node, alive, len(c.cfg.Nodes()))
-	if target != "" && busy != "" {
-		target, waiting = "", fmt.Sprintf("hand-back to %s queued: %s", target, busy)
+	if target == "" {
+		h.queuedAt = time.Time{}
+	} else if h.queuedAt.IsZero() {
+		h.queuedAt = now
+	}
+	queuedAt := h.queuedAt
+	if target != "" {
+		if busy := c.handbackBusy(queuedAt); busy != "" {
+			target, waiting = "", fmt.Sprintf("hand-back to %s queued: %s", target, busy)
+		}
 	}
 	if waiting != h.waiting && waiting != "" {
 		c.log.Info("cluster: hand-back waits", "waiting", waiting)
@@ -301,6 +313,7 @@ func (v *liveView) maybeHandBack(alive []string) {
 		return
 	}
 	h.running = true
+	h.queuedAt = time.Time{}
 	h.dec.attempt(now)
 	h.mu.Unlock()
 	v.wg.Add(1)
@@ -308,7 +321,7 @@ func (v *liveView) maybeHandBack(alive []string) {
 		defer v.wg.Done()
 		ctx, cancel := v.stopCtx(handbackTimeout)
 		defer cancel()
-		err := c.handBack(ctx, target)
+		err := c.handBack(ctx, target, queuedAt)
 		h.mu.Lock()
 		h.running = false
 		h.dec.done(time.Now(), err)
@@ -346,9 +359,10 @@ func (c *clusterNode) latestCheckpoints() map[string]uint64 {
 	return out
 }
 
-// handBack hands the leadership to target (see the steps above). It
-// returns an error wrapping errHandbackNotReady when it did not start.
-func (c *clusterNode) handBack(ctx context.Context, target string) error {
+// handBack hands the leadership to target (see the steps above), queued
+// at since. It returns an error wrapping errHandbackNotReady when it did
+// not start.
+func (c *clusterNode) handBack(ctx context.Context, target string, since time.Time) error {
 	h := c.hb
 	start := time.Now()
 	log := c.log.With("to", target)
@@ -372,7 +386,7 @@ func (c *clusterNode) handBack(ctx context.Context, target string) error {
 		return fmt.Errorf("%w: a rebalance is in progress", errHandbackNotReady)
 	}
 	defer c.redeployMu.Unlock()
-	if busy := c.handbackBusy(time.Now()); busy != "" || !c.isMaster() {
+	if busy := c.handbackBusy(since); busy != "" || !c.isMaster() {
 		log.Info("cluster: hand-back: not now", "busy", busy, "leads", c.isMaster())
 		return fmt.Errorf("%w: %s", errHandbackNotReady, busy)
 	}

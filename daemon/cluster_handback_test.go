@@ -302,7 +302,7 @@ func TestHandbackBetweenNodes(t *testing.T) {
 	}
 	// b's latest checkpoint is not on a: no hand-back starts.
 	b.commit(t, 5, false, false)
-	err := b.handBack(context.Background(), "a")
+	err := b.handBack(context.Background(), "a", time.Now())
 	if !errors.Is(err, errHandbackNotReady) || b.stopped != 0 {
 		t.Fatalf("hand-back to a node that has not caught up: %v, %d stops", err, b.stopped)
 	}
@@ -325,6 +325,20 @@ func TestHandbackBetweenNodes(t *testing.T) {
 			}
 		}
 	})
+	// Gate-queued: not while a failover is in progress.
+	b.live.mu.Lock()
+	b.live.pending = &pendingChange{at: time.Now(), dead: "c"}
+	b.live.mu.Unlock()
+	b.live.maybeHandBack([]string{"a", "b", "c"})
+	b.hb.mu.Lock()
+	waiting, running := b.hb.waiting, b.hb.running
+	b.hb.mu.Unlock()
+	if running || !strings.Contains(waiting, "failover") {
+		t.Fatalf("hand-back beside a failover: running %v, waiting %q", running, waiting)
+	}
+	b.live.mu.Lock()
+	b.live.pending = nil
+	b.live.mu.Unlock()
 	b.live.maybeHandBack([]string{"a", "b", "c"})
 	testutil.Eventually(t, 10*time.Second, "a took over from b", func() bool {
 		tk := a.takeovers()
@@ -382,7 +396,7 @@ func TestHandbackFailureLeavesTheLeader(t *testing.T) {
 	b.stop = func(ctx context.Context) (map[string]snapshot.ID, bool, error) {
 		return nil, false, errors.New("savepoint declined")
 	}
-	if err := b.handBack(context.Background(), "a"); !errors.Is(err, ErrHandback) || !b.isMaster() || len(b.takeovers()) != 0 {
+	if err := b.handBack(context.Background(), "a", time.Now()); !errors.Is(err, ErrHandback) || !b.isMaster() || len(b.takeovers()) != 0 {
 		t.Fatalf("failed savepoint: %v, master %v, resumed %v", err, b.isMaster(), b.takeovers())
 	}
 	b.stop = func(ctx context.Context) (map[string]snapshot.ID, bool, error) {
@@ -392,7 +406,7 @@ func TestHandbackFailureLeavesTheLeader(t *testing.T) {
 	a.lead.mu.Lock()
 	a.lead.id = "c"
 	a.lead.mu.Unlock()
-	err := b.handBack(context.Background(), "a")
+	err := b.handBack(context.Background(), "a", time.Now())
 	if !errors.Is(err, ErrHandback) || !strings.Contains(err.Error(), "follows") {
 		t.Fatalf("refused hand-back: %v", err)
 	}

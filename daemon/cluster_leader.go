@@ -220,10 +220,11 @@ func (v *liveView) maybeTakeOver(alive []string) {
 	}()
 }
 
-// takeOver makes this node the job masters' node after the leader dead
-// died: its worker's tasks stop, and every pipeline starts here as a job
-// master restored from the newest snapshot the node can complete.
-func (n *node) takeOver(dead string, pipelines []pipeline.PipelineConfig) error {
+// takeOver makes this node the job masters' node after the leader from
+// died (or handed the leadership back to it): its worker's tasks stop,
+// and every pipeline starts here as a job master restored from the
+// newest snapshot the node can complete.
+func (n *node) takeOver(from string, pipelines []pipeline.PipelineConfig) error {
 	c := n.cluster
 	if c.worker != nil {
 		c.worker.Evict()
@@ -273,7 +274,7 @@ func (n *node) takeOver(dead string, pipelines []pipeline.PipelineConfig) error 
 		n.addJob(j)
 		n.late.Go(func() { n.watch(j) })
 	}
-	c.log.Info("cluster: took over the job masters", "dead", dead, "epoch_base", base, "next_checkpoint", uint64(c.nextCheckpoint()))
+	c.log.Info("cluster: took over the job masters", "from", from, "epoch_base", base, "next_checkpoint", uint64(c.nextCheckpoint()))
 	if len(failed) > 0 {
 		return fmt.Errorf("cluster: takeover: %v", failed)
 	}

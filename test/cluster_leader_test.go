@@ -2,7 +2,10 @@ package test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +22,18 @@ type leaderStatus struct {
 		RestoreMS     float64 `json:"restore_ms"`
 		FirstRecordMS float64 `json:"first_record_ms"`
 	} `json:"failovers"`
+	Handbacks []struct {
+		From        string            `json:"from"`
+		To          string            `json:"to"`
+		Epoch       uint64            `json:"epoch"`
+		Savepoints  map[string]uint64 `json:"savepoints"`
+		SavepointMS float64           `json:"savepoint_ms"`
+		ReplicateMS float64           `json:"replicate_ms"`
+		TakeoverMS  float64           `json:"takeover_ms"`
+		RestoreMS   float64           `json:"restore_ms"`
+		Outcome     string            `json:"outcome"`
+		Error       string            `json:"error"`
+	} `json:"handbacks"`
 	Replicas []struct {
 		Checkpoint int64 `json:"checkpoint"`
 		Files      []struct {
@@ -64,9 +79,12 @@ func (m *clusterMember) jobMasters(client *http.Client) (int, error) {
 // metadata and files the cluster replicated (a's own state files
 // included), places a's subtasks on b and c, and deploys in a newer
 // epoch. Every window stays exact, no result id twice. Node a then comes
-// back: it follows b (leadership stays where it is), never runs a job
-// master, gets its subtasks back by b's rebalance, and the windows after
-// are exact too.
+// back: it follows b at first, and once it has been up for the settle
+// delay and caught up, b hands the leadership back to it under load (a
+// savepoint, then a restores it in a newer epoch): a runs the job master
+// again, b and c none; the windows after are exact too, and no poll of
+// any node's GET /cluster ever saw two nodes each say it leads, nor a
+// node's epoch go backward.
 func TestClusterLeaderKilledExactTotals(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with three subprocesses and SIGKILL")
@@ -89,7 +107,7 @@ func TestClusterLeaderKilledExactTotals(t *testing.T) {
 		return alive == 3 && s.Leader == "a" && s.keyedOn("a") > 0
 	})
 
-	const n1, n2, n3 = 15_000, 30_000, 45_000
+	const n1, n2, n3 = 15_000, 30_000, 60_000
 	l.publish(0, n1)
 	// Everything node a acknowledged is covered by completed checkpoints
 	// before the kill: the takeover must not need a's disk.
@@ -138,27 +156,70 @@ func TestClusterLeaderKilledExactTotals(t *testing.T) {
 	}
 	checkExactWindows(t, l.col, windows)
 
-	// Node a comes back as a worker of b's job masters.
+	// Node a comes back: it follows b first (b's job masters move its
+	// subtasks back to it), and once it has been up for the settle delay
+	// and has caught up, b hands the leadership back to it, under load:
+	// b stops the job with a savepoint, a restores it in a newer epoch.
 	a.readyFn = func(client *http.Client) bool {
 		_, err := a.hosted(client)
 		return err == nil && brokerUp(a.brokerAddr)
 	}
+	restarted := time.Now()
 	l.restart(0)
-	testutil.Eventually(t, 60*time.Second, "node a follows b and owns key groups again", func() bool {
-		s, err := b.leaderStatus(client)
-		if err != nil || s.Leader != "b" || s.keyedOn("a") == 0 {
+	lp := startLeaderPoller(t, members)
+	from := n2 + 2*tail
+	const chunk = 300
+	handedBack := func() bool {
+		for _, m := range members {
+			s, err := m.leaderStatus(client)
+			if err != nil || s.Leader != "a" {
+				return false
+			}
+		}
+		sb, err := b.leaderStatus(client)
+		if err != nil {
 			return false
 		}
-		sa, err := a.leaderStatus(client)
-		return err == nil && sa.Leader == "b"
-	})
-	if n, err := a.jobMasters(client); err != nil || n != 0 {
-		t.Fatalf("node a runs %d job masters (%v) while b leads", n, err)
+		for _, h := range sb.Handbacks {
+			if h.From == "b" && h.To == "a" && h.Outcome == "done" {
+				return true
+			}
+		}
+		return false
 	}
-	l.publish(n2+2*tail, n3)
+	for !handedBack() {
+		if time.Since(restarted) > 90*time.Second || from+chunk > n3 {
+			t.Fatalf("b did not hand the leadership back to a within 90 s (%d readings published)\n%s", from-n2-2*tail, clusterLines(b.logTail()))
+		}
+		l.publish(from, from+chunk)
+		from += chunk
+		testutil.Within(time.Second, handedBack)
+	}
+	t.Logf("hand-back %v after a's restart, %d readings published meanwhile", time.Since(restarted).Round(time.Millisecond), from-n2-2*tail)
+	testutil.Eventually(t, 60*time.Second, "a runs the job master and owns key groups; b and c run none", func() bool {
+		s, err := a.leaderStatus(client)
+		if err != nil || s.keyedOn("a") == 0 {
+			return false
+		}
+		na, err1 := a.jobMasters(client)
+		nb, err2 := b.jobMasters(client)
+		nc, err3 := c.jobMasters(client)
+		return err1 == nil && err2 == nil && err3 == nil && na == 1 && nb == 0 && nc == 0
+	})
+	l.publish(from, n3)
 	l.finish(n3, 120*time.Second)
-	if n, err := a.jobMasters(client); err != nil || n != 0 {
-		t.Fatalf("node a runs %d job masters (%v) while b leads", n, err)
+	lp.check(t)
+	sb, err := b.leaderStatus(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range sb.Handbacks {
+		t.Logf("hand-back: %+v", h)
+	}
+	if os.Getenv("EDGED_E2E_KEEP_LOGS") != "" {
+		for _, m := range members {
+			keepLog(t, m)
+		}
 	}
 	// The takeover's durations are measured: a's last answer to b's
 	// probes until b saw it dead, and b restored the job and took records
@@ -176,4 +237,90 @@ func TestClusterLeaderKilledExactTotals(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// leaderPoller polls every member's GET /cluster until the test ends:
+// the nodes that say they lead in each round (read in id order, so that a
+// hand-back to a lower node cannot look like two leaders), and each
+// node's epoch.
+type leaderPoller struct {
+	members []*clusterMember
+	stop    chan struct{}
+	done    chan struct{}
+	mu      sync.Mutex
+	rounds  int
+	two     []string // rounds with two self-declared leaders
+	back    []string // epochs that went backward
+}
+
+func startLeaderPoller(t *testing.T, members []*clusterMember) *leaderPoller {
+	p := &leaderPoller{members: members, stop: make(chan struct{}), done: make(chan struct{})}
+	go p.run()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *leaderPoller) close() {
+	select {
+	case <-p.stop:
+	default:
+		close(p.stop)
+	}
+	<-p.done
+}
+
+func (p *leaderPoller) run() {
+	defer close(p.done)
+	client := &http.Client{Timeout: 500 * time.Millisecond}
+	epochs := map[string]uint64{}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var leading []string
+		for _, m := range p.members {
+			s, err := m.leaderStatus(client)
+			if err != nil {
+				continue
+			}
+			if s.Leader == m.id {
+				leading = append(leading, m.id)
+			}
+			p.mu.Lock()
+			if s.Epoch != 0 && s.Epoch < epochs[m.id] {
+				p.back = append(p.back, fmt.Sprintf("node %s: epoch %d after %d", m.id, s.Epoch, epochs[m.id]))
+			}
+			epochs[m.id] = max(epochs[m.id], s.Epoch)
+			p.mu.Unlock()
+		}
+		p.mu.Lock()
+		p.rounds++
+		if len(leading) > 1 {
+			p.two = append(p.two, fmt.Sprintf("%v at %s", leading, time.Now().Format("15:04:05.000")))
+		}
+		p.mu.Unlock()
+		select {
+		case <-p.stop:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// check stops the poller and fails the test if it ever saw two leaders
+// or an epoch going backward.
+func (p *leaderPoller) check(t *testing.T) {
+	t.Helper()
+	p.close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.rounds < 10 {
+		t.Fatalf("only %d poll rounds", p.rounds)
+	}
+	if len(p.two) > 0 {
+		t.Fatalf("two nodes said they lead at once in %d of %d rounds: %v", len(p.two), p.rounds, p.two)
+	}
+	if len(p.back) > 0 {
+		t.Fatalf("epochs went backward: %v", p.back)
+	}
+	t.Logf("%d poll rounds of every node: one leader at a time", p.rounds)
 }
