@@ -218,8 +218,10 @@ type Handback struct {
 	// RestoreMS is, on the new leader, from the message until every job
 	// ran again.
 	RestoreMS float64 `json:"restore_ms"`
-	// Outcome is "done", "failed" (the old leader leads on) or
-	// "unknown" (the new leader did not answer; the old one follows it).
+	// Outcome is "done", "failed" (the old leader leads on),
+	// "unknown" (the new leader did not answer; the old one follows it)
+	// or "yielded" (two nodes led at once after a restart the others had
+	// not seen; From cancelled its jobs and follows To).
 	Outcome string `json:"outcome"`
 	// Error is why it failed.
 	Error string `json:"error,omitempty"`

@@ -200,6 +200,12 @@ type handback struct {
 	stop func(ctx context.Context) (map[string]snapshot.ID, bool, error)
 	// drop forgets the node's stopped jobs.
 	drop func()
+	// cancel cancels every job of the node (a leader that yields).
+	cancel func(ctx context.Context)
+	// polling is set while the leader asks its peers whether one leads
+	// too; polled is when it last did.
+	polling bool
+	polled  time.Time
 }
 
 func newHandback(cfg handbackConfig) *handback {
@@ -759,4 +765,143 @@ func (n *node) dropJobs() {
 	defer n.jobsMu.Unlock()
 	n.jobs = nil
 	n.byName = map[string]*job{}
+}
+
+// Two leaders at once can only follow a leader's restart that its peers
+// had not seen when it asked them who leads (see askLeader): it leads
+// again, and a peer that then sees its old run dead takes over. Each
+// refuses the other's deployments, so no job runs on either. The leader
+// polls its peers (every splitPoll): a peer that says it leads itself is
+// another leader, and the one of the two whose newest snapshots are the
+// newer keeps leading (with equal ones, the lower id): the other cancels
+// its jobs (none of them could deploy) and follows it. The lower node
+// then gets the leadership back by a hand-back.
+
+// splitPoll is how often a leader asks its peers whether one of them
+// leads too.
+const splitPoll = 2 * time.Second
+
+// splitWinner returns which of two leaders, self and other, keeps
+// leading, given the newest snapshot each has the metadata of, by job:
+// the one whose snapshots are newer for every job where they differ;
+// with equal ones, or newer ones on both sides, the lower id.
+func splitWinner(self, other string, ours, theirs map[string]uint64) string {
+	var oursNewer, theirsNewer bool
+	for _, job := range slices.Sorted(maps.Keys(ours)) {
+		switch {
+		case ours[job] > theirs[job]:
+			oursNewer = true
+		case ours[job] < theirs[job]:
+			theirsNewer = true
+		}
+	}
+	for job, id := range theirs {
+		if _, ok := ours[job]; !ok && id > 0 {
+			theirsNewer = true
+		}
+	}
+	switch {
+	case oursNewer && !theirsNewer:
+		return self
+	case theirsNewer && !oursNewer:
+		return other
+	}
+	return min(self, other)
+}
+
+// maybeYield asks the live peers, at most every splitPoll, whether one
+// of them leads too, and yields to it if the split rule says so; called
+// by the membership loop on the leader.
+func (v *liveView) maybeYield(alive []string) {
+	c := v.c
+	h := c.hb
+	if h == nil || h.cancel == nil {
+		return
+	}
+	now := time.Now()
+	h.mu.Lock()
+	if h.running || h.polling || now.Sub(h.polled) < splitPoll {
+		h.mu.Unlock()
+		return
+	}
+	h.polling, h.polled = true, now
+	h.mu.Unlock()
+	v.wg.Add(1)
+	go func() {
+		defer v.wg.Done()
+		defer func() {
+			h.mu.Lock()
+			h.polling = false
+			h.mu.Unlock()
+		}()
+		ctx, cancel := v.stopCtx(10 * time.Second)
+		defer cancel()
+		for _, peer := range alive {
+			if peer == c.cfg.Node {
+				continue
+			}
+			w, err := c.peers.workerStatus(ctx, peer)
+			if err != nil || w.Master != peer {
+				continue
+			}
+			if c.yield(ctx, peer, w.Checkpoints) {
+				return
+			}
+		}
+	}()
+}
+
+// yield settles a split with other, which leads too and has the newest
+// snapshots theirs: when the rule makes other the leader, this node
+// cancels its jobs and follows it. It reports whether it yielded.
+func (c *clusterNode) yield(ctx context.Context, other string, theirs map[string]uint64) bool {
+	ours := c.latestCheckpoints()
+	winner := splitWinner(c.cfg.Node, other, ours, theirs)
+	log := c.log.With("other", other)
+	if winner == c.cfg.Node {
+		log.Warn("cluster: another node leads too; it yields to this one (newer snapshots, or a lower id)", "ours", ours, "theirs", theirs)
+		return false
+	}
+	if !c.redeployMu.TryLock() {
+		return false
+	}
+	defer c.redeployMu.Unlock()
+	h := c.hb
+	h.mu.Lock()
+	if h.running || !c.isMaster() {
+		h.mu.Unlock()
+		return false
+	}
+	h.running = true
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.running = false
+		h.mu.Unlock()
+	}()
+	c.handing.Store(true)
+	defer c.handing.Store(false)
+	start := time.Now()
+	log.Warn("cluster: another node leads too; this node yields to it (its snapshots are newer, or its id lower): cancelling the jobs", "ours", ours, "theirs", theirs)
+	h.cancel(ctx)
+	c.stepDown(other)
+	h.record(cluster.Handback{At: start, From: c.cfg.Node, To: other, Epoch: c.highestEpoch(), Outcome: "yielded",
+		Error: fmt.Sprintf("two leaders: this node's newest snapshots %v, %s's %v", ours, other, theirs)})
+	log.Info("cluster: yielded; this node follows the other leader", "took", time.Since(start))
+	return true
+}
+
+// cancelJobs cancels every running job of the node and waits for each to
+// end (or ctx).
+func (n *node) cancelJobs(ctx context.Context) {
+	for _, j := range n.jobList() {
+		if j.snapshot().Status != StatusRunning {
+			continue
+		}
+		j.cancel()
+		select {
+		case <-j.run.Done():
+		case <-ctx.Done():
+		}
+	}
 }

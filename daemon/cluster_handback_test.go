@@ -430,3 +430,76 @@ func TestHandbackFailureLeavesTheLeader(t *testing.T) {
 		t.Fatalf("interval after a failure %v", interval)
 	}
 }
+
+// Of two leaders, the one whose newest snapshots are newer keeps leading;
+// with equal ones, or each newer for some job, the lower id.
+func TestSplitWinner(t *testing.T) {
+	for _, tc := range []struct {
+		ours, theirs map[string]uint64
+		want         string
+	}{
+		{map[string]uint64{"j": 5}, map[string]uint64{"j": 5}, "a"},
+		{map[string]uint64{"j": 9}, map[string]uint64{"j": 5}, "b"},
+		{map[string]uint64{"j": 5}, map[string]uint64{"j": 9}, "a"},
+		{map[string]uint64{"j": 5, "k": 1}, map[string]uint64{"j": 5, "k": 2}, "a"},
+		{map[string]uint64{"j": 6, "k": 1}, map[string]uint64{"j": 5, "k": 2}, "a"},
+		{map[string]uint64{}, map[string]uint64{"j": 1}, "a"},
+		{map[string]uint64{"j": 1}, map[string]uint64{}, "b"},
+	} {
+		if got := splitWinner("b", "a", tc.ours, tc.theirs); got != tc.want {
+			t.Errorf("b %v, a %v: %q leads, want %q", tc.ours, tc.theirs, got, tc.want)
+		}
+	}
+}
+
+// Two nodes lead at once (a restarted leader, and the node that took over
+// from its old run): the one with the newer snapshots keeps leading; with
+// equal ones the lower id; the other cancels its jobs and follows it.
+func TestSplitLeaderYields(t *testing.T) {
+	nodes := handbackCluster(t)
+	a, b := nodes["a"], nodes["b"]
+	a.master, a.lead.id = true, "a"
+	var cancelled atomic.Int32
+	for _, n := range []*handbackNode{a, b} {
+		n.hb.cancel = func(context.Context) { cancelled.Add(1) }
+	}
+	// b's newest checkpoint is not on a: b keeps leading.
+	b.commit(t, 7, false, false)
+	b.live.maybeYield([]string{"a", "b", "c"})
+	b.live.wg.Wait()
+	if w, err := b.peers.workerStatus(context.Background(), "a"); err != nil || w.Master != "a" {
+		t.Fatalf("a says it follows %q (%v): no split", w.Master, err)
+	}
+	if !b.isMaster() || cancelled.Load() != 0 {
+		t.Fatalf("b with newer snapshots yielded: master %v, %d cancels", b.isMaster(), cancelled.Load())
+	}
+	// a gets it too: equal, the lower id leads; b yields.
+	if err := b.rep.publish(context.Background(), b.seen.Load(), mustLatest(t, b)); err != nil {
+		t.Fatal(err)
+	}
+	b.hb.mu.Lock()
+	b.hb.polled = time.Time{}
+	b.hb.mu.Unlock()
+	b.live.maybeYield([]string{"a", "b", "c"})
+	b.live.wg.Wait()
+	if b.isMaster() || b.leader() != "a" || !a.isMaster() || cancelled.Load() != 1 {
+		t.Fatalf("after the split: b master %v follows %q, a master %v, %d cancels", b.isMaster(), b.leader(), a.isMaster(), cancelled.Load())
+	}
+	recs, _ := b.hb.status()
+	if len(recs) != 1 || recs[0].Outcome != "yielded" || recs[0].To != "a" {
+		t.Fatalf("records %+v", recs)
+	}
+}
+
+func mustLatest(t *testing.T, h *handbackNode) *snapshot.Metadata {
+	t.Helper()
+	s, err := h.rep.store(handbackJob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mds, err := s.Completed()
+	if err != nil || len(mds) == 0 {
+		t.Fatalf("completed: %v, %v", mds, err)
+	}
+	return mds[0]
+}

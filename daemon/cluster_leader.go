@@ -122,24 +122,50 @@ func chooseLeader(lowest string, named []string) string {
 	return out
 }
 
-// restartGrace is how long a node that restarted while it led waits
-// before it asks its peers again: time for them to see it die (about 1 s
-// with the device profile) and for one of them to take over.
-const restartGrace = 3 * time.Second
+// restartGrace returns how long a node that restarted while it led waits
+// at most, asking its peers every restartPoll, for them to see it die
+// and one of them to take over: about three times the failure detection
+// of the membership profile (about 1 s with "device", 5–6 s with "lan").
+// Its own gossip starts only after the wait, so that its peers do see its
+// old run die.
+func restartGrace(profile string) time.Duration {
+	if cluster.Profile(profile) == cluster.ProfileLAN {
+		return 15 * time.Second
+	}
+	return 3 * time.Second
+}
+
+// restartPoll is how often a restarted leader asks its peers again.
+const restartPoll = 500 * time.Millisecond
 
 // askLeader returns the leader the node follows at start: the one its
 // peers name (see chooseLeader). A peer that names this node followed it
-// before it restarted: if it died long enough for a peer to take over, the
-// peers name that one after restartGrace; if not, it leads again.
+// before it restarted: the node asks again until a peer names another
+// leader (one took over) or restartGrace passed; then it leads again.
 func (c *clusterNode) askLeader(ctx context.Context) string {
 	named, self := c.namedLeaders(ctx)
 	if self && len(named) == 0 {
-		c.log.Info("cluster: the peers still follow this node; waiting for them to see it restarted", "wait", restartGrace)
-		select {
-		case <-time.After(restartGrace):
-		case <-ctx.Done():
+		grace := restartGrace(c.cfg.Profile)
+		c.log.Info("cluster: the peers still follow this node; waiting for them to see it restarted", "wait", grace)
+		start := time.Now()
+		deadline := time.NewTimer(grace)
+		defer deadline.Stop()
+		tick := time.NewTicker(restartPoll)
+		defer tick.Stop()
+	wait:
+		for {
+			select {
+			case <-deadline.C:
+				break wait
+			case <-ctx.Done():
+				break wait
+			case <-tick.C:
+			}
+			if named, self = c.namedLeaders(ctx); len(named) > 0 || !self {
+				break
+			}
 		}
-		named, _ = c.namedLeaders(ctx)
+		c.log.Info("cluster: asked the peers who leads after the restart", "named", named, "still_this_node", self, "took", time.Since(start))
 	}
 	return chooseLeader(c.cfg.Master(), named)
 }

@@ -153,6 +153,7 @@ func (v *liveView) loop(peers []string, jobs func() []*actors.Execution) {
 			if !v.c.handing.Load() {
 				v.follow(alive, jobs)
 				v.maybeHandBack(alive)
+				v.maybeYield(alive)
 			}
 		case w != nil && !cluster.HasQuorum(len(v.m.Reachable()), size):
 			// Peers memberlist declared dead count as gone here before

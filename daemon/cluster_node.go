@@ -519,7 +519,7 @@ func (n *node) joinCluster(cfg *pipeline.Config) error {
 		c.master = c.lead.id == cfg.Cluster.Node
 		c.takeover = func(dead string) error { return n.takeOver(dead, cfg.Pipelines) }
 		c.hb = newHandback(defaultHandbackConfig())
-		c.hb.stop, c.hb.drop = n.stopForHandback, n.dropJobs
+		c.hb.stop, c.hb.drop, c.hb.cancel = n.stopForHandback, n.dropJobs, n.cancelJobs
 	}
 	if c.master {
 		if c.epochBase, err = nextEpochBase(filepath.Join(dataDir, "cluster"), c.seen.Load()); err != nil {
