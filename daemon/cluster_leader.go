@@ -161,7 +161,7 @@ func (c *clusterNode) askLeader(ctx context.Context) string {
 				break wait
 			case <-tick.C:
 			}
-			if named, self = c.namedLeaders(ctx); len(named) > 0 || !self {
+			if named, self = c.namedLeaders(ctx); len(named) > 0 {
 				break
 			}
 		}
