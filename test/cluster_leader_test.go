@@ -389,7 +389,7 @@ func startProfileCluster(t *testing.T, profile string) []*clusterMember {
 // leader: it asks them again (its own gossip not started) until node b,
 // having seen its old run die, took over; it then follows b, and once it
 // has been up for the settle delay and caught up, b hands the leadership
-// back. The cluster ends with a leading and running the job master, b
+// back (b's GET /cluster records the takeover and the hand-back). The cluster ends with a leading and running the job master, b
 // and c none; every window is exact with one result id, no poll of any
 // node's GET /cluster saw two nodes each say it leads, nor an epoch go
 // backward.
@@ -443,6 +443,22 @@ func TestClusterLeaderRestartsBeforeDetection(t *testing.T) {
 		testutil.Within(time.Second, leadsAgain)
 	}
 	t.Logf("a leads and runs the job master %v after the kill", time.Since(killed).Round(time.Millisecond))
+	// It got there through b's takeover and a hand-back, not by leading
+	// again beside a takeover.
+	sb, err := b.leaderStatus(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tookOver, handedBack bool
+	for _, f := range sb.Takeovers {
+		tookOver = tookOver || f.DeadNode == "a"
+	}
+	for _, h := range sb.Handbacks {
+		handedBack = handedBack || h.From == "b" && h.To == "a" && h.Outcome == "done"
+	}
+	if !tookOver || !handedBack {
+		t.Fatalf("b took over from a: %v; b handed the leadership back to a: %v (%+v)", tookOver, handedBack, sb.Handbacks)
+	}
 	l.publish(from, n2)
 	l.finish(n2, 120*time.Second)
 	lp.check(t)
