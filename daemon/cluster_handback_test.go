@@ -162,6 +162,8 @@ type handbackNode struct {
 	took    []string // takeover calls, by the node taken over from
 	stopped int      // stop calls
 	stop    func(ctx context.Context) (map[string]snapshot.ID, bool, error)
+	// workerHits counts the GET /cluster/worker the node answered.
+	workerHits *atomic.Int32
 }
 
 func (h *handbackNode) takeovers() []string {
@@ -179,11 +181,21 @@ func handbackCluster(t *testing.T) map[string]*handbackNode {
 	ids := []string{"a", "b", "c"}
 	nodes := map[string]*handbackNode{}
 	muxes := map[string]*http.ServeMux{}
+	workerHits := map[string]*atomic.Int32{}
+	for _, id := range ids {
+		workerHits[id] = &atomic.Int32{}
+	}
 	srvs := map[string]*httptest.Server{}
 	for _, id := range ids {
 		muxes[id] = http.NewServeMux()
 		mux := muxes[id]
-		srvs[id] = httptest.NewServer(mux)
+		hits := workerHits[id]
+		srvs[id] = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/cluster/worker" {
+				hits.Add(1)
+			}
+			mux.ServeHTTP(w, r)
+		}))
 		t.Cleanup(srvs[id].Close)
 	}
 	log := slog.New(slog.DiscardHandler)
@@ -215,7 +227,7 @@ func handbackCluster(t *testing.T) map[string]*handbackNode {
 		cfgHB := testHandbackConfig
 		cfgHB.Settle = 0
 		c.hb = newHandback(cfgHB)
-		hn := &handbackNode{clusterNode: c, dir: dir}
+		hn := &handbackNode{clusterNode: c, dir: dir, workerHits: workerHits[id]}
 		c.takeover = func(from string) error {
 			hn.mu.Lock()
 			defer hn.mu.Unlock()
@@ -502,4 +514,30 @@ func mustLatest(t *testing.T, h *handbackNode) *snapshot.Metadata {
 		t.Fatalf("completed: %v, %v", mds, err)
 	}
 	return mds[0]
+}
+
+// A leader that restarts while its peers still follow it asks them again
+// every restartPoll, and follows the node that took over as soon as one
+// names it, well before restartGrace; the lan profile waits longer.
+func TestRestartedLeaderFollowsTheTakeover(t *testing.T) {
+	nodes := handbackCluster(t)
+	a, b, c := nodes["a"], nodes["b"], nodes["c"]
+	for _, n := range []*handbackNode{b, c} {
+		n.master, n.lead.id, n.lead.followed = false, "a", true
+	}
+	a.master, a.lead.id = false, ""
+	start := time.Now()
+	got := make(chan string, 1)
+	go func() { got <- a.askLeader(context.Background()) }()
+	testutil.Eventually(t, 5*time.Second, "a asked b again", func() bool { return b.workerHits.Load() >= 2 })
+	b.lead.mu.Lock()
+	b.lead.took, b.lead.id = true, "b"
+	b.lead.mu.Unlock()
+	leader := <-got
+	if took := time.Since(start); leader != "b" || took >= restartGrace("device") {
+		t.Fatalf("a follows %q after %v, want b before %v", leader, took, restartGrace("device"))
+	}
+	if restartGrace("lan") <= restartGrace("device") || restartGrace("") != restartGrace("device") {
+		t.Fatalf("restart grace: lan %v, device %v", restartGrace("lan"), restartGrace("device"))
+	}
 }
