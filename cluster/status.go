@@ -56,6 +56,14 @@ type Status struct {
 	// RebalancesTotal counts the rebalances since this node started,
 	// refused and failed ones included.
 	RebalancesTotal int64 `json:"rebalances_total"`
+	// Handbacks are the latest hand-backs of the leadership this node
+	// took part in (as the leader that handed it over, or the node that
+	// took it), newest first (a bounded history; HandbacksTotal counts
+	// them all).
+	Handbacks []Handback `json:"handbacks"`
+	// HandbacksTotal counts the hand-backs since this node started,
+	// failed ones included.
+	HandbacksTotal int64 `json:"handbacks_total"`
 }
 
 // MemberState is a member's health as this node's failure detector sees
@@ -183,6 +191,42 @@ func (f Failover) TotalMS() float64 {
 	return f.DetectionMS + f.PlacementMS + f.RestoreMS + f.FirstRecordMS
 }
 
+// Handback is one hand-back of the leadership: the leader From stopped
+// its jobs with a savepoint, made sure node To had the savepoint's
+// metadata and files, stepped down and told To to take over; To restored
+// the jobs from that savepoint. The durations are in milliseconds; 0 for
+// a step not reached.
+type Handback struct {
+	// At is when the hand-back started.
+	At   time.Time `json:"at"`
+	From string    `json:"from"`
+	To   string    `json:"to"`
+	// Epoch is the epoch floor sent with it: the new leader deploys
+	// above it.
+	Epoch uint64 `json:"epoch"`
+	// Savepoints are the checkpoint ids of the savepoints the jobs were
+	// stopped with, by job.
+	Savepoints map[string]uint64 `json:"savepoints"`
+	// SavepointMS is the stop of every job with a savepoint.
+	SavepointMS float64 `json:"savepoint_ms"`
+	// ReplicateMS is the new leader checking, and copying in, the
+	// savepoints' metadata and files.
+	ReplicateMS float64 `json:"replicate_ms"`
+	// TakeoverMS is from the message to take over until the new leader
+	// answered it.
+	TakeoverMS float64 `json:"takeover_ms"`
+	// RestoreMS is, on the new leader, from the message until every job
+	// ran again.
+	RestoreMS float64 `json:"restore_ms"`
+	// Outcome is "done", "failed" (the old leader leads on),
+	// "unknown" (the new leader did not answer; the old one follows it)
+	// or "yielded" (two nodes led at once after a restart the others had
+	// not seen; From cancelled its jobs and follows To).
+	Outcome string `json:"outcome"`
+	// Error is why it failed.
+	Error string `json:"error,omitempty"`
+}
+
 // RebalanceOutcome is how a rebalance ended.
 type RebalanceOutcome string
 
@@ -308,6 +352,15 @@ func (s Status) Normalized() Status {
 		s.Rebalances[i] = r
 	}
 	slices.SortStableFunc(s.Rebalances, func(a, b Rebalance) int { return b.At.Compare(a.At) })
+	s.Handbacks = nonNil(slices.Clone(s.Handbacks))
+	for i, h := range s.Handbacks {
+		if h.Savepoints == nil {
+			h.Savepoints = map[string]uint64{}
+		}
+		s.Handbacks[i] = h
+	}
+	slices.SortStableFunc(s.Handbacks, func(a, b Handback) int { return b.At.Compare(a.At) })
+	s.HandbacksTotal = max(s.HandbacksTotal, int64(len(s.Handbacks)))
 	s.FailoversTotal = max(s.FailoversTotal, int64(len(s.Failovers)))
 	s.RebalancesTotal = max(s.RebalancesTotal, int64(len(s.Rebalances)))
 	return s

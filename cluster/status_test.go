@@ -140,3 +140,21 @@ func TestStatusCounts(t *testing.T) {
 		t.Error(ErrRefused)
 	}
 }
+
+// Hand-backs: [] rather than null, newest first, savepoints {} rather than
+// null, and a total at least the history's length.
+func TestStatusHandbacksNormalized(t *testing.T) {
+	s := Status{Enabled: true}.Normalized()
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"handbacks":[]`) || !strings.Contains(string(b), `"handbacks_total":0`) {
+		t.Fatalf("empty status %s", b)
+	}
+	t0 := time.Unix(100, 0)
+	s = Status{Enabled: true, Handbacks: []Handback{{At: t0, From: "b", To: "a", Outcome: "failed"}, {At: t0.Add(time.Second), From: "b", To: "a", Outcome: "done"}}}.Normalized()
+	if s.Handbacks[0].Outcome != "done" || s.Handbacks[1].Savepoints == nil || s.HandbacksTotal != 2 {
+		t.Fatalf("normalized %+v", s)
+	}
+}

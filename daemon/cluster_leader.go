@@ -27,11 +27,13 @@ import (
 // them in an epoch above every epoch it saw, numbering checkpoints above
 // every id a master triggered on it.
 //
-// Leadership then stays where it is until that node dies: a node that
-// starts asks its peers which node leads, and follows the leader they
-// name; only when none names another does the lowest id lead. A node that
-// comes back so never runs a job while another node is master; it joins
-// as a worker and gets its subtasks back by the master's rebalance.
+// A node that starts asks its peers which node leads, and follows the
+// leader they name; only when none names another does the lowest id
+// lead. A node that comes back so never runs a job while another node is
+// master; it joins as a worker and gets its subtasks back by the master's
+// rebalance. Once it has been up for the settle delay and has caught up,
+// the leader hands the leadership back to it (cluster_handback.go), so
+// that the lowest id among the members the majority sees leads.
 
 // leaderState is what a node knows of the leader.
 type leaderState struct {
@@ -42,8 +44,12 @@ type leaderState struct {
 	// node that followed a leader takes over from it (at a first start,
 	// the lowest node may merely not be up yet).
 	followed bool
-	// took is set once this node took over as leader.
+	// took is set while this node leads after taking over (from a dead
+	// leader, or by a hand-back).
 	took bool
+	// stepped is set once this node handed the leadership over: from
+	// then on only took makes it the leader, whatever it started as.
+	stepped bool
 	// stopped is set on shutdown: no takeover starts after it.
 	stopped bool
 	// nextCheckpoint is the lowest checkpoint id of the jobs this node
@@ -66,12 +72,9 @@ func (c *clusterNode) leader() string {
 // isMaster reports whether the node runs the job masters: it started as
 // the leader or took over.
 func (c *clusterNode) isMaster() bool {
-	if c.master {
-		return true
-	}
 	c.lead.mu.Lock()
 	defer c.lead.mu.Unlock()
-	return c.lead.took
+	return c.master && !c.lead.stepped || c.lead.took
 }
 
 // followed records a deployment of the leader master.
@@ -119,24 +122,50 @@ func chooseLeader(lowest string, named []string) string {
 	return out
 }
 
-// restartGrace is how long a node that restarted while it led waits
-// before it asks its peers again: time for them to see it die (about 1 s
-// with the device profile) and for one of them to take over.
-const restartGrace = 3 * time.Second
+// restartGrace returns how long a node that restarted while it led waits
+// at most, asking its peers every restartPoll, for them to see it die
+// and one of them to take over: about three times the failure detection
+// of the membership profile (about 1 s with "device", 5–6 s with "lan").
+// Its own gossip starts only after the wait, so that its peers do see its
+// old run die.
+func restartGrace(profile string) time.Duration {
+	if cluster.Profile(profile) == cluster.ProfileLAN {
+		return 15 * time.Second
+	}
+	return 3 * time.Second
+}
+
+// restartPoll is how often a restarted leader asks its peers again.
+const restartPoll = 500 * time.Millisecond
 
 // askLeader returns the leader the node follows at start: the one its
 // peers name (see chooseLeader). A peer that names this node followed it
-// before it restarted: if it died long enough for a peer to take over, the
-// peers name that one after restartGrace; if not, it leads again.
+// before it restarted: the node asks again until a peer names another
+// leader (one took over) or restartGrace passed; then it leads again.
 func (c *clusterNode) askLeader(ctx context.Context) string {
 	named, self := c.namedLeaders(ctx)
 	if self && len(named) == 0 {
-		c.log.Info("cluster: the peers still follow this node; waiting for them to see it restarted", "wait", restartGrace)
-		select {
-		case <-time.After(restartGrace):
-		case <-ctx.Done():
+		grace := restartGrace(c.cfg.Profile)
+		c.log.Info("cluster: the peers still follow this node; waiting for them to see it restarted", "wait", grace)
+		start := time.Now()
+		deadline := time.NewTimer(grace)
+		defer deadline.Stop()
+		tick := time.NewTicker(restartPoll)
+		defer tick.Stop()
+	wait:
+		for {
+			select {
+			case <-deadline.C:
+				break wait
+			case <-ctx.Done():
+				break wait
+			case <-tick.C:
+			}
+			if named, self = c.namedLeaders(ctx); len(named) > 0 {
+				break
+			}
 		}
-		named, _ = c.namedLeaders(ctx)
+		c.log.Info("cluster: asked the peers who leads after the restart", "named", named, "still_this_node", self, "took", time.Since(start))
 	}
 	return chooseLeader(c.cfg.Master(), named)
 }
@@ -217,10 +246,11 @@ func (v *liveView) maybeTakeOver(alive []string) {
 	}()
 }
 
-// takeOver makes this node the job masters' node after the leader dead
-// died: its worker's tasks stop, and every pipeline starts here as a job
-// master restored from the newest snapshot the node can complete.
-func (n *node) takeOver(dead string, pipelines []pipeline.PipelineConfig) error {
+// takeOver makes this node the job masters' node after the leader from
+// died (or handed the leadership back to it): its worker's tasks stop,
+// and every pipeline starts here as a job master restored from the
+// newest snapshot the node can complete.
+func (n *node) takeOver(from string, pipelines []pipeline.PipelineConfig) error {
 	c := n.cluster
 	if c.worker != nil {
 		c.worker.Evict()
@@ -270,7 +300,7 @@ func (n *node) takeOver(dead string, pipelines []pipeline.PipelineConfig) error 
 		n.addJob(j)
 		n.late.Go(func() { n.watch(j) })
 	}
-	c.log.Info("cluster: took over the job masters", "dead", dead, "epoch_base", base, "next_checkpoint", uint64(c.nextCheckpoint()))
+	c.log.Info("cluster: took over the job masters", "from", from, "epoch_base", base, "next_checkpoint", uint64(c.nextCheckpoint()))
 	if len(failed) > 0 {
 		return fmt.Errorf("cluster: takeover: %v", failed)
 	}

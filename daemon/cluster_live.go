@@ -169,7 +169,11 @@ func (v *liveView) loop(m *cluster.Membership, stop <-chan struct{}, peers []str
 		alive := v.alive()
 		switch w := v.c.worker; {
 		case v.c.isMaster():
-			v.follow(alive, jobs)
+			if !v.c.handing.Load() {
+				v.follow(alive, jobs)
+				v.maybeHandBack(alive)
+				v.maybeYield(alive)
+			}
 		case w != nil && !cluster.HasQuorum(len(m.Reachable()), size):
 			// Peers memberlist declared dead count as gone here before
 			// their death is confirmed: the majority places this node's

@@ -57,6 +57,12 @@ type clusterNode struct {
 	// the job masters' node (set with cluster.gossip).
 	lead     leaderState
 	takeover func(dead string) error
+	// hb hands the leadership back to a lower node (set with
+	// cluster.gossip); handing is set while a hand-back stops the jobs
+	// and steps down; redeployMu keeps hand-backs and rebalances apart.
+	hb         *handback
+	handing    atomic.Bool
+	redeployMu sync.Mutex
 	// startMu serialises a takeover's start of the jobs with shutdown.
 	startMu sync.Mutex
 	// dataDir is the node's data directory; its cluster/ subdirectory
@@ -113,6 +119,17 @@ func startCluster(cfg *pipeline.ClusterConfig, dataDir, token string, log *slog.
 	}
 	c.live = &liveView{c: c, stop: make(chan struct{}), gate: gate, joining: map[string]bool{}}
 	c.rb = c.newRebalancer()
+	// A rebalance never runs beside a hand-back, nor on a node that
+	// handed the leadership over meanwhile.
+	run := c.rb.exec
+	c.rb.exec = func(ctx context.Context, s cluster.Start) error {
+		c.redeployMu.Lock()
+		defer c.redeployMu.Unlock()
+		if !c.isMaster() {
+			return fmt.Errorf("%w: node %q no longer runs the job masters; ask node %q", cluster.ErrRefused, c.cfg.Node, c.leader())
+		}
+		return run(ctx, s)
+	}
 	c.peers = &peerClient{cfg: cfg, token: token, http: &http.Client{}}
 	cc := cfg.ChannelConfig()
 	c.net = cluster.NewNetwork(cfg.Node, cc, log)
@@ -284,13 +301,15 @@ func (c *clusterNode) mount(mux *http.ServeMux, n *node) {
 	mux.HandleFunc("GET /cluster/jobs/{job}/epochs/{epoch}/restore/{name}", func(w http.ResponseWriter, r *http.Request) {
 		c.handleFetch(w, r, n)
 	})
+	mux.HandleFunc("POST /cluster/handback", c.handleHandback)
 	c.rep.mount(mux)
 	mux.HandleFunc("GET /cluster/worker", func(w http.ResponseWriter, r *http.Request) {
 		var jobs []actors.WorkerJob
 		if c.worker != nil {
 			jobs = c.worker.Jobs()
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"node": c.cfg.Node, "master": c.leader(), "followed": c.following(), "jobs": jobs})
+		writeJSON(w, http.StatusOK, workerReply{Node: c.cfg.Node, Master: c.leader(), Followed: c.following(),
+			Checkpoints: c.latestCheckpoints(), Jobs: jobs})
 	})
 }
 
@@ -498,6 +517,8 @@ func (n *node) joinCluster(cfg *pipeline.Config) error {
 		c.lead.id = c.askLeader(n.ctx)
 		c.master = c.lead.id == cfg.Cluster.Node
 		c.takeover = func(dead string) error { return n.takeOver(dead, cfg.Pipelines) }
+		c.hb = newHandback(defaultHandbackConfig())
+		c.hb.stop, c.hb.drop, c.hb.cancel = n.stopForHandback, n.dropJobs, n.cancelJobs
 	}
 	if c.master {
 		if c.epochBase, err = nextEpochBase(filepath.Join(dataDir, "cluster"), c.seen.Load()); err != nil {
@@ -509,7 +530,9 @@ func (n *node) joinCluster(cfg *pipeline.Config) error {
 	n.cluster = c
 	n.setCluster(c)
 	n.inputs.Nodes, n.inputs.Self = cfg.Cluster.Nodes(), cfg.Cluster.Node
-	if !c.master {
+	if !c.master || cfg.Cluster.Gossip != "" {
+		// With gossip the leader keeps a worker too: it hosts tasks once
+		// it hands the leadership back.
 		c.worker = n.newWorker(cfg, dataDir)
 	}
 	if cfg.Cluster.Gossip != "" {

@@ -64,6 +64,9 @@ func (c *clusterNode) Status() cluster.Status {
 	s.Rebalances = slices.Clone(v.rebalances)
 	s.FailoversTotal, s.RebalancesTotal = v.nFailovers, v.nRebalances
 	v.mu.Unlock()
+	if c.hb != nil {
+		s.Handbacks, s.HandbacksTotal = c.hb.status()
+	}
 	return s
 }
 

@@ -234,10 +234,12 @@ func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
 	allDone := make(chan struct{})
 	go func() {
 		watchers.Wait()
-		if c := n.cluster; c != nil && !c.master {
-			// A worker serves until it is stopped; then it asks the job
-			// masters to drain it first, while its API still serves (they
-			// tell it to leave through it).
+		if c := n.cluster; c != nil && (!c.master || c.hb != nil) {
+			// A worker serves until it is stopped (with cluster.gossip so
+			// does the leader: it may hand the leadership over and host
+			// tasks); then it asks the job masters to drain it first,
+			// while its API still serves (they tell it to leave through
+			// it).
 			<-ctx.Done()
 			c.drainSelf(context.WithoutCancel(ctx), n.opts.StopTimeout)
 		}

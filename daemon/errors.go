@@ -31,4 +31,7 @@ var (
 	// ErrStaleMaster refuses what a job master of an epoch older than one
 	// the node saw sends: another node took over as master since.
 	ErrStaleMaster = errors.New("daemon: message of a stale job master")
+	// ErrHandback is wrapped by a hand-back of the leadership that failed
+	// or was refused (the leader leads on and retries later).
+	ErrHandback = errors.New("daemon: leadership hand-back failed")
 )

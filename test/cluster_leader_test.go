@@ -2,7 +2,12 @@ package test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +24,18 @@ type leaderStatus struct {
 		RestoreMS     float64 `json:"restore_ms"`
 		FirstRecordMS float64 `json:"first_record_ms"`
 	} `json:"failovers"`
+	Handbacks []struct {
+		From        string            `json:"from"`
+		To          string            `json:"to"`
+		Epoch       uint64            `json:"epoch"`
+		Savepoints  map[string]uint64 `json:"savepoints"`
+		SavepointMS float64           `json:"savepoint_ms"`
+		ReplicateMS float64           `json:"replicate_ms"`
+		TakeoverMS  float64           `json:"takeover_ms"`
+		RestoreMS   float64           `json:"restore_ms"`
+		Outcome     string            `json:"outcome"`
+		Error       string            `json:"error"`
+	} `json:"handbacks"`
 	Replicas []struct {
 		Checkpoint int64 `json:"checkpoint"`
 		Files      []struct {
@@ -64,9 +81,12 @@ func (m *clusterMember) jobMasters(client *http.Client) (int, error) {
 // metadata and files the cluster replicated (a's own state files
 // included), places a's subtasks on b and c, and deploys in a newer
 // epoch. Every window stays exact, no result id twice. Node a then comes
-// back: it follows b (leadership stays where it is), never runs a job
-// master, gets its subtasks back by b's rebalance, and the windows after
-// are exact too.
+// back: it follows b at first, and once it has been up for the settle
+// delay and caught up, b hands the leadership back to it under load (a
+// savepoint, then a restores it in a newer epoch): a runs the job master
+// again, b and c none; the windows after are exact too, and no poll of
+// any node's GET /cluster ever saw two nodes each say it leads, nor a
+// node's epoch go backward.
 func TestClusterLeaderKilledExactTotals(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with three subprocesses and SIGKILL")
@@ -89,7 +109,7 @@ func TestClusterLeaderKilledExactTotals(t *testing.T) {
 		return alive == 3 && s.Leader == "a" && s.keyedOn("a") > 0
 	})
 
-	const n1, n2, n3 = 15_000, 30_000, 45_000
+	const n1, n2, n3 = 15_000, 30_000, 60_000
 	l.publish(0, n1)
 	// Everything node a acknowledged is covered by completed checkpoints
 	// before the kill: the takeover must not need a's disk.
@@ -138,27 +158,70 @@ func TestClusterLeaderKilledExactTotals(t *testing.T) {
 	}
 	checkExactWindows(t, l.col, windows)
 
-	// Node a comes back as a worker of b's job masters.
+	// Node a comes back: it follows b first (b's job masters move its
+	// subtasks back to it), and once it has been up for the settle delay
+	// and has caught up, b hands the leadership back to it, under load:
+	// b stops the job with a savepoint, a restores it in a newer epoch.
 	a.readyFn = func(client *http.Client) bool {
 		_, err := a.hosted(client)
 		return err == nil && brokerUp(a.brokerAddr)
 	}
+	restarted := time.Now()
 	l.restart(0)
-	testutil.Eventually(t, 60*time.Second, "node a follows b and owns key groups again", func() bool {
-		s, err := b.leaderStatus(client)
-		if err != nil || s.Leader != "b" || s.keyedOn("a") == 0 {
+	lp := startLeaderPoller(t, members)
+	from := n2 + 2*tail
+	const chunk = 300
+	handedBack := func() bool {
+		for _, m := range members {
+			s, err := m.leaderStatus(client)
+			if err != nil || s.Leader != "a" {
+				return false
+			}
+		}
+		sb, err := b.leaderStatus(client)
+		if err != nil {
 			return false
 		}
-		sa, err := a.leaderStatus(client)
-		return err == nil && sa.Leader == "b"
-	})
-	if n, err := a.jobMasters(client); err != nil || n != 0 {
-		t.Fatalf("node a runs %d job masters (%v) while b leads", n, err)
+		for _, h := range sb.Handbacks {
+			if h.From == "b" && h.To == "a" && h.Outcome == "done" {
+				return true
+			}
+		}
+		return false
 	}
-	l.publish(n2+2*tail, n3)
+	for !handedBack() {
+		if time.Since(restarted) > 90*time.Second || from+chunk > n3 {
+			t.Fatalf("b did not hand the leadership back to a within 90 s (%d readings published)\n%s", from-n2-2*tail, clusterLines(b.logTail()))
+		}
+		l.publish(from, from+chunk)
+		from += chunk
+		testutil.Within(time.Second, handedBack)
+	}
+	t.Logf("hand-back %v after a's restart, %d readings published meanwhile", time.Since(restarted).Round(time.Millisecond), from-n2-2*tail)
+	testutil.Eventually(t, 60*time.Second, "a runs the job master and owns key groups; b and c run none", func() bool {
+		s, err := a.leaderStatus(client)
+		if err != nil || s.keyedOn("a") == 0 {
+			return false
+		}
+		na, err1 := a.jobMasters(client)
+		nb, err2 := b.jobMasters(client)
+		nc, err3 := c.jobMasters(client)
+		return err1 == nil && err2 == nil && err3 == nil && na == 1 && nb == 0 && nc == 0
+	})
+	l.publish(from, n3)
 	l.finish(n3, 120*time.Second)
-	if n, err := a.jobMasters(client); err != nil || n != 0 {
-		t.Fatalf("node a runs %d job masters (%v) while b leads", n, err)
+	lp.check(t)
+	sb, err := b.leaderStatus(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range sb.Handbacks {
+		t.Logf("hand-back: %+v", h)
+	}
+	if os.Getenv("EDGED_E2E_KEEP_LOGS") != "" {
+		for _, m := range members {
+			keepLog(t, m)
+		}
 	}
 	// The takeover's durations are measured: a's last answer to b's
 	// probes until b saw it dead, and b restored the job and took records
@@ -176,4 +239,244 @@ func TestClusterLeaderKilledExactTotals(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// leaderPoller polls every member's GET /cluster until the test ends:
+// the nodes that say they lead in each round (read in id order, so that a
+// hand-back to a lower node cannot look like two leaders), and each
+// node's epoch.
+type leaderPoller struct {
+	members []*clusterMember
+	stop    chan struct{}
+	done    chan struct{}
+	mu      sync.Mutex
+	rounds  int
+	two     []string // rounds with two self-declared leaders
+	back    []string // epochs that went backward
+}
+
+func startLeaderPoller(t *testing.T, members []*clusterMember) *leaderPoller {
+	p := &leaderPoller{members: members, stop: make(chan struct{}), done: make(chan struct{})}
+	go p.run()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *leaderPoller) close() {
+	select {
+	case <-p.stop:
+	default:
+		close(p.stop)
+	}
+	<-p.done
+}
+
+func (p *leaderPoller) run() {
+	defer close(p.done)
+	client := &http.Client{Timeout: 500 * time.Millisecond}
+	epochs := map[string]uint64{}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var leading []string
+		for _, m := range p.members {
+			s, err := m.leaderStatus(client)
+			if err != nil {
+				continue
+			}
+			if s.Leader == m.id {
+				leading = append(leading, m.id)
+			}
+			p.mu.Lock()
+			if s.Epoch != 0 && s.Epoch < epochs[m.id] {
+				p.back = append(p.back, fmt.Sprintf("node %s: epoch %d after %d", m.id, s.Epoch, epochs[m.id]))
+			}
+			epochs[m.id] = max(epochs[m.id], s.Epoch)
+			p.mu.Unlock()
+		}
+		p.mu.Lock()
+		p.rounds++
+		if len(leading) > 1 {
+			p.two = append(p.two, fmt.Sprintf("%v at %s", leading, time.Now().Format("15:04:05.000")))
+		}
+		p.mu.Unlock()
+		select {
+		case <-p.stop:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// check stops the poller and fails the test if it ever saw two leaders
+// or an epoch going backward.
+func (p *leaderPoller) check(t *testing.T) {
+	t.Helper()
+	p.close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.rounds < 10 {
+		t.Fatalf("only %d poll rounds", p.rounds)
+	}
+	if len(p.two) > 0 {
+		t.Fatalf("two nodes said they lead at once in %d of %d rounds: %v", len(p.two), p.rounds, p.two)
+	}
+	if len(p.back) > 0 {
+		t.Fatalf("epochs went backward: %v", p.back)
+	}
+	t.Logf("%d poll rounds of every node: one leader at a time", p.rounds)
+}
+
+// startProfileCluster is startCluster with gossip and
+// cluster.profile set to profile on every node.
+func startProfileCluster(t *testing.T, profile string) []*clusterMember {
+	t.Helper()
+	var members []*clusterMember
+	addrs := distinctAddrs(t, 12)
+	for _, id := range []string{"a", "b", "c"} {
+		dir := filepath.Join(t.TempDir(), id)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		m := &clusterMember{id: id, transport: addrs[0], gossip: addrs[3],
+			node: &node{t: t, brokerAddr: addrs[1], apiAddr: addrs[2], logPath: filepath.Join(dir, "edged.log")}}
+		addrs = addrs[4:]
+		m.cfgPath = filepath.Join(dir, "edged.yaml")
+		members = append(members, m)
+	}
+	for _, m := range members {
+		p := writeClusterConfig(t, filepath.Dir(m.cfgPath), m, members)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := strings.Replace(string(b), "  secret_key:", "  profile: "+profile+"\n  secret_key:", 1)
+		if cfg == string(b) {
+			t.Fatal("no gossip block in the config")
+		}
+		if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if m.id != "a" {
+			m.readyFn = func(client *http.Client) bool {
+				_, err := m.hosted(client)
+				return err == nil && brokerUp(m.brokerAddr)
+			}
+		}
+	}
+	killMembersAtCleanup(t, members, logTail)
+	for _, m := range []*clusterMember{members[1], members[2], members[0]} {
+		m.start()
+	}
+	client := &http.Client{Timeout: time.Second}
+	if !testutil.Within(30*time.Second, func() bool {
+		for _, m := range members[1:] {
+			jobs, err := m.hosted(client)
+			if err != nil || len(jobs) != 1 || len(jobs[0].Tasks) == 0 {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("the workers do not host the job's tasks after 30 s")
+	}
+	return members
+}
+
+// The leader of a three-node cluster with the lan profile (a dead node
+// is seen after 5–6 s) is SIGKILLed under MQTT load and restarted at
+// once, before its peers could see it die. Its peers still name it
+// leader: it asks them again (its own gossip not started) until node b,
+// having seen its old run die, took over; it then follows b, and once it
+// has been up for the settle delay and caught up, b hands the leadership
+// back (b's GET /cluster records the takeover and the hand-back). The cluster ends with a leading and running the job master, b
+// and c none; every window is exact with one result id, no poll of any
+// node's GET /cluster saw two nodes each say it leads, nor an epoch go
+// backward.
+func TestClusterLeaderRestartsBeforeDetection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses and SIGKILL")
+	}
+	members := startProfileCluster(t, "lan")
+	l := newClusterLoad(t, members)
+	a, b, c := members[0], members[1], members[2]
+	client := &http.Client{Timeout: time.Second}
+	testutil.Eventually(t, 30*time.Second, "a leads, every node alive", func() bool {
+		s, err := a.leaderStatus(client)
+		return err == nil && aliveCount(s.clusterStatus) == 3 && s.Leader == "a" && s.keyedOn("a") > 0
+	})
+	lp := startLeaderPoller(t, members)
+	const n1, n2 = 12_000, 45_000
+	l.publish(0, n1)
+	testutil.Eventually(t, 60*time.Second, "node a's log released all it was sent", func() bool {
+		rel, err := a.released(client)
+		return err == nil && rel >= n1/3
+	})
+	a.readyFn = func(client *http.Client) bool {
+		_, err := a.hosted(client)
+		return err == nil && brokerUp(a.brokerAddr)
+	}
+	l.kill(0)
+	killed := time.Now()
+	l.restart(0)
+	t.Logf("a restarted %v after the kill", time.Since(killed).Round(time.Millisecond))
+	from := n1
+	const chunk = 300
+	leadsAgain := func() bool {
+		for _, m := range members {
+			s, err := m.leaderStatus(client)
+			if err != nil || s.Leader != "a" || aliveCount(s.clusterStatus) != 3 {
+				return false
+			}
+		}
+		na, err1 := a.jobMasters(client)
+		nb, err2 := b.jobMasters(client)
+		nc, err3 := c.jobMasters(client)
+		return err1 == nil && err2 == nil && err3 == nil && na == 1 && nb == 0 && nc == 0
+	}
+	for !leadsAgain() || time.Since(killed) < 5*time.Second {
+		if from+chunk > n2 {
+			t.Fatalf("the cluster did not settle with a leading within %d readings (%v)\n%s", n2-n1, time.Since(killed), clusterLines(b.logTail()))
+		}
+		l.publish(from, from+chunk)
+		from += chunk
+		testutil.Within(time.Second, leadsAgain)
+	}
+	t.Logf("a leads and runs the job master %v after the kill", time.Since(killed).Round(time.Millisecond))
+	// It got there through b's takeover and a hand-back, not by leading
+	// again beside a takeover.
+	sb, err := b.leaderStatus(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tookOver, handedBack bool
+	for _, f := range sb.Takeovers {
+		tookOver = tookOver || f.DeadNode == "a"
+	}
+	for _, h := range sb.Handbacks {
+		handedBack = handedBack || h.From == "b" && h.To == "a" && h.Outcome == "done"
+	}
+	if !tookOver || !handedBack {
+		t.Fatalf("b took over from a: %v; b handed the leadership back to a: %v (%+v)", tookOver, handedBack, sb.Handbacks)
+	}
+	l.publish(from, n2)
+	l.finish(n2, 120*time.Second)
+	lp.check(t)
+	for _, m := range members {
+		s, err := m.leaderStatus(client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range s.Handbacks {
+			t.Logf("node %s: hand-back %+v", m.id, h)
+		}
+		for _, f := range s.Takeovers {
+			t.Logf("node %s: takeover %+v", m.id, f)
+		}
+	}
+	if os.Getenv("EDGED_E2E_KEEP_LOGS") != "" {
+		for _, m := range members {
+			keepLog(t, m)
+		}
+	}
 }

@@ -299,8 +299,9 @@ cluster:
   node: %s
   listen: %q
   gossip: %q
+  secret_key: %s
   peers:
-%s`, data, labBrokerPort, labAPIPort, lab.token, m.id, m.transport, m.gossip, peers.String()) + sensorsPipeline(data, 3, 100, "200ms")
+%s`, data, labBrokerPort, labAPIPort, lab.token, m.id, m.transport, m.gossip, testGossipKey, peers.String()) + sensorsPipeline(data, 3, 100, "200ms")
 		if err := os.WriteFile(m.cfgPath, []byte(cfg), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,908 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/cluster"
+	"github.com/edgedio/edged/snapshot"
+)
+
+// Hand-back (with cluster.gossip). The leader is the lowest id among the
+// members the majority sees: a node that took over from a dead leader
+// leads only until a lower node is back. When the leader sees a lower
+// node alive, with a majority, for the settle delay (damped: see
+// handbackDecider), and that node has the metadata of the latest
+// completed checkpoint of every job, the leader hands the leadership
+// over, gate-queued (not while a checkpoint, failover or rebalance is in
+// progress):
+//
+//  1. it stops its jobs with a savepoint (the savepoint's metadata goes to
+//     every live node, its files to their replicas and to the leader);
+//  2. it asks the lower node to prepare: that node checks it has each
+//     savepoint's metadata and copies in the files it lacks;
+//  3. it steps down: it follows the lower node and runs no job master;
+//  4. it tells the lower node to take over (POST /cluster/handback),
+//     with the highest epoch it deployed: that node persists it as its
+//     epoch floor, and restores every job from the savepoint in epochs
+//     above it, numbering checkpoints above the savepoint's.
+//
+// Never two leaders: the old one steps down before the new one starts. A
+// failure at any step leaves the old leader leading (it restarts its jobs
+// from the savepoint when it had stopped them) and is retried later,
+// after a backoff. Should the lower node not answer the message to take
+// over, the old leader asks it who leads: it leads again only when that
+// node says it did not take over, and follows it otherwise (when that
+// node dies meanwhile, the takeover rule of cluster_leader.go applies).
+
+// handbackConfig damps hand-backs.
+type handbackConfig struct {
+	// Settle is how long a lower node must have been seen alive, in one
+	// run, before the leadership goes back to it. It doubles (up to
+	// MaxSettle) for each time the node died, or restarted, having been
+	// up for less than Stable, and falls back to Settle once the node has
+	// stayed up for Stable and its current settle delay.
+	Settle, MaxSettle, Stable time.Duration
+	// MinInterval is the least time between two hand-back attempts; it
+	// doubles (up to MaxInterval) after each failed attempt and falls
+	// back to MinInterval after one that succeeded.
+	MinInterval, MaxInterval time.Duration
+}
+
+// defaultHandbackConfig returns the defaults: settle 5 s (the rebalance
+// gate's), up to 5 min for a flapping node, stable after 1 min; 10 s
+// between attempts, backing off to 5 min.
+func defaultHandbackConfig() handbackConfig {
+	return handbackConfig{Settle: 5 * time.Second, MaxSettle: 5 * time.Minute, Stable: time.Minute,
+		MinInterval: 10 * time.Second, MaxInterval: 5 * time.Minute}
+}
+
+// handbackTimeout bounds a hand-back from its start.
+const handbackTimeout = 2 * time.Minute
+
+// upRun is one run of a node as the leader sees it.
+type upRun struct {
+	boot  string
+	since time.Time
+}
+
+// handbackDecider decides, on the leader, when and to whom it hands the
+// leadership back. It is a pure state machine: times come with each call,
+// and it starts nothing. Not safe for concurrent use.
+type handbackDecider struct {
+	cfg handbackConfig
+	// up is when each live node's current run was first seen.
+	up map[string]upRun
+	// settle is the current settle delay of the nodes that flapped.
+	settle map[string]time.Duration
+	// next is the earliest next attempt; interval the current backoff.
+	next     time.Time
+	interval time.Duration
+}
+
+func newHandbackDecider(cfg handbackConfig) *handbackDecider {
+	return &handbackDecider{cfg: cfg, up: map[string]upRun{}, settle: map[string]time.Duration{}, interval: cfg.MinInterval}
+}
+
+// settleOf returns node's current settle delay.
+func (d *handbackDecider) settleOf(node string) time.Duration {
+	if s, ok := d.settle[node]; ok {
+		return s
+	}
+	return d.cfg.Settle
+}
+
+// observe records the live nodes (id to boot id: another boot is a
+// restart) at now. A node gone, or restarted, after less than Stable up
+// flapped: its settle delay doubles.
+func (d *handbackDecider) observe(now time.Time, alive map[string]string) {
+	for id, r := range d.up {
+		if boot, ok := alive[id]; ok && boot == r.boot {
+			if now.Sub(r.since) >= max(d.cfg.Stable, d.settleOf(id)) {
+				delete(d.settle, id)
+			}
+			continue
+		}
+		if now.Sub(r.since) < d.cfg.Stable {
+			d.settle[id] = min(2*d.settleOf(id), d.cfg.MaxSettle)
+		}
+		delete(d.up, id)
+	}
+	for id, boot := range alive {
+		if _, ok := d.up[id]; !ok {
+			d.up[id] = upRun{boot: boot, since: now}
+		}
+	}
+}
+
+// decide returns the node self (the leader) hands the leadership to now,
+// given the live nodes alive (in id order) of a cluster of size: the
+// lowest live node below self that has been up for its settle delay,
+// provided self sees a majority and the backoff since the last attempt
+// has passed. Otherwise it returns "" and, if a lower node waits, why.
+func (d *handbackDecider) decide(now time.Time, self string, alive []string, size int) (target, waiting string) {
+	if !cluster.HasQuorum(len(alive), size) {
+		return "", ""
+	}
+	var lower []string
+	for _, id := range alive {
+		if id < self {
+			lower = append(lower, id)
+		}
+	}
+	if len(lower) == 0 {
+		return "", ""
+	}
+	if now.Before(d.next) {
+		return "", fmt.Sprintf("damping: %v between hand-back attempts", d.interval)
+	}
+	for _, id := range lower {
+		r, ok := d.up[id]
+		if ok && now.Sub(r.since) >= d.settleOf(id) {
+			return id, ""
+		}
+	}
+	return "", fmt.Sprintf("node %s settling: it must be up for %v in one run", lower[0], d.settleOf(lower[0]))
+}
+
+// attempt records that a hand-back starts at now.
+func (d *handbackDecider) attempt(now time.Time) { d.next = now.Add(d.interval) }
+
+// done records how the attempt ended: a failure doubles the backoff, a
+// success resets it; notReady (the node had not caught up, or the gate
+// was busy) retries after the settle delay without backing off.
+func (d *handbackDecider) done(now time.Time, err error) {
+	switch {
+	case err == nil:
+		d.interval = d.cfg.MinInterval
+		d.next = now.Add(d.interval)
+	case errors.Is(err, errHandbackNotReady):
+		d.next = now.Add(d.cfg.Settle)
+	default:
+		d.interval = min(max(2*d.interval, d.cfg.MinInterval), d.cfg.MaxInterval)
+		d.next = now.Add(d.interval)
+	}
+}
+
+// errHandbackNotReady is a hand-back not started: the node had not
+// caught up, or a checkpoint, failover or rebalance was in progress.
+var errHandbackNotReady = errors.New("hand-back not ready")
+
+// handback is the node's hand-back state.
+type handback struct {
+	cfg handbackConfig
+
+	mu      sync.Mutex // guards the fields below
+	dec     *handbackDecider
+	running bool
+	waiting string
+	// queuedAt is when the pending hand-back was first decided: only
+	// checkpoints triggered before it hold it.
+	queuedAt time.Time
+	records  []cluster.Handback
+	total    int64
+
+	// stop stops every job of the node with a savepoint and returns the
+	// savepoints' checkpoint ids by job; on error it has stopped nothing
+	// or, having stopped some, stopped every job (resume restarts them).
+	stop func(ctx context.Context) (map[string]snapshot.ID, bool, error)
+	// drop forgets the node's stopped jobs.
+	drop func()
+	// cancel cancels every job of the node (a leader that yields).
+	cancel func(ctx context.Context)
+	// polling is set while the leader asks its peers whether one leads
+	// too; polled is when it last did.
+	polling bool
+	polled  time.Time
+}
+
+func newHandback(cfg handbackConfig) *handback {
+	return &handback{cfg: cfg, dec: newHandbackDecider(cfg)}
+}
+
+// record adds rec to the history.
+func (h *handback) record(rec cluster.Handback) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.total++
+	h.records = lastN(append(h.records, rec), 10)
+}
+
+// status returns the history and the total.
+func (h *handback) status() ([]cluster.Handback, int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.records), h.total
+}
+
+// handbackMessage is the body of POST /cluster/handback.
+type handbackMessage struct {
+	// From is the leader handing over.
+	From string `json:"from"`
+	// Prepare asks only whether the node has the savepoints (and copies
+	// in the files it lacks); the leader has not stepped down.
+	Prepare bool `json:"prepare,omitempty"`
+	// Epoch is the highest epoch From deployed: the new leader's floor.
+	Epoch uint64 `json:"epoch"`
+	// NextCheckpoint is above every checkpoint id From triggered.
+	NextCheckpoint uint64 `json:"next_checkpoint"`
+	// Savepoints are the savepoints the jobs were stopped with, by job.
+	Savepoints map[string]uint64 `json:"savepoints"`
+}
+
+// boots returns the live nodes with their boot ids (cluster.Meta.Boot).
+func (v *liveView) boots() map[string]string {
+	out := map[string]string{}
+	mem := v.membership()
+	if mem == nil {
+		for _, id := range v.c.cfg.Nodes() {
+			out[id] = ""
+		}
+		return out
+	}
+	out[v.c.cfg.Node] = ""
+	for _, m := range mem.Members() {
+		if slices.Contains(v.c.cfg.Nodes(), m.ID) {
+			out[m.ID] = m.Boot
+		}
+	}
+	return out
+}
+
+// handbackBusy returns why a hand-back queued at since must wait: a
+// failover in progress, a rebalance queued, a checkpoint triggered
+// before since in progress (later ones do not hold it: at a short
+// interval they would starve it; its savepoint runs beside them); "" if
+// none.
+func (c *clusterNode) handbackBusy(since time.Time) string {
+	v := c.live
+	v.mu.Lock()
+	failover := v.pending != nil
+	queued := c.rb != nil && !c.rb.queuedAt.IsZero()
+	v.mu.Unlock()
+	switch {
+	case failover:
+		return "a failover is in progress"
+	case queued:
+		return "a rebalance is queued"
+	case c.checkpointing(since):
+		return "a checkpoint is in progress"
+	}
+	return ""
+}
+
+// maybeHandBack hands the leadership back to a lower node when the rule
+// says so (see handbackDecider); called by the membership loop on the
+// leader. The hand-back runs beside the loop.
+func (v *liveView) maybeHandBack(alive []string) {
+	c := v.c
+	h := c.hb
+	if h == nil || h.stop == nil || c.takeover == nil {
+		return
+	}
+	now := time.Now()
+	h.mu.Lock()
+	h.dec.observe(now, v.boots())
+	if h.running {
+		h.mu.Unlock()
+		return
+	}
+	target, waiting := h.dec.decide(now, c.cfg.Node, alive, len(c.cfg.Nodes()))
+	if target == "" {
+		h.queuedAt = time.Time{}
+	} else if h.queuedAt.IsZero() {
+		h.queuedAt = now
+	}
+	queuedAt := h.queuedAt
+	if target != "" {
+		if busy := c.handbackBusy(queuedAt); busy != "" {
+			target, waiting = "", fmt.Sprintf("hand-back to %s queued: %s", target, busy)
+		}
+	}
+	if waiting != h.waiting && waiting != "" {
+		c.log.Info("cluster: hand-back waits", "waiting", waiting)
+	}
+	h.waiting = waiting
+	if target == "" {
+		h.mu.Unlock()
+		return
+	}
+	h.running = true
+	h.queuedAt = time.Time{}
+	h.dec.attempt(now)
+	h.mu.Unlock()
+	v.wg.Add(1)
+	go func() {
+		defer v.wg.Done()
+		ctx, cancel := v.stopCtx(handbackTimeout)
+		defer cancel()
+		err := c.handBack(ctx, target, queuedAt)
+		h.mu.Lock()
+		h.running = false
+		h.dec.done(time.Now(), err)
+		h.mu.Unlock()
+	}()
+}
+
+// highestEpoch returns the highest epoch the node deployed or saw.
+func (c *clusterNode) highestEpoch() uint64 {
+	e := c.seen.Load()
+	for _, x := range c.executions() {
+		if r, _ := x.Runner(); r != nil {
+			e = max(e, r.Epoch())
+		}
+	}
+	return e
+}
+
+// latestCheckpoints returns the id of the newest snapshot with metadata in
+// the node's store of each job with checkpoints.
+func (c *clusterNode) latestCheckpoints() map[string]uint64 {
+	out := map[string]uint64{}
+	if c.rep == nil {
+		return out
+	}
+	for job := range c.rep.jobs {
+		s, err := c.rep.store(job)
+		if err != nil {
+			continue
+		}
+		if mds, err := s.Completed(); err == nil && len(mds) > 0 {
+			out[job] = uint64(mds[0].Checkpoint)
+		}
+	}
+	return out
+}
+
+// handBack hands the leadership to target (see the steps above), queued
+// at since. It returns an error wrapping errHandbackNotReady when it did
+// not start.
+func (c *clusterNode) handBack(ctx context.Context, target string, since time.Time) error {
+	h := c.hb
+	start := time.Now()
+	log := c.log.With("to", target)
+	// The node must have caught up: the metadata of the latest completed
+	// checkpoint of every job.
+	ours := c.latestCheckpoints()
+	theirs, err := c.peers.latestCheckpoints(ctx, target)
+	if err != nil {
+		log.Info("cluster: hand-back: the lower node does not answer; retrying later", "err", err)
+		return fmt.Errorf("%w: %w", errHandbackNotReady, err)
+	}
+	for job, id := range ours {
+		if theirs[job] < id {
+			log.Info("cluster: hand-back: the lower node has not caught up; retrying later", "job", job, "checkpoint_id", id, "its_latest", theirs[job])
+			return fmt.Errorf("%w: node %q has checkpoint %d of job %q, the latest is %d", errHandbackNotReady, target, theirs[job], job, id)
+		}
+	}
+	// Not beside a rebalance (the rebalancer's runs take redeployMu).
+	if !c.redeployMu.TryLock() {
+		log.Info("cluster: hand-back: a rebalance is in progress; retrying later")
+		return fmt.Errorf("%w: a rebalance is in progress", errHandbackNotReady)
+	}
+	defer c.redeployMu.Unlock()
+	if busy := c.handbackBusy(since); busy != "" || !c.isMaster() {
+		log.Info("cluster: hand-back: not now", "busy", busy, "leads", c.isMaster())
+		return fmt.Errorf("%w: %s", errHandbackNotReady, busy)
+	}
+	c.handing.Store(true)
+	defer c.handing.Store(false)
+	rec := cluster.Handback{At: start, From: c.cfg.Node, To: target, Savepoints: map[string]uint64{}}
+	fail := func(step string, err error) error {
+		rec.Outcome, rec.Error = "failed", fmt.Sprintf("%s: %v", step, err)
+		h.record(rec)
+		log.Warn("cluster: hand-back failed; this node leads on", "step", step, "err", err, "took", time.Since(start))
+		return fmt.Errorf("%w: %s: %w", ErrHandback, step, err)
+	}
+	log.Info("cluster: handing the leadership back to a lower node; stopping the jobs with a savepoint", "caught_up", ours)
+
+	// 1. Stop every job with a savepoint.
+	rec.Epoch = c.highestEpoch()
+	t := time.Now()
+	ids, stopped, err := h.stop(ctx)
+	rec.SavepointMS = msSince(t)
+	if err != nil {
+		if stopped {
+			c.resumeLeading(log, "the savepoint before the hand-back failed")
+		}
+		return fail("savepoint", err)
+	}
+	next := uint64(0)
+	for job, id := range ids {
+		rec.Savepoints[job] = uint64(id)
+		next = max(next, uint64(id)+1)
+	}
+	rec.Epoch = max(rec.Epoch, c.highestEpoch())
+	log.Info("cluster: hand-back: jobs stopped with a savepoint", "savepoints", rec.Savepoints, "epoch", rec.Epoch, "took_ms", rec.SavepointMS)
+	msg := handbackMessage{From: c.cfg.Node, Prepare: true, Epoch: rec.Epoch, NextCheckpoint: next, Savepoints: rec.Savepoints}
+
+	// 2. The new leader has the savepoints' metadata and files.
+	t = time.Now()
+	if err := c.peers.handback(ctx, target, msg); err != nil {
+		rec.ReplicateMS = msSince(t)
+		c.resumeLeading(log, "the lower node does not have the savepoints")
+		return fail("replicate", err)
+	}
+	rec.ReplicateMS = msSince(t)
+	log.Info("cluster: hand-back: the lower node has the savepoints' metadata and files", "took_ms", rec.ReplicateMS)
+
+	// 3. Step down.
+	c.stepDown(target)
+	log.Info("cluster: hand-back: stepped down; this node follows the lower node")
+
+	// 4. Tell it to take over.
+	msg.Prepare = false
+	t = time.Now()
+	err = c.peers.handback(ctx, target, msg)
+	rec.TakeoverMS = msSince(t)
+	var ae *APIError
+	switch {
+	case err == nil:
+	case errors.As(err, &ae):
+		c.resumeLeading(log, "the lower node refused to take over")
+		return fail("takeover", err)
+	default:
+		switch leader := c.askWhoLeads(ctx, target); leader {
+		case target:
+			log.Info("cluster: hand-back: the lower node did not answer but leads", "err", err)
+		case c.cfg.Node, "":
+			if leader == "" && ctx.Err() == nil {
+				// It may have taken over: never lead beside it. The
+				// takeover rule applies when it is seen dead.
+				rec.Outcome, rec.Error = "unknown", err.Error()
+				h.record(rec)
+				log.Warn("cluster: hand-back: the lower node does not answer; this node follows it", "err", err)
+				return fmt.Errorf("%w: takeover: %w", ErrHandback, err)
+			}
+			c.resumeLeading(log, "the lower node did not take over")
+			return fail("takeover", err)
+		default:
+			log.Warn("cluster: hand-back: the lower node names another leader; following it", "leader", leader)
+			c.lead.mu.Lock()
+			c.lead.id = leader
+			c.lead.mu.Unlock()
+		}
+	}
+	rec.Outcome = "done"
+	h.record(rec)
+	log.Info("cluster: handed the leadership back", "epoch", rec.Epoch, "savepoints", rec.Savepoints,
+		"savepoint_ms", rec.SavepointMS, "replicate_ms", rec.ReplicateMS, "takeover_ms", rec.TakeoverMS, "took", time.Since(start))
+	return nil
+}
+
+// askWhoLeads asks node which node it follows, a few times: "" when it
+// does not answer.
+func (c *clusterNode) askWhoLeads(ctx context.Context, node string) string {
+	for range 5 {
+		if w, err := c.peers.workerStatus(ctx, node); err == nil {
+			return w.Master
+		}
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-time.After(time.Second):
+		}
+	}
+	return ""
+}
+
+// stepDown makes the node a follower of leader: it runs no job master
+// from now on.
+func (c *clusterNode) stepDown(leader string) {
+	c.lead.mu.Lock()
+	c.lead.stepped, c.lead.took, c.lead.id, c.lead.followed = true, false, leader, true
+	c.lead.mu.Unlock()
+	c.mu.Lock()
+	c.execs = nil
+	c.mu.Unlock()
+	if c.hb.drop != nil {
+		c.hb.drop()
+	}
+	v := c.live
+	v.mu.Lock()
+	v.deployed, v.pending = nil, nil
+	v.mu.Unlock()
+}
+
+// resumeLeading makes the node lead again after a hand-back that failed
+// once its jobs had stopped: it restarts them from their latest snapshot
+// (the savepoint).
+func (c *clusterNode) resumeLeading(log *slog.Logger, why string) {
+	c.lead.mu.Lock()
+	if c.lead.stopped {
+		c.lead.mu.Unlock()
+		return
+	}
+	c.lead.stepped, c.lead.took, c.lead.id = true, true, c.cfg.Node
+	c.lead.mu.Unlock()
+	c.mu.Lock()
+	c.execs = nil
+	c.mu.Unlock()
+	if c.hb.drop != nil {
+		c.hb.drop()
+	}
+	v := c.live
+	v.mu.Lock()
+	v.deployed = nil
+	v.mu.Unlock()
+	log.Info("cluster: hand-back: this node leads on; restarting its jobs from the savepoint", "why", why)
+	if err := c.takeover(c.cfg.Node); err != nil {
+		log.Error("cluster: hand-back: restarting the jobs failed", "err", err)
+	}
+}
+
+// handleHandback answers POST /cluster/handback on the lower node: with
+// prepare, whether it has the savepoints (copying in the files it lacks);
+// else it takes over from the leader that sent it, which stepped down.
+func (c *clusterNode) handleHandback(w http.ResponseWriter, r *http.Request) {
+	var m handbackMessage
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&m); err != nil {
+		clusterError(w, http.StatusBadRequest, fmt.Errorf("hand-back: %w", err))
+		return
+	}
+	start := time.Now()
+	refuse := func(code int, err error) {
+		c.log.Warn("cluster: hand-back refused", "from", m.From, "prepare", m.Prepare, "err", err)
+		clusterError(w, code, err)
+	}
+	if c.takeover == nil || c.hb == nil {
+		refuse(http.StatusConflict, fmt.Errorf("%w: node %q runs without cluster.gossip", ErrHandback, c.cfg.Node))
+		return
+	}
+	if leader := c.leader(); leader != m.From || c.isMaster() {
+		refuse(http.StatusConflict, fmt.Errorf("%w: node %q follows %q, not %q", ErrHandback, c.cfg.Node, leader, m.From))
+		return
+	}
+	if seen := c.seen.Load(); m.Epoch < seen {
+		refuse(http.StatusConflict, fmt.Errorf("%w: epoch %d, the node saw epoch %d", ErrStaleMaster, m.Epoch, seen))
+		return
+	}
+	for _, job := range slices.Sorted(maps.Keys(m.Savepoints)) {
+		if err := c.rep.completeSnapshot(r.Context(), job, snapshot.ID(m.Savepoints[job])); err != nil {
+			refuse(http.StatusServiceUnavailable, fmt.Errorf("%w: %w", ErrHandback, err))
+			return
+		}
+	}
+	if m.Prepare {
+		c.log.Info("cluster: hand-back: this node has the savepoints", "from", m.From, "savepoints", m.Savepoints, "took", time.Since(start))
+		writeJSON(w, http.StatusOK, map[string]any{"node": c.cfg.Node, "ready": true})
+		return
+	}
+	if err := c.raiseEpoch(m.Epoch); err != nil {
+		refuse(http.StatusInternalServerError, fmt.Errorf("%w: persist the epoch floor: %w", ErrHandback, err))
+		return
+	}
+	c.lead.mu.Lock()
+	if c.lead.took || c.lead.stopped || c.lead.id != m.From {
+		c.lead.mu.Unlock()
+		refuse(http.StatusConflict, fmt.Errorf("%w: node %q leads already or stops", ErrHandback, c.cfg.Node))
+		return
+	}
+	c.lead.took, c.lead.id, c.lead.detected = true, c.cfg.Node, start
+	c.lead.nextCheckpoint = max(c.lead.nextCheckpoint, snapshot.ID(m.NextCheckpoint))
+	c.lead.mu.Unlock()
+	c.log.Info("cluster: hand-back: this node takes over the job masters", "from", m.From, "epoch_floor", m.Epoch,
+		"next_checkpoint", m.NextCheckpoint, "savepoints", m.Savepoints)
+	rec := cluster.Handback{At: start, From: m.From, To: c.cfg.Node, Epoch: m.Epoch, Savepoints: m.Savepoints}
+	v := c.live
+	v.wg.Add(1)
+	go func() {
+		defer v.wg.Done()
+		err := c.takeover(m.From)
+		if err == nil {
+			ctx, cancel := v.stopCtx(5 * time.Minute)
+			for _, e := range c.executions() {
+				if err = waitNewRunner(ctx, e, nil); err != nil {
+					break
+				}
+			}
+			cancel()
+		}
+		rec.RestoreMS, rec.Outcome = msSince(start), "done"
+		if err != nil {
+			rec.Outcome, rec.Error = "failed", err.Error()
+			c.log.Error("cluster: hand-back: the takeover failed", "from", m.From, "err", err)
+		}
+		c.hb.record(rec)
+		c.log.Info("cluster: hand-back: took over; every job runs here", "from", m.From, "restore_ms", rec.RestoreMS, "err", err)
+	}()
+	writeJSON(w, http.StatusOK, map[string]any{"node": c.cfg.Node, "leader": c.cfg.Node})
+}
+
+// raiseEpoch records e as the lowest epoch the node may deploy above,
+// durably, before it answers.
+func (c *clusterNode) raiseEpoch(e uint64) error {
+	c.epochMu.Lock()
+	defer c.epochMu.Unlock()
+	if e <= c.seen.Load() {
+		return nil
+	}
+	if err := writeCounter(filepath.Join(c.dataDir, "cluster", "epoch"), e); err != nil {
+		return err
+	}
+	c.seen.Store(e)
+	return nil
+}
+
+// completeSnapshot makes sure the node's store of job has the metadata of
+// snapshot id and every one of its state files, copying in the ones it
+// lacks from their holders.
+func (r *replicas) completeSnapshot(ctx context.Context, job string, id snapshot.ID) error {
+	s, err := r.store(job)
+	if err != nil {
+		return err
+	}
+	mds, err := s.Completed()
+	if err != nil {
+		return err
+	}
+	for _, md := range mds {
+		if md.Checkpoint == id {
+			return r.complete(ctx, md)
+		}
+	}
+	return fmt.Errorf("node %q has no metadata of snapshot %d of job %q", r.self, id, job)
+}
+
+// workerReply is what GET /cluster/worker answers.
+type workerReply struct {
+	Node     string `json:"node"`
+	Master   string `json:"master"`
+	Followed bool   `json:"followed"`
+	// Checkpoints is the newest snapshot with metadata in the node's
+	// store, by job.
+	Checkpoints map[string]uint64  `json:"checkpoints"`
+	Jobs        []actors.WorkerJob `json:"jobs"`
+}
+
+// workerStatus reads node's GET /cluster/worker.
+func (p *peerClient) workerStatus(ctx context.Context, node string) (workerReply, error) {
+	var w workerReply
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := p.do(ctx, http.MethodGet, node, "/cluster/worker", nil, nil)
+	if err != nil {
+		return w, err
+	}
+	defer resp.Body.Close()
+	return w, json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&w)
+}
+
+// latestCheckpoints returns the newest snapshot node has the metadata of,
+// by job.
+func (p *peerClient) latestCheckpoints(ctx context.Context, node string) (map[string]uint64, error) {
+	w, err := p.workerStatus(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	if w.Checkpoints == nil {
+		w.Checkpoints = map[string]uint64{}
+	}
+	return w.Checkpoints, nil
+}
+
+// handback sends m to node's POST /cluster/handback.
+func (p *peerClient) handback(ctx context.Context, node string, m handbackMessage) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	resp, err := p.do(ctx, http.MethodPost, node, "/cluster/handback", bytes.NewReader(b), http.Header{"Content-Type": {"application/json"}})
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}
+
+// stopForHandback stops every running job of the node with a savepoint
+// (a job without checkpoints is cancelled) and waits for each to end. It
+// returns the savepoints' ids by job, and whether it stopped any; when one
+// fails after others stopped, it cancels the rest, so that every job can
+// restart from its latest snapshot.
+func (n *node) stopForHandback(ctx context.Context) (map[string]snapshot.ID, bool, error) {
+	ids := map[string]snapshot.ID{}
+	stopped := false
+	var jobs []*job
+	for _, j := range n.jobList() {
+		if j.snapshot().Status == StatusRunning {
+			jobs = append(jobs, j)
+		}
+	}
+	wait := func(j *job) error {
+		select {
+		case <-j.run.Done():
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for i, j := range jobs {
+		var err error
+		if !j.checkpointing {
+			j.cancel()
+		} else {
+			var path string
+			if path, err = n.stop(ctx, j, ""); err == nil {
+				var md *snapshot.Metadata
+				if md, err = snapshot.Load(path); err == nil {
+					ids[j.name] = md.Checkpoint
+				}
+			}
+		}
+		if err == nil {
+			err = wait(j)
+		}
+		if err != nil {
+			if stopped || j.snapshot().Status != StatusRunning {
+				for _, rest := range jobs[i:] {
+					rest.cancel()
+					<-rest.run.Done()
+				}
+				stopped = true
+			}
+			return ids, stopped, fmt.Errorf("job %q: %w", j.name, err)
+		}
+		stopped = true
+	}
+	return ids, stopped, nil
+}
+
+// dropJobs forgets the node's jobs (stopped by a hand-back): the job
+// masters run elsewhere now, or start here anew.
+func (n *node) dropJobs() {
+	n.jobsMu.Lock()
+	defer n.jobsMu.Unlock()
+	n.jobs = nil
+	n.byName = map[string]*job{}
+}
+
+// Two leaders at once can only follow a leader's restart that its peers
+// had not seen when it asked them who leads (see askLeader): it leads
+// again, and a peer that then sees its old run dead takes over. Each
+// refuses the other's deployments, so no job runs on either. The leader
+// polls its peers (every splitPoll): a peer that says it leads itself is
+// another leader, and the one of the two whose newest snapshots are the
+// newer keeps leading (with equal ones, the lower id): the other cancels
+// its jobs (none of them could deploy) and follows it. The lower node
+// then gets the leadership back by a hand-back.
+
+// splitPoll is how often a leader asks its peers whether one of them
+// leads too.
+const splitPoll = 2 * time.Second
+
+// splitWinner returns which of two leaders, self and other, keeps
+// leading, given the newest snapshot each has the metadata of, by job:
+// the one whose snapshots are newer for every job where they differ;
+// with equal ones, or newer ones on both sides, the lower id.
+func splitWinner(self, other string, ours, theirs map[string]uint64) string {
+	var oursNewer, theirsNewer bool
+	for _, job := range slices.Sorted(maps.Keys(ours)) {
+		switch {
+		case ours[job] > theirs[job]:
+			oursNewer = true
+		case ours[job] < theirs[job]:
+			theirsNewer = true
+		}
+	}
+	for job, id := range theirs {
+		if _, ok := ours[job]; !ok && id > 0 {
+			theirsNewer = true
+		}
+	}
+	switch {
+	case oursNewer && !theirsNewer:
+		return self
+	case theirsNewer && !oursNewer:
+		return other
+	}
+	return min(self, other)
+}
+
+// maybeYield asks the live peers, at most every splitPoll, whether one
+// of them leads too, and yields to it if the split rule says so; called
+// by the membership loop on the leader.
+func (v *liveView) maybeYield(alive []string) {
+	c := v.c
+	h := c.hb
+	if h == nil || h.cancel == nil {
+		return
+	}
+	now := time.Now()
+	h.mu.Lock()
+	if h.running || h.polling || now.Sub(h.polled) < splitPoll {
+		h.mu.Unlock()
+		return
+	}
+	h.polling, h.polled = true, now
+	h.mu.Unlock()
+	v.wg.Add(1)
+	go func() {
+		defer v.wg.Done()
+		defer func() {
+			h.mu.Lock()
+			h.polling = false
+			h.mu.Unlock()
+		}()
+		ctx, cancel := v.stopCtx(10 * time.Second)
+		defer cancel()
+		for _, peer := range alive {
+			if peer == c.cfg.Node {
+				continue
+			}
+			w, err := c.peers.workerStatus(ctx, peer)
+			if err != nil || w.Master != peer {
+				continue
+			}
+			if c.yield(ctx, peer, w.Checkpoints) {
+				return
+			}
+		}
+	}()
+}
+
+// yield settles a split with other, which leads too and has the newest
+// snapshots theirs: when the rule makes other the leader, this node
+// cancels its jobs and follows it. It reports whether it yielded.
+func (c *clusterNode) yield(ctx context.Context, other string, theirs map[string]uint64) bool {
+	ours := c.latestCheckpoints()
+	winner := splitWinner(c.cfg.Node, other, ours, theirs)
+	log := c.log.With("other", other)
+	if winner == c.cfg.Node {
+		log.Warn("cluster: another node leads too; it yields to this one (newer snapshots, or a lower id)", "ours", ours, "theirs", theirs)
+		return false
+	}
+	if !c.redeployMu.TryLock() {
+		return false
+	}
+	defer c.redeployMu.Unlock()
+	h := c.hb
+	h.mu.Lock()
+	if h.running || !c.isMaster() {
+		h.mu.Unlock()
+		return false
+	}
+	h.running = true
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.running = false
+		h.mu.Unlock()
+	}()
+	c.handing.Store(true)
+	defer c.handing.Store(false)
+	start := time.Now()
+	log.Warn("cluster: another node leads too; this node yields to it (its snapshots are newer, or its id lower): cancelling the jobs", "ours", ours, "theirs", theirs)
+	h.cancel(ctx)
+	c.stepDown(other)
+	h.record(cluster.Handback{At: start, From: c.cfg.Node, To: other, Epoch: c.highestEpoch(), Outcome: "yielded",
+		Error: fmt.Sprintf("two leaders: this node's newest snapshots %v, %s's %v", ours, other, theirs)})
+	log.Info("cluster: yielded; this node follows the other leader", "took", time.Since(start))
+	return true
+}
+
+// cancelJobs cancels every running job of the node and waits for each to
+// end (or ctx).
+func (n *node) cancelJobs(ctx context.Context) {
+	for _, j := range n.jobList() {
+		if j.snapshot().Status != StatusRunning {
+			continue
+		}
+		j.cancel()
+		select {
+		case <-j.run.Done():
+		case <-ctx.Done():
+		}
+	}
+}

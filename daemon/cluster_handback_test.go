@@ -1,0 +1,543 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/edgedio/edged/cluster"
+	"github.com/edgedio/edged/internal/testutil"
+	"github.com/edgedio/edged/pipeline"
+	"github.com/edgedio/edged/snapshot"
+)
+
+var testHandbackConfig = handbackConfig{Settle: 5 * time.Second, MaxSettle: 5 * time.Minute, Stable: time.Minute,
+	MinInterval: 10 * time.Second, MaxInterval: 5 * time.Minute}
+
+// The hand-back decision on a fake clock: the leader b hands back to a
+// only once a has been up, in one run, for the settle delay, and only
+// with a majority; a node that dies or restarts after a short run settles
+// twice as long next time, back to the settle delay once it stayed up;
+// attempts are spaced by the interval, which a failure doubles and a
+// success resets; a node that had not caught up is retried after the
+// settle delay without backing off.
+func TestHandbackDecision(t *testing.T) {
+	cfg := testHandbackConfig
+	d := newHandbackDecider(cfg)
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	abc := []string{"a", "b", "c"}
+	check := func(now time.Time, alive []string, want string) {
+		t.Helper()
+		got, why := d.decide(now, "b", alive, 3)
+		if got != want {
+			t.Fatalf("at %v alive %v: hand back to %q (%s), want %q", now.Sub(t0), alive, got, why, want)
+		}
+	}
+	// Only b and c: nobody lower.
+	d.observe(at(0), map[string]string{"b": "", "c": "x"})
+	check(at(0), []string{"b", "c"}, "")
+	// a comes up at 10 s: it settles for 5 s.
+	d.observe(at(10), map[string]string{"a": "1", "b": "", "c": "x"})
+	check(at(10), abc, "")
+	d.observe(at(14.9), map[string]string{"a": "1", "b": "", "c": "x"})
+	check(at(14.9), abc, "")
+	if _, why := d.decide(at(14.9), "b", abc, 3); !strings.Contains(why, "settling") {
+		t.Fatalf("waiting %q", why)
+	}
+	check(at(15), abc, "a")
+	// No majority: no hand-back.
+	if got, _ := d.decide(at(15), "b", []string{"a", "b"}, 5); got != "" {
+		t.Fatalf("hand-back to %q without a majority", got)
+	}
+	// a died after 6 s up (a flap): its settle delay doubles.
+	d.observe(at(16), map[string]string{"b": "", "c": "x"})
+	check(at(16), []string{"b", "c"}, "")
+	d.observe(at(20), map[string]string{"a": "2", "b": "", "c": "x"})
+	check(at(29.9), abc, "")
+	check(at(30), abc, "a")
+	// a restarts (a new boot) before anyone saw it dead: another flap.
+	d.observe(at(31), map[string]string{"a": "3", "b": "", "c": "x"})
+	if s := d.settleOf("a"); s != 20*time.Second {
+		t.Fatalf("settle of a after two flaps: %v", s)
+	}
+	check(at(50.9), abc, "")
+	check(at(51), abc, "a")
+	// It stays up for a minute: back to 5 s.
+	d.observe(at(91), map[string]string{"a": "3", "b": "", "c": "x"})
+	if s := d.settleOf("a"); s != cfg.Settle {
+		t.Fatalf("settle of a once stable: %v", s)
+	}
+
+	// Attempts: the interval after each; a failure doubles it.
+	d.attempt(at(100))
+	check(at(109.9), abc, "")
+	if _, why := d.decide(at(109.9), "b", abc, 3); !strings.Contains(why, "damping") {
+		t.Fatalf("waiting %q", why)
+	}
+	d.done(at(101), ErrHandback)
+	check(at(120.9), abc, "")
+	check(at(121), abc, "a")
+	d.attempt(at(121))
+	d.done(at(122), ErrHandback)
+	check(at(161.9), abc, "")
+	check(at(162), abc, "a")
+	// Not ready (not caught up): after the settle delay, no backoff.
+	d.attempt(at(162))
+	d.done(at(163), fmt.Errorf("%w: behind", errHandbackNotReady))
+	check(at(167.9), abc, "")
+	check(at(168), abc, "a")
+	// A success resets the interval.
+	d.attempt(at(168))
+	d.done(at(169), nil)
+	check(at(178.9), abc, "")
+	check(at(179), abc, "a")
+
+	// The lowest node that settled: c hands back to b while a settles.
+	d2 := newHandbackDecider(cfg)
+	d2.observe(at(0), map[string]string{"b": "1", "c": ""})
+	d2.observe(at(10), map[string]string{"a": "1", "b": "1", "c": ""})
+	if got, _ := d2.decide(at(10), "c", abc, 3); got != "b" {
+		t.Fatalf("c hands back to %q, want b", got)
+	}
+	if got, _ := d2.decide(at(15), "c", abc, 3); got != "a" {
+		t.Fatalf("c hands back to %q, want a", got)
+	}
+	// The lowest node never hands back.
+	if got, _ := d2.decide(at(100), "a", abc, 3); got != "" {
+		t.Fatalf("a hands back to %q", got)
+	}
+}
+
+// A low node that flaps (up 6 s, down 2 s, for ten minutes) against a
+// leader that hands back whenever the decider says so: without damping it
+// would get the leadership every 8 s (75 times); the doubling settle delay
+// lets it have it at most a few times.
+func TestHandbackStormDamped(t *testing.T) {
+	d := newHandbackDecider(testHandbackConfig)
+	t0 := time.Unix(1000, 0)
+	handbacks := 0
+	boot := 0
+	for s := 0; s < 600; s++ {
+		now := t0.Add(time.Duration(s) * time.Second)
+		alive := map[string]string{"b": "", "c": ""}
+		ids := []string{"b", "c"}
+		if s%8 < 6 {
+			if s%8 == 0 {
+				boot++
+			}
+			alive["a"] = fmt.Sprint(boot)
+			ids = []string{"a", "b", "c"}
+		}
+		d.observe(now, alive)
+		if target, _ := d.decide(now, "b", ids, 3); target != "" {
+			handbacks++
+			d.attempt(now)
+			d.done(now, nil)
+		}
+	}
+	if handbacks == 0 || handbacks > 2 {
+		t.Fatalf("%d hand-backs to a flapping node in 10 min, want 1 or 2", handbacks)
+	}
+	t.Logf("%d hand-backs; a's settle delay now %v", handbacks, d.settleOf("a"))
+}
+
+// handbackNode is one node of the daemon-level hand-back test: a
+// clusterNode with its cluster routes on an httptest server, replicas in
+// a temporary directory, and fake job steps.
+type handbackNode struct {
+	*clusterNode
+	dir     string
+	mu      sync.Mutex
+	took    []string // takeover calls, by the node taken over from
+	stopped int      // stop calls
+	stop    func(ctx context.Context) (map[string]snapshot.ID, bool, error)
+	// workerHits counts the GET /cluster/worker the node answered.
+	workerHits *atomic.Int32
+}
+
+func (h *handbackNode) takeovers() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.took...)
+}
+
+const handbackJob = "j"
+
+// handbackCluster starts nodes a, b and c, all alive, following leader b
+// (b runs the job masters; a and c followed it).
+func handbackCluster(t *testing.T) map[string]*handbackNode {
+	t.Helper()
+	ids := []string{"a", "b", "c"}
+	nodes := map[string]*handbackNode{}
+	muxes := map[string]*http.ServeMux{}
+	workerHits := map[string]*atomic.Int32{}
+	for _, id := range ids {
+		workerHits[id] = &atomic.Int32{}
+	}
+	srvs := map[string]*httptest.Server{}
+	for _, id := range ids {
+		muxes[id] = http.NewServeMux()
+		mux := muxes[id]
+		hits := workerHits[id]
+		srvs[id] = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/cluster/worker" {
+				hits.Add(1)
+			}
+			mux.ServeHTTP(w, r)
+		}))
+		t.Cleanup(srvs[id].Close)
+	}
+	log := slog.New(slog.DiscardHandler)
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	for _, id := range ids {
+		cfg := &pipeline.ClusterConfig{Node: id, Listen: "127.0.0.1:1"}
+		for _, p := range ids {
+			if p != id {
+				cfg.Peers = append(cfg.Peers, pipeline.PeerConfig{ID: p, Address: "127.0.0.1:1", API: strings.TrimPrefix(srvs[p].URL, "http://")})
+			}
+		}
+		dir := filepath.Join(t.TempDir(), id)
+		pc := pipeline.DefaultPipelineConfig()
+		pc.Name = handbackJob
+		pc.Checkpoint.Dir = filepath.Join(dir, "checkpoints")
+		pc.Checkpoint.Retain = 2
+		c := &clusterNode{cfg: cfg, log: log.With("node", id), dataDir: dir, master: id == "b"}
+		gate, err := cluster.NewRebalanceGate(cluster.DefaultGateConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.live = &liveView{c: c, stop: make(chan struct{}), gate: gate, joining: map[string]bool{}}
+		c.peers = &peerClient{cfg: cfg, http: srvs[id].Client()}
+		c.rep = newReplicas(cfg, []pipeline.PipelineConfig{pc}, c.peers, c.live.alive, c.seen.Load, c.log)
+		c.peers.rep = c.rep
+		c.lead.id, c.lead.followed = "b", id != "b"
+		cfgHB := testHandbackConfig
+		cfgHB.Settle = 0
+		c.hb = newHandback(cfgHB)
+		hn := &handbackNode{clusterNode: c, dir: dir, workerHits: workerHits[id]}
+		c.takeover = func(from string) error {
+			hn.mu.Lock()
+			defer hn.mu.Unlock()
+			hn.took = append(hn.took, from)
+			return nil
+		}
+		c.hb.stop = func(ctx context.Context) (map[string]snapshot.ID, bool, error) {
+			hn.mu.Lock()
+			hn.stopped++
+			stop := hn.stop
+			hn.mu.Unlock()
+			return stop(ctx)
+		}
+		c.mount(muxes[id], &node{})
+		t.Cleanup(func() {
+			c.live.stopOnce.Do(func() { close(c.live.stop) })
+			c.live.wg.Wait()
+		})
+		nodes[id] = hn
+	}
+	return nodes
+}
+
+// commit writes snapshot id of the job in leader's store, with one state
+// file it holds alone, and publishes its metadata to every node when
+// publish is set.
+func (h *handbackNode) commit(t *testing.T, id snapshot.ID, savepoint, publish bool) {
+	t.Helper()
+	s, err := h.rep.store(handbackJob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kind := snapshot.KindCheckpoint
+	if savepoint {
+		kind = snapshot.KindSavepoint
+	}
+	if _, err := s.Begin(snapshot.Trigger{Checkpoint: id, Savepoint: savepoint, Timestamp: int64(id)}); err != nil {
+		t.Fatal(err)
+	}
+	path, fh := stateFile(t, t.TempDir(), id, "j%2Fwin.0.state")
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Import(id, fh.File, fh.Size, fh.Checksum, f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := &snapshot.Metadata{Checkpoint: id, Kind: kind, Timestamp: int64(id),
+		Operators: []snapshot.Operator{{UID: "j/win", Parallelism: 1, Subtasks: []snapshot.Handle{fh}}}}
+	if _, err := s.Commit(md); err != nil {
+		t.Fatal(err)
+	}
+	if publish {
+		h.rep.hold(handbackJob, id, fh.File, []string{h.cfg.Node})
+		if err := h.rep.publish(context.Background(), h.seen.Load(), md); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The hand-back between daemon nodes over their cluster routes: leader b
+// hands back to a only once a has the latest checkpoint's metadata; it
+// stops its jobs with a savepoint, a copies in the savepoint's files (b
+// alone held them), b steps down, and a persists b's epoch as its floor
+// and takes over, restoring above the savepoint; never both lead. A
+// hand-back that a refuses (it follows another leader) leaves b leading:
+// b restarts its jobs.
+func TestHandbackBetweenNodes(t *testing.T) {
+	nodes := handbackCluster(t)
+	a, b := nodes["a"], nodes["b"]
+	const epoch = 3<<32 + 4
+	for _, n := range nodes {
+		n.seen.Store(epoch)
+	}
+	if err := os.MkdirAll(filepath.Join(a.dir, "cluster"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b.stop = func(ctx context.Context) (map[string]snapshot.ID, bool, error) {
+		b.seen.Store(epoch + 2) // b deployed up to there
+		b.commit(t, 8, true, true)
+		return map[string]snapshot.ID{handbackJob: 8}, true, nil
+	}
+	// b's latest checkpoint is not on a: no hand-back starts.
+	b.commit(t, 5, false, false)
+	err := b.handBack(context.Background(), "a", time.Now())
+	if !errors.Is(err, errHandbackNotReady) || b.stopped != 0 {
+		t.Fatalf("hand-back to a node that has not caught up: %v, %d stops", err, b.stopped)
+	}
+	b.commit(t, 6, false, true)
+
+	// Nobody leads beside another: a is read first (once it leads, b has
+	// stepped down for good).
+	var both atomic.Bool
+	done := make(chan struct{})
+	var poll sync.WaitGroup
+	poll.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if a.isMaster() && b.isMaster() {
+				both.Store(true)
+			}
+		}
+	})
+	// Gate-queued: not while a failover is in progress.
+	b.live.mu.Lock()
+	b.live.pending = &pendingChange{at: time.Now(), dead: "c"}
+	b.live.mu.Unlock()
+	b.live.maybeHandBack([]string{"a", "b", "c"})
+	b.hb.mu.Lock()
+	waiting, running := b.hb.waiting, b.hb.running
+	b.hb.mu.Unlock()
+	if running || !strings.Contains(waiting, "failover") {
+		t.Fatalf("hand-back beside a failover: running %v, waiting %q", running, waiting)
+	}
+	b.live.mu.Lock()
+	b.live.pending = nil
+	b.live.mu.Unlock()
+	b.live.maybeHandBack([]string{"a", "b", "c"})
+	testutil.Eventually(t, 10*time.Second, "a took over from b", func() bool {
+		tk := a.takeovers()
+		return len(tk) == 1 && tk[0] == "b"
+	})
+	testutil.Eventually(t, 10*time.Second, "both record the hand-back", func() bool {
+		ra, _ := a.hb.status()
+		rb, _ := b.hb.status()
+		return len(ra) == 1 && ra[0].Outcome == "done" && len(rb) == 1 && rb[0].Outcome == "done"
+	})
+	close(done)
+	poll.Wait()
+	if both.Load() {
+		t.Fatal("a and b led at once")
+	}
+	if b.isMaster() || b.leader() != "a" || !a.isMaster() || a.leader() != "a" || len(b.takeovers()) != 0 {
+		t.Fatalf("after the hand-back: b master %v follows %q; a master %v follows %q; b resumed %v",
+			b.isMaster(), b.leader(), a.isMaster(), a.leader(), b.takeovers())
+	}
+	recs, _ := b.hb.status()
+	rec := recs[0]
+	if rec.From != "b" || rec.To != "a" || rec.Epoch != epoch+2 || rec.Savepoints[handbackJob] != 8 || rec.SavepointMS <= 0 || rec.ReplicateMS <= 0 {
+		t.Fatalf("record %+v", rec)
+	}
+	// a persisted b's epoch as its floor: it deploys above it.
+	floor, err := readEpoch(filepath.Join(a.dir, "cluster", "epoch"))
+	if err != nil || floor != epoch+2 {
+		t.Fatalf("a's epoch floor %d, %v", floor, err)
+	}
+	if base, err := nextEpochBase(filepath.Join(a.dir, "cluster"), a.seen.Load()); err != nil || base <= epoch+2 {
+		t.Fatalf("a's epoch base %d, %v", base, err)
+	}
+	// Checkpoint ids go on above the savepoint's; a has its files.
+	if next := a.nextCheckpoint(); next != 9 {
+		t.Fatalf("a's next checkpoint %d, want 9", next)
+	}
+	s, err := a.rep.store(handbackJob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := s.RecoveryPoint(false)
+	if err != nil || md.Checkpoint != 8 || len(snapshot.Missing(md)) != 0 {
+		t.Fatalf("a's recovery point %v, %v", md, err)
+	}
+}
+
+// A hand-back that fails after the leader stopped its jobs leaves it
+// leading: the lower node refuses (it follows another node), and the
+// leader restarts its jobs from the savepoint, records the failure and
+// backs off; a savepoint that fails stops nothing and changes nothing.
+func TestHandbackFailureLeavesTheLeader(t *testing.T) {
+	nodes := handbackCluster(t)
+	a, b := nodes["a"], nodes["b"]
+	b.commit(t, 6, false, true)
+	b.stop = func(ctx context.Context) (map[string]snapshot.ID, bool, error) {
+		return nil, false, errors.New("savepoint declined")
+	}
+	if err := b.handBack(context.Background(), "a", time.Now()); !errors.Is(err, ErrHandback) || !b.isMaster() || len(b.takeovers()) != 0 {
+		t.Fatalf("failed savepoint: %v, master %v, resumed %v", err, b.isMaster(), b.takeovers())
+	}
+	b.stop = func(ctx context.Context) (map[string]snapshot.ID, bool, error) {
+		b.commit(t, 8, true, true)
+		return map[string]snapshot.ID{handbackJob: 8}, true, nil
+	}
+	a.lead.mu.Lock()
+	a.lead.id = "c"
+	a.lead.mu.Unlock()
+	err := b.handBack(context.Background(), "a", time.Now())
+	if !errors.Is(err, ErrHandback) || !strings.Contains(err.Error(), "follows") {
+		t.Fatalf("refused hand-back: %v", err)
+	}
+	if !b.isMaster() || b.leader() != "b" || a.isMaster() {
+		t.Fatalf("after a refused hand-back: b master %v follows %q, a master %v", b.isMaster(), b.leader(), a.isMaster())
+	}
+	if tk := b.takeovers(); len(tk) != 1 || tk[0] != "b" {
+		t.Fatalf("b restarted its jobs %v times, want once", tk)
+	}
+	recs, total := b.hb.status()
+	if len(recs) != 2 || recs[1].Outcome != "failed" || total != 2 {
+		t.Fatalf("records %+v", recs)
+	}
+	// The decider backs off after the failure.
+	b.hb.mu.Lock()
+	b.hb.dec.attempt(time.Now())
+	b.hb.dec.done(time.Now(), err)
+	interval := b.hb.dec.interval
+	b.hb.mu.Unlock()
+	if interval != 2*testHandbackConfig.MinInterval {
+		t.Fatalf("interval after a failure %v", interval)
+	}
+}
+
+// Of two leaders, the one whose newest snapshots are newer keeps leading;
+// with equal ones, or each newer for some job, the lower id.
+func TestSplitWinner(t *testing.T) {
+	for _, tc := range []struct {
+		ours, theirs map[string]uint64
+		want         string
+	}{
+		{map[string]uint64{"j": 5}, map[string]uint64{"j": 5}, "a"},
+		{map[string]uint64{"j": 9}, map[string]uint64{"j": 5}, "b"},
+		{map[string]uint64{"j": 5}, map[string]uint64{"j": 9}, "a"},
+		{map[string]uint64{"j": 5, "k": 1}, map[string]uint64{"j": 5, "k": 2}, "a"},
+		{map[string]uint64{"j": 6, "k": 1}, map[string]uint64{"j": 5, "k": 2}, "a"},
+		{map[string]uint64{}, map[string]uint64{"j": 1}, "a"},
+		{map[string]uint64{"j": 1}, map[string]uint64{}, "b"},
+	} {
+		if got := splitWinner("b", "a", tc.ours, tc.theirs); got != tc.want {
+			t.Errorf("b %v, a %v: %q leads, want %q", tc.ours, tc.theirs, got, tc.want)
+		}
+	}
+}
+
+// Two nodes lead at once (a restarted leader, and the node that took over
+// from its old run): the one with the newer snapshots keeps leading; with
+// equal ones the lower id; the other cancels its jobs and follows it.
+func TestSplitLeaderYields(t *testing.T) {
+	nodes := handbackCluster(t)
+	a, b := nodes["a"], nodes["b"]
+	a.master, a.lead.id = true, "a"
+	var cancelled atomic.Int32
+	for _, n := range []*handbackNode{a, b} {
+		n.hb.cancel = func(context.Context) { cancelled.Add(1) }
+	}
+	// b's newest checkpoint is not on a: b keeps leading.
+	b.commit(t, 7, false, false)
+	b.live.maybeYield([]string{"a", "b", "c"})
+	b.live.wg.Wait()
+	if w, err := b.peers.workerStatus(context.Background(), "a"); err != nil || w.Master != "a" {
+		t.Fatalf("a says it follows %q (%v): no split", w.Master, err)
+	}
+	if !b.isMaster() || cancelled.Load() != 0 {
+		t.Fatalf("b with newer snapshots yielded: master %v, %d cancels", b.isMaster(), cancelled.Load())
+	}
+	// a gets it too: equal, the lower id leads; b yields.
+	if err := b.rep.publish(context.Background(), b.seen.Load(), mustLatest(t, b)); err != nil {
+		t.Fatal(err)
+	}
+	b.hb.mu.Lock()
+	b.hb.polled = time.Time{}
+	b.hb.mu.Unlock()
+	b.live.maybeYield([]string{"a", "b", "c"})
+	b.live.wg.Wait()
+	if b.isMaster() || b.leader() != "a" || !a.isMaster() || cancelled.Load() != 1 {
+		t.Fatalf("after the split: b master %v follows %q, a master %v, %d cancels", b.isMaster(), b.leader(), a.isMaster(), cancelled.Load())
+	}
+	recs, _ := b.hb.status()
+	if len(recs) != 1 || recs[0].Outcome != "yielded" || recs[0].To != "a" {
+		t.Fatalf("records %+v", recs)
+	}
+}
+
+func mustLatest(t *testing.T, h *handbackNode) *snapshot.Metadata {
+	t.Helper()
+	s, err := h.rep.store(handbackJob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mds, err := s.Completed()
+	if err != nil || len(mds) == 0 {
+		t.Fatalf("completed: %v, %v", mds, err)
+	}
+	return mds[0]
+}
+
+// A leader that restarts while its peers still follow it asks them again
+// every restartPoll, and follows the node that took over as soon as one
+// names it, well before restartGrace; the lan profile waits longer.
+func TestRestartedLeaderFollowsTheTakeover(t *testing.T) {
+	nodes := handbackCluster(t)
+	a, b, c := nodes["a"], nodes["b"], nodes["c"]
+	for _, n := range []*handbackNode{b, c} {
+		n.master, n.lead.id, n.lead.followed = false, "a", true
+	}
+	a.master, a.lead.id = false, ""
+	start := time.Now()
+	got := make(chan string, 1)
+	go func() { got <- a.askLeader(context.Background()) }()
+	testutil.Eventually(t, 5*time.Second, "a asked b again", func() bool { return b.workerHits.Load() >= 2 })
+	b.lead.mu.Lock()
+	b.lead.took, b.lead.id = true, "b"
+	b.lead.mu.Unlock()
+	leader := <-got
+	if took := time.Since(start); leader != "b" || took >= restartGrace("device") {
+		t.Fatalf("a follows %q after %v, want b before %v", leader, took, restartGrace("device"))
+	}
+	if restartGrace("lan") <= restartGrace("device") || restartGrace("") != restartGrace("device") {
+		t.Fatalf("restart grace: lan %v, device %v", restartGrace("lan"), restartGrace("device"))
+	}
+}
