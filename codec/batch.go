@@ -15,11 +15,20 @@ func AppendBatch[T any](c Codec[T], dst []byte, vs []T) ([]byte, error) {
 	start := len(dst)
 	out := binary.AppendUvarint(dst, uint64(len(vs)))
 	body := len(out)
-	for i := range vs {
-		var err error
-		if out, err = c.Append(out, vs[i]); err != nil {
-			return dst[:start], fmt.Errorf("batch value %d: %w", i, err)
+	var err error
+	if cc, ok := any(c).(compiled[T]); ok {
+		// One loop over the values, no interface call per value.
+		out, err = cc.appendAll(out, vs)
+	} else {
+		for i := range vs {
+			if out, err = c.Append(out, vs[i]); err != nil {
+				err = fmt.Errorf("batch value %d: %w", i, err)
+				break
+			}
 		}
+	}
+	if err != nil {
+		return dst[:start], err
 	}
 	if len(out)-body < len(vs) {
 		return dst[:start], fmt.Errorf("%w: batch of %d values encodes to %d bytes",

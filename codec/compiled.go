@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"fmt"
 	"runtime"
 	"unsafe"
 )
@@ -19,6 +20,36 @@ func (c compiled[T]) Append(dst []byte, v T) ([]byte, error) {
 		return dst, err
 	}
 	return out, nil
+}
+
+// appendAll appends the encodings of vs, one after the other; a struct of
+// scalars and strings field by field in one loop.
+func (c compiled[T]) appendAll(dst []byte, vs []T) ([]byte, error) {
+	pl := c.pl
+	if pl.op != opPlan || !pl.isStrct {
+		for i := range vs {
+			var err error
+			if dst, err = pl.append(dst, unsafe.Pointer(&vs[i]), 0); err != nil {
+				return dst, fmt.Errorf("batch value %d: %w", i, err)
+			}
+		}
+		return dst, nil
+	}
+	for i := range vs {
+		p := unsafe.Pointer(&vs[i])
+		for j := range pl.fields {
+			f := &pl.fields[j]
+			if f.pl.op != opPlan {
+				dst = appendScalar(f.pl.op, dst, unsafe.Add(p, f.off))
+				continue
+			}
+			var err error
+			if dst, err = f.pl.enc(dst, unsafe.Add(p, f.off), 0); err != nil {
+				return dst, fmt.Errorf("batch value %d: %w", i, wrapField(f.name, err))
+			}
+		}
+	}
+	return dst, nil
 }
 
 // Decode decodes one value from the front of src.

@@ -9,8 +9,10 @@
 // has them; otherwise a codec compiled once per type by walking its fields
 // with reflect, which per record touches memory through precomputed offsets
 // and allocates nothing to encode a struct of scalars and strings, and only
-// the strings to decode it. Binary, CBOR, Gob and JSON wrap other encodings
-// for interchange and comparison.
+// the strings to decode it. A Decoder decodes a stream of values, such as
+// the batches of one channel, and keeps the short strings it decoded, so
+// that a key seen before costs no allocation. Binary, CBOR, Gob and JSON
+// wrap other encodings for interchange and comparison.
 //
 // Encodings are length-delimited: Decode reports how many bytes it consumed,
 // so values can be laid end to end. They are also canonical: the compiled
@@ -21,7 +23,8 @@
 // must be read back with the codec of the same type.
 //
 // Concurrency: codecs are stateless values, safe for concurrent use by any
-// number of goroutines, and neither encoding nor decoding blocks. The one
+// number of goroutines, and neither encoding nor decoding blocks. A
+// Decoder has state and belongs to one goroutine. The one
 // shared state is a cache of compiled types, filled by For and Compile and
 // never changed after, so a type is compiled once per process.
 //

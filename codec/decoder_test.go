@@ -1,0 +1,201 @@
+package codec
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// processCPU returns the process's user and system CPU time: on a loaded
+// machine a steadier measure than the wall clock.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestDecoderInternsStrings wants a Decoder to decode a batch of records
+// whose strings it has seen before with no allocation at all, and the
+// records equal to the codec's.
+func TestDecoderInternsStrings(t *testing.T) {
+	c := For[SensorReading]()
+	rs := make([]SensorReading, 512)
+	for i := range rs {
+		rs[i] = SensorReading{ID: fmt.Sprintf("sensor-%04d", i%100), Timestamp: int64(i), Temperature: float64(i) / 4}
+	}
+	buf, err := AppendBatch(c, nil, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count, k, _ := readUvarint(buf)
+	d := NewDecoder(c)
+	if !d.flat {
+		t.Fatal("SensorReading does not take the flat path")
+	}
+	out := make([]SensorReading, 0, len(rs))
+	if out, _, err = d.AppendN(out[:0], buf[k:], int(count)); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(out, rs) {
+		t.Fatal("decoded records differ from the encoded ones")
+	}
+	if n := testing.AllocsPerRun(100, func() { out, _, err = d.AppendN(out[:0], buf[k:], int(count)) }); n != 0 || err != nil {
+		t.Errorf("AppendN allocates %v times per batch of %d (err %v), want 0", n, len(rs), err)
+	}
+	if !reflect.DeepEqual(out, rs) {
+		t.Fatal("decoded records differ from the encoded ones")
+	}
+	// A long string is not interned: a value of its own every time.
+	long := SensorReading{ID: string(make([]byte, internMaxLen+1))}
+	b, _ := c.Append(nil, long)
+	if n := testing.AllocsPerRun(100, func() { _, _, err = d.Decode(b) }); n != 1 || err != nil {
+		t.Errorf("Decode of a %d-byte string allocates %v times (err %v), want 1", internMaxLen+1, n, err)
+	}
+}
+
+// TestDecoderStrings decodes the built-in string codec's values through
+// a Decoder, interned, and a string that collides in the table.
+func TestDecoderStrings(t *testing.T) {
+	d := NewDecoder[string](String)
+	if !d.str {
+		t.Fatal("String does not take the string path")
+	}
+	var vs []string
+	for i := range 3 * internSlots {
+		vs = append(vs, fmt.Sprint("k", i%(2*internSlots)), "")
+	}
+	buf, err := AppendBatch(String, nil, vs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, k, _ := readUvarint(buf)
+	got, n, err := d.AppendN(nil, buf[k:], len(vs))
+	if err != nil || n != len(buf)-k {
+		t.Fatalf("AppendN: %v, consumed %d of %d", err, n, len(buf)-k)
+	}
+	if !reflect.DeepEqual(got, vs) {
+		t.Fatal("decoded strings differ")
+	}
+}
+
+// TestDecoderErrors wants a Decoder's errors to wrap the codec's
+// sentinels, and a failed AppendN to leave dst as it was.
+func TestDecoderErrors(t *testing.T) {
+	d := NewDecoder(For[SensorReading]())
+	dst := []SensorReading{{ID: "kept"}}
+	good, _ := For[SensorReading]().Append(nil, SensorReading{ID: "a"})
+	bad := append(append([]byte{}, good...), 5, 'x') // second value cut short
+	got, n, err := d.AppendN(dst, bad, 2)
+	if !errors.Is(err, ErrShort) || n != 0 || len(got) != 1 || got[0].ID != "kept" {
+		t.Fatalf("AppendN of a short value: %v, %d bytes, %v", err, n, got)
+	}
+	if got[:2][1] != (SensorReading{}) {
+		t.Fatalf("slot past dst not cleared: %+v", got[:2][1])
+	}
+	if _, _, err := d.AppendN(nil, good, len(good)+1); !errors.Is(err, ErrShort) {
+		t.Fatalf("AppendN of more values than bytes: %v", err)
+	}
+	if _, _, err := d.Decode([]byte{0x80}); !errors.Is(err, ErrShort) {
+		t.Fatalf("Decode of a cut varint: %v", err)
+	}
+}
+
+// checkDecoder wants a Decoder to decode src as the codec does: the same
+// values and bytes consumed, or an error where the codec fails, value by
+// value until one fails.
+func checkDecoder[T any](t *testing.T, c Codec[T], d *Decoder[T], src []byte) {
+	rest := src
+	for len(rest) > 0 {
+		want, wn, werr := c.Decode(rest)
+		got, gn, gerr := d.Decode(rest)
+		if (werr == nil) != (gerr == nil) || gn != wn {
+			t.Fatalf("Decode of %x: decoder %v (%d bytes), codec %v (%d bytes)", rest, gerr, gn, werr, wn)
+		}
+		if werr != nil {
+			if !errors.Is(gerr, ErrCorrupt) && !errors.Is(gerr, ErrShort) {
+				t.Fatalf("Decoder error %v wraps neither ErrCorrupt nor ErrShort", gerr)
+			}
+			return
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("Decode of %x: decoder %+v, codec %+v", rest, got, want)
+		}
+		vs, n, err := d.AppendN(nil, rest, 1)
+		if err != nil || n != wn || !reflect.DeepEqual(vs[0], want) {
+			t.Fatalf("AppendN of %x: %v, %d bytes, %+v; codec %+v, %d bytes", rest, err, n, vs, want, wn)
+		}
+		rest = rest[wn:]
+	}
+}
+
+func FuzzDecoderSensorReading(f *testing.F) {
+	c := For[SensorReading]()
+	d := NewDecoder(c)
+	addSeeds(f, c, SensorReading{}, SensorReading{ID: "sensor-1", Timestamp: -7, Temperature: 21.5},
+		SensorReading{ID: string(make([]byte, 40))})
+	f.Fuzz(func(t *testing.T, src []byte) { checkDecoder(t, c, d, src) })
+}
+
+func FuzzDecoderString(f *testing.F) {
+	d := NewDecoder[string](String)
+	addSeeds(f, String, "", "hello", string(make([]byte, 200)))
+	f.Fuzz(func(t *testing.T, src []byte) { checkDecoder(t, String, d, src) })
+}
+
+func FuzzDecoderNested(f *testing.F) {
+	c := For[fuzzDevice]()
+	d := NewDecoder(c)
+	addSeeds(f, c, fuzzDevice{}, fuzzDevice{
+		Name:   "d",
+		Tags:   []string{"a", ""},
+		Attrs:  map[string]int32{"k": -1},
+		Parent: &fuzzDevice{Tags: []string{}},
+		Seen:   time.Unix(1, 2).UTC(),
+	})
+	f.Fuzz(func(t *testing.T, src []byte) { checkDecoder(t, c, d, src) })
+}
+
+// BenchmarkDecoder decodes a batch of 512 readings of 1000 sensors with
+// DecodeBatch and with a Decoder, in the same run.
+func BenchmarkDecoder(b *testing.B) {
+	c := For[SensorReading]()
+	rs := make([]SensorReading, 512)
+	for i := range rs {
+		rs[i] = SensorReading{ID: fmt.Sprintf("sensor-%04d", (i*7919)%1000), Timestamp: 1_700_000_000_000 + int64(i), Temperature: float64(i) / 4}
+	}
+	buf, err := AppendBatch(c, nil, rs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	count, k, _ := readUvarint(buf)
+	out := make([]SensorReading, 0, len(rs))
+	b.Run("codec", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := processCPU(b)
+		defer func() { b.ReportMetric(float64(processCPU(b)-cpu)/float64(b.N*len(rs)), "cpu-ns/record") }()
+		for b.Loop() {
+			out, _ = DecodeBatch(c, out, buf)
+		}
+	})
+	b.Run("decoder", func(b *testing.B) {
+		b.ReportAllocs()
+		d := NewDecoder(c)
+		cpu := processCPU(b)
+		defer func() { b.ReportMetric(float64(processCPU(b)-cpu)/float64(b.N*len(rs)), "cpu-ns/record") }()
+		for b.Loop() {
+			out, _, _ = d.AppendN(out[:0], buf[k:], int(count))
+		}
+	})
+	b.Run("encode", func(b *testing.B) {
+		cpu := processCPU(b)
+		defer func() { b.ReportMetric(float64(processCPU(b)-cpu)/float64(b.N*len(rs)), "cpu-ns/record") }()
+		for b.Loop() {
+			buf, _ = AppendBatch(c, buf[:0], rs)
+		}
+	})
+}
