@@ -7,23 +7,30 @@
 # turn, -rounds times (alternating, so that binaries share the machine's
 # conditions).
 #
-#   scripts/bench-idle.sh                         this tree's edged, embedded broker, 20 s
+#   scripts/bench-idle.sh                         this tree's edged built as `make edged` builds it, embedded broker, 20 s
+#   scripts/bench-idle.sh -build plain            built with a plain `go build` (what `go run` runs)
 #   scripts/bench-idle.sh -broker external        against a Mosquitto it starts on 127.0.0.1
 #   scripts/bench-idle.sh -secs 30 -rounds 3 old=/tmp/edged-old new=/tmp/edged-new
 #
 # RssFile is the pages of the binary (and libc) mapped into the process:
 # clean page cache the kernel can reclaim, and shared with every other
 # process running the same binary; RssAnon is the process's own memory.
+# How many pages one fault maps depends on the kernel (fault-around, 64 KiB
+# by default) and on the size of the page-cache folios holding the file,
+# which depends on how the file got into the cache (the linker's writes,
+# cp, readahead): identical bytes measured up to 1.5 MB apart. So every
+# binary is first copied (cp) into the run's directory and run from there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-broker=embedded secs=20 rounds=1 bins=()
+broker=embedded secs=20 rounds=1 build=make bins=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -broker) broker=$2; shift 2 ;;
     -secs) secs=$2; shift 2 ;;
+    -build) build=$2; shift 2 ;;
     -rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *=*) bins+=("$1"); shift ;;
     *) echo "unknown argument $1 (-h for help)" >&2; exit 2 ;;
   esac
@@ -38,9 +45,19 @@ cleanup() {
 trap cleanup EXIT INT TERM HUP
 
 if [ ${#bins[@]} -eq 0 ]; then
-  go build -o "$tmp/edged" ./cmd/edged
+  case "$build" in
+    make) make -s EDGED="$tmp/edged" edged ;;
+    plain) go build -o "$tmp/edged" ./cmd/edged ;;
+    *) echo "-build $build: make or plain" >&2; exit 2 ;;
+  esac
   bins=("this=$tmp/edged")
 fi
+# Same page-cache state for every binary (see above).
+for i in "${!bins[@]}"; do
+  b=${bins[$i]}
+  cp "${b#*=}" "$tmp/bin-$i"
+  bins[$i]="${b%%=*}=$tmp/bin-$i"
+done
 
 freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

@@ -48,16 +48,31 @@ import (
 	"text/tabwriter"
 	"time"
 
+	cmap "github.com/orcaman/concurrent-map"
+
 	"github.com/edgedio/edged/daemon"
 	"github.com/edgedio/edged/pipeline"
 )
 
 func main() {
+	shrinkActorRegistry()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
+
+// shrinkActorRegistry makes the process registry of each protoactor actor
+// system (one per job start) hold about 100 KB of heap instead of 2.8 MB.
+// The registry spreads actors over 1024 concurrent maps of
+// cmap.SHARD_COUNT shards each, 32 by default: 32,768 Go maps and locks,
+// 85 % of an idle node's live heap, for the few dozen actors a node
+// spawns. One shard per map still leaves 1024 locks, taken when an actor
+// is spawned or stopped or a PID first resolved (protoactor caches the
+// process in the PID; sends do not look it up). The count is a package
+// variable of the map library, read by every map on every access: it is
+// set here, before any goroutine or map exists, and nowhere else.
+func shrinkActorRegistry() { cmap.SHARD_COUNT = 1 }
 
 const usage = `usage:
   edged run -c <config> [--from-savepoint <path>] [--allow-non-restored] [--listen addr]

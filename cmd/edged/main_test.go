@@ -22,6 +22,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	shrinkActorRegistry() // as main does, before anything runs
 	goleak.VerifyTestMain(m)
 }
 
