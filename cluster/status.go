@@ -114,6 +114,12 @@ type MemberStatus struct {
 	// cluster.capacity); 0 means no limit. A drain or rebalance that
 	// would put more on it is refused with ErrOverCapacity.
 	Capacity int `json:"capacity"`
+	// Weight is the member's share of the subtasks placement spreads,
+	// relative to the others' (its cluster.weight; 1 by default).
+	Weight int `json:"weight"`
+	// Drained marks a member drained by the job masters' node: it gets
+	// no subtasks until it is undrained or restarts.
+	Drained bool `json:"drained,omitempty"`
 }
 
 // KeyGroups is a range of key groups, first and last inclusive; in JSON

@@ -26,7 +26,8 @@ func (c *clusterNode) Status() cluster.Status {
 	drained := maps.Clone(v.drained)
 	v.mu.Unlock()
 	for _, id := range c.cfg.Nodes() {
-		m := cluster.MemberStatus{ID: id, State: cluster.StateDead, Leader: id == master, Capacity: c.cfg.CapacityOf(id)}
+		m := cluster.MemberStatus{ID: id, State: cluster.StateDead, Leader: id == master, Capacity: c.cfg.CapacityOf(id),
+			Weight: c.cfg.WeightOf(id), Drained: drained[id]}
 		if slices.Contains(alive, id) {
 			m.State = cluster.StateAlive
 		} else if drained[id] {

@@ -24,6 +24,7 @@ type fakeCluster struct {
 	mu         sync.Mutex // guards the fields below
 	status     cluster.Status
 	drained    []string
+	undrained  []string
 	rebalances int
 }
 
@@ -37,9 +38,9 @@ func newFakeCluster(t *testing.T, alive int) *fakeCluster {
 	for i := 1; i <= alive+1; i++ {
 		id := fmt.Sprintf("edge-%d", i)
 		m := cluster.MemberStatus{ID: id, Address: fmt.Sprintf("10.0.0.%d:7946", 10+i), API: fmt.Sprintf("10.0.0.%d:8081", 10+i),
-			State: cluster.StateAlive, SeesMajority: true, Capacity: 1, Leader: i == 1}
+			State: cluster.StateAlive, SeesMajority: true, Capacity: 1, Weight: 1, Leader: i == 1}
 		if i == 2 {
-			m.Capacity = 2
+			m.Capacity, m.Weight = 2, 2
 		}
 		if i == alive+1 {
 			m.State, m.SeesMajority = cluster.StateDead, false
@@ -114,10 +115,33 @@ func (f *fakeCluster) Drain(_ context.Context, node string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.drained = append(f.drained, node)
+	f.setDrained(node, true)
 	f.status.Rebalances = append([]cluster.Rebalance{{At: time.Now(), Trigger: cluster.TriggerDrain, MovedKeyGroups: 40,
 		BytesShipped: 2 << 20, PauseMS: map[string]float64{"window/2": 120}, Outcome: cluster.RebalanceDone}}, f.status.Rebalances...)
 	f.status.RebalancesTotal++
 	return nil
+}
+
+// Undrain records the undrain and shows node alive again; the daemon's
+// route asks it of a cluster that can undrain.
+func (f *fakeCluster) Undrain(_ context.Context, node string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.undrained = append(f.undrained, node)
+	f.setDrained(node, false)
+	return nil
+}
+
+// setDrained shows node drained (and left) or back; f.mu is held.
+func (f *fakeCluster) setDrained(node string, drained bool) {
+	for i := range f.status.Members {
+		if m := &f.status.Members[i]; m.ID == node {
+			m.Drained, m.State = drained, cluster.StateAlive
+			if drained {
+				m.State = cluster.StateLeft
+			}
+		}
+	}
 }
 
 func (f *fakeCluster) Rebalance(context.Context) error {
@@ -224,6 +248,23 @@ func TestBrowserCluster(t *testing.T) {
 		run(t, ctx, "rebalances", chromedp.Evaluate(`document.querySelector("#rebalances tbody tr").textContent`, &s))
 		return strings.Contains(s, "drain") && strings.Contains(s, "window/2")
 	})
+
+	// The drained member shows Undrain in place of Drain; undrain it.
+	run(t, ctx, "undrain edge-2", chromedp.WaitVisible(`#members button.undrain[data-node="edge-2"]`, chromedp.ByQuery),
+		chromedp.Click(`#members button.undrain[data-node="edge-2"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#confirm-ok`, chromedp.ByQuery), chromedp.Click(`#confirm-ok`, chromedp.ByQuery))
+	testutil.Eventually(t, waitLimit, "the undrain answered on the page", func() bool {
+		var s string
+		run(t, ctx, "status", chromedp.Text(`#cluster-status`, &s, chromedp.ByQuery))
+		return strings.Contains(s, "Undrain edge-2: done")
+	})
+	f.mu.Lock()
+	undrained := slices.Clone(f.undrained)
+	f.mu.Unlock()
+	if !slices.Equal(undrained, []string{"edge-2"}) {
+		t.Fatalf("cluster asked to undrain %v; want edge-2 once", undrained)
+	}
+	run(t, ctx, "drain button back", chromedp.WaitVisible(`#members button.drain[data-node="edge-2"]:enabled`, chromedp.ByQuery))
 
 	// Rebalance, but step back at the confirmation: nothing is asked.
 	run(t, ctx, "rebalance", chromedp.Click(`#btn-rebalance`, chromedp.ByQuery),

@@ -158,10 +158,14 @@ func printClusterStatus(w io.Writer, s cluster.Status) error {
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "\nMEMBERS")
-	fmt.Fprintln(tw, "ID\tSTATE\tLEADER\tMAJORITY\tCAPACITY\tSUBTASKS\tKEY GROUPS\tTRANSPORT\tAPI")
+	fmt.Fprintln(tw, "ID\tSTATE\tLEADER\tMAJORITY\tCAPACITY\tWEIGHT\tSUBTASKS\tKEY GROUPS\tTRANSPORT\tAPI")
 	for _, m := range s.Members {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", m.ID, m.State, mark(m.Leader), yesNo(m.SeesMajority),
-			capacityString(m.Capacity), subtasks[m.ID], owned[m.ID], m.Address, m.API)
+		state := string(m.State)
+		if m.Drained {
+			state += " (drained)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", m.ID, state, mark(m.Leader), yesNo(m.SeesMajority),
+			capacityString(m.Capacity), max(m.Weight, 1), subtasks[m.ID], owned[m.ID], m.Address, m.API)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -163,7 +163,7 @@ func TestClusterCommands(t *testing.T) {
 		t.Fatalf("no line starting %q in:\n%s", prefix, out)
 		return nil
 	}
-	if f := row("n2 "); !slices.Equal(f[:7], []string{"n2", "alive", "yes", "2", "1", "64", "127.0.0.1:7002"}) {
+	if f := row("n2 "); !slices.Equal(f[:8], []string{"n2", "alive", "yes", "2", "1", "1", "64", "127.0.0.1:7002"}) { // capacity 2, weight 1
 		t.Errorf("member row n2: %q", f)
 	}
 	if f := row("n3 "); f[1] != "dead" || f[2] != "no" {

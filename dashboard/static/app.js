@@ -378,16 +378,25 @@ async function refreshCluster() {
     drain.disabled = state.busy || m.state !== "alive";
     drain.addEventListener("click", () => clusterAct(`/cluster/drain/${encodeURIComponent(m.id)}`, `Drain ${m.id}`,
       `Drain node ${m.id}? Its subtasks move to the other members by savepoint migration (only the moved key groups pause), then it leaves the cluster.`));
+    // A drained member gets its Undrain button in place of Drain.
+    let action = drain;
+    if (m.drained) {
+      action = el("button", { class: "undrain", "data-node": m.id, title: `let ${m.id} rejoin and take work again` }, "Undrain");
+      action.disabled = state.busy;
+      action.addEventListener("click", () => clusterAct(`/cluster/undrain/${encodeURIComponent(m.id)}`, `Undrain ${m.id}`,
+        `Undrain node ${m.id}? It rejoins the cluster and takes subtasks again at the join's rebalance.`));
+    }
     return el("tr", { "data-node": m.id },
       el("td", {}, nodeChip(m.id), m.id === c.node ? el("span", { class: "tag" }, "this node") : ""),
       el("td", {}, el("span", { class: "state state-" + m.state }, m.state)),
       el("td", {}, m.leader ? "★ leader" : ""),
       el("td", { class: m.sees_majority ? "ok" : "bad" }, m.sees_majority ? "yes" : "no"),
-      el("td", { class: "num" }, m.capacity || 1),
+      el("td", { class: "num" }, m.capacity || "no limit"),
+      el("td", { class: "num" }, m.weight || 1),
       el("td", { class: "num" }, subtasks.get(m.id) || 0),
       el("td", { class: "num kg-count" }, owned.get(m.id) || 0),
       el("td", {}, el("code", {}, m.address)), el("td", {}, el("code", {}, m.api)),
-      el("td", {}, drain));
+      el("td", {}, action));
   }), "no members");
   $("#btn-rebalance").disabled = state.busy || !c.leader;
   if (changed("kg", [c.epoch, c.max_parallelism, c.members, c.placement, svgWidth("#kg-map")])) drawKeyGroups(c, owned);
