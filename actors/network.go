@@ -159,8 +159,8 @@ type RemoteSender interface {
 	// Send sends one message in the channel's sequence. It blocks while
 	// the channel has no credit (batches unacknowledged by the receiver)
 	// until credit returns, ctx ends, or the channel fails; it returns the
-	// channel's failure once it failed. body is the sender's from then
-	// on.
+	// channel's failure once it failed. body is the caller's again once
+	// Send returns: the network copies what it keeps.
 	Send(ctx context.Context, kind FrameKind, value int64, body []byte) error
 	// MaxBody is the largest batch body, in bytes, a frame carries.
 	MaxBody() int

@@ -469,11 +469,14 @@ func (t *task) sendRemote(ch *channel, m message) {
 	var body []byte
 	switch m := m.(type) {
 	case *wireBatch:
-		// The network owns the body from now on: the next batch is
-		// encoded into a new buffer of the same size.
+		// The body is the task's again once Send returns (the network
+		// copies what it keeps): the buffer goes back to the channel
+		// then, for the next batch to be encoded into.
 		kind, body = FrameBatch, m.data
-		m.data = make([]byte, 0, cap(body))
-		ch.release(m)
+		defer func() {
+			m.data = body[:0]
+			ch.release(m)
+		}()
 		ch.sent.Add(1)
 		t.live.batchesOut.Add(1)
 	case *watermarkMsg:

@@ -131,6 +131,7 @@ type input interface {
 type typedInput[T any] struct {
 	head    operators.Collector[T]
 	codec   codec.Codec[T]
+	dec     *codec.Decoder[T] // decodes wire batches; made for the first
 	time    *operators.TaskTime
 	scratch []T
 	ts      []int64
@@ -148,8 +149,11 @@ func (in *typedInput[T]) process(m message) int {
 		b.items, b.ts = b.items[:0], b.ts[:0]
 		return n
 	case *wireBatch:
+		if in.dec == nil {
+			in.dec = codec.NewDecoder(in.codec)
+		}
 		var err error
-		in.ts, in.scratch, err = decodeWire(in.codec, in.ts, in.scratch, b.data)
+		in.ts, in.scratch, err = decodeWire(in.dec, in.ts, in.scratch, b.data)
 		if err != nil {
 			panic(fmt.Errorf("decode batch: %w", err))
 		}

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/edgedio/edged/codec"
 )
@@ -29,12 +28,13 @@ func encodeWire[T any](c codec.Codec[T], dst []byte, ts []int64, items []T) ([]b
 // encodeWire, or several written one after the other (a frame that
 // crossed nodes carries several when batches joined one waiting for
 // credit: see cluster.Send.Merge). Every batch is self-delimiting, its
-// records decoded one by one. On error it returns ts[:0] and items[:0].
-func decodeWire[T any](c codec.Codec[T], ts []int64, items []T, src []byte) ([]int64, []T, error) {
+// records decoded by d, which reuses the strings it decoded before. On
+// error it returns ts[:0] and items[:0].
+func decodeWire[T any](d *codec.Decoder[T], ts []int64, items []T, src []byte) ([]int64, []T, error) {
 	ts, items = ts[:0], items[:0]
 	for {
 		var err error
-		if ts, items, src, err = decodeWireBatch(c, ts, items, src); err != nil {
+		if ts, items, src, err = decodeWireBatch(d, ts, items, src); err != nil {
 			clear(items)
 			return ts[:0], items[:0], err
 		}
@@ -46,7 +46,7 @@ func decodeWire[T any](c codec.Codec[T], ts []int64, items []T, src []byte) ([]i
 
 // decodeWireBatch decodes the batch at the start of src, appending to ts
 // and items, and returns the bytes after it.
-func decodeWireBatch[T any](c codec.Codec[T], ts []int64, items []T, src []byte) ([]int64, []T, []byte, error) {
+func decodeWireBatch[T any](d *codec.Decoder[T], ts []int64, items []T, src []byte) ([]int64, []T, []byte, error) {
 	n, k := binary.Uvarint(src)
 	if k <= 0 || n > uint64(len(src)) {
 		return ts, items, src, fmt.Errorf("%w: timestamp count", errWire)
@@ -70,17 +70,9 @@ func decodeWireBatch[T any](c codec.Codec[T], ts []int64, items []T, src []byte)
 		return ts, items, src, fmt.Errorf("%w: %d timestamps for %d records", errWire, n, m)
 	}
 	src = src[k:]
-	items = slices.Grow(items, int(m))
-	for i := range m {
-		v, k, err := c.Decode(src)
-		if err == nil && (k < 0 || k > len(src)) {
-			err = fmt.Errorf("%w: codec consumed %d of %d bytes", errWire, k, len(src))
-		}
-		if err != nil {
-			return ts, items, src, fmt.Errorf("%w: record %d: %w", errWire, i, err)
-		}
-		items = append(items, v)
-		src = src[k:]
+	items, k, err := d.AppendN(items, src, int(m))
+	if err != nil {
+		return ts, items, src, fmt.Errorf("%w: record %w", errWire, err)
 	}
-	return ts, items, src, nil
+	return ts, items, src[k:], nil
 }

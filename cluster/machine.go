@@ -15,8 +15,10 @@ type Send struct {
 	Kind Kind
 	// Value is the watermark, barrier id or status (see Frame.Value).
 	Value int64
-	// Body is a batch's body; the machine keeps it until the frame is
-	// transmitted.
+	// Body is a batch's body. It is the caller's again once Step
+	// returns: a Transmit that Step returns carries it, for the owner to
+	// send before it returns to the caller; a batch that waits for credit
+	// waits with a copy.
 	Body []byte
 	// Merge lets a batch join the batch before it while that one waits
 	// for credit, both bodies in one frame, up to MaxMergeBytes; and lets

@@ -141,6 +141,7 @@ func (s *Sender) send(m Send) []Action {
 		s.eos = f.Seq
 	}
 	if len(s.pending) > 0 || (f.Kind == KindBatch && len(s.inflight) >= s.cfg.Credits) || (mergeable && s.saturated()) {
+		f.Body = s.keep(f.Body, mergeable)
 		s.pending = append(s.pending, f)
 		s.merging = mergeable
 		if f.Kind == KindBatch {
@@ -149,6 +150,20 @@ func (s *Sender) send(m Send) []Action {
 		return nil
 	}
 	return []Action{s.transmit(f)}
+}
+
+// keep returns a copy of a body that waits for credit: the caller reuses
+// its buffer once Step returns. A body that may take the batches after it
+// gets room for them, so that merging does not grow it step by step.
+func (s *Sender) keep(body []byte, mergeable bool) []byte {
+	if body == nil {
+		return nil
+	}
+	n := len(body)
+	if mergeable {
+		n = max(n, s.cfg.mergeBytes())
+	}
+	return append(make([]byte, 0, n), body...)
 }
 
 // saturated reports whether half the channel's credits or more are in

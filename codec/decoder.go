@@ -165,27 +165,32 @@ const (
 // internTable holds recently decoded strings, four-way set associative:
 // a string's hash picks a set of four slots, and a tag of the hash's
 // other bits in each slot spares comparing the strings that cannot match.
-// A miss replaces the slots of a set in turn.
+// A set's tags and strings share its cache lines. A miss replaces the
+// slots of a set in turn.
 type internTable struct {
-	seed  maphash.Seed
-	next  uint32 // the slot, within its set, the next miss replaces
-	tags  [internSlots]uint32
-	slots [internSlots]string
+	seed maphash.Seed
+	next uint32 // the slot, within its set, the next miss replaces
+	sets [internSlots / internWays]internSet
+}
+
+type internSet struct {
+	tags [internWays]uint32
+	strs [internWays]string
 }
 
 // get returns a string of the bytes b: one held, or a new one, then held.
 func (t *internTable) get(b []byte) string {
 	h := maphash.Bytes(t.seed, b)
-	set := int(h) & (internSlots - internWays)
+	set := &t.sets[int(h)&(len(t.sets)-1)]
 	tag := uint32(h>>32) | 1 // never 0, an empty slot's tag
-	for i := set; i < set+internWays; i++ {
-		if t.tags[i] == tag && t.slots[i] == string(b) {
-			return t.slots[i]
+	for i := range set.tags {
+		if set.tags[i] == tag && set.strs[i] == string(b) {
+			return set.strs[i]
 		}
 	}
 	s := string(b)
-	i := set + int(t.next%internWays)
+	i := t.next % internWays
 	t.next++
-	t.tags[i], t.slots[i] = tag, s
+	set.tags[i], set.strs[i] = tag, s
 	return s
 }
