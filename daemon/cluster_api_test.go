@@ -108,6 +108,9 @@ func threeNodes() cluster.Status {
 		Replicas:       []cluster.CheckpointReplicas{{Checkpoint: 9, Files: []cluster.ReplicaFile{{File: "window-0.snap", Size: 1024, Nodes: []string{"n1", "n2"}}}}},
 		Failovers:      []cluster.Failover{{At: at, DeadNode: "n3", Epoch: 5, DetectionMS: 1500, PlacementMS: 30, RestoreMS: 400, FirstRecordMS: 70}},
 		FailoversTotal: 2,
+		Handbacks: []cluster.Handback{{At: at, From: "n2", To: "n1", Epoch: 4, Savepoints: map[string]uint64{"j": 8},
+			SavepointMS: 250, ReplicateMS: 20, TakeoverMS: 5, RestoreMS: 600, Outcome: "done"}},
+		HandbacksTotal: 1,
 	}
 }
 
@@ -349,6 +352,9 @@ func TestClusterMetrics(t *testing.T) {
 		`edged_cluster_last_rebalance_pause_seconds{subtask="window/1"} 0.012`,
 		`edged_cluster_last_rebalance_moved_key_groups{outcome="done",trigger="drain"} 64`,
 		"edged_cluster_last_rebalance_bytes_shipped 4096",
+		"edged_cluster_handbacks_total 1",
+		`edged_cluster_last_handback_seconds{outcome="done",step="savepoint"} 0.25`,
+		`edged_cluster_last_handback_seconds{outcome="done",step="restore"} 0.6`,
 	} {
 		if !strings.Contains(body, want+"\n") {
 			t.Errorf("metrics lack %q", want)

@@ -72,7 +72,7 @@ type clusterCollector struct {
 	n *node
 
 	enabled, members, isLeader, leader, epoch, seesMajority, keyGroups, subtasks,
-	failovers, rebalances, lastFailover, lastFailoverAt, lastRebalancePause, lastRebalanceMoved,
+	failovers, rebalances, handbacks, lastHandback, lastFailover, lastFailoverAt, lastRebalancePause, lastRebalanceMoved,
 	lastRebalanceBytes, lastRebalanceAt *prometheus.Desc
 }
 
@@ -89,6 +89,8 @@ func newClusterCollector(n *node) *clusterCollector {
 		subtasks:           prometheus.NewDesc("edged_cluster_subtasks_owned", "Keyed subtasks a node runs under the current placement.", []string{"node"}, nil),
 		failovers:          prometheus.NewDesc("edged_cluster_failovers_total", "Failovers seen since this node started.", nil, nil),
 		rebalances:         prometheus.NewDesc("edged_cluster_rebalances_total", "Rebalances since this node started (refused and failed ones included).", nil, nil),
+		handbacks:          prometheus.NewDesc("edged_cluster_handbacks_total", "Hand-backs of the leadership this node took part in since it started (failed ones included).", nil, nil),
+		lastHandback:       prometheus.NewDesc("edged_cluster_last_handback_seconds", "Durations of the latest hand-back of the leadership by step (savepoint, replicate, takeover, restore).", []string{"step", "outcome"}, nil),
 		lastFailover:       prometheus.NewDesc("edged_cluster_last_failover_seconds", "Durations of the latest failover by phase (detection, placement, restore, first_record, total).", []string{"phase"}, nil),
 		lastFailoverAt:     prometheus.NewDesc("edged_cluster_last_failover_timestamp_seconds", "When the latest failover's dead node was declared dead (Unix time).", nil, nil),
 		lastRebalancePause: prometheus.NewDesc("edged_cluster_last_rebalance_pause_seconds", "How long each moved subtask paused in the latest rebalance.", []string{"subtask"}, nil),
@@ -101,7 +103,7 @@ func newClusterCollector(n *node) *clusterCollector {
 // Describe implements prometheus.Collector.
 func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.enabled, c.members, c.isLeader, c.leader, c.epoch, c.seesMajority, c.keyGroups,
-		c.subtasks, c.failovers, c.rebalances, c.lastFailover, c.lastFailoverAt, c.lastRebalancePause, c.lastRebalanceMoved,
+		c.subtasks, c.failovers, c.rebalances, c.handbacks, c.lastHandback, c.lastFailover, c.lastFailoverAt, c.lastRebalancePause, c.lastRebalanceMoved,
 		c.lastRebalanceBytes, c.lastRebalanceAt} {
 		ch <- d
 	}
@@ -141,6 +143,14 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.failovers, prometheus.CounterValue, float64(s.FailoversTotal))
 	ch <- prometheus.MustNewConstMetric(c.rebalances, prometheus.CounterValue, float64(s.RebalancesTotal))
+	ch <- prometheus.MustNewConstMetric(c.handbacks, prometheus.CounterValue, float64(s.HandbacksTotal))
+	if len(s.Handbacks) > 0 {
+		h := s.Handbacks[0]
+		for step, v := range map[string]float64{"savepoint": h.SavepointMS, "replicate": h.ReplicateMS,
+			"takeover": h.TakeoverMS, "restore": h.RestoreMS} {
+			gauge(c.lastHandback, v/1000, step, h.Outcome)
+		}
+	}
 	if len(s.Failovers) > 0 {
 		f := s.Failovers[0]
 		for phase, v := range map[string]float64{"detection": f.DetectionMS, "placement": f.PlacementMS,

@@ -221,7 +221,17 @@ func printClusterStatus(w io.Writer, s cluster.Status) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.At.Local().Format(time.DateTime), r.Trigger, r.Outcome, r.MovedKeyGroups,
 			bytesString(r.BytesShipped), pauses(r.PauseMS), oneLine(r.Error))
 	}
-	return flushOrNone(w, tw, len(s.Rebalances))
+	if err := flushOrNone(w, tw, len(s.Rebalances)); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(w, "\nHAND-BACKS OF THE LEADERSHIP (newest first; %d since the node started)\n", s.HandbacksTotal)
+	fmt.Fprintln(tw, "AT\tFROM\tTO\tEPOCH\tOUTCOME\tSAVEPOINT\tREPLICATE\tTAKEOVER\tRESTORE\tERROR")
+	for _, h := range s.Handbacks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", h.At.Local().Format(time.DateTime), h.From, h.To, h.Epoch, h.Outcome,
+			msDuration(h.SavepointMS), msDuration(h.ReplicateMS), msDuration(h.TakeoverMS), msDuration(h.RestoreMS), oneLine(h.Error))
+	}
+	return flushOrNone(w, tw, len(s.Handbacks))
 }
 
 // flushOrNone flushes tw, or drops its header and prints "(none)" when no
