@@ -51,6 +51,9 @@ type hostCtl struct {
 	down RemoteReceiver
 	// deploys wakes the host's serve goroutine for a deploy command.
 	deploys chan struct{}
+	// handover queues the master's handover commands for the host's
+	// handover goroutine (handover_remote.go).
+	handover chan controlMsg
 	// started is the host's started channel, closed on the start command:
 	// every task of the job, on every node, is spawned.
 	started   chan struct{}
@@ -75,7 +78,7 @@ func (c *hostCtl) wait() {
 // master, sends its registration and starts the goroutine that deploys
 // its tasks when told.
 func (h *host) openControl(index int, master string, fingerprint string, started chan struct{}) error {
-	c := &hostCtl{deploys: make(chan struct{}, 1), started: started}
+	c := &hostCtl{deploys: make(chan struct{}, 1), handover: make(chan controlMsg, 64), started: started}
 	out, err := h.net.OpenSender(controlKey(h.job.Name, h.epoch, index, true), master, h.controlFailed)
 	if err != nil {
 		return fmt.Errorf("actors: node %q: open control channel: %w", h.node, err)
@@ -91,8 +94,9 @@ func (h *host) openControl(index int, master string, fingerprint string, started
 	}
 	c.down = in
 	h.ctl = c
-	c.serving.Add(1)
+	c.serving.Add(2)
 	go h.serve()
+	go h.serveHandovers()
 	return h.ctlSend(&controlMsg{Kind: ctlRegister, Fingerprint: fingerprint})
 }
 
@@ -173,6 +177,8 @@ func (h *host) onControl(f RemoteFrame, in RemoteReceiver) {
 		h.stage(m.Checkpoint, false)
 	case ctlCancel:
 		h.cancelTasks()
+	case ctlHandover, ctlHandoverStep:
+		h.queueHandover(m)
 	default:
 		h.controlFailed(fmt.Errorf("%w: %d is not a command", errControlMsg, m.Kind))
 	}
@@ -370,6 +376,9 @@ func (r *Runner) onControl(node string, f RemoteFrame, in RemoteReceiver) {
 		}
 	case ctlNotified:
 		rep.kind = reportNotified
+	case ctlPrepared, ctlStepDone:
+		r.handoverReply(node, m)
+		return
 	case ctlAck:
 		rep.kind = reportInput
 		rep.input = snapshot.Ack{Checkpoint: snapshot.ID(m.Checkpoint), Task: m.Task,
