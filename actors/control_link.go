@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -244,8 +245,14 @@ func (h *host) closeControl() {
 // masterCtl is the master's end of the control channels, one pair per
 // node.
 type masterCtl struct {
-	down []*ctlSender
-	up   []RemoteReceiver
+	// nodesMu guards down, up and ids: a handover invites nodes into the
+	// running deployment (handover_remote.go).
+	nodesMu sync.RWMutex
+	down    []*ctlSender
+	up      []RemoteReceiver
+	// ids are the nodes' ids, by index: Cluster.Nodes, then the nodes
+	// invited since.
+	ids []string
 	// pending counts the goroutines handing reports to a busy master;
 	// none starts once stopped is set.
 	pending sync.WaitGroup
@@ -276,8 +283,24 @@ func (r *Runner) openControl() error {
 			return fmt.Errorf("actors: job master on node %q: open control channel from %q: %w", master, node, err)
 		}
 		r.ctl.up = append(r.ctl.up, in)
+		r.ctl.ids = append(r.ctl.ids, node)
 	}
 	return nil
+}
+
+// senders returns the master's senders on the down channels, with their
+// nodes' ids.
+func (c *masterCtl) senders() ([]*ctlSender, []string) {
+	c.nodesMu.RLock()
+	defer c.nodesMu.RUnlock()
+	return slices.Clone(c.down), slices.Clone(c.ids)
+}
+
+// sender returns the sender on node index i's down channel.
+func (c *masterCtl) sender(i int) *ctlSender {
+	c.nodesMu.RLock()
+	defer c.nodesMu.RUnlock()
+	return c.down[i]
 }
 
 // closeControl closes the master's control channels.
@@ -292,6 +315,8 @@ func (r *Runner) closeControl() {
 	r.stopOnce.Do(func() { close(r.done) })
 	r.ctl.pending.Wait()
 	r.ctl.closed.Do(func() {
+		r.ctl.nodesMu.RLock()
+		defer r.ctl.nodesMu.RUnlock()
 		for _, s := range r.ctl.down {
 			s.close()
 		}
@@ -363,6 +388,17 @@ func (r *Runner) onControl(node string, f RemoteFrame, in RemoteReceiver) {
 	}
 	rep := hostReport{epoch: m.Epoch, node: node}
 	switch m.Kind {
+	case ctlRegister, ctlDeployed:
+		select {
+		case <-r.started:
+			// A node invited into the running deployment
+			// (handover_remote.go).
+			r.handoverReply(node, m)
+			return
+		default:
+		}
+	}
+	switch m.Kind {
 	case ctlRegister:
 		rep.kind, rep.fingerprint = reportRegister, m.Fingerprint
 	case ctlDeployed:
@@ -402,9 +438,10 @@ func (r *Runner) onControl(node string, f RemoteFrame, in RemoteReceiver) {
 // deployment.
 func (r *Runner) commandAll(ctx context.Context, m controlMsg) {
 	m.Job, m.Epoch = r.job.Name, r.epoch
-	for i, s := range r.ctl.down {
+	down, ids := r.ctl.senders()
+	for i, s := range down {
 		if err := s.send(ctx, &m); err != nil && ctx.Err() == nil {
-			r.controlFailed(r.cfg.Cluster.Nodes[i].ID, err)
+			r.controlFailed(ids[i], err)
 		}
 	}
 }

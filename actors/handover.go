@@ -185,9 +185,13 @@ func (r *Runner) checkMoves(moves []Move) ([]plannedMove, error) {
 		return nil, fmt.Errorf("%w: the job runs in a single process", ErrMoveUnsupported)
 	}
 	nodes := make(map[string]bool)
-	for _, n := range c.Nodes {
-		nodes[n.ID] = true
+	_, ids := r.ctl.senders()
+	for _, id := range ids {
+		nodes[id] = true
 	}
+	// A node outside the deployment is invited into it first, when the
+	// cluster invites nodes and decides the placement of later attempts.
+	invites := c.Invite != nil && c.Update != nil
 	chainOf := make(map[string]*Chain)
 	tailOf := make(map[*Vertex]*Chain)
 	for _, ch := range r.plan.Chains {
@@ -212,8 +216,11 @@ func (r *Runner) checkMoves(moves []Move) ([]plannedMove, error) {
 		case ch.Head().IsSource() || !ch.Head().Keyed:
 			errs = append(errs, fmt.Errorf("%w: move %s[%d]: only keyed subtasks move while the job runs", ErrMoveUnsupported, m.UID, m.Subtask))
 			continue
-		case !nodes[m.To]:
+		case !nodes[m.To] && !invites:
 			errs = append(errs, fmt.Errorf("move %s[%d]: no node %q in the deployment", m.UID, m.Subtask, m.To))
+			continue
+		case m.To == "":
+			errs = append(errs, fmt.Errorf("move %s[%d]: no node named", m.UID, m.Subtask))
 			continue
 		}
 		key := TaskKey{UID: ch.Head().UID, Subtask: m.Subtask}
@@ -310,6 +317,17 @@ func (r *Runner) startMove(now time.Time) []snapshot.Action {
 func (r *Runner) runMove(ctx context.Context, req *moveReq, planned []plannedMove, id snapshot.ID, gen int, began time.Time) {
 	defer r.moveWG.Done()
 	defer func() { r.moveEnded <- struct{}{} }()
+	for _, p := range planned {
+		if r.inDeployment(p.to) {
+			continue
+		}
+		if err := r.addNode(ctx, p.to); err != nil {
+			// Nothing changed: no task heard of the handover.
+			r.log.Warn("handover: node not invited; nothing moved", "node", p.to, "err", err)
+			req.reply <- moveResult{err: fmt.Errorf("move %s: %w", p.key, err)}
+			return
+		}
+	}
 	nodes := r.hoNodes()
 	moved := make(map[TaskKey]bool, len(planned))
 	for _, p := range planned {

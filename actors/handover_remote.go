@@ -128,10 +128,11 @@ type hoNode struct {
 // hoNodes returns every node of the deployment.
 func (r *Runner) hoNodes() []*hoNode {
 	var out []*hoNode
-	for i, n := range r.cfg.Cluster.Nodes {
-		hn := &hoNode{id: n.ID, index: i}
+	_, ids := r.ctl.senders()
+	for i, id := range ids {
+		hn := &hoNode{id: id, index: i}
 		for _, h := range r.hosts {
-			if h.node == n.ID {
+			if h.node == id {
 				hn.h = h
 			}
 		}
@@ -187,7 +188,7 @@ func (r *Runner) prepareMove(ctx context.Context, nodes []*hoNode, moved map[Tas
 			continue
 		}
 		m := controlMsg{Kind: ctlHandover, Job: r.job.Name, Epoch: r.epoch, Checkpoint: int64(id), Keys: keys}
-		if err := r.ctl.down[n.index].send(ctx, &m); err != nil {
+		if err := r.ctl.sender(n.index).send(ctx, &m); err != nil {
 			return nil, false, fmt.Errorf("node %q: announce the handover: %w", n.id, err)
 		}
 		want[n.id] = true
@@ -238,7 +239,7 @@ func mapKeys(m map[string]bool) func(func(string) bool) {
 // result.
 func (r *Runner) remoteStep(ctx context.Context, n *hoNode, m controlMsg, timeout time.Duration) (int64, error) {
 	m.Kind, m.Job, m.Epoch = ctlHandoverStep, r.job.Name, r.epoch
-	if err := r.ctl.down[n.index].send(ctx, &m); err != nil {
+	if err := r.ctl.sender(n.index).send(ctx, &m); err != nil {
 		return 0, fmt.Errorf("send step %d: %w", m.Step, err)
 	}
 	timer := r.cfg.Clock.NewTimer(timeout)
@@ -450,4 +451,109 @@ func (h *host) adoptRemote(key TaskKey, m controlMsg) (int, error) {
 		return 0, err
 	}
 	return len(t.inChans), nil
+}
+
+// inDeployment reports whether node is a node of the running deployment.
+func (r *Runner) inDeployment(node string) bool {
+	_, ids := r.ctl.senders()
+	return slices.Contains(ids, node)
+}
+
+// addNode invites node, in another process, into the running deployment
+// with no subtask placed on it (Cluster.Invite), so that a handover can
+// move subtasks to it: it opens the master's ends of the node's control
+// channels, invites it, checks its plan's fingerprint when it registers,
+// has it deploy (nothing) and start, and from then on sends it the
+// checkpoint commands as to every node. Nothing of the running job
+// changes if it fails.
+func (r *Runner) addNode(ctx context.Context, node string) (err error) {
+	c := r.cfg.Cluster
+	began := time.Now()
+	_, ids := r.ctl.senders()
+	i := len(ids)
+	net, master := c.Nodes[0].Network, c.Nodes[0].ID
+	fail := func(err error) { r.controlFailed(node, err) }
+	out, err := net.OpenSender(controlKey(r.job.Name, r.epoch, i, false), node, func(err error) {
+		if r.inDeployment(node) {
+			fail(err)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("open control channel to %q: %w", node, err)
+	}
+	down := &ctlSender{out: out}
+	var in RemoteReceiver
+	in, err = net.OpenReceiver(controlKey(r.job.Name, r.epoch, i, true), node, func(f RemoteFrame) {
+		r.onControl(node, f, in)
+	}, func(err error) {
+		if r.inDeployment(node) {
+			fail(err)
+		}
+	})
+	if err != nil {
+		out.Close()
+		return fmt.Errorf("open control channel from %q: %w", node, err)
+	}
+	added := false
+	defer func() {
+		if !added {
+			cctx, cancel := context.WithTimeout(context.Background(), r.controlTimeout())
+			_ = down.send(cctx, &controlMsg{Kind: ctlCancel, Job: r.job.Name, Epoch: r.epoch})
+			cancel()
+			down.close()
+			in.Close()
+		}
+	}()
+	d := Deployment{
+		Job: r.job.Name, Epoch: r.epoch, Index: i, Master: master, Nodes: append(ids, node), Fingerprint: r.want,
+		Checkpointing: r.cfg.Checkpoint.Dir != "", Mode: r.cfg.Checkpoint.Mode,
+	}
+	for _, ch := range r.plan.Chains {
+		for sub := range ch.Head().Parallelism {
+			d.Placement = append(d.Placement, PlacedTask{UID: ch.Head().UID, Subtask: sub, Node: r.currentNode(ch, sub)})
+		}
+	}
+	ictx, cancel := context.WithTimeout(ctx, r.controlTimeout())
+	defer cancel()
+	if err := c.Invite(ictx, node, d); err != nil {
+		return fmt.Errorf("%w: invite node %q into epoch %d: %w", ErrControlFailed, node, r.epoch, err)
+	}
+	await := func(kind ctlKind, what string) (controlMsg, error) {
+		for {
+			select {
+			case m := <-r.mv.replies:
+				if m.Node == node && m.Kind == kind {
+					return m, nil
+				}
+				r.stale.Add(1)
+			case <-ictx.Done():
+				return controlMsg{}, fmt.Errorf("%w: node %q not %s within %s: %w", ErrControlTimeout, node, what, r.controlTimeout(), ictx.Err())
+			}
+		}
+	}
+	reg, err := await(ctlRegister, "registered")
+	if err != nil {
+		return err
+	}
+	if reg.Fingerprint != r.want {
+		return fmt.Errorf("%w: job %q: node %q runs plan %.12s, the job master %.12s: every node must run the same job graph",
+			ErrPlanMismatch, r.job.Name, node, reg.Fingerprint, r.want)
+	}
+	if err := down.send(ictx, &controlMsg{Kind: ctlDeploy, Job: r.job.Name, Epoch: r.epoch}); err != nil {
+		return err
+	}
+	if _, err := await(ctlDeployed, "deployed"); err != nil {
+		return err
+	}
+	r.ctl.nodesMu.Lock()
+	r.ctl.down = append(r.ctl.down, down)
+	r.ctl.up = append(r.ctl.up, in)
+	r.ctl.ids = append(r.ctl.ids, node)
+	r.ctl.nodesMu.Unlock()
+	added = true
+	if err := down.send(ictx, &controlMsg{Kind: ctlStart, Job: r.job.Name, Epoch: r.epoch}); err != nil {
+		return err
+	}
+	r.log.Info("handover: node invited into the running deployment", "node", node, "index", i, "epoch", r.epoch, "took", time.Since(began))
+	return nil
 }

@@ -603,7 +603,8 @@ func (r *Runner) cancelHosts() {
 	ctx, cancel := context.WithTimeout(context.Background(), r.controlTimeout())
 	defer cancel()
 	m := controlMsg{Kind: ctlCancel, Job: r.job.Name, Epoch: r.epoch}
-	for _, s := range r.ctl.down {
+	down, _ := r.ctl.senders()
+	for _, s := range down {
 		_ = s.send(ctx, &m)
 	}
 }

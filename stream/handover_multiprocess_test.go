@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -34,8 +36,16 @@ type workerHandoverRun struct {
 // startWorkerHandover starts the run with count-sum[0] on node from and
 // count-sum[1] on node other; hook is the cluster's handover hook.
 func startWorkerHandover(t *testing.T, n int64, keys int, from, other string, hook func(*workerHandoverRun) func(actors.HandoverStep, string) error, setup func(*workerHandoverRun)) *workerHandoverRun {
+	return startWorkerHandoverOn(t, 3, n, keys, from, other, hook, setup)
+}
+
+// startWorkerHandoverOn is startWorkerHandover with nodes nodes, of which
+// the job is deployed on the first three; the fourth, when there is one,
+// is a worker outside the deployment that a move to it invites (the
+// cluster's Update then names the nodes of later attempts).
+func startWorkerHandoverOn(t *testing.T, nodes int, n int64, keys int, from, other string, hook func(*workerHandoverRun) func(actors.HandoverStep, string) error, setup func(*workerHandoverRun)) *workerHandoverRun {
 	t.Helper()
-	c := memoryCluster(t, 3, 1, cluster.Faults{})
+	c := memoryCluster(t, nodes, 1, cluster.Faults{})
 	c.ControlTimeout = 3 * time.Second
 	hr := &workerHandoverRun{c: c, files: &masterFiles{}, out: t.TempDir(), seen: &atomic.Int64{}, from: from}
 	if hook != nil {
@@ -53,14 +63,22 @@ func startWorkerHandover(t *testing.T, n int64, keys int, from, other string, ho
 	hr.workers = workerCluster(t, c, hr.files, func() *stream.Environment {
 		return handoverJob(n, keys, 100_000, hr.out, hr.seen, nil, opts()...)
 	})
+	if nodes > 3 {
+		c.Nodes = c.Nodes[:3]
+		hr.to = "node-3"
+	}
 	env := handoverJob(n, keys, 100_000, hr.out, hr.seen, nil, opts()...)
 	c.spread(t, env)
 	c.Placement[actors.TaskKey{UID: "count-sum", Subtask: 0}] = from
 	c.Placement[actors.TaskKey{UID: "count-sum", Subtask: 1}] = other
 	for _, nd := range c.Nodes {
-		if nd.ID != from && nd.ID != other {
+		if nd.ID != from && nd.ID != other && hr.to == "" {
 			hr.to = nd.ID
 		}
+	}
+	if nodes > 3 {
+		deployed, placement := slices.Clone(c.Nodes), maps.Clone(c.Placement)
+		c.Update = func() ([]actors.Node, map[actors.TaskKey]string, error) { return deployed, placement, nil }
 	}
 	if setup != nil {
 		setup(hr)
@@ -125,17 +143,20 @@ func TestHandoverAcrossProcesses(t *testing.T) {
 	want := handoverReference(t, n, keys)
 	for _, tc := range []struct {
 		name, from, other string
+		// nodes: 4 when the move is to a node outside the deployment.
+		nodes int
 		// workerSteps: the subtasks retired or adopted on workers.
 		workerSteps int64
 	}{
-		{"worker_to_worker", "node-1", "node-0", 2},
-		{"master_to_worker", "node-0", "node-1", 1},
-		{"worker_to_master", "node-2", "node-1", 1},
+		{"worker_to_worker", "node-1", "node-0", 3, 2},
+		{"master_to_worker", "node-0", "node-1", 3, 1},
+		{"worker_to_master", "node-2", "node-1", 3, 1},
+		{"worker_to_joining_node", "node-1", "node-0", 4, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			testutil.Burn(t, 1)
 			var during atomic.Int64
-			hr := startWorkerHandover(t, n, keys, tc.from, tc.other, func(hr *workerHandoverRun) func(actors.HandoverStep, string) error {
+			hr := startWorkerHandoverOn(t, tc.nodes, n, keys, tc.from, tc.other, func(hr *workerHandoverRun) func(actors.HandoverStep, string) error {
 				return func(step actors.HandoverStep, node string) error {
 					if step != actors.HandoverRestore {
 						return nil
