@@ -236,8 +236,8 @@ type Rebalance struct {
 	Mode RebalanceMode `json:"mode,omitempty"`
 	// Unpaused lists, after a handover, the keyed subtasks that did not
 	// move and kept running through it, neither stopped nor restarted.
-	Unpaused []string `json:"unpaused,omitempty"`
-	Outcome RebalanceOutcome   `json:"outcome"`
+	Unpaused []string         `json:"unpaused,omitempty"`
+	Outcome  RebalanceOutcome `json:"outcome"`
 	// Error is why the rebalance was refused or failed.
 	Error string `json:"error,omitempty"`
 }
