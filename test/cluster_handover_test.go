@@ -243,7 +243,7 @@ func TestClusterJoinHandsOverOnlyMovedSubtask(t *testing.T) {
 	}
 	// Readings are paced at about 2,000 a second while d joins, so that
 	// input flows through the whole rebalance.
-	const n, pace, chunk = 120_000, 20 * time.Millisecond, 40
+	const n, pace, chunk = 60_000, 20 * time.Millisecond, 40
 	next := 0
 	l.publish(next, n/4)
 	next = n / 4
