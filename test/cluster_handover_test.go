@@ -362,7 +362,7 @@ func TestClusterJoinHandsOverOnlyMovedSubtask(t *testing.T) {
 				chunks++
 			}
 		}
-		t.Logf("window subtask %d: %d samples, longest standstill %v from %s (%v after d was up), %d chunks of readings published meanwhile", sub, samples, longest,
+		t.Logf("window subtask %d: %d samples, longest standstill %v from %s (%v after the rebalance started), %d chunks of readings published meanwhile", sub, samples, longest,
 			began.UTC().Format("15:04:05.000"), began.Sub(from), chunks)
 		if samples < int((to.Sub(from))/(4*period)) {
 			t.Errorf("window subtask %d: %d samples in %v: the sampler did not reach it", sub, samples, to.Sub(from))
