@@ -58,9 +58,50 @@ const (
 	// ctlNotified: host -> master, a task handled the notification of the
 	// checkpoint that ends the job.
 	ctlNotified
+	// ctlHandover: master -> host, checkpoint Checkpoint's barrier hands
+	// the subtasks in Keys over (Runner.Move); the host answers
+	// ctlPrepared once every task of it heard so.
+	ctlHandover
+	// ctlPrepared: host -> master, the host's tasks heard of handover
+	// Checkpoint.
+	ctlPrepared
+	// ctlHandoverStep: master -> host, run handover step Step for
+	// subtask Task (see hoStep); the host answers ctlStepDone.
+	ctlHandoverStep
+	// ctlStepDone: host -> master, handover step Step for subtask Task
+	// ended: Value is its result, Err its failure.
+	ctlStepDone
 
-	maxCtlKind = ctlNotified
+	maxCtlKind = ctlStepDone
 )
+
+// hoStep is a handover step a host runs for the job master
+// (ctlHandoverStep).
+type hoStep uint8
+
+const (
+	// hoRetire: retire subtask Task, handed over at checkpoint
+	// Checkpoint's barrier; Value answers when it was handed over
+	// (UnixNano).
+	hoRetire hoStep = iota + 1
+	// hoOpenFrom: open the channels from subtask Task, now on node To,
+	// of generation Gen.
+	hoOpenFrom
+	// hoAdopt: build subtask Task with channels of generation Gen,
+	// restore it from the savepoint whose metadata (the chain's
+	// operators only) Blob encodes, fetching its state files, and spawn
+	// it; Keys is where every subtask runs. Value answers its inputs.
+	hoAdopt
+	// hoRepoint: re-point the parked channels to subtask Task, now on
+	// node To, with generation Gen. Value answers how many.
+	hoRepoint
+
+	maxHoStep = hoRepoint
+)
+
+// isHandover reports whether messages of kind k carry the handover
+// section.
+func (k ctlKind) isHandover() bool { return k >= ctlHandover && k <= ctlStepDone }
 
 // controlMsg is one message between the job master and a task host. Every
 // message names its job and the epoch of its deployment: one of another
@@ -86,6 +127,17 @@ type controlMsg struct {
 	Alignment time.Duration
 	// Err is a decline's reason or a failure.
 	Err *wireError
+
+	// The handover section (handover kinds only). Step is the step of a
+	// ctlHandoverStep or ctlStepDone, Gen the channel generation, To a
+	// node, Value a step's result, Blob encoded savepoint metadata, Keys
+	// subtasks (the moved ones of ctlHandover, the placement of hoAdopt).
+	Step  hoStep
+	Gen   int
+	To    string
+	Value int64
+	Blob  []byte
+	Keys  []PlacedTask
 }
 
 // wireError is an error carried by a control message: its text, the
@@ -103,7 +155,7 @@ type wireError struct {
 }
 
 // sentinels are the errors a wireError keeps across nodes, by index + 1.
-var sentinels = []error{ErrInvalidJob, ErrNoCodec, ErrCheckpointFailure, ErrPlanMismatch, ErrControlFailed, ErrControlTimeout}
+var sentinels = []error{ErrInvalidJob, ErrNoCodec, ErrCheckpointFailure, ErrPlanMismatch, ErrControlFailed, ErrControlTimeout, ErrHandover}
 
 // RemoteError is an error that happened on another node and crossed it in
 // a control message: its text, and the runtime's sentinel it wrapped, if
@@ -186,6 +238,13 @@ func (w *wireError) toError(node string) error {
 //	                                  byte, text, task byte, and for a task
 //	                                  error job, operator, uid, subtask,
 //	                                  parallelism, panic byte, cause text
+//	handover section (handover kinds  step byte, gen uvarint, to string,
+//	only)                             value zig-zag varint, blob byte
+//	                                  string, keys uvarint count, then per
+//	                                  key uid, subtask (uvarint), node
+//
+// The handover kinds came after version 1's first kinds; a decoder that
+// does not know them refuses their kind, so the version stays 1.
 const (
 	ctlMagic0, ctlMagic1 = 'e', 'C'
 	ctlVersion           = 1
@@ -268,6 +327,25 @@ func appendControl(dst []byte, m *controlMsg) ([]byte, error) {
 			dst = binary.AppendUvarint(dst, uint64(w.Parallel))
 			dst = appendBool(dst, w.Panic)
 			dst = appendStr(dst, w.TaskErrMsg)
+		}
+	}
+	if m.Kind.isHandover() {
+		if m.Gen < 0 {
+			return dst, fmt.Errorf("%w: generation %d", errControlMsg, m.Gen)
+		}
+		dst = append(dst, byte(m.Step))
+		dst = binary.AppendUvarint(dst, uint64(m.Gen))
+		dst = appendStr(dst, m.To)
+		dst = binary.AppendVarint(dst, m.Value)
+		dst = appendBytes(dst, m.Blob)
+		dst = binary.AppendUvarint(dst, uint64(len(m.Keys)))
+		for _, k := range m.Keys {
+			if k.Subtask < 0 {
+				return dst, fmt.Errorf("%w: subtask %d", errControlMsg, k.Subtask)
+			}
+			dst = appendStr(dst, k.UID)
+			dst = binary.AppendUvarint(dst, uint64(k.Subtask))
+			dst = appendStr(dst, k.Node)
 		}
 	}
 	return dst, nil
@@ -439,6 +517,27 @@ func decodeControl(src []byte) (controlMsg, error) {
 			w.TaskErrMsg = r.str("task error cause")
 		}
 		m.Err = w
+	}
+	if m.Kind.isHandover() {
+		m.Step = hoStep(r.byte("step"))
+		if r.err == nil && m.Step > maxHoStep {
+			r.fail(fmt.Sprintf("step %d", m.Step))
+		}
+		m.Gen = r.int("generation")
+		m.To = r.str("to")
+		m.Value = r.varint("value")
+		m.Blob = r.bytes("blob")
+		n := r.uvarint("key count")
+		if r.err == nil && n > uint64(len(r.b)) {
+			r.fail("key count")
+		}
+		for range n {
+			if r.err != nil {
+				break
+			}
+			k := PlacedTask{UID: r.str("key uid"), Subtask: r.int("key subtask"), Node: r.str("key node")}
+			m.Keys = append(m.Keys, k)
+		}
 	}
 	if r.err == nil && len(r.b) > 0 {
 		r.fail(fmt.Sprintf("%d bytes left over", len(r.b)))

@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -51,6 +52,9 @@ type hostCtl struct {
 	down RemoteReceiver
 	// deploys wakes the host's serve goroutine for a deploy command.
 	deploys chan struct{}
+	// handover queues the master's handover commands for the host's
+	// handover goroutine (handover_remote.go).
+	handover chan controlMsg
 	// started is the host's started channel, closed on the start command:
 	// every task of the job, on every node, is spawned.
 	started   chan struct{}
@@ -75,7 +79,7 @@ func (c *hostCtl) wait() {
 // master, sends its registration and starts the goroutine that deploys
 // its tasks when told.
 func (h *host) openControl(index int, master string, fingerprint string, started chan struct{}) error {
-	c := &hostCtl{deploys: make(chan struct{}, 1), started: started}
+	c := &hostCtl{deploys: make(chan struct{}, 1), handover: make(chan controlMsg, 64), started: started}
 	out, err := h.net.OpenSender(controlKey(h.job.Name, h.epoch, index, true), master, h.controlFailed)
 	if err != nil {
 		return fmt.Errorf("actors: node %q: open control channel: %w", h.node, err)
@@ -91,8 +95,9 @@ func (h *host) openControl(index int, master string, fingerprint string, started
 	}
 	c.down = in
 	h.ctl = c
-	c.serving.Add(1)
+	c.serving.Add(2)
 	go h.serve()
+	go h.serveHandovers()
 	return h.ctlSend(&controlMsg{Kind: ctlRegister, Fingerprint: fingerprint})
 }
 
@@ -173,6 +178,8 @@ func (h *host) onControl(f RemoteFrame, in RemoteReceiver) {
 		h.stage(m.Checkpoint, false)
 	case ctlCancel:
 		h.cancelTasks()
+	case ctlHandover, ctlHandoverStep:
+		h.queueHandover(m)
 	default:
 		h.controlFailed(fmt.Errorf("%w: %d is not a command", errControlMsg, m.Kind))
 	}
@@ -238,8 +245,14 @@ func (h *host) closeControl() {
 // masterCtl is the master's end of the control channels, one pair per
 // node.
 type masterCtl struct {
-	down []*ctlSender
-	up   []RemoteReceiver
+	// nodesMu guards down, up and ids: a handover invites nodes into the
+	// running deployment (handover_remote.go).
+	nodesMu sync.RWMutex
+	down    []*ctlSender
+	up      []RemoteReceiver
+	// ids are the nodes' ids, by index: Cluster.Nodes, then the nodes
+	// invited since.
+	ids []string
 	// pending counts the goroutines handing reports to a busy master;
 	// none starts once stopped is set.
 	pending sync.WaitGroup
@@ -270,8 +283,24 @@ func (r *Runner) openControl() error {
 			return fmt.Errorf("actors: job master on node %q: open control channel from %q: %w", master, node, err)
 		}
 		r.ctl.up = append(r.ctl.up, in)
+		r.ctl.ids = append(r.ctl.ids, node)
 	}
 	return nil
+}
+
+// senders returns the master's senders on the down channels, with their
+// nodes' ids.
+func (c *masterCtl) senders() ([]*ctlSender, []string) {
+	c.nodesMu.RLock()
+	defer c.nodesMu.RUnlock()
+	return slices.Clone(c.down), slices.Clone(c.ids)
+}
+
+// sender returns the sender on node index i's down channel.
+func (c *masterCtl) sender(i int) *ctlSender {
+	c.nodesMu.RLock()
+	defer c.nodesMu.RUnlock()
+	return c.down[i]
 }
 
 // closeControl closes the master's control channels.
@@ -286,6 +315,8 @@ func (r *Runner) closeControl() {
 	r.stopOnce.Do(func() { close(r.done) })
 	r.ctl.pending.Wait()
 	r.ctl.closed.Do(func() {
+		r.ctl.nodesMu.RLock()
+		defer r.ctl.nodesMu.RUnlock()
 		for _, s := range r.ctl.down {
 			s.close()
 		}
@@ -357,6 +388,17 @@ func (r *Runner) onControl(node string, f RemoteFrame, in RemoteReceiver) {
 	}
 	rep := hostReport{epoch: m.Epoch, node: node}
 	switch m.Kind {
+	case ctlRegister, ctlDeployed:
+		select {
+		case <-r.started:
+			// A node invited into the running deployment
+			// (handover_remote.go).
+			r.handoverReply(node, m)
+			return
+		default:
+		}
+	}
+	switch m.Kind {
 	case ctlRegister:
 		rep.kind, rep.fingerprint = reportRegister, m.Fingerprint
 	case ctlDeployed:
@@ -370,6 +412,9 @@ func (r *Runner) onControl(node string, f RemoteFrame, in RemoteReceiver) {
 		}
 	case ctlNotified:
 		rep.kind = reportNotified
+	case ctlPrepared, ctlStepDone:
+		r.handoverReply(node, m)
+		return
 	case ctlAck:
 		rep.kind = reportInput
 		rep.input = snapshot.Ack{Checkpoint: snapshot.ID(m.Checkpoint), Task: m.Task,
@@ -393,9 +438,10 @@ func (r *Runner) onControl(node string, f RemoteFrame, in RemoteReceiver) {
 // deployment.
 func (r *Runner) commandAll(ctx context.Context, m controlMsg) {
 	m.Job, m.Epoch = r.job.Name, r.epoch
-	for i, s := range r.ctl.down {
+	down, ids := r.ctl.senders()
+	for i, s := range down {
 		if err := s.send(ctx, &m); err != nil && ctx.Err() == nil {
-			r.controlFailed(r.cfg.Cluster.Nodes[i].ID, err)
+			r.controlFailed(ids[i], err)
 		}
 	}
 }

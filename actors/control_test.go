@@ -36,6 +36,13 @@ func sampleControlMessages() []controlMsg {
 		{Kind: ctlFinished, Job: "j", Epoch: 3, Task: snapshot.TaskID{Vertex: "src"}},
 		{Kind: ctlFailed, Job: "j", Epoch: 3, Node: "node-2", Err: toWire(te)},
 		{Kind: ctlNotified, Job: "j", Epoch: 3},
+		{Kind: ctlHandover, Job: "j", Epoch: 3, Checkpoint: 11, Keys: []PlacedTask{{UID: "count-sum", Subtask: 0}, {UID: "count-sum", Subtask: 1}}},
+		{Kind: ctlPrepared, Job: "j", Epoch: 3, Node: "node-1", Checkpoint: 11},
+		{Kind: ctlHandoverStep, Job: "j", Epoch: 3, Checkpoint: 11, Step: hoAdopt, Gen: 2, To: "node-2",
+			Task: snapshot.TaskID{Vertex: "count-sum", Subtask: 1}, Blob: []byte("metadata"),
+			Keys: []PlacedTask{{UID: "src", Subtask: 0, Node: "node-0"}, {UID: "count-sum", Subtask: 1, Node: "node-2"}}},
+		{Kind: ctlStepDone, Job: "j", Epoch: 3, Node: "node-2", Checkpoint: 11, Step: hoRetire, Value: -1 << 40,
+			Task: snapshot.TaskID{Vertex: "count-sum", Subtask: 1}, Err: toWire(fmt.Errorf("restore: %w", ErrHandover))},
 	}
 }
 

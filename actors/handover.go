@@ -15,8 +15,9 @@ import (
 //
 //  1. The job master waits until the checkpoints in progress when the
 //     move was asked have ended, tells every task which subtasks move at
-//     the barrier of the savepoint it triggers next, and triggers that
-//     savepoint.
+//     the barrier of the savepoint it triggers next (on nodes in other
+//     processes over their control channels, waiting for their answers:
+//     handover_remote.go), and triggers that savepoint.
 //  2. At the barrier, each task sending to a moved subtask parks that
 //     channel (what it sends after the barrier waits, bounded by the
 //     channel's credits); the moved subtask snapshots and stops
@@ -183,13 +184,14 @@ func (r *Runner) checkMoves(moves []Move) ([]plannedMove, error) {
 	if c == nil || r.ctl == nil {
 		return nil, fmt.Errorf("%w: the job runs in a single process", ErrMoveUnsupported)
 	}
-	if len(r.hosts) != len(c.Nodes) {
-		return nil, fmt.Errorf("%w: nodes of the job run in other processes", ErrMoveUnsupported)
-	}
 	nodes := make(map[string]bool)
-	for _, n := range c.Nodes {
-		nodes[n.ID] = true
+	_, ids := r.ctl.senders()
+	for _, id := range ids {
+		nodes[id] = true
 	}
+	// A node outside the deployment is invited into it first, when the
+	// cluster invites nodes and decides the placement of later attempts.
+	invites := c.Invite != nil && c.Update != nil
 	chainOf := make(map[string]*Chain)
 	tailOf := make(map[*Vertex]*Chain)
 	for _, ch := range r.plan.Chains {
@@ -214,8 +216,11 @@ func (r *Runner) checkMoves(moves []Move) ([]plannedMove, error) {
 		case ch.Head().IsSource() || !ch.Head().Keyed:
 			errs = append(errs, fmt.Errorf("%w: move %s[%d]: only keyed subtasks move while the job runs", ErrMoveUnsupported, m.UID, m.Subtask))
 			continue
-		case !nodes[m.To]:
+		case !nodes[m.To] && !invites:
 			errs = append(errs, fmt.Errorf("move %s[%d]: no node %q in the deployment", m.UID, m.Subtask, m.To))
+			continue
+		case m.To == "":
+			errs = append(errs, fmt.Errorf("move %s[%d]: no node named", m.UID, m.Subtask))
 			continue
 		}
 		key := TaskKey{UID: ch.Head().UID, Subtask: m.Subtask}
@@ -270,8 +275,10 @@ func (r *Runner) onMove(req *moveReq) {
 }
 
 // startMove starts the next queued handover when no checkpoint and no
-// other handover is in progress: every task hears of it, then its
-// savepoint is triggered. It returns the coordinator's actions.
+// other handover is in progress, on its own goroutine (runMove): every
+// task, on every node, hears of it, then the master loop triggers its
+// savepoint (triggerMove) and no other checkpoint before. It returns the
+// coordinator's actions (none).
 func (r *Runner) startMove(now time.Time) []snapshot.Action {
 	if r.moving || len(r.moveQueue) == 0 || r.coord == nil {
 		return nil
@@ -296,50 +303,51 @@ func (r *Runner) startMove(now time.Time) []snapshot.Action {
 	id := r.coord.Progress().NextID
 	r.moveSeq++
 	gen := r.moveSeq
+	r.moving = true
+	r.mv.preparing = true
+	r.log.Info("handover starting", "checkpoint_id", id, "moves", len(planned), "waited", req.waited)
+	r.moveWG.Add(1)
+	go r.runMove(r.moveCtx, req, planned, id, gen, now)
+	return nil
+}
+
+// runMove runs a handover on its own goroutine: it prepares every node,
+// has its savepoint triggered, and completes the handover once the
+// savepoint completes. A failure fails the job.
+func (r *Runner) runMove(ctx context.Context, req *moveReq, planned []plannedMove, id snapshot.ID, gen int, began time.Time) {
+	defer r.moveWG.Done()
+	defer func() { r.moveEnded <- struct{}{} }()
+	for _, p := range planned {
+		if r.inDeployment(p.to) {
+			continue
+		}
+		if err := r.addNode(ctx, p.to); err != nil {
+			// Nothing changed: no task heard of the handover.
+			r.log.Warn("handover: node not invited; nothing moved", "node", p.to, "err", err)
+			req.reply <- moveResult{err: fmt.Errorf("move %s: %w", p.key, err)}
+			return
+		}
+	}
+	nodes := r.hoNodes()
 	moved := make(map[TaskKey]bool, len(planned))
 	for _, p := range planned {
 		moved[p.key] = true
 	}
-	for _, h := range r.hosts {
-		h.prepareHandover(int64(id), moved)
+	prep := time.Now()
+	sp, harmless, err := r.prepareMove(ctx, nodes, moved, id)
+	if err != nil && harmless {
+		req.reply <- moveResult{err: err}
+		return
 	}
-	acts := r.coord.Step(now, snapshot.TriggerSavepoint{})
-	sp := savepointReq{reply: make(chan savepointResult, 1)}
-	triggered := false
-	for _, a := range acts {
-		switch a := a.(type) {
-		case snapshot.Trigger:
-			triggered = triggered || a.Checkpoint == id
-		case snapshot.Abort:
-			if a.Checkpoint == id {
-				// No barrier id will come: the tasks never use the
-				// handover they heard of.
-				req.reply <- moveResult{err: fmt.Errorf("handover savepoint %d: %w", id, a.Reason)}
-				return acts
-			}
-		}
+	var res MoveResult
+	if err == nil {
+		r.log.Info("handover: savepoint triggered", "checkpoint_id", id, "prepare", time.Since(prep))
+		res, err = r.handOver(ctx, nodes, planned, id, gen, sp)
 	}
-	if !triggered {
-		req.reply <- moveResult{err: fmt.Errorf("handover savepoint %d was not triggered", id)}
-		return acts
-	}
-	r.waiting[id] = sp
-	r.moving = true
-	r.log.Info("handover starting", "checkpoint_id", id, "moves", len(planned), "waited", req.waited)
-	r.moveWG.Add(1)
-	go r.runMove(r.moveCtx, req, planned, id, gen, sp.reply, now)
-	return acts
-}
-
-// runMove completes a handover once its savepoint completes, on its own
-// goroutine; a failure fails the job.
-func (r *Runner) runMove(ctx context.Context, req *moveReq, planned []plannedMove, id snapshot.ID, gen int, sp <-chan savepointResult, began time.Time) {
-	defer r.moveWG.Done()
-	defer func() { r.moveEnded <- struct{}{} }()
-	res, err := r.handOver(ctx, planned, id, gen, sp)
+	r.mv.md.Store(nil)
 	if err != nil {
+		err = fmt.Errorf("%w: %w: job %q epoch %d: savepoint %d: %w", ErrControlFailed, ErrHandover, r.job.Name, r.epoch, id, err)
 		if ctx.Err() == nil {
-			err = fmt.Errorf("%w: %w: job %q epoch %d: savepoint %d: %w", ErrControlFailed, ErrHandover, r.job.Name, r.epoch, id, err)
 			r.log.Warn("handover failed; the job restarts from its latest checkpoint or savepoint", "checkpoint_id", id, "err", err)
 			r.fail(err)
 		}
@@ -352,16 +360,6 @@ func (r *Runner) runMove(ctx context.Context, req *moveReq, planned []plannedMov
 	req.reply <- moveResult{res: res}
 }
 
-// hostOf returns the host of node.
-func (r *Runner) hostOf(node string) (*host, error) {
-	for _, h := range r.hosts {
-		if h.node == node {
-			return h, nil
-		}
-	}
-	return nil, fmt.Errorf("no host on node %q", node)
-}
-
 // hook runs the cluster's handover hook for step on node.
 func (r *Runner) hook(step HandoverStep, node string) error {
 	if f := r.cfg.Cluster.HandoverHook; f != nil {
@@ -372,8 +370,8 @@ func (r *Runner) hook(step HandoverStep, node string) error {
 	return nil
 }
 
-// handOver carries out the steps after the barrier.
-func (r *Runner) handOver(ctx context.Context, planned []plannedMove, id snapshot.ID, gen int, sp <-chan savepointResult) (MoveResult, error) {
+// handOver carries out the steps after the barrier, on every node.
+func (r *Runner) handOver(ctx context.Context, nodes []*hoNode, planned []plannedMove, id snapshot.ID, gen int, sp <-chan savepointResult) (MoveResult, error) {
 	var spr savepointResult
 	select {
 	case spr = <-sp:
@@ -390,64 +388,72 @@ func (r *Runner) handOver(ctx context.Context, planned []plannedMove, id snapsho
 			return MoveResult{}, err
 		}
 	}
+	if md.Dir == "" {
+		c := *md
+		c.Dir = spr.path
+		md = &c
+	}
+	// Nodes in other processes fetch the moved subtasks' files from it.
+	r.mv.md.Store(md)
 	res := MoveResult{Savepoint: id, Path: spr.path}
-	nodeOf := func(c *Chain, sub int) string { return r.currentNode(c, sub) }
 	for _, p := range planned {
-		old, err := r.hostOf(p.from)
+		step := time.Now()
+		old, err := nodeByID(nodes, p.from)
 		if err != nil {
 			return res, err
 		}
-		nw, err := r.hostOf(p.to)
+		nw, err := nodeByID(nodes, p.to)
 		if err != nil {
 			return res, err
 		}
 		if err := r.hook(HandoverRetire, p.from); err != nil {
 			return res, err
 		}
-		handedAt, err := old.retire(ctx, p.key, int64(id))
+		handedAt, err := r.retireOn(ctx, old, p.key, id)
 		if err != nil {
 			return res, fmt.Errorf("retire %s on node %q: %w", p.key, p.from, err)
 		}
-		r.log.Debug("handover: subtask retired", "task", p.key.String(), "node", p.from)
-		for _, h := range r.hosts {
-			if h != nw {
-				if err := h.openFromMoved(p.key, gen, p.to); err != nil {
-					return res, fmt.Errorf("node %q: %w", h.node, err)
+		r.log.Info("handover: subtask retired", "task", p.key.String(), "node", p.from, "took", time.Since(step))
+		step = time.Now()
+		for _, n := range nodes {
+			if n != nw {
+				if err := r.openFromOn(ctx, n, p.key, id, gen, p.to); err != nil {
+					return res, fmt.Errorf("node %q: %w", n.id, err)
 				}
 			}
 		}
+		r.log.Info("handover: channels from the new node opened", "task", p.key.String(), "node", p.to, "took", time.Since(step))
+		step = time.Now()
 		if err := r.hook(HandoverRestore, p.to); err != nil {
 			return res, err
 		}
-		t, err := nw.adopt(p.key, md, gen, nodeOf)
+		inputs, err := r.adoptOn(ctx, nw, p.chain, p.key, md, gen)
 		if err != nil {
 			return res, fmt.Errorf("restore %s on node %q: %w", p.key, p.to, err)
 		}
-		r.log.Debug("handover: subtask restored", "task", p.key.String(), "node", p.to)
+		r.log.Info("handover: subtask restored", "task", p.key.String(), "node", p.to, "took", time.Since(step))
+		step = time.Now()
 		n := 0
-		for _, h := range r.hosts {
-			if err := r.hook(HandoverRepoint, h.node); err != nil {
+		for _, nd := range nodes {
+			if err := r.hook(HandoverRepoint, nd.id); err != nil {
 				return res, err
 			}
-			var nt *task
-			if h == nw {
-				nt = t
-			}
-			k, err := h.repoint(p.key, p.to, gen, nt)
+			k, err := r.repointOn(ctx, nd, p.key, id, gen, p.to)
 			if err != nil {
-				return res, fmt.Errorf("node %q: re-point channels to %s: %w", h.node, p.key, err)
+				return res, fmt.Errorf("node %q: re-point channels to %s: %w", nd.id, p.key, err)
 			}
 			n += k
 		}
-		if n != len(t.inChans) {
-			return res, fmt.Errorf("re-pointed %d channels to %s, it has %d inputs", n, p.key, len(t.inChans))
+		if n != inputs {
+			return res, fmt.Errorf("re-pointed %d channels to %s, it has %d inputs", n, p.key, inputs)
 		}
 		pause := time.Duration(0)
 		if handedAt != 0 {
 			pause = time.Since(time.Unix(0, handedAt))
 		}
 		res.Moved = append(res.Moved, MovedSubtask{Task: p.key, From: p.from, To: p.to, Pause: pause, Inputs: n})
-		r.log.Info("handover: subtask moved", "task", p.key.String(), "from", p.from, "to", p.to, "pause", pause, "checkpoint_id", id)
+		r.log.Info("handover: subtask moved", "task", p.key.String(), "from", p.from, "to", p.to, "pause", pause,
+			"repoint", time.Since(step), "checkpoint_id", id)
 	}
 	r.placeMu.Lock()
 	for _, p := range planned {

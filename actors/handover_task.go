@@ -252,6 +252,11 @@ func (t *task) parkMoved() {
 				p.merge = defaultParkMerge
 			}
 			pc.park = p
+			if t.idle {
+				// The new instance restores its inputs active: it hears
+				// first that this one is idle, as the old one had.
+				p.queue = append(p.queue, &statusMsg{ch: pc, idle: true})
+			}
 			if err := r.replace(i, pc); err != nil {
 				operators.Fail(err)
 			}

@@ -84,6 +84,8 @@ type Runner struct {
 	placeMu   sync.Mutex // guards moved
 	// moved is where handovers moved subtasks, by chain head.
 	moved map[TaskKey]string
+	// mv carries handovers across processes (handover_remote.go).
+	mv moveLink
 }
 
 // NewRunner validates the job and the config and plans the job's tasks. It
@@ -141,6 +143,7 @@ func newRunner(job *Job, cfg Config, epoch uint64) (*Runner, error) {
 		moves:      make(chan *moveReq),
 		moveEnded:  make(chan struct{}, 1),
 		moved:      make(map[TaskKey]string),
+		mv:         newMoveLink(),
 	}, nil
 }
 
@@ -324,15 +327,26 @@ func (r *Runner) OpenRestoreFile(epoch uint64, name string) (*os.File, snapshot.
 	if epoch != r.epoch {
 		return nil, snapshot.Handle{}, fmt.Errorf("%w: job %q: restore file of epoch %d, the job runs epoch %d", ErrStaleDeployment, r.job.Name, epoch, r.epoch)
 	}
-	md := r.cfg.Restore
+	// The snapshot the deployment restores, or the savepoint of the
+	// handover in progress, whose moved subtasks' files the new nodes
+	// fetch.
+	md := r.mv.md.Load()
+	if md == nil {
+		md = r.cfg.Restore
+	}
 	if md == nil {
 		return nil, snapshot.Handle{}, fmt.Errorf("actors: job %q epoch %d restores no snapshot", r.job.Name, epoch)
 	}
-	for _, op := range md.Operators {
-		for _, h := range op.Subtasks {
-			if h.File == name && name != "" {
-				f, err := os.Open(md.FilePath(h))
-				return f, h, err
+	for _, m := range []*snapshot.Metadata{md, r.cfg.Restore} {
+		if m == nil {
+			continue
+		}
+		for _, op := range m.Operators {
+			for _, h := range op.Subtasks {
+				if h.File == name && name != "" {
+					f, err := os.Open(m.FilePath(h))
+					return f, h, err
+				}
 			}
 		}
 	}
@@ -414,6 +428,11 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 wait:
 	for !r.over(remaining) {
 		var acts []snapshot.Action
+		// While a handover prepares, no other checkpoint is triggered.
+		tickC, spC := tick, r.savepoints
+		if r.mv.preparing {
+			tickC, spC = nil, nil
+		}
 		select {
 		case rep := <-r.reports:
 			if rep.epoch != r.epoch {
@@ -438,7 +457,7 @@ wait:
 			case reportInput:
 				acts = r.coord.Step(clock.Now(), rep.input)
 			}
-		case req := <-r.savepoints:
+		case req := <-spC:
 			acts = r.coord.Step(clock.Now(), snapshot.TriggerSavepoint{Path: req.path, Stop: req.stop})
 			for _, a := range acts {
 				switch a := a.(type) {
@@ -454,9 +473,12 @@ wait:
 			}
 		case req := <-r.moves:
 			r.onMove(req)
+		case mt := <-r.mv.trigger:
+			acts = r.triggerMove(clock.Now(), mt)
 		case <-r.moveEnded:
 			r.moving = false
-		case <-tick:
+			r.mv.preparing = false
+		case <-tickC:
 			acts = r.coord.Tick(clock.Now())
 		case <-ctx.Done():
 			err = ctx.Err()
@@ -581,7 +603,8 @@ func (r *Runner) cancelHosts() {
 	ctx, cancel := context.WithTimeout(context.Background(), r.controlTimeout())
 	defer cancel()
 	m := controlMsg{Kind: ctlCancel, Job: r.job.Name, Epoch: r.epoch}
-	for _, s := range r.ctl.down {
+	down, _ := r.ctl.senders()
+	for _, s := range down {
 		_ = s.send(ctx, &m)
 	}
 }

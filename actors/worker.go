@@ -107,6 +107,9 @@ type Worker struct {
 	hosts  map[string]*workerHost
 	closed bool
 
+	// handovers counts those of the hosts that ended; guarded by mu.
+	handovers int64
+
 	// checkpoint is the highest checkpoint id triggered on the worker.
 	checkpoint atomic.Int64
 }
@@ -150,14 +153,31 @@ func (w *Worker) Jobs() []WorkerJob {
 		j := WorkerJob{Job: name, Epoch: wh.h.epoch, Master: wh.h.master}
 		select {
 		case <-wh.h.started:
-			// The tasks exist and do not change.
-			j.Tasks = taskMetrics(wh.h.tasks)
+			// The tasks exist; a handover replaces some of them.
+			j.Tasks = taskMetrics(wh.h.taskList())
 		default:
 		}
 		out = append(out, j)
 	}
 	slices.SortFunc(out, func(a, b WorkerJob) int { return strings.Compare(a.Job, b.Job) })
 	return out
+}
+
+// Handovers returns how many subtasks the worker's hosts retired or took
+// over by handovers (Runner.Move) since it was made.
+func (w *Worker) Handovers() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.handovers + w.live()
+}
+
+// live returns the handovers of the hosts still running; w.mu held.
+func (w *Worker) live() int64 {
+	var n int64
+	for _, wh := range w.hosts {
+		n += wh.h.handovers.Load()
+	}
+	return n
 }
 
 // Deploy hosts the node's tasks of deployment d: it stops the host of an
@@ -304,6 +324,7 @@ func (w *Worker) teardown(wh *workerHost, staging string) {
 	if w.hosts[h.job.Name] == wh {
 		delete(w.hosts, h.job.Name)
 	}
+	w.handovers += h.handovers.Load()
 	w.mu.Unlock()
 	w.log.Info("deployment ended", "job", h.job.Name, "epoch", h.epoch)
 }

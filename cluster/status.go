@@ -255,6 +255,19 @@ const (
 	RebalanceFailed RebalanceOutcome = "failed"
 )
 
+// RebalanceMode is how a rebalance moved its subtasks.
+type RebalanceMode string
+
+// The modes of a rebalance.
+const (
+	// RebalanceHandover: the moved keyed subtasks were handed over at a
+	// savepoint barrier while every other subtask kept running.
+	RebalanceHandover RebalanceMode = "handover"
+	// RebalanceRedeploy: every job was redeployed from a savepoint on
+	// the new placement: every subtask paused.
+	RebalanceRedeploy RebalanceMode = "redeploy"
+)
+
 // Rebalance is one rebalance by savepoint migration.
 type Rebalance struct {
 	// At is when the rebalance started (or was refused).
@@ -267,7 +280,14 @@ type Rebalance struct {
 	// PauseMS is how long each moved subtask paused, in milliseconds, by
 	// subtask (operator/index); subtasks that did not move are absent.
 	PauseMS map[string]float64 `json:"pause_ms"`
-	Outcome RebalanceOutcome   `json:"outcome"`
+	// Mode is how the subtasks moved: RebalanceHandover (only the moved
+	// subtasks paused) or RebalanceRedeploy (every job restarted from a
+	// savepoint); empty when nothing moved.
+	Mode RebalanceMode `json:"mode,omitempty"`
+	// Unpaused lists, after a handover, the keyed subtasks that did not
+	// move and kept running through it, neither stopped nor restarted.
+	Unpaused []string         `json:"unpaused,omitempty"`
+	Outcome  RebalanceOutcome `json:"outcome"`
 	// Error is why the rebalance was refused or failed.
 	Error string `json:"error,omitempty"`
 }

@@ -452,7 +452,7 @@ func (c *clusterNode) runRebalance(ctx context.Context, s cluster.Start) error {
 	if len(draining) > 0 {
 		reason = fmt.Sprintf("drain of %v", draining)
 	}
-	rec, err := c.redeploy(ctx, trigger, reason)
+	rec, err := c.rebalanceJobs(ctx, trigger, reason, placement, draining)
 	if rec.Outcome == cluster.RebalanceAborted {
 		// Nothing moved: the drained nodes keep their subtasks.
 		v.mu.Lock()

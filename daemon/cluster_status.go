@@ -80,7 +80,7 @@ func (c *clusterNode) Status() cluster.Status {
 // savepoint aborts it with nothing moved.
 func (c *clusterNode) redeploy(ctx context.Context, trigger cluster.Trigger, reason string) (cluster.Rebalance, error) {
 	before := c.placements()
-	rec := cluster.Rebalance{At: time.Now(), Trigger: trigger, Outcome: cluster.RebalanceRunning, PauseMS: map[string]float64{}}
+	rec := cluster.Rebalance{At: time.Now(), Trigger: trigger, Outcome: cluster.RebalanceRunning, PauseMS: map[string]float64{}, Mode: cluster.RebalanceRedeploy}
 	execs := c.executions()
 	// A savepoint first: the redeployment restores it (it is newer than
 	// the latest checkpoint), so little is replayed. Without one nothing

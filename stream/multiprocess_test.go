@@ -22,6 +22,9 @@ import (
 type masterFiles struct {
 	job             atomic.Pointer[stream.Job]
 	pushed, fetched atomic.Int64
+	// onFetch, when set, is called before each fetch of a file of
+	// snapshot id: an error fails the fetch.
+	onFetch func(id snapshot.ID, h snapshot.Handle) error
 }
 
 func (m *masterFiles) Push(_ context.Context, _, _ string, epoch uint64, id snapshot.ID, path string, h snapshot.Handle) error {
@@ -41,7 +44,12 @@ func (m *masterFiles) Push(_ context.Context, _, _ string, epoch uint64, id snap
 	return nil
 }
 
-func (m *masterFiles) Fetch(_ context.Context, _, _ string, epoch uint64, _ snapshot.ID, h snapshot.Handle, path string) error {
+func (m *masterFiles) Fetch(_ context.Context, _, _ string, epoch uint64, id snapshot.ID, h snapshot.Handle, path string) error {
+	if m.onFetch != nil {
+		if err := m.onFetch(id, h); err != nil {
+			return err
+		}
+	}
 	j := m.job.Load()
 	if j == nil {
 		return fmt.Errorf("no job master")
@@ -60,8 +68,9 @@ func (m *masterFiles) Fetch(_ context.Context, _, _ string, epoch uint64, _ snap
 
 // workerCluster turns c's nodes but the first into workers: each builds
 // the job graph with build, has a checkpoint directory of its own, and is
-// invited by the job master, as nodes in other processes are.
-func workerCluster(t *testing.T, c *testCluster, files *masterFiles, build func() *stream.Environment) {
+// invited by the job master, as nodes in other processes are. It returns
+// the workers by node id.
+func workerCluster(t *testing.T, c *testCluster, files *masterFiles, build func() *stream.Environment) map[string]*actors.Worker {
 	t.Helper()
 	workers := make(map[string]*actors.Worker)
 	for i := 1; i < len(c.Nodes); i++ {
@@ -81,6 +90,7 @@ func workerCluster(t *testing.T, c *testCluster, files *masterFiles, build func(
 		return workers[node].Deploy(ctx, d)
 	}
 	c.EpochBase = 100
+	return workers
 }
 
 // Task failures on a job whose nodes run as in separate processes: each
