@@ -216,9 +216,13 @@ func printClusterStatus(w io.Writer, s cluster.Status) error {
 	}
 
 	fmt.Fprintf(w, "\nREBALANCES (newest first; %d since the node started)\n", s.RebalancesTotal)
-	fmt.Fprintln(tw, "AT\tTRIGGER\tOUTCOME\tMOVED KEY GROUPS\tSHIPPED\tPAUSE PER SUBTASK\tERROR")
+	fmt.Fprintln(tw, "AT\tTRIGGER\tOUTCOME\tMODE\tMOVED KEY GROUPS\tSHIPPED\tPAUSE PER SUBTASK\tERROR")
 	for _, r := range s.Rebalances {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.At.Local().Format(time.DateTime), r.Trigger, r.Outcome, r.MovedKeyGroups,
+		mode := string(r.Mode)
+		if mode == "" {
+			mode = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.At.Local().Format(time.DateTime), r.Trigger, r.Outcome, mode, r.MovedKeyGroups,
 			bytesString(r.BytesShipped), pauses(r.PauseMS), oneLine(r.Error))
 	}
 	if err := flushOrNone(w, tw, len(s.Rebalances)); err != nil {

@@ -40,7 +40,8 @@ func (f *fakeCluster) Drain(_ context.Context, node string) error {
 	defer f.mu.Unlock()
 	f.drained = append(f.drained, node)
 	f.status.Rebalances = append(f.status.Rebalances, cluster.Rebalance{At: time.Now(), Trigger: cluster.TriggerDrain,
-		MovedKeyGroups: 64, BytesShipped: 3 << 20, PauseMS: map[string]float64{"window/1": 42, "window/0": 7}, Outcome: cluster.RebalanceDone})
+		MovedKeyGroups: 64, BytesShipped: 3 << 20, PauseMS: map[string]float64{"window/1": 42, "window/0": 7}, Outcome: cluster.RebalanceDone,
+		Mode: cluster.RebalanceRedeploy})
 	return nil
 }
 
@@ -205,7 +206,7 @@ func TestClusterCommands(t *testing.T) {
 		t.Fatalf("drained %v", drained)
 	}
 	out, _, _ = cli("cluster", "status")
-	if !strings.Contains(out, "drain    done") || !strings.Contains(out, "window/1 42ms, window/0 7ms") {
+	if !strings.Contains(out, "drain    done     redeploy") || !strings.Contains(out, "window/1 42ms, window/0 7ms") {
 		t.Errorf("status after the drain lacks the rebalance:\n%s", out)
 	}
 
