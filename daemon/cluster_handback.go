@@ -454,18 +454,25 @@ func (c *clusterNode) handBack(ctx context.Context, target string, since time.Ti
 		c.resumeLeading(log, "the lower node refused to take over")
 		return fail("takeover", err)
 	default:
-		switch leader := c.askWhoLeads(ctx, target); leader {
+		// Ask with a context of its own: the hand-back's may have ended,
+		// and the lower node may have taken over all the same.
+		actx, cancel := context.WithTimeout(context.Background(), askWhoLeadsTimeout)
+		leader := c.askWhoLeads(actx, target)
+		cancel()
+		switch leader {
 		case target:
 			log.Info("cluster: hand-back: the lower node did not answer but leads", "err", err)
-		case c.cfg.Node, "":
-			if leader == "" && ctx.Err() == nil {
-				// It may have taken over: never lead beside it. The
-				// takeover rule applies when it is seen dead.
-				rec.Outcome, rec.Error = "unknown", err.Error()
-				h.record(rec)
-				log.Warn("cluster: hand-back: the lower node does not answer; this node follows it", "err", err)
-				return fmt.Errorf("%w: takeover: %w", ErrHandback, err)
-			}
+		case "":
+			// It may have taken over: never lead beside it. Ask it
+			// until it answers: if it did not take over, lead again
+			// (else both would follow each other and none would lead);
+			// the takeover rule applies if it is seen dead meanwhile.
+			rec.Outcome, rec.Error = "unknown", err.Error()
+			h.record(rec)
+			log.Warn("cluster: hand-back: the lower node does not answer; this node follows it until it does", "err", err)
+			go c.resolveUnknownHandback(log, target)
+			return fmt.Errorf("%w: takeover: %w", ErrHandback, err)
+		case c.cfg.Node:
 			c.resumeLeading(log, "the lower node did not take over")
 			return fail("takeover", err)
 		default:
@@ -480,6 +487,52 @@ func (c *clusterNode) handBack(ctx context.Context, target string, since time.Ti
 	log.Info("cluster: handed the leadership back", "epoch", rec.Epoch, "savepoints", rec.Savepoints,
 		"savepoint_ms", rec.SavepointMS, "replicate_ms", rec.ReplicateMS, "takeover_ms", rec.TakeoverMS, "took", time.Since(start))
 	return nil
+}
+
+// askWhoLeadsTimeout bounds askWhoLeads after a take-over message that
+// got no answer.
+const askWhoLeadsTimeout = 15 * time.Second
+
+// resolveUnknownHandback settles a hand-back whose take-over message got
+// no answer: it asks target every 2 s which node it follows until it
+// answers, the node follows another leader, or the node stops. If target
+// follows this node (it never took over), this node leads again; if it
+// names another node, this node follows that one.
+func (c *clusterNode) resolveUnknownHandback(log *slog.Logger, target string) {
+	quit := c.quitChan()
+	for {
+		select {
+		case <-quit:
+			return
+		case <-time.After(2 * time.Second):
+		}
+		c.lead.mu.Lock()
+		still := !c.lead.stopped && c.lead.id == target && !c.lead.took
+		c.lead.mu.Unlock()
+		if !still {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		w, err := c.peers.workerStatus(ctx, target)
+		cancel()
+		if err != nil {
+			continue
+		}
+		switch w.Master {
+		case target:
+			log.Info("cluster: hand-back: the lower node answers; it leads")
+		case c.cfg.Node, "":
+			c.resumeLeading(log, "the lower node answers that it did not take over")
+		default:
+			c.lead.mu.Lock()
+			if c.lead.id == target && !c.lead.took {
+				c.lead.id = w.Master
+			}
+			c.lead.mu.Unlock()
+			log.Warn("cluster: hand-back: the lower node names another leader; following it", "leader", w.Master)
+		}
+		return
+	}
 }
 
 // askWhoLeads asks node which node it follows, a few times: "" when it

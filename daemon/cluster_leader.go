@@ -52,6 +52,10 @@ type leaderState struct {
 	stepped bool
 	// stopped is set on shutdown: no takeover starts after it.
 	stopped bool
+	// quit is closed on shutdown (quitChan creates it): background
+	// work of the leadership ends with it.
+	quit     chan struct{}
+	quitOnce sync.Once
 	// nextCheckpoint is the lowest checkpoint id of the jobs this node
 	// masters after a takeover.
 	nextCheckpoint snapshot.ID
@@ -87,12 +91,24 @@ func (c *clusterNode) followed(master string) {
 	c.lead.id, c.lead.followed = master, true
 }
 
+// quitChan returns the channel closed on shutdown.
+func (c *clusterNode) quitChan() chan struct{} {
+	c.lead.mu.Lock()
+	defer c.lead.mu.Unlock()
+	if c.lead.quit == nil {
+		c.lead.quit = make(chan struct{})
+	}
+	return c.lead.quit
+}
+
 // stopTakeover makes sure no takeover starts jobs from now on; one under
 // way finishes starting them first.
 func (c *clusterNode) stopTakeover() {
+	quit := c.quitChan()
 	c.lead.mu.Lock()
 	c.lead.stopped = true
 	c.lead.mu.Unlock()
+	c.lead.quitOnce.Do(func() { close(quit) })
 	c.startMu.Lock()
 	defer c.startMu.Unlock()
 }
