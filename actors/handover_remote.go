@@ -545,15 +545,18 @@ func (r *Runner) addNode(ctx context.Context, node string) (err error) {
 	if _, err := await(ctlDeployed, "deployed"); err != nil {
 		return err
 	}
+	// Started before it joins the node list: a node that does not start
+	// is cancelled and closed by the deferred cleanup, and the job's
+	// commands never reach it.
+	if err := down.send(ictx, &controlMsg{Kind: ctlStart, Job: r.job.Name, Epoch: r.epoch}); err != nil {
+		return err
+	}
 	r.ctl.nodesMu.Lock()
 	r.ctl.down = append(r.ctl.down, down)
 	r.ctl.up = append(r.ctl.up, in)
 	r.ctl.ids = append(r.ctl.ids, node)
 	r.ctl.nodesMu.Unlock()
 	added = true
-	if err := down.send(ictx, &controlMsg{Kind: ctlStart, Job: r.job.Name, Epoch: r.epoch}); err != nil {
-		return err
-	}
 	r.log.Info("handover: node invited into the running deployment", "node", node, "index", i, "epoch", r.epoch, "took", time.Since(began))
 	return nil
 }

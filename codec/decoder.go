@@ -3,6 +3,7 @@ package codec
 import (
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"unsafe"
 )
 
@@ -73,12 +74,7 @@ func (d *Decoder[T]) AppendN(dst []T, src []byte, n int) ([]T, int, error) {
 		// larger count is corrupt, and must not size an allocation.
 		return dst, 0, fmt.Errorf("%w: %d values in %d bytes", ErrShort, n, len(src))
 	}
-	if cap(dst)-start < n {
-		grown := make([]T, start, start+n)
-		copy(grown, dst)
-		dst = grown
-	}
-	dst = dst[:start+n]
+	dst = slices.Grow(dst, n)[:start+n] // grows ahead, as append does
 	off := 0
 	var zero T
 	for i := start; i < start+n; i++ {

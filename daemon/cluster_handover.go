@@ -94,23 +94,39 @@ func (c *clusterNode) rebalanceJobs(ctx context.Context, trigger cluster.Trigger
 }
 
 // handover moves the subtasks of jobs by handover, one job at a time, and
-// records the rebalance. ok is false when the first job refused the
-// handover with nothing moved: the caller redeploys then.
+// records the rebalance. ok is false when a job refused the handover
+// with nothing of it moved (not ErrHandover): the caller then redeploys
+// every job, so that no job stays on the old placement.
 func (c *clusterNode) handover(ctx context.Context, trigger cluster.Trigger, jobs []handoverJob) (rec cluster.Rebalance, ok bool, err error) {
 	rec = cluster.Rebalance{At: time.Now(), Trigger: trigger, Outcome: cluster.RebalanceRunning, PauseMS: map[string]float64{}, Mode: cluster.RebalanceHandover}
 	var joined []string
-	for i, hj := range jobs {
+	// markJoined records that the nodes moved to run the jobs now: not
+	// a join to rebalance again. Every return goes through it, so that a
+	// failure after earlier jobs moved leaves the records true.
+	markJoined := func() {
+		v := c.live
+		v.mu.Lock()
+		for _, id := range joined {
+			if v.deployed != nil && !slices.Contains(v.deployed, id) {
+				v.deployed = append(slices.Clone(v.deployed), id)
+			}
+		}
+		v.mu.Unlock()
+	}
+	for _, hj := range jobs {
 		start := time.Now()
 		c.log.Info("cluster: rebalance by handover: moving", "trigger", trigger, "job", hj.e.Name(), "moves", fmt.Sprint(hj.moves))
 		res, err := hj.e.Move(ctx, hj.moves)
 		if err != nil {
-			if i == 0 && !errors.Is(err, actors.ErrHandover) {
+			if !errors.Is(err, actors.ErrHandover) {
+				// Refused with nothing of this job moved: the caller
+				// redeploys every job (those moved already included),
+				// so that none stays on the old placement.
+				markJoined()
 				return rec, false, err
 			}
+			markJoined()
 			rec.Outcome, rec.Error = cluster.RebalanceFellBack, fmt.Sprintf("handover of job %q: %v", hj.e.Name(), err)
-			if !errors.Is(err, actors.ErrHandover) {
-				rec.Outcome = cluster.RebalanceFailed
-			}
 			c.recordRebalance(rec)
 			c.log.Warn("cluster: rebalance by handover failed; the job restarts from its latest checkpoint or savepoint, never half moved",
 				"trigger", trigger, "job", hj.e.Name(), "took", time.Since(start), "err", err)
@@ -125,15 +141,7 @@ func (c *clusterNode) handover(ctx context.Context, trigger cluster.Trigger, job
 		c.log.Info("cluster: rebalance by handover: job moved", "trigger", trigger, "job", hj.e.Name(), "savepoint", uint64(res.Savepoint),
 			"waited", res.Waited, "took", res.Took, "moved", len(res.Moved))
 	}
-	// The nodes moved to run the job now: not a join to rebalance again.
-	v := c.live
-	v.mu.Lock()
-	for _, id := range joined {
-		if v.deployed != nil && !slices.Contains(v.deployed, id) {
-			v.deployed = append(slices.Clone(v.deployed), id)
-		}
-	}
-	v.mu.Unlock()
+	markJoined()
 	rec.Outcome = cluster.RebalanceDone
 	c.recordRebalance(rec)
 	c.log.Info("cluster: rebalanced by handover", "trigger", trigger, "moved_key_groups", rec.MovedKeyGroups, "bytes_shipped", rec.BytesShipped,
