@@ -566,6 +566,7 @@ func (c *clusterNode) stepDown(leader string) {
 	v := c.live
 	v.mu.Lock()
 	v.deployed, v.pending = nil, nil
+	clear(v.joining) // joins are the new leader's to rebalance
 	v.mu.Unlock()
 }
 

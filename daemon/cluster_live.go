@@ -48,6 +48,9 @@ type liveView struct {
 	// the view); rejoin replaces stop and stopOnce once the loop of the
 	// run it ends has returned.
 	gossipMu sync.Mutex
+	// stopMu guards replacing stop (Rejoin, under gossipMu too) against
+	// stopCtx reading it.
+	stopMu sync.Mutex
 	// out is set while the node is out of the membership: it left it
 	// (drained) and has not rejoined.
 	out      bool
@@ -323,9 +326,14 @@ func (v *liveView) follow(alive []string, jobs func() []*actors.Execution) {
 // stopCtx returns a context that ends after d or when the view stops.
 func (v *liveView) stopCtx(d time.Duration) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
+	// Not gossipMu: stopGossip holds it while it waits for the
+	// goroutines that call this.
+	v.stopMu.Lock()
+	stop := v.stop
+	v.stopMu.Unlock()
 	go func() {
 		select {
-		case <-v.stop:
+		case <-stop:
 			cancel()
 		case <-ctx.Done():
 		}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -68,6 +69,17 @@ func (c *clusterNode) Undrain(ctx context.Context, node string) error {
 	}
 	c.log.Info("cluster: node undrained; it rejoins and is moved in like a join", "undrained", node)
 	if err := c.peers.rejoin(ctx, node); err != nil {
+		var ae *APIError
+		if errors.As(err, &ae) {
+			// The node answered and refused (it is still leaving): it
+			// stays drained, so that the undrain can be asked again.
+			v.mu.Lock()
+			v.drained[node] = true
+			delete(v.joining, node)
+			v.mu.Unlock()
+			c.log.Warn("cluster: the undrained node refused to rejoin; it stays drained", "node", node, "err", err)
+			return fmt.Errorf("%w: undrain: node %q did not rejoin: %w", cluster.ErrRefused, node, err)
+		}
 		c.log.Warn("cluster: the undrained node did not rejoin the membership now; it takes subtasks once it is back", "undrained", node, "err", err)
 	} else {
 		c.waitAlive(ctx, node)
@@ -122,7 +134,9 @@ func (c *clusterNode) Rejoin() (bool, error) {
 		}
 		// The loop of the run that ended has returned (stopGossip waited
 		// for it): nothing reads stop now.
+		v.stopMu.Lock()
 		v.stop = make(chan struct{})
+		v.stopMu.Unlock()
 		v.stopOnce = sync.Once{}
 		if err := c.startGossip(); err != nil {
 			v.stopOnce.Do(func() { close(v.stop) })
