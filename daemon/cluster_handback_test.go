@@ -541,3 +541,48 @@ func TestRestartedLeaderFollowsTheTakeover(t *testing.T) {
 		t.Fatalf("restart grace: lan %v, device %v", restartGrace("lan"), restartGrace("device"))
 	}
 }
+
+// A hand-back whose take-over message got no answer: the old leader b
+// follows the lower node a until a answers. If a answers that it follows
+// b (it never took over), b leads again, so that the two do not follow
+// each other with no leader; if a leads, b goes on following it; a node
+// that stops ends the questions.
+func TestHandbackUnknownResolved(t *testing.T) {
+	nodes := handbackCluster(t)
+	a, b := nodes["a"], nodes["b"]
+	log := slog.New(slog.DiscardHandler)
+
+	// a never got the take-over message: it still follows b.
+	b.stepDown("a")
+	if b.isMaster() || b.leader() != "a" {
+		t.Fatalf("after stepping down b master %v follows %q", b.isMaster(), b.leader())
+	}
+	b.resolveUnknownHandback(log, "a")
+	if !b.isMaster() || b.leader() != "b" {
+		t.Fatalf("a follows b, yet b master %v follows %q: no node leads", b.isMaster(), b.leader())
+	}
+	if tk := b.takeovers(); len(tk) != 1 || tk[0] != "b" {
+		t.Fatalf("b restarted its jobs %v times, want once", tk)
+	}
+
+	// a took over: b goes on following it and starts nothing.
+	b.stepDown("a")
+	a.lead.mu.Lock()
+	a.lead.id, a.lead.took = "a", true
+	a.lead.mu.Unlock()
+	b.resolveUnknownHandback(log, "a")
+	if b.isMaster() || b.leader() != "a" || len(b.takeovers()) != 1 {
+		t.Fatalf("a leads, yet b master %v follows %q, restarted its jobs %v", b.isMaster(), b.leader(), b.takeovers())
+	}
+
+	// Stopping ends the questions at once.
+	b.stepDown("a")
+	b.stopTakeover()
+	done := make(chan struct{})
+	go func() { b.resolveUnknownHandback(log, "a"); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Second): // its first question is 2 s away
+		t.Fatal("resolveUnknownHandback did not end when the node stopped")
+	}
+}
