@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -204,7 +205,7 @@ func (r *Runner) prepareMove(ctx context.Context, nodes []*hoNode, moved map[Tas
 					delete(want, m.Node)
 				}
 			case <-timer.Chan():
-				return nil, false, fmt.Errorf("%w: nodes %q did not prepare the handover within %s", ErrControlTimeout, slices.Sorted(mapKeys(want)), r.controlTimeout())
+				return nil, false, fmt.Errorf("%w: nodes %q did not prepare the handover within %s", ErrControlTimeout, slices.Sorted(maps.Keys(want)), r.controlTimeout())
 			case <-ctx.Done():
 				return nil, false, ctx.Err()
 			}
@@ -222,16 +223,6 @@ func (r *Runner) prepareMove(ctx context.Context, nodes []*hoNode, moved map[Tas
 		return a.sp, a.harmless, a.err
 	case <-ctx.Done():
 		return nil, false, ctx.Err()
-	}
-}
-
-func mapKeys(m map[string]bool) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
 	}
 }
 

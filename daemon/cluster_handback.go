@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -673,21 +672,6 @@ func (c *clusterNode) handleHandback(w http.ResponseWriter, r *http.Request) {
 		c.log.Info("cluster: hand-back: took over; every job runs here", "from", m.From, "restore_ms", rec.RestoreMS, "err", err)
 	}()
 	writeJSON(w, http.StatusOK, map[string]any{"node": c.cfg.Node, "leader": c.cfg.Node})
-}
-
-// raiseEpoch records e as the lowest epoch the node may deploy above,
-// durably, before it answers.
-func (c *clusterNode) raiseEpoch(e uint64) error {
-	c.epochMu.Lock()
-	defer c.epochMu.Unlock()
-	if e <= c.seen.Load() {
-		return nil
-	}
-	if err := writeCounter(filepath.Join(c.dataDir, "cluster", "epoch"), e); err != nil {
-		return err
-	}
-	c.seen.Store(e)
-	return nil
 }
 
 // completeSnapshot makes sure the node's store of job has the metadata of

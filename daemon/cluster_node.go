@@ -240,15 +240,23 @@ func readEpoch(path string) (uint64, error) {
 // is kept, durably, so that the node refuses what an older master sends
 // and, as master, deploys newer epochs.
 func (c *clusterNode) sawEpoch(e uint64) {
+	if err := c.raiseEpoch(e); err != nil {
+		c.log.Warn("cluster: record the highest epoch seen", "epoch", e, "err", err)
+	}
+}
+
+// raiseEpoch keeps e if it is the highest epoch the node has seen, and
+// writes it to data_dir/cluster/epoch: the node deploys and accepts only
+// newer epochs from then on. An error means it is not durable (it is
+// kept in memory all the same).
+func (c *clusterNode) raiseEpoch(e uint64) error {
 	c.epochMu.Lock()
 	defer c.epochMu.Unlock()
 	if e <= c.seen.Load() {
-		return
+		return nil
 	}
 	c.seen.Store(e)
-	if err := writeCounter(filepath.Join(c.dataDir, "cluster", "epoch"), e); err != nil {
-		c.log.Warn("cluster: record the highest epoch seen", "epoch", e, "err", err)
-	}
+	return writeCounter(filepath.Join(c.dataDir, "cluster", "epoch"), e)
 }
 
 // jobCluster returns the placement of a job built in env on the cluster's
