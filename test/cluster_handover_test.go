@@ -154,7 +154,7 @@ func (s *windowSampler) gaps(sub int, from, to time.Time) (time.Duration, time.T
 }
 
 // startClusterPlaced is startClusterOf with cluster.placement rows added
-// to every node's config.
+// to every node's config (none when placement is empty).
 func startClusterPlaced(t *testing.T, ids []string, running, p int, placement string) []*clusterMember {
 	t.Helper()
 	addrs := distinctAddrs(t, 4*len(ids))
@@ -177,19 +177,18 @@ func startClusterPlaced(t *testing.T, ids []string, running, p int, placement st
 	}
 	for _, m := range members {
 		path := writeClusterConfigP(t, filepath.Dir(m.cfgPath), m, members, p)
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := strings.Replace(string(b), "pipelines:\n", "  placement:\n"+placement+"pipelines:\n", 1)
-		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-			t.Fatal(err)
+		if placement != "" {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := strings.Replace(string(b), "pipelines:\n", "  placement:\n"+placement+"pipelines:\n", 1)
+			if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if m.id != ids[0] {
-			m.readyFn = func(client *http.Client) bool {
-				_, err := m.hosted(client)
-				return err == nil && brokerUp(m.brokerAddr)
-			}
+			m.readyFn = m.hostsAndServes
 		}
 	}
 	killMembersAtCleanup(t, members, keepLog)
@@ -199,13 +198,7 @@ func startClusterPlaced(t *testing.T, ids []string, running, p int, placement st
 	members[0].start()
 	client := &http.Client{Timeout: time.Second}
 	testutil.Eventually(t, 60*time.Second, "the started workers host the job's tasks", func() bool {
-		for _, m := range members[1:running] {
-			jobs, err := m.hosted(client)
-			if err != nil || len(jobs) != 1 || len(jobs[0].Tasks) == 0 {
-				return false
-			}
-		}
-		return true
+		return allHostTasks(client, members[1:running])
 	})
 	return members
 }

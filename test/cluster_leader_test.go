@@ -358,10 +358,7 @@ func startProfileCluster(t *testing.T, profile string) []*clusterMember {
 			t.Fatal(err)
 		}
 		if m.id != "a" {
-			m.readyFn = func(client *http.Client) bool {
-				_, err := m.hosted(client)
-				return err == nil && brokerUp(m.brokerAddr)
-			}
+			m.readyFn = m.hostsAndServes
 		}
 	}
 	killMembersAtCleanup(t, members, logTail)
@@ -370,13 +367,7 @@ func startProfileCluster(t *testing.T, profile string) []*clusterMember {
 	}
 	client := &http.Client{Timeout: time.Second}
 	if !testutil.Within(30*time.Second, func() bool {
-		for _, m := range members[1:] {
-			jobs, err := m.hosted(client)
-			if err != nil || len(jobs) != 1 || len(jobs[0].Tasks) == 0 {
-				return false
-			}
-		}
-		return true
+		return allHostTasks(client, members[1:])
 	}) {
 		t.Fatal("the workers do not host the job's tasks after 30 s")
 	}

@@ -47,49 +47,7 @@ func writeClusterConfigP(t *testing.T, dir string, me *clusterMember, members []
 // tasks of the job.
 func startClusterOf(t *testing.T, ids []string, running, p int) []*clusterMember {
 	t.Helper()
-	addrs := distinctAddrs(t, 4*len(ids))
-	take := func() string {
-		a := addrs[0]
-		addrs = addrs[1:]
-		return a
-	}
-	var members []*clusterMember
-	for _, id := range ids {
-		dir := filepath.Join(t.TempDir(), id)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		m := &clusterMember{id: id, transport: take(),
-			node: &node{t: t, brokerAddr: take(), apiAddr: take(), logPath: filepath.Join(dir, "edged.log")}}
-		m.cfgPath = filepath.Join(dir, "edged.yaml")
-		m.gossip = take()
-		members = append(members, m)
-	}
-	for _, m := range members {
-		writeClusterConfigP(t, filepath.Dir(m.cfgPath), m, members, p)
-		if m.id != ids[0] {
-			m.readyFn = func(client *http.Client) bool {
-				_, err := m.hosted(client)
-				return err == nil && brokerUp(m.brokerAddr)
-			}
-		}
-	}
-	killMembersAtCleanup(t, members, keepLog)
-	for _, m := range members[1:running] {
-		m.start()
-	}
-	members[0].start()
-	client := &http.Client{Timeout: time.Second}
-	testutil.Eventually(t, 60*time.Second, "the started workers host the job's tasks", func() bool {
-		for _, m := range members[1:running] {
-			jobs, err := m.hosted(client)
-			if err != nil || len(jobs) != 1 || len(jobs[0].Tasks) == 0 {
-				return false
-			}
-		}
-		return true
-	})
-	return members
+	return startClusterPlaced(t, ids, running, p, "")
 }
 
 // keepLog copies a failed test's node log to EDGED_E2E_KEEP_LOGS, or

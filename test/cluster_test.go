@@ -115,10 +115,7 @@ func startCluster(t *testing.T, gossip bool) []*clusterMember {
 	for _, m := range members {
 		writeClusterConfig(t, filepath.Dir(m.cfgPath), m, members)
 		if m.id != "a" {
-			m.readyFn = func(client *http.Client) bool {
-				_, err := m.hosted(client)
-				return err == nil && brokerUp(m.brokerAddr)
-			}
+			m.readyFn = m.hostsAndServes
 		}
 	}
 	killMembersAtCleanup(t, members, logTail)
@@ -128,13 +125,7 @@ func startCluster(t *testing.T, gossip bool) []*clusterMember {
 	// The job runs once both workers host their tasks of its deployment.
 	client := &http.Client{Timeout: time.Second}
 	ok := testutil.Within(30*time.Second, func() bool {
-		for _, m := range members[1:] {
-			jobs, err := m.hosted(client)
-			if err != nil || len(jobs) != 1 || len(jobs[0].Tasks) == 0 {
-				return false
-			}
-		}
-		return true
+		return allHostTasks(client, members[1:])
 	})
 	if !ok {
 		t.Fatal("the workers do not host the job's tasks after 30 s")
@@ -586,6 +577,24 @@ func TestClusterWorkerFailover(t *testing.T) {
 	if s, err := a.status(client); err == nil {
 		t.Logf("failovers: %+v", s.Failovers)
 	}
+}
+
+// hostsAndServes is a worker's readiness: it answers GET /cluster/worker
+// and its broker listens.
+func (m *clusterMember) hostsAndServes(client *http.Client) bool {
+	_, err := m.hosted(client)
+	return err == nil && brokerUp(m.brokerAddr)
+}
+
+// allHostTasks reports whether every member hosts tasks of one job.
+func allHostTasks(client *http.Client, members []*clusterMember) bool {
+	for _, m := range members {
+		jobs, err := m.hosted(client)
+		if err != nil || len(jobs) != 1 || len(jobs[0].Tasks) == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // killMembersAtCleanup kills, when the test ends, every member still
