@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -123,13 +122,7 @@ func (hr *workerHandoverRun) workerHandovers() int64 {
 
 func (hr *workerHandoverRun) finish(t *testing.T, want []string) {
 	t.Helper()
-	if err := hr.job.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	got := committedLines(t, hr.out)
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("committed output differs from the run without a move: %d lines vs %d\n%s", len(got), len(want), diffLines(got, want))
-	}
+	finishMoved(t, hr.job, hr.out, want)
 }
 
 // A keyed subtask moves between nodes in other processes than the job

@@ -142,10 +142,17 @@ func recordsIn(ms []actors.TaskMetrics, sub int) (int64, bool) {
 
 func (hr *handoverRun) finish(t *testing.T, want []string) {
 	t.Helper()
-	if err := hr.job.Wait(); err != nil {
+	finishMoved(t, hr.job, hr.out, want)
+}
+
+// finishMoved waits for job to end and compares what its sink committed
+// in out with want, the output of the same job without a move.
+func finishMoved(t *testing.T, job *stream.Job, out string, want []string) {
+	t.Helper()
+	if err := job.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	got := committedLines(t, hr.out)
+	got := committedLines(t, out)
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("committed output differs from the run without a move: %d lines vs %d\n%s", len(got), len(want), diffLines(got, want))
 	}
