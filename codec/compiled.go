@@ -22,31 +22,20 @@ func (c compiled[T]) Append(dst []byte, v T) ([]byte, error) {
 	return out, nil
 }
 
-// appendAll appends the encodings of vs, one after the other; a struct of
-// scalars and strings field by field in one loop.
+// appendAll appends the encodings of vs, one after the other; a struct's
+// with encStruct called directly, not through the plan's func value.
 func (c compiled[T]) appendAll(dst []byte, vs []T) ([]byte, error) {
 	pl := c.pl
-	if pl.op != opPlan || !pl.isStrct {
-		for i := range vs {
-			var err error
-			if dst, err = pl.append(dst, unsafe.Pointer(&vs[i]), 0); err != nil {
-				return dst, fmt.Errorf("batch value %d: %w", i, err)
-			}
-		}
-		return dst, nil
-	}
+	strct := pl.op == opPlan && pl.isStrct
 	for i := range vs {
-		p := unsafe.Pointer(&vs[i])
-		for j := range pl.fields {
-			f := &pl.fields[j]
-			if f.pl.op != opPlan {
-				dst = appendScalar(f.pl.op, dst, unsafe.Add(p, f.off))
-				continue
-			}
-			var err error
-			if dst, err = f.pl.enc(dst, unsafe.Add(p, f.off), 0); err != nil {
-				return dst, fmt.Errorf("batch value %d: %w", i, wrapField(f.name, err))
-			}
+		var err error
+		if strct {
+			dst, err = pl.encStruct(dst, unsafe.Pointer(&vs[i]), 0)
+		} else {
+			dst, err = pl.append(dst, unsafe.Pointer(&vs[i]), 0)
+		}
+		if err != nil {
+			return dst, fmt.Errorf("batch value %d: %w", i, err)
 		}
 	}
 	return dst, nil
@@ -121,8 +110,9 @@ func (pl *plan) decode(src []byte, p unsafe.Pointer, depth int) (int, error) {
 
 // encStruct appends the fields of the struct at p in order.
 func (pl *plan) encStruct(dst []byte, p unsafe.Pointer, depth int) ([]byte, error) {
-	for i := range pl.fields {
-		f := &pl.fields[i]
+	fields := pl.fields // a local: the calls below would make pl.fields reload
+	for i := range fields {
+		f := &fields[i]
 		if f.pl.op != opPlan {
 			dst = appendScalar(f.pl.op, dst, unsafe.Add(p, f.off))
 			continue
