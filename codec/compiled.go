@@ -128,9 +128,10 @@ func (pl *plan) encStruct(dst []byte, p unsafe.Pointer, depth int) ([]byte, erro
 
 // decStruct decodes the fields of the struct at p in order.
 func (pl *plan) decStruct(src []byte, p unsafe.Pointer, depth int) (int, error) {
+	fields := pl.fields // as in encStruct
 	off := 0
-	for i := range pl.fields {
-		f := &pl.fields[i]
+	for i := range fields {
+		f := &fields[i]
 		var n int
 		var err error
 		if f.pl.op != opPlan {

@@ -24,24 +24,25 @@ type Decoder[T any] struct {
 	c Codec[T]
 	// pl is the plan of a compiled codec, nil for any other.
 	pl *plan
-	// flat is set when pl is a struct whose fields are all scalars.
-	flat bool
+	// flat is set when pl is a struct whose fields are all scalars: a
+	// copy of pl whose string fields decode with intern.
+	flat *plan
 	// str is set when T is string and c its built-in codec.
-	str  bool
-	strs *internTable
+	str bool
+	// intern decodes a string, interning it in strs.
+	intern decFunc
+	strs   *internTable
 }
 
 // NewDecoder returns a decoder of values encoded with c.
 func NewDecoder[T any](c Codec[T]) *Decoder[T] {
 	d := &Decoder[T]{c: c}
+	d.intern = internString(&d.strs)
 	switch cc := any(c).(type) {
 	case compiled[T]:
 		d.pl = cc.pl
-		d.flat = cc.pl.isStrct
-		for _, f := range cc.pl.fields {
-			if f.pl.op == opPlan {
-				d.flat = false
-			}
+		if isFlat(cc.pl) {
+			d.flat = withStrings(cc.pl, d.intern)
 		}
 	case StringCodec:
 		d.str = true
@@ -95,12 +96,12 @@ func (d *Decoder[T]) AppendN(dst []T, src []byte, n int) ([]T, int, error) {
 // decodeInto decodes one value into *v, which is zero.
 func (d *Decoder[T]) decodeInto(src []byte, v *T) (int, error) {
 	switch {
-	case d.flat:
-		return d.decodeFlat(src, unsafe.Pointer(v))
+	case d.flat != nil:
+		return d.flat.decStruct(src, unsafe.Pointer(v), 0)
 	case d.pl != nil:
 		return d.pl.decode(src, unsafe.Pointer(v), 0)
 	case d.str:
-		return d.readString(src, (*string)(unsafe.Pointer(v)))
+		return d.intern(src, unsafe.Pointer(v), 0)
 	}
 	var err error
 	var n int
@@ -108,46 +109,58 @@ func (d *Decoder[T]) decodeInto(src []byte, v *T) (int, error) {
 	return n, err
 }
 
-// decodeFlat decodes the fields of a struct of scalars into p, as
-// plan.decStruct does, interning its strings.
-func (d *Decoder[T]) decodeFlat(src []byte, p unsafe.Pointer) (int, error) {
-	off := 0
-	for i := range d.pl.fields {
-		f := &d.pl.fields[i]
-		var n int
-		var err error
-		if f.pl.op == opString {
-			n, err = d.readString(src[off:], (*string)(unsafe.Add(p, f.off)))
-		} else {
-			n, err = decodeScalar(f.pl.op, src[off:], unsafe.Add(p, f.off))
+// isFlat reports whether pl is a struct whose fields are all scalars.
+func isFlat(pl *plan) bool {
+	if !pl.isStrct {
+		return false
+	}
+	for _, f := range pl.fields {
+		if f.pl.op == opPlan {
+			return false
 		}
+	}
+	return true
+}
+
+// withStrings returns a copy of the struct plan pl whose string fields
+// decode with dec. The copy only decodes: it has no enc.
+func withStrings(pl *plan, dec decFunc) *plan {
+	str := &plan{dec: dec, minSize: 1}
+	cp := &plan{fields: slices.Clone(pl.fields), isStrct: true, minSize: pl.minSize}
+	for i := range cp.fields {
+		if cp.fields[i].pl.op == opString {
+			cp.fields[i].pl = str
+		}
+	}
+	cp.dec = cp.decStruct
+	return cp
+}
+
+// internString returns a decFunc that decodes a length-prefixed string
+// into the string at p, interning it in *strs, which it allocates on the
+// first string it interns. It is a closure, not a method value, which
+// would cost a call more per string.
+func internString(strs **internTable) decFunc {
+	return func(src []byte, p unsafe.Pointer, _ int) (int, error) {
+		b, n, err := readPrefixed(src)
 		if err != nil {
 			return 0, err
 		}
-		off += n
-	}
-	return off, nil
-}
-
-// readString decodes a length-prefixed string into *s, interning it.
-func (d *Decoder[T]) readString(src []byte, s *string) (int, error) {
-	b, n, err := readPrefixed(src)
-	if err != nil {
-		return 0, err
-	}
-	if len(b) == 0 {
-		*s = ""
+		s := (*string)(p)
+		if len(b) == 0 {
+			*s = ""
+			return n, nil
+		}
+		if len(b) > internMaxLen {
+			*s = string(b)
+			return n, nil
+		}
+		if *strs == nil {
+			*strs = &internTable{seed: maphash.MakeSeed()}
+		}
+		*s = (*strs).get(b)
 		return n, nil
 	}
-	if len(b) > internMaxLen {
-		*s = string(b)
-		return n, nil
-	}
-	if d.strs == nil {
-		d.strs = &internTable{seed: maphash.MakeSeed()}
-	}
-	*s = d.strs.get(b)
-	return n, nil
 }
 
 // internSlots is the number of strings an internTable keeps, and

@@ -35,7 +35,7 @@ func TestDecoderInternsStrings(t *testing.T) {
 	}
 	count, k, _ := readUvarint(buf)
 	d := NewDecoder(c)
-	if !d.flat {
+	if d.flat == nil {
 		t.Fatal("SensorReading does not take the flat path")
 	}
 	out := make([]SensorReading, 0, len(rs))
