@@ -47,16 +47,34 @@ func decodeWire[T any](d *codec.Decoder[T], ts []int64, items []T, src []byte) (
 // decodeWireBatch decodes the batch at the start of src, appending to ts
 // and items, and returns the bytes after it.
 func decodeWireBatch[T any](d *codec.Decoder[T], ts []int64, items []T, src []byte) ([]int64, []T, []byte, error) {
+	ts, m, src, err := DecodeWireHead(ts, src)
+	if err != nil {
+		return ts, items, src, fmt.Errorf("%w: %w", errWire, err)
+	}
+	items, k, err := d.AppendN(items, src, m)
+	if err != nil {
+		return ts, items, src, fmt.Errorf("%w: record %w", errWire, err)
+	}
+	return ts, items, src[k:], nil
+}
+
+// DecodeWireHead decodes the head of the wire batch at the start of src
+// (encodeWire's layout): its timestamps, appended to ts, and its record
+// count, which must equal theirs. It returns ts, the count and the bytes
+// after the head, where the records start. An error names the part of the
+// head that is corrupt and wraps no sentinel: the caller wraps it in its
+// own (cluster.DecodeBatch decodes the same batches).
+func DecodeWireHead(ts []int64, src []byte) ([]int64, int, []byte, error) {
 	n, k := binary.Uvarint(src)
 	if k <= 0 || n > uint64(len(src)) {
-		return ts, items, src, fmt.Errorf("%w: timestamp count", errWire)
+		return ts, 0, src, errors.New("timestamp count")
 	}
 	src = src[k:]
 	prev := int64(0)
 	for range n {
 		d, k := binary.Varint(src)
 		if k <= 0 {
-			return ts, items, src, fmt.Errorf("%w: timestamp", errWire)
+			return ts, 0, src, errors.New("timestamp")
 		}
 		prev += d
 		ts = append(ts, prev)
@@ -64,15 +82,10 @@ func decodeWireBatch[T any](d *codec.Decoder[T], ts []int64, items []T, src []by
 	}
 	m, k := binary.Uvarint(src)
 	if k <= 0 || m > uint64(len(src)) {
-		return ts, items, src, fmt.Errorf("%w: record count", errWire)
+		return ts, 0, src, errors.New("record count")
 	}
 	if m != n {
-		return ts, items, src, fmt.Errorf("%w: %d timestamps for %d records", errWire, n, m)
+		return ts, 0, src, fmt.Errorf("%d timestamps for %d records", n, m)
 	}
-	src = src[k:]
-	items, k, err := d.AppendN(items, src, int(m))
-	if err != nil {
-		return ts, items, src, fmt.Errorf("%w: record %w", errWire, err)
-	}
-	return ts, items, src[k:], nil
+	return ts, int(m), src[k:], nil
 }

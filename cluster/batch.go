@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/codec"
 )
 
@@ -108,30 +109,11 @@ func DecodeBatch[T any](c codec.Codec[T], ts []int64, items []T, src []byte) ([]
 // decodeOneBatch decodes the batch at the start of src, appending to ts
 // and items, and returns the bytes after it.
 func decodeOneBatch[T any](c codec.Codec[T], ts []int64, items []T, src []byte) ([]int64, []T, []byte, error) {
-	n, k := binary.Uvarint(src)
-	if k <= 0 || n > uint64(len(src)) {
-		return ts, items, src, fmt.Errorf("%w: timestamp count", ErrCorruptFrame)
+	ts, m, src, err := actors.DecodeWireHead(ts, src)
+	if err != nil {
+		return ts, items, src, fmt.Errorf("%w: %w", ErrCorruptFrame, err)
 	}
-	src = src[k:]
-	prev := int64(0)
-	for range n {
-		d, k := binary.Varint(src)
-		if k <= 0 {
-			return ts, items, src, fmt.Errorf("%w: timestamp", ErrCorruptFrame)
-		}
-		prev += d
-		ts = append(ts, prev)
-		src = src[k:]
-	}
-	m, k := binary.Uvarint(src)
-	if k <= 0 || m > uint64(len(src)) {
-		return ts, items, src, fmt.Errorf("%w: record count", ErrCorruptFrame)
-	}
-	if m != n {
-		return ts, items, src, fmt.Errorf("%w: %d timestamps for %d records", ErrCorruptFrame, n, m)
-	}
-	src = src[k:]
-	items = slices.Grow(items, int(m))
+	items = slices.Grow(items, m)
 	for i := range m {
 		v, k, err := c.Decode(src)
 		if err == nil && (k < 0 || k > len(src)) {
