@@ -112,22 +112,11 @@ func (s *boltList[K, N, V]) MergeNamespaces(target N, sources ...N) {
 		func(acc, p []byte) []byte { return append(acc, p...) })
 }
 
-// boltReducing is Reducing state on the bolt backend.
+// boltReducing is Reducing state on the bolt backend: Value state's
+// handle (its Get and codec), with Add in place of Update.
 type boltReducing[K, N comparable, V any] struct {
-	boltHandle[K, N]
-	dec    func([]byte) V
-	enc    func([]byte, V) []byte
+	boltValue[K, N, V]
 	reduce func(a, b V) V
-}
-
-func (s *boltReducing[K, N, V]) Get() (V, bool) {
-	s.begin()
-	p, ok := s.read(s.key())
-	if !ok {
-		var zero V
-		return zero, false
-	}
-	return s.dec(p), true
 }
 
 func (s *boltReducing[K, N, V]) Add(v V) {

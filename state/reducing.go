@@ -42,32 +42,24 @@ func newReducing[K, N comparable, V any](b Backend, kc *KeyContext[K], d Reducin
 		if err != nil {
 			return nil, err
 		}
-		return &memReducing[K, N, V]{memHandle: newMemHandle(b, kc, t, d.TTL), reduce: d.Reduce}, nil
+		return &memReducing[K, N, V]{memValue: memValue[K, N, V]{newMemHandle(b, kc, t, d.TTL)}, reduce: d.Reduce}, nil
 	case *BoltBackend:
 		t, err := boltTableFor(b, s, nil, boltCheck[K, N](b, &s, noSuffix, checkOne(vc)))
 		if err != nil {
 			return nil, err
 		}
-		h := &boltReducing[K, N, V]{boltHandle: newBoltHandle[K, N](b, kc, t, d.TTL), reduce: d.Reduce}
+		h := &boltReducing[K, N, V]{boltValue: boltValue[K, N, V]{boltHandle: newBoltHandle[K, N](b, kc, t, d.TTL)}, reduce: d.Reduce}
 		h.dec, h.enc = decoder(&h.boltHandle, vc), encoder(&h.boltHandle, vc)
 		return h, nil
 	}
 	return nil, unsupportedBackend(b)
 }
 
-// memReducing is Reducing state on the memory backend.
+// memReducing is Reducing state on the memory backend: Value state's
+// handle (its Get), with Add in place of Update.
 type memReducing[K, N comparable, V any] struct {
-	memHandle[K, N, V]
+	memValue[K, N, V]
 	reduce func(a, b V) V
-}
-
-func (s *memReducing[K, N, V]) Get() (V, bool) {
-	e := s.read()
-	if e == nil {
-		var zero V
-		return zero, false
-	}
-	return e.v, true
 }
 
 func (s *memReducing[K, N, V]) Add(v V) {
