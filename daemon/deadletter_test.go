@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -26,27 +25,10 @@ import (
 // letters counted in /metrics, and the node restarted resumes the job
 // from its snapshot and runs on.
 func TestNodeBadRecordsAreDeadLetters(t *testing.T) {
-	br, err := mqtt.NewBroker(mqtt.BrokerConfig{Address: "127.0.0.1:0", Filters: []string{"#"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := br.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { br.Close() }) // after the nodes' cleanups: they are registered later
-	url := "tcp://" + br.Addr()
-	client := func(id string) paho.Client {
-		c := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID(id).SetAutoReconnect(false).
-			SetDefaultPublishHandler(func(paho.Client, paho.Message) {}))
-		if tok := c.Connect(); !tok.WaitTimeout(waitLimit) || tok.Error() != nil {
-			t.Fatalf("connect %s: %v", id, tok.Error())
-		}
-		t.Cleanup(func() { c.Disconnect(0) })
-		return c
-	}
+	url := externalBroker(t)
 	var mu sync.Mutex
 	results, dead := map[string]string{}, map[string]string{} // msg_id -> payload
-	sub := client("reader")
+	sub := mqttClient(t, url, "reader")
 	if tok := sub.Subscribe("#", 1, func(_ paho.Client, m paho.Message) {
 		id, _ := mqtt.ParseMsgID(m.Payload())
 		mu.Lock()
@@ -65,7 +47,7 @@ func TestNodeBadRecordsAreDeadLetters(t *testing.T) {
 		defer mu.Unlock()
 		return len(results), len(dead)
 	}
-	dev := client("device")
+	dev := mqttClient(t, url, "device")
 	send := func(payload string) {
 		t.Helper()
 		if tok := dev.Publish("sensors/x/temperature", 1, false, payload); !tok.WaitTimeout(waitLimit) || tok.Error() != nil {

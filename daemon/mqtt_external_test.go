@@ -20,31 +20,13 @@ import (
 // publishes them back to that external broker (the node runs no embedded
 // broker, so Inputs.Broker is the external URL).
 func TestRunExternalBrokerSource(t *testing.T) {
-	br, err := mqtt.NewBroker(mqtt.BrokerConfig{Address: "127.0.0.1:0", Filters: []string{"#"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := br.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer br.Close()
-	url := "tcp://" + br.Addr()
-
-	client := func(id string) paho.Client {
-		c := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID(id).SetAutoReconnect(false).
-			SetDefaultPublishHandler(func(paho.Client, paho.Message) {}))
-		if tok := c.Connect(); !tok.WaitTimeout(waitLimit) || tok.Error() != nil {
-			t.Fatalf("connect %s: %v", id, tok.Error())
-		}
-		t.Cleanup(func() { c.Disconnect(0) })
-		return c
-	}
+	url := externalBroker(t)
 	var aggs atomic.Int64
-	sub := client("agg-reader")
+	sub := mqttClient(t, url, "agg-reader")
 	if tok := sub.Subscribe("agg/#", 1, func(paho.Client, paho.Message) { aggs.Add(1) }); !tok.WaitTimeout(waitLimit) || tok.Error() != nil {
 		t.Fatalf("subscribe: %v", tok.Error())
 	}
-	pub := client("device")
+	pub := mqttClient(t, url, "device")
 
 	dir := t.TempDir()
 	yml := fmt.Sprintf(`
@@ -101,4 +83,33 @@ pipelines:
 		t.Fatalf("Run: %v", err)
 	}
 	t.Logf("stdout: %.300s", n.out.String())
+}
+
+// externalBroker starts an embedded mochi broker on 127.0.0.1, standing in
+// for an external one, and returns its URL. It closes when the test's
+// cleanups run, after those of the nodes started later.
+func externalBroker(t *testing.T) string {
+	t.Helper()
+	br, err := mqtt.NewBroker(mqtt.BrokerConfig{Address: "127.0.0.1:0", Filters: []string{"#"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := br.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { br.Close() })
+	return "tcp://" + br.Addr()
+}
+
+// mqttClient connects a client named id to the broker at url; it
+// disconnects when the test ends.
+func mqttClient(t *testing.T, url, id string) paho.Client {
+	t.Helper()
+	c := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID(id).SetAutoReconnect(false).
+		SetDefaultPublishHandler(func(paho.Client, paho.Message) {}))
+	if tok := c.Connect(); !tok.WaitTimeout(waitLimit) || tok.Error() != nil {
+		t.Fatalf("connect %s: %v", id, tok.Error())
+	}
+	t.Cleanup(func() { c.Disconnect(0) })
+	return c
 }
