@@ -46,22 +46,10 @@ func benchPublisherResults(b *testing.B, consumer bool) {
 	addr, mosq := mqtttest.StartMosquitto(b, "max_inflight_messages 1000\nmax_queued_messages 2000000\n")
 	var received atomic.Int64
 	if consumer {
-		sub := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("bench-consumer").
-			SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(func(paho.Client, paho.Message) {}))
-		if tok := sub.Connect(); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
-			b.Fatal(tok.Error())
-		}
-		defer sub.Disconnect(0)
-		if tok := sub.Subscribe("agg/#", 1, func(paho.Client, paho.Message) { received.Add(1) }); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
-			b.Fatal(tok.Error())
-		}
+		countResults(b, addr, &received)
 	}
 	const n = 100_000
-	recs := make([]reading, n)
-	for i := range recs {
-		recs[i] = reading{Sensor: fmt.Sprintf("r%06d", i), Seq: i}
-	}
-	id := func(i int) string { return operators.RecordID("uid", recs[i].Sensor) }
+	recs, id := benchReadings(n)
 
 	cfg := DefaultPublisherConfig()
 	cfg.Broker, cfg.ClientID = "tcp://"+addr, "bench-pub"
@@ -140,4 +128,30 @@ func procCPU(b *testing.B, pid int) time.Duration {
 	u, _ := strconv.ParseInt(f[11], 10, 64)
 	s, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(u+s) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+}
+
+// countResults subscribes a paho client to agg/# at QoS 1 on the broker
+// at addr (as the restart benchmark's consumer is) and counts the
+// messages it receives in received. It disconnects when b's run ends.
+func countResults(b *testing.B, addr string, received *atomic.Int64) {
+	b.Helper()
+	sub := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("bench-consumer").
+		SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(func(paho.Client, paho.Message) {}))
+	if tok := sub.Connect(); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+		b.Fatal(tok.Error())
+	}
+	b.Cleanup(func() { sub.Disconnect(0) })
+	if tok := sub.Subscribe("agg/#", 1, func(paho.Client, paho.Message) { received.Add(1) }); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+		b.Fatal(tok.Error())
+	}
+}
+
+// benchReadings returns n window-result-like records, each of its own
+// sensor, and their msg_ids by index.
+func benchReadings(n int) ([]reading, func(int) string) {
+	recs := make([]reading, n)
+	for i := range recs {
+		recs[i] = reading{Sensor: fmt.Sprintf("r%06d", i), Seq: i}
+	}
+	return recs, func(i int) string { return operators.RecordID("uid", recs[i].Sensor) }
 }

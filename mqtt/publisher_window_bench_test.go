@@ -7,11 +7,8 @@ import (
 	"testing"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
-
 	"github.com/edgedio/edged/internal/mqtttest"
 	"github.com/edgedio/edged/internal/testutil"
-	"github.com/edgedio/edged/operators"
 )
 
 // BenchmarkPublisherWindow publishes 100,000 window-result-like JSON
@@ -27,21 +24,9 @@ import (
 func BenchmarkPublisherWindow(b *testing.B) {
 	addr, _ := mqtttest.StartMosquitto(b, "max_inflight_messages 1000\nmax_queued_messages 2000000\n")
 	var received atomic.Int64
-	sub := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("bench-consumer").
-		SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(func(paho.Client, paho.Message) {}))
-	if tok := sub.Connect(); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
-		b.Fatal(tok.Error())
-	}
-	defer sub.Disconnect(0)
-	if tok := sub.Subscribe("agg/#", 1, func(paho.Client, paho.Message) { received.Add(1) }); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
-		b.Fatal(tok.Error())
-	}
+	countResults(b, addr, &received)
 	const n = 100_000
-	recs := make([]reading, n)
-	for i := range recs {
-		recs[i] = reading{Sensor: fmt.Sprintf("r%06d", i), Seq: i}
-	}
-	id := func(i int) string { return operators.RecordID("uid", recs[i].Sensor) }
+	recs, id := benchReadings(n)
 
 	newPub := func(name string, window int) Publish {
 		cfg := DefaultPublisherConfig()
