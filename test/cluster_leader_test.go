@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -100,13 +99,7 @@ func TestClusterLeaderKilledExactTotals(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		alive := 0
-		for _, m := range s.Members {
-			if m.State == "alive" {
-				alive++
-			}
-		}
-		return alive == 3 && s.Leader == "a" && s.keyedOn("a") > 0
+		return s.alive() == 3 && s.Leader == "a" && s.keyedOn("a") > 0
 	})
 
 	const n1, n2, n3 = 15_000, 30_000, 60_000
@@ -331,47 +324,13 @@ func (p *leaderPoller) check(t *testing.T) {
 // cluster.profile set to profile on every node.
 func startProfileCluster(t *testing.T, profile string) []*clusterMember {
 	t.Helper()
-	var members []*clusterMember
-	addrs := distinctAddrs(t, 12)
-	for _, id := range []string{"a", "b", "c"} {
-		dir := filepath.Join(t.TempDir(), id)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		m := &clusterMember{id: id, transport: addrs[0], gossip: addrs[3],
-			node: &node{t: t, brokerAddr: addrs[1], apiAddr: addrs[2], logPath: filepath.Join(dir, "edged.log")}}
-		addrs = addrs[4:]
-		m.cfgPath = filepath.Join(dir, "edged.yaml")
-		members = append(members, m)
-	}
-	for _, m := range members {
-		p := writeClusterConfig(t, filepath.Dir(m.cfgPath), m, members)
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := strings.Replace(string(b), "  secret_key:", "  profile: "+profile+"\n  secret_key:", 1)
-		if cfg == string(b) {
+	return startClusterEdited(t, true, func(cfg string) string {
+		edited := strings.Replace(cfg, "  secret_key:", "  profile: "+profile+"\n  secret_key:", 1)
+		if edited == cfg {
 			t.Fatal("no gossip block in the config")
 		}
-		if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if m.id != "a" {
-			m.readyFn = m.hostsAndServes
-		}
-	}
-	killMembersAtCleanup(t, members, logTail)
-	for _, m := range []*clusterMember{members[1], members[2], members[0]} {
-		m.start()
-	}
-	client := &http.Client{Timeout: time.Second}
-	if !testutil.Within(30*time.Second, func() bool {
-		return allHostTasks(client, members[1:])
-	}) {
-		t.Fatal("the workers do not host the job's tasks after 30 s")
-	}
-	return members
+		return edited
+	})
 }
 
 // The leader of a three-node cluster with the lan profile (a dead node

@@ -90,6 +90,13 @@ const testGossipKey = "ZWRnZWQtdGVzdC1rZXkxNg=="
 
 func startCluster(t *testing.T, gossip bool) []*clusterMember {
 	t.Helper()
+	return startClusterEdited(t, gossip, nil)
+}
+
+// startClusterEdited is startCluster with each node's config passed
+// through edit, when it is not nil, before the nodes start.
+func startClusterEdited(t *testing.T, gossip bool, edit func(cfg string) string) []*clusterMember {
+	t.Helper()
 	var members []*clusterMember
 	// Every address at once, each listener held until all are taken, so
 	// that no two of the twelve get the same port.
@@ -113,7 +120,16 @@ func startCluster(t *testing.T, gossip bool) []*clusterMember {
 		members = append(members, m)
 	}
 	for _, m := range members {
-		writeClusterConfig(t, filepath.Dir(m.cfgPath), m, members)
+		p := writeClusterConfig(t, filepath.Dir(m.cfgPath), m, members)
+		if edit != nil {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte(edit(string(b))), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if m.id != "a" {
 			m.readyFn = m.hostsAndServes
 		}
@@ -474,6 +490,17 @@ func (m *clusterMember) status(client *http.Client) (clusterStatus, error) {
 	return s, err
 }
 
+// alive returns how many members the status says are alive.
+func (s clusterStatus) alive() int {
+	n := 0
+	for _, m := range s.Members {
+		if m.State == "alive" {
+			n++
+		}
+	}
+	return n
+}
+
 // keyedOn returns how many keyed subtasks the status places on node.
 func (s clusterStatus) keyedOn(node string) int {
 	for _, p := range s.Placement {
@@ -530,13 +557,7 @@ func TestClusterWorkerFailover(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		alive := 0
-		for _, m := range s.Members {
-			if m.State == "alive" {
-				alive++
-			}
-		}
-		return alive == 3 && s.keyedOn("c") > 0
+		return s.alive() == 3 && s.keyedOn("c") > 0
 	})
 
 	const n1, n2, n3 = 15_000, 30_000, 45_000
