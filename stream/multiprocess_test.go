@@ -93,6 +93,33 @@ func workerCluster(t *testing.T, c *testCluster, files *masterFiles, build func(
 	return workers
 }
 
+// runWithFiles runs env, whose job master moves state files through
+// files, waits up to three minutes for the job to end, and returns it.
+func runWithFiles(t *testing.T, env *stream.Environment, files *masterFiles) *stream.Job {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	job, err := env.ExecuteAsync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files.job.Store(job)
+	if err := job.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	return job
+}
+
+// checkCommitted fails t unless what the sinks committed in dir equals
+// want, the lines of the failure-free run.
+func checkCommitted(t *testing.T, dir string, want []string) {
+	t.Helper()
+	got := committedLines(t, dir)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("committed output differs from the failure-free run: %d lines vs %d\n%s", len(got), len(want), diffLines(got, want))
+	}
+}
+
 // Task failures on a job whose nodes run as in separate processes: each
 // worker node writes its snapshot files in its own directory and pushes
 // them to the job master before acknowledging, and after each failure
@@ -121,23 +148,11 @@ func TestMultiProcessExactlyOnceUnderFailures(t *testing.T) {
 	workerCluster(t, c, files, func() *stream.Environment { return eoJob(n, keys, got, fail, opts()...) })
 	env := eoJob(n, keys, got, fail, opts()...)
 	c.spread(t, env)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	job, err := env.ExecuteAsync(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files.job.Store(job)
-	if err := job.Wait(); err != nil {
-		t.Fatal(err)
-	}
+	job := runWithFiles(t, env, files)
 	c.checkCrossed(t)
 	t.Logf("%d task failures; %d attempts; restored checkpoints %v; %d state files pushed, %d fetched",
 		fail.fired.Load(), job.Attempts(), job.Restores(), files.pushed.Load(), files.fetched.Load())
-	gotLines := committedLines(t, got)
-	if strings.Join(gotLines, "\n") != strings.Join(wantLines, "\n") {
-		t.Fatalf("committed output differs from the failure-free run: %d lines vs %d\n%s", len(gotLines), len(wantLines), diffLines(gotLines, wantLines))
-	}
+	checkCommitted(t, got, wantLines)
 	if fail.fired.Load() < 1 || len(job.Restores()) < 1 {
 		t.Fatalf("%d failures, restores %v: no failure was followed by a restore", fail.fired.Load(), job.Restores())
 	}

@@ -5,11 +5,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/edgedio/edged/cluster"
 	"github.com/edgedio/edged/internal/testutil"
@@ -93,20 +91,8 @@ func TestMultiProcessTakeoverHooks(t *testing.T) {
 	}
 	env := eoJob(n, keys, got, nil, opts()...)
 	c.spread(t, env)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	job, err := env.ExecuteAsync(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files.job.Store(job)
-	if err := job.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	gotLines := committedLines(t, got)
-	if strings.Join(gotLines, "\n") != strings.Join(wantLines, "\n") {
-		t.Fatalf("committed output differs from the failure-free run: %d lines vs %d\n%s", len(gotLines), len(wantLines), diffLines(gotLines, wantLines))
-	}
+	job := runWithFiles(t, env, files)
+	checkCommitted(t, got, wantLines)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(published) == 0 || refused.Load() != 1 {
