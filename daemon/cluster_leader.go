@@ -139,7 +139,7 @@ func chooseLeader(lowest string, named []string) string {
 }
 
 // restartGrace returns how long a node that restarted while it led waits
-// at most, asking its peers every restartPoll, for them to see it die
+// at most, asking its peers every cluster.leadership.restart_poll, for them to see it die
 // and one of them to take over: about three times the failure detection
 // of the membership profile (about 1 s with "device", 5–6 s with "lan").
 // Its own gossip starts only after the wait, so that its peers do see its
@@ -151,8 +151,13 @@ func restartGrace(profile string) time.Duration {
 	return 3 * time.Second
 }
 
-// restartPoll is how often a restarted leader asks its peers again.
-const restartPoll = 500 * time.Millisecond
+// leadership returns the node's cluster.leadership timings.
+func (c *clusterNode) leadership() cluster.LeadershipConfig {
+	if c.hb != nil {
+		return c.hb.cfg
+	}
+	return cluster.DefaultLeadershipConfig()
+}
 
 // askLeader returns the leader the node follows at start: the one its
 // peers name (see chooseLeader). A peer that names this node followed it
@@ -166,7 +171,7 @@ func (c *clusterNode) askLeader(ctx context.Context) string {
 		start := time.Now()
 		deadline := time.NewTimer(grace)
 		defer deadline.Stop()
-		tick := time.NewTicker(restartPoll)
+		tick := time.NewTicker(c.leadership().RestartPoll)
 		defer tick.Stop()
 	wait:
 		for {
@@ -290,6 +295,11 @@ func (n *node) takeOver(from string, pipelines []pipeline.PipelineConfig) error 
 	}
 	var failed []error
 	for _, pc := range pipelines {
+		if n.mastering(pc.Name) {
+			// Started by an earlier attempt of this takeover (a retry
+			// after a failure starts only the rest).
+			continue
+		}
 		if pc.Checkpoint.Dir != "" {
 			ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
 			md, err := c.rep.recover(ctx, pc.Name)
@@ -321,6 +331,16 @@ func (n *node) takeOver(from string, pipelines []pipeline.PipelineConfig) error 
 		return fmt.Errorf("cluster: takeover: %v", failed)
 	}
 	return nil
+}
+
+// mastering reports whether a job named name runs here as a job master
+// of the node's current leadership.
+func (n *node) mastering(name string) bool {
+	j, err := n.job(name)
+	if err != nil || j.snapshot().Status != StatusRunning || ended(j) {
+		return false
+	}
+	return slices.Contains(n.cluster.executions(), j.run.Execution())
 }
 
 // recover readies the node's store of job for a restore: the newest
