@@ -1,12 +1,14 @@
 package daemon
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/internal/testutil"
+	"github.com/edgedio/edged/snapshot"
 )
 
 // startedPlacement waits until the job master on node id runs a
@@ -131,4 +133,103 @@ func testWorkerKilled(t *testing.T, replicas int, wantFrom string, held bool) {
 	if len(fos) != 1 || fos[0].DeadNode != "c" || fos[0].Epoch != epoch1 {
 		t.Fatalf("failovers recorded %+v", fos)
 	}
+}
+
+// maxTriggered returns the highest checkpoint id the job master of j
+// triggered, completed or not.
+func maxTriggered(j *job) snapshot.ID {
+	var id snapshot.ID
+	for _, s := range j.run.History() {
+		id = max(id, s.Checkpoint)
+	}
+	for _, s := range j.snapshot().History {
+		id = max(id, s.Checkpoint)
+	}
+	return id
+}
+
+// Script: the leader dies. a leads; the job runs on a, b and c, each
+// state file copied to one peer (cluster.replicas 1). After a checkpoint
+// completes, a is killed with its job master. b, the lowest survivor and
+// a follower of a, takes over: it recovers the coordinator from the
+// snapshot metadata a published to it, copying in the state files it
+// holds no replica of from c, restores the job in an epoch above a's,
+// numbers checkpoints above every id a triggered, and places a's
+// subtasks on b and c; the committed window counts are exact.
+func TestFailoverScriptLeaderKilled(t *testing.T) {
+	fc := newFailoverCluster(t, 1, 0)
+	b, c := fc.nodes["b"], fc.nodes["c"]
+	_, epoch0 := fc.startedPlacement("a", 0)
+	cp := fc.waitCheckpoint("a", 0)
+	if md := b.metadata(t, cp); md == nil {
+		t.Fatalf("b lacks the metadata of checkpoint %d", cp)
+	}
+	fc.kill("a")
+	triggered := maxTriggered(fc.job("a"))
+	latest := mustLatestOf(t, b)
+	t.Logf("a died in epoch %d having triggered checkpoints up to %d; b's newest metadata: checkpoint %d", epoch0, triggered, latest.Checkpoint)
+	var lacked []string
+	for _, h := range snapshot.Missing(latest) {
+		lacked = append(lacked, h.File)
+	}
+	if len(lacked) == 0 {
+		t.Fatalf("b holds every file of checkpoint %d: the fetch from a peer is not reached", latest.Checkpoint)
+	}
+
+	// The membership loop's step on the survivors once a is declared
+	// dead: b takes over, c does not.
+	alive := fc.aliveNow()
+	c.c.live.maybeTakeOver(alive)
+	b.c.live.maybeTakeOver(alive)
+	if c.c.isMaster() || !b.c.isMaster() {
+		t.Fatalf("after a died: b master %v, c master %v", b.c.isMaster(), c.c.isMaster())
+	}
+	after, epoch1 := fc.startedPlacement("b", epoch0)
+	if n := onNode(after, "a"); len(n) > 0 {
+		t.Fatalf("epoch %d places %v on the dead leader", epoch1, n)
+	}
+	j := fc.job("b")
+	if !fc.logs.logged("resuming from the latest snapshot", "node=b", fmt.Sprintf("checkpoint_id=%d", latest.Checkpoint)) {
+		t.Fatalf("b did not resume the job from checkpoint %d (its newest metadata)", latest.Checkpoint)
+	}
+	for _, f := range lacked {
+		if from := b.c.rep.readFromNode(latest.Checkpoint, f); from != "c" {
+			t.Fatalf("b copied in %s of checkpoint %d from %q, want c (the one live holder)", f, latest.Checkpoint, from)
+		}
+	}
+	t.Logf("b recovered checkpoint %d, copying %d files in from c; epoch %d", latest.Checkpoint, len(lacked), epoch1)
+	fc.finish("b")
+	fc.checkTotals()
+	// No checkpoint id of a is used again.
+	var ids []snapshot.ID
+	for _, s := range j.snapshot().History {
+		ids = append(ids, s.Checkpoint)
+		if s.Checkpoint <= triggered {
+			t.Fatalf("b took checkpoint %d: a triggered up to %d", s.Checkpoint, triggered)
+		}
+	}
+	if len(ids) == 0 {
+		t.Fatal("b took no checkpoint: the ids were not checked")
+	}
+	t.Logf("b's checkpoints %v, all above %d", ids, triggered)
+	b.c.live.mu.Lock()
+	fos := slices.Clone(b.c.live.failovers)
+	b.c.live.mu.Unlock()
+	if len(fos) != 1 || fos[0].DeadNode != "a" {
+		t.Fatalf("failovers recorded on b: %+v", fos)
+	}
+}
+
+// mustLatestOf returns the newest snapshot metadata in node fn's store.
+func mustLatestOf(t *testing.T, fn *foNode) *snapshot.Metadata {
+	t.Helper()
+	s, err := fn.c.rep.store(foJob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mds, err := s.Completed()
+	if err != nil || len(mds) == 0 {
+		t.Fatalf("completed: %v, %v", mds, err)
+	}
+	return mds[0]
 }

@@ -76,6 +76,61 @@ type foCluster struct {
 
 	mu    sync.Mutex // guards alive
 	alive []string
+	logs  *logRecorder
+}
+
+// logRecorder keeps every log record's message and attributes, as one
+// line each, and passes the record on.
+type logRecorder struct {
+	inner slog.Handler
+	attrs []slog.Attr
+	mu    *sync.Mutex
+	lines *[]string
+}
+
+func (l *logRecorder) Enabled(ctx context.Context, level slog.Level) bool { return level >= slog.LevelInfo }
+
+func (l *logRecorder) Handle(ctx context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	for _, a := range l.attrs {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	l.mu.Lock()
+	*l.lines = append(*l.lines, b.String())
+	l.mu.Unlock()
+	if l.inner.Enabled(ctx, r.Level) {
+		return l.inner.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (l *logRecorder) WithAttrs(as []slog.Attr) slog.Handler {
+	return &logRecorder{inner: l.inner.WithAttrs(as), attrs: append(slices.Clone(l.attrs), as...), mu: l.mu, lines: l.lines}
+}
+
+func (l *logRecorder) WithGroup(name string) slog.Handler {
+	return &logRecorder{inner: l.inner.WithGroup(name), attrs: l.attrs, mu: l.mu, lines: l.lines}
+}
+
+// logged reports whether a line logged contains every one of parts.
+func (l *logRecorder) logged(parts ...string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range *l.lines {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
 }
 
 // foPipeline is the script's job: a bounded, paced generator keyed by
@@ -120,10 +175,12 @@ func newFailoverCluster(t *testing.T, replicas, bWeight int) *foCluster {
 	fc := &foCluster{t: t, mem: cluster.NewMemoryNetwork(1, cluster.Faults{}), clock: clockwork.NewFakeClock(),
 		out: t.TempDir(), nodes: map[string]*foNode{}, ids: []string{"a", "b", "c"}}
 	fc.alive = slices.Clone(fc.ids)
-	log := slog.New(slog.DiscardHandler)
+	var inner slog.Handler = slog.DiscardHandler
 	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		inner = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})
 	}
+	fc.logs = &logRecorder{inner: inner, mu: &sync.Mutex{}, lines: new([]string)}
+	log := slog.New(fc.logs)
 	muxes := map[string]*http.ServeMux{}
 	apis := map[string]string{}
 	for _, id := range fc.ids {

@@ -24,8 +24,9 @@ import (
 // over: it stops its worker's tasks, restores every job from the newest
 // snapshot its store has the metadata of (copying in the files it lacks
 // from their holders), places the subtasks on the live nodes and deploys
-// them in an epoch above every epoch it saw, numbering checkpoints above
-// every id a master triggered on it.
+// them in an epoch above every epoch it saw, numbering checkpoints from
+// its term's base (the epoch base: start counter × 2^32), above every id
+// an earlier leader triggered, whether or not a live node saw it.
 //
 // A node that starts asks its peers which node leads, and follows the
 // leader they name; only when none names another does the lowest id
@@ -289,9 +290,13 @@ func (n *node) takeOver(from string, pipelines []pipeline.PipelineConfig) error 
 		return err
 	}
 	c.epochBase = base
-	var next snapshot.ID
+	// Checkpoint ids of this leadership start at its term's base, as its
+	// epochs do: above every id an earlier leader triggered (each term
+	// numbers fewer than 2^32), even one no live node saw, whose files
+	// or sink transactions may linger on the dead leader's disk.
+	next := snapshot.ID(base)
 	if c.worker != nil {
-		next = c.worker.HighestCheckpoint() + 1
+		next = max(next, c.worker.HighestCheckpoint()+1)
 	}
 	var failed []error
 	for _, pc := range pipelines {
