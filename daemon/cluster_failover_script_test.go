@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,7 +84,7 @@ func TestFailoverScriptWorkerKilled(t *testing.T) {
 }
 
 func testWorkerKilled(t *testing.T, replicas int, wantFrom string, held bool) {
-	fc := newFailoverCluster(t, replicas, 0)
+	fc := newFailoverCluster(t, foOptions{replicas: replicas})
 	a, b := fc.nodes["a"], fc.nodes["b"]
 	before, epoch0 := fc.startedPlacement("a", 0)
 	onC := onNode(before, "c")
@@ -157,7 +158,7 @@ func maxTriggered(j *job) snapshot.ID {
 // numbers checkpoints above every id a triggered, and places a's
 // subtasks on b and c; the committed window counts are exact.
 func TestFailoverScriptLeaderKilled(t *testing.T) {
-	fc := newFailoverCluster(t, 1, 0)
+	fc := newFailoverCluster(t, foOptions{replicas: 1})
 	b, c := fc.nodes["b"], fc.nodes["c"]
 	_, epoch0 := fc.startedPlacement("a", 0)
 	cp := fc.waitCheckpoint("a", 0)
@@ -232,4 +233,65 @@ func mustLatestOf(t *testing.T, fn *foNode) *snapshot.Metadata {
 		t.Fatalf("completed: %v, %v", mds, err)
 	}
 	return mds[0]
+}
+
+// Script: a corrupt replica. As when a worker dies with every peer
+// holding a copy of each state file, but every copy b stores of c's
+// state files is damaged right after it was stored (same size, other
+// bytes: only the checksum tells). Once c died, b, restoring c's
+// subtasks, finds its copies damaged by their checksum, counts and logs
+// each, and copies the file from another holder (a) instead; the
+// committed window counts are exact.
+func TestFailoverScriptCorruptReplica(t *testing.T) {
+	// c runs subtask 2 of every operator.
+	fc := newFailoverCluster(t, foOptions{replicas: 2, damage: func(file string) bool { return strings.HasSuffix(file, ".2.state") }})
+	a, b := fc.nodes["a"], fc.nodes["b"]
+	before, epoch0 := fc.startedPlacement("a", 0)
+	onC := onNode(before, "c")
+	for _, k := range onC {
+		if k.Subtask != 2 {
+			t.Fatalf("c runs %v: not subtask 2 of every operator", onC)
+		}
+	}
+	fc.waitCheckpoint("a", 0)
+	if b.damaged.Load() == 0 {
+		t.Fatal("b stored no copy of c's state files: nothing damaged")
+	}
+	fc.kill("c")
+	badBefore := b.c.rep.bad.Load()
+	a.c.live.follow(fc.aliveNow(), a.c.executions)
+
+	after, epoch1 := fc.startedPlacement("a", epoch0)
+	var toB []actors.TaskKey
+	for _, k := range onC {
+		if after[k] == "b" {
+			toB = append(toB, k)
+		}
+	}
+	restores := fc.job("a").run.Restores()
+	if len(restores) == 0 || restores[len(restores)-1] == 0 {
+		t.Fatalf("restored %v, want a checkpoint", restores)
+	}
+	restored := restores[len(restores)-1]
+	files := stateFiles(a.metadata(t, restored), toB)
+	if len(files) == 0 {
+		t.Fatalf("none of c's subtasks moved to b (%v) has state: the damaged copies were never read", toB)
+	}
+	for f, h := range files {
+		if b.holds(t, restored, h) {
+			t.Fatalf("b's copy of %s of checkpoint %d is intact: the damage was not done", f, restored)
+		}
+		if from := b.c.rep.readFromNode(restored, f); from != "a" {
+			t.Fatalf("b restored c's %s of checkpoint %d from %q, want a (its own copy is damaged)", f, restored, from)
+		}
+		if !fc.logs.logged("damaged copy of a state file", "node=b", "file="+f, fmt.Sprintf("checkpoint_id=%d", restored)) {
+			t.Fatalf("b did not log its copy of %s of checkpoint %d as damaged", f, restored)
+		}
+	}
+	if bad := b.c.rep.bad.Load() - badBefore; bad < int64(len(files)) {
+		t.Fatalf("%d damaged copies counted on b, want at least %d", bad, len(files))
+	}
+	t.Logf("epoch %d: b found its %d copies of c's files of checkpoint %d damaged and copied them from a", epoch1, len(files), restored)
+	fc.finish("a")
+	fc.checkTotals()
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,6 +63,34 @@ type foNode struct {
 	// to a restoring peer: from its job master's restore route, and
 	// from its replicas.
 	restoreGets, replicaGets atomic.Int64
+	// damage, when set, is asked about every replica of a state file the
+	// node stores for a peer: true damages the stored copy (same size,
+	// other bytes) right after it was stored intact; damaged counts them.
+	damage  func(file string) bool
+	damaged atomic.Int64
+}
+
+// damageStored damages the node's stored copy of file of snapshot id.
+func (fn *foNode) damageStored(t *testing.T, id snapshot.ID, file string) {
+	s, err := fn.c.rep.store(foJob)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	path := filepath.Join(s.CheckpointDir(id), file)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Errorf("damage %s: %v", path, err)
+		return
+	}
+	for i := range b {
+		b[i] ^= 0x5a
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Error(err)
+		return
+	}
+	fn.damaged.Add(1)
 }
 
 // foCluster is the three nodes of a failover script.
@@ -88,7 +117,9 @@ type logRecorder struct {
 	lines *[]string
 }
 
-func (l *logRecorder) Enabled(ctx context.Context, level slog.Level) bool { return level >= slog.LevelInfo }
+func (l *logRecorder) Enabled(ctx context.Context, level slog.Level) bool {
+	return level >= slog.LevelInfo
+}
 
 func (l *logRecorder) Handle(ctx context.Context, r slog.Record) error {
 	var b strings.Builder
@@ -166,11 +197,20 @@ pipelines:
 	return cfg.Pipelines[0]
 }
 
-// newFailoverCluster starts nodes a, b and c with replicas copies of
-// each state file, a leading, and the job running on all three. b's
-// cluster weight is bWeight (0: the default): a heavier b takes more of
-// a dead node's subtasks.
-func newFailoverCluster(t *testing.T, replicas, bWeight int) *foCluster {
+// foOptions shape a failover script's cluster.
+type foOptions struct {
+	// replicas is cluster.replicas: the peers that get a copy of each
+	// state file.
+	replicas int
+	// damage, when set, damages the copies node b stores of the state
+	// files it names (foNode.damage).
+	damage func(file string) bool
+}
+
+// newFailoverCluster starts nodes a, b and c, a leading, and the job
+// running on all three.
+func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
+
 	t.Helper()
 	fc := &foCluster{t: t, mem: cluster.NewMemoryNetwork(1, cluster.Faults{}), clock: clockwork.NewFakeClock(),
 		out: t.TempDir(), nodes: map[string]*foNode{}, ids: []string{"a", "b", "c"}}
@@ -209,6 +249,14 @@ func newFailoverCluster(t *testing.T, replicas, bWeight int) *foCluster {
 				}
 			}
 			mux.ServeHTTP(w, r)
+			if r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/replicas/") && fn.damage != nil && fn.damage(r.PathValue("name")) {
+				id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
+				if err != nil {
+					t.Errorf("replica path %s: %v", r.URL.Path, err)
+					return
+				}
+				fn.damageStored(t, snapshot.ID(id), r.PathValue("name"))
+			}
 		}))
 		t.Cleanup(srv.Close)
 		apis[id] = strings.TrimPrefix(srv.URL, "http://")
@@ -217,17 +265,11 @@ func newFailoverCluster(t *testing.T, replicas, bWeight int) *foCluster {
 	var nets []*cluster.Network
 	for _, id := range fc.ids {
 		fn := fc.nodes[id]
-		ccfg := &pipeline.ClusterConfig{Node: id, Listen: "127.0.0.1:1", Replicas: replicas}
+		ccfg := &pipeline.ClusterConfig{Node: id, Listen: "127.0.0.1:1", Replicas: o.replicas}
 		for _, p := range fc.ids {
 			if p != id {
 				ccfg.Peers = append(ccfg.Peers, pipeline.PeerConfig{ID: p, Address: "127.0.0.1:1", API: apis[p]})
-				if p == "b" {
-					ccfg.Peers[len(ccfg.Peers)-1].Weight = bWeight
-				}
 			}
-		}
-		if id == "b" {
-			ccfg.Weight = bWeight
 		}
 		pc := foPipeline(t, fn.dir, fc.out)
 		cfg := &pipeline.Config{Pipelines: []pipeline.PipelineConfig{pc}, Cluster: ccfg}
@@ -265,6 +307,9 @@ func newFailoverCluster(t *testing.T, replicas, bWeight int) *foCluster {
 		c.worker = n.newWorker(cfg, fn.dir)
 		c.mount(muxes[id], n)
 		fn.n, fn.c, fn.pc = n, c, pc
+		if id == "b" {
+			fn.damage = o.damage
+		}
 	}
 	fc.pump = cluster.NewPump(fc.mem, 2*time.Millisecond, nets...)
 	fc.pump.Start()
