@@ -1070,19 +1070,20 @@ func (h *handback) lingeringJobs() int {
 // end (or ctx). It returns how many had not ended: they are kept as
 // lingering, for recancelJobs.
 func (n *node) cancelJobs(ctx context.Context) int {
-	var left []*job
+	var jobs, left []*job
 	for _, j := range n.jobList() {
-		if j.snapshot().Status != StatusRunning {
-			continue
+		if j.snapshot().Status == StatusRunning {
+			// All at once: one job slow to end does not hold the others.
+			j.cancel()
+			jobs = append(jobs, j)
 		}
-		j.cancel()
+	}
+	for _, j := range jobs {
 		select {
 		case <-j.run.Done():
 		case <-ctx.Done():
 		}
-		select {
-		case <-j.run.Done():
-		default:
+		if !ended(j) {
 			left = append(left, j)
 		}
 	}
@@ -1101,6 +1102,8 @@ func (n *node) recancelJobs(ctx context.Context) int {
 	n.jobsMu.RUnlock()
 	for _, j := range jobs {
 		j.cancel()
+	}
+	for _, j := range jobs {
 		select {
 		case <-j.run.Done():
 		case <-ctx.Done():
