@@ -95,8 +95,9 @@ func testWorkerKilled(t *testing.T, replicas int, wantFrom string, held bool) {
 	t.Logf("epoch %d, c runs %v; checkpoint %d completed", epoch0, onC, cp)
 
 	fc.kill("c")
-	// The membership loop's step on the leader once c is declared dead.
-	a.c.live.follow(fc.aliveNow(), a.c.executions)
+	// The job fails and retries on its own; then the membership declares
+	// c dead and its loop runs its step on the leader.
+	a.c.live.follow(fc.declareDead("c"), a.c.executions)
 
 	after, epoch1 := fc.startedPlacement("a", epoch0)
 	if n := onNode(after, "c"); len(n) > 0 {
@@ -128,10 +129,7 @@ func testWorkerKilled(t *testing.T, replicas int, wantFrom string, held bool) {
 	t.Logf("b restored %d of c's state files of snapshot %d from %q", len(files), restored, wantFrom)
 	fc.finish("a")
 	fc.checkTotals()
-	a.c.live.mu.Lock()
-	fos := slices.Clone(a.c.live.failovers)
-	a.c.live.mu.Unlock()
-	if len(fos) != 1 || fos[0].DeadNode != "c" || fos[0].Epoch != epoch1 {
+	if fos := fc.failovers("a", 1); len(fos) != 1 || fos[0].DeadNode != "c" || fos[0].Epoch < epoch1 {
 		t.Fatalf("failovers recorded %+v", fos)
 	}
 }
@@ -179,7 +177,7 @@ func TestFailoverScriptLeaderKilled(t *testing.T) {
 
 	// The membership loop's step on the survivors once a is declared
 	// dead: b takes over, c does not.
-	alive := fc.aliveNow()
+	alive := fc.declareDead("a")
 	c.c.live.maybeTakeOver(alive)
 	b.c.live.maybeTakeOver(alive)
 	if c.c.isMaster() || !b.c.isMaster() {
@@ -213,10 +211,7 @@ func TestFailoverScriptLeaderKilled(t *testing.T) {
 		t.Fatal("b took no checkpoint: the ids were not checked")
 	}
 	t.Logf("b's checkpoints %v, all above %d", ids, triggered)
-	b.c.live.mu.Lock()
-	fos := slices.Clone(b.c.live.failovers)
-	b.c.live.mu.Unlock()
-	if len(fos) != 1 || fos[0].DeadNode != "a" {
+	if fos := fc.failovers("b", 1); len(fos) != 1 || fos[0].DeadNode != "a" {
 		t.Fatalf("failovers recorded on b: %+v", fos)
 	}
 }
@@ -257,9 +252,9 @@ func TestFailoverScriptCorruptReplica(t *testing.T) {
 	if b.damaged.Load() == 0 {
 		t.Fatal("b stored no copy of c's state files: nothing damaged")
 	}
-	fc.kill("c")
 	badBefore := b.c.rep.bad.Load()
-	a.c.live.follow(fc.aliveNow(), a.c.executions)
+	fc.kill("c")
+	a.c.live.follow(fc.declareDead("c"), a.c.executions)
 
 	after, epoch1 := fc.startedPlacement("a", epoch0)
 	var toB []actors.TaskKey

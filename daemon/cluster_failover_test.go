@@ -348,15 +348,12 @@ func (fc *foCluster) aliveNow() []string {
 	return slices.Clone(fc.alive)
 }
 
-// kill makes node id die as a SIGKILL would: its peers see it dead from
-// now on, its transport and API are gone, its tasks and jobs stop
-// without a word to anyone.
+// kill makes node id die as a SIGKILL would: its transport and API are
+// gone, its tasks and jobs stop without a word to anyone. Its peers see
+// it alive until declareDead.
 func (fc *foCluster) kill(id string) {
 	fc.t.Helper()
 	fn := fc.nodes[id]
-	fc.mu.Lock()
-	fc.alive = slices.DeleteFunc(fc.alive, func(x string) bool { return x == id })
-	fc.mu.Unlock()
 	fn.dead.Store(true)
 	for _, other := range fc.ids {
 		if other != id {
@@ -370,6 +367,29 @@ func (fc *foCluster) kill(id string) {
 		j.cancel()
 		<-j.run.Done()
 	}
+}
+
+// declareDead makes the membership see node id dead (what memberlist
+// does once its probes fail) and returns the live nodes.
+func (fc *foCluster) declareDead(id string) []string {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	fc.alive = slices.DeleteFunc(fc.alive, func(x string) bool { return x == id })
+	return slices.Clone(fc.alive)
+}
+
+// failovers returns the failovers node id recorded, once there are n.
+func (fc *foCluster) failovers(id string, n int) []cluster.Failover {
+	fc.t.Helper()
+	v := fc.nodes[id].c.live
+	var out []cluster.Failover
+	testutil.Eventually(fc.t, time.Minute, fmt.Sprintf("%d failovers recorded on %s", n, id), func() bool {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		out = slices.Clone(v.failovers)
+		return len(out) >= n
+	})
+	return out
 }
 
 // job returns the job master's job on node id; nil if it runs none.
