@@ -42,8 +42,9 @@ import (
 //
 // Never two leaders: the old one steps down before the new one starts. A
 // failure at any step leaves the old leader leading (it restarts its jobs
-// from the savepoint when it had stopped them) and is retried later,
-// after a backoff. Should the lower node not answer the message to take
+// from the savepoint when it had stopped them, retrying that restart with
+// a backoff until it succeeds or the leadership is lost: retryResume) and
+// is retried later, after a backoff. Should the lower node not answer the message to take
 // over, the old leader asks it who leads: it leads again only when that
 // node says it did not take over, and follows it otherwise (when that
 // node dies meanwhile, the takeover rule of cluster_leader.go applies).
