@@ -32,7 +32,7 @@ func (fc *foCluster) startedPlacement(id string, above uint64) (map[actors.TaskK
 		default:
 			return false
 		}
-		p, epoch = placement(j)
+		p, epoch = placement(r)
 		return epoch > above
 	})
 	return p, epoch

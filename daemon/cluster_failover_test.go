@@ -521,13 +521,9 @@ func windowStartSec(t *testing.T, w map[string]any) int64 {
 	return 0
 }
 
-// placement returns the node of every subtask in the current deployment
-// of job j, and its epoch.
-func placement(j *job) (map[actors.TaskKey]string, uint64) {
-	r, _ := j.run.Execution().Runner()
-	if r == nil {
-		return nil, 0
-	}
+// placement returns the node of every subtask in the deployment of
+// runner r, once started, and its epoch.
+func placement(r *actors.Runner) (map[actors.TaskKey]string, uint64) {
 	out := map[actors.TaskKey]string{}
 	for _, ch := range r.Plan().Chains {
 		for sub := range ch.Head().Parallelism {
