@@ -267,6 +267,7 @@ func (r *Runner) openControl() error {
 	c := r.cfg.Cluster
 	net, master := c.Nodes[0].Network, c.Nodes[0].ID
 	r.ctl = &masterCtl{}
+	r.ctlOpen.Store(true)
 	for i, n := range c.Nodes {
 		node := n.ID
 		fail := func(err error) { r.controlFailed(node, err) }
@@ -335,7 +336,7 @@ func (r *Runner) controlFailed(node string, err error) {
 
 // fail ends the deployment with err, as a failure report would.
 func (r *Runner) fail(err error) {
-	if r.ctl != nil {
+	if r.ctlOpen.Load() {
 		r.deliver(hostReport{epoch: r.epoch, kind: reportFailed, err: err})
 		return
 	}

@@ -36,6 +36,9 @@ type Runner struct {
 	hosts []*host
 	// ctl is the master's end of the control channels, in a cluster.
 	ctl *masterCtl
+	// ctlOpen is set once ctl is (fail reads ctl only then: it may be
+	// called from another goroutine while Run opens the channels).
+	ctlOpen atomic.Bool
 	// ctx ends when Run returns; commands to hosts are sent under it.
 	ctx context.Context
 

@@ -84,3 +84,83 @@ func (c ChannelConfig) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// LeadershipConfig times the leadership's background work on the
+// daemon: the hand-back to a lower node, the check for a second leader,
+// the questions a node asks its peers, and the retries of a leader that
+// restarts its jobs. Start from DefaultLeadershipConfig. The YAML keys
+// are under cluster.leadership.
+type LeadershipConfig struct {
+	// Settle is how long a lower node must have been seen alive, in one
+	// run, before the leader hands the leadership back to it. Default 5s.
+	Settle time.Duration
+	// MaxSettle caps the settle delay of a node that flaps (it doubles
+	// each time the node dies or restarts within Stable). Default 5m.
+	MaxSettle time.Duration
+	// Stable is how long a node must stay up for its settle delay to
+	// fall back to Settle. Default 1m.
+	Stable time.Duration
+	// MinInterval is the least time between two hand-back attempts; it
+	// doubles after each failed attempt up to MaxInterval. Defaults 10s
+	// and 5m.
+	MinInterval, MaxInterval time.Duration
+	// SplitPoll is how often a leader asks its peers whether one of them
+	// leads too. Default 2s.
+	SplitPoll time.Duration
+	// AnswerPoll is how often a leader whose take-over message got no
+	// answer asks the lower node which node it follows. Default 2s.
+	AnswerPoll time.Duration
+	// RestartPoll is how often a leader that restarted asks its peers
+	// again whether one of them took over. Default 500ms.
+	RestartPoll time.Duration
+	// ResumeBackoff is the first wait before a leader retries restarting
+	// its jobs (after a failed hand-back) or cancelling the jobs of a
+	// yield that did not end; it doubles after each failure up to
+	// MaxResumeBackoff. Defaults 1s and 1m.
+	ResumeBackoff, MaxResumeBackoff time.Duration
+}
+
+// DefaultLeadershipConfig returns the default leadership timings.
+func DefaultLeadershipConfig() LeadershipConfig {
+	return LeadershipConfig{
+		Settle:           5 * time.Second,
+		MaxSettle:        5 * time.Minute,
+		Stable:           time.Minute,
+		MinInterval:      10 * time.Second,
+		MaxInterval:      5 * time.Minute,
+		SplitPoll:        2 * time.Second,
+		AnswerPoll:       2 * time.Second,
+		RestartPoll:      500 * time.Millisecond,
+		ResumeBackoff:    time.Second,
+		MaxResumeBackoff: time.Minute,
+	}
+}
+
+// Validate reports every problem of c at once, naming the YAML keys.
+func (c LeadershipConfig) Validate() error {
+	var errs []error
+	positive := func(key string, d time.Duration) {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("cluster.leadership.%s (%s) must be positive", key, d))
+		}
+	}
+	if c.Settle < 0 {
+		errs = append(errs, fmt.Errorf("cluster.leadership.settle (%s) must not be negative", c.Settle))
+	}
+	positive("stable", c.Stable)
+	positive("handback_interval", c.MinInterval)
+	positive("split_poll", c.SplitPoll)
+	positive("answer_poll", c.AnswerPoll)
+	positive("restart_poll", c.RestartPoll)
+	positive("resume_backoff", c.ResumeBackoff)
+	if c.MaxSettle < c.Settle {
+		errs = append(errs, fmt.Errorf("cluster.leadership.max_settle (%s) must be at least cluster.leadership.settle (%s)", c.MaxSettle, c.Settle))
+	}
+	if c.MaxInterval < c.MinInterval {
+		errs = append(errs, fmt.Errorf("cluster.leadership.max_handback_interval (%s) must be at least cluster.leadership.handback_interval (%s)", c.MaxInterval, c.MinInterval))
+	}
+	if c.MaxResumeBackoff < c.ResumeBackoff {
+		errs = append(errs, fmt.Errorf("cluster.leadership.max_resume_backoff (%s) must be at least cluster.leadership.resume_backoff (%s)", c.MaxResumeBackoff, c.ResumeBackoff))
+	}
+	return errors.Join(errs...)
+}

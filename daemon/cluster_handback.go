@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/cluster"
 	"github.com/edgedio/edged/snapshot"
@@ -40,33 +42,28 @@ import (
 //
 // Never two leaders: the old one steps down before the new one starts. A
 // failure at any step leaves the old leader leading (it restarts its jobs
-// from the savepoint when it had stopped them) and is retried later,
-// after a backoff. Should the lower node not answer the message to take
+// from the savepoint when it had stopped them, retrying that restart with
+// a backoff until it succeeds or the leadership is lost: retryResume) and
+// is retried later, after a backoff. Should the lower node not answer the message to take
 // over, the old leader asks it who leads: it leads again only when that
 // node says it did not take over, and follows it otherwise (when that
 // node dies meanwhile, the takeover rule of cluster_leader.go applies).
 
-// handbackConfig damps hand-backs.
-type handbackConfig struct {
-	// Settle is how long a lower node must have been seen alive, in one
-	// run, before the leadership goes back to it. It doubles (up to
-	// MaxSettle) for each time the node died, or restarted, having been
-	// up for less than Stable, and falls back to Settle once the node has
-	// stayed up for Stable and its current settle delay.
-	Settle, MaxSettle, Stable time.Duration
-	// MinInterval is the least time between two hand-back attempts; it
-	// doubles (up to MaxInterval) after each failed attempt and falls
-	// back to MinInterval after one that succeeded.
-	MinInterval, MaxInterval time.Duration
-}
+// handbackConfig damps hand-backs and times the leadership's polls and
+// retries (cluster.leadership): Settle is how long a lower node must have
+// been seen alive, in one run, before the leadership goes back to it. It
+// doubles (up to MaxSettle) for each time the node died, or restarted,
+// having been up for less than Stable, and falls back to Settle once the
+// node has stayed up for Stable and its current settle delay.
+// MinInterval is the least time between two hand-back attempts; it
+// doubles (up to MaxInterval) after each failed attempt and falls back to
+// MinInterval after one that succeeded.
+type handbackConfig = cluster.LeadershipConfig
 
 // defaultHandbackConfig returns the defaults: settle 5 s (the rebalance
 // gate's), up to 5 min for a flapping node, stable after 1 min; 10 s
 // between attempts, backing off to 5 min.
-func defaultHandbackConfig() handbackConfig {
-	return handbackConfig{Settle: 5 * time.Second, MaxSettle: 5 * time.Minute, Stable: time.Minute,
-		MinInterval: 10 * time.Second, MaxInterval: 5 * time.Minute}
-}
+func defaultHandbackConfig() handbackConfig { return cluster.DefaultLeadershipConfig() }
 
 // handbackTimeout bounds a hand-back from its start.
 const handbackTimeout = 2 * time.Minute
@@ -182,11 +179,23 @@ var errHandbackNotReady = errors.New("hand-back not ready")
 // handback is the node's hand-back state.
 type handback struct {
 	cfg handbackConfig
+	// clock times the retries' backoffs (the real clock but in tests).
+	clock clockwork.Clock
 
 	mu      sync.Mutex // guards the fields below
 	dec     *handbackDecider
 	running bool
-	waiting string
+	// resuming is set while the node retries restarting its jobs after
+	// a failed hand-back (resumeLeading); no hand-back starts meanwhile.
+	resuming bool
+	// resumeRetries counts the retries of restarting the jobs.
+	resumeRetries int64
+	// lingering is how many jobs a yield cancelled that have not ended
+	// yet: they stay listed, and their cancellation is retried until
+	// they end; recancelling is set while that retry runs.
+	lingering    int
+	recancelling bool
+	waiting      string
 	// queuedAt is when the pending hand-back was first decided: only
 	// checkpoints triggered before it hold it.
 	queuedAt time.Time
@@ -197,10 +206,16 @@ type handback struct {
 	// savepoints' checkpoint ids by job; on error it has stopped nothing
 	// or, having stopped some, stopped every job (resume restarts them).
 	stop func(ctx context.Context) (map[string]snapshot.ID, bool, error)
-	// drop forgets the node's stopped jobs.
+	// drop forgets the node's jobs that ended; one still running stays
+	// listed.
 	drop func()
-	// cancel cancels every job of the node (a leader that yields).
-	cancel func(ctx context.Context)
+	// cancel cancels every job of the node (a leader that yields) and
+	// returns how many have not ended by the end of ctx: those stay
+	// listed and are cancelled again by recancel.
+	cancel func(ctx context.Context) int
+	// recancel cancels again the jobs cancel left running, forgets the
+	// ones that ended, and returns how many still run.
+	recancel func(ctx context.Context) int
 	// polling is set while the leader asks its peers whether one leads
 	// too; polled is when it last did.
 	polling bool
@@ -208,7 +223,7 @@ type handback struct {
 }
 
 func newHandback(cfg handbackConfig) *handback {
-	return &handback{cfg: cfg, dec: newHandbackDecider(cfg)}
+	return &handback{cfg: cfg, clock: clockwork.NewRealClock(), dec: newHandbackDecider(cfg)}
 }
 
 // record adds rec to the history.
@@ -294,7 +309,7 @@ func (v *liveView) maybeHandBack(alive []string) {
 	now := time.Now()
 	h.mu.Lock()
 	h.dec.observe(now, v.boots())
-	if h.running {
+	if h.running || h.resuming {
 		h.mu.Unlock()
 		return
 	}
@@ -493,7 +508,8 @@ func (c *clusterNode) handBack(ctx context.Context, target string, since time.Ti
 const askWhoLeadsTimeout = 15 * time.Second
 
 // resolveUnknownHandback settles a hand-back whose take-over message got
-// no answer: it asks target every 2 s which node it follows until it
+// no answer: it asks target every AnswerPoll (cluster.leadership, 2 s by
+// default) which node it follows until it
 // answers, the node follows another leader, or the node stops. If target
 // follows this node (it never took over), this node leads again; if it
 // names another node, this node follows that one.
@@ -503,7 +519,7 @@ func (c *clusterNode) resolveUnknownHandback(log *slog.Logger, target string) {
 		select {
 		case <-quit:
 			return
-		case <-time.After(2 * time.Second):
+		case <-c.hb.clock.After(c.hb.cfg.AnswerPoll):
 		}
 		c.lead.mu.Lock()
 		still := !c.lead.stopped && c.lead.id == target && !c.lead.took
@@ -544,7 +560,7 @@ func (c *clusterNode) askWhoLeads(ctx context.Context, node string) string {
 		select {
 		case <-ctx.Done():
 			return ""
-		case <-time.After(time.Second):
+		case <-c.hb.clock.After(c.hb.cfg.AnswerPoll / 2):
 		}
 	}
 	return ""
@@ -591,8 +607,69 @@ func (c *clusterNode) resumeLeading(log *slog.Logger, why string) {
 	v.deployed = nil
 	v.mu.Unlock()
 	log.Info("cluster: hand-back: this node leads on; restarting its jobs from the savepoint", "why", why)
-	if err := c.takeover(c.cfg.Node); err != nil {
-		log.Error("cluster: hand-back: restarting the jobs failed", "err", err)
+	err := c.takeover(c.cfg.Node)
+	if err == nil {
+		return
+	}
+	h := c.hb
+	h.mu.Lock()
+	if h.resuming {
+		h.mu.Unlock()
+		log.Error("cluster: hand-back: restarting the jobs failed; the retries go on", "err", err)
+		return
+	}
+	h.resuming = true
+	h.mu.Unlock()
+	log.Error("cluster: hand-back: restarting the jobs failed; retrying", "err", err, "retry_in", h.cfg.ResumeBackoff)
+	c.live.wg.Add(1)
+	go func() {
+		defer c.live.wg.Done()
+		c.retryResume(log)
+	}()
+}
+
+// leadsOn reports whether the node still leads after a hand-back that
+// failed: it took the leadership back, has not stepped down since, and
+// does not stop.
+func (c *clusterNode) leadsOn() bool {
+	c.lead.mu.Lock()
+	defer c.lead.mu.Unlock()
+	return c.lead.took && c.lead.id == c.cfg.Node && !c.lead.stopped
+}
+
+// retryResume retries restarting the node's jobs (c.takeover, which
+// starts only the jobs not running yet) with a backoff from
+// cluster.leadership.resume_backoff, doubling up to max_resume_backoff,
+// until they all run, the node no longer leads, or it stops.
+func (c *clusterNode) retryResume(log *slog.Logger) {
+	h := c.hb
+	defer func() {
+		h.mu.Lock()
+		h.resuming = false
+		h.mu.Unlock()
+	}()
+	quit := c.quitChan()
+	wait := h.cfg.ResumeBackoff
+	for {
+		select {
+		case <-quit:
+			return
+		case <-h.clock.After(wait):
+		}
+		if !c.leadsOn() {
+			log.Info("cluster: hand-back: this node no longer leads; it stops restarting its jobs")
+			return
+		}
+		h.mu.Lock()
+		h.resumeRetries++
+		h.mu.Unlock()
+		err := c.takeover(c.cfg.Node)
+		if err == nil {
+			log.Info("cluster: hand-back: the jobs restarted; this node leads on")
+			return
+		}
+		wait = min(2*wait, h.cfg.MaxResumeBackoff)
+		log.Error("cluster: hand-back: restarting the jobs failed; retrying", "err", err, "retry_in", wait)
 	}
 }
 
@@ -797,13 +874,18 @@ func (n *node) stopForHandback(ctx context.Context) (map[string]snapshot.ID, boo
 	return ids, stopped, nil
 }
 
-// dropJobs forgets the node's jobs (stopped by a hand-back): the job
-// masters run elsewhere now, or start here anew.
+// dropJobs forgets the node's jobs (stopped by a hand-back, or cancelled
+// by a yield): the job masters run elsewhere now, or start here anew. A
+// job a yield cancelled that has not ended yet (lingering) stays listed
+// until recancelJobs sees it end.
 func (n *node) dropJobs() {
 	n.jobsMu.Lock()
 	defer n.jobsMu.Unlock()
-	n.jobs = nil
+	n.jobs = slices.Clone(n.lingering)
 	n.byName = map[string]*job{}
+	for _, j := range n.jobs {
+		n.byName[j.name] = j
+	}
 }
 
 // Two leaders at once can only follow a leader's restart that its peers
@@ -814,11 +896,8 @@ func (n *node) dropJobs() {
 // another leader, and the one of the two whose newest snapshots are the
 // newer keeps leading (with equal ones, the lower id): the other cancels
 // its jobs (none of them could deploy) and follows it. The lower node
-// then gets the leadership back by a hand-back.
-
-// splitPoll is how often a leader asks its peers whether one of them
-// leads too.
-const splitPoll = 2 * time.Second
+// then gets the leadership back by a hand-back. splitPoll is
+// cluster.leadership.split_poll (2 s by default).
 
 // splitWinner returns which of two leaders, self and other, keeps
 // leading, given the newest snapshot each has the metadata of, by job:
@@ -848,7 +927,7 @@ func splitWinner(self, other string, ours, theirs map[string]uint64) string {
 	return min(self, other)
 }
 
-// maybeYield asks the live peers, at most every splitPoll, whether one
+// maybeYield asks the live peers, at most every split_poll, whether one
 // of them leads too, and yields to it if the split rule says so; called
 // by the membership loop on the leader.
 func (v *liveView) maybeYield(alive []string) {
@@ -859,7 +938,7 @@ func (v *liveView) maybeYield(alive []string) {
 	}
 	now := time.Now()
 	h.mu.Lock()
-	if h.running || h.polling || now.Sub(h.polled) < splitPoll {
+	if h.running || h.polling || now.Sub(h.polled) < h.cfg.SplitPoll {
 		h.mu.Unlock()
 		return
 	}
@@ -922,25 +1001,136 @@ func (c *clusterNode) yield(ctx context.Context, other string, theirs map[string
 	defer c.handing.Store(false)
 	start := time.Now()
 	log.Warn("cluster: another node leads too; this node yields to it (its snapshots are newer, or its id lower): cancelling the jobs", "ours", ours, "theirs", theirs)
-	h.cancel(ctx)
+	left := h.cancel(ctx)
 	c.stepDown(other)
-	h.record(cluster.Handback{At: start, From: c.cfg.Node, To: other, Epoch: c.highestEpoch(), Outcome: "yielded",
-		Error: fmt.Sprintf("two leaders: this node's newest snapshots %v, %s's %v", ours, other, theirs)})
+	rec := cluster.Handback{At: start, From: c.cfg.Node, To: other, Epoch: c.highestEpoch(), Outcome: "yielded",
+		Error: fmt.Sprintf("two leaders: this node's newest snapshots %v, %s's %v", ours, other, theirs)}
+	if left > 0 {
+		rec.Error += fmt.Sprintf("; %d jobs not ended yet, cancelled again until they end", left)
+		log.Warn("cluster: yield: jobs did not end when cancelled; they stay listed and are cancelled again", "jobs", left)
+		c.lingerOn(log, left)
+	}
+	h.record(rec)
 	log.Info("cluster: yielded; this node follows the other leader", "took", time.Since(start))
 	return true
 }
 
-// cancelJobs cancels every running job of the node and waits for each to
-// end (or ctx).
-func (n *node) cancelJobs(ctx context.Context) {
-	for _, j := range n.jobList() {
-		if j.snapshot().Status != StatusRunning {
-			continue
+// lingerOn records n jobs cancelled by a yield that have not ended, and
+// retries their cancellation with a backoff (as retryResume) until they
+// all ended or the node stops; the jobs that ended are forgotten.
+func (c *clusterNode) lingerOn(log *slog.Logger, n int) {
+	h := c.hb
+	h.mu.Lock()
+	h.lingering = n
+	if h.recancelling || h.recancel == nil {
+		h.mu.Unlock()
+		return
+	}
+	h.recancelling = true
+	h.mu.Unlock()
+	c.live.wg.Add(1)
+	go func() {
+		defer c.live.wg.Done()
+		defer func() {
+			h.mu.Lock()
+			h.recancelling = false
+			h.mu.Unlock()
+		}()
+		quit := c.quitChan()
+		wait := h.cfg.ResumeBackoff
+		for {
+			select {
+			case <-quit:
+				return
+			case <-h.clock.After(wait):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.ResumeBackoff)
+			left := h.recancel(ctx)
+			cancel()
+			h.mu.Lock()
+			h.lingering = left
+			h.mu.Unlock()
+			if left == 0 {
+				log.Info("cluster: yield: every cancelled job ended")
+				return
+			}
+			wait = min(2*wait, h.cfg.MaxResumeBackoff)
+			log.Warn("cluster: yield: jobs still running after their cancellation; cancelling again", "jobs", left, "retry_in", wait)
 		}
-		j.cancel()
+	}()
+}
+
+// lingeringJobs returns how many jobs a yield cancelled still run.
+func (h *handback) lingeringJobs() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lingering
+}
+
+// cancelJobs cancels every running job of the node and waits for each to
+// end (or ctx). It returns how many had not ended: they are kept as
+// lingering, for recancelJobs.
+func (n *node) cancelJobs(ctx context.Context) int {
+	var jobs, left []*job
+	for _, j := range n.jobList() {
+		if j.snapshot().Status == StatusRunning {
+			// All at once: one job slow to end does not hold the others.
+			j.cancel()
+			jobs = append(jobs, j)
+		}
+	}
+	for _, j := range jobs {
 		select {
 		case <-j.run.Done():
 		case <-ctx.Done():
 		}
+		if !ended(j) {
+			left = append(left, j)
+		}
+	}
+	n.jobsMu.Lock()
+	defer n.jobsMu.Unlock()
+	n.lingering = append(n.lingering, left...)
+	return len(left)
+}
+
+// recancelJobs cancels again the jobs cancelJobs left running, waits for
+// them (or ctx), forgets the ones that ended and returns how many still
+// run.
+func (n *node) recancelJobs(ctx context.Context) int {
+	n.jobsMu.RLock()
+	jobs := slices.Clone(n.lingering)
+	n.jobsMu.RUnlock()
+	for _, j := range jobs {
+		j.cancel()
+	}
+	for _, j := range jobs {
+		select {
+		case <-j.run.Done():
+		case <-ctx.Done():
+		}
+	}
+	n.jobsMu.Lock()
+	defer n.jobsMu.Unlock()
+	n.lingering = slices.DeleteFunc(n.lingering, ended)
+	n.jobs = slices.DeleteFunc(n.jobs, func(j *job) bool {
+		if !ended(j) || !slices.Contains(jobs, j) {
+			return false
+		}
+		if n.byName[j.name] == j {
+			delete(n.byName, j.name)
+		}
+		return true
+	})
+	return len(n.lingering)
+}
+
+// ended reports whether job j's run has returned.
+func ended(j *job) bool {
+	select {
+	case <-j.run.Done():
+		return true
+	default:
+		return false
 	}
 }

@@ -21,8 +21,7 @@ import (
 	"github.com/edgedio/edged/snapshot"
 )
 
-var testHandbackConfig = handbackConfig{Settle: 5 * time.Second, MaxSettle: 5 * time.Minute, Stable: time.Minute,
-	MinInterval: 10 * time.Second, MaxInterval: 5 * time.Minute}
+var testHandbackConfig = cluster.DefaultLeadershipConfig()
 
 // The hand-back decision on a fake clock: the leader b hands back to a
 // only once a has been up, in one run, for the settle delay, and only
@@ -465,41 +464,72 @@ func TestSplitWinner(t *testing.T) {
 }
 
 // Two nodes lead at once (a restarted leader, and the node that took over
-// from its old run): the one with the newer snapshots keeps leading; with
-// equal ones the lower id; the other cancels its jobs and follows it.
+// from its old run), and both run the split rule at the same time:
+// exactly one yields. The one with the newer snapshots keeps leading
+// (here b, whose newest checkpoint a lacks); with equal ones the lower id
+// (a). The other cancels its jobs, records the yield and follows the
+// winner; the winner cancels nothing.
 func TestSplitLeaderYields(t *testing.T) {
-	nodes := handbackCluster(t)
-	a, b := nodes["a"], nodes["b"]
-	a.master, a.lead.id = true, "a"
-	var cancelled atomic.Int32
-	for _, n := range []*handbackNode{a, b} {
-		n.hb.cancel = func(context.Context) { cancelled.Add(1) }
-	}
-	// b's newest checkpoint is not on a: b keeps leading.
-	b.commit(t, 7, false, false)
-	b.live.maybeYield([]string{"a", "b", "c"})
-	b.live.wg.Wait()
-	if w, err := b.peers.workerStatus(context.Background(), "a"); err != nil || w.Master != "a" {
-		t.Fatalf("a says it follows %q (%v): no split", w.Master, err)
-	}
-	if !b.isMaster() || cancelled.Load() != 0 {
-		t.Fatalf("b with newer snapshots yielded: master %v, %d cancels", b.isMaster(), cancelled.Load())
-	}
-	// a gets it too: equal, the lower id leads; b yields.
-	if err := b.rep.publish(context.Background(), b.seen.Load(), mustLatest(t, b)); err != nil {
-		t.Fatal(err)
-	}
-	b.hb.mu.Lock()
-	b.hb.polled = time.Time{}
-	b.hb.mu.Unlock()
-	b.live.maybeYield([]string{"a", "b", "c"})
-	b.live.wg.Wait()
-	if b.isMaster() || b.leader() != "a" || !a.isMaster() || cancelled.Load() != 1 {
-		t.Fatalf("after the split: b master %v follows %q, a master %v, %d cancels", b.isMaster(), b.leader(), a.isMaster(), cancelled.Load())
-	}
-	recs, _ := b.hb.status()
-	if len(recs) != 1 || recs[0].Outcome != "yielded" || recs[0].To != "a" {
-		t.Fatalf("records %+v", recs)
+	for _, tc := range []struct {
+		name          string
+		equal         bool
+		winner, loser string
+	}{
+		{name: "newer snapshots win", winner: "b", loser: "a"},
+		{name: "equal snapshots, lower id wins", equal: true, winner: "a", loser: "b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := handbackCluster(t)
+			a, b := nodes["a"], nodes["b"]
+			a.master, a.lead.id = true, "a"
+			cancelled := map[string]*atomic.Int32{}
+			for id, n := range nodes {
+				cancelled[id] = &atomic.Int32{}
+				n.hb.cancel = func(context.Context) int { cancelled[id].Add(1); return 0 }
+			}
+			b.commit(t, 7, false, false)
+			if tc.equal {
+				if err := b.rep.publish(context.Background(), b.seen.Load(), mustLatest(t, b)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !a.isMaster() || !b.isMaster() {
+				t.Fatal("the split was not set up: a and b must both lead")
+			}
+			// Both run the rule at once.
+			var both sync.WaitGroup
+			for _, n := range []*handbackNode{a, b} {
+				both.Go(func() {
+					n.live.maybeYield([]string{"a", "b", "c"})
+					n.live.wg.Wait()
+				})
+			}
+			both.Wait()
+			w, l := nodes[tc.winner], nodes[tc.loser]
+			var yielded []string
+			for _, n := range []*handbackNode{a, b} {
+				if recs, _ := n.hb.status(); len(recs) > 0 {
+					yielded = append(yielded, n.cfg.Node)
+				}
+			}
+			if len(yielded) != 1 || yielded[0] != tc.loser {
+				t.Fatalf("yielded: %v, want exactly %s", yielded, tc.loser)
+			}
+			if !w.isMaster() || w.leader() != tc.winner || cancelled[tc.winner].Load() != 0 {
+				t.Fatalf("winner %s: master %v follows %q, %d cancels", tc.winner, w.isMaster(), w.leader(), cancelled[tc.winner].Load())
+			}
+			if l.isMaster() || l.leader() != tc.winner || cancelled[tc.loser].Load() != 1 {
+				t.Fatalf("loser %s: master %v follows %q, %d cancels", tc.loser, l.isMaster(), l.leader(), cancelled[tc.loser].Load())
+			}
+			recs, _ := l.hb.status()
+			if recs[0].Outcome != "yielded" || recs[0].To != tc.winner || recs[0].From != tc.loser {
+				t.Fatalf("records %+v", recs)
+			}
+			// Both asked the other: the rule ran on both sides.
+			if a.workerHits.Load() == 0 || b.workerHits.Load() == 0 {
+				t.Fatalf("worker status asked of a %d times, of b %d times: one side did not run the rule", a.workerHits.Load(), b.workerHits.Load())
+			}
+		})
 	}
 }
 

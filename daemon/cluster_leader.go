@@ -24,8 +24,9 @@ import (
 // over: it stops its worker's tasks, restores every job from the newest
 // snapshot its store has the metadata of (copying in the files it lacks
 // from their holders), places the subtasks on the live nodes and deploys
-// them in an epoch above every epoch it saw, numbering checkpoints above
-// every id a master triggered on it.
+// them in an epoch above every epoch it saw, numbering checkpoints from
+// its term's base (the epoch base: start counter × 2^32), above every id
+// an earlier leader triggered, whether or not a live node saw it.
 //
 // A node that starts asks its peers which node leads, and follows the
 // leader they name; only when none names another does the lowest id
@@ -139,7 +140,7 @@ func chooseLeader(lowest string, named []string) string {
 }
 
 // restartGrace returns how long a node that restarted while it led waits
-// at most, asking its peers every restartPoll, for them to see it die
+// at most, asking its peers every cluster.leadership.restart_poll, for them to see it die
 // and one of them to take over: about three times the failure detection
 // of the membership profile (about 1 s with "device", 5–6 s with "lan").
 // Its own gossip starts only after the wait, so that its peers do see its
@@ -151,8 +152,13 @@ func restartGrace(profile string) time.Duration {
 	return 3 * time.Second
 }
 
-// restartPoll is how often a restarted leader asks its peers again.
-const restartPoll = 500 * time.Millisecond
+// leadership returns the node's cluster.leadership timings.
+func (c *clusterNode) leadership() cluster.LeadershipConfig {
+	if c.hb != nil {
+		return c.hb.cfg
+	}
+	return cluster.DefaultLeadershipConfig()
+}
 
 // askLeader returns the leader the node follows at start: the one its
 // peers name (see chooseLeader). A peer that names this node followed it
@@ -166,7 +172,7 @@ func (c *clusterNode) askLeader(ctx context.Context) string {
 		start := time.Now()
 		deadline := time.NewTimer(grace)
 		defer deadline.Stop()
-		tick := time.NewTicker(restartPoll)
+		tick := time.NewTicker(c.leadership().RestartPoll)
 		defer tick.Stop()
 	wait:
 		for {
@@ -284,12 +290,21 @@ func (n *node) takeOver(from string, pipelines []pipeline.PipelineConfig) error 
 		return err
 	}
 	c.epochBase = base
-	var next snapshot.ID
+	// Checkpoint ids of this leadership start at its term's base, as its
+	// epochs do: above every id an earlier leader triggered (each term
+	// numbers fewer than 2^32), even one no live node saw, whose files
+	// or sink transactions may linger on the dead leader's disk.
+	next := snapshot.ID(base)
 	if c.worker != nil {
-		next = c.worker.HighestCheckpoint() + 1
+		next = max(next, c.worker.HighestCheckpoint()+1)
 	}
 	var failed []error
 	for _, pc := range pipelines {
+		if n.mastering(pc.Name) {
+			// Started by an earlier attempt of this takeover (a retry
+			// after a failure starts only the rest).
+			continue
+		}
 		if pc.Checkpoint.Dir != "" {
 			ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
 			md, err := c.rep.recover(ctx, pc.Name)
@@ -321,6 +336,16 @@ func (n *node) takeOver(from string, pipelines []pipeline.PipelineConfig) error 
 		return fmt.Errorf("cluster: takeover: %v", failed)
 	}
 	return nil
+}
+
+// mastering reports whether a job named name runs here as a job master
+// of the node's current leadership.
+func (n *node) mastering(name string) bool {
+	j, err := n.job(name)
+	if err != nil || j.snapshot().Status != StatusRunning || ended(j) {
+		return false
+	}
+	return slices.Contains(n.cluster.executions(), j.run.Execution())
 }
 
 // recover readies the node's store of job for a restore: the newest

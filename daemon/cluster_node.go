@@ -522,11 +522,11 @@ func (n *node) joinCluster(cfg *pipeline.Config) error {
 	if cfg.Cluster.Gossip != "" {
 		// Leadership stays where it is (see cluster_leader.go): a node
 		// that starts follows the leader its peers name.
+		c.hb = newHandback(cfg.Cluster.LeadershipConfig())
+		c.hb.stop, c.hb.drop, c.hb.cancel, c.hb.recancel = n.stopForHandback, n.dropJobs, n.cancelJobs, n.recancelJobs
 		c.lead.id = c.askLeader(n.ctx)
 		c.master = c.lead.id == cfg.Cluster.Node
 		c.takeover = func(dead string) error { return n.takeOver(dead, cfg.Pipelines) }
-		c.hb = newHandback(defaultHandbackConfig())
-		c.hb.stop, c.hb.drop, c.hb.cancel = n.stopForHandback, n.dropJobs, n.cancelJobs
 	}
 	if c.master {
 		if c.epochBase, err = nextEpochBase(filepath.Join(dataDir, "cluster"), c.seen.Load()); err != nil {

@@ -67,6 +67,11 @@ type replicas struct {
 	// bad counts the copies found corrupt, missing or unreachable when
 	// one was read (another holder was used, if any).
 	bad atomic.Int64
+	// readFrom is, for each state file of snapshot readID the node last
+	// copied in (fetchFirst), the node whose copy was used (this node's
+	// own id: its own replica); a read of another snapshot starts anew.
+	readFrom map[string]string
+	readID   snapshot.ID
 }
 
 // replicaJob is what the replication needs of a job's config.
@@ -466,6 +471,12 @@ func (r *replicas) fetchFirst(ctx context.Context, id snapshot.ID, h snapshot.Ha
 			rc.Close()
 		}
 		if err == nil {
+			r.mu.Lock()
+			if r.readFrom == nil || r.readID != id {
+				r.readFrom, r.readID = map[string]string{}, id
+			}
+			r.readFrom[h.File] = src.node
+			r.mu.Unlock()
 			return src.node, nil
 		}
 		r.bad.Add(1)
@@ -473,6 +484,18 @@ func (r *replicas) fetchFirst(ctx context.Context, id snapshot.ID, h snapshot.Ha
 		errs = append(errs, fmt.Errorf("%s: %w", src.node, err))
 	}
 	return "", fmt.Errorf("%w: %s of snapshot %d: %w", cluster.ErrNoReplica, h.File, id, errors.Join(errs...))
+}
+
+// readFromNode returns the node whose copy of state file file of
+// snapshot id the node copied in last; "" if it copied none (or has
+// copied in files of another snapshot since).
+func (r *replicas) readFromNode(id snapshot.ID, file string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if id != r.readID {
+		return ""
+	}
+	return r.readFrom[file]
 }
 
 // sources returns where a copy of state file h of snapshot id of job may

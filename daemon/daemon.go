@@ -94,6 +94,9 @@ type node struct {
 	jobsMu sync.RWMutex
 	jobs   []*job
 	byName map[string]*job
+	// lingering are jobs a yielding leader cancelled that had not ended
+	// (guarded by jobsMu; cluster_handback.go).
+	lingering []*job
 	// ctx is Run's context; late tracks the watchers of jobs started
 	// after Run began serving (a takeover).
 	ctx    context.Context

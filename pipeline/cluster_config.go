@@ -70,6 +70,59 @@ type ClusterConfig struct {
 	// DefaultReplicas, bounded by the number of peers; at most the number
 	// of peers.
 	Replicas int `yaml:"replicas"`
+	// Leadership times the hand-back, the check for a second leader and
+	// the leader's retries; unset keys keep their defaults
+	// (cluster.DefaultLeadershipConfig).
+	Leadership LeadershipBlock `yaml:"leadership"`
+}
+
+// LeadershipBlock is the `cluster.leadership` block. Zero values keep
+// the defaults.
+type LeadershipBlock struct {
+	// Settle is how long a lower node must be up before the leadership
+	// goes back to it.
+	Settle time.Duration `yaml:"settle"`
+	// MaxSettle caps the settle delay of a flapping node.
+	MaxSettle time.Duration `yaml:"max_settle"`
+	// Stable is how long a node must stay up to count as stable again.
+	Stable time.Duration `yaml:"stable"`
+	// HandbackInterval and MaxHandbackInterval space hand-back attempts.
+	HandbackInterval    time.Duration `yaml:"handback_interval"`
+	MaxHandbackInterval time.Duration `yaml:"max_handback_interval"`
+	// SplitPoll is how often a leader looks for a second leader.
+	SplitPoll time.Duration `yaml:"split_poll"`
+	// AnswerPoll is how often a leader asks a lower node that did not
+	// answer a take-over message which node it follows.
+	AnswerPoll time.Duration `yaml:"answer_poll"`
+	// RestartPoll is how often a restarted leader asks its peers again.
+	RestartPoll time.Duration `yaml:"restart_poll"`
+	// ResumeBackoff and MaxResumeBackoff space a leader's retries of
+	// restarting or cancelling its jobs.
+	ResumeBackoff    time.Duration `yaml:"resume_backoff"`
+	MaxResumeBackoff time.Duration `yaml:"max_resume_backoff"`
+}
+
+// LeadershipConfig returns the leadership timings: the defaults with the
+// block's keys applied.
+func (c *ClusterConfig) LeadershipConfig() cluster.LeadershipConfig {
+	lc := cluster.DefaultLeadershipConfig()
+	b := c.Leadership
+	set := func(dst *time.Duration, v time.Duration) {
+		if v != 0 {
+			*dst = v
+		}
+	}
+	set(&lc.Settle, b.Settle)
+	set(&lc.MaxSettle, b.MaxSettle)
+	set(&lc.Stable, b.Stable)
+	set(&lc.MinInterval, b.HandbackInterval)
+	set(&lc.MaxInterval, b.MaxHandbackInterval)
+	set(&lc.SplitPoll, b.SplitPoll)
+	set(&lc.AnswerPoll, b.AnswerPoll)
+	set(&lc.RestartPoll, b.RestartPoll)
+	set(&lc.ResumeBackoff, b.ResumeBackoff)
+	set(&lc.MaxResumeBackoff, b.MaxResumeBackoff)
+	return lc
 }
 
 // ChannelsConfig is the `cluster.channels` block. Zero values keep the
@@ -285,7 +338,10 @@ func (c *ClusterConfig) validate(p *problems) {
 	default:
 		p.add("cluster.profile", fmt.Sprintf("%q: want %q or %q", c.Profile, cluster.ProfileDevice, cluster.ProfileLAN))
 	}
-	if err := c.ChannelConfig().Validate(); err != nil {
+	for _, err := range []error{c.ChannelConfig().Validate(), c.LeadershipConfig().Validate()} {
+		if err == nil {
+			continue
+		}
 		for _, line := range strings.Split(err.Error(), "\n") {
 			key, msg, _ := strings.Cut(line, " ")
 			p.add(key, msg)

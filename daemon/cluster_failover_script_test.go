@@ -1,0 +1,292 @@
+package daemon
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/internal/testutil"
+	"github.com/edgedio/edged/snapshot"
+)
+
+// startedPlacement waits until the job master on node id runs a
+// deployment above epoch and returns its placement and epoch.
+func (fc *foCluster) startedPlacement(id string, above uint64) (map[actors.TaskKey]string, uint64) {
+	fc.t.Helper()
+	var p map[actors.TaskKey]string
+	var epoch uint64
+	testutil.Eventually(fc.t, time.Minute, "a deployment above the old epoch runs", func() bool {
+		j := fc.job(id)
+		if j == nil {
+			return false
+		}
+		r, _ := j.run.Execution().Runner()
+		if r == nil {
+			return false
+		}
+		select {
+		case <-r.Started():
+		default:
+			return false
+		}
+		p, epoch = placement(r)
+		return epoch > above
+	})
+	return p, epoch
+}
+
+// onNode returns the subtasks p places on node.
+func onNode(p map[actors.TaskKey]string, node string) []actors.TaskKey {
+	var out []actors.TaskKey
+	for k, n := range p {
+		if n == node {
+			out = append(out, k)
+		}
+	}
+	slices.SortFunc(out, func(x, y actors.TaskKey) int {
+		if x.UID != y.UID {
+			if x.UID < y.UID {
+				return -1
+			}
+			return 1
+		}
+		return x.Subtask - y.Subtask
+	})
+	return out
+}
+
+// Script: a worker dies. a leads; the job runs on a, b and c. After a
+// checkpoint completes, c is killed. The leader, seeing it dead, places
+// c's subtasks on a and b in a new epoch; they restore from the latest
+// checkpoint: b reads c's state from its own replica when it holds one
+// (cluster.replicas 2: every peer does), and fetches it from a peer that
+// holds one when it does not (cluster.replicas 1: c's copy went to a);
+// the sources rewind and the committed window counts are exact.
+func TestFailoverScriptWorkerKilled(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		replicas int
+		// from is where b reads c's state; held whether b holds a
+		// replica of it.
+		from string
+		held bool
+	}{
+		{name: "own replica", replicas: 2, from: "b", held: true},
+		{name: "fetched from a peer", replicas: 1, from: "a", held: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testWorkerKilled(t, tc.replicas, tc.from, tc.held)
+		})
+	}
+}
+
+func testWorkerKilled(t *testing.T, replicas int, wantFrom string, held bool) {
+	fc := newFailoverCluster(t, foOptions{replicas: replicas})
+	a, b := fc.nodes["a"], fc.nodes["b"]
+	before, epoch0 := fc.startedPlacement("a", 0)
+	onC := onNode(before, "c")
+	if len(onC) == 0 {
+		t.Fatalf("nothing placed on c: %v", before)
+	}
+	cp := fc.waitCheckpoint("a", 0)
+	t.Logf("epoch %d, c runs %v; checkpoint %d completed", epoch0, onC, cp)
+
+	fc.kill("c")
+	// The job fails and retries on its own; then the membership declares
+	// c dead and its loop runs its step on the leader.
+	a.c.live.follow(fc.declareDead("c"), a.c.executions)
+
+	after, epoch1 := fc.startedPlacement("a", epoch0)
+	if n := onNode(after, "c"); len(n) > 0 {
+		t.Fatalf("epoch %d still places %v on the dead node", epoch1, n)
+	}
+	var toB []actors.TaskKey
+	for _, k := range onC {
+		if after[k] == "b" {
+			toB = append(toB, k)
+		}
+	}
+	t.Logf("epoch %d: c's subtasks on b: %v", epoch1, toB)
+	restores := fc.job("a").run.Restores()
+	if len(restores) == 0 || restores[len(restores)-1] < cp {
+		t.Fatalf("restored %v, want the latest checkpoint (at least %d)", restores, cp)
+	}
+	restored := restores[len(restores)-1]
+	files := stateFiles(a.metadata(t, restored), toB)
+	if len(files) == 0 {
+		t.Fatalf("none of c's subtasks moved to b (%v) has state in snapshot %d: the restore path was not reached", toB, restored)
+	}
+	for f, h := range files {
+		from := b.c.rep.readFromNode(restored, f)
+		if from != wantFrom || b.holds(t, restored, h) != held {
+			t.Fatalf("b restored c's %s of snapshot %d from %q, holding a replica %v; want from %q, holding %v",
+				f, restored, from, b.holds(t, restored, h), wantFrom, held)
+		}
+	}
+	t.Logf("b restored %d of c's state files of snapshot %d from %q", len(files), restored, wantFrom)
+	fc.finish("a")
+	fc.checkTotals()
+	if fos := fc.failovers("a", 1); len(fos) != 1 || fos[0].DeadNode != "c" || fos[0].Epoch < epoch1 {
+		t.Fatalf("failovers recorded %+v", fos)
+	}
+}
+
+// maxTriggered returns the highest checkpoint id the job master of j
+// triggered, completed or not.
+func maxTriggered(j *job) snapshot.ID {
+	var id snapshot.ID
+	for _, s := range j.run.History() {
+		id = max(id, s.Checkpoint)
+	}
+	for _, s := range j.snapshot().History {
+		id = max(id, s.Checkpoint)
+	}
+	return id
+}
+
+// Script: the leader dies. a leads; the job runs on a, b and c, each
+// state file copied to one peer (cluster.replicas 1). After a checkpoint
+// completes, a is killed with its job master. b, the lowest survivor and
+// a follower of a, takes over: it recovers the coordinator from the
+// snapshot metadata a published to it, copying in the state files it
+// holds no replica of from c, restores the job in an epoch above a's,
+// numbers checkpoints above every id a triggered, and places a's
+// subtasks on b and c; the committed window counts are exact.
+func TestFailoverScriptLeaderKilled(t *testing.T) {
+	fc := newFailoverCluster(t, foOptions{replicas: 1})
+	b, c := fc.nodes["b"], fc.nodes["c"]
+	_, epoch0 := fc.startedPlacement("a", 0)
+	cp := fc.waitCheckpoint("a", 0)
+	if md := b.metadata(t, cp); md == nil {
+		t.Fatalf("b lacks the metadata of checkpoint %d", cp)
+	}
+	fc.kill("a")
+	triggered := maxTriggered(fc.job("a"))
+	latest := mustLatestOf(t, b)
+	t.Logf("a died in epoch %d having triggered checkpoints up to %d; b's newest metadata: checkpoint %d", epoch0, triggered, latest.Checkpoint)
+	var lacked []string
+	for _, h := range snapshot.Missing(latest) {
+		lacked = append(lacked, h.File)
+	}
+	if len(lacked) == 0 {
+		t.Fatalf("b holds every file of checkpoint %d: the fetch from a peer is not reached", latest.Checkpoint)
+	}
+
+	// The membership loop's step on the survivors once a is declared
+	// dead: b takes over, c does not.
+	alive := fc.declareDead("a")
+	c.c.live.maybeTakeOver(alive)
+	b.c.live.maybeTakeOver(alive)
+	if c.c.isMaster() || !b.c.isMaster() {
+		t.Fatalf("after a died: b master %v, c master %v", b.c.isMaster(), c.c.isMaster())
+	}
+	after, epoch1 := fc.startedPlacement("b", epoch0)
+	if n := onNode(after, "a"); len(n) > 0 {
+		t.Fatalf("epoch %d places %v on the dead leader", epoch1, n)
+	}
+	j := fc.job("b")
+	if !fc.logs.logged("resuming from the latest snapshot", "node=b", fmt.Sprintf("checkpoint_id=%d", latest.Checkpoint)) {
+		t.Fatalf("b did not resume the job from checkpoint %d (its newest metadata)", latest.Checkpoint)
+	}
+	for _, f := range lacked {
+		if from := b.c.rep.readFromNode(latest.Checkpoint, f); from != "c" {
+			t.Fatalf("b copied in %s of checkpoint %d from %q, want c (the one live holder)", f, latest.Checkpoint, from)
+		}
+	}
+	t.Logf("b recovered checkpoint %d, copying %d files in from c; epoch %d", latest.Checkpoint, len(lacked), epoch1)
+	fc.finish("b")
+	fc.checkTotals()
+	// No checkpoint id of a is used again.
+	var ids []snapshot.ID
+	for _, s := range j.snapshot().History {
+		ids = append(ids, s.Checkpoint)
+		if s.Checkpoint <= triggered {
+			t.Fatalf("b took checkpoint %d: a triggered up to %d", s.Checkpoint, triggered)
+		}
+	}
+	if len(ids) == 0 {
+		t.Fatal("b took no checkpoint: the ids were not checked")
+	}
+	t.Logf("b's checkpoints %v, all above %d", ids, triggered)
+	if fos := fc.failovers("b", 1); len(fos) != 1 || fos[0].DeadNode != "a" {
+		t.Fatalf("failovers recorded on b: %+v", fos)
+	}
+}
+
+// mustLatestOf returns the newest snapshot metadata in node fn's store.
+func mustLatestOf(t *testing.T, fn *foNode) *snapshot.Metadata {
+	t.Helper()
+	s, err := fn.c.rep.store(foJob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mds, err := s.Completed()
+	if err != nil || len(mds) == 0 {
+		t.Fatalf("completed: %v, %v", mds, err)
+	}
+	return mds[0]
+}
+
+// Script: a corrupt replica. As when a worker dies with every peer
+// holding a copy of each state file, but every copy b stores of c's
+// state files is damaged right after it was stored (same size, other
+// bytes: only the checksum tells). Once c died, b, restoring c's
+// subtasks, finds its copies damaged by their checksum, counts and logs
+// each, and copies the file from another holder (a) instead; the
+// committed window counts are exact.
+func TestFailoverScriptCorruptReplica(t *testing.T) {
+	// c runs subtask 2 of every operator.
+	fc := newFailoverCluster(t, foOptions{replicas: 2, damage: func(file string) bool { return strings.HasSuffix(file, ".2.state") }})
+	a, b := fc.nodes["a"], fc.nodes["b"]
+	before, epoch0 := fc.startedPlacement("a", 0)
+	onC := onNode(before, "c")
+	for _, k := range onC {
+		if k.Subtask != 2 {
+			t.Fatalf("c runs %v: not subtask 2 of every operator", onC)
+		}
+	}
+	fc.waitCheckpoint("a", 0)
+	if b.damaged.Load() == 0 {
+		t.Fatal("b stored no copy of c's state files: nothing damaged")
+	}
+	badBefore := b.c.rep.bad.Load()
+	fc.kill("c")
+	a.c.live.follow(fc.declareDead("c"), a.c.executions)
+
+	after, epoch1 := fc.startedPlacement("a", epoch0)
+	var toB []actors.TaskKey
+	for _, k := range onC {
+		if after[k] == "b" {
+			toB = append(toB, k)
+		}
+	}
+	restores := fc.job("a").run.Restores()
+	if len(restores) == 0 || restores[len(restores)-1] == 0 {
+		t.Fatalf("restored %v, want a checkpoint", restores)
+	}
+	restored := restores[len(restores)-1]
+	files := stateFiles(a.metadata(t, restored), toB)
+	if len(files) == 0 {
+		t.Fatalf("none of c's subtasks moved to b (%v) has state: the damaged copies were never read", toB)
+	}
+	for f, h := range files {
+		if b.holds(t, restored, h) {
+			t.Fatalf("b's copy of %s of checkpoint %d is intact: the damage was not done", f, restored)
+		}
+		if from := b.c.rep.readFromNode(restored, f); from != "a" {
+			t.Fatalf("b restored c's %s of checkpoint %d from %q, want a (its own copy is damaged)", f, restored, from)
+		}
+		if !fc.logs.logged("damaged copy of a state file", "node=b", "file="+f, fmt.Sprintf("checkpoint_id=%d", restored)) {
+			t.Fatalf("b did not log its copy of %s of checkpoint %d as damaged", f, restored)
+		}
+	}
+	if bad := b.c.rep.bad.Load() - badBefore; bad < int64(len(files)) {
+		t.Fatalf("%d damaged copies counted on b, want at least %d", bad, len(files))
+	}
+	t.Logf("epoch %d: b found its %d copies of c's files of checkpoint %d damaged and copied them from a", epoch1, len(files), restored)
+	fc.finish("a")
+	fc.checkTotals()
+}
