@@ -208,9 +208,10 @@ func (t *RemoteTransport) Start() (err error) {
 		return slog.New(warnOnly{logger.Handler()}).With("component", "protoactor")
 	}))
 	win := int32(t.cfg.MaxMessageBytes)
-	// gRPC reads every message into a buffer of its own, which it hands
-	// back once protobuf has decoded the message: protobuf copies the
-	// envelopes' bytes out, so the buffers can be reused.
+	// On the client side of a connection (which receives only
+	// protoactor's connection replies) gRPC reads every message into a
+	// pooled buffer, which it takes back once protobuf has decoded the
+	// message with copies of its bytes.
 	recvPool := grpc.NewSharedBufferPool()
 	rc := remote.Configure(t.cfg.Host, t.cfg.Port,
 		remote.WithDialOptions(
@@ -222,12 +223,15 @@ func (t *RemoteTransport) Start() (err error) {
 			grpc.WithReadBufferSize(ioBufferBytes),
 			grpc.WithRecvBufferPool(recvPool),
 		),
+		// The server decodes frames as slices of the message they
+		// arrived in (see frameCodec): no receive buffer pool, every
+		// message is read into a buffer of its own.
 		remote.WithServerOptions(
 			grpc.InitialWindowSize(win),
 			grpc.InitialConnWindowSize(win),
 			grpc.WriteBufferSize(ioBufferBytes),
 			grpc.ReadBufferSize(ioBufferBytes),
-			grpc.RecvBufferPool(recvPool),
+			grpc.ForceServerCodec(frameCodec{alias: true}),
 		),
 		// Frames are encoded into pooled buffers, which the codec
 		// recycles once gRPC has copied them into its message.
