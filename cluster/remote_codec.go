@@ -16,9 +16,11 @@ import (
 // copy and an allocation. Sending, once it has copied a message batch
 // into the bytes it writes, it recycles the pooled buffers of the frames
 // in it (see lentBufs). Receiving, it decodes a message batch with each
-// envelope's bytes a slice of the received message rather than a copy
-// (the server hands it a buffer of its own per message: no receive
-// buffer pool; only with alias set, as on the server side). It encodes
+// envelope's bytes a slice of the received message rather than a copy,
+// unless the message is large and they are a small part of it (see
+// aliasShare; the server hands it a buffer of
+// its own per message: no receive buffer pool; only with alias set, as on
+// the server side). It encodes
 // and decodes exactly as gRPC's own codec, under the same name, so that
 // peers see no difference.
 type frameCodec struct {
@@ -59,6 +61,15 @@ func (c frameCodec) Unmarshal(data []byte, v any) error {
 	}
 	return protoCodec.Unmarshal(data, v)
 }
+
+// An envelope's bytes are kept as a slice of the received message when
+// they are 1/aliasShare of it or more, or the message is at most
+// aliasMaxBytes: a frame waiting to be processed keeps at most
+// max(aliasShare × its size, aliasMaxBytes) in memory.
+const (
+	aliasShare    = 4
+	aliasMaxBytes = 256 << 10
+)
 
 // decodeMessageBatch decodes a RemoteMessage that carries one message
 // batch and nothing else, in the layout protoactor writes; false for
@@ -101,7 +112,7 @@ func decodeMessageBatch(data []byte) (*remote.MessageBatch, bool) {
 				b.Senders = append(b.Senders, pid)
 			}
 		case 3:
-			e, ok := decodeEnvelope(v)
+			e, ok := decodeEnvelope(v, len(data))
 			if !ok {
 				return nil, false
 			}
@@ -113,9 +124,10 @@ func decodeMessageBatch(data []byte) (*remote.MessageBatch, bool) {
 	return b, true
 }
 
-// decodeEnvelope decodes a MessageEnvelope, its message_data a slice of
-// src.
-func decodeEnvelope(src []byte) (*remote.MessageEnvelope, bool) {
+// decodeEnvelope decodes a MessageEnvelope of a message of size bytes:
+// its message_data a slice of src when it is a quarter of the message or
+// more or the message is small (see aliasShare), else a copy.
+func decodeEnvelope(src []byte, size int) (*remote.MessageEnvelope, bool) {
 	e := &remote.MessageEnvelope{}
 	for len(src) > 0 {
 		num, typ, n := protowire.ConsumeTag(src)
@@ -151,9 +163,13 @@ func decodeEnvelope(src []byte) (*remote.MessageEnvelope, bool) {
 			}
 			src = src[m:]
 			if num == 2 {
-				e.MessageData = nil
-				if len(v) > 0 {
+				switch {
+				case len(v) == 0:
+					e.MessageData = nil
+				case len(v)*aliasShare >= size || size <= aliasMaxBytes:
 					e.MessageData = v[:len(v):len(v)]
+				default:
+					e.MessageData = append([]byte(nil), v...)
 				}
 				continue
 			}
