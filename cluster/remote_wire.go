@@ -109,7 +109,7 @@ func (m *wireFrameReflect) ProtoMethods() *protoiface.Methods    { return &wireF
 // handed over already: protoactor marshals a frame once, and a frame it
 // marshalled again (after a failed send) would carry whatever the
 // recycled buffer holds by then. Refused, the frame is lost, which the
-// channel detects as a gap.
+// channel detects: a gap, or at its tail the acknowledgement timeout.
 var errFrameHandedOver = errors.New("cluster: frame buffer already handed over")
 
 // wireFrameMethods has no Size: proto.Marshal would allocate a buffer of
