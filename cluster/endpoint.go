@@ -215,7 +215,8 @@ func (e *Endpoint) transmit(peer string, f *Frame) error {
 }
 
 // frameSender is a Transport that encodes frames itself, into the buffer
-// it sends (RemoteTransport): one copy of the frame fewer.
+// it sends (RemoteTransport): one copy of the frame fewer. SendFrame
+// keeps nothing of f once it returns: the body's buffer may be recycled.
 type frameSender interface {
 	SendFrame(to string, f *Frame) error
 }
@@ -332,7 +333,11 @@ func (c *OutChannel) run(acts []Action) error {
 		}
 		switch a := a.(type) {
 		case Transmit:
-			if err := c.ep.transmit(c.peer, &a.Frame); err != nil {
+			err := c.ep.transmit(c.peer, &a.Frame)
+			if a.Kept {
+				putBuf(a.Frame.Body)
+			}
+			if err != nil {
 				// Sent nothing: fail now rather than at the peer's gap.
 				acts := c.m.Step(Disconnected{Reason: err})
 				if len(acts) > 0 {

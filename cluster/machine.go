@@ -55,7 +55,13 @@ func (Disconnected) input() {}
 type Action interface{ action() }
 
 // Transmit sends Frame to the peer.
-type Transmit struct{ Frame Frame }
+type Transmit struct {
+	Frame Frame
+	// Kept says Frame.Body is the sender's own copy of a batch that
+	// waited for credit, which the owner recycles (putBuf) once it has
+	// transmitted the frame: the transport copies what it sends.
+	Kept bool
+}
 
 // Deliver hands Frame to the receiving task, in sequence.
 type Deliver struct{ Frame Frame }

@@ -208,9 +208,10 @@ func (t *RemoteTransport) Start() (err error) {
 		return slog.New(warnOnly{logger.Handler()}).With("component", "protoactor")
 	}))
 	win := int32(t.cfg.MaxMessageBytes)
-	// gRPC reads every message into a buffer of its own, which it hands
-	// back once protobuf has decoded the message: protobuf copies the
-	// envelopes' bytes out, so the buffers can be reused.
+	// On the client side of a connection (which receives only
+	// protoactor's connection replies) gRPC reads every message into a
+	// pooled buffer, which it takes back once protobuf has decoded the
+	// message with copies of its bytes.
 	recvPool := grpc.NewSharedBufferPool()
 	rc := remote.Configure(t.cfg.Host, t.cfg.Port,
 		remote.WithDialOptions(
@@ -222,13 +223,19 @@ func (t *RemoteTransport) Start() (err error) {
 			grpc.WithReadBufferSize(ioBufferBytes),
 			grpc.WithRecvBufferPool(recvPool),
 		),
+		// The server decodes frames as slices of the message they
+		// arrived in (see frameCodec): no receive buffer pool, every
+		// message is read into a buffer of its own.
 		remote.WithServerOptions(
 			grpc.InitialWindowSize(win),
 			grpc.InitialConnWindowSize(win),
 			grpc.WriteBufferSize(ioBufferBytes),
 			grpc.ReadBufferSize(ioBufferBytes),
-			grpc.RecvBufferPool(recvPool),
+			grpc.ForceServerCodec(frameCodec{alias: true}),
 		),
+		// Frames are encoded into pooled buffers, which the codec
+		// recycles once gRPC has copied them into its message.
+		remote.WithCallOptions(grpc.ForceCodec(frameCodec{})),
 		remote.WithEndpointWriterBatchSize(t.cfg.WriterBatchSize()),
 		remote.WithEndpointWriterQueueSize(t.cfg.WriterQueueSize),
 		remote.WithEndpointManagerQueueSize(t.cfg.WriterQueueSize),
@@ -293,28 +300,58 @@ func (t *RemoteTransport) Send(to string, frame []byte) error {
 
 // SendFrame encodes f and queues it for the node at address to, as Send
 // does with its encoding: the frame is encoded once, into the buffer
-// protoactor sends (see wireFrame).
+// protoactor sends (see wireFrame). A frame to a peer is encoded into a
+// pooled buffer, recycled once gRPC has copied it (see frameCodec).
 func (t *RemoteTransport) SendFrame(to string, f *Frame) error {
-	if n := f.EncodedSize(); n > t.cfg.MaxFrameBytes {
+	n := f.EncodedSize()
+	if n > t.cfg.MaxFrameBytes {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, t.cfg.MaxFrameBytes)
 	}
-	w, err := appendWireFrame(make([]byte, 0, wireFrameOverhead+f.EncodedSize()), f)
+	pid, root, self, err := t.target(to)
 	if err != nil {
 		return err
 	}
-	return t.send(to, w)
+	size := wireFrameOverhead + n
+	pooled := !self && size >= minPooled
+	var buf []byte
+	if pooled {
+		buf = getBuf(size)
+	} else {
+		buf = make([]byte, 0, size)
+	}
+	w, err := appendWireFrame(buf, f)
+	if err != nil {
+		if pooled {
+			putBuf(buf)
+		}
+		return err
+	}
+	w.pooled = pooled
+	root.Send(pid, w)
+	return nil
 }
 
 // wireFrameOverhead bounds what a wireFrame's encoding adds to its frame.
 const wireFrameOverhead = 1 + binary.MaxVarintLen64
 
 func (t *RemoteTransport) send(to string, w *wireFrame) error {
-	t.mu.Lock()
-	if t.system == nil || t.stopped {
-		t.mu.Unlock()
-		return ErrTransportClosed
+	pid, root, _, err := t.target(to)
+	if err != nil {
+		return err
 	}
-	pid := t.pids[to]
+	root.Send(pid, w)
+	return nil
+}
+
+// target returns the process frames for the node at address to go to,
+// the root context to send them with, and whether to is this node.
+func (t *RemoteTransport) target(to string) (pid *actor.PID, root *actor.RootContext, self bool, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.system == nil || t.stopped {
+		return nil, nil, false, ErrTransportClosed
+	}
+	pid = t.pids[to]
 	if pid == nil {
 		pid = actor.NewPID(to, frameActorName)
 		if to == t.system.Address() {
@@ -322,10 +359,7 @@ func (t *RemoteTransport) send(to string, w *wireFrame) error {
 		}
 		t.pids[to] = pid
 	}
-	root := t.system.Root
-	t.mu.Unlock()
-	root.Send(pid, w)
-	return nil
+	return pid, t.system.Root, pid == t.self, nil
 }
 
 // Stop stops the transport. With graceful false it drops its connections at

@@ -41,6 +41,10 @@ type wireFrame struct {
 	frame []byte
 	// r is the frame's reflective view, set up once.
 	r wireFrameReflect
+	// pooled says enc is a pooled buffer: Marshal hands it over once, to
+	// be recycled by the transport's codec (see lentBufs), and refuses a
+	// second time, when the buffer may hold another frame already.
+	pooled, handedOver bool
 }
 
 // newWireFrameOf returns a wireFrame of enc and frame.
@@ -101,11 +105,31 @@ func (m *wireFrameReflect) New() protoreflect.Message            { return newWir
 func (m *wireFrameReflect) IsValid() bool                        { return m.w != nil }
 func (m *wireFrameReflect) ProtoMethods() *protoiface.Methods    { return &wireFrameMethods }
 
+// errFrameHandedOver refuses to marshal a frame whose pooled buffer was
+// handed over already: protoactor marshals a frame once, and a frame it
+// marshalled again (after a failed send) would carry whatever the
+// recycled buffer holds by then. Refused, the frame is lost, which the
+// channel detects: a gap, or at its tail the acknowledgement timeout.
+var errFrameHandedOver = errors.New("cluster: frame buffer already handed over")
+
 // wireFrameMethods has no Size: proto.Marshal would allocate a buffer of
 // that size for Marshal to fill, the copy wireFrame avoids.
 var wireFrameMethods = protoiface.Methods{
 	Marshal: func(in protoiface.MarshalInput) (protoiface.MarshalOutput, error) {
 		w := in.Message.(*wireFrameReflect).w
+		if w.pooled {
+			if w.handedOver {
+				return protoiface.MarshalOutput{}, errFrameHandedOver
+			}
+			w.handedOver = true
+			if len(in.Buf) == 0 {
+				lent.lend(w.enc)
+				return protoiface.MarshalOutput{Buf: w.enc}, nil
+			}
+			out := append(in.Buf, w.enc...)
+			putBuf(w.enc)
+			return protoiface.MarshalOutput{Buf: out}, nil
+		}
 		if len(in.Buf) == 0 {
 			return protoiface.MarshalOutput{Buf: w.enc}, nil
 		}

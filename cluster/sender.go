@@ -163,7 +163,7 @@ func (s *Sender) keep(body []byte, mergeable bool) []byte {
 	if mergeable {
 		n = max(n, s.cfg.mergeBytes())
 	}
-	return append(make([]byte, 0, n), body...)
+	return append(getBuf(n), body...)
 }
 
 // saturated reports whether half the channel's credits or more are in
@@ -176,7 +176,7 @@ func (s *Sender) saturated() bool {
 	return len(s.inflight) >= max(1, s.cfg.Credits/2)
 }
 
-func (s *Sender) transmit(f Frame) Action {
+func (s *Sender) transmit(f Frame) Transmit {
 	if s.tx == s.received {
 		// Nothing was outstanding: the wait for this frame starts now.
 		s.progressAt = s.now
@@ -229,7 +229,9 @@ func (s *Sender) ack(f Frame) []Action {
 		}
 		s.pending[0] = Frame{}
 		s.pending = s.pending[1:]
-		acts = append(acts, s.transmit(p))
+		t := s.transmit(p)
+		t.Kept = p.Body != nil
+		acts = append(acts, t)
 	}
 	if len(s.pending) == 0 {
 		s.pending, s.merging = nil, false

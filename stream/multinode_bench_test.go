@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,6 +33,13 @@ func cpuTime(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// allocated returns the bytes the process allocated so far.
+func allocated() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.TotalAlloc
 }
 
 // placeByChain puts every subtask of the plan's chains on the node that
@@ -71,7 +79,9 @@ func keyByEdgeJob(name string, opts ...stream.Option) *stream.Environment {
 // sent between the nodes per record, and tcp-bytes/record what the nodes
 // wrote on their connections (frames, acknowledgements and control
 // messages with protoactor's and gRPC's framing: everything above TCP);
-// records/batch is the mean batch crossing. EDGED_BENCH_TRANSPORT=memory
+// records/batch is the mean batch crossing; alloc-bytes/record is what the
+// process allocated per record in the serialized and the remote runs
+// (steadier still: no other process changes it). EDGED_BENCH_TRANSPORT=memory
 // runs the two nodes over the in-memory transport instead.
 func BenchmarkRemoteKeyByEdge(b *testing.B) {
 	c := remoteCluster(b, 2)
@@ -87,6 +97,7 @@ func BenchmarkRemoteKeyByEdge(b *testing.B) {
 		return keyByEdgeJob(fmt.Sprintf("edge-%d", runs), opts...)
 	}
 	var local, ser, remote, localCPU, serCPU, remoteCPU time.Duration
+	var serAlloc, remoteAlloc uint64
 	before, tcpBefore := c.sent(), c.wire()
 	for b.Loop() {
 		env := job()
@@ -96,17 +107,19 @@ func BenchmarkRemoteKeyByEdge(b *testing.B) {
 		localCPU += cpuTime(b) - cpu
 
 		env = job(stream.WithSerializedKeyBy(true))
-		start, cpu = time.Now(), cpuTime(b)
+		start, cpu, alloc := time.Now(), cpuTime(b), allocated()
 		runBench(b, env)
 		ser += time.Since(start)
 		serCPU += cpuTime(b) - cpu
+		serAlloc += allocated() - alloc
 
 		env = job(stream.WithCluster(c.Cluster))
 		placeByChain(b, c, env, func(chain int) int { return chain })
-		start, cpu = time.Now(), cpuTime(b)
+		start, cpu, alloc = time.Now(), cpuTime(b), allocated()
 		runBench(b, env)
 		remote += time.Since(start)
 		remoteCPU += cpuTime(b) - cpu
+		remoteAlloc += allocated() - alloc
 	}
 	n := float64(b.N) * benchRecords
 	b.ReportMetric(n/local.Seconds(), "local-records/s")
@@ -118,6 +131,8 @@ func BenchmarkRemoteKeyByEdge(b *testing.B) {
 	b.ReportMetric(float64(remoteCPU.Nanoseconds())/n, "remote-cpu-ns/record")
 	b.ReportMetric(float64(remoteCPU)/float64(localCPU), "remote-cpu/local-cpu")
 	b.ReportMetric(float64(remoteCPU)/float64(serCPU), "remote-cpu/serialized-cpu")
+	b.ReportMetric(float64(serAlloc)/n, "local-serialized-alloc-bytes/record")
+	b.ReportMetric(float64(remoteAlloc)/n, "remote-alloc-bytes/record")
 	sent := c.sent()
 	b.ReportMetric(float64(sent.Bytes-before.Bytes)/n, "wire-bytes/record")
 	b.ReportMetric(n/float64(sent.Batches-before.Batches), "records/batch")

@@ -1,0 +1,192 @@
+package cluster
+
+import (
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// frameCodec is the gRPC codec of a RemoteTransport's connections:
+// gRPC's protobuf codec, with two differences that spare every frame a
+// copy and an allocation. Sending, once it has copied a message batch
+// into the bytes it writes, it recycles the pooled buffers of the frames
+// in it (see lentBufs). Receiving, it decodes a message batch with each
+// envelope's bytes a slice of the received message rather than a copy,
+// unless the message is large and they are a small part of it (see
+// aliasShare; the server hands it a buffer of
+// its own per message: no receive buffer pool; only with alias set, as on
+// the server side). It encodes
+// and decodes exactly as gRPC's own codec, under the same name, so that
+// peers see no difference.
+type frameCodec struct {
+	// alias lets Unmarshal keep slices of the buffer it decodes: set
+	// where gRPC reads every message into a buffer of its own.
+	alias bool
+}
+
+// Name returns "proto", the name of gRPC's protobuf codec.
+func (frameCodec) Name() string { return "proto" }
+
+// Marshal encodes v and recycles the frame buffers of a message batch.
+func (frameCodec) Marshal(v any) ([]byte, error) {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("remote transport: marshal %T, not a protobuf message", v)
+	}
+	b, err := proto.Marshal(m)
+	if rm, ok := v.(*remote.RemoteMessage); ok {
+		// Copied into b, or never to be sent: protoactor drops the
+		// envelopes once the batch is sent or the stream failed.
+		for _, e := range rm.GetMessageBatch().GetEnvelopes() {
+			lent.release(e.MessageData)
+		}
+	}
+	return b, err
+}
+
+// Unmarshal decodes data into v, as gRPC's codec does; with alias set,
+// the envelopes of a message batch keep slices of data.
+func (c frameCodec) Unmarshal(data []byte, v any) error {
+	if m, ok := v.(*remote.RemoteMessage); ok && c.alias {
+		if b, ok := decodeMessageBatch(data); ok {
+			proto.Reset(m)
+			m.MessageType = &remote.RemoteMessage_MessageBatch{MessageBatch: b}
+			return nil
+		}
+	}
+	return protoCodec.Unmarshal(data, v)
+}
+
+// An envelope's bytes are kept as a slice of the received message when
+// they are 1/aliasShare of it or more, or the message is at most
+// aliasMaxBytes: a frame waiting to be processed keeps at most
+// max(aliasShare × its size, aliasMaxBytes) in memory.
+const (
+	aliasShare    = 4
+	aliasMaxBytes = 256 << 10
+)
+
+// decodeMessageBatch decodes a RemoteMessage that carries one message
+// batch and nothing else, in the layout protoactor writes; false for
+// anything else (another message, a field it does not know, bad input),
+// which gRPC's codec then decodes, or refuses.
+func decodeMessageBatch(data []byte) (*remote.MessageBatch, bool) {
+	num, typ, n := protowire.ConsumeTag(data)
+	if n < 0 || num != 1 || typ != protowire.BytesType {
+		return nil, false
+	}
+	src, m := protowire.ConsumeBytes(data[n:])
+	if m < 0 || n+m != len(data) {
+		return nil, false
+	}
+	b := &remote.MessageBatch{}
+	for len(src) > 0 {
+		num, typ, n := protowire.ConsumeTag(src)
+		if n < 0 || typ != protowire.BytesType {
+			return nil, false
+		}
+		v, m := protowire.ConsumeBytes(src[n:])
+		if m < 0 {
+			return nil, false
+		}
+		src = src[n+m:]
+		switch num {
+		case 1:
+			if !utf8.Valid(v) {
+				return nil, false
+			}
+			b.TypeNames = append(b.TypeNames, string(v))
+		case 2, 4:
+			pid := &actor.PID{}
+			if err := proto.Unmarshal(v, pid); err != nil {
+				return nil, false
+			}
+			if num == 2 {
+				b.Targets = append(b.Targets, pid)
+			} else {
+				b.Senders = append(b.Senders, pid)
+			}
+		case 3:
+			e, ok := decodeEnvelope(v, len(data))
+			if !ok {
+				return nil, false
+			}
+			b.Envelopes = append(b.Envelopes, e)
+		default:
+			return nil, false
+		}
+	}
+	return b, true
+}
+
+// decodeEnvelope decodes a MessageEnvelope of a message of size bytes:
+// its message_data a slice of src when it is a quarter of the message or
+// more or the message is small (see aliasShare), else a copy.
+func decodeEnvelope(src []byte, size int) (*remote.MessageEnvelope, bool) {
+	e := &remote.MessageEnvelope{}
+	for len(src) > 0 {
+		num, typ, n := protowire.ConsumeTag(src)
+		if n < 0 {
+			return nil, false
+		}
+		src = src[n:]
+		switch {
+		case typ == protowire.VarintType && num != 2 && num != 6 && num >= 1 && num <= 8:
+			v, m := protowire.ConsumeVarint(src)
+			if m < 0 {
+				return nil, false
+			}
+			src = src[m:]
+			switch num {
+			case 1:
+				e.TypeId = int32(v)
+			case 3:
+				e.Target = int32(v)
+			case 4:
+				e.Sender = int32(v)
+			case 5:
+				e.SerializerId = int32(v)
+			case 7:
+				e.TargetRequestId = uint32(v)
+			case 8:
+				e.SenderRequestId = uint32(v)
+			}
+		case typ == protowire.BytesType && (num == 2 || num == 6):
+			v, m := protowire.ConsumeBytes(src)
+			if m < 0 {
+				return nil, false
+			}
+			src = src[m:]
+			if num == 2 {
+				switch {
+				case len(v) == 0:
+					e.MessageData = nil
+				case len(v)*aliasShare >= size || size <= aliasMaxBytes:
+					e.MessageData = v[:len(v):len(v)]
+				default:
+					e.MessageData = append([]byte(nil), v...)
+				}
+				continue
+			}
+			if e.MessageHeader == nil {
+				e.MessageHeader = &remote.MessageHeader{}
+			}
+			if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(v, e.MessageHeader); err != nil {
+				return nil, false
+			}
+		default:
+			return nil, false
+		}
+	}
+	return e, true
+}
+
+// protoCodec is gRPC's protobuf codec.
+var protoCodec = encoding.GetCodec("proto")
+
+var _ encoding.Codec = frameCodec{}
