@@ -2,9 +2,9 @@ package daemon
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -210,6 +210,34 @@ func (m *hoFiles) Fetch(_ context.Context, _, _ string, epoch uint64, id snapsho
 	return nil
 }
 
+// logBuffer keeps what a test's nodes log, shown when the test fails.
+type logBuffer struct {
+	mu  sync.Mutex // guards buf
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// testLog returns a logger whose lines the test logs if it fails (the
+// last 300 of them).
+func testLog(t *testing.T) *slog.Logger {
+	lb := &logBuffer{}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		lb.mu.Lock()
+		defer lb.mu.Unlock()
+		lines := strings.Split(lb.buf.String(), "\n")
+		t.Logf("the nodes' log (last lines):\n%s", strings.Join(lines[max(0, len(lines)-300):], "\n"))
+	})
+	return slog.New(slog.NewTextHandler(lb, nil))
+}
+
 // hoCluster is a job running on the three in-process nodes, driven by
 // the job masters' clusterNode.
 type hoCluster struct {
@@ -240,7 +268,7 @@ type hoOptions struct {
 // rebalances from a rebalancer on a fake clock that the test steps.
 func startHoCluster(t *testing.T, shape *hoShape, o hoOptions) *hoCluster {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := testLog(t)
 	cfg := &pipeline.ClusterConfig{Node: "a", Listen: "127.0.0.1:1", Peers: []pipeline.PeerConfig{{ID: "b"}, {ID: "c"}}}
 	gate, err := cluster.NewRebalanceGate(cluster.DefaultGateConfig())
 	if err != nil {
@@ -277,7 +305,8 @@ func startHoCluster(t *testing.T, shape *hoShape, o hoOptions) *hoCluster {
 		cp.Interval = o.interval
 	}
 	ac := &actors.Cluster{EpochBase: 100, ControlTimeout: 3 * time.Second}
-	opts := []stream.Option{stream.WithCheckpointing(cp), stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 5}), stream.WithCluster(ac)}
+	opts := []stream.Option{stream.WithCheckpointing(cp), stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 5}), stream.WithCluster(ac),
+		stream.WithLogger(log)}
 	for i, id := range cfg.Nodes()[1:] {
 		f := &hoFiles{node: id}
 		h.files[id] = f
@@ -509,7 +538,8 @@ func TestRebalanceByHandoverJoin(t *testing.T) {
 // checkpoint or savepoint (the handover's) on the placement the live
 // nodes give, as a redeployment places it, never half moved, and the
 // output is exact.
-func testHandoverFallsBack(t *testing.T, fired *atomic.Bool, o hoOptions, setup func(*hoCluster)) {
+// failed names the step that failed, as the error says it.
+func testHandoverFallsBack(t *testing.T, fired *atomic.Bool, failed string, o hoOptions, setup func(*hoCluster)) {
 	testutil.Burn(t, 1)
 	want := hoReference(t, hoN, hoKeys)
 	h := startHoCluster(t, newHoShape(hoN, hoKeys, hoRate, t.TempDir()), o)
@@ -521,8 +551,8 @@ func testHandoverFallsBack(t *testing.T, fired *atomic.Bool, o hoOptions, setup 
 	h.settle()
 	h.open(t)
 	err := <-done
-	if err == nil || !strings.Contains(err.Error(), "handover of job") {
-		t.Fatalf("undrain: %v, want the handover's failure", err)
+	if err == nil || !strings.Contains(err.Error(), "handover of job") || !strings.Contains(err.Error(), failed) {
+		t.Fatalf("undrain: %v, want the handover's failure at %q", err, failed)
 	}
 	if !fired.Load() {
 		t.Fatal("the failure under test was not injected")
@@ -579,7 +609,7 @@ func testHandoverFallsBack(t *testing.T, fired *atomic.Bool, o hoOptions, setup 
 // hear nothing more from it.
 func TestRebalanceByHandoverOldOwnerFails(t *testing.T) {
 	var fired atomic.Bool
-	testHandoverFallsBack(t, &fired, hoOptions{hook: func(h *hoCluster) func(actors.HandoverStep, string) error {
+	testHandoverFallsBack(t, &fired, `retire count-sum[2] on node "b"`, hoOptions{hook: func(h *hoCluster) func(actors.HandoverStep, string) error {
 		return func(step actors.HandoverStep, node string) error {
 			if step == actors.HandoverRetire && node == h.from && fired.CompareAndSwap(false, true) {
 				h.workers[node].Evict()
@@ -598,7 +628,7 @@ func TestRebalanceByHandoverOldOwnerFails(t *testing.T) {
 // already) and stops every task it hosts.
 func TestRebalanceByHandoverNewOwnerFailsMidRestore(t *testing.T) {
 	var fired, restoring atomic.Bool
-	testHandoverFallsBack(t, &fired, hoOptions{hook: func(h *hoCluster) func(actors.HandoverStep, string) error {
+	testHandoverFallsBack(t, &fired, `restore count-sum[2] on node "c"`, hoOptions{hook: func(h *hoCluster) func(actors.HandoverStep, string) error {
 		return func(step actors.HandoverStep, node string) error {
 			if step == actors.HandoverRestore && node == "c" {
 				restoring.Store(true)
@@ -621,7 +651,7 @@ func TestRebalanceByHandoverNewOwnerFailsMidRestore(t *testing.T) {
 // moment the job is closest to half moved. It restarts whole.
 func TestRebalanceByHandoverJobFailsAfterBarrier(t *testing.T) {
 	var fired atomic.Bool
-	testHandoverFallsBack(t, &fired, hoOptions{hook: func(h *hoCluster) func(actors.HandoverStep, string) error {
+	testHandoverFallsBack(t, &fired, "failed re-pointing its channels", hoOptions{hook: func(h *hoCluster) func(actors.HandoverStep, string) error {
 		return func(step actors.HandoverStep, node string) error {
 			if step == actors.HandoverRepoint && fired.CompareAndSwap(false, true) {
 				return fmt.Errorf("node %s failed re-pointing its channels", node)
