@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -318,6 +319,56 @@ func startRebalWorker(b *testing.B, id string) *rebalWorker {
 	return nil
 }
 
+// stepLog keeps the durations the job master logs for the steps of its
+// handovers (the "took", "prepare" and "repoint" of its "handover: ..."
+// lines), by step, until taken. A slog.Handler; the handlers derived
+// from it share its steps.
+type stepLog struct {
+	mu    *sync.Mutex // guards steps
+	steps map[string]time.Duration
+}
+
+func newStepLog() *stepLog {
+	return &stepLog{mu: &sync.Mutex{}, steps: map[string]time.Duration{}}
+}
+
+func (l *stepLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *stepLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *stepLog) WithGroup(string) slog.Handler            { return l }
+
+func (l *stepLog) Handle(_ context.Context, r slog.Record) error {
+	step, ok := map[string]string{
+		"handover: savepoint triggered":               "prepare",
+		"handover: subtask retired":                   "retire",
+		"handover: channels from the new node opened": "open",
+		"handover: subtask restored":                  "restore",
+		"handover: subtask moved":                     "repoint",
+	}[r.Message]
+	if !ok {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "took" || a.Key == "prepare" || a.Key == "repoint" {
+			if d, ok := a.Value.Any().(time.Duration); ok {
+				l.mu.Lock()
+				l.steps[step] = d
+				l.mu.Unlock()
+			}
+		}
+		return true
+	})
+	return nil
+}
+
+// take returns the steps logged since the last take.
+func (l *stepLog) take() map[string]time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.steps
+	l.steps = map[string]time.Duration{}
+	return out
+}
+
 // multiRun is the job of BenchmarkRebalancePauseProcesses and what
 // measures it: the master's meter and the worker processes'.
 type multiRun struct {
@@ -439,6 +490,12 @@ func (mr *multiRun) measure(b *testing.B, f func()) multiWindow {
 //   - restart-pause-ms, restart-min-pause-ms; restart/moved;
 //   - savepoint-MB, move-savepoint-ms: the move's savepoint's size and
 //     duration (the moved subtask waits for it to complete);
+//   - move-prepare-ms, move-retire-ms, move-open-ms, move-restore-ms,
+//     move-repoint-ms: the handover's steps as the job master logs them
+//     (every node told of the handover and its savepoint triggered; the
+//     old node retiring the subtask; the channels from the new node
+//     opened; the new node fetching and restoring the subtask's state;
+//     its inputs re-pointed);
 //   - move-window-cpu-s, restart-window-cpu-s: the CPU time of the three
 //     processes over each measured window (the action, until every
 //     subtask processes again, and one more second).
@@ -514,6 +571,7 @@ func BenchmarkRebalancePauseProcesses(b *testing.B) {
 	runCtx, cancelRun := context.WithCancel(context.Background())
 	defer cancelRun()
 	var epochs uint64
+	steps := newStepLog()
 	start := func(savepoint string) *stream.Job {
 		epochs++
 		c := &actors.Cluster{
@@ -538,7 +596,7 @@ func BenchmarkRebalancePauseProcesses(b *testing.B) {
 		cp := snapshot.DefaultConfig()
 		cp.Dir = b.TempDir()
 		cp.Interval = time.Hour
-		opts := []stream.Option{stream.WithCheckpointing(cp), stream.WithCluster(c)}
+		opts := []stream.Option{stream.WithCheckpointing(cp), stream.WithCluster(c), stream.WithLogger(slog.New(steps))}
 		if savepoint != "" {
 			opts = append(opts, stream.WithSavepoint(savepoint, false))
 		}
@@ -590,6 +648,7 @@ func BenchmarkRebalancePauseProcesses(b *testing.B) {
 	testutil.Eventually(b, 3*time.Minute, "every key folded in twice", func() bool { return folded() >= 2*rebalKeys })
 
 	var idle, moved, movedAPI, others, moveWorst, restart, restartMin, restartWorst, spMB, spMS, moveCPU, restartCPU []float64
+	stepMS := map[string][]float64{}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	ctx := context.Background()
 	for b.Loop() {
@@ -602,6 +661,7 @@ func BenchmarkRebalancePauseProcesses(b *testing.B) {
 			b.Fatalf("%s[0] runs on %q, want node-1", rebalUID, from)
 		}
 		var res actors.MoveResult
+		steps.take()
 		c0 := cpu()
 		mw := mr.measure(b, func() {
 			var err error
@@ -626,6 +686,10 @@ func BenchmarkRebalancePauseProcesses(b *testing.B) {
 			if s.Checkpoint == res.Savepoint {
 				spMS = append(spMS, ms(s.Duration))
 			}
+		}
+		took := steps.take()
+		for step, d := range took {
+			stepMS[step] = append(stepMS[step], ms(d))
 		}
 
 		c0 = cpu()
@@ -657,6 +721,7 @@ func BenchmarkRebalancePauseProcesses(b *testing.B) {
 		restart = append(restart, ms(slices.Max(w.gaps[:])))
 		restartMin = append(restartMin, ms(slices.Min(w.gaps[:])))
 		restartWorst = append(restartWorst, w.worst/w.steady)
+		b.Logf("move node-1->node-2: savepoint %v, steps %v", time.Duration(spMS[len(spMS)-1]*float64(time.Millisecond)), took)
 		b.Logf("move node-1->node-2: moved %v (reported %v), others %v, worst second %.0f of %.0f rec/s; savepoint %.1f MB; restart: pause %v..%v, worst second %.0f of %.0f rec/s",
 			mw.gaps[0], res.Moved[0].Pause, slices.Max(mw.gaps[1:]), mw.worst, mw.steady, spMB[len(spMB)-1],
 			slices.Min(w.gaps[:]), slices.Max(w.gaps[:]), w.worst, w.steady)
@@ -681,6 +746,9 @@ func BenchmarkRebalancePauseProcesses(b *testing.B) {
 	b.ReportMetric(med(spMB), "savepoint-MB")
 	if len(spMS) > 0 {
 		b.ReportMetric(med(spMS), "move-savepoint-ms")
+	}
+	for step, xs := range stepMS {
+		b.ReportMetric(med(xs), "move-"+step+"-ms")
 	}
 	b.ReportMetric(med(moveCPU), "move-window-cpu-s")
 	b.ReportMetric(med(restartCPU), "restart-window-cpu-s")
