@@ -187,8 +187,8 @@ func doHTTP(req *http.Request, read func(io.Reader) error) error {
 // transport and HTTP addresses and serves /peer (a node's transport
 // address), /master (the master's HTTP address), /deploy (a
 // Worker.Deploy), /arm, /latest and /report (its procMeter), /total (the
-// records it folded in) and /cpu; it stops when its standard input
-// closes.
+// records it folded in), /cpu and /steps (its handover steps' durations,
+// as it logs them); it stops when its standard input closes.
 func TestRebalanceWorkerProcess(t *testing.T) {
 	id := os.Getenv(rebalWorkerEnv)
 	if id == "" {
@@ -206,7 +206,8 @@ func TestRebalanceWorkerProcess(t *testing.T) {
 	defer nw.Stop()
 	var total atomic.Int64
 	files := &httpFiles{}
-	w := actors.NewWorker(actors.WorkerConfig{Node: id, Network: nw, Dir: t.TempDir(), Files: files,
+	steps := newStepLog()
+	w := actors.NewWorker(actors.WorkerConfig{Node: id, Network: nw, Dir: t.TempDir(), Files: files, Logger: slog.New(steps),
 		Jobs: func(string) (*actors.Job, actors.Config, error) {
 			env := rebalJob(&total)
 			j, err := env.Graph()
@@ -246,6 +247,7 @@ func TestRebalanceWorkerProcess(t *testing.T) {
 	})
 	mux.HandleFunc("GET /total", func(rw http.ResponseWriter, r *http.Request) { reply(rw, total.Load()) })
 	mux.HandleFunc("GET /cpu", func(rw http.ResponseWriter, r *http.Request) { reply(rw, processCPU()) })
+	mux.HandleFunc("GET /steps", func(rw http.ResponseWriter, r *http.Request) { reply(rw, steps.take()) })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -343,6 +345,7 @@ func (l *stepLog) Handle(_ context.Context, r slog.Record) error {
 		"handover: channels from the new node opened": "open",
 		"handover: subtask restored":                  "restore",
 		"handover: subtask moved":                     "repoint",
+		"handover: state files fetched":               "fetch",
 	}[r.Message]
 	if !ok {
 		return nil
@@ -494,8 +497,10 @@ func (mr *multiRun) measure(b *testing.B, f func()) multiWindow {
 //     move-repoint-ms: the handover's steps as the job master logs them
 //     (every node told of the handover and its savepoint triggered; the
 //     old node retiring the subtask; the channels from the new node
-//     opened; the new node fetching and restoring the subtask's state;
-//     its inputs re-pointed);
+//     opened; the new node fetching and restoring the subtask's state,
+//     of which move-fetch-ms, as the new node logs it, is the fetch of
+//     its state files from the job master's process; its inputs
+//     re-pointed);
 //   - move-window-cpu-s, restart-window-cpu-s: the CPU time of the three
 //     processes over each measured window (the action, until every
 //     subtask processes again, and one more second).
@@ -662,6 +667,9 @@ func BenchmarkRebalancePauseProcesses(b *testing.B) {
 		}
 		var res actors.MoveResult
 		steps.take()
+		for _, w := range ws {
+			w.must(b, http.MethodGet, "/steps", nil)
+		}
 		c0 := cpu()
 		mw := mr.measure(b, func() {
 			var err error
@@ -688,6 +696,13 @@ func BenchmarkRebalancePauseProcesses(b *testing.B) {
 			}
 		}
 		took := steps.take()
+		for _, w := range ws {
+			var st map[string]time.Duration
+			w.must(b, http.MethodGet, "/steps", &st)
+			for step, d := range st {
+				took[step] = d
+			}
+		}
 		for step, d := range took {
 			stepMS[step] = append(stepMS[step], ms(d))
 		}
