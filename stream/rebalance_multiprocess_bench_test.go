@@ -209,7 +209,7 @@ func TestRebalanceWorkerProcess(t *testing.T) {
 	steps := newStepLog()
 	w := actors.NewWorker(actors.WorkerConfig{Node: id, Network: nw, Dir: t.TempDir(), Files: files, Logger: slog.New(steps),
 		Jobs: func(string) (*actors.Job, actors.Config, error) {
-			env := rebalJob(&total)
+			env := rebalJob(&total, stream.WithLogger(slog.New(steps)))
 			j, err := env.Graph()
 			return j, env.Config(), err
 		}})
