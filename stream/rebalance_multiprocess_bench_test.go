@@ -323,7 +323,8 @@ func startRebalWorker(b *testing.B, id string) *rebalWorker {
 
 // stepLog keeps the durations the job master logs for the steps of its
 // handovers (the "took", "prepare" and "repoint" of its "handover: ..."
-// lines), by step, until taken. A slog.Handler; the handlers derived
+// lines), by step, until taken; and, as "fetched-bytes", the bytes a
+// new node logs it fetched. A slog.Handler; the handlers derived
 // from it share its steps.
 type stepLog struct {
 	mu    *sync.Mutex // guards steps
@@ -351,6 +352,12 @@ func (l *stepLog) Handle(_ context.Context, r slog.Record) error {
 		return nil
 	}
 	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "bytes" && step == "fetch" {
+			// Not a duration: the bytes fetched, kept as such.
+			l.mu.Lock()
+			l.steps["fetched-bytes"] = time.Duration(a.Value.Int64())
+			l.mu.Unlock()
+		}
 		if a.Key == "took" || a.Key == "prepare" || a.Key == "repoint" {
 			if d, ok := a.Value.Any().(time.Duration); ok {
 				l.mu.Lock()
@@ -499,8 +506,8 @@ func (mr *multiRun) measure(b *testing.B, f func()) multiWindow {
 //     old node retiring the subtask; the channels from the new node
 //     opened; the new node fetching and restoring the subtask's state,
 //     of which move-fetch-ms, as the new node logs it, is the fetch of
-//     its state files from the job master's process; its inputs
-//     re-pointed);
+//     its state files from the job master's process, and move-fetched-MB
+//     what it fetched; its inputs re-pointed);
 //   - move-window-cpu-s, restart-window-cpu-s: the CPU time of the three
 //     processes over each measured window (the action, until every
 //     subtask processes again, and one more second).
@@ -654,6 +661,7 @@ func BenchmarkRebalancePauseProcesses(b *testing.B) {
 
 	var idle, moved, movedAPI, others, moveWorst, restart, restartMin, restartWorst, spMB, spMS, moveCPU, restartCPU []float64
 	stepMS := map[string][]float64{}
+	var fetchedMB []float64
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	ctx := context.Background()
 	for b.Loop() {
@@ -702,6 +710,10 @@ func BenchmarkRebalancePauseProcesses(b *testing.B) {
 			for step, d := range st {
 				took[step] = d
 			}
+		}
+		if n, ok := took["fetched-bytes"]; ok {
+			fetchedMB = append(fetchedMB, float64(n)/1e6)
+			delete(took, "fetched-bytes")
 		}
 		for step, d := range took {
 			stepMS[step] = append(stepMS[step], ms(d))
@@ -764,6 +776,9 @@ func BenchmarkRebalancePauseProcesses(b *testing.B) {
 	}
 	for step, xs := range stepMS {
 		b.ReportMetric(med(xs), "move-"+step+"-ms")
+	}
+	if len(fetchedMB) > 0 {
+		b.ReportMetric(med(fetchedMB), "move-fetched-MB")
 	}
 	b.ReportMetric(med(moveCPU), "move-window-cpu-s")
 	b.ReportMetric(med(restartCPU), "restart-window-cpu-s")
