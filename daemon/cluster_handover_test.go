@@ -61,6 +61,46 @@ func (o *hoGate) SnapshotState(int64) ([]byte, error) {
 	return nil, nil
 }
 
+// heldGenerator is the sensor generator, holding its input at position
+// holdAt until released is closed: the input does not end before the
+// rebalance under test has run, however slowly the machine runs it. A
+// held source has nothing available; barriers still pass.
+type heldGenerator struct {
+	*operators.Generator[operators.SensorReading]
+	holdAt   int64
+	released <-chan struct{}
+	held     bool
+}
+
+func (g *heldGenerator) free() bool {
+	select {
+	case <-g.released:
+		return true
+	default:
+		return false
+	}
+}
+
+func (g *heldGenerator) Poll(out operators.Collector[operators.SensorReading], limit int) (operators.Status, error) {
+	g.held = false
+	if !g.free() {
+		left := g.holdAt - g.Position()
+		if left <= 0 {
+			g.held = true
+			return operators.NothingAvailable, nil
+		}
+		limit = int(min(int64(limit), left))
+	}
+	return g.Generator.Poll(out, limit)
+}
+
+func (g *heldGenerator) Available() <-chan struct{} {
+	if g.held {
+		return g.released
+	}
+	return g.Generator.Available()
+}
+
 // hoSum is one key's count and sum in a window.
 type hoSum struct {
 	Count int64
@@ -90,12 +130,20 @@ type hoShape struct {
 	entered chan struct{}
 	release chan struct{}
 	once    *sync.Once
+	// input is closed once the rebalance under test ran: the generator
+	// holds at three quarters of its input until then.
+	input     chan struct{}
+	inputOnce *sync.Once
 }
 
 func newHoShape(n int64, keys int, rate float64, out string) *hoShape {
 	return &hoShape{n: n, keys: keys, rate: rate, out: out, seen: &atomic.Int64{}, armed: &atomic.Bool{},
-		entered: make(chan struct{}), release: make(chan struct{}), once: &sync.Once{}}
+		entered: make(chan struct{}), release: make(chan struct{}), once: &sync.Once{},
+		input: make(chan struct{}), inputOnce: &sync.Once{}}
 }
+
+// releaseInput lets the generator read the rest of its input.
+func (s *hoShape) releaseInput() { s.inputOnce.Do(func() { close(s.input) }) }
 
 // env builds generator (1 subtask) -> timestamps -> gate (chained) -> key
 // by sensor -> 10 s tumbling count+sum (3 subtasks) -> exactly-once file
@@ -105,7 +153,8 @@ func (s *hoShape) env(opts ...stream.Option) *stream.Environment {
 	env := stream.NewEnvironment("moved", append([]stream.Option{stream.WithParallelism(3), stream.WithSerializedKeyBy(true),
 		stream.WithCredits(256)}, opts...)...)
 	src := stream.FromSource(env, "generator", func() operators.Source[operators.SensorReading] {
-		return operators.SensorGenerator(operators.GeneratorConfig{Count: s.n, Keys: s.keys, Rate: s.rate})
+		return &heldGenerator{Generator: operators.SensorGenerator(operators.GeneratorConfig{Count: s.n, Keys: s.keys, Rate: s.rate}),
+			holdAt: s.n * 3 / 4, released: s.input}
 	}).SetParallelism(1).UID("generator").
 		AssignTimestampsAndWatermarks("timestamps", watermark.ForMonotonous(func(r operators.SensorReading) int64 { return r.Timestamp * 1000 }))
 	gated := stream.Transform(src, "gate", func(out operators.Collector[operators.SensorReading]) operators.OneInput[operators.SensorReading] {
@@ -150,6 +199,7 @@ func hoCommitted(t *testing.T, dir string) []string {
 func hoReference(t *testing.T, n int64, keys int) []string {
 	t.Helper()
 	s := newHoShape(n, keys, 0, t.TempDir())
+	s.releaseInput()
 	cp := snapshot.DefaultConfig()
 	cp.Dir = t.TempDir()
 	cp.Interval = 50 * time.Millisecond
@@ -277,6 +327,7 @@ func startHoCluster(t *testing.T, shape *hoShape, o hoOptions) *hoCluster {
 	h := &hoCluster{shape: shape, workers: map[string]*actors.Worker{}, files: map[string]*hoFiles{},
 		clock: clockwork.NewFakeClockAt(time.Now())}
 	c := &clusterNode{cfg: cfg, log: log, master: true}
+	t.Cleanup(shape.releaseInput)
 	c.live = &liveView{c: c, stop: make(chan struct{}), gate: gate, joining: map[string]bool{}, drained: map[string]bool{"c": true}}
 	c.rb = c.newRebalancer()
 	c.rb.clock = h.clock
@@ -434,6 +485,7 @@ func (h *hoCluster) history() []cluster.Rebalance {
 // want.
 func (h *hoCluster) finish(t *testing.T, want []string) {
 	t.Helper()
+	h.shape.releaseInput()
 	if err := h.job.Wait(); err != nil {
 		t.Fatal(err)
 	}
