@@ -396,6 +396,7 @@ func triggerOf(s cluster.Start) cluster.Trigger {
 
 // recordRebalance adds rec to the history.
 func (c *clusterNode) recordRebalance(rec cluster.Rebalance) {
+	c.tally.add(rec)
 	v := c.live
 	v.mu.Lock()
 	defer v.mu.Unlock()

@@ -80,6 +80,8 @@ type clusterNode struct {
 	rb      *rebalancer
 	homesMu sync.Mutex // guards homes
 	homes   map[string]jobHome
+	// tally counts every rebalance recorded, for the metrics.
+	tally rebalanceTally
 }
 
 // executions returns the job masters' executions of the node.

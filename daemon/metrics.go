@@ -1,8 +1,11 @@
 package daemon
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/edgedio/edged/cluster"
 	"github.com/edgedio/edged/snapshot"
 )
 
@@ -73,7 +76,7 @@ type clusterCollector struct {
 
 	enabled, members, isLeader, leader, epoch, seesMajority, keyGroups, subtasks,
 	failovers, rebalances, handbacks, lastHandback, lastFailover, lastFailoverAt, lastRebalancePause, lastRebalanceMoved,
-	lastRebalanceBytes, lastRebalanceAt *prometheus.Desc
+	lastRebalanceBytes, lastRebalanceAt, rebalancesByMode, rebalancePause *prometheus.Desc
 }
 
 func newClusterCollector(n *node) *clusterCollector {
@@ -97,6 +100,12 @@ func newClusterCollector(n *node) *clusterCollector {
 		lastRebalanceMoved: prometheus.NewDesc("edged_cluster_last_rebalance_moved_key_groups", "Key groups that changed node in the latest rebalance.", []string{"trigger", "outcome"}, nil),
 		lastRebalanceBytes: prometheus.NewDesc("edged_cluster_last_rebalance_bytes_shipped", "State bytes shipped to new owners in the latest rebalance.", nil, nil),
 		lastRebalanceAt:    prometheus.NewDesc("edged_cluster_last_rebalance_timestamp_seconds", "When the latest rebalance started (Unix time).", nil, nil),
+		rebalancesByMode: prometheus.NewDesc("edged_cluster_rebalances_by_mode_total",
+			"Rebalances since this node started, by trigger (join, drain, manual), mode (handover: only the moved subtasks paused; redeploy: every job restarted from a savepoint; none: nothing moved) and outcome (done, refused, aborted, fell-back, failed).",
+			[]string{"trigger", "mode", "outcome"}, nil),
+		rebalancePause: prometheus.NewDesc("edged_cluster_rebalance_pause_seconds",
+			"How long each moved subtask paused, over every rebalance since this node started, by mode (handover or redeploy).",
+			[]string{"mode"}, nil),
 	}
 }
 
@@ -104,7 +113,7 @@ func newClusterCollector(n *node) *clusterCollector {
 func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.enabled, c.members, c.isLeader, c.leader, c.epoch, c.seesMajority, c.keyGroups,
 		c.subtasks, c.failovers, c.rebalances, c.handbacks, c.lastHandback, c.lastFailover, c.lastFailoverAt, c.lastRebalancePause, c.lastRebalanceMoved,
-		c.lastRebalanceBytes, c.lastRebalanceAt} {
+		c.lastRebalanceBytes, c.lastRebalanceAt, c.rebalancesByMode, c.rebalancePause} {
 		ch <- d
 	}
 }
@@ -168,4 +177,98 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.lastRebalanceBytes, float64(r.BytesShipped))
 		gauge(c.lastRebalanceAt, float64(r.At.UnixMilli())/1000)
 	}
+	if rc, ok := c.n.clusterProvider().(rebalanceCounter); ok {
+		rc.rebalances().collect(ch, c.rebalancesByMode, c.rebalancePause)
+	}
 }
+
+// rebalancePauseBuckets are the upper bounds, in seconds, of the
+// histogram of the moved subtasks' pauses: from a handover's tens of
+// milliseconds to a redeployment's seconds.
+var rebalancePauseBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// rebalanceKey labels one count of rebalanceTally.
+type rebalanceKey struct {
+	trigger, mode, outcome string
+}
+
+// pauseHist is the histogram of one mode's pauses.
+type pauseHist struct {
+	buckets []uint64 // cumulative counts, one per rebalancePauseBuckets
+	count   uint64
+	sum     float64 // seconds
+}
+
+// rebalanceTally counts the rebalances a node ran by trigger, mode and
+// outcome, and the moved subtasks' pauses by mode, for the metrics. The
+// history (cluster.Status.Rebalances) keeps only the latest ones; the
+// tally counts every one since the node started. Safe for concurrent use.
+type rebalanceTally struct {
+	mu     sync.Mutex // guards counts and pauses
+	counts map[rebalanceKey]uint64
+	pauses map[string]*pauseHist
+}
+
+// modeLabel is the mode label of r: "none" when nothing moved (refused,
+// aborted, or every job ran on the placement already).
+func modeLabel(r cluster.Rebalance) string {
+	if r.Mode == "" {
+		return "none"
+	}
+	return string(r.Mode)
+}
+
+// add counts rec, once it has its outcome, and its moved subtasks'
+// pauses.
+func (t *rebalanceTally) add(rec cluster.Rebalance) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.counts == nil {
+		t.counts, t.pauses = map[rebalanceKey]uint64{}, map[string]*pauseHist{}
+	}
+	mode := modeLabel(rec)
+	t.counts[rebalanceKey{trigger: string(rec.Trigger), mode: mode, outcome: string(rec.Outcome)}]++
+	if len(rec.PauseMS) == 0 {
+		return
+	}
+	h := t.pauses[mode]
+	if h == nil {
+		h = &pauseHist{buckets: make([]uint64, len(rebalancePauseBuckets))}
+		t.pauses[mode] = h
+	}
+	for _, ms := range rec.PauseMS {
+		s := ms / 1000
+		h.count++
+		h.sum += s
+		for i, le := range rebalancePauseBuckets {
+			if s <= le {
+				h.buckets[i]++
+			}
+		}
+	}
+}
+
+// collect sends the tally's metrics to ch.
+func (t *rebalanceTally) collect(ch chan<- prometheus.Metric, byMode, pause *prometheus.Desc) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, n := range t.counts {
+		ch <- prometheus.MustNewConstMetric(byMode, prometheus.CounterValue, float64(n), k.trigger, k.mode, k.outcome)
+	}
+	for mode, h := range t.pauses {
+		b := make(map[float64]uint64, len(rebalancePauseBuckets))
+		for i, le := range rebalancePauseBuckets {
+			b[le] = h.buckets[i]
+		}
+		ch <- prometheus.MustNewConstHistogram(pause, h.count, h.sum, b, mode)
+	}
+}
+
+// rebalanceCounter is a cluster.StatusProvider that also counts every
+// rebalance it ran (the daemon's clusterNode); the metrics export the
+// counts when the provider is one.
+type rebalanceCounter interface {
+	rebalances() *rebalanceTally
+}
+
+func (c *clusterNode) rebalances() *rebalanceTally { return &c.tally }
