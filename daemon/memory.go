@@ -17,6 +17,15 @@ const liveMetric = "/gc/heap/live:bytes"
 // memoryPoll is how often the memory governor reads the live heap.
 const memoryPoll = 250 * time.Millisecond
 
+// allocsMetric is the runtime metric of the bytes allocated on the heap
+// since the process started.
+const allocsMetric = "/gc/heap/allocs:bytes"
+
+// minReleaseBytes is how much an idle node must have allocated since it
+// last returned memory to the operating system before it does again: an
+// idle node with (almost) no garbage runs no collection for nothing.
+const minReleaseBytes = 256 << 10
+
 // limitFor is the soft memory limit the runtime gets for the configured
 // limit and the live heap: the configured limit, raised to 1.25 × live
 // when the live data outgrow 80 % of it. Below that floor the collector
@@ -35,9 +44,10 @@ func limitFor(limit, live int64) int64 {
 const noLimit = int64(^uint64(0) >> 1)
 
 // memoryGovernor applies node.memory's garbage collector settings to the
-// process while a node runs and keeps the soft limit above the live data
-// (limitFor). The settings are process-wide; restore puts back the ones
-// it found.
+// process while a node runs, keeps the soft limit above the live data
+// (limitFor) and returns an idle node's free memory to the operating
+// system (idleCheck). The settings are process-wide; restore puts back
+// the ones it found.
 type memoryGovernor struct {
 	log       *slog.Logger
 	limit     int64 // configured; noLimit when off
@@ -46,6 +56,16 @@ type memoryGovernor struct {
 	prevGC    int
 	setGC     bool
 	raised    bool // the limit is raised above the configured one
+
+	// idle is node.memory.idle_release (0: off); readAllocs returns the
+	// bytes allocated since the process started and release returns the
+	// free heap to the operating system (debug.FreeOSMemory; tests
+	// replace both).
+	idle       time.Duration
+	readAllocs func() uint64
+	release    func()
+	lastAllocs uint64 // at the previous idle check
+	released   uint64 // allocations at the last release
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -56,24 +76,33 @@ type memoryGovernor struct {
 // the function that stops it and restores the previous settings.
 func applyMemory(m pipeline.MemoryConfig, log *slog.Logger, getenv func(string) string) (restore func()) {
 	m = m.WithDefaults()
-	g := &memoryGovernor{log: log, limit: int64(m.Limit), stop: make(chan struct{})}
+	g := &memoryGovernor{log: log, limit: int64(m.Limit), stop: make(chan struct{}),
+		readAllocs: readAllocs, release: debug.FreeOSMemory}
 	if m.Limit == pipeline.ByteSizeOff {
 		g.limit = noLimit
+	}
+	if m.IdleRelease != pipeline.IntervalOff {
+		g.idle = time.Duration(m.IdleRelease)
 	}
 	g.setLimit = getenv("GOMEMLIMIT") == ""
 	g.setGC = getenv("GOGC") == ""
 	if g.setGC {
 		g.prevGC = debug.SetGCPercent(m.GCPercent)
 	}
+	follow := false // the soft limit follows the live heap
 	if g.setLimit {
 		g.prevLimit = debug.SetMemoryLimit(g.limit)
-		if g.limit != noLimit {
-			g.wg.Go(g.run)
-		}
+		follow = g.limit != noLimit
+	}
+	if follow || g.idle > 0 {
+		g.lastAllocs = g.readAllocs()
+		g.released = g.lastAllocs
+		g.wg.Go(func() { g.tick(follow) })
 	}
 	log.Info("memory settings", "limit", limitString(g.setLimit, m.Limit, "GOMEMLIMIT", getenv),
 		"gc_percent", gcString(g.setGC, m.GCPercent, getenv), "batch_size", m.BatchSize, "credits", m.Credits,
-		"mqtt_pending_bytes", m.MQTTPendingBytes.String(), "broker_session_bytes", m.BrokerSessionBytes.String())
+		"mqtt_pending_bytes", m.MQTTPendingBytes.String(), "broker_session_bytes", m.BrokerSessionBytes.String(),
+		"idle_release", m.IdleRelease.String())
 	return func() {
 		close(g.stop)
 		g.wg.Wait()
@@ -100,21 +129,54 @@ func gcString(set bool, v int, getenv func(string) string) any {
 	return v
 }
 
-// run polls the live heap and moves the soft limit by limitFor.
-func (g *memoryGovernor) run() {
-	t := time.NewTicker(memoryPoll)
-	defer t.Stop()
+// readAllocs returns the bytes allocated on the heap since the process
+// started.
+func readAllocs() uint64 {
+	s := []metrics.Sample{{Name: allocsMetric}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
+
+// tick runs the governor until stop: the soft limit follows the live heap
+// every memoryPoll when follow is set, and the idle check runs every
+// node.memory.idle_release when set.
+func (g *memoryGovernor) tick(follow bool) {
+	var poll, idle <-chan time.Time
+	if follow {
+		t := time.NewTicker(memoryPoll)
+		defer t.Stop()
+		poll = t.C
+	}
+	if g.idle > 0 {
+		t := time.NewTicker(g.idle)
+		defer t.Stop()
+		idle = t.C
+	}
+	g.run(poll, idle)
+}
+
+// run moves the soft limit by limitFor at each tick of poll, and returns
+// an idle node's free memory to the operating system at each tick of
+// idle (idleCheck), until stop.
+func (g *memoryGovernor) run(poll, idle <-chan time.Time) {
 	sample := []metrics.Sample{{Name: liveMetric}}
 	cur := g.limit
 	for {
 		select {
 		case <-g.stop:
 			return
-		case <-t.C:
+		case <-idle:
+			g.idleCheck()
+			continue
+		case <-poll:
 		}
 		metrics.Read(sample)
 		if sample[0].Value.Kind() != metrics.KindUint64 {
-			return
+			poll = nil
+			continue
 		}
 		live := int64(sample[0].Value.Uint64())
 		want := limitFor(g.limit, live)
@@ -133,4 +195,22 @@ func (g *memoryGovernor) run() {
 			g.log.Info("live data back under node.memory.limit", "limit", pipeline.ByteSize(g.limit).String(), "live_bytes", live)
 		}
 	}
+}
+
+// idleCheck returns the heap's free memory to the operating system when
+// the node allocated less than pipeline.IdleAllocBytes since the previous
+// check (it is idle) and at least minReleaseBytes since it last did (there
+// is garbage to free).
+func (g *memoryGovernor) idleCheck() {
+	allocs := g.readAllocs()
+	period := allocs - g.lastAllocs
+	g.lastAllocs = allocs
+	if period >= pipeline.IdleAllocBytes || allocs-g.released < minReleaseBytes {
+		return
+	}
+	since := allocs - g.released
+	g.release()
+	g.released = g.readAllocs()
+	g.lastAllocs = g.released
+	g.log.Debug("idle: returned free memory to the operating system", "allocated_since_last_bytes", since)
 }
