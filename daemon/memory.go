@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgedio/edged/internal/pagetrim"
 	"github.com/edgedio/edged/pipeline"
 )
 
@@ -58,14 +59,16 @@ type memoryGovernor struct {
 	raised    bool // the limit is raised above the configured one
 
 	// idle is node.memory.idle_release (0: off); readAllocs returns the
-	// bytes allocated since the process started and release returns the
-	// free heap to the operating system (debug.FreeOSMemory; tests
-	// replace both).
+	// bytes allocated since the process started, release returns the
+	// free heap to the operating system (debug.FreeOSMemory) and trim
+	// unmaps the executable's pages (trimExecutable); tests replace them.
 	idle       time.Duration
 	readAllocs func() uint64
 	release    func()
+	trim       func(when string)
 	lastAllocs uint64 // at the previous idle check
 	released   uint64 // allocations at the last release
+	busy       bool   // the node was not idle at the previous check
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -77,7 +80,8 @@ type memoryGovernor struct {
 func applyMemory(m pipeline.MemoryConfig, log *slog.Logger, getenv func(string) string) (restore func()) {
 	m = m.WithDefaults()
 	g := &memoryGovernor{log: log, limit: int64(m.Limit), stop: make(chan struct{}),
-		readAllocs: readAllocs, release: debug.FreeOSMemory}
+		readAllocs: readAllocs, release: debug.FreeOSMemory, busy: true}
+	g.trim = func(when string) { trimExecutable(log, when) }
 	if m.Limit == pipeline.ByteSizeOff {
 		g.limit = noLimit
 	}
@@ -93,6 +97,10 @@ func applyMemory(m pipeline.MemoryConfig, log *slog.Logger, getenv func(string) 
 	if g.setLimit {
 		g.prevLimit = debug.SetMemoryLimit(g.limit)
 		follow = g.limit != noLimit
+	}
+	if g.idle > 0 {
+		// What the package initialisers and the configuration touched.
+		g.trim("start")
 	}
 	if follow || g.idle > 0 {
 		g.lastAllocs = g.readAllocs()
@@ -200,12 +208,23 @@ func (g *memoryGovernor) run(poll, idle <-chan time.Time) {
 // idleCheck returns the heap's free memory to the operating system when
 // the node allocated less than pipeline.IdleAllocBytes since the previous
 // check (it is idle) and at least minReleaseBytes since it last did (there
-// is garbage to free).
+// is garbage to free). When the node has just become idle (the first
+// check after start-up or after load) it also unmaps the executable's
+// pages: what the idle node uses maps back on first touch, the code and
+// tables only start-up or the load used stay in the page cache.
 func (g *memoryGovernor) idleCheck() {
 	allocs := g.readAllocs()
 	period := allocs - g.lastAllocs
 	g.lastAllocs = allocs
-	if period >= pipeline.IdleAllocBytes || allocs-g.released < minReleaseBytes {
+	if period >= pipeline.IdleAllocBytes {
+		g.busy = true
+		return
+	}
+	if g.busy {
+		g.busy = false
+		g.trim("idle")
+	}
+	if allocs-g.released < minReleaseBytes {
 		return
 	}
 	since := allocs - g.released
@@ -213,4 +232,15 @@ func (g *memoryGovernor) idleCheck() {
 	g.released = g.readAllocs()
 	g.lastAllocs = g.released
 	g.log.Debug("idle: returned free memory to the operating system", "allocated_since_last_bytes", since)
+}
+
+// trimExecutable unmaps the executable's resident pages from the process
+// (pagetrim.Executable) and logs what it did at debug level.
+func trimExecutable(log *slog.Logger, when string) {
+	n, err := pagetrim.Executable()
+	if err != nil {
+		log.Debug("could not unmap the executable's pages", "when", when, "err", err)
+		return
+	}
+	log.Debug("unmapped the executable's pages", "when", when, "resident_bytes", n)
 }

@@ -106,29 +106,30 @@ func TestMemoryLimitFollowsLiveData(t *testing.T) {
 
 // An idle node (less than pipeline.IdleAllocBytes allocated per period)
 // returns its free memory when it allocated at least minReleaseBytes
-// since it last did; a node under load never does.
+// since it last did, and unmaps the executable's pages when it has just
+// become idle; a node under load does neither.
 func TestIdleCheck(t *testing.T) {
 	var allocs uint64 = 1 << 20
-	releases := 0
-	g := &memoryGovernor{log: slog.New(slog.DiscardHandler), idle: time.Second,
-		readAllocs: func() uint64 { return allocs }, release: func() { releases++ }}
+	releases, trims := 0, 0
+	g := &memoryGovernor{log: slog.New(slog.DiscardHandler), idle: time.Second, busy: true,
+		readAllocs: func() uint64 { return allocs }, release: func() { releases++ }, trim: func(string) { trims++ }}
 	g.lastAllocs, g.released = allocs, allocs
 	for i, step := range []struct {
-		alloc uint64
-		want  int // releases so far
+		alloc           uint64
+		releases, trims int // so far
 	}{
-		{100 << 10, 0},       // idle, little garbage: nothing to return
-		{200 << 10, 1},       // idle, 300 KiB since the start
-		{0, 1},               // idle, nothing allocated since
-		{10 << 20, 1},        // under load
-		{5 << 20, 1},         // still under load
-		{1 << 20, 2},         // idle again, 16 MiB since the last return
-		{minReleaseBytes, 3}, // idle, just enough
+		{100 << 10, 0, 1},       // idle after start-up, little garbage: nothing to return
+		{200 << 10, 1, 1},       // idle, 300 KiB since the start
+		{0, 1, 1},               // idle, nothing allocated since
+		{10 << 20, 1, 1},        // under load
+		{5 << 20, 1, 1},         // still under load
+		{1 << 20, 2, 2},         // idle again, 16 MiB since the last return
+		{minReleaseBytes, 3, 2}, // idle, just enough
 	} {
 		allocs += step.alloc
 		g.idleCheck()
-		if releases != step.want {
-			t.Fatalf("step %d (+%d bytes): %d releases, want %d", i, step.alloc, releases, step.want)
+		if releases != step.releases || trims != step.trims {
+			t.Fatalf("step %d (+%d bytes): %d releases, %d trims; want %d, %d", i, step.alloc, releases, trims, step.releases, step.trims)
 		}
 	}
 }
@@ -155,4 +156,8 @@ func TestIdleReleaseReturnsMemory(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "free memory returned by the idle check", func() bool {
 		return strings.Contains(logs.String(), "idle: returned free memory to the operating system") && released() > before
 	})
+	if l := logs.String(); !strings.Contains(l, `msg="unmapped the executable's pages" when=start`) ||
+		!strings.Contains(l, `msg="unmapped the executable's pages" when=idle`) {
+		t.Errorf("the executable's pages were not unmapped at the start and once idle:\n%s", l)
+	}
 }
