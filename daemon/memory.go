@@ -75,8 +75,10 @@ type memoryGovernor struct {
 }
 
 // applyMemory applies m (defaults filled in) unless the environment
-// (getenv: GOMEMLIMIT, GOGC) sets the same, starts the governor and returns
-// the function that stops it and restores the previous settings.
+// (getenv: GOMEMLIMIT, GOGC) sets the same, unmaps the executable's pages
+// the package initialisers and the configuration touched (with
+// idle_release), starts the governor and returns the function that stops
+// it and restores the previous settings.
 func applyMemory(m pipeline.MemoryConfig, log *slog.Logger, getenv func(string) string) (restore func()) {
 	m = m.WithDefaults()
 	g := &memoryGovernor{log: log, limit: int64(m.Limit), stop: make(chan struct{}),
