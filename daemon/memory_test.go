@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,4 +102,62 @@ func TestMemoryLimitFollowsLiveData(t *testing.T) {
 		runtime.GC()
 		return debug.SetMemoryLimit(-1) == pipeline.MinMemoryLimit
 	})
+}
+
+// An idle node (less than pipeline.IdleAllocBytes allocated per period)
+// returns its free memory when it allocated at least minReleaseBytes
+// since it last did, and unmaps the executable's pages when it has just
+// become idle; a node under load does neither.
+func TestIdleCheck(t *testing.T) {
+	var allocs uint64 = 1 << 20
+	releases, trims := 0, 0
+	g := &memoryGovernor{log: slog.New(slog.DiscardHandler), idle: time.Second, busy: true,
+		readAllocs: func() uint64 { return allocs }, release: func() { releases++ }, trim: func(string) { trims++ }}
+	g.lastAllocs, g.released = allocs, allocs
+	for i, step := range []struct {
+		alloc           uint64
+		releases, trims int // so far
+	}{
+		{100 << 10, 0, 1},       // idle after start-up, little garbage: nothing to return
+		{200 << 10, 1, 1},       // idle, 300 KiB since the start
+		{0, 1, 1},               // idle, nothing allocated since
+		{10 << 20, 1, 1},        // under load
+		{5 << 20, 1, 1},         // still under load
+		{1 << 20, 2, 2},         // idle again, 16 MiB since the last return
+		{minReleaseBytes, 3, 2}, // idle, just enough
+	} {
+		allocs += step.alloc
+		g.idleCheck()
+		if releases != step.releases || trims != step.trims {
+			t.Fatalf("step %d (+%d bytes): %d releases, %d trims; want %d, %d", i, step.alloc, releases, trims, step.releases, step.trims)
+		}
+	}
+}
+
+// With node.memory.idle_release, a node that stops allocating returns the
+// heap's free pages to the operating system.
+func TestIdleReleaseReturnsMemory(t *testing.T) {
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	released := func() uint64 {
+		s := []metrics.Sample{{Name: "/memory/classes/heap/released:bytes"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	restore := applyMemory(pipeline.MemoryConfig{IdleRelease: pipeline.Interval(20 * time.Millisecond)}, log, func(string) string { return "" })
+	defer restore()
+	garbage := make([][]byte, 0, 2048)
+	for range 2048 {
+		garbage = append(garbage, make([]byte, 4<<10))
+	}
+	before := released() // the 8 MiB of garbage-to-be are in use
+	runtime.KeepAlive(garbage)
+	garbage = nil
+	testutil.Eventually(t, 10*time.Second, "free memory returned by the idle check", func() bool {
+		return strings.Contains(logs.String(), "idle: returned free memory to the operating system") && released() > before
+	})
+	if l := logs.String(); !strings.Contains(l, `msg="unmapped the executable's pages" when=start`) ||
+		!strings.Contains(l, `msg="unmapped the executable's pages" when=idle`) {
+		t.Errorf("the executable's pages were not unmapped at the start and once idle:\n%s", l)
+	}
 }

@@ -218,3 +218,17 @@ func TestBrokerRoutes(t *testing.T) {
 		t.Fatalf("route b got %d messages, want 2", got)
 	}
 }
+
+// The embedded broker publishes its $SYS topics every sysTopicInterval
+// seconds, not every second (mochi's default): each publication stops the
+// world to read the runtime's memory statistics and makes garbage on an
+// idle node.
+func TestBrokerSysTopicInterval(t *testing.T) {
+	b, err := NewBroker(BrokerConfig{Address: "127.0.0.1:0", Filters: []string{"#"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Server().Options.SysTopicResendInterval; got != sysTopicInterval || got < 10 {
+		t.Errorf("$SYS topics every %d s, want %d s", got, sysTopicInterval)
+	}
+}

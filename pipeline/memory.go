@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Defaults of MemoryConfig (YAML node.memory).
@@ -24,6 +25,8 @@ const (
 	// DefaultBrokerSessionBytes is node.memory.broker_session_bytes by
 	// default.
 	DefaultBrokerSessionBytes = 16 << 20
+	// DefaultIdleRelease is node.memory.idle_release by default.
+	DefaultIdleRelease = Interval(5 * time.Second)
 )
 
 // Bounds of MemoryConfig.
@@ -34,6 +37,15 @@ const (
 	// MinMQTTPendingBytes is the smallest node.memory.mqtt_pending_bytes
 	// accepted.
 	MinMQTTPendingBytes = 64 << 10
+	// MinIdleRelease is the shortest node.memory.idle_release accepted.
+	MinIdleRelease = Interval(time.Second)
+	// IdleAllocBytes is how little a node may allocate per
+	// node.memory.idle_release period and still count as idle: below the
+	// Go runtime's smallest heap goal (4 MiB), so that an idle node's
+	// garbage would otherwise wait for several periods before a
+	// collection frees it, and far below what a node under load
+	// allocates (megabytes per second).
+	IdleAllocBytes = 4 << 20
 )
 
 // MemoryConfig is the YAML `node.memory` block: what bounds the memory of
@@ -43,8 +55,9 @@ const (
 //
 // The peak RSS of the node is about the memory the Go runtime manages
 // (which the limit bounds) plus the pages of the binary it has touched
-// (about 18 MB on linux/amd64). The heap holds the keyed state and the records in flight:
-// at most credits × batch_size records per channel between two tasks,
+// (about 19 MB on linux/amd64 once started; an idle node unmaps them, see
+// IdleRelease, and keeps about 11 MB). The heap holds the keyed state and
+// the records in flight: at most credits × batch_size records per channel between two tasks,
 // mqtt_pending_bytes of payloads per pipeline reading an external broker,
 // broker_session_bytes of messages queued by the embedded broker, and a
 // 64 KiB read-ahead buffer per ingest log reader. The limit makes the
@@ -96,6 +109,52 @@ type MemoryConfig struct {
 	// so they cost about twice this bound. Default 16 MiB; "off" sets no
 	// bound.
 	BrokerSessionBytes ByteSize `yaml:"broker_session_bytes"`
+	// IdleRelease is how often an idle node returns the memory its
+	// garbage took to the operating system: at the end of each such
+	// period in which the node allocated less than IdleAllocBytes, and
+	// allocated anything since the last return, it runs a garbage
+	// collection and returns every free page of the heap
+	// (runtime/debug.FreeOSMemory). Without it an idle node's heap grows
+	// with its little garbage up to the collector's smallest goal (4 MiB)
+	// and the runtime keeps the freed pages. When the node starts, and at
+	// the first such period after start-up or after load, it also unmaps
+	// the pages of its executable from the process (package
+	// initialisers, start-up and load code that an idle node does not
+	// run): they stay in the kernel's page cache, and what the node runs
+	// again maps back on first touch. A node under load allocates more
+	// than IdleAllocBytes per period and does neither. A duration (at
+	// least 1s); default 5s; "off" turns both off.
+	IdleRelease Interval `yaml:"idle_release"`
+}
+
+// Interval is a period that can be turned off. In YAML it is a duration
+// ("5s", "1m") or "off" (IntervalOff).
+type Interval time.Duration
+
+// IntervalOff is the value of "off".
+const IntervalOff Interval = -1
+
+// UnmarshalText parses a duration or "off".
+func (i *Interval) UnmarshalText(text []byte) error {
+	s := strings.TrimSpace(string(text))
+	if strings.EqualFold(s, "off") {
+		*i = IntervalOff
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return fmt.Errorf("a period is a positive duration (as 5s or 1m) or \"off\"")
+	}
+	*i = Interval(d)
+	return nil
+}
+
+// String formats i as a duration, or "off".
+func (i Interval) String() string {
+	if i == IntervalOff {
+		return "off"
+	}
+	return time.Duration(i).String()
 }
 
 // ByteSize is a number of bytes. In YAML it is an integer (bytes) or a
@@ -176,6 +235,9 @@ func (m MemoryConfig) WithDefaults() MemoryConfig {
 	if m.BrokerSessionBytes == 0 {
 		m.BrokerSessionBytes = DefaultBrokerSessionBytes
 	}
+	if m.IdleRelease == 0 {
+		m.IdleRelease = DefaultIdleRelease
+	}
 	return m
 }
 
@@ -205,5 +267,8 @@ func (m MemoryConfig) validate(p *problems) {
 	}
 	if m.BrokerSessionBytes < 0 && m.BrokerSessionBytes != ByteSizeOff {
 		p.add(path+"broker_session_bytes", fmt.Sprintf("(%d) must not be negative (off: no bound)", int64(m.BrokerSessionBytes)))
+	}
+	if m.IdleRelease != IntervalOff && m.IdleRelease < MinIdleRelease {
+		p.add(path+"idle_release", fmt.Sprintf("(%s) must be at least %s or off", m.IdleRelease, MinIdleRelease))
 	}
 }

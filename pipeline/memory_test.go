@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"testing"
+	"time"
 )
 
 // node.memory parses sizes with units, fills in the defaults of what is
@@ -13,7 +14,7 @@ func TestNodeMemoryConfig(t *testing.T) {
 	}
 	got := cfg.Node.Memory.WithDefaults()
 	want := MemoryConfig{Limit: 56 << 20, GCPercent: 100, BatchSize: 256, Credits: 8,
-		MQTTPendingBytes: 8 << 20, BrokerSessionBytes: 16 << 20}
+		MQTTPendingBytes: 8 << 20, BrokerSessionBytes: 16 << 20, IdleRelease: Interval(5 * time.Second)}
 	if got != want || DefaultMemoryConfig() != want {
 		t.Errorf("defaults = %+v (DefaultMemoryConfig %+v), want %+v", got, DefaultMemoryConfig(), want)
 	}
@@ -27,12 +28,13 @@ node:
     credits: 4
     mqtt_pending_bytes: 2MB
     broker_session_bytes: "off"
+    idle_release: 30s
 ` + goodPipeline))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want = MemoryConfig{Limit: 48 << 20, GCPercent: 50, BatchSize: 128, Credits: 4,
-		MQTTPendingBytes: 2_000_000, BrokerSessionBytes: ByteSizeOff}
+		MQTTPendingBytes: 2_000_000, BrokerSessionBytes: ByteSizeOff, IdleRelease: Interval(30 * time.Second)}
 	if got := cfg.Node.Memory.WithDefaults(); got != want {
 		t.Errorf("parsed = %+v, want %+v", got, want)
 	}
@@ -57,6 +59,17 @@ node:
 		`node.memory.limit: "12 parsecs" is not valid: a size is a whole number of bytes with an optional unit (B, KiB, MiB, GiB, KB, MB, GB) or "off"`,
 		`node.memory.credits: "many" is not an integer`)
 	wantProblems(t, "node:\n  memory: {limit: \"off\", gc_percent: 200, broker_session_bytes: 0}\n"+goodPipeline)
+	wantProblems(t, "node:\n  memory: {idle_release: 10ms}\n"+goodPipeline,
+		`node.memory.idle_release: (10ms) must be at least 1s or off`)
+	wantProblems(t, "node:\n  memory: {idle_release: soon}\n"+goodPipeline,
+		`node.memory.idle_release: "soon" is not valid: a period is a positive duration (as 5s or 1m) or "off"`)
+	cfg, err = Parse([]byte("node:\n  memory: {idle_release: \"off\"}\n" + goodPipeline))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Node.Memory.WithDefaults().IdleRelease; got != IntervalOff || got.String() != "off" {
+		t.Errorf("idle_release: off parsed as %v", got)
+	}
 }
 
 func TestByteSize(t *testing.T) {
