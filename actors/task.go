@@ -263,7 +263,17 @@ func (t *task) onTrigger(m triggerMsg) {
 			// Stop with a savepoint: emit nothing after the barrier.
 			t.stopSource = m.id
 		}
+		// A source split handed over at this barrier snapshots its
+		// position and emits nothing more: its new instance goes on
+		// from that position.
+		hand := t.ho != nil && t.ho.moving && m.id == t.ho.id
+		if hand {
+			t.handed.Store(true)
+		}
 		t.checkpoint(m.id, 0)
+		if hand {
+			t.handOver()
+		}
 	default:
 		t.triggered = append(t.triggered, m.id)
 	}
