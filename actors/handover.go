@@ -104,6 +104,9 @@ type moveReq struct {
 	after  snapshot.ID
 	waited bool
 	reply  chan moveResult
+	// release, when set, asks instead that this node leave the running
+	// deployment (Runner.Release).
+	release string
 }
 
 type moveResult struct {
@@ -184,6 +187,15 @@ func (r *Runner) currentNode(c *Chain, sub int) string {
 	return r.cfg.Cluster.nodeOf(c, sub)
 }
 
+// wasMoved reports whether subtask key was moved by a handover of this
+// attempt: its output channels are serialised.
+func (r *Runner) wasMoved(key TaskKey) bool {
+	r.placeMu.Lock()
+	defer r.placeMu.Unlock()
+	_, ok := r.moved[key]
+	return ok
+}
+
 // checkMoves checks moves against the running deployment.
 func (r *Runner) checkMoves(moves []Move) ([]plannedMove, error) {
 	c := r.cfg.Cluster
@@ -191,7 +203,7 @@ func (r *Runner) checkMoves(moves []Move) ([]plannedMove, error) {
 		return nil, fmt.Errorf("%w: the job runs in a single process", ErrMoveUnsupported)
 	}
 	nodes := make(map[string]bool)
-	_, ids := r.ctl.senders()
+	_, ids, _ := r.ctl.live()
 	for _, id := range ids {
 		nodes[id] = true
 	}
@@ -238,8 +250,21 @@ func (r *Runner) checkMoves(moves []Move) ([]plannedMove, error) {
 		}
 		seen[key] = true
 		for _, e := range ch.In {
-			if !crosses[e] && !(r.cfg.SerializeKeyBy && e.Partition == KeyBy) {
-				errs = append(errs, fmt.Errorf("%w: move %s: edge %q -> %q is not serialised (it crosses no node)", ErrMoveUnsupported, key, e.From.Name, e.To.Name))
+			if crosses[e] || r.cfg.SerializeKeyBy && e.Partition == KeyBy {
+				continue
+			}
+			// The senders on an edge that crossed no node when the job
+			// was deployed batch for a local reader: they cannot park
+			// their channel, unless a handover built them (its subtasks
+			// send on serialised channels only).
+			from := tailOf[e.From]
+			for i := range from.Head().Parallelism {
+				if e.Partition == Forward && i != m.Subtask || r.wasMoved(TaskKey{UID: from.Head().UID, Subtask: i}) {
+					continue
+				}
+				errs = append(errs, fmt.Errorf("%w: move %s: edge %q -> %q is not serialised (it crossed no node when the job was deployed): move %s[%d] first",
+					ErrMoveUnsupported, key, e.From.Name, e.To.Name, from.Head().UID, i))
+				break
 			}
 		}
 		for _, e := range ch.Out {
@@ -266,6 +291,15 @@ func (r *Runner) checkMoves(moves []Move) ([]plannedMove, error) {
 
 // onMove queues a handover request; it starts once nothing else runs.
 func (r *Runner) onMove(req *moveReq) {
+	if req.release != "" {
+		if err := r.checkRelease(req.release); err != nil {
+			req.reply <- moveResult{err: err}
+			return
+		}
+		r.moveQueue = append(r.moveQueue, req)
+		r.queued.Store(int32(len(r.moveQueue)))
+		return
+	}
 	if _, err := r.checkMoves(req.moves); err != nil {
 		req.reply <- moveResult{err: err}
 		return
@@ -298,6 +332,12 @@ func (r *Runner) startMove(now time.Time) []snapshot.Action {
 	req := r.moveQueue[0]
 	r.moveQueue = r.moveQueue[1:]
 	r.queued.Store(int32(len(r.moveQueue)))
+	if req.release != "" {
+		r.moving = true
+		r.moveWG.Add(1)
+		go r.runRelease(r.moveCtx, req)
+		return nil
+	}
 	planned, err := r.checkMoves(req.moves)
 	if err != nil {
 		req.reply <- moveResult{err: err}

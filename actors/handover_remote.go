@@ -129,9 +129,9 @@ type hoNode struct {
 // hoNodes returns every node of the deployment.
 func (r *Runner) hoNodes() []*hoNode {
 	var out []*hoNode
-	_, ids := r.ctl.senders()
-	for i, id := range ids {
-		hn := &hoNode{id: id, index: i}
+	_, ids, index := r.ctl.live()
+	for k, id := range ids {
+		hn := &hoNode{id: id, index: index[k]}
 		for _, h := range r.hosts {
 			if h.node == id {
 				hn.h = h
@@ -446,7 +446,7 @@ func (h *host) adoptRemote(key TaskKey, m controlMsg) (int, error) {
 
 // inDeployment reports whether node is a node of the running deployment.
 func (r *Runner) inDeployment(node string) bool {
-	_, ids := r.ctl.senders()
+	_, ids, _ := r.ctl.live()
 	return slices.Contains(ids, node)
 }
 

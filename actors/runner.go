@@ -603,7 +603,7 @@ func (r *Runner) cancelHosts() {
 	ctx, cancel := context.WithTimeout(context.Background(), r.controlTimeout())
 	defer cancel()
 	m := controlMsg{Kind: ctlCancel, Job: r.job.Name, Epoch: r.epoch}
-	down, _ := r.ctl.senders()
+	down, _, _ := r.ctl.live()
 	for _, s := range down {
 		_ = s.send(ctx, &m)
 	}

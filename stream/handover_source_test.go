@@ -152,3 +152,92 @@ func TestHandoverMovesASourceSplit(t *testing.T) {
 	}
 	c.checkCrossed(t)
 }
+
+// A node drained by handovers leaves the running deployment: every
+// subtask of node-2 moves away (the window subtask after the gate
+// subtasks that send to it: subtasks joined by an edge move in
+// successive handovers), the node is released, and then cut off from
+// the others — as a drained node that stops. The job runs on in the same
+// attempt (no failure, no restart) and its output is exact. A node that
+// still runs subtasks, or the job master's, is refused.
+func TestHandoverReleaseLetsADrainedNodeLeave(t *testing.T) {
+	testutil.Burn(t, 1)
+	const n, keys = 300_000, 100
+	ref := t.TempDir()
+	var refSeen atomic.Int64
+	if err := execute(t, splitJob(n, keys, 0, ref, &refSeen)); err != nil {
+		t.Fatal(err)
+	}
+	want := committedLines(t, ref)
+
+	c := memoryCluster(t, 3, 1, cluster.Faults{})
+	c.ControlTimeout = 3 * time.Second
+	out := t.TempDir()
+	var seen atomic.Int64
+	env := splitJob(n, keys, 100_000, out, &seen,
+		stream.WithCheckpointing(handoverCheckpoints(t)),
+		stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 5}),
+		stream.WithCredits(256),
+		stream.WithCluster(c.Cluster))
+	c.spread(t, env)
+	const drained = "node-2"
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	job, err := env.ExecuteAsync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "a quarter of the records read", func() bool { return seen.Load() >= n/4 })
+	r0, _ := job.Execution().Runner()
+	if err := job.Execution().Release(ctx, drained); !errors.Is(err, actors.ErrMoveUnsupported) {
+		t.Fatalf("release of a node that runs subtasks: %v, want ErrMoveUnsupported", err)
+	}
+	if err := job.Execution().Release(ctx, "node-0"); !errors.Is(err, actors.ErrMoveUnsupported) {
+		t.Fatalf("release of the job master's node: %v, want ErrMoveUnsupported", err)
+	}
+	// The moves, by chain order: upstream first.
+	var waves [][]actors.Move
+	plan, err := env.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range plan.Chains {
+		var wave []actors.Move
+		for sub := range ch.Head().Parallelism {
+			if r0.NodeOf(ch.Head().UID, sub) == drained {
+				wave = append(wave, actors.Move{UID: ch.Head().UID, Subtask: sub, To: []string{"node-0", "node-1"}[sub%2]})
+			}
+		}
+		if len(wave) > 0 {
+			waves = append(waves, wave)
+		}
+	}
+	if len(waves) < 2 {
+		t.Fatalf("node-2 runs %v: want subtasks of two chains joined by an edge", waves)
+	}
+	for _, w := range waves {
+		res, err := job.Execution().Move(ctx, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("moved %+v", res.Moved)
+	}
+	if err := job.Execution().Release(ctx, drained); err != nil {
+		t.Fatal(err)
+	}
+	// The drained node stops: its links go down. Nothing of the job
+	// runs on it or waits for it.
+	c.mem.Cut(drained, "node-0")
+	c.mem.Cut(drained, "node-1")
+	if err := job.Execution().Release(ctx, drained); !errors.Is(err, actors.ErrMoveUnsupported) {
+		t.Fatalf("second release: %v, want ErrMoveUnsupported", err)
+	}
+	testutil.Eventually(t, 0, "half the records read after the node left", func() bool { return seen.Load() >= n/2 || job.Attempts() > 1 })
+	if r1, _ := job.Execution().Runner(); r1 != r0 {
+		t.Fatalf("the job restarted after the node left: %d attempts", job.Attempts())
+	}
+	finishMoved(t, job, out, want)
+	if job.Attempts() != 1 {
+		t.Fatalf("the job restarted: %d attempts", job.Attempts())
+	}
+}
