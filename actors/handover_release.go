@@ -123,3 +123,19 @@ func (r *Runner) release(ctx context.Context, node string) error {
 	r.log.Info("node left the running deployment", "node", node, "epoch", r.epoch, "took", time.Since(began))
 	return nil
 }
+
+// Nodes returns the nodes of the running deployment, the job master's
+// first, without those released; nil in a single process or before the
+// deployment started.
+func (r *Runner) Nodes() []string {
+	select {
+	case <-r.started:
+	default:
+		return nil
+	}
+	if r.ctl == nil {
+		return nil
+	}
+	_, ids, _ := r.ctl.live()
+	return ids
+}
