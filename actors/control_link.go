@@ -55,6 +55,9 @@ type hostCtl struct {
 	// handover queues the master's handover commands for the host's
 	// handover goroutine (handover_remote.go).
 	handover chan controlMsg
+	// parts are the parts of an adopt step's metadata received so far;
+	// the handover goroutine's only.
+	parts adoptParts
 	// started is the host's started channel, closed on the start command:
 	// every task of the job, on every node, is spawned.
 	started   chan struct{}
