@@ -212,6 +212,9 @@ func (t *task) align(act AlignAction) {
 		t.run.log.Debug("alignment aborted", "checkpoint_id", act.Aborted, "task", t.stats.Chain, "subtask", t.subtask)
 	}
 	if act.Snapshot != 0 {
+		// The barrier may have come from another node before the
+		// trigger reached this one.
+		t.run.stage(act.Snapshot, true)
 		t.barrier(act.Snapshot)
 		hand := t.ho != nil && t.ho.moving && act.Snapshot == t.ho.id
 		if hand {

@@ -180,6 +180,10 @@ func TestHandoverReleaseLetsADrainedNodeLeave(t *testing.T) {
 		stream.WithCredits(256),
 		stream.WithCluster(c.Cluster))
 	c.spread(t, env)
+	plan, err := env.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
 	const drained = "node-2"
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -197,10 +201,6 @@ func TestHandoverReleaseLetsADrainedNodeLeave(t *testing.T) {
 	}
 	// The moves, by chain order: upstream first.
 	var waves [][]actors.Move
-	plan, err := env.Plan()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, ch := range plan.Chains {
 		var wave []actors.Move
 		for sub := range ch.Head().Parallelism {
