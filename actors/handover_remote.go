@@ -50,6 +50,12 @@ type moveLink struct {
 	// triggered: the master triggers no other checkpoint meanwhile, so
 	// that the handover's id stays the next one. Master loop only.
 	preparing bool
+	// sources is set while a handover that moves a source split runs,
+	// from its start to its end: the master triggers no other
+	// checkpoint meanwhile, for no barrier of it would come from the
+	// split between its old instance's handover barrier and its new
+	// instance's start. Master loop only.
+	sources bool
 	// trigger carries a prepared handover's request for its savepoint to
 	// the master loop.
 	trigger chan moveTrigger

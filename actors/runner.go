@@ -428,9 +428,10 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 wait:
 	for !r.over(remaining) {
 		var acts []snapshot.Action
-		// While a handover prepares, no other checkpoint is triggered.
+		// While a handover prepares, or moves a source split, no other
+		// checkpoint is triggered.
 		tickC, spC := tick, r.savepoints
-		if r.mv.preparing {
+		if r.mv.preparing || r.mv.sources {
 			tickC, spC = nil, nil
 		}
 		select {
@@ -478,6 +479,7 @@ wait:
 		case <-r.moveEnded:
 			r.moving = false
 			r.mv.preparing = false
+			r.mv.sources = false
 		case <-tickC:
 			acts = r.coord.Tick(clock.Now())
 		case <-ctx.Done():

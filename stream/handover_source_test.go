@@ -89,15 +89,23 @@ func TestHandoverMovesASourceSplit(t *testing.T) {
 		if !ok {
 			return errors.New("generator[1] is gone")
 		}
+		// 10,000 records of generator[1] take several checkpoint
+		// intervals: no checkpoint may start meanwhile, for generator[0]
+		// would send no barrier of it.
 		testutil.Eventually(t, 0, "generator[1] emits while generator[0] is handed over", func() bool {
 			now, _ := chainMetrics(r.Metrics(), "generator", 1)
 			during.Store(now.RecordsOut - before.RecordsOut)
-			return during.Load() >= 1000 || seen.Load() >= n
+			return during.Load() >= 10_000 || seen.Load() >= n || job.Attempts() > 1
 		})
+		if job.Attempts() > 1 {
+			return errors.New("the job restarted during the handover")
+		}
 		return nil
 	}
+	cp := handoverCheckpoints(t)
+	cp.Timeout = 5 * time.Second
 	env := splitJob(n, keys, 100_000, out, &seen,
-		stream.WithCheckpointing(handoverCheckpoints(t)),
+		stream.WithCheckpointing(cp),
 		stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 5}),
 		stream.WithCluster(c.Cluster))
 	c.spread(t, env)
@@ -137,9 +145,17 @@ func TestHandoverMovesASourceSplit(t *testing.T) {
 	if h := r1.Handovers(); h != 2 {
 		t.Fatalf("%d subtasks retired or taken over, want 2", h)
 	}
-	if during.Load() < 1000 && seen.Load() < n {
+	if during.Load() < 10_000 && seen.Load() < n {
 		t.Fatalf("generator[1] emitted %d records while generator[0] was handed over", during.Load())
 	}
+	testutil.Eventually(t, 0, "a checkpoint after the move completes", func() bool {
+		for _, s := range r1.History() {
+			if s.Checkpoint > res.Savepoint && s.Status == snapshot.Completed {
+				return true
+			}
+		}
+		return seen.Load() >= n
+	})
 	// The new instance emits: what it read after the move reaches the
 	// sink (the output check below needs every record).
 	testutil.Eventually(t, 0, "generator[0] emits on its new node", func() bool {
@@ -239,5 +255,40 @@ func TestHandoverReleaseLetsADrainedNodeLeave(t *testing.T) {
 	finishMoved(t, job, out, want)
 	if job.Attempts() != 1 {
 		t.Fatalf("the job restarted: %d attempts", job.Attempts())
+	}
+}
+
+// A source split moves from the job master's node to a node in another
+// process, and back: the new node restores it from the savepoint's files
+// it fetches, it goes on emitting, later checkpoints complete (its
+// barriers reach every task downstream), and the committed output equals
+// a run without a move, in one attempt.
+func TestHandoverMovesASourceSplitAcrossProcesses(t *testing.T) {
+	testutil.Burn(t, 1)
+	const n, keys = 800_000, 100
+	want := handoverReference(t, n, keys)
+	hr := startWorkerHandover(t, n, keys, "node-1", "node-2", nil, nil)
+	r, _ := hr.job.Execution().Runner()
+	from := r.NodeOf("generator", 0)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, to := range []string{"node-2", from} {
+		res, err := hr.job.Execution().Move(ctx, []actors.Move{{UID: "generator", Subtask: 0, To: to}})
+		if err != nil {
+			t.Fatalf("move to %s: %v (job: %v)", to, err, hr.job.Wait())
+		}
+		t.Logf("moved %+v", res.Moved)
+		testutil.Eventually(t, 0, "a checkpoint after the move completes", func() bool {
+			for _, s := range r.History() {
+				if s.Checkpoint > res.Savepoint && s.Status == snapshot.Completed {
+					return true
+				}
+			}
+			return hr.seen.Load() >= n
+		})
+	}
+	hr.finish(t, want)
+	if hr.job.Attempts() != 1 {
+		t.Fatalf("%d attempts", hr.job.Attempts())
 	}
 }
