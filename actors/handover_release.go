@@ -120,6 +120,13 @@ func (r *Runner) release(ctx context.Context, node string) error {
 	for _, in := range up {
 		in.Close()
 	}
+	// A node in the master's process stops its host now, as a worker
+	// does when told: nothing of it waits for the job's end.
+	for _, h := range r.hosts {
+		if h.node == node {
+			h.stop()
+		}
+	}
 	r.log.Info("node left the running deployment", "node", node, "epoch", r.epoch, "took", time.Since(began))
 	return nil
 }
