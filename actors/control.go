@@ -95,8 +95,13 @@ const (
 	// hoRepoint: re-point the parked channels to subtask Task, now on
 	// node To, with generation Gen. Value answers how many.
 	hoRepoint
+	// hoAdoptPart: Blob is the part at offset Value of the encoded
+	// metadata of the hoAdopt step for subtask Task that follows, when
+	// it does not fit in one control frame; the hoAdopt step's Blob is
+	// then its last part.
+	hoAdoptPart
 
-	maxHoStep = hoRepoint
+	maxHoStep = hoAdoptPart
 )
 
 // isHandover reports whether messages of kind k carry the handover

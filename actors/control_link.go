@@ -55,6 +55,9 @@ type hostCtl struct {
 	// handover queues the master's handover commands for the host's
 	// handover goroutine (handover_remote.go).
 	handover chan controlMsg
+	// parts are the parts of an adopt step's metadata received so far;
+	// the handover goroutine's only.
+	parts adoptParts
 	// started is the host's started channel, closed on the start command:
 	// every task of the job, on every node, is spawned.
 	started   chan struct{}
@@ -253,6 +256,10 @@ type masterCtl struct {
 	// ids are the nodes' ids, by index: Cluster.Nodes, then the nodes
 	// invited since.
 	ids []string
+	// released are the indexes of the nodes that left the running
+	// deployment (Runner.Release): their channels are closed, they get
+	// no command, and their channels' failures are not the job's.
+	released map[int]bool
 	// pending counts the goroutines handing reports to a busy master;
 	// none starts once stopped is set.
 	pending sync.WaitGroup
@@ -297,6 +304,36 @@ func (c *masterCtl) senders() ([]*ctlSender, []string) {
 	return slices.Clone(c.down), slices.Clone(c.ids)
 }
 
+// live returns the master's senders on the down channels of the nodes
+// in the deployment (not released), with their ids and indexes.
+func (c *masterCtl) live() (down []*ctlSender, ids []string, index []int) {
+	c.nodesMu.RLock()
+	defer c.nodesMu.RUnlock()
+	for i, id := range c.ids {
+		if !c.released[i] {
+			down, ids, index = append(down, c.down[i]), append(ids, id), append(index, i)
+		}
+	}
+	return down, ids, index
+}
+
+// left reports whether node left the deployment: released, and not in
+// it under another index.
+func (c *masterCtl) left(node string) bool {
+	c.nodesMu.RLock()
+	defer c.nodesMu.RUnlock()
+	gone := false
+	for i, id := range c.ids {
+		if id == node {
+			if !c.released[i] {
+				return false
+			}
+			gone = true
+		}
+	}
+	return gone
+}
+
 // sender returns the sender on node index i's down channel.
 func (c *masterCtl) sender(i int) *ctlSender {
 	c.nodesMu.RLock()
@@ -318,11 +355,15 @@ func (r *Runner) closeControl() {
 	r.ctl.closed.Do(func() {
 		r.ctl.nodesMu.RLock()
 		defer r.ctl.nodesMu.RUnlock()
-		for _, s := range r.ctl.down {
-			s.close()
+		for i, s := range r.ctl.down {
+			if !r.ctl.released[i] {
+				s.close()
+			}
 		}
-		for _, in := range r.ctl.up {
-			in.Close()
+		for i, in := range r.ctl.up {
+			if !r.ctl.released[i] {
+				in.Close()
+			}
 		}
 	})
 }
@@ -330,6 +371,11 @@ func (r *Runner) closeControl() {
 // controlFailed fails the deployment for the failure of a control channel
 // with node.
 func (r *Runner) controlFailed(node string, err error) {
+	if r.ctl != nil && r.ctl.left(node) {
+		// A node released from the deployment closes its channels.
+		r.log.Debug("control channel of a released node closed", "node", node, "err", err)
+		return
+	}
 	r.deliver(hostReport{epoch: r.epoch, node: node, kind: reportFailed,
 		err: fmt.Errorf("%w: job %q epoch %d: node %q: %w", ErrControlFailed, r.job.Name, r.epoch, node, err)})
 }
@@ -439,7 +485,7 @@ func (r *Runner) onControl(node string, f RemoteFrame, in RemoteReceiver) {
 // deployment.
 func (r *Runner) commandAll(ctx context.Context, m controlMsg) {
 	m.Job, m.Epoch = r.job.Name, r.epoch
-	down, ids := r.ctl.senders()
+	down, ids, _ := r.ctl.live()
 	for i, s := range down {
 		if err := s.send(ctx, &m); err != nil && ctx.Err() == nil {
 			r.controlFailed(ids[i], err)

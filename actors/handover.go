@@ -10,8 +10,9 @@ import (
 	"github.com/edgedio/edged/snapshot"
 )
 
-// A handover moves keyed subtasks of a running job to other nodes while
-// every other subtask keeps running (Runner.Move):
+// A handover moves subtasks of a running job to other nodes while every
+// other subtask keeps running (Runner.Move): keyed subtasks, other
+// subtasks whose inputs are serialised, and source splits:
 //
 //  1. The job master waits until the checkpoints in progress when the
 //     move was asked have ended, tells every task which subtasks move at
@@ -21,8 +22,9 @@ import (
 //  2. At the barrier, each task sending to a moved subtask parks that
 //     channel (what it sends after the barrier waits, bounded by the
 //     channel's credits); the moved subtask snapshots and stops
-//     processing; the others snapshot and go on (asynchronously, as for
-//     any checkpoint).
+//     processing (a moved source split snapshots its position, emits the
+//     barrier and nothing after it); the others snapshot and go on
+//     (asynchronously, as for any checkpoint).
 //  3. Once the savepoint is complete, for each move: the old node retires
 //     the subtask (its sinks committed the savepoint; its actor, channels,
 //     operators and state backends are closed); the nodes reading from it
@@ -31,7 +33,10 @@ import (
 //     sending to it re-point their parked channels to it. Re-pointed
 //     channels have a new generation (ChannelKey.Gen): nothing of the old
 //     channel reaches the new one. A reader takes the new channel only
-//     after the old one's barrier.
+//     after the old one's barrier, and takes it active (as a restored
+//     task takes its inputs): the new instance says again if it is idle.
+//     A moved source split starts polling from its snapshotted position
+//     once it is spawned.
 //
 // A failure after the barrier (a node failing, a step failing, the
 // savepoint failing) fails the job with ErrHandover and ErrControlFailed:
@@ -39,8 +44,8 @@ import (
 // or savepoint under a new epoch, with the placement from before the
 // handover. The job never runs half moved.
 
-// Move asks for one subtask to move: subtask Subtask of the keyed chain
-// with the vertex of uid UID (any vertex of the chain) to node To.
+// Move asks for one subtask to move: subtask Subtask of the chain with
+// the vertex of uid UID (any vertex of the chain) to node To.
 type Move struct {
 	UID     string
 	Subtask int
@@ -99,6 +104,9 @@ type moveReq struct {
 	after  snapshot.ID
 	waited bool
 	reply  chan moveResult
+	// release, when set, asks instead that this node leave the running
+	// deployment (Runner.Release).
+	release string
 }
 
 type moveResult struct {
@@ -113,7 +121,8 @@ type plannedMove struct {
 	from, to string
 }
 
-// Move moves keyed subtasks of the running job to other nodes at a
+// Move moves subtasks of the running job (keyed ones, unkeyed ones whose
+// input edges are serialised, and source splits) to other nodes at a
 // savepoint barrier, while every other subtask keeps running (see the
 // handover steps above). It waits for the checkpoints in progress when
 // it is asked to end (not for those triggered later), and for the
@@ -178,6 +187,15 @@ func (r *Runner) currentNode(c *Chain, sub int) string {
 	return r.cfg.Cluster.nodeOf(c, sub)
 }
 
+// wasMoved reports whether subtask key was moved by a handover of this
+// attempt: its output channels are serialised.
+func (r *Runner) wasMoved(key TaskKey) bool {
+	r.placeMu.Lock()
+	defer r.placeMu.Unlock()
+	_, ok := r.moved[key]
+	return ok
+}
+
 // checkMoves checks moves against the running deployment.
 func (r *Runner) checkMoves(moves []Move) ([]plannedMove, error) {
 	c := r.cfg.Cluster
@@ -185,7 +203,7 @@ func (r *Runner) checkMoves(moves []Move) ([]plannedMove, error) {
 		return nil, fmt.Errorf("%w: the job runs in a single process", ErrMoveUnsupported)
 	}
 	nodes := make(map[string]bool)
-	_, ids := r.ctl.senders()
+	_, ids, _ := r.ctl.live()
 	for _, id := range ids {
 		nodes[id] = true
 	}
@@ -213,9 +231,6 @@ func (r *Runner) checkMoves(moves []Move) ([]plannedMove, error) {
 		case m.Subtask < 0 || m.Subtask >= ch.Head().Parallelism:
 			errs = append(errs, fmt.Errorf("move %s[%d]: operator %q has %d subtasks", m.UID, m.Subtask, m.UID, ch.Head().Parallelism))
 			continue
-		case ch.Head().IsSource() || !ch.Head().Keyed:
-			errs = append(errs, fmt.Errorf("%w: move %s[%d]: only keyed subtasks move while the job runs", ErrMoveUnsupported, m.UID, m.Subtask))
-			continue
 		case !nodes[m.To] && !invites:
 			errs = append(errs, fmt.Errorf("move %s[%d]: no node %q in the deployment", m.UID, m.Subtask, m.To))
 			continue
@@ -235,8 +250,21 @@ func (r *Runner) checkMoves(moves []Move) ([]plannedMove, error) {
 		}
 		seen[key] = true
 		for _, e := range ch.In {
-			if !crosses[e] && !(r.cfg.SerializeKeyBy && e.Partition == KeyBy) {
-				errs = append(errs, fmt.Errorf("%w: move %s: edge %q -> %q is not serialised (it crosses no node)", ErrMoveUnsupported, key, e.From.Name, e.To.Name))
+			if crosses[e] || r.cfg.SerializeKeyBy && e.Partition == KeyBy {
+				continue
+			}
+			// The senders on an edge that crossed no node when the job
+			// was deployed batch for a local reader: they cannot park
+			// their channel, unless a handover built them (its subtasks
+			// send on serialised channels only).
+			from := tailOf[e.From]
+			for i := range from.Head().Parallelism {
+				if e.Partition == Forward && i != m.Subtask || r.wasMoved(TaskKey{UID: from.Head().UID, Subtask: i}) {
+					continue
+				}
+				errs = append(errs, fmt.Errorf("%w: move %s: edge %q -> %q is not serialised (it crossed no node when the job was deployed): move %s[%d] first",
+					ErrMoveUnsupported, key, e.From.Name, e.To.Name, from.Head().UID, i))
+				break
 			}
 		}
 		for _, e := range ch.Out {
@@ -263,6 +291,15 @@ func (r *Runner) checkMoves(moves []Move) ([]plannedMove, error) {
 
 // onMove queues a handover request; it starts once nothing else runs.
 func (r *Runner) onMove(req *moveReq) {
+	if req.release != "" {
+		if err := r.checkRelease(req.release); err != nil {
+			req.reply <- moveResult{err: err}
+			return
+		}
+		r.moveQueue = append(r.moveQueue, req)
+		r.queued.Store(int32(len(r.moveQueue)))
+		return
+	}
 	if _, err := r.checkMoves(req.moves); err != nil {
 		req.reply <- moveResult{err: err}
 		return
@@ -295,6 +332,12 @@ func (r *Runner) startMove(now time.Time) []snapshot.Action {
 	req := r.moveQueue[0]
 	r.moveQueue = r.moveQueue[1:]
 	r.queued.Store(int32(len(r.moveQueue)))
+	if req.release != "" {
+		r.moving = true
+		r.moveWG.Add(1)
+		go r.runRelease(r.moveCtx, req)
+		return nil
+	}
 	planned, err := r.checkMoves(req.moves)
 	if err != nil {
 		req.reply <- moveResult{err: err}
@@ -305,6 +348,9 @@ func (r *Runner) startMove(now time.Time) []snapshot.Action {
 	gen := r.moveSeq
 	r.moving = true
 	r.mv.preparing = true
+	for _, p := range planned {
+		r.mv.sources = r.mv.sources || p.chain.Head().IsSource()
+	}
 	r.log.Info("handover starting", "checkpoint_id", id, "moves", len(planned), "waited", req.waited)
 	r.moveWG.Add(1)
 	go r.runMove(r.moveCtx, req, planned, id, gen, now)
@@ -463,7 +509,7 @@ func (r *Runner) handOver(ctx context.Context, nodes []*hoNode, planned []planne
 	return res, nil
 }
 
-// Move moves keyed subtasks of the running attempt to other nodes while
+// Move moves subtasks of the running attempt to other nodes while
 // its other subtasks keep running (Runner.Move), waiting for an attempt
 // to run. Once moved, later attempts (after a failure) place the moved
 // subtasks on their new nodes, unless Cluster.Update decides the

@@ -303,6 +303,11 @@ func (h *host) adopt(key TaskKey, md *snapshot.Metadata, gen int, nodeOf func(c 
 	if _, err := h.system.Root.SpawnNamed(props, name); err != nil {
 		return nil, fmt.Errorf("spawn subtask %s: %w", key, err)
 	}
+	if t.source != nil {
+		// A source split goes on from the position it snapshotted at the
+		// barrier; its readers took its new channels already.
+		h.system.Root.Send(t.pid, startMsg{})
+	}
 	for _, ri := range remoteIns {
 		ch := ri.ch
 		in, err := h.net.OpenReceiver(ch.key, ri.node, h.deliverer(t, ch), func(err error) { h.channelFailed(t, err) })

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"os"
@@ -49,6 +50,12 @@ type moveLink struct {
 	// triggered: the master triggers no other checkpoint meanwhile, so
 	// that the handover's id stays the next one. Master loop only.
 	preparing bool
+	// sources is set while a handover that moves a source split runs,
+	// from its start to its end: the master triggers no other
+	// checkpoint meanwhile, for no barrier of it would come from the
+	// split between its old instance's handover barrier and its new
+	// instance's start. Master loop only.
+	sources bool
 	// trigger carries a prepared handover's request for its savepoint to
 	// the master loop.
 	trigger chan moveTrigger
@@ -129,9 +136,9 @@ type hoNode struct {
 // hoNodes returns every node of the deployment.
 func (r *Runner) hoNodes() []*hoNode {
 	var out []*hoNode
-	_, ids := r.ctl.senders()
-	for i, id := range ids {
-		hn := &hoNode{id: id, index: i}
+	_, ids, index := r.ctl.live()
+	for k, id := range ids {
+		hn := &hoNode{id: id, index: index[k]}
 		for _, h := range r.hosts {
 			if h.node == id {
 				hn.h = h
@@ -305,9 +312,53 @@ func (r *Runner) adoptOn(ctx context.Context, n *hoNode, c *Chain, key TaskKey, 
 			keys = append(keys, PlacedTask{UID: ch.Head().UID, Subtask: i, Node: r.currentNode(ch, i)})
 		}
 	}
-	v, err := r.remoteStep(ctx, n, controlMsg{Step: hoAdopt, Checkpoint: int64(md.Checkpoint), Task: taskID(key), Gen: gen, Blob: blob, Keys: keys},
-		hoAdoptTimeouts*r.controlTimeout())
+	v, err := r.sendAdopt(ctx, n, controlMsg{Step: hoAdopt, Checkpoint: int64(md.Checkpoint), Task: taskID(key), Gen: gen, Blob: blob, Keys: keys})
 	return int(v), err
+}
+
+// sendAdopt runs adopt step m on node n. Metadata too large for one
+// control frame goes ahead in parts (hoAdoptPart steps), each answered,
+// and the node joins them to the last one, in m.
+func (r *Runner) sendAdopt(ctx context.Context, n *hoNode, m controlMsg) (int64, error) {
+	limit := r.ctl.sender(n.index).out.MaxBody()
+	size := func(m controlMsg) (int, error) {
+		m.Kind, m.Job, m.Epoch = ctlHandoverStep, r.job.Name, r.epoch
+		b, err := appendControl(nil, &m)
+		return len(b), err
+	}
+	part := controlMsg{Step: hoAdoptPart, Checkpoint: m.Checkpoint, Task: m.Task}
+	overhead, err := size(part)
+	if err != nil {
+		return 0, err
+	}
+	// The varint of a part's length and of its offset.
+	overhead += 2 * binary.MaxVarintLen64
+	blob := m.Blob
+	sent, parts := 0, 0
+	for {
+		m.Blob = blob[sent:]
+		total, err := size(m)
+		if err != nil {
+			return 0, err
+		}
+		if total <= limit {
+			break
+		}
+		k := min(len(blob)-sent, limit-overhead)
+		if k <= 0 {
+			return 0, fmt.Errorf("%w: the placement table of the adopt step for %s does not fit in a control frame of %d bytes", ErrControlFailed, m.Task.Vertex, limit)
+		}
+		part.Value, part.Blob = int64(sent), blob[sent:sent+k]
+		if _, err := r.remoteStep(ctx, n, part, r.controlTimeout()); err != nil {
+			return 0, fmt.Errorf("send part %d of the savepoint's metadata: %w", parts+1, err)
+		}
+		sent += k
+		parts++
+	}
+	if parts > 0 {
+		r.log.Debug("handover: savepoint metadata sent in parts", "node", n.id, "task", m.Task.Vertex, "parts", parts+1, "bytes", len(blob))
+	}
+	return r.remoteStep(ctx, n, m, hoAdoptTimeouts*r.controlTimeout())
 }
 
 // repointOn re-points node n's parked channels to subtask key, now on
@@ -379,7 +430,13 @@ func (h *host) handoverStep(m controlMsg) (int64, error) {
 		return h.retire(h.ctx, key, m.Checkpoint)
 	case hoOpenFrom:
 		return 0, h.openFromMoved(key, m.Gen, m.To)
+	case hoAdoptPart:
+		return 0, h.adoptPart(m)
 	case hoAdopt:
+		m, err := h.ctl.parts.join(m)
+		if err != nil {
+			return 0, err
+		}
 		n, err := h.adoptRemote(key, m)
 		return int64(n), err
 	case hoRepoint:
@@ -394,6 +451,50 @@ func (h *host) handoverStep(m controlMsg) (int64, error) {
 	default:
 		return 0, fmt.Errorf("%w: handover step %d", errControlMsg, m.Step)
 	}
+}
+
+// adoptParts are the parts of an adopt step's metadata received so far
+// (hoAdoptPart), on the host's handover goroutine.
+type adoptParts struct {
+	checkpoint int64
+	task       snapshot.TaskID
+	blob       []byte
+}
+
+// join returns adopt step m with the parts received before it joined to
+// its metadata, and forgets them.
+func (p *adoptParts) join(m controlMsg) (controlMsg, error) {
+	q := *p
+	*p = adoptParts{}
+	if q.blob == nil {
+		return m, nil
+	}
+	if q.checkpoint != m.Checkpoint || q.task != m.Task {
+		return m, fmt.Errorf("%w: adopt step for %s of savepoint %d after metadata parts for %s of savepoint %d", errControlMsg, m.Task.Vertex, m.Checkpoint, q.task.Vertex, q.checkpoint)
+	}
+	m.Blob = append(q.blob, m.Blob...)
+	return m, nil
+}
+
+// adoptPart keeps one part of the metadata of the adopt step that
+// follows.
+func (h *host) adoptPart(m controlMsg) error { return h.ctl.parts.add(m) }
+
+// add keeps part m.
+func (p *adoptParts) add(m controlMsg) error {
+	if m.Value == 0 {
+		*p = adoptParts{checkpoint: m.Checkpoint, task: m.Task, blob: []byte{}}
+	}
+	if p.blob == nil || p.checkpoint != m.Checkpoint || p.task != m.Task || int64(len(p.blob)) != m.Value {
+		have := 0
+		if p.blob != nil {
+			have = len(p.blob)
+		}
+		*p = adoptParts{}
+		return fmt.Errorf("%w: metadata part at offset %d for %s of savepoint %d, %d bytes received", errControlMsg, m.Value, m.Task.Vertex, m.Checkpoint, have)
+	}
+	p.blob = append(p.blob, m.Blob...)
+	return nil
 }
 
 // adoptRemote fetches the state files the moved subtask restores from
@@ -446,7 +547,7 @@ func (h *host) adoptRemote(key TaskKey, m controlMsg) (int, error) {
 
 // inDeployment reports whether node is a node of the running deployment.
 func (r *Runner) inDeployment(node string) bool {
-	_, ids := r.ctl.senders()
+	_, ids, _ := r.ctl.live()
 	return slices.Contains(ids, node)
 }
 

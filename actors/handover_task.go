@@ -223,6 +223,15 @@ func (t *task) completeSwap(idx int, sw *inSwap) {
 	delete(t.ho.swaps, idx)
 	t.inChans[idx] = sw.new
 	sw.old.closeRemote()
+	// The new instance starts with its output active, as any restored
+	// task does (an idle one says so again once it runs): the input is
+	// active from the swap on, at no less than the task's watermark. A
+	// source split idle while away and back on its node then holds the
+	// watermark again instead of being left out of it.
+	if t.merger != nil {
+		wm, ok := t.merger.SetIdle(idx, false)
+		t.inputTime(wm, ok)
+	}
 	for _, m := range sw.held {
 		if t.done {
 			return

@@ -94,6 +94,10 @@ type host struct {
 	staging bool
 	// seen, when set, is raised to every checkpoint id triggered here.
 	seen *atomic.Int64
+	// stagedTo is the newest checkpoint begun in the staging store;
+	// stageMu guards it and serialises the begins.
+	stageMu  sync.Mutex
+	stagedTo int64
 
 	// mu guards tasks, chans and remotes once the host is started: a
 	// handover replaces a task while the others run (handover_host.go).
@@ -214,6 +218,16 @@ func (h *host) stage(id int64, begin bool) {
 		return
 	}
 	if begin {
+		// A task may meet a checkpoint's barrier, from a task on
+		// another node, before the trigger reaches its host: the first
+		// of the two begins the checkpoint here. One begun or ended
+		// before is not begun again.
+		h.stageMu.Lock()
+		defer h.stageMu.Unlock()
+		if id <= h.stagedTo {
+			return
+		}
+		h.stagedTo = id
 		if _, err := h.store.Begin(snapshot.Trigger{Checkpoint: snapshot.ID(id)}); err != nil {
 			// The tasks' snapshots then fail to create their files and
 			// decline the checkpoint.

@@ -431,9 +431,10 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 wait:
 	for !r.over(remaining) {
 		var acts []snapshot.Action
-		// While a handover prepares, no other checkpoint is triggered.
+		// While a handover prepares, or moves a source split, no other
+		// checkpoint is triggered.
 		tickC, spC := tick, r.savepoints
-		if r.mv.preparing {
+		if r.mv.preparing || r.mv.sources {
 			tickC, spC = nil, nil
 		}
 		select {
@@ -481,6 +482,7 @@ wait:
 		case <-r.moveEnded:
 			r.moving = false
 			r.mv.preparing = false
+			r.mv.sources = false
 		case <-tickC:
 			acts = r.coord.Tick(clock.Now())
 		case <-ctx.Done():
@@ -606,7 +608,7 @@ func (r *Runner) cancelHosts() {
 	ctx, cancel := context.WithTimeout(context.Background(), r.controlTimeout())
 	defer cancel()
 	m := controlMsg{Kind: ctlCancel, Job: r.job.Name, Epoch: r.epoch}
-	down, _ := r.ctl.senders()
+	down, _, _ := r.ctl.live()
 	for _, s := range down {
 		_ = s.send(ctx, &m)
 	}

@@ -212,6 +212,9 @@ func (t *task) align(act AlignAction) {
 		t.run.log.Debug("alignment aborted", "checkpoint_id", act.Aborted, "task", t.stats.Chain, "subtask", t.subtask)
 	}
 	if act.Snapshot != 0 {
+		// The barrier may have come from another node before the
+		// trigger reached this one.
+		t.run.stage(act.Snapshot, true)
 		t.barrier(act.Snapshot)
 		hand := t.ho != nil && t.ho.moving && act.Snapshot == t.ho.id
 		if hand {
@@ -263,7 +266,17 @@ func (t *task) onTrigger(m triggerMsg) {
 			// Stop with a savepoint: emit nothing after the barrier.
 			t.stopSource = m.id
 		}
+		// A source split handed over at this barrier snapshots its
+		// position and emits nothing more: its new instance goes on
+		// from that position.
+		hand := t.ho != nil && t.ho.moving && m.id == t.ho.id
+		if hand {
+			t.handed.Store(true)
+		}
 		t.checkpoint(m.id, 0)
+		if hand {
+			t.handOver()
+		}
 	default:
 		t.triggered = append(t.triggered, m.id)
 	}

@@ -32,8 +32,10 @@ import (
 // over the settle delay. When it opens, the loop checks that the cluster
 // has room for the new placement (a majority left once the drained nodes
 // are gone, no node over its cluster.capacity) and refuses the batch with
-// the reason otherwise; then it redeploys from a savepoint, and asks every
-// drained node to leave the membership.
+// the reason otherwise; then it moves the subtasks by handover (or, when
+// a job cannot make its moves while it runs, redeploys every job from a
+// savepoint: cluster_handover.go), lets every drained node leave the
+// jobs' running deployments, and asks it to leave the membership.
 
 // rebalancePoll is how often the loop polls the gate.
 const rebalancePoll = 50 * time.Millisecond
@@ -405,8 +407,9 @@ func (c *clusterNode) recordRebalance(rec cluster.Rebalance) {
 }
 
 // runRebalance runs a batch the gate let start: it checks the room, marks
-// the drained nodes, waits for their ingest logs to be read, redeploys
-// every job from a savepoint, and asks the drained nodes to leave.
+// the drained nodes, waits for their ingest logs to be read, moves every
+// job to the new placement (rebalanceJobs: by handover, else by
+// redeploying from a savepoint), and asks the drained nodes to leave.
 func (c *clusterNode) runRebalance(ctx context.Context, s cluster.Start) error {
 	ctx, cancel := context.WithTimeout(ctx, rebalanceTimeout)
 	defer cancel()

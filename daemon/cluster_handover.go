@@ -13,28 +13,33 @@ import (
 	"github.com/edgedio/edged/snapshot"
 )
 
-// Rebalancing by handover, on the node that runs the job masters. When
-// a rebalance (a join, edged cluster rebalance) moves only keyed subtasks
-// that are not sources, each job hands them over to their new nodes at a
-// savepoint barrier (actors.Execution.Move) while its other subtasks keep
-// running: a node that joined is invited into the running deployment
-// first. Otherwise — a source or another unkeyed subtask moves, a drain
-// (the drained node then leaves the deployment), or a job refuses the
-// move with actors.ErrMoveUnsupported — every job is redeployed from a
-// savepoint, as before. A handover that fails after its barrier
-// (actors.ErrHandover) restarts its job from its latest checkpoint or
-// savepoint; the restart places the job by the live nodes, as a
-// redeployment does: never half moved.
+// Rebalancing by handover, on the node that runs the job masters. A
+// rebalance (a join, edged cluster rebalance, a drain) hands each job's
+// moved subtasks — keyed ones, source splits and the other subtasks of
+// their pipeline — over to their new nodes at savepoint barriers
+// (actors.Execution.Move) while its other subtasks keep running: a node
+// that joined is invited into the running deployment first. Subtasks
+// joined by an edge move in successive handovers, upstream first
+// (handoverWaves): a subtask moved by a handover sends on serialised
+// channels only, so that its readers can park them in turn. Every job is
+// redeployed from a savepoint instead when a job refuses a move with
+// actors.ErrMoveUnsupported (nothing of it moved by that handover). A
+// handover that fails after its barrier (actors.ErrHandover) restarts its
+// job from its latest checkpoint or savepoint; the restart places the job
+// by the live nodes, as a redeployment does: never half moved.
 
 // handoverJob is one job's part of a rebalance by handover.
 type handoverJob struct {
 	e     *actors.Execution
 	r     *actors.Runner
 	moves []actors.Move
+	// waves are the moves, one handover each, in order.
+	waves [][]actors.Move
 }
 
 // planHandover returns the moves that bring every job to placement, by
-// job, or why a handover cannot make them.
+// job (every job, those with none too), or why a handover cannot make
+// them: the jobs are nil then, unless no job has a move.
 func (c *clusterNode) planHandover(placement map[string]map[actors.TaskKey]string) ([]handoverJob, string) {
 	var out []handoverJob
 	n := 0
@@ -48,6 +53,7 @@ func (c *clusterNode) planHandover(placement map[string]map[actors.TaskKey]strin
 			return nil, fmt.Sprintf("job %q has no placement", e.Name())
 		}
 		hj := handoverJob{e: e, r: r}
+		var moves []actors.Move
 		for _, ch := range r.Plan().Chains {
 			head := ch.Head()
 			for sub := range head.Parallelism {
@@ -55,34 +61,71 @@ func (c *clusterNode) planHandover(placement map[string]map[actors.TaskKey]strin
 				if !ok || want == r.NodeOf(head.UID, sub) {
 					continue
 				}
-				if head.IsSource() || !head.Keyed {
-					return nil, fmt.Sprintf("subtask %s[%d] of job %q moves and is not a keyed non-source subtask", head.UID, sub, e.Name())
-				}
-				hj.moves = append(hj.moves, actors.Move{UID: head.UID, Subtask: sub, To: want})
+				moves = append(moves, actors.Move{UID: head.UID, Subtask: sub, To: want})
 			}
 		}
-		n += len(hj.moves)
-		if len(hj.moves) > 0 {
-			out = append(out, hj)
-		}
+		hj.moves, hj.waves = moves, handoverWaves(r.Plan(), moves)
+		n += len(moves)
+		out = append(out, hj)
 	}
 	if n == 0 {
-		return nil, "no keyed subtask moves"
+		return out, "no subtask moves"
 	}
 	return out, ""
 }
 
-// rebalanceJobs moves every job to placement: by handover when it moves
-// only keyed non-source subtasks and no node is drained, else by
-// redeploying every job from a savepoint.
-func (c *clusterNode) rebalanceJobs(ctx context.Context, trigger cluster.Trigger, reason string, placement map[string]map[actors.TaskKey]string, draining []string) (cluster.Rebalance, error) {
-	if len(draining) > 0 {
-		c.log.Info("cluster: rebalance redeploys: a drained node leaves the deployment", "trigger", trigger, "draining", draining)
-		return c.redeploy(ctx, trigger, reason)
+// handoverWaves orders moves (of chain heads of plan) into successive
+// handovers: a move goes in the wave after the latest one moving a
+// subtask of a chain that sends to its chain, so that no two subtasks
+// joined by an edge move in one handover and a subtask moves after the
+// moved subtasks that send to it (they send on serialised channels
+// then, which it needs when the edge crossed no node).
+func handoverWaves(plan *actors.Plan, moves []actors.Move) [][]actors.Move {
+	tailOf := map[*actors.Vertex]*actors.Chain{}
+	byUID := map[string]*actors.Chain{}
+	for _, ch := range plan.Chains {
+		tailOf[ch.Tail()] = ch
+		byUID[ch.Head().UID] = ch
 	}
+	moving := map[*actors.Chain]bool{}
+	for _, m := range moves {
+		moving[byUID[m.UID]] = true
+	}
+	// The plan's chains are in topological order: a moving chain's wave
+	// is one more than the latest wave of a moving chain that sends to
+	// it.
+	wave := map[*actors.Chain]int{}
+	for _, ch := range plan.Chains {
+		if !moving[ch] {
+			continue
+		}
+		w := 0
+		for _, e := range ch.In {
+			if from := tailOf[e.From]; from != nil && moving[from] {
+				w = max(w, wave[from]+1)
+			}
+		}
+		wave[ch] = w
+	}
+	var out [][]actors.Move
+	for _, m := range moves {
+		w := wave[byUID[m.UID]]
+		for len(out) <= w {
+			out = append(out, nil)
+		}
+		out[w] = append(out[w], m)
+	}
+	return slices.DeleteFunc(out, func(w []actors.Move) bool { return len(w) == 0 })
+}
+
+// rebalanceJobs moves every job to placement: by handover when every job
+// can make its moves while it runs, else by redeploying every job from a
+// savepoint. A drained node (draining) then leaves each job's running
+// deployment (releaseDrained), so that its leave or stop is no failure.
+func (c *clusterNode) rebalanceJobs(ctx context.Context, trigger cluster.Trigger, reason string, placement map[string]map[actors.TaskKey]string, draining []string) (cluster.Rebalance, error) {
 	jobs, why := c.planHandover(placement)
-	if jobs == nil {
-		c.log.Info("cluster: rebalance redeploys: no handover possible", "trigger", trigger, "reason", why)
+	if why != "" && (len(draining) == 0 || jobs == nil) {
+		c.log.Info("cluster: rebalance redeploys: no handover possible", "trigger", trigger, "reason", why, "draining", draining)
 		return c.redeploy(ctx, trigger, reason)
 	}
 	rec, ok, err := c.handover(ctx, trigger, jobs)
@@ -90,7 +133,46 @@ func (c *clusterNode) rebalanceJobs(ctx context.Context, trigger cluster.Trigger
 		c.log.Info("cluster: rebalance redeploys: a job refused the handover; nothing moved by it", "trigger", trigger, "err", err)
 		return c.redeploy(ctx, trigger, reason)
 	}
-	return rec, err
+	if err != nil || len(draining) == 0 {
+		return rec, err
+	}
+	if err := c.releaseDrained(ctx, jobs, draining); err != nil {
+		c.log.Warn("cluster: rebalance redeploys: a drained node did not leave a running deployment", "trigger", trigger, "draining", draining, "err", err)
+		return c.redeploy(ctx, trigger, reason)
+	}
+	return rec, nil
+}
+
+// releaseDrained lets the drained nodes leave every job's running
+// deployment once handovers moved their subtasks away, and the record of
+// the latest deployment (liveView.deployed) forget them: their leave or
+// stop is then no failure to fail over from.
+func (c *clusterNode) releaseDrained(ctx context.Context, jobs []handoverJob, draining []string) error {
+	for _, hj := range jobs {
+		r, _ := hj.e.Runner()
+		if r != hj.r {
+			// The job restarted meanwhile: its new attempt is placed on
+			// the live nodes but the drained ones.
+			continue
+		}
+		for _, node := range draining {
+			if !slices.Contains(r.Nodes(), node) {
+				continue
+			}
+			start := time.Now()
+			if err := r.Release(ctx, node); err != nil {
+				return fmt.Errorf("job %q: release node %q: %w", hj.e.Name(), node, err)
+			}
+			c.log.Info("cluster: drained node left the running deployment", "job", hj.e.Name(), "drained", node, "took", time.Since(start))
+		}
+	}
+	v := c.live
+	v.mu.Lock()
+	if v.deployed != nil {
+		v.deployed = slices.DeleteFunc(slices.Clone(v.deployed), func(id string) bool { return slices.Contains(draining, id) })
+	}
+	v.mu.Unlock()
+	return nil
 }
 
 // handover moves the subtasks of jobs by handover, one job at a time, and
@@ -114,32 +196,21 @@ func (c *clusterNode) handover(ctx context.Context, trigger cluster.Trigger, job
 		v.mu.Unlock()
 	}
 	for _, hj := range jobs {
-		start := time.Now()
-		c.log.Info("cluster: rebalance by handover: moving", "trigger", trigger, "job", hj.e.Name(), "moves", fmt.Sprint(hj.moves))
-		res, err := hj.e.Move(ctx, hj.moves)
-		if err != nil {
-			if !errors.Is(err, actors.ErrHandover) {
-				// Refused with nothing of this job moved: the caller
-				// redeploys every job (those moved already included),
-				// so that none stays on the old placement.
+		for i, wave := range hj.waves {
+			if err := c.handoverWave(ctx, trigger, &rec, hj, i, wave, &joined); err != nil {
 				markJoined()
-				return rec, false, err
-			}
-			markJoined()
-			rec.Outcome, rec.Error = cluster.RebalanceFellBack, fmt.Sprintf("handover of job %q: %v", hj.e.Name(), err)
-			c.recordRebalance(rec)
-			c.log.Warn("cluster: rebalance by handover failed; the job restarts from its latest checkpoint or savepoint, never half moved",
-				"trigger", trigger, "job", hj.e.Name(), "took", time.Since(start), "err", err)
-			return rec, true, fmt.Errorf("handover of job %q: %w", hj.e.Name(), err)
-		}
-		c.recordHandover(&rec, hj, res)
-		for _, m := range res.Moved {
-			if !slices.Contains(joined, m.To) {
-				joined = append(joined, m.To)
+				if !errors.Is(err, actors.ErrHandover) {
+					// Refused with nothing of this wave moved: the
+					// caller redeploys every job (those moved already
+					// included), so that none stays on the old
+					// placement.
+					return rec, false, err
+				}
+				rec.Outcome, rec.Error = cluster.RebalanceFellBack, fmt.Sprintf("handover of job %q: %v", hj.e.Name(), err)
+				c.recordRebalance(rec)
+				return rec, true, fmt.Errorf("handover of job %q: %w", hj.e.Name(), err)
 			}
 		}
-		c.log.Info("cluster: rebalance by handover: job moved", "trigger", trigger, "job", hj.e.Name(), "savepoint", uint64(res.Savepoint),
-			"waited", res.Waited, "took", res.Took, "moved", len(res.Moved))
 	}
 	markJoined()
 	rec.Outcome = cluster.RebalanceDone
@@ -149,10 +220,36 @@ func (c *clusterNode) handover(ctx context.Context, trigger cluster.Trigger, job
 	return rec, true, nil
 }
 
-// recordHandover adds one job's handover to rec: each moved keyed
-// subtask's key groups, state bytes and pause, and, when the job did not
-// restart meanwhile, its keyed subtasks that did not move.
-func (c *clusterNode) recordHandover(rec *cluster.Rebalance, hj handoverJob, res actors.MoveResult) {
+// handoverWave runs one handover of job hj (wave i of its waves) and adds
+// it to rec; the nodes its subtasks moved to are added to joined.
+func (c *clusterNode) handoverWave(ctx context.Context, trigger cluster.Trigger, rec *cluster.Rebalance, hj handoverJob, i int, wave []actors.Move, joined *[]string) error {
+	start := time.Now()
+	c.log.Info("cluster: rebalance by handover: moving", "trigger", trigger, "job", hj.e.Name(), "wave", i+1, "waves", len(hj.waves), "moves", fmt.Sprint(wave))
+	res, err := hj.e.Move(ctx, wave)
+	if err != nil {
+		if errors.Is(err, actors.ErrHandover) {
+			c.log.Warn("cluster: rebalance by handover failed; the job restarts from its latest checkpoint or savepoint, never half moved",
+				"trigger", trigger, "job", hj.e.Name(), "wave", i+1, "took", time.Since(start), "err", err)
+		}
+		return err
+	}
+	c.recordHandover(rec, hj, res, i == len(hj.waves)-1)
+	for _, m := range res.Moved {
+		if !slices.Contains(*joined, m.To) {
+			*joined = append(*joined, m.To)
+		}
+	}
+	c.log.Info("cluster: rebalance by handover: job moved", "trigger", trigger, "job", hj.e.Name(), "wave", i+1, "savepoint", uint64(res.Savepoint),
+		"waited", res.Waited, "took", res.Took, "moved", len(res.Moved))
+	return nil
+}
+
+// recordHandover adds one handover of a job to rec: each moved keyed
+// subtask's key groups, state bytes and pause (a moved chain without
+// keyed operators, a source split say, under its head's name), and,
+// after the job's last handover (last) when the job did not restart
+// meanwhile, its keyed subtasks that did not move in any.
+func (c *clusterNode) recordHandover(rec *cluster.Rebalance, hj handoverJob, res actors.MoveResult, last bool) {
 	md, err := snapshot.Load(res.Path)
 	if err != nil {
 		c.log.Warn("cluster: the handover savepoint's sizes are unknown", "job", hj.e.Name(), "err", err)
@@ -162,19 +259,32 @@ func (c *clusterNode) recordHandover(rec *cluster.Rebalance, hj handoverJob, res
 	for _, m := range res.Moved {
 		moved[m.Task] = m
 	}
+	all := map[actors.TaskKey]bool{}
+	for _, m := range hj.moves {
+		all[actors.TaskKey{UID: m.UID, Subtask: m.Subtask}] = true
+	}
 	same := false
-	if r, _ := hj.e.Runner(); r == hj.r {
+	if r, _ := hj.e.Runner(); r == hj.r && last {
 		same = true
 	}
 	for _, ch := range hj.r.Plan().Chains {
 		var uids []string
+		keyed := false
 		for _, vx := range ch.Vertices {
 			uids = append(uids, vx.UID)
+			keyed = keyed || vx.Keyed
 		}
 		for sub := range ch.Head().Parallelism {
-			m, ok := moved[actors.TaskKey{UID: ch.Head().UID, Subtask: sub}]
+			tk := actors.TaskKey{UID: ch.Head().UID, Subtask: sub}
+			m, ok := moved[tk]
 			if ok {
 				rec.BytesShipped += stateBytes(md, uids, sub)
+			}
+			if ok && !keyed {
+				key := fmt.Sprintf("%s/%s/%d", hj.e.Name(), ch.Head().Name, sub)
+				rec.PauseMS[key] = float64(m.Pause.Microseconds()) / 1000
+				c.log.Info("cluster: rebalance by handover: subtask moved", "subtask", key, "from", m.From, "to", m.To,
+					"pause_ms", rec.PauseMS[key], "inputs", m.Inputs)
 			}
 			for _, vx := range ch.Vertices {
 				if !vx.Keyed {
@@ -188,7 +298,7 @@ func (c *clusterNode) recordHandover(rec *cluster.Rebalance, hj handoverJob, res
 					rec.PauseMS[key] = float64(m.Pause.Microseconds()) / 1000
 					c.log.Info("cluster: rebalance by handover: subtask moved", "subtask", key, "from", m.From, "to", m.To,
 						"pause_ms", rec.PauseMS[key], "inputs", m.Inputs)
-				case same:
+				case same && !all[tk]:
 					rec.Unpaused = append(rec.Unpaused, key)
 				}
 			}
