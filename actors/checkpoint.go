@@ -474,6 +474,42 @@ func (r *host) restoreOperator(md *snapshot.Metadata, v *Vertex, sub int, ctx *o
 	return raw, oldP, nil
 }
 
+// restoreFiles returns the state files of snapshot md that restoring
+// subtask sub of chain c reads (restoreOperator): of each of the chain's
+// operators, the old subtasks' files holding key groups of sub, operator
+// state, or raw state for sub. Handles alone say it (their sections); a
+// node adopting one moved subtask fetches only these, not the snapshot.
+func restoreFiles(md *snapshot.Metadata, c *Chain, sub int) (map[string]bool, error) {
+	need := make(map[string]bool)
+	for _, v := range c.Vertices {
+		op, ok := md.Operator(v.UID)
+		if !ok {
+			continue
+		}
+		if err := keygroup.Validate(op.Parallelism, md.MaxParallelism); err != nil {
+			return nil, fmt.Errorf("operator %q: %w", v.UID, err)
+		}
+		keyed := make(map[int]bool)
+		for _, o := range state.KeyedRestoreSources(md.MaxParallelism, op.Parallelism, v.Parallelism)[sub] {
+			keyed[o] = true
+		}
+		for i, h := range op.Subtasks {
+			if h.File == "" {
+				continue
+			}
+			ro, err := readSections(md, h)
+			if err != nil {
+				return nil, err
+			}
+			raw := ro.sec.RawLen >= 0 && (op.Parallelism != v.Parallelism || i == sub)
+			if (v.Keyed && keyed[i] && ro.sec.KeyedLen > 0) || ro.sec.OpLen > 0 || raw {
+				need[h.File] = true
+			}
+		}
+	}
+	return need, nil
+}
+
 func restoreKeyed(ctx *operators.Context, ro restoredOperator) error {
 	f, err := os.Open(ro.path)
 	if err != nil {

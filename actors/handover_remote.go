@@ -512,12 +512,29 @@ func (h *host) adoptRemote(key TaskKey, m controlMsg) (int, error) {
 	if err := os.MkdirAll(md.Dir, 0o755); err != nil {
 		return 0, err
 	}
+	var c *Chain
+	for _, ch := range h.plan.Chains {
+		if ch.Head().UID == key.UID {
+			c = ch
+		}
+	}
+	if c == nil || key.Subtask < 0 || key.Subtask >= c.Head().Parallelism {
+		return 0, fmt.Errorf("the plan has no subtask %s", key)
+	}
+	need, err := restoreFiles(md, c, key.Subtask)
+	if err != nil {
+		return 0, fmt.Errorf("savepoint %d: %w", md.Checkpoint, err)
+	}
 	began := time.Now()
-	var bytes int64
+	var bytes, skipped int64
 	files := 0
 	for _, op := range md.Operators {
 		for _, hd := range op.Subtasks {
 			if hd.File == "" {
+				continue
+			}
+			if !need[hd.File] {
+				skipped += hd.Size
 				continue
 			}
 			if err := h.files.Fetch(h.ctx, h.master, h.job.Name, h.epoch, md.Checkpoint, hd, filepath.Join(md.Dir, hd.File)); err != nil {
@@ -527,7 +544,7 @@ func (h *host) adoptRemote(key TaskKey, m controlMsg) (int, error) {
 			files++
 		}
 	}
-	h.log.Info("handover: state files fetched", "task", key.String(), "checkpoint_id", md.Checkpoint, "files", files, "bytes", bytes, "took", time.Since(began))
+	h.log.Info("handover: state files fetched", "task", key.String(), "checkpoint_id", md.Checkpoint, "files", files, "bytes", bytes, "not_needed_bytes", skipped, "took", time.Since(began))
 	placed := make(map[TaskKey]string, len(m.Keys))
 	for _, k := range m.Keys {
 		placed[TaskKey{UID: k.UID, Subtask: k.Subtask}] = k.Node
