@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/edgedio/edged/mqtt"
 	"github.com/edgedio/edged/mqtt/ingestlog"
@@ -160,6 +162,11 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 			external = src.Broker
 		}
 	}
+	readies := make([]<-chan struct{}, len(m.subs))
+	for i, s := range m.subs {
+		readies[i] = s.Ready()
+	}
+	waitSubscribed(ctx, readies, subscribeWait, n.log)
 	url := external
 	if br != nil {
 		if err := br.Start(context.WithoutCancel(ctx)); err != nil {
@@ -212,4 +219,33 @@ func (n *node) stopMQTT() error {
 		errs = append(errs, l.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// subscribeWait bounds how long a node waits, before its jobs start, for
+// its subscriptions at an external broker.
+const subscribeWait = 5 * time.Second
+
+// waitSubscribed waits, at most wait in all, until every subscriber has
+// subscribed once (its Ready channel in readies is closed), so that a job reported running is one whose readings
+// the broker already routes to edged: a broker delivers nothing published
+// before a new session's first subscription. A broker that does not answer
+// in time is logged and the jobs start anyway; the subscriber keeps
+// retrying and subscribes once it can. It reports whether all subscribed.
+func waitSubscribed(ctx context.Context, readies []<-chan struct{}, wait time.Duration, log *slog.Logger) bool {
+	if len(readies) == 0 {
+		return true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for _, r := range readies {
+		select {
+		case <-r:
+		case <-t.C:
+			log.Warn("mqtt subscriber not subscribed yet; the jobs start without waiting longer (readings published to a new session before it subscribes are not delivered by the broker)", "waited", wait)
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
 }
