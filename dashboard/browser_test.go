@@ -237,12 +237,13 @@ func TestBrowserJobAndSavepoint(t *testing.T) {
 	}
 	run(t, ctx, "trigger", chromedp.Click(`#btn-savepoint`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#confirm-ok`, chromedp.ByQuery), chromedp.Click(`#confirm-ok`, chromedp.ByQuery))
+	// The list is redrawn on every poll: read the path in one evaluation,
+	// not by a node a redraw may have replaced.
 	var path string
-	run(t, ctx, "savepoint listed", chromedp.WaitVisible(`#savepoints li .path`, chromedp.ByQuery),
-		chromedp.Text(`#savepoints li .path`, &path, chromedp.ByQuery))
-	if !strings.Contains(path, "savepoint") {
-		t.Fatalf("listed savepoint path %q", path)
-	}
+	testutil.Eventually(t, waitLimit, "the savepoint listed", func() bool {
+		run(t, ctx, "savepoint listed", chromedp.Evaluate(`(document.querySelector("#savepoints li .path") || {}).textContent || ""`, &path))
+		return strings.Contains(path, "savepoint")
+	})
 	var status string
 	run(t, ctx, "action status", chromedp.Text(`#action-status`, &status, chromedp.ByQuery))
 	if !strings.Contains(status, path) {
