@@ -219,6 +219,30 @@ func TestClusterJoinHandsOverOnlyMovedSubtask(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with four subprocesses")
 	}
+	var pinned strings.Builder
+	for _, op := range []string{"source", "prepare", "timestamps", "sink-0-dead-letter", "late-rows", "sink-0-dead-letter-late",
+		"window-rows", "sink-0-windows", "sink-0-dead-letter-sinks"} {
+		fmt.Fprintf(&pinned, "    - {operator: sensors/%s, subtask: 3, node: a}\n", op)
+	}
+	joinHandsOver(t, pinned.String())
+}
+
+// The same join with no placement pinned (the default): the new node's
+// source split, its window subtask and the rest of its subtasks move to
+// it by handovers in waves, and the other window subtasks keep
+// processing all the while, as above.
+func TestClusterJoinDefaultPlacementKeepsUnmovedRunning(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with four subprocesses")
+	}
+	joinHandsOver(t, "")
+}
+
+// joinHandsOver runs a join of a fourth node under paced MQTT load with
+// the placement rows pinned (none: the default placement) and checks that
+// it hands over with no redeployment, that only the moved window subtask
+// pauses, and that the totals are exact.
+func joinHandsOver(t *testing.T, pinned string) {
 	maybeBurn(t)
 	// A gap is 5 sampling periods without an increase (the moved
 	// subtask's own pause is about 200 ms; a subtask that keeps running
@@ -228,12 +252,7 @@ func TestClusterJoinHandsOverOnlyMovedSubtask(t *testing.T) {
 		period = 100 * time.Millisecond
 		gap    = 5 * period
 	)
-	var pinned strings.Builder
-	for _, op := range []string{"source", "prepare", "timestamps", "sink-0-dead-letter", "late-rows", "sink-0-dead-letter-late",
-		"window-rows", "sink-0-windows", "sink-0-dead-letter-sinks"} {
-		fmt.Fprintf(&pinned, "    - {operator: sensors/%s, subtask: 3, node: a}\n", op)
-	}
-	members := startClusterPlaced(t, []string{"a", "b", "c", "d"}, 3, 4, pinned.String())
+	members := startClusterPlaced(t, []string{"a", "b", "c", "d"}, 3, 4, pinned)
 	a, d := members[0], members[3]
 	l := newPartialLoad(t, members, 3)
 	client := &http.Client{Timeout: 2 * time.Second}
@@ -330,14 +349,24 @@ func TestClusterJoinHandsOverOnlyMovedSubtask(t *testing.T) {
 	if rec.Outcome != "done" || mode != "handover" {
 		t.Fatalf("the join rebalance: outcome %q, mode %q (%s), want done by handover: the daemon redeployed the job", rec.Outcome, mode, rec.Error)
 	}
-	if len(rec.PauseMS) != 1 || rec.MovedKeyGroups == 0 || rec.BytesShipped == 0 {
+	if (pinned != "" && len(rec.PauseMS) != 1) || rec.MovedKeyGroups == 0 || rec.BytesShipped == 0 {
 		t.Fatalf("the join rebalance moved %d key groups, %d bytes, pauses %v: want one window subtask with its state", rec.MovedKeyGroups, rec.BytesShipped, rec.PauseMS)
 	}
 	moved := -1
 	for k := range rec.PauseMS {
-		if _, err := fmt.Sscanf(k[strings.LastIndex(k, "/")+1:], "%d", &moved); err != nil {
+		i := strings.LastIndex(k, "/")
+		if !isWindowChain(k[:i]) {
+			continue
+		}
+		if moved >= 0 {
+			t.Fatalf("pauses %v: two window subtasks moved", rec.PauseMS)
+		}
+		if _, err := fmt.Sscanf(k[i+1:], "%d", &moved); err != nil {
 			t.Fatalf("pause of %q", k)
 		}
+	}
+	if moved < 0 {
+		t.Fatalf("pauses %v: no window subtask moved", rec.PauseMS)
 	}
 	t.Logf("moved window subtask %d, pause %v; unpaused %v", moved, rec.PauseMS, unpaused)
 	// Every other window subtask kept processing: no gap in its
