@@ -89,6 +89,9 @@ type Runner struct {
 	moved map[TaskKey]string
 	// mv carries handovers across processes (handover_remote.go).
 	mv moveLink
+	// held says the coordinator holds its triggers (Coordinator.Hold)
+	// while a handover moves a source split; master loop only.
+	held bool
 }
 
 // NewRunner validates the job and the config and plans the job's tasks. It
@@ -432,10 +435,20 @@ wait:
 	for !r.over(remaining) {
 		var acts []snapshot.Action
 		// While a handover prepares, or moves a source split, no other
-		// checkpoint is triggered.
+		// checkpoint is triggered; while a source split moves, the
+		// handover's savepoint still expires at the checkpoint timeout.
 		tickC, spC := tick, r.savepoints
+		if r.coord != nil && r.mv.sources != r.held {
+			r.held = r.mv.sources
+			r.coord.Hold(r.held)
+			timer, tick = r.coordinatorTimer(clock, timer)
+			tickC = tick
+		}
+		if r.mv.preparing {
+			tickC = nil
+		}
 		if r.mv.preparing || r.mv.sources {
-			tickC, spC = nil, nil
+			spC = nil
 		}
 		select {
 		case rep := <-r.reports:

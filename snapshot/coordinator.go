@@ -24,6 +24,7 @@ type Coordinator struct {
 	parallelism map[string]int // by vertex
 
 	started bool
+	held    bool      // Hold: no checkpoint is triggered, pending ones still expire
 	nextDue time.Time // next periodic trigger
 	lastEnd time.Time // end of the last checkpoint or savepoint; zero if none
 	nextID  ID
@@ -211,10 +212,17 @@ func (c *Coordinator) Next() (time.Time, bool) {
 	return at, ok
 }
 
+// Hold stops (held) or resumes the triggering of periodic and final
+// checkpoints; checkpoints in progress still expire at their timeout.
+// The runner holds them while a handover moves a source split, when a
+// checkpoint's barrier would not come from the split between its two
+// instances.
+func (c *Coordinator) Hold(held bool) { c.held = held }
+
 // finalDue reports whether a final checkpoint is to be triggered (again)
 // at retryAt.
 func (c *Coordinator) finalDue() bool {
-	return c.finishing && c.final == 0 && !c.finished && c.halted == nil && !c.stopped && c.stopping == 0
+	return !c.held && c.finishing && c.final == 0 && !c.finished && c.halted == nil && !c.stopped && c.stopping == 0
 }
 
 // finalRetry is how long after a failed final checkpoint the next one is
@@ -228,7 +236,7 @@ func (c *Coordinator) finalRetry() time.Duration {
 
 // periodic reports whether periodic checkpoints may be triggered at all.
 func (c *Coordinator) periodic() bool {
-	return c.started && c.cfg.Interval > 0 && c.halted == nil && !c.stopped && c.stopping == 0 && !c.finishing
+	return !c.held && c.started && c.cfg.Interval > 0 && c.halted == nil && !c.stopped && c.stopping == 0 && !c.finishing
 }
 
 // due returns when the next periodic checkpoint may start, leaving aside

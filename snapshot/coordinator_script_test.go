@@ -25,6 +25,7 @@ import (
 //	persist id= [t= err=]                           (with persist=manual)
 //	task-failed task= [t= reason=]
 //	recover [next= completed=1,2 incomplete=3]
+//	hold | resume                                   (Coordinator.Hold)
 //	next | history | progress
 //
 // Unless persist=manual, every Complete is answered at once with a
@@ -70,6 +71,12 @@ func (h *coordHarness) handle(cmd *script.Command) (string, error) {
 	switch cmd.Name {
 	case "tick":
 		return h.print(now, h.c.Tick(now)), nil
+	case "hold":
+		h.c.Hold(true)
+		return "", nil
+	case "resume":
+		h.c.Hold(false)
+		return "", nil
 	case "ack":
 		task, err := parseTask(cmd.StringOr("task", ""))
 		if err != nil {
