@@ -6,6 +6,11 @@ import (
 )
 
 var (
+	// ErrJobEnded is returned by Release when the attempt ended (failed,
+	// restarted or stopped) before the release: the node is in no
+	// running deployment of it any more.
+	ErrJobEnded = errors.New("actors: job ended before the release")
+
 	// ErrInvalidJob is wrapped by every job-graph validation error.
 	ErrInvalidJob = errors.New("actors: invalid job")
 	// ErrNoCodec is returned when an edge must serialise records of a type

@@ -28,14 +28,14 @@ func (r *Runner) Release(ctx context.Context, node string) error {
 	select {
 	case <-r.started:
 	case <-r.done:
-		return errors.New("actors: job ended before the release")
+		return ErrJobEnded
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	select {
 	case r.moves <- req:
 	case <-r.done:
-		return errors.New("actors: job ended before the release")
+		return ErrJobEnded
 	case <-ctx.Done():
 		return ctx.Err()
 	}

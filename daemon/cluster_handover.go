@@ -161,6 +161,13 @@ func (c *clusterNode) releaseDrained(ctx context.Context, jobs []handoverJob, dr
 			}
 			start := time.Now()
 			if err := r.Release(ctx, node); err != nil {
+				if errors.Is(err, actors.ErrJobEnded) {
+					// The attempt ended after the check above: its next
+					// one is placed on the live nodes, the drained ones
+					// not among them.
+					c.log.Info("cluster: job restarted during the release of a drained node", "job", hj.e.Name(), "drained", node)
+					break
+				}
 				return fmt.Errorf("job %q: release node %q: %w", hj.e.Name(), node, err)
 			}
 			c.log.Info("cluster: drained node left the running deployment", "job", hj.e.Name(), "drained", node, "took", time.Since(start))

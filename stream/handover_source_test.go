@@ -256,6 +256,11 @@ func TestHandoverReleaseLetsADrainedNodeLeave(t *testing.T) {
 	if job.Attempts() != 1 {
 		t.Fatalf("the job restarted: %d attempts", job.Attempts())
 	}
+	// A release of an attempt that ended says so (the daemon then takes
+	// the node as released: no later attempt places anything on it).
+	if err := r0.Release(ctx, drained); !errors.Is(err, actors.ErrJobEnded) {
+		t.Fatalf("release after the job ended: %v, want ErrJobEnded", err)
+	}
 }
 
 // A source split moves from the job master's node to a node in another
