@@ -268,6 +268,13 @@ func RestoreOperatorStates(old [][]byte, subtask, newParallelism int) (*Operator
 		out := &opRaw{meta: first.meta}
 		switch first.meta.kind {
 		case kindOperatorList:
+			if len(lists) == newParallelism {
+				// Same parallelism: each subtask takes back its own list,
+				// so that one subtask restored alone (a handover) takes
+				// what it had, and no element another one still holds.
+				out.elems = lists[subtask]
+				break
+			}
 			out.elems = RedistributeList(lists, newParallelism)[subtask]
 		case kindUnionList:
 			out.elems = RedistributeUnion(lists, newParallelism)[subtask]

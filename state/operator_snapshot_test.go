@@ -172,3 +172,30 @@ func TestOperatorStoreLenCountsRestored(t *testing.T) {
 		t.Fatalf("Len after registering one = %d, want 3", rs.Len())
 	}
 }
+
+// At the same parallelism each subtask takes back its own list (a
+// subtask restored alone, by a handover, must not take elements another
+// running subtask still holds); union and broadcast states as ever.
+func TestRestoreOperatorStatesSameParallelismKeepsOwnList(t *testing.T) {
+	const p = 3
+	old := make([][]byte, p)
+	for i := range old {
+		old[i] = opSubtask(t, i, map[string]float64{"max": 40})
+	}
+	for j := range p {
+		s, err := RestoreOperatorStates(old, j, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []int64
+		for k := range 3 + j {
+			want = append(want, int64(100*j+k))
+		}
+		if got := must(ListState[int64](s, "offsets")).Get(); !slices.Equal(got, want) {
+			t.Fatalf("subtask %d: offsets %v, want its own %v", j, got, want)
+		}
+		if got := must(UnionListState[string](s, "pending")).Get(); len(got) != p {
+			t.Fatalf("subtask %d: pending %v, want every subtask's", j, got)
+		}
+	}
+}
