@@ -1001,8 +1001,13 @@ func (c *clusterNode) yield(ctx context.Context, other string, theirs map[string
 	defer c.handing.Store(false)
 	start := time.Now()
 	log.Warn("cluster: another node leads too; this node yields to it (its snapshots are newer, or its id lower): cancelling the jobs", "ours", ours, "theirs", theirs)
+	// Not in the middle of a takeover's start of the jobs (a retried
+	// restart after a failed hand-back): it ends first, and finds this
+	// node no longer leading on its next attempt.
+	c.startMu.Lock()
 	left := h.cancel(ctx)
 	c.stepDown(other)
+	c.startMu.Unlock()
 	rec := cluster.Handback{At: start, From: c.cfg.Node, To: other, Epoch: c.highestEpoch(), Outcome: "yielded",
 		Error: fmt.Sprintf("two leaders: this node's newest snapshots %v, %s's %v", ours, other, theirs)}
 	if left > 0 {

@@ -285,6 +285,11 @@ func (n *node) takeOver(from string, pipelines []pipeline.PipelineConfig) error 
 	if stopped {
 		return nil
 	}
+	if from == c.cfg.Node && !c.leadsOn() {
+		// A retried restart of this leader's jobs after a failed
+		// hand-back, and the node yielded or stepped down meanwhile.
+		return errNoLongerLeads
+	}
 	base, err := nextEpochBase(filepath.Join(c.dataDir, "cluster"), c.seen.Load())
 	if err != nil {
 		return err

@@ -4,6 +4,9 @@ import "errors"
 
 // Sentinel errors of package daemon.
 var (
+	// errNoLongerLeads ends a retried restart of the jobs of a leader that
+	// yielded or stepped down since.
+	errNoLongerLeads = errors.New("daemon: this node no longer leads")
 	// ErrNoPipelines is returned by Run for a config without pipelines.
 	ErrNoPipelines = errors.New("daemon: config has no pipelines")
 	// ErrUnknownJob is returned for a job name the node does not run.

@@ -1,0 +1,24 @@
+package daemon
+
+import (
+	"errors"
+	"log/slog"
+	"testing"
+
+	"github.com/edgedio/edged/pipeline"
+)
+
+// A retried restart of a leader's own jobs (takeOver from itself) after
+// the node yielded or stepped down starts nothing: it ends with
+// errNoLongerLeads, so that a node following another leader never
+// masters jobs beside it.
+func TestTakeOverOfOwnJobsAfterSteppingDown(t *testing.T) {
+	c := &clusterNode{cfg: &pipeline.ClusterConfig{Node: "a"}, log: slog.New(slog.DiscardHandler), dataDir: t.TempDir()}
+	// What stepDown("b") leaves: b leads.
+	c.lead.stepped, c.lead.took, c.lead.id, c.lead.followed = true, false, "b", true
+	n := &node{cluster: c}
+	pipelines := []pipeline.PipelineConfig{{Name: "never-started"}}
+	if err := n.takeOver("a", pipelines); !errors.Is(err, errNoLongerLeads) {
+		t.Fatalf("takeOver of its own jobs after stepping down: %v, want errNoLongerLeads", err)
+	}
+}
