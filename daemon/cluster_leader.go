@@ -310,6 +310,13 @@ func (n *node) takeOver(from string, pipelines []pipeline.PipelineConfig) error 
 			// after a failure starts only the rest).
 			continue
 		}
+		if n.lingers(pc.Name) {
+			// A yield cancelled it and it has not ended yet: a second
+			// run of it would share its store and its sinks. A later
+			// attempt starts it once it ended.
+			failed = append(failed, fmt.Errorf("job %q: its earlier run, cancelled by a yield, has not ended yet", pc.Name))
+			continue
+		}
 		if pc.Checkpoint.Dir != "" {
 			ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
 			md, err := c.rep.recover(ctx, pc.Name)
@@ -351,6 +358,19 @@ func (n *node) mastering(name string) bool {
 		return false
 	}
 	return slices.Contains(n.cluster.executions(), j.run.Execution())
+}
+
+// lingers reports whether a run of job name that a yield cancelled is
+// still listed and has not ended.
+func (n *node) lingers(name string) bool {
+	n.jobsMu.Lock()
+	defer n.jobsMu.Unlock()
+	for _, j := range n.lingering {
+		if j.name == name && !ended(j) {
+			return true
+		}
+	}
+	return false
 }
 
 // recover readies the node's store of job for a restore: the newest

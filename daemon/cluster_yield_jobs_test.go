@@ -76,8 +76,15 @@ func TestYieldKeepsJobsThatDidNotEnd(t *testing.T) {
 	if j, err := n.job("stuck"); err != nil || j != stuck {
 		t.Fatalf("the running job is not found by name: %v", err)
 	}
+	// A takeover meanwhile does not start a second run of it.
+	if !n.lingers("stuck") || n.lingers("free") {
+		t.Fatalf("lingers: stuck %v, free %v; want only the stuck one", n.lingers("stuck"), n.lingers("free"))
+	}
 	close(release)
 	testutil.Eventually(t, 30*time.Second, "the stuck job ended", func() bool { return ended(stuck) })
+	if n.lingers("stuck") {
+		t.Fatal("an ended run still keeps a takeover from starting its job")
+	}
 	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
 	left = n.recancelJobs(ctx)
 	cancel()
