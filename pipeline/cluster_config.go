@@ -122,6 +122,20 @@ func (c *ClusterConfig) LeadershipConfig() cluster.LeadershipConfig {
 	set(&lc.RestartPoll, b.RestartPoll)
 	set(&lc.ResumeBackoff, b.ResumeBackoff)
 	set(&lc.MaxResumeBackoff, b.MaxResumeBackoff)
+	// A maximum left unset is at least the minimum set.
+	for _, p := range []struct {
+		max     *time.Duration
+		min     time.Duration
+		userMax time.Duration
+	}{
+		{&lc.MaxSettle, lc.Settle, b.MaxSettle},
+		{&lc.MaxInterval, lc.MinInterval, b.MaxHandbackInterval},
+		{&lc.MaxResumeBackoff, lc.ResumeBackoff, b.MaxResumeBackoff},
+	} {
+		if p.userMax == 0 {
+			*p.max = max(*p.max, p.min)
+		}
+	}
 	return lc
 }
 

@@ -29,7 +29,15 @@ func TestClusterLeadershipKeys(t *testing.T) {
 		lc.ResumeBackoff != 2*time.Second || lc.MinInterval != 20*time.Second || lc.MaxSettle != def.MaxSettle || lc.AnswerPoll != def.AnswerPoll {
 		t.Fatalf("LeadershipConfig() = %+v", lc)
 	}
-	_, err = Parse([]byte(goodPipeline + clusterBlock + "  leadership: {settle: 10m, split_poll: -1s}\n"))
+	// A maximum left unset follows a larger minimum.
+	cfg, err = Parse([]byte(goodPipeline + clusterBlock + "  leadership: {settle: 10m, handback_interval: 10m, resume_backoff: 2m}\n"))
+	if err != nil {
+		t.Fatalf("minimums above the default maximums: %v", err)
+	}
+	if lc := cfg.Cluster.LeadershipConfig(); lc.MaxSettle != 10*time.Minute || lc.MaxInterval != 10*time.Minute || lc.MaxResumeBackoff != 2*time.Minute {
+		t.Fatalf("unset maximums: %+v", lc)
+	}
+	_, err = Parse([]byte(goodPipeline + clusterBlock + "  leadership: {settle: 10m, max_settle: 5m, split_poll: -1s}\n"))
 	var ce *ConfigError
 	if !errors.As(err, &ce) {
 		t.Fatalf("err = %v, want *ConfigError", err)
