@@ -648,6 +648,30 @@ func (c *clusterNode) retryResume(log *slog.Logger) {
 		h.resuming = false
 		h.mu.Unlock()
 	}()
+	c.backoff(func(next time.Duration) bool {
+		if !c.leadsOn() {
+			log.Info("cluster: hand-back: this node no longer leads; it stops restarting its jobs")
+			return true
+		}
+		h.mu.Lock()
+		h.resumeRetries++
+		h.mu.Unlock()
+		err := c.takeover(c.cfg.Node)
+		if err == nil {
+			log.Info("cluster: hand-back: the jobs restarted; this node leads on")
+			return true
+		}
+		log.Error("cluster: hand-back: restarting the jobs failed; retrying", "err", err, "retry_in", next)
+		return false
+	})
+}
+
+// backoff calls try after cluster.leadership.resume_backoff, then again
+// after twice as long each time up to max_resume_backoff (next is the
+// wait before the following call), until try returns true or the node
+// stops.
+func (c *clusterNode) backoff(try func(next time.Duration) bool) {
+	h := c.hb
 	quit := c.quitChan()
 	wait := h.cfg.ResumeBackoff
 	for {
@@ -656,20 +680,11 @@ func (c *clusterNode) retryResume(log *slog.Logger) {
 			return
 		case <-h.clock.After(wait):
 		}
-		if !c.leadsOn() {
-			log.Info("cluster: hand-back: this node no longer leads; it stops restarting its jobs")
+		next := min(2*wait, h.cfg.MaxResumeBackoff)
+		if try(next) {
 			return
 		}
-		h.mu.Lock()
-		h.resumeRetries++
-		h.mu.Unlock()
-		err := c.takeover(c.cfg.Node)
-		if err == nil {
-			log.Info("cluster: hand-back: the jobs restarted; this node leads on")
-			return
-		}
-		wait = min(2*wait, h.cfg.MaxResumeBackoff)
-		log.Error("cluster: hand-back: restarting the jobs failed; retrying", "err", err, "retry_in", wait)
+		wait = next
 	}
 }
 
@@ -1041,14 +1056,7 @@ func (c *clusterNode) lingerOn(log *slog.Logger, n int) {
 			h.recancelling = false
 			h.mu.Unlock()
 		}()
-		quit := c.quitChan()
-		wait := h.cfg.ResumeBackoff
-		for {
-			select {
-			case <-quit:
-				return
-			case <-h.clock.After(wait):
-			}
+		c.backoff(func(next time.Duration) bool {
 			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.ResumeBackoff)
 			left := h.recancel(ctx)
 			cancel()
@@ -1057,11 +1065,11 @@ func (c *clusterNode) lingerOn(log *slog.Logger, n int) {
 			h.mu.Unlock()
 			if left == 0 {
 				log.Info("cluster: yield: every cancelled job ended")
-				return
+				return true
 			}
-			wait = min(2*wait, h.cfg.MaxResumeBackoff)
-			log.Warn("cluster: yield: jobs still running after their cancellation; cancelling again", "jobs", left, "retry_in", wait)
-		}
+			log.Warn("cluster: yield: jobs still running after their cancellation; cancelling again", "jobs", left, "retry_in", next)
+			return false
+		})
 	}()
 }
 
