@@ -61,9 +61,6 @@ func (c *clusterNode) planHandover(placement map[string]map[actors.TaskKey]strin
 				if !ok || want == r.NodeOf(head.UID, sub) {
 					continue
 				}
-				if !c.moveAll && (head.IsSource() || !head.Keyed) {
-					return nil, fmt.Sprintf("subtask %s[%d] of job %q moves and is not a keyed non-source subtask", head.UID, sub, e.Name())
-				}
 				moves = append(moves, actors.Move{UID: head.UID, Subtask: sub, To: want})
 			}
 		}
@@ -126,10 +123,6 @@ func handoverWaves(plan *actors.Plan, moves []actors.Move) [][]actors.Move {
 // savepoint. A drained node (draining) then leaves each job's running
 // deployment (releaseDrained), so that its leave or stop is no failure.
 func (c *clusterNode) rebalanceJobs(ctx context.Context, trigger cluster.Trigger, reason string, placement map[string]map[actors.TaskKey]string, draining []string) (cluster.Rebalance, error) {
-	if len(draining) > 0 && !c.moveAll {
-		c.log.Info("cluster: rebalance redeploys: a drained node leaves the deployment", "trigger", trigger, "draining", draining)
-		return c.redeploy(ctx, trigger, reason)
-	}
 	jobs, why := c.planHandover(placement)
 	if why != "" && (len(draining) == 0 || jobs == nil) {
 		c.log.Info("cluster: rebalance redeploys: no handover possible", "trigger", trigger, "reason", why, "draining", draining)

@@ -227,6 +227,17 @@ func TestClusterJoinHandsOverOnlyMovedSubtask(t *testing.T) {
 	joinHandsOver(t, pinned.String())
 }
 
+// The same join with no placement pinned (the default): the new node's
+// source split, its window subtask and the rest of its subtasks move to
+// it by handovers in waves, and the other window subtasks keep
+// processing all the while, as above.
+func TestClusterJoinDefaultPlacementKeepsUnmovedRunning(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with four subprocesses")
+	}
+	joinHandsOver(t, "")
+}
+
 // joinHandsOver runs a join of a fourth node under paced MQTT load with
 // the placement rows pinned (none: the default placement) and checks that
 // it hands over with no redeployment, that only the moved window subtask
