@@ -41,14 +41,6 @@ type clusterNode struct {
 	tr     *cluster.RemoteTransport
 	peers  *peerClient
 	master bool
-	// moveAll lets a rebalance hand over source splits and unkeyed
-	// subtasks, and a drain move its node's work by handover, instead of
-	// redeploying every job. Off: a join of a fourth node with the default
-	// placement under paced MQTT load, moving its source split and its
-	// other subtasks in waves, counted one reading twice in the window it
-	// happened in (two runs of two), so only keyed non-source moves hand
-	// over until that is found.
-	moveAll bool
 	// worker hosts the node's tasks; nil on the master's node.
 	worker *actors.Worker
 	// fingerprint identifies the node's pipelines (gossiped in its

@@ -316,8 +316,9 @@ func joinHandsOver(t *testing.T, pinned string) {
 		<-tick.C
 		l.publish(next, next+chunk)
 		published = append(published, time.Now())
-		if time.Now().After(end) && next%(10*chunk) == 0 {
+		if time.Now().After(end) && (next+chunk)%(10*chunk) == 0 {
 			if ended = joinEnded(); ended {
+				next += chunk // published
 				break
 			}
 		}

@@ -1,0 +1,191 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgedio/edged/internal/testutil"
+)
+
+// Rebalances that move source splits and drain nodes by handover, with
+// real edged processes under MQTT load.
+
+// rebalanceModes is what GET /cluster says of each rebalance: its
+// trigger, outcome, mode and pauses.
+type rebalanceModes struct {
+	Epoch          uint64 `json:"epoch"`
+	FailoversTotal int64  `json:"failovers_total"`
+	Rebalances     []struct {
+		Trigger string             `json:"trigger"`
+		Outcome string             `json:"outcome"`
+		Mode    string             `json:"mode"`
+		PauseMS map[string]float64 `json:"pause_ms"`
+		Error   string             `json:"error"`
+	} `json:"rebalances"`
+}
+
+// A fourth node joins a three-node cluster (four configured) mid-stream
+// under MQTT load, with no placement pinned: the join moves every
+// subtask whose home is the new node back to it — its source split (which
+// ran idle on another node meanwhile) and the subtasks downstream of it —
+// by handovers in the running deployment, not by a redeployment: the
+// rebalance is recorded as done by handover with the split's pause, the
+// job's epoch is the same, the new node's devices publish to it once it
+// owns its split, and every window of every sensor arrives exactly once
+// with the exact count.
+func TestClusterJoinHandsOverSourceSplit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with four subprocesses")
+	}
+	maybeBurn(t)
+	members := startClusterOf(t, []string{"a", "b", "c", "d"}, 3, 4)
+	a, d := members[0], members[3]
+	l := newPartialLoad(t, members, 3)
+	client := &http.Client{Timeout: 2 * time.Second}
+	waitAllAlive(t, a, 3)
+	const n = 40_000
+	next := 0
+	l.publish(next, n/4)
+	next = n / 4
+	checkpointsSettled(t, a)
+	var before rebalanceModes
+	if err := a.get(client, "/cluster", &before); err != nil {
+		t.Fatal(err)
+	}
+	d.start()
+	l.connect(3)
+	for next < n/2 && keyGroupsOn(t, a, "d") == 0 {
+		l.publish(next, next+500)
+		next += 500
+	}
+	testutil.Eventually(t, 90*time.Second, "node d owns key groups", func() bool { return keyGroupsOn(t, a, "d") > 0 })
+	var after rebalanceModes
+	testutil.Eventually(t, 90*time.Second, "the join rebalance ended", func() bool {
+		if err := a.get(client, "/cluster", &after); err != nil {
+			return false
+		}
+		for _, r := range after.Rebalances[len(before.Rebalances):] {
+			if r.Trigger == "join" && r.Outcome != "running" {
+				return true
+			}
+		}
+		return false
+	})
+	moved := false
+	for _, r := range after.Rebalances[len(before.Rebalances):] {
+		t.Logf("rebalance: %+v", r)
+		if r.Trigger != "join" {
+			continue
+		}
+		if r.Outcome != "done" || r.Mode != "handover" {
+			t.Fatalf("the join: outcome %q mode %q (%s), want done by handover", r.Outcome, r.Mode, r.Error)
+		}
+		for k := range r.PauseMS {
+			moved = moved || strings.HasSuffix(k, "/source/3")
+		}
+	}
+	if !moved {
+		t.Fatal("the join did not move the source split of d by handover")
+	}
+	if after.Epoch != before.Epoch {
+		t.Fatalf("the job's epoch went from %d to %d: it restarted", before.Epoch, after.Epoch)
+	}
+	delete(l.down, 3)
+	l.publish(next, n)
+	l.finishChecked(n, 120*time.Second)
+	jobs, err := d.hosted(client)
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("node d hosts %v (%v)", jobs, err)
+	}
+	var in int64
+	for _, ts := range jobs[0].Tasks {
+		in += ts.RecordsIn
+	}
+	if in == 0 {
+		t.Fatalf("node d's tasks took no record in: %+v", jobs[0].Tasks)
+	}
+}
+
+// A worker drained with `edged cluster drain b` under MQTT load (its
+// devices moved to the other nodes first): its subtasks, its source
+// split included, move away by handover in the running deployment, it
+// leaves the deployment and the membership, and stopped afterwards it is
+// no failure: no failover, the job's epoch is the same, and every window
+// stays exact.
+func TestClusterDrainHandsOverAndStops(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses")
+	}
+	maybeBurn(t)
+	members := startCluster(t, true)
+	a, b := members[0], members[1]
+	l := newClusterLoad(t, members)
+	client := &http.Client{Timeout: 2 * time.Second}
+	waitAllAlive(t, a, 3)
+	const n = 30_000
+	l.publish(0, n/3)
+	l.stopDevices(1)
+	checkpointsSettled(t, a)
+	var before rebalanceModes
+	if err := a.get(client, "/cluster", &before); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cli := exec.CommandContext(ctx, edgedBin, "cluster", "drain", "b", "--addr", a.apiAddr)
+	cli.Stdout, cli.Stderr = &stdout, &stderr
+	if err := cli.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cliDone := make(chan error, 1)
+	go func() { cliDone <- cli.Wait() }()
+	// The load goes on (to a and c) while b drains.
+	l.publish(n/3, n/2)
+	if err := <-cliDone; err != nil {
+		t.Fatalf("edged cluster drain b: %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
+	}
+	t.Logf("edged cluster drain b: %s", strings.TrimSpace(stdout.String()))
+	var after rebalanceModes
+	if err := a.get(client, "/cluster", &after); err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Rebalances) <= len(before.Rebalances) {
+		t.Fatal("no drain recorded")
+	}
+	r := after.Rebalances[len(after.Rebalances)-1]
+	t.Logf("rebalance: %+v", r)
+	if r.Trigger != "drain" || r.Outcome != "done" || r.Mode != "handover" {
+		t.Fatalf("the drain: trigger %q outcome %q mode %q (%s), want a drain done by handover", r.Trigger, r.Outcome, r.Mode, r.Error)
+	}
+	split := false
+	for k := range r.PauseMS {
+		split = split || strings.HasSuffix(k, "/source/1")
+	}
+	if !split {
+		t.Fatalf("the drain did not move b's source split by handover: pauses %v", r.PauseMS)
+	}
+	testutil.Eventually(t, 30*time.Second, "the master sees b left", func() bool {
+		s, err := a.rebalances(client)
+		return err == nil && s.state("b") == "left"
+	})
+	// Everything b's sink published reached the subscriber, then b stops.
+	drain(t, "tcp://"+b.brokerAddr, "agg/_marker", l.col)
+	l.stop(1)
+	l.publish(n/2, n)
+	l.finishChecked(n, 120*time.Second)
+	var end rebalanceModes
+	if err := a.get(client, "/cluster", &end); err != nil {
+		t.Fatal(err)
+	}
+	if end.Epoch != before.Epoch || end.FailoversTotal != before.FailoversTotal {
+		t.Fatalf("the job went from epoch %d to %d, failovers from %d to %d: b's drain or stop restarted it",
+			before.Epoch, end.Epoch, before.FailoversTotal, end.FailoversTotal)
+	}
+}
