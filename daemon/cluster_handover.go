@@ -123,6 +123,10 @@ func handoverWaves(plan *actors.Plan, moves []actors.Move) [][]actors.Move {
 // savepoint. A drained node (draining) then leaves each job's running
 // deployment (releaseDrained), so that its leave or stop is no failure.
 func (c *clusterNode) rebalanceJobs(ctx context.Context, trigger cluster.Trigger, reason string, placement map[string]map[actors.TaskKey]string, draining []string) (cluster.Rebalance, error) {
+	if len(draining) > 0 && !c.drainByHandover {
+		c.log.Info("cluster: rebalance redeploys: a drained node leaves the deployment", "trigger", trigger, "draining", draining)
+		return c.redeploy(ctx, trigger, reason)
+	}
 	jobs, why := c.planHandover(placement)
 	if why != "" && (len(draining) == 0 || jobs == nil) {
 		c.log.Info("cluster: rebalance redeploys: no handover possible", "trigger", trigger, "reason", why, "draining", draining)

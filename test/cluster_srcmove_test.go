@@ -1,10 +1,7 @@
 package test
 
 import (
-	"bytes"
-	"context"
 	"net/http"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -108,84 +105,5 @@ func TestClusterJoinHandsOverSourceSplit(t *testing.T) {
 	}
 	if in == 0 {
 		t.Fatalf("node d's tasks took no record in: %+v", jobs[0].Tasks)
-	}
-}
-
-// A worker drained with `edged cluster drain b` under MQTT load (its
-// devices moved to the other nodes first): its subtasks, its source
-// split included, move away by handover in the running deployment, it
-// leaves the deployment and the membership, and stopped afterwards it is
-// no failure: no failover, the job's epoch is the same, and every window
-// stays exact.
-func TestClusterDrainHandsOverAndStops(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test with three subprocesses")
-	}
-	maybeBurn(t)
-	members := startCluster(t, true)
-	a, b := members[0], members[1]
-	l := newClusterLoad(t, members)
-	client := &http.Client{Timeout: 2 * time.Second}
-	waitAllAlive(t, a, 3)
-	const n = 30_000
-	l.publish(0, n/3)
-	l.stopDevices(1)
-	checkpointsSettled(t, a)
-	var before rebalanceModes
-	if err := a.get(client, "/cluster", &before); err != nil {
-		t.Fatal(err)
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	cli := exec.CommandContext(ctx, edgedBin, "cluster", "drain", "b", "--addr", a.apiAddr)
-	cli.Stdout, cli.Stderr = &stdout, &stderr
-	if err := cli.Start(); err != nil {
-		t.Fatal(err)
-	}
-	cliDone := make(chan error, 1)
-	go func() { cliDone <- cli.Wait() }()
-	// The load goes on (to a and c) while b drains.
-	l.publish(n/3, n/2)
-	if err := <-cliDone; err != nil {
-		t.Fatalf("edged cluster drain b: %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
-	}
-	t.Logf("edged cluster drain b: %s", strings.TrimSpace(stdout.String()))
-	var after rebalanceModes
-	if err := a.get(client, "/cluster", &after); err != nil {
-		t.Fatal(err)
-	}
-	if len(after.Rebalances) <= len(before.Rebalances) {
-		t.Fatal("no drain recorded")
-	}
-	r := after.Rebalances[len(after.Rebalances)-1]
-	t.Logf("rebalance: %+v", r)
-	if r.Trigger != "drain" || r.Outcome != "done" || r.Mode != "handover" {
-		t.Fatalf("the drain: trigger %q outcome %q mode %q (%s), want a drain done by handover", r.Trigger, r.Outcome, r.Mode, r.Error)
-	}
-	split := false
-	for k := range r.PauseMS {
-		split = split || strings.HasSuffix(k, "/source/1")
-	}
-	if !split {
-		t.Fatalf("the drain did not move b's source split by handover: pauses %v", r.PauseMS)
-	}
-	testutil.Eventually(t, 30*time.Second, "the master sees b left", func() bool {
-		s, err := a.rebalances(client)
-		return err == nil && s.state("b") == "left"
-	})
-	// Everything b's sink published reached the subscriber, then b stops.
-	drain(t, "tcp://"+b.brokerAddr, "agg/_marker", l.col)
-	l.stop(1)
-	l.publish(n/2, n)
-	l.finishChecked(n, 120*time.Second)
-	var end rebalanceModes
-	if err := a.get(client, "/cluster", &end); err != nil {
-		t.Fatal(err)
-	}
-	if end.Epoch != before.Epoch || end.FailoversTotal != before.FailoversTotal {
-		t.Fatalf("the job went from epoch %d to %d, failovers from %d to %d: b's drain or stop restarted it",
-			before.Epoch, end.Epoch, before.FailoversTotal, end.FailoversTotal)
 	}
 }
