@@ -324,8 +324,18 @@ func (p *peerProcess) stats(b *testing.B) peerStats {
 // startPeer runs the test binary again as TestKeyByEdgePeer and waits for
 // its addresses; the peer stops when the benchmark ends.
 func startPeer(b *testing.B) *peerProcess {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKeyByEdgePeer$", "-test.count=1", "-test.v=false")
-	cmd.Env = append(os.Environ(), peerEnv+"=1")
+	var p peerProcess
+	startTestProcess(b, "TestKeyByEdgePeer", peerEnv+"=1", "peer process", "peer %s %s", &p.addr, &p.http)
+	return &p
+}
+
+// startTestProcess runs this test binary again as test run, with env
+// added to the environment, until the benchmark ends (it closes the
+// process's stdin then, and waits for it), and waits for the line in
+// which it prints its addresses in format (scanned into addrs).
+func startTestProcess(b *testing.B, run, env, what, format string, addrs ...any) {
+	cmd := exec.Command(os.Args[0], "-test.run=^"+run+"$", "-test.count=1", "-test.v=false")
+	cmd.Env = append(os.Environ(), env)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -341,19 +351,17 @@ func startPeer(b *testing.B) *peerProcess {
 	b.Cleanup(func() {
 		stdin.Close()
 		if err := cmd.Wait(); err != nil {
-			b.Errorf("peer process: %v", err)
+			b.Errorf("%s: %v", what, err)
 		}
 	})
 	lines := bufio.NewScanner(stdout)
 	for lines.Scan() {
-		var p peerProcess
-		if _, err := fmt.Sscanf(lines.Text(), "peer %s %s", &p.addr, &p.http); err == nil {
+		if _, err := fmt.Sscanf(lines.Text(), format, addrs...); err == nil {
 			go func() { _, _ = io.Copy(io.Discard, stdout) }()
-			return &p
+			return
 		}
 	}
-	b.Fatalf("peer process printed no addresses: %v", lines.Err())
-	return nil
+	b.Fatalf("%s printed no addresses: %v", what, lines.Err())
 }
 
 // BenchmarkRemoteKeyByEdgeTwoProcesses is BenchmarkRemoteKeyByEdge with

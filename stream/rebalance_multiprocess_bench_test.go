@@ -1,7 +1,6 @@
 package stream_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -289,36 +287,9 @@ func (p *rebalWorker) must(b *testing.B, method, path string, out any) {
 // TestRebalanceWorkerProcess and waits for its addresses; the process
 // stops when the benchmark ends.
 func startRebalWorker(b *testing.B, id string) *rebalWorker {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRebalanceWorkerProcess$", "-test.count=1", "-test.v=false")
-	cmd.Env = append(os.Environ(), rebalWorkerEnv+"="+id)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		stdin.Close()
-		if err := cmd.Wait(); err != nil {
-			b.Errorf("worker process %s: %v", id, err)
-		}
-	})
-	lines := bufio.NewScanner(stdout)
-	for lines.Scan() {
-		p := rebalWorker{id: id}
-		if _, err := fmt.Sscanf(lines.Text(), "rebalworker %s %s", &p.addr, &p.http); err == nil {
-			go func() { _, _ = io.Copy(io.Discard, stdout) }()
-			return &p
-		}
-	}
-	b.Fatalf("worker process %s printed no addresses: %v", id, lines.Err())
-	return nil
+	p := rebalWorker{id: id}
+	startTestProcess(b, "TestRebalanceWorkerProcess", rebalWorkerEnv+"="+id, "worker process "+id, "rebalworker %s %s", &p.addr, &p.http)
+	return &p
 }
 
 // stepLog keeps the durations the job master logs for the steps of its
