@@ -342,21 +342,35 @@ func BenchmarkRebalancePause(b *testing.B) {
 			slices.Min(w.gaps[:]), slices.Max(w.gaps[:]), w.worst, w.steady)
 	}
 	b.StopTimer()
-	med := func(xs []float64) float64 {
-		s := slices.Clone(xs)
-		slices.Sort(s)
-		return s[len(s)/2]
+	reportPauses(b, pauseFigures{idle: idle, moved: moved, movedAPI: movedAPI, others: others, moveWorst: moveWorst,
+		restart: restart, restartMin: restartMin, restartWorst: restartWorst, spMB: spMB})
+}
+
+// pauseFigures are a rebalance benchmark's figures, one per iteration.
+type pauseFigures struct {
+	idle, moved, movedAPI, others, moveWorst []float64
+	restart, restartMin, restartWorst, spMB  []float64
+}
+
+// median returns the median of xs.
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// reportPauses reports the medians of f.
+func reportPauses(b *testing.B, f pauseFigures) {
+	b.ReportMetric(median(f.idle), "idle-gap-ms")
+	b.ReportMetric(median(f.moved), "moved-pause-ms")
+	b.ReportMetric(median(f.movedAPI), "move-api-pause-ms")
+	b.ReportMetric(median(f.others), "others-pause-ms")
+	b.ReportMetric(median(f.moveWorst), "move-worst-second")
+	b.ReportMetric(median(f.restart), "restart-pause-ms")
+	b.ReportMetric(median(f.restartMin), "restart-min-pause-ms")
+	b.ReportMetric(median(f.restartWorst), "restart-worst-second")
+	if x := median(f.moved); x > 0 {
+		b.ReportMetric(median(f.restart)/x, "restart/moved")
 	}
-	b.ReportMetric(med(idle), "idle-gap-ms")
-	b.ReportMetric(med(moved), "moved-pause-ms")
-	b.ReportMetric(med(movedAPI), "move-api-pause-ms")
-	b.ReportMetric(med(others), "others-pause-ms")
-	b.ReportMetric(med(moveWorst), "move-worst-second")
-	b.ReportMetric(med(restart), "restart-pause-ms")
-	b.ReportMetric(med(restartMin), "restart-min-pause-ms")
-	b.ReportMetric(med(restartWorst), "restart-worst-second")
-	if x := med(moved); x > 0 {
-		b.ReportMetric(med(restart)/x, "restart/moved")
-	}
-	b.ReportMetric(med(spMB), "savepoint-MB")
+	b.ReportMetric(median(f.spMB), "savepoint-MB")
 }

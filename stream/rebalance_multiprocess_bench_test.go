@@ -725,32 +725,17 @@ func BenchmarkRebalancePauseProcesses(b *testing.B) {
 			slices.Min(w.gaps[:]), slices.Max(w.gaps[:]), w.worst, w.steady)
 	}
 	b.StopTimer()
-	med := func(xs []float64) float64 {
-		s := slices.Clone(xs)
-		slices.Sort(s)
-		return s[len(s)/2]
-	}
-	b.ReportMetric(med(idle), "idle-gap-ms")
-	b.ReportMetric(med(moved), "moved-pause-ms")
-	b.ReportMetric(med(movedAPI), "move-api-pause-ms")
-	b.ReportMetric(med(others), "others-pause-ms")
-	b.ReportMetric(med(moveWorst), "move-worst-second")
-	b.ReportMetric(med(restart), "restart-pause-ms")
-	b.ReportMetric(med(restartMin), "restart-min-pause-ms")
-	b.ReportMetric(med(restartWorst), "restart-worst-second")
-	if x := med(moved); x > 0 {
-		b.ReportMetric(med(restart)/x, "restart/moved")
-	}
-	b.ReportMetric(med(spMB), "savepoint-MB")
+	reportPauses(b, pauseFigures{idle: idle, moved: moved, movedAPI: movedAPI, others: others, moveWorst: moveWorst,
+		restart: restart, restartMin: restartMin, restartWorst: restartWorst, spMB: spMB})
 	if len(spMS) > 0 {
-		b.ReportMetric(med(spMS), "move-savepoint-ms")
+		b.ReportMetric(median(spMS), "move-savepoint-ms")
 	}
 	for step, xs := range stepMS {
-		b.ReportMetric(med(xs), "move-"+step+"-ms")
+		b.ReportMetric(median(xs), "move-"+step+"-ms")
 	}
 	if len(fetchedMB) > 0 {
-		b.ReportMetric(med(fetchedMB), "move-fetched-MB")
+		b.ReportMetric(median(fetchedMB), "move-fetched-MB")
 	}
-	b.ReportMetric(med(moveCPU), "move-window-cpu-s")
-	b.ReportMetric(med(restartCPU), "restart-window-cpu-s")
+	b.ReportMetric(median(moveCPU), "move-window-cpu-s")
+	b.ReportMetric(median(restartCPU), "restart-window-cpu-s")
 }
