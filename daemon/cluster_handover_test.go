@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 	"github.com/edgedio/edged/cluster"
 	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/operators"
+	"github.com/edgedio/edged/operators/operatorstest"
 	"github.com/edgedio/edged/pipeline"
 	"github.com/edgedio/edged/snapshot"
 	"github.com/edgedio/edged/stream"
@@ -171,26 +171,10 @@ func (s *hoShape) env(opts ...stream.Option) *stream.Environment {
 // hoCommitted reads every committed part file of dir, sorted.
 func hoCommitted(t *testing.T, dir string) []string {
 	t.Helper()
-	parts, err := operators.CommittedParts(dir)
+	lines, err := operatorstest.CommittedLines(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lines []string
-	for _, p := range parts {
-		f, err := os.Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			lines = append(lines, sc.Text())
-		}
-		f.Close()
-		if err := sc.Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	slices.Sort(lines)
 	return lines
 }
 

@@ -1,10 +1,8 @@
 package stream_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/edgedio/edged/operators"
+	"github.com/edgedio/edged/operators/operatorstest"
 	"github.com/edgedio/edged/snapshot"
 	"github.com/edgedio/edged/stream"
 	"github.com/edgedio/edged/watermark"
@@ -109,23 +108,10 @@ func eoJob(n int64, keys int, dir string, fail *failer, opts ...stream.Option) *
 // committedLines reads every committed part file of dir, sorted.
 func committedLines(t *testing.T, dir string) []string {
 	t.Helper()
-	parts, err := operators.CommittedParts(dir)
+	lines, err := operatorstest.CommittedLines(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lines []string
-	for _, p := range parts {
-		f, err := os.Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			lines = append(lines, sc.Text())
-		}
-		f.Close()
-	}
-	sort.Strings(lines)
 	return lines
 }
 
