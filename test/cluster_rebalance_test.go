@@ -324,17 +324,7 @@ func TestClusterNodeJoinsUnderLoad(t *testing.T) {
 	if got := keyGroupsOn(t, a, "d"); got == 0 {
 		t.Fatal("node d owns no key groups at the end")
 	}
-	jobs, err := d.hosted(client)
-	if err != nil || len(jobs) != 1 {
-		t.Fatalf("node d hosts %v (%v)", jobs, err)
-	}
-	var in int64
-	for _, ts := range jobs[0].Tasks {
-		in += ts.RecordsIn
-	}
-	if in == 0 {
-		t.Fatalf("node d's tasks took no record in: %+v", jobs[0].Tasks)
-	}
+	d.checkTookRecords(t, client)
 }
 
 // A worker is drained with `edged cluster drain b` under MQTT load (its
@@ -451,5 +441,22 @@ func TestClusterWorkerSIGTERMDrains(t *testing.T) {
 	// Its work had moved before it exited: its exit caused no failover.
 	if s, err = a.rebalances(client); err != nil || s.FailoversTotal != before.FailoversTotal {
 		t.Fatalf("failovers %d after b's exit, %d before (%v): its work had not moved", s.FailoversTotal, before.FailoversTotal, err)
+	}
+}
+
+// checkTookRecords checks that the member hosts the one job and that its
+// tasks took records in.
+func (m *clusterMember) checkTookRecords(t *testing.T, client *http.Client) {
+	t.Helper()
+	jobs, err := m.hosted(client)
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("node %s hosts %v (%v)", m.id, jobs, err)
+	}
+	var in int64
+	for _, ts := range jobs[0].Tasks {
+		in += ts.RecordsIn
+	}
+	if in == 0 {
+		t.Fatalf("node %s's tasks took no record in: %+v", m.id, jobs[0].Tasks)
 	}
 }

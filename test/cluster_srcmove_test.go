@@ -95,15 +95,5 @@ func TestClusterJoinHandsOverSourceSplit(t *testing.T) {
 	delete(l.down, 3)
 	l.publish(next, n)
 	l.finishChecked(n, 120*time.Second)
-	jobs, err := d.hosted(client)
-	if err != nil || len(jobs) != 1 {
-		t.Fatalf("node d hosts %v (%v)", jobs, err)
-	}
-	var in int64
-	for _, ts := range jobs[0].Tasks {
-		in += ts.RecordsIn
-	}
-	if in == 0 {
-		t.Fatalf("node d's tasks took no record in: %+v", jobs[0].Tasks)
-	}
+	d.checkTookRecords(t, client)
 }
