@@ -47,6 +47,12 @@ type channel struct {
 	park *parking
 	// closeOnce closes the remote end (in or out) once.
 	closeOnce sync.Once
+	// superseded is set once a handover's savepoint completed and the
+	// channel was replaced by one to or from the moved subtask's new
+	// instance: nothing more crosses it, and the failure of its remote
+	// end (the old node stopping before the owner closed it) is not the
+	// job's.
+	superseded atomic.Bool
 
 	mu sync.Mutex // guards free, waiting and park's route
 	// free holds the free buffers (*batch[T] or *wireBatch).
@@ -139,6 +145,18 @@ func (c *channel) bodyCap() int {
 		return c.park.replaced.out.MaxBody()
 	}
 	return 0
+}
+
+// onFailure returns the callback of the remote end of ch, owned by task t:
+// a failure fails the job, unless ch was superseded by a handover.
+func (h *host) onFailure(t *task, ch *channel) func(error) {
+	return func(err error) {
+		if ch.superseded.Load() {
+			h.log.Debug("replaced channel failed after the handover", "channel", ch.key, "err", err)
+			return
+		}
+		h.channelFailed(t, err)
+	}
 }
 
 // closeRemote closes the channel's remote end, if any, once.

@@ -348,9 +348,7 @@ func (r *Runner) startMove(now time.Time) []snapshot.Action {
 	gen := r.moveSeq
 	r.moving = true
 	r.mv.preparing = true
-	for _, p := range planned {
-		r.mv.sources = r.mv.sources || p.chain.Head().IsSource()
-	}
+	r.mv.hold = true
 	r.log.Info("handover starting", "checkpoint_id", id, "moves", len(planned), "waited", req.waited)
 	r.moveWG.Add(1)
 	go r.runMove(r.moveCtx, req, planned, id, gen, now)

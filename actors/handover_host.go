@@ -104,12 +104,15 @@ func (h *host) openFromMoved(key TaskKey, gen int, to string) error {
 	}
 	h.mu.Unlock()
 	for _, old := range olds {
+		// The handover's savepoint completed: the reader passed the old
+		// channel's barrier, and nothing more comes on it.
+		old.superseded.Store(true)
 		d := old.to
 		nc := newChannel(old.index, d, nil)
 		nc.gate, nc.toName, nc.toSub, nc.from, nc.dest = old.gate, old.toName, old.toSub, old.from, old.dest
 		nc.key = old.key
 		nc.key.Gen = gen
-		in, err := h.net.OpenReceiver(nc.key, to, h.deliverer(d, nc), func(err error) { h.channelFailed(d, err) })
+		in, err := h.net.OpenReceiver(nc.key, to, h.deliverer(d, nc), h.onFailure(d, nc))
 		if err != nil {
 			return fmt.Errorf("open channel %v from node %q: %w", nc.key, to, err)
 		}
@@ -233,7 +236,7 @@ func (h *host) adopt(key TaskKey, md *snapshot.Metadata, gen int, nodeOf func(c 
 				ch.credits = 1
 				ch.free = append(ch.free, &wireBatch{ch: ch})
 				ch.toName, ch.toSub, ch.key, ch.from, ch.dest = to.Name(), jj, k, key, dest
-				o, err := h.net.OpenSender(k, node, func(err error) { h.channelFailed(t, err) })
+				o, err := h.net.OpenSender(k, node, h.onFailure(t, ch))
 				if err != nil {
 					return fail(fmt.Errorf("open channel %v to node %q: %w", k, node, err))
 				}
@@ -310,7 +313,7 @@ func (h *host) adopt(key TaskKey, md *snapshot.Metadata, gen int, nodeOf func(c 
 	}
 	for _, ri := range remoteIns {
 		ch := ri.ch
-		in, err := h.net.OpenReceiver(ch.key, ri.node, h.deliverer(t, ch), func(err error) { h.channelFailed(t, err) })
+		in, err := h.net.OpenReceiver(ch.key, ri.node, h.deliverer(t, ch), h.onFailure(t, ch))
 		if err != nil {
 			return nil, fmt.Errorf("open channel %v from node %q: %w", ch.key, ri.node, err)
 		}
@@ -339,6 +342,10 @@ func (h *host) repoint(key TaskKey, to string, gen int, t *task) (int, error) {
 	}
 	h.mu.Unlock()
 	for _, p := range ps {
+		// The handover's savepoint completed: the old instance had
+		// everything sent before the barrier, and nothing more goes on
+		// the channel the parked one replaced.
+		p.replaced.superseded.Store(true)
 		rt := &route{}
 		if to == h.node {
 			if t == nil {
@@ -349,7 +356,7 @@ func (h *host) repoint(key TaskKey, to string, gen int, t *task) (int, error) {
 			k := p.ch.key
 			k.Gen = gen
 			owner := p.owner
-			o, err := h.net.OpenSender(k, to, func(err error) { h.channelFailed(owner, err) })
+			o, err := h.net.OpenSender(k, to, h.onFailure(owner, p.ch))
 			if err != nil {
 				return 0, fmt.Errorf("open channel %v to node %q: %w", k, to, err)
 			}

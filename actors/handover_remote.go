@@ -50,12 +50,16 @@ type moveLink struct {
 	// triggered: the master triggers no other checkpoint meanwhile, so
 	// that the handover's id stays the next one. Master loop only.
 	preparing bool
-	// sources is set while a handover that moves a source split runs,
-	// from its start to its end: the master triggers no other
-	// checkpoint meanwhile, for no barrier of it would come from the
-	// split between its old instance's handover barrier and its new
-	// instance's start. Master loop only.
-	sources bool
+	// hold is set while a handover runs, from its start to its end: the
+	// master triggers no other checkpoint meanwhile (the handover's
+	// savepoint still expires at the checkpoint timeout). No barrier but
+	// the handover's then crosses a channel parked or replaced by the
+	// handover: a moved source split would send none between its old
+	// instance's handover barrier and its new instance's start, and a
+	// checkpoint triggered right behind the handover's savepoint was seen
+	// to stall at a moved subtask's new instance until it expired.
+	// Master loop only.
+	hold bool
 	// trigger carries a prepared handover's request for its savepoint to
 	// the master loop.
 	trigger chan moveTrigger

@@ -465,7 +465,7 @@ func (h *host) build(pl placement) error {
 						ch.credits = 1
 						ch.free = append(ch.free, e.Type().newBuffer(ch, h.cfg.BatchSize, true))
 						s := send
-						out, err := h.net.OpenSender(key, recv.remote, func(err error) { h.channelFailed(s, err) })
+						out, err := h.net.OpenSender(key, recv.remote, h.onFailure(s, ch))
 						if err != nil {
 							return fmt.Errorf("actors: open channel %v to node %q: %w", key, recv.remote, err)
 						}
@@ -474,7 +474,7 @@ func (h *host) build(pl placement) error {
 					default:
 						// The sender runs on another node.
 						r := recv
-						in, err := h.net.OpenReceiver(key, send.remote, h.deliverer(r, ch), func(err error) { h.channelFailed(r, err) })
+						in, err := h.net.OpenReceiver(key, send.remote, h.deliverer(r, ch), h.onFailure(r, ch))
 						if err != nil {
 							return fmt.Errorf("actors: open channel %v from node %q: %w", key, send.remote, err)
 						}

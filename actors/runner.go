@@ -90,7 +90,7 @@ type Runner struct {
 	// mv carries handovers across processes (handover_remote.go).
 	mv moveLink
 	// held says the coordinator holds its triggers (Coordinator.Hold)
-	// while a handover moves a source split; master loop only.
+	// while a handover runs; master loop only.
 	held bool
 }
 
@@ -434,12 +434,11 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 wait:
 	for !r.over(remaining) {
 		var acts []snapshot.Action
-		// While a handover prepares, or moves a source split, no other
-		// checkpoint is triggered; while a source split moves, the
+		// While a handover runs no other checkpoint is triggered; the
 		// handover's savepoint still expires at the checkpoint timeout.
 		tickC, spC := tick, r.savepoints
-		if r.coord != nil && r.mv.sources != r.held {
-			r.held = r.mv.sources
+		if r.coord != nil && r.mv.hold != r.held {
+			r.held = r.mv.hold
 			r.coord.Hold(r.held)
 			timer, tick = r.coordinatorTimer(clock, timer)
 			tickC = tick
@@ -447,7 +446,7 @@ wait:
 		if r.mv.preparing {
 			tickC = nil
 		}
-		if r.mv.preparing || r.mv.sources {
+		if r.mv.preparing || r.mv.hold {
 			spC = nil
 		}
 		select {
@@ -495,7 +494,7 @@ wait:
 		case <-r.moveEnded:
 			r.moving = false
 			r.mv.preparing = false
-			r.mv.sources = false
+			r.mv.hold = false
 		case <-tickC:
 			acts = r.coord.Tick(clock.Now())
 		case <-ctx.Done():

@@ -3,6 +3,8 @@ package stream_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +22,43 @@ import (
 // (paced) -> timestamps -> rebalance -> gate -> key by sensor -> 10 s
 // tumbling count+sum -> exactly-once file sink, at parallelism 2.
 func splitJob(n int64, keys int, rate float64, dir string, seen *atomic.Int64, opts ...stream.Option) *stream.Environment {
+	return splitJobHeld(n, keys, rate, dir, seen, nil, opts...)
+}
+
+// gateHold, once armed, stops every gate subtask at its next record until
+// released: what else the subtask's actor would do waits behind it.
+type gateHold struct {
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func newGateHold(t *testing.T) *gateHold {
+	h := &gateHold{entered: make(chan struct{}), release: make(chan struct{})}
+	t.Cleanup(h.free)
+	return h
+}
+
+func (h *gateHold) wait() {
+	if h == nil || !h.armed.Load() {
+		return
+	}
+	h.once.Do(func() { close(h.entered) })
+	<-h.release
+}
+
+// free releases the held gates, once.
+func (h *gateHold) free() {
+	select {
+	case <-h.release:
+	default:
+		close(h.release)
+	}
+}
+
+// splitJobHeld is splitJob whose gate subtasks stop at hold once armed.
+func splitJobHeld(n int64, keys int, rate float64, dir string, seen *atomic.Int64, hold *gateHold, opts ...stream.Option) *stream.Environment {
 	env := stream.NewEnvironment("handover", append([]stream.Option{stream.WithParallelism(2)}, opts...)...)
 	src := stream.FromSource(env, "generator", func() operators.Source[operators.SensorReading] {
 		return operators.SensorGenerator(operators.GeneratorConfig{Count: n, Keys: keys, Rate: rate})
@@ -27,6 +66,7 @@ func splitJob(n int64, keys int, rate float64, dir string, seen *atomic.Int64, o
 		AssignTimestampsAndWatermarks("timestamps", watermark.ForMonotonous(eventTime))
 	gated := stream.Transform(src.Rebalance(), "gate", func(out operators.Collector[operators.SensorReading]) operators.OneInput[operators.SensorReading] {
 		return &gateOp{out: operators.CollectorFunc[operators.SensorReading](func(r operators.SensorReading) {
+			hold.wait()
 			seen.Add(1)
 			out.Collect(r)
 		})}
@@ -176,9 +216,15 @@ func TestHandoverMovesASourceSplit(t *testing.T) {
 // the others — as a drained node that stops. The job runs on in the same
 // attempt (no failure, no restart) and its output is exact. A node that
 // still runs subtasks, or the job master's, is refused.
+//
+// The gate subtasks are held from the last move's re-pointing until the
+// cut was announced: they still have the channels to the old window
+// subtask open (a task closes a replaced channel when it next runs), and
+// the failure of those channels, replaced by the handover, is not the
+// job's.
 func TestHandoverReleaseLetsADrainedNodeLeave(t *testing.T) {
 	testutil.Burn(t, 1)
-	const n, keys = 300_000, 100
+	const n, keys = 600_000, 100
 	ref := t.TempDir()
 	var refSeen atomic.Int64
 	if err := execute(t, splitJob(n, keys, 0, ref, &refSeen)); err != nil {
@@ -190,7 +236,25 @@ func TestHandoverReleaseLetsADrainedNodeLeave(t *testing.T) {
 	c.ControlTimeout = 3 * time.Second
 	out := t.TempDir()
 	var seen atomic.Int64
-	env := splitJob(n, keys, 100_000, out, &seen,
+	hold := newGateHold(t)
+	var lastWave atomic.Bool
+	c.HandoverHook = func(step actors.HandoverStep, node string) error {
+		if step != actors.HandoverRepoint || !lastWave.Load() || hold.armed.Swap(true) {
+			return nil
+		}
+		if !testutil.Within(0, func() bool {
+			select {
+			case <-hold.entered:
+				return true
+			default:
+				return false
+			}
+		}) {
+			return errors.New("no gate subtask stopped at the hold")
+		}
+		return nil
+	}
+	env := splitJobHeld(n, keys, 100_000, out, &seen, hold,
 		stream.WithCheckpointing(handoverCheckpoints(t)),
 		stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 5}),
 		stream.WithCredits(256),
@@ -231,7 +295,8 @@ func TestHandoverReleaseLetsADrainedNodeLeave(t *testing.T) {
 	if len(waves) < 2 {
 		t.Fatalf("node-2 runs %v: want subtasks of two chains joined by an edge", waves)
 	}
-	for _, w := range waves {
+	for i, w := range waves {
+		lastWave.Store(i == len(waves)-1)
 		res, err := job.Execution().Move(ctx, w)
 		if err != nil {
 			t.Fatal(err)
@@ -248,6 +313,15 @@ func TestHandoverReleaseLetsADrainedNodeLeave(t *testing.T) {
 	if err := job.Execution().Release(ctx, drained); !errors.Is(err, actors.ErrMoveUnsupported) {
 		t.Fatalf("second release: %v, want ErrMoveUnsupported", err)
 	}
+	// The cut is announced at the next step; the held gates then run on.
+	cutAt := c.mem.Tick()
+	testutil.Eventually(t, 0, "the cut announced", func() bool { return c.mem.Tick() >= cutAt+2 })
+	select {
+	case <-hold.entered:
+	default:
+		t.Fatal("the gates were not held across the cut")
+	}
+	hold.free()
 	testutil.Eventually(t, 0, "half the records read after the node left", func() bool { return seen.Load() >= n/2 || job.Attempts() > 1 })
 	if r1, _ := job.Execution().Runner(); r1 != r0 {
 		t.Fatalf("the job restarted after the node left: %d attempts", job.Attempts())
@@ -260,6 +334,96 @@ func TestHandoverReleaseLetsADrainedNodeLeave(t *testing.T) {
 	// the node as released: no later attempt places anything on it).
 	if err := r0.Release(ctx, drained); !errors.Is(err, actors.ErrJobEnded) {
 		t.Fatalf("release after the job ended: %v, want ErrJobEnded", err)
+	}
+}
+
+// While a keyed subtask is handed over no other checkpoint starts: a
+// checkpoint triggered right behind the handover's savepoint crossed the
+// channels the handover parks and replaces, and was seen to stall at the
+// moved subtask's new instance until it expired (and every later one
+// behind it). Checkpoints go on after the handover, and the output is
+// exact in one attempt.
+func TestHandoverHoldsCheckpointsWhileAKeyedSubtaskMoves(t *testing.T) {
+	testutil.Burn(t, 1)
+	const n, keys = 300_000, 100
+	ref := t.TempDir()
+	var refSeen atomic.Int64
+	if err := execute(t, splitJob(n, keys, 0, ref, &refSeen)); err != nil {
+		t.Fatal(err)
+	}
+	want := committedLines(t, ref)
+
+	c := memoryCluster(t, 3, 1, cluster.Faults{})
+	out := t.TempDir()
+	var seen atomic.Int64
+	var job *stream.Job
+	reached := false
+	c.HandoverHook = func(step actors.HandoverStep, node string) error {
+		if step != actors.HandoverRestore {
+			return nil
+		}
+		reached = true
+		r, _ := job.Execution().Runner()
+		sp := snapshot.ID(0)
+		for _, s := range r.History() {
+			if s.Kind == snapshot.KindSavepoint {
+				sp = max(sp, s.Checkpoint)
+			}
+		}
+		if sp == 0 {
+			return errors.New("no savepoint in the history during the handover")
+		}
+		// 10,000 records through gate[1] take several checkpoint
+		// intervals: none may start meanwhile.
+		before := seen.Load()
+		testutil.Eventually(t, 0, "gate[1] forwards while gate[0] is handed over", func() bool {
+			return seen.Load()-before >= 10_000 || seen.Load() >= n || job.Attempts() > 1
+		})
+		for _, s := range r.History() {
+			if s.Checkpoint > sp {
+				return fmt.Errorf("checkpoint %d started during the handover of savepoint %d", s.Checkpoint, sp)
+			}
+		}
+		return nil
+	}
+	env := splitJob(n, keys, 100_000, out, &seen,
+		stream.WithCheckpointing(handoverCheckpoints(t)),
+		stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 5}),
+		stream.WithCluster(c.Cluster))
+	c.spread(t, env)
+	gate0 := c.Placement[actors.TaskKey{UID: "gate", Subtask: 0}]
+	to := ""
+	for _, nd := range c.Nodes {
+		if nd.ID != gate0 && nd.ID != c.Placement[actors.TaskKey{UID: "gate", Subtask: 1}] {
+			to = nd.ID
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var err error
+	if job, err = env.ExecuteAsync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "a quarter of the records read", func() bool { return seen.Load() >= n/4 })
+	res, err := job.Execution().Move(ctx, []actors.Move{{UID: "gate", Subtask: 0, To: to}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reached {
+		t.Fatal("the handover hook never ran at the restore step")
+	}
+	r1, _ := job.Execution().Runner()
+	testutil.Eventually(t, 0, "a checkpoint after the move completes", func() bool {
+		for _, s := range r1.History() {
+			if s.Checkpoint > res.Savepoint && s.Status == snapshot.Completed {
+				return true
+			}
+		}
+		return false
+	})
+	finishMoved(t, job, out, want)
+	if job.Attempts() != 1 {
+		t.Fatalf("%d attempts", job.Attempts())
 	}
 }
 
