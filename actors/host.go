@@ -94,10 +94,12 @@ type host struct {
 	staging bool
 	// seen, when set, is raised to every checkpoint id triggered here.
 	seen *atomic.Int64
-	// stagedTo is the newest checkpoint begun in the staging store;
-	// stageMu guards it and serialises the begins.
-	stageMu  sync.Mutex
-	stagedTo int64
+	// staged says which checkpoints were begun (true) or ended (false)
+	// in the staging store, above stageFloor: those at or below it count
+	// as ended. stageMu guards both and serialises the begins.
+	stageMu    sync.Mutex
+	staged     map[int64]bool
+	stageFloor int64
 
 	// mu guards tasks, chans and remotes once the host is started: a
 	// handover replaces a task while the others run (handover_host.go).
@@ -221,13 +223,18 @@ func (h *host) stage(id int64, begin bool) {
 		// A task may meet a checkpoint's barrier, from a task on
 		// another node, before the trigger reaches its host: the first
 		// of the two begins the checkpoint here. One begun or ended
-		// before is not begun again.
+		// before is not begun again. With several checkpoints in
+		// progress, a newer one may begin first: an older one is still
+		// begun when its trigger comes.
 		h.stageMu.Lock()
 		defer h.stageMu.Unlock()
-		if id <= h.stagedTo {
+		if _, ok := h.staged[id]; ok || id <= h.stageFloor {
 			return
 		}
-		h.stagedTo = id
+		if h.staged == nil {
+			h.staged = make(map[int64]bool)
+		}
+		h.staged[id] = true
 		if _, err := h.store.Begin(snapshot.Trigger{Checkpoint: snapshot.ID(id)}); err != nil {
 			// The tasks' snapshots then fail to create their files and
 			// decline the checkpoint.
@@ -235,8 +242,41 @@ func (h *host) stage(id int64, begin bool) {
 		}
 		return
 	}
+	h.endStaged(id)
 	if err := h.store.Discard(snapshot.ID(id)); err != nil {
 		h.log.Warn("remove staged checkpoint", "checkpoint_id", id, "err", err)
+	}
+}
+
+// maxStaged bounds the checkpoints a host remembers as begun or ended:
+// beyond it the oldest ended ones are forgotten, and every id up to them
+// counts as ended.
+const maxStaged = 128
+
+// endStaged records that checkpoint id ended.
+func (h *host) endStaged(id int64) {
+	h.stageMu.Lock()
+	defer h.stageMu.Unlock()
+	if id <= h.stageFloor {
+		return
+	}
+	if h.staged == nil {
+		h.staged = make(map[int64]bool)
+	}
+	h.staged[id] = false
+	if len(h.staged) <= maxStaged {
+		return
+	}
+	ended := make([]int64, 0, len(h.staged))
+	for k, begun := range h.staged {
+		if !begun {
+			ended = append(ended, k)
+		}
+	}
+	slices.Sort(ended)
+	for _, k := range ended[:len(ended)/2] {
+		delete(h.staged, k)
+		h.stageFloor = max(h.stageFloor, k)
 	}
 }
 

@@ -48,3 +48,44 @@ func TestStageBeginsOnceWhicheverComesFirst(t *testing.T) {
 		t.Fatal(logs.String())
 	}
 }
+
+// With several checkpoints in progress, a newer checkpoint's barrier may
+// begin it before an older one's trigger comes: the older one is still
+// begun (it was taken as ended, and its tasks declined it for want of a
+// staging directory). Past maxStaged checkpoints the oldest ended ones
+// are forgotten, and still count as ended.
+func TestStageBeginsAnOlderCheckpointAfterANewerOne(t *testing.T) {
+	var logs bytes.Buffer
+	store, err := snapshot.OpenStore(t.TempDir(), "j", 128, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &host{staging: true, store: store, log: slog.New(slog.NewTextHandler(&logs, nil))}
+	h.stage(9, true) // a barrier of 9
+	h.stage(8, true) // the trigger of 8
+	for _, id := range []snapshot.ID{8, 9} {
+		w, err := store.Create(id, "op", 0)
+		if err != nil {
+			t.Fatalf("state file of checkpoint %d: %v", id, err)
+		}
+		w.Abort()
+	}
+	h.stage(8, false)
+	h.stage(9, false)
+	for id := int64(10); id < 10+2*maxStaged; id++ {
+		h.stage(id, true)
+		h.stage(id, false)
+	}
+	if len(h.staged) > maxStaged {
+		t.Fatalf("%d checkpoints remembered, want at most %d", len(h.staged), maxStaged)
+	}
+	for _, id := range []int64{8, 9, 20, 10 + 2*maxStaged - 1} {
+		h.stage(id, true)
+		if _, err := store.Create(snapshot.ID(id), "op", 0); !errors.Is(err, snapshot.ErrUnknownCheckpoint) {
+			t.Fatalf("state file of ended checkpoint %d: %v", id, err)
+		}
+	}
+	if logs.Len() > 0 {
+		t.Fatal(logs.String())
+	}
+}
