@@ -59,6 +59,9 @@ func (h *host) retire(ctx context.Context, key TaskKey, id int64) (handedAt int6
 		return 0, fmt.Errorf("node %q stopped", h.node)
 	}
 	_ = h.system.Root.StopFuture(t.pid).Wait()
+	if t.gone != nil {
+		close(t.gone)
+	}
 	h.mu.Lock()
 	h.tasks = slices.DeleteFunc(h.tasks, func(x *task) bool { return x == t })
 	h.chans = slices.DeleteFunc(h.chans, func(c *channel) bool { return c.to == t })
@@ -165,7 +168,7 @@ func (h *host) adopt(key TaskKey, md *snapshot.Metadata, gen int, nodeOf func(c 
 		headOf[ch.Head()] = ch
 	}
 	j := key.Subtask
-	t := &task{run: h, chain: c, subtask: j}
+	t := &task{run: h, chain: c, subtask: j, gone: make(chan struct{})}
 	t.stats.Chain, t.stats.Subtask = c.Name(), j
 	t.live.watermark.Store(math.MinInt64)
 	name := fmt.Sprintf("task-g%d-%s-%d", gen, key.UID, j)

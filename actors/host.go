@@ -300,16 +300,17 @@ func (h *host) taskList() []*task {
 	return slices.Clone(h.tasks)
 }
 
-// await sends pollMsg to pid once ready is ready, unless the host stops
-// first.
-func (h *host) await(ready <-chan struct{}, pid *actor.PID) {
+// await sends pollMsg to source task t once ready is ready, unless the
+// host stops or t is retired (handed over to another node) first.
+func (h *host) await(ready <-chan struct{}, t *task) {
 	h.waiters.Add(1)
 	go func() {
 		defer h.waiters.Done()
 		select {
 		case <-ready:
-			h.system.Root.Send(pid, pollMsg{})
+			h.system.Root.Send(t.pid, pollMsg{})
 		case <-h.done:
+		case <-t.gone:
 		}
 	}()
 }
@@ -445,7 +446,7 @@ func (h *host) build(pl placement) error {
 	byChain := make(map[*Chain][]*task)
 	for _, c := range h.plan.Chains {
 		for i := range c.Head().Parallelism {
-			t := &task{run: h, chain: c, subtask: i}
+			t := &task{run: h, chain: c, subtask: i, gone: make(chan struct{})}
 			t.stats.Chain, t.stats.Subtask = c.Name(), i
 			t.live.watermark.Store(math.MinInt64)
 			if pl.nodeOf(c, i) == h.node {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/snapshot"
 )
 
@@ -87,5 +88,31 @@ func TestStageBeginsAnOlderCheckpointAfterANewerOne(t *testing.T) {
 	}
 	if logs.Len() > 0 {
 		t.Fatal(logs.String())
+	}
+}
+
+// A source task awaiting data that never comes (an idle split) is
+// retired by a handover: the goroutine awaiting its data ends with it,
+// not with the host.
+func TestAwaitEndsWhenTheTaskIsRetired(t *testing.T) {
+	h := &host{done: make(chan struct{})}
+	defer close(h.done)
+	tk := &task{run: h, gone: make(chan struct{})}
+	h.await(make(chan struct{}), tk)
+	close(tk.gone)
+	ended := make(chan struct{})
+	go func() {
+		h.waiters.Wait()
+		close(ended)
+	}()
+	if !testutil.Within(0, func() bool {
+		select {
+		case <-ended:
+			return true
+		default:
+			return false
+		}
+	}) {
+		t.Fatal("the awaiting goroutine outlived its retired task")
 	}
 }

@@ -44,6 +44,9 @@ type task struct {
 	outChans []*channel // the channels this task sends on
 	routers  []router
 	source   sourceDriver
+	// gone is closed once the task is retired (handed over to another
+	// node): a goroutine awaiting its source's data gives up.
+	gone chan struct{}
 
 	// time is the timestamp of the record in the chain, shared by the
 	// operators and read by the routers.
@@ -358,7 +361,7 @@ func (t *task) poll() {
 		t.run.system.Root.Send(t.pid, pollMsg{})
 	case operators.NothingAvailable:
 		t.flush()
-		t.run.await(t.source.available(), t.pid)
+		t.run.await(t.source.available(), t)
 	case operators.EndOfInput:
 		// A bounded source ends with the final watermark, so that every
 		// event-time window and timer downstream fires.
