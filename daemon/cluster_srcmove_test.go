@@ -360,3 +360,45 @@ func TestHandoverWaves(t *testing.T) {
 		}
 	}
 }
+
+// A subtask moves to the node of a subtask it reads from (pass[0] to a,
+// where generator[0] runs: their channel goes on within node a), and then
+// the subtask it reads from moves away (generator[0] to b): the reader on
+// a takes the channel from generator[0]'s new instance as it does any
+// channel from a moved subtask. Both rebalances hand over in the same
+// attempt and the counts committed are exact.
+func TestMoveAwayFromAReaderThatJoinedItsSender(t *testing.T) {
+	testutil.Burn(t, 1)
+	const n = 200_000
+	mc := startMoveCluster(t, n, func(*actors.Plan) map[actors.TaskKey]string { return nil })
+	r0, _ := mc.job.Execution().Runner()
+	gen0, pass0 := actors.TaskKey{UID: "generator", Subtask: 0}, actors.TaskKey{UID: "pass", Subtask: 0}
+	if r0.NodeOf(gen0.UID, 0) != "a" || r0.NodeOf(pass0.UID, 0) != "c" {
+		t.Fatalf("generator[0] on %q, pass[0] on %q: want a and c", r0.NodeOf(gen0.UID, 0), r0.NodeOf(pass0.UID, 0))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i, step := range []struct {
+		task actors.TaskKey
+		to   string
+	}{{pass0, "a"}, {gen0, "b"}} {
+		placement := map[string]map[actors.TaskKey]string{"moves": {step.task: step.to}}
+		rec, err := mc.c.rebalanceJobs(ctx, cluster.TriggerManual, "test", placement, nil)
+		if err != nil {
+			t.Fatalf("rebalance %d (%s to %s): %v", i+1, step.task, step.to, err)
+		}
+		if rec.Outcome != cluster.RebalanceDone || rec.Mode != cluster.RebalanceHandover {
+			t.Fatalf("rebalance %d: outcome %s mode %s (%s), want done by handover", i+1, rec.Outcome, rec.Mode, rec.Error)
+		}
+		if r, _ := mc.job.Execution().Runner(); r != r0 || r.NodeOf(step.task.UID, step.task.Subtask) != step.to {
+			t.Fatalf("rebalance %d: %s not moved to %s in the same attempt (%d attempts)", i+1, step.task, step.to, mc.job.Attempts())
+		}
+	}
+	if err := mc.job.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if mc.job.Attempts() != 1 {
+		t.Fatalf("the job restarted: %d attempts", mc.job.Attempts())
+	}
+	checkCounts(t, mc.out, n)
+}
