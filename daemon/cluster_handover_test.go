@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -764,6 +765,81 @@ func TestRebalanceByHandoverQueuedBehindCheckpoint(t *testing.T) {
 	}
 	if got := r0.NodeOf("count-sum", 2); got != "c" || h.job.Attempts() != 1 {
 		t.Fatalf("count-sum[2] runs on %q after %d attempts, want c after 1", got, h.job.Attempts())
+	}
+	h.finish(t, want)
+}
+
+// A drain whose handover fails after its barrier falls back: the job
+// restarts from its latest checkpoint or savepoint on the nodes left (a:
+// c was drained before), nothing of it on the drained node b, which is
+// then asked to leave; the drain returns no error, is recorded as a
+// drain by handover that fell back, and the output is exact.
+func TestDrainByHandoverFallsBackAndTheNodeLeaves(t *testing.T) {
+	testutil.Burn(t, 1)
+	want := hoReference(t, hoN, hoKeys)
+	var armed, fired atomic.Bool
+	h := startHoCluster(t, newHoShape(hoN, hoKeys, hoRate, t.TempDir()), hoOptions{hook: func(*hoCluster) func(actors.HandoverStep, string) error {
+		return func(step actors.HandoverStep, node string) error {
+			if armed.Load() && step == actors.HandoverRepoint && fired.CompareAndSwap(false, true) {
+				return fmt.Errorf("node %s failed re-pointing its channels", node)
+			}
+			return nil
+		}
+	}})
+	var left atomic.Int32
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /ingest", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, IngestList{}) })
+	mux.HandleFunc("POST /cluster/leave", func(w http.ResponseWriter, r *http.Request) {
+		left.Add(1)
+		writeJSON(w, http.StatusOK, map[string]any{"node": "b", "left": true})
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	h.c.cfg.Peers[0].API = strings.TrimPrefix(srv.URL, "http://")
+	r0 := h.runner(t)
+	onB := 0
+	for _, ch := range r0.Plan().Chains {
+		for sub := range ch.Head().Parallelism {
+			if r0.NodeOf(ch.Head().UID, sub) == "b" {
+				onB++
+			}
+		}
+	}
+	if onB == 0 {
+		t.Fatal("node b runs no subtask")
+	}
+	armed.Store(true)
+	h.clock.Advance(time.Since(h.clock.Now()))
+	done := make(chan error, 1)
+	go func() { done <- h.c.Drain(context.Background(), "b") }()
+	h.open(t)
+	if err := <-done; err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	if !fired.Load() {
+		t.Fatal("the failure under test was not injected")
+	}
+	recs := h.history()
+	if len(recs) != 1 || recs[0].Trigger != cluster.TriggerDrain || recs[0].Mode != cluster.RebalanceHandover || recs[0].Outcome != cluster.RebalanceFellBack {
+		t.Fatalf("history %+v, want one drain by handover that fell back", recs)
+	}
+	t.Logf("drain: %s", recs[0].Error)
+	if left.Load() != 1 {
+		t.Fatalf("node b was asked to leave %d times", left.Load())
+	}
+	r1, _ := h.job.Execution().Runner()
+	if r1 == nil || r1 == r0 || h.job.Attempts() < 2 {
+		t.Fatalf("the job did not restart: %d attempts", h.job.Attempts())
+	}
+	if slices.Contains(r1.Nodes(), "b") {
+		t.Fatalf("node b is in the restarted deployment %v", r1.Nodes())
+	}
+	for _, ch := range r1.Plan().Chains {
+		for sub := range ch.Head().Parallelism {
+			if got := r1.NodeOf(ch.Head().UID, sub); got != "a" {
+				t.Fatalf("after the fallback %s[%d] runs on %q, want a", ch.Head().UID, sub, got)
+			}
+		}
 	}
 	h.finish(t, want)
 }

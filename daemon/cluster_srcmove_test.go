@@ -145,7 +145,7 @@ func startMoveCluster(t *testing.T, n int64, placement func(plan *actors.Plan) m
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	c := &clusterNode{cfg: cfg, log: log, master: true, drainByHandover: true}
+	c := &clusterNode{cfg: cfg, log: log, master: true}
 	c.live = &liveView{c: c, stop: make(chan struct{}), gate: gate, joining: map[string]bool{}, deployed: slices.Clone(ids)}
 	c.peers = &peerClient{cfg: cfg, http: srv.Client()}
 	mc.c = c
