@@ -159,7 +159,8 @@ func startMoveCluster(t *testing.T, n int64, placement func(plan *actors.Plan) m
 		stream.WithCheckpointing(cp),
 		stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 3}),
 		stream.WithCredits(256),
-		stream.WithCluster(ac))
+		stream.WithCluster(ac),
+		stream.WithLogger(log))
 	plan, err := env.Plan()
 	if err != nil {
 		t.Fatal(err)
