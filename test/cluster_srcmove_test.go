@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -107,16 +108,74 @@ func TestClusterJoinHandsOverSourceSplit(t *testing.T) {
 // A worker drained with `edged cluster drain b` under paced MQTT load
 // (its devices moved to the other nodes first): its subtasks, its source
 // split included, move away by handover in the running deployment, it
-// leaves the deployment and the membership, and stopped afterwards it is
-// no failure: no failover, the job's epoch is the same, and every window
-// stays exact. The window subtasks that do not move (those on a and c)
-// keep processing all the while: their records-in counters, sampled every
-// 100 ms, never stand still for 500 ms from the drain's start until it
-// returned, and the drain records them unpaused.
+// leaves the deployment and the membership, and stopped afterwards (with
+// SIGTERM: it asks for no drain again) it is no failure: no failover, the
+// job's epoch is the same, and every window stays exact. The window
+// subtasks that do not move (those on a and c) keep processing all the
+// while: drainUnderPacedLoad.
 func TestClusterDrainHandsOverAndStops(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with three subprocesses")
 	}
+	drainUnderPacedLoad(t, func(t *testing.T, ctx context.Context, a, b *clusterMember) func() error {
+		var stdout, stderr bytes.Buffer
+		cli := exec.CommandContext(ctx, edgedBin, "cluster", "drain", "b", "--addr", a.apiAddr)
+		cli.Stdout, cli.Stderr = &stdout, &stderr
+		if err := cli.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return func() error {
+			if err := cli.Wait(); err != nil {
+				return fmt.Errorf("edged cluster drain b: %w\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
+			}
+			t.Logf("edged cluster drain b: %s", strings.TrimSpace(stdout.String()))
+			return nil
+		}
+	})
+}
+
+// A worker stopped with SIGTERM under paced MQTT load (its devices moved
+// to the other nodes first) asks the master to drain it before it exits:
+// its subtasks move away by handover in the running deployment, it exits
+// 0, and its exit is no failure (no failover, the job's epoch is the
+// same); the window subtasks that do not move keep processing, and every
+// window stays exact: drainUnderPacedLoad.
+func TestClusterWorkerSIGTERMDrainsByHandover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses")
+	}
+	drainUnderPacedLoad(t, func(t *testing.T, ctx context.Context, a, b *clusterMember) func() error {
+		if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		return func() error {
+			select {
+			case <-b.done:
+			case <-ctx.Done():
+				return fmt.Errorf("b did not exit after SIGTERM: %w", ctx.Err())
+			}
+			if code := b.cmd.ProcessState.ExitCode(); code != 0 {
+				return fmt.Errorf("b exited with %d after SIGTERM\n%s", code, b.logTail())
+			}
+			if !strings.Contains(b.logTailN(400000), "drained before stopping") {
+				return fmt.Errorf("b did not drain before stopping:\n%s", b.logTail())
+			}
+			return nil
+		}
+	})
+}
+
+// drainUnderPacedLoad drains worker b of a three-node cluster under
+// paced MQTT load (2,000 readings a second to a and c: b's devices are
+// moved away first) with start, which starts the drain and returns a
+// function that waits for its end: the edged cluster drain command, or
+// b's SIGTERM. It checks that the drain is recorded done by handover,
+// b's source split among the subtasks moved; that the window subtasks
+// not on b, sampled every 100 ms, never stood still for 500 ms from the
+// drain's start until it ended and are recorded unpaused; that b left;
+// that b stopped is no failure (same epoch, no failover); and that every
+// window is exact.
+func drainUnderPacedLoad(t *testing.T, start func(t *testing.T, ctx context.Context, a, b *clusterMember) func() error) {
 	maybeBurn(t)
 	const (
 		period = 100 * time.Millisecond
@@ -135,7 +194,7 @@ func TestClusterDrainHandsOverAndStops(t *testing.T) {
 	if err := a.get(client, "/cluster", &before); err != nil {
 		t.Fatal(err)
 	}
-	var moved = -1
+	moved := -1
 	for _, sub := range []int{0, 1, 2} {
 		if nodeOfWindow(t, a, sub) == "b" {
 			moved = sub
@@ -149,25 +208,20 @@ func TestClusterDrainHandsOverAndStops(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var stdout, stderr bytes.Buffer
-	cli := exec.CommandContext(ctx, edgedBin, "cluster", "drain", "b", "--addr", a.apiAddr)
-	cli.Stdout, cli.Stderr = &stdout, &stderr
 	from := time.Now()
-	if err := cli.Start(); err != nil {
-		t.Fatal(err)
-	}
-	cliDone := make(chan error, 1)
-	go func() { cliDone <- cli.Wait() }()
+	wait := start(t, ctx, a, b)
+	done := make(chan error, 1)
+	go func() { done <- wait() }()
 	// The load goes on, paced (to a and c), while b drains: for up to 15 s
 	// at 2,000 readings a second.
 	next := n / 4
 	tick := time.NewTicker(pace)
 	defer tick.Stop()
-	var cliErr error
-	for done := false; !done; {
+	var derr error
+	for ended := false; !ended; {
 		select {
-		case cliErr = <-cliDone:
-			done = true
+		case derr = <-done:
+			ended = true
 		case <-tick.C:
 			if next < n*3/4 {
 				l.publish(next, next+chunk)
@@ -177,13 +231,13 @@ func TestClusterDrainHandsOverAndStops(t *testing.T) {
 	}
 	to := time.Now()
 	sampler.close()
+	if derr != nil {
+		t.Fatal(derr)
+	}
 	if next >= n*3/4 {
-		t.Fatalf("the paced load ran out (%d readings) before the drain returned", next-n/4)
+		t.Fatalf("the paced load ran out (%d readings) before the drain ended", next-n/4)
 	}
-	if cliErr != nil {
-		t.Fatalf("edged cluster drain b: %v\nstdout: %s\nstderr: %s", cliErr, stdout.String(), stderr.String())
-	}
-	t.Logf("edged cluster drain b after %v, %d readings published meanwhile: %s", to.Sub(from).Round(time.Millisecond), next-n/4, strings.TrimSpace(stdout.String()))
+	t.Logf("the drain of b took %v, %d readings published meanwhile", to.Sub(from).Round(time.Millisecond), next-n/4)
 	var after rebalanceModes
 	if err := a.get(client, "/cluster", &after); err != nil {
 		t.Fatal(err)
@@ -224,13 +278,21 @@ func TestClusterDrainHandsOverAndStops(t *testing.T) {
 			t.Errorf("window subtask %d stood still for %v during the drain while readings flowed", sub, longest)
 		}
 	}
-	testutil.Eventually(t, 30*time.Second, "the master sees b left", func() bool {
-		s, err := a.rebalances(client)
-		return err == nil && s.state("b") == "left"
-	})
-	// Everything b's sink published reached the subscriber, then b stops.
-	drain(t, "tcp://"+b.brokerAddr, "agg/_marker", l.col)
-	l.stop(1)
+	select {
+	case <-b.done:
+		// Stopped with SIGTERM: it drained first.
+		l.disconnect(1)
+		l.down[1] = true
+	default:
+		testutil.Eventually(t, 30*time.Second, "the master sees b left", func() bool {
+			s, err := a.rebalances(client)
+			return err == nil && s.state("b") == "left"
+		})
+		// Everything b's sink published reached the subscriber, then b
+		// stops.
+		drain(t, "tcp://"+b.brokerAddr, "agg/_marker", l.col)
+		l.stop(1)
+	}
 	l.publish(next, n)
 	l.finishChecked(n, 120*time.Second)
 	var end rebalanceModes
