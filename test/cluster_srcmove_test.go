@@ -245,7 +245,7 @@ func drainUnderPacedLoad(t *testing.T, start func(t *testing.T, ctx context.Cont
 	if len(after.Rebalances) <= len(before.Rebalances) {
 		t.Fatal("no drain recorded")
 	}
-	r := after.Rebalances[len(after.Rebalances)-1]
+	r := after.Rebalances[0] // the newest
 	t.Logf("rebalance: %+v", r)
 	if r.Trigger != "drain" || r.Outcome != "done" || r.Mode != "handover" {
 		t.Fatalf("the drain: trigger %q outcome %q mode %q (%s), want a drain done by handover", r.Trigger, r.Outcome, r.Mode, r.Error)

@@ -94,11 +94,11 @@ func TestClusterNodeUndrainedRejoins(t *testing.T) {
 	if err := a.get(client, "/cluster", &modes); err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, r := range modes.Rebalances[len(before.Rebalances):] {
+	var got []string // newest first
+	for _, r := range modes.Rebalances[:len(modes.Rebalances)-len(before.Rebalances)] {
 		got = append(got, r.Trigger+" "+r.Outcome+" "+r.Mode)
 	}
-	if strings.Join(got, ", ") != "drain done handover, join done handover" || modes.Epoch != before.Epoch {
+	if strings.Join(got, ", ") != "join done handover, drain done handover" || modes.Epoch != before.Epoch {
 		t.Fatalf("rebalances %v in epoch %d (%d before): want a drain and a join done by handover in the same epoch", got, modes.Epoch, before.Epoch)
 	}
 	// Undrained again: refused.
