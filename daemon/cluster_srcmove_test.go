@@ -370,7 +370,9 @@ func TestHandoverWaves(t *testing.T) {
 // attempt and the counts committed are exact.
 func TestMoveAwayFromAReaderThatJoinedItsSender(t *testing.T) {
 	testutil.Burn(t, 1)
-	const n = 200_000
+	// Input for about 12 s: the generator must not finish before the
+	// second handover's barrier, even under the race detector.
+	const n = 600_000
 	mc := startMoveCluster(t, n, func(*actors.Plan) map[actors.TaskKey]string { return nil })
 	r0, _ := mc.job.Execution().Runner()
 	gen0, pass0 := actors.TaskKey{UID: "generator", Subtask: 0}, actors.TaskKey{UID: "pass", Subtask: 0}
