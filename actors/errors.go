@@ -6,10 +6,11 @@ import (
 )
 
 var (
-	// ErrJobEnded is returned by Release when the attempt ended (failed,
-	// restarted or stopped) before the release: the node is in no
-	// running deployment of it any more.
-	ErrJobEnded = errors.New("actors: job ended before the release")
+	// ErrJobEnded is returned by Release, and wrapped by the error of a
+	// Move, when the attempt ended (failed, restarted or stopped) before
+	// the release or the move started: nothing of it was released or
+	// moved, and its next attempt, if any, places the job anew.
+	ErrJobEnded = errors.New("actors: job ended")
 
 	// ErrInvalidJob is wrapped by every job-graph validation error.
 	ErrInvalidJob = errors.New("actors: invalid job")

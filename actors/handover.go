@@ -143,14 +143,14 @@ func (r *Runner) Move(ctx context.Context, moves []Move) (MoveResult, error) {
 	select {
 	case <-r.started:
 	case <-r.done:
-		return MoveResult{}, errors.New("actors: job ended before the move")
+		return MoveResult{}, fmt.Errorf("%w before the move", ErrJobEnded)
 	case <-ctx.Done():
 		return MoveResult{}, ctx.Err()
 	}
 	select {
 	case r.moves <- req:
 	case <-r.done:
-		return MoveResult{}, errors.New("actors: job ended before the move")
+		return MoveResult{}, fmt.Errorf("%w before the move", ErrJobEnded)
 	case <-ctx.Done():
 		return MoveResult{}, ctx.Err()
 	}

@@ -180,6 +180,10 @@ func (h *host) adopt(key TaskKey, md *snapshot.Metadata, gen int, nodeOf func(c 
 		node string
 	}
 	var remoteIns []remoteIn
+	// fromParked records the inputs taken from senders on this node (their
+	// parked channels): the host's record of who reads from whom, so that
+	// a later handover of such a sender re-points them (openFromMoved).
+	var fromParked []*channel
 	for _, e := range c.In {
 		from := tailOf[e.From]
 		for i := range from.Head().Parallelism {
@@ -210,6 +214,12 @@ func (h *host) adopt(key TaskKey, md *snapshot.Metadata, gen int, nodeOf func(c 
 			// index is the receiver's, and the sender does not read it.
 			p.ch.index = idx
 			t.inChans = append(t.inChans, p.ch)
+			// The parked channel's fields are its sender's once it is
+			// re-pointed: the record is a channel of its own.
+			rec := newChannel(idx, t, nil)
+			rec.gate, rec.toName, rec.toSub, rec.key = e.Input, c.Name(), j, k0
+			rec.from, rec.dest = TaskKey{UID: from.Head().UID, Subtask: i}, key
+			fromParked = append(fromParked, rec)
 		}
 	}
 
@@ -295,6 +305,7 @@ func (h *host) adopt(key TaskKey, md *snapshot.Metadata, gen int, nodeOf func(c 
 	}
 	h.mu.Lock()
 	h.tasks = append(h.tasks, t)
+	h.chans = append(h.chans, fromParked...)
 	for _, sw := range swaps {
 		h.replaceChan(sw[0], sw[1])
 	}

@@ -535,7 +535,7 @@ wait:
 	cancelMoves()
 	r.moveWG.Wait()
 	for _, req := range r.moveQueue {
-		req.reply <- moveResult{err: errors.New("actors: job ended before the move")}
+		req.reply <- moveResult{err: fmt.Errorf("%w before the move", ErrJobEnded)}
 	}
 	r.moveQueue = nil
 	r.cancelHosts()

@@ -24,9 +24,12 @@ import (
 // channels only, so that its readers can park them in turn. Every job is
 // redeployed from a savepoint instead when a job refuses a move with
 // actors.ErrMoveUnsupported (nothing of it moved by that handover). A
-// handover that fails after its barrier (actors.ErrHandover) restarts its
-// job from its latest checkpoint or savepoint; the restart places the job
-// by the live nodes, as a redeployment does: never half moved.
+// handover that fails after its barrier (actors.ErrHandover), or meets
+// the job's attempt ended (actors.ErrJobEnded), restarts its job from its
+// latest checkpoint or savepoint; the restart places the job by the live
+// nodes, as a redeployment does: never half moved. A drain whose
+// handover fell back so waits for that restart, which places nothing on
+// the drained nodes, and then lets them leave.
 
 // handoverJob is one job's part of a rebalance by handover.
 type handoverJob struct {
@@ -35,6 +38,9 @@ type handoverJob struct {
 	moves []actors.Move
 	// waves are the moves, one handover each, in order.
 	waves [][]actors.Move
+	// fellBack is set when a handover of the job fell back: the job
+	// restarts from its latest checkpoint or savepoint.
+	fellBack bool
 }
 
 // planHandover returns the moves that bring every job to placement, by
@@ -123,10 +129,6 @@ func handoverWaves(plan *actors.Plan, moves []actors.Move) [][]actors.Move {
 // savepoint. A drained node (draining) then leaves each job's running
 // deployment (releaseDrained), so that its leave or stop is no failure.
 func (c *clusterNode) rebalanceJobs(ctx context.Context, trigger cluster.Trigger, reason string, placement map[string]map[actors.TaskKey]string, draining []string) (cluster.Rebalance, error) {
-	if len(draining) > 0 && !c.drainByHandover {
-		c.log.Info("cluster: rebalance redeploys: a drained node leaves the deployment", "trigger", trigger, "draining", draining)
-		return c.redeploy(ctx, trigger, reason)
-	}
 	jobs, why := c.planHandover(placement)
 	if why != "" && (len(draining) == 0 || jobs == nil) {
 		c.log.Info("cluster: rebalance redeploys: no handover possible", "trigger", trigger, "reason", why, "draining", draining)
@@ -137,8 +139,18 @@ func (c *clusterNode) rebalanceJobs(ctx context.Context, trigger cluster.Trigger
 		c.log.Info("cluster: rebalance redeploys: a job refused the handover; nothing moved by it", "trigger", trigger, "err", err)
 		return c.redeploy(ctx, trigger, reason)
 	}
-	if err != nil || len(draining) == 0 {
+	if len(draining) == 0 {
 		return rec, err
+	}
+	if err != nil {
+		// Fell back: the jobs whose handover failed restart from their
+		// latest checkpoint or savepoint on the live nodes but the
+		// drained ones. Once they run, the drained nodes hold nothing of
+		// them and leave as after a drain by handover.
+		if werr := c.awaitRestarts(ctx, jobs); werr != nil {
+			return rec, fmt.Errorf("%w; the restart of the jobs without the drained nodes %v: %w", err, draining, werr)
+		}
+		c.log.Warn("cluster: drain fell back: the jobs whose handover failed restarted without the drained nodes", "draining", draining, "err", err)
 	}
 	if err := c.releaseDrained(ctx, jobs, draining); err != nil {
 		c.log.Warn("cluster: rebalance redeploys: a drained node did not leave a running deployment", "trigger", trigger, "draining", draining, "err", err)
@@ -186,10 +198,37 @@ func (c *clusterNode) releaseDrained(ctx context.Context, jobs []handoverJob, dr
 	return nil
 }
 
+// awaitRestarts waits until every job of jobs whose attempt ended during
+// the rebalance runs its next attempt.
+func (c *clusterNode) awaitRestarts(ctx context.Context, jobs []handoverJob) error {
+	for _, hj := range jobs {
+		if r, _ := hj.e.Runner(); r == hj.r && !hj.fellBack {
+			continue
+		}
+		start := time.Now()
+		if err := waitNewRunner(ctx, hj.e, hj.r); err != nil {
+			return fmt.Errorf("job %q: %w", hj.e.Name(), err)
+		}
+		r, _ := hj.e.Runner()
+		c.log.Info("cluster: job restarted after its handover failed", "job", hj.e.Name(), "nodes", r.Nodes(), "took", time.Since(start))
+	}
+	return nil
+}
+
+// fellBack reports whether err, of a handover, means that the job
+// restarts (or restarted) from its latest checkpoint or savepoint: the
+// handover failed after its barrier, or the attempt ended before the
+// handover could start. The restart places the job by the live nodes.
+func fellBack(err error) bool {
+	return errors.Is(err, actors.ErrHandover) || errors.Is(err, actors.ErrJobEnded)
+}
+
 // handover moves the subtasks of jobs by handover, one job at a time, and
 // records the rebalance. ok is false when a job refused the handover
-// with nothing of it moved (not ErrHandover): the caller then redeploys
-// every job, so that no job stays on the old placement.
+// with nothing of it moved (not fellBack): the caller then redeploys
+// every job, so that no job stays on the old placement. A job whose
+// handover fell back (it restarts) is marked so in jobs, and the other
+// jobs still move: err then names every job that fell back.
 func (c *clusterNode) handover(ctx context.Context, trigger cluster.Trigger, jobs []handoverJob) (rec cluster.Rebalance, ok bool, err error) {
 	rec = cluster.Rebalance{At: time.Now(), Trigger: trigger, Outcome: cluster.RebalanceRunning, PauseMS: map[string]float64{}, Mode: cluster.RebalanceHandover}
 	var joined []string
@@ -206,24 +245,33 @@ func (c *clusterNode) handover(ctx context.Context, trigger cluster.Trigger, job
 		}
 		v.mu.Unlock()
 	}
-	for _, hj := range jobs {
+	var failed []error
+	for k := range jobs {
+		hj := &jobs[k]
 		for i, wave := range hj.waves {
-			if err := c.handoverWave(ctx, trigger, &rec, hj, i, wave, &joined); err != nil {
-				markJoined()
-				if !errors.Is(err, actors.ErrHandover) {
-					// Refused with nothing of this wave moved: the
-					// caller redeploys every job (those moved already
-					// included), so that none stays on the old
-					// placement.
-					return rec, false, err
-				}
-				rec.Outcome, rec.Error = cluster.RebalanceFellBack, fmt.Sprintf("handover of job %q: %v", hj.e.Name(), err)
-				c.recordRebalance(rec)
-				return rec, true, fmt.Errorf("handover of job %q: %w", hj.e.Name(), err)
+			err := c.handoverWave(ctx, trigger, &rec, *hj, i, wave, &joined)
+			if err == nil {
+				continue
 			}
+			if !fellBack(err) {
+				markJoined()
+				// Refused with nothing of this wave moved: the caller
+				// redeploys every job (those moved already included), so
+				// that none stays on the old placement.
+				return rec, false, err
+			}
+			hj.fellBack = true
+			failed = append(failed, fmt.Errorf("handover of job %q: %w", hj.e.Name(), err))
+			break
 		}
 	}
 	markJoined()
+	if len(failed) > 0 {
+		err := errors.Join(failed...)
+		rec.Outcome, rec.Error = cluster.RebalanceFellBack, err.Error()
+		c.recordRebalance(rec)
+		return rec, true, err
+	}
 	rec.Outcome = cluster.RebalanceDone
 	c.recordRebalance(rec)
 	c.log.Info("cluster: rebalanced by handover", "trigger", trigger, "moved_key_groups", rec.MovedKeyGroups, "bytes_shipped", rec.BytesShipped,
@@ -238,7 +286,7 @@ func (c *clusterNode) handoverWave(ctx context.Context, trigger cluster.Trigger,
 	c.log.Info("cluster: rebalance by handover: moving", "trigger", trigger, "job", hj.e.Name(), "wave", i+1, "waves", len(hj.waves), "moves", fmt.Sprint(wave))
 	res, err := hj.e.Move(ctx, wave)
 	if err != nil {
-		if errors.Is(err, actors.ErrHandover) {
+		if fellBack(err) {
 			c.log.Warn("cluster: rebalance by handover failed; the job restarts from its latest checkpoint or savepoint, never half moved",
 				"trigger", trigger, "job", hj.e.Name(), "wave", i+1, "took", time.Since(start), "err", err)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -766,4 +767,153 @@ func TestRebalanceByHandoverQueuedBehindCheckpoint(t *testing.T) {
 		t.Fatalf("count-sum[2] runs on %q after %d attempts, want c after 1", got, h.job.Attempts())
 	}
 	h.finish(t, want)
+}
+
+// A drain whose handover fails after its barrier falls back: the job
+// restarts from its latest checkpoint or savepoint on the nodes left (a:
+// c was drained before), nothing of it on the drained node b, which is
+// then asked to leave; the drain returns no error, is recorded as a
+// drain by handover that fell back, and the output is exact.
+func TestDrainByHandoverFallsBackAndTheNodeLeaves(t *testing.T) {
+	testutil.Burn(t, 1)
+	want := hoReference(t, hoN, hoKeys)
+	var armed, fired atomic.Bool
+	h := startHoCluster(t, newHoShape(hoN, hoKeys, hoRate, t.TempDir()), hoOptions{hook: func(*hoCluster) func(actors.HandoverStep, string) error {
+		return func(step actors.HandoverStep, node string) error {
+			if armed.Load() && step == actors.HandoverRepoint && fired.CompareAndSwap(false, true) {
+				return fmt.Errorf("node %s failed re-pointing its channels", node)
+			}
+			return nil
+		}
+	}})
+	var left atomic.Int32
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /ingest", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, IngestList{}) })
+	mux.HandleFunc("POST /cluster/leave", func(w http.ResponseWriter, r *http.Request) {
+		left.Add(1)
+		writeJSON(w, http.StatusOK, map[string]any{"node": "b", "left": true})
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	h.c.cfg.Peers[0].API = strings.TrimPrefix(srv.URL, "http://")
+	r0 := h.runner(t)
+	onB := 0
+	for _, ch := range r0.Plan().Chains {
+		for sub := range ch.Head().Parallelism {
+			if r0.NodeOf(ch.Head().UID, sub) == "b" {
+				onB++
+			}
+		}
+	}
+	if onB == 0 {
+		t.Fatal("node b runs no subtask")
+	}
+	armed.Store(true)
+	h.clock.Advance(time.Since(h.clock.Now()))
+	done := make(chan error, 1)
+	go func() { done <- h.c.Drain(context.Background(), "b") }()
+	h.open(t)
+	if err := <-done; err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	if !fired.Load() {
+		t.Fatal("the failure under test was not injected")
+	}
+	recs := h.history()
+	if len(recs) != 1 || recs[0].Trigger != cluster.TriggerDrain || recs[0].Mode != cluster.RebalanceHandover || recs[0].Outcome != cluster.RebalanceFellBack {
+		t.Fatalf("history %+v, want one drain by handover that fell back", recs)
+	}
+	t.Logf("drain: %s", recs[0].Error)
+	if left.Load() != 1 {
+		t.Fatalf("node b was asked to leave %d times", left.Load())
+	}
+	r1, _ := h.job.Execution().Runner()
+	if r1 == nil || r1 == r0 || h.job.Attempts() < 2 {
+		t.Fatalf("the job did not restart: %d attempts", h.job.Attempts())
+	}
+	if slices.Contains(r1.Nodes(), "b") {
+		t.Fatalf("node b is in the restarted deployment %v", r1.Nodes())
+	}
+	for _, ch := range r1.Plan().Chains {
+		for sub := range ch.Head().Parallelism {
+			if got := r1.NodeOf(ch.Head().UID, sub); got != "a" {
+				t.Fatalf("after the fallback %s[%d] runs on %q, want a", ch.Head().UID, sub, got)
+			}
+		}
+	}
+	h.finish(t, want)
+}
+
+// A node drained by handover and undrained gets its work back by
+// handover: c joins (undrain), is drained — its subtasks move away by
+// handover, it leaves the running deployment and is asked to leave — and
+// is undrained again: asked to rejoin, invited into the same running
+// deployment again and given its subtasks back by handover. The job never
+// restarts, and the output is exact.
+func TestDrainThenUndrainByHandover(t *testing.T) {
+	testutil.Burn(t, 1)
+	want := hoReference(t, hoN, hoKeys)
+	h := startHoCluster(t, newHoShape(hoN, hoKeys, hoRate, t.TempDir()), hoOptions{})
+	var left, rejoined atomic.Int32
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /ingest", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, IngestList{}) })
+	mux.HandleFunc("POST /cluster/leave", func(w http.ResponseWriter, r *http.Request) {
+		left.Add(1)
+		writeJSON(w, http.StatusOK, map[string]any{"node": "c", "left": true})
+	})
+	mux.HandleFunc("POST /cluster/rejoin", func(w http.ResponseWriter, r *http.Request) {
+		rejoined.Add(1)
+		writeJSON(w, http.StatusOK, map[string]any{"node": "c", "rejoined": true})
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	h.c.cfg.Peers[1].API = strings.TrimPrefix(srv.URL, "http://")
+	r0 := h.runner(t)
+	// run asks for a rebalance with ask (from another goroutine, as the
+	// API handler does), lets the gate open (past the settle delay and
+	// the damping interval) and returns ask's outcome.
+	run := func(what string, ask func() error) {
+		t.Helper()
+		if d := time.Since(h.clock.Now()); d > 0 {
+			h.clock.Advance(d)
+		}
+		done := make(chan error, 1)
+		go func() { done <- ask() }()
+		testutil.Eventually(t, 0, what+" is queued", func() bool {
+			h.c.rb.gateMu.Lock()
+			defer h.c.rb.gateMu.Unlock()
+			return len(h.c.rb.waiters) == 1
+		})
+		h.clock.Advance(cluster.DefaultGateConfig().MaxInterval + cluster.DefaultGateConfig().Settle)
+		h.open(t)
+		if err := <-done; err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		recs := h.history()
+		rec := recs[len(recs)-1]
+		t.Logf("%s: %+v", what, rec)
+		if rec.Outcome != cluster.RebalanceDone || rec.Mode != cluster.RebalanceHandover {
+			t.Fatalf("%s: outcome %s mode %s (%s), want done by handover", what, rec.Outcome, rec.Mode, rec.Error)
+		}
+		if r, _ := h.job.Execution().Runner(); r != r0 || h.job.Attempts() != 1 {
+			t.Fatalf("%s: the job restarted: %d attempts", what, h.job.Attempts())
+		}
+	}
+	undrain := func() error { return h.c.Undrain(context.Background(), "c") }
+	run("the first undrain", undrain)
+	if got := r0.NodeOf("count-sum", 2); got != "c" {
+		t.Fatalf("count-sum[2] runs on %q after the undrain, want c", got)
+	}
+	run("the drain", func() error { return h.c.Drain(context.Background(), "c") })
+	if got := r0.NodeOf("count-sum", 2); got == "c" || slices.Contains(r0.Nodes(), "c") || left.Load() != 1 {
+		t.Fatalf("after the drain count-sum[2] runs on %q, the deployment is %v, c was asked to leave %d times", got, r0.Nodes(), left.Load())
+	}
+	run("the second undrain", undrain)
+	if got := r0.NodeOf("count-sum", 2); got != "c" || !slices.Contains(r0.Nodes(), "c") || rejoined.Load() != 2 {
+		t.Fatalf("after the second undrain count-sum[2] runs on %q, the deployment is %v, c was asked to rejoin %d times", got, r0.Nodes(), rejoined.Load())
+	}
+	h.finish(t, want)
+	if h.job.Attempts() != 1 {
+		t.Fatalf("%d attempts", h.job.Attempts())
+	}
 }

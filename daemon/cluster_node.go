@@ -41,11 +41,6 @@ type clusterNode struct {
 	tr     *cluster.RemoteTransport
 	peers  *peerClient
 	master bool
-	// drainByHandover lets a drain move its node's work by handover and
-	// release the node from the running deployment; off, a drain
-	// redeploys every job. Off by default: an undrain after such a drain
-	// found its job ended (TestClusterNodeUndrainedRejoins).
-	drainByHandover bool
 	// worker hosts the node's tasks; nil on the master's node.
 	worker *actors.Worker
 	// fingerprint identifies the node's pipelines (gossiped in its

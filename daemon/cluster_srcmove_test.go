@@ -145,7 +145,7 @@ func startMoveCluster(t *testing.T, n int64, placement func(plan *actors.Plan) m
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	c := &clusterNode{cfg: cfg, log: log, master: true, drainByHandover: true}
+	c := &clusterNode{cfg: cfg, log: log, master: true}
 	c.live = &liveView{c: c, stop: make(chan struct{}), gate: gate, joining: map[string]bool{}, deployed: slices.Clone(ids)}
 	c.peers = &peerClient{cfg: cfg, http: srv.Client()}
 	mc.c = c
@@ -159,7 +159,8 @@ func startMoveCluster(t *testing.T, n int64, placement func(plan *actors.Plan) m
 		stream.WithCheckpointing(cp),
 		stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 3}),
 		stream.WithCredits(256),
-		stream.WithCluster(ac))
+		stream.WithCluster(ac),
+		stream.WithLogger(log))
 	plan, err := env.Plan()
 	if err != nil {
 		t.Fatal(err)
@@ -359,4 +360,48 @@ func TestHandoverWaves(t *testing.T) {
 			t.Errorf("waves of %v: %s, want %s", tc.moves, got, tc.want)
 		}
 	}
+}
+
+// A subtask moves to the node of a subtask it reads from (pass[0] to a,
+// where generator[0] runs: their channel goes on within node a), and then
+// the subtask it reads from moves away (generator[0] to b): the reader on
+// a takes the channel from generator[0]'s new instance as it does any
+// channel from a moved subtask. Both rebalances hand over in the same
+// attempt and the counts committed are exact.
+func TestMoveAwayFromAReaderThatJoinedItsSender(t *testing.T) {
+	testutil.Burn(t, 1)
+	// Input for about 12 s: the generator must not finish before the
+	// second handover's barrier, even under the race detector.
+	const n = 600_000
+	mc := startMoveCluster(t, n, func(*actors.Plan) map[actors.TaskKey]string { return nil })
+	r0, _ := mc.job.Execution().Runner()
+	gen0, pass0 := actors.TaskKey{UID: "generator", Subtask: 0}, actors.TaskKey{UID: "pass", Subtask: 0}
+	if r0.NodeOf(gen0.UID, 0) != "a" || r0.NodeOf(pass0.UID, 0) != "c" {
+		t.Fatalf("generator[0] on %q, pass[0] on %q: want a and c", r0.NodeOf(gen0.UID, 0), r0.NodeOf(pass0.UID, 0))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i, step := range []struct {
+		task actors.TaskKey
+		to   string
+	}{{pass0, "a"}, {gen0, "b"}} {
+		placement := map[string]map[actors.TaskKey]string{"moves": {step.task: step.to}}
+		rec, err := mc.c.rebalanceJobs(ctx, cluster.TriggerManual, "test", placement, nil)
+		if err != nil {
+			t.Fatalf("rebalance %d (%s to %s): %v", i+1, step.task, step.to, err)
+		}
+		if rec.Outcome != cluster.RebalanceDone || rec.Mode != cluster.RebalanceHandover {
+			t.Fatalf("rebalance %d: outcome %s mode %s (%s), want done by handover", i+1, rec.Outcome, rec.Mode, rec.Error)
+		}
+		if r, _ := mc.job.Execution().Runner(); r != r0 || r.NodeOf(step.task.UID, step.task.Subtask) != step.to {
+			t.Fatalf("rebalance %d: %s not moved to %s in the same attempt (%d attempts)", i+1, step.task, step.to, mc.job.Attempts())
+		}
+	}
+	if err := mc.job.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if mc.job.Attempts() != 1 {
+		t.Fatalf("the job restarted: %d attempts", mc.job.Attempts())
+	}
+	checkCounts(t, mc.out, n)
 }

@@ -1,8 +1,14 @@
 package test
 
 import (
+	"bytes"
+	"context"
+	"fmt"
 	"net/http"
+	"os/exec"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,11 +24,12 @@ type rebalanceModes struct {
 	Epoch          uint64 `json:"epoch"`
 	FailoversTotal int64  `json:"failovers_total"`
 	Rebalances     []struct {
-		Trigger string             `json:"trigger"`
-		Outcome string             `json:"outcome"`
-		Mode    string             `json:"mode"`
-		PauseMS map[string]float64 `json:"pause_ms"`
-		Error   string             `json:"error"`
+		Trigger  string             `json:"trigger"`
+		Outcome  string             `json:"outcome"`
+		Mode     string             `json:"mode"`
+		PauseMS  map[string]float64 `json:"pause_ms"`
+		Unpaused []string           `json:"unpaused"`
+		Error    string             `json:"error"`
 	} `json:"rebalances"`
 }
 
@@ -96,4 +103,230 @@ func TestClusterJoinHandsOverSourceSplit(t *testing.T) {
 	l.publish(next, n)
 	l.finishChecked(n, 120*time.Second)
 	d.checkTookRecords(t, client)
+}
+
+// A worker drained with `edged cluster drain b` under paced MQTT load
+// (its devices moved to the other nodes first): its subtasks, its source
+// split included, move away by handover in the running deployment, it
+// leaves the deployment and the membership, and stopped afterwards (with
+// SIGTERM: it asks for no drain again) it is no failure: no failover, the
+// job's epoch is the same, and every window stays exact. The window
+// subtasks that do not move (those on a and c) keep processing all the
+// while: drainUnderPacedLoad.
+func TestClusterDrainHandsOverAndStops(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses")
+	}
+	drainUnderPacedLoad(t, func(t *testing.T, ctx context.Context, a, b *clusterMember) func() error {
+		var stdout, stderr bytes.Buffer
+		cli := exec.CommandContext(ctx, edgedBin, "cluster", "drain", "b", "--addr", a.apiAddr)
+		cli.Stdout, cli.Stderr = &stdout, &stderr
+		if err := cli.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return func() error {
+			if err := cli.Wait(); err != nil {
+				return fmt.Errorf("edged cluster drain b: %w\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
+			}
+			t.Logf("edged cluster drain b: %s", strings.TrimSpace(stdout.String()))
+			return nil
+		}
+	})
+}
+
+// A worker stopped with SIGTERM under paced MQTT load (its devices moved
+// to the other nodes first) asks the master to drain it before it exits:
+// its subtasks move away by handover in the running deployment, it exits
+// 0, and its exit is no failure (no failover, the job's epoch is the
+// same); the window subtasks that do not move keep processing, and every
+// window stays exact: drainUnderPacedLoad.
+func TestClusterWorkerSIGTERMDrainsByHandover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses")
+	}
+	drainUnderPacedLoad(t, func(t *testing.T, ctx context.Context, a, b *clusterMember) func() error {
+		if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		return func() error {
+			select {
+			case <-b.done:
+			case <-ctx.Done():
+				return fmt.Errorf("b did not exit after SIGTERM: %w", ctx.Err())
+			}
+			if code := b.cmd.ProcessState.ExitCode(); code != 0 {
+				return fmt.Errorf("b exited with %d after SIGTERM\n%s", code, b.logTail())
+			}
+			if !strings.Contains(b.logTailN(400000), "drained before stopping") {
+				return fmt.Errorf("b did not drain before stopping:\n%s", b.logTail())
+			}
+			return nil
+		}
+	})
+}
+
+// drainUnderPacedLoad drains worker b of a three-node cluster under
+// paced MQTT load (2,000 readings a second to a and c: b's devices are
+// moved away first) with start, which starts the drain and returns a
+// function that waits for its end: the edged cluster drain command, or
+// b's SIGTERM. It checks that the drain is recorded done by handover,
+// b's source split among the subtasks moved; that the window subtasks
+// not on b, sampled every 100 ms, never stood still for 500 ms from the
+// drain's start until it ended and are recorded unpaused; that b left;
+// that b stopped is no failure (same epoch, no failover); and that every
+// window is exact.
+func drainUnderPacedLoad(t *testing.T, start func(t *testing.T, ctx context.Context, a, b *clusterMember) func() error) {
+	maybeBurn(t)
+	const (
+		period = 100 * time.Millisecond
+		gap    = 5 * period
+	)
+	members := startCluster(t, true)
+	a, b := members[0], members[1]
+	l := newClusterLoad(t, members)
+	client := &http.Client{Timeout: 2 * time.Second}
+	waitAllAlive(t, a, 3)
+	const n, pace, chunk = 60_000, 20 * time.Millisecond, 40
+	l.publish(0, n/4)
+	l.stopDevices(1)
+	checkpointsSettled(t, a)
+	var before rebalanceModes
+	if err := a.get(client, "/cluster", &before); err != nil {
+		t.Fatal(err)
+	}
+	moved := -1
+	for _, sub := range []int{0, 1, 2} {
+		if nodeOfWindow(t, a, sub) == "b" {
+			moved = sub
+		}
+	}
+	if moved < 0 {
+		t.Fatal("node b runs no window subtask")
+	}
+	sampler := startWindowSampler(members, period)
+	defer sampler.close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	from := time.Now()
+	wait := start(t, ctx, a, b)
+	done := make(chan error, 1)
+	go func() { done <- wait() }()
+	// The load goes on, paced (to a and c), while b drains: for up to 15 s
+	// at 2,000 readings a second.
+	next := n / 4
+	tick := time.NewTicker(pace)
+	defer tick.Stop()
+	var derr error
+	for ended := false; !ended; {
+		select {
+		case derr = <-done:
+			ended = true
+		case <-tick.C:
+			if next < n*3/4 {
+				l.publish(next, next+chunk)
+				next += chunk
+			}
+		}
+	}
+	to := time.Now()
+	sampler.close()
+	if derr != nil {
+		t.Fatal(derr)
+	}
+	if next >= n*3/4 {
+		t.Fatalf("the paced load ran out (%d readings) before the drain ended", next-n/4)
+	}
+	t.Logf("the drain of b took %v, %d readings published meanwhile", to.Sub(from).Round(time.Millisecond), next-n/4)
+	var after rebalanceModes
+	if err := a.get(client, "/cluster", &after); err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Rebalances) <= len(before.Rebalances) {
+		t.Fatal("no drain recorded")
+	}
+	r := after.Rebalances[0] // the newest
+	t.Logf("rebalance: %+v", r)
+	if r.Trigger != "drain" || r.Outcome != "done" || r.Mode != "handover" {
+		t.Fatalf("the drain: trigger %q outcome %q mode %q (%s), want a drain done by handover", r.Trigger, r.Outcome, r.Mode, r.Error)
+	}
+	split := false
+	for k := range r.PauseMS {
+		split = split || strings.HasSuffix(k, "/source/1")
+	}
+	if !split {
+		t.Fatalf("the drain did not move b's source split by handover: pauses %v", r.PauseMS)
+	}
+	// The window subtasks that did not move kept processing.
+	for sub := range 3 {
+		if sub == moved {
+			continue
+		}
+		if !slices.ContainsFunc(r.Unpaused, func(u string) bool { return strings.HasSuffix(u, fmt.Sprintf("/window/%d", sub)) }) {
+			t.Errorf("window subtask %d is not recorded unpaused: %v", sub, r.Unpaused)
+		}
+		longest, began, samples := sampler.gaps(sub, from, to)
+		if longest > 0 {
+			t.Logf("window subtask %d: %d samples, longest standstill %v, from %v after the drain started", sub, samples, longest, began.Sub(from))
+		} else {
+			t.Logf("window subtask %d: %d samples, its records-in grew between every two", sub, samples)
+		}
+		if samples < int(to.Sub(from)/(4*period)) {
+			t.Errorf("window subtask %d: %d samples in %v: the sampler did not reach it", sub, samples, to.Sub(from))
+		}
+		if longest >= gap {
+			t.Errorf("window subtask %d stood still for %v during the drain while readings flowed", sub, longest)
+		}
+	}
+	select {
+	case <-b.done:
+		// Stopped with SIGTERM: it drained first.
+		l.disconnect(1)
+		l.down[1] = true
+	default:
+		testutil.Eventually(t, 30*time.Second, "the master sees b left", func() bool {
+			s, err := a.rebalances(client)
+			return err == nil && s.state("b") == "left"
+		})
+		// Everything b's sink published reached the subscriber, then b
+		// stops.
+		drain(t, "tcp://"+b.brokerAddr, "agg/_marker", l.col)
+		l.stop(1)
+	}
+	l.publish(next, n)
+	l.finishChecked(n, 120*time.Second)
+	var end rebalanceModes
+	if err := a.get(client, "/cluster", &end); err != nil {
+		t.Fatal(err)
+	}
+	if end.Epoch != before.Epoch || end.FailoversTotal != before.FailoversTotal {
+		t.Fatalf("the job went from epoch %d to %d, failovers from %d to %d: b's drain or stop restarted it",
+			before.Epoch, end.Epoch, before.FailoversTotal, end.FailoversTotal)
+	}
+}
+
+// nodeOfWindow returns the node the master's status places window
+// subtask sub on; "" if none.
+func nodeOfWindow(t *testing.T, m *clusterMember, sub int) string {
+	t.Helper()
+	var s struct {
+		Placement []struct {
+			Node     string `json:"node"`
+			Subtasks []struct {
+				Operator string `json:"operator"`
+				Subtask  int    `json:"subtask"`
+			} `json:"subtasks"`
+		} `json:"placement"`
+	}
+	if err := m.get(&http.Client{Timeout: 5 * time.Second}, "/cluster", &s); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range s.Placement {
+		for _, st := range p.Subtasks {
+			if isWindowChain(st.Operator) && st.Subtask == sub {
+				return p.Node
+			}
+		}
+	}
+	return ""
 }

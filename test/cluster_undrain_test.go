@@ -28,12 +28,14 @@ func (l *clusterLoad) startDevices(i int) {
 }
 
 // A worker drained with `edged cluster drain b` under MQTT load (its
-// devices moved to the other nodes first) leaves the membership; `edged
-// cluster undrain b` then brings it back without a restart: it rejoins
-// the membership, the join the undrain queued moves its subtasks back to
-// it from a savepoint (its devices publish to it again once it owns its
-// split: the pipeline has no idle timeout, so its silent split would hold
-// the windows back), and every window stays exact.
+// devices moved to the other nodes first) hands its subtasks over and
+// leaves the membership; `edged cluster undrain b` then brings it back
+// without a restart: it rejoins the membership, the join the undrain
+// queued invites it into the running deployment again and hands its
+// subtasks back to it (both rebalances by handover, in the job's same
+// epoch; its devices publish to it again once it owns its split: the
+// pipeline has no idle timeout, so its silent split would hold the
+// windows back), and every window stays exact.
 func TestClusterNodeUndrainedRejoins(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with three subprocesses")
@@ -62,6 +64,10 @@ func TestClusterNodeUndrainedRejoins(t *testing.T) {
 		t.Logf("edged %s after %v: %s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), strings.TrimSpace(stdout.String()))
 		return stdout.String()
 	}
+	var before rebalanceModes
+	if err := a.get(client, "/cluster", &before); err != nil {
+		t.Fatal(err)
+	}
 	if out := cli("cluster", "drain", "b"); !strings.HasPrefix(out, "drained b: done,") {
 		t.Fatalf("edged cluster drain printed %q", out)
 	}
@@ -81,6 +87,19 @@ func TestClusterNodeUndrainedRejoins(t *testing.T) {
 	if s.state("b") != "alive" || s.keyedOn("b") == 0 || len(s.Rebalances) == 0 || s.Rebalances[0].Trigger != "join" ||
 		s.Rebalances[0].Outcome != "done" || s.Rebalances[0].MovedKeyGroups == 0 {
 		t.Fatalf("after the undrain: b %s with %d keyed subtasks, rebalances %+v", s.state("b"), s.keyedOn("b"), s.Rebalances)
+	}
+	// Both moved by handover in the running deployment: the drain and
+	// the undrain's join, in the same epoch.
+	var modes rebalanceModes
+	if err := a.get(client, "/cluster", &modes); err != nil {
+		t.Fatal(err)
+	}
+	var got []string // newest first
+	for _, r := range modes.Rebalances[:len(modes.Rebalances)-len(before.Rebalances)] {
+		got = append(got, r.Trigger+" "+r.Outcome+" "+r.Mode)
+	}
+	if strings.Join(got, ", ") != "join done handover, drain done handover" || modes.Epoch != before.Epoch {
+		t.Fatalf("rebalances %v in epoch %d (%d before): want a drain and a join done by handover in the same epoch", got, modes.Epoch, before.Epoch)
 	}
 	// Undrained again: refused.
 	var stderr bytes.Buffer
