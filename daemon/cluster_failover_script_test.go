@@ -1,13 +1,16 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/cluster"
 	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/snapshot"
 )
@@ -289,4 +292,91 @@ func TestFailoverScriptCorruptReplica(t *testing.T) {
 	t.Logf("epoch %d: b found its %d copies of c's files of checkpoint %d damaged and copied them from a", epoch1, len(files), restored)
 	fc.finish("a")
 	fc.checkTotals()
+}
+
+// Script: the job restarts before the leader's step. As when a worker
+// dies, but the job, failing on c's loss, restarts on its own once the
+// membership declared c dead and before the membership loop's step on
+// the leader (liveView.follow) ran: the deployment that follows no longer
+// names c, so the step finds no deployed node dead. The failover is
+// recorded all the same, once, with its durations: in GET /cluster (what
+// `edged cluster status` prints) and in the Prometheus metrics; the
+// committed window counts are exact.
+func TestFailoverScriptRestartedBeforeFollow(t *testing.T) {
+	fc := newFailoverCluster(t, foOptions{replicas: 2})
+	a := fc.nodes["a"]
+	before, epoch0 := fc.startedPlacement("a", 0)
+	if len(onNode(before, "c")) == 0 {
+		t.Fatalf("nothing placed on c: %v", before)
+	}
+	fc.waitCheckpoint("a", 0)
+	fc.kill("c")
+	alive := fc.declareDead("c")
+
+	// The job restarts on its own on a and b.
+	after, epoch1 := fc.startedPlacement("a", epoch0)
+	if n := onNode(after, "c"); len(n) > 0 {
+		t.Fatalf("epoch %d still places %v on the dead node", epoch1, n)
+	}
+	v := a.c.live
+	v.mu.Lock()
+	deployed := slices.Clone(v.deployed)
+	v.mu.Unlock()
+	if len(deployed) == 0 || slices.Contains(deployed, "c") {
+		t.Fatalf("latest deployment %v: the leader's step would see c dead itself; the path is not reached", deployed)
+	}
+	// Now the membership loop's step runs on the leader.
+	v.follow(alive, a.c.executions)
+
+	fos := fc.failovers("a", 1)
+	if len(fos) != 1 || fos[0].DeadNode != "c" || fos[0].Epoch < epoch1 {
+		t.Fatalf("failovers recorded %+v, want one from c in epoch %d or later", fos, epoch1)
+	}
+	var f cluster.Failover
+	testutil.Eventually(t, time.Minute, "the failover's first record is recorded", func() bool {
+		f = a.c.Status().Failovers[0]
+		return f.FirstRecordMS > 0
+	})
+	if f.DetectionMS <= 0 || f.PlacementMS <= 0 || f.RestoreMS <= 0 {
+		t.Fatalf("failover %+v: a duration is missing", f)
+	}
+	t.Logf("failover from c recorded in epoch %d: detection %.1f ms, placement %.2f ms, restore %.1f ms, first record %.1f ms",
+		f.Epoch, f.DetectionMS, f.PlacementMS, f.RestoreMS, f.FirstRecordMS)
+
+	api, _ := clusterAPI(t, a.c)
+	s, err := api.Cluster(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.FailoversTotal != 1 || len(s.Failovers) != 1 || !sameFailover(s.Failovers[0], f) {
+		t.Fatalf("GET /cluster: %d failovers %+v, want 1: %+v", s.FailoversTotal, s.Failovers, f)
+	}
+	code, body := get(t, api, "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", code)
+	}
+	if !strings.Contains(body, "edged_cluster_failovers_total 1\n") {
+		t.Fatalf("metrics:\n%s", grepLines(body, "failover"))
+	}
+	for _, phase := range []string{"detection", "placement", "restore", "first_record", "total"} {
+		if !strings.Contains(body, fmt.Sprintf("edged_cluster_last_failover_seconds{phase=%q} ", phase)) ||
+			strings.Contains(body, fmt.Sprintf("edged_cluster_last_failover_seconds{phase=%q} 0\n", phase)) {
+			t.Fatalf("metrics lack a non-zero %s phase:\n%s", phase, grepLines(body, "failover"))
+		}
+	}
+	fc.finish("a")
+	fc.checkTotals()
+	if n := len(fc.failovers("a", 1)); n != 1 {
+		t.Fatalf("%d failovers recorded, want 1", n)
+	}
+}
+
+// sameFailover reports whether x and y record the same failover (At
+// compared as an instant, as JSON keeps it).
+func sameFailover(x, y cluster.Failover) bool {
+	if !x.At.Equal(y.At) {
+		return false
+	}
+	x.At, y.At = time.Time{}, time.Time{}
+	return x == y
 }

@@ -103,8 +103,10 @@ type foCluster struct {
 	nodes map[string]*foNode
 	ids   []string
 
-	mu    sync.Mutex // guards alive
+	mu    sync.Mutex // guards alive and killed
 	alive []string
+	// killed is when each killed node died: its last sign of life.
+	killed map[string]time.Time
 	logs  *logRecorder
 }
 
@@ -214,7 +216,7 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 	t.Helper()
 	fc := &foCluster{t: t, mem: cluster.NewMemoryNetwork(1, cluster.Faults{}), clock: clockwork.NewFakeClock(),
 		out: t.TempDir(), nodes: map[string]*foNode{}, ids: []string{"a", "b", "c"}}
-	fc.alive = slices.Clone(fc.ids)
+	fc.alive, fc.killed = slices.Clone(fc.ids), map[string]time.Time{}
 	var inner slog.Handler = slog.DiscardHandler
 	if testing.Verbose() {
 		inner = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})
@@ -281,7 +283,7 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.live = &liveView{c: c, stop: make(chan struct{}), gate: gate, joining: map[string]bool{}, aliveFn: fc.aliveNow}
+		c.live = &liveView{c: c, stop: make(chan struct{}), gate: gate, joining: map[string]bool{}, aliveFn: fc.aliveNow, lastSeenFn: fc.lastSeen}
 		c.rb = c.newRebalancer()
 		c.peers = &peerClient{cfg: ccfg, http: &http.Client{Timeout: 30 * time.Second}}
 		c.net = cluster.NewNetwork(id, ccfg.ChannelConfig(), nlog)
@@ -348,11 +350,22 @@ func (fc *foCluster) aliveNow() []string {
 	return slices.Clone(fc.alive)
 }
 
+// lastSeen returns when node id was killed, its last sign of life.
+func (fc *foCluster) lastSeen(id string) (time.Time, bool) {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	t, ok := fc.killed[id]
+	return t, ok
+}
+
 // kill makes node id die as a SIGKILL would: its transport and API are
 // gone, its tasks and jobs stop without a word to anyone. Its peers see
 // it alive until declareDead.
 func (fc *foCluster) kill(id string) {
 	fc.t.Helper()
+	fc.mu.Lock()
+	fc.killed[id] = time.Now()
+	fc.mu.Unlock()
 	fn := fc.nodes[id]
 	fn.dead.Store(true)
 	for _, other := range fc.ids {

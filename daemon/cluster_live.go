@@ -45,6 +45,9 @@ type liveView struct {
 	// aliveFn, when set, gives the live nodes in place of the membership
 	// (the failover scripts declare nodes dead with it).
 	aliveFn func() []string
+	// lastSeenFn, when set, gives a node's last sign of life in place of
+	// the membership's (the failover scripts' record of a kill).
+	lastSeenFn func(id string) (time.Time, bool)
 
 	// gossipMu serialises stopGossip and rejoin, and guards out, stop
 	// and stopOnce: stop ends the gossip run (its loop and what waits on
@@ -208,6 +211,7 @@ func (v *liveView) update(home *actors.Cluster) ([]actors.Node, map[actors.TaskK
 		return nil, nil, fmt.Errorf("node %q sees %d of %d nodes (%v): no majority, nothing runs", v.c.cfg.Node, len(alive), size, alive)
 	}
 	start := time.Now()
+	seen := alive
 	live := map[string]bool{}
 	var members []cluster.Member
 	var nodes []actors.Node
@@ -240,6 +244,17 @@ func (v *liveView) update(home *actors.Cluster) ([]actors.Node, map[actors.TaskK
 		}
 	}
 	v.mu.Lock()
+	// A job that restarted on its own (its tasks on a dead node failed)
+	// once the membership declared the node dead, before the loop's step
+	// (follow) saw it, deploys here without the dead node: the failover
+	// begins here, so that it is recorded all the same.
+	var dead []string
+	if v.pending == nil {
+		dead = v.deadLocked(seen)
+	}
+	if len(dead) > 0 {
+		v.beginFailoverLocked(start, dead)
+	}
 	v.deployed = alive
 	if p := v.pending; p != nil && p.dead != "" {
 		p.placementMS = msSince(start)
@@ -248,7 +263,44 @@ func (v *liveView) update(home *actors.Cluster) ([]actors.Node, map[actors.TaskK
 	if len(units) > 0 {
 		v.c.log.Warn("cluster: placing the subtasks of dead nodes on live ones", "alive", alive, "moved", len(units))
 	}
+	if len(dead) > 0 {
+		v.failOver(dead, seen, v.c.executions())
+	}
 	return nodes, placement, nil
+}
+
+// deadLocked returns the nodes of the latest deployment that are not
+// among alive: dead since it was made.
+func (v *liveView) deadLocked(alive []string) []string {
+	var dead []string
+	for _, id := range v.deployed {
+		if !slices.Contains(alive, id) {
+			dead = append(dead, id)
+		}
+	}
+	return dead
+}
+
+// beginFailoverLocked records the failover from the nodes dead, seen
+// dead at now, as under way: the next deployment's placement time goes
+// to it, and the rebalance gate holds joins until it is done.
+func (v *liveView) beginFailoverLocked(now time.Time, dead []string) {
+	v.pending = &pendingChange{at: now, dead: strings.Join(dead, ","), detectionMS: v.detectionMS(now, dead...)}
+	v.gate.Failover(true)
+}
+
+// failOver redeploys every job of execs on the live nodes from its
+// latest checkpoint (a job between two attempts takes its next one) and
+// records the failover from dead once every job runs again.
+func (v *liveView) failOver(dead, alive []string, execs []*actors.Execution) {
+	v.c.log.Warn("cluster: deployed nodes died; failing over to the live ones", "dead", dead, "alive", alive)
+	old := map[*actors.Execution]*actors.Runner{}
+	for _, e := range execs {
+		old[e], _ = e.Runner()
+		e.Redeploy(fmt.Sprintf("nodes %v died", dead))
+	}
+	v.wg.Add(1)
+	go v.recordFailover(execs, old)
 }
 
 // pendingChange is a failover the next deployment makes.
@@ -263,13 +315,17 @@ type pendingChange struct {
 // nodes (their last answer to this node's probes) until now: the
 // failover's detection time; 0 without gossip or an answer seen.
 func (v *liveView) detectionMS(now time.Time, dead ...string) float64 {
-	m := v.membership()
-	if m == nil {
-		return 0
+	lastSeen := v.lastSeenFn
+	if lastSeen == nil {
+		m := v.membership()
+		if m == nil {
+			return 0
+		}
+		lastSeen = m.LastSeen
 	}
 	var last time.Time
 	for _, id := range dead {
-		if t, ok := m.LastSeen(id); ok && t.After(last) {
+		if t, ok := lastSeen(id); ok && t.After(last) {
 			last = t
 		}
 	}
@@ -288,14 +344,10 @@ func (v *liveView) follow(alive []string, jobs func() []*actors.Execution) {
 	now := time.Now()
 	v.mu.Lock()
 	deployed := v.deployed
-	var dead, joined []string
+	var joined []string
 	v.undrainReturnedLocked(alive)
+	dead := v.deadLocked(alive)
 	if deployed != nil {
-		for _, id := range deployed {
-			if !slices.Contains(alive, id) {
-				dead = append(dead, id)
-			}
-		}
 		for _, id := range v.placedLocked(alive) {
 			if !slices.Contains(deployed, id) && !v.joining[id] {
 				joined = append(joined, id)
@@ -304,8 +356,7 @@ func (v *liveView) follow(alive []string, jobs func() []*actors.Execution) {
 	}
 	if len(dead) > 0 {
 		v.deployed = nil // until the next deployment
-		v.pending = &pendingChange{at: now, dead: strings.Join(dead, ","), detectionMS: v.detectionMS(now, dead...)}
-		v.gate.Failover(true)
+		v.beginFailoverLocked(now, dead)
 	}
 	for _, id := range joined {
 		v.joining[id] = true
@@ -317,15 +368,7 @@ func (v *liveView) follow(alive []string, jobs func() []*actors.Execution) {
 		v.c.log.Info("cluster: node joined; rebalancing after the settle delay", "joined", joined)
 	}
 	if len(dead) > 0 {
-		v.c.log.Warn("cluster: deployed nodes died; failing over to the live ones", "dead", dead, "alive", alive)
-		execs := jobs()
-		old := map[*actors.Execution]*actors.Runner{}
-		for _, e := range execs {
-			old[e], _ = e.Runner()
-			e.Redeploy(fmt.Sprintf("nodes %v died", dead))
-		}
-		v.wg.Add(1)
-		go v.recordFailover(execs, old)
+		v.failOver(dead, alive, jobs())
 	}
 }
 

@@ -34,7 +34,10 @@ func (c *clusterNode) Status() cluster.Status {
 			m.State = cluster.StateLeft
 		}
 		if id == c.cfg.Node {
-			m.Address, m.API = c.tr.Addr(), ""
+			m.API = ""
+			if c.tr != nil {
+				m.Address = c.tr.Addr()
+			}
 			m.SeesMajority = cluster.HasQuorum(len(alive), size)
 		} else if p, ok := c.cfg.Peer(id); ok {
 			m.Address, m.API = p.Address, p.API
