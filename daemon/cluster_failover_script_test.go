@@ -380,3 +380,58 @@ func sameFailover(x, y cluster.Failover) bool {
 	x.At, y.At = time.Time{}, time.Time{}
 	return x == y
 }
+
+// Script: the leader cut off. a leads; the job runs on a, b and c. A
+// partition cuts a off from b and c: a's probes of them fail, none of
+// the three is declared dead yet (each side's confirmation is still
+// running). The membership loop's step on a ends its job's attempt at
+// once, and the restart strategy's attempts deploy nothing while a
+// reaches no majority: a stops before the majority could confirm its
+// death and take over, so the two sides never both run the job's key
+// groups. Healed, the job restarts on its own from its latest
+// checkpoint in a newer epoch; the committed window counts are exact.
+func TestFailoverScriptLeaderCutOff(t *testing.T) {
+	fc := newFailoverCluster(t, foOptions{replicas: 2})
+	a := fc.nodes["a"]
+	_, epoch0 := fc.startedPlacement("a", 0)
+	fc.waitCheckpoint("a", 0)
+	j := fc.job("a")
+	e := j.run.Execution()
+	ended := func() bool {
+		select {
+		case <-j.run.Done():
+			return true
+		default:
+			return false
+		}
+	}
+
+	fc.cutOff("a")
+	a.c.live.step(a.c.executions)
+	testutil.Eventually(t, 10*time.Second, "a's job runs no attempt", func() bool {
+		if ended() {
+			t.Fatal("the job ended while a reaches no majority: it ran on")
+		}
+		r, _ := e.Runner()
+		return r == nil
+	})
+	// The restart strategy tries again every 20 ms: each attempt is
+	// refused while a reaches no majority.
+	refusals := func() int { return fc.logs.count("reaches 1 of 3 nodes", "node=a") }
+	testutil.Eventually(t, 30*time.Second, "a refused five deployments, reaching no majority", func() bool {
+		if r, _ := e.Runner(); r != nil || ended() {
+			t.Fatalf("a's job runs (%v) or ended (%v) while a reaches no majority", r != nil, ended())
+		}
+		return refusals() >= 5
+	})
+	if !fc.logs.logged("this node sees no majority; its jobs stopped", "node=a") {
+		t.Fatal("a did not log that it stopped its jobs")
+	}
+	t.Logf("cut off, a stopped its job and refused %d deployments", refusals())
+
+	fc.cutOff("")
+	_, epoch1 := fc.startedPlacement("a", epoch0)
+	t.Logf("healed: the job runs again in epoch %d (was %d)", epoch1, epoch0)
+	fc.finish("a")
+	fc.checkTotals()
+}

@@ -45,6 +45,9 @@ type liveView struct {
 	// aliveFn, when set, gives the live nodes in place of the membership
 	// (the failover scripts declare nodes dead with it).
 	aliveFn func() []string
+	// reachableFn, when set, gives the reachable nodes in place of the
+	// membership (the failover scripts cut a node off with it).
+	reachableFn func() []string
 	// lastSeenFn, when set, gives a node's last sign of life in place of
 	// the membership's (the failover scripts' record of a kill).
 	lastSeenFn func(id string) (time.Time, bool)
@@ -147,12 +150,60 @@ func (v *liveView) alive() []string {
 	return out
 }
 
+// reachable returns the configured nodes the node reaches, itself
+// included, in id order: the live ones less those whose death memberlist
+// is confirming (cluster.Membership.Reachable).
+func (v *liveView) reachable() []string {
+	if v.reachableFn != nil {
+		return v.reachableFn()
+	}
+	mem := v.membership()
+	if mem == nil {
+		return v.alive()
+	}
+	seen := map[string]bool{v.c.cfg.Node: true}
+	for _, m := range mem.Reachable() {
+		seen[m.ID] = true
+	}
+	var out []string
+	for _, id := range v.c.cfg.Nodes() {
+		if seen[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// stopWithoutMajority ends the running attempt of every job of the
+// master's node once it reaches no majority of the configured nodes, as
+// a worker stops its tasks (see loop): cut off by a partition, it stops
+// before the majority confirms its death and one of them takes over.
+// update deploys nothing until it reaches a majority again. It reports
+// whether it ended an attempt.
+func (v *liveView) stopWithoutMajority(reachable []string, jobs func() []*actors.Execution) bool {
+	size := len(v.c.cfg.Nodes())
+	if cluster.HasQuorum(len(reachable), size) {
+		return false
+	}
+	stopped := false
+	for _, e := range jobs() {
+		if r, _ := e.Runner(); r != nil {
+			e.Redeploy(fmt.Sprintf("node %q reaches %d of %d nodes (%v): no majority", v.c.cfg.Node, len(reachable), size, reachable))
+			stopped = true
+		}
+	}
+	if stopped {
+		v.c.log.Warn("cluster: this node sees no majority; its jobs stopped", "reachable", reachable, "size", size)
+	}
+	return stopped
+}
+
 // loop follows the membership: it joins the peers until every configured
 // node is seen; on the master, a change of the live set that the latest
 // deployment does not match redeploys every job (a dead node's subtasks
 // move to the live ones, a node that came back gets its own again); on a
-// worker, losing the majority stops every hosted task. m is the gossip
-// run's membership, stop its end.
+// worker, and on the master, losing the majority stops every hosted task
+// (and the master's jobs). m is the gossip run's membership, stop its end.
 func (v *liveView) loop(m *cluster.Membership, stop <-chan struct{}, peers []string, jobs func() []*actors.Execution) {
 	defer v.wg.Done()
 	tick := time.NewTicker(time.Second)
@@ -178,24 +229,36 @@ func (v *liveView) loop(m *cluster.Membership, stop <-chan struct{}, peers []str
 			v.c.log.Info("cluster membership changed", "events", strings.Join(what, ", "), "alive", v.alive())
 			v.checkFingerprints()
 		}
-		alive := v.alive()
-		switch w := v.c.worker; {
-		case v.c.isMaster():
-			if !v.c.handing.Load() {
-				v.follow(alive, jobs)
-				v.maybeHandBack(alive)
-				v.maybeYield(alive)
-			}
-		case w != nil && !cluster.HasQuorum(len(m.Reachable()), size):
-			// Peers memberlist declared dead count as gone here before
-			// their death is confirmed: the majority places this node's
-			// work elsewhere only once it confirmed this node's.
-			if n := w.Evict(); n > 0 {
-				v.c.log.Warn("cluster: this node sees no majority; its tasks stopped", "alive", alive, "reachable", len(m.Reachable()), "size", size)
-			}
-		default:
-			v.maybeTakeOver(alive)
+		v.step(jobs)
+	}
+}
+
+// step is the loop's work after each membership event or tick. On the
+// master: its jobs stop while it reaches no majority, and it follows the
+// live nodes, hands the leadership back and settles a split. On a
+// worker: its hosted tasks stop while it reaches no majority; else it
+// takes over from a dead leader when the rule says so. Peers memberlist
+// declared dead count as gone here before their death is confirmed: the
+// majority places this node's work elsewhere only once it confirmed this
+// node's, so a node cut off stops first.
+func (v *liveView) step(jobs func() []*actors.Execution) {
+	alive := v.alive()
+	reachable := v.reachable()
+	size := len(v.c.cfg.Nodes())
+	switch w := v.c.worker; {
+	case v.c.isMaster():
+		if !v.c.handing.Load() {
+			v.stopWithoutMajority(reachable, jobs)
+			v.follow(alive, jobs)
+			v.maybeHandBack(alive)
+			v.maybeYield(alive)
 		}
+	case w != nil && !cluster.HasQuorum(len(reachable), size):
+		if n := w.Evict(); n > 0 {
+			v.c.log.Warn("cluster: this node sees no majority; its tasks stopped", "alive", alive, "reachable", reachable, "size", size)
+		}
+	default:
+		v.maybeTakeOver(alive)
 	}
 }
 
@@ -209,6 +272,9 @@ func (v *liveView) update(home *actors.Cluster) ([]actors.Node, map[actors.TaskK
 	size := len(v.c.cfg.Nodes())
 	if !cluster.HasQuorum(len(alive), size) {
 		return nil, nil, fmt.Errorf("node %q sees %d of %d nodes (%v): no majority, nothing runs", v.c.cfg.Node, len(alive), size, alive)
+	}
+	if r := v.reachable(); !cluster.HasQuorum(len(r), size) {
+		return nil, nil, fmt.Errorf("node %q reaches %d of %d nodes (%v): no majority, nothing runs", v.c.cfg.Node, len(r), size, r)
 	}
 	start := time.Now()
 	seen := alive
