@@ -38,7 +38,9 @@ func (c *clusterNode) Status() cluster.Status {
 			if c.tr != nil {
 				m.Address = c.tr.Addr()
 			}
-			m.SeesMajority = cluster.HasQuorum(len(alive), size)
+			// What the node runs tasks under: the peers memberlist
+			// declared dead, their death not confirmed yet, count as gone.
+			m.SeesMajority = cluster.HasQuorum(len(v.reachable()), size)
 		} else if p, ok := c.cfg.Peer(id); ok {
 			m.Address, m.API = p.Address, p.API
 		}
