@@ -248,11 +248,17 @@ func startClusterNodes(dir, name string, ids []string, ns clusterNodeSpec) (c *b
 			c.stop()
 		}
 	}()
+	// freeAddr closes the port it found: two calls may return the same
+	// one, so every address is checked against the others.
+	used := map[string]bool{}
 	for i := range c.addrs {
 		for _, p := range []*string{&c.addrs[i].api, &c.addrs[i].broker, &c.addrs[i].transport, &c.addrs[i].gossip} {
-			if *p, err = freeAddr(); err != nil {
-				return c, err
+			for *p == "" || used[*p] {
+				if *p, err = freeAddr(); err != nil {
+					return c, err
+				}
 			}
+			used[*p] = true
 		}
 	}
 	as := c.addrs
