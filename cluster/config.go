@@ -136,6 +136,12 @@ func DefaultLeadershipConfig() LeadershipConfig {
 	}
 }
 
+// MinLeadershipPoll is the shortest interval Validate accepts for the
+// leadership's repeated work (cluster.leadership.split_poll, answer_poll,
+// restart_poll, resume_backoff and handback_interval): each round asks
+// peers over HTTP or restarts jobs, so a shorter one would spin.
+const MinLeadershipPoll = 100 * time.Millisecond
+
 // Validate reports every problem of c at once, naming the YAML keys.
 func (c LeadershipConfig) Validate() error {
 	var errs []error
@@ -144,15 +150,20 @@ func (c LeadershipConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("cluster.leadership.%s (%s) must be positive", key, d))
 		}
 	}
+	atLeast := func(key string, d time.Duration) {
+		if d < MinLeadershipPoll {
+			errs = append(errs, fmt.Errorf("cluster.leadership.%s (%s) must be at least %s", key, d, MinLeadershipPoll))
+		}
+	}
 	if c.Settle < 0 {
 		errs = append(errs, fmt.Errorf("cluster.leadership.settle (%s) must not be negative", c.Settle))
 	}
 	positive("stable", c.Stable)
-	positive("handback_interval", c.MinInterval)
-	positive("split_poll", c.SplitPoll)
-	positive("answer_poll", c.AnswerPoll)
-	positive("restart_poll", c.RestartPoll)
-	positive("resume_backoff", c.ResumeBackoff)
+	atLeast("handback_interval", c.MinInterval)
+	atLeast("split_poll", c.SplitPoll)
+	atLeast("answer_poll", c.AnswerPoll)
+	atLeast("restart_poll", c.RestartPoll)
+	atLeast("resume_backoff", c.ResumeBackoff)
 	if c.MaxSettle < c.Settle {
 		errs = append(errs, fmt.Errorf("cluster.leadership.max_settle (%s) must be at least cluster.leadership.settle (%s)", c.MaxSettle, c.Settle))
 	}

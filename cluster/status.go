@@ -106,9 +106,10 @@ type MemberStatus struct {
 	State MemberState `json:"state"`
 	// Leader marks the member this node takes for the leader.
 	Leader bool `json:"leader"`
-	// SeesMajority is whether the member sees a majority of the cluster's
-	// configured size; a member that does not owns nothing. Known for this
-	// node, and for the others as last reported.
+	// SeesMajority is whether the member reaches a majority of the
+	// cluster's configured size (members whose death memberlist is still
+	// confirming count as gone); a member that does not owns nothing.
+	// Known for this node, and for the others as last reported.
 	SeesMajority bool `json:"sees_majority"`
 	// Capacity is the most keyed subtasks the member may run (its
 	// cluster.capacity); 0 means no limit. A drain or rebalance that

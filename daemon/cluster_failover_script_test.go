@@ -1,13 +1,16 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/cluster"
 	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/snapshot"
 )
@@ -287,6 +290,148 @@ func TestFailoverScriptCorruptReplica(t *testing.T) {
 		t.Fatalf("%d damaged copies counted on b, want at least %d", bad, len(files))
 	}
 	t.Logf("epoch %d: b found its %d copies of c's files of checkpoint %d damaged and copied them from a", epoch1, len(files), restored)
+	fc.finish("a")
+	fc.checkTotals()
+}
+
+// Script: the job restarts before the leader's step. As when a worker
+// dies, but the job, failing on c's loss, restarts on its own once the
+// membership declared c dead and before the membership loop's step on
+// the leader (liveView.follow) ran: the deployment that follows no longer
+// names c, so the step finds no deployed node dead. The failover is
+// recorded all the same, once, with its durations: in GET /cluster (what
+// `edged cluster status` prints) and in the Prometheus metrics; the
+// committed window counts are exact.
+func TestFailoverScriptRestartedBeforeFollow(t *testing.T) {
+	fc := newFailoverCluster(t, foOptions{replicas: 2})
+	a := fc.nodes["a"]
+	before, epoch0 := fc.startedPlacement("a", 0)
+	if len(onNode(before, "c")) == 0 {
+		t.Fatalf("nothing placed on c: %v", before)
+	}
+	fc.waitCheckpoint("a", 0)
+	fc.kill("c")
+	alive := fc.declareDead("c")
+
+	// The job restarts on its own on a and b.
+	after, epoch1 := fc.startedPlacement("a", epoch0)
+	if n := onNode(after, "c"); len(n) > 0 {
+		t.Fatalf("epoch %d still places %v on the dead node", epoch1, n)
+	}
+	v := a.c.live
+	v.mu.Lock()
+	deployed := slices.Clone(v.deployed)
+	v.mu.Unlock()
+	if len(deployed) == 0 || slices.Contains(deployed, "c") {
+		t.Fatalf("latest deployment %v: the leader's step would see c dead itself; the path is not reached", deployed)
+	}
+	// Now the membership loop's step runs on the leader.
+	v.follow(alive, a.c.executions)
+
+	fos := fc.failovers("a", 1)
+	if len(fos) != 1 || fos[0].DeadNode != "c" || fos[0].Epoch < epoch1 {
+		t.Fatalf("failovers recorded %+v, want one from c in epoch %d or later", fos, epoch1)
+	}
+	var f cluster.Failover
+	testutil.Eventually(t, time.Minute, "the failover's first record is recorded", func() bool {
+		f = a.c.Status().Failovers[0]
+		return f.FirstRecordMS > 0
+	})
+	if f.DetectionMS <= 0 || f.PlacementMS <= 0 || f.RestoreMS <= 0 {
+		t.Fatalf("failover %+v: a duration is missing", f)
+	}
+	t.Logf("failover from c recorded in epoch %d: detection %.1f ms, placement %.2f ms, restore %.1f ms, first record %.1f ms",
+		f.Epoch, f.DetectionMS, f.PlacementMS, f.RestoreMS, f.FirstRecordMS)
+
+	api, _ := clusterAPI(t, a.c)
+	s, err := api.Cluster(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.FailoversTotal != 1 || len(s.Failovers) != 1 || !sameFailover(s.Failovers[0], f) {
+		t.Fatalf("GET /cluster: %d failovers %+v, want 1: %+v", s.FailoversTotal, s.Failovers, f)
+	}
+	code, body := get(t, api, "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", code)
+	}
+	if !strings.Contains(body, "edged_cluster_failovers_total 1\n") {
+		t.Fatalf("metrics:\n%s", grepLines(body, "failover"))
+	}
+	for _, phase := range []string{"detection", "placement", "restore", "first_record", "total"} {
+		if !strings.Contains(body, fmt.Sprintf("edged_cluster_last_failover_seconds{phase=%q} ", phase)) ||
+			strings.Contains(body, fmt.Sprintf("edged_cluster_last_failover_seconds{phase=%q} 0\n", phase)) {
+			t.Fatalf("metrics lack a non-zero %s phase:\n%s", phase, grepLines(body, "failover"))
+		}
+	}
+	fc.finish("a")
+	fc.checkTotals()
+	if n := len(fc.failovers("a", 1)); n != 1 {
+		t.Fatalf("%d failovers recorded, want 1", n)
+	}
+}
+
+// sameFailover reports whether x and y record the same failover (At
+// compared as an instant, as JSON keeps it).
+func sameFailover(x, y cluster.Failover) bool {
+	if !x.At.Equal(y.At) {
+		return false
+	}
+	x.At, y.At = time.Time{}, time.Time{}
+	return x == y
+}
+
+// Script: the leader cut off. a leads; the job runs on a, b and c. A
+// partition cuts a off from b and c: a's probes of them fail, none of
+// the three is declared dead yet (each side's confirmation is still
+// running). The membership loop's step on a ends its job's attempt at
+// once, and the restart strategy's attempts deploy nothing while a
+// reaches no majority: a stops before the majority could confirm its
+// death and take over, so the two sides never both run the job's key
+// groups. Healed, the job restarts on its own from its latest
+// checkpoint in a newer epoch; the committed window counts are exact.
+func TestFailoverScriptLeaderCutOff(t *testing.T) {
+	fc := newFailoverCluster(t, foOptions{replicas: 2})
+	a := fc.nodes["a"]
+	_, epoch0 := fc.startedPlacement("a", 0)
+	fc.waitCheckpoint("a", 0)
+	j := fc.job("a")
+	e := j.run.Execution()
+	ended := func() bool {
+		select {
+		case <-j.run.Done():
+			return true
+		default:
+			return false
+		}
+	}
+
+	fc.cutOff("a")
+	a.c.live.step(a.c.executions)
+	testutil.Eventually(t, 10*time.Second, "a's job runs no attempt", func() bool {
+		if ended() {
+			t.Fatal("the job ended while a reaches no majority: it ran on")
+		}
+		r, _ := e.Runner()
+		return r == nil
+	})
+	// The restart strategy tries again every 20 ms: each attempt is
+	// refused while a reaches no majority.
+	refusals := func() int { return fc.logs.count("reaches 1 of 3 nodes", "node=a") }
+	testutil.Eventually(t, 30*time.Second, "a refused five deployments, reaching no majority", func() bool {
+		if r, _ := e.Runner(); r != nil || ended() {
+			t.Fatalf("a's job runs (%v) or ended (%v) while a reaches no majority", r != nil, ended())
+		}
+		return refusals() >= 5
+	})
+	if !fc.logs.logged("this node sees no majority; its jobs stopped", "node=a") {
+		t.Fatal("a did not log that it stopped its jobs")
+	}
+	t.Logf("cut off, a stopped its job and refused %d deployments", refusals())
+
+	fc.cutOff("")
+	_, epoch1 := fc.startedPlacement("a", epoch0)
+	t.Logf("healed: the job runs again in epoch %d (was %d)", epoch1, epoch0)
 	fc.finish("a")
 	fc.checkTotals()
 }

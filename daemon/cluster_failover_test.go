@@ -103,9 +103,14 @@ type foCluster struct {
 	nodes map[string]*foNode
 	ids   []string
 
-	mu    sync.Mutex // guards alive
+	mu    sync.Mutex // guards alive, cut and killed
 	alive []string
-	logs  *logRecorder
+	// cut is the node cut off from the others, if any: it reaches none
+	// of them, nor they it, though none is declared dead yet.
+	cut string
+	// killed is when each killed node died: its last sign of life.
+	killed map[string]time.Time
+	logs   *logRecorder
 }
 
 // logRecorder keeps every log record's message and attributes, as one
@@ -146,6 +151,23 @@ func (l *logRecorder) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (l *logRecorder) WithGroup(name string) slog.Handler {
 	return &logRecorder{inner: l.inner.WithGroup(name), attrs: l.attrs, mu: l.mu, lines: l.lines}
+}
+
+// count returns how many lines logged contain every one of parts.
+func (l *logRecorder) count(parts ...string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range *l.lines {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
 }
 
 // logged reports whether a line logged contains every one of parts.
@@ -214,7 +236,7 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 	t.Helper()
 	fc := &foCluster{t: t, mem: cluster.NewMemoryNetwork(1, cluster.Faults{}), clock: clockwork.NewFakeClock(),
 		out: t.TempDir(), nodes: map[string]*foNode{}, ids: []string{"a", "b", "c"}}
-	fc.alive = slices.Clone(fc.ids)
+	fc.alive, fc.killed = slices.Clone(fc.ids), map[string]time.Time{}
 	var inner slog.Handler = slog.DiscardHandler
 	if testing.Verbose() {
 		inner = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})
@@ -281,7 +303,8 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.live = &liveView{c: c, stop: make(chan struct{}), gate: gate, joining: map[string]bool{}, aliveFn: fc.aliveNow}
+		c.live = &liveView{c: c, stop: make(chan struct{}), gate: gate, joining: map[string]bool{}, aliveFn: fc.aliveNow, lastSeenFn: fc.lastSeen,
+			reachableFn: func() []string { return fc.reachableFrom(id) }}
 		c.rb = c.newRebalancer()
 		c.peers = &peerClient{cfg: ccfg, http: &http.Client{Timeout: 30 * time.Second}}
 		c.net = cluster.NewNetwork(id, ccfg.ChannelConfig(), nlog)
@@ -348,11 +371,44 @@ func (fc *foCluster) aliveNow() []string {
 	return slices.Clone(fc.alive)
 }
 
+// reachableFrom returns the nodes node id reaches: the live ones, less
+// the other side of a cut.
+func (fc *foCluster) reachableFrom(id string) []string {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	switch fc.cut {
+	case "":
+		return slices.Clone(fc.alive)
+	case id:
+		return []string{id}
+	}
+	return slices.DeleteFunc(slices.Clone(fc.alive), func(x string) bool { return x == fc.cut })
+}
+
+// cutOff cuts node id off from the others ("" heals the cut): neither
+// side reaches the other, and none is declared dead.
+func (fc *foCluster) cutOff(id string) {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	fc.cut = id
+}
+
+// lastSeen returns when node id was killed, its last sign of life.
+func (fc *foCluster) lastSeen(id string) (time.Time, bool) {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	t, ok := fc.killed[id]
+	return t, ok
+}
+
 // kill makes node id die as a SIGKILL would: its transport and API are
 // gone, its tasks and jobs stop without a word to anyone. Its peers see
 // it alive until declareDead.
 func (fc *foCluster) kill(id string) {
 	fc.t.Helper()
+	fc.mu.Lock()
+	fc.killed[id] = time.Now()
+	fc.mu.Unlock()
 	fn := fc.nodes[id]
 	fn.dead.Store(true)
 	for _, other := range fc.ids {

@@ -45,6 +45,12 @@ type liveView struct {
 	// aliveFn, when set, gives the live nodes in place of the membership
 	// (the failover scripts declare nodes dead with it).
 	aliveFn func() []string
+	// reachableFn, when set, gives the reachable nodes in place of the
+	// membership (the failover scripts cut a node off with it).
+	reachableFn func() []string
+	// lastSeenFn, when set, gives a node's last sign of life in place of
+	// the membership's (the failover scripts' record of a kill).
+	lastSeenFn func(id string) (time.Time, bool)
 
 	// gossipMu serialises stopGossip and rejoin, and guards out, stop
 	// and stopOnce: stop ends the gossip run (its loop and what waits on
@@ -144,12 +150,60 @@ func (v *liveView) alive() []string {
 	return out
 }
 
+// reachable returns the configured nodes the node reaches, itself
+// included, in id order: the live ones less those whose death memberlist
+// is confirming (cluster.Membership.Reachable).
+func (v *liveView) reachable() []string {
+	if v.reachableFn != nil {
+		return v.reachableFn()
+	}
+	mem := v.membership()
+	if mem == nil {
+		return v.alive()
+	}
+	seen := map[string]bool{v.c.cfg.Node: true}
+	for _, m := range mem.Reachable() {
+		seen[m.ID] = true
+	}
+	var out []string
+	for _, id := range v.c.cfg.Nodes() {
+		if seen[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// stopWithoutMajority ends the running attempt of every job of the
+// master's node once it reaches no majority of the configured nodes, as
+// a worker stops its tasks (see loop): cut off by a partition, it stops
+// before the majority confirms its death and one of them takes over.
+// update deploys nothing until it reaches a majority again. It reports
+// whether it ended an attempt.
+func (v *liveView) stopWithoutMajority(reachable []string, jobs func() []*actors.Execution) bool {
+	size := len(v.c.cfg.Nodes())
+	if cluster.HasQuorum(len(reachable), size) {
+		return false
+	}
+	stopped := false
+	for _, e := range jobs() {
+		if r, _ := e.Runner(); r != nil {
+			e.Redeploy(fmt.Sprintf("node %q reaches %d of %d nodes (%v): no majority", v.c.cfg.Node, len(reachable), size, reachable))
+			stopped = true
+		}
+	}
+	if stopped {
+		v.c.log.Warn("cluster: this node sees no majority; its jobs stopped", "reachable", reachable, "size", size)
+	}
+	return stopped
+}
+
 // loop follows the membership: it joins the peers until every configured
 // node is seen; on the master, a change of the live set that the latest
 // deployment does not match redeploys every job (a dead node's subtasks
 // move to the live ones, a node that came back gets its own again); on a
-// worker, losing the majority stops every hosted task. m is the gossip
-// run's membership, stop its end.
+// worker, and on the master, losing the majority stops every hosted task
+// (and the master's jobs). m is the gossip run's membership, stop its end.
 func (v *liveView) loop(m *cluster.Membership, stop <-chan struct{}, peers []string, jobs func() []*actors.Execution) {
 	defer v.wg.Done()
 	tick := time.NewTicker(time.Second)
@@ -175,24 +229,36 @@ func (v *liveView) loop(m *cluster.Membership, stop <-chan struct{}, peers []str
 			v.c.log.Info("cluster membership changed", "events", strings.Join(what, ", "), "alive", v.alive())
 			v.checkFingerprints()
 		}
-		alive := v.alive()
-		switch w := v.c.worker; {
-		case v.c.isMaster():
-			if !v.c.handing.Load() {
-				v.follow(alive, jobs)
-				v.maybeHandBack(alive)
-				v.maybeYield(alive)
-			}
-		case w != nil && !cluster.HasQuorum(len(m.Reachable()), size):
-			// Peers memberlist declared dead count as gone here before
-			// their death is confirmed: the majority places this node's
-			// work elsewhere only once it confirmed this node's.
-			if n := w.Evict(); n > 0 {
-				v.c.log.Warn("cluster: this node sees no majority; its tasks stopped", "alive", alive, "reachable", len(m.Reachable()), "size", size)
-			}
-		default:
-			v.maybeTakeOver(alive)
+		v.step(jobs)
+	}
+}
+
+// step is the loop's work after each membership event or tick. On the
+// master: its jobs stop while it reaches no majority, and it follows the
+// live nodes, hands the leadership back and settles a split. On a
+// worker: its hosted tasks stop while it reaches no majority; else it
+// takes over from a dead leader when the rule says so. Peers memberlist
+// declared dead count as gone here before their death is confirmed: the
+// majority places this node's work elsewhere only once it confirmed this
+// node's, so a node cut off stops first.
+func (v *liveView) step(jobs func() []*actors.Execution) {
+	alive := v.alive()
+	reachable := v.reachable()
+	size := len(v.c.cfg.Nodes())
+	switch w := v.c.worker; {
+	case v.c.isMaster():
+		if !v.c.handing.Load() {
+			v.stopWithoutMajority(reachable, jobs)
+			v.follow(alive, jobs)
+			v.maybeHandBack(alive)
+			v.maybeYield(alive)
 		}
+	case w != nil && !cluster.HasQuorum(len(reachable), size):
+		if n := w.Evict(); n > 0 {
+			v.c.log.Warn("cluster: this node sees no majority; its tasks stopped", "alive", alive, "reachable", reachable, "size", size)
+		}
+	default:
+		v.maybeTakeOver(alive)
 	}
 }
 
@@ -207,7 +273,11 @@ func (v *liveView) update(home *actors.Cluster) ([]actors.Node, map[actors.TaskK
 	if !cluster.HasQuorum(len(alive), size) {
 		return nil, nil, fmt.Errorf("node %q sees %d of %d nodes (%v): no majority, nothing runs", v.c.cfg.Node, len(alive), size, alive)
 	}
+	if r := v.reachable(); !cluster.HasQuorum(len(r), size) {
+		return nil, nil, fmt.Errorf("node %q reaches %d of %d nodes (%v): no majority, nothing runs", v.c.cfg.Node, len(r), size, r)
+	}
 	start := time.Now()
+	seen := alive
 	live := map[string]bool{}
 	var members []cluster.Member
 	var nodes []actors.Node
@@ -240,6 +310,17 @@ func (v *liveView) update(home *actors.Cluster) ([]actors.Node, map[actors.TaskK
 		}
 	}
 	v.mu.Lock()
+	// A job that restarted on its own (its tasks on a dead node failed)
+	// once the membership declared the node dead, before the loop's step
+	// (follow) saw it, deploys here without the dead node: the failover
+	// begins here, so that it is recorded all the same.
+	var dead []string
+	if v.pending == nil {
+		dead = v.deadLocked(seen)
+	}
+	if len(dead) > 0 {
+		v.beginFailoverLocked(start, dead)
+	}
 	v.deployed = alive
 	if p := v.pending; p != nil && p.dead != "" {
 		p.placementMS = msSince(start)
@@ -248,7 +329,44 @@ func (v *liveView) update(home *actors.Cluster) ([]actors.Node, map[actors.TaskK
 	if len(units) > 0 {
 		v.c.log.Warn("cluster: placing the subtasks of dead nodes on live ones", "alive", alive, "moved", len(units))
 	}
+	if len(dead) > 0 {
+		v.failOver(dead, seen, v.c.executions())
+	}
 	return nodes, placement, nil
+}
+
+// deadLocked returns the nodes of the latest deployment that are not
+// among alive: dead since it was made.
+func (v *liveView) deadLocked(alive []string) []string {
+	var dead []string
+	for _, id := range v.deployed {
+		if !slices.Contains(alive, id) {
+			dead = append(dead, id)
+		}
+	}
+	return dead
+}
+
+// beginFailoverLocked records the failover from the nodes dead, seen
+// dead at now, as under way: the next deployment's placement time goes
+// to it, and the rebalance gate holds joins until it is done.
+func (v *liveView) beginFailoverLocked(now time.Time, dead []string) {
+	v.pending = &pendingChange{at: now, dead: strings.Join(dead, ","), detectionMS: v.detectionMS(now, dead...)}
+	v.gate.Failover(true)
+}
+
+// failOver redeploys every job of execs on the live nodes from its
+// latest checkpoint (a job between two attempts takes its next one) and
+// records the failover from dead once every job runs again.
+func (v *liveView) failOver(dead, alive []string, execs []*actors.Execution) {
+	v.c.log.Warn("cluster: deployed nodes died; failing over to the live ones", "dead", dead, "alive", alive)
+	old := map[*actors.Execution]*actors.Runner{}
+	for _, e := range execs {
+		old[e], _ = e.Runner()
+		e.Redeploy(fmt.Sprintf("nodes %v died", dead))
+	}
+	v.wg.Add(1)
+	go v.recordFailover(execs, old)
 }
 
 // pendingChange is a failover the next deployment makes.
@@ -263,13 +381,17 @@ type pendingChange struct {
 // nodes (their last answer to this node's probes) until now: the
 // failover's detection time; 0 without gossip or an answer seen.
 func (v *liveView) detectionMS(now time.Time, dead ...string) float64 {
-	m := v.membership()
-	if m == nil {
-		return 0
+	lastSeen := v.lastSeenFn
+	if lastSeen == nil {
+		m := v.membership()
+		if m == nil {
+			return 0
+		}
+		lastSeen = m.LastSeen
 	}
 	var last time.Time
 	for _, id := range dead {
-		if t, ok := m.LastSeen(id); ok && t.After(last) {
+		if t, ok := lastSeen(id); ok && t.After(last) {
 			last = t
 		}
 	}
@@ -288,14 +410,10 @@ func (v *liveView) follow(alive []string, jobs func() []*actors.Execution) {
 	now := time.Now()
 	v.mu.Lock()
 	deployed := v.deployed
-	var dead, joined []string
+	var joined []string
 	v.undrainReturnedLocked(alive)
+	dead := v.deadLocked(alive)
 	if deployed != nil {
-		for _, id := range deployed {
-			if !slices.Contains(alive, id) {
-				dead = append(dead, id)
-			}
-		}
 		for _, id := range v.placedLocked(alive) {
 			if !slices.Contains(deployed, id) && !v.joining[id] {
 				joined = append(joined, id)
@@ -304,8 +422,7 @@ func (v *liveView) follow(alive []string, jobs func() []*actors.Execution) {
 	}
 	if len(dead) > 0 {
 		v.deployed = nil // until the next deployment
-		v.pending = &pendingChange{at: now, dead: strings.Join(dead, ","), detectionMS: v.detectionMS(now, dead...)}
-		v.gate.Failover(true)
+		v.beginFailoverLocked(now, dead)
 	}
 	for _, id := range joined {
 		v.joining[id] = true
@@ -317,15 +434,7 @@ func (v *liveView) follow(alive []string, jobs func() []*actors.Execution) {
 		v.c.log.Info("cluster: node joined; rebalancing after the settle delay", "joined", joined)
 	}
 	if len(dead) > 0 {
-		v.c.log.Warn("cluster: deployed nodes died; failing over to the live ones", "dead", dead, "alive", alive)
-		execs := jobs()
-		old := map[*actors.Execution]*actors.Runner{}
-		for _, e := range execs {
-			old[e], _ = e.Runner()
-			e.Redeploy(fmt.Sprintf("nodes %v died", dead))
-		}
-		v.wg.Add(1)
-		go v.recordFailover(execs, old)
+		v.failOver(dead, alive, jobs())
 	}
 }
 

@@ -34,8 +34,13 @@ func (c *clusterNode) Status() cluster.Status {
 			m.State = cluster.StateLeft
 		}
 		if id == c.cfg.Node {
-			m.Address, m.API = c.tr.Addr(), ""
-			m.SeesMajority = cluster.HasQuorum(len(alive), size)
+			m.API = ""
+			if c.tr != nil {
+				m.Address = c.tr.Addr()
+			}
+			// What the node runs tasks under: the peers memberlist
+			// declared dead, their death not confirmed yet, count as gone.
+			m.SeesMajority = cluster.HasQuorum(len(v.reachable()), size)
 		} else if p, ok := c.cfg.Peer(id); ok {
 			m.Address, m.API = p.Address, p.API
 		}

@@ -37,7 +37,7 @@ func TestClusterLeadershipKeys(t *testing.T) {
 	if lc := cfg.Cluster.LeadershipConfig(); lc.MaxSettle != 10*time.Minute || lc.MaxInterval != 10*time.Minute || lc.MaxResumeBackoff != 2*time.Minute {
 		t.Fatalf("unset maximums: %+v", lc)
 	}
-	_, err = Parse([]byte(goodPipeline + clusterBlock + "  leadership: {settle: 10m, max_settle: 5m, split_poll: -1s}\n"))
+	_, err = Parse([]byte(goodPipeline + clusterBlock + "  leadership: {settle: 10m, max_settle: 5m, split_poll: -1s, answer_poll: 1ns}\n"))
 	var ce *ConfigError
 	if !errors.As(err, &ce) {
 		t.Fatalf("err = %v, want *ConfigError", err)
@@ -47,7 +47,8 @@ func TestClusterLeadershipKeys(t *testing.T) {
 		got = append(got, p.Error())
 	}
 	want := []string{
-		"cluster.leadership.split_poll: (-1s) must be positive",
+		"cluster.leadership.split_poll: (-1s) must be at least 100ms",
+		"cluster.leadership.answer_poll: (1ns) must be at least 100ms",
 		"cluster.leadership.max_settle: (5m0s) must be at least cluster.leadership.settle (10m0s)",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {

@@ -7,7 +7,7 @@
 #   scripts/bench.sh -quick                   every count divided by 10
 #   scripts/bench.sh -scenarios external      one scenario: external,
 #                                             embedded, memory, restart,
-#                                             cluster
+#                                             cluster, replication
 #   scripts/bench.sh -json out.jsonl          also write one JSON line per figure
 #   scripts/bench.sh -scenarios external -pub-qos 0 -subjects eo -edged-cpuprofile DIR
 #                                             CPU profile of edged (DIR/<pipeline>.cpu)

@@ -3,8 +3,12 @@ package test
 import (
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -133,8 +137,29 @@ func TestClusterLeaderKilledExactTotals(t *testing.T) {
 		}
 		return s.Epoch
 	}()
-	l.kill(0)
+	// The checkpoint ids a's job master triggered: those it listed just
+	// before the kill, and every checkpoint directory its store holds
+	// after it (a checkpoint's directory is made before its barriers go
+	// out).
+	// a is killed while one of its checkpoints is in flight, if one is
+	// seen within 10 s: its id is the one a coordinator that numbered
+	// from the newest completed checkpoint would take again.
+	var aListed []uint64
+	var inFlight bool
+	l.killWhen(0, 10*time.Second, func() bool {
+		ids, status, err := a.checkpointStatus(client)
+		if err != nil || len(ids) == 0 {
+			return false
+		}
+		aListed, inFlight = ids, status == "in_progress"
+		return inFlight
+	})
 	start := time.Now()
+	if len(aListed) == 0 {
+		t.Fatal("node a listed no checkpoint before the kill")
+	}
+	aTriggered := max(slices.Max(aListed), a.highestCheckpointDir(t))
+	t.Logf("node a killed with checkpoint %d in flight: %v; the highest id it triggered: %d", aListed[len(aListed)-1], inFlight, aTriggered)
 	testutil.Eventually(t, 60*time.Second, "node b took over and placed a's subtasks on b and c", func() bool {
 		s, err := b.leaderStatus(client)
 		return err == nil && s.Leader == "b" && s.keyedOn("a") == 0 && s.keyedOn("b")+s.keyedOn("c") > 0 && s.Epoch > epochBefore
@@ -150,6 +175,10 @@ func TestClusterLeaderKilledExactTotals(t *testing.T) {
 		t.Fatalf("%d of %d window results after the takeover", countWindows(l.col, windows), windows*sensors)
 	}
 	checkExactWindows(t, l.col, windows)
+	// b's coordinator, recovered from the replicated metadata, reused no
+	// checkpoint id of a's: each of its checkpoints is numbered above
+	// every one a triggered, completed or not.
+	bIDs := checkIDsAbove(t, client, b, aTriggered, "a")
 
 	// Node a comes back: it follows b first (b's job masters move its
 	// subtasks back to it), and once it has been up for the settle delay
@@ -204,10 +233,21 @@ func TestClusterLeaderKilledExactTotals(t *testing.T) {
 	l.publish(from, n3)
 	l.finish(n3, 120*time.Second)
 	lp.check(t)
+	// Nor did a's, after the hand-back: its checkpoints are numbered
+	// above every one b triggered while it led, the last of which is the
+	// savepoint b stopped the job with (b's disk holds copies of a's
+	// files by now: its directories do not tell).
 	sb, err := b.leaderStatus(client)
 	if err != nil {
 		t.Fatal(err)
 	}
+	bTriggered := slices.Max(bIDs)
+	for _, h := range sb.Handbacks {
+		if h.From == "b" && h.To == "a" && h.Outcome == "done" {
+			bTriggered = max(bTriggered, h.Savepoints["sensors"])
+		}
+	}
+	checkIDsAbove(t, client, a, bTriggered, "b")
 	for _, h := range sb.Handbacks {
 		t.Logf("hand-back: %+v", h)
 	}
@@ -232,6 +272,81 @@ func TestClusterLeaderKilledExactTotals(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// checkpointIDs returns the ids of the checkpoints and savepoints the job
+// master on node m lists (GET /jobs/sensors/checkpoints), oldest first.
+func (m *clusterMember) checkpointIDs(client *http.Client) ([]uint64, error) {
+	ids, _, err := m.checkpointStatus(client)
+	return ids, err
+}
+
+// checkpointStatus returns the ids of the checkpoints and savepoints the
+// job master on node m lists, oldest first, and the status of the newest.
+func (m *clusterMember) checkpointStatus(client *http.Client) ([]uint64, string, error) {
+	var l struct {
+		Checkpoints []struct {
+			ID     uint64 `json:"id"`
+			Status string `json:"status"`
+		} `json:"checkpoints"`
+	}
+	if err := m.get(client, "/jobs/sensors/checkpoints", &l); err != nil {
+		return nil, "", err
+	}
+	var ids []uint64
+	var status string
+	for _, c := range l.Checkpoints {
+		ids, status = append(ids, c.ID), c.Status
+	}
+	return ids, status, nil
+}
+
+// highestCheckpointDir returns the highest checkpoint id with a directory
+// (chk-<id>) in node m's snapshot stores: its own checkpoints and the
+// copies it keeps of its peers' state files.
+func (m *clusterMember) highestCheckpointDir(t *testing.T) uint64 {
+	t.Helper()
+	var top uint64
+	root := filepath.Join(filepath.Dir(m.cfgPath), "data", "checkpoints")
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), "chk-") {
+			if id, err := strconv.ParseUint(strings.TrimPrefix(d.Name(), "chk-"), 10, 64); err == nil {
+				top = max(top, id)
+			}
+			return fs.SkipDir
+		}
+		return nil
+	})
+	if err != nil || top == 0 {
+		t.Fatalf("checkpoint directories of node %s under %s: highest %d (%v)", m.id, root, top, err)
+	}
+	return top
+}
+
+// checkIDsAbove checks that the job master on node m lists checkpoints,
+// each once, every one above the highest id the earlier leader prev
+// triggered, and returns them.
+func checkIDsAbove(t *testing.T, client *http.Client, m *clusterMember, above uint64, prev string) []uint64 {
+	t.Helper()
+	ids, err := m.checkpointIDs(client)
+	if err != nil || len(ids) == 0 {
+		t.Fatalf("node %s lists checkpoints %v (%v): none to check", m.id, ids, err)
+	}
+	seen := map[uint64]bool{}
+	for _, id := range ids {
+		if id <= above {
+			t.Fatalf("node %s took checkpoint %d: node %s had triggered up to %d (%v)", m.id, id, prev, above, ids)
+		}
+		if seen[id] {
+			t.Fatalf("node %s lists checkpoint %d twice: %v", m.id, id, ids)
+		}
+		seen[id] = true
+	}
+	t.Logf("node %s: %d checkpoints, %d to %d, all above %d (the highest node %s triggered)", m.id, len(ids), ids[0], ids[len(ids)-1], above, prev)
+	return ids
 }
 
 // leaderPoller polls every member's GET /cluster until the test ends:

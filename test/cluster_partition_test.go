@@ -4,6 +4,7 @@ package test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -346,6 +347,9 @@ type ownPoller struct {
 	master  string
 	job     string
 	op      string // the keyed operator: "<job>/window"
+	// any, when set, looks at every node's worker and job master alike
+	// (lookAny): the leader may change during the test.
+	any bool
 
 	mu     sync.Mutex // guards obs and failed
 	obs    map[string][]ownObs
@@ -356,7 +360,12 @@ type ownPoller struct {
 }
 
 func startOwnPoller(t *testing.T, client *http.Client, members []*clusterMember, job string) *ownPoller {
-	p := &ownPoller{client: client, members: members, master: members[0].id, job: job, op: job + "/window",
+	return startOwnPollerOf(t, client, members, job, false)
+}
+
+// startOwnPollerOf is startOwnPoller; with any, every look is lookAny.
+func startOwnPollerOf(t *testing.T, client *http.Client, members []*clusterMember, job string, any bool) *ownPoller {
+	p := &ownPoller{client: client, members: members, master: members[0].id, job: job, op: job + "/window", any: any,
 		obs: map[string][]ownObs{}, failed: map[string]int{}, stop: make(chan struct{})}
 	for _, m := range members {
 		p.wg.Add(1)
@@ -467,8 +476,72 @@ func (p *ownPoller) snapshot() (map[string][]ownObs, map[string]int) {
 	return obs, maps.Clone(p.failed)
 }
 
+// lookAny reads what node m runs as a worker (GET /cluster/worker) and
+// as the job master's node (GET /jobs/{job}/operators, absent on a node
+// that runs no job master), between two reads of its epoch (GET
+// /cluster, the newest of its deployments); a look across a new
+// deployment counts as failed.
+func (p *ownPoller) lookAny(client *http.Client, m *clusterMember) (ownObs, error) {
+	o := ownObs{sent: time.Now()}
+	var s1, s2 clusterStatus
+	var w struct {
+		Jobs []struct {
+			Tasks []struct {
+				Subtask   int      `json:"Subtask"`
+				Operators []string `json:"Operators"`
+			} `json:"tasks"`
+		} `json:"jobs"`
+	}
+	if err := errors.Join(getJSONFrom(client, "http://"+m.apiAddr+"/cluster", &s1),
+		getJSONFrom(client, "http://"+m.apiAddr+"/cluster/worker", &w)); err != nil {
+		return o, err
+	}
+	var ops struct {
+		Tasks []taskInfo `json:"tasks"`
+	}
+	resp, err := client.Get("http://" + m.apiAddr + "/jobs/" + p.job + "/operators")
+	if err != nil {
+		return o, err
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		err = json.NewDecoder(resp.Body).Decode(&ops)
+	case http.StatusNotFound:
+	default:
+		err = fmt.Errorf("GET /jobs/%s/operators on %s: %s", p.job, m.id, resp.Status)
+	}
+	resp.Body.Close()
+	if err != nil {
+		return o, err
+	}
+	if err := getJSONFrom(client, "http://"+m.apiAddr+"/cluster", &s2); err != nil {
+		return o, err
+	}
+	o.recv = time.Now()
+	if s1.Epoch != s2.Epoch {
+		return o, fmt.Errorf("node %s: a new deployment during the look (epoch %d, then %d)", m.id, s1.Epoch, s2.Epoch)
+	}
+	o.epoch = s1.Epoch
+	for _, j := range w.Jobs {
+		for _, ts := range j.Tasks {
+			if slices.Contains(ts.Operators, p.op) {
+				o.owned = append(o.owned, ts.Subtask)
+			}
+		}
+	}
+	for _, ti := range ops.Tasks {
+		if slices.Contains(ti.Operators, p.op) && !slices.Contains(o.owned, ti.Subtask) {
+			o.owned = append(o.owned, ti.Subtask)
+		}
+	}
+	return o, nil
+}
+
 // look asks node m what it runs now, as the poller does.
 func (p *ownPoller) look(client *http.Client, m *clusterMember) (ownObs, error) {
+	if p.any {
+		return p.lookAny(client, m)
+	}
 	if m.id == p.master {
 		return p.lookMaster(client, m)
 	}
@@ -879,7 +952,7 @@ func handover(obs map[string][]ownObs, from string, k int, epoch uint64, cut, he
 func clusterLines(log string) string {
 	var out []string
 	for _, line := range strings.Split(log, "\n") {
-		for _, k := range []string{"member failed", "membership changed", "no majority", "failing over", "failover done", "placing the subtasks", "deployment ended", "redeployed"} {
+		for _, k := range []string{"member failed", "membership changed", "no majority", "failing over", "failover done", "takes over", "jobs stopped", "placing the subtasks", "deployment ended", "redeployed"} {
 			if strings.Contains(line, k) {
 				out = append(out, line)
 				break
@@ -934,4 +1007,173 @@ func isDone(ch chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// The leader of a three-node cluster with gossip (node a, the job
+// masters' node) is cut off from the two workers by a network partition
+// under MQTT load. It reaches no majority and stops its job before its
+// peers confirm its death; node b, the lowest of the majority, takes
+// over, restores the job from the replicated checkpoint and runs every
+// window subtask with c. No key group is ever run by two nodes: a poller
+// asks every node's REST every 100 ms what it runs, as a worker and as
+// the job master's node alike, throughout. a, still cut off, is then
+// killed; every window of every sensor is exact, under a single result
+// id.
+func TestClusterPartitionLeaderCutOff(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses in network namespaces")
+	}
+	ids := []string{"a", "b", "c"}
+	lab := newNetLab(t, ids)
+	members := startLabCluster(t, lab, ids)
+	a, b, c := members[0], members[1], members[2]
+	l := newClusterLoad(t, members)
+	client := lab.client()
+	failIfExited := func() {
+		t.Helper()
+		for _, m := range members {
+			select {
+			case <-m.done:
+				t.Fatalf("node %s exited by itself (%v):\n%s", m.id, m.waitErr, m.logTail())
+			default:
+			}
+		}
+	}
+	eventually := func(timeout time.Duration, what string, cond func() bool) {
+		t.Helper()
+		testutil.Eventually(t, timeout, what, func() bool {
+			failIfExited()
+			return cond()
+		})
+	}
+	eventually(30*time.Second, "the leader sees every node alive and runs a window subtask", func() bool {
+		s, err := a.leaderStatus(client)
+		return err == nil && aliveCount(s.clusterStatus) == 3 && s.Leader == "a" && s.keyedOn("a") > 0
+	})
+	poller := startOwnPollerOf(t, client, members, "sensors", true)
+
+	const n1 = 15_000
+	l.publish(0, n1)
+	// a's devices go quiet (they would be on its side of the cut); b's
+	// and c's go on under a steady load. What a acknowledged is covered
+	// by completed checkpoints before the cut.
+	steady := l.startSteady(n1, []int{1, 2}, 2000)
+	t.Cleanup(func() {
+		steady.stop.Store(0)
+		select {
+		case <-steady.done:
+		case <-time.After(30 * time.Second):
+		}
+	})
+	eventually(60*time.Second, "node a's log released all it was sent", func() bool {
+		rel, err := a.released(client)
+		return err == nil && rel >= n1/3
+	})
+	before, err := a.leaderStatus(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aOwned, err := poller.look(client, a)
+	if err != nil || len(aOwned.owned) == 0 {
+		t.Fatalf("node a runs no window subtask before the cut: %+v (%v)", aOwned, err)
+	}
+
+	lab.cut("a")
+	cutAt := time.Now()
+	readingAtCut := int(steady.next.Load())
+	t.Logf("cut the leader a off at reading %d (epoch %d; a runs window subtasks %v)", readingAtCut, before.Epoch, aOwned.owned)
+	var aStopped, tookOver time.Duration
+	var takeEpoch uint64
+	eventually(60*time.Second, "node a sees no majority and runs nothing", func() bool {
+		if sees, err := a.seesMajority(client); err != nil || sees {
+			return false
+		}
+		if o, err := poller.look(client, a); err != nil || len(o.owned) > 0 {
+			return false
+		}
+		aStopped = time.Since(cutAt)
+		return true
+	})
+	eventually(60*time.Second, "node b leads and b and c run all three window subtasks", func() bool {
+		s, err := b.leaderStatus(client)
+		if err != nil || s.Leader != "b" || s.Epoch <= before.Epoch {
+			return false
+		}
+		ob, err1 := poller.look(client, b)
+		oc, err2 := poller.look(client, c)
+		if err1 != nil || err2 != nil {
+			return false
+		}
+		all := append(slices.Clone(ob.owned), oc.owned...)
+		slices.Sort(all)
+		if !slices.Equal(all, []int{0, 1, 2}) {
+			return false
+		}
+		tookOver, takeEpoch = time.Since(cutAt), s.Epoch
+		return true
+	})
+	t.Logf("after the cut: a ran nothing %v after it; b led with every window subtask on b and c %v after it",
+		aStopped.Round(time.Millisecond), tookOver.Round(time.Millisecond))
+	w := readingAtCut/windowMS + 3
+	eventually(120*time.Second, fmt.Sprintf("every sensor's windows up to %d while a is cut off", w), func() bool {
+		if isDone(steady.done) {
+			t.Fatalf("the steady load stopped: %v", steady.err)
+		}
+		return countWindows(l.col, w) >= w*sensors
+	})
+	if o, err := poller.look(client, a); err != nil || len(o.owned) > 0 {
+		t.Fatalf("node a runs %v while cut off (%v)", o.owned, err)
+	}
+
+	// a stays cut off until it dies (a device lost on its side of the
+	// cut): the majority goes on alone. (Healing the cut instead is not
+	// tested: see the README's "What does not hold yet".)
+	l.kill(0)
+	healAt := time.Now()
+	t.Logf("killed the cut-off leader a at reading %d", steady.next.Load())
+	n2 := steady.end(t)
+	const extra = 9_000
+	n3 := n2 + extra
+	l.publish(n2, n3)
+	l.finish(n3, 120*time.Second)
+	checkExact(t, l.col, workload{n: n3, sensors: sensors, winMS: windowMS, tail: tail, topic: "sensors/%s/temperature"})
+	for _, m := range []*clusterMember{b, c} {
+		select {
+		case <-m.done:
+			t.Fatalf("node %s exited by itself (%v):\n%s", m.id, m.waitErr, m.logTail())
+		default:
+		}
+	}
+
+	poller.close()
+	obs, failed := poller.snapshot()
+	t.Logf("REST looks: %s", pollStats(obs, failed))
+	var aBefore, aNone, bDuring bool
+	for _, o := range obs["a"] {
+		switch {
+		case o.recv.Before(cutAt) && len(o.owned) > 0:
+			aBefore = true
+		case o.sent.After(cutAt) && o.recv.Before(healAt) && len(o.owned) == 0:
+			aNone = true
+		}
+	}
+	for _, o := range obs["b"] {
+		bDuring = bDuring || o.sent.After(cutAt) && o.recv.Before(healAt) && len(o.owned) > 0
+	}
+	if !aBefore || !aNone || !bDuring {
+		t.Errorf("the looks missed part of the story: a running before the cut %v, a running nothing while cut off %v, b running while a was cut off %v", aBefore, aNone, bDuring)
+	}
+	for _, k := range aOwned.owned {
+		t.Logf("handover of window subtask %d: %s", k, handover(obs, "a", k, takeEpoch, cutAt, healAt))
+	}
+	for _, m := range []*clusterMember{a, b} {
+		t.Logf("node %s on the partition:\n%s", m.id, clusterLines(m.runLog()))
+	}
+	if ov := overlaps(obs); len(ov) > 0 {
+		for _, o := range ov {
+			t.Error(o)
+		}
+		t.Errorf("a window subtask (and its key groups) was run by two nodes at once")
+	}
+	t.Logf("%d spans of certain ownership checked against every look of the other nodes: no key group run twice", len(spans(obs)))
 }

@@ -245,6 +245,17 @@ func (l *clusterLoad) kill(i int) {
 	l.t.Logf("killed node %s", l.members[i].id)
 }
 
+// killWhen is kill, the SIGKILL sent as soon as cond holds once the
+// node's publishers are gone (polled as testutil.Within polls), or after
+// limit.
+func (l *clusterLoad) killWhen(i int, limit time.Duration, cond func() bool) {
+	l.disconnect(i)
+	testutil.Within(limit, cond)
+	l.members[i].kill()
+	l.down[i] = true
+	l.t.Logf("killed node %s", l.members[i].id)
+}
+
 // stop stops node i with SIGTERM (none of its publishes in flight) and
 // checks that it exited cleanly; its readings go to the next live node
 // until restart.

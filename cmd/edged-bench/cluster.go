@@ -89,59 +89,12 @@ type clusterRun struct {
 // every result is in.
 func runClusterLoad(dir, name string, ids []string) (clusterRun, error) {
 	var r clusterRun
-	type addrs struct{ api, broker, transport, gossip string }
-	as := make([]addrs, len(ids))
-	for i := range as {
-		var err error
-		for _, p := range []*string{&as[i].api, &as[i].broker, &as[i].transport, &as[i].gossip} {
-			if *p, err = freeAddr(); err != nil {
-				return r, err
-			}
-		}
-	}
-	root := "cl/" + name
-	var nodes []*edged
-	defer func() {
-		for _, e := range nodes {
-			e.stop()
-		}
-	}()
-	for i, id := range ids {
-		spec := pipelineSpec{name: "sensors", embedded: as[i].broker, topic: root + "/+", window: "1s", lateness: lateness.String(),
-			sinkTopic: root + "-out/{id}", checkpoint: "exactly_once", parallelism: 3}
-		sub := name
-		if id != "" {
-			sub = name + "-" + id
-			var b strings.Builder
-			fmt.Fprintf(&b, "cluster:\n  node: %s\n  listen: %s\n  gossip: %s\n  peers:\n", id, as[i].transport, as[i].gossip)
-			for j, peer := range ids {
-				if j != i {
-					fmt.Fprintf(&b, "    - {id: %s, address: %q, api: %q, gossip: %q}\n", peer, as[j].transport, as[j].api, as[j].gossip)
-				}
-			}
-			spec.cluster = b.String()
-		}
-		spec.api = as[i].api
-		e, err := newEdged(filepath.Join(dir, sub), spec)
-		if err != nil {
-			return r, err
-		}
-		nodes = append(nodes, e)
-	}
-	// The workers first, so that the master's first deployment finds them.
-	for i := len(nodes) - 1; i >= 0; i-- {
-		if err := nodes[i].start(); err != nil {
-			return r, err
-		}
-	}
-	if _, err := nodes[0].waitRunning(*timeout); err != nil {
+	c, err := startClusterNodes(dir, name, ids, clusterNodeSpec{window: "1s", lateness: lateness.String()})
+	if err != nil {
 		return r, err
 	}
-	for _, e := range nodes[1:] {
-		if err := waitHosting(e, *timeout); err != nil {
-			return r, err
-		}
-	}
+	defer c.stop()
+	as, nodes, root := c.addrs, c.nodes, c.root
 	res := newResults()
 	for i, a := range as {
 		sub, err := subscribeResults("tcp://"+a.broker, fmt.Sprintf("bench-res-%s-%d", name, i), root+"-out/+", res)
@@ -257,4 +210,97 @@ func waitHosting(e *edged, limit time.Duration) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// clusterAddrs are the listen addresses of one node of a bench cluster.
+type clusterAddrs struct{ api, broker, transport, gossip string }
+
+// clusterNodeSpec is what differs between the bench clusters' pipelines
+// and cluster blocks.
+type clusterNodeSpec struct {
+	window, lateness string
+	// replicas, when set, is cluster.replicas.
+	replicas int
+}
+
+// benchClusterNodes are the edged processes of a bench cluster, node 0
+// the job master's (or the single edged).
+type benchClusterNodes struct {
+	addrs []clusterAddrs
+	nodes []*edged
+	root  string // the topic root: readings to root/<sensor>
+}
+
+func (c *benchClusterNodes) stop() {
+	for _, e := range c.nodes {
+		e.stop()
+	}
+}
+
+// startClusterNodes starts one edged per id (ids {""}: a single edged
+// without a cluster block) running the exactly-once pipeline at
+// parallelism 3 on its embedded broker, and waits until the job runs and
+// every worker hosts its tasks. On error, the nodes started are stopped.
+func startClusterNodes(dir, name string, ids []string, ns clusterNodeSpec) (c *benchClusterNodes, err error) {
+	c = &benchClusterNodes{addrs: make([]clusterAddrs, len(ids)), root: "cl/" + name}
+	defer func() {
+		if err != nil {
+			c.stop()
+		}
+	}()
+	// freeAddr closes the port it found: two calls may return the same
+	// one, so every address is checked against the others.
+	used := map[string]bool{}
+	for i := range c.addrs {
+		for _, p := range []*string{&c.addrs[i].api, &c.addrs[i].broker, &c.addrs[i].transport, &c.addrs[i].gossip} {
+			for *p == "" || used[*p] {
+				if *p, err = freeAddr(); err != nil {
+					return c, err
+				}
+			}
+			used[*p] = true
+		}
+	}
+	as := c.addrs
+	for i, id := range ids {
+		spec := pipelineSpec{name: "sensors", embedded: as[i].broker, topic: c.root + "/+", window: ns.window, lateness: ns.lateness,
+			sinkTopic: c.root + "-out/{id}", checkpoint: "exactly_once", parallelism: 3}
+		sub := name
+		if id != "" {
+			sub = name + "-" + id
+			var b strings.Builder
+			fmt.Fprintf(&b, "cluster:\n  node: %s\n  listen: %s\n  gossip: %s\n", id, as[i].transport, as[i].gossip)
+			if ns.replicas > 0 {
+				fmt.Fprintf(&b, "  replicas: %d\n", ns.replicas)
+			}
+			b.WriteString("  peers:\n")
+			for j, peer := range ids {
+				if j != i {
+					fmt.Fprintf(&b, "    - {id: %s, address: %q, api: %q, gossip: %q}\n", peer, as[j].transport, as[j].api, as[j].gossip)
+				}
+			}
+			spec.cluster = b.String()
+		}
+		spec.api = as[i].api
+		e, err := newEdged(filepath.Join(dir, sub), spec)
+		if err != nil {
+			return c, err
+		}
+		c.nodes = append(c.nodes, e)
+	}
+	// The workers first, so that the master's first deployment finds them.
+	for i := len(c.nodes) - 1; i >= 0; i-- {
+		if err := c.nodes[i].start(); err != nil {
+			return c, err
+		}
+	}
+	if _, err := c.nodes[0].waitRunning(*timeout); err != nil {
+		return c, err
+	}
+	for _, e := range c.nodes[1:] {
+		if err := waitHosting(e, *timeout); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
 }

@@ -28,6 +28,10 @@
 //     devices publishing QoS 1 to its own embedded broker), idle and under
 //     a sustained load; one edged running the same pipeline with the whole
 //     load is the baseline.
+//   - replication: the checkpoint duration of a three-node cluster holding
+//     100,000 keys of window state, with cluster.replicas 1 and 2,
+//     alternating in the same run; one edged holding the same state is the
+//     reference.
 //
 // Run it with scripts/bench.sh, which builds edged and this command. Every
 // process it starts is killed when it exits or is interrupted.
@@ -54,7 +58,7 @@ const epochMS = int64(1_699_999_200_000)
 var (
 	edgedBin  = flag.String("edged", "", "edged binary (default: edged next to this binary)")
 	mosqBin   = flag.String("mosquitto", "", "mosquitto binary (default: from PATH, else /usr/sbin/mosquitto)")
-	scenarios = flag.String("scenarios", "external,embedded,memory,restart,cluster", "scenarios to run, comma-separated: external, embedded, memory, restart, cluster")
+	scenarios = flag.String("scenarios", "external,embedded,memory,restart,cluster,replication", "scenarios to run, comma-separated: external, embedded, memory, restart, cluster, replication")
 	quick     = flag.Bool("quick", false, "a reduced run: every count divided by 10 (unless set explicitly)")
 
 	nMsgs     = flag.Int("n", 1_000_000, "external: readings published per subscriber and publisher QoS")
@@ -101,7 +105,7 @@ func main() {
 	if *quick {
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for name, p := range map[string]*int{"n": nMsgs, "embedded-n": embN, "load-n": loadN, "restart-keys": restartKeys, "cluster-n": clusterN} {
+		for name, p := range map[string]*int{"n": nMsgs, "embedded-n": embN, "load-n": loadN, "restart-keys": restartKeys, "cluster-n": clusterN, "replication-keys": replKeys} {
 			if !set[name] {
 				*p /= 10
 			}
@@ -134,7 +138,7 @@ func run() error {
 	for _, s := range strings.Split(*scenarios, ",") {
 		s = strings.TrimSpace(s)
 		switch s {
-		case "external", "embedded", "memory", "restart", "cluster":
+		case "external", "embedded", "memory", "restart", "cluster", "replication":
 			want[s] = true
 		case "":
 		default:
@@ -182,6 +186,11 @@ func run() error {
 	if want["cluster"] {
 		if err := benchCluster(dir); err != nil {
 			return fmt.Errorf("cluster: %w", err)
+		}
+	}
+	if want["replication"] {
+		if err := benchReplication(dir); err != nil {
+			return fmt.Errorf("replication: %w", err)
 		}
 	}
 	return nil
@@ -292,11 +301,12 @@ func round(d time.Duration) string {
 }
 
 var titles = map[string]string{
-	"external": "MQTT pipeline at the broker's ceiling (external Mosquitto)",
-	"embedded": "Embedded broker: durable QoS 1 ingestion",
-	"memory":   "Memory (peak VmRSS sampled every 100 ms)",
-	"restart":  "Restart after SIGKILL",
-	"cluster":  "A cluster of three edged processes: RSS of each node (peak VmRSS sampled every 100 ms)",
+	"external":    "MQTT pipeline at the broker's ceiling (external Mosquitto)",
+	"embedded":    "Embedded broker: durable QoS 1 ingestion",
+	"memory":      "Memory (peak VmRSS sampled every 100 ms)",
+	"restart":     "Restart after SIGKILL",
+	"cluster":     "A cluster of three edged processes: RSS of each node (peak VmRSS sampled every 100 ms)",
+	"replication": "A cluster of three edged processes: checkpoint duration with cluster.replicas 1 and 2",
 }
 
 func printReport() {
