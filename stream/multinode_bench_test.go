@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"testing"
@@ -247,6 +248,17 @@ func TestKeyByEdgePeer(t *testing.T) {
 	if os.Getenv(peerEnv) == "" {
 		t.Skip("the peer process of BenchmarkRemoteKeyByEdgeTwoProcesses")
 	}
+	if p := os.Getenv(peerProfileEnv); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	nw := cluster.NewNetwork("node-1", testChannelConfig(), nil)
 	tr := cluster.NewRemoteTransport(cluster.DefaultRemoteConfig(), nw.Endpoint())
 	if err := tr.Start(); err != nil {
@@ -291,6 +303,11 @@ func TestKeyByEdgePeer(t *testing.T) {
 	fmt.Printf("peer %s %s\n", tr.Addr(), ln.Addr())
 	_, _ = io.Copy(io.Discard, os.Stdin)
 }
+
+// peerProfileEnv, when set to a file name, makes the peer process of
+// BenchmarkRemoteKeyByEdgeTwoProcesses write its CPU profile there, as
+// -test.cpuprofile does for the benchmark's process.
+const peerProfileEnv = "EDGED_BENCH_PEER_CPUPROFILE"
 
 // peerStats is what the peer process reports on /stats.
 type peerStats struct {
