@@ -133,11 +133,19 @@ func (e *Endpoint) Tick(now time.Time) {
 }
 
 // HandleFrame decodes a frame and steps its channel with it.
-func (e *Endpoint) HandleFrame(data []byte) {
+func (e *Endpoint) HandleFrame(data []byte) { e.handleFrame(data, nil) }
+
+// HandleFrameRetained is HandleFrame for a frame in a recycled buffer: r
+// is released once the frame was handled, or, for a batch delivered to a
+// task, once the task reported that batch processed.
+func (e *Endpoint) HandleFrameRetained(data []byte, r Releaser) { e.handleFrame(data, r) }
+
+func (e *Endpoint) handleFrame(data []byte, r Releaser) {
 	f, err := DecodeFrame(data)
 	if err != nil {
 		e.corrupted.Add(1)
 		e.log.Warn("corrupt frame dropped", "err", err)
+		release(r)
 		return
 	}
 	e.mu.RLock()
@@ -152,10 +160,19 @@ func (e *Endpoint) HandleFrame(data []byte) {
 	switch {
 	case out != nil:
 		out.step(Receive{Frame: f})
+		release(r)
 	case in != nil:
-		in.step(Receive{Frame: f})
+		in.receive(f, r)
 	default:
 		e.unrouted.Add(1)
+		release(r)
+	}
+}
+
+// release releases r, if any.
+func release(r Releaser) {
+	if r != nil {
+		r.Release()
 	}
 }
 
@@ -368,9 +385,12 @@ func (c *OutChannel) run(acts []Action) error {
 type InChannel struct {
 	ep      *Endpoint
 	peer    string
-	mu      sync.Mutex // guards m
+	mu      sync.Mutex // guards m and held
 	m       *Receiver
 	deliver func(Frame)
+	// held are the buffers of the batches delivered in recycled buffers
+	// and not yet reported processed, by sequence number.
+	held map[uint64]Releaser
 }
 
 // ID returns the channel's ID.
@@ -378,8 +398,18 @@ func (c *InChannel) ID() ChannelID { return c.m.ID() }
 
 // Processed reports that the task processed every batch up to seq: the
 // receiver acknowledges them, returning their credits. Called by the
-// receiving task.
-func (c *InChannel) Processed(seq uint64) { c.step(Processed{Seq: seq}) }
+// receiving task, once for each batch, when nothing uses the batch's
+// Body any more: the buffer of batch seq (only that one) may be recycled.
+func (c *InChannel) Processed(seq uint64) {
+	c.stepHeld(Processed{Seq: seq}, Frame{}, nil, seq)
+}
+
+// receive steps the receiver with f, whose bytes r holds (nil if none).
+// r is released at once unless f is a batch delivered to the task; then
+// when the task reports it processed.
+func (c *InChannel) receive(f Frame, r Releaser) {
+	c.stepHeld(Receive{Frame: f}, f, r, 0)
+}
 
 // Err returns the channel's failure, or nil.
 func (c *InChannel) Err() error {
@@ -399,9 +429,37 @@ func (c *InChannel) Stats() ReceiverStats {
 // after releasing it, so that deliver may call Processed. Deliveries keep
 // their order because the transport hands over one peer's frames one at a
 // time.
-func (c *InChannel) step(in Input) {
+func (c *InChannel) step(in Input) { c.stepHeld(in, Frame{}, nil, 0) }
+
+// stepHeld is step for a frame f received with the releaser r, or for
+// the processing of batch done (0 for none), whose held buffer it
+// releases.
+func (c *InChannel) stepHeld(in Input, f Frame, r Releaser, done uint64) {
 	c.mu.Lock()
 	acts := c.m.Step(in)
+	if r != nil {
+		for _, a := range acts {
+			if d, ok := a.(Deliver); ok && d.Frame.Kind == KindBatch && d.Frame.Seq == f.Seq && len(f.Body) > 0 {
+				if isControl(f.Channel.Edge) {
+					// A control message keeps slices of its frame past
+					// Processed: its buffer is left to the collector.
+					r = nil
+					break
+				}
+				if c.held == nil {
+					c.held = map[uint64]Releaser{}
+				}
+				c.held[f.Seq], r = r, nil
+				break
+			}
+		}
+	}
+	if done != 0 {
+		if h, ok := c.held[done]; ok {
+			delete(c.held, done)
+			r = h
+		}
+	}
 	var fail error
 	for _, a := range acts {
 		if fail != nil {
@@ -419,6 +477,10 @@ func (c *InChannel) step(in Input) {
 		}
 	}
 	c.mu.Unlock()
+	// Not delivered, or not a batch, or processed: nothing uses the
+	// frame's bytes any more (a delivered frame's bytes are the task's
+	// until it reports the batch processed).
+	release(r)
 	for _, a := range acts {
 		if d, ok := a.(Deliver); ok && fail == nil {
 			c.deliver(d.Frame)

@@ -191,7 +191,9 @@ func DecodeFrame(src []byte) (Frame, error) {
 	}
 	switch f.Kind {
 	case KindBatch:
-		f.Body = r.b
+		// Capped at its length: an append to the body must not write
+		// into what follows it in a received buffer.
+		f.Body = r.b[:len(r.b):len(r.b)]
 		r.b = nil
 	case KindWatermark, KindBarrier, KindAck:
 		v, k := binary.Varint(r.b)

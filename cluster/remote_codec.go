@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
@@ -56,10 +57,39 @@ func (c frameCodec) Unmarshal(data []byte, v any) error {
 		if b, ok := decodeMessageBatch(data); ok {
 			proto.Reset(m)
 			m.MessageType = &remote.RemoteMessage_MessageBatch{MessageBatch: b}
+			if rb := rxBufs.find(data); rb != nil {
+				// Before gRPC drops its reference: one for every frame
+				// that stays a slice of the buffer.
+				n := int32(aliasedFrames(b, data))
+				rb.refs.Add(n)
+				rb.unclaimed.Add(n)
+			}
 			return nil
 		}
 	}
 	return protoCodec.Unmarshal(data, v)
+}
+
+// aliasedFrames counts the envelopes of b that carry a frame
+// (edged.cluster.Frame) and are a slice of data.
+func aliasedFrames(b *remote.MessageBatch, data []byte) int {
+	n := 0
+	for _, e := range b.Envelopes {
+		if len(e.MessageData) == 0 || int(e.TypeId) >= len(b.TypeNames) || b.TypeNames[e.TypeId] != wireFrameName {
+			continue
+		}
+		if within(e.MessageData, data) {
+			n++
+		}
+	}
+	return n
+}
+
+// within reports whether b lies in data's bytes.
+func within(b, data []byte) bool {
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(data)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return p >= start && p+uintptr(len(b)) <= start+uintptr(len(data))
 }
 
 // An envelope's bytes are kept as a slice of the received message when

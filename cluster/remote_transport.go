@@ -223,16 +223,7 @@ func (t *RemoteTransport) Start() (err error) {
 			grpc.WithReadBufferSize(ioBufferBytes),
 			grpc.WithRecvBufferPool(recvPool),
 		),
-		// The server decodes frames as slices of the message they
-		// arrived in (see frameCodec): no receive buffer pool, every
-		// message is read into a buffer of its own.
-		remote.WithServerOptions(
-			grpc.InitialWindowSize(win),
-			grpc.InitialConnWindowSize(win),
-			grpc.WriteBufferSize(ioBufferBytes),
-			grpc.ReadBufferSize(ioBufferBytes),
-			grpc.ForceServerCodec(frameCodec{alias: true}),
-		),
+		remote.WithServerOptions(t.serverOptions(win)...),
 		// Frames are encoded into pooled buffers, which the codec
 		// recycles once gRPC has copied them into its message.
 		remote.WithCallOptions(grpc.ForceCodec(frameCodec{})),
@@ -278,6 +269,25 @@ func (t *RemoteTransport) Start() (err error) {
 	t.system, t.remote, t.self = system, r, self
 	logger.Info("remote transport started", "node", system.Address(), "writer_batch_size", t.cfg.WriterBatchSize())
 	return nil
+}
+
+// serverOptions returns the gRPC options of the node's server. It
+// decodes frames as slices of the message they arrived in (see
+// frameCodec). For a RetainingHandler it reads messages into pooled
+// buffers, recycled once every frame in them was handled (see rxBuf);
+// otherwise every message is read into a buffer of its own.
+func (t *RemoteTransport) serverOptions(win int32) []grpc.ServerOption {
+	opts := []grpc.ServerOption{
+		grpc.InitialWindowSize(win),
+		grpc.InitialConnWindowSize(win),
+		grpc.WriteBufferSize(ioBufferBytes),
+		grpc.ReadBufferSize(ioBufferBytes),
+		grpc.ForceServerCodec(frameCodec{alias: true}),
+	}
+	if _, ok := t.h.(RetainingHandler); ok {
+		opts = append(opts, grpc.RecvBufferPool(rxPool{}))
+	}
+	return opts
 }
 
 // Addr returns the host:port peers send to; "" before Start.
@@ -404,6 +414,14 @@ type frameProcess struct{ h Handler }
 func (p *frameProcess) SendUserMessage(_ *actor.PID, message any) {
 	if e, ok := message.(*actor.MessageEnvelope); ok {
 		message = e.Message
+	}
+	if w, ok := message.(*wireFrame); ok {
+		if rh, ok := p.h.(RetainingHandler); ok {
+			if b := rxBufs.claim(w.frame); b != nil {
+				rh.HandleFrameRetained(w.frame, b)
+				return
+			}
+		}
 	}
 	if f := frameOf(message); f != nil {
 		p.h.HandleFrame(f)

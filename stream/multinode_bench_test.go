@@ -13,10 +13,13 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	cmap "github.com/orcaman/concurrent-map"
 
 	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/cluster"
@@ -25,6 +28,16 @@ import (
 	"github.com/edgedio/edged/snapshot"
 	"github.com/edgedio/edged/stream"
 )
+
+func init() {
+	// As the edged binary does (cmd/edged shrinkActorRegistry): one shard
+	// per map of protoactor's process registry, set before any actor
+	// system exists. With the library's default of 32, every actor system
+	// (one per node's transport, one per task host of every job run)
+	// allocates 32,768 maps, which the benchmarks would count against
+	// each run and every collection would scan.
+	cmap.SHARD_COUNT = 1
+}
 
 // cpuTime returns the process's user and system CPU time.
 func cpuTime(b *testing.B) time.Duration {
@@ -235,6 +248,17 @@ func TestKeyByEdgePeer(t *testing.T) {
 	if os.Getenv(peerEnv) == "" {
 		t.Skip("the peer process of BenchmarkRemoteKeyByEdgeTwoProcesses")
 	}
+	if p := os.Getenv(peerProfileEnv); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	nw := cluster.NewNetwork("node-1", testChannelConfig(), nil)
 	tr := cluster.NewRemoteTransport(cluster.DefaultRemoteConfig(), nw.Endpoint())
 	if err := tr.Start(); err != nil {
@@ -279,6 +303,11 @@ func TestKeyByEdgePeer(t *testing.T) {
 	fmt.Printf("peer %s %s\n", tr.Addr(), ln.Addr())
 	_, _ = io.Copy(io.Discard, os.Stdin)
 }
+
+// peerProfileEnv, when set to a file name, makes the peer process of
+// BenchmarkRemoteKeyByEdgeTwoProcesses write its CPU profile there, as
+// -test.cpuprofile does for the benchmark's process.
+const peerProfileEnv = "EDGED_BENCH_PEER_CPUPROFILE"
 
 // peerStats is what the peer process reports on /stats.
 type peerStats struct {
