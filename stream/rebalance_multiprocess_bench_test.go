@@ -292,6 +292,15 @@ func startRebalWorker(b *testing.B, id string) *rebalWorker {
 	return &p
 }
 
+// benchLog, when EDGED_BENCH_LOG is set, also writes what the job and its
+// workers log at info and above to stderr.
+var benchLog = func() slog.Handler {
+	if os.Getenv("EDGED_BENCH_LOG") == "" {
+		return nil
+	}
+	return slog.NewTextHandler(os.Stderr, nil)
+}()
+
 // stepLog keeps the durations the job master logs for the steps of its
 // handovers (the "took", "prepare" and "repoint" of its "handover: ..."
 // lines), by step, until taken; and, as "fetched-bytes", the bytes a
@@ -310,7 +319,10 @@ func (l *stepLog) Enabled(context.Context, slog.Level) bool { return true }
 func (l *stepLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
 func (l *stepLog) WithGroup(string) slog.Handler            { return l }
 
-func (l *stepLog) Handle(_ context.Context, r slog.Record) error {
+func (l *stepLog) Handle(ctx context.Context, r slog.Record) error {
+	if benchLog != nil && r.Level >= slog.LevelInfo {
+		_ = benchLog.Handle(ctx, r)
+	}
 	step, ok := map[string]string{
 		"handover: savepoint triggered":               "prepare",
 		"handover: subtask retired":                   "retire",
