@@ -79,6 +79,32 @@ func splitJobHeld(n int64, keys int, rate float64, dir string, seen *atomic.Int6
 	return env
 }
 
+// splitReference returns what a run of splitJob without a move commits.
+func splitReference(t *testing.T, n int64, keys int) []string {
+	t.Helper()
+	dir := t.TempDir()
+	var seen atomic.Int64
+	if err := execute(t, splitJob(n, keys, 0, dir, &seen)); err != nil {
+		t.Fatal(err)
+	}
+	lines := committedLines(t, dir)
+	if len(lines) == 0 {
+		t.Fatal("reference run committed nothing")
+	}
+	return lines
+}
+
+// completedAfter reports whether a checkpoint newer than id completed in
+// r's attempt.
+func completedAfter(r *actors.Runner, id snapshot.ID) bool {
+	for _, s := range r.History() {
+		if s.Checkpoint > id && s.Status == snapshot.Completed {
+			return true
+		}
+	}
+	return false
+}
+
 // chainMetrics returns the metrics of subtask sub of the chain headed by
 // head.
 func chainMetrics(ms []actors.TaskMetrics, head string, sub int) (actors.TaskMetrics, bool) {
@@ -100,15 +126,7 @@ func chainMetrics(ms []actors.TaskMetrics, head string, sub int) (actors.TaskMet
 func TestHandoverMovesASourceSplit(t *testing.T) {
 	testutil.Burn(t, 1)
 	const n, keys = 400_000, 100
-	ref := t.TempDir()
-	var refSeen atomic.Int64
-	if err := execute(t, splitJob(n, keys, 0, ref, &refSeen)); err != nil {
-		t.Fatal(err)
-	}
-	want := committedLines(t, ref)
-	if len(want) == 0 {
-		t.Fatal("reference run committed nothing")
-	}
+	want := splitReference(t, n, keys)
 
 	c := memoryCluster(t, 3, 1, cluster.Faults{})
 	out := t.TempDir()
@@ -189,12 +207,7 @@ func TestHandoverMovesASourceSplit(t *testing.T) {
 		t.Fatalf("generator[1] emitted %d records while generator[0] was handed over", during.Load())
 	}
 	testutil.Eventually(t, 0, "a checkpoint after the move completes", func() bool {
-		for _, s := range r1.History() {
-			if s.Checkpoint > res.Savepoint && s.Status == snapshot.Completed {
-				return true
-			}
-		}
-		return seen.Load() >= n
+		return completedAfter(r1, res.Savepoint) || seen.Load() >= n
 	})
 	// The new instance emits: what it read after the move reaches the
 	// sink (the output check below needs every record).
@@ -225,12 +238,7 @@ func TestHandoverMovesASourceSplit(t *testing.T) {
 func TestHandoverReleaseLetsADrainedNodeLeave(t *testing.T) {
 	testutil.Burn(t, 1)
 	const n, keys = 600_000, 100
-	ref := t.TempDir()
-	var refSeen atomic.Int64
-	if err := execute(t, splitJob(n, keys, 0, ref, &refSeen)); err != nil {
-		t.Fatal(err)
-	}
-	want := committedLines(t, ref)
+	want := splitReference(t, n, keys)
 
 	c := memoryCluster(t, 3, 1, cluster.Faults{})
 	c.ControlTimeout = 3 * time.Second
@@ -346,12 +354,7 @@ func TestHandoverReleaseLetsADrainedNodeLeave(t *testing.T) {
 func TestHandoverHoldsCheckpointsWhileAKeyedSubtaskMoves(t *testing.T) {
 	testutil.Burn(t, 1)
 	const n, keys = 300_000, 100
-	ref := t.TempDir()
-	var refSeen atomic.Int64
-	if err := execute(t, splitJob(n, keys, 0, ref, &refSeen)); err != nil {
-		t.Fatal(err)
-	}
-	want := committedLines(t, ref)
+	want := splitReference(t, n, keys)
 
 	c := memoryCluster(t, 3, 1, cluster.Faults{})
 	out := t.TempDir()
@@ -414,12 +417,7 @@ func TestHandoverHoldsCheckpointsWhileAKeyedSubtaskMoves(t *testing.T) {
 	}
 	r1, _ := job.Execution().Runner()
 	testutil.Eventually(t, 0, "a checkpoint after the move completes", func() bool {
-		for _, s := range r1.History() {
-			if s.Checkpoint > res.Savepoint && s.Status == snapshot.Completed {
-				return true
-			}
-		}
-		return false
+		return completedAfter(r1, res.Savepoint)
 	})
 	finishMoved(t, job, out, want)
 	if job.Attempts() != 1 {
@@ -448,12 +446,7 @@ func TestHandoverMovesASourceSplitAcrossProcesses(t *testing.T) {
 		}
 		t.Logf("moved %+v", res.Moved)
 		testutil.Eventually(t, 0, "a checkpoint after the move completes", func() bool {
-			for _, s := range r.History() {
-				if s.Checkpoint > res.Savepoint && s.Status == snapshot.Completed {
-					return true
-				}
-			}
-			return hr.seen.Load() >= n
+			return completedAfter(r, res.Savepoint) || hr.seen.Load() >= n
 		})
 	}
 	hr.finish(t, want)

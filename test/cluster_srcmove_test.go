@@ -309,16 +309,8 @@ func drainUnderPacedLoad(t *testing.T, start func(t *testing.T, ctx context.Cont
 // subtask sub on; "" if none.
 func nodeOfWindow(t *testing.T, m *clusterMember, sub int) string {
 	t.Helper()
-	var s struct {
-		Placement []struct {
-			Node     string `json:"node"`
-			Subtasks []struct {
-				Operator string `json:"operator"`
-				Subtask  int    `json:"subtask"`
-			} `json:"subtasks"`
-		} `json:"placement"`
-	}
-	if err := m.get(&http.Client{Timeout: 5 * time.Second}, "/cluster", &s); err != nil {
+	s, err := m.status(&http.Client{Timeout: 5 * time.Second})
+	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range s.Placement {
