@@ -71,16 +71,22 @@ func (c frameCodec) Unmarshal(data []byte, v any) error {
 }
 
 // aliasedFrames counts the envelopes of b that carry a frame
-// (edged.cluster.Frame) and are a slice of data.
+// (edged.cluster.Frame) and are a slice of data, which is a recycled
+// buffer. Every other envelope that is a slice of data (another message
+// type, a system message) gets a copy of its bytes: nothing counts it,
+// and the buffer goes back to the pool when gRPC drops its reference,
+// before the envelope is deserialized.
 func aliasedFrames(b *remote.MessageBatch, data []byte) int {
 	n := 0
 	for _, e := range b.Envelopes {
-		if len(e.MessageData) == 0 || int(e.TypeId) >= len(b.TypeNames) || b.TypeNames[e.TypeId] != wireFrameName {
+		if len(e.MessageData) == 0 || !within(e.MessageData, data) {
 			continue
 		}
-		if within(e.MessageData, data) {
-			n++
+		if int(e.TypeId) >= len(b.TypeNames) || b.TypeNames[e.TypeId] != wireFrameName {
+			e.MessageData = append([]byte(nil), e.MessageData...)
+			continue
 		}
+		n++
 	}
 	return n
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/asynkron/protoactor-go/remote"
 	"github.com/edgedio/edged/internal/testutil"
 )
 
@@ -89,5 +90,35 @@ func TestRemoteRecyclesReceivedBatchesOnceProcessed(t *testing.T) {
 	in.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("%d buffers still held after every batch was processed", left)
+	}
+}
+
+// In a batch read into a recycled buffer only the frames are counted as
+// holding it; any other envelope (another message type, a system
+// message) gets its own copy of its bytes, since the buffer may be reused
+// as soon as gRPC drops its reference, before that envelope is
+// deserialized.
+func TestAliasedFramesCopiesOtherEnvelopes(t *testing.T) {
+	data := []byte("frame-bytes|other-bytes")
+	b := &remote.MessageBatch{
+		TypeNames: []string{wireFrameName, "google.protobuf.BytesValue"},
+		Envelopes: []*remote.MessageEnvelope{
+			{TypeId: 0, MessageData: data[:11]},
+			{TypeId: 1, MessageData: data[12:]},
+		},
+	}
+	if n := aliasedFrames(b, data); n != 1 {
+		t.Fatalf("%d frames counted, want 1", n)
+	}
+	if !within(b.Envelopes[0].MessageData, data) {
+		t.Fatal("the frame was copied out of the buffer")
+	}
+	other := b.Envelopes[1].MessageData
+	if within(other, data) {
+		t.Fatal("the other envelope still points into the recycled buffer")
+	}
+	copy(data, bytes.Repeat([]byte{'x'}, len(data)))
+	if string(other) != "other-bytes" {
+		t.Fatalf("the other envelope reads %q after the buffer was reused", other)
 	}
 }
