@@ -307,6 +307,10 @@ func (h *host) adopt(key TaskKey, md *snapshot.Metadata, gen int, nodeOf func(c 
 	h.tasks = append(h.tasks, t)
 	h.chans = append(h.chans, fromParked...)
 	for _, sw := range swaps {
+		// The handover's savepoint completed: the reader here passed the
+		// old channel's barrier (as openFromMoved marks those of the
+		// other nodes).
+		sw[0].superseded.Store(true)
 		h.replaceChan(sw[0], sw[1])
 	}
 	for _, ch := range t.outChans {

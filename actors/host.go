@@ -258,6 +258,9 @@ func (h *host) endStaged(id int64) {
 	h.stageMu.Lock()
 	defer h.stageMu.Unlock()
 	if id <= h.stageFloor {
+		// Below the floor it counts as ended already; one begun before
+		// the floor rose past it is forgotten now.
+		delete(h.staged, id)
 		return
 	}
 	if h.staged == nil {

@@ -73,12 +73,20 @@ func TestStageBeginsAnOlderCheckpointAfterANewerOne(t *testing.T) {
 	}
 	h.stage(8, false)
 	h.stage(9, false)
+	h.stage(7, true) // stays in progress while the floor rises past it
 	for id := int64(10); id < 10+2*maxStaged; id++ {
 		h.stage(id, true)
 		h.stage(id, false)
 	}
 	if len(h.staged) > maxStaged {
 		t.Fatalf("%d checkpoints remembered, want at most %d", len(h.staged), maxStaged)
+	}
+	if _, ok := h.staged[7]; !ok || h.stageFloor < 7 {
+		t.Fatalf("checkpoint 7 forgotten while in progress, or the floor (%d) did not rise past it", h.stageFloor)
+	}
+	h.stage(7, false)
+	if _, ok := h.staged[7]; ok {
+		t.Fatal("checkpoint 7 still remembered after it ended below the floor")
 	}
 	for _, id := range []int64{8, 9, 20, 10 + 2*maxStaged - 1} {
 		h.stage(id, true)

@@ -213,10 +213,10 @@ func (c *Coordinator) Next() (time.Time, bool) {
 }
 
 // Hold stops (held) or resumes the triggering of periodic and final
-// checkpoints; checkpoints in progress still expire at their timeout.
-// The runner holds them while a handover moves a source split, when a
-// checkpoint's barrier would not come from the split between its two
-// instances.
+// checkpoints; checkpoints in progress still expire at their timeout. An
+// end of data while held triggers the final checkpoint once resumed. The
+// runner holds them while a handover runs: no barrier but the handover's
+// then crosses a channel the handover parks or replaces.
 func (c *Coordinator) Hold(held bool) { c.held = held }
 
 // finalDue reports whether a final checkpoint is to be triggered (again)
@@ -338,6 +338,12 @@ func (c *Coordinator) Step(now time.Time, in Input) []Action {
 		if c.stopping != 0 {
 			// The stop ends the job; should it fail, the final
 			// checkpoint follows at the next Tick.
+			return nil
+		}
+		if c.held {
+			// Held (a handover runs): the final checkpoint follows at
+			// the first Tick once resumed.
+			c.retryAt = now
 			return nil
 		}
 		return c.triggerFinal(nil, now)
