@@ -252,6 +252,12 @@ func TestControlRegistrationTimeoutRestarts(t *testing.T) {
 	if exec.Attempts() != 3 {
 		t.Fatalf("%d attempts, want 3 (two restarts)", exec.Attempts())
 	}
+	// No attempt follows: whoever waits for the next one hears it.
+	select {
+	case <-exec.Ended():
+	default:
+		t.Fatal("Ended not closed after Run returned")
+	}
 	if consumed.Load() != 0 {
 		t.Fatalf("%d records consumed by a deployment that never registered", consumed.Load())
 	}

@@ -38,6 +38,9 @@ type Execution struct {
 	// next attempts.
 	moved   map[TaskKey]string
 	changed chan struct{} // closed and replaced when runner changes
+	// ended is closed when Run returns.
+	ended     chan struct{}
+	endedOnce sync.Once
 }
 
 // NewExecution returns an execution of job; a nil strategy never restarts.
@@ -45,8 +48,12 @@ func NewExecution(job *Job, cfg Config, strategy snapshot.RestartStrategy) *Exec
 	if strategy == nil {
 		strategy = snapshot.NoRestart{}
 	}
-	return &Execution{job: job, cfg: cfg, strategy: strategy, changed: make(chan struct{})}
+	return &Execution{job: job, cfg: cfg, strategy: strategy, changed: make(chan struct{}), ended: make(chan struct{})}
 }
+
+// Ended is closed when Run returned: the job finished, failed for good,
+// was stopped with a savepoint or cancelled; no attempt follows.
+func (e *Execution) Ended() <-chan struct{} { return e.ended }
 
 // Attempts returns how many times the job was started.
 func (e *Execution) Attempts() int {
@@ -141,6 +148,7 @@ func (e *Execution) OpenRestoreFile(epoch uint64, name string) (*os.File, snapsh
 // Run runs the job until it finishes, fails for good, is stopped with a
 // savepoint, or ctx is cancelled.
 func (e *Execution) Run(ctx context.Context) error {
+	defer e.endedOnce.Do(func() { close(e.ended) })
 	cfg := e.cfg
 	log := cfg.Logger.With("job", e.job.Name)
 	if cfg.Restore == nil && cfg.Checkpoint.Dir != "" {

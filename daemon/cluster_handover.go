@@ -206,7 +206,12 @@ func (c *clusterNode) awaitRestarts(ctx context.Context, jobs []handoverJob) err
 			continue
 		}
 		start := time.Now()
-		if err := waitNewRunner(ctx, hj.e, hj.r); err != nil {
+		if err := waitNewRunner(ctx, hj.e, hj.r); errors.Is(err, actors.ErrJobEnded) {
+			// It ended for good (finished its input, say): nothing of it
+			// runs, on the drained node or elsewhere.
+			c.log.Info("cluster: job ended after its handover failed", "job", hj.e.Name(), "took", time.Since(start))
+			continue
+		} else if err != nil {
 			return fmt.Errorf("job %q: %w", hj.e.Name(), err)
 		}
 		r, _ := hj.e.Runner()

@@ -242,6 +242,12 @@ func waitNewRunner(ctx context.Context, e *actors.Execution, old *actors.Runner)
 		}
 		select {
 		case <-changed:
+		case <-e.Ended():
+			// No attempt follows (the job finished, failed for good, or
+			// was stopped or cancelled).
+			if r, _ := e.Runner(); r == nil {
+				return fmt.Errorf("%w: no attempt follows", actors.ErrJobEnded)
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		}
