@@ -18,7 +18,9 @@ func TestWaitNewRunnerEndsWithTheExecution(t *testing.T) {
 	env := stream.NewEnvironment("ended")
 	stream.FromSource(env, "gen", func() operators.Source[operators.SensorReading] {
 		return operators.SensorGenerator(operators.GeneratorConfig{Count: 10, Keys: 1})
-	}).To("collect", func() operators.Sink[operators.SensorReading] { return operators.NewCollectSink[operators.SensorReading]() })
+	}).To("collect", func() operators.Sink[operators.SensorReading] {
+		return operators.NewCollectSink[operators.SensorReading]()
+	})
 	job, err := env.ExecuteAsync(context.Background())
 	if err != nil {
 		t.Fatal(err)
