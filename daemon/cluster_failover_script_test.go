@@ -392,7 +392,9 @@ func sameFailover(x, y cluster.Failover) bool {
 // groups. Healed, the job restarts on its own from its latest
 // checkpoint in a newer epoch; the committed window counts are exact.
 func TestFailoverScriptLeaderCutOff(t *testing.T) {
-	fc := newFailoverCluster(t, foOptions{replicas: 2})
+	// About 6 s of input: under the race detector on one CPU, 3 s ran
+	// out before the cut and the job finished before its restart was seen.
+	fc := newFailoverCluster(t, foOptions{replicas: 2, count: 12000})
 	a := fc.nodes["a"]
 	_, epoch0 := fc.startedPlacement("a", 0)
 	fc.waitCheckpoint("a", 0)
