@@ -525,11 +525,13 @@ func TestFailoverScriptLeaderCutOffHealed(t *testing.T) {
 	progressed := fc.waitCheckpoint("b", cpHealed)
 	t.Logf("healed: a yielded to b (epoch %d), whose job completed checkpoint %d", epoch1, progressed)
 
-	// b hands the leadership back to a, the lowest id.
+	// b hands the leadership back to a, the lowest id, queued now (as
+	// maybeHandBack queues it: only checkpoints triggered before hold it).
+	queued := time.Now()
 	testutil.Eventually(t, time.Minute, "b hands the leadership back to a", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		err := b.c.handBack(ctx, "a", time.Now())
+		err := b.c.handBack(ctx, "a", queued)
 		if err != nil && !errors.Is(err, errHandbackNotReady) {
 			t.Fatalf("hand-back: %v", err)
 		}
