@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -391,7 +392,9 @@ func sameFailover(x, y cluster.Failover) bool {
 // groups. Healed, the job restarts on its own from its latest
 // checkpoint in a newer epoch; the committed window counts are exact.
 func TestFailoverScriptLeaderCutOff(t *testing.T) {
-	fc := newFailoverCluster(t, foOptions{replicas: 2})
+	// About 6 s of input: under the race detector on one CPU, 3 s ran
+	// out before the cut and the job finished before its restart was seen.
+	fc := newFailoverCluster(t, foOptions{replicas: 2, count: 12000})
 	a := fc.nodes["a"]
 	_, epoch0 := fc.startedPlacement("a", 0)
 	fc.waitCheckpoint("a", 0)
@@ -434,4 +437,128 @@ func TestFailoverScriptLeaderCutOff(t *testing.T) {
 	t.Logf("healed: the job runs again in epoch %d (was %d)", epoch1, epoch0)
 	fc.finish("a")
 	fc.checkTotals()
+}
+
+// Script: the leader cut off, then healed. a leads; the job runs on a, b
+// and c. A partition cuts a off, and each side confirms the other's
+// death: a stops its job (it reaches no majority) and b, the lowest node
+// of the majority, takes over in a newer epoch and completes a
+// checkpoint. Then the partition heals: a and b both lead, and a holds
+// the metadata of b's checkpoints (replicated to every node), so their
+// newest snapshots tie. The split rule (run on both at once) keeps b,
+// whose epoch is newer, leading; a, whose epochs every node refuses,
+// cancels its job and follows b: its stale retries end and none of its
+// attempts runs again. The job keeps making progress on b; then b hands
+// the leadership back to a, which restarts the job from b's savepoint
+// in an epoch above every epoch any node saw. Checkpoint ids are never
+// reused; the committed window counts are exact.
+func TestFailoverScriptLeaderCutOffHealed(t *testing.T) {
+	// About 12 s of input: the job outlives the partition, the heal and
+	// the hand-back.
+	fc := newFailoverCluster(t, foOptions{replicas: 2, count: 24000})
+	a, b, c := fc.nodes["a"], fc.nodes["b"], fc.nodes["c"]
+	_, epoch0 := fc.startedPlacement("a", 0)
+	fc.waitCheckpoint("a", 0)
+	ja := fc.job("a")
+	ea := ja.run.Execution()
+
+	fc.partition("a")
+	a.c.live.step(a.c.executions)
+	testutil.Eventually(t, 10*time.Second, "a's job runs no attempt", func() bool {
+		r, _ := ea.Runner()
+		return r == nil
+	})
+	// The majority's step: b takes over, c follows it.
+	c.c.live.step(c.c.executions)
+	b.c.live.step(b.c.executions)
+	if !b.c.isMaster() || c.c.isMaster() || !a.c.isMaster() {
+		t.Fatalf("during the partition: a master %v, b master %v, c master %v; want a and b", a.c.isMaster(), b.c.isMaster(), c.c.isMaster())
+	}
+	_, epoch1 := fc.startedPlacement("b", epoch0)
+	cpB := fc.waitCheckpoint("b", 0)
+	triggeredA := maxTriggered(ja)
+	if cpB <= triggeredA {
+		t.Fatalf("b completed checkpoint %d, not above a's %d: a checkpoint id reused", cpB, triggeredA)
+	}
+	refusals := fc.logs.count("reaches 1 of 3 nodes", "node=a")
+	if refusals == 0 {
+		t.Fatal("a refused no deployment while cut off: its retries were not reached")
+	}
+	t.Logf("partitioned: a stopped in epoch %d, b took over in epoch %d and completed checkpoint %d; a refused %d deployments", epoch0, epoch1, cpB, refusals)
+
+	fc.heal("a")
+	// a catches up with b's metadata (every checkpoint b completes now
+	// goes to a too) before the two leaders run the split rule.
+	cpHealed := fc.waitCheckpoint("b", cpB)
+	testutil.Eventually(t, 30*time.Second, "a holds the metadata of b's newest checkpoints", func() bool {
+		return a.c.latestCheckpoints()[foJob] >= uint64(cpHealed)
+	})
+	// Both leaders run the split rule at once, at most every split_poll,
+	// until one yields.
+	testutil.Eventually(t, 30*time.Second, "one of a and b yields", func() bool {
+		for _, fn := range []*foNode{a, b} {
+			fn.c.live.maybeYield(fc.aliveNow())
+		}
+		for _, fn := range []*foNode{a, b} {
+			h := fn.c.hb
+			testutil.Eventually(t, 30*time.Second, "the split rule's poll ends on "+fn.id, func() bool {
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				return !h.polling
+			})
+		}
+		return !a.c.isMaster() || !b.c.isMaster()
+	})
+	if a.c.isMaster() || !b.c.isMaster() || c.c.isMaster() || a.c.leader() != "b" {
+		t.Fatalf("after the heal: a master %v (follows %q), b master %v, c master %v; want b alone", a.c.isMaster(), a.c.leader(), b.c.isMaster(), c.c.isMaster())
+	}
+	select {
+	case <-ja.run.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("a's stale job did not end after a yielded")
+	}
+	if r, _ := ea.Runner(); r != nil {
+		t.Fatalf("a's stale job runs an attempt in epoch %d", r.Epoch())
+	}
+	// The job keeps making progress on b after the heal.
+	jb := fc.job("b")
+	progressed := fc.waitCheckpoint("b", cpHealed)
+	t.Logf("healed: a yielded to b (epoch %d), whose job completed checkpoint %d", epoch1, progressed)
+
+	// b hands the leadership back to a, the lowest id, queued now (as
+	// maybeHandBack queues it: only checkpoints triggered before hold it).
+	queued := time.Now()
+	testutil.Eventually(t, time.Minute, "b hands the leadership back to a", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err := b.c.handBack(ctx, "a", queued)
+		if err != nil && !errors.Is(err, errHandbackNotReady) {
+			t.Fatalf("hand-back: %v", err)
+		}
+		return err == nil
+	})
+	var seen uint64
+	for _, fn := range fc.nodes {
+		seen = max(seen, fn.c.seen.Load())
+	}
+	_, epoch2 := fc.startedPlacement("a", max(epoch1, seen))
+	if !a.c.isMaster() || b.c.isMaster() || c.c.isMaster() {
+		t.Fatalf("after the hand-back: a master %v, b master %v, c master %v; want a alone", a.c.isMaster(), b.c.isMaster(), c.c.isMaster())
+	}
+	triggeredB := maxTriggered(jb)
+	ja2 := fc.job("a")
+	after := fc.waitCheckpoint("a", triggeredB)
+	t.Logf("handed back: a leads in epoch %d (b's %d, a's before the cut %d), checkpoint %d completed", epoch2, epoch1, epoch0, after)
+	fc.finish("a")
+	fc.checkTotals()
+	for _, s := range jb.snapshot().History {
+		if s.Checkpoint <= triggeredA {
+			t.Fatalf("b took checkpoint %d: a triggered up to %d", s.Checkpoint, triggeredA)
+		}
+	}
+	for _, s := range ja2.snapshot().History {
+		if s.Checkpoint <= triggeredB {
+			t.Fatalf("a took checkpoint %d after the hand-back: b triggered up to %d", s.Checkpoint, triggeredB)
+		}
+	}
 }

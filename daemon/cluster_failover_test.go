@@ -108,6 +108,11 @@ type foCluster struct {
 	// cut is the node cut off from the others, if any: it reaches none
 	// of them, nor they it, though none is declared dead yet.
 	cut string
+	// split is set once each side of the cut has declared the other
+	// dead: the cut node sees only itself alive, the others see it dead.
+	split bool
+	// count is how many records the generator emits.
+	count int64
 	// killed is when each killed node died: its last sign of life.
 	killed map[string]time.Time
 	logs   *logRecorder
@@ -189,7 +194,7 @@ func (l *logRecorder) logged(parts ...string) bool {
 // foPipeline is the script's job: a bounded, paced generator keyed by
 // sensor, counted in 10 s event-time windows, written exactly once by
 // the file sink; one subtask of each operator per node.
-func foPipeline(t *testing.T, dir, out string) pipeline.PipelineConfig {
+func foPipeline(t *testing.T, dir, out string, count int64) pipeline.PipelineConfig {
 	t.Helper()
 	y := fmt.Sprintf(`
 pipelines:
@@ -211,7 +216,7 @@ pipelines:
       dir: %s
       retain: 3
     restart: {strategy: fixed_delay, attempts: 1000, delay: 20ms}
-`, foJob, foCount, foRate, foKeys, out, filepath.Join(dir, "checkpoints"))
+`, foJob, count, foRate, foKeys, out, filepath.Join(dir, "checkpoints"))
 	cfg, err := pipeline.Parse([]byte(y))
 	if err != nil {
 		t.Fatal(err)
@@ -227,6 +232,8 @@ type foOptions struct {
 	// damage, when set, damages the copies node b stores of the state
 	// files it names (foNode.damage).
 	damage func(file string) bool
+	// count is how many records the generator emits (foCount if 0).
+	count int64
 }
 
 // newFailoverCluster starts nodes a, b and c, a leading, and the job
@@ -237,6 +244,10 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 	fc := &foCluster{t: t, mem: cluster.NewMemoryNetwork(1, cluster.Faults{}), clock: clockwork.NewFakeClock(),
 		out: t.TempDir(), nodes: map[string]*foNode{}, ids: []string{"a", "b", "c"}}
 	fc.alive, fc.killed = slices.Clone(fc.ids), map[string]time.Time{}
+	fc.count = o.count
+	if fc.count == 0 {
+		fc.count = foCount
+	}
 	var inner slog.Handler = slog.DiscardHandler
 	if testing.Verbose() {
 		inner = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})
@@ -293,7 +304,7 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 				ccfg.Peers = append(ccfg.Peers, pipeline.PeerConfig{ID: p, Address: "127.0.0.1:1", API: apis[p]})
 			}
 		}
-		pc := foPipeline(t, fn.dir, fc.out)
+		pc := foPipeline(t, fn.dir, fc.out, fc.count)
 		cfg := &pipeline.Config{Pipelines: []pipeline.PipelineConfig{pc}, Cluster: ccfg}
 		nlog := log.With("node", id)
 		n := &node{opts: Options{Logger: nlog, PollInterval: 50 * time.Millisecond}.withDefaults(), log: nlog,
@@ -303,7 +314,7 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.live = &liveView{c: c, stop: make(chan struct{}), gate: gate, joining: map[string]bool{}, aliveFn: fc.aliveNow, lastSeenFn: fc.lastSeen,
+		c.live = &liveView{c: c, stop: make(chan struct{}), gate: gate, joining: map[string]bool{}, aliveFn: func() []string { return fc.aliveFrom(id) }, lastSeenFn: fc.lastSeen,
 			reachableFn: func() []string { return fc.reachableFrom(id) }}
 		c.rb = c.newRebalancer()
 		c.peers = &peerClient{cfg: ccfg, http: &http.Client{Timeout: 30 * time.Second}}
@@ -369,6 +380,45 @@ func (fc *foCluster) aliveNow() []string {
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
 	return slices.Clone(fc.alive)
+}
+
+// aliveFrom returns the nodes node id sees alive: the live ones, less
+// the other side of a split.
+func (fc *foCluster) aliveFrom(id string) []string {
+	fc.mu.Lock()
+	split := fc.split
+	fc.mu.Unlock()
+	if !split {
+		return fc.aliveNow()
+	}
+	return fc.reachableFrom(id)
+}
+
+// partition cuts node id off from the others, links included, and makes
+// each side see the other dead (what memberlist does once its probes of
+// the other side fail and the deaths are confirmed).
+func (fc *foCluster) partition(id string) {
+	fc.mu.Lock()
+	fc.cut, fc.split = id, true
+	fc.mu.Unlock()
+	for _, other := range fc.ids {
+		if other != id {
+			fc.mem.Cut(id, other)
+		}
+	}
+}
+
+// heal ends the partition of node id: the links come back and every node
+// sees the others alive again.
+func (fc *foCluster) heal(id string) {
+	for _, other := range fc.ids {
+		if other != id {
+			fc.mem.Heal(id, other)
+		}
+	}
+	fc.mu.Lock()
+	fc.cut, fc.split = "", false
+	fc.mu.Unlock()
 }
 
 // reachableFrom returns the nodes node id reaches: the live ones, less
@@ -508,7 +558,7 @@ func (fc *foCluster) finish(id string) *job {
 func (fc *foCluster) checkTotals() {
 	fc.t.Helper()
 	want := map[string]int64{}
-	for i := int64(0); i < foCount; i++ {
+	for i := int64(0); i < fc.count; i++ {
 		ts := operators.DefaultGeneratorStart + i/foKeys
 		want[fmt.Sprintf("sensor_%d@%d", i%foKeys, ts/10*10)]++
 	}

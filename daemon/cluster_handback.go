@@ -791,6 +791,8 @@ type workerReply struct {
 	Node     string `json:"node"`
 	Master   string `json:"master"`
 	Followed bool   `json:"followed"`
+	// Epoch is the highest epoch the node deployed or saw.
+	Epoch uint64 `json:"epoch"`
 	// Checkpoints is the newest snapshot with metadata in the node's
 	// store, by job.
 	Checkpoints map[string]uint64  `json:"checkpoints"`
@@ -903,22 +905,52 @@ func (n *node) dropJobs() {
 	}
 }
 
-// Two leaders at once can only follow a leader's restart that its peers
-// had not seen when it asked them who leads (see askLeader): it leads
-// again, and a peer that then sees its old run dead takes over. Each
-// refuses the other's deployments, so no job runs on either. The leader
-// polls its peers (every splitPoll): a peer that says it leads itself is
-// another leader, and the one of the two whose newest snapshots are the
-// newer keeps leading (with equal ones, the lower id): the other cancels
-// its jobs (none of them could deploy) and follows it. The lower node
-// then gets the leadership back by a hand-back. splitPoll is
-// cluster.leadership.split_poll (2 s by default).
+// Two leaders at once follow a leader's restart that its peers had not
+// seen when it asked them who leads (see askLeader): it leads again, and
+// a peer that then sees its old run dead takes over. They also follow a
+// partition that cut the leader off from the majority, once it heals:
+// the majority's lowest node took over meanwhile, in a newer term. Each
+// refuses the other's deployments. The leader polls its peers (every
+// splitPoll): a peer that says it leads itself is another leader, and
+// the one of the two whose term (its highest epoch's start counter,
+// epoch>>32) is the newer keeps leading: the nodes that saw the newer
+// term refuse every epoch of the older one, so the older leader could
+// never deploy again. In the same term, the one whose newest snapshots
+// are the newer keeps leading (with equal ones, the lower id). The other
+// cancels its jobs and follows it. The lower node then gets the
+// leadership back by a hand-back, which restarts the jobs in a term above
+// every epoch it saw. splitPoll is cluster.leadership.split_poll (2 s by
+// default).
+
+// splitLeader is what the split rule knows of one of two leaders.
+type splitLeader struct {
+	// id is the node.
+	id string
+	// epoch is the highest epoch it deployed or saw.
+	epoch uint64
+	// latest is the newest snapshot it has the metadata of, by job.
+	latest map[string]uint64
+}
 
 // splitWinner returns which of two leaders, self and other, keeps
-// leading, given the newest snapshot each has the metadata of, by job:
-// the one whose snapshots are newer for every job where they differ;
-// with equal ones, or newer ones on both sides, the lower id.
-func splitWinner(self, other string, ours, theirs map[string]uint64) string {
+// leading: the one of the newer term (epoch>>32); in the same term, the
+// one whose snapshots are newer for every job where they differ; with
+// equal ones, or newer ones on both sides, the lower id.
+func splitWinner(self, other splitLeader) string {
+	switch st, ot := self.epoch>>32, other.epoch>>32; {
+	case st > ot:
+		return self.id
+	case ot > st:
+		return other.id
+	}
+	return snapshotWinner(self.id, other.id, self.latest, other.latest)
+}
+
+// snapshotWinner returns which of two leaders of the same term, self and
+// other, keeps leading, given the newest snapshot each has the metadata
+// of, by job: the one whose snapshots are newer for every job where they
+// differ; with equal ones, or newer ones on both sides, the lower id.
+func snapshotWinner(self, other string, ours, theirs map[string]uint64) string {
 	var oursNewer, theirsNewer bool
 	for _, job := range slices.Sorted(maps.Keys(ours)) {
 		switch {
@@ -977,22 +1009,25 @@ func (v *liveView) maybeYield(alive []string) {
 			if err != nil || w.Master != peer {
 				continue
 			}
-			if c.yield(ctx, peer, w.Checkpoints) {
+			if c.yield(ctx, peer, w.Epoch, w.Checkpoints) {
 				return
 			}
 		}
 	}()
 }
 
-// yield settles a split with other, which leads too and has the newest
-// snapshots theirs: when the rule makes other the leader, this node
-// cancels its jobs and follows it. It reports whether it yielded.
-func (c *clusterNode) yield(ctx context.Context, other string, theirs map[string]uint64) bool {
+// yield settles a split with other, which leads too, has deployed or
+// seen epochs up to epoch and has the newest snapshots theirs: when the
+// rule makes other the leader, this node cancels its jobs and follows it.
+// It reports whether it yielded.
+func (c *clusterNode) yield(ctx context.Context, other string, epoch uint64, theirs map[string]uint64) bool {
 	ours := c.latestCheckpoints()
-	winner := splitWinner(c.cfg.Node, other, ours, theirs)
+	ourEpoch := c.highestEpoch()
+	winner := splitWinner(splitLeader{id: c.cfg.Node, epoch: ourEpoch, latest: ours}, splitLeader{id: other, epoch: epoch, latest: theirs})
 	log := c.log.With("other", other)
 	if winner == c.cfg.Node {
-		log.Warn("cluster: another node leads too; it yields to this one (newer snapshots, or a lower id)", "ours", ours, "theirs", theirs)
+		log.Warn("cluster: another node leads too; it yields to this one (a newer term, newer snapshots, or a lower id)",
+			"our_epoch", ourEpoch, "its_epoch", epoch, "ours", ours, "theirs", theirs)
 		return false
 	}
 	if !c.redeployMu.TryLock() {
@@ -1015,7 +1050,8 @@ func (c *clusterNode) yield(ctx context.Context, other string, theirs map[string
 	c.handing.Store(true)
 	defer c.handing.Store(false)
 	start := time.Now()
-	log.Warn("cluster: another node leads too; this node yields to it (its snapshots are newer, or its id lower): cancelling the jobs", "ours", ours, "theirs", theirs)
+	log.Warn("cluster: another node leads too; this node yields to it (its term is newer, its snapshots are newer, or its id lower): cancelling the jobs",
+		"our_epoch", ourEpoch, "its_epoch", epoch, "ours", ours, "theirs", theirs)
 	// Not in the middle of a takeover's start of the jobs (a retried
 	// restart after a failed hand-back): it ends first, and finds this
 	// node no longer leading on its next attempt.
@@ -1024,7 +1060,7 @@ func (c *clusterNode) yield(ctx context.Context, other string, theirs map[string
 	c.stepDown(other)
 	c.startMu.Unlock()
 	rec := cluster.Handback{At: start, From: c.cfg.Node, To: other, Epoch: c.highestEpoch(), Outcome: "yielded",
-		Error: fmt.Sprintf("two leaders: this node's newest snapshots %v, %s's %v", ours, other, theirs)}
+		Error: fmt.Sprintf("two leaders: this node's epoch %d and newest snapshots %v, %s's epoch %d and %v", ourEpoch, ours, other, epoch, theirs)}
 	if left > 0 {
 		rec.Error += fmt.Sprintf("; %d jobs not ended yet, cancelled again until they end", left)
 		log.Warn("cluster: yield: jobs did not end when cancelled; they stay listed and are cancelled again", "jobs", left)

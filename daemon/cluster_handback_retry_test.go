@@ -174,7 +174,7 @@ func TestYieldRetriesJobsThatDidNotEnd(t *testing.T) {
 	if err := b.rep.publish(context.Background(), b.seen.Load(), mustLatestOrCommit(t, b)); err != nil {
 		t.Fatal(err)
 	}
-	if !b.yield(context.Background(), "a", a.latestCheckpoints()) {
+	if !b.yield(context.Background(), "a", a.highestEpoch(), a.latestCheckpoints()) {
 		t.Fatal("b did not yield to a")
 	}
 	if b.isMaster() || b.leader() != "a" {

@@ -442,23 +442,38 @@ func TestHandbackFailureLeavesTheLeader(t *testing.T) {
 	}
 }
 
-// Of two leaders, the one whose newest snapshots are newer keeps leading;
-// with equal ones, or each newer for some job, the lower id.
+// Of two leaders, the one of the newer term (epoch>>32) keeps leading,
+// whatever snapshots each holds; in the same term, the one whose newest
+// snapshots are newer; with equal ones, or each newer for some job, the
+// lower id.
 func TestSplitWinner(t *testing.T) {
+	const term1, term2 = 1 << 32, 2 << 32
 	for _, tc := range []struct {
 		ours, theirs map[string]uint64
-		want         string
+		// oursEpoch is b's, theirsEpoch a's.
+		oursEpoch, theirsEpoch uint64
+		want                   string
 	}{
-		{map[string]uint64{"j": 5}, map[string]uint64{"j": 5}, "a"},
-		{map[string]uint64{"j": 9}, map[string]uint64{"j": 5}, "b"},
-		{map[string]uint64{"j": 5}, map[string]uint64{"j": 9}, "a"},
-		{map[string]uint64{"j": 5, "k": 1}, map[string]uint64{"j": 5, "k": 2}, "a"},
-		{map[string]uint64{"j": 6, "k": 1}, map[string]uint64{"j": 5, "k": 2}, "a"},
-		{map[string]uint64{}, map[string]uint64{"j": 1}, "a"},
-		{map[string]uint64{"j": 1}, map[string]uint64{}, "b"},
+		{map[string]uint64{"j": 5}, map[string]uint64{"j": 5}, 0, 0, "a"},
+		{map[string]uint64{"j": 9}, map[string]uint64{"j": 5}, 0, 0, "b"},
+		{map[string]uint64{"j": 5}, map[string]uint64{"j": 9}, 0, 0, "a"},
+		{map[string]uint64{"j": 5, "k": 1}, map[string]uint64{"j": 5, "k": 2}, 0, 0, "a"},
+		{map[string]uint64{"j": 6, "k": 1}, map[string]uint64{"j": 5, "k": 2}, 0, 0, "a"},
+		{map[string]uint64{}, map[string]uint64{"j": 1}, 0, 0, "a"},
+		{map[string]uint64{"j": 1}, map[string]uint64{}, 0, 0, "b"},
+		// The same term, other epochs: the snapshots decide.
+		{map[string]uint64{"j": 5}, map[string]uint64{"j": 5}, term1 + 7, term1 + 2, "a"},
+		{map[string]uint64{"j": 9}, map[string]uint64{"j": 5}, term1 + 1, term1 + 9, "b"},
+		// A newer term wins: with equal snapshots (a healed partition:
+		// the old leader holds copies of the new one's metadata) and
+		// even with older ones.
+		{map[string]uint64{"j": 5}, map[string]uint64{"j": 5}, term2 + 1, term1 + 40, "b"},
+		{map[string]uint64{"j": 5}, map[string]uint64{"j": 9}, term2 + 1, term1 + 40, "b"},
+		{map[string]uint64{"j": 9}, map[string]uint64{"j": 5}, term1 + 3, term2, "a"},
 	} {
-		if got := splitWinner("b", "a", tc.ours, tc.theirs); got != tc.want {
-			t.Errorf("b %v, a %v: %q leads, want %q", tc.ours, tc.theirs, got, tc.want)
+		got := splitWinner(splitLeader{id: "b", epoch: tc.oursEpoch, latest: tc.ours}, splitLeader{id: "a", epoch: tc.theirsEpoch, latest: tc.theirs})
+		if got != tc.want {
+			t.Errorf("b epoch %d %v, a epoch %d %v: %q leads, want %q", tc.oursEpoch, tc.ours, tc.theirsEpoch, tc.theirs, got, tc.want)
 		}
 	}
 }

@@ -318,7 +318,7 @@ func (c *clusterNode) mount(mux *http.ServeMux, n *node) {
 		if c.worker != nil {
 			jobs = c.worker.Jobs()
 		}
-		writeJSON(w, http.StatusOK, workerReply{Node: c.cfg.Node, Master: c.leader(), Followed: c.following(),
+		writeJSON(w, http.StatusOK, workerReply{Node: c.cfg.Node, Master: c.leader(), Followed: c.following(), Epoch: c.highestEpoch(),
 			Checkpoints: c.latestCheckpoints(), Jobs: jobs})
 	})
 }
@@ -331,6 +331,14 @@ func (c *clusterNode) handleDeploy(w http.ResponseWriter, r *http.Request) {
 	var d actors.Deployment
 	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<20)).Decode(&d); err != nil {
 		clusterError(w, http.StatusBadRequest, fmt.Errorf("deployment: %w", err))
+		return
+	}
+	// A master of an older epoch than one the node saw (one cut off by
+	// a partition, whose term a newer leader superseded meanwhile) runs
+	// nothing here, hosted or not.
+	if seen := c.seen.Load(); d.Epoch < seen {
+		clusterError(w, http.StatusConflict, fmt.Errorf("%w: deployment of job %q in epoch %d by %q, the node saw epoch %d",
+			ErrStaleMaster, d.Job, d.Epoch, d.Master, seen))
 		return
 	}
 	c.sawEpoch(d.Epoch)
