@@ -728,6 +728,28 @@ func (s *steadyLoad) end(t *testing.T) int {
 
 // ---------------------------------------------------------------- the test
 
+// startPartitionLab starts nodes a, b and c, each in a network namespace
+// of its own, with MQTT load on each.
+func startPartitionLab(t *testing.T) (*netLab, []*clusterMember, *clusterLoad) {
+	t.Helper()
+	ids := []string{"a", "b", "c"}
+	lab := newNetLab(t, ids)
+	members := startLabCluster(t, lab, ids)
+	return lab, members, newClusterLoad(t, members)
+}
+
+// failIfAnyExited fails the test when one of members exited by itself.
+func failIfAnyExited(t *testing.T, members []*clusterMember) {
+	t.Helper()
+	for _, m := range members {
+		select {
+		case <-m.done:
+			t.Fatalf("node %s exited by itself (%v):\n%s", m.id, m.waitErr, m.logTail())
+		default:
+		}
+	}
+}
+
 // A worker of a three-node cluster with gossip is cut off from the other
 // two by a network partition under MQTT load (each node in a network
 // namespace of its own; its port taken off the bridge that joins them).
@@ -741,22 +763,10 @@ func TestClusterPartitionMinorityStopsOwning(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with three subprocesses in network namespaces")
 	}
-	ids := []string{"a", "b", "c"}
-	lab := newNetLab(t, ids)
-	members := startLabCluster(t, lab, ids)
+	lab, members, l := startPartitionLab(t)
 	a, b, c := members[0], members[1], members[2]
-	l := newClusterLoad(t, members)
 	client := lab.client()
-	failIfExited := func() {
-		t.Helper()
-		for _, m := range members {
-			select {
-			case <-m.done:
-				t.Fatalf("node %s exited by itself (%v):\n%s", m.id, m.waitErr, m.logTail())
-			default:
-			}
-		}
-	}
+	failIfExited := func() { t.Helper(); failIfAnyExited(t, members) }
 	eventually := func(timeout time.Duration, what string, cond func() bool) {
 		t.Helper()
 		testutil.Eventually(t, timeout, what, func() bool {
@@ -1033,22 +1043,10 @@ func testPartitionLeaderCutOff(t *testing.T, heal bool) {
 	if testing.Short() {
 		t.Skip("end-to-end test with three subprocesses in network namespaces")
 	}
-	ids := []string{"a", "b", "c"}
-	lab := newNetLab(t, ids)
-	members := startLabCluster(t, lab, ids)
+	lab, members, l := startPartitionLab(t)
 	a, b, c := members[0], members[1], members[2]
-	l := newClusterLoad(t, members)
 	client := lab.client()
-	failIfExited := func() {
-		t.Helper()
-		for _, m := range members {
-			select {
-			case <-m.done:
-				t.Fatalf("node %s exited by itself (%v):\n%s", m.id, m.waitErr, m.logTail())
-			default:
-			}
-		}
-	}
+	failIfExited := func() { t.Helper(); failIfAnyExited(t, members) }
 	eventually := func(timeout time.Duration, what string, cond func() bool) {
 		t.Helper()
 		testutil.Eventually(t, timeout, what, func() bool {
