@@ -137,17 +137,7 @@ func (v *liveView) alive() []string {
 	if mem == nil {
 		return v.c.cfg.Nodes()
 	}
-	seen := map[string]bool{v.c.cfg.Node: true}
-	for _, m := range mem.Members() {
-		seen[m.ID] = true
-	}
-	var out []string
-	for _, id := range v.c.cfg.Nodes() {
-		if seen[id] {
-			out = append(out, id)
-		}
-	}
-	return out
+	return v.configured(mem.Members())
 }
 
 // reachable returns the configured nodes the node reaches, itself
@@ -161,8 +151,14 @@ func (v *liveView) reachable() []string {
 	if mem == nil {
 		return v.alive()
 	}
+	return v.configured(mem.Reachable())
+}
+
+// configured returns the configured nodes among members, the node itself
+// included, in id order.
+func (v *liveView) configured(members []cluster.Meta) []string {
 	seen := map[string]bool{v.c.cfg.Node: true}
-	for _, m := range mem.Reachable() {
+	for _, m := range members {
 		seen[m.ID] = true
 	}
 	var out []string
