@@ -94,6 +94,18 @@ func splitReference(t *testing.T, n int64, keys int) []string {
 	return lines
 }
 
+// thirdNode returns the node that runs neither subtask of vertex uid
+// (of parallelism 2, spread over three nodes).
+func (c *testCluster) thirdNode(uid string) string {
+	to := ""
+	for _, nd := range c.Nodes {
+		if nd.ID != c.Placement[actors.TaskKey{UID: uid, Subtask: 0}] && nd.ID != c.Placement[actors.TaskKey{UID: uid, Subtask: 1}] {
+			to = nd.ID
+		}
+	}
+	return to
+}
+
 // completedAfter reports whether a checkpoint newer than id completed in
 // r's attempt.
 func completedAfter(r *actors.Runner, id snapshot.ID) bool {
@@ -167,13 +179,7 @@ func TestHandoverMovesASourceSplit(t *testing.T) {
 		stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 5}),
 		stream.WithCluster(c.Cluster))
 	c.spread(t, env)
-	from := c.Placement[actors.TaskKey{UID: "generator", Subtask: 0}]
-	to := ""
-	for _, nd := range c.Nodes {
-		if nd.ID != from && nd.ID != c.Placement[actors.TaskKey{UID: "generator", Subtask: 1}] {
-			to = nd.ID
-		}
-	}
+	from, to := c.Placement[actors.TaskKey{UID: "generator", Subtask: 0}], c.thirdNode("generator")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var err error
@@ -394,13 +400,7 @@ func TestHandoverHoldsCheckpointsWhileAKeyedSubtaskMoves(t *testing.T) {
 		stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 5}),
 		stream.WithCluster(c.Cluster))
 	c.spread(t, env)
-	gate0 := c.Placement[actors.TaskKey{UID: "gate", Subtask: 0}]
-	to := ""
-	for _, nd := range c.Nodes {
-		if nd.ID != gate0 && nd.ID != c.Placement[actors.TaskKey{UID: "gate", Subtask: 1}] {
-			to = nd.ID
-		}
-	}
+	to := c.thirdNode("gate")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var err error

@@ -738,6 +738,18 @@ func startPartitionLab(t *testing.T) (*netLab, []*clusterMember, *clusterLoad) {
 	return lab, members, newClusterLoad(t, members)
 }
 
+// whileRunning returns testutil.Eventually that also fails the test as
+// soon as one of members exited by itself.
+func whileRunning(t *testing.T, members []*clusterMember) func(timeout time.Duration, what string, cond func() bool) {
+	return func(timeout time.Duration, what string, cond func() bool) {
+		t.Helper()
+		testutil.Eventually(t, timeout, what, func() bool {
+			failIfAnyExited(t, members)
+			return cond()
+		})
+	}
+}
+
 // failIfAnyExited fails the test when one of members exited by itself.
 func failIfAnyExited(t *testing.T, members []*clusterMember) {
 	t.Helper()
@@ -767,13 +779,7 @@ func TestClusterPartitionMinorityStopsOwning(t *testing.T) {
 	a, b, c := members[0], members[1], members[2]
 	client := lab.client()
 	failIfExited := func() { t.Helper(); failIfAnyExited(t, members) }
-	eventually := func(timeout time.Duration, what string, cond func() bool) {
-		t.Helper()
-		testutil.Eventually(t, timeout, what, func() bool {
-			failIfExited()
-			return cond()
-		})
-	}
+	eventually := whileRunning(t, members)
 	eventually(30*time.Second, "the master sees every node alive and places subtasks on c", func() bool {
 		s, err := a.status(client)
 		return err == nil && aliveCount(s) == 3 && s.keyedOn("c") > 0
@@ -1046,14 +1052,7 @@ func testPartitionLeaderCutOff(t *testing.T, heal bool) {
 	lab, members, l := startPartitionLab(t)
 	a, b, c := members[0], members[1], members[2]
 	client := lab.client()
-	failIfExited := func() { t.Helper(); failIfAnyExited(t, members) }
-	eventually := func(timeout time.Duration, what string, cond func() bool) {
-		t.Helper()
-		testutil.Eventually(t, timeout, what, func() bool {
-			failIfExited()
-			return cond()
-		})
-	}
+	eventually := whileRunning(t, members)
 	eventually(30*time.Second, "the leader sees every node alive and runs a window subtask", func() bool {
 		s, err := a.leaderStatus(client)
 		return err == nil && aliveCount(s.clusterStatus) == 3 && s.Leader == "a" && s.keyedOn("a") > 0
