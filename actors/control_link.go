@@ -380,8 +380,10 @@ func (r *Runner) controlFailed(node string, err error) {
 		err: fmt.Errorf("%w: job %q epoch %d: node %q: %w", ErrControlFailed, r.job.Name, r.epoch, node, err)})
 }
 
-// fail ends the deployment with err, as a failure report would.
+// fail ends the deployment with err, as a failure report would; a
+// command being sent to the hosts gives up.
 func (r *Runner) fail(err error) {
+	defer r.cmdCancel()
 	if r.ctlOpen.Load() {
 		r.deliver(hostReport{epoch: r.epoch, kind: reportFailed, err: err})
 		return

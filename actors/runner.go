@@ -39,8 +39,14 @@ type Runner struct {
 	// ctlOpen is set once ctl is (fail reads ctl only then: it may be
 	// called from another goroutine while Run opens the channels).
 	ctlOpen atomic.Bool
-	// ctx ends when Run returns; commands to hosts are sent under it.
+	// ctx ends when Run returns.
 	ctx context.Context
+	// cmdCtx ends when Run returns or the deployment fails (fail): the
+	// commands to hosts are sent under it, so that the master loop,
+	// blocked on a send to a node that cannot be reached (cut off, say),
+	// hears the failure at once and stops this node's tasks.
+	cmdCtx    context.Context
+	cmdCancel context.CancelFunc
 
 	// done is closed when the job stops (finished, failed or cancelled).
 	done     chan struct{}
@@ -131,6 +137,7 @@ func newRunner(job *Job, cfg Config, epoch uint64) (*Runner, error) {
 			return nil, err
 		}
 	}
+	cmdCtx, cmdCancel := context.WithCancel(context.Background())
 	return &Runner{
 		job:        job,
 		cfg:        cfg,
@@ -150,6 +157,8 @@ func newRunner(job *Job, cfg Config, epoch uint64) (*Runner, error) {
 		moveEnded:  make(chan struct{}, 1),
 		moved:      make(map[TaskKey]string),
 		mv:         newMoveLink(),
+		cmdCtx:     cmdCtx,
+		cmdCancel:  cmdCancel,
 	}, nil
 }
 
@@ -369,6 +378,7 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	defer r.stopOnce.Do(func() { close(r.done) })
 	var cancel, cancelMoves context.CancelFunc
 	r.ctx, cancel = context.WithCancel(ctx)
+	defer context.AfterFunc(r.ctx, r.cmdCancel)()
 	defer cancel()
 	r.moveCtx, cancelMoves = context.WithCancel(r.ctx)
 	defer cancelMoves()
@@ -538,8 +548,17 @@ wait:
 		req.reply <- moveResult{err: fmt.Errorf("%w before the move", ErrJobEnded)}
 	}
 	r.moveQueue = nil
-	r.cancelHosts()
+	// The nodes of other processes hear that the deployment is over while
+	// this node's tasks stop: a node that cannot be reached (cut off, say)
+	// holds its send up to the control timeout, and this node's tasks
+	// must not run on meanwhile.
+	cancelled := make(chan struct{})
+	go func() {
+		defer close(cancelled)
+		r.cancelHosts()
+	}()
 	r.stop()
+	<-cancelled
 	if cerr := r.closeOperators(); err == nil {
 		err = cerr
 	}
@@ -576,7 +595,7 @@ func (r *Runner) command(m any) {
 			r.log.Error("command has no control message; not sent", "type", fmt.Sprintf("%T", m))
 			return
 		}
-		r.commandAll(r.ctx, c)
+		r.commandAll(r.cmdCtx, c)
 		return
 	}
 	for _, h := range r.hosts {
