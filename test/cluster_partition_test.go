@@ -750,6 +750,22 @@ func whileRunning(t *testing.T, members []*clusterMember) func(timeout time.Dura
 	}
 }
 
+// startSteadyStopped starts a steady load of 2,000 readings/s from
+// reading from on the devices of nodes, stopped when the test ends (a
+// failing test leaves it running: it stops before the devices disconnect
+// and the nodes are killed).
+func startSteadyStopped(t *testing.T, l *clusterLoad, from int, nodes []int) *steadyLoad {
+	steady := l.startSteady(from, nodes, 2000)
+	t.Cleanup(func() {
+		steady.stop.Store(0)
+		select {
+		case <-steady.done:
+		case <-time.After(30 * time.Second):
+		}
+	})
+	return steady
+}
+
 // failIfAnyExited fails the test when one of members exited by itself.
 func failIfAnyExited(t *testing.T, members []*clusterMember) {
 	t.Helper()
@@ -794,16 +810,7 @@ func TestClusterPartitionMinorityStopsOwning(t *testing.T) {
 	// completed checkpoints before the cut (c's log released it): readings
 	// c holds and no checkpoint covers would reach the job only after the
 	// heal, behind its event time (see TestClusterWorkerFailover).
-	steady := l.startSteady(n1, []int{0, 1}, 2000)
-	t.Cleanup(func() {
-		// A failing test leaves it running: stop it before the devices
-		// disconnect and the nodes are killed.
-		steady.stop.Store(0)
-		select {
-		case <-steady.done:
-		case <-time.After(30 * time.Second):
-		}
-	})
+	steady := startSteadyStopped(t, l, n1, []int{0, 1})
 	eventually(60*time.Second, "node c's log released all it was sent", func() bool {
 		rel, err := c.released(client)
 		return err == nil && rel >= n1/3
@@ -1068,14 +1075,7 @@ func testPartitionLeaderCutOff(t *testing.T, heal bool) {
 	// a's devices go quiet (they would be on its side of the cut); b's
 	// and c's go on under a steady load. What a acknowledged is covered
 	// by completed checkpoints before the cut.
-	steady := l.startSteady(n1, []int{1, 2}, 2000)
-	t.Cleanup(func() {
-		steady.stop.Store(0)
-		select {
-		case <-steady.done:
-		case <-time.After(30 * time.Second):
-		}
-	})
+	steady := startSteadyStopped(t, l, n1, []int{1, 2})
 	eventually(60*time.Second, "node a's log released all it was sent", func() bool {
 		rel, err := a.released(client)
 		return err == nil && rel >= n1/3
