@@ -383,6 +383,7 @@ func (r *Runner) controlFailed(node string, err error) {
 // fail ends the deployment with err, as a failure report would; a
 // command being sent to the hosts gives up.
 func (r *Runner) fail(err error) {
+	r.failed.CompareAndSwap(nil, &err)
 	defer r.cmdCancel()
 	if r.ctlOpen.Load() {
 		r.deliver(hostReport{epoch: r.epoch, kind: reportFailed, err: err})
@@ -392,6 +393,16 @@ func (r *Runner) fail(err error) {
 	case r.reports <- hostReport{epoch: r.epoch, kind: reportFailed, err: err}:
 	case <-r.done:
 	}
+}
+
+// cause returns the error the deployment was failed with (fail), if it
+// was, else err: what the failure cut short fails with an error of its
+// own, which must not hide why the attempt ended.
+func (r *Runner) cause(err error) error {
+	if p := r.failed.Load(); p != nil {
+		return *p
+	}
+	return err
 }
 
 // deliver hands a report to the master's loop without blocking the

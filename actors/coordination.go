@@ -131,7 +131,10 @@ func (r *Runner) handle(now time.Time, acts []snapshot.Action) error {
 		case snapshot.Complete:
 			path, err := r.store.Commit(a.Metadata)
 			if c := r.cfg.Cluster; err == nil && c != nil && c.Publish != nil {
-				ctx, cancel := context.WithTimeout(r.ctx, r.controlTimeout())
+				// On the command context: a deployment that fails (a
+				// leader cut off from the majority is told to stop) gives
+				// up a publication waiting on unreachable peers at once.
+				ctx, cancel := context.WithTimeout(r.cmdCtx, r.controlTimeout())
 				if err = c.Publish(ctx, r.epoch, a.Metadata); err != nil {
 					err = fmt.Errorf("publish the metadata of snapshot %d to the cluster: %w", a.Checkpoint, err)
 				}

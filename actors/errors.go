@@ -35,6 +35,16 @@ var (
 	// hosts did not register or deploy within cluster.control_timeout; it
 	// is restarted like ErrControlFailed.
 	ErrControlTimeout = errors.New("actors: control timeout")
+	// ErrNotPlaced is wrapped by the error of an attempt that found no
+	// deployment to run (Cluster.Update failed: the node sees no
+	// majority, say). It does not count against the restart strategy:
+	// the attempt is tried again every Cluster.RetryInterval.
+	ErrNotPlaced = errors.New("actors: no deployment placed")
+	// ErrRedeployed is wrapped (with ErrControlFailed) by the error of
+	// an attempt ended by Execution.Redeploy: the cluster changed (a node
+	// died or joined, the majority was lost, a rebalance). It does not
+	// count against the restart strategy.
+	ErrRedeployed = errors.New("actors: redeployed")
 	// ErrHandover is wrapped by the error of a handover (Runner.Move)
 	// that failed after its barrier: the job fails with it (wrapping
 	// ErrControlFailed too) and the restart strategy restores the whole

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/edgedio/edged/snapshot"
 )
@@ -116,12 +117,14 @@ func (e *Execution) TriggerSavepoint(ctx context.Context, path string, stop bool
 }
 
 // Redeploy ends the running attempt with an error wrapping
-// ErrControlFailed and reason, so that the restart strategy deploys the
-// job again from its latest checkpoint, with the nodes and placement
-// Cluster.Update then returns. It does nothing when no attempt runs.
+// ErrRedeployed and ErrControlFailed, and reason, and deploys the job
+// again from its latest checkpoint, with the nodes and placement
+// Cluster.Update then returns. A redeployment does not count against the
+// restart strategy: the cluster changed, the job did not fail. It does
+// nothing when no attempt runs.
 func (e *Execution) Redeploy(reason string) {
 	if r, _ := e.Runner(); r != nil {
-		r.fail(fmt.Errorf("%w: job %q epoch %d: redeploying: %s", ErrControlFailed, e.job.Name, r.epoch, reason))
+		r.fail(fmt.Errorf("%w: %w: job %q epoch %d: redeploying: %s", ErrRedeployed, ErrControlFailed, e.job.Name, r.epoch, reason))
 	}
 }
 
@@ -167,6 +170,8 @@ func (e *Execution) Run(ctx context.Context) error {
 		e.finished = md
 		e.mu.Unlock()
 	}
+	// waiting is set while attempts find no deployment: logged once.
+	waiting := false
 	for {
 		epoch := uint64(e.Attempts() + 1)
 		acfg := cfg
@@ -182,12 +187,11 @@ func (e *Execution) Run(ctx context.Context) error {
 		if err == nil {
 			r, err = newRunner(e.job, acfg, epoch)
 		}
-		if err != nil && !errors.Is(err, ErrControlFailed) {
+		if err != nil && !errors.Is(err, ErrControlFailed) && !errors.Is(err, ErrNotPlaced) {
 			return err
 		}
 		if err != nil {
-			// No deployment now (no quorum, say): the restart strategy
-			// decides when to try again.
+			// No deployment now (no quorum, say): tried again below.
 			e.mu.Lock()
 			e.attempts++
 			e.mu.Unlock()
@@ -198,14 +202,30 @@ func (e *Execution) Run(ctx context.Context) error {
 		}
 		var te *TaskError
 		if err == nil || ctx.Err() != nil || !errors.As(err, &te) && !errors.Is(err, ErrCheckpointFailure) &&
-			!errors.Is(err, ErrControlFailed) && !errors.Is(err, ErrControlTimeout) {
+			!errors.Is(err, ErrControlFailed) && !errors.Is(err, ErrControlTimeout) && !errors.Is(err, ErrNotPlaced) {
 			return err
 		}
-		restart, delay := e.strategy.OnFailure(cfg.Clock.Now())
-		if !restart {
-			return fmt.Errorf("%w: %w", ErrRestartsExhausted, err)
+		var delay time.Duration
+		switch {
+		case errors.Is(err, ErrNotPlaced):
+			// The cluster changes, not the job: the restart strategy
+			// keeps its budget for failures, however long a partition
+			// lasts.
+			delay = cfg.Cluster.retryInterval()
+			if !waiting {
+				log.Warn("job not deployed; trying again until the cluster places it", "err", err, "every", delay)
+			}
+		case errors.Is(err, ErrRedeployed):
+			log.Info("job redeploying", "reason", err, "attempt", e.Attempts()+1)
+		default:
+			restart, d := e.strategy.OnFailure(cfg.Clock.Now())
+			if !restart {
+				return fmt.Errorf("%w: %w", ErrRestartsExhausted, err)
+			}
+			delay = d
+			log.Warn("job failed; restarting", "err", err, "delay", delay, "attempt", e.Attempts()+1)
 		}
-		log.Warn("job failed; restarting", "err", err, "delay", delay, "attempt", e.Attempts()+1)
+		waiting = errors.Is(err, ErrNotPlaced)
 		if delay > 0 {
 			select {
 			case <-cfg.Clock.After(delay):

@@ -42,9 +42,14 @@ type Cluster struct {
 	// Update, when set, is called before each attempt (each deployment):
 	// it returns the nodes and the placement the attempt runs with (the
 	// live members, after a failure or a join) in place of Nodes and
-	// Placement. The first node must be the master's. An error fails the
-	// attempt, restarted by the restart strategy.
+	// Placement. The first node must be the master's. An error means the
+	// cluster has no deployment to offer now (no majority, say): the
+	// attempt is tried again every RetryInterval, without using up the
+	// restart strategy, until Update succeeds or the job is cancelled.
 	Update func() (nodes []Node, placement map[TaskKey]string, err error)
+	// RetryInterval is the wait between two calls of Update that failed.
+	// 0 means DefaultRetryInterval (1 s).
+	RetryInterval time.Duration
 	// EpochBase is added to each attempt's number to make its epoch, so
 	// that the epochs of a job master that restarted are newer than those
 	// its nodes saw before. 0 in a single process.
@@ -68,6 +73,17 @@ type Cluster struct {
 	// master's handover goroutine; an error fails the step as the node's
 	// failure would. It is for fault injection in tests.
 	HandoverHook func(step HandoverStep, node string) error
+}
+
+// DefaultRetryInterval is Cluster.RetryInterval's default.
+const DefaultRetryInterval = time.Second
+
+// retryInterval returns c's RetryInterval or its default.
+func (c *Cluster) retryInterval() time.Duration {
+	if c != nil && c.RetryInterval > 0 {
+		return c.RetryInterval
+	}
+	return DefaultRetryInterval
 }
 
 // Node is one node of a Cluster.
@@ -223,7 +239,7 @@ func (c *Cluster) update() (*Cluster, error) {
 	}
 	nodes, placement, err := c.Update()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrControlFailed, err)
+		return nil, fmt.Errorf("%w: %w", ErrNotPlaced, err)
 	}
 	u := *c
 	u.Nodes, u.Placement = nodes, placement

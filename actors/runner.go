@@ -58,6 +58,10 @@ type Runner struct {
 	reports chan hostReport
 	// stale counts reports of another epoch, dropped.
 	stale atomic.Int64
+	// failed holds the first error fail was called with: the attempt
+	// ends with it, not with what the failure cut short (a checkpoint
+	// whose publication it gave up).
+	failed atomic.Pointer[error]
 
 	// Checkpointing, when the config has a checkpoint directory.
 	store      *snapshot.Store
@@ -296,7 +300,7 @@ func (r *Runner) invite(nodes []int) error {
 		}
 		d.Restore = b
 	}
-	ctx, cancel := context.WithTimeout(r.ctx, r.controlTimeout())
+	ctx, cancel := context.WithTimeout(r.cmdCtx, r.controlTimeout())
 	defer cancel()
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
@@ -513,14 +517,14 @@ wait:
 		}
 		if len(acts) > 0 {
 			if ferr := r.handle(clock.Now(), acts); ferr != nil {
-				err = ferr
+				err = r.cause(ferr)
 				break wait
 			}
 			timer, tick = r.coordinatorTimer(clock, timer)
 		}
 		if acts := r.startMove(clock.Now()); len(acts) > 0 {
 			if ferr := r.handle(clock.Now(), acts); ferr != nil {
-				err = ferr
+				err = r.cause(ferr)
 				break wait
 			}
 			timer, tick = r.coordinatorTimer(clock, timer)

@@ -118,6 +118,10 @@ type LeadershipConfig struct {
 	// yield that did not end; it doubles after each failure up to
 	// MaxResumeBackoff. Defaults 1s and 1m.
 	ResumeBackoff, MaxResumeBackoff time.Duration
+	// DeployRetry is how often a job master that found no deployment to
+	// run (its node sees no majority) tries to deploy the job again. The
+	// retries do not use up the job's restart strategy. Default 1s.
+	DeployRetry time.Duration
 }
 
 // DefaultLeadershipConfig returns the default leadership timings.
@@ -133,12 +137,13 @@ func DefaultLeadershipConfig() LeadershipConfig {
 		RestartPoll:      500 * time.Millisecond,
 		ResumeBackoff:    time.Second,
 		MaxResumeBackoff: time.Minute,
+		DeployRetry:      time.Second,
 	}
 }
 
 // MinLeadershipPoll is the shortest interval Validate accepts for the
 // leadership's repeated work (cluster.leadership.split_poll, answer_poll,
-// restart_poll, resume_backoff and handback_interval): each round asks
+// restart_poll, resume_backoff, deploy_retry and handback_interval): each round asks
 // peers over HTTP or restarts jobs, so a shorter one would spin.
 const MinLeadershipPoll = 100 * time.Millisecond
 
@@ -164,6 +169,7 @@ func (c LeadershipConfig) Validate() error {
 	atLeast("answer_poll", c.AnswerPoll)
 	atLeast("restart_poll", c.RestartPoll)
 	atLeast("resume_backoff", c.ResumeBackoff)
+	atLeast("deploy_retry", c.DeployRetry)
 	if c.MaxSettle < c.Settle {
 		errs = append(errs, fmt.Errorf("cluster.leadership.max_settle (%s) must be at least cluster.leadership.settle (%s)", c.MaxSettle, c.Settle))
 	}

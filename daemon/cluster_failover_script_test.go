@@ -386,15 +386,19 @@ func sameFailover(x, y cluster.Failover) bool {
 // partition cuts a off from b and c: a's probes of them fail, none of
 // the three is declared dead yet (each side's confirmation is still
 // running). The membership loop's step on a ends its job's attempt at
-// once, and the restart strategy's attempts deploy nothing while a
-// reaches no majority: a stops before the majority could confirm its
-// death and take over, so the two sides never both run the job's key
-// groups. Healed, the job restarts on its own from its latest
-// checkpoint in a newer epoch; the committed window counts are exact.
+// once, and a's tries to deploy it again (every
+// cluster.leadership.deploy_retry) deploy nothing while a reaches no
+// majority: a stops before the majority could confirm its death and
+// take over, so the two sides never both run the job's key groups.
+// Those tries do not use up the restart strategy: the cut lasts more
+// tries than its budget (3) and the job does not end. Healed, the job
+// restarts on its own from its latest checkpoint in a newer epoch; the
+// committed window counts are exact.
 func TestFailoverScriptLeaderCutOff(t *testing.T) {
 	// About 6 s of input: under the race detector on one CPU, 3 s ran
 	// out before the cut and the job finished before its restart was seen.
-	fc := newFailoverCluster(t, foOptions{replicas: 2, count: 12000})
+	const budget = 3
+	fc := newFailoverCluster(t, foOptions{replicas: 2, count: 12000, attempts: budget})
 	a := fc.nodes["a"]
 	_, epoch0 := fc.startedPlacement("a", 0)
 	fc.waitCheckpoint("a", 0)
@@ -418,17 +422,21 @@ func TestFailoverScriptLeaderCutOff(t *testing.T) {
 		r, _ := e.Runner()
 		return r == nil
 	})
-	// The restart strategy tries again every 20 ms: each attempt is
-	// refused while a reaches no majority.
-	refusals := func() int { return fc.logs.count("reaches 1 of 3 nodes", "node=a") }
-	testutil.Eventually(t, 30*time.Second, "a refused five deployments, reaching no majority", func() bool {
+	// a tries again every 100 ms: each try is refused while a reaches
+	// no majority, more of them than the restart budget.
+	cutAttempts := e.Attempts()
+	refusals := func() int { return e.Attempts() - cutAttempts }
+	testutil.Eventually(t, 30*time.Second, "a refused more deployments than its restart budget, reaching no majority", func() bool {
 		if r, _ := e.Runner(); r != nil || ended() {
 			t.Fatalf("a's job runs (%v) or ended (%v) while a reaches no majority", r != nil, ended())
 		}
-		return refusals() >= 5
+		return refusals() >= 2*budget
 	})
 	if !fc.logs.logged("this node sees no majority; its jobs stopped", "node=a") {
 		t.Fatal("a did not log that it stopped its jobs")
+	}
+	if !fc.logs.logged("job not deployed; trying again until the cluster places it", "reaches 1 of 3 nodes", "node=a") {
+		t.Fatal("a did not log why its job is not deployed")
 	}
 	t.Logf("cut off, a stopped its job and refused %d deployments", refusals())
 

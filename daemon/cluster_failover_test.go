@@ -194,7 +194,7 @@ func (l *logRecorder) logged(parts ...string) bool {
 // foPipeline is the script's job: a bounded, paced generator keyed by
 // sensor, counted in 10 s event-time windows, written exactly once by
 // the file sink; one subtask of each operator per node.
-func foPipeline(t *testing.T, dir, out string, count int64) pipeline.PipelineConfig {
+func foPipeline(t *testing.T, dir, out string, count int64, attempts int) pipeline.PipelineConfig {
 	t.Helper()
 	y := fmt.Sprintf(`
 pipelines:
@@ -215,8 +215,8 @@ pipelines:
       interval: 100ms
       dir: %s
       retain: 3
-    restart: {strategy: fixed_delay, attempts: 1000, delay: 20ms}
-`, foJob, count, foRate, foKeys, out, filepath.Join(dir, "checkpoints"))
+    restart: {strategy: fixed_delay, attempts: %d, delay: 20ms}
+`, foJob, count, foRate, foKeys, out, filepath.Join(dir, "checkpoints"), attempts)
 	cfg, err := pipeline.Parse([]byte(y))
 	if err != nil {
 		t.Fatal(err)
@@ -234,6 +234,8 @@ type foOptions struct {
 	damage func(file string) bool
 	// count is how many records the generator emits (foCount if 0).
 	count int64
+	// attempts is the job's restart budget (1000 if 0).
+	attempts int
 }
 
 // newFailoverCluster starts nodes a, b and c, a leading, and the job
@@ -298,13 +300,18 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 	var nets []*cluster.Network
 	for _, id := range fc.ids {
 		fn := fc.nodes[id]
-		ccfg := &pipeline.ClusterConfig{Node: id, Listen: "127.0.0.1:1", Replicas: o.replicas}
+		ccfg := &pipeline.ClusterConfig{Node: id, Listen: "127.0.0.1:1", Replicas: o.replicas,
+			Leadership: pipeline.LeadershipBlock{DeployRetry: cluster.MinLeadershipPoll}}
 		for _, p := range fc.ids {
 			if p != id {
 				ccfg.Peers = append(ccfg.Peers, pipeline.PeerConfig{ID: p, Address: "127.0.0.1:1", API: apis[p]})
 			}
 		}
-		pc := foPipeline(t, fn.dir, fc.out, fc.count)
+		attempts := o.attempts
+		if attempts == 0 {
+			attempts = 1000
+		}
+		pc := foPipeline(t, fn.dir, fc.out, fc.count, attempts)
 		cfg := &pipeline.Config{Pipelines: []pipeline.PipelineConfig{pc}, Cluster: ccfg}
 		nlog := log.With("node", id)
 		n := &node{opts: Options{Logger: nlog, PollInterval: 50 * time.Millisecond}.withDefaults(), log: nlog,

@@ -100,6 +100,9 @@ type LeadershipBlock struct {
 	// restarting or cancelling its jobs.
 	ResumeBackoff    time.Duration `yaml:"resume_backoff"`
 	MaxResumeBackoff time.Duration `yaml:"max_resume_backoff"`
+	// DeployRetry is how often a job master whose node sees no majority
+	// tries to deploy its job again.
+	DeployRetry time.Duration `yaml:"deploy_retry"`
 }
 
 // LeadershipConfig returns the leadership timings: the defaults with the
@@ -122,6 +125,7 @@ func (c *ClusterConfig) LeadershipConfig() cluster.LeadershipConfig {
 	set(&lc.RestartPoll, b.RestartPoll)
 	set(&lc.ResumeBackoff, b.ResumeBackoff)
 	set(&lc.MaxResumeBackoff, b.MaxResumeBackoff)
+	set(&lc.DeployRetry, b.DeployRetry)
 	// A maximum left unset is at least the minimum set.
 	for _, p := range []struct {
 		max     *time.Duration
