@@ -1056,10 +1056,6 @@ func testPartitionLeaderCutOff(t *testing.T, heal bool) {
 	if testing.Short() {
 		t.Skip("end-to-end test with three subprocesses in network namespaces")
 	}
-	if os.Getenv("EDGED_E2E_LEADER_CUT") == "" {
-		t.Skip("known defect, not yet fixed: a leader cut off by a partition can run its window subtask up to 10 s after the cut, " +
-			"beside its new owner (README, \"What does not hold yet\"); set EDGED_E2E_LEADER_CUT=1 to run it")
-	}
 	lab, members, l := startPartitionLab(t)
 	a, b, c := members[0], members[1], members[2]
 	client := lab.client()
