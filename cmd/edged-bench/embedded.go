@@ -8,10 +8,10 @@ import (
 // benchEmbedded measures durable QoS 1 ingestion through edged's embedded
 // broker (a PUBACK only once the message is in the ingest log). Each round
 // runs, one after the other, the same publishers against Mosquitto (in
-// memory), then against a fresh edged's embedded broker on topics no
-// pipeline reads (mochi and edged's hooks, nothing appended: the broker's
-// own ceiling in that process), then durably into the pipeline's ingest
-// log.
+// memory), then against a fresh edged's embedded broker twice: on topics
+// no pipeline reads (mochi and edged's hooks, nothing appended: the
+// broker's own ceiling in that process) and durably into the pipeline's
+// ingest log; odd rounds run the no-log load first, even rounds last.
 func benchEmbedded(dir string, mq *mosquitto) error {
 	cs, err := parseInts(*embConns)
 	if err != nil {

@@ -76,7 +76,7 @@ var (
 	embConns    = flag.String("embedded-conns", "4,16", "embedded: publishing connections per run, comma-separated")
 	embN        = flag.Int("embedded-n", 200_000, "embedded: readings published per run")
 	embInflight = flag.Int("embedded-inflight", 256, "embedded: QoS 1 publishes in flight per connection")
-	embRounds   = flag.Int("embedded-rounds", 1, "embedded: runs of each connection count (Mosquitto, then a fresh edged: no log, then durable), one after the other")
+	embRounds   = flag.Int("embedded-rounds", 1, "embedded: runs of each connection count, one after the other (each: Mosquitto, then a fresh edged: no log before durable in odd rounds, after in even ones)")
 
 	loadKeys = flag.Int("load-keys", 10_000, "memory: distinct sensors of the sustained load")
 	loadN    = flag.Int("load-n", 300_000, "memory: readings of the sustained load")
