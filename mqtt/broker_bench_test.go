@@ -33,8 +33,8 @@ const benchWindow = 256
 func BenchmarkBrokerIngest(b *testing.B) {
 	for _, pubs := range []int{1, 4, 16} {
 		b.Run(fmt.Sprintf("pubs=%d", pubs), func(b *testing.B) {
-			durable := runIngestBench(b, pubs, true)
-			base := runIngestBench(b, pubs, false)
+			durable := runIngestBench(b, pubs, true, false)
+			base := runIngestBench(b, pubs, false, false)
 			b.ReportMetric(durable.rate, "msgs/s")
 			b.ReportMetric(durable.fsyncsPerMsg, "fsyncs/msg")
 			b.ReportMetric(durable.cpuPerMsg, "CPU-µs/msg")
@@ -45,14 +45,37 @@ func BenchmarkBrokerIngest(b *testing.B) {
 	}
 }
 
+// BenchmarkBrokerIngestSessions measures what the daemon's broker
+// configuration adds to durable QoS 1 ingestion: the daemon sets
+// BrokerConfig.DataDir (the session journal, its hook on every packet and
+// the journal's sync before each append), BenchmarkBrokerIngest does not.
+// The baseline in the same run is the same load without DataDir.
+//
+//	go test ./mqtt -run '^$' -bench BrokerIngestSessions -benchtime 100000x -count 3
+func BenchmarkBrokerIngestSessions(b *testing.B) {
+	for _, pubs := range []int{4, 16} {
+		b.Run(fmt.Sprintf("pubs=%d", pubs), func(b *testing.B) {
+			sessions := runIngestBench(b, pubs, true, true)
+			base := runIngestBench(b, pubs, true, false)
+			b.ReportMetric(sessions.rate, "msgs/s")
+			b.ReportMetric(sessions.cpuPerMsg, "CPU-µs/msg")
+			b.ReportMetric(base.rate, "nodatadir-msgs/s")
+			b.ReportMetric(base.cpuPerMsg, "nodatadir-CPU-µs/msg")
+			b.ReportMetric(sessions.rate/base.rate, "ratio")
+			b.ReportMetric(sessions.cpuPerMsg/base.cpuPerMsg, "cpu-ratio")
+		})
+	}
+}
+
 type ingestBenchResult struct {
 	rate, fsyncsPerMsg, cpuPerMsg float64
 }
 
 // runIngestBench starts a broker (with an ingest log on a temp dir if
-// durable), publishes b.N messages over pubs connections and returns the
-// rate, fsyncs and process CPU per message.
-func runIngestBench(b *testing.B, pubs int, durable bool) ingestBenchResult {
+// durable, with a session journal as the daemon's if sessions),
+// publishes b.N messages over pubs connections and returns the rate,
+// fsyncs and process CPU per message.
+func runIngestBench(b *testing.B, pubs int, durable, sessions bool) ingestBenchResult {
 	b.Helper()
 	var l *ingestlog.Log
 	if durable {
@@ -65,6 +88,9 @@ func runIngestBench(b *testing.B, pubs int, durable bool) ingestBenchResult {
 	}
 	cfg := DefaultBrokerConfig()
 	cfg.Address = "127.0.0.1:0"
+	if sessions {
+		cfg.DataDir = b.TempDir()
+	}
 	br, err := NewBroker(cfg, l)
 	if err != nil {
 		b.Fatal(err)

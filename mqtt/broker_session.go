@@ -124,8 +124,10 @@ func (h *sessionHook) OnUnsubscribed(cl *mochi.Client, pk packets.Packet) {
 
 // OnPublish runs on the publisher's goroutine before its PUBACK (PUBREC):
 // a QoS 1/2 message for persistent sessions is stored durably first.
+// With no persistent session stored it returns at once: the subscriber
+// lookup (mochi repeats it to route the message) would find none.
 func (h *sessionHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
-	if pk.FixedHeader.Qos == 0 || pk.Ignore {
+	if pk.FixedHeader.Qos == 0 || pk.Ignore || !h.store.hasClients() {
 		return pk, nil
 	}
 	subs := h.b.server.Topics.Subscribers(pk.TopicName)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/edgedio/edged/internal/testutil"
 )
@@ -164,4 +166,54 @@ func TestBrokerSessionStoreFullBackpressure(t *testing.T) {
 		}
 	}
 	testutil.Eventually(t, waitBound, "every message delivered", func() bool { return again.distinct() == n })
+}
+
+// With a session journal but no persistent session stored, the session
+// hook's OnPublish does not look up the topic's subscribers (mochi does,
+// again, to route the message): a node whose devices and consumers all
+// use clean sessions pays nothing per QoS 1 message for the journal. Once
+// a persistent session subscribes, the hook stores its messages again.
+func TestSessionHookSkipsTopicScanWithoutPersistentSessions(t *testing.T) {
+	b := startBrokerCfg(t, nil, BrokerConfig{DataDir: t.TempDir()}, nil)
+	clean := subscribe(t, b.Addr(), "clean-consumer", "sensors/#") // a subscriber the scan would find
+	h := &sessionHook{b: b, store: b.store, routing: map[string]routingMessage{}}
+	dev := &mochi.Client{ID: "device"}
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
+		TopicName: "sensors/a", Payload: []byte("x"), PacketID: 1}
+	if allocs := testing.AllocsPerRun(100, func() {
+		if _, err := h.OnPublish(dev, pk); err != nil {
+			t.Fatal(err)
+		}
+	}); allocs != 0 {
+		t.Errorf("OnPublish allocates %.0f times per QoS 1 message with no persistent session stored, want 0 (no subscriber lookup)", allocs)
+	}
+
+	// The path that must not be skipped: a persistent session's message is
+	// stored before the PUBACK.
+	ps := &persistentSub{seen: map[string]int{}}
+	sub := connectPersistent(t, b.Addr(), "persistent-consumer", ps, false)
+	if tok := sub.Subscribe("sensors/#", 1, nil); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	testutil.Eventually(t, waitBound, "the persistent session stored", func() bool {
+		return b.SessionStats().Sessions == 1
+	})
+	if _, err := h.OnPublish(dev, pk); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	_, stored := h.routing[dev.ID]
+	h.mu.Unlock()
+	if !stored {
+		t.Fatal("OnPublish did not store the message for the persistent session")
+	}
+	if got := b.SessionStats().Messages; got != 1 {
+		t.Errorf("stored messages = %d, want 1", got)
+	}
+	h.OnPacketProcessed(dev, pk, nil) // never routed: forget it
+	publishN(t, b.Addr(), "device-2", "sensors/b", "m", 1)
+	testutil.Eventually(t, waitBound, "the persistent session's message delivered", func() bool {
+		return ps.distinct() == 1
+	})
+	clean.waitFor(t, 1)
 }

@@ -614,6 +614,13 @@ func (s *sessionStore) hasClient(id string) bool {
 	return s.clients[id] != nil
 }
 
+// hasClients reports whether any persistent session is stored.
+func (s *sessionStore) hasClients() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.clients) > 0
+}
+
 // addMessage stores a message for recipients, waiting while the store is
 // full, and returns once it is durable.
 func (s *sessionStore) addMessage(ctx context.Context, data sessionMsgData, to []sessionTo) (uint64, error) {

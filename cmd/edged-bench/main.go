@@ -15,8 +15,10 @@
 //     reading process from /proc/<pid>/stat over the messages it read),
 //     peak VmRSS sampled every 100 ms, loss and duplicates.
 //   - embedded: edged with its embedded broker, durable QoS 1 ingestion
-//     from 4 and 16 publishing connections; the same publishers against
-//     Mosquitto (not durable) are the baseline.
+//     from 4 and 16 publishing connections; the baselines are the same
+//     publishers against Mosquitto (not durable) and against the same
+//     edged's broker on topics no pipeline reads (mochi and edged's hooks
+//     without the ingest log), in the same run.
 //   - memory: RSS idle, peak RSS under a sustained load with 10,000 keys,
 //     during the external scenario's burst (-n readings of -sensors, -conns
 //     QoS 1 connections) and during a burst of 1 MB payloads.
@@ -74,6 +76,7 @@ var (
 	embConns    = flag.String("embedded-conns", "4,16", "embedded: publishing connections per run, comma-separated")
 	embN        = flag.Int("embedded-n", 200_000, "embedded: readings published per run")
 	embInflight = flag.Int("embedded-inflight", 256, "embedded: QoS 1 publishes in flight per connection")
+	embRounds   = flag.Int("embedded-rounds", 1, "embedded: runs of each connection count, one after the other (each: Mosquitto, then a fresh edged: no log before durable in odd rounds, after in even ones)")
 
 	loadKeys = flag.Int("load-keys", 10_000, "memory: distinct sensors of the sustained load")
 	loadN    = flag.Int("load-n", 300_000, "memory: readings of the sustained load")
