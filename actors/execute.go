@@ -170,8 +170,9 @@ func (e *Execution) Run(ctx context.Context) error {
 		e.finished = md
 		e.mu.Unlock()
 	}
-	// waiting is set while attempts find no deployment: logged once.
-	waiting := false
+	// waiting is why the last attempt found no deployment ("" if it
+	// found one): the same reason is logged once.
+	waiting := ""
 	for {
 		epoch := uint64(e.Attempts() + 1)
 		acfg := cfg
@@ -212,7 +213,7 @@ func (e *Execution) Run(ctx context.Context) error {
 			// keeps its budget for failures, however long a partition
 			// lasts.
 			delay = cfg.Cluster.retryInterval()
-			if !waiting {
+			if err.Error() != waiting {
 				log.Warn("job not deployed; trying again until the cluster places it", "err", err, "every", delay)
 			}
 		case errors.Is(err, ErrRedeployed):
@@ -225,7 +226,10 @@ func (e *Execution) Run(ctx context.Context) error {
 			delay = d
 			log.Warn("job failed; restarting", "err", err, "delay", delay, "attempt", e.Attempts()+1)
 		}
-		waiting = errors.Is(err, ErrNotPlaced)
+		waiting = ""
+		if errors.Is(err, ErrNotPlaced) {
+			waiting = err.Error()
+		}
 		if delay > 0 {
 			select {
 			case <-cfg.Clock.After(delay):
