@@ -41,14 +41,14 @@ func (r *Runner) TriggerSavepoint(ctx context.Context, path string, stop bool) (
 	select {
 	case <-r.started:
 	case <-r.done:
-		return "", errors.New("actors: job ended before the savepoint")
+		return "", fmt.Errorf("%w before the savepoint", ErrJobEnded)
 	case <-ctx.Done():
 		return "", ctx.Err()
 	}
 	select {
 	case r.savepoints <- req:
 	case <-r.done:
-		return "", errors.New("actors: job ended before the savepoint")
+		return "", fmt.Errorf("%w before the savepoint", ErrJobEnded)
 	case <-ctx.Done():
 		return "", ctx.Err()
 	}

@@ -101,15 +101,21 @@ func (e *Execution) setRunner(r *Runner) {
 }
 
 // TriggerSavepoint takes a savepoint of the running attempt (waiting for
-// one to run).
+// one to run). An attempt that ends before it triggers the savepoint (a
+// failed handover, say) leaves it to the next attempt.
 func (e *Execution) TriggerSavepoint(ctx context.Context, path string, stop bool) (string, error) {
 	for {
 		r, changed := e.Runner()
 		if r != nil {
-			return r.TriggerSavepoint(ctx, path, stop)
+			p, err := r.TriggerSavepoint(ctx, path, stop)
+			if !errors.Is(err, ErrJobEnded) {
+				return p, err
+			}
 		}
 		select {
 		case <-changed:
+		case <-e.ended:
+			return "", fmt.Errorf("%w before the savepoint", ErrJobEnded)
 		case <-ctx.Done():
 			return "", ctx.Err()
 		}

@@ -391,7 +391,7 @@ func (r *Runner) runMove(ctx context.Context, req *moveReq, planned []plannedMov
 	r.mv.md.Store(nil)
 	if err != nil {
 		err = fmt.Errorf("%w: %w: job %q epoch %d: savepoint %d: %w", ErrControlFailed, ErrHandover, r.job.Name, r.epoch, id, err)
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && r.cmdCtx.Err() == nil {
 			r.log.Warn("handover failed; the job restarts from its latest checkpoint or savepoint", "checkpoint_id", id, "err", err)
 			r.fail(err)
 		}
@@ -440,6 +440,21 @@ func (r *Runner) handOver(ctx context.Context, nodes []*hoNode, planned []planne
 	// Nodes in other processes fetch the moved subtasks' files from it.
 	r.mv.md.Store(md)
 	res := MoveResult{Savepoint: id, Path: spr.path}
+	// The attempt may end while a step runs (a cancel, a stop, a
+	// failure, a redeployment): the steps on this node's hosts do not
+	// wait on ctx, so each step checks it first, and the handover gives
+	// up rather than report subtasks moved in an attempt that is over.
+	// A failed attempt (Runner.fail: a redeployment, say) ends its
+	// commands' context at once, before its master loop stops.
+	ended := func() error {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("the attempt ended during the handover: %w", err)
+		}
+		if err := r.cmdCtx.Err(); err != nil {
+			return fmt.Errorf("the attempt failed during the handover: %w", err)
+		}
+		return nil
+	}
 	for _, p := range planned {
 		step := time.Now()
 		old, err := nodeByID(nodes, p.from)
@@ -453,6 +468,9 @@ func (r *Runner) handOver(ctx context.Context, nodes []*hoNode, planned []planne
 		if err := r.hook(HandoverRetire, p.from); err != nil {
 			return res, err
 		}
+		if err := ended(); err != nil {
+			return res, err
+		}
 		handedAt, err := r.retireOn(ctx, old, p.key, id)
 		if err != nil {
 			return res, fmt.Errorf("retire %s on node %q: %w", p.key, p.from, err)
@@ -460,6 +478,9 @@ func (r *Runner) handOver(ctx context.Context, nodes []*hoNode, planned []planne
 		r.log.Info("handover: subtask retired", "task", p.key.String(), "node", p.from, "took", time.Since(step))
 		step = time.Now()
 		for _, n := range nodes {
+			if err := ended(); err != nil {
+				return res, err
+			}
 			if n != nw {
 				if err := r.openFromOn(ctx, n, p.key, id, gen, p.to); err != nil {
 					return res, fmt.Errorf("node %q: %w", n.id, err)
@@ -471,6 +492,9 @@ func (r *Runner) handOver(ctx context.Context, nodes []*hoNode, planned []planne
 		if err := r.hook(HandoverRestore, p.to); err != nil {
 			return res, err
 		}
+		if err := ended(); err != nil {
+			return res, err
+		}
 		inputs, err := r.adoptOn(ctx, nw, p.chain, p.key, md, gen)
 		if err != nil {
 			return res, fmt.Errorf("restore %s on node %q: %w", p.key, p.to, err)
@@ -480,6 +504,9 @@ func (r *Runner) handOver(ctx context.Context, nodes []*hoNode, planned []planne
 		n := 0
 		for _, nd := range nodes {
 			if err := r.hook(HandoverRepoint, nd.id); err != nil {
+				return res, err
+			}
+			if err := ended(); err != nil {
 				return res, err
 			}
 			k, err := r.repointOn(ctx, nd, p.key, id, gen, p.to)

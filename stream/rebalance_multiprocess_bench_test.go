@@ -234,6 +234,7 @@ func TestRebalanceWorkerProcess(t *testing.T) {
 			return
 		}
 		if err := w.Deploy(r.Context(), d); err != nil {
+			slog.New(steps).Error("deployment refused", "job", d.Job, "epoch", d.Epoch, "err", err)
 			http.Error(rw, err.Error(), http.StatusInternalServerError)
 		}
 	})
@@ -459,6 +460,85 @@ func (mr *multiRun) measure(b *testing.B, f func()) multiWindow {
 	return win
 }
 
+// stateFiles is what the job master's process serves the worker
+// processes: the state files they push and those they restore
+// (actors.Execution's).
+type stateFiles interface {
+	ReceiveFile(epoch uint64, id snapshot.ID, name string, size int64, checksum uint32, body io.Reader) error
+	OpenRestoreFile(epoch uint64, name string) (*os.File, snapshot.Handle, error)
+}
+
+// procFiles serves, over HTTP, the state files of the job the master's
+// process runs now (PUT /files, GET /restore), as the daemon serves its
+// jobs'.
+//
+// A job invites the worker processes while it starts, before the call
+// that starts it returns: a worker restoring a savepoint fetches its
+// files at once. A request that comes while a job starts waits for it
+// (mu): served by the attempt before, or by none, it was refused, the
+// worker's deployment failed, and the job restarted from a savepoint
+// never ran.
+type procFiles struct {
+	mu  sync.RWMutex // held while a job starts; guards cur
+	cur stateFiles
+	// entered, when set, is called as a request reaches a handler.
+	entered func()
+}
+
+// start starts a job with run, which returns its execution, and serves
+// its files from then on; the requests that come meanwhile wait for it.
+func (f *procFiles) start(run func() stateFiles) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cur = run()
+}
+
+// job returns the execution whose files are served, nil before the first
+// start; while a job starts, it waits for it.
+func (f *procFiles) job() stateFiles {
+	if f.entered != nil {
+		f.entered()
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.cur
+}
+
+func (f *procFiles) handler() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("PUT /files", func(rw http.ResponseWriter, r *http.Request) {
+		epoch, _ := strconv.ParseUint(r.FormValue("epoch"), 10, 64)
+		id, _ := strconv.ParseUint(r.FormValue("id"), 10, 64)
+		size, _ := strconv.ParseInt(r.FormValue("size"), 10, 64)
+		sum, _ := strconv.ParseUint(r.FormValue("sum"), 10, 32)
+		j := f.job()
+		if j == nil {
+			http.Error(rw, "no job", http.StatusNotFound)
+			return
+		}
+		if err := j.ReceiveFile(epoch, snapshot.ID(id), r.FormValue("name"), size, uint32(sum), r.Body); err != nil {
+			http.Error(rw, err.Error(), http.StatusInternalServerError)
+		}
+	})
+	mux.HandleFunc("GET /restore", func(rw http.ResponseWriter, r *http.Request) {
+		epoch, _ := strconv.ParseUint(r.FormValue("epoch"), 10, 64)
+		j := f.job()
+		if j == nil {
+			http.Error(rw, "no job", http.StatusNotFound)
+			return
+		}
+		file, h, err := j.OpenRestoreFile(epoch, r.FormValue("name"))
+		if err != nil {
+			http.Error(rw, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		defer file.Close()
+		rw.Header().Set("Content-Length", strconv.FormatInt(h.Size, 10))
+		_, _ = io.Copy(rw, io.LimitReader(file, h.Size))
+	})
+	return mux
+}
+
 // BenchmarkRebalancePauseProcesses is BenchmarkRebalancePause with the
 // nodes in separate OS processes: the job master and the generator in
 // the benchmark's process (node-0), node-1 and node-2 in worker
@@ -515,37 +595,8 @@ func BenchmarkRebalancePauseProcesses(b *testing.B) {
 
 	// The master's files endpoints serve the current job.
 	var cur atomic.Pointer[stream.Job]
-	mux := http.NewServeMux()
-	mux.HandleFunc("PUT /files", func(rw http.ResponseWriter, r *http.Request) {
-		epoch, _ := strconv.ParseUint(r.FormValue("epoch"), 10, 64)
-		id, _ := strconv.ParseUint(r.FormValue("id"), 10, 64)
-		size, _ := strconv.ParseInt(r.FormValue("size"), 10, 64)
-		sum, _ := strconv.ParseUint(r.FormValue("sum"), 10, 32)
-		j := cur.Load()
-		if j == nil {
-			http.Error(rw, "no job", http.StatusNotFound)
-			return
-		}
-		if err := j.Execution().ReceiveFile(epoch, snapshot.ID(id), r.FormValue("name"), size, uint32(sum), r.Body); err != nil {
-			http.Error(rw, err.Error(), http.StatusInternalServerError)
-		}
-	})
-	mux.HandleFunc("GET /restore", func(rw http.ResponseWriter, r *http.Request) {
-		epoch, _ := strconv.ParseUint(r.FormValue("epoch"), 10, 64)
-		j := cur.Load()
-		if j == nil {
-			http.Error(rw, "no job", http.StatusNotFound)
-			return
-		}
-		f, h, err := j.Execution().OpenRestoreFile(epoch, r.FormValue("name"))
-		if err != nil {
-			http.Error(rw, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		defer f.Close()
-		rw.Header().Set("Content-Length", strconv.FormatInt(h.Size, 10))
-		_, _ = io.Copy(rw, io.LimitReader(f, h.Size))
-	})
+	files := &procFiles{}
+	mux := files.handler()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -595,10 +646,14 @@ func BenchmarkRebalancePauseProcesses(b *testing.B) {
 		if savepoint != "" {
 			opts = append(opts, stream.WithSavepoint(savepoint, false))
 		}
-		job, err := rebalJob(&total, opts...).ExecuteAsync(runCtx)
-		if err != nil {
-			b.Fatal(err)
-		}
+		var job *stream.Job
+		files.start(func() stateFiles {
+			var err error
+			if job, err = rebalJob(&total, opts...).ExecuteAsync(runCtx); err != nil {
+				b.Fatal(err)
+			}
+			return job.Execution()
+		})
 		cur.Store(job)
 		return job
 	}
@@ -715,6 +770,11 @@ func BenchmarkRebalancePauseProcesses(b *testing.B) {
 			}
 			j := start(path)
 			testutil.Eventually(b, 2*time.Minute, "the restarted job runs", func() bool {
+				select {
+				case <-j.Done():
+					b.Fatalf("the job restarted from savepoint %s ended: %v", path, j.Wait())
+				default:
+				}
 				r, _ := j.Execution().Runner()
 				if r == nil {
 					return false
