@@ -801,32 +801,60 @@ func (b *byteBudget) release(n int64) {
 
 // acker acknowledges the written messages in arrival order, each once
 // the log has made it durable (a dropped redelivery once everything
-// written before it is): one wait for the durability of a batch's last
-// record, then its acknowledgements, sent together.
+// written before it is): it takes every batch handed over so far (up to
+// maxAckBatches), waits once for the durability of their last record, so
+// that they share one group commit, then sends their acknowledgements,
+// each batch's together.
 func (s *Subscriber) acker() {
+	var bs []*batch
 	for {
 		select {
 		case b := <-s.pending:
-			s.ackBatch(b)
+			bs = append(bs[:0], b)
+		more:
+			for len(bs) < maxAckBatches {
+				select {
+				case b := <-s.pending:
+					bs = append(bs, b)
+				default:
+					break more
+				}
+			}
+			s.ackBatches(bs)
+			clear(bs)
 		case <-s.ctx.Done():
 			return
 		}
 	}
 }
 
-// ackBatch acknowledges b's deliveries; see acker.
-func (s *Subscriber) ackBatch(b *batch) {
+// maxAckBatches is the most batches the acker acknowledges after one
+// wait for durability.
+const maxAckBatches = 64
+
+// ackBatches acknowledges the deliveries of bs, in order; see acker.
+func (s *Subscriber) ackBatches(bs []*batch) {
 	var last uint64
 	wait := false
-	for i := range b.ds {
-		if d := &b.ds[i]; d.err == nil && d.has {
-			last, wait = max(last, d.off), true
+	for _, b := range bs {
+		for i := range b.ds {
+			if d := &b.ds[i]; d.err == nil && d.has {
+				last, wait = max(last, d.off), true
+			}
 		}
 	}
 	var werr error
 	if wait {
 		werr = s.log.WaitDurable(last)
 	}
+	for _, b := range bs {
+		s.ackBatch(b, werr)
+	}
+}
+
+// ackBatch acknowledges b's deliveries; werr is the error of the wait for
+// the durability of the last record of the batches acknowledged with b.
+func (s *Subscriber) ackBatch(b *batch, werr error) {
 	var size int64
 	for i := range b.ds {
 		d := &b.ds[i]
