@@ -804,7 +804,7 @@ func (b *byteBudget) release(n int64) {
 // written before it is): it takes every batch handed over so far (up to
 // maxAckBatches), waits once for the durability of their last record, so
 // that they share one group commit, then sends their acknowledgements,
-// each batch's together.
+// those of consecutive batches from one connection with one write.
 func (s *Subscriber) acker() {
 	var bs []*batch
 	for {
@@ -847,13 +847,19 @@ func (s *Subscriber) ackBatches(bs []*batch) {
 	if wait {
 		werr = s.log.WaitDurable(last)
 	}
-	for _, b := range bs {
+	for i, b := range bs {
+		a := b.acks
 		s.ackBatch(b, werr)
+		if i == len(bs)-1 || bs[i+1].acks != a {
+			a.send() // one write for the acks of consecutive batches of a connection
+		}
 	}
 }
 
-// ackBatch acknowledges b's deliveries; werr is the error of the wait for
-// the durability of the last record of the batches acknowledged with b.
+// ackBatch queues the acknowledgements of b's deliveries (the caller
+// sends them) and releases their budget; werr is the error of the wait
+// for the durability of the last record of the batches acknowledged with
+// b.
 func (s *Subscriber) ackBatch(b *batch, werr error) {
 	var size int64
 	for i := range b.ds {
@@ -879,7 +885,6 @@ func (s *Subscriber) ackBatch(b *batch, werr error) {
 		}
 		b.acks.ack(d)
 	}
-	b.acks.send()
 	s.unacked.Add(-int64(len(b.ds)))
 	s.release(int64(len(b.ds)), size)
 	s.putBatch(b)
