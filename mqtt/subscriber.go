@@ -159,9 +159,13 @@ func (c SubscriberConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Subscriber subscribes to an external MQTT broker (Mosquitto, ...) with
-// paho and appends every message it receives to an ingest log, the
-// replayable input of the pipeline's Source.
+// Subscriber subscribes to an external MQTT broker (Mosquitto, ...) and
+// appends every message it receives to an ingest log, the replayable
+// input of the pipeline's Source. What reads the connection is the direct
+// reader (runDirect) or paho (SubscriberConfig.Client); the append, the
+// redelivery table, the budgets and the acker below are the same for
+// both, and what is said of paho's handler holds for the direct reader's
+// loop (which hands the acker batches instead of single messages).
 //
 // Delivery is at-least-once for QoS 1 and 2: paho's automatic acks are
 // disabled and a message is acknowledged (PUBACK) only once it is durable
@@ -259,7 +263,8 @@ func (c SubscriberConfig) Validate() error {
 // identifier (from an older log) never match.
 //
 // paho reconnects by itself (ConnectRetry, AutoReconnect, backoff up to
-// MaxReconnectInterval) and the subscriber resubscribes on every connect.
+// MaxReconnectInterval), as the direct reader does (runDirect), and the
+// subscriber resubscribes on every connect.
 // Messages the broker resends before the subscription is renewed reach
 // the default publish handler, which is the same handler.
 type Subscriber struct {
