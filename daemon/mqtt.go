@@ -148,7 +148,7 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 		sub, err := mqtt.NewSubscriber(mqtt.SubscriberConfig{
 			Broker: src.Broker, Pipeline: pc.Name, ClientID: src.ClientID,
 			Topics: src.Topics, QoS: byte(src.QoS), Logger: n.log.With("pipeline", pc.Name),
-			MaxPending: src.MaxPending, RedeliveryWindow: src.RedeliveryWindow,
+			MaxPending: src.MaxPending, RedeliveryWindow: src.RedeliveryWindow, Client: src.Client,
 			MaxPendingBytes: int64(n.mem.MQTTPendingBytes),
 		}, log)
 		if err != nil {

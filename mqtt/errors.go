@@ -27,3 +27,17 @@ var (
 	// with a damaged record before its end.
 	ErrCorruptSession = errors.New("mqtt: corrupt broker session journal")
 )
+
+// Errors of a Subscriber's direct reader (SubscriberConfig.Client
+// "direct"); it logs them and reconnects.
+var (
+	// ErrConnectRefused is returned when the broker refuses the
+	// connection (a CONNACK with a non-zero return code).
+	ErrConnectRefused = errors.New("mqtt: broker refused the connection")
+	// ErrSubscribeRefused is returned when the broker refuses every
+	// topic filter of the subscription (SUBACK 0x80).
+	ErrSubscribeRefused = errors.New("mqtt: broker refused the subscription")
+	// ErrMalformedPacket is returned for a packet from the broker that
+	// cannot be decoded or that a broker must not send to a subscriber.
+	ErrMalformedPacket = errors.New("mqtt: malformed packet from the broker")
+)

@@ -61,11 +61,27 @@ type SubscriberConfig struct {
 	// allocates packet identifiers in sequence never repeats one within
 	// it. YAML source.mqtt.redelivery_window; default 65535.
 	RedeliveryWindow int
-	// MaxReconnectInterval caps paho's reconnect backoff. Default 10s.
+	// MaxReconnectInterval caps the reconnect backoff. Default 10s.
 	MaxReconnectInterval time.Duration
+	// Client chooses what reads the broker's connection: ClientDirect
+	// (one goroutine reads and decodes the packets in batches, see
+	// directSession) or ClientPaho (the paho client). Empty means
+	// ClientDirect for the brokers it can dial (tcp://, mqtt://, ssl://,
+	// tls://, mqtts://, tcps://, mqtt+ssl://, unix://) and ClientPaho for
+	// the others (ws://, wss://). YAML source.mqtt.client.
+	Client string
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
+
+// The values of SubscriberConfig.Client.
+const (
+	// ClientDirect reads the broker's connection on one goroutine and
+	// hands the messages to the log in batches.
+	ClientDirect = "direct"
+	// ClientPaho reads the broker's connection with the paho client.
+	ClientPaho = "paho"
+)
 
 // DefaultMaxPendingBytes is SubscriberConfig.MaxPendingBytes by default.
 const DefaultMaxPendingBytes = 8 << 20
@@ -91,6 +107,12 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	}
 	if c.MaxReconnectInterval <= 0 {
 		c.MaxReconnectInterval = 10 * time.Second
+	}
+	if c.Client == "" {
+		c.Client = ClientPaho
+		if directScheme(c.Broker) {
+			c.Client = ClientDirect
+		}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -122,15 +144,28 @@ func (c SubscriberConfig) Validate() error {
 	if c.QoS > 2 {
 		bad("source.mqtt.qos (%d) must be 0, 1 or 2", c.QoS)
 	}
+	switch c.Client {
+	case ClientPaho:
+	case ClientDirect:
+		if c.Broker != "" && !directScheme(c.Broker) {
+			bad("source.mqtt.client (direct) dials tcp://, mqtt://, ssl://, tls://, mqtts://, tcps://, mqtt+ssl:// and unix:// brokers, not %q: use client: paho", c.Broker)
+		}
+	default:
+		bad("source.mqtt.client (%q) must be %q or %q", c.Client, ClientPaho, ClientDirect)
+	}
 	if w := c.RedeliveryWindow; w <= 2*c.MaxPending || w >= 1<<16 {
 		bad("source.mqtt.redelivery_window (%d) must exceed twice source.mqtt.max_pending (%d) and stay below 65536", w, c.MaxPending)
 	}
 	return errors.Join(errs...)
 }
 
-// Subscriber subscribes to an external MQTT broker (Mosquitto, ...) with
-// paho and appends every message it receives to an ingest log, the
-// replayable input of the pipeline's Source.
+// Subscriber subscribes to an external MQTT broker (Mosquitto, ...) and
+// appends every message it receives to an ingest log, the replayable
+// input of the pipeline's Source. What reads the connection is the direct
+// reader (runDirect) or paho (SubscriberConfig.Client); the append, the
+// redelivery table, the budgets and the acker below are the same for
+// both, and what is said of paho's handler holds for the direct reader's
+// loop (which hands the acker batches instead of single messages).
 //
 // Delivery is at-least-once for QoS 1 and 2: paho's automatic acks are
 // disabled and a message is acknowledged (PUBACK) only once it is durable
@@ -228,7 +263,8 @@ func (c SubscriberConfig) Validate() error {
 // identifier (from an older log) never match.
 //
 // paho reconnects by itself (ConnectRetry, AutoReconnect, backoff up to
-// MaxReconnectInterval) and the subscriber resubscribes on every connect.
+// MaxReconnectInterval), as the direct reader does (runDirect), and the
+// subscriber resubscribes on every connect.
 // Messages the broker resends before the subscription is renewed reach
 // the default publish handler, which is the same handler.
 type Subscriber struct {
@@ -236,18 +272,22 @@ type Subscriber struct {
 	log    *ingestlog.Log
 	logger *slog.Logger
 
-	mu      sync.Mutex // guards client, started, closed; and inflight.Add
+	mu      sync.Mutex // guards client, dconn, started, closed; and inflight.Add
 	client  paho.Client
+	dconn   *directConn      // the direct reader's current connection, if any
 	store   *subscriberStore // paho's store; set by Start
 	started bool
 	closed  bool
 
 	ctx      context.Context // cancelled by Close: unblocks appends
 	cancel   context.CancelFunc
-	pending  chan *delivery // in arrival order, for the acker
-	budget   *byteBudget    // payload bytes received, not yet acknowledged
-	inflight sync.WaitGroup // handlers and the acker
-	ready    chan struct{}  // closed after the first successful subscribe
+	tryCtx   context.Context // already cancelled: an append that would wait for space fails instead
+	pending  chan *batch     // in arrival order, for the acker
+	budget   *byteBudget     // payload bytes received, not yet acknowledged
+	slots    *byteBudget     // messages received, not yet acknowledged (MaxPending)
+	batches  sync.Pool       // of *batch
+	inflight sync.WaitGroup  // handlers, the direct reader and the acker
+	ready    chan struct{}   // closed after the first successful subscribe
 	once     sync.Once
 
 	// seen is the latest record per packet id, within the last W fresh
@@ -264,6 +304,11 @@ type Subscriber struct {
 	lastOff  uint64
 	wrote    bool
 	openConn paho.OpenConnectionFunc // tests: how to dial the broker (wrapped in a bufferedConn); nil dials TCP
+
+	// The direct reader's connections (tests and logs).
+	keepAlive time.Duration // 0: defaultKeepAlive; tests shorten it
+	connects  atomic.Uint64 // connections accepted by the broker (CONNACK 0)
+	pings     atomic.Uint64 // PINGRESPs received
 }
 
 // DedupWindow returns W, the number of last appended records a
@@ -408,9 +453,13 @@ func (s *Subscriber) loadTail() error {
 
 // delivery is one received message on its way to the log and the ack.
 type delivery struct {
-	msg  paho.Message
-	key  msgKey
-	size int64 // payload bytes, held in the budget until acknowledged
+	msg   paho.Message // paho's message, acknowledged with its Ack; nil from the direct reader
+	topic string       // for logs; the direct reader sets it only for a delivery it logs
+	id    uint16       // packet identifier; 0 for QoS 0
+	qos   byte
+	dup   bool
+	key   msgKey
+	size  int64 // payload bytes, held in the budget until acknowledged
 	// off is the offset to wait for before the acknowledgement: the
 	// record's own, or for a dropped redelivery the last record written
 	// before it (its original may be that recent); has says there is one.
@@ -431,12 +480,16 @@ func NewSubscriber(cfg SubscriberConfig, log *ingestlog.Log) (*Subscriber, error
 		return nil, fmt.Errorf("%w: subscriber needs an ingest log", ErrInvalidConfig)
 	}
 	cfg = cfg.withDefaults()
+	tryCtx, cancel := context.WithCancel(context.Background())
+	cancel()
 	return &Subscriber{
 		cfg:     cfg,
 		log:     log,
 		logger:  cfg.Logger.With("component", "mqtt-subscriber", "broker", cfg.Broker, "client_id", cfg.ClientID),
-		pending: make(chan *delivery, cfg.MaxPending),
+		tryCtx:  tryCtx,
+		pending: make(chan *batch, cfg.MaxPending),
 		budget:  newByteBudget(cfg.MaxPendingBytes),
+		slots:   newByteBudget(int64(cfg.MaxPending)),
 		ready:   make(chan struct{}),
 	}, nil
 }
@@ -459,6 +512,12 @@ func (s *Subscriber) Start(ctx context.Context) error {
 	}
 	s.started = true
 	s.ctx, s.cancel = context.WithCancel(ctx)
+	s.inflight.Go(s.acker)
+	s.logger.Info("mqtt subscriber connecting", "topics", s.cfg.Topics, "qos", s.cfg.QoS, "client", s.cfg.Client)
+	if s.cfg.Client == ClientDirect {
+		s.inflight.Go(s.runDirect)
+		return nil
+	}
 	s.store = newSubscriberStore()
 
 	o := paho.NewClientOptions().AddBroker(s.cfg.Broker).SetClientID(s.cfg.ClientID).
@@ -477,9 +536,7 @@ func (s *Subscriber) Start(ctx context.Context) error {
 			s.logger.Warn("mqtt subscriber: connection lost; reconnecting", "error", err)
 		})
 	s.client = paho.NewClient(o)
-	s.inflight.Go(s.acker)
 	s.client.Connect() // with ConnectRetry it retries in the background
-	s.logger.Info("mqtt subscriber connecting", "topics", s.cfg.Topics, "qos", s.cfg.QoS)
 	return nil
 }
 
@@ -524,54 +581,164 @@ func (s *Subscriber) handle(_ paho.Client, m paho.Message) {
 	s.inflight.Add(1)
 	s.mu.Unlock()
 	defer s.inflight.Done()
-	d := &delivery{msg: m, key: keyOf(m.MessageID(), m.Topic(), m.Payload()), size: int64(len(m.Payload()))}
-	if !s.budget.acquire(s.ctx, d.size) { // blocks when MaxPendingBytes are unacknowledged
+	d := delivery{msg: m, topic: m.Topic(), id: m.MessageID(), qos: m.Qos(), dup: m.Duplicate(),
+		key: keyOf(m.MessageID(), m.Topic(), m.Payload()), size: int64(len(m.Payload()))}
+	if !s.acquire(s.ctx, d.size) { // blocks when MaxPending messages or MaxPendingBytes are unacknowledged
 		return
 	}
-	s.process(d)
-	select {
-	case s.pending <- d: // the common case: the acker keeps up
-	default:
-		select {
-		case s.pending <- d: // blocks when MaxPending are unacknowledged
-		case <-s.ctx.Done():
-			s.budget.release(d.size)
-			return // not acknowledged: redelivered on the next session
+	if !s.dedup(&d) {
+		if err := s.appendRecord(s.ctx, &d, m.Topic(), m.Payload(), m.Retained()); err != nil {
+			d.err = err
 		}
 	}
-	raise(&s.maxUnack, s.unacked.Add(1))
+	b := s.newBatch(pahoAcks{})
+	b.ds = append(b.ds, d)
+	s.handOff(b)
 }
 
-// process writes d to the log, or drops it as the redelivery of a record
-// in the log. Called in arrival order, one at a time.
-func (s *Subscriber) process(d *delivery) {
-	m := d.msg
-	d.off, d.has = s.lastOff, s.wrote
-	if m.Duplicate() && m.MessageID() != 0 {
-		s.dups.Add(1)
-		age, dup := s.seen.has(d.key)
-		if dup {
-			raise(&s.maxAge, int64(age))
-			d.dropped = true
-			s.dropped.Add(1)
+// acquire takes a message's place and size bytes of the budgets of
+// messages received but not acknowledged, waiting until they are free
+// or ctx is done; it reports whether it took them.
+func (s *Subscriber) acquire(ctx context.Context, size int64) bool {
+	if !s.slots.acquire(ctx, 1) {
+		return false
+	}
+	if !s.budget.acquire(ctx, size) {
+		s.slots.release(1)
+		return false
+	}
+	return true
+}
+
+// tryAcquire is acquire without waiting.
+func (s *Subscriber) tryAcquire(size int64) bool {
+	if !s.slots.tryAcquire(1) {
+		return false
+	}
+	if !s.budget.tryAcquire(size) {
+		s.slots.release(1)
+		return false
+	}
+	return true
+}
+
+// handOff gives b, whose deliveries hold their places in the budgets, to
+// the acker. If the subscriber closes first, b's deliveries stay
+// unacknowledged (redelivered on the next session).
+func (s *Subscriber) handOff(b *batch) {
+	n := int64(len(b.ds))
+	select {
+	case s.pending <- b: // the common case: the acker keeps up
+	default:
+		select {
+		case s.pending <- b:
+		case <-s.ctx.Done():
+			var size int64
+			for i := range b.ds {
+				size += min(b.ds[i].size, s.budget.max)
+			}
+			s.release(n, size)
+			s.putBatch(b)
 			return
 		}
 	}
-	off, err := s.log.AppendNoWait(s.ctx, ingestlog.Message{
-		Topic:    m.Topic(),
-		Payload:  m.Payload(),
-		QoS:      m.Qos(),
-		Retain:   m.Retained(),
+	raise(&s.maxUnack, s.unacked.Add(n))
+}
+
+// release gives back the places of n messages of size bytes in all.
+func (s *Subscriber) release(n, size int64) {
+	s.budget.release(size)
+	s.slots.release(n)
+}
+
+// dedup reports whether d is the redelivery of a record in the log
+// (see Subscriber), and marks it dropped then. It sets d.off to the last
+// record written before d. Called in arrival order, one at a time, on the
+// goroutine that reads the broker's messages.
+func (s *Subscriber) dedup(d *delivery) bool {
+	d.off, d.has = s.lastOff, s.wrote
+	if !d.dup || d.id == 0 {
+		return false
+	}
+	s.dups.Add(1)
+	age, dup := s.seen.has(d.key)
+	if !dup {
+		return false
+	}
+	raise(&s.maxAge, int64(age))
+	d.dropped = true
+	s.dropped.Add(1)
+	return true
+}
+
+// appendRecord writes d's message to the log without waiting for the
+// fsync and records it in the redelivery table. It returns the append's
+// error and then changes nothing: with s.tryCtx an append that would
+// wait for log space fails at once (wouldBlock). Called like dedup.
+func (s *Subscriber) appendRecord(ctx context.Context, d *delivery, topic string, payload []byte, retain bool) error {
+	off, err := s.log.AppendNoWait(ctx, ingestlog.Message{
+		Topic:    topic,
+		Payload:  payload,
+		QoS:      d.qos,
+		Retain:   retain,
 		Received: time.Now(),
-		PacketID: m.MessageID(),
+		PacketID: d.id,
 	})
 	if err != nil {
-		d.err = err
-		return
+		return err
 	}
 	d.off, d.has = off, true
 	s.lastOff, s.wrote = off, true
-	s.seen.add(d.key, !m.Duplicate())
+	s.seen.add(d.key, !d.dup)
+	return nil
+}
+
+// wouldBlock reports whether err is the failure of an append with
+// s.tryCtx that found no log space, while the subscriber runs.
+func (s *Subscriber) wouldBlock(err error) bool {
+	return errors.Is(err, context.Canceled) && s.ctx.Err() == nil
+}
+
+// batch is a run of deliveries in arrival order, handed to the acker at
+// once.
+type batch struct {
+	ds   []delivery
+	acks acknowledger // where their acknowledgements go
+}
+
+// acknowledger sends acknowledgements on the connection the deliveries
+// arrived on. Called by the acker goroutine only; it may block on the
+// network.
+type acknowledger interface {
+	// ack acknowledges d (nothing for QoS 0).
+	ack(d *delivery)
+	// send writes what ack queued.
+	send()
+}
+
+// pahoAcks acknowledges through paho's message.
+type pahoAcks struct{}
+
+func (pahoAcks) ack(d *delivery) { d.msg.Ack() }
+func (pahoAcks) send()           {}
+
+// maxBatch is the most deliveries the direct reader hands to the acker
+// at once.
+const maxBatch = 256
+
+func (s *Subscriber) newBatch(a acknowledger) *batch {
+	b, _ := s.batches.Get().(*batch)
+	if b == nil {
+		b = &batch{ds: make([]delivery, 0, 1)}
+	}
+	b.acks = a
+	return b
+}
+
+func (s *Subscriber) putBatch(b *batch) {
+	clear(b.ds)
+	b.ds, b.acks = b.ds[:0], nil
+	s.batches.Put(b)
 }
 
 // byteBudget bounds the bytes held at once; safe for concurrent use.
@@ -611,6 +778,19 @@ func (b *byteBudget) acquire(ctx context.Context, n int64) bool {
 	}
 }
 
+// tryAcquire takes n bytes like acquire if they are free now, and
+// reports whether it took them.
+func (b *byteBudget) tryAcquire(n int64) bool {
+	n = min(n, b.max)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n <= b.max {
+		b.used += n
+		return true
+	}
+	return false
+}
+
 // release gives back n bytes taken by acquire.
 func (b *byteBudget) release(n int64) {
 	n = min(n, b.max)
@@ -626,36 +806,93 @@ func (b *byteBudget) release(n int64) {
 
 // acker acknowledges the written messages in arrival order, each once
 // the log has made it durable (a dropped redelivery once everything
-// written before it is).
+// written before it is): it takes every batch handed over so far (up to
+// maxAckBatches), waits once for the durability of their last record, so
+// that they share one group commit, then sends their acknowledgements,
+// those of consecutive batches from one connection with one write.
 func (s *Subscriber) acker() {
+	var bs []*batch
 	for {
 		select {
-		case d := <-s.pending:
-			if d.err == nil && d.has {
-				d.err = s.log.WaitDurable(d.off)
-			}
-			s.unacked.Add(-1)
-			s.budget.release(d.size)
-			if d.err != nil {
-				if s.ctx.Err() == nil {
-					s.logger.Error("mqtt subscriber: ingest append failed; message left unacknowledged for redelivery",
-						"topic", d.msg.Topic(), "error", d.err)
-				}
-				continue
-			}
-			if d.dropped {
-				s.logger.Debug("mqtt subscriber: dropped a redelivery of a logged message", "topic", d.msg.Topic(),
-					"packet_id", d.msg.MessageID())
-				if s.dropped.Load() == 1 {
-					s.logger.Info("mqtt subscriber: dropping redeliveries (DUP, same packet id and content as one of the last W records)",
-						"window", s.cfg.DedupWindow())
+		case b := <-s.pending:
+			bs = append(bs[:0], b)
+		more:
+			for len(bs) < maxAckBatches {
+				select {
+				case b := <-s.pending:
+					bs = append(bs, b)
+				default:
+					break more
 				}
 			}
-			d.msg.Ack()
+			s.ackBatches(bs)
+			clear(bs)
 		case <-s.ctx.Done():
 			return
 		}
 	}
+}
+
+// maxAckBatches is the most batches the acker acknowledges after one
+// wait for durability.
+const maxAckBatches = 64
+
+// ackBatches acknowledges the deliveries of bs, in order; see acker.
+func (s *Subscriber) ackBatches(bs []*batch) {
+	var last uint64
+	wait := false
+	for _, b := range bs {
+		for i := range b.ds {
+			if d := &b.ds[i]; d.err == nil && d.has {
+				last, wait = max(last, d.off), true
+			}
+		}
+	}
+	var werr error
+	if wait {
+		werr = s.log.WaitDurable(last)
+	}
+	for i, b := range bs {
+		a := b.acks
+		s.ackBatch(b, werr)
+		if i == len(bs)-1 || bs[i+1].acks != a {
+			a.send() // one write for the acks of consecutive batches of a connection
+		}
+	}
+}
+
+// ackBatch queues the acknowledgements of b's deliveries (the caller
+// sends them) and releases their budget; werr is the error of the wait
+// for the durability of the last record of the batches acknowledged with
+// b.
+func (s *Subscriber) ackBatch(b *batch, werr error) {
+	var size int64
+	for i := range b.ds {
+		d := &b.ds[i]
+		size += min(d.size, s.budget.max)
+		if d.err == nil && d.has && werr != nil {
+			d.err = s.log.WaitDurable(d.off) // the earlier ones may be durable
+		}
+		if d.err != nil {
+			if s.ctx.Err() == nil {
+				s.logger.Error("mqtt subscriber: ingest append failed; message left unacknowledged for redelivery",
+					"topic", d.topic, "error", d.err)
+			}
+			continue
+		}
+		if d.dropped {
+			s.logger.Debug("mqtt subscriber: dropped a redelivery of a logged message", "topic", d.topic,
+				"packet_id", d.id)
+			if s.dropped.Load() == 1 {
+				s.logger.Info("mqtt subscriber: dropping redeliveries (DUP, same packet id and content as one of the last W records)",
+					"window", s.cfg.DedupWindow())
+			}
+		}
+		b.acks.ack(d)
+	}
+	s.unacked.Add(-int64(len(b.ds)))
+	s.release(int64(len(b.ds)), size)
+	s.putBatch(b)
 }
 
 // Close disconnects from the broker and waits for the handlers, appends
@@ -668,13 +905,21 @@ func (s *Subscriber) Close() error {
 		return nil
 	}
 	s.closed = true
-	client := s.client
+	client, started := s.client, s.started
 	s.mu.Unlock()
-	if client == nil {
+	if !started {
 		return nil
 	}
 	s.cancel()
-	client.Disconnect(250)
+	if client != nil {
+		client.Disconnect(250)
+	}
+	s.mu.Lock()
+	dc := s.dconn
+	s.mu.Unlock()
+	if dc != nil {
+		dc.disconnect() // the direct reader sees the connection end
+	}
 	s.inflight.Wait()
 	s.logger.Info("mqtt subscriber closed", "redeliveries_dropped", s.dropped.Load(),
 		"max_redelivery_age", s.maxAge.Load(), "window", s.cfg.DedupWindow(),

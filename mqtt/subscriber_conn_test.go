@@ -38,11 +38,15 @@ func (c countingConn) Write(p []byte) (int, error) {
 // reads of the connection than messages (paho alone reads each packet in
 // two or three reads), and every message is still appended once.
 func TestSubscriberReadsThroughBuffer(t *testing.T) {
+	forEachClient(t, testSubscriberReadsThroughBuffer)
+}
+
+func testSubscriberReadsThroughBuffer(t *testing.T, client string) {
 	const n = 3000
 	br := startBroker(t, nil) // the "external" broker
 	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
 	var reads, writes atomic.Int64
-	s, err := NewSubscriber(SubscriberConfig{Broker: "tcp://" + br.Addr(), ClientID: "edged-buffered", Topics: []string{"sensors/#"}}, l)
+	s, err := NewSubscriber(SubscriberConfig{Broker: "tcp://" + br.Addr(), ClientID: "edged-buffered", Topics: []string{"sensors/#"}, Client: client}, l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,13 +140,17 @@ func TestBufferedConnReportsWriteError(t *testing.T) {
 // received but not acknowledged, not MaxPending messages: large payloads
 // do not multiply memory. Once space is released, every message arrives.
 func TestSubscriberBoundsPendingBytes(t *testing.T) {
+	forEachClient(t, testSubscriberBoundsPendingBytes)
+}
+
+func testSubscriberBoundsPendingBytes(t *testing.T, client string) {
 	const n, size = 40, 4 << 10
 	br := startBroker(t, nil) // the "external" broker
 	opts := ingestlog.DefaultOptions()
 	opts.MaxBytes = 6 * size // a few payloads, then appends wait for space
 	l := openLog(t, t.TempDir(), opts)
 	sub := startSubscriberWith(t, SubscriberConfig{Broker: "tcp://" + br.Addr(), ClientID: "edged-bytes",
-		Topics: []string{"sensors/#"}, MaxPendingBytes: 3 * size}, l)
+		Topics: []string{"sensors/#"}, MaxPendingBytes: 3 * size, Client: client}, l)
 	pub := connect(t, br.Addr(), "publisher")
 	payload := make([]byte, size)
 	for i := range n {

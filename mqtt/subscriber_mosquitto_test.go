@@ -102,6 +102,10 @@ func startMosquitto(t *testing.T, conf string) string {
 // DUP. Every reading is in the log exactly once, and so is every one of
 // the repeated "ON" messages.
 func TestSubscriberMosquittoKillsExactlyOnce(t *testing.T) {
+	forEachClient(t, testSubscriberMosquittoKillsExactlyOnce)
+}
+
+func testSubscriberMosquittoKillsExactlyOnce(t *testing.T, client string) {
 	if testing.Short() {
 		t.Skip("kills against a real broker")
 	}
@@ -115,7 +119,7 @@ func TestSubscriberMosquittoKillsExactlyOnce(t *testing.T) {
 	k := &killable{}
 	start := func() *Subscriber {
 		cfg := SubscriberConfig{Broker: "tcp://" + mq, ClientID: "edged-kill", Topics: []string{"sensors/#", "lamps/#"},
-			RedeliveryWindow: window}
+			RedeliveryWindow: window, Client: client}
 		s, err := NewSubscriber(cfg, l)
 		if err != nil {
 			t.Fatal(err)

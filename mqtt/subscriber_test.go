@@ -15,7 +15,21 @@ import (
 
 func startSubscriber(t *testing.T, addr, id string, l *ingestlog.Log) *Subscriber {
 	t.Helper()
-	return startSubscriberWith(t, SubscriberConfig{Broker: "tcp://" + addr, ClientID: id, Topics: []string{"sensors/#"}}, l)
+	return startSubscriberClient(t, addr, id, "", l)
+}
+
+// startSubscriberClient starts a subscriber of addr reading it with client
+// (SubscriberConfig.Client; "" the default).
+func startSubscriberClient(t *testing.T, addr, id, client string, l *ingestlog.Log) *Subscriber {
+	t.Helper()
+	return startSubscriberWith(t, SubscriberConfig{Broker: "tcp://" + addr, ClientID: id, Topics: []string{"sensors/#"}, Client: client}, l)
+}
+
+// forEachClient runs test once with each way of reading the broker.
+func forEachClient(t *testing.T, test func(t *testing.T, client string)) {
+	for _, c := range []string{ClientDirect, ClientPaho} {
+		t.Run("client="+c, func(t *testing.T) { test(t, c) })
+	}
 }
 
 func startSubscriberWith(t *testing.T, cfg SubscriberConfig, l *ingestlog.Log) *Subscriber {
@@ -107,10 +121,14 @@ func waitAppends(t *testing.T, l *ingestlog.Log, n uint64) {
 }
 
 func TestSubscriberIngestsEveryMessage(t *testing.T) {
+	forEachClient(t, testSubscriberIngestsEveryMessage)
+}
+
+func testSubscriberIngestsEveryMessage(t *testing.T, client string) {
 	const n = 5000
 	br := startBroker(t, nil) // the "external" broker
 	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
-	sub := startSubscriber(t, br.Addr(), "edged-test", l)
+	sub := startSubscriberClient(t, br.Addr(), "edged-test", client, l)
 	pub := connect(t, br.Addr(), "publisher")
 	if err := publishSeq(t, pub, 0, n); err != nil {
 		t.Fatal(err)
@@ -143,10 +161,14 @@ func TestSubscriberIngestsEveryMessage(t *testing.T) {
 // clone of its inflight messages and its ClearInflights), a broker bug
 // that is not the subscriber's to test.
 func TestSubscriberResumeLosesNothing(t *testing.T) {
+	forEachClient(t, testSubscriberResumeLosesNothing)
+}
+
+func testSubscriberResumeLosesNothing(t *testing.T, client string) {
 	const n = 5000
 	br := startBroker(t, nil)
 	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
-	sub := startSubscriber(t, br.Addr(), "edged-resume", l)
+	sub := startSubscriberClient(t, br.Addr(), "edged-resume", client, l)
 	pub := connect(t, br.Addr(), "publisher")
 
 	// Phase 1: the first half while the first subscriber runs, then kill
@@ -164,7 +186,7 @@ func TestSubscriberResumeLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Phase 3: resume the session, then the rest.
-	sub = startSubscriber(t, br.Addr(), "edged-resume", l)
+	sub = startSubscriberClient(t, br.Addr(), "edged-resume", client, l)
 	if err := publishSeq(t, pub, n/2+n/4, n-n/2-n/4); err != nil {
 		t.Fatal(err)
 	}
@@ -255,11 +277,13 @@ func TestSubscriberDedupWindowIsBounded(t *testing.T) {
 // The log keeps the order in which the broker delivered the messages (one
 // publisher, so its order): concurrent appends used to reorder them, and a
 // reading moved behind later ones can fall behind the watermark.
-func TestSubscriberKeepsArrivalOrder(t *testing.T) {
+func TestSubscriberKeepsArrivalOrder(t *testing.T) { forEachClient(t, testSubscriberKeepsArrivalOrder) }
+
+func testSubscriberKeepsArrivalOrder(t *testing.T, client string) {
 	const n = 5000
 	br := startBroker(t, nil)
 	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
-	sub := startSubscriber(t, br.Addr(), "edged-order", l)
+	sub := startSubscriberClient(t, br.Addr(), "edged-order", client, l)
 	pub := connect(t, br.Addr(), "publisher")
 	if err := publishSeq(t, pub, 0, n); err != nil {
 		t.Fatal(err)

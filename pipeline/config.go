@@ -170,6 +170,12 @@ type MQTTSourceConfig struct {
 	// redelivery from an external broker is compared with; default 65535;
 	// it must exceed twice max_pending and stay below 65536.
 	RedeliveryWindow int `yaml:"redelivery_window"`
+	// Client is what reads an external broker's connection: "direct"
+	// (one goroutine reads and decodes the packets and hands them to the
+	// ingest log in batches) or "paho" (the paho client). Default direct
+	// for tcp://, mqtt://, ssl://, tls://, mqtts:// and unix:// brokers,
+	// paho for ws:// and wss:// (which direct does not dial).
+	Client string `yaml:"client"`
 	// Format is "json" or "csv". Required.
 	Format string `yaml:"format"`
 	// Delimiter of csv; default ",".

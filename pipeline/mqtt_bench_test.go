@@ -233,17 +233,22 @@ pipelines:
 // draining / messages). Run with -benchtime 1x:
 //
 //	go test ./pipeline -run '^$' -bench MQTTPipeline -benchtime 1x [-mqtt.msgs 1000000]
+//
+// client= is what reads the broker (source.mqtt.client): the direct
+// reader or paho.
 func BenchmarkMQTTPipeline(b *testing.B) {
 	for _, sink := range []string{"stdout", "mqtt"} {
-		b.Run("sink="+sink, func(b *testing.B) {
-			for b.Loop() {
-				benchMQTTPipelineOnce(b, sink)
-			}
-		})
+		for _, client := range []string{mqtt.ClientDirect, mqtt.ClientPaho} {
+			b.Run("sink="+sink+"/client="+client, func(b *testing.B) {
+				for b.Loop() {
+					benchMQTTPipelineOnce(b, sink, client)
+				}
+			})
+		}
 	}
 }
 
-func benchMQTTPipelineOnce(b *testing.B, sinkKind string) {
+func benchMQTTPipelineOnce(b *testing.B, sinkKind, client string) {
 	b.StopTimer()
 	url := "tcp://" + startBenchMosquittoAddr(b)
 	n, keys := *benchMsgs, *benchKeys
@@ -285,7 +290,7 @@ func benchMQTTPipelineOnce(b *testing.B, sinkKind string) {
 	}
 	src := pc.Source.MQTT
 	sub, err := mqtt.NewSubscriber(mqtt.SubscriberConfig{Broker: url, Pipeline: pc.Name, ClientID: src.ClientID,
-		Topics: src.Topics, QoS: byte(src.QoS)}, log)
+		Topics: src.Topics, QoS: byte(src.QoS), Client: client}, log)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/expr-lang/expr/vm"
 
 	"github.com/edgedio/edged/keygroup"
+	"github.com/edgedio/edged/mqtt"
 	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/snapshot"
 )
@@ -433,6 +434,15 @@ func (pc *PipelineConfig) compileSource(p *problems, path string, pl *plan) *Sch
 		}
 		if m.MaxPending < 0 {
 			p.add(mp+".max_pending", fmt.Sprintf("(%d) must not be negative", m.MaxPending))
+		}
+		switch m.Client {
+		case "", mqtt.ClientPaho:
+		case mqtt.ClientDirect:
+			if u, err := url.Parse(m.Broker); m.Broker != "" && err == nil && (u.Scheme == "ws" || u.Scheme == "wss") {
+				p.add(mp+".client", fmt.Sprintf("(direct) does not dial %q (WebSocket): use client: paho", m.Broker))
+			}
+		default:
+			p.add(mp+".client", fmt.Sprintf("(%q) must be %q or %q", m.Client, mqtt.ClientDirect, mqtt.ClientPaho))
 		}
 		pending, window := m.MaxPending, m.RedeliveryWindow
 		if pending == 0 {

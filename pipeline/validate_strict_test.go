@@ -142,6 +142,27 @@ func TestMQTTSinkQoSAndRedeliverySettings(t *testing.T) {
 		`pipelines[0].source.mqtt.redelivery_window: (1000) must exceed twice max_pending (1024) and stay below 65536`)
 }
 
+// source.mqtt.client chooses what reads an external broker; a value
+// other than direct or paho, and direct for a WebSocket broker, are
+// refused naming the key.
+func TestMQTTSourceClient(t *testing.T) {
+	ext := strings.Replace(mqttSourcePipeline, "topics: [s/+]", "broker: tcp://127.0.0.1:1883\n        topics: [s/+]", 1)
+	for _, c := range []string{"direct", "paho"} {
+		cfg, err := Parse([]byte(strings.Replace(ext, "format: json", "client: "+c+"\n        format: json", 1)))
+		if err != nil || cfg.Pipelines[0].Source.MQTT.Client != c {
+			t.Fatalf("client %s: %v", c, err)
+		}
+	}
+	wantProblems(t, strings.Replace(ext, "format: json", "client: mosquitto\n        format: json", 1),
+		`pipelines[0].source.mqtt.client: ("mosquitto") must be "direct" or "paho"`)
+	ws := strings.Replace(ext, "tcp://", "ws://", 1)
+	wantProblems(t, strings.Replace(ws, "format: json", "client: direct\n        format: json", 1),
+		`pipelines[0].source.mqtt.client: (direct) does not dial "ws://127.0.0.1:1883" (WebSocket): use client: paho`)
+	if _, err := Parse([]byte(strings.Replace(ws, "format: json", "client: paho\n        format: json", 1))); err != nil {
+		t.Fatalf("paho over ws: %v", err)
+	}
+}
+
 // A sink topic starting with $ would send every result to the dead-letter
 // output at run time; it is refused at load.
 func TestTopicTemplateDollar(t *testing.T) {
