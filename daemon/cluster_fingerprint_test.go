@@ -1,11 +1,9 @@
 package daemon
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -37,24 +35,6 @@ pipelines:
 	}
 }
 
-// syncBuffer is a log sink that tests read while the membership writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A member gossiping other pipelines than this node's is reported once
 // per run of it, and a member with the same ones not at all.
 func TestClusterFingerprintMismatchWarnedOnce(t *testing.T) {
@@ -78,7 +58,7 @@ func TestClusterFingerprintMismatchWarnedOnce(t *testing.T) {
 	start("c", theirs, a.Addr())
 	testutil.Eventually(t, 10*time.Second, "a sees b and c", func() bool { return len(a.Members()) == 3 })
 
-	var logs syncBuffer
+	var logs testutil.Buffer
 	c := &clusterNode{cfg: &pipeline.ClusterConfig{Node: "a"}, log: slog.New(slog.NewTextHandler(&logs, nil)), fingerprint: ours}
 	v := &liveView{c: c}
 	v.m.Store(a)

@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,39 +11,21 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/edgedio/edged/daemon"
+	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/pipeline"
 )
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 const waitLimit = 30 * time.Second
 
 // node is a daemon.Run running in the background of a test.
 type node struct {
 	addr   string
-	out    *syncBuffer
-	logs   *syncBuffer
+	out    *testutil.Buffer
+	logs   *testutil.Buffer
 	cancel context.CancelFunc
 	errc   chan error
 	client *daemon.Client
@@ -58,7 +39,7 @@ func startNode(t *testing.T, cfgYAML string, opts daemon.Options) *node {
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
-	n := &node{out: &syncBuffer{}, logs: &syncBuffer{}, errc: make(chan error, 1)}
+	n := &node{out: &testutil.Buffer{}, logs: &testutil.Buffer{}, errc: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	ready := make(chan net.Addr, 1)

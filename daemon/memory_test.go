@@ -137,7 +137,7 @@ func TestIdleCheck(t *testing.T) {
 // With node.memory.idle_release, a node that stops allocating returns the
 // heap's free pages to the operating system.
 func TestIdleReleaseReturnsMemory(t *testing.T) {
-	var logs syncBuffer
+	var logs testutil.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	released := func() uint64 {
 		s := []metrics.Sample{{Name: "/memory/classes/heap/released:bytes"}}

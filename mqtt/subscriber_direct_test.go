@@ -181,27 +181,9 @@ func (sc *scriptConn) closed() {
 	}
 }
 
-// syncBuffer is a log sink safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func startDirect(t *testing.T, cfg SubscriberConfig, l *ingestlog.Log) (*Subscriber, *syncBuffer) {
+func startDirect(t *testing.T, cfg SubscriberConfig, l *ingestlog.Log) (*Subscriber, *testutil.Buffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testutil.Buffer{}
 	cfg.Client = ClientDirect
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	s, err := NewSubscriber(cfg, l)
@@ -299,7 +281,7 @@ func TestDirectRefusalsAreLoggedAndRetried(t *testing.T) {
 func TestDirectKeepAlive(t *testing.T) {
 	addr := startMosquitto(t, "")
 	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
-	logs := &syncBuffer{}
+	logs := &testutil.Buffer{}
 	s, err := NewSubscriber(SubscriberConfig{Broker: "tcp://" + addr, ClientID: "edged-ping", Topics: []string{"sensors/#"},
 		Client: ClientDirect, Logger: slog.New(slog.NewTextHandler(logs, nil))}, l)
 	if err != nil {

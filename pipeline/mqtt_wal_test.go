@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -139,10 +138,10 @@ func (h *mqttHarness) reset() {
 
 // start builds and runs pc reading the harness's log and publishing to
 // its broker, with extra environment options.
-func (h *mqttHarness) start(pc PipelineConfig, extra ...stream.Option) (*stream.Job, *Job, *syncBuffer) {
+func (h *mqttHarness) start(pc PipelineConfig, extra ...stream.Option) (*stream.Job, *Job, *testutil.Buffer) {
 	h.t.Helper()
 	env := stream.NewEnvironment(pc.Name, append(EnvOptionsOrDie(h.t, pc), extra...)...)
-	out := &syncBuffer{}
+	out := &testutil.Buffer{}
 	pj, err := BuildJobWith(pc, env, out, Inputs{
 		MQTTLog: func(string) (*ingestlog.Log, error) { return h.log, nil },
 		Broker:  h.url,
@@ -162,35 +161,6 @@ func (h *mqttHarness) start(pc PipelineConfig, extra ...stream.Option) (*stream.
 	})
 	h.cancels = append(h.cancels, jobCancel{job, cancel})
 	return job, pj, out
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// lines returns the lines of s that start with prefix.
-func (s *syncBuffer) lines(prefix string) []string {
-	var out []string
-	for _, l := range strings.Split(s.String(), "\n") {
-		if l != "" && strings.HasPrefix(l, prefix) {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 func parsePipeline(t *testing.T, yml string) PipelineConfig {

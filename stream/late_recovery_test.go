@@ -1,7 +1,6 @@
 package stream_test
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
@@ -12,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,24 +21,6 @@ import (
 	"github.com/edgedio/edged/stream"
 	"github.com/edgedio/edged/watermark"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the runtime's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // lateEvent is one record of the late-heavy job: event time in ms.
 type lateEvent struct {
@@ -279,7 +259,7 @@ func TestLateDataSameAfterRecovery(t *testing.T) {
 	gotOut, gotLate := t.TempDir(), t.TempDir()
 	cfg := checkpointConfig(t, snapshot.ExactlyOnce)
 	cfg.Interval = 20 * time.Millisecond
-	var logs lockedBuffer
+	var logs testutil.Buffer
 	env := lateJob(events, gotOut, gotLate, fail,
 		stream.WithCheckpointing(cfg),
 		stream.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))),

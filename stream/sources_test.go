@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/snapshot"
 	"github.com/edgedio/edged/stream"
@@ -83,7 +84,7 @@ func TestCheckpointedJobRefusesSourceThatCannotReplay(t *testing.T) {
 
 func TestAtMostOnceSourceOptIn(t *testing.T) {
 	addr, connected := serveLines(t, 5)
-	var logs lockedBuffer
+	var logs testutil.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	sink := operators.NewCollectSink[operators.SensorReading]()
 	env := stream.NewEnvironment("opt-in", checkpointing(t), stream.AllowAtMostOnceSources(), stream.WithLogger(logger))
