@@ -30,11 +30,14 @@ type Execution struct {
 	cfg      Config
 	strategy snapshot.RestartStrategy
 
-	mu       sync.Mutex // guards runner, attempts, restores, finished and moved
+	mu       sync.Mutex // guards runner, attempts, notPlaced, restores, finished and moved
 	runner   *Runner
 	attempts int
-	restores []snapshot.ID
-	finished *snapshot.Metadata
+	// notPlaced counts the tries that found no deployment (ErrNotPlaced):
+	// not attempts, nothing started.
+	notPlaced int
+	restores  []snapshot.ID
+	finished  *snapshot.Metadata
 	// moved is where handovers moved subtasks (by chain head), for the
 	// next attempts.
 	moved   map[TaskKey]string
@@ -61,6 +64,14 @@ func (e *Execution) Attempts() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.attempts
+}
+
+// NotPlaced returns how many tries to deploy the job found no deployment
+// (Cluster.Update failed: no majority, say). They are not attempts.
+func (e *Execution) NotPlaced() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.notPlaced
 }
 
 // Restores returns what each restart restored, in order: the checkpoint's
@@ -179,6 +190,10 @@ func (e *Execution) Run(ctx context.Context) error {
 	// waiting is why the last attempt found no deployment ("" if it
 	// found one): the same reason is logged once.
 	waiting := ""
+	// restore is set once an attempt ended: the next attempt that is
+	// placed restores the latest snapshot, chosen only then (tries that
+	// find no deployment read nothing).
+	restore := false
 	for {
 		epoch := uint64(e.Attempts() + 1)
 		acfg := cfg
@@ -190,6 +205,12 @@ func (e *Execution) Run(ctx context.Context) error {
 				acfg.Cluster = e.placed(acfg.Cluster)
 			}
 		}
+		if err == nil && restore {
+			if err := e.chooseRestore(&cfg, log); err != nil {
+				return err
+			}
+			acfg.Restore, restore = cfg.Restore, false
+		}
 		var r *Runner
 		if err == nil {
 			r, err = newRunner(e.job, acfg, epoch)
@@ -200,7 +221,11 @@ func (e *Execution) Run(ctx context.Context) error {
 		if err != nil {
 			// No deployment now (no quorum, say): tried again below.
 			e.mu.Lock()
-			e.attempts++
+			if errors.Is(err, ErrNotPlaced) {
+				e.notPlaced++
+			} else {
+				e.attempts++
+			}
 			e.mu.Unlock()
 		} else {
 			e.setRunner(r)
@@ -243,35 +268,46 @@ func (e *Execution) Run(ctx context.Context) error {
 				return ctx.Err()
 			}
 		}
-		if cfg.Checkpoint.Dir == "" {
-			e.mu.Lock()
-			e.restores = append(e.restores, 0)
-			e.mu.Unlock()
-		} else {
-			store, err := snapshot.OpenStore(cfg.Checkpoint.Dir, e.job.Name, e.job.maxParallelism(), cfg.Logger)
-			if err != nil {
-				return err
-			}
-			md, err := store.RecoveryPoint(cfg.Checkpoint.PreferCheckpointForRecovery)
-			switch {
-			case err == nil:
-				log.Info("restoring", "checkpoint_id", md.Checkpoint, "path", md.Dir)
-				cfg.Restore = md
-				e.mu.Lock()
-				e.restores = append(e.restores, md.Checkpoint)
-				e.mu.Unlock()
-			case errors.Is(err, snapshot.ErrNoCheckpoint):
-				// Nothing completed yet: start again from the beginning
-				// (or from the savepoint the job started from).
-				log.Info("restarting without a checkpoint", "from_savepoint", cfg.Restore != nil)
-				e.mu.Lock()
-				e.restores = append(e.restores, 0)
-				e.mu.Unlock()
-			default:
-				return err
-			}
+		if !errors.Is(err, ErrNotPlaced) {
+			restore = true
 		}
 	}
+}
+
+// chooseRestore sets cfg.Restore to what the next attempt restores: the
+// latest completed checkpoint or savepoint in the checkpoint directory,
+// or, with none, what it was (the savepoint the job started from, or
+// nothing). It records the choice (Restores).
+func (e *Execution) chooseRestore(cfg *Config, log *slog.Logger) error {
+	if cfg.Checkpoint.Dir == "" {
+		e.mu.Lock()
+		e.restores = append(e.restores, 0)
+		e.mu.Unlock()
+		return nil
+	}
+	store, err := snapshot.OpenStore(cfg.Checkpoint.Dir, e.job.Name, e.job.maxParallelism(), cfg.Logger)
+	if err != nil {
+		return err
+	}
+	md, err := store.RecoveryPoint(cfg.Checkpoint.PreferCheckpointForRecovery)
+	switch {
+	case err == nil:
+		log.Info("restoring", "checkpoint_id", md.Checkpoint, "path", md.Dir)
+		cfg.Restore = md
+		e.mu.Lock()
+		e.restores = append(e.restores, md.Checkpoint)
+		e.mu.Unlock()
+	case errors.Is(err, snapshot.ErrNoCheckpoint):
+		// Nothing completed yet: start again from the beginning (or from
+		// the savepoint the job started from).
+		log.Info("restarting without a checkpoint", "from_savepoint", cfg.Restore != nil)
+		e.mu.Lock()
+		e.restores = append(e.restores, 0)
+		e.mu.Unlock()
+	default:
+		return err
+	}
+	return nil
 }
 
 // FinishedCheckpoint returns the final checkpoint of job in the checkpoint

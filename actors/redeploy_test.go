@@ -69,7 +69,8 @@ func TestFailGivesUpAPublicationInFlight(t *testing.T) {
 // Redeployments (the cluster changed) and tries that find no deployment
 // (Cluster.Update fails: no majority) do not use up the restart
 // strategy: with a budget of one restart, the job is redeployed three
-// times and refused three deployments, and still runs to its end.
+// times and refused three deployments, and still runs to its end. The
+// refused tries are not attempts and restore nothing.
 func TestRedeploysDoNotUseUpTheRestartBudget(t *testing.T) {
 	var emitted, consumed atomic.Int64
 	gate := make(chan struct{})
@@ -90,16 +91,16 @@ func TestRedeploysDoNotUseUpTheRestartBudget(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- exec.Run(context.Background()) }()
 	for i := range 3 {
-		testutil.Eventually(t, 0, fmt.Sprintf("attempt %d to run", i+2), func() bool {
+		testutil.Eventually(t, 0, fmt.Sprintf("attempt %d to run", i+1), func() bool {
 			r, _ := exec.Runner()
-			return r != nil && exec.Attempts() == 2*i+1
+			return r != nil && exec.Attempts() == i+1
 		})
 		refuse.Store(1)
 		exec.Redeploy("test")
 	}
 	testutil.Eventually(t, 0, "the last attempt to run", func() bool {
 		r, _ := exec.Runner()
-		return r != nil && exec.Attempts() == 7
+		return r != nil && exec.Attempts() == 4
 	})
 	close(gate)
 	var err error
@@ -114,7 +115,52 @@ func TestRedeploysDoNotUseUpTheRestartBudget(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the job ended with %v after redeployments and refused deployments", err)
 	}
-	if exec.Attempts() != 7 {
-		t.Fatalf("%d attempts, want 7 (4 deployed, 3 refused)", exec.Attempts())
+	if exec.Attempts() != 4 || exec.NotPlaced() != 3 {
+		t.Fatalf("%d attempts and %d tries not placed, want 4 and 3", exec.Attempts(), exec.NotPlaced())
+	}
+	if r := exec.Restores(); len(r) != 3 {
+		t.Fatalf("restores %v: want one per restart (3), none per try not placed", r)
+	}
+}
+
+// A redeployment while the attempt still invites a node in another
+// process (the invitation waits on a node it cannot reach) ends the
+// attempt at once, as a redeployment: with no restart strategy, the job
+// is deployed again instead of ending.
+func TestRedeployDuringTheInvitationIsNotAFailure(t *testing.T) {
+	var emitted, consumed atomic.Int64
+	gate := make(chan struct{})
+	close(gate)
+	job := twoStageJob(&countingSource{n: 1 << 62, emitted: &emitted}, &gateSink{gate: gate, count: &consumed})
+	cfg := DefaultConfig()
+	c := loopCluster(newLoopNet())
+	c.Nodes[1].Network = nil // in another process: invited
+	c.ControlTimeout = time.Hour
+	var invites atomic.Int64
+	c.Invite = func(ctx context.Context, _ string, _ Deployment) error {
+		invites.Add(1)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	nodes, placement := c.Nodes, c.Placement
+	c.Update = func() ([]Node, map[TaskKey]string, error) { return nodes, placement, nil }
+	cfg.Cluster = c
+	exec := NewExecution(job, cfg, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- exec.Run(ctx) }()
+	testutil.Eventually(t, 0, "the first invitation", func() bool { return invites.Load() == 1 })
+	exec.Redeploy("majority lost")
+	testutil.Eventually(t, 0, "the job invited again after the redeployment", func() bool {
+		select {
+		case err := <-errc:
+			t.Fatalf("the redeployment ended the job: %v", err)
+		default:
+		}
+		return invites.Load() == 2
+	})
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run returned %v after cancel", err)
 	}
 }

@@ -380,6 +380,14 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	// Whatever happens, the job is over when Run returns: wake whoever
 	// waits for it.
 	defer r.stopOnce.Do(func() { close(r.done) })
+	// A deployment failed on purpose (fail: a redeployment, say) ends
+	// with that cause, not with what it cut short (an invitation, a
+	// checkpoint's publication).
+	defer func() {
+		if err != nil {
+			err = r.cause(err)
+		}
+	}()
 	var cancel, cancelMoves context.CancelFunc
 	r.ctx, cancel = context.WithCancel(ctx)
 	defer context.AfterFunc(r.ctx, r.cmdCancel)()

@@ -424,8 +424,8 @@ func TestFailoverScriptLeaderCutOff(t *testing.T) {
 	})
 	// a tries again every 100 ms: each try is refused while a reaches
 	// no majority, more of them than the restart budget.
-	cutAttempts := e.Attempts()
-	refusals := func() int { return e.Attempts() - cutAttempts }
+	cutTries := e.NotPlaced()
+	refusals := func() int { return e.NotPlaced() - cutTries }
 	testutil.Eventually(t, 30*time.Second, "a refused more deployments than its restart budget, reaching no majority", func() bool {
 		if r, _ := e.Runner(); r != nil || ended() {
 			t.Fatalf("a's job runs (%v) or ended (%v) while a reaches no majority", r != nil, ended())
