@@ -231,7 +231,16 @@ func decodeInbound(fh packets.FixedHeader, body []byte) (inbound, error) {
 	var err error
 	switch fh.Type {
 	case packets.Publish:
-		if err = pk.PublishDecode(body); err == nil && fh.Qos > 0 && pk.PacketID == 0 {
+		err = pk.PublishDecode(body)
+		if errors.Is(err, packets.ErrMalformedTopic) {
+			// A topic that is not valid UTF-8 (or holds a NUL), which
+			// a broker that does not check its publishers passes on:
+			// taken as it is, as paho does. Refusing it would drop
+			// the connection, and the broker would send it again on
+			// every session: the subscription would never get past it.
+			pk.TopicName, pk.PacketID, pk.Payload, err = rawPublish(fh, body)
+		}
+		if err == nil && fh.Qos > 0 && pk.PacketID == 0 {
 			err = errors.New("QoS > 0 without a packet identifier")
 		}
 		in.topic, in.payload, in.id = pk.TopicName, pk.Payload, pk.PacketID
@@ -256,6 +265,30 @@ func decodeInbound(fh packets.FixedHeader, body []byte) (inbound, error) {
 		return inbound{}, fmt.Errorf("%w: %s: %w", ErrMalformedPacket, name, err)
 	}
 	return in, nil
+}
+
+// rawPublish splits an MQTT 3.1.1 PUBLISH body whose topic name mochi's
+// codec refused for its content (not valid UTF-8, a NUL) into the topic,
+// taken byte for byte, the packet identifier and the payload. The
+// framing must still hold: a topic length beyond the body is malformed.
+func rawPublish(fh packets.FixedHeader, body []byte) (string, uint16, []byte, error) {
+	if len(body) < 2 {
+		return "", 0, nil, errors.New("no topic length")
+	}
+	end := 2 + (int(body[0])<<8 | int(body[1]))
+	if end > len(body) {
+		return "", 0, nil, fmt.Errorf("topic length %d beyond the packet's %d bytes", end-2, len(body))
+	}
+	topic := body[2:end]
+	var id uint16
+	if fh.Qos > 0 {
+		if end+2 > len(body) {
+			return "", 0, nil, errors.New("no packet identifier")
+		}
+		id = uint16(body[end])<<8 | uint16(body[end+1])
+		end += 2
+	}
+	return string(topic), id, body[end:], nil
 }
 
 // readLoop reads the broker's packets until the connection fails or the
@@ -373,6 +406,10 @@ type directConn struct {
 
 	big  []byte // reused for packet bodies larger than r's buffer
 	once sync.Once
+	// timeout bounds each write as the read deadline bounds reads: a
+	// broker that stops reading (its window shut, the connection open)
+	// ends the connection instead of holding every writer.
+	timeout time.Duration
 }
 
 // deadlineReader sets a read deadline before every read of the
@@ -391,7 +428,7 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 }
 
 func newDirectConn(c net.Conn, readTimeout time.Duration) *directConn {
-	return &directConn{c: c, r: bufio.NewReaderSize(deadlineReader{c: c, timeout: readTimeout}, connReadBuffer)}
+	return &directConn{c: c, r: bufio.NewReaderSize(deadlineReader{c: c, timeout: readTimeout}, connReadBuffer), timeout: readTimeout}
 }
 
 // readPacket reads the next packet: its fixed header and its body, which
@@ -532,7 +569,11 @@ func (dc *directConn) flush() error {
 	dc.wmu.Lock()
 	defer dc.wmu.Unlock()
 	if dc.werr == nil && dc.w.Len() > 0 {
-		if _, err := dc.c.Write(dc.w.Bytes()); err != nil {
+		err := dc.c.SetWriteDeadline(time.Now().Add(dc.timeout))
+		if err == nil {
+			_, err = dc.c.Write(dc.w.Bytes())
+		}
+		if err != nil {
 			dc.werr = err
 		}
 		dc.w.Reset()

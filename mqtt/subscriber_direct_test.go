@@ -398,3 +398,39 @@ func FuzzDirectReadPackets(f *testing.F) {
 		}
 	})
 }
+
+// A PUBLISH whose topic is not valid UTF-8 (a broker that does not check
+// its publishers passes one on) is taken as it is, as paho takes it, and
+// acknowledged once in the log: refused, it would drop the connection and
+// come back on every session, and the subscription would never get past
+// it. A topic length beyond the packet is still malformed.
+func TestDirectTakesATopicThatIsNotUTF8(t *testing.T) {
+	fb := startScriptBroker(t)
+	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
+	startDirect(t, SubscriberConfig{Broker: "tcp://" + fb.ln.Addr().String(), ClientID: "utf8", Topics: []string{"s/#"}, QoS: 1}, l)
+	c := fb.next(t)
+	c.handshake(0, 1)
+	c.send(publishPacket(t, 5, false, "s/\xffa", "x"))
+	if ack := c.expect(packets.Puback); ack.PacketID != 5 {
+		t.Fatalf("PUBACK of packet %d, want 5", ack.PacketID)
+	}
+	r, err := l.Reader(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rec, ok, err := r.TryNext()
+	if err != nil || !ok || rec.Topic != "s/\xffa" || string(rec.Payload) != "x" {
+		t.Fatalf("log holds %+v (%v, %v), want the message on topic %q", rec, ok, err, "s/\xffa")
+	}
+
+	for _, body := range [][]byte{{0}, {0, 9, 's'}, {0, 1, 's', 0}} {
+		if _, _, _, err := rawPublish(packets.FixedHeader{Type: packets.Publish, Qos: 1}, body); err == nil {
+			t.Fatalf("rawPublish(%v) took a malformed body", body)
+		}
+	}
+	topic, id, payload, err := rawPublish(packets.FixedHeader{Type: packets.Publish, Qos: 1}, []byte{0, 2, 'a', 0xff, 1, 2, 'p'})
+	if err != nil || topic != "a\xff" || id != 258 || string(payload) != "p" {
+		t.Fatalf("rawPublish: %q %d %q %v", topic, id, payload, err)
+	}
+}
