@@ -478,6 +478,15 @@ func (p *peerClient) invite(ctx context.Context, node string, d actors.Deploymen
 		return err
 	}
 	resp, err := p.do(ctx, http.MethodPost, node, "/cluster/deployments", bytes.NewReader(b), http.Header{"Content-Type": {"application/json"}})
+	var ae *APIError
+	if errors.As(err, &ae) && ae.StatusCode == http.StatusConflict && strings.Contains(ae.Msg, ErrStaleMaster.Error()) {
+		// The node follows a newer job master (this one's term is
+		// superseded, or it leads too): no deployment of this master's
+		// is placed there, and the attempt waits as without a majority
+		// until the master yields, without using up the restart
+		// strategy.
+		return fmt.Errorf("%w: %w", actors.ErrNotPlaced, err)
+	}
 	if err != nil {
 		return err
 	}
