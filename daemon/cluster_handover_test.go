@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -245,29 +244,15 @@ func (m *hoFiles) Fetch(_ context.Context, _, _ string, epoch uint64, id snapsho
 	return nil
 }
 
-// logBuffer keeps what a test's nodes log, shown when the test fails.
-type logBuffer struct {
-	mu  sync.Mutex // guards buf
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
 // testLog returns a logger whose lines the test logs if it fails (the
 // last 300 of them).
 func testLog(t *testing.T) *slog.Logger {
-	lb := &logBuffer{}
+	lb := &testutil.Buffer{}
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
 		}
-		lb.mu.Lock()
-		defer lb.mu.Unlock()
-		lines := strings.Split(lb.buf.String(), "\n")
+		lines := strings.Split(lb.String(), "\n")
 		t.Logf("the nodes' log (last lines):\n%s", strings.Join(lines[max(0, len(lines)-300):], "\n"))
 	})
 	return slog.New(slog.NewTextHandler(lb, nil))

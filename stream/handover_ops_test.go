@@ -102,6 +102,19 @@ func waitingIn(fn string) bool {
 	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), fn)
 }
 
+// checkNewerSavepoint fails t unless the savepoint at path loads and is
+// newer than the handover's savepoint (0: the handover took none).
+func checkNewerSavepoint(t *testing.T, path string, handover snapshot.ID) {
+	t.Helper()
+	md, err := snapshot.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if handover != 0 && md.Checkpoint <= handover {
+		t.Fatalf("the savepoint %d is not newer than the handover's %d", md.Checkpoint, handover)
+	}
+}
+
 // savepointAsync asks for a savepoint (stop: and the job's end) and
 // returns once the request waits in the job master.
 func savepointAsync(t *testing.T, job *stream.Job, stop bool) <-chan savepointOutcome {
@@ -184,13 +197,7 @@ func TestHandoverStopWithSavepointWaitsAndRescales(t *testing.T) {
 	if s.err != nil {
 		t.Fatalf("stop with a savepoint after the handover: %v", s.err)
 	}
-	md, err := snapshot.Load(s.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if md.Checkpoint <= m.res.Savepoint {
-		t.Fatalf("the stop's savepoint %d is not newer than the handover's %d", md.Checkpoint, m.res.Savepoint)
-	}
+	checkNewerSavepoint(t, s.path, m.res.Savepoint)
 	if err := run.job.Wait(); err != nil {
 		t.Fatalf("the stopped job: %v", err)
 	}
@@ -217,13 +224,7 @@ func TestHandoverSavepointWaitsForHandover(t *testing.T) {
 	if s.err != nil {
 		t.Fatalf("savepoint after the handover: %v", s.err)
 	}
-	md, err := snapshot.Load(s.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if md.Checkpoint <= m.res.Savepoint {
-		t.Fatalf("the savepoint %d is not newer than the handover's %d", md.Checkpoint, m.res.Savepoint)
-	}
+	checkNewerSavepoint(t, s.path, m.res.Savepoint)
 	run.finish(t, want)
 	if run.job.Attempts() != 1 {
 		t.Fatalf("%d attempts", run.job.Attempts())
@@ -259,13 +260,7 @@ func TestHandoverStopWithSavepointOutlivesAFailedHandover(t *testing.T) {
 	if run.job.Attempts() != 2 {
 		t.Fatalf("%d attempts, want 2 (the handover's fallback)", run.job.Attempts())
 	}
-	md, err := snapshot.Load(s.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if md.Checkpoint <= m.res.Savepoint && m.res.Savepoint != 0 {
-		t.Fatalf("the stop's savepoint %d is not newer than the handover's %d", md.Checkpoint, m.res.Savepoint)
-	}
+	checkNewerSavepoint(t, s.path, m.res.Savepoint)
 	restartFrom(t, run, n, keys, s.path, want)
 }
 
