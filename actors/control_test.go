@@ -237,15 +237,7 @@ func TestControlRegistrationTimeoutRestarts(t *testing.T) {
 		}
 		clock.Advance(5 * time.Second)
 	}
-	var err error
-	testutil.Eventually(t, 0, "the execution to end", func() bool {
-		select {
-		case err = <-errc:
-			return true
-		default:
-			return false
-		}
-	})
+	err := testutil.Receive(t, 0, "the execution to end", errc)
 	if !errors.Is(err, ErrControlTimeout) || !errors.Is(err, ErrRestartsExhausted) {
 		t.Fatalf("got %v, want restarts exhausted after control timeouts", err)
 	}

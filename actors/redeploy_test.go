@@ -42,25 +42,10 @@ func TestFailGivesUpAPublicationInFlight(t *testing.T) {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- r.Run(context.Background()) }()
-	testutil.Eventually(t, 0, "a checkpoint's publication to start", func() bool {
-		select {
-		case <-entered:
-			return true
-		default:
-			return false
-		}
-	})
+	testutil.Receive(t, 0, "a checkpoint's publication to start", entered)
 	cause := errors.New("no majority")
 	r.fail(cause)
-	var runErr error
-	testutil.Eventually(t, 0, "the attempt to end while its publication waits", func() bool {
-		select {
-		case runErr = <-errc:
-			return true
-		default:
-			return false
-		}
-	})
+	runErr := testutil.Receive(t, 0, "the attempt to end while its publication waits", errc)
 	if !errors.Is(runErr, cause) {
 		t.Fatalf("Run returned %v, want the failure %v", runErr, cause)
 	}
@@ -103,15 +88,7 @@ func TestRedeploysDoNotUseUpTheRestartBudget(t *testing.T) {
 		return r != nil && exec.Attempts() == 4
 	})
 	close(gate)
-	var err error
-	testutil.Eventually(t, 0, "the execution to end", func() bool {
-		select {
-		case err = <-errc:
-			return true
-		default:
-			return false
-		}
-	})
+	err := testutil.Receive(t, 0, "the execution to end", errc)
 	if err != nil {
 		t.Fatalf("the job ended with %v after redeployments and refused deployments", err)
 	}

@@ -102,6 +102,28 @@ func waitingIn(fn string) bool {
 	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), fn)
 }
 
+// savepointDuringHandover starts a job whose handover is held (no
+// periodic checkpoint), asks for a savepoint (stop: and the job's end),
+// frees the handover, and checks that the move completed and that the
+// savepoint succeeded after it; it returns the run and the savepoint's
+// path.
+func savepointDuringHandover(t *testing.T, n int64, keys int, stop bool) (*handoverRun, string) {
+	t.Helper()
+	cp := handoverCheckpoints(t)
+	cp.Interval = time.Hour
+	run, h, mv := startHeldMove(t, n, keys, cp)
+	sp := savepointAsync(t, run.job, stop)
+	h.free()
+	m := <-mv
+	checkMoved(t, run, m)
+	s := <-sp
+	if s.err != nil {
+		t.Fatalf("savepoint (stop %v) after the handover: %v", stop, s.err)
+	}
+	checkNewerSavepoint(t, s.path, m.res.Savepoint)
+	return run, s.path
+}
+
 // checkNewerSavepoint fails t unless the savepoint at path loads and is
 // newer than the handover's savepoint (0: the handover took none).
 func checkNewerSavepoint(t *testing.T, path string, handover snapshot.ID) {
@@ -186,25 +208,14 @@ func TestHandoverStopWithSavepointWaitsAndRescales(t *testing.T) {
 	testutil.Burn(t, 1)
 	const n, keys = 300_000, 100
 	want := handoverReference(t, n, keys)
-	cp := handoverCheckpoints(t)
-	cp.Interval = time.Hour
-	run, h, mv := startHeldMove(t, n, keys, cp)
-	stop := savepointAsync(t, run.job, true)
-	h.free()
-	m := <-mv
-	checkMoved(t, run, m)
-	s := <-stop
-	if s.err != nil {
-		t.Fatalf("stop with a savepoint after the handover: %v", s.err)
-	}
-	checkNewerSavepoint(t, s.path, m.res.Savepoint)
+	run, path := savepointDuringHandover(t, n, keys, true)
 	if err := run.job.Wait(); err != nil {
 		t.Fatalf("the stopped job: %v", err)
 	}
 	if run.job.Attempts() != 1 {
 		t.Fatalf("%d attempts", run.job.Attempts())
 	}
-	restartFrom(t, run, n, keys, s.path, want, stream.WithParallelism(3))
+	restartFrom(t, run, n, keys, path, want, stream.WithParallelism(3))
 }
 
 // A savepoint asked while a handover is held waits for it, is taken after
@@ -213,18 +224,7 @@ func TestHandoverSavepointWaitsForHandover(t *testing.T) {
 	testutil.Burn(t, 1)
 	const n, keys = 300_000, 100
 	want := handoverReference(t, n, keys)
-	cp := handoverCheckpoints(t)
-	cp.Interval = time.Hour
-	run, h, mv := startHeldMove(t, n, keys, cp)
-	sp := savepointAsync(t, run.job, false)
-	h.free()
-	m := <-mv
-	checkMoved(t, run, m)
-	s := <-sp
-	if s.err != nil {
-		t.Fatalf("savepoint after the handover: %v", s.err)
-	}
-	checkNewerSavepoint(t, s.path, m.res.Savepoint)
+	run, _ := savepointDuringHandover(t, n, keys, false)
 	run.finish(t, want)
 	if run.job.Attempts() != 1 {
 		t.Fatalf("%d attempts", run.job.Attempts())

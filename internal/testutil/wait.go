@@ -83,3 +83,17 @@ func Burn(t testing.TB, n int) {
 		wg.Wait()
 	})
 }
+
+// Receive waits up to timeout (DefaultTimeout when 0) for a value on ch
+// and returns it; it fails the test, naming what, if none comes.
+func Receive[T any](t testing.TB, timeout time.Duration, what string, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(orDefault(timeout)):
+		t.Fatalf("timed out after %v waiting for %s", orDefault(timeout), what)
+		var zero T
+		return zero
+	}
+}

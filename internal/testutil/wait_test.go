@@ -36,3 +36,11 @@ func TestBurnStopsWithTheTest(t *testing.T) {
 	t.Run("burn", func(t *testing.T) { Burn(t, 2) })
 	// goleak in TestMain fails the package if the burners outlive the test.
 }
+
+func TestReceiveReturnsTheValueSent(t *testing.T) {
+	ch := make(chan int, 1)
+	ch <- 7
+	if v := Receive(t, 0, "the value", ch); v != 7 {
+		t.Fatalf("Receive returned %d, want 7", v)
+	}
+}
