@@ -3,7 +3,6 @@ package actors
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -76,10 +75,14 @@ func TestRedeploysDoNotUseUpTheRestartBudget(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- exec.Run(context.Background()) }()
 	for i := range 3 {
-		testutil.Eventually(t, 0, fmt.Sprintf("attempt %d to run", i+1), func() bool {
+		if !testutil.Within(0, func() bool {
 			r, _ := exec.Runner()
 			return r != nil && exec.Attempts() == i+1
-		})
+		}) {
+			r, _ := exec.Runner()
+			t.Fatalf("attempt %d does not run: %d attempts, %d tries not placed, running %v, restores %v",
+				i+1, exec.Attempts(), exec.NotPlaced(), r != nil, exec.Restores())
+		}
 		refuse.Store(1)
 		exec.Redeploy("test")
 	}
