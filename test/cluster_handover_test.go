@@ -20,8 +20,9 @@ import (
 
 // handoverSample is one reading of a window subtask's records-in counter.
 type handoverSample struct {
-	at time.Time
-	in int64
+	at   time.Time
+	in   int64
+	node int // index of the member that reported it
 }
 
 // windowSampler polls the records-in counters of the window subtasks on
@@ -56,7 +57,7 @@ func (s *windowSampler) run() {
 		case <-t.C:
 		}
 		now := time.Now()
-		got := map[int]int64{}
+		got := map[int]handoverSample{}
 		for i, m := range s.members {
 			if !brokerUp(m.brokerAddr) {
 				continue
@@ -72,7 +73,7 @@ func (s *windowSampler) run() {
 				if m.get(client, "/jobs/sensors/operators", &l) == nil {
 					for _, ts := range l.Tasks {
 						if isWindowChain(ts.Chain) {
-							got[ts.Subtask] = ts.RecordsIn
+							got[ts.Subtask] = handoverSample{at: now, in: ts.RecordsIn, node: i}
 						}
 					}
 				}
@@ -91,7 +92,7 @@ func (s *windowSampler) run() {
 				for _, j := range w.Jobs {
 					for _, ts := range j.Tasks {
 						if isWindowChain(ts.Chain) {
-							got[ts.Subtask] = ts.RecordsIn
+							got[ts.Subtask] = handoverSample{at: now, in: ts.RecordsIn, node: i}
 						}
 					}
 				}
@@ -99,8 +100,8 @@ func (s *windowSampler) run() {
 		}
 		s.mu.Lock()
 		s.polls++
-		for sub, in := range got {
-			s.series[sub] = append(s.series[sub], handoverSample{at: now, in: in})
+		for sub, x := range got {
+			s.series[sub] = append(s.series[sub], x)
 		}
 		s.mu.Unlock()
 	}
@@ -114,6 +115,20 @@ func isWindowChain(chain string) bool {
 	return head == "window" || strings.HasSuffix(head, "/window")
 }
 
+// describe returns subtask sub's samples between from and to, one per
+// line: when, by which node, the counter.
+func (s *windowSampler) describe(sub int, from, to time.Time) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var b strings.Builder
+	for _, x := range s.series[sub] {
+		if !x.at.Before(from) && !x.at.After(to) {
+			fmt.Fprintf(&b, "%s %s %d\n", x.at.UTC().Format("15:04:05.000"), s.members[x.node].id, x.in)
+		}
+	}
+	return b.String()
+}
+
 func (s *windowSampler) close() {
 	s.once.Do(func() { close(s.stop) })
 	<-s.done
@@ -121,7 +136,8 @@ func (s *windowSampler) close() {
 
 // gaps returns, for subtask sub between from and to, the longest time
 // its records-in counter stood still (or went back: a restart), when it
-// began, and the number of samples.
+// began, and the number of samples between from and to. The last sample
+// before from is the baseline of the first after it.
 func (s *windowSampler) gaps(sub int, from, to time.Time) (time.Duration, time.Time, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -131,7 +147,15 @@ func (s *windowSampler) gaps(sub int, from, to time.Time) (time.Duration, time.T
 	var last *handoverSample
 	for i := range s.series[sub] {
 		x := &s.series[sub][i]
-		if x.at.Before(from) || x.at.After(to) {
+		if x.at.Before(from) {
+			// The last sample before from is the baseline: a pause
+			// that begins right after from (a handover's barrier
+			// follows the rebalance's start within milliseconds) is
+			// seen between it and the first sample after.
+			last = x
+			continue
+		}
+		if x.at.After(to) {
 			continue
 		}
 		n++
@@ -405,7 +429,7 @@ func joinHandsOver(t *testing.T, pinned string) {
 	// The sampler sees a pause where there is one: the moved subtask's
 	// counter stands still or starts again from 0 on its new node.
 	if longest, _, _ := sampler.gaps(moved, from, to); longest < period {
-		t.Errorf("the moved window subtask %d shows no pause in its records-in counter: the sampler does not read the window's chain", moved)
+		t.Errorf("the moved window subtask %d shows no pause in its records-in counter: the sampler does not read the window's chain; its samples:\n%s", moved, sampler.describe(moved, from.Add(-time.Second), to))
 	}
 	for sub := range 4 {
 		if sub == moved {
