@@ -679,9 +679,13 @@ func (h *host) buildTask(t *task, out map[*Edge][]*channel, crosses map[*Edge]bo
 			return h.buildError(c.Head(), t.subtask, fmt.Errorf("restore event time from %s: %w", md.Dir, err))
 		}
 	}
+	t.flushers = nil
 	for i := n - 1; i >= 0; i-- {
 		if err := t.ops[i].Open(t.ctxs[i]); err != nil {
 			return h.buildError(c.Vertices[i], t.subtask, fmt.Errorf("open: %w", err))
+		}
+		if _, ok := t.ops[i].(operators.Flusher); ok {
+			t.flushers = append(t.flushers, int32(i))
 		}
 	}
 	for i, op := range t.ops {

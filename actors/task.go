@@ -90,6 +90,10 @@ type task struct {
 
 	// closers release what the task's operators hold (state backends).
 	closers []func() error
+	// flushers are the indices in ops of the operators that buffer what
+	// they write (operators.Flusher): flushed whenever the task has no
+	// more input waiting.
+	flushers []int32
 
 	stats TaskStats
 	// live are the counters others may read while the task runs.
@@ -456,6 +460,15 @@ func (t *task) flush() {
 		}
 	}
 	t.openSince = time.Time{}
+	if t.done || len(t.ops) == 0 {
+		return
+	}
+	for _, i := range t.flushers {
+		t.current = i
+		if err := t.ops[i].(operators.Flusher).Flush(); err != nil {
+			operators.Fail(err)
+		}
+	}
 }
 
 // sendData sends a message to the task at the end of ch.

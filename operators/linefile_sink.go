@@ -12,7 +12,8 @@ import (
 // LineFileSink writes one line per record, format(v) followed by "\n",
 // into a directory: subtask i writes the file "part-<i>" (PartFile), which
 // Open creates, truncating an existing one, together with the directory.
-// On Finish and on Close it flushes its buffer, fsyncs and closes the file.
+// It writes its buffer when the task has no more input waiting (Flush);
+// on Finish and on Close it flushes its buffer, fsyncs and closes the file.
 // A write error fails the task.
 //
 // The sink has no transactions: after a restart, what was written before
@@ -25,7 +26,10 @@ type LineFileSink[T any] struct {
 	w      *bufio.Writer
 }
 
-var _ Sink[string] = (*LineFileSink[string])(nil)
+var (
+	_ Sink[string] = (*LineFileSink[string])(nil)
+	_ Flusher      = (*LineFileSink[string])(nil)
+)
 
 // NewLineFileSink returns a sink that writes format(v) for each record v to
 // the file PartFile(dir, subtask). format is called on the subtask's
@@ -62,6 +66,17 @@ func (s *LineFileSink[T]) Collect(v T) {
 	if err != nil {
 		Fail(fmt.Errorf("line file sink: write %s: %w", s.path, err))
 	}
+}
+
+// Flush writes the buffered lines to the file (without fsync).
+func (s *LineFileSink[T]) Flush() error {
+	if s.w == nil {
+		return nil
+	}
+	if err := s.w.Flush(); err != nil {
+		return fmt.Errorf("line file sink: write %s: %w", s.path, err)
+	}
+	return nil
 }
 
 // Finish flushes, fsyncs and closes the file.

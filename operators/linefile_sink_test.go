@@ -85,3 +85,23 @@ func TestLineFileSinkOpenError(t *testing.T) {
 		t.Errorf("Close after a failed Open: %v", err)
 	}
 }
+
+func TestLineFileSinkFlushWritesWhatItBuffered(t *testing.T) {
+	dir := t.TempDir()
+	sink := NewLineFileSink(dir, strconv.Itoa)
+	if err := sink.Open(subtaskContext(0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	sink.Collect(1)
+	sink.Collect(2)
+	if got, _ := os.ReadFile(PartFile(dir, 0)); len(got) != 0 {
+		t.Fatalf("file = %q before Flush, want the lines buffered", got)
+	}
+	if err := sink.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(PartFile(dir, 0)); string(got) != "1\n2\n" {
+		t.Errorf("file = %q after Flush, want %q", got, "1\n2\n")
+	}
+}

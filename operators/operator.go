@@ -153,3 +153,13 @@ type Replayer interface {
 type Sink[T any] interface {
 	OneInput[T]
 }
+
+// Flusher is implemented by an operator that buffers what it writes (a
+// print sink, a line file): the runtime calls Flush on the task's
+// goroutine whenever the task has no more input waiting, so that
+// buffered output never waits for more records to come (under steady
+// load the operator's own buffer limit writes it). Flush does not make
+// the output durable.
+type Flusher interface {
+	Flush() error
+}

@@ -16,8 +16,8 @@ const printFlushSize = 4096
 // "> " ("2> sensor_1,1547718199,35.8"); with parallelism 1 it has no
 // prefix.
 //
-// Lines are buffered and written when about 4 KiB have accumulated, on
-// Finish and on Close. Every Write carries whole lines, so the subtasks of
+// Lines are buffered and written when about 4 KiB have accumulated, when
+// the task has no more input waiting (Flush), on Finish and on Close. Every Write carries whole lines, so the subtasks of
 // one print operator may share a writer such as os.Stdout without tearing
 // lines apart; a shared writer must be safe for concurrent Writes. A write
 // error fails the task.
@@ -28,7 +28,10 @@ type PrintSink[T any] struct {
 	buf    []byte // whole lines not yet written
 }
 
-var _ Sink[string] = (*PrintSink[string])(nil)
+var (
+	_ Sink[string] = (*PrintSink[string])(nil)
+	_ Flusher      = (*PrintSink[string])(nil)
+)
 
 // NewPrintSink returns a sink that writes format(v) for each record v to w.
 // format is called on the subtask's goroutine.
@@ -56,6 +59,9 @@ func (p *PrintSink[T]) Collect(v T) {
 		}
 	}
 }
+
+// Flush writes the buffered lines.
+func (p *PrintSink[T]) Flush() error { return p.flush() }
 
 // Finish writes the buffered lines.
 func (p *PrintSink[T]) Finish() error { return p.flush() }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -101,5 +102,23 @@ func TestPrintSinkWriteErrorFails(t *testing.T) {
 	}()
 	for range 1000 {
 		sink.Collect(strings.Repeat("x", 100))
+	}
+}
+
+func TestPrintSinkFlush(t *testing.T) {
+	var buf bytes.Buffer
+	sink := NewPrintSink(&buf, strconv.Itoa)
+	if err := sink.Open(subtaskContext(0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	sink.Collect(4)
+	if buf.Len() != 0 {
+		t.Fatalf("%q written before Flush, want buffering", buf.String())
+	}
+	if err := sink.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if buf.String() != "4\n" {
+		t.Errorf("output %q after Flush, want %q", buf.String(), "4\n")
 	}
 }
