@@ -16,12 +16,14 @@ import (
 	"github.com/edgedio/edged/daemon"
 )
 
-const clusterUsage = `usage:
-  edged cluster status [-json] [--addr host:port | -c <config>]
+// clusterCommands are the usage lines of edged cluster, in both usages.
+const clusterCommands = `  edged cluster status [-json] [--addr host:port | -c <config>]
   edged cluster drain <node> [--addr host:port | -c <config>]
   edged cluster undrain <node> [--addr host:port | -c <config>]
   edged cluster rebalance [--addr host:port | -c <config>]
 `
+
+const clusterUsage = "usage:\n" + clusterCommands
 
 // runCluster runs edged cluster <status|drain|undrain|rebalance> against
 // the node's REST API.

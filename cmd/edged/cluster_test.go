@@ -297,3 +297,17 @@ func TestClusterUndrainCommand(t *testing.T) {
 		t.Errorf("undrain of a malformed id: %d %s", code, errs)
 	}
 }
+
+// TestUsageNamesEveryCommand checks that edged --help lists every command
+// the binary runs, the cluster ones included.
+func TestUsageNamesEveryCommand(t *testing.T) {
+	for _, cmd := range []string{"run", "list", "checkpoints", "savepoint", "stop", "cancel",
+		"cluster status", "cluster drain", "cluster undrain", "cluster rebalance"} {
+		if !strings.Contains(usage, "  edged "+cmd+" ") {
+			t.Errorf("usage does not name edged %s:\n%s", cmd, usage)
+		}
+		if strings.HasPrefix(cmd, "cluster ") && !strings.Contains(clusterUsage, "  edged "+cmd+" ") {
+			t.Errorf("the cluster usage does not name edged %s:\n%s", cmd, clusterUsage)
+		}
+	}
+}

@@ -81,10 +81,7 @@ const usage = `usage:
   edged savepoint <job> [--path p] [--addr host:port | -c <config>]
   edged stop <job> [--path p] [--addr host:port | -c <config>]
   edged cancel <job> [--addr host:port | -c <config>]
-  edged cluster status [-json] [--addr host:port | -c <config>]
-  edged cluster drain <node> [--addr host:port | -c <config>]
-  edged cluster rebalance [--addr host:port | -c <config>]
-
+` + clusterCommands + `
 The client commands find the node at --addr, else the -c config's
 node.listen, else $EDGED_ADDR, else 127.0.0.1:8081.
 client commands take --token t (default $EDGED_TOKEN) for a node on a non-loopback address
