@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/edgedio/edged/internal/testutil"
+	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/snapshot"
 )
 
@@ -56,9 +57,14 @@ func TestFailGivesUpAPublicationInFlight(t *testing.T) {
 // times and refused three deployments, and still runs to its end. The
 // refused tries are not attempts and restore nothing.
 func TestRedeploysDoNotUseUpTheRestartBudget(t *testing.T) {
-	var emitted, consumed atomic.Int64
-	gate := make(chan struct{})
-	job := twoStageJob(&countingSource{n: 1000, emitted: &emitted}, &gateSink{gate: gate, count: &consumed})
+	var consumed atomic.Int64
+	// The attempts are held by their source, not their sink: a sink
+	// blocked on a record cannot be stopped (protoactor gives its stop
+	// up after 10 s), and a source that ran in a redeployed attempt
+	// would leave the next ones nothing to read.
+	gate, open := make(chan struct{}), make(chan struct{})
+	close(open)
+	job := twoStageJob(&gatedSource{gate: gate, n: 1000}, &gateSink{gate: open, count: &consumed})
 	cfg := DefaultConfig()
 	cfg.Cluster = loopCluster(newLoopNet())
 	cfg.Cluster.RetryInterval = time.Millisecond
@@ -101,7 +107,38 @@ func TestRedeploysDoNotUseUpTheRestartBudget(t *testing.T) {
 	if r := exec.Restores(); len(r) != 3 {
 		t.Fatalf("restores %v: want one per restart (3), none per try not placed", r)
 	}
+	if n := consumed.Load(); n != 1000 {
+		t.Fatalf("the last attempt consumed %d records, want 1000", n)
+	}
 }
+
+// gatedSource emits 0..n-1 once gate is closed, and nothing before (its
+// task waits on Available, which the runtime gives up when it stops the
+// task): an attempt that runs before has no record in flight, and the
+// attempts after it find every record.
+type gatedSource struct {
+	operators.Base
+	gate    <-chan struct{}
+	n, next int64
+}
+
+func (s *gatedSource) Poll(out operators.Collector[int64], max int) (operators.Status, error) {
+	select {
+	case <-s.gate:
+	default:
+		return operators.NothingAvailable, nil
+	}
+	for k := 0; k < max && s.next < s.n; k++ {
+		out.Collect(s.next)
+		s.next++
+	}
+	if s.next == s.n {
+		return operators.EndOfInput, nil
+	}
+	return operators.MoreAvailable, nil
+}
+
+func (s *gatedSource) Available() <-chan struct{} { return s.gate }
 
 // A redeployment while the attempt still invites a node in another
 // process (the invitation waits on a node it cannot reach) ends the
