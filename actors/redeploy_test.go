@@ -3,6 +3,8 @@ package actors
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -139,6 +141,89 @@ func (s *gatedSource) Poll(out operators.Collector[int64], max int) (operators.S
 }
 
 func (s *gatedSource) Available() <-chan struct{} { return s.gate }
+
+// A redeployment that lands once every host has reported its tasks
+// deployed, before the job master starts them (here: as the master logs
+// that the job starts, on its own goroutine), ends the attempt unstarted:
+// no start command goes out, no source polls, the hosts are told that
+// the deployment is over, and the attempt ends with the redeployment.
+// A deployment started after its failure ran its sources for an attempt
+// already given up.
+func TestRedeployAfterTheHandshakeStartsNothing(t *testing.T) {
+	var emitted, consumed atomic.Int64
+	gate := make(chan struct{})
+	close(gate)
+	job := twoStageJob(&countingSource{n: 1 << 62, emitted: &emitted}, &gateSink{gate: gate, count: &consumed})
+	ln := newLoopNet()
+	var starts, cancels atomic.Int64
+	ln.onSend = func(_ ChannelKey, body []byte) {
+		m, err := decodeControl(body)
+		if err != nil {
+			return
+		}
+		switch m.Kind {
+		case ctlStart:
+			starts.Add(1)
+		case ctlCancel:
+			cancels.Add(1)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.Cluster = loopCluster(ln)
+	cause := fmt.Errorf("%w: %w: job %q epoch 1: redeploying: test", ErrRedeployed, ErrControlFailed, job.Name)
+	var r *Runner
+	var landed atomic.Int64
+	cfg.Logger = slog.New(onLog{msg: "job starting", do: func() {
+		landed.Add(1)
+		r.fail(cause)
+	}})
+	r, err := newRunner(job, cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- r.Run(context.Background()) }()
+	runErr := testutil.Receive(t, 0, "the attempt to end", errc)
+	if n := landed.Load(); n != 1 {
+		t.Fatalf("the redeployment landed %d times between the handshake and the start, want once", n)
+	}
+	if !errors.Is(runErr, ErrRedeployed) {
+		t.Fatalf("Run returned %v, want the redeployment %v", runErr, cause)
+	}
+	if n := starts.Load(); n != 0 {
+		t.Fatalf("%d start commands sent for a deployment redeployed before its start, want none", n)
+	}
+	select {
+	case <-r.Started():
+		t.Fatal("Started closed for a deployment redeployed before its start")
+	default:
+	}
+	if n := emitted.Load(); n != 0 {
+		t.Fatalf("the source emitted %d records for a deployment redeployed before its start", n)
+	}
+	if n := cancels.Load(); n != 2 {
+		t.Fatalf("%d cancel commands sent, want one per host (2)", n)
+	}
+}
+
+// onLog is a slog.Handler that calls do, on the logging goroutine, for
+// each record whose message is msg, and drops every record.
+type onLog struct {
+	msg string
+	do  func()
+}
+
+func (h onLog) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h onLog) Handle(_ context.Context, rec slog.Record) error {
+	if rec.Message == h.msg {
+		h.do()
+	}
+	return nil
+}
+
+func (h onLog) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h onLog) WithGroup(string) slog.Handler      { return h }
 
 // A redeployment while the attempt still invites a node in another
 // process (the invitation waits on a node it cannot reach) ends the
