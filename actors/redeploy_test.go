@@ -20,10 +20,8 @@ import (
 // up at once: a leader cut off from the majority stops its tasks when it
 // is told to (Execution.Redeploy), not when the publication times out.
 func TestFailGivesUpAPublicationInFlight(t *testing.T) {
-	var emitted, consumed atomic.Int64
-	gate := make(chan struct{})
-	close(gate)
-	job := twoStageJob(&countingSource{n: 1 << 62, emitted: &emitted}, &gateSink{gate: gate, count: &consumed})
+	var emitted atomic.Int64
+	job := endlessJob(&emitted)
 	cfg := DefaultConfig()
 	cfg.Cluster = loopCluster(newLoopNet())
 	cfg.Cluster.ControlTimeout = time.Hour
@@ -150,10 +148,8 @@ func (s *gatedSource) Available() <-chan struct{} { return s.gate }
 // A deployment started after its failure ran its sources for an attempt
 // already given up.
 func TestRedeployAfterTheHandshakeStartsNothing(t *testing.T) {
-	var emitted, consumed atomic.Int64
-	gate := make(chan struct{})
-	close(gate)
-	job := twoStageJob(&countingSource{n: 1 << 62, emitted: &emitted}, &gateSink{gate: gate, count: &consumed})
+	var emitted atomic.Int64
+	job := endlessJob(&emitted)
 	ln := newLoopNet()
 	var starts, cancels atomic.Int64
 	ln.onSend = func(_ ChannelKey, body []byte) {
@@ -230,10 +226,8 @@ func (h onLog) WithGroup(string) slog.Handler      { return h }
 // attempt at once, as a redeployment: with no restart strategy, the job
 // is deployed again instead of ending.
 func TestRedeployDuringTheInvitationIsNotAFailure(t *testing.T) {
-	var emitted, consumed atomic.Int64
-	gate := make(chan struct{})
-	close(gate)
-	job := twoStageJob(&countingSource{n: 1 << 62, emitted: &emitted}, &gateSink{gate: gate, count: &consumed})
+	var emitted atomic.Int64
+	job := endlessJob(&emitted)
 	cfg := DefaultConfig()
 	c := loopCluster(newLoopNet())
 	c.Nodes[1].Network = nil // in another process: invited
@@ -265,4 +259,13 @@ func TestRedeployDuringTheInvitationIsNotAFailure(t *testing.T) {
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run returned %v after cancel", err)
 	}
+}
+
+// endlessJob is source -> sink with a source that never ends and a sink
+// that never blocks; emitted counts the records the source emitted.
+func endlessJob(emitted *atomic.Int64) *Job {
+	open := make(chan struct{})
+	close(open)
+	var consumed atomic.Int64
+	return twoStageJob(&countingSource{n: 1 << 62, emitted: emitted}, &gateSink{gate: open, count: &consumed})
 }
