@@ -119,6 +119,9 @@ type loopNet struct {
 	seq  map[ChannelKey]uint64
 	drop atomic.Bool
 	sent atomic.Int64
+	// onSend, when set before the first send, sees every frame sent,
+	// before it is delivered, on the sender's goroutine.
+	onSend func(id ChannelKey, body []byte)
 }
 
 func newLoopNet() *loopNet {
@@ -162,6 +165,9 @@ type loopSender struct {
 
 func (s *loopSender) Send(_ context.Context, _ FrameKind, _ int64, body []byte) error {
 	s.n.sent.Add(1)
+	if s.n.onSend != nil {
+		s.n.onSend(s.id, body)
+	}
 	if s.n.drop.Load() {
 		return nil
 	}

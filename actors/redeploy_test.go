@@ -3,11 +3,14 @@ package actors
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/edgedio/edged/internal/testutil"
+	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/snapshot"
 )
 
@@ -17,10 +20,8 @@ import (
 // up at once: a leader cut off from the majority stops its tasks when it
 // is told to (Execution.Redeploy), not when the publication times out.
 func TestFailGivesUpAPublicationInFlight(t *testing.T) {
-	var emitted, consumed atomic.Int64
-	gate := make(chan struct{})
-	close(gate)
-	job := twoStageJob(&countingSource{n: 1 << 62, emitted: &emitted}, &gateSink{gate: gate, count: &consumed})
+	var emitted atomic.Int64
+	job := endlessJob(&emitted)
 	cfg := DefaultConfig()
 	cfg.Cluster = loopCluster(newLoopNet())
 	cfg.Cluster.ControlTimeout = time.Hour
@@ -56,9 +57,14 @@ func TestFailGivesUpAPublicationInFlight(t *testing.T) {
 // times and refused three deployments, and still runs to its end. The
 // refused tries are not attempts and restore nothing.
 func TestRedeploysDoNotUseUpTheRestartBudget(t *testing.T) {
-	var emitted, consumed atomic.Int64
-	gate := make(chan struct{})
-	job := twoStageJob(&countingSource{n: 1000, emitted: &emitted}, &gateSink{gate: gate, count: &consumed})
+	var consumed atomic.Int64
+	// The attempts are held by their source, not their sink: a sink
+	// blocked on a record cannot be stopped (protoactor gives its stop
+	// up after 10 s), and a source that ran in a redeployed attempt
+	// would leave the next ones nothing to read.
+	gate, open := make(chan struct{}), make(chan struct{})
+	close(open)
+	job := twoStageJob(&gatedSource{gate: gate, n: 1000}, &gateSink{gate: open, count: &consumed})
 	cfg := DefaultConfig()
 	cfg.Cluster = loopCluster(newLoopNet())
 	cfg.Cluster.RetryInterval = time.Millisecond
@@ -101,17 +107,127 @@ func TestRedeploysDoNotUseUpTheRestartBudget(t *testing.T) {
 	if r := exec.Restores(); len(r) != 3 {
 		t.Fatalf("restores %v: want one per restart (3), none per try not placed", r)
 	}
+	if n := consumed.Load(); n != 1000 {
+		t.Fatalf("the last attempt consumed %d records, want 1000", n)
+	}
 }
+
+// gatedSource emits 0..n-1 once gate is closed, and nothing before (its
+// task waits on Available, which the runtime gives up when it stops the
+// task): an attempt that runs before has no record in flight, and the
+// attempts after it find every record.
+type gatedSource struct {
+	operators.Base
+	gate    <-chan struct{}
+	n, next int64
+}
+
+func (s *gatedSource) Poll(out operators.Collector[int64], max int) (operators.Status, error) {
+	select {
+	case <-s.gate:
+	default:
+		return operators.NothingAvailable, nil
+	}
+	for k := 0; k < max && s.next < s.n; k++ {
+		out.Collect(s.next)
+		s.next++
+	}
+	if s.next == s.n {
+		return operators.EndOfInput, nil
+	}
+	return operators.MoreAvailable, nil
+}
+
+func (s *gatedSource) Available() <-chan struct{} { return s.gate }
+
+// A redeployment that lands once every host has reported its tasks
+// deployed, before the job master starts them (here: as the master logs
+// that the job starts, on its own goroutine), ends the attempt unstarted:
+// no start command goes out, no source polls, the hosts are told that
+// the deployment is over, and the attempt ends with the redeployment.
+// A deployment started after its failure ran its sources for an attempt
+// already given up.
+func TestRedeployAfterTheHandshakeStartsNothing(t *testing.T) {
+	var emitted atomic.Int64
+	job := endlessJob(&emitted)
+	ln := newLoopNet()
+	var starts, cancels atomic.Int64
+	ln.onSend = func(_ ChannelKey, body []byte) {
+		m, err := decodeControl(body)
+		if err != nil {
+			return
+		}
+		switch m.Kind {
+		case ctlStart:
+			starts.Add(1)
+		case ctlCancel:
+			cancels.Add(1)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.Cluster = loopCluster(ln)
+	cause := fmt.Errorf("%w: %w: job %q epoch 1: redeploying: test", ErrRedeployed, ErrControlFailed, job.Name)
+	var r *Runner
+	var landed atomic.Int64
+	cfg.Logger = slog.New(onLog{msg: "job starting", do: func() {
+		landed.Add(1)
+		r.fail(cause)
+	}})
+	r, err := newRunner(job, cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- r.Run(context.Background()) }()
+	runErr := testutil.Receive(t, 0, "the attempt to end", errc)
+	if n := landed.Load(); n != 1 {
+		t.Fatalf("the redeployment landed %d times between the handshake and the start, want once", n)
+	}
+	if !errors.Is(runErr, ErrRedeployed) {
+		t.Fatalf("Run returned %v, want the redeployment %v", runErr, cause)
+	}
+	if n := starts.Load(); n != 0 {
+		t.Fatalf("%d start commands sent for a deployment redeployed before its start, want none", n)
+	}
+	select {
+	case <-r.Started():
+		t.Fatal("Started closed for a deployment redeployed before its start")
+	default:
+	}
+	if n := emitted.Load(); n != 0 {
+		t.Fatalf("the source emitted %d records for a deployment redeployed before its start", n)
+	}
+	if n := cancels.Load(); n != 2 {
+		t.Fatalf("%d cancel commands sent, want one per host (2)", n)
+	}
+}
+
+// onLog is a slog.Handler that calls do, on the logging goroutine, for
+// each record whose message is msg, and drops every record.
+type onLog struct {
+	msg string
+	do  func()
+}
+
+func (h onLog) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h onLog) Handle(_ context.Context, rec slog.Record) error {
+	if rec.Message == h.msg {
+		h.do()
+	}
+	return nil
+}
+
+func (h onLog) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h onLog) WithGroup(string) slog.Handler      { return h }
 
 // A redeployment while the attempt still invites a node in another
 // process (the invitation waits on a node it cannot reach) ends the
 // attempt at once, as a redeployment: with no restart strategy, the job
 // is deployed again instead of ending.
 func TestRedeployDuringTheInvitationIsNotAFailure(t *testing.T) {
-	var emitted, consumed atomic.Int64
-	gate := make(chan struct{})
-	close(gate)
-	job := twoStageJob(&countingSource{n: 1 << 62, emitted: &emitted}, &gateSink{gate: gate, count: &consumed})
+	var emitted atomic.Int64
+	job := endlessJob(&emitted)
 	cfg := DefaultConfig()
 	c := loopCluster(newLoopNet())
 	c.Nodes[1].Network = nil // in another process: invited
@@ -143,4 +259,13 @@ func TestRedeployDuringTheInvitationIsNotAFailure(t *testing.T) {
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run returned %v after cancel", err)
 	}
+}
+
+// endlessJob is source -> sink with a source that never ends and a sink
+// that never blocks; emitted counts the records the source emitted.
+func endlessJob(emitted *atomic.Int64) *Job {
+	open := make(chan struct{})
+	close(open)
+	var consumed atomic.Int64
+	return twoStageJob(&countingSource{n: 1 << 62, emitted: emitted}, &gateSink{gate: open, count: &consumed})
 }

@@ -441,6 +441,17 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 		r.closeOperators()
 		return err
 	}
+	// A deployment failed once every host had deployed (a redeployment
+	// that landed after the last deployed report, which ended the
+	// handshake, say) is not started: its failure report waits in the
+	// inbox behind the handshake, and a start would run its sources for
+	// an attempt already given up.
+	if p := r.failed.Load(); p != nil {
+		r.cancelHosts()
+		r.stop()
+		r.closeOperators()
+		return *p
+	}
 	close(r.started)
 	if r.ctl != nil {
 		r.commandAll(r.ctx, controlMsg{Kind: ctlStart})
