@@ -120,9 +120,9 @@
 //	                        bits 6-7 0
 //	    received   varint   receive time, ns since the Unix epoch; 0 unknown
 //	    packet id  uvarint  1..65535, if bit 3: the MQTT packet identifier
-//	    too large  uvarint  if bit 5: the size of the payload that was too
-//	                        large to keep (Message.TooLarge), at least the
-//	                        payload bytes kept
+//	    too large  uvarint  if bit 5: the size of the message that was
+//	                        too large to keep (Message.TooLarge), at least
+//	                        the payload bytes kept
 //	    topic      uvarint length (at most 65535) and bytes
 //	    payload    uvarint length (at most MaxPayloadBytes) and bytes
 //	    mark       uvarint  if bit 4: the commit mark D, at most the

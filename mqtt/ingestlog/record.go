@@ -81,12 +81,13 @@ type Message struct {
 	// payload it identifies a redelivery; see the mqtt package's
 	// Subscriber. It is stored only when non-zero.
 	PacketID uint16
-	// TooLarge marks a dead letter: a message whose payload, TooLarge
-	// bytes, was too large to keep (larger than the reader's maximum
-	// message size, or than a record can be). Payload holds only its
-	// first bytes, the rest was discarded; a reader of the log is to
-	// treat the record as a dead letter, not as the message. 0 for every
-	// other message; it is stored only when non-zero.
+	// TooLarge marks a dead letter: a message of TooLarge bytes (its MQTT
+	// PUBLISH packet, as the writer received it) that was too large to
+	// keep (larger than the writer's maximum message size, or than a
+	// record can be). Payload holds only the first bytes of its payload,
+	// the rest was discarded; a reader of the log is to treat the record
+	// as a dead letter, not as the message. 0 for every other message; it
+	// is stored only when non-zero, and is then at least len(Payload).
 	TooLarge int64
 }
 
