@@ -80,7 +80,8 @@ type SubscriberConfig struct {
 	// holds (ingestlog.Log.MaxMessageBytes: about 64 MiB with the
 	// default 64 MiB segments); a message that the log cannot hold is a
 	// dead letter in the same way. YAML source.mqtt.max_message_bytes;
-	// default DefaultMaxMessageBytes (8 MiB).
+	// default DefaultMaxMessageBytes (8 MiB), or what one record of the
+	// log holds if that is less.
 	MaxMessageBytes int64
 	// MaxReconnectInterval caps the reconnect backoff. Default 10s.
 	MaxReconnectInterval time.Duration
@@ -576,6 +577,9 @@ func NewSubscriber(cfg SubscriberConfig, log *ingestlog.Log) (*Subscriber, error
 	}
 	if log == nil {
 		return nil, fmt.Errorf("%w: subscriber needs an ingest log", ErrInvalidConfig)
+	}
+	if cfg.MaxMessageBytes == 0 {
+		cfg.MaxMessageBytes = min(DefaultMaxMessageBytes, log.MaxMessageBytes())
 	}
 	cfg = cfg.withDefaults()
 	if lm := log.MaxMessageBytes(); cfg.MaxMessageBytes > lm {

@@ -279,4 +279,3 @@ func TestMaxMessageBytesConfig(t *testing.T) {
 		t.Fatalf("broker.max_message_bytes: %v", err)
 	}
 }
-
