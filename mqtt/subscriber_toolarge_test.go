@@ -133,27 +133,6 @@ func publishOfSize(t *testing.T, id uint16, dup bool, topic string, size int) []
 	return nil
 }
 
-// readAll returns the records of l.
-func readAll(t *testing.T, l *ingestlog.Log) []ingestlog.Record {
-	t.Helper()
-	r, err := l.Reader(l.Stats().FirstOffset)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	var out []ingestlog.Record
-	for {
-		rec, ok, err := r.TryNext()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			return out
-		}
-		out = append(out, rec)
-	}
-}
-
 // A QoS 1 message larger than max_message_bytes, read by the direct
 // reader, ends as one dead-letter record (its topic, size and first
 // bytes) and is acknowledged once that is durable; the next message
