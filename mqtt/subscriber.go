@@ -242,7 +242,9 @@ func lengthBytes(n int64) int {
 // in the log (ingestlog.Log.WaitDurable). If the append fails (log closed
 // or failed, subscriber closing) the message is not acknowledged and an
 // error is logged; the broker redelivers it when the persistent session
-// resumes (CleanSession false, fixed ClientID).
+// resumes (CleanSession false, fixed ClientID). A message larger than
+// MaxMessageBytes is the exception: a dead-letter record takes its place
+// in the log and is acknowledged like a message (see MaxMessageBytes).
 //
 // Messages are written to the log on paho's goroutine in the order they
 // arrived, without waiting for the fsync (ingestlog.Log.AppendNoWait), so
