@@ -87,9 +87,11 @@ func TestDirectReaderMemoryBoundedForAHugePacket(t *testing.T) {
 		size != 1+4+268435455 {
 		t.Fatalf("read topic %q, id %d, %d payload bytes, size %d", in.topic, in.id, len(in.payload), size)
 	}
-	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 1<<20 {
+	alloc := after.TotalAlloc - before.TotalAlloc
+	if alloc > 1<<20 {
 		t.Fatalf("reading a %d-byte packet allocated %d bytes (bound 1 MiB)", size, alloc)
 	}
+	t.Logf("a %d-byte PUBLISH read with %d bytes allocated, reads of at most %d bytes", size, alloc, src.maxRead)
 	if src.maxRead > connReadBuffer {
 		t.Fatalf("a read of %d bytes was asked of the connection (buffer %d)", src.maxRead, connReadBuffer)
 	}
