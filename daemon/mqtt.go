@@ -120,6 +120,7 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 		// of the devices survive a restart or a crash of the node.
 		bc.DataDir = filepath.Join(dataDir, "broker")
 		bc.SessionMaxBytes = int64(max(n.mem.BrokerSessionBytes, 0)) // off: 0, no bound
+		bc.MaxMessageBytes = embeddedMaxMessage(cfg)
 		br, err = mqtt.NewBroker(bc, nil)
 		if err != nil {
 			return pipeline.Inputs{}, err
@@ -149,7 +150,7 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 			Broker: src.Broker, Pipeline: pc.Name, ClientID: src.ClientID,
 			Topics: src.Topics, QoS: byte(src.QoS), Logger: n.log.With("pipeline", pc.Name),
 			MaxPending: src.MaxPending, RedeliveryWindow: src.RedeliveryWindow, Client: src.Client,
-			MaxPendingBytes: int64(n.mem.MQTTPendingBytes),
+			MaxPendingBytes: int64(n.mem.MQTTPendingBytes), MaxMessageBytes: src.MaxMessageBytes,
 		}, log)
 		if err != nil {
 			return pipeline.Inputs{}, fmt.Errorf("mqtt source of %q: %w", pc.Name, err)
@@ -194,6 +195,26 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 		},
 		Broker: url,
 	}, nil
+}
+
+// embeddedMaxMessage returns the embedded broker's bound on packets: the
+// largest source.mqtt.max_message_bytes of the pipelines reading it (the
+// default for those that do not set it).
+func embeddedMaxMessage(cfg *pipeline.Config) int64 {
+	var m int64
+	for _, pc := range cfg.Pipelines {
+		if src := pc.Source.MQTT; src != nil && src.Broker == "" {
+			v := src.MaxMessageBytes
+			if v == 0 {
+				v = mqtt.DefaultMaxMessageBytes
+			}
+			m = max(m, v)
+		}
+	}
+	if m == 0 {
+		return mqtt.DefaultMaxMessageBytes
+	}
+	return m
 }
 
 // stopMQTT stops the simulator, then the subscribers and the broker (which

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
@@ -52,6 +53,21 @@ type BrokerConfig struct {
 	// session_max_bytes; default 64 MiB; 0 means no bound. The stored
 	// messages are also held in memory (mochi keeps its own copy too).
 	SessionMaxBytes int64
+	// MaxMessageBytes bounds the size of a packet the broker reads, in
+	// bytes (mochi's Capabilities.MaximumPacketSize, which counts the
+	// fixed header byte and the remaining length). mochi checks it before
+	// it allocates anything for the packet and closes the connection of a
+	// client that sends a larger one (MQTT 5: Reason Code 0x95, Packet too
+	// large, is the reason it may give); PacketsTooLarge counts them. MQTT
+	// 5 clients are told the bound in CONNACK (Maximum Packet Size), so a
+	// compliant one never sends such a packet; an MQTT 3.1.1 device cannot
+	// be told and resends it on every reconnect. A message within the
+	// bound that does not fit in one record of an ingest log it goes to
+	// (ingestlog.Log.MaxMessageBytes) is appended there as a dead-letter
+	// record (ingestlog.Message.TooLarge) and acknowledged once that is
+	// durable; DeadLetters counts them. YAML max_message_bytes; 0 (or
+	// unset) means DefaultMaxMessageBytes (8 MiB); at most MaxPacketBytes.
+	MaxMessageBytes int64
 	// DrainTimeout bounds how long Close waits for the publishes in
 	// flight to be appended and acknowledged before it disconnects the
 	// clients. YAML drain_timeout; default 5s.
@@ -76,7 +92,7 @@ const (
 // topic.
 func DefaultBrokerConfig() BrokerConfig {
 	return BrokerConfig{Address: DefaultBrokerAddress, Filters: []string{"#"},
-		SessionMaxBytes: DefaultSessionMaxBytes, DrainTimeout: DefaultDrainTimeout}
+		SessionMaxBytes: DefaultSessionMaxBytes, DrainTimeout: DefaultDrainTimeout, MaxMessageBytes: DefaultMaxMessageBytes}
 }
 
 // Validate reports every problem with c at once, naming the YAML keys.
@@ -95,6 +111,10 @@ func (c BrokerConfig) Validate() error {
 	}
 	if c.DrainTimeout < 0 {
 		errs = append(errs, fmt.Errorf("%w: broker.drain_timeout (%s) must not be negative", ErrInvalidConfig, c.DrainTimeout))
+	}
+	if m := c.MaxMessageBytes; m != 0 && (m < minMessageBytes || m > MaxPacketBytes) {
+		errs = append(errs, fmt.Errorf("%w: broker.max_message_bytes (%d) must be between %d and %d (0: the default, %d)",
+			ErrInvalidConfig, m, minMessageBytes, MaxPacketBytes, DefaultMaxMessageBytes))
 	}
 	return errors.Join(errs...)
 }
@@ -172,6 +192,9 @@ type Broker struct {
 	durableWait func(l *ingestlog.Log, off uint64) error
 	flushers    sync.WaitGroup // the ackGate flushers
 
+	tooLarge    atomic.Uint64 // packets refused for MaxMessageBytes (connection closed)
+	deadLetters atomic.Uint64 // messages appended as dead-letter records
+
 	mu      sync.Mutex // guards started, closed, cancel
 	started bool
 	closed  bool
@@ -193,9 +216,13 @@ func NewBroker(cfg BrokerConfig, log *ingestlog.Log) (*Broker, error) {
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
+	if cfg.MaxMessageBytes == 0 {
+		cfg.MaxMessageBytes = DefaultMaxMessageBytes
+	}
 	caps := mochi.NewDefaultServerCapabilities()
 	caps.MaximumInflight = maxInflight
 	caps.MaximumClientWritesPending = maxInflight
+	caps.MaximumPacketSize = uint32(cfg.MaxMessageBytes)
 	server := mochi.New(&mochi.Options{
 		Capabilities:           caps,
 		Logger:                 logger.With("component", "mochi"),
@@ -301,6 +328,16 @@ func (b *Broker) closeStore() {
 	}
 }
 
+// PacketsTooLarge returns how many packets larger than
+// BrokerConfig.MaxMessageBytes the broker refused, closing their
+// clients' connections.
+func (b *Broker) PacketsTooLarge() uint64 { return b.tooLarge.Load() }
+
+// DeadLetters returns how many messages did not fit in a record of an
+// ingest log they went to and were appended there as dead-letter records
+// (ingestlog.Message.TooLarge), one per log.
+func (b *Broker) DeadLetters() uint64 { return b.deadLetters.Load() }
+
 // Addr returns the address the broker listens on (with the real port
 // once started).
 func (b *Broker) Addr() string { return b.tcp.Address() }
@@ -389,7 +426,56 @@ type ingestHook struct {
 
 func (h *ingestHook) ID() string { return "edged-ingest" }
 
-func (h *ingestHook) Provides(b byte) bool { return b == mochi.OnPublish || b == mochi.OnPacketRead }
+func (h *ingestHook) Provides(b byte) bool {
+	switch b {
+	case mochi.OnPublish, mochi.OnPacketRead, mochi.OnPacketEncode, mochi.OnDisconnect:
+		return true
+	}
+	return false
+}
+
+// OnPacketEncode tells an MQTT 5 client the broker's Maximum Packet Size
+// in CONNACK (mochi enforces it but does not advertise it).
+func (h *ingestHook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type == packets.Connack && cl.Properties.ProtocolVersion == 5 {
+		pk.Properties.MaximumPacketSize = uint32(h.b.cfg.MaxMessageBytes)
+	}
+	return pk
+}
+
+// OnDisconnect counts and logs a connection closed for a packet larger
+// than BrokerConfig.MaxMessageBytes.
+func (h *ingestHook) OnDisconnect(cl *mochi.Client, err error, _ bool) {
+	if !errors.Is(err, packets.ErrPacketTooLarge) {
+		return
+	}
+	h.b.tooLarge.Add(1)
+	h.b.logger.Warn("mqtt broker: packet larger than max_message_bytes; connection closed (MQTT 5: reason 0x95, packet too large) without reading it",
+		"client", cl.ID, "max_message_bytes", h.b.cfg.MaxMessageBytes)
+}
+
+// fit returns msg, or, if it does not fit in one record of l, the
+// dead-letter record that takes its place there: its topic and first
+// DeadLetterKeep payload bytes, TooLarge its PUBLISH packet's size.
+func fit(l *ingestlog.Log, msg ingestlog.Message) ingestlog.Message {
+	if int64(len(msg.Topic)+len(msg.Payload)) <= l.MaxMessageBytes() {
+		return msg
+	}
+	msg.TooLarge = publishSize(len(msg.Topic), len(msg.Payload), msg.QoS)
+	msg.Payload = msg.Payload[:min(len(msg.Payload), DeadLetterKeep)]
+	return msg
+}
+
+// appended counts and logs msg, appended to l at off, if it is a
+// dead-letter record (see fit).
+func (b *Broker) appended(l *ingestlog.Log, msg ingestlog.Message, pid uint16, off uint64) {
+	if msg.TooLarge == 0 {
+		return
+	}
+	b.deadLetters.Add(1)
+	b.logger.Warn("mqtt broker: message larger than an ingest-log record; recorded as a dead letter with its first bytes, acknowledged once durable",
+		"topic", msg.Topic, "message_bytes", msg.TooLarge, "packet_id", pid, "max_record_bytes", l.MaxMessageBytes(), "offset", off)
+}
 
 // OnPublish runs on the publisher's connection goroutine, before the
 // PUBACK is sent.
@@ -420,12 +506,16 @@ func (h *ingestHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pac
 		if err != nil {
 			break
 		}
+		m := fit(tg.log, msg)
+		var off uint64
 		if gate == nil { // a listener added through Server: wait here
-			_, err = tg.log.Append(b.ctx, msg)
+			if off, err = tg.log.Append(b.ctx, m); err == nil {
+				b.appended(tg.log, m, pk.PacketID, off)
+			}
 			continue
 		}
-		var off uint64
-		if off, err = tg.log.AppendNoWait(b.ctx, msg); err == nil {
+		if off, err = tg.log.AppendNoWait(b.ctx, m); err == nil {
+			b.appended(tg.log, m, pk.PacketID, off)
 			gate.appended(tg.key, off)
 		}
 	}

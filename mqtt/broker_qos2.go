@@ -106,9 +106,12 @@ func (h *ingestHook) publishQoS2(cl *mochi.Client, pk packets.Packet, msg ingest
 		if err := st.syncAppended(); err != nil {
 			return pk, h.fail(cl, pk, err)
 		}
-		if _, err := l.Append(b.ctx, msg); err != nil {
+		m := fit(l, msg)
+		off, err := l.Append(b.ctx, m)
+		if err != nil {
 			return pk, h.fail(cl, pk, err)
 		}
+		b.appended(l, m, pk.PacketID, off)
 		if b.qos2Stage != nil {
 			if err := b.qos2Stage("appended", cl.ID, pk.PacketID); err != nil {
 				return pk, h.fail(cl, pk, err)

@@ -160,20 +160,9 @@ func logPayloads(t *testing.T, dir string) map[string]int {
 	t.Helper()
 	l := openLog(t, dir, ingestlog.DefaultOptions())
 	defer l.Close()
-	r, err := l.Reader(l.Stats().FirstOffset)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	out := map[string]int{}
-	for {
-		rec, ok, err := r.TryNext()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			return out
-		}
+	for _, rec := range readAll(t, l) {
 		out[string(rec.Payload)]++
 	}
+	return out
 }

@@ -12,6 +12,16 @@
 // checkpoints, and a fallback to an older retained checkpoint finds its
 // records.
 //
+// Messages too large to keep: the broker reads no packet larger than
+// BrokerConfig.MaxMessageBytes, and a Subscriber appends no message
+// larger than SubscriberConfig.MaxMessageBytes; a message that passes
+// those bounds but cannot fit in one record of an ingest log, and every
+// message over the Subscriber's bound, is replaced in the log by a
+// dead-letter record (ingestlog.Message.TooLarge) and acknowledged once
+// that is durable, so that it is neither lost without a trace nor
+// redelivered forever. The Source emits it as a Message whose Err wraps
+// ErrMessageTooLarge, which the pipeline sends to its dead-letter output.
+//
 // Output: Sink publishes as records arrive and waits for the broker's
 // acknowledgements at each checkpoint barrier (at-least-once).
 // PublishFunc feeds operators.NewWriteAheadSink, which publishes only the

@@ -26,6 +26,9 @@ var (
 	// ErrCorruptSession is returned by Broker.Start for a session journal
 	// with a damaged record before its end.
 	ErrCorruptSession = errors.New("mqtt: corrupt broker session journal")
+	// ErrMessageTooLarge is wrapped by Message.Err for a message that was
+	// too large to keep and was recorded as a dead letter instead.
+	ErrMessageTooLarge = errors.New("mqtt: message too large")
 )
 
 // Errors of a Subscriber's direct reader (SubscriberConfig.Client

@@ -138,3 +138,24 @@ func appendSeq(t *testing.T, l *ingestlog.Log, from, n int) {
 		}
 	}
 }
+
+// readAll returns the records of l.
+func readAll(t *testing.T, l *ingestlog.Log) []ingestlog.Record {
+	t.Helper()
+	r, err := l.Reader(l.Stats().FirstOffset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var out []ingestlog.Record
+	for {
+		rec, ok, err := r.TryNext()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return out
+		}
+		out = append(out, rec)
+	}
+}

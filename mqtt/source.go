@@ -21,6 +21,23 @@ type Message struct {
 	// Offset is the message's position in the ingest log: dense,
 	// increasing, and the same in every replay.
 	Offset uint64
+	// TooLarge marks a dead letter: a message of TooLarge bytes (its
+	// PUBLISH packet) that was too large to keep
+	// (SubscriberConfig.MaxMessageBytes, BrokerConfig.MaxMessageBytes, or
+	// an ingest-log record's limit). Payload holds only the first bytes
+	// of its payload (at most DeadLetterKeep). 0 for every other message.
+	TooLarge int64
+}
+
+// Err returns, for a dead letter (TooLarge), why the message is not
+// there: an error wrapping ErrMessageTooLarge. nil for every other
+// message.
+func (m Message) Err() error {
+	if m.TooLarge <= 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %d bytes on topic %q; the payload was discarded, its first %d bytes kept",
+		ErrMessageTooLarge, m.TooLarge, m.Topic, len(m.Payload))
 }
 
 // Versions of the Source's snapshot (its first byte): 1 holds the offset
@@ -265,7 +282,7 @@ func (s *Source) Poll(out operators.Collector[Message], limit int) (operators.St
 		if !ok {
 			return operators.NothingAvailable, nil
 		}
-		out.Collect(Message{Topic: rec.Topic, Payload: rec.Payload, Offset: rec.Offset})
+		out.Collect(Message{Topic: rec.Topic, Payload: rec.Payload, Offset: rec.Offset, TooLarge: rec.TooLarge})
 	}
 	return operators.MoreAvailable, nil
 }

@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -61,6 +62,27 @@ type SubscriberConfig struct {
 	// allocates packet identifiers in sequence never repeats one within
 	// it. YAML source.mqtt.redelivery_window; default 65535.
 	RedeliveryWindow int
+	// MaxMessageBytes bounds the size of a PUBLISH packet the subscriber
+	// takes, in bytes: the whole packet (fixed header, topic, packet
+	// identifier and payload), as MQTT 5's Maximum Packet Size counts it.
+	// A larger message is not appended: a dead-letter record takes its
+	// place in the log (ingestlog.Message.TooLarge: its topic, packet
+	// identifier, size and first DeadLetterKeep payload bytes), TooLarge
+	// counts it, a warning names it, and it is acknowledged once that
+	// record is durable, so that the broker does not redeliver it. The
+	// direct reader checks the packet's remaining length before it
+	// allocates anything for it and discards the rest of the packet
+	// through its read buffer, so a peer claiming 256 MB costs no more
+	// memory than the bound; paho reads every packet whole before the
+	// check (its memory is not bounded by this). Neither can advertise the
+	// bound to the broker: both speak MQTT 3.1.1, which has no Maximum
+	// Packet Size. It must not exceed what one record of the ingest log
+	// holds (ingestlog.Log.MaxMessageBytes: about 64 MiB with the
+	// default 64 MiB segments); a message that the log cannot hold is a
+	// dead letter in the same way. YAML source.mqtt.max_message_bytes;
+	// default DefaultMaxMessageBytes (8 MiB), or what one record of the
+	// log holds if that is less.
+	MaxMessageBytes int64
 	// MaxReconnectInterval caps the reconnect backoff. Default 10s.
 	MaxReconnectInterval time.Duration
 	// Client chooses what reads the broker's connection: ClientDirect
@@ -86,6 +108,20 @@ const (
 // DefaultMaxPendingBytes is SubscriberConfig.MaxPendingBytes by default.
 const DefaultMaxPendingBytes = 8 << 20
 
+// DefaultMaxMessageBytes is SubscriberConfig.MaxMessageBytes (and
+// BrokerConfig.MaxMessageBytes) by default: 8 MiB, the default budget of
+// payload bytes pending (DefaultMaxPendingBytes), well within a 64 MiB
+// ingest-log segment.
+const DefaultMaxMessageBytes = 8 << 20
+
+// MaxPacketBytes is the largest MQTT packet: a fixed header byte, a
+// four-byte remaining length and 268435455 bytes.
+const MaxPacketBytes = 1 + 4 + 268435455
+
+// DeadLetterKeep is how many bytes of the payload of a message too large
+// to keep its dead-letter record holds.
+const DeadLetterKeep = 256
+
 func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	if c.ClientID == "" && c.Pipeline != "" {
 		c.ClientID = "edged-" + c.Pipeline
@@ -104,6 +140,9 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	}
 	if c.RedeliveryWindow <= 0 {
 		c.RedeliveryWindow = 65535
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if c.MaxReconnectInterval <= 0 {
 		c.MaxReconnectInterval = 10 * time.Second
@@ -153,10 +192,41 @@ func (c SubscriberConfig) Validate() error {
 	default:
 		bad("source.mqtt.client (%q) must be %q or %q", c.Client, ClientPaho, ClientDirect)
 	}
+	if m := c.MaxMessageBytes; m < minMessageBytes || m > MaxPacketBytes {
+		bad("source.mqtt.max_message_bytes (%d) must be between %d and %d", m, minMessageBytes, MaxPacketBytes)
+	}
 	if w := c.RedeliveryWindow; w <= 2*c.MaxPending || w >= 1<<16 {
 		bad("source.mqtt.redelivery_window (%d) must exceed twice source.mqtt.max_pending (%d) and stay below 65536", w, c.MaxPending)
 	}
 	return errors.Join(errs...)
+}
+
+// minMessageBytes is the smallest SubscriberConfig.MaxMessageBytes: room
+// for a PUBLISH with a short topic and payload.
+const minMessageBytes = 64
+
+// publishSize returns the size of an MQTT 3.1.1 PUBLISH packet with a
+// topic of topicLen bytes and a payload of payloadLen bytes at qos.
+func publishSize(topicLen, payloadLen int, qos byte) int64 {
+	n := int64(2 + topicLen + payloadLen)
+	if qos > 0 {
+		n += 2
+	}
+	return 1 + int64(lengthBytes(n)) + n
+}
+
+// lengthBytes returns how many bytes MQTT's variable byte integer takes
+// for n.
+func lengthBytes(n int64) int {
+	switch {
+	case n < 128:
+		return 1
+	case n < 16384:
+		return 2
+	case n < 2097152:
+		return 3
+	}
+	return 4
 }
 
 // Subscriber subscribes to an external MQTT broker (Mosquitto, ...) and
@@ -172,7 +242,9 @@ func (c SubscriberConfig) Validate() error {
 // in the log (ingestlog.Log.WaitDurable). If the append fails (log closed
 // or failed, subscriber closing) the message is not acknowledged and an
 // error is logged; the broker redelivers it when the persistent session
-// resumes (CleanSession false, fixed ClientID).
+// resumes (CleanSession false, fixed ClientID). A message larger than
+// MaxMessageBytes is the exception: a dead-letter record takes its place
+// in the log and is acknowledged like a message (see MaxMessageBytes).
 //
 // Messages are written to the log on paho's goroutine in the order they
 // arrived, without waiting for the fsync (ingestlog.Log.AppendNoWait), so
@@ -295,6 +367,7 @@ type Subscriber struct {
 	// goroutine (handle) only.
 	seen     *keyRing
 	dropped  atomic.Uint64 // redeliveries dropped as duplicates
+	tooLarge atomic.Uint64 // messages too large to keep, appended as dead-letter records
 	dups     atomic.Uint64 // deliveries with DUP received
 	maxAge   atomic.Int64  // most records appended after one a dropped redelivery matched
 	maxUnack atomic.Int64  // most deliveries received but not acknowledged at once
@@ -320,6 +393,12 @@ func (c SubscriberConfig) DedupWindow() int {
 // Dropped returns how many redelivered messages were acknowledged without
 // being appended because they are redeliveries of records in the log.
 func (s *Subscriber) Dropped() uint64 { return s.dropped.Load() }
+
+// TooLarge returns how many messages were larger than
+// SubscriberConfig.MaxMessageBytes (or than an ingest-log record can be)
+// and were appended as dead-letter records instead
+// (ingestlog.Message.TooLarge), then acknowledged.
+func (s *Subscriber) TooLarge() uint64 { return s.tooLarge.Load() }
 
 // Redelivered returns how many messages arrived with the DUP flag, dropped
 // or not.
@@ -365,6 +444,24 @@ func keyOf(id uint16, topic string, payload []byte) msgKey {
 	d.Write([]byte{0}) // topics contain no NUL: separates topic from payload
 	d.Write(payload)
 	return msgKey{id: id, hash: d.Sum64()}
+}
+
+// tooLargeKey returns the identity of a message too large to keep, of
+// size bytes, whose first payload bytes are kept: computed from what its
+// dead-letter record holds, so that it is the same for the redelivery
+// and for the record read back at Start.
+func tooLargeKey(id uint16, topic string, kept []byte, size int64) msgKey {
+	k := keyOf(id, topic, kept)
+	k.hash ^= xxhash.Sum64(binary.LittleEndian.AppendUint64([]byte{0xff}, uint64(size)))
+	return k
+}
+
+// recordKey returns the identity of a message read back from the log.
+func recordKey(rec ingestlog.Record) msgKey {
+	if rec.TooLarge > 0 {
+		return tooLargeKey(rec.PacketID, rec.Topic, rec.Payload, rec.TooLarge)
+	}
+	return keyOf(rec.PacketID, rec.Topic, rec.Payload)
 }
 
 // keyRing remembers, for each packet identifier, the content hash of the
@@ -440,7 +537,7 @@ func (s *Subscriber) loadTail() error {
 		if !ok {
 			break
 		}
-		s.seen.add(keyOf(rec.PacketID, rec.Topic, rec.Payload), true)
+		s.seen.add(recordKey(rec), true)
 		n++
 		if rec.PacketID != 0 {
 			withID++
@@ -467,6 +564,10 @@ type delivery struct {
 	has     bool
 	err     error // of the append
 	dropped bool  // a redelivery of a record in the log: acked, not appended
+	// tooLarge is, for a message too large to keep, the size of its
+	// PUBLISH packet: a dead-letter record with its first payload bytes
+	// takes its place.
+	tooLarge int64
 }
 
 // NewSubscriber returns a subscriber appending to log. It connects
@@ -479,7 +580,14 @@ func NewSubscriber(cfg SubscriberConfig, log *ingestlog.Log) (*Subscriber, error
 	if log == nil {
 		return nil, fmt.Errorf("%w: subscriber needs an ingest log", ErrInvalidConfig)
 	}
+	if cfg.MaxMessageBytes == 0 {
+		cfg.MaxMessageBytes = min(DefaultMaxMessageBytes, log.MaxMessageBytes())
+	}
 	cfg = cfg.withDefaults()
+	if lm := log.MaxMessageBytes(); cfg.MaxMessageBytes > lm {
+		return nil, fmt.Errorf("%w: source.mqtt.max_message_bytes (%d) must not exceed what one ingest-log record holds (%d)",
+			ErrInvalidConfig, cfg.MaxMessageBytes, lm)
+	}
 	tryCtx, cancel := context.WithCancel(context.Background())
 	cancel()
 	return &Subscriber{
@@ -581,19 +689,42 @@ func (s *Subscriber) handle(_ paho.Client, m paho.Message) {
 	s.inflight.Add(1)
 	s.mu.Unlock()
 	defer s.inflight.Done()
-	d := delivery{msg: m, topic: m.Topic(), id: m.MessageID(), qos: m.Qos(), dup: m.Duplicate(),
-		key: keyOf(m.MessageID(), m.Topic(), m.Payload()), size: int64(len(m.Payload()))}
+	d := delivery{msg: m, topic: m.Topic(), id: m.MessageID(), qos: m.Qos(), dup: m.Duplicate()}
+	payload := s.classify(&d, m.Topic(), m.Payload(), 0)
 	if !s.acquire(s.ctx, d.size) { // blocks when MaxPending messages or MaxPendingBytes are unacknowledged
 		return
 	}
 	if !s.dedup(&d) {
-		if err := s.appendRecord(s.ctx, &d, m.Topic(), m.Payload(), m.Retained()); err != nil {
+		if err := s.appendRecord(s.ctx, &d, m.Topic(), payload, m.Retained()); err != nil {
 			d.err = err
 		}
 	}
 	b := s.newBatch(pahoAcks{})
 	b.ds = append(b.ds, d)
 	s.handOff(b)
+}
+
+// classify sets d's identity and size for a message on topic with
+// payload and returns the payload to append: the message's own, or, for
+// a message too large to keep, its first DeadLetterKeep bytes, with
+// d.tooLarge set to the size of its PUBLISH packet. tooLarge is that
+// size for a message the direct reader did not read whole (payload holds
+// its first bytes then), 0 otherwise. A message is too large to keep
+// when its PUBLISH packet is larger than MaxMessageBytes or its topic
+// and payload do not fit in one record of the log.
+func (s *Subscriber) classify(d *delivery, topic string, payload []byte, tooLarge int64) []byte {
+	if size := publishSize(len(topic), len(payload), d.qos); tooLarge == 0 &&
+		(size > s.cfg.MaxMessageBytes || int64(len(topic)+len(payload)) > s.log.MaxMessageBytes()) {
+		tooLarge = size
+	}
+	if tooLarge == 0 {
+		d.key, d.size = keyOf(d.id, topic, payload), int64(len(payload))
+		return payload
+	}
+	payload = payload[:min(len(payload), DeadLetterKeep)]
+	d.tooLarge = tooLarge
+	d.key, d.size = tooLargeKey(d.id, topic, payload, tooLarge), int64(len(payload))
+	return payload
 }
 
 // acquire takes a message's place and size bytes of the budgets of
@@ -672,9 +803,11 @@ func (s *Subscriber) dedup(d *delivery) bool {
 }
 
 // appendRecord writes d's message to the log without waiting for the
-// fsync and records it in the redelivery table. It returns the append's
-// error and then changes nothing: with s.tryCtx an append that would
-// wait for log space fails at once (wouldBlock). Called like dedup.
+// fsync and records it in the redelivery table; for a message too large
+// to keep (d.tooLarge, see classify) it writes the dead-letter record,
+// counts it and logs it. It returns the append's error and then changes
+// nothing: with s.tryCtx an append that would wait for log space fails
+// at once (wouldBlock). Called like dedup.
 func (s *Subscriber) appendRecord(ctx context.Context, d *delivery, topic string, payload []byte, retain bool) error {
 	off, err := s.log.AppendNoWait(ctx, ingestlog.Message{
 		Topic:    topic,
@@ -683,9 +816,16 @@ func (s *Subscriber) appendRecord(ctx context.Context, d *delivery, topic string
 		Retain:   retain,
 		Received: time.Now(),
 		PacketID: d.id,
+		TooLarge: d.tooLarge,
 	})
 	if err != nil {
 		return err
+	}
+	if d.tooLarge > 0 {
+		s.tooLarge.Add(1)
+		s.logger.Warn("mqtt subscriber: message larger than source.mqtt.max_message_bytes (or than an ingest-log record); recorded as a dead letter with its first bytes, acknowledged once durable",
+			"topic", topic, "message_bytes", d.tooLarge, "packet_id", d.id, "qos", d.qos,
+			"max_message_bytes", s.cfg.MaxMessageBytes, "offset", off)
 	}
 	d.off, d.has = off, true
 	s.lastOff, s.wrote = off, true

@@ -148,7 +148,7 @@ func (s *Subscriber) directSession() (up bool, err error) {
 	if keepAlive <= 0 {
 		keepAlive = defaultKeepAlive
 	}
-	dc := newDirectConn(nc, keepAlive+pingTimeout)
+	dc := newDirectConn(nc, keepAlive+pingTimeout, s.cfg.MaxMessageBytes)
 	defer dc.close()
 	s.mu.Lock()
 	if s.ctx.Err() != nil {
@@ -312,20 +312,29 @@ func (s *Subscriber) readLoop(dc *directConn) error {
 			}
 		}
 		fh, body, err := dc.readPacket()
-		if err != nil {
+		var in inbound
+		var tooLarge int64 // the size of a PUBLISH larger than MaxMessageBytes
+		switch {
+		case errors.Is(err, errPacketTooLarge) && fh.Type == packets.Publish:
+			// Not read: its head is read and the rest discarded, and a
+			// dead-letter record takes its place.
+			if in, tooLarge, err = dc.readTooLarge(fh, DeadLetterKeep); err != nil {
+				return err
+			}
+		case err != nil:
 			return err
-		}
-		in, err := decodeInbound(fh, body)
-		if err != nil {
-			return err
+		default:
+			if in, err = decodeInbound(fh, body); err != nil {
+				return err
+			}
 		}
 		switch fh.Type {
 		case packets.Publish:
 			if s.ctx.Err() != nil {
 				return s.ctx.Err() // not acknowledged: redelivered on the next session
 			}
-			d := delivery{id: in.id, qos: fh.Qos, dup: fh.Dup, key: keyOf(in.id, in.topic, in.payload),
-				size: int64(len(in.payload))}
+			d := delivery{id: in.id, qos: fh.Qos, dup: fh.Dup}
+			in.payload = s.classify(&d, in.topic, in.payload, tooLarge)
 			if !s.tryAcquire(d.size) {
 				handOff()
 				if !s.acquire(s.ctx, d.size) {
@@ -406,6 +415,10 @@ type directConn struct {
 
 	big  []byte // reused for packet bodies larger than r's buffer
 	once sync.Once
+	// maxPacket bounds the packets read whole (SubscriberConfig.
+	// MaxMessageBytes): readPacket refuses a larger one before it
+	// allocates anything for it.
+	maxPacket int64
 	// timeout bounds each write as the read deadline bounds reads: a
 	// broker that stops reading (its window shut, the connection open)
 	// ends the connection instead of holding every writer.
@@ -427,12 +440,21 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 	return d.c.Read(p)
 }
 
-func newDirectConn(c net.Conn, readTimeout time.Duration) *directConn {
-	return &directConn{c: c, r: bufio.NewReaderSize(deadlineReader{c: c, timeout: readTimeout}, connReadBuffer), timeout: readTimeout}
+func newDirectConn(c net.Conn, readTimeout time.Duration, maxPacket int64) *directConn {
+	return &directConn{c: c, r: bufio.NewReaderSize(deadlineReader{c: c, timeout: readTimeout}, connReadBuffer),
+		timeout: readTimeout, maxPacket: maxPacket}
 }
 
+// errPacketTooLarge is returned by readPacket for a packet larger than
+// maxPacket; the rest of the packet is still unread.
+var errPacketTooLarge = errors.New("mqtt: packet larger than source.mqtt.max_message_bytes")
+
 // readPacket reads the next packet: its fixed header and its body, which
-// is valid until the next readPacket.
+// is valid until the next readPacket. A packet larger than maxPacket
+// (header included) is not read: readPacket returns its fixed header
+// and errPacketTooLarge as soon as it has decoded the remaining length,
+// having allocated nothing for the body. For a PUBLISH the caller reads
+// it with readTooLarge; any other packet that large is malformed.
 func (dc *directConn) readPacket() (packets.FixedHeader, []byte, error) {
 	var fh packets.FixedHeader
 	hb, err := dc.r.ReadByte()
@@ -450,6 +472,12 @@ func (dc *directConn) readPacket() (packets.FixedHeader, []byte, error) {
 		return fh, nil, err
 	}
 	fh.Remaining = n
+	if size := 1 + int64(lengthBytes(int64(n))) + int64(n); dc.maxPacket > 0 && size > dc.maxPacket {
+		if fh.Type != packets.Publish {
+			return fh, nil, fmt.Errorf("%w: %s of %d bytes: %w", ErrMalformedPacket, packets.PacketNames[fh.Type], size, errPacketTooLarge)
+		}
+		return fh, nil, fmt.Errorf("PUBLISH of %d bytes, at most %d: %w", size, dc.maxPacket, errPacketTooLarge)
+	}
 	if n <= dc.r.Size() {
 		body, err := dc.r.Peek(n)
 		if err != nil {
@@ -473,6 +501,66 @@ func (dc *directConn) readPacket() (packets.FixedHeader, []byte, error) {
 		return fh, nil, err
 	}
 	return fh, body, nil
+}
+
+// readTooLarge reads the PUBLISH that readPacket refused as too large
+// (fh): its topic, its packet identifier and the first keep bytes of its
+// payload, and discards the rest of the packet through the read buffer,
+// so that memory stays within the buffer, the topic (at most 64 KiB)
+// and keep bytes, whatever the packet's size. It returns them as an
+// inbound (payload holds the kept bytes) with the packet's size. The
+// topic is taken byte for byte, as rawPublish does. A packet whose
+// framing does not hold is ErrMalformedPacket; a read error ends the
+// connection as any other.
+func (dc *directConn) readTooLarge(fh packets.FixedHeader, keep int) (inbound, int64, error) {
+	rest := int64(fh.Remaining)
+	malformed := func(what string) error {
+		return fmt.Errorf("%w: PUBLISH of %d bytes: %s", ErrMalformedPacket, rest, what)
+	}
+	var two [2]byte
+	if rest < 2 {
+		return inbound{}, 0, malformed("no topic length")
+	}
+	if _, err := io.ReadFull(dc.r, two[:]); err != nil {
+		return inbound{}, 0, err
+	}
+	tl := int64(two[0])<<8 | int64(two[1])
+	if 2+tl > rest {
+		return inbound{}, 0, malformed(fmt.Sprintf("topic length %d beyond the packet", tl))
+	}
+	topic := make([]byte, tl)
+	if _, err := io.ReadFull(dc.r, topic); err != nil {
+		return inbound{}, 0, err
+	}
+	left := rest - 2 - tl
+	in := inbound{fh: fh, topic: string(topic)}
+	if fh.Qos > 0 {
+		if left < 2 {
+			return inbound{}, 0, malformed("no packet identifier")
+		}
+		if _, err := io.ReadFull(dc.r, two[:]); err != nil {
+			return inbound{}, 0, err
+		}
+		in.id = uint16(two[0])<<8 | uint16(two[1])
+		if in.id == 0 {
+			return inbound{}, 0, malformed("QoS > 0 without a packet identifier")
+		}
+		left -= 2
+	}
+	size := 1 + int64(lengthBytes(rest)) + rest
+	in.payload = make([]byte, min(left, int64(keep)))
+	if _, err := io.ReadFull(dc.r, in.payload); err != nil {
+		return inbound{}, 0, err
+	}
+	left -= int64(len(in.payload))
+	for left > 0 { // through the read buffer, a buffer's worth at a time
+		n, err := dc.r.Discard(int(min(left, int64(dc.r.Size()))))
+		left -= int64(n)
+		if err != nil {
+			return inbound{}, 0, err
+		}
+	}
+	return in, size, nil
 }
 
 // connect writes CONNECT: persistent session (clean session false), the

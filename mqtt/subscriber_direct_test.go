@@ -334,9 +334,11 @@ func TestSubscriberClientConfig(t *testing.T) {
 }
 
 // FuzzDirectReadPackets feeds arbitrary bytes, one byte per read or as
-// they come, to the direct reader's packet reading and decoding: it never
-// panics, and a PUBLISH it decodes encodes and decodes to the same
-// message.
+// they come, to the direct reader's packet reading and decoding, with no
+// bound on packets or with a small one (bound, plus 16): it never panics,
+// a PUBLISH it decodes encodes and decodes to the same message, and a
+// PUBLISH over the bound is read by readTooLarge, which keeps at most
+// the bytes asked for.
 func FuzzDirectReadPackets(f *testing.F) {
 	var seed bytes.Buffer
 	for _, pk := range []packets.Packet{
@@ -356,19 +358,38 @@ func FuzzDirectReadPackets(f *testing.F) {
 		}
 	}
 	seed.Write([]byte{0xd0, 0x00}) // PINGRESP
-	f.Add(seed.Bytes(), false)
-	f.Add([]byte{0x32, 0x03, 0x00, 0x09, 'x'}, true)
-	f.Add([]byte{0x30, 0xff, 0xff, 0xff, 0xff, 0x7f}, false)
-	f.Fuzz(func(t *testing.T, data []byte, oneByte bool) {
+	f.Add(seed.Bytes(), false, uint8(0))
+	f.Add(seed.Bytes(), true, uint8(1))
+	f.Add([]byte{0x32, 0x03, 0x00, 0x09, 'x'}, true, uint8(0))
+	f.Add([]byte{0x30, 0xff, 0xff, 0xff, 0xff, 0x7f}, false, uint8(0))
+	f.Add([]byte{0x32, 0x30, 0x00, 0x01, 'a', 0x00, 0x07, 'p', 'q'}, false, uint8(4))
+	f.Fuzz(func(t *testing.T, data []byte, oneByte bool, bound uint8) {
 		var r io.Reader = bytes.NewReader(data)
 		if oneByte {
 			r = iotest.OneByteReader(r)
 		}
 		dc := &directConn{r: bufio.NewReaderSize(r, 64)} // a small buffer: bodies past it too
+		if bound > 0 {
+			dc.maxPacket = 16 + int64(bound)
+		}
 		for {
 			fh, body, err := dc.readPacket()
+			if errors.Is(err, errPacketTooLarge) && fh.Type == packets.Publish {
+				in, size, err := dc.readTooLarge(fh, 8)
+				if err != nil {
+					return
+				}
+				if size <= dc.maxPacket || len(in.payload) > 8 || int64(len(in.topic)+len(in.payload)) > size ||
+					(fh.Qos > 0) != (in.id != 0) {
+					t.Fatalf("readTooLarge: topic %q, %d payload bytes, id %d, size %d (bound %d)", in.topic, len(in.payload), in.id, size, dc.maxPacket)
+				}
+				continue
+			}
 			if err != nil {
 				return
+			}
+			if dc.maxPacket > 0 && int64(len(body)) >= dc.maxPacket {
+				t.Fatalf("read a body of %d bytes with a bound of %d", len(body), dc.maxPacket)
 			}
 			in, err := decodeInbound(fh, body)
 			if err != nil {

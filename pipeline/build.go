@@ -210,7 +210,8 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 		if pl.csv != nil {
 			decode = pl.csv.Decode
 		}
-		prep = prepare(b, msgs, decode, payloadString)
+		// A message too large to keep reaches the job as a dead letter.
+		prep = prepare(b, msgs, decode, payloadString, mqtt.Message.Err)
 	}
 	rows = prep
 	if pl.eventTime {
@@ -365,6 +366,7 @@ type prepareFn[T any] struct {
 	b        *builder
 	decode   func(string, *Row) error
 	raw      func(T) string
+	reject   func(T) error // nil, or the reason a record is a dead letter before decoding
 	ev       *evaluator
 	strs     []int             // slots of the decoded string fields
 	interned map[string]string // decoded strings, copied out of their payloads
@@ -383,10 +385,14 @@ func payloadString(m mqtt.Message) string {
 	return unsafe.String(unsafe.SliceData(m.Payload), len(m.Payload))
 }
 
-func prepare[T any](b *builder, in *stream.Stream[T], decode func(string, *Row) error, raw func(T) string) *stream.Stream[Row] {
+func prepare[T any](b *builder, in *stream.Stream[T], decode func(string, *Row) error, raw func(T) string, reject ...func(T) error) *stream.Stream[Row] {
 	name := b.cfg.Name + "/prepare"
+	var rej func(T) error
+	if len(reject) > 0 {
+		rej = reject[0]
+	}
 	return stream.Process(in, name, func() operators.ProcessFunction[T, Row] {
-		return &prepareFn[T]{b: b, decode: decode, raw: raw}
+		return &prepareFn[T]{b: b, decode: decode, raw: raw, reject: rej}
 	})
 }
 
@@ -435,6 +441,12 @@ func (f *prepareFn[T]) ProcessElement(v T, ctx *operators.ProcessContext[Row]) e
 	// through a function value would be allocated for every record.
 	f.row = Row{}
 	r := &f.row
+	if f.reject != nil {
+		if err := f.reject(v); err != nil {
+			f.fail(ctx, f.raw(v), err)
+			return nil
+		}
+	}
 	if f.decode != nil {
 		line := f.raw(v)
 		if err := f.decode(line, r); err != nil {

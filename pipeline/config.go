@@ -170,6 +170,16 @@ type MQTTSourceConfig struct {
 	// redelivery from an external broker is compared with; default 65535;
 	// it must exceed twice max_pending and stay below 65536.
 	RedeliveryWindow int `yaml:"redelivery_window"`
+	// MaxMessageBytes bounds the size of a message (its whole MQTT
+	// PUBLISH packet) the pipeline takes, in bytes. A larger one is not
+	// appended to the ingest log: a dead-letter record (topic, size, first
+	// 256 bytes of the payload) takes its place and reaches the
+	// pipeline's dead-letter output, and the message is acknowledged.
+	// Default 8 MiB (mqtt.DefaultMaxMessageBytes); at most what one
+	// ingest-log record holds (64 MiB segments: 67108810 bytes). With the
+	// embedded broker the largest of its pipelines' values bounds every
+	// packet the broker reads.
+	MaxMessageBytes int64 `yaml:"max_message_bytes"`
 	// Client is what reads an external broker's connection: "direct"
 	// (one goroutine reads and decodes the packets and hands them to the
 	// ingest log in batches) or "paho" (the paho client). Default direct

@@ -19,6 +19,7 @@ import (
 
 	"github.com/edgedio/edged/keygroup"
 	"github.com/edgedio/edged/mqtt"
+	"github.com/edgedio/edged/mqtt/ingestlog"
 	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/snapshot"
 )
@@ -443,6 +444,14 @@ func (pc *PipelineConfig) compileSource(p *problems, path string, pl *plan) *Sch
 			}
 		default:
 			p.add(mp+".client", fmt.Sprintf("(%q) must be %q or %q", m.Client, mqtt.ClientDirect, mqtt.ClientPaho))
+		}
+		// The daemon opens the ingest logs with the default options: a
+		// message it takes must fit in one of their records.
+		if limit := ingestlog.DefaultOptions().MaxMessageBytes(); m.MaxMessageBytes < 0 || m.MaxMessageBytes > limit {
+			p.add(mp+".max_message_bytes", fmt.Sprintf("(%d) must not be negative nor exceed what one ingest-log record holds (%d bytes with the %d-byte segments; 0 means the default, %d)",
+				m.MaxMessageBytes, limit, ingestlog.DefaultOptions().SegmentBytes, mqtt.DefaultMaxMessageBytes))
+		} else if m.MaxMessageBytes > 0 && m.MaxMessageBytes < 64 {
+			p.add(mp+".max_message_bytes", fmt.Sprintf("(%d) must be at least 64", m.MaxMessageBytes))
 		}
 		pending, window := m.MaxPending, m.RedeliveryWindow
 		if pending == 0 {

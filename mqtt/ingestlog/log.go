@@ -296,7 +296,7 @@ func (l *Log) Append(ctx context.Context, m Message) (uint64, error) {
 	}
 	size := frameSize(&m)
 	if size > l.maxFrame {
-		return 0, fmt.Errorf("%w: %d bytes framed, at most %d", ErrTooLarge, size, l.maxFrame)
+		return 0, l.tooLarge(&m, size)
 	}
 	bp := l.getBuf(size + maxMarkSize)
 	*bp = appendFrame((*bp)[:0], &m)
@@ -332,7 +332,7 @@ func (l *Log) AppendNoWait(ctx context.Context, m Message) (uint64, error) {
 	}
 	size := frameSize(&m)
 	if size > l.maxFrame {
-		return 0, fmt.Errorf("%w: %d bytes framed, at most %d", ErrTooLarge, size, l.maxFrame)
+		return 0, l.tooLarge(&m, size)
 	}
 	bp := l.getBuf(size + maxMarkSize)
 	*bp = appendFrame((*bp)[:0], &m)
@@ -345,6 +345,17 @@ func (l *Log) AppendNoWait(ctx context.Context, m Message) (uint64, error) {
 	}
 	return off, nil
 }
+
+// tooLarge is the error of an append of m, size bytes framed, that can
+// never fit.
+func (l *Log) tooLarge(m *Message, size int64) error {
+	return fmt.Errorf("%w: message on topic %q with a payload of %d bytes is %d bytes framed; a record holds at most %d (segment_bytes %d, max_bytes %d): it can never be appended",
+		ErrTooLarge, m.Topic, len(m.Payload), size, l.maxFrame, l.opts.SegmentBytes, l.opts.MaxBytes)
+}
+
+// MaxMessageBytes returns Options.MaxMessageBytes of the log's options:
+// the most topic and payload bytes of a message it can always append.
+func (l *Log) MaxMessageBytes() int64 { return l.opts.MaxMessageBytes() }
 
 // WaitDurable returns once the record at off is durable (fsynced), leading
 // a group commit if none is running: every record written before the

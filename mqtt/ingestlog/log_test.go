@@ -3,11 +3,13 @@ package ingestlog
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestAppendReadAcrossSegments(t *testing.T) {
@@ -125,6 +127,34 @@ func TestAppendTooLarge(t *testing.T) {
 	}
 	if got := l.Stats().Segments; got != 2 {
 		t.Fatalf("%d segments, want 2", got)
+	}
+}
+
+// TestMaxMessageBytes: a message whose topic and payload together are
+// MaxMessageBytes long is appended, with the largest packet identifier
+// and receive time, and one framed past the segment is refused with an
+// error that names its topic and sizes.
+func TestMaxMessageBytes(t *testing.T) {
+	for _, opts := range []Options{{SegmentBytes: 1024}, {SegmentBytes: 1 << 20, MaxBytes: 500}} {
+		l := openLog(t, t.TempDir(), opts, nil)
+		n := l.MaxMessageBytes()
+		if n != opts.MaxMessageBytes() || n <= 0 {
+			t.Fatalf("MaxMessageBytes = %d (options say %d)", n, opts.MaxMessageBytes())
+		}
+		fit := Message{Topic: "sensors/a", QoS: 2, PacketID: 65535, Received: time.Unix(0, -1<<62)}
+		fit.Payload = make([]byte, n-int64(len(fit.Topic)))
+		if _, err := l.Append(context.Background(), fit); err != nil {
+			t.Fatalf("Append of MaxMessageBytes (%d): %v", n, err)
+		}
+		big := Message{Topic: "sensors/b", Payload: make([]byte, opts.SegmentBytes)}
+		_, err := l.AppendNoWait(context.Background(), big)
+		if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), `"sensors/b"`) ||
+			!strings.Contains(err.Error(), fmt.Sprint(opts.SegmentBytes)) {
+			t.Fatalf("AppendNoWait of a payload of a segment's size: %v", err)
+		}
+	}
+	if got := (Options{SegmentBytes: 1024, MaxBytes: 10}).MaxMessageBytes(); got != 0 {
+		t.Errorf("MaxMessageBytes with max_bytes 10 = %d, want 0", got)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"time"
 )
 
@@ -29,8 +30,27 @@ const (
 	flagRetain   = 0x04 // bit 2: the retain flag
 	flagPacketID = 0x08 // bit 3: a packet identifier follows the receive time
 	flagMark     = 0x10 // bit 4: a commit mark ends the body
-	flagsKnown   = flagQoS | flagRetain | flagPacketID | flagMark
+	flagTooLarge = 0x20 // bit 5: a dead letter: the size of the payload not kept follows the packet identifier
+	flagsKnown   = flagQoS | flagRetain | flagPacketID | flagMark | flagTooLarge
 )
+
+// recordOverhead is the most bytes a record's frame adds to its topic and
+// payload, without a commit mark: frame header, flags, receive time,
+// packet identifier, and the two lengths.
+const recordOverhead = frameHeaderSize + 1 + binary.MaxVarintLen64 + 3 + 3 + 5
+
+// MaxMessageBytes returns the most topic and payload bytes, together, of
+// a message the log can always append: a larger one may not fit in one
+// segment (Options.SegmentBytes less the segment header) or in
+// Options.MaxBytes, and Append refuses it (ErrTooLarge). 0 if the options
+// leave no room.
+func (o Options) MaxMessageBytes() int64 {
+	frame := o.SegmentBytes - headerSize
+	if o.MaxBytes > 0 && o.MaxBytes < frame {
+		frame = o.MaxBytes
+	}
+	return max(0, frame-recordOverhead)
+}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -61,6 +81,14 @@ type Message struct {
 	// payload it identifies a redelivery; see the mqtt package's
 	// Subscriber. It is stored only when non-zero.
 	PacketID uint16
+	// TooLarge marks a dead letter: a message of TooLarge bytes (its MQTT
+	// PUBLISH packet, as the writer received it) that was too large to
+	// keep (larger than the writer's maximum message size, or than a
+	// record can be). Payload holds only the first bytes of its payload,
+	// the rest was discarded; a reader of the log is to treat the record
+	// as a dead letter, not as the message. 0 for every other message; it
+	// is stored only when non-zero, and is then at least len(Payload).
+	TooLarge int64
 }
 
 // Record is a Message read back from the log with its offset.
@@ -79,6 +107,8 @@ func (m *Message) validate() error {
 		return fmt.Errorf("%w: topic of %d bytes (at most %d)", ErrInvalidMessage, len(m.Topic), maxTopicBytes)
 	case len(m.Payload) > MaxPayloadBytes:
 		return fmt.Errorf("%w: payload of %d bytes (at most %d)", ErrInvalidMessage, len(m.Payload), MaxPayloadBytes)
+	case m.TooLarge < 0 || (m.TooLarge > 0 && int64(len(m.Payload)) > m.TooLarge):
+		return fmt.Errorf("%w: too-large size %d with %d payload bytes kept", ErrInvalidMessage, m.TooLarge, len(m.Payload))
 	}
 	return nil
 }
@@ -99,6 +129,9 @@ func frameSize(m *Message) int64 {
 	if m.PacketID != 0 {
 		n += uvarintLen(uint64(m.PacketID))
 	}
+	if m.TooLarge != 0 {
+		n += uvarintLen(uint64(m.TooLarge))
+	}
 	return int64(n)
 }
 
@@ -118,10 +151,16 @@ func appendFrame(dst []byte, m *Message) []byte {
 	if m.PacketID != 0 {
 		flags |= flagPacketID
 	}
+	if m.TooLarge != 0 {
+		flags |= flagTooLarge
+	}
 	dst = append(dst, flags)
 	dst = binary.AppendVarint(dst, m.unixNano())
 	if m.PacketID != 0 {
 		dst = binary.AppendUvarint(dst, uint64(m.PacketID))
+	}
+	if m.TooLarge != 0 {
+		dst = binary.AppendUvarint(dst, uint64(m.TooLarge))
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(m.Topic)))
 	dst = append(dst, m.Topic...)
@@ -161,6 +200,7 @@ type body struct {
 	flags    byte
 	received int64
 	packetID uint16
+	tooLarge int64
 	topic    []byte
 	payload  []byte
 	mark     uint64 // the commit mark, if flags has flagMark
@@ -195,12 +235,23 @@ func parseBody(b []byte) (body, error) {
 		r.packetID = uint16(id)
 		b = b[n:]
 	}
+	if r.flags&flagTooLarge != 0 {
+		v, n := binary.Uvarint(b)
+		if n <= 0 || n != uvarintLen(v) || v == 0 || v > math.MaxInt64 {
+			return r, fmt.Errorf("%w: bad too-large size", ErrRecordBody)
+		}
+		r.tooLarge = int64(v)
+		b = b[n:]
+	}
 	var err error
 	if r.topic, b, err = lengthPrefixed(b, maxTopicBytes, "topic"); err != nil {
 		return r, err
 	}
 	if r.payload, b, err = lengthPrefixed(b, MaxPayloadBytes, "payload"); err != nil {
 		return r, err
+	}
+	if r.tooLarge != 0 && int64(len(r.payload)) > r.tooLarge {
+		return r, fmt.Errorf("%w: too-large size %d below the %d payload bytes kept", ErrRecordBody, r.tooLarge, len(r.payload))
 	}
 	if r.hasMark() {
 		d, n := binary.Uvarint(b)
@@ -275,6 +326,7 @@ func (p *body) message(topic string) Message {
 		QoS:      p.flags & flagQoS,
 		Retain:   p.flags&flagRetain != 0,
 		PacketID: p.packetID,
+		TooLarge: p.tooLarge,
 	}
 	if p.received != 0 {
 		m.Received = time.Unix(0, p.received)

@@ -21,6 +21,8 @@ func TestFrameRoundTrip(t *testing.T) {
 		{Topic: "before 1970", Received: time.Unix(-5, 7)},
 		{Topic: "sensors/1", Payload: []byte("ON"), QoS: 1, PacketID: 1},
 		{Topic: "sensors/1", Payload: []byte("ON"), QoS: 2, PacketID: 65535},
+		{Topic: "big", Payload: []byte("{\"v\":"), QoS: 1, PacketID: 7, TooLarge: 300 << 20},
+		{Topic: "big", TooLarge: 1},
 	}
 	for i, m := range msgs {
 		frame := appendFrame(nil, &m)
@@ -40,8 +42,8 @@ func TestFrameRoundTrip(t *testing.T) {
 		if got.Payload == nil {
 			t.Errorf("msg %d: nil payload", i)
 		}
-		if got.PacketID != m.PacketID {
-			t.Errorf("msg %d: packet id %d, want %d", i, got.PacketID, m.PacketID)
+		if got.PacketID != m.PacketID || got.TooLarge != m.TooLarge {
+			t.Errorf("msg %d: packet id %d, too large %d, want %d, %d", i, got.PacketID, got.TooLarge, m.PacketID, m.TooLarge)
 		}
 		// The same record with a commit mark.
 		for _, d := range []uint64{0, 1, 1 << 40} {
@@ -83,7 +85,10 @@ func TestDecodeFrameRejects(t *testing.T) {
 		{"huge length", []byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0}, ErrRecordLength},
 		{"checksum", badCRC, ErrChecksum},
 		{"qos 3", rawFrame([]byte{3, 0, 0, 0}), ErrRecordBody},
-		{"unknown flag", rawFrame([]byte{0x20, 0, 0, 0}), ErrRecordBody},
+		{"unknown flag", rawFrame([]byte{0x40, 0, 0, 0}), ErrRecordBody},
+		{"too-large size 0", rawFrame([]byte{0x20, 0, 0, 0, 0}), ErrRecordBody},
+		{"too-large size below the payload kept", rawFrame([]byte{0x20, 0, 1, 0, 2, 'a', 'b'}), ErrRecordBody},
+		{"non-minimal too-large size", rawFrame([]byte{0x20, 0, 0x81, 0x00, 0, 0}), ErrRecordBody},
 		{"packet id 0", rawFrame([]byte{0x08, 0, 0, 0, 0}), ErrRecordBody},
 		{"packet id too large", rawFrame([]byte{0x08, 0, 0x80, 0x80, 0x04, 0, 0}), ErrRecordBody},
 		{"non-minimal packet id", rawFrame([]byte{0x08, 0, 0x81, 0x00, 0, 0}), ErrRecordBody},
@@ -109,6 +114,8 @@ func TestMessageValidate(t *testing.T) {
 	for _, m := range []Message{
 		{QoS: 3},
 		{Topic: strings.Repeat("t", maxTopicBytes+1)},
+		{Topic: "t", TooLarge: -1},
+		{Topic: "t", Payload: []byte("abc"), TooLarge: 2},
 	} {
 		if err := m.validate(); !errors.Is(err, ErrInvalidMessage) {
 			t.Errorf("validate(%.20q, qos %d) = %v, want ErrInvalidMessage", m.Topic, m.QoS, err)
@@ -168,6 +175,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add(rawFrame([]byte{0, 0x80, 0x00, 0, 0}))
 	f.Add(rawFrame([]byte{0, 0, 5, 'a', 0}))
 	f.Add(addMark(appendFrame(nil, &Message{Topic: "t", Payload: []byte("ON"), QoS: 1, PacketID: 300}), 1234))
+	f.Add(appendFrame(nil, &Message{Topic: "t", Payload: []byte("{"), QoS: 1, PacketID: 9, TooLarge: 1 << 30}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, n, err := parseFrame(data)
 		if err != nil {
