@@ -174,21 +174,6 @@ func waitingIn(fn string) bool {
 	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), fn)
 }
 
-// rebalanced waits for the rebalance to end and returns the undrain's
-// error and the rebalance recorded.
-func (hr *heldRebalance) rebalanced(t *testing.T) (error, cluster.Rebalance) {
-	t.Helper()
-	if !testutil.Receive(t, time.Minute, "the rebalance's end", hr.ran) {
-		t.Fatal("the gate did not open")
-	}
-	err := testutil.Receive(t, time.Minute, "the undrain's answer", hr.undrain)
-	recs := hr.h.history()
-	if len(recs) != 1 || recs[0].Mode != cluster.RebalanceHandover {
-		t.Fatalf("history %+v, want one rebalance by handover", recs)
-	}
-	return err, recs[0]
-}
-
 // answered returns the path the API answered, failing t unless it
 // answered one of a complete savepoint newer than the handover's.
 func (hr *heldRebalance) answered(t *testing.T, out <-chan savepointAnswer) string {
@@ -250,44 +235,64 @@ func restartFromSavepoint(t *testing.T, path string, out string) []string {
 	return hoCommitted(t, out)
 }
 
-// sameLines fails t unless got equals want.
-func sameLines(t *testing.T, what string, got, want []string) {
+// duringHandover asks the API for a savepoint (stop: a stop with a
+// savepoint) while a join's handover is held, frees the handover
+// (failing: to fail at its restore step) and checks the rebalance's
+// outcome (done, or fell back with the handover's error) and the
+// savepoint answered (complete, newer than the handover's; a savepoint
+// leaves the job running). It returns the run, the savepoint's path and
+// the output of a run without a move.
+func duringHandover(t *testing.T, stop, failing bool) (*heldRebalance, string, []string) {
 	t.Helper()
-	if strings.Join(got, "\n") == strings.Join(want, "\n") {
-		return
-	}
-	var missing, extra []string
-	for _, l := range want {
-		if !slices.Contains(got, l) {
-			missing = append(missing, l)
-		}
-	}
-	for _, l := range got {
-		if !slices.Contains(want, l) {
-			extra = append(extra, l)
-		}
-	}
-	t.Fatalf("%s: %d lines vs %d; missing %d %v; extra %d %v", what, len(got), len(want), len(missing), head(missing), len(extra), head(extra))
-}
-
-// A stop with a savepoint through the API during a rebalance's handover
-// waits for the handover, which completes; the job ends with a savepoint
-// taken after the handover's, and the job restarted from it commits, with
-// what the first run committed, exactly the output of a run without a
-// move.
-func TestAPIStopDuringHandover(t *testing.T) {
 	testutil.Burn(t, 1)
 	want := hoReference(t, hoN, hoKeys)
 	hr := startHeldRebalance(t, newHoShape(hoN, hoKeys, hoRate, t.TempDir()))
-	stop := hr.ask(t, true)
+	asked := hr.ask(t, stop)
+	hr.hold.failing.Store(failing)
 	hr.hold.free()
-	err, rec := hr.rebalanced(t)
-	if err != nil || rec.Outcome != cluster.RebalanceDone {
+	if !testutil.Receive(t, time.Minute, "the rebalance's end", hr.ran) {
+		t.Fatal("the gate did not open")
+	}
+	err := testutil.Receive(t, time.Minute, "the undrain's answer", hr.undrain)
+	recs := hr.h.history()
+	if len(recs) != 1 || recs[0].Mode != cluster.RebalanceHandover {
+		t.Fatalf("history %+v, want one rebalance by handover", recs)
+	}
+	switch rec := recs[0]; {
+	case failing && (err == nil || !strings.Contains(err.Error(), "handover of job") || rec.Outcome != cluster.RebalanceFellBack):
+		t.Fatalf("undrain: %v; rebalance %+v, want the handover's failure and a fallback", err, rec)
+	case !failing && (err != nil || rec.Outcome != cluster.RebalanceDone):
 		t.Fatalf("undrain: %v; rebalance %+v, want done", err, rec)
 	}
-	path := hr.answered(t, stop)
-	hr.stopped(t, path, 1)
-	sameLines(t, "the first run and the run from the stop's savepoint", restartFromSavepoint(t, path, hr.h.shape.out), want)
+	path := hr.answered(t, asked)
+	if st := hr.j.snapshot(); !stop && (st.Status != StatusRunning || st.Savepoint != path) {
+		t.Fatalf("after the savepoint the job's record says %s with savepoint %q", st.Status, st.Savepoint)
+	}
+	return hr, path, want
+}
+
+// A stop with a savepoint through the API during a rebalance's handover
+// waits for the handover and ends the job with a savepoint taken after
+// the handover's, from which the job restarts and commits, with what the
+// first run committed, exactly the output of a run without a move. So
+// too when the handover then fails (the new owner dies while it
+// restores): the rebalance falls back, the job restarts from the
+// handover's savepoint, and the stop stops the restarted attempt.
+func TestAPIStopDuringHandover(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		failing  bool
+		attempts int
+	}{
+		{name: "handover done", attempts: 1},
+		{name: "handover failed", failing: true, attempts: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hr, path, want := duringHandover(t, true, tc.failing)
+			hr.stopped(t, path, tc.attempts)
+			sameLines(t, "the first run and the run from the stop's savepoint", restartFromSavepoint(t, path, hr.h.shape.out), want)
+		})
+	}
 }
 
 // A savepoint through the API during a rebalance's handover waits for the
@@ -296,19 +301,7 @@ func TestAPIStopDuringHandover(t *testing.T) {
 // restarted from the savepoint (elsewhere) commits what the job
 // committed after it: lines of the run without a move.
 func TestAPISavepointDuringHandover(t *testing.T) {
-	testutil.Burn(t, 1)
-	want := hoReference(t, hoN, hoKeys)
-	hr := startHeldRebalance(t, newHoShape(hoN, hoKeys, hoRate, t.TempDir()))
-	sp := hr.ask(t, false)
-	hr.hold.free()
-	err, rec := hr.rebalanced(t)
-	if err != nil || rec.Outcome != cluster.RebalanceDone {
-		t.Fatalf("undrain: %v; rebalance %+v, want done", err, rec)
-	}
-	path := hr.answered(t, sp)
-	if st := hr.j.snapshot(); st.Status != StatusRunning || st.Savepoint != path {
-		t.Fatalf("after the savepoint the job's record says %s with savepoint %q", st.Status, st.Savepoint)
-	}
+	hr, path, want := duringHandover(t, false, false)
 	hr.h.finish(t, want)
 	if hr.h.job.Attempts() != 1 {
 		t.Fatalf("%d attempts", hr.h.job.Attempts())
@@ -339,46 +332,12 @@ func TestAPISavepointDuringHandover(t *testing.T) {
 	t.Logf("the run from the savepoint committed %d of the job's %d lines again", len(again), len(want))
 }
 
-// A stop with a savepoint through the API during a rebalance's handover
-// that then fails (the new owner dies while it restores): the rebalance
-// falls back, the job restarts from the handover's savepoint, and the
-// stop stops the restarted attempt; the job ends with the stop's
-// savepoint, from which it restarts to an exact output.
-func TestAPIStopOutlivesAFailedHandover(t *testing.T) {
-	testutil.Burn(t, 1)
-	want := hoReference(t, hoN, hoKeys)
-	hr := startHeldRebalance(t, newHoShape(hoN, hoKeys, hoRate, t.TempDir()))
-	stop := hr.ask(t, true)
-	hr.hold.failing.Store(true)
-	hr.hold.free()
-	err, rec := hr.rebalanced(t)
-	if err == nil || !strings.Contains(err.Error(), "handover of job") || rec.Outcome != cluster.RebalanceFellBack {
-		t.Fatalf("undrain: %v; rebalance %+v, want the handover's failure and a fallback", err, rec)
-	}
-	path := hr.answered(t, stop)
-	hr.stopped(t, path, 2)
-	sameLines(t, "the first run and the run from the stop's savepoint", restartFromSavepoint(t, path, hr.h.shape.out), want)
-}
-
 // A savepoint through the API during a rebalance's handover that then
 // fails: the rebalance falls back, the job restarts from the handover's
 // savepoint, and the savepoint is taken of the restarted attempt, which
 // runs on to an exact output.
 func TestAPISavepointOutlivesAFailedHandover(t *testing.T) {
-	testutil.Burn(t, 1)
-	want := hoReference(t, hoN, hoKeys)
-	hr := startHeldRebalance(t, newHoShape(hoN, hoKeys, hoRate, t.TempDir()))
-	sp := hr.ask(t, false)
-	hr.hold.failing.Store(true)
-	hr.hold.free()
-	err, rec := hr.rebalanced(t)
-	if err == nil || !strings.Contains(err.Error(), "handover of job") || rec.Outcome != cluster.RebalanceFellBack {
-		t.Fatalf("undrain: %v; rebalance %+v, want the handover's failure and a fallback", err, rec)
-	}
-	path := hr.answered(t, sp)
-	if st := hr.j.snapshot(); st.Status != StatusRunning || st.Savepoint != path {
-		t.Fatalf("after the savepoint the job's record says %s with savepoint %q", st.Status, st.Savepoint)
-	}
+	hr, _, want := duringHandover(t, false, true)
 	hr.h.finish(t, want)
 	if hr.h.job.Attempts() != 2 {
 		t.Fatalf("%d attempts, want 2 (the handover's fallback)", hr.h.job.Attempts())
