@@ -38,7 +38,7 @@ func TestFetchFromAJobMasterBeingStarted(t *testing.T) {
 	b.c.live.maybeTakeOver(fc.declareDead("a"))
 	testutil.Receive(t, time.Minute, "b starts the job", held)
 	testutil.Eventually(t, time.Minute, "c asks b's restore route for a state file while b starts the job", func() bool {
-		return len(b.answers()) > 0 || b.n.startWaits.Load() > 0
+		return b.restoreGets.Load() > 0 && (len(b.answers()) > 0 || b.n.startWaits.Load() > 0)
 	})
 	if got := b.answers(); len(got) > 0 {
 		t.Fatalf("b answered c's fetch while it started the job: %q", got)
