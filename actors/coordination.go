@@ -158,6 +158,9 @@ func (r *Runner) handle(now time.Time, acts []snapshot.Action) error {
 			}
 			r.command(completeMsg{id: int64(a.Checkpoint), ack: ends})
 			if req, ok := r.waiting[a.Checkpoint]; ok && !ends {
+				// The caller reads the history next: it shows the
+				// savepoint completed.
+				r.refreshHistory()
 				req.reply <- savepointResult{path: r.paths[a.Checkpoint], md: r.metas[a.Checkpoint]}
 				delete(r.waiting, a.Checkpoint)
 			}
@@ -179,10 +182,15 @@ func (r *Runner) handle(now time.Time, acts []snapshot.Action) error {
 			fail = fmt.Errorf("%w: %w", ErrCheckpointFailure, a.Reason)
 		}
 	}
+	r.refreshHistory()
+	return fail
+}
+
+// refreshHistory copies the coordinator's history for History.
+func (r *Runner) refreshHistory() {
 	r.histMu.Lock()
 	r.history = r.coord.History()
 	r.histMu.Unlock()
-	return fail
 }
 
 // coordinatorTimer returns the channel of a timer for the coordinator's

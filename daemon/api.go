@@ -127,7 +127,7 @@ func (n *node) handleList(w http.ResponseWriter, r *http.Request) {
 }
 
 func (n *node) handleCheckpoints(w http.ResponseWriter, r *http.Request) {
-	j, err := n.job(r.PathValue("name"))
+	j, err := n.job(r.Context(), r.PathValue("name"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -155,7 +155,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 func (n *node) handleSavepoint(stop bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		j, err := n.job(r.PathValue("name"))
+		j, err := n.job(r.Context(), r.PathValue("name"))
 		if err != nil {
 			writeError(w, err)
 			return
@@ -172,7 +172,7 @@ func (n *node) handleSavepoint(stop bool) http.HandlerFunc {
 }
 
 func (n *node) handleCancel(w http.ResponseWriter, r *http.Request) {
-	j, err := n.job(r.PathValue("name"))
+	j, err := n.job(r.Context(), r.PathValue("name"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -225,6 +225,8 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, ErrUnknownJob):
 		return http.StatusNotFound
+	case errors.Is(err, ErrStarting):
+		return http.StatusServiceUnavailable
 	case errors.Is(err, ErrNotRunning), errors.Is(err, ErrNoCheckpointing),
 		errors.Is(err, actors.ErrNoCheckpointStore), errors.Is(err, snapshot.ErrStopping),
 		errors.Is(err, snapshot.ErrStopped):

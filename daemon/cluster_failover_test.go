@@ -63,6 +63,10 @@ type foNode struct {
 	// to a restoring peer: from its job master's restore route, and
 	// from its replicas.
 	restoreGets, replicaGets atomic.Int64
+	// restoreMu guards restoreAnswers: the status and body of every
+	// answer of the node's restore route, in order.
+	restoreMu      sync.Mutex
+	restoreAnswers []string
 	// damage, when set, is asked about every replica of a state file the
 	// node stores for a peer: true damages the stored copy (same size,
 	// other bytes) right after it was stored intact; damaged counts them.
@@ -283,6 +287,17 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 					fn.replicaGets.Add(1)
 				}
 			}
+			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/restore/") {
+				rec := httptest.NewRecorder()
+				mux.ServeHTTP(rec, r)
+				fn.restoreMu.Lock()
+				fn.restoreAnswers = append(fn.restoreAnswers, fmt.Sprintf("%d %s", rec.Code, strings.TrimSpace(string(rec.Body.Bytes()[:min(rec.Body.Len(), 200)]))))
+				fn.restoreMu.Unlock()
+				maps.Copy(w.Header(), rec.Header())
+				w.WriteHeader(rec.Code)
+				w.Write(rec.Body.Bytes())
+				return
+			}
 			mux.ServeHTTP(w, r)
 			if r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/replicas/") && fn.damage != nil && fn.damage(r.PathValue("name")) {
 				id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
@@ -377,7 +392,6 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.n.addJob(j)
 	a.n.late.Go(func() { a.n.watch(j) })
 	return fc
 }
@@ -678,6 +692,14 @@ func stateFiles(md *snapshot.Metadata, keys []actors.TaskKey) map[string]snapsho
 		}
 	}
 	return out
+}
+
+// answers returns the answers of node fn's restore route so far, as
+// "<status> <body>" (the body cut at 200 bytes).
+func (fn *foNode) answers() []string {
+	fn.restoreMu.Lock()
+	defer fn.restoreMu.Unlock()
+	return slices.Clone(fn.restoreAnswers)
 }
 
 // holds reports whether node fn holds an intact copy of h of snapshot id.

@@ -459,22 +459,27 @@ func (h *hoCluster) finish(t *testing.T, want []string) {
 	if err := h.job.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	got := hoCommitted(t, h.shape.out)
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		var missing, extra []string
-		for _, l := range want {
-			if !slices.Contains(got, l) {
-				missing = append(missing, l)
-			}
-		}
-		for _, l := range got {
-			if !slices.Contains(want, l) {
-				extra = append(extra, l)
-			}
-		}
-		t.Fatalf("committed output differs from the run without a move: %d lines vs %d; missing %d %v; extra %d %v",
-			len(got), len(want), len(missing), head(missing), len(extra), head(extra))
+	sameLines(t, "committed output differs from the run without a move", hoCommitted(t, h.shape.out), want)
+}
+
+// sameLines fails t unless got equals want.
+func sameLines(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if strings.Join(got, "\n") == strings.Join(want, "\n") {
+		return
 	}
+	var missing, extra []string
+	for _, l := range want {
+		if !slices.Contains(got, l) {
+			missing = append(missing, l)
+		}
+	}
+	for _, l := range got {
+		if !slices.Contains(want, l) {
+			extra = append(extra, l)
+		}
+	}
+	t.Fatalf("%s: %d lines vs %d; missing %d %v; extra %d %v", what, len(got), len(want), len(missing), head(missing), len(extra), head(extra))
 }
 
 func head(s []string) []string { return s[:min(len(s), 5)] }

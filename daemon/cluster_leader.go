@@ -340,7 +340,6 @@ func (n *node) takeOver(from string, pipelines []pipeline.PipelineConfig) error 
 			failed = append(failed, fmt.Errorf("start pipeline %q: %w", pc.Name, err))
 			continue
 		}
-		n.addJob(j)
 		n.late.Go(func() { n.watch(j) })
 	}
 	c.log.Info("cluster: took over the job masters", "from", from, "epoch_base", base, "next_checkpoint", uint64(c.nextCheckpoint()))
@@ -353,7 +352,7 @@ func (n *node) takeOver(from string, pipelines []pipeline.PipelineConfig) error 
 // mastering reports whether a job named name runs here as a job master
 // of the node's current leadership.
 func (n *node) mastering(name string) bool {
-	j, err := n.job(name)
+	j, err := n.job(context.Background(), name)
 	if err != nil || j.snapshot().Status != StatusRunning || ended(j) {
 		return false
 	}

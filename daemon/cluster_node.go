@@ -355,23 +355,25 @@ func (c *clusterNode) handleDeploy(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"job": d.Job, "epoch": d.Epoch, "node": c.cfg.Node})
 }
 
-// clusterJob returns the execution of the job a cluster request names.
-func (n *node) clusterJob(r *http.Request) (*actors.Execution, uint64, error) {
-	j, err := n.job(r.PathValue("job"))
-	if err != nil {
-		return nil, 0, err
-	}
+// clusterJob returns the execution of the job a cluster request names
+// (waiting for a job being started: its workers fetch from it at once),
+// or the status to answer and why.
+func (n *node) clusterJob(r *http.Request) (*actors.Execution, uint64, int, error) {
 	epoch, err := strconv.ParseUint(r.PathValue("epoch"), 10, 64)
 	if err != nil {
-		return nil, 0, fmt.Errorf("epoch %q: %w", r.PathValue("epoch"), err)
+		return nil, 0, http.StatusBadRequest, fmt.Errorf("epoch %q: %w", r.PathValue("epoch"), err)
 	}
-	return j.run.Execution(), epoch, nil
+	j, err := n.job(r.Context(), r.PathValue("job"))
+	if err != nil {
+		return nil, 0, statusOf(err), err
+	}
+	return j.run.Execution(), epoch, http.StatusOK, nil
 }
 
 func (c *clusterNode) handlePush(w http.ResponseWriter, r *http.Request, n *node) {
-	exec, epoch, err := n.clusterJob(r)
+	exec, epoch, status, err := n.clusterJob(r)
 	if err != nil {
-		clusterError(w, http.StatusNotFound, err)
+		clusterError(w, status, err)
 		return
 	}
 	id, err1 := strconv.ParseUint(r.PathValue("id"), 10, 64)
@@ -396,9 +398,9 @@ func (c *clusterNode) handlePush(w http.ResponseWriter, r *http.Request, n *node
 }
 
 func (c *clusterNode) handleFetch(w http.ResponseWriter, r *http.Request, n *node) {
-	exec, epoch, err := n.clusterJob(r)
+	exec, epoch, status, err := n.clusterJob(r)
 	if err != nil {
-		clusterError(w, http.StatusNotFound, err)
+		clusterError(w, status, err)
 		return
 	}
 	f, h, err := exec.OpenRestoreFile(epoch, r.PathValue("name"))

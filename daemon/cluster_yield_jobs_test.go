@@ -73,7 +73,7 @@ func TestYieldKeepsJobsThatDidNotEnd(t *testing.T) {
 	if got := n.jobList(); len(got) != 1 || got[0] != stuck {
 		t.Fatalf("%d jobs listed after the drop, want the stuck one still running", len(got))
 	}
-	if j, err := n.job("stuck"); err != nil || j != stuck {
+	if j, err := n.job(context.Background(), "stuck"); err != nil || j != stuck {
 		t.Fatalf("the running job is not found by name: %v", err)
 	}
 	// A takeover meanwhile does not start a second run of it.
@@ -91,7 +91,7 @@ func TestYieldKeepsJobsThatDidNotEnd(t *testing.T) {
 	if left != 0 {
 		t.Fatalf("%d jobs left after the stuck one ended", left)
 	}
-	if _, err := n.job("stuck"); err == nil || len(n.jobList()) != 0 {
+	if _, err := n.job(context.Background(), "stuck"); err == nil || len(n.jobList()) != 0 {
 		t.Fatalf("the ended job is still listed (%d jobs)", len(n.jobList()))
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/edgedio/edged/actors"
@@ -94,6 +95,13 @@ type node struct {
 	jobsMu sync.RWMutex
 	jobs   []*job
 	byName map[string]*job
+	// starting are the names of the jobs being started, from just before
+	// their job master starts to their record in jobs and byName (guarded
+	// by jobsMu): each channel is closed once the job is recorded or its
+	// start failed. A lookup by name waits for it (see job): the job
+	// master invites its workers at once, and they fetch state files from
+	// it through the API.
+	starting map[string]chan struct{}
 	// lingering are jobs a yielding leader cancelled that had not ended
 	// (guarded by jobsMu; cluster_handback.go).
 	lingering []*job
@@ -106,6 +114,13 @@ type node struct {
 	mqtt   *mqttNode
 	// cluster is the node's part in a cluster; nil on a single node.
 	cluster *clusterNode
+	// startHook, when set, is called between the start of a job's master
+	// and the job's record, on the starting goroutine: tests hold a start
+	// there.
+	startHook func(name string)
+	// startWaits counts the lookups by name that waited for a job being
+	// started.
+	startWaits atomic.Int64
 
 	provider clusterSlot // the cluster's provider (cluster_api.go)
 
@@ -128,7 +143,59 @@ func (n *node) addJob(j *job) {
 	n.byName[j.name] = j
 }
 
-func (n *node) job(name string) (*job, error) {
+// startWait bounds how long a lookup by name waits for a job being
+// started (its record follows the start of its master at once; only a
+// hung start makes a lookup wait so long).
+const startWait = 10 * time.Second
+
+// beginStart marks job name as being started and returns the function
+// that ends the mark: with the job, once its master runs, it records the
+// job (and the master's execution, in a cluster); with nil, after a start
+// that failed, it records nothing. Either way the lookups waiting for the
+// job go on.
+func (n *node) beginStart(name string) func(*job) {
+	started := make(chan struct{})
+	n.jobsMu.Lock()
+	if n.starting == nil {
+		n.starting = map[string]chan struct{}{}
+	}
+	n.starting[name] = started
+	n.jobsMu.Unlock()
+	return func(j *job) {
+		if j != nil {
+			if n.cluster != nil {
+				n.cluster.addExecution(j.run.Execution())
+			}
+			n.addJob(j)
+		}
+		n.jobsMu.Lock()
+		if n.starting[name] == started {
+			delete(n.starting, name)
+		}
+		n.jobsMu.Unlock()
+		close(started)
+	}
+}
+
+// job returns the job named name. A job being started is waited for
+// (bounded by ctx and startWait): the workers its master invites ask for
+// it at once.
+func (n *node) job(ctx context.Context, name string) (*job, error) {
+	n.jobsMu.RLock()
+	started, starting := n.starting[name]
+	n.jobsMu.RUnlock()
+	if starting {
+		n.startWaits.Add(1)
+		t := time.NewTimer(startWait)
+		defer t.Stop()
+		select {
+		case <-started:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w %q: %w", ErrStarting, name, context.Cause(ctx))
+		case <-t.C:
+			return nil, fmt.Errorf("%w %q: not started after %s", ErrStarting, name, startWait)
+		}
+	}
 	n.jobsMu.RLock()
 	j, ok := n.byName[name]
 	n.jobsMu.RUnlock()
@@ -209,7 +276,6 @@ func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
 			ln.Close()
 			return fmt.Errorf("daemon: start pipelines[%d] %q: %w", i, pc.Name, err)
 		}
-		n.addJob(j)
 		watchers.Go(func() { n.watch(j) })
 	}
 	// Serve only now: the handlers read n.jobs without a lock.
@@ -280,7 +346,9 @@ func (n *node) envOptions(pc pipeline.PipelineConfig) ([]stream.Option, error) {
 		stream.WithBatchSize(n.mem.BatchSize), stream.WithCredits(n.mem.Credits)), nil
 }
 
-// start builds and starts the job of one pipeline.
+// start builds and starts the job of one pipeline and records it: from
+// the moment its master starts, a lookup of its name waits for the record
+// (see job).
 func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, error) {
 	envOpts, err := n.envOptions(pc)
 	if err != nil {
@@ -333,15 +401,18 @@ func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, err
 	// The job's context is not ctx: on shutdown a job is stopped with a
 	// savepoint first and cancelled only if that fails.
 	jctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	record := n.beginStart(pc.Name)
 	sj, err := env.ExecuteAsync(jctx)
 	if err != nil {
+		record(nil)
 		cancel()
 		return nil, err
 	}
-	if n.cluster != nil {
-		n.cluster.addExecution(sj.Execution())
+	if n.startHook != nil {
+		n.startHook(pc.Name)
 	}
 	j := &job{name: pc.Name, checkpointing: pc.Checkpoint.Dir != "", run: sj, pj: pj, cancelFn: cancel, status: StatusRunning}
+	record(j)
 	n.log.Info("job started", "job", j.name, "checkpointing", j.checkpointing, "restored_from", resume)
 	return j, nil
 }

@@ -123,7 +123,7 @@ func (n *node) mountDashboard(mux *http.ServeMux) {
 }
 
 func (n *node) handleGraph(w http.ResponseWriter, r *http.Request) {
-	j, err := n.job(r.PathValue("name"))
+	j, err := n.job(r.Context(), r.PathValue("name"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -158,7 +158,7 @@ func graphOf(name string, p *actors.Plan) JobGraph {
 }
 
 func (n *node) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
-	j, err := n.job(r.PathValue("name"))
+	j, err := n.job(r.Context(), r.PathValue("name"))
 	if err != nil {
 		writeError(w, err)
 		return

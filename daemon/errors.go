@@ -11,6 +11,9 @@ var (
 	ErrNoPipelines = errors.New("daemon: config has no pipelines")
 	// ErrUnknownJob is returned for a job name the node does not run.
 	ErrUnknownJob = errors.New("daemon: unknown job")
+	// ErrStarting is returned for a job the node is starting that was
+	// not recorded within the lookup's bound: ask again.
+	ErrStarting = errors.New("daemon: job is being started")
 	// ErrNotRunning is returned when a savepoint, stop or cancel is asked
 	// of a job that has ended.
 	ErrNotRunning = errors.New("daemon: job is not running")

@@ -35,7 +35,7 @@ type OperatorList struct {
 }
 
 func (n *node) handleOperators(w http.ResponseWriter, r *http.Request) {
-	j, err := n.job(r.PathValue("name"))
+	j, err := n.job(r.Context(), r.PathValue("name"))
 	if err != nil {
 		writeError(w, err)
 		return
