@@ -58,6 +58,10 @@ func (n *node) handleOperators(w http.ResponseWriter, r *http.Request) {
 type taskCollector struct {
 	n                                                              *node
 	records, recordsOut, backpressure, watermark, queued, logBytes *prometheus.Desc
+	// The MQTT messages larger than source.mqtt.max_message_bytes: taken
+	// as dead-letter records by a pipeline's subscriber, refused by the
+	// embedded broker, or dead-lettered by it (too large for a record).
+	tooLarge, brokerTooLarge, brokerDeadLetters *prometheus.Desc
 }
 
 func newTaskCollector(n *node) *taskCollector {
@@ -70,12 +74,18 @@ func newTaskCollector(n *node) *taskCollector {
 		watermark:    prometheus.NewDesc("edged_task_watermark_milliseconds", "Last event-time watermark a task sent on.", l, nil),
 		queued:       prometheus.NewDesc("edged_task_queued_messages", "Messages waiting in a task's mailbox.", l, nil),
 		logBytes:     prometheus.NewDesc("edged_ingest_log_bytes", "Bytes on disk of a pipeline's MQTT ingest log.", []string{"pipeline"}, nil),
+		tooLarge: prometheus.NewDesc("edged_mqtt_messages_too_large_total",
+			"MQTT messages over source.mqtt.max_message_bytes that a pipeline's subscriber appended as dead-letter records and acknowledged.", []string{"pipeline"}, nil),
+		brokerTooLarge: prometheus.NewDesc("edged_broker_packets_too_large_total",
+			"Packets over the embedded broker's maximum packet size (the largest max_message_bytes of the pipelines reading it): connection closed.", nil, nil),
+		brokerDeadLetters: prometheus.NewDesc("edged_broker_dead_letters_total",
+			"Messages the embedded broker took but no ingest-log record could hold: appended as dead-letter records and acknowledged.", nil, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *taskCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.records, c.recordsOut, c.backpressure, c.watermark, c.queued, c.logBytes} {
+	for _, d := range []*prometheus.Desc{c.records, c.recordsOut, c.backpressure, c.watermark, c.queued, c.logBytes, c.tooLarge, c.brokerTooLarge, c.brokerDeadLetters} {
 		ch <- d
 	}
 }
@@ -97,6 +107,13 @@ func (c *taskCollector) Collect(ch chan<- prometheus.Metric) {
 	if m := c.n.mqtt; m != nil {
 		for name, l := range m.logs {
 			ch <- prometheus.MustNewConstMetric(c.logBytes, prometheus.GaugeValue, float64(l.Stats().DiskBytes), name)
+		}
+		for _, s := range m.subs {
+			ch <- prometheus.MustNewConstMetric(c.tooLarge, prometheus.CounterValue, float64(s.TooLarge()), s.Pipeline())
+		}
+		if b := m.broker; b != nil {
+			ch <- prometheus.MustNewConstMetric(c.brokerTooLarge, prometheus.CounterValue, float64(b.PacketsTooLarge()))
+			ch <- prometheus.MustNewConstMetric(c.brokerDeadLetters, prometheus.CounterValue, float64(b.DeadLetters()))
 		}
 	}
 }

@@ -394,6 +394,10 @@ func (c SubscriberConfig) DedupWindow() int {
 // being appended because they are redeliveries of records in the log.
 func (s *Subscriber) Dropped() uint64 { return s.dropped.Load() }
 
+// Pipeline returns the name of the pipeline whose log the subscriber
+// appends to (SubscriberConfig.Pipeline).
+func (s *Subscriber) Pipeline() string { return s.cfg.Pipeline }
+
 // TooLarge returns how many messages were larger than
 // SubscriberConfig.MaxMessageBytes (or than an ingest-log record can be)
 // and were appended as dead-letter records instead
