@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -136,7 +135,7 @@ func startHeldRebalance(t *testing.T, shape *hoShape) *heldRebalance {
 // request waits in the job master.
 func (hr *heldRebalance) ask(t *testing.T, stop bool) <-chan savepointAnswer {
 	t.Helper()
-	if waitingIn("actors.(*Runner).TriggerSavepoint") {
+	if testutil.Waiting("actors.(*Runner).TriggerSavepoint") {
 		t.Fatal("a savepoint waits in the job master before the request: its wait cannot be told")
 	}
 	out := make(chan savepointAnswer, 1)
@@ -153,7 +152,7 @@ func (hr *heldRebalance) ask(t *testing.T, stop bool) <-chan savepointAnswer {
 		out <- savepointAnswer{p, err}
 	}()
 	testutil.Eventually(t, 0, "the request waits in the job master", func() bool {
-		return waitingIn("actors.(*Runner).TriggerSavepoint")
+		return testutil.Waiting("actors.(*Runner).TriggerSavepoint")
 	})
 	select {
 	case a := <-out:
@@ -166,12 +165,6 @@ func (hr *heldRebalance) ask(t *testing.T, stop bool) <-chan savepointAnswer {
 type savepointAnswer struct {
 	path string
 	err  error
-}
-
-// waitingIn reports whether a goroutine's stack holds fn.
-func waitingIn(fn string) bool {
-	buf := make([]byte, 1<<20)
-	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), fn)
 }
 
 // answered returns the path the API answered, failing t unless it

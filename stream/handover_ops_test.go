@@ -3,8 +3,6 @@ package stream_test
 import (
 	"context"
 	"errors"
-	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -95,13 +93,6 @@ func startHeldMove(t *testing.T, n int64, keys int, cp snapshot.Config) (*handov
 	return run, h, mv
 }
 
-// waitingIn reports whether a goroutine's stack holds fn: the operation
-// under test has reached the runtime and waits there.
-func waitingIn(fn string) bool {
-	buf := make([]byte, 1<<20)
-	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), fn)
-}
-
 // savepointDuringHandover starts a job whose handover is held (no
 // periodic checkpoint), asks for a savepoint (stop: and the job's end),
 // frees the handover, and checks that the move completed and that the
@@ -155,7 +146,7 @@ func savepointAsync(t *testing.T, job *stream.Job, stop bool) <-chan savepointOu
 		out <- savepointOutcome{p, err}
 	}()
 	testutil.Eventually(t, 0, "the savepoint request waits in the job master", func() bool {
-		return waitingIn("actors.(*Runner).TriggerSavepoint")
+		return testutil.Waiting("actors.(*Runner).TriggerSavepoint")
 	})
 	select {
 	case s := <-out:

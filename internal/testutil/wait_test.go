@@ -44,3 +44,23 @@ func TestReceiveReturnsTheValueSent(t *testing.T) {
 		t.Fatalf("Receive returned %d, want 7", v)
 	}
 }
+
+func TestWaiting(t *testing.T) {
+	release := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		blockInWaitingTest(release)
+	}()
+	Eventually(t, DefaultTimeout, "the goroutine blocks", func() bool {
+		return Waiting("testutil.blockInWaitingTest")
+	})
+	close(release)
+	<-done
+	if Waiting("testutil.blockInWaitingTest") {
+		t.Error("the goroutine returned, its function is still seen waiting")
+	}
+}
+
+//go:noinline
+func blockInWaitingTest(release <-chan struct{}) { <-release }
