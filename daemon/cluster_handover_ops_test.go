@@ -135,31 +135,16 @@ func startHeldRebalance(t *testing.T, shape *hoShape) *heldRebalance {
 // request waits in the job master.
 func (hr *heldRebalance) ask(t *testing.T, stop bool) <-chan savepointAnswer {
 	t.Helper()
-	if testutil.Waiting("actors.(*Runner).TriggerSavepoint") {
-		t.Fatal("a savepoint waits in the job master before the request: its wait cannot be told")
-	}
-	out := make(chan savepointAnswer, 1)
-	go func() {
+	return testutil.CallUntilWaiting(t, "actors.(*Runner).TriggerSavepoint", func() savepointAnswer {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		var p string
-		var err error
 		if stop {
-			p, err = hr.api.Stop(ctx, "moved", "")
-		} else {
-			p, err = hr.api.Savepoint(ctx, "moved", "")
+			p, err := hr.api.Stop(ctx, "moved", "")
+			return savepointAnswer{p, err}
 		}
-		out <- savepointAnswer{p, err}
-	}()
-	testutil.Eventually(t, 0, "the request waits in the job master", func() bool {
-		return testutil.Waiting("actors.(*Runner).TriggerSavepoint")
+		p, err := hr.api.Savepoint(ctx, "moved", "")
+		return savepointAnswer{p, err}
 	})
-	select {
-	case a := <-out:
-		t.Fatalf("the API answered while the handover was held: %+v", a)
-	default:
-	}
-	return out
 }
 
 type savepointAnswer struct {

@@ -132,28 +132,16 @@ func checkNewerSavepoint(t *testing.T, path string, handover snapshot.ID) {
 // returns once the request waits in the job master.
 func savepointAsync(t *testing.T, job *stream.Job, stop bool) <-chan savepointOutcome {
 	t.Helper()
-	out := make(chan savepointOutcome, 1)
-	go func() {
+	return testutil.CallUntilWaiting(t, "actors.(*Runner).TriggerSavepoint", func() savepointOutcome {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		var p string
-		var err error
 		if stop {
-			p, err = job.StopWithSavepoint(ctx, "")
-		} else {
-			p, err = job.TriggerSavepoint(ctx, "")
+			p, err := job.StopWithSavepoint(ctx, "")
+			return savepointOutcome{p, err}
 		}
-		out <- savepointOutcome{p, err}
-	}()
-	testutil.Eventually(t, 0, "the savepoint request waits in the job master", func() bool {
-		return testutil.Waiting("actors.(*Runner).TriggerSavepoint")
+		p, err := job.TriggerSavepoint(ctx, "")
+		return savepointOutcome{p, err}
 	})
-	select {
-	case s := <-out:
-		t.Fatalf("the savepoint ended while the handover was held: %+v", s)
-	default:
-	}
-	return out
 }
 
 // restartFrom runs the handover job again from the savepoint at path on

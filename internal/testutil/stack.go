@@ -3,6 +3,7 @@ package testutil
 import (
 	"runtime"
 	"strings"
+	"testing"
 )
 
 // Waiting reports whether the stack of a goroutine holds fn (a function
@@ -18,4 +19,26 @@ func Waiting(fn string) bool {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
+}
+
+// CallUntilWaiting runs call on another goroutine and returns the channel
+// its result comes on once a goroutine's stack holds fn: the call has
+// reached the wait the test holds it in. The test fails when fn is
+// already waiting before the call (its wait could not be told), when the
+// call does not get there within DefaultTimeout, or when it returns
+// before.
+func CallUntilWaiting[T any](t testing.TB, fn string, call func() T) <-chan T {
+	t.Helper()
+	if Waiting(fn) {
+		t.Fatalf("%s waits before the call: the call's wait cannot be told", fn)
+	}
+	out := make(chan T, 1)
+	go func() { out <- call() }()
+	Eventually(t, 0, "the call waits in "+fn, func() bool { return Waiting(fn) })
+	select {
+	case v := <-out:
+		t.Fatalf("the call returned before it waited in %s: %+v", fn, v)
+	default:
+	}
+	return out
 }
