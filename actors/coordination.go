@@ -171,6 +171,9 @@ func (r *Runner) handle(now time.Time, acts []snapshot.Action) error {
 			delete(r.inflight, a.Checkpoint)
 			r.command(abortMsg{id: int64(a.Checkpoint)})
 			if req, ok := r.waiting[a.Checkpoint]; ok {
+				// The caller reads the history next: it shows the
+				// savepoint failed, not in progress.
+				r.refreshHistory()
 				req.reply <- savepointResult{err: fmt.Errorf("savepoint %d: %w", a.Checkpoint, a.Reason)}
 				delete(r.waiting, a.Checkpoint)
 			}

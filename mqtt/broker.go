@@ -462,8 +462,17 @@ func fit(l *ingestlog.Log, msg ingestlog.Message) ingestlog.Message {
 		return msg
 	}
 	msg.TooLarge = publishSize(len(msg.Topic), len(msg.Payload), msg.QoS)
-	msg.Payload = msg.Payload[:min(len(msg.Payload), DeadLetterKeep)]
+	msg.Payload = msg.Payload[:deadLetterKeep(l, msg.Topic, msg.Payload)]
 	return msg
+}
+
+// deadLetterKeep returns how many of payload's first bytes the
+// dead-letter record of a message on topic keeps in l: DeadLetterKeep at
+// most, fewer when the topic leaves less room in one record (a log with
+// small segments), so that the record always fits.
+func deadLetterKeep(l *ingestlog.Log, topic string, payload []byte) int {
+	room := max(l.MaxMessageBytes()-int64(len(topic)), 0)
+	return int(min(int64(len(payload)), DeadLetterKeep, room))
 }
 
 // appended counts and logs msg, appended to l at off, if it is a

@@ -725,7 +725,7 @@ func (s *Subscriber) classify(d *delivery, topic string, payload []byte, tooLarg
 		d.key, d.size = keyOf(d.id, topic, payload), int64(len(payload))
 		return payload
 	}
-	payload = payload[:min(len(payload), DeadLetterKeep)]
+	payload = payload[:deadLetterKeep(s.log, topic, payload)]
 	d.tooLarge = tooLarge
 	d.key, d.size = tooLargeKey(d.id, topic, payload, tooLarge), int64(len(payload))
 	return payload

@@ -260,3 +260,34 @@ func TestMaxMessageBytesConfig(t *testing.T) {
 		t.Fatalf("broker.max_message_bytes: %v", err)
 	}
 }
+
+// A message too large whose topic leaves less room in one record than
+// DeadLetterKeep (a log with small segments) still becomes a dead-letter
+// record, with fewer payload bytes, and is acknowledged: it is not left
+// unacknowledged for redelivery forever.
+func TestDirectTooLargeWithALongTopicFitsItsDeadLetter(t *testing.T) {
+	fb := startScriptBroker(t)
+	opts := ingestlog.DefaultOptions()
+	opts.SegmentBytes = 1024
+	l := openLog(t, t.TempDir(), opts)
+	lm := l.MaxMessageBytes()
+	cfg := SubscriberConfig{Broker: "tcp://" + fb.ln.Addr().String(), ClientID: "edged-long-topic", Topics: []string{"s/#"}, MaxMessageBytes: lm}
+	sub, logs := startDirect(t, cfg, l)
+	c := fb.next(t)
+	c.handshake(0, 1)
+	topic := "s/" + strings.Repeat("t", int(lm)-100)
+	c.send(publishPacket(t, 1, false, topic, strings.Repeat("p", 200)))
+	c.send(publishPacket(t, 2, false, "s/a", `{"seq":2}`))
+	for _, want := range []uint16{1, 2} {
+		if p := c.expect(packets.Puback); p.PacketID != want {
+			t.Fatalf("PUBACK for %d, want %d; logs:\n%s", p.PacketID, want, logs)
+		}
+	}
+	recs := readAll(t, l)
+	if len(recs) != 2 || recs[0].TooLarge == 0 || recs[0].Topic != topic || int64(len(recs[0].Topic)+len(recs[0].Payload)) > lm || recs[1].TooLarge != 0 {
+		t.Fatalf("records %d (first too large %d, %d payload bytes), want the dead letter then the message", len(recs), recs[0].TooLarge, len(recs[0].Payload))
+	}
+	if sub.TooLarge() != 1 {
+		t.Errorf("TooLarge = %d, want 1", sub.TooLarge())
+	}
+}
