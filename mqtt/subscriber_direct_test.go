@@ -129,7 +129,7 @@ func (sc *scriptConn) send(b []byte) {
 }
 
 // encode returns pk encoded by mochi.
-func encode(t *testing.T, pk packets.Packet) []byte {
+func encode(t testing.TB, pk packets.Packet) []byte {
 	t.Helper()
 	pk.ProtocolVersion = 4
 	var buf bytes.Buffer
@@ -347,15 +347,7 @@ func FuzzDirectReadPackets(f *testing.F) {
 		{FixedHeader: packets.FixedHeader{Type: packets.Suback}, PacketID: 1, ReasonCodes: []byte{1, 0x80}},
 		{FixedHeader: packets.FixedHeader{Type: packets.Pubrel, Qos: 1}, PacketID: 9},
 	} {
-		pk.ProtocolVersion = 4
-		switch pk.FixedHeader.Type {
-		case packets.Publish:
-			_ = pk.PublishEncode(&seed)
-		case packets.Suback:
-			_ = pk.SubackEncode(&seed)
-		case packets.Pubrel:
-			_ = pk.PubrelEncode(&seed)
-		}
+		seed.Write(encode(f, pk))
 	}
 	seed.Write([]byte{0xd0, 0x00}) // PINGRESP
 	f.Add(seed.Bytes(), false, uint8(0))
