@@ -174,7 +174,7 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 		gen := stream.FromSource(env, uid("source"), func() operators.Source[Row] {
 			return generatorSource(operators.GeneratorConfig{Count: g.Count, Rate: g.Rate, Keys: g.Keys, Start: g.Start})
 		}).UID(uid("source"))
-		prep = prepare(b, gen, nil, nil)
+		prep = prepare(b, gen, nil, nil, nil)
 	case src.File != nil:
 		lines := stream.FromSource(env, uid("source"), func() operators.Source[string] {
 			return operators.NewLineFileSource(src.File.Path, func(line string) (string, error) { return line, nil })
@@ -183,7 +183,7 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 		if pl.csv != nil {
 			decode = pl.csv.Decode
 		}
-		prep = prepare(b, lines, decode, func(s string) string { return s })
+		prep = prepare(b, lines, decode, func(s string) string { return s }, nil)
 	case src.MQTT != nil:
 		log, err := in.MQTTLog(cfg.Name)
 		if err != nil {
@@ -385,14 +385,12 @@ func payloadString(m mqtt.Message) string {
 	return unsafe.String(unsafe.SliceData(m.Payload), len(m.Payload))
 }
 
-func prepare[T any](b *builder, in *stream.Stream[T], decode func(string, *Row) error, raw func(T) string, reject ...func(T) error) *stream.Stream[Row] {
+// prepare decodes the records of in into Rows; reject, when not nil,
+// names the records that are dead letters before decoding.
+func prepare[T any](b *builder, in *stream.Stream[T], decode func(string, *Row) error, raw func(T) string, reject func(T) error) *stream.Stream[Row] {
 	name := b.cfg.Name + "/prepare"
-	var rej func(T) error
-	if len(reject) > 0 {
-		rej = reject[0]
-	}
 	return stream.Process(in, name, func() operators.ProcessFunction[T, Row] {
-		return &prepareFn[T]{b: b, decode: decode, raw: raw, reject: rej}
+		return &prepareFn[T]{b: b, decode: decode, raw: raw, reject: reject}
 	})
 }
 
