@@ -172,13 +172,19 @@ func (e *Execution) Run(ctx context.Context) error {
 	cfg := e.cfg
 	log := cfg.Logger.With("job", e.job.Name)
 	if cfg.Restore == nil && cfg.Checkpoint.Dir != "" {
-		md, err := FinishedCheckpoint(cfg.Checkpoint.Dir, e.job.Name, e.job.maxParallelism(), cfg.Logger)
+		// The job's checkpoint directory outlives its process: a job
+		// started again on it (after a crash, kill -9, a cancel) goes on
+		// from where the earlier run's snapshots left it, as a restart
+		// would, so its exactly-once sinks commit nothing twice.
+		md, err := ResumePoint(cfg.Checkpoint.Dir, e.job.Name, e.job.maxParallelism(), cfg.Checkpoint.PreferCheckpointForRecovery, cfg.Logger)
 		if err != nil {
 			return err
 		}
-		if md != nil {
-			cfg.Restore = md
+		if md != nil && !md.Finished {
+			log.Info("resuming from the latest snapshot of an earlier run (to run the job anew, remove its checkpoints or use another checkpoint directory)",
+				"checkpoint_id", md.Checkpoint, "path", md.Dir)
 		}
+		cfg.Restore = md
 	}
 	if md := cfg.Restore; md != nil && md.Finished {
 		log.Info("job already finished; it does not run again (to run it anew, remove its checkpoints or use another checkpoint directory)",
@@ -310,22 +316,29 @@ func (e *Execution) chooseRestore(cfg *Config, log *slog.Logger) error {
 	return nil
 }
 
-// FinishedCheckpoint returns the final checkpoint of job in the checkpoint
-// directory dir when the job finished there (its latest checkpoint is a
-// final one), nil when it did not or has no checkpoint.
-func FinishedCheckpoint(dir, job string, maxParallelism int, log *slog.Logger) (*snapshot.Metadata, error) {
+// ResumePoint returns the snapshot a job started on the checkpoint
+// directory dir goes on from: the newest complete checkpoint or savepoint
+// of an earlier run (snapshot.Store.RecoveryPoint; a final checkpoint
+// when the job finished there), nil when there is none.
+func ResumePoint(dir, job string, maxParallelism int, preferCheckpoint bool, log *slog.Logger) (*snapshot.Metadata, error) {
 	store, err := snapshot.OpenStore(dir, job, maxParallelism, log)
 	if err != nil {
 		return nil, err
 	}
-	md, err := store.Latest()
-	switch {
-	case errors.Is(err, snapshot.ErrNoCheckpoint):
+	md, err := store.RecoveryPoint(preferCheckpoint)
+	if errors.Is(err, snapshot.ErrNoCheckpoint) {
 		return nil, nil
-	case err != nil:
+	}
+	return md, err
+}
+
+// FinishedCheckpoint returns the final checkpoint of job in the checkpoint
+// directory dir when the job finished there (its latest checkpoint is a
+// final one), nil when it did not or has no checkpoint.
+func FinishedCheckpoint(dir, job string, maxParallelism int, log *slog.Logger) (*snapshot.Metadata, error) {
+	md, err := ResumePoint(dir, job, maxParallelism, false, log)
+	if err != nil || md == nil || !md.Finished {
 		return nil, err
-	case !md.Finished:
-		return nil, nil
 	}
 	return md, nil
 }

@@ -125,6 +125,47 @@ func TestFinishedJobDoesNotRunAgain(t *testing.T) {
 	}
 }
 
+// A job whose process ended without a word (kill -9; here its context
+// cancelled, which takes no savepoint) and that is started again on the
+// same checkpoint directory goes on from the earlier run's latest
+// checkpoint: what the two-phase-commit sink committed over both runs is
+// the failure-free output exactly, nothing twice. Started from the
+// beginning, the second run committed again every window the first one
+// had. Each round cancels at another point of the run.
+func TestJobStartedAgainResumesFromTheEarlierRun(t *testing.T) {
+	const n, keys = 1_000_000, 1000
+	want := boundedWant(t, n, keys)
+	for round := range 3 {
+		cfg := checkpointConfig(t, snapshot.ExactlyOnce)
+		out := t.TempDir()
+		ctx, cancel := context.WithCancel(context.Background())
+		env := eoJob(n, keys, out, nil, stream.WithParallelism(2), stream.WithCheckpointing(cfg))
+		job, err := env.ExecuteAsync(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Cancel once the first run committed round+1 checkpoints' worth of
+		// windows (the job has 1,000 keys: at least 1,000 lines a window).
+		testutil.Eventually(t, testutil.DefaultTimeout, "the first run commits windows", func() bool {
+			return len(committedLines(t, out)) >= (round+1)*keys
+		})
+		cancel()
+		if err := job.Wait(); !errors.Is(err, context.Canceled) {
+			t.Fatalf("round %d: first run ended with %v, want it cancelled", round, err)
+		}
+		first := len(committedLines(t, out))
+		if first >= len(want) {
+			t.Fatalf("round %d: the first run committed all %d lines before its cancel: the test did not stop it midway", round, first)
+		}
+		env = eoJob(n, keys, out, nil, stream.WithParallelism(2), stream.WithCheckpointing(cfg))
+		if err := execute(t, env); err != nil {
+			t.Fatalf("round %d: second run: %v", round, err)
+		}
+		t.Logf("round %d: the first run committed %d of %d lines", round, first, len(want))
+		sameLines(t, fmt.Sprintf("round %d, after the second run", round), committedLines(t, out), want)
+	}
+}
+
 // decliner passes records through; the snapshots of its subtask 0 fail
 // while declines last (shared by every attempt).
 type decliner struct {
