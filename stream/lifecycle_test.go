@@ -135,7 +135,7 @@ func TestFinishedJobDoesNotRunAgain(t *testing.T) {
 func TestJobStartedAgainResumesFromTheEarlierRun(t *testing.T) {
 	const n, keys = 1_000_000, 1000
 	want := boundedWant(t, n, keys)
-	for round := range 3 {
+	for round := range 2 {
 		cfg := checkpointConfig(t, snapshot.ExactlyOnce)
 		out := t.TempDir()
 		ctx, cancel := context.WithCancel(context.Background())
