@@ -381,9 +381,13 @@ func (r *Runner) controlFailed(node string, err error) {
 }
 
 // fail ends the deployment with err, as a failure report would; a
-// command being sent to the hosts gives up.
+// command being sent to the hosts gives up, and this node's tasks stop
+// taking input at once (cancelLocal): not once the master's loop hears
+// the failure, nor once the other nodes are told, which may wait on a
+// node that cannot be reached (a leader cut off from the majority).
 func (r *Runner) fail(err error) {
 	r.failed.CompareAndSwap(nil, &err)
+	r.cancelLocal()
 	defer r.cmdCancel()
 	if r.ctlOpen.Load() {
 		r.deliver(hostReport{epoch: r.epoch, kind: reportFailed, err: err})
@@ -573,6 +577,6 @@ func (r *Runner) deployRemote(ctx context.Context, want string) error {
 	if err != nil {
 		return err
 	}
-	r.commandAll(ctx, controlMsg{Kind: ctlDeploy})
+	r.commandAll(r.cmdCtx, controlMsg{Kind: ctlDeploy})
 	return r.await(ctx, reportDeployed, "deployed", nil)
 }

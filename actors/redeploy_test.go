@@ -269,3 +269,52 @@ func endlessJob(emitted *atomic.Int64) *Job {
 	var consumed atomic.Int64
 	return twoStageJob(&countingSource{n: 1 << 62, emitted: emitted}, &gateSink{gate: open, count: &consumed})
 }
+
+// A deployment that fails (Execution.Redeploy: a leader cut off from the
+// majority, say) stops this node's tasks taking input at once, even while
+// an operator call blocks: stopping that task's actor waits for the call
+// (protoactor gives it up after 10 s), and Run returns only then, but no
+// task of the attempt is listed as running meanwhile.
+func TestFailStopsTheNodesTasksWhileAnOperatorCallBlocks(t *testing.T) {
+	var emitted, consumed atomic.Int64
+	gate := make(chan struct{})
+	job := twoStageJob(&countingSource{n: 1 << 62, emitted: &emitted}, &gateSink{gate: gate, count: &consumed})
+	cfg := DefaultConfig()
+	cfg.Cluster = loopCluster(newLoopNet())
+	cfg.Cluster.ControlTimeout = time.Hour
+	r, err := newRunner(job, cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- r.Run(context.Background()) }()
+	testutil.Eventually(t, 0, "the sink blocks on its first record", func() bool {
+		return testutil.Waiting("actors.(*gateSink).Collect")
+	})
+	testutil.Eventually(t, 0, "both tasks listed", func() bool { return len(r.Metrics()) == 2 })
+	cause := errors.New("no majority")
+	r.fail(cause)
+	// Well under the actor stop's 10 s.
+	testutil.Eventually(t, 2*time.Second, "the attempt's tasks stop", func() bool {
+		return len(r.Metrics()) == 0
+	})
+	for _, h := range r.hosts {
+		if !h.stopping() {
+			t.Fatalf("host %q takes input after the failure", h.node)
+		}
+	}
+	// The path this test names: the attempt still waits for the sink's
+	// call, and its tasks drop what reaches them.
+	select {
+	case err := <-errc:
+		t.Fatalf("Run returned (%v) before the sink's call did: nothing held the stop", err)
+	default:
+	}
+	if !testutil.Waiting("actors.(*gateSink).Collect") {
+		t.Fatal("the sink's call returned before the check")
+	}
+	close(gate)
+	if err := testutil.Receive(t, 0, "the attempt to end once the sink's call returns", errc); !errors.Is(err, cause) {
+		t.Fatalf("Run returned %v, want the failure %v", err, cause)
+	}
+}

@@ -34,6 +34,9 @@ type Runner struct {
 	want string
 
 	hosts []*host
+	// local holds the hosts once Run made them, for fail, which may be
+	// called from another goroutine: it stops their tasks at once.
+	local atomic.Pointer[[]*host]
 	// ctl is the master's end of the control channels, in a cluster.
 	ctl *masterCtl
 	// ctlOpen is set once ctl is (fail reads ctl only then: it may be
@@ -398,6 +401,11 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 
 	hosts, pls, err := r.makeHosts()
 	r.hosts = hosts
+	r.local.Store(&hosts)
+	if r.failed.Load() != nil {
+		// Failed while the hosts were being made: fail found none.
+		r.cancelLocal()
+	}
 	defer func() {
 		for _, h := range r.hosts {
 			h.system.Shutdown()
@@ -454,7 +462,7 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	}
 	close(r.started)
 	if r.ctl != nil {
-		r.commandAll(r.ctx, controlMsg{Kind: ctlStart})
+		r.commandAll(r.cmdCtx, controlMsg{Kind: ctlStart})
 	} else {
 		for _, h := range r.hosts {
 			h.start()
@@ -574,7 +582,8 @@ wait:
 	// The nodes of other processes hear that the deployment is over while
 	// this node's tasks stop: a node that cannot be reached (cut off, say)
 	// holds its send up to the control timeout, and this node's tasks
-	// must not run on meanwhile.
+	// must not run on meanwhile. A failed deployment (fail) stopped them
+	// already, whatever held the loop.
 	cancelled := make(chan struct{})
 	go func() {
 		defer close(cancelled)
@@ -668,6 +677,18 @@ func (r *Runner) cancelHosts() {
 	}
 }
 
+// cancelLocal stops the tasks of this node's hosts taking input at once
+// (host.cancelTasks), without waiting for them or for anything else: a
+// task blocked sending unwinds, and every message that reaches a task
+// after it is dropped. Called from any goroutine.
+func (r *Runner) cancelLocal() {
+	if p := r.local.Load(); p != nil {
+		for _, h := range *p {
+			h.cancelTasks()
+		}
+	}
+}
+
 // stop stops every host.
 func (r *Runner) stop() {
 	r.stopOnce.Do(func() { close(r.done) })
@@ -744,15 +765,24 @@ type TaskMetrics struct {
 	Queued int64
 }
 
-// Metrics returns the live counters of every task; nil before the job is
-// built. Safe to call from any goroutine while the job runs.
+// Metrics returns the live counters of every task that takes input; nil
+// before the job is built. The tasks of a host that stopped (the
+// deployment failed or ended) are left out, though Run may still be
+// waiting for the other nodes or for an operator call under way: they
+// take no more input. Safe to call from any goroutine while the job runs.
 func (r *Runner) Metrics() []TaskMetrics {
 	select {
 	case <-r.started:
 	default:
 		return nil
 	}
-	return taskMetrics(r.tasks())
+	var ts []*task
+	for _, h := range r.hosts {
+		if !h.stopping() {
+			ts = append(ts, h.taskList()...)
+		}
+	}
+	return taskMetrics(ts)
 }
 
 // taskMetrics returns the live counters of tasks.

@@ -447,6 +447,63 @@ func TestFailoverScriptLeaderCutOff(t *testing.T) {
 	fc.checkTotals()
 }
 
+// Script: the leader cut off silently, with its sends to the other
+// side stuck. a leads; the job runs on a, b and c, its channels with one
+// credit each. A partition drops every frame between a and the others,
+// without a disconnection (a switch that lost a's cable): a's job master
+// sends a command after the cut, so its control channels to b and c
+// hold a frame that is never acknowledged and the next send to them
+// waits for credit (up to the control timeout, 10 s, when the attempt
+// ends). The membership
+// loop's step on a (no majority) must stop a's own tasks at once: no
+// local task of the attempt may still take input while the master waits
+// on the nodes it cannot reach. Healed, the job runs again in a newer
+// epoch; the committed window counts are exact.
+func TestFailoverScriptLeaderCutOffStopsLocalTasksAtOnce(t *testing.T) {
+	fc := newFailoverCluster(t, foOptions{replicas: 2, count: 12000, credits: 1, maxConcurrent: 50})
+	a := fc.nodes["a"]
+	_, epoch0 := fc.startedPlacement("a", 0)
+	fc.waitCheckpoint("a", 0)
+	j := fc.job("a")
+	e := j.run.Execution()
+	r0, _ := e.Runner()
+	if len(r0.Metrics()) == 0 {
+		t.Fatal("a runs no task of the job before the cut")
+	}
+
+	fc.cutSilently("a")
+	fc.cutOff("a")
+	// A command sent after the cut (a checkpoint's trigger, say) is
+	// lost, and with one credit the control channels to b and c are
+	// full: the job master's loop waits to send the next one.
+	testutil.Eventually(t, 10*time.Second, "a's job master waits to send a command to b and c", func() bool {
+		return testutil.Waiting("actors.(*Runner).commandAll")
+	})
+	stopped := time.Now()
+	a.c.live.step(a.c.executions)
+	// Well under the control timeout (10 s) that the master's sends to
+	// b and c wait for.
+	testutil.Eventually(t, 3*time.Second, "a's own tasks of the attempt stop", func() bool {
+		return len(r0.Metrics()) == 0
+	})
+	took := time.Since(stopped)
+	// The path this test names: the master still waits on b and c.
+	testutil.Eventually(t, 3*time.Second, "the job master waits on the nodes it cannot reach", func() bool {
+		return testutil.Waiting("actors.(*Runner).cancelHosts")
+	})
+	if r, _ := e.Runner(); r != r0 {
+		t.Fatalf("the attempt ended before its master gave up on b and c (runner %p, was %p): the cut did not hold its sends", r, r0)
+	}
+	t.Logf("cut off silently, a stopped its own tasks %v after it saw no majority, while its master waited on b and c", took.Round(time.Millisecond))
+
+	fc.cutSilently("")
+	fc.cutOff("")
+	_, epoch1 := fc.startedPlacement("a", epoch0)
+	t.Logf("healed: the job runs again in epoch %d (was %d)", epoch1, epoch0)
+	fc.finish("a")
+	fc.checkTotals()
+}
+
 // Script: the leader cut off, then healed. a leads; the job runs on a, b
 // and c. A partition cuts a off, and each side confirms the other's
 // death: a stops its job (it reaches no majority) and b, the lowest node

@@ -120,6 +120,9 @@ type foCluster struct {
 	// killed is when each killed node died: its last sign of life.
 	killed map[string]time.Time
 	logs   *logRecorder
+	// silent, when set, names the node whose frames to and from the
+	// others the network drops without a word (cutSilently).
+	silent atomic.Pointer[string]
 }
 
 // logRecorder keeps every log record's message and attributes, as one
@@ -240,6 +243,11 @@ type foOptions struct {
 	count int64
 	// attempts is the job's restart budget (1000 if 0).
 	attempts int
+	// credits, when set, is cluster.channels.credits: the frames a
+	// channel may have unacknowledged.
+	credits int
+	// maxConcurrent, when set, is the job's checkpoint.max_concurrent.
+	maxConcurrent int
 }
 
 // newFailoverCluster starts nodes a, b and c, a leading, and the job
@@ -247,8 +255,13 @@ type foOptions struct {
 func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 
 	t.Helper()
-	fc := &foCluster{t: t, mem: cluster.NewMemoryNetwork(1, cluster.Faults{}), clock: clockwork.NewFakeClock(),
+	fc := &foCluster{t: t, clock: clockwork.NewFakeClock(),
 		out: t.TempDir(), nodes: map[string]*foNode{}, ids: []string{"a", "b", "c"}}
+	fc.mem = cluster.NewMemoryNetwork(1, cluster.Faults{DropIf: func(from, to string, _ []byte) bool {
+		// Called with the network's lock held: it reads only silent.
+		n := fc.silent.Load()
+		return n != nil && (from == *n) != (to == *n)
+	}})
 	fc.alive, fc.killed = slices.Clone(fc.ids), map[string]time.Time{}
 	fc.count = o.count
 	if fc.count == 0 {
@@ -316,7 +329,8 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 	for _, id := range fc.ids {
 		fn := fc.nodes[id]
 		ccfg := &pipeline.ClusterConfig{Node: id, Listen: "127.0.0.1:1", Replicas: o.replicas,
-			Leadership: pipeline.LeadershipBlock{DeployRetry: cluster.MinLeadershipPoll}}
+			Leadership: pipeline.LeadershipBlock{DeployRetry: cluster.MinLeadershipPoll},
+			Channels:   pipeline.ChannelsConfig{Credits: o.credits}}
 		for _, p := range fc.ids {
 			if p != id {
 				ccfg.Peers = append(ccfg.Peers, pipeline.PeerConfig{ID: p, Address: "127.0.0.1:1", API: apis[p]})
@@ -327,6 +341,9 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 			attempts = 1000
 		}
 		pc := foPipeline(t, fn.dir, fc.out, fc.count, attempts)
+		if o.maxConcurrent > 0 {
+			pc.Checkpoint.MaxConcurrent = o.maxConcurrent
+		}
 		cfg := &pipeline.Config{Pipelines: []pipeline.PipelineConfig{pc}, Cluster: ccfg}
 		nlog := log.With("node", id)
 		n := &node{opts: Options{Logger: nlog, PollInterval: 50 * time.Millisecond}.withDefaults(), log: nlog,
@@ -462,6 +479,17 @@ func (fc *foCluster) cutOff(id string) {
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
 	fc.cut = id
+}
+
+// cutSilently drops every frame between node id and the others from
+// now on ("" stops), as a switch that lost the node's cable does: no
+// side hears of a disconnection, frames sent are never acknowledged.
+func (fc *foCluster) cutSilently(id string) {
+	if id == "" {
+		fc.silent.Store(nil)
+		return
+	}
+	fc.silent.Store(&id)
 }
 
 // lastSeen returns when node id was killed, its last sign of life.
