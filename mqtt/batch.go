@@ -69,6 +69,7 @@ type batcher struct {
 	open          map[string]*openBatch
 	order         []*openBatch // open (and published) batches, oldest first
 	pending       int          // bytes held by the open batches
+	size          int          // the largest message published: the capacity of the next
 }
 
 // openBatch is a message being filled: '[' and the elements, comma
@@ -102,8 +103,7 @@ func (b *batcher) add(p *Publisher, topic string, payload []byte, id string) err
 		start = len(ob.buf)
 		ob.buf = append(ob.buf, ',')
 	} else {
-		ob = &openBatch{topic: topic, buf: make([]byte, 1, min(b.maxBytes, 4096))}
-		ob.buf[0] = '['
+		ob = &openBatch{topic: topic, buf: b.newBuf(0)}
 	}
 	buf, ok := appendElement(ob.buf, payload, id)
 	if !ok {
@@ -127,8 +127,7 @@ func (b *batcher) add(p *Publisher, topic string, payload []byte, id string) err
 		// The element starts after the comma at start: the message so far
 		// goes out without it and it opens the next one.
 		elem := ob.buf[start+1:]
-		next := &openBatch{topic: topic, buf: make([]byte, 0, min(b.maxBytes, max(4096, 1+len(elem)+1)))}
-		next.buf = append(append(next.buf, '['), elem...)
+		next := &openBatch{topic: topic, buf: append(b.newBuf(len(elem)), elem...)}
 		ob.buf = ob.buf[:start]
 		if err := b.publish(p, ob); err != nil {
 			return err
@@ -148,6 +147,16 @@ func (b *batcher) add(p *Publisher, topic string, payload []byte, id string) err
 	return nil
 }
 
+// newBuf returns '[' in a buffer for a message of about the size of the
+// largest so far (4 KiB at first), or of n more bytes: a full message is
+// then filled without growing it step by step.
+func (b *batcher) newBuf(n int) []byte {
+	c := max(b.size, min(b.maxBytes, 4096), n+2)
+	buf := make([]byte, 1, c)
+	buf[0] = '['
+	return buf
+}
+
 // publish sends ob, closed, and forgets it. The payload is not reused:
 // paho may hold it until the broker's acknowledgement.
 func (b *batcher) publish(p *Publisher, ob *openBatch) error {
@@ -156,6 +165,7 @@ func (b *batcher) publish(p *Publisher, ob *openBatch) error {
 	b.pending -= len(ob.buf)
 	payload := append(ob.buf, ']')
 	ob.buf = nil
+	b.size = min(max(b.size, len(payload)), b.maxBytes)
 	if len(b.order) > 2*len(b.open)+16 {
 		kept := b.order[:0]
 		for _, o := range b.order {

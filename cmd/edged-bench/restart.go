@@ -140,7 +140,7 @@ func benchRestart(dir string, mq *mosquitto) error {
 	}
 	if cps, err := e.checkpoints(); err == nil {
 		for _, c := range cps {
-			if c.TriggerTime.After(restart) && c.TriggerTime.Before(restart.Add(firstRes)) {
+			if c.TriggerTime.After(restart) && c.TriggerTime.Before(restart.Add(allRes)) {
 				note("restart", "Checkpoint %d after the restart (%s): triggered %s after exec, took %.1f ms (alignment %.1f ms), %s bytes.",
 					c.ID, c.Status, round(c.TriggerTime.Sub(restart)), c.DurationMS, c.AlignmentMS, commas(c.SizeBytes))
 			}
