@@ -307,6 +307,7 @@ type MQTTSinkConfig struct {
 	// one message per result. At most mqtt.MaxBatch (10000). It pays off
 	// with a topic shared by many keys: a template filled per key
 	// ("agg/{id}") gives each key its own topic and its own messages.
+	// Dead letters (deadletter/<pipeline>) still go one per message.
 	Batch int `yaml:"batch"`
 	// BatchBytes bounds the payload of a batched message, in bytes; a
 	// single result larger than that goes out alone. Default 262144

@@ -18,7 +18,8 @@ import (
 // write-ahead sink and carry a deterministic "msg_id" (exactly once for a
 // consumer that drops duplicate ids); without, they are published as
 // they come (at least once). With sc.Batch above 1 both pack the results
-// to one topic into JSON-array messages (mqtt.Batch).
+// to one topic into JSON-array messages (mqtt.Batch); dead letters still
+// go one per message.
 //
 // A row whose topic is not a valid MQTT topic name (a key such as "#",
 // "a+b", invalid UTF-8 or a NUL filled into the template) is sent to the
@@ -31,7 +32,10 @@ func mqttSink[T any](b *builder, name, what string, s *stream.Stream[T], format 
 	topic := topicFunc[T](b, what, sc.Topic)
 	encode := func(v T) ([]byte, error) { return []byte(format(v)), nil }
 	var zero T
-	if _, isRow := any(zero).(Row); isRow {
+	_, isRow := any(zero).(Row)
+	batch := mqtt.Batch{} // dead letters, rare, go one per message
+	if isRow {
+		batch = sc.batch()
 		sink := strings.TrimPrefix(name, b.cfg.Name+"/")
 		checked := stream.Process(s, name+"/topic", func() operators.ProcessFunction[T, T] {
 			return &topicCheck[T]{b: b, sink: sink, topic: topic, format: format}
@@ -41,7 +45,7 @@ func mqttSink[T any](b *builder, name, what string, s *stream.Stream[T], format 
 	}
 	if b.cfg.Checkpoint.Interval > 0 {
 		s.To(name, func() operators.Sink[T] {
-			w := newWALPublisher(pc, topic, format, sc.batch())
+			w := newWALPublisher(pc, topic, format, batch)
 			w.reject = sinkReject(b, name, format, &w.logger)
 			return w
 		}).UID(name)
@@ -49,7 +53,7 @@ func mqttSink[T any](b *builder, name, what string, s *stream.Stream[T], format 
 	}
 	s.To(name, func() operators.Sink[T] {
 		sink := &plainPublisher[T]{Sink: mqtt.NewSink(pc, topic, encode)}
-		sink.Batch = sc.batch()
+		sink.Batch = batch
 		sink.Reject = sinkReject(b, name, format, &sink.logger)
 		return sink
 	}).UID(name)
