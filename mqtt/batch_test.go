@@ -6,11 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
-
-	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edgedio/edged/operators"
 )
@@ -21,54 +17,42 @@ type topicMsg struct {
 	payload []byte
 }
 
-// topicCollector gathers received messages with their topics.
-type topicCollector struct {
-	mu   sync.Mutex
-	msgs []topicMsg
-	more chan struct{}
-}
-
-func subscribeTopics(t *testing.T, addr, id, filter string) *topicCollector {
-	t.Helper()
-	col := &topicCollector{more: make(chan struct{}, 1)}
-	c := connect(t, addr, id)
-	tok := c.Subscribe(filter, 1, func(_ paho.Client, m paho.Message) {
-		col.mu.Lock()
-		col.msgs = append(col.msgs, topicMsg{m.Topic(), append([]byte(nil), m.Payload()...)})
-		col.mu.Unlock()
-		select {
-		case col.more <- struct{}{}:
-		default:
-		}
-	})
-	if !tok.WaitTimeout(waitBound) || tok.Error() != nil {
-		t.Fatalf("subscribe %s: %v", filter, tok.Error())
-	}
-	return col
-}
-
 // waitElements waits until the messages received hold n elements in
 // all (a message that is not an array counts as one) and returns them.
-func (c *topicCollector) waitElements(t *testing.T, n int) []topicMsg {
+func (c *collector) waitElements(t *testing.T, n int) []topicMsg {
 	t.Helper()
-	deadline := time.After(waitBound)
-	for {
-		c.mu.Lock()
-		msgs := slices.Clone(c.msgs)
-		c.mu.Unlock()
+	msgs, topics := c.waitUntil(t, fmt.Sprintf("%d elements", n), func(msgs [][]byte) bool {
 		got := 0
 		for _, m := range msgs {
-			got += len(elementsOf(t, m.payload))
+			got += len(elementsOf(t, m))
 		}
-		if got >= n {
-			return msgs
-		}
-		select {
-		case <-c.more:
-		case <-deadline:
-			t.Fatalf("received %d elements in %d messages, want %d", got, len(msgs), n)
-		}
+		return got >= n
+	})
+	out := make([]topicMsg, len(msgs))
+	for i := range msgs {
+		out[i] = topicMsg{topics[i], msgs[i]}
 	}
+	return out
+}
+
+// reset forgets the messages received.
+func (c *collector) reset() {
+	c.mu.Lock()
+	c.msgs, c.topics = nil, nil
+	c.mu.Unlock()
+}
+
+// batchSetup returns a broker's subscriber of agg/# and a publisher to it.
+func batchSetup(t *testing.T, clientID string) (*collector, *Publisher) {
+	t.Helper()
+	b := startBroker(t, nil)
+	col := subscribe(t, b.Addr(), "consumer", "agg/#")
+	pub, err := NewPublisher(publisherConfig(b, clientID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close() })
+	return col, pub
 }
 
 // elementsOf returns the elements of a JSON-array payload, or the
@@ -91,19 +75,16 @@ func batchLine(r reading) string { return fmt.Sprintf(`{"Sensor":%q,"Seq":%d}`, 
 // shared sends every reading to one topic.
 func shared(reading) (string, error) { return "agg/all", nil }
 
-// publishLines publishes recs as the write-ahead MQTT sink does for a
+// publishBatched publishes recs as the write-ahead MQTT sink does for a
 // completed checkpoint (in chunks of 7, uid "agg-sink") with batch and
-// returns the element msg_ids received, per topic and in order, from the
-// messages of col after skip of them.
-func publishBatched(t *testing.T, pub *Publisher, col *topicCollector, topic func(reading) (string, error), recs []reading, batch Batch) []topicMsg {
+// returns the messages col received (after forgetting the earlier ones).
+func publishBatched(t *testing.T, pub *Publisher, col *collector, topic func(reading) (string, error), recs []reading, batch Batch) []topicMsg {
 	t.Helper()
 	var chunks [][]reading
 	for c := range slices.Chunk(recs, 7) {
 		chunks = append(chunks, c)
 	}
-	col.mu.Lock()
-	col.msgs = nil
-	col.mu.Unlock()
+	col.reset()
 	publish := PublishLineChunksFunc(pub, topic, batchLine, func() string { return "agg-sink" }, nil, batch)
 	if err := publish(chunks, nil); err != nil {
 		t.Fatal(err)
@@ -133,13 +114,7 @@ func decodeElement(t *testing.T, raw []byte) element {
 // gives the same ids.
 func TestBatchedLinesShareATopic(t *testing.T) {
 	const n = 103
-	b := startBroker(t, nil)
-	col := subscribeTopics(t, b.Addr(), "consumer", "agg/#")
-	pub, err := NewPublisher(publisherConfig(b, "batched"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	col, pub := batchSetup(t, "batched")
 	recs := make([]reading, n)
 	for i := range recs {
 		recs[i] = reading{Sensor: fmt.Sprintf("s%d", i%5), Seq: i}
@@ -187,13 +162,7 @@ func TestBatchedLinesShareATopic(t *testing.T) {
 // (before the element that would), and a single record larger than the
 // bound goes alone, whole, in an array of one.
 func TestBatchedLinesByteBoundSplits(t *testing.T) {
-	b := startBroker(t, nil)
-	col := subscribeTopics(t, b.Addr(), "consumer", "agg/#")
-	pub, err := NewPublisher(publisherConfig(b, "bounded"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	col, pub := batchSetup(t, "bounded")
 	recs := make([]reading, 40)
 	for i := range recs {
 		recs[i] = reading{Sensor: fmt.Sprintf("s%d", i%3), Seq: i}
@@ -226,13 +195,7 @@ func TestBatchedLinesByteBoundSplits(t *testing.T) {
 // With a templated topic each topic gets its own arrays: elements of one
 // message share its topic, and each topic's elements keep their order.
 func TestBatchedLinesPerTopic(t *testing.T) {
-	b := startBroker(t, nil)
-	col := subscribeTopics(t, b.Addr(), "consumer", "agg/#")
-	pub, err := NewPublisher(publisherConfig(b, "per-topic"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	col, pub := batchSetup(t, "per-topic")
 	recs := make([]reading, 60)
 	for i := range recs {
 		recs[i] = reading{Sensor: fmt.Sprintf("s%d", i%3), Seq: i}
@@ -264,13 +227,7 @@ func TestBatchedLinesPerTopic(t *testing.T) {
 // A record whose topic cannot be made goes to reject, batched or not,
 // and the others are published.
 func TestBatchedLinesReject(t *testing.T) {
-	b := startBroker(t, nil)
-	col := subscribeTopics(t, b.Addr(), "consumer", "agg/#")
-	pub, err := NewPublisher(publisherConfig(b, "reject"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	col, pub := batchSetup(t, "reject")
 	var rejected []string
 	publish := PublishLineFunc(pub, readingTopic, batchLine, func() string { return "u" }, func(r reading, err error) {
 		if !errors.Is(err, ErrTopic) {
@@ -296,7 +253,7 @@ func TestBatchedLinesReject(t *testing.T) {
 // records; each element carries the record's id.
 func TestSinkBatched(t *testing.T) {
 	b := startBroker(t, nil)
-	col := subscribeTopics(t, b.Addr(), "consumer", "agg/#")
+	col := subscribe(t, b.Addr(), "consumer", "agg/#")
 	sink := NewSink(publisherConfig(b, "sink"), shared, encodeReading)
 	sink.ID = func(r reading) string { return operators.RecordID(r.Sensor, fmt.Sprint(r.Seq)) }
 	sink.Batch = Batch{Max: 4}
@@ -348,13 +305,7 @@ func TestSinkBatched(t *testing.T) {
 // published alone, as without batching, after the records before it on
 // its topic.
 func TestBatchedNonObjectAlone(t *testing.T) {
-	b := startBroker(t, nil)
-	col := subscribeTopics(t, b.Addr(), "consumer", "agg/#")
-	pub, err := NewPublisher(publisherConfig(b, "plain"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	col, pub := batchSetup(t, "plain")
 	lines := map[int]string{0: `{"a":0}`, 1: `{"a":1}`, 2: `not json`, 3: `{"a":3}`}
 	publish := PublishLineFunc(pub, shared, func(r reading) string { return lines[r.Seq] }, func() string { return "u" }, nil, Batch{Max: 10})
 	if err := publish([]reading{{"x", 0}, {"x", 1}, {"x", 2}, {"x", 3}}, nil); err != nil {

@@ -162,13 +162,9 @@ func (s *Sink[T]) Close() error {
 
 // publishRecord encodes v, adds id when not empty, and publishes it.
 func publishRecord[T any](p *Publisher, topic func(T) (string, error), encode func(T) ([]byte, error), v T, id string) error {
-	t, err := topic(v)
+	t, payload, err := makeRecord(topic, encode, v)
 	if err != nil {
-		return &recordError{err}
-	}
-	payload, err := encode(v)
-	if err != nil {
-		return &recordError{fmt.Errorf("encode record for %s: %w", t, err)}
+		return err
 	}
 	if id != "" {
 		payload = WithMsgID(payload, id)
@@ -178,15 +174,24 @@ func publishRecord[T any](p *Publisher, topic func(T) (string, error), encode fu
 
 // addRecord is publishRecord through b.
 func addRecord[T any](b *batcher, p *Publisher, topic func(T) (string, error), encode func(T) ([]byte, error), v T, id string) error {
+	t, payload, err := makeRecord(topic, encode, v)
+	if err != nil {
+		return err
+	}
+	return b.add(p, t, payload, id)
+}
+
+// makeRecord returns the topic and payload of v, or a *recordError.
+func makeRecord[T any](topic func(T) (string, error), encode func(T) ([]byte, error), v T) (string, []byte, error) {
 	t, err := topic(v)
 	if err != nil {
-		return &recordError{err}
+		return "", nil, &recordError{err}
 	}
 	payload, err := encode(v)
 	if err != nil {
-		return &recordError{fmt.Errorf("encode record for %s: %w", t, err)}
+		return "", nil, &recordError{fmt.Errorf("encode record for %s: %w", t, err)}
 	}
-	return b.add(p, t, payload, id)
+	return t, payload, nil
 }
 
 // PublishFunc returns the publish function of an
