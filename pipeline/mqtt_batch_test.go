@@ -24,6 +24,17 @@ func batchedPipeline(parallelism, batch int, checkpointDir, interval string) str
 	return yml
 }
 
+// appendSeconds appends one reading of each of sensors sensors at 0 s,
+// 1 s, ... up to seconds-1 s.
+func (h *mqttHarness) appendSeconds(sensors, seconds int) {
+	h.t.Helper()
+	for s := range seconds {
+		for k := range sensors {
+			h.append(reading(fmt.Sprintf("s%d", k), int64(s)*1000))
+		}
+	}
+}
+
 // resultElements returns the results in msgs: the elements of their JSON
 // arrays (or the message, when it is not one), each as its line without
 // the msg_id and its msg_id ("" for none). It fails on a message of more
@@ -71,11 +82,7 @@ func TestMQTTWriteAheadBatched(t *testing.T) {
 	}
 	job, _, _ := h.start(pc)
 	const sensors = 8
-	for s := range 4 {
-		for k := range sensors {
-			h.append(reading(fmt.Sprintf("s%d", k), int64(s)*1000))
-		}
-	}
+	h.appendSeconds(sensors, 4)
 	h.append("not json")
 	h.append("nor this")
 	// The watermark (3s-2ms) closes [0,1s) and [1s,2s).
@@ -166,11 +173,7 @@ func TestMQTTPlainSinkBatched(t *testing.T) {
 	}
 	job, _, _ := h.start(pc)
 	const sensors = 6
-	for s := range 3 {
-		for k := range sensors {
-			h.append(reading(fmt.Sprintf("s%d", k), int64(s)*1000))
-		}
-	}
+	h.appendSeconds(sensors, 3)
 	// The watermark (2s-2ms) closes [0,1s): 6 results, in arrays of at
 	// most 4; the job then goes idle with no more input.
 	testutil.Eventually(t, waitFor, "the results published", func() bool {
