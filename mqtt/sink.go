@@ -118,13 +118,18 @@ func (s *Sink[T]) idOf(v T) string {
 // it whenever the task has no more input waiting, so a batch never waits
 // for more records. A failure is kept like Collect's.
 func (s *Sink[T]) Flush() error {
+	s.publishBatches()
+	return nil
+}
+
+// publishBatches publishes the batches being filled, keeping a failure.
+func (s *Sink[T]) publishBatches() {
 	if s.batcher == nil || s.err != nil {
-		return nil
+		return
 	}
 	if err := s.batcher.flush(s.pub); err != nil {
 		s.err = fmt.Errorf("mqtt sink: %w", err)
 	}
-	return nil
 }
 
 // SnapshotState publishes the batches being filled and waits until the
@@ -137,9 +142,7 @@ func (s *Sink[T]) SnapshotState(int64) ([]byte, error) {
 // settle publishes what is batched and waits for every acknowledgement,
 // returning the first failure since the last settle.
 func (s *Sink[T]) settle() error {
-	if err := s.Flush(); err != nil {
-		return err
-	}
+	s.publishBatches()
 	if err := s.pub.Flush(); err != nil && s.err == nil {
 		s.err = fmt.Errorf("mqtt sink: %w", err)
 	}
