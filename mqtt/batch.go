@@ -61,6 +61,12 @@ func (b Batch) on() bool { return b.Max > 1 }
 // batcher holds stays bounded.
 const maxPendingBatches = 1024
 
+// flushAfter is how many times Max records may be added after a batch
+// was opened before every open batch is published: a record on a quiet
+// topic waits for at most that many records on the others, even when
+// the sink is never idle.
+const flushAfter = 16
+
 // batcher gathers the records of one publish (a checkpoint's results, or
 // what a sink received since it was last idle) into one open message per
 // topic. Not safe for concurrent use; one goroutine owns it.
@@ -69,16 +75,18 @@ type batcher struct {
 	open          map[string]*openBatch
 	order         []*openBatch // open (and published) batches, oldest first
 	pending       int          // bytes held by the open batches
+	seq           int          // records added
 	size          int          // the largest message published: the capacity of the next
 }
 
 // openBatch is a message being filled: '[' and the elements, comma
 // separated, without the closing ']'.
 type openBatch struct {
-	topic string
-	buf   []byte
-	n     int
-	done  bool // published; dropped from order at the next compaction
+	topic  string
+	buf    []byte
+	n      int
+	opened int  // the batcher's seq when it was opened
+	done   bool // published; dropped from order at the next compaction
 }
 
 // newBatcher returns a batcher for b, or nil when b packs nothing.
@@ -120,7 +128,9 @@ func (b *batcher) add(p *Publisher, topic string, payload []byte, id string) err
 		return p.Publish(topic, payload)
 	}
 	ob.buf = buf
+	b.seq++
 	if ob.n == 0 {
+		ob.opened = b.seq
 		b.open[topic] = ob
 		b.order = append(b.order, ob)
 	} else if len(ob.buf)+1 > b.maxBytes {
@@ -133,18 +143,34 @@ func (b *batcher) add(p *Publisher, topic string, payload []byte, id string) err
 			return err
 		}
 		ob, start = next, 0
+		ob.opened = b.seq
 		b.open[topic] = ob
 		b.order = append(b.order, ob)
 	}
 	ob.n++
 	b.pending += len(ob.buf) - start
 	if ob.n >= b.max || len(ob.buf)+1 >= b.maxBytes {
-		return b.publish(p, ob)
+		if err := b.publish(p, ob); err != nil {
+			return err
+		}
 	}
-	if len(b.open) > maxPendingBatches || b.pending > 4*b.maxBytes {
+	if len(b.open) > maxPendingBatches || b.pending > 4*b.maxBytes || b.seq-b.oldest() >= flushAfter*b.max {
 		return b.flush(p)
 	}
 	return nil
+}
+
+// oldest returns when the oldest open batch was opened (seq when none
+// is), dropping the published ones before it from order.
+func (b *batcher) oldest() int {
+	for len(b.order) > 0 && b.order[0].done {
+		b.order[0] = nil
+		b.order = b.order[1:]
+	}
+	if len(b.order) == 0 {
+		return b.seq
+	}
+	return b.order[0].opened
 }
 
 // newBuf returns '[' in a buffer for a message of about the size of the

@@ -338,3 +338,38 @@ func TestBatchValidate(t *testing.T) {
 		}
 	}
 }
+
+// A record on a quiet topic is not held while a busy topic keeps the
+// sink from ever being idle: after flushAfter×Max more records every
+// open batch goes out.
+func TestSinkBatchedQuietTopicNotHeld(t *testing.T) {
+	b := startBroker(t, nil)
+	col := subscribe(t, b.Addr(), "consumer", "agg/#")
+	sink := NewSink(publisherConfig(b, "sink"), readingTopic, encodeReading)
+	sink.Batch = Batch{Max: 2}
+	if err := sink.Open(opCtx(0)); err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	sink.Collect(reading{Sensor: "quiet", Seq: 0})
+	for i := range flushAfter*2 - 1 {
+		sink.Collect(reading{Sensor: "busy", Seq: i + 1})
+	}
+	// The busy topic's full batches are out, the quiet one's record not.
+	msgs := col.waitElements(t, flushAfter*2-2)
+	for _, m := range msgs {
+		if m.topic != "agg/busy" {
+			t.Fatalf("a message on %s before %d more records", m.topic, flushAfter*2)
+		}
+	}
+	sink.Collect(reading{Sensor: "busy", Seq: flushAfter * 2})
+	// Nothing calls Flush: the record count publishes the quiet record.
+	_, topics := col.waitUntil(t, "the quiet record", func([][]byte) bool {
+		col.mu.Lock()
+		defer col.mu.Unlock()
+		return slices.Contains(col.topics, "agg/quiet")
+	})
+	if !slices.Contains(topics, "agg/quiet") {
+		t.Fatalf("topics %q", topics)
+	}
+}

@@ -37,8 +37,8 @@ type Sink[T any] struct {
 	Reject func(v T, err error)
 	// Batch, when set before Open, packs the records to one topic into
 	// JSON-array messages (see Batch): they are held until Max fill a
-	// message, the task has no more input waiting (Flush), or the next
-	// barrier or Finish.
+	// message, the task has no more input waiting (Flush), 16×Max more
+	// records came, or the next barrier or Finish.
 	Batch   Batch
 	pub     *Publisher
 	batcher *batcher // nil without batching
