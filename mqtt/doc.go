@@ -30,7 +30,10 @@
 // Topics filled from records (TopicTemplate) are checked against the MQTT
 // 3.1.1 topic-name rules (ValidateTopicName); a record whose topic or
 // payload cannot be made is handed to the sink's reject function instead
-// of failing the job, when one is given.
+// of failing the job, when one is given. With a Batch (Sink.Batch, the
+// batch argument of PublishLineFunc and PublishLineChunksFunc) the
+// records to one topic go out as JSON arrays, each element keeping its
+// own msg_id.
 //
 // Concurrency: the Broker's hook runs on mochi's connection goroutines
 // (one per client, so a client's messages are appended in order). Source,

@@ -64,9 +64,10 @@ func connect(t *testing.T, addr, id string, opts ...func(*paho.ClientOptions)) p
 
 // collector gathers received messages, safe for paho's goroutines.
 type collector struct {
-	mu   sync.Mutex
-	msgs [][]byte
-	more chan struct{} // capacity 1, rung on each message
+	mu     sync.Mutex
+	msgs   [][]byte
+	topics []string      // of msgs
+	more   chan struct{} // capacity 1, rung on each message
 }
 
 func subscribe(t *testing.T, addr, id, filter string) *collector {
@@ -76,6 +77,7 @@ func subscribe(t *testing.T, addr, id, filter string) *collector {
 	tok := c.Subscribe(filter, 1, func(_ paho.Client, m paho.Message) {
 		col.mu.Lock()
 		col.msgs = append(col.msgs, append([]byte(nil), m.Payload()...))
+		col.topics = append(col.topics, m.Topic())
 		col.mu.Unlock()
 		select {
 		case col.more <- struct{}{}:
@@ -91,19 +93,26 @@ func subscribe(t *testing.T, addr, id, filter string) *collector {
 // waitFor waits until the collector holds n messages and returns them.
 func (c *collector) waitFor(t *testing.T, n int) [][]byte {
 	t.Helper()
+	msgs, _ := c.waitUntil(t, fmt.Sprintf("%d messages", n), func(msgs [][]byte) bool { return len(msgs) >= n })
+	return msgs
+}
+
+// waitUntil waits until done holds for the messages received and returns
+// them with their topics.
+func (c *collector) waitUntil(t *testing.T, what string, done func(msgs [][]byte) bool) ([][]byte, []string) {
+	t.Helper()
 	deadline := time.After(waitBound)
 	for {
 		c.mu.Lock()
-		got := len(c.msgs)
-		msgs := c.msgs
+		msgs, topics := c.msgs, c.topics
 		c.mu.Unlock()
-		if got >= n {
-			return msgs
+		if done(msgs) {
+			return msgs, topics
 		}
 		select {
 		case <-c.more:
 		case <-deadline:
-			t.Fatalf("received %d messages, want %d", got, n)
+			t.Fatalf("received %d messages, want %s", len(msgs), what)
 		}
 	}
 }

@@ -22,21 +22,32 @@ const msgIDSeparator = '|'
 // ParseMsgID undoes either form.
 func WithMsgID(payload []byte, id string) []byte {
 	trimmed := bytes.TrimSpace(payload)
-	if len(trimmed) >= 2 && trimmed[0] == '{' && trimmed[len(trimmed)-1] == '}' && json.Valid(trimmed) {
-		body := bytes.TrimSpace(trimmed[1 : len(trimmed)-1])
-		out := make([]byte, 0, len(trimmed)+len(id)+12)
-		out = append(out, trimmed[:len(trimmed)-1]...)
-		if len(body) > 0 {
-			out = append(out, ',')
-		}
-		out = append(out, `"msg_id":`...)
-		out = strconv.AppendQuote(out, id)
-		return append(out, '}')
+	if isJSONObject(trimmed) {
+		return appendObjectWithID(make([]byte, 0, len(trimmed)+len(id)+12), trimmed, id)
 	}
 	out := make([]byte, 0, len(id)+1+len(payload))
 	out = append(out, id...)
 	out = append(out, msgIDSeparator)
 	return append(out, payload...)
+}
+
+// isJSONObject reports whether trimmed (without surrounding space) is one
+// JSON object.
+func isJSONObject(trimmed []byte) bool {
+	return len(trimmed) >= 2 && trimmed[0] == '{' && trimmed[len(trimmed)-1] == '}' && json.Valid(trimmed)
+}
+
+// appendObjectWithID appends the JSON object obj with a "msg_id" member
+// id as its last to dst.
+func appendObjectWithID(dst, obj []byte, id string) []byte {
+	body := bytes.TrimSpace(obj[1 : len(obj)-1])
+	dst = append(dst, obj[:len(obj)-1]...)
+	if len(body) > 0 {
+		dst = append(dst, ',')
+	}
+	dst = append(dst, `"msg_id":`...)
+	dst = strconv.AppendQuote(dst, id)
+	return append(dst, '}')
 }
 
 // ParseMsgID returns the id WithMsgID put into payload: the "msg_id"

@@ -35,13 +35,20 @@ type Sink[T any] struct {
 	// cannot be made (with the reason) instead of failing the sink; the
 	// sink goes on with the next record.
 	Reject func(v T, err error)
-	pub    *Publisher
-	err    error // first failure since the last SnapshotState
+	// Batch, when set before Open, packs the records to one topic into
+	// JSON-array messages (see Batch): they are held until Max fill a
+	// message, the task has no more input waiting (Flush), 16×Max more
+	// records came, or the next barrier or Finish.
+	Batch   Batch
+	pub     *Publisher
+	batcher *batcher // nil without batching
+	err     error    // first failure since the last SnapshotState
 }
 
 var (
 	_ operators.Sink[int]   = (*Sink[int])(nil)
 	_ operators.Snapshotter = (*Sink[int])(nil)
+	_ operators.Flusher     = (*Sink[int])(nil)
 )
 
 // NewSink returns a sink publishing encode(v) to topic(v) with cfg (its
@@ -65,11 +72,15 @@ func (s *Sink[T]) Open(ctx *operators.Context) error {
 	if cfg.Logger == nil {
 		cfg.Logger = ctx.Logger
 	}
+	if err := s.Batch.Validate(); err != nil {
+		return fmt.Errorf("mqtt sink: %w", err)
+	}
 	pub, err := NewPublisher(cfg)
 	if err != nil {
 		return fmt.Errorf("mqtt sink: %w", err)
 	}
 	s.pub = pub
+	s.batcher = newBatcher(s.Batch)
 	return nil
 }
 
@@ -79,7 +90,13 @@ func (s *Sink[T]) Collect(v T) {
 	if s.err != nil {
 		return
 	}
-	if err := publishRecord(s.pub, s.topic, s.encode, v, s.idOf(v)); err != nil {
+	var err error
+	if s.batcher != nil {
+		err = addRecord(s.batcher, s.pub, s.topic, s.encode, v, s.idOf(v))
+	} else {
+		err = publishRecord(s.pub, s.topic, s.encode, v, s.idOf(v))
+	}
+	if err != nil {
 		var bad *recordError
 		if s.Reject != nil && errors.As(err, &bad) {
 			s.Reject(v, bad.err)
@@ -96,13 +113,36 @@ func (s *Sink[T]) idOf(v T) string {
 	return s.ID(v)
 }
 
-// SnapshotState waits until the broker has acknowledged every record
-// before the barrier; the sink keeps no state.
-func (s *Sink[T]) SnapshotState(int64) ([]byte, error) {
-	return nil, s.flush()
+// Flush publishes the batches being filled, without waiting for their
+// acknowledgements; without batching it does nothing. The runtime calls
+// it whenever the task has no more input waiting, so a batch never waits
+// for more records. A failure is kept like Collect's.
+func (s *Sink[T]) Flush() error {
+	s.publishBatches()
+	return nil
 }
 
-func (s *Sink[T]) flush() error {
+// publishBatches publishes the batches being filled, keeping a failure.
+func (s *Sink[T]) publishBatches() {
+	if s.batcher == nil || s.err != nil {
+		return
+	}
+	if err := s.batcher.flush(s.pub); err != nil {
+		s.err = fmt.Errorf("mqtt sink: %w", err)
+	}
+}
+
+// SnapshotState publishes the batches being filled and waits until the
+// broker has acknowledged every record before the barrier; the sink
+// keeps no state.
+func (s *Sink[T]) SnapshotState(int64) ([]byte, error) {
+	return nil, s.settle()
+}
+
+// settle publishes what is batched and waits for every acknowledgement,
+// returning the first failure since the last settle.
+func (s *Sink[T]) settle() error {
+	s.publishBatches()
 	if err := s.pub.Flush(); err != nil && s.err == nil {
 		s.err = fmt.Errorf("mqtt sink: %w", err)
 	}
@@ -111,8 +151,9 @@ func (s *Sink[T]) flush() error {
 	return err
 }
 
-// Finish waits for the acknowledgements of every record.
-func (s *Sink[T]) Finish() error { return s.flush() }
+// Finish publishes what is batched and waits for the acknowledgements of
+// every record.
+func (s *Sink[T]) Finish() error { return s.settle() }
 
 // Close disconnects without waiting for acknowledgements.
 func (s *Sink[T]) Close() error {
@@ -124,18 +165,36 @@ func (s *Sink[T]) Close() error {
 
 // publishRecord encodes v, adds id when not empty, and publishes it.
 func publishRecord[T any](p *Publisher, topic func(T) (string, error), encode func(T) ([]byte, error), v T, id string) error {
-	t, err := topic(v)
+	t, payload, err := makeRecord(topic, encode, v)
 	if err != nil {
-		return &recordError{err}
-	}
-	payload, err := encode(v)
-	if err != nil {
-		return &recordError{fmt.Errorf("encode record for %s: %w", t, err)}
+		return err
 	}
 	if id != "" {
 		payload = WithMsgID(payload, id)
 	}
 	return p.Publish(t, payload)
+}
+
+// addRecord is publishRecord through b.
+func addRecord[T any](b *batcher, p *Publisher, topic func(T) (string, error), encode func(T) ([]byte, error), v T, id string) error {
+	t, payload, err := makeRecord(topic, encode, v)
+	if err != nil {
+		return err
+	}
+	return b.add(p, t, payload, id)
+}
+
+// makeRecord returns the topic and payload of v, or a *recordError.
+func makeRecord[T any](topic func(T) (string, error), encode func(T) ([]byte, error), v T) (string, []byte, error) {
+	t, err := topic(v)
+	if err != nil {
+		return "", nil, &recordError{err}
+	}
+	payload, err := encode(v)
+	if err != nil {
+		return "", nil, &recordError{fmt.Errorf("encode record for %s: %w", t, err)}
+	}
+	return t, payload, nil
 }
 
 // PublishFunc returns the publish function of an
@@ -179,34 +238,43 @@ func PublishFunc[T any](p *Publisher, topic func(T) (string, error), encode func
 // write-ahead sink's ID when uid returns the sink's UID (its
 // Context.UID; called at every publish, so it may be set in Open). The
 // id func the sink passes is not called.
-func PublishLineFunc[T any](p *Publisher, topic func(T) (string, error), line func(T) string, uid func() string, reject func(v T, err error)) operators.Publish[T] {
+//
+// With batch on, the records to one topic go out in JSON-array messages
+// (see Batch), each element with its own id: every message is out
+// before the function waits for the acknowledgements, and the ids are
+// the same as without batching, so a re-publish that batches the records
+// otherwise still repeats only ids a deduplicating consumer has seen.
+func PublishLineFunc[T any](p *Publisher, topic func(T) (string, error), line func(T) string, uid func() string, reject func(v T, err error), batch Batch) operators.Publish[T] {
 	return func(records []T, _ func(i int) string) error {
-		if err := publishLines(p, topic, line, uid(), reject, records); err != nil {
+		b := newBatcher(batch)
+		if err := publishLines(p, b, topic, line, uid(), reject, records); err != nil {
 			return err
 		}
-		return flush(p)
+		return flush(p, b)
 	}
 }
 
 // PublishLineChunksFunc is PublishLineFunc for
 // operators.WriteAheadSink.WithPublishChunks: the records of every chunk
 // in order, then one Flush, so the broker's acknowledgements are waited
-// for once for all the chunks.
-func PublishLineChunksFunc[T any](p *Publisher, topic func(T) (string, error), line func(T) string, uid func() string, reject func(v T, err error)) operators.PublishChunks[T] {
+// for once for all the chunks. With batch on, a message may take records
+// of several chunks.
+func PublishLineChunksFunc[T any](p *Publisher, topic func(T) (string, error), line func(T) string, uid func() string, reject func(v T, err error), batch Batch) operators.PublishChunks[T] {
 	return func(chunks [][]T, _ func(c, i int) string) error {
 		u := uid()
+		b := newBatcher(batch)
 		for _, records := range chunks {
-			if err := publishLines(p, topic, line, u, reject, records); err != nil {
+			if err := publishLines(p, b, topic, line, u, reject, records); err != nil {
 				return err
 			}
 		}
-		return flush(p)
+		return flush(p, b)
 	}
 }
 
-// publishLines publishes records as PublishLineFunc does, without waiting
-// for their acknowledgements.
-func publishLines[T any](p *Publisher, topic func(T) (string, error), line func(T) string, u string, reject func(v T, err error), records []T) error {
+// publishLines publishes records as PublishLineFunc does, through b when
+// it is not nil, without waiting for their acknowledgements.
+func publishLines[T any](p *Publisher, b *batcher, topic func(T) (string, error), line func(T) string, u string, reject func(v T, err error), records []T) error {
 	for _, v := range records {
 		t, err := topic(v)
 		if err != nil {
@@ -217,6 +285,12 @@ func publishLines[T any](p *Publisher, topic func(T) (string, error), line func(
 			return fmt.Errorf("mqtt: %w", err)
 		}
 		l := line(v)
+		if b != nil {
+			if err := b.add(p, t, []byte(l), operators.RecordID(u, l)); err != nil {
+				return fmt.Errorf("mqtt: %w", err)
+			}
+			continue
+		}
 		if err := p.Publish(t, WithMsgID([]byte(l), operators.RecordID(u, l))); err != nil {
 			return fmt.Errorf("mqtt: %w", err)
 		}
@@ -224,8 +298,14 @@ func publishLines[T any](p *Publisher, topic func(T) (string, error), line func(
 	return nil
 }
 
-// flush waits for every publish of p.
-func flush(p *Publisher) error {
+// flush publishes what b (when not nil) holds and waits for every
+// publish of p.
+func flush(p *Publisher, b *batcher) error {
+	if b != nil {
+		if err := b.flush(p); err != nil {
+			return fmt.Errorf("mqtt: %w", err)
+		}
+	}
 	if err := p.Flush(); err != nil {
 		return fmt.Errorf("mqtt: %w", err)
 	}

@@ -227,7 +227,7 @@ func TestPublishLineFuncMakesEachLineOnce(t *testing.T) {
 		return line(r)
 	}
 	uid := ""
-	wal := operators.NewWriteAheadSink(PublishLineFunc(pub, readingTopic, counted, func() string { return uid }, nil), nil).
+	wal := operators.NewWriteAheadSink(PublishLineFunc(pub, readingTopic, counted, func() string { return uid }, nil, Batch{}), nil).
 		WithIdentity(counted)
 	ctx := &operators.Context{UID: "agg-sink", Subtask: 0, Parallelism: 1}
 	uid = ctx.UID

@@ -301,6 +301,19 @@ type MQTTSinkConfig struct {
 	// result may be lost on the way to the broker, so consumers of a QoS 0
 	// sink are not promised every result.
 	QoS int `yaml:"qos"`
+	// Batch packs up to this many results to the same topic into one
+	// message whose payload is a JSON array of the result objects, each
+	// with its own msg_id (mqtt.Batch); 0 or 1 (the default) publishes
+	// one message per result. At most mqtt.MaxBatch (10000). It pays off
+	// with a topic shared by many keys: a template filled per key
+	// ("agg/{id}") gives each key its own topic and its own messages.
+	// Dead letters (deadletter/<pipeline>) still go one per message.
+	Batch int `yaml:"batch"`
+	// BatchBytes bounds the payload of a batched message, in bytes; a
+	// single result larger than that goes out alone. Default 262144
+	// (256 KiB, mqtt.DefaultBatchBytes); keep it below the broker's
+	// maximum packet size. Only with batch above 1.
+	BatchBytes int `yaml:"batch_bytes"`
 }
 
 func (m *MQTTSinkConfig) setDefaults() { m.QoS = 1 }

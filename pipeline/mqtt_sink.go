@@ -17,7 +17,9 @@ import (
 // "deadletter/<pipeline>". With checkpoints the results go through a
 // write-ahead sink and carry a deterministic "msg_id" (exactly once for a
 // consumer that drops duplicate ids); without, they are published as
-// they come (at least once).
+// they come (at least once). With sc.Batch above 1 both pack the results
+// to one topic into JSON-array messages (mqtt.Batch); dead letters still
+// go one per message.
 //
 // A row whose topic is not a valid MQTT topic name (a key such as "#",
 // "a+b", invalid UTF-8 or a NUL filled into the template) is sent to the
@@ -30,7 +32,10 @@ func mqttSink[T any](b *builder, name, what string, s *stream.Stream[T], format 
 	topic := topicFunc[T](b, what, sc.Topic)
 	encode := func(v T) ([]byte, error) { return []byte(format(v)), nil }
 	var zero T
-	if _, isRow := any(zero).(Row); isRow {
+	_, isRow := any(zero).(Row)
+	batch := mqtt.Batch{} // dead letters, rare, go one per message
+	if isRow {
+		batch = sc.batch()
 		sink := strings.TrimPrefix(name, b.cfg.Name+"/")
 		checked := stream.Process(s, name+"/topic", func() operators.ProcessFunction[T, T] {
 			return &topicCheck[T]{b: b, sink: sink, topic: topic, format: format}
@@ -40,7 +45,7 @@ func mqttSink[T any](b *builder, name, what string, s *stream.Stream[T], format 
 	}
 	if b.cfg.Checkpoint.Interval > 0 {
 		s.To(name, func() operators.Sink[T] {
-			w := newWALPublisher(pc, topic, format)
+			w := newWALPublisher(pc, topic, format, batch)
 			w.reject = sinkReject(b, name, format, &w.logger)
 			return w
 		}).UID(name)
@@ -48,9 +53,15 @@ func mqttSink[T any](b *builder, name, what string, s *stream.Stream[T], format 
 	}
 	s.To(name, func() operators.Sink[T] {
 		sink := &plainPublisher[T]{Sink: mqtt.NewSink(pc, topic, encode)}
+		sink.Batch = batch
 		sink.Reject = sinkReject(b, name, format, &sink.logger)
 		return sink
 	}).UID(name)
+}
+
+// batch returns the sink's mqtt.Batch: batch and batch_bytes.
+func (m *MQTTSinkConfig) batch() mqtt.Batch {
+	return mqtt.Batch{Max: m.Batch, MaxBytes: m.BatchBytes}
 }
 
 // sinkReject returns what an MQTT sink does with a record it cannot
@@ -154,6 +165,8 @@ func topicFunc[T any](b *builder, what, tmpl string) func(T) (string, error) {
 // publish makes each line once, for both (mqtt.PublishLineFunc). A
 // completed checkpoint's results are published in the chunks the sink
 // holds them in (mqtt.PublishLineChunksFunc), never copied into one slice.
+// With batch on, the results to one topic go out as JSON arrays, each
+// element with the msg_id it has without batching (mqtt.Batch).
 type walPublisher[T any] struct {
 	*operators.WriteAheadSink[T]
 	cfg    mqtt.PublisherConfig
@@ -165,7 +178,7 @@ type walPublisher[T any] struct {
 	uid    string // the sink's UID, set in Open
 }
 
-func newWALPublisher[T any](pc mqtt.PublisherConfig, topic func(T) (string, error), format func(T) string) *walPublisher[T] {
+func newWALPublisher[T any](pc mqtt.PublisherConfig, topic func(T) (string, error), format func(T) string, batch mqtt.Batch) *walPublisher[T] {
 	c, cerr := codec.Compile[T]()
 	if cerr != nil {
 		operators.Fail(cerr)
@@ -173,10 +186,10 @@ func newWALPublisher[T any](pc mqtt.PublisherConfig, topic func(T) (string, erro
 	w := &walPublisher[T]{cfg: pc, topic: topic, format: format}
 	uid := func() string { return w.uid }
 	w.WriteAheadSink = operators.NewWriteAheadSink(func(records []T, id func(int) string) error {
-		return mqtt.PublishLineFunc(w.pub, w.topic, w.format, uid, w.reject)(records, id)
+		return mqtt.PublishLineFunc(w.pub, w.topic, w.format, uid, w.reject, batch)(records, id)
 	}, c).WithIdentity(format).WithBackgroundRestore().
 		WithPublishChunks(func(chunks [][]T, id func(c, i int) string) error {
-			return mqtt.PublishLineChunksFunc(w.pub, w.topic, w.format, uid, w.reject)(chunks, id)
+			return mqtt.PublishLineChunksFunc(w.pub, w.topic, w.format, uid, w.reject, batch)(chunks, id)
 		})
 	return w
 }

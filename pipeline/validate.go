@@ -326,6 +326,14 @@ func (pc *PipelineConfig) compile(p *problems, path string) *plan {
 			if s.MQTT.QoS < 0 || s.MQTT.QoS > 2 {
 				p.add(sp+".mqtt.qos", fmt.Sprintf("(%d) must be 0, 1 or 2", s.MQTT.QoS))
 			}
+			if s.MQTT.Batch < 0 || s.MQTT.Batch > mqtt.MaxBatch {
+				p.add(sp+".mqtt.batch", fmt.Sprintf("(%d) must be between 0 and %d results per message", s.MQTT.Batch, mqtt.MaxBatch))
+			}
+			if s.MQTT.BatchBytes < 0 {
+				p.add(sp+".mqtt.batch_bytes", fmt.Sprintf("(%d) must not be negative", s.MQTT.BatchBytes))
+			} else if s.MQTT.BatchBytes > 0 && s.MQTT.Batch <= 1 {
+				p.add(sp+".mqtt.batch_bytes", fmt.Sprintf("(%d) is set but batch is %d: results go one per message", s.MQTT.BatchBytes, s.MQTT.Batch))
+			}
 		}
 		if n != 1 {
 			p.add(sp, "must have exactly one of stdout, file, mqtt")

@@ -26,6 +26,8 @@ type pipelineSpec struct {
 	window    string // tumbling window size, e.g. "1s"
 	lateness  string // max_out_of_orderness
 	sinkTopic string
+	// batch, when above 1, is the result sink's batch.
+	batch int
 	// checkpoint is "" (no checkpoints: at-least-once, plain MQTT sink)
 	// or "exactly_once" (every 1 s, write-ahead MQTT sink).
 	checkpoint string
@@ -96,8 +98,8 @@ func newEdged(dir string, p pipelineSpec) (*edged, error) {
       size: %s
       aggregates: [{name: count, fn: count}, {name: avg, fn: avg, field: temp}]
     sinks:
-      - mqtt: {topic: "%s", qos: 1}
-`, p.topic, p.lateness, p.window, p.sinkTopic)
+      - mqtt: {topic: "%s", qos: 1%s}
+`, p.topic, p.lateness, p.window, p.sinkTopic, batchKey(p.batch))
 	if p.checkpoint != "" {
 		fmt.Fprintf(&b, "    checkpoint: {dir: %s/data/checkpoints, interval: 1s, mode: %s}\n", d, p.checkpoint)
 	}
@@ -358,4 +360,13 @@ func (e *edged) heapNote(scenario, what string, from int64) {
 	}
 	h, l, st, n := e.heapStats(from)
 	note(scenario, "%s: Go heap (gctrace, %d GCs): peak %d MB at a GC start, peak live %d MB after a GC, stacks up to %d MB; the rest of the RSS is the runtime, code, and memory not yet returned to the OS.", what, n, h, l, st)
+}
+
+// batchKey returns the MQTT sink's batch key for n results per message
+// (after a comma), or "" for one message per result.
+func batchKey(n int) string {
+	if n <= 1 {
+		return ""
+	}
+	return fmt.Sprintf(", batch: %d", n)
 }

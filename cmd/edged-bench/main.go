@@ -24,7 +24,8 @@
 //     QoS 1 connections) and during a burst of 1 MB payloads.
 //   - restart: SIGKILL with 100,000 keys of state, then the time from exec
 //     of the new process until the job runs, the first result and all
-//     results.
+//     results; with -restart-batch the results go to one topic in JSON
+//     arrays (sinks[].mqtt.batch).
 //   - cluster: RSS of each node of a three-node cluster on 127.0.0.1
 //     (gossip, the exactly-once pipeline at parallelism 3, each node's
 //     devices publishing QoS 1 to its own embedded broker), idle and under
@@ -84,7 +85,8 @@ var (
 	bigN     = flag.Int("big-n", 200, "memory: messages of the large-payload burst")
 	bigSize  = flag.Int("big-size", 1<<20, "memory: payload bytes of the large-payload burst")
 
-	restartKeys = flag.Int("restart-keys", 100_000, "restart: distinct sensors (keys of state)")
+	restartKeys  = flag.Int("restart-keys", 100_000, "restart: distinct sensors (keys of state)")
+	restartBatch = flag.Int("restart-batch", 0, "restart: the result sink's batch (results per JSON-array message, all on one shared topic); 0: one message per result, a topic per sensor")
 
 	settle   = flag.Duration("settle", 5*time.Second, "how long a count may stand still before what arrived is taken as all that will")
 	timeout  = flag.Duration("timeout", 300*time.Second, "bound of every wait (publishing, consumption, readiness)")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -13,14 +14,17 @@ import (
 
 // results keeps the latest count of every (sensor, window) result and
 // counts the duplicates: result messages for a (sensor, window) already
-// seen (with an at-least-once sink, or a write-ahead sink replaying).
+// seen (with an at-least-once sink, or a write-ahead sink replaying). A
+// message whose payload is a JSON array (sinks[].mqtt.batch) holds one
+// result per element, each with its own msg_id.
 type results struct {
 	mu       sync.Mutex
 	last     map[string]int64 // id|window_start -> count
 	byWindow map[int64]int64  // window_start -> sum of the latest counts
 	msgs     int64
-	dups     int64 // result messages for a (sensor, window) seen before
-	dupIDs   int64 // result messages whose msg_id was seen before
+	elems    int64 // results received: a message's, or its array's elements
+	dups     int64 // results for a (sensor, window) seen before
+	dupIDs   int64 // results whose msg_id was seen before
 	ids      map[string]struct{}
 	first    time.Time
 	lastAt   time.Time
@@ -31,15 +35,25 @@ func newResults() *results {
 	return &results{last: map[string]int64{}, byWindow: map[int64]int64{}, ids: map[string]struct{}{}}
 }
 
+// result is one window result as the MQTT sink publishes it.
+type result struct {
+	ID          string `json:"id"`
+	WindowStart int64  `json:"window_start"`
+	Count       int64  `json:"count"`
+	MsgID       string `json:"msg_id"`
+}
+
 func (r *results) handle(_ paho.Client, m paho.Message) {
-	var v struct {
-		ID          string `json:"id"`
-		WindowStart int64  `json:"window_start"`
-		Count       int64  `json:"count"`
-		MsgID       string `json:"msg_id"`
+	var vs []result
+	var err error
+	if p := bytes.TrimSpace(m.Payload()); len(p) > 0 && p[0] == '[' {
+		err = json.Unmarshal(p, &vs)
+	} else {
+		var v result
+		err = json.Unmarshal(p, &v)
+		vs = []result{v}
 	}
-	err := json.Unmarshal(m.Payload(), &v)
-	if err == nil && v.ID == "probe" {
+	if err == nil && len(vs) == 1 && vs[0].ID == "probe" {
 		return
 	}
 	now := time.Now()
@@ -50,7 +64,21 @@ func (r *results) handle(_ paho.Client, m paho.Message) {
 	}
 	r.msgs++
 	r.lastAt = now
-	if err != nil || v.ID == "" {
+	if err != nil {
+		r.bad++
+		return
+	}
+	for _, v := range vs {
+		r.add(v)
+	}
+}
+
+// add counts one result; r.mu is held. A result whose msg_id was seen
+// before is counted as a repeat; the sums keep the latest count of a
+// (sensor, window), so a repeat does not add to them.
+func (r *results) add(v result) {
+	r.elems++
+	if v.ID == "" {
 		r.bad++
 		return
 	}
@@ -83,15 +111,15 @@ func (r *results) sumBefore(end int64) int64 {
 }
 
 type resultStats struct {
-	msgs, dups, dupIDs int64
-	bad                int
-	first, last        time.Time
+	msgs, elems, dups, dupIDs int64
+	bad                       int
+	first, last               time.Time
 }
 
 func (r *results) stats() resultStats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return resultStats{msgs: r.msgs, dups: r.dups, dupIDs: r.dupIDs, bad: r.bad, first: r.first, last: r.lastAt}
+	return resultStats{msgs: r.msgs, elems: r.elems, dups: r.dups, dupIDs: r.dupIDs, bad: r.bad, first: r.first, last: r.lastAt}
 }
 
 func connect(opts *paho.ClientOptions) (paho.Client, error) {
