@@ -173,11 +173,17 @@ func (b *batcher) oldest() int {
 	return b.order[0].opened
 }
 
-// newBuf returns '[' in a buffer for a message of about the size of the
-// largest so far (4 KiB at first), or of n more bytes: a full message is
-// then filled without growing it step by step.
+// newBuf returns '[' in a buffer for n more bytes, at least 4 KiB. When
+// no other message is open (one topic, or the first of several) the
+// buffer takes the size of the largest message so far, so a full message
+// is filled without growing it step by step; the others grow as they
+// fill, so many quiet topics reserve what they hold, not a full message
+// each.
 func (b *batcher) newBuf(n int) []byte {
-	c := max(b.size, min(b.maxBytes, 4096), n+2)
+	c := max(min(b.maxBytes, 4096), n+2)
+	if len(b.open) == 0 {
+		c = max(c, b.size)
+	}
 	buf := make([]byte, 1, c)
 	buf[0] = '['
 	return buf

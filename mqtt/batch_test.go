@@ -373,3 +373,31 @@ func TestSinkBatchedQuietTopicNotHeld(t *testing.T) {
 		t.Fatalf("topics %q", topics)
 	}
 }
+
+// Once one topic has filled a full message, the other topics' open
+// messages still reserve about what they hold: 500 quiet topics with one
+// small result each took 125 MiB when every new message was sized as the
+// largest one so far.
+func TestBatchedQuietTopicsReserveWhatTheyHold(t *testing.T) {
+	b := newBatcher(Batch{Max: 1000})
+	b.size = b.maxBytes // as after a full message on a busy topic
+	// The first open message may take the full size (one topic: it will
+	// fill); none of the others does.
+	const topics = 500
+	for i := range topics {
+		if err := b.add(nil, fmt.Sprintf("quiet/%d", i), []byte(`{"v":1}`), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(b.open) != topics {
+		t.Fatalf("%d open messages, want %d (none is due yet)", len(b.open), topics)
+	}
+	reserved := 0
+	for _, ob := range b.open {
+		reserved += cap(ob.buf)
+	}
+	if limit := b.maxBytes + topics*4096; reserved > limit {
+		t.Fatalf("%d open messages reserve %d bytes, want at most %d", topics, reserved, limit)
+	}
+	t.Logf("%d open messages reserve %d bytes", topics, reserved)
+}
