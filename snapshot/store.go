@@ -47,6 +47,11 @@ type location struct {
 	dir     string
 	kind    Kind
 	created bool // the store created dir (a user's savepoint path may have existed, empty)
+	// link is savepoints/sp-<id>-<timestamp> for a savepoint written to
+	// a path of the user's: a symbolic link to it, made before its
+	// metadata, so that recovery and the next IDs see it as they see the
+	// store's own savepoints.
+	link string
 }
 
 // OpenStore opens (creating it if needed) the snapshot store of job in dir.
@@ -107,6 +112,9 @@ func (s *Store) Begin(t Trigger) (string, error) {
 			loc.dir = filepath.Clean(t.Path)
 		default:
 			loc.dir = filepath.Join(s.root, savepointsDir, t.Path)
+		}
+		if own := filepath.Join(s.root, savepointsDir, fmt.Sprintf("sp-%d-%d", t.Checkpoint, t.Timestamp)); loc.dir != own {
+			loc.link = own
 		}
 	} else {
 		loc.dir = s.CheckpointDir(t.Checkpoint)
@@ -205,6 +213,9 @@ func (s *Store) Commit(md *Metadata) (string, error) {
 	if err := fsutil.SyncDir(loc.dir); err != nil {
 		return "", fmt.Errorf("commit %s %d: %w", md.Kind, md.Checkpoint, err)
 	}
+	if err := s.link(loc); err != nil {
+		return "", fmt.Errorf("commit %s %d: %w", md.Kind, md.Checkpoint, err)
+	}
 	if err := writeAtomic(loc.dir, metadataFile, b); err != nil {
 		return "", fmt.Errorf("commit %s %d: %w", md.Kind, md.Checkpoint, err)
 	}
@@ -218,6 +229,25 @@ func (s *Store) Commit(md *Metadata) (string, error) {
 	return loc.dir, nil
 }
 
+// link makes loc.link, if any, a symbolic link to loc.dir (relative when
+// loc.dir is under the store) and syncs its directory. Without it, a job
+// started again after a savepoint to a path of the user's would resume
+// from the checkpoint before it, and commit again what the savepoint's
+// completion committed.
+func (s *Store) link(loc location) error {
+	if loc.link == "" {
+		return nil
+	}
+	target := loc.dir
+	if rel, err := filepath.Rel(filepath.Dir(loc.link), loc.dir); err == nil && filepath.IsLocal(rel) {
+		target = rel
+	}
+	if err := os.Symlink(target, loc.link); err != nil {
+		return fmt.Errorf("link the savepoint into the store: %w", err)
+	}
+	return fsutil.SyncDir(filepath.Dir(loc.link))
+}
+
 // Discard deletes checkpoint id's directory, or the partial directory of a
 // savepoint that was begun and not committed (for a savepoint path that
 // existed empty, only what was written into it). It never touches a
@@ -229,6 +259,11 @@ func (s *Store) Discard(id ID) error {
 	s.mu.Unlock()
 	if !ok {
 		loc = location{dir: s.CheckpointDir(id), kind: KindCheckpoint, created: true}
+	}
+	if loc.link != "" {
+		if err := os.Remove(loc.link); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("discard %s %d: %w", loc.kind, id, err)
+		}
 	}
 	if loc.created {
 		if err := os.RemoveAll(loc.dir); err != nil {
@@ -349,6 +384,16 @@ func (s *Store) Progress() (Progress, error) {
 	return p, nil
 }
 
+// linksToDir reports whether de, at path, is a symbolic link to a
+// directory (a savepoint written to a path of the user's).
+func linksToDir(path string, de fs.DirEntry) bool {
+	if de.Type()&fs.ModeSymlink == 0 {
+		return false
+	}
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
+}
+
 // entry is a snapshot directory found by scan.
 type entry struct {
 	id  ID
@@ -364,7 +409,7 @@ func (s *Store) scan(sub string) ([]entry, error) {
 	}
 	var out []entry
 	for _, de := range des {
-		if !de.IsDir() {
+		if !de.IsDir() && !linksToDir(filepath.Join(s.root, sub, de.Name()), de) {
 			continue
 		}
 		var idText string

@@ -456,3 +456,58 @@ func TestStateFileName(t *testing.T) {
 		t.Errorf("two long UIDs share the file name %q", got)
 	}
 }
+
+// A savepoint written to a path of the user's (absolute, or a name under
+// savepoints/) is what recovery restores when it is the newest snapshot,
+// and the next IDs go above it, as for a savepoint in its default place:
+// the store links it as savepoints/sp-<id>-<timestamp>. Without the link a
+// job started again after a stop with such a savepoint resumed from the
+// checkpoint before it, and committed again what the savepoint's
+// completion had committed.
+func TestStoreSavepointOnAPathOfTheUsersIsRecovered(t *testing.T) {
+	s, _ := openTestStore(t, "job")
+	data := map[string][]string{"op": {"a"}}
+	writeSnapshot(t, s, Trigger{Checkpoint: 1}, data)
+	writeSnapshot(t, s, Trigger{Checkpoint: 2}, data)
+	abs := filepath.Join(t.TempDir(), "backups", "before-upgrade")
+	writeSnapshot(t, s, Trigger{Checkpoint: 3, Savepoint: true, Timestamp: 33, Path: abs}, data)
+	recovers := func(want ID) {
+		t.Helper()
+		md, err := s.RecoveryPoint(false)
+		if err != nil || md.Checkpoint != want {
+			t.Fatalf("RecoveryPoint = %v, %v; want snapshot %d", md, err, want)
+		}
+		if got := readState(t, md, "op", 0); got != "a" {
+			t.Fatalf("state through %s = %q", md.Dir, got)
+		}
+		p, err := s.Progress()
+		must(t, err)
+		if p.NextID != want+1 {
+			t.Fatalf("NextID = %d after snapshot %d", p.NextID, want)
+		}
+	}
+	recovers(3)
+	writeSnapshot(t, s, Trigger{Checkpoint: 4, Savepoint: true, Timestamp: 44, Path: "nightly/monday"}, data)
+	recovers(4)
+	if target, err := os.Readlink(filepath.Join(s.Dir(), "savepoints", "sp-4-44")); err != nil || target != filepath.Join("nightly", "monday") {
+		t.Fatalf("link of savepoint 4 = %q, %v; want the relative path", target, err)
+	}
+	writeSnapshot(t, s, Trigger{Checkpoint: 5}, data)
+	recovers(5)
+	// A savepoint that fails leaves no link; one whose directory the user
+	// removed later is skipped.
+	_, err := s.Begin(Trigger{Checkpoint: 6, Savepoint: true, Timestamp: 66, Path: filepath.Join(t.TempDir(), "failed")})
+	must(t, err)
+	must(t, s.Discard(6))
+	if _, err := os.Lstat(filepath.Join(s.Dir(), "savepoints", "sp-6-66")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a failed savepoint left its link: %v", err)
+	}
+	writeSnapshot(t, s, Trigger{Checkpoint: 7, Savepoint: true, Timestamp: 77, Path: filepath.Join(t.TempDir(), "gone")}, data)
+	recovers(7)
+	md, err := s.RecoveryPoint(false)
+	must(t, err)
+	must(t, os.RemoveAll(func() string { p, _ := filepath.EvalSymlinks(md.Dir); return p }()))
+	if md, err := s.RecoveryPoint(false); err != nil || md.Checkpoint != 5 {
+		t.Fatalf("RecoveryPoint with savepoint 7's directory removed = %v, %v; want checkpoint 5", md, err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -164,6 +165,45 @@ func TestJobStartedAgainResumesFromTheEarlierRun(t *testing.T) {
 		t.Logf("round %d: the first run committed %d of %d lines", round, first, len(want))
 		sameLines(t, fmt.Sprintf("round %d, after the second run", round), committedLines(t, out), want)
 	}
+}
+
+// A job stopped with a savepoint written to a path of the user's, then
+// started again on its checkpoint directory without naming the savepoint,
+// goes on from that savepoint, not from the checkpoint before it: the
+// committed output over both runs is the failure-free output exactly.
+// Before the store linked such savepoints, the second run restored the
+// older checkpoint and committed again what the savepoint had committed.
+func TestJobStartedAgainAfterASavepointToItsOwnPath(t *testing.T) {
+	const n, keys = 1_000_000, 1000
+	want := boundedWant(t, n, keys)
+	cfg := checkpointConfig(t, snapshot.ExactlyOnce)
+	cfg.Interval = 50 * time.Millisecond
+	out := t.TempDir()
+	env := eoJob(n, keys, out, nil, stream.WithParallelism(2), stream.WithCheckpointing(cfg))
+	job, err := env.ExecuteAsync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, testutil.DefaultTimeout, "the first run commits windows", func() bool {
+		return len(committedLines(t, out)) >= keys
+	})
+	path := filepath.Join(t.TempDir(), "before-upgrade")
+	if _, err := job.StopWithSavepoint(context.Background(), path); err != nil {
+		t.Fatalf("stop with a savepoint to %s: %v", path, err)
+	}
+	if err := job.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	first := len(committedLines(t, out))
+	if first >= len(want) {
+		t.Fatalf("the first run committed all %d lines before its stop: the test did not stop it midway", first)
+	}
+	env = eoJob(n, keys, out, nil, stream.WithParallelism(2), stream.WithCheckpointing(cfg))
+	if err := execute(t, env); err != nil {
+		t.Fatalf("second run: %v", err)
+	}
+	t.Logf("the first run committed %d of %d lines", first, len(want))
+	sameLines(t, "after the second run", committedLines(t, out), want)
 }
 
 // decliner passes records through; the snapshots of its subtask 0 fail
