@@ -224,3 +224,44 @@ pipelines:
 		}
 	}
 }
+
+// A batched sink whose messages may not fit the embedded broker's bound on
+// packets is refused when the config is read, naming the largest
+// batch_bytes that fits: the broker would close the sink's connection at
+// the first full message, and the job would fail on it after every
+// restart.
+func TestMQTTSinkBatchBytesFitTheEmbeddedBroker(t *testing.T) {
+	parse := func(maxMessage, sink string) error {
+		_, err := Parse([]byte(`
+pipelines:
+  - name: v
+    source:
+      mqtt:
+        topics: [s/+]
+        format: json
+        max_message_bytes: ` + maxMessage + `
+        fields: {id: {type: string, path: $.id}}
+    key: id
+    window: {type: tumbling, size: 1s, aggregates: [{name: n, fn: count}]}
+    sinks:
+      - mqtt: ` + sink + `
+`))
+		return err
+	}
+	// 64 KiB packets: the default 256 KiB does not fit, 32 KiB does.
+	err := parse("65536", `{topic: "agg/all", batch: 500}`)
+	if err == nil || !strings.Contains(err.Error(), "sinks[0].mqtt.batch_bytes") || !strings.Contains(err.Error(), "at most 61433") {
+		t.Fatalf("default batch_bytes over 64 KiB packets: %v", err)
+	}
+	if err := parse("65536", `{topic: "agg/all", batch: 500, batch_bytes: 32768}`); err != nil {
+		t.Fatal(err)
+	}
+	// Unbatched sinks are not concerned; the default 8 MiB packets take
+	// the default batch_bytes.
+	if err := parse("65536", `{topic: "agg/all"}`); err != nil {
+		t.Fatal(err)
+	}
+	if err := parse("0", `{topic: "agg/all", batch: 500}`); err != nil {
+		t.Fatal(err)
+	}
+}

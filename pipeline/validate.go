@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -152,6 +153,41 @@ func (c *Config) validate(p *problems) {
 		pc.plan = pc.compile(p, path)
 	}
 	checkSharedDirs(p, c.Pipelines)
+	checkBatchBytes(p, c.Pipelines)
+}
+
+// batchTopicRoom is what checkBatchBytes keeps free for a batched
+// message's topic (its template filled) and packet header.
+const batchTopicRoom = 4 << 10
+
+// checkBatchBytes refuses a batched MQTT sink whose messages may not fit
+// the embedded broker's bound on packets (the largest
+// source.mqtt.max_message_bytes of the pipelines reading it): the broker
+// would close the sink's connection at the first such message, and the
+// job would restart and fail again on it.
+func checkBatchBytes(p *problems, pcs []PipelineConfig) {
+	var bound int64
+	for _, pc := range pcs {
+		if src := pc.Source.MQTT; src != nil && src.Broker == "" {
+			bound = max(bound, cmp.Or(src.MaxMessageBytes, mqtt.DefaultMaxMessageBytes))
+		}
+	}
+	if bound == 0 {
+		bound = mqtt.DefaultMaxMessageBytes
+	}
+	for i, pc := range pcs {
+		for j, s := range pc.Sinks {
+			if s.MQTT == nil || s.MQTT.Batch <= 1 {
+				continue
+			}
+			bb := int64(cmp.Or(s.MQTT.BatchBytes, mqtt.DefaultBatchBytes))
+			if bb+int64(len(s.MQTT.Topic))+batchTopicRoom > bound {
+				p.add(fmt.Sprintf("pipelines[%d].sinks[%d].mqtt.batch_bytes", i, j), fmt.Sprintf(
+					"(%d) does not fit the embedded broker's packets of at most %d bytes (the largest source.mqtt.max_message_bytes of the pipelines reading it) with %d bytes for the topic: set it to at most %d",
+					bb, bound, len(s.MQTT.Topic)+batchTopicRoom, bound-int64(len(s.MQTT.Topic))-batchTopicRoom))
+			}
+		}
+	}
 }
 
 // checkAddr checks a host:port the node listens on; empty means the
