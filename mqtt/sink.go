@@ -85,10 +85,12 @@ func (s *Sink[T]) Open(ctx *operators.Context) error {
 }
 
 // Collect publishes v, waiting only if MaxInflight publishes are
-// unacknowledged.
+// unacknowledged. A publish that fails (not a record that cannot be
+// made, which goes to Reject) fails the task at once: a result is never
+// dropped while the job goes on, and the restart strategy decides.
 func (s *Sink[T]) Collect(v T) {
 	if s.err != nil {
-		return
+		operators.Fail(s.err)
 	}
 	var err error
 	if s.batcher != nil {
@@ -103,6 +105,7 @@ func (s *Sink[T]) Collect(v T) {
 			return
 		}
 		s.err = fmt.Errorf("mqtt sink: %w", err)
+		operators.Fail(s.err)
 	}
 }
 
@@ -116,10 +119,10 @@ func (s *Sink[T]) idOf(v T) string {
 // Flush publishes the batches being filled, without waiting for their
 // acknowledgements; without batching it does nothing. The runtime calls
 // it whenever the task has no more input waiting, so a batch never waits
-// for more records. A failure is kept like Collect's.
+// for more records. A failure fails the task, as Collect's does.
 func (s *Sink[T]) Flush() error {
 	s.publishBatches()
-	return nil
+	return s.err
 }
 
 // publishBatches publishes the batches being filled, keeping a failure.

@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/edgedio/edged/operators"
 )
@@ -75,6 +77,50 @@ func TestSinkAtLeastOnce(t *testing.T) {
 	}
 	if len(seen) != n {
 		t.Fatalf("received %d distinct, want %d", len(seen), n)
+	}
+}
+
+// A plain sink whose publish fails (here no broker listens) fails its
+// task at that record and at every later one, batched or not: before, it
+// kept the error for the next barrier and dropped every later result
+// meanwhile, which without checkpoints (the only use of this sink in a
+// pipeline) meant for ever.
+func TestSinkPublishFailureFailsTheTask(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	for _, batch := range []Batch{{}, {Max: 10}} {
+		cfg := DefaultPublisherConfig()
+		cfg.Broker, cfg.ClientID, cfg.Timeout = "tcp://"+addr, "sink", time.Second
+		sink := NewSink(cfg, readingTopic, encodeReading)
+		sink.Batch = batch
+		if err := sink.Open(opCtx(0)); err != nil {
+			t.Fatal(err)
+		}
+		fails := func(what string, call func()) {
+			t.Helper()
+			defer func() {
+				if f, ok := recover().(*operators.Failure); !ok || f.Err == nil {
+					t.Fatalf("batch %d: %s: no task failure (%v)", batch.Max, what, f)
+				}
+			}()
+			call()
+		}
+		if batch.Max == 0 {
+			fails("the first record", func() { sink.Collect(reading{Sensor: "s1", Seq: 1}) })
+		} else {
+			sink.Collect(reading{Sensor: "s1", Seq: 1}) // batched: not sent yet
+			if err := sink.Flush(); err == nil {
+				t.Fatalf("batch %d: Flush with no broker returned nil", batch.Max)
+			}
+		}
+		fails("a later record", func() { sink.Collect(reading{Sensor: "s1", Seq: 2}) })
+		if err := sink.Close(); err != nil {
+			t.Log(err)
+		}
 	}
 }
 
