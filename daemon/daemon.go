@@ -22,7 +22,6 @@ import (
 	"github.com/edgedio/edged/cluster"
 	"github.com/edgedio/edged/keygroup"
 	"github.com/edgedio/edged/pipeline"
-	"github.com/edgedio/edged/snapshot"
 	"github.com/edgedio/edged/stream"
 )
 
@@ -359,23 +358,20 @@ func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, err
 		// A node that restarts (after a crash, kill -9 or a graceful stop)
 		// resumes each job from its latest complete checkpoint or savepoint,
 		// so nothing acknowledged is lost and nothing is emitted twice.
-		store, err := snapshot.OpenStore(pc.Checkpoint.Dir, pc.Name, keygroup.DefaultMaxParallelism, n.log)
-		if err != nil {
-			return nil, err
-		}
-		md, err := store.RecoveryPoint(pc.Checkpoint.PreferCheckpointForRecovery)
+		md, err := actors.ResumePoint(pc.Checkpoint.Dir, pc.Name, keygroup.DefaultMaxParallelism, pc.Checkpoint.PreferCheckpointForRecovery, n.log)
 		switch {
-		case err == nil && md.Finished:
+		case err != nil:
+			return nil, err
+		case md == nil:
+		case md.Finished:
 			// The job ran to its end before: restoring its final
 			// checkpoint commits what it holds and runs nothing.
 			resume = md.Dir
 			n.log.Info("job already finished; it does not run again (to run it anew, remove its checkpoint directory or point checkpoint.dir elsewhere)",
 				"job", pc.Name, "checkpoint_id", md.Checkpoint, "path", md.Dir)
-		case err == nil:
+		default:
 			resume = md.Dir
 			n.log.Info("resuming from the latest snapshot", "job", pc.Name, "checkpoint_id", md.Checkpoint, "path", md.Dir)
-		case !errors.Is(err, snapshot.ErrNoCheckpoint):
-			return nil, err
 		}
 	}
 	if resume != "" {

@@ -120,7 +120,7 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 		// of the devices survive a restart or a crash of the node.
 		bc.DataDir = filepath.Join(dataDir, "broker")
 		bc.SessionMaxBytes = int64(max(n.mem.BrokerSessionBytes, 0)) // off: 0, no bound
-		bc.MaxMessageBytes = embeddedMaxMessage(cfg)
+		bc.MaxMessageBytes = cfg.EmbeddedMaxMessageBytes()
 		br, err = mqtt.NewBroker(bc, nil)
 		if err != nil {
 			return pipeline.Inputs{}, err
@@ -195,26 +195,6 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 		},
 		Broker: url,
 	}, nil
-}
-
-// embeddedMaxMessage returns the embedded broker's bound on packets: the
-// largest source.mqtt.max_message_bytes of the pipelines reading it (the
-// default for those that do not set it).
-func embeddedMaxMessage(cfg *pipeline.Config) int64 {
-	var m int64
-	for _, pc := range cfg.Pipelines {
-		if src := pc.Source.MQTT; src != nil && src.Broker == "" {
-			v := src.MaxMessageBytes
-			if v == 0 {
-				v = mqtt.DefaultMaxMessageBytes
-			}
-			m = max(m, v)
-		}
-	}
-	if m == 0 {
-		return mqtt.DefaultMaxMessageBytes
-	}
-	return m
 }
 
 // stopMQTT stops the simulator, then the subscribers and the broker (which

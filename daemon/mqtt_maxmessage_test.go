@@ -26,7 +26,7 @@ func TestEmbeddedMaxMessage(t *testing.T) {
 		{[]pipeline.PipelineConfig{src("", 1024), src("", 32<<20)}, 32 << 20},
 		{[]pipeline.PipelineConfig{src("", 1024), src("tcp://h:1883", 32<<20)}, 1024},
 	} {
-		if got := embeddedMaxMessage(&pipeline.Config{Pipelines: c.pcs}); got != c.want {
+		if got := (&pipeline.Config{Pipelines: c.pcs}).EmbeddedMaxMessageBytes(); got != c.want {
 			t.Errorf("%d pipelines: %d, want %d", len(c.pcs), got, c.want)
 		}
 	}

@@ -196,18 +196,7 @@ func TestMQTTPlainSinkBatched(t *testing.T) {
 
 // batch and batch_bytes out of range are refused, naming the key.
 func TestMQTTSinkBatchValidation(t *testing.T) {
-	parse := func(sink string) error {
-		_, err := Parse([]byte(`
-pipelines:
-  - name: v
-    source: {generator: {count: 10}}
-    key: id
-    window: {type: tumbling, size: 1s, aggregates: [{name: n, fn: count}]}
-    sinks:
-      - mqtt: ` + sink + `
-`))
-		return err
-	}
+	parse := func(sink string) error { return parseWithSink(`{generator: {count: 10}}`, sink) }
 	for _, c := range []struct{ sink, key string }{
 		{`{topic: "agg/all", batch: -1}`, "sinks[0].mqtt.batch"},
 		{`{topic: "agg/all", batch: 10001}`, "sinks[0].mqtt.batch"},
@@ -232,21 +221,7 @@ pipelines:
 // restart.
 func TestMQTTSinkBatchBytesFitTheEmbeddedBroker(t *testing.T) {
 	parse := func(maxMessage, sink string) error {
-		_, err := Parse([]byte(`
-pipelines:
-  - name: v
-    source:
-      mqtt:
-        topics: [s/+]
-        format: json
-        max_message_bytes: ` + maxMessage + `
-        fields: {id: {type: string, path: $.id}}
-    key: id
-    window: {type: tumbling, size: 1s, aggregates: [{name: n, fn: count}]}
-    sinks:
-      - mqtt: ` + sink + `
-`))
-		return err
+		return parseWithSink(`{mqtt: {topics: [s/+], format: json, max_message_bytes: `+maxMessage+`, fields: {id: {type: string, path: $.id}}}}`, sink)
 	}
 	// 64 KiB packets: the default 256 KiB does not fit, 32 KiB does.
 	err := parse("65536", `{topic: "agg/all", batch: 500}`)
@@ -264,4 +239,19 @@ pipelines:
 	if err := parse("0", `{topic: "agg/all", batch: 500}`); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// parseWithSink parses a one-pipeline config counting windows of source
+// (a YAML flow mapping) into the MQTT sink sink (another).
+func parseWithSink(source, sink string) error {
+	_, err := Parse([]byte(`
+pipelines:
+  - name: v
+    source: ` + source + `
+    key: id
+    window: {type: tumbling, size: 1s, aggregates: [{name: n, fn: count}]}
+    sinks:
+      - mqtt: ` + sink + `
+`))
+	return err
 }

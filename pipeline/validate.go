@@ -156,6 +156,25 @@ func (c *Config) validate(p *problems) {
 	checkBatchBytes(p, c.Pipelines)
 }
 
+// EmbeddedMaxMessageBytes returns the embedded broker's bound on
+// packets: the largest source.mqtt.max_message_bytes of the pipelines
+// reading it (mqtt.DefaultMaxMessageBytes for those that do not set it,
+// and when none reads it).
+func (c *Config) EmbeddedMaxMessageBytes() int64 { return embeddedMaxMessage(c.Pipelines) }
+
+func embeddedMaxMessage(pcs []PipelineConfig) int64 {
+	var bound int64
+	for _, pc := range pcs {
+		if src := pc.Source.MQTT; src != nil && src.Broker == "" {
+			bound = max(bound, cmp.Or(src.MaxMessageBytes, mqtt.DefaultMaxMessageBytes))
+		}
+	}
+	if bound == 0 {
+		return mqtt.DefaultMaxMessageBytes
+	}
+	return bound
+}
+
 // batchTopicRoom is what checkBatchBytes keeps free for a batched
 // message's topic (its template filled) and packet header.
 const batchTopicRoom = 4 << 10
@@ -166,15 +185,7 @@ const batchTopicRoom = 4 << 10
 // would close the sink's connection at the first such message, and the
 // job would restart and fail again on it.
 func checkBatchBytes(p *problems, pcs []PipelineConfig) {
-	var bound int64
-	for _, pc := range pcs {
-		if src := pc.Source.MQTT; src != nil && src.Broker == "" {
-			bound = max(bound, cmp.Or(src.MaxMessageBytes, mqtt.DefaultMaxMessageBytes))
-		}
-	}
-	if bound == 0 {
-		bound = mqtt.DefaultMaxMessageBytes
-	}
+	bound := embeddedMaxMessage(pcs)
 	for i, pc := range pcs {
 		for j, s := range pc.Sinks {
 			if s.MQTT == nil || s.MQTT.Batch <= 1 {
