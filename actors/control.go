@@ -71,8 +71,11 @@ const (
 	// ctlStepDone: host -> master, handover step Step for subtask Task
 	// ended: Value is its result, Err its failure.
 	ctlStepDone
+	// ctlOutputHeld: host -> master, task Task holds output only a
+	// checkpoint commits (snapshot.OutputHeld).
+	ctlOutputHeld
 
-	maxCtlKind = ctlStepDone
+	maxCtlKind = ctlOutputHeld
 )
 
 // hoStep is a handover step a host runs for the job master

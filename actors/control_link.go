@@ -224,6 +224,8 @@ func (h *host) sendReport(rep hostReport) {
 			m.Kind, m.Checkpoint, m.Task, m.State, m.Alignment = ctlAck, int64(in.Checkpoint), in.Task, in.State.Operators, in.AlignmentTime
 		case snapshot.Decline:
 			m.Kind, m.Checkpoint, m.Task, m.Err = ctlDecline, int64(in.Checkpoint), in.Task, toWire(in.Reason)
+		case snapshot.OutputHeld:
+			m.Kind, m.Task = ctlOutputHeld, in.Task
 		default:
 			h.log.Error("report not sent: unknown checkpoint input", "type", fmt.Sprintf("%T", in))
 			return
@@ -490,6 +492,8 @@ func (r *Runner) onControl(node string, f RemoteFrame, in RemoteReceiver) {
 		}
 		rep.kind = reportInput
 		rep.input = snapshot.Decline{Checkpoint: snapshot.ID(m.Checkpoint), Task: m.Task, Reason: reason}
+	case ctlOutputHeld:
+		rep.kind, rep.input = reportInput, snapshot.OutputHeld{Task: m.Task}
 	default:
 		r.controlFailed(node, fmt.Errorf("%w: %d is not a report", errControlMsg, m.Kind))
 		return

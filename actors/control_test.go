@@ -36,6 +36,7 @@ func sampleControlMessages() []controlMsg {
 		{Kind: ctlFinished, Job: "j", Epoch: 3, Task: snapshot.TaskID{Vertex: "src"}},
 		{Kind: ctlFailed, Job: "j", Epoch: 3, Node: "node-2", Err: toWire(te)},
 		{Kind: ctlNotified, Job: "j", Epoch: 3},
+		{Kind: ctlOutputHeld, Job: "j", Epoch: 3, Node: "node-1", Task: snapshot.TaskID{Vertex: "sink", Subtask: 2}},
 		{Kind: ctlHandover, Job: "j", Epoch: 3, Checkpoint: 11, Keys: []PlacedTask{{UID: "count-sum", Subtask: 0}, {UID: "count-sum", Subtask: 1}}},
 		{Kind: ctlPrepared, Job: "j", Epoch: 3, Node: "node-1", Checkpoint: 11},
 		{Kind: ctlHandoverStep, Job: "j", Epoch: 3, Checkpoint: 11, Step: hoAdopt, Gen: 2, To: "node-2",

@@ -736,6 +736,11 @@ func (h *host) newContext(t *task, i int) (*operators.Context, error) {
 	// With checkpoints, the final checkpoint commits the sinks' last
 	// records, not Finish.
 	ctx.FinalCheckpoint = h.cfg.Checkpoint.Dir != ""
+	if ctx.FinalCheckpoint && h.cfg.Checkpoint.Interval > 0 {
+		// An exactly-once sink's first held record brings the run's
+		// first checkpoint forward.
+		ctx.OutputHeld = func() { h.input(snapshot.OutputHeld{Task: t.taskID()}) }
+	}
 	if v.Keyed {
 		switch h.cfg.StateBackend.Kind {
 		case BoltBackend:

@@ -73,6 +73,24 @@ type Context struct {
 	// its completion. Exactly-once sinks then keep their last records for
 	// that checkpoint to commit instead of committing them in Finish.
 	FinalCheckpoint bool
+	// OutputHeld, when set, tells the runtime that the operator holds
+	// output only a checkpoint commits (an exactly-once sink's first
+	// record of the run): the runtime then takes the run's first
+	// checkpoint at once instead of an interval after the start, so that
+	// output held back over a restart goes out as soon as it exists.
+	// Sinks call it once per run, on the operator's goroutine.
+	OutputHeld func()
+}
+
+// tellOutputHeld calls ctx.OutputHeld once: told records that it did.
+func tellOutputHeld(ctx *Context, told *bool) {
+	if *told {
+		return
+	}
+	*told = true
+	if ctx != nil && ctx.OutputHeld != nil {
+		ctx.OutputHeld()
+	}
 }
 
 // Operator is the lifecycle every operator instance has. The runtime calls

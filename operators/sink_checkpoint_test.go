@@ -280,3 +280,51 @@ func TestWriteAheadSinkIdentity(t *testing.T) {
 		t.Fatal("WithIdentity not used")
 	}
 }
+
+// Both exactly-once sinks tell the runtime of their first held record of
+// a run (Context.OutputHeld) once, however many records, chunks and
+// checkpoints follow; a sink opened again (the next run) tells it again.
+func TestExactlyOnceSinksTellTheirFirstHeldRecordOnce(t *testing.T) {
+	sinks := map[string]func() operators.Sink[string]{
+		"write-ahead": func() operators.Sink[string] {
+			return operators.NewWriteAheadSink(func([]string, func(int) string) error { return nil }, nil)
+		},
+		"file": func() operators.Sink[string] {
+			return operators.NewFileSink(t.TempDir(), func(v string) string { return v })
+		},
+	}
+	for name, mk := range sinks {
+		t.Run(name, func(t *testing.T) {
+			for run := range 2 {
+				told := 0
+				ctx := sinkContext(0)
+				ctx.OutputHeld = func() { told++ }
+				s := mk()
+				if err := s.Open(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if told != 0 {
+					t.Fatalf("run %d: told %d times before a record", run, told)
+				}
+				for i := range 20_000 {
+					s.Collect(fmt.Sprint(i))
+					if told != 1 {
+						t.Fatalf("run %d: told %d times after record %d, want 1", run, told, i)
+					}
+					if i%5000 == 4999 {
+						c := s.(operators.CheckpointListener)
+						if _, err := s.(operators.Snapshotter).SnapshotState(int64(i)); err != nil {
+							t.Fatal(err)
+						}
+						if err := c.NotifyCheckpointComplete(int64(i)); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -52,6 +52,9 @@ type TwoPhaseCommitSink[T, TX any] struct {
 	final bool
 	// cleaned: what earlier runs left was cleaned up.
 	cleaned bool
+	ctx     *Context
+	// told: the first record of the run was told (Context.OutputHeld).
+	told bool
 }
 
 // staleCleaner is a Transactional system that can drop what earlier runs
@@ -92,7 +95,7 @@ func NewTwoPhaseCommitSink[T, TX any](sys Transactional[T, TX], c codec.Codec[TX
 // Open opens the system (when it has an Open(*Context) error method) and
 // begins the first transaction.
 func (s *TwoPhaseCommitSink[T, TX]) Open(ctx *Context) error {
-	s.final = ctx.FinalCheckpoint
+	s.final, s.ctx = ctx.FinalCheckpoint, ctx
 	if o, ok := s.sys.(interface{ Open(*Context) error }); ok {
 		if err := o.Open(ctx); err != nil {
 			return err
@@ -112,6 +115,9 @@ func (s *TwoPhaseCommitSink[T, TX]) begin() error {
 
 // Collect writes v into the current transaction.
 func (s *TwoPhaseCommitSink[T, TX]) Collect(v T) {
+	if !s.told {
+		tellOutputHeld(s.ctx, &s.told)
+	}
 	if err := s.sys.Write(s.current, v); err != nil {
 		Fail(fmt.Errorf("two-phase commit sink: write: %w", err))
 	}

@@ -63,6 +63,9 @@ type WriteAheadSink[T any] struct {
 	// held is being re-published by that goroutine: restored records of
 	// completed checkpoints, still part of every snapshot until held.done.
 	held *heldRecords[T]
+	ctx  *Context
+	// told: the first record of the run was told (Context.OutputHeld).
+	told bool
 }
 
 // heldRecords are restored records re-published by a goroutine.
@@ -151,6 +154,7 @@ func (s *WriteAheadSink[T]) WithBackgroundRestore() *WriteAheadSink[T] {
 func (s *WriteAheadSink[T]) Open(ctx *Context) error {
 	s.uid, s.subtask, s.parallelism = ctx.UID, ctx.Subtask, max(ctx.Parallelism, 1)
 	s.final = ctx.FinalCheckpoint
+	s.ctx = ctx
 	return nil
 }
 
@@ -158,6 +162,7 @@ func (s *WriteAheadSink[T]) Open(ctx *Context) error {
 func (s *WriteAheadSink[T]) Collect(v T) {
 	n := len(s.buf)
 	if n == 0 || len(s.buf[n-1]) == cap(s.buf[n-1]) {
+		tellOutputHeld(s.ctx, &s.told)
 		size := walChunk
 		if n < 8 {
 			size = min(walFirstChunk<<n, walChunk)

@@ -24,10 +24,12 @@ type Coordinator struct {
 	parallelism map[string]int // by vertex
 
 	started bool
-	held    bool      // Hold: no checkpoint is triggered, pending ones still expire
-	nextDue time.Time // next periodic trigger
-	lastEnd time.Time // end of the last checkpoint or savepoint; zero if none
-	nextID  ID
+	held    bool // Hold: no checkpoint is triggered, pending ones still expire
+	// triggered: a checkpoint or savepoint was triggered in this run.
+	triggered bool
+	nextDue   time.Time // next periodic trigger
+	lastEnd   time.Time // end of the last checkpoint or savepoint; zero if none
+	nextID    ID
 
 	pending       []*pending // by increasing ID
 	completed     []ID       // retained completed checkpoints, ascending
@@ -273,12 +275,19 @@ func (c *Coordinator) Tick(now time.Time) []Action {
 		out = c.fail(out, now, p, fmt.Errorf("%w: not acknowledged by %d of %d tasks within %s",
 			ErrExpired, len(c.tasks)-p.nacked, len(c.tasks), c.cfg.Timeout), true)
 	}
+	out = c.triggerPeriodic(out, now)
+	if c.finalDue() && !now.Before(c.retryAt) {
+		out = c.triggerFinal(out, now)
+	}
+	return out
+}
+
+// triggerPeriodic triggers a periodic checkpoint if one is due at now;
+// the next is then due Interval after it.
+func (c *Coordinator) triggerPeriodic(out []Action, now time.Time) []Action {
 	if c.periodic() && len(c.pending) < c.cfg.MaxConcurrent && !now.Before(c.due()) {
 		out = c.trigger(out, now, false, false, "")
 		c.nextDue = now.Add(c.cfg.Interval)
-	}
-	if c.finalDue() && !now.Before(c.retryAt) {
-		out = c.triggerFinal(out, now)
 	}
 	return out
 }
@@ -355,6 +364,14 @@ func (c *Coordinator) Step(now time.Time, in Input) []Action {
 		}
 		cause := fmt.Errorf("%w: %s: %w", ErrTaskFailed, in.Task, in.Err)
 		return c.halt(nil, now, cause, cause)
+	case OutputHeld:
+		if _, known := c.index[in.Task]; !known || c.triggered {
+			return nil
+		}
+		if now.Before(c.nextDue) {
+			c.nextDue = now
+		}
+		return c.triggerPeriodic(nil, now)
 	}
 	return nil
 }
@@ -383,6 +400,7 @@ func (c *Coordinator) trigger(out []Action, now time.Time, savepoint, stop bool,
 		states:    make([]TaskState, len(c.tasks)),
 	}
 	c.nextID++
+	c.triggered = true
 	c.pending = append(c.pending, p)
 	if stop {
 		c.stopping = p.id

@@ -24,6 +24,7 @@ import (
 //	savepoint [t= path= stop=true]
 //	persist id= [t= err=]                           (with persist=manual)
 //	task-failed task= [t= reason=]
+//	output-held task= [t=]                          (OutputHeld)
 //	recover [next= completed=1,2 incomplete=3]
 //	hold | resume                                   (Coordinator.Hold)
 //	next | history | progress
@@ -140,6 +141,12 @@ func (h *coordHarness) handle(cmd *script.Command) (string, error) {
 		}
 		in := TaskFailed{Task: task, Err: errors.New(cmd.StringOr("reason", "panic"))}
 		return h.print(now, h.c.Step(now, in)), nil
+	case "output-held":
+		task, err := parseTask(cmd.StringOr("task", ""))
+		if err != nil {
+			return "", err
+		}
+		return h.print(now, h.c.Step(now, OutputHeld{Task: task})), nil
 	case "recover":
 		var p Progress
 		n, err := cmd.IntOr("next", 0)

@@ -31,7 +31,7 @@ type TaskState struct {
 }
 
 // Input is a message for Coordinator.Step: Ack, Decline, TriggerSavepoint,
-// EndOfData, Persisted or TaskFailed.
+// EndOfData, Persisted, TaskFailed or OutputHeld.
 type Input interface{ isInput() }
 
 // Ack is a task's acknowledgement of a checkpoint: its snapshot is written
@@ -97,12 +97,26 @@ type TaskFailed struct {
 	Err  error
 }
 
+// OutputHeld says that a task holds output only a checkpoint commits: an
+// exactly-once sink's first record of this run. While no checkpoint or
+// savepoint has been triggered in this run, the first periodic checkpoint
+// is then due at once instead of Interval after the start (still after
+// the min pause and within the max concurrent): output held back over a
+// restart (the windows a recovery fires, the results lost with the
+// crashed process) is committed as soon as it exists, not an interval
+// later. Later ones change nothing, and the periodic schedule goes on
+// from that checkpoint.
+type OutputHeld struct {
+	Task TaskID
+}
+
 func (Ack) isInput()              {}
 func (Decline) isInput()          {}
 func (TriggerSavepoint) isInput() {}
 func (EndOfData) isInput()        {}
 func (Persisted) isInput()        {}
 func (TaskFailed) isInput()       {}
+func (OutputHeld) isInput()       {}
 
 // Action is a decision of the coordinator for its caller to carry out, in
 // the order returned: Trigger, Complete, NotifyComplete, Abort, Discard or
