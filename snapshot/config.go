@@ -56,7 +56,9 @@ func (m *Mode) UnmarshalText(b []byte) error {
 // "checkpoint"). Start from DefaultConfig.
 type Config struct {
 	// Interval is the time between the triggers of periodic checkpoints.
-	// Zero disables periodic checkpoints (savepoints still work). When set
+	// A run's first one comes sooner when a sink holds output before it
+	// (OutputHeld). Zero disables periodic checkpoints (savepoints still
+	// work). When set
 	// it must be at least 10ms and exceed MinPause. Default 0 (disabled),
 	// as in Flink: a job turns checkpointing on explicitly.
 	Interval time.Duration `yaml:"interval"`
