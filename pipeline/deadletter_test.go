@@ -3,6 +3,7 @@ package pipeline
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"strings"
 	"testing"
@@ -66,6 +67,27 @@ func TestBadRecordsGoToDeadLetters(t *testing.T) {
 	}
 	if n := pj.DeadLetters(); n != int64(len(bad)) {
 		t.Fatalf("DeadLetters() = %d, want %d", n, len(bad))
+	}
+	// Every one is among the latest kept (GET /jobs/{name}/deadletters),
+	// the sink's result-topic ones as well as the decoder's.
+	recent := pj.RecentDeadLetters()
+	if len(recent) != len(bad) {
+		t.Fatalf("%d recent dead letters %+v, want %d", len(recent), recent, len(bad))
+	}
+	want := map[string]int{}
+	for _, reason := range bad {
+		want[reason]++
+	}
+	got := map[string]int{}
+	for _, d := range recent {
+		for reason := range want {
+			if strings.Contains(d.Err, reason) {
+				got[reason]++
+			}
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("recent dead letters by reason %v, want %v: %+v", got, want, recent)
 	}
 
 	// A node restart: the job ends without a savepoint and starts again

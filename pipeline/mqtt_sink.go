@@ -70,7 +70,7 @@ func (m *MQTTSinkConfig) batch() mqtt.Batch {
 // letter, log it, and go on. The logger is read at the call, after Open.
 func sinkReject[T any](b *builder, name string, format func(T) string, logger **slog.Logger) func(T, error) {
 	return func(v T, err error) {
-		b.c.dead.Add(1)
+		b.c.deadLetter(DeadLetter{Pipeline: b.cfg.Name, Err: name + ": " + err.Error(), Payload: format(v)})
 		if l := *logger; l != nil {
 			l.Warn("mqtt sink: result cannot be published; counted as a dead letter",
 				"sink", name, "err", err, "result", format(v))
@@ -104,8 +104,9 @@ func (f *topicCheck[T]) Open(*operators.Context) error { return nil }
 
 func (f *topicCheck[T]) ProcessElement(v T, ctx *operators.ProcessContext[T]) error {
 	if _, err := f.topic(v); err != nil {
-		f.b.c.dead.Add(1)
-		f.b.dead.Emit(ctx, DeadLetter{Pipeline: f.b.cfg.Name, Err: f.sink + ": " + err.Error(), Payload: f.format(v)})
+		d := DeadLetter{Pipeline: f.b.cfg.Name, Err: f.sink + ": " + err.Error(), Payload: f.format(v)}
+		f.b.c.deadLetter(d)
+		f.b.dead.Emit(ctx, d)
 		return nil
 	}
 	ctx.Emit(v)
