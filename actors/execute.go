@@ -10,7 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/snapshot"
+	"github.com/edgedio/edged/state"
 )
 
 // ErrRestartsExhausted wraps the last failure when the restart strategy
@@ -243,6 +245,12 @@ func (e *Execution) Run(ctx context.Context) error {
 			!errors.Is(err, ErrControlFailed) && !errors.Is(err, ErrControlTimeout) && !errors.Is(err, ErrNotPlaced) {
 			return err
 		}
+		if restoreMismatch(err) {
+			// Every restart would restore the same snapshot into the same
+			// job and fail the same way: fail now, not after the restart
+			// strategy's attempts and delays.
+			return fmt.Errorf("%w (not restarted: the snapshot does not fit the job, and a restart would restore it again)", err)
+		}
 		var delay time.Duration
 		switch {
 		case errors.Is(err, ErrNotPlaced):
@@ -278,6 +286,14 @@ func (e *Execution) Run(ctx context.Context) error {
 			restore = true
 		}
 	}
+}
+
+// restoreMismatch reports whether err says that a restored snapshot does
+// not fit the job (a source that cannot change its parallelism restored
+// with another, keyed state restored into an incompatible descriptor):
+// no restart can cure it.
+func restoreMismatch(err error) bool {
+	return errors.Is(err, operators.ErrRescaleSource) || errors.Is(err, state.ErrIncompatibleState)
 }
 
 // chooseRestore sets cfg.Restore to what the next attempt restores: the

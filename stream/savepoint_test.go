@@ -2,13 +2,16 @@ package stream_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"github.com/edgedio/edged/internal/testutil"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
+	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/snapshot"
 	"github.com/edgedio/edged/stream"
@@ -158,5 +161,50 @@ func TestTriggerSavepointKeepsRunning(t *testing.T) {
 	}
 	if _, ok := md.Operator("count-sum"); !ok {
 		t.Fatal("savepoint lacks the window operator's state")
+	}
+}
+
+// A savepoint restored into a job it does not fit (here a generator,
+// which cannot change its parallelism, restored at another) fails the job
+// at once with the reason, whatever the restart strategy: every restart
+// would restore the same snapshot and fail the same way. (It used to go
+// through the strategy's attempts and delays first.)
+func TestRestoreThatDoesNotFitFailsWithoutRestarts(t *testing.T) {
+	build := func(p int, opts ...stream.Option) *stream.Environment {
+		env := stream.NewEnvironment("misfit", append([]stream.Option{stream.WithParallelism(p)}, opts...)...)
+		src := stream.FromSource(env, "generator", func() operators.Source[operators.SensorReading] {
+			return operators.SensorGenerator(operators.GeneratorConfig{Count: 1_000_000, Keys: 10, Rate: 20_000})
+		}).UID("generator")
+		src.ForEach("sink", func(operators.SensorReading) error { return nil })
+		return env
+	}
+	cfg := snapshot.DefaultConfig()
+	cfg.Dir = t.TempDir()
+	job, err := build(2, stream.WithCheckpointing(cfg)).ExecuteAsync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := job.StopWithSavepoint(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	// A restart an hour later on a clock that never moves: only a failure
+	// without restarts lets the job end.
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	resumed, err := build(3, stream.WithSavepoint(path, false), stream.WithClock(clockwork.NewFakeClock()),
+		stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 3, Delay: time.Hour})).ExecuteAsync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = resumed.Wait()
+	if !errors.Is(err, operators.ErrRescaleSource) || ctx.Err() != nil {
+		t.Fatalf("got %v (context: %v), want the restore's ErrRescaleSource at once", err, ctx.Err())
+	}
+	if n := resumed.Attempts(); n != 1 {
+		t.Fatalf("%d attempts, want 1", n)
 	}
 }
