@@ -846,7 +846,7 @@ func checkRestore(job *Job, md *snapshot.Metadata, allowNonRestored bool) error 
 		}
 	}
 	if len(missing) > 0 && !allowNonRestored {
-		return fmt.Errorf("actors: restore from %s: the job has no operator with uid %q; allow non-restored state to skip it", md.Dir, missing)
+		return fmt.Errorf("actors: restore from %s: the job has no operator with uid %q; allow non-restored state to skip it (edged run --allow-non-restored; stream.WithSavepoint(path, true))", md.Dir, missing)
 	}
 	return nil
 }

@@ -229,7 +229,7 @@ func statusOf(err error) int {
 		return http.StatusServiceUnavailable
 	case errors.Is(err, ErrNotRunning), errors.Is(err, ErrNoCheckpointing),
 		errors.Is(err, actors.ErrNoCheckpointStore), errors.Is(err, snapshot.ErrStopping),
-		errors.Is(err, snapshot.ErrStopped):
+		errors.Is(err, snapshot.ErrStopped), errors.Is(err, snapshot.ErrExists):
 		return http.StatusConflict
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout

@@ -176,6 +176,13 @@ func TestAPISavepointCheckpointsMetricsStop(t *testing.T) {
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("savepoint %q: %v", p, err)
 	}
+	// A second savepoint to the same path is refused with a conflict that
+	// says why; the first stays.
+	var exists *daemon.APIError
+	if _, err := n.client.Savepoint(ctx, "ticking", spDir); !errors.As(err, &exists) || exists.StatusCode != http.StatusConflict ||
+		!strings.Contains(err.Error(), "already exists") {
+		t.Fatalf("savepoint to an existing path: %v, want 409 saying it already exists", err)
+	}
 
 	cps, err := n.client.Checkpoints(ctx, "ticking")
 	if err != nil {

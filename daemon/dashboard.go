@@ -165,9 +165,12 @@ func (n *node) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	limit := pipeline.RecentDeadLetters
 	if s := r.URL.Query().Get("n"); s != "" {
-		if v, err := strconv.Atoi(s); err == nil && v >= 0 {
-			limit = min(v, limit)
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 0 {
+			writeJSON(w, http.StatusBadRequest, ErrorBody{Error: fmt.Sprintf("n (%q) must be a whole number from 0 (at most %d are kept)", s, pipeline.RecentDeadLetters)})
+			return
 		}
+		limit = min(v, limit)
 	}
 	writeJSON(w, http.StatusOK, deadLetters(j.name, j.pj.DeadLetters(), j.pj.RecentDeadLetters(), limit))
 }

@@ -145,6 +145,10 @@ func TestDashboardEndpoints(t *testing.T) {
 		"/app.js":                    {"/jobs/${encodeURIComponent(state.job)}/graph"},
 		"/jobs/nope/graph":           {`"error":"daemon: unknown job \"nope\""`},
 		"/jobs/nope/deadletters?n=2": {`"error":`},
+		// A bad n is refused, not read as the default.
+		"/jobs/sensors/deadletters?n=-1":                   {`"error":"n (\"-1\") must be a whole number`},
+		"/jobs/sensors/deadletters?n=abc":                  {`"error":"n (\"abc\")`},
+		"/jobs/sensors/deadletters?n=99999999999999999999": {`"error":`},
 	} {
 		resp, err := http.Get("http://" + n.addr + path)
 		if err != nil {
@@ -158,6 +162,9 @@ func TestDashboardEndpoints(t *testing.T) {
 			}
 		}
 		if strings.Contains(path, "nope") != (resp.StatusCode == http.StatusNotFound) {
+			t.Errorf("GET %s: %d", path, resp.StatusCode)
+		}
+		if bad := strings.Contains(path, "sensors/deadletters?n="); bad != (resp.StatusCode == http.StatusBadRequest) {
 			t.Errorf("GET %s: %d", path, resp.StatusCode)
 		}
 	}

@@ -345,6 +345,11 @@ func Load(path string) (*Metadata, error) {
 	if filepath.Base(path) == metadataFile {
 		dir = filepath.Dir(path)
 	}
+	if _, err := os.Stat(dir); err != nil {
+		// Not there at all (a mistyped path), rather than a snapshot
+		// whose metadata is missing.
+		return nil, fmt.Errorf("load snapshot: %w", err)
+	}
 	md, err := verify(dir)
 	if err != nil {
 		return nil, fmt.Errorf("load snapshot %s: %w", dir, err)

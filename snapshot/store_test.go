@@ -227,6 +227,11 @@ func TestStoreSavepointIsRelocatable(t *testing.T) {
 	if _, err := Load(t.TempDir()); !errors.Is(err, ErrIncomplete) {
 		t.Fatalf("Load(empty dir) = %v, want ErrIncomplete", err)
 	}
+	// A path that is not there says so, not that a snapshot is incomplete.
+	missing := filepath.Join(t.TempDir(), "nosuch")
+	if _, err := Load(missing); !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrIncomplete) || !strings.Contains(err.Error(), "no such file or directory") {
+		t.Fatalf("Load(missing path) = %v, want it not found", err)
+	}
 }
 
 func TestStoreSavepointPaths(t *testing.T) {

@@ -223,10 +223,15 @@ func runClient(ctx context.Context, cmd string, args []string, stdout, stderr io
 		want = 0
 	}
 	if len(pos) != want {
-		if want == 0 {
+		switch {
+		case want == 0:
 			fmt.Fprintf(stderr, "edged %s: takes no arguments\n%s", cmd, usage)
-		} else {
+		case len(pos) == 0:
 			fmt.Fprintf(stderr, "edged %s: a job name is required\n%s", cmd, usage)
+		default:
+			// A flag's value left out takes the next flag as its value
+			// (--path -c x): what follows is then an argument.
+			fmt.Fprintf(stderr, "edged %s: one job name expected, got %q (a flag without its value?)\n%s", cmd, pos, usage)
 		}
 		return exitUsage
 	}
