@@ -167,10 +167,12 @@ func (c BrokerConfig) Validate() error {
 // crash of the broker (see sessionHook).
 //
 // Close drains: it refuses new connections and new PUBLISH packets (the
-// connection that sent one is dropped without an acknowledgement, so its
-// device resends it to the next broker, and nothing was appended), waits
-// up to BrokerConfig.DrainTimeout for the publishes being processed to be
-// appended and acknowledged, then disconnects the clients.
+// connection that sent one is read no further and gets no acknowledgement
+// for it, so its device resends it to the next broker, and nothing was
+// appended), waits up to BrokerConfig.DrainTimeout for the publishes
+// being processed to be appended and acknowledged, leaves the
+// connections open up to drainLinger for the devices to read those
+// acknowledgements, then disconnects the clients.
 type Broker struct {
 	cfg    BrokerConfig
 	log    *ingestlog.Log
@@ -377,6 +379,8 @@ func (b *Broker) Close() error {
 		b.logger.Warn("mqtt broker: drain timed out; closing with publishes in flight (their devices resend)",
 			"timeout", b.cfg.DrainTimeout, "busy", b.drain.busyCount())
 	}
+	b.linger()
+	b.drain.releaseRefused()
 	b.cancel()
 	err := b.server.Close()
 	b.flushers.Wait()
@@ -384,6 +388,33 @@ func (b *Broker) Close() error {
 		err = errors.Join(err, b.store.close())
 	}
 	return err
+}
+
+// drainLinger is how long Close leaves the drained connections open
+// before it closes them, unless every client has gone first: the last
+// acknowledgements were written, and a device reads them in that time
+// rather than finding its connection closed behind them (paho v1.5.1 then
+// drops acknowledgements it had read and resends those messages after
+// reconnecting, which would append them twice).
+const drainLinger = 300 * time.Millisecond
+
+// linger waits drainLinger, or until no client is connected.
+func (b *Broker) linger() {
+	deadline := time.Now().Add(drainLinger)
+	for b.connected() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// connected reports whether a client is connected (a persistent
+// session's client stays listed while it is away).
+func (b *Broker) connected() bool {
+	for _, cl := range b.server.Clients.GetAll() {
+		if !cl.Closed() {
+			return true
+		}
+	}
+	return false
 }
 
 // crash stops the broker as a kill -9 would: no drain, and journal

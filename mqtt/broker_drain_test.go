@@ -7,6 +7,7 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/mqtt/ingestlog"
@@ -95,4 +96,59 @@ func TestBrokerGracefulStopNoResend(t *testing.T) {
 		t.Fatal("no publish was in flight when Close began: the drain was not exercised")
 	}
 	t.Logf("in flight at Close: %d connections; %d of %d acknowledged", atStart, len(acked), devices*perDevice)
+}
+
+// A PUBLISH that reaches a draining broker is refused, but its connection
+// is closed only when the broker closes every connection (after the
+// linger), never right behind the acknowledgements written before it:
+// the device reads those (paho v1.5.1 dropped acknowledgements it had
+// read when the close came right behind them, and resent those messages
+// after reconnecting, appended twice).
+func TestBrokerDrainHoldsARefusedConnectionUntilClose(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, ingestlog.DefaultOptions())
+	b := startBrokerCfg(t, l, BrokerConfig{}, nil)
+	c, _ := dialRaw(t, b.Addr(), "dev", false)
+	c.publish(1, 1, "sensors/x", []byte("before"), false)
+	c.expect(packets.Puback, 1)
+
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	testutil.Eventually(t, waitBound, "the broker draining", func() bool {
+		b.drain.mu.Lock()
+		defer b.drain.mu.Unlock()
+		return b.drain.draining
+	})
+	c.publish(1, 2, "sensors/x", []byte("refused"), false)
+	// The connection ends (EOF) only once the refused connections were
+	// released, and the refused message got no PUBACK.
+	for {
+		pk, err := c.read()
+		if err != nil {
+			select {
+			case <-b.drain.release:
+			default:
+				t.Fatalf("connection ended (%v) before the broker released the refused connections", err)
+			}
+			break
+		}
+		if pk.FixedHeader.Type == packets.Puback && pk.PacketID == 2 {
+			t.Fatal("the refused PUBLISH was acknowledged")
+		}
+	}
+	if err := testutil.Receive(t, waitBound, "Close returns", closed); err != nil {
+		t.Fatal(err)
+	}
+	b.drain.mu.Lock()
+	refused := b.drain.refused
+	b.drain.mu.Unlock()
+	if refused != 1 {
+		t.Fatalf("%d PUBLISH packets refused, want 1", refused)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := logPayloads(t, dir); got["before"] != 1 || got["refused"] != 0 {
+		t.Fatalf("log holds %v, want only \"before\" once", got)
+	}
 }
