@@ -119,10 +119,51 @@ func TestBrokerSessionTakeoverKeepsMessagesRoutedMeanwhile(t *testing.T) {
 		return again.seen["after"] > 0
 	})
 	again.mu.Lock()
-	defer again.mu.Unlock()
 	for _, p := range []string{"queued", "during"} {
 		if again.seen[p] == 0 {
 			t.Errorf("%q never reached the consumer that took its session over (got %v)", p, fmt.Sprint(again.seen))
 		}
+	}
+	again.mu.Unlock()
+	// Every message acknowledged: the journal holds none.
+	testutil.Eventually(t, waitBound, "the session journal emptied by the acknowledgements", func() bool {
+		return b.SessionStats().Messages == 0
+	})
+}
+
+// The session hook's takeover gate on its own: a takeover waits for a
+// routing to the session in progress, and a routing to a session being
+// taken over waits until mochi routes to another connection, also when
+// no CONNACK tells it (the new connection closed before it).
+func TestSessionHookTakeoverGate(t *testing.T) {
+	b := startBrokerCfg(t, nil, BrokerConfig{DataDir: t.TempDir()}, nil)
+	h := newSessionHook(b, b.store)
+	old := b.server.NewClient(nil, "tcp", "consumer", false)
+	b.server.Clients.Add(old)
+	to := []sessionTo{{Client: "consumer", Qos: 1}}
+	pub := &mochi.Client{ID: "sink"}
+
+	h.mu.Lock()
+	h.routing[pub.ID] = routingMessage{id: 1, topic: "results/x", to: to}
+	h.mu.Unlock()
+	began := testutil.CallUntilWaiting(t, "mqtt.(*sessionHook).beginTakeover", func() bool {
+		h.beginTakeover("consumer", old)
+		return true
+	})
+	h.OnPublished(pub, packets.Packet{})
+	testutil.Receive(t, waitBound, "the takeover begun once the routing ended", began)
+
+	routed := testutil.CallUntilWaiting(t, "mqtt.(*sessionHook).waitTakeovers", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.waitTakeovers(to)
+		return true
+	})
+	b.server.Clients.Add(b.server.NewClient(nil, "tcp", "consumer", false)) // no CONNACK
+	testutil.Receive(t, waitBound, "the routing let through once mochi routes to the new connection", routed)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.takeovers) != 0 {
+		t.Errorf("takeovers %v: the ended one is still held", h.takeovers)
 	}
 }
