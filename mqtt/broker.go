@@ -298,7 +298,7 @@ func (b *Broker) Start(ctx context.Context) error {
 			st.close()
 			return err
 		}
-		if err := b.server.AddHook(&sessionHook{b: b, store: st, routing: map[string]routingMessage{}}, nil); err != nil {
+		if err := b.server.AddHook(newSessionHook(b, st), nil); err != nil {
 			st.close()
 			return fmt.Errorf("mqtt: broker session hook: %w", err)
 		}

@@ -1,7 +1,9 @@
 package mqtt
 
 import (
+	"slices"
 	"sync"
+	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/storage"
@@ -24,6 +26,19 @@ import (
 // (at-least-once to the consumer, which drops duplicates by msg_id) but
 // never loses one whose publisher got its PUBACK.
 //
+// A reconnecting client takes its persistent session over from the
+// connection mochi holds for it (the old connection, or the offline
+// session restored at start) in steps: mochi copies the old connection's
+// inflight messages to the new one, drops them from the old one, and only
+// then routes the client id's messages to the new connection. A message
+// routed to the old connection in between would be lost (and the journal,
+// still holding it, would later drop it on the PUBACK of another message
+// given its packet id). So no stored message is routed to a session while
+// it is taken over: the takeover (OnSessionEstablish) waits for the
+// routings to it in progress, and publishes to it wait in OnPublish, after
+// their message is durable and before their PUBACK, until mochi routes to
+// the new connection (told by the CONNACK's OnPacketEncode).
+//
 // Hooks run on the clients' connection goroutines; the publish path (from
 // OnPublish to OnPublished) runs on the publisher's.
 type sessionHook struct {
@@ -31,14 +46,32 @@ type sessionHook struct {
 	b     *Broker
 	store *sessionStore
 
-	mu      sync.Mutex                // guards routing
+	mu      sync.Mutex                // guards routing, takeovers, changed
 	routing map[string]routingMessage // by publisher client id: the message being routed
+	// takeovers holds, by client id, the connection a new one is taking
+	// the session over from, until mochi routes to another.
+	takeovers map[string]*mochi.Client
+	// changed is closed and replaced when a routing ends or a takeover
+	// may have ended, while takeovers is not empty.
+	changed chan struct{}
+}
+
+// takeoverPoll bounds a wait for a takeover's end between checks: mochi
+// calls no hook once it routes to the new connection, and the CONNACK
+// that tells it is not encoded if that connection closed meanwhile.
+const takeoverPoll = 10 * time.Millisecond
+
+// newSessionHook returns the session hook of b storing in store.
+func newSessionHook(b *Broker, store *sessionStore) *sessionHook {
+	return &sessionHook{b: b, store: store, routing: map[string]routingMessage{},
+		takeovers: map[string]*mochi.Client{}, changed: make(chan struct{})}
 }
 
 // routingMessage is the stored message a publisher's goroutine is routing.
 type routingMessage struct {
 	id    uint64
 	topic string
+	to    []sessionTo
 }
 
 func (h *sessionHook) ID() string { return "edged-sessions" }
@@ -46,7 +79,7 @@ func (h *sessionHook) ID() string { return "edged-sessions" }
 func (h *sessionHook) Provides(b byte) bool {
 	switch b {
 	case mochi.OnSessionEstablish, mochi.OnDisconnect, mochi.OnClientExpired,
-		mochi.OnSubscribed, mochi.OnUnsubscribed,
+		mochi.OnSubscribed, mochi.OnUnsubscribed, mochi.OnPacketEncode,
 		mochi.OnPublish, mochi.OnPublished, mochi.OnPacketProcessed,
 		mochi.OnQosPublish, mochi.OnQosComplete, mochi.OnQosDropped, mochi.OnPacketRead,
 		mochi.StoredClients, mochi.StoredSubscriptions, mochi.StoredInflightMessages:
@@ -78,6 +111,105 @@ func (h *sessionHook) OnSessionEstablish(cl *mochi.Client, pk packets.Packet) {
 		h.b.logger.Error("mqtt broker: storing session failed; disconnecting client", "client", cl.ID, "err", err)
 		cl.Stop(err)
 	}
+	if old, ok := h.b.server.Clients.Get(cl.ID); ok && old != cl {
+		h.beginTakeover(cl.ID, old)
+	}
+}
+
+// beginTakeover holds back the routing of stored messages to client id,
+// whose session mochi is about to move from old to a new connection, and
+// returns once the routings to it in progress ended.
+func (h *sessionHook) beginTakeover(id string, old *mochi.Client) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.takeovers[id] = old
+	for {
+		busy := false
+		for _, r := range h.routing {
+			if slices.ContainsFunc(r.to, func(to sessionTo) bool { return to.Client == id }) {
+				busy = true
+				break
+			}
+		}
+		if !busy {
+			return
+		}
+		h.waitChange()
+	}
+}
+
+// waitTakeovers returns once no recipient in to is being taken over. h.mu
+// is held.
+func (h *sessionHook) waitTakeovers(to []sessionTo) {
+	for {
+		busy := false
+		for _, t := range to {
+			if h.takingOver(t.Client) {
+				busy = true
+				break
+			}
+		}
+		if !busy {
+			return
+		}
+		h.waitChange()
+	}
+}
+
+// takingOver reports whether client id's session is being taken over,
+// forgetting the takeover once mochi routes to the new connection. h.mu
+// is held.
+func (h *sessionHook) takingOver(id string) bool {
+	old, ok := h.takeovers[id]
+	if !ok {
+		return false
+	}
+	if cur, _ := h.b.server.Clients.Get(id); cur == old {
+		return true
+	}
+	delete(h.takeovers, id)
+	return false
+}
+
+// waitChange waits, with h.mu released, until a routing or a takeover
+// may have ended (at most takeoverPoll). h.mu is held.
+func (h *sessionHook) waitChange() {
+	ch := h.changed
+	h.mu.Unlock()
+	t := time.NewTimer(takeoverPoll)
+	select {
+	case <-ch:
+	case <-t.C:
+	}
+	t.Stop()
+	h.mu.Lock()
+}
+
+// changedLocked forgets the takeovers that ended and wakes the waits for
+// a routing's or a takeover's end, if a takeover was under way. h.mu is
+// held.
+func (h *sessionHook) changedLocked() {
+	if len(h.takeovers) == 0 {
+		return
+	}
+	for id := range h.takeovers {
+		h.takingOver(id)
+	}
+	close(h.changed)
+	h.changed = make(chan struct{})
+}
+
+// OnPacketEncode tells the waits that a takeover may have ended: mochi
+// sends the CONNACK once it routes to the new connection.
+func (h *sessionHook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type == packets.Connack {
+		h.mu.Lock()
+		if _, ok := h.takeovers[cl.ID]; ok {
+			h.changedLocked()
+		}
+		h.mu.Unlock()
+	}
+	return pk
 }
 
 // OnDisconnect forgets a session that ends with its connection.
@@ -157,7 +289,10 @@ func (h *sessionHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pa
 		return pk, packets.ErrRejectPacket
 	}
 	h.mu.Lock()
-	h.routing[cl.ID] = routingMessage{id: id, topic: pk.TopicName}
+	if len(h.takeovers) > 0 {
+		h.waitTakeovers(to)
+	}
+	h.routing[cl.ID] = routingMessage{id: id, topic: pk.TopicName, to: to}
 	h.mu.Unlock()
 	return pk, nil
 }
@@ -180,6 +315,7 @@ func (h *sessionHook) OnQosPublish(cl *mochi.Client, pk packets.Packet, _ int64,
 func (h *sessionHook) OnPublished(cl *mochi.Client, _ packets.Packet) {
 	h.mu.Lock()
 	delete(h.routing, cl.ID)
+	h.changedLocked()
 	h.mu.Unlock()
 }
 
@@ -192,6 +328,9 @@ func (h *sessionHook) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, _ e
 	h.mu.Lock()
 	r, ok := h.routing[cl.ID]
 	delete(h.routing, cl.ID)
+	if ok {
+		h.changedLocked()
+	}
 	h.mu.Unlock()
 	if ok {
 		h.store.record(&sessionRec{T: "md", MsgID: r.id}, false)

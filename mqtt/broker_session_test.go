@@ -176,7 +176,7 @@ func TestBrokerSessionStoreFullBackpressure(t *testing.T) {
 func TestSessionHookSkipsTopicScanWithoutPersistentSessions(t *testing.T) {
 	b := startBrokerCfg(t, nil, BrokerConfig{DataDir: t.TempDir()}, nil)
 	clean := subscribe(t, b.Addr(), "clean-consumer", "sensors/#") // a subscriber the scan would find
-	h := &sessionHook{b: b, store: b.store, routing: map[string]routingMessage{}}
+	h := newSessionHook(b, b.store)
 	dev := &mochi.Client{ID: "device"}
 	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
 		TopicName: "sensors/a", Payload: []byte("x"), PacketID: 1}

@@ -1,0 +1,169 @@
+package mqtt
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/edgedio/edged/internal/testutil"
+)
+
+// takeoverHook publishes a message in the middle of mochi's session
+// takeover: when mochi drops the inflight messages of the connection
+// being taken over (ClearInflights, after it copied them for the new
+// connection and before the new connection is the one the broker routes
+// to), it publishes and returns only once that message was routed or is
+// held back by the session hook until the takeover is over.
+type takeoverHook struct {
+	mochi.HookBase
+	client  string
+	publish func() // publishes the message
+	payload string // of the message
+	routed  atomic.Bool
+	once    sync.Once
+	done    chan struct{} // closed when OnQosDropped returned
+	failure atomic.Value  // string: what went wrong on mochi's goroutine
+}
+
+func (h *takeoverHook) ID() string { return "test-takeover" }
+
+func (h *takeoverHook) Provides(b byte) bool {
+	return b == mochi.OnQosDropped || b == mochi.OnPublished
+}
+
+func (h *takeoverHook) OnPublished(_ *mochi.Client, pk packets.Packet) {
+	if string(pk.Payload) == h.payload {
+		h.routed.Store(true)
+	}
+}
+
+func (h *takeoverHook) OnQosDropped(cl *mochi.Client, _ packets.Packet) {
+	if cl.ID != h.client || !cl.IsTakenOver() {
+		return
+	}
+	h.once.Do(func() {
+		defer close(h.done)
+		h.publish()
+		if !testutil.Within(waitBound, func() bool {
+			return h.routed.Load() || testutil.Waiting("mqtt.(*sessionHook).waitTakeovers")
+		}) {
+			h.failure.Store("the message published during the takeover was neither routed nor held back")
+		}
+	})
+}
+
+// A QoS 1 message for a persistent session, published while a
+// reconnecting client takes the session over (as a consumer does when it
+// reconnects to a restarted node while the node's write-ahead sink
+// re-publishes its restored results), reaches the new connection. mochi
+// routes by client id and moves the session to the new connection in
+// steps (it copies the old connection's inflight messages, drops them
+// from the old one, then makes the new connection the one routed to): a
+// message routed to the old connection in between was lost, and the
+// session journal, still holding it, later dropped it on the PUBACK of
+// another message that got its packet id.
+func TestBrokerSessionTakeoverKeepsMessagesRoutedMeanwhile(t *testing.T) {
+	b := startBrokerCfg(t, nil, BrokerConfig{DataDir: t.TempDir()}, nil)
+	first := &persistentSub{seen: map[string]int{}}
+	sub := connectPersistent(t, b.Addr(), "consumer", first, false)
+	if tok := sub.Subscribe("results/#", 1, nil); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	sub.Disconnect(0)
+	testutil.Eventually(t, waitBound, "the consumer's connection gone", func() bool {
+		cl, ok := b.server.Clients.Get("consumer")
+		return ok && cl.Closed()
+	})
+
+	pub := connect(t, b.Addr(), "sink")
+	publish := func(payload string) paho.Token { return pub.Publish("results/x", 1, false, payload) }
+	// Queued for the offline session: the takeover has an inflight
+	// message to copy and drop.
+	if tok := publish("queued"); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+
+	var during paho.Token
+	h := &takeoverHook{client: "consumer", payload: "during", done: make(chan struct{})}
+	h.publish = func() { during = publish("during") }
+	if err := b.server.AddHook(h, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// OrderMatters: the handler sees the messages in the order they came.
+	again := &persistentSub{seen: map[string]int{}}
+	connect(t, b.Addr(), "consumer", func(o *paho.ClientOptions) {
+		o.SetCleanSession(false).SetDefaultPublishHandler(again.handler).SetOrderMatters(true)
+	})
+	testutil.Receive(t, waitBound, "the takeover", h.done)
+	if f := h.failure.Load(); f != nil {
+		t.Fatal(f)
+	}
+	if !during.WaitTimeout(waitBound) || during.Error() != nil {
+		t.Fatalf("publish during the takeover: %v", during.Error())
+	}
+	// The sink's messages are routed in the order they come on its
+	// connection and go out to the consumer's in that order: once "after"
+	// is in, "during" is in too if it was delivered at all.
+	if tok := publish("after"); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+	testutil.Eventually(t, waitBound, `"after" delivered`, func() bool {
+		again.mu.Lock()
+		defer again.mu.Unlock()
+		return again.seen["after"] > 0
+	})
+	again.mu.Lock()
+	for _, p := range []string{"queued", "during"} {
+		if again.seen[p] == 0 {
+			t.Errorf("%q never reached the consumer that took its session over (got %v)", p, fmt.Sprint(again.seen))
+		}
+	}
+	again.mu.Unlock()
+	// Every message acknowledged: the journal holds none.
+	testutil.Eventually(t, waitBound, "the session journal emptied by the acknowledgements", func() bool {
+		return b.SessionStats().Messages == 0
+	})
+}
+
+// The session hook's takeover gate on its own: a takeover waits for a
+// routing to the session in progress, and a routing to a session being
+// taken over waits until mochi routes to another connection, also when
+// no CONNACK tells it (the new connection closed before it).
+func TestSessionHookTakeoverGate(t *testing.T) {
+	b := startBrokerCfg(t, nil, BrokerConfig{DataDir: t.TempDir()}, nil)
+	h := newSessionHook(b, b.store)
+	old := b.server.NewClient(nil, "tcp", "consumer", false)
+	b.server.Clients.Add(old)
+	to := []sessionTo{{Client: "consumer", Qos: 1}}
+	pub := &mochi.Client{ID: "sink"}
+
+	h.mu.Lock()
+	h.routing[pub.ID] = routingMessage{id: 1, topic: "results/x", to: to}
+	h.mu.Unlock()
+	began := testutil.CallUntilWaiting(t, "mqtt.(*sessionHook).beginTakeover", func() bool {
+		h.beginTakeover("consumer", old)
+		return true
+	})
+	h.OnPublished(pub, packets.Packet{})
+	testutil.Receive(t, waitBound, "the takeover begun once the routing ended", began)
+
+	routed := testutil.CallUntilWaiting(t, "mqtt.(*sessionHook).waitTakeovers", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.waitTakeovers(to)
+		return true
+	})
+	b.server.Clients.Add(b.server.NewClient(nil, "tcp", "consumer", false)) // no CONNACK
+	testutil.Receive(t, waitBound, "the routing let through once mochi routes to the new connection", routed)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.takeovers) != 0 {
+		t.Errorf("takeovers %v: the ended one is still held", h.takeovers)
+	}
+}
