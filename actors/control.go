@@ -8,7 +8,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/snapshot"
+	"github.com/edgedio/edged/state"
 )
 
 // Control channels: the job master and each node's task host exchange
@@ -163,7 +165,8 @@ type wireError struct {
 }
 
 // sentinels are the errors a wireError keeps across nodes, by index + 1.
-var sentinels = []error{ErrInvalidJob, ErrNoCodec, ErrCheckpointFailure, ErrPlanMismatch, ErrControlFailed, ErrControlTimeout, ErrHandover}
+var sentinels = []error{ErrInvalidJob, ErrNoCodec, ErrCheckpointFailure, ErrPlanMismatch, ErrControlFailed, ErrControlTimeout, ErrHandover,
+	operators.ErrRescaleSource, state.ErrIncompatibleState}
 
 // RemoteError is an error that happened on another node and crossed it in
 // a control message: its text, and the runtime's sentinel it wrapped, if

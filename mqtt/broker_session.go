@@ -61,6 +61,11 @@ type sessionHook struct {
 // that tells it is not encoded if that connection closed meanwhile.
 const takeoverPoll = 10 * time.Millisecond
 
+// takeoverMaxWait bounds each wait of the takeover gate: a publisher or a
+// connection stuck on a dead link (a write without a deadline) holds a
+// takeover, and the publishers to that session, no longer than this.
+const takeoverMaxWait = time.Second
+
 // newSessionHook returns the session hook of b storing in store.
 func newSessionHook(b *Broker, store *sessionStore) *sessionHook {
 	return &sessionHook{b: b, store: store, routing: map[string]routingMessage{},
@@ -123,15 +128,23 @@ func (h *sessionHook) beginTakeover(id string, old *mochi.Client) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.takeovers[id] = old
+	deadline := time.Now().Add(takeoverMaxWait)
 	for {
 		busy := false
-		for _, r := range h.routing {
-			if slices.ContainsFunc(r.to, func(to sessionTo) bool { return to.Client == id }) {
+		for pub, r := range h.routing {
+			// The old connection routing to its own session is
+			// disconnected by the takeover itself: not waited for.
+			if pub != id && slices.ContainsFunc(r.to, func(to sessionTo) bool { return to.Client == id }) {
 				busy = true
 				break
 			}
 		}
 		if !busy {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.b.logger.Warn("mqtt broker: a publish to a session being taken over did not end in time; taking it over anyway",
+				"client", id, "waited", takeoverMaxWait)
 			return
 		}
 		h.waitChange()
@@ -141,16 +154,25 @@ func (h *sessionHook) beginTakeover(id string, old *mochi.Client) {
 // waitTakeovers returns once no recipient in to is being taken over. h.mu
 // is held.
 func (h *sessionHook) waitTakeovers(to []sessionTo) {
+	deadline := time.Now().Add(takeoverMaxWait)
 	for {
-		busy := false
+		busy := ""
 		for _, t := range to {
 			if h.takingOver(t.Client) {
-				busy = true
+				busy = t.Client
 				break
 			}
 		}
-		if !busy {
+		if busy == "" {
 			return
+		}
+		if time.Now().After(deadline) {
+			// A takeover that does not end (its new connection stuck
+			// before its CONNACK) must not hold every publisher to it.
+			h.b.logger.Warn("mqtt broker: a session takeover did not end in time; routing to it anyway",
+				"client", busy, "waited", takeoverMaxWait)
+			delete(h.takeovers, busy)
+			continue
 		}
 		h.waitChange()
 	}

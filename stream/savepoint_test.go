@@ -170,7 +170,17 @@ func TestTriggerSavepointKeepsRunning(t *testing.T) {
 // would restore the same snapshot and fail the same way. (It used to go
 // through the strategy's attempts and delays first.)
 func TestRestoreThatDoesNotFitFailsWithoutRestarts(t *testing.T) {
+	t.Run("nodes=1", func(t *testing.T) { testRestoreThatDoesNotFit(t, 1) })
+	// The restore fails on the node that is not the master's: the reason
+	// crosses the transport and is still known.
+	t.Run("nodes=2", func(t *testing.T) { testRestoreThatDoesNotFit(t, 2) })
+}
+
+func testRestoreThatDoesNotFit(t *testing.T, nodes int) {
 	build := func(p int, opts ...stream.Option) *stream.Environment {
+		if nodes > 1 {
+			opts = append(opts, stream.WithCluster(overMemory(t, nodes).Cluster))
+		}
 		env := stream.NewEnvironment("misfit", append([]stream.Option{stream.WithParallelism(p)}, opts...)...)
 		src := stream.FromSource(env, "generator", func() operators.Source[operators.SensorReading] {
 			return operators.SensorGenerator(operators.GeneratorConfig{Count: 1_000_000, Keys: 10, Rate: 20_000})
