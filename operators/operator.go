@@ -82,17 +82,6 @@ type Context struct {
 	OutputHeld func()
 }
 
-// tellOutputHeld calls ctx.OutputHeld once: told records that it did.
-func tellOutputHeld(ctx *Context, told *bool) {
-	if *told {
-		return
-	}
-	*told = true
-	if ctx != nil && ctx.OutputHeld != nil {
-		ctx.OutputHeld()
-	}
-}
-
 // Operator is the lifecycle every operator instance has. The runtime calls
 // Open once before the first record, Finish once after the last record of a
 // bounded input (it may still emit), and Close once at the end whether the

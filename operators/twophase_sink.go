@@ -52,9 +52,8 @@ type TwoPhaseCommitSink[T, TX any] struct {
 	final bool
 	// cleaned: what earlier runs left was cleaned up.
 	cleaned bool
-	ctx     *Context
-	// told: the first record of the run was told (Context.OutputHeld).
-	told bool
+	// tell is Context.OutputHeld until the run's first record told it.
+	tell func()
 }
 
 // staleCleaner is a Transactional system that can drop what earlier runs
@@ -95,7 +94,7 @@ func NewTwoPhaseCommitSink[T, TX any](sys Transactional[T, TX], c codec.Codec[TX
 // Open opens the system (when it has an Open(*Context) error method) and
 // begins the first transaction.
 func (s *TwoPhaseCommitSink[T, TX]) Open(ctx *Context) error {
-	s.final, s.ctx = ctx.FinalCheckpoint, ctx
+	s.final, s.tell = ctx.FinalCheckpoint, ctx.OutputHeld
 	if o, ok := s.sys.(interface{ Open(*Context) error }); ok {
 		if err := o.Open(ctx); err != nil {
 			return err
@@ -115,8 +114,9 @@ func (s *TwoPhaseCommitSink[T, TX]) begin() error {
 
 // Collect writes v into the current transaction.
 func (s *TwoPhaseCommitSink[T, TX]) Collect(v T) {
-	if !s.told {
-		tellOutputHeld(s.ctx, &s.told)
+	if s.tell != nil {
+		s.tell()
+		s.tell = nil
 	}
 	if err := s.sys.Write(s.current, v); err != nil {
 		Fail(fmt.Errorf("two-phase commit sink: write: %w", err))

@@ -63,9 +63,8 @@ type WriteAheadSink[T any] struct {
 	// held is being re-published by that goroutine: restored records of
 	// completed checkpoints, still part of every snapshot until held.done.
 	held *heldRecords[T]
-	ctx  *Context
-	// told: the first record of the run was told (Context.OutputHeld).
-	told bool
+	// tell is Context.OutputHeld until the run's first record told it.
+	tell func()
 }
 
 // heldRecords are restored records re-published by a goroutine.
@@ -153,8 +152,7 @@ func (s *WriteAheadSink[T]) WithBackgroundRestore() *WriteAheadSink[T] {
 // runs, for a restore at another parallelism.
 func (s *WriteAheadSink[T]) Open(ctx *Context) error {
 	s.uid, s.subtask, s.parallelism = ctx.UID, ctx.Subtask, max(ctx.Parallelism, 1)
-	s.final = ctx.FinalCheckpoint
-	s.ctx = ctx
+	s.final, s.tell = ctx.FinalCheckpoint, ctx.OutputHeld
 	return nil
 }
 
@@ -162,7 +160,10 @@ func (s *WriteAheadSink[T]) Open(ctx *Context) error {
 func (s *WriteAheadSink[T]) Collect(v T) {
 	n := len(s.buf)
 	if n == 0 || len(s.buf[n-1]) == cap(s.buf[n-1]) {
-		tellOutputHeld(s.ctx, &s.told)
+		if s.tell != nil {
+			s.tell()
+			s.tell = nil
+		}
 		size := walChunk
 		if n < 8 {
 			size = min(walFirstChunk<<n, walChunk)

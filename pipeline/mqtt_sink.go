@@ -70,10 +70,11 @@ func (m *MQTTSinkConfig) batch() mqtt.Batch {
 // letter, log it, and go on. The logger is read at the call, after Open.
 func sinkReject[T any](b *builder, name string, format func(T) string, logger **slog.Logger) func(T, error) {
 	return func(v T, err error) {
-		b.c.deadLetter(DeadLetter{Pipeline: b.cfg.Name, Err: name + ": " + err.Error(), Payload: format(v)})
+		line := format(v)
+		b.c.deadLetter(DeadLetter{Pipeline: b.cfg.Name, Err: name + ": " + err.Error(), Payload: line})
 		if l := *logger; l != nil {
 			l.Warn("mqtt sink: result cannot be published; counted as a dead letter",
-				"sink", name, "err", err, "result", format(v))
+				"sink", name, "err", err, "result", line)
 		}
 	}
 }
