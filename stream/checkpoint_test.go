@@ -88,8 +88,13 @@ func (countSumWin) Result(a countSum) countSum { return a }
 // eoJob is generator -> timestamps -> failing map -> key by sensor -> 10 s
 // tumbling count+sum -> exactly-once file sink.
 func eoJob(n int64, keys int, dir string, fail *failer, opts ...stream.Option) *stream.Environment {
+	return eoJobFrom(generator(n, keys), dir, fail, opts...)
+}
+
+// eoJobFrom is eoJob reading gen.
+func eoJobFrom(gen func() operators.Source[operators.SensorReading], dir string, fail *failer, opts ...stream.Option) *stream.Environment {
 	env := stream.NewEnvironment("exactly-once", opts...)
-	src := stream.FromSource(env, "generator", generator(n, keys)).SetParallelism(1).UID("generator").
+	src := stream.FromSource(env, "generator", gen).SetParallelism(1).UID("generator").
 		AssignTimestampsAndWatermarks("timestamps", watermark.ForMonotonous(eventTime))
 	if fail == nil {
 		fail = newFailer(0)

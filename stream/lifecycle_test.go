@@ -179,7 +179,12 @@ func TestJobStartedAgainAfterASavepointToItsOwnPath(t *testing.T) {
 	cfg := checkpointConfig(t, snapshot.ExactlyOnce)
 	cfg.Interval = 50 * time.Millisecond
 	out := t.TempDir()
-	env := eoJob(n, keys, out, nil, stream.WithParallelism(2), stream.WithCheckpointing(cfg))
+	// The first run is paced (at least 10 s for all records) so that it
+	// is stopped midway however fast the machine.
+	paced := func() operators.Source[operators.SensorReading] {
+		return operators.SensorGenerator(operators.GeneratorConfig{Count: n, Keys: keys, Rate: n / 10})
+	}
+	env := eoJobFrom(paced, out, nil, stream.WithParallelism(2), stream.WithCheckpointing(cfg))
 	job, err := env.ExecuteAsync(context.Background())
 	if err != nil {
 		t.Fatal(err)
