@@ -200,6 +200,26 @@ func (e *edged) ingested() (int64, error) {
 	return 0, fmt.Errorf("no ingest log of %q", e.name)
 }
 
+// deadLetters is how many records the job sent to its dead-letter output
+// (GET /jobs): readings later than the watermark allows among them.
+func (e *edged) deadLetters() (int64, error) {
+	var l struct {
+		Jobs []struct {
+			Name        string `json:"name"`
+			DeadLetters int64  `json:"dead_letters"`
+		} `json:"jobs"`
+	}
+	if err := getJSON(e.client, "http://"+e.api+"/jobs", &l); err != nil {
+		return 0, err
+	}
+	for _, j := range l.Jobs {
+		if j.Name == e.name {
+			return j.DeadLetters, nil
+		}
+	}
+	return 0, fmt.Errorf("no job %q", e.name)
+}
+
 type checkpointInfo struct {
 	ID          uint64    `json:"id"`
 	Kind        string    `json:"kind"`

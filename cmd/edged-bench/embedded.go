@@ -106,9 +106,9 @@ func embeddedRound(dir string, mq *mosquitto, c, rnd int) error {
 	addFigure(figure{Scenario: "embedded", Figure: "peak RSS", Subject: name, Value: float64(r.peakKB) / 1024, Unit: "MB",
 		Baseline: ptr(float64(r.idleKB) / 1024), BaselineOf: "same process idle", Target: "≤ 80 MB", Met: ptr(float64(r.peakKB)/1024 <= 80),
 		What: "while publishing and until all results are in"})
-	addFigure(figure{Scenario: "embedded", Figure: "loss", Subject: name, Value: float64(int64(n) - r.counted), Unit: "readings",
-		Target: "0", Met: ptr(int64(n) == r.counted),
-		What: fmt.Sprintf("published minus counted in the window results (%d result messages for a window already seen)", r.dups)})
+	addFigure(figure{Scenario: "embedded", Figure: "loss", Subject: name, Value: float64(r.loss(n)), Unit: "readings",
+		Target: "0", Met: ptr(r.loss(n) == 0),
+		What: fmt.Sprintf("published minus counted in the window results minus dead letters (%d result messages for a window already seen; %s)", r.dups, r.deadNote())})
 	return nil
 }
 
@@ -201,6 +201,10 @@ func runEmbedded(e *edged, addr, root, name string, c, n int, ts func(int) int64
 	if err != nil {
 		return r, err
 	}
+	dead0, err := e.deadLetters()
+	if err != nil {
+		return r, err
+	}
 	l, err := newLoad(addr, "bench-emb", encodeReadings(n, c, 1, reading(root, "m", *sensors, 4, ts)), 1)
 	if err != nil {
 		return r, err
@@ -245,7 +249,12 @@ func runEmbedded(e *edged, addr, root, name string, c, n int, ts func(int) int64
 	e.heapNote("embedded", fmt.Sprintf("%d connections", c), logAt)
 	r.counted = res.sumBefore(lastEnd)
 	r.dups = res.stats().dups
-	logf("embedded: %d connections: %d PUBACKed in %v; counted %d", c, n, r.pubDur, r.counted)
+	dead1, err := e.deadLetters()
+	if err != nil {
+		return r, err
+	}
+	r.dead = dead1 - dead0
+	logf("embedded: %d connections: %d PUBACKed in %v; counted %d, %d dead letters", c, n, r.pubDur, r.counted, r.dead)
 	if noLogAfter {
 		if r.noLogDur, r.noLogCPU, err = runNoLog(e, addr, root, c, n, ts, deadline); err != nil {
 			return r, err

@@ -16,12 +16,25 @@ type subjectRun struct {
 	idleKB    int64
 	pubDur    time.Duration // first publish to the last written (QoS 0) or PUBACKed (QoS 1)
 	counted   int64         // readings counted in the results (edged)
+	dead      int64         // records sent to the dead-letter output meanwhile (edged): late readings
 	dups      int64         // result messages for a window already seen
 	dupIDs    int64         // result messages with a msg_id already seen
 	resultMsg int64
 	e2e       time.Duration // first publish until the results are all in (edged)
 	brokerCPU time.Duration // Mosquitto's CPU time meanwhile
 	lastRead  time.Duration // first publish to the last message read
+}
+
+// loss is what of n published readings neither a window result counted
+// nor the dead-letter output received.
+func (r subjectRun) loss(n int) int64 { return int64(n) - r.counted - r.dead }
+
+// deadNote says how many readings went to the dead-letter output.
+func (r subjectRun) deadNote() string {
+	if r.dead == 0 {
+		return "0 dead letters"
+	}
+	return fmt.Sprintf("%s readings went to the dead-letter output: later than the watermark allows (-lateness), which a publishing connection that fell behind the others produces", commas(r.dead))
 }
 
 func (r subjectRun) rate() float64 {
@@ -128,10 +141,10 @@ func reportExternal(q, n, size int, r subjectRun, runs map[string]subjectRun) {
 			What: "published minus received"})
 		return
 	}
-	lossMet = ptr(int64(n)-r.counted == 0)
-	addFigure(figure{Scenario: "external", Figure: "loss", Subject: name, Value: float64(int64(n) - r.counted), Unit: "readings",
+	lossMet = ptr(r.loss(n) == 0)
+	addFigure(figure{Scenario: "external", Figure: "loss", Subject: name, Value: float64(r.loss(n)), Unit: "readings",
 		Target: "0", Met: lossMet,
-		What: fmt.Sprintf("published minus counted in the window results (edged logged %s of the %s published; %s result messages, %d for a window already seen, %d with a msg_id already seen)", commas(r.read), commas(int64(n)), commas(r.resultMsg), r.dups, r.dupIDs)})
+		What: fmt.Sprintf("published minus counted in the window results minus dead letters (edged logged %s of the %s published; %s result messages, %d for a window already seen, %d with a msg_id already seen; %s)", commas(r.read), commas(int64(n)), commas(r.resultMsg), r.dups, r.dupIDs, r.deadNote())})
 	addFigure(figure{Scenario: "external", Figure: "duplicates", Subject: name, Value: float64(r.dups), Unit: "results",
 		What: "result messages for a (sensor, window) already received"})
 	if r.e2e > 0 {
@@ -239,6 +252,10 @@ func runEdgedExternal(dir string, mq *mosquitto, subj, root string, pkts []*pack
 	}
 	time.Sleep(time.Second) // idle
 	r.idleKB, _ = rssKB(e.pid())
+	dead0, err := e.deadLetters()
+	if err != nil {
+		return r, err
+	}
 
 	l, err := newLoad(mq.addr, "bench-pub-"+spec.name, pkts, qos)
 	if err != nil {
@@ -303,7 +320,12 @@ func runEdgedExternal(dir string, mq *mosquitto, subj, root string, pkts []*pack
 	if r.counted >= r.read {
 		r.e2e = doneAt.Sub(start)
 	}
-	logf("external: %s counted %d of %d; %d result messages", spec.name, r.counted, n, st.msgs)
+	dead1, err := e.deadLetters()
+	if err != nil {
+		return r, err
+	}
+	r.dead = dead1 - dead0
+	logf("external: %s counted %d of %d; %d result messages, %d dead letters", spec.name, r.counted, n, st.msgs, r.dead)
 	return r, nil
 }
 
