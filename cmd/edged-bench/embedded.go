@@ -100,6 +100,8 @@ func embeddedRound(dir string, mq *mosquitto, c, rnd int) error {
 	addFigure(figure{Scenario: "embedded", Figure: "messages/s, no log", Subject: name, Value: r.noLogRate(), Unit: "msg/s",
 		Baseline: &baseRate, BaselineOf: "same publishers to Mosquitto (in memory)", Target: targetS, Met: noLogMet,
 		What: what + " to the same edged's broker on topics no pipeline reads: mochi and edged's hooks, nothing appended"})
+	addFigure(figure{Scenario: "embedded", Figure: "longest PUBACK wait", Subject: name, Value: float64(r.ackGap.Microseconds()) / 1000, Unit: "ms",
+		What: fmt.Sprintf("longest time between two PUBACKs on one publishing connection; %d of its publishes were outstanding when it began (%d in flight at most)", r.ackGapOut, *embInflight)})
 	addFigure(figure{Scenario: "embedded", Figure: "CPU per message", Subject: name, Value: r.cpuPerMsg(), Unit: "µs/msg",
 		Baseline: ptr(r.noLogCPUPerMsg()), BaselineOf: "same edged, no log (broker only)",
 		What: fmt.Sprintf("edged's CPU %s (broker, ingest log, pipeline, results) over %s messages", round(r.cpu), commas(r.read))})
@@ -116,9 +118,13 @@ func embeddedRound(dir string, mq *mosquitto, c, rnd int) error {
 // run before it in the same process.
 type embeddedRun struct {
 	subjectRun
-	noLogN   int64
-	noLogDur time.Duration // first publish to last PUBACK
-	noLogCPU time.Duration // edged's CPU meanwhile
+	noLogN int64
+	// ackGap is the longest wait between two PUBACKs on one connection,
+	// ackGapOut the publishes it had outstanding when the wait began.
+	ackGap    time.Duration
+	ackGapOut int64
+	noLogDur  time.Duration // first publish to last PUBACK
+	noLogCPU  time.Duration // edged's CPU meanwhile
 }
 
 func (r embeddedRun) noLogRate() float64 {
@@ -224,6 +230,7 @@ func runEmbedded(e *edged, addr, root, name string, c, n int, ts func(int) int64
 	}
 	r.pubDur = time.Since(start)
 	r.readDur = r.pubDur
+	r.ackGap, r.ackGapOut = l.maxAckGap()
 	if off, err := e.ingested(); err == nil && off-base != int64(n) {
 		logf("embedded: ingest log holds %d new records after %d PUBACKs", off-base, n)
 	}
@@ -254,7 +261,7 @@ func runEmbedded(e *edged, addr, root, name string, c, n int, ts func(int) int64
 		return r, err
 	}
 	r.dead = dead1 - dead0
-	logf("embedded: %d connections: %d PUBACKed in %v; counted %d, %d dead letters", c, n, r.pubDur, r.counted, r.dead)
+	logf("embedded: %d connections: %d PUBACKed in %v; counted %d, %d dead letters; longest wait for a PUBACK on one connection %v (%d outstanding)", c, n, r.pubDur, r.counted, r.dead, r.ackGap, r.ackGapOut)
 	if noLogAfter {
 		if r.noLogDur, r.noLogCPU, err = runNoLog(e, addr, root, c, n, ts, deadline); err != nil {
 			return r, err

@@ -87,12 +87,17 @@ func encodeReadings(n, conns int, qos byte, msg func(i int) (string, []byte)) []
 
 // rawConn is one publishing connection.
 type rawConn struct {
-	conn    net.Conn
-	acked   atomic.Int64
-	ackBell chan struct{} // capacity 1: rung on PUBACKs
-	done    chan struct{} // closed when the reader stops
-	errMu   sync.Mutex
-	err     error // why the reader stopped
+	conn  net.Conn
+	acked atomic.Int64
+	sent  atomic.Int64 // publishes written
+	// maxGap is the longest time between two PUBACKs, and gapOut how many
+	// publishes were outstanding when it began: a full window means the
+	// broker, not the publisher, held the connection.
+	maxGap, gapOut atomic.Int64
+	ackBell        chan struct{} // capacity 1: rung on PUBACKs
+	done           chan struct{} // closed when the reader stops
+	errMu          sync.Mutex
+	err            error // why the reader stopped
 }
 
 func dialRaw(addr, clientID string) (*rawConn, error) {
@@ -130,6 +135,7 @@ func dialRaw(addr, clientID string) (*rawConn, error) {
 func (r *rawConn) read() {
 	defer close(r.done)
 	br := bufio.NewReaderSize(r.conn, 64<<10)
+	var last, out int64 // time of the last PUBACK, publishes outstanding after it
 	for {
 		h, err := br.ReadByte()
 		if err != nil {
@@ -154,7 +160,13 @@ func (r *rawConn) read() {
 			return
 		}
 		if h>>4 == 4 { // PUBACK
-			r.acked.Add(1)
+			acked := r.acked.Add(1)
+			now := time.Now().UnixNano()
+			if last != 0 && now-last > r.maxGap.Load() {
+				r.maxGap.Store(now - last)
+				r.gapOut.Store(out)
+			}
+			last, out = now, r.sent.Load()-acked
 			select {
 			case r.ackBell <- struct{}{}:
 			default:
@@ -231,6 +243,7 @@ func (r *rawConn) send(p *packets, qos byte, window int, rate float64, deadline 
 			}
 			continue
 		}
+		r.sent.Add(int64(k))
 		if _, err := r.conn.Write(p.buf[p.offs[sent]:p.offs[sent+k]]); err != nil {
 			return fmt.Errorf("publish: %w", err)
 		}
@@ -280,6 +293,19 @@ func (l *load) run(window int, rate float64, deadline time.Time) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// maxAckGap is the longest wait between two PUBACKs on any connection, and
+// how many publishes that connection had outstanding when it began.
+func (l *load) maxAckGap() (time.Duration, int64) {
+	var gap time.Duration
+	var out int64
+	for _, c := range l.conns {
+		if g := time.Duration(c.maxGap.Load()); g > gap {
+			gap, out = g, c.gapOut.Load()
+		}
+	}
+	return gap, out
 }
 
 func (l *load) close() {
