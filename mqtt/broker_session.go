@@ -54,6 +54,8 @@ type sessionHook struct {
 	// changed is closed and replaced when a routing ends or a takeover
 	// may have ended, while takeovers is not empty.
 	changed chan struct{}
+	// maxWait bounds each wait of the takeover gate (takeoverMaxWait).
+	maxWait time.Duration
 }
 
 // takeoverPoll bounds a wait for a takeover's end between checks: mochi
@@ -69,7 +71,7 @@ const takeoverMaxWait = time.Second
 // newSessionHook returns the session hook of b storing in store.
 func newSessionHook(b *Broker, store *sessionStore) *sessionHook {
 	return &sessionHook{b: b, store: store, routing: map[string]routingMessage{},
-		takeovers: map[string]*mochi.Client{}, changed: make(chan struct{})}
+		takeovers: map[string]*mochi.Client{}, changed: make(chan struct{}), maxWait: takeoverMaxWait}
 }
 
 // routingMessage is the stored message a publisher's goroutine is routing.
@@ -128,7 +130,7 @@ func (h *sessionHook) beginTakeover(id string, old *mochi.Client) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.takeovers[id] = old
-	deadline := time.Now().Add(takeoverMaxWait)
+	deadline := time.Now().Add(h.maxWait)
 	for {
 		busy := false
 		for pub, r := range h.routing {
@@ -144,7 +146,7 @@ func (h *sessionHook) beginTakeover(id string, old *mochi.Client) {
 		}
 		if time.Now().After(deadline) {
 			h.b.logger.Warn("mqtt broker: a publish to a session being taken over did not end in time; taking it over anyway",
-				"client", id, "waited", takeoverMaxWait)
+				"client", id, "waited", h.maxWait)
 			return
 		}
 		h.waitChange()
@@ -154,7 +156,7 @@ func (h *sessionHook) beginTakeover(id string, old *mochi.Client) {
 // waitTakeovers returns once no recipient in to is being taken over. h.mu
 // is held.
 func (h *sessionHook) waitTakeovers(to []sessionTo) {
-	deadline := time.Now().Add(takeoverMaxWait)
+	deadline := time.Now().Add(h.maxWait)
 	for {
 		busy := ""
 		for _, t := range to {
@@ -170,7 +172,7 @@ func (h *sessionHook) waitTakeovers(to []sessionTo) {
 			// A takeover that does not end (its new connection stuck
 			// before its CONNACK) must not hold every publisher to it.
 			h.b.logger.Warn("mqtt broker: a session takeover did not end in time; routing to it anyway",
-				"client", busy, "waited", takeoverMaxWait)
+				"client", busy, "waited", h.maxWait)
 			delete(h.takeovers, busy)
 			continue
 		}

@@ -2,9 +2,12 @@ package mqtt
 
 import (
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 	mochi "github.com/mochi-mqtt/server/v2"
@@ -165,5 +168,55 @@ func TestSessionHookTakeoverGate(t *testing.T) {
 	defer h.mu.Unlock()
 	if len(h.takeovers) != 0 {
 		t.Errorf("takeovers %v: the ended one is still held", h.takeovers)
+	}
+}
+
+// Neither wait of the takeover gate outlasts its bound: a routing to the
+// session that never ends (a publisher stuck writing to a dead link) does
+// not hold the takeover, and a takeover that never ends (a new connection
+// stuck before its CONNACK) does not hold the publishers to the session;
+// each logs why it went on.
+func TestSessionHookTakeoverGateIsBounded(t *testing.T) {
+	var logs testutil.Buffer
+	b := startBrokerCfg(t, nil, BrokerConfig{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&logs, nil))}, nil)
+	h := newSessionHook(b, b.store)
+	h.maxWait = 50 * time.Millisecond
+	old := b.server.NewClient(nil, "tcp", "consumer", false)
+	b.server.Clients.Add(old)
+	to := []sessionTo{{Client: "consumer", Qos: 1}}
+
+	// A routing to the consumer that never ends.
+	h.mu.Lock()
+	h.routing["stuck"] = routingMessage{id: 1, topic: "results/x", to: to}
+	h.mu.Unlock()
+	began := make(chan struct{})
+	go func() {
+		h.beginTakeover("consumer", old)
+		close(began)
+	}()
+	testutil.Receive(t, waitBound, "the takeover begun after the bound, the routing still under way", began)
+	if !strings.Contains(logs.String(), "a publish to a session being taken over did not end in time") {
+		t.Errorf("no warning for the routing that held the takeover; logs:\n%s", logs.String())
+	}
+
+	// The takeover never ends: mochi still routes to the old connection.
+	h.mu.Lock()
+	delete(h.routing, "stuck")
+	h.mu.Unlock()
+	routed := make(chan struct{})
+	go func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.waitTakeovers(to)
+		close(routed)
+	}()
+	testutil.Receive(t, waitBound, "the routing let through after the bound, the takeover still under way", routed)
+	if !strings.Contains(logs.String(), "a session takeover did not end in time") {
+		t.Errorf("no warning for the takeover that held the routing; logs:\n%s", logs.String())
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.takeovers) != 0 {
+		t.Errorf("takeovers %v: the one that did not end in time is still held", h.takeovers)
 	}
 }
