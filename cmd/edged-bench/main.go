@@ -64,15 +64,16 @@ var (
 	scenarios = flag.String("scenarios", "external,embedded,memory,restart,cluster,replication", "scenarios to run, comma-separated: external, embedded, memory, restart, cluster, replication")
 	quick     = flag.Bool("quick", false, "a reduced run: every count divided by 10 (unless set explicitly)")
 
-	nMsgs     = flag.Int("n", 1_000_000, "external: readings published per subscriber and publisher QoS")
-	sensors   = flag.Int("sensors", 1000, "external, embedded: distinct sensors")
-	pubQoS    = flag.String("pub-qos", "0,1", "external: publisher QoS modes to run, comma-separated")
-	subjects  = flag.String("subjects", "bare,alo,eo", "external: subscribers to run: bare (paho), alo (edged at-least-once), eo (edged exactly-once)")
-	conns     = flag.Int("conns", 8, "external: publisher connections")
-	inflight  = flag.Int("inflight", 2000, "QoS 1 publishes in flight per connection (external, memory)")
-	pubRate   = flag.Float64("pub-rate", 0, "external: cap on the publishers' rate over all connections, msg/s (0: as fast as they go)")
-	eventRate = flag.Int("event-rate", 100_000, "readings per second of event time (external, embedded): the 1 s windows hold this many readings")
-	lateness  = flag.Duration("lateness", 2*time.Second, "max_out_of_orderness of the pipelines (publishers on several connections interleave)")
+	nMsgs      = flag.Int("n", 1_000_000, "external: readings published per subscriber and publisher QoS")
+	sensors    = flag.Int("sensors", 1000, "external, embedded: distinct sensors")
+	pubQoS     = flag.String("pub-qos", "0,1", "external: publisher QoS modes to run, comma-separated")
+	subjects   = flag.String("subjects", "bare,alo,eo", "external: subscribers to run: bare (paho), alo (edged at-least-once), eo (edged exactly-once)")
+	conns      = flag.Int("conns", 8, "external: publisher connections")
+	inflight   = flag.Int("inflight", 2000, "QoS 1 publishes in flight per connection (external, memory)")
+	mqInflight = flag.Int("mosquitto-inflight", 1000, "Mosquitto's max_inflight_messages: QoS 1 messages it sends a subscriber before its PUBACKs (Mosquitto's own default is 20)")
+	pubRate    = flag.Float64("pub-rate", 0, "external: cap on the publishers' rate over all connections, msg/s (0: as fast as they go)")
+	eventRate  = flag.Int("event-rate", 100_000, "readings per second of event time (external, embedded): the 1 s windows hold this many readings")
+	lateness   = flag.Duration("lateness", 2*time.Second, "max_out_of_orderness of the pipelines (publishers on several connections interleave)")
 
 	embConns    = flag.String("embedded-conns", "4,16", "embedded: publishing connections per run, comma-separated")
 	embN        = flag.Int("embedded-n", 200_000, "embedded: readings published per run")
@@ -428,7 +429,7 @@ func startMosquitto(dir string) (*mosquitto, error) {
 	// publishers loses nothing (QoS 0 messages to a connected client are
 	// dropped only past max_queued_messages).
 	q := max(2_000_000, 2*(*nMsgs+*loadN))
-	body := fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nmax_inflight_messages 1000\nmax_queued_messages %d\n", port, q)
+	body := fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nmax_inflight_messages %d\nmax_queued_messages %d\n", port, *mqInflight, q)
 	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
 		return nil, err
 	}
