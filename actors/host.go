@@ -748,7 +748,9 @@ func (h *host) newContext(t *task, i int) (*operators.Context, error) {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return nil, err
 			}
-			path := filepath.Join(dir, fmt.Sprintf("%s.%d.db", v.UID, subtask))
+			// A declared pipeline's UIDs hold a '/': escaped, as in the
+			// snapshots' file names, not a directory that does not exist.
+			path := filepath.Join(dir, fmt.Sprintf("%s.%d.db", snapshot.FileName(v.UID), subtask))
 			b, err := state.NewBoltBackend(path, kg, h.cfg.Clock, h.cfg.StateBackend.Bolt)
 			if err != nil {
 				return nil, err

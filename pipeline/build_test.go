@@ -49,13 +49,24 @@ type winVal struct {
 
 // TestDemoEndToEnd runs configs/demo.yaml on a bounded generator and
 // checks every window and alert against a plain loop over the same
-// records.
+// records, with each state backend (bolt's files are named by the
+// operators' UIDs, which hold the pipeline's name and a '/').
 func TestDemoEndToEnd(t *testing.T) {
+	for _, backend := range []string{"memory", "bolt"} {
+		t.Run(backend, func(t *testing.T) { demoEndToEnd(t, backend) })
+	}
+}
+
+func demoEndToEnd(t *testing.T, backend string) {
 	cfg, err := Load("../configs/demo.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	pc := cfg.Pipelines[0]
+	pc.StateBackend = backend
+	if backend == "bolt" {
+		pc.StateDir = t.TempDir()
+	}
 	const count, keys = 3000, 10
 	pc.Source.Generator.Count = count
 	pc.Source.Generator.Keys = keys

@@ -548,6 +548,15 @@ func stateFileName(uid string, subtask int) (string, error) {
 	if subtask < 0 {
 		return "", fmt.Errorf("%w: subtask %d", ErrName, subtask)
 	}
+	name := FileName(uid)
+	return fmt.Sprintf("%s.%d.state", name, subtask), nil
+}
+
+// FileName is uid as a file name: letters, digits, '.', '_' and '-' as
+// they are, every other byte as %XX (a '/' of a declared pipeline's UIDs
+// among them), cut to at most 197 bytes with a hash of the whole. It
+// names the state files of snapshots and of the bolt state backend.
+func FileName(uid string) string {
 	var b strings.Builder
 	for i := 0; i < len(uid); i++ {
 		c := uid[i]
@@ -561,7 +570,7 @@ func stateFileName(uid string, subtask int) (string, error) {
 	if len(name) > 200 {
 		name = fmt.Sprintf("%s~%016x", name[:180], keygroup.HashString(uid))
 	}
-	return fmt.Sprintf("%s.%d.state", name, subtask), nil
+	return name
 }
 
 // writeAtomic writes dir/name through a temporary file: write, fsync,
