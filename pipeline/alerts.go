@@ -1,6 +1,9 @@
 package pipeline
 
 import (
+	"cmp"
+	"slices"
+
 	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/state"
 )
@@ -25,19 +28,32 @@ type AlertState struct {
 // after it (before that record is looked at), or a timer when the
 // watermark (processing time without event time) passes it. A false record
 // re-arms the alert. Silent fires at Last+D when no record came by then.
+//
+// With event time the records of a key are looked at in timestamp order,
+// not in arrival order: a record ahead of the watermark waits in pending
+// until the watermark passes its timestamp. The records of one key reach
+// this operator over as many channels as the pipeline has decoding
+// subtasks, interleaved differently in every run; in arrival order a
+// replay after a restore would see another sequence, and fire other
+// alerts, than the run before it.
 type alertFn struct {
-	pl    *plan
-	name  string
-	dead  operators.OutputTag[DeadLetter]
-	count *counters
-	ev    *evaluator
-	st    state.Value[AlertState]
+	pl      *plan
+	name    string
+	dead    operators.OutputTag[DeadLetter]
+	count   *counters
+	ev      *evaluator
+	st      state.Value[AlertState]
+	pending state.List[Row]
 }
 
 func (f *alertFn) Open(rt *operators.KeyedRuntime[string]) error {
 	f.ev = newEvaluator(f.pl.schema)
 	var err error
 	f.st, err = state.NewValue(rt.Backend(), rt.Keys(), state.ValueDescriptor[AlertState]{Name: "alerts"})
+	if err != nil || !f.pl.eventTime {
+		return err
+	}
+	f.pending, err = state.NewList(rt.Backend(), rt.Keys(), state.ListDescriptor[Row]{Name: "alerts-pending"})
 	return err
 }
 
@@ -82,12 +98,27 @@ func (f *alertFn) fireDue(ctx *operators.KeyedContext[string, Row], s *AlertStat
 }
 
 func (f *alertFn) ProcessElement(r Row, ctx *operators.KeyedContext[string, Row]) error {
+	if f.pl.eventTime {
+		if ts := ctx.Timestamp(); ts > ctx.CurrentWatermark() {
+			f.pending.Add(r)
+			ctx.Timers().RegisterEventTimeTimer(ts)
+			return nil
+		}
+	}
+	// Without event time, or behind the watermark: at once.
 	s, _ := f.st.Get()
-	now := f.now(ctx)
-	f.fireDue(ctx, &s, now)
+	f.apply(ctx, &s, &r, f.now(ctx))
+	f.st.Update(s)
+	return nil
+}
+
+// apply fires what is due at now, the time of record r, and then looks
+// at r.
+func (f *alertFn) apply(ctx *operators.KeyedContext[string, Row], s *AlertState, r *Row, now int64) {
+	f.fireDue(ctx, s, now)
 	for i := range f.pl.alerts {
 		a := &f.pl.alerts[i]
-		ok, err := f.ev.test(&a.program, &r)
+		ok, err := f.ev.test(&a.program, r)
 		if err != nil {
 			d := DeadLetter{Pipeline: f.name, Err: "alert " + a.name + ": " + err.Error(), Payload: string(r.AppendJSON(nil, f.pl.schema))}
 			f.count.deadLetter(d)
@@ -106,12 +137,26 @@ func (f *alertFn) ProcessElement(r Row, ctx *operators.KeyedContext[string, Row]
 		s.Last, s.Seen, s.SilentFired = now, true, false
 		f.register(ctx, now+f.pl.silentMs)
 	}
-	f.st.Update(s)
-	return nil
 }
 
 func (f *alertFn) OnTimer(ts int64, ctx *operators.KeyedContext[string, Row]) error {
 	s, ok := f.st.Get()
+	if f.pl.eventTime && ctx.TimeDomain() == operators.EventTime {
+		// The pending records at or before ts, in timestamp order (those
+		// of one timestamp in arrival order).
+		if rows := f.pending.Get(); len(rows) > 0 {
+			slot := f.pl.ts.Slot
+			due := slices.DeleteFunc(slices.Clone(rows), func(r Row) bool { return r.Int(slot) > ts })
+			if len(due) > 0 {
+				slices.SortStableFunc(due, func(a, b Row) int { return cmp.Compare(a.Int(slot), b.Int(slot)) })
+				for i := range due {
+					f.apply(ctx, &s, &due[i], due[i].Int(slot))
+				}
+				f.pending.Update(slices.DeleteFunc(rows, func(r Row) bool { return r.Int(slot) <= ts }))
+				ok = true
+			}
+		}
+	}
 	if !ok {
 		return nil
 	}

@@ -1,0 +1,123 @@
+package pipeline
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/edgedio/edged/operators"
+	"github.com/edgedio/edged/operators/operatorstest"
+)
+
+const alertOrderConfig = `
+pipelines:
+  - name: order
+    source: {generator: {count: 1}}
+    event_time: {field: ts, max_out_of_orderness: 1s}
+    key: id
+    alerts: [{name: hot, when: temp > 38, for: 300ms}]
+    silent: {for: 2s}
+    sinks: [{stdout: {}}]
+`
+
+// alertRun feeds the records at positions order of rows to the alerts
+// operator, a watermark after every record (the one its source would send
+// at that point of an in-order stream, max_out_of_orderness behind), and
+// returns the alerts it emitted.
+func alertRun(t *testing.T, pl *plan, rows []Row, order []int, lag int64) []string {
+	t.Helper()
+	keySlot, tsSlot := pl.key.Slot, pl.ts.Slot
+	tag := operators.NewOutputTag[DeadLetter]("dead-letter")
+	h := operatorstest.New(func(out operators.Collector[Row]) operators.OneInput[Row] {
+		fn := &alertFn{pl: pl, name: "order", dead: tag, count: &counters{}}
+		return operators.NewKeyedProcess(func(r Row) string { return r.Str(keySlot) }, operators.KeyedProcessFunction[string, Row, Row](fn), out)
+	}, operatorstest.Keyed(128), operatorstest.SideOutput[DeadLetter](tag.ID()))
+	if err := h.Open(); err != nil {
+		t.Fatal(err)
+	}
+	wm := int64(-1 << 62)
+	for n, i := range order {
+		r := rows[i]
+		h.Process(r, r.Int(tsSlot))
+		// The watermark of an in-order stream after n+1 records.
+		if w := rows[n].Int(tsSlot) - lag; w > wm {
+			wm = w
+			if err := h.Watermark(wm); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := h.EndInput(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range h.Values() {
+		got = append(got, string(r.AppendJSON(nil, pl.alertSchema)))
+	}
+	slices.Sort(got)
+	return got
+}
+
+// With event time the alerts of a key do not depend on the order in which
+// its records arrive: at parallelism above 1 they reach the alerts
+// operator over one channel per decoding subtask, interleaved differently
+// in each run, so a replay after a restore sees another arrival order than
+// the run before it. Every shuffle of the records within
+// max_out_of_orderness gives the alerts of the in-order stream.
+func TestAlertsTakeRecordsInEventTimeOrder(t *testing.T) {
+	cfg, err := Parse([]byte(alertOrderConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p problems
+	pl := cfg.Pipelines[0].compile(&p, "pipelines[0]")
+	if len(p) != 0 {
+		t.Fatal(p)
+	}
+	idSlot, tempSlot, tsSlot := pl.in.Field(0).Slot, pl.in.Field(1).Slot, pl.in.Field(2).Slot
+	// Two sensors, a reading every 50 ms, hot stretches of 400 ms every
+	// 1 s (an alert each), with one cold reading in some of them (no
+	// alert), and a 3 s gap (silent).
+	var rows []Row
+	for i := range 200 {
+		ts := int64(1_000_000 + 50*i)
+		if i >= 100 && i < 160 {
+			continue // the gap
+		}
+		for k, id := range []string{"a", "b"} {
+			temp := 20.0
+			if ph := i % 20; ph >= 2 && ph < 10 && !(k == 1 && ph == 5 && i%40 < 20) {
+				temp = 40
+			}
+			var r Row
+			r.SetStr(idSlot, id)
+			r.SetFloat(tempSlot, temp)
+			r.SetInt(tsSlot, ts)
+			rows = append(rows, r)
+		}
+	}
+	inOrder := make([]int, len(rows))
+	for i := range inOrder {
+		inOrder[i] = i
+	}
+	const lag = 1000
+	want := alertRun(t, pl, rows, inOrder, lag)
+	if len(want) < 10 {
+		t.Fatalf("%d alerts in order: choose other data\n%v", len(want), want)
+	}
+	for seed := range uint64(20) {
+		// Shuffle within windows of 10 records (250 ms of event time,
+		// well within max_out_of_orderness), as interleaved channels do.
+		rng := rand.New(rand.NewPCG(seed, 1))
+		order := slices.Clone(inOrder)
+		for at := 0; at < len(order); at += 10 {
+			w := order[at:min(at+10, len(order))]
+			rng.Shuffle(len(w), func(i, j int) { w[i], w[j] = w[j], w[i] })
+		}
+		got := alertRun(t, pl, rows, order, lag)
+		if !slices.Equal(got, want) {
+			t.Fatalf("seed %d: shuffled within the out-of-orderness, the alerts differ:\ngot  %v\nwant %v", seed, got, want)
+		}
+	}
+	t.Logf("%d alerts, the same for 20 shuffles", len(want))
+}
