@@ -141,21 +141,8 @@ func (f *alertFn) apply(ctx *operators.KeyedContext[string, Row], s *AlertState,
 
 func (f *alertFn) OnTimer(ts int64, ctx *operators.KeyedContext[string, Row]) error {
 	s, ok := f.st.Get()
-	if f.pl.eventTime && ctx.TimeDomain() == operators.EventTime {
-		// The pending records at or before ts, in timestamp order (those
-		// of one timestamp in arrival order).
-		if rows := f.pending.Get(); len(rows) > 0 {
-			slot := f.pl.ts.Slot
-			due := slices.DeleteFunc(slices.Clone(rows), func(r Row) bool { return r.Int(slot) > ts })
-			if len(due) > 0 {
-				slices.SortStableFunc(due, func(a, b Row) int { return cmp.Compare(a.Int(slot), b.Int(slot)) })
-				for i := range due {
-					f.apply(ctx, &s, &due[i], due[i].Int(slot))
-				}
-				f.pending.Update(slices.DeleteFunc(rows, func(r Row) bool { return r.Int(slot) <= ts }))
-				ok = true
-			}
-		}
+	if f.pl.eventTime && ctx.TimeDomain() == operators.EventTime && f.takePending(ctx, &s) {
+		ok = true
 	}
 	if !ok {
 		return nil
@@ -163,4 +150,38 @@ func (f *alertFn) OnTimer(ts int64, ctx *operators.KeyedContext[string, Row]) er
 	f.fireDue(ctx, &s, ts)
 	f.st.Update(s)
 	return nil
+}
+
+// takePending looks at the pending records the watermark passed, in
+// timestamp order (those of one timestamp in arrival order), and reports
+// whether there were any. The first timer of a key that a watermark fires
+// takes them all: each record has a timer, and the later ones find none.
+func (f *alertFn) takePending(ctx *operators.KeyedContext[string, Row], s *AlertState) bool {
+	wm, slot := ctx.CurrentWatermark(), f.pl.ts.Slot
+	due := false
+	for r := range f.pending.All() {
+		if r.Int(slot) <= wm {
+			due = true
+			break
+		}
+	}
+	if !due {
+		return false
+	}
+	rows := f.pending.Get()
+	var take []Row
+	rest := rows[:0]
+	for _, r := range rows {
+		if r.Int(slot) <= wm {
+			take = append(take, r)
+		} else {
+			rest = append(rest, r)
+		}
+	}
+	slices.SortStableFunc(take, func(a, b Row) int { return cmp.Compare(a.Int(slot), b.Int(slot)) })
+	for i := range take {
+		f.apply(ctx, s, &take[i], take[i].Int(slot))
+	}
+	f.pending.Update(rest)
+	return true
 }
