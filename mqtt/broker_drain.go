@@ -62,6 +62,13 @@ func (h *drainHook) OnConnect(cl *mochi.Client, _ packets.Packet) error {
 // fsync in its ackGate), and the connection stays open, unread, until the
 // broker closes them all: the device must not resend those.
 func (h *drainHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Type == packets.Connect {
+		// Not tracked: for a CONNECT, mochi calls neither
+		// OnPacketProcessed nor, when the connection is refused (by
+		// OnConnect while draining), OnDisconnect, and the drain would
+		// wait for it until its timeout.
+		return pk, nil
+	}
 	h.mu.Lock()
 	if h.draining && pk.FixedHeader.Type == packets.Publish {
 		h.refused++

@@ -1,7 +1,9 @@
 package mqtt
 
 import (
+	"bytes"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -150,5 +152,57 @@ func TestBrokerDrainHoldsARefusedConnectionUntilClose(t *testing.T) {
 	}
 	if got := logPayloads(t, dir); got["before"] != 1 || got["refused"] != 0 {
 		t.Fatalf("log holds %v, want only \"before\" once", got)
+	}
+}
+
+// A device that connects while the broker drains is refused, and the
+// drain does not wait for its CONNECT (mochi reports no end of processing
+// for a CONNECT it refuses): the stop ends once the publishes in flight
+// are acknowledged, not at the drain timeout.
+func TestBrokerDrainIsNotHeldByARefusedConnect(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, ingestlog.DefaultOptions())
+	release := make(chan struct{})
+	b := startBrokerWith(t, l, BrokerConfig{DrainTimeout: time.Hour}, func(b *Broker) {
+		b.durableWait = func(lg *ingestlog.Log, off uint64) error {
+			<-release
+			return lg.WaitDurable(off)
+		}
+	})
+	c, _ := dialRaw(t, b.Addr(), "dev", true)
+	c.publish(1, 1, "sensors/x", []byte("held"), false) // its PUBACK waits for release
+	testutil.Eventually(t, waitBound, "the PUBACK held", func() bool { return b.drain.busyCount() > 0 })
+
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	testutil.Eventually(t, waitBound, "the broker draining", func() bool {
+		b.drain.mu.Lock()
+		defer b.drain.mu.Unlock()
+		return b.drain.draining
+	})
+	late, err := net.Dial("tcp", b.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Close()
+	var buf bytes.Buffer
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 4,
+		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), ClientIdentifier: "late", Clean: true, Keepalive: 60}}
+	if err := pk.ConnectEncode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := late.Write(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	late.SetReadDeadline(time.Now().Add(waitBound))
+	if n, err := late.Read(make([]byte, 64)); err == nil {
+		t.Fatalf("the broker answered a CONNECT while draining (%d bytes)", n)
+	}
+	late.Close()
+
+	close(release)
+	c.expect(packets.Puback, 1)
+	if err := testutil.Receive(t, waitBound, "Close returns", closed); err != nil {
+		t.Fatal(err)
 	}
 }
