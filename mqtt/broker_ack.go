@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -136,9 +137,12 @@ type ackGate struct {
 	owed    bool      // counted in the drain hook as acknowledgements pending
 	running bool      // the flusher goroutine was started
 	closed  bool
-	err     error         // sticky: the log failed or a write failed
-	wake    chan struct{} // cap 1: there is work for the flusher
-	waitBuf []uint64      // the flusher's copy of written
+	// lingering is set when Close began a lingering close: the socket is
+	// closed by linger, and the read deadline is its bound.
+	lingering bool
+	err       error         // sticky: the log failed or a write failed
+	wake      chan struct{} // cap 1: there is work for the flusher
+	waitBuf   []uint64      // the flusher's copy of written
 }
 
 func newAckGate(b *Broker, c net.Conn) *ackGate {
@@ -242,15 +246,96 @@ func (g *ackGate) settled() {
 	}
 }
 
+// closeWriter is a connection whose sending side can be ended alone
+// (*net.TCPConn).
+type closeWriter interface{ CloseWrite() error }
+
 // Close closes the connection; held bytes are dropped (their messages were
-// not acknowledged, so the device resends them).
+// not acknowledged, so the device resends them). While the broker stops,
+// and when the connection can end its sending side alone, the close
+// lingers instead (see linger): Close returns at once, the broker's Close
+// waits for it. Any other connection closes at once, as before.
 func (g *ackGate) Close() error {
 	g.mu.Lock()
 	g.closed = true
 	g.cond.Broadcast()
 	g.signal()
+	if g.lingering {
+		g.mu.Unlock()
+		return nil
+	}
+	cw, ok := g.Conn.(closeWriter)
+	if !ok || !g.b.stopping.Load() {
+		g.mu.Unlock()
+		return g.Conn.Close()
+	}
+	g.lingering = true
+	// Bounds the reads of linger and of mochi's connection goroutine, and
+	// a write a device does not read (SetDeadline keeps it from now on).
+	_ = g.Conn.SetDeadline(time.Now().Add(g.b.lingerTimeout))
+	g.b.lingerers.Add(1)
 	g.mu.Unlock()
-	return g.Conn.Close()
+	go g.linger(cw)
+	return nil
+}
+
+// linger closes the connection without a reset: once the bytes being
+// written are out, it ends the sending side (the device reads everything
+// written, then the end of the stream), reads and discards what the
+// device still sends until it closes its side (or the read deadline Close
+// set passes), and then closes the socket. A socket closed with unread
+// data in it is reset by the kernel, and a reset may make the device drop
+// acknowledgements it has received but not read.
+func (g *ackGate) linger(cw closeWriter) {
+	defer g.b.lingerers.Done()
+	g.mu.Lock()
+	for g.writing { // a write to the device, or the flusher's wait for an fsync before it
+		g.cond.Wait()
+	}
+	g.mu.Unlock()
+	if err := cw.CloseWrite(); err == nil {
+		var buf [512]byte
+		for {
+			if _, err := g.Conn.Read(buf[:]); err != nil {
+				break
+			}
+		}
+	}
+	g.Conn.Close()
+}
+
+// SetDeadline sets the connection's deadlines, but leaves those of a
+// lingering close alone (mochi's connection goroutine refreshes them
+// before each packet it reads, and would lift the bound).
+func (g *ackGate) SetDeadline(t time.Time) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.lingering {
+		return nil
+	}
+	return g.Conn.SetDeadline(t)
+}
+
+// SetReadDeadline sets the connection's read deadline, but not during a
+// lingering close (see SetDeadline).
+func (g *ackGate) SetReadDeadline(t time.Time) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.lingering {
+		return nil
+	}
+	return g.Conn.SetReadDeadline(t)
+}
+
+// SetWriteDeadline sets the connection's write deadline, but not during
+// a lingering close (see SetDeadline).
+func (g *ackGate) SetWriteDeadline(t time.Time) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.lingering {
+		return nil
+	}
+	return g.Conn.SetWriteDeadline(t)
 }
 
 // flush waits for the records appended for this connection to become
@@ -306,8 +391,11 @@ func (g *ackGate) flush() {
 			g.held = nil
 			g.cond.Broadcast()
 			g.settle()
+			lingering := g.lingering
 			g.mu.Unlock()
-			g.Conn.Close()
+			if !lingering { // else linger closes it
+				g.Conn.Close()
+			}
 			return
 		}
 		if len(g.held) == 0 && !g.syncDue && g.owed {
