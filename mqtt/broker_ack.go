@@ -69,11 +69,22 @@ func (l *gatedListener) Serve(establish listeners.EstablishFn) {
 		if err != nil {
 			return
 		}
+		// The connection counts among mochi's clients from here, under mu,
+		// so that Close's caller cannot begin to wait for the clients
+		// before it is counted (mochi counts it in the goroutine:
+		// WaitGroup.Add racing with Wait when a device connects as the
+		// broker stops).
+		l.mu.Lock()
 		if l.end.Load() {
+			l.mu.Unlock()
 			conn.Close()
 			return
 		}
+		clients := &l.b.server.Listeners.ClientsWg
+		clients.Add(1)
+		l.mu.Unlock()
 		go func() {
+			defer clients.Done()
 			if err := establish(l.ID(), newAckGate(l.b, conn)); err != nil {
 				log.Warn("mqtt broker: connection ended", "error", err)
 			}
@@ -88,7 +99,10 @@ func (l *gatedListener) Serve(establish listeners.EstablishFn) {
 // lock): Close would hang when a device disconnects while the broker
 // stops.
 func (l *gatedListener) Close(listeners.CloseFn) {
-	if l.end.CompareAndSwap(false, true) {
+	l.mu.Lock()
+	first := l.end.CompareAndSwap(false, true)
+	l.mu.Unlock()
+	if first {
 		for _, cl := range l.b.server.Clients.GetAll() {
 			if cl.Net.Listener == l.ID() && !cl.Closed() {
 				_ = l.b.server.DisconnectClient(cl, packets.ErrServerShuttingDown)
