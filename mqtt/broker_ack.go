@@ -23,10 +23,11 @@ const maxHeldBytes = 1 << 20
 type gatedListener struct {
 	b       *Broker
 	address string
-	mu      sync.Mutex   // guards listen
+	mu      sync.Mutex   // guards listen, conns, and end's change
 	listen  net.Listener // set by Init
 	log     *slog.Logger
 	end     atomic.Bool
+	conns   map[*ackGate]struct{} // the connections established or being established
 }
 
 // ID returns the listener's id.
@@ -82,12 +83,20 @@ func (l *gatedListener) Serve(establish listeners.EstablishFn) {
 		}
 		clients := &l.b.server.Listeners.ClientsWg
 		clients.Add(1)
+		g := newAckGate(l.b, conn)
+		if l.conns == nil {
+			l.conns = map[*ackGate]struct{}{}
+		}
+		l.conns[g] = struct{}{}
 		l.mu.Unlock()
 		go func() {
 			defer clients.Done()
-			if err := establish(l.ID(), newAckGate(l.b, conn)); err != nil {
+			if err := establish(l.ID(), g); err != nil {
 				log.Warn("mqtt broker: connection ended", "error", err)
 			}
+			l.mu.Lock()
+			delete(l.conns, g)
+			l.mu.Unlock()
 		}()
 	}
 }
@@ -98,9 +107,22 @@ func (l *gatedListener) Serve(establish listeners.EstablishFn) {
 // two (its Delete waits for the write lock, which blocks the second read
 // lock): Close would hang when a device disconnects while the broker
 // stops.
+//
+// While the broker stops, every connection's deadlines are first fixed
+// at the linger bound (see ackGate.bound): mochi writes to a client under
+// the client's lock, which DisconnectClient takes, so a write blocked on
+// a device that reads nothing would hold the stop until the keepalive
+// deadline; and a connection that never sent its CONNECT has no deadline
+// at all, while mochi's Close waits for its goroutine.
 func (l *gatedListener) Close(listeners.CloseFn) {
 	l.mu.Lock()
 	first := l.end.CompareAndSwap(false, true)
+	if first && l.b.stopping.Load() {
+		until := time.Now().Add(l.b.lingerTimeout)
+		for g := range l.conns {
+			g.bound(until)
+		}
+	}
 	l.mu.Unlock()
 	if first {
 		for _, cl := range l.b.server.Clients.GetAll() {
@@ -152,11 +174,14 @@ type ackGate struct {
 	running bool      // the flusher goroutine was started
 	closed  bool
 	// lingering is set when Close began a lingering close: the socket is
-	// closed by linger, and the read deadline is its bound.
+	// closed by linger.
 	lingering bool
-	err       error         // sticky: the log failed or a write failed
-	wake      chan struct{} // cap 1: there is work for the flusher
-	waitBuf   []uint64      // the flusher's copy of written
+	// bounded is set when the deadlines were fixed for the stop (bound):
+	// SetDeadline and its kin change them no more.
+	bounded bool
+	err     error         // sticky: the log failed or a write failed
+	wake    chan struct{} // cap 1: there is work for the flusher
+	waitBuf []uint64      // the flusher's copy of written
 }
 
 func newAckGate(b *Broker, c net.Conn) *ackGate {
@@ -285,8 +310,8 @@ func (g *ackGate) Close() error {
 	}
 	g.lingering = true
 	// Bounds the reads of linger and of mochi's connection goroutine, and
-	// a write a device does not read (SetDeadline keeps it from now on).
-	_ = g.Conn.SetDeadline(time.Now().Add(g.b.lingerTimeout))
+	// a write a device does not read.
+	g.boundLocked(time.Now().Add(g.b.lingerTimeout))
 	g.b.lingerers.Add(1)
 	g.mu.Unlock()
 	go g.linger(cw)
@@ -318,35 +343,52 @@ func (g *ackGate) linger(cw closeWriter) {
 	g.Conn.Close()
 }
 
-// SetDeadline sets the connection's deadlines, but leaves those of a
-// lingering close alone (mochi's connection goroutine refreshes them
-// before each packet it reads, and would lift the bound).
+// bound fixes the connection's read and write deadlines at t, unless
+// they were fixed already: the stop waits for nothing on this connection
+// past t.
+func (g *ackGate) bound(t time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.boundLocked(t)
+}
+
+// boundLocked is bound with g.mu held.
+func (g *ackGate) boundLocked(t time.Time) {
+	if !g.bounded {
+		g.bounded = true
+		_ = g.Conn.SetDeadline(t)
+	}
+}
+
+// SetDeadline sets the connection's deadlines, but leaves those fixed for
+// the stop alone (mochi's connection goroutine refreshes them before each
+// packet it reads, and would lift the bound).
 func (g *ackGate) SetDeadline(t time.Time) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.lingering {
+	if g.bounded {
 		return nil
 	}
 	return g.Conn.SetDeadline(t)
 }
 
-// SetReadDeadline sets the connection's read deadline, but not during a
-// lingering close (see SetDeadline).
+// SetReadDeadline sets the connection's read deadline, unless fixed for
+// the stop (see SetDeadline).
 func (g *ackGate) SetReadDeadline(t time.Time) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.lingering {
+	if g.bounded {
 		return nil
 	}
 	return g.Conn.SetReadDeadline(t)
 }
 
-// SetWriteDeadline sets the connection's write deadline, but not during
-// a lingering close (see SetDeadline).
+// SetWriteDeadline sets the connection's write deadline, unless fixed
+// for the stop (see SetDeadline).
 func (g *ackGate) SetWriteDeadline(t time.Time) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.lingering {
+	if g.bounded {
 		return nil
 	}
 	return g.Conn.SetWriteDeadline(t)

@@ -356,9 +356,11 @@ func TestBrokerDrainIsNotHeldByARefusedConnect(t *testing.T) {
 }
 
 // Devices that never close their connections do not hold a stop past
-// the linger bound: one that neither reads nor sends, and one that keeps
-// sending without reading. Close lingers for them (it does not close
-// while they may still read what was written), then closes.
+// the linger bound: one that neither reads nor sends, one that keeps
+// sending without reading, a subscriber that reads nothing of what is
+// routed to it (the broker's write to it blocks), and one that never
+// sends its CONNECT. Close lingers for them (it does not close while
+// they may still read what was written), then closes.
 func TestBrokerStopIsBoundedForDevicesThatNeverClose(t *testing.T) {
 	const bound = 200 * time.Millisecond
 	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
@@ -366,10 +368,19 @@ func TestBrokerStopIsBoundedForDevicesThatNeverClose(t *testing.T) {
 	quiet, _ := dialRaw(t, b.Addr(), "quiet", true)
 	quiet.publish(1, 1, "sensors/x", []byte("quiet"), false)
 	quiet.expect(packets.Puback, 1)
+	sub, _ := dialRaw(t, b.Addr(), "sub", true)
+	sub.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: "sensors/#"}}})
+	sub.expect(packets.Suback, 1)
+	mute, err := net.Dial("tcp", b.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mute.Close()
 	chatty, _ := dialRaw(t, b.Addr(), "chatty", true)
 	var buf bytes.Buffer
 	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish}, ProtocolVersion: 4,
-		TopicName: "sensors/x", Payload: []byte("chatty")}
+		TopicName: "sensors/x", Payload: make([]byte, 4096)}
 	if err := pk.PublishEncode(&buf); err != nil {
 		t.Fatal(err)
 	}
@@ -384,7 +395,8 @@ func TestBrokerStopIsBoundedForDevicesThatNeverClose(t *testing.T) {
 			n++
 		}
 	}()
-	testutil.Eventually(t, waitBound, "the chatty device publishing", func() bool { return l.Stats().Appends > 100 })
+	// 20 MB routed to the subscriber: more than its connection buffers.
+	testutil.Eventually(t, waitBound, "the chatty device publishing", func() bool { return l.Stats().Appends > 5000 })
 
 	start := time.Now()
 	closed := make(chan error, 1)
