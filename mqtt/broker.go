@@ -371,9 +371,9 @@ func (b *Broker) SessionStats() SessionStats {
 // being processed (appends and their PUBACK/PUBREC), then unblocks the
 // appends still waiting for log space (their devices get no PUBACK),
 // disconnects every client with a lingering close (at most drainLinger
-// each, less when the device closes first), stops the listener, waits for
-// the connection goroutines and closes the session journal. Closing twice
-// is a no-op.
+// from when it begins to disconnect them, less when the devices close
+// first), stops the listener, waits for the connection goroutines and
+// closes the session journal. Closing twice is a no-op.
 func (b *Broker) Close() error {
 	b.mu.Lock()
 	if b.closed {

@@ -321,8 +321,8 @@ func (g *ackGate) Close() error {
 // linger closes the connection without a reset: once the bytes being
 // written are out, it ends the sending side (the device reads everything
 // written, then the end of the stream), reads and discards what the
-// device still sends until it closes its side (or the read deadline Close
-// set passes), and then closes the socket. A socket closed with unread
+// device still sends until it closes its side (or the deadline fixed
+// for the stop passes, see bound), and then closes the socket. A socket closed with unread
 // data in it is reset by the kernel, and a reset may make the device drop
 // acknowledgements it has received but not read.
 func (g *ackGate) linger(cw closeWriter) {
