@@ -167,12 +167,17 @@ func (c BrokerConfig) Validate() error {
 // crash of the broker (see sessionHook).
 //
 // Close drains: it refuses new connections and new PUBLISH packets (the
-// connection that sent one is read no further and gets no acknowledgement
-// for it, so its device resends it to the next broker, and nothing was
-// appended), waits up to BrokerConfig.DrainTimeout for the publishes
-// being processed to be appended and acknowledged, leaves the
-// connections open up to drainLinger for the devices to read those
-// acknowledgements, then disconnects the clients.
+// connection that sent one gets no acknowledgement for it, so its device
+// resends it to the next broker, and nothing was appended), waits up to
+// BrokerConfig.DrainTimeout for the publishes being processed to be
+// appended and acknowledged, then disconnects the clients. Every
+// connection of the broker's listener ends with a lingering close: after
+// the last bytes written to it (its PUBACKs), the broker ends its side
+// (TCP FIN) and reads and discards what the device still sends until the
+// device closes too, or lingerTimeout passes; only then does it close the
+// socket. Closing a socket with unread data in it makes the kernel reset
+// the connection, and a reset may make the device lose acknowledgements
+// it had not read yet.
 type Broker struct {
 	cfg    BrokerConfig
 	log    *ingestlog.Log
@@ -193,6 +198,11 @@ type Broker struct {
 	// acknowledgement gates (tests).
 	durableWait func(l *ingestlog.Log, off uint64) error
 	flushers    sync.WaitGroup // the ackGate flushers
+	// lingerTimeout bounds a lingering close (see ackGate.Close):
+	// drainLinger, or a test's value set before connections come.
+	lingerTimeout time.Duration
+	lingerers     sync.WaitGroup // the ackGate lingering closes
+	stopping      atomic.Bool    // set by Close: connections end with a lingering close
 
 	tooLarge    atomic.Uint64 // packets refused for MaxMessageBytes (connection closed)
 	deadLetters atomic.Uint64 // messages appended as dead-letter records
@@ -232,7 +242,7 @@ func NewBroker(cfg BrokerConfig, log *ingestlog.Log) (*Broker, error) {
 		SysTopicResendInterval: sysTopicInterval,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	b := &Broker{cfg: cfg, log: log, logger: logger, server: server, ctx: ctx, cancel: cancel}
+	b := &Broker{cfg: cfg, log: log, logger: logger, server: server, ctx: ctx, cancel: cancel, lingerTimeout: drainLinger}
 	b.drain = newDrainHook()
 	for _, h := range []mochi.Hook{b.drain, new(allowHook), &ingestHook{b: b}} {
 		if err := server.AddHook(h, nil); err != nil {
@@ -360,8 +370,10 @@ func (b *Broker) SessionStats() SessionStats {
 // PUBLISH packets, waits up to BrokerConfig.DrainTimeout for the packets
 // being processed (appends and their PUBACK/PUBREC), then unblocks the
 // appends still waiting for log space (their devices get no PUBACK),
-// disconnects every client, stops the listener, waits for the connection
-// goroutines and closes the session journal. Closing twice is a no-op.
+// disconnects every client with a lingering close (at most drainLinger
+// from when it begins to disconnect them, less when the devices close
+// first), stops the listener, waits for the connection goroutines and
+// closes the session journal. Closing twice is a no-op.
 func (b *Broker) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -375,14 +387,14 @@ func (b *Broker) Close() error {
 		b.cancel()
 		return nil
 	}
+	b.stopping.Store(true)
 	if !b.drain.drain(b.cfg.DrainTimeout) {
 		b.logger.Warn("mqtt broker: drain timed out; closing with publishes in flight (their devices resend)",
 			"timeout", b.cfg.DrainTimeout, "busy", b.drain.busyCount())
 	}
-	b.linger()
-	b.drain.releaseRefused()
 	b.cancel()
 	err := b.server.Close()
+	b.lingerers.Wait()
 	b.flushers.Wait()
 	if b.store != nil {
 		err = errors.Join(err, b.store.close())
@@ -390,32 +402,14 @@ func (b *Broker) Close() error {
 	return err
 }
 
-// drainLinger is how long Close leaves the drained connections open
-// before it closes them, unless every client has gone first: the last
-// acknowledgements were written, and a device reads them in that time
-// rather than finding its connection closed behind them (paho v1.5.1 then
-// drops acknowledgements it had read and resends those messages after
-// reconnecting, which would append them twice).
+// drainLinger bounds a lingering close: how long the broker, having
+// ended its side of a connection after the last acknowledgements, goes on
+// reading (and discarding) what the device sends before it closes the
+// socket even though the device has not closed its side. A device that
+// reads to the end of the stream and then closes (as MQTT clients do when
+// their broker goes) ends the wait sooner; a device that keeps sending
+// past it sees the connection reset.
 const drainLinger = 300 * time.Millisecond
-
-// linger waits drainLinger, or until no client is connected.
-func (b *Broker) linger() {
-	deadline := time.Now().Add(drainLinger)
-	for b.connected() && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// connected reports whether a client is connected (a persistent
-// session's client stays listed while it is away).
-func (b *Broker) connected() bool {
-	for _, cl := range b.server.Clients.GetAll() {
-		if !cl.Closed() {
-			return true
-		}
-	}
-	return false
-}
 
 // crash stops the broker as a kill -9 would: no drain, and journal
 // records not yet synced are lost. For tests.

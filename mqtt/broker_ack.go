@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -22,10 +23,11 @@ const maxHeldBytes = 1 << 20
 type gatedListener struct {
 	b       *Broker
 	address string
-	mu      sync.Mutex   // guards listen
+	mu      sync.Mutex   // guards listen, conns, and end's change
 	listen  net.Listener // set by Init
 	log     *slog.Logger
 	end     atomic.Bool
+	conns   map[*ackGate]struct{} // the connections established or being established
 }
 
 // ID returns the listener's id.
@@ -68,14 +70,33 @@ func (l *gatedListener) Serve(establish listeners.EstablishFn) {
 		if err != nil {
 			return
 		}
+		// The connection counts among mochi's clients from here, under mu,
+		// so that Close's caller cannot begin to wait for the clients
+		// before it is counted (mochi counts it in the goroutine:
+		// WaitGroup.Add racing with Wait when a device connects as the
+		// broker stops).
+		l.mu.Lock()
 		if l.end.Load() {
+			l.mu.Unlock()
 			conn.Close()
 			return
 		}
+		clients := &l.b.server.Listeners.ClientsWg
+		clients.Add(1)
+		g := newAckGate(l.b, conn)
+		if l.conns == nil {
+			l.conns = map[*ackGate]struct{}{}
+		}
+		l.conns[g] = struct{}{}
+		l.mu.Unlock()
 		go func() {
-			if err := establish(l.ID(), newAckGate(l.b, conn)); err != nil {
+			defer clients.Done()
+			if err := establish(l.ID(), g); err != nil {
 				log.Warn("mqtt broker: connection ended", "error", err)
 			}
+			l.mu.Lock()
+			delete(l.conns, g)
+			l.mu.Unlock()
 		}()
 	}
 }
@@ -86,8 +107,24 @@ func (l *gatedListener) Serve(establish listeners.EstablishFn) {
 // two (its Delete waits for the write lock, which blocks the second read
 // lock): Close would hang when a device disconnects while the broker
 // stops.
+//
+// While the broker stops, every connection's deadlines are first fixed
+// at the linger bound (see ackGate.bound): mochi writes to a client under
+// the client's lock, which DisconnectClient takes, so a write blocked on
+// a device that reads nothing would hold the stop until the keepalive
+// deadline; and a connection that never sent its CONNECT has no deadline
+// at all, while mochi's Close waits for its goroutine.
 func (l *gatedListener) Close(listeners.CloseFn) {
-	if l.end.CompareAndSwap(false, true) {
+	l.mu.Lock()
+	first := l.end.CompareAndSwap(false, true)
+	if first && l.b.stopping.Load() {
+		until := time.Now().Add(l.b.lingerTimeout)
+		for g := range l.conns {
+			g.bound(until)
+		}
+	}
+	l.mu.Unlock()
+	if first {
 		for _, cl := range l.b.server.Clients.GetAll() {
 			if cl.Net.Listener == l.ID() && !cl.Closed() {
 				_ = l.b.server.DisconnectClient(cl, packets.ErrServerShuttingDown)
@@ -136,6 +173,12 @@ type ackGate struct {
 	owed    bool      // counted in the drain hook as acknowledgements pending
 	running bool      // the flusher goroutine was started
 	closed  bool
+	// lingering is set when Close began a lingering close: the socket is
+	// closed by linger.
+	lingering bool
+	// bounded is set when the deadlines were fixed for the stop (bound):
+	// SetDeadline and its kin change them no more.
+	bounded bool
 	err     error         // sticky: the log failed or a write failed
 	wake    chan struct{} // cap 1: there is work for the flusher
 	waitBuf []uint64      // the flusher's copy of written
@@ -242,15 +285,113 @@ func (g *ackGate) settled() {
 	}
 }
 
+// closeWriter is a connection whose sending side can be ended alone
+// (*net.TCPConn).
+type closeWriter interface{ CloseWrite() error }
+
 // Close closes the connection; held bytes are dropped (their messages were
-// not acknowledged, so the device resends them).
+// not acknowledged, so the device resends them). While the broker stops,
+// and when the connection can end its sending side alone, the close
+// lingers instead (see linger): Close returns at once, the broker's Close
+// waits for it. Any other connection closes at once, as before.
 func (g *ackGate) Close() error {
 	g.mu.Lock()
 	g.closed = true
 	g.cond.Broadcast()
 	g.signal()
+	if g.lingering {
+		g.mu.Unlock()
+		return nil
+	}
+	cw, ok := g.Conn.(closeWriter)
+	if !ok || !g.b.stopping.Load() {
+		g.mu.Unlock()
+		return g.Conn.Close()
+	}
+	g.lingering = true
+	// Bounds the reads of linger and of mochi's connection goroutine, and
+	// a write a device does not read.
+	g.boundLocked(time.Now().Add(g.b.lingerTimeout))
+	g.b.lingerers.Add(1)
 	g.mu.Unlock()
-	return g.Conn.Close()
+	go g.linger(cw)
+	return nil
+}
+
+// linger closes the connection without a reset: once the bytes being
+// written are out, it ends the sending side (the device reads everything
+// written, then the end of the stream), reads and discards what the
+// device still sends until it closes its side (or the deadline fixed
+// for the stop passes, see bound), and then closes the socket. A socket closed with unread
+// data in it is reset by the kernel, and a reset may make the device drop
+// acknowledgements it has received but not read.
+func (g *ackGate) linger(cw closeWriter) {
+	defer g.b.lingerers.Done()
+	g.mu.Lock()
+	for g.writing { // a write to the device, or the flusher's wait for an fsync before it
+		g.cond.Wait()
+	}
+	g.mu.Unlock()
+	if err := cw.CloseWrite(); err == nil {
+		var buf [512]byte
+		for {
+			if _, err := g.Conn.Read(buf[:]); err != nil {
+				break
+			}
+		}
+	}
+	g.Conn.Close()
+}
+
+// bound fixes the connection's read and write deadlines at t, unless
+// they were fixed already: the stop waits for nothing on this connection
+// past t.
+func (g *ackGate) bound(t time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.boundLocked(t)
+}
+
+// boundLocked is bound with g.mu held.
+func (g *ackGate) boundLocked(t time.Time) {
+	if !g.bounded {
+		g.bounded = true
+		_ = g.Conn.SetDeadline(t)
+	}
+}
+
+// SetDeadline sets the connection's deadlines, but leaves those fixed for
+// the stop alone (mochi's connection goroutine refreshes them before each
+// packet it reads, and would lift the bound).
+func (g *ackGate) SetDeadline(t time.Time) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.bounded {
+		return nil
+	}
+	return g.Conn.SetDeadline(t)
+}
+
+// SetReadDeadline sets the connection's read deadline, unless fixed for
+// the stop (see SetDeadline).
+func (g *ackGate) SetReadDeadline(t time.Time) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.bounded {
+		return nil
+	}
+	return g.Conn.SetReadDeadline(t)
+}
+
+// SetWriteDeadline sets the connection's write deadline, unless fixed
+// for the stop (see SetDeadline).
+func (g *ackGate) SetWriteDeadline(t time.Time) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.bounded {
+		return nil
+	}
+	return g.Conn.SetWriteDeadline(t)
 }
 
 // flush waits for the records appended for this connection to become
@@ -306,8 +447,11 @@ func (g *ackGate) flush() {
 			g.held = nil
 			g.cond.Broadcast()
 			g.settle()
+			lingering := g.lingering
 			g.mu.Unlock()
-			g.Conn.Close()
+			if !lingering { // else linger closes it
+				g.Conn.Close()
+			}
 			return
 		}
 		if len(g.held) == 0 && !g.syncDue && g.owed {

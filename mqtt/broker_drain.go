@@ -25,20 +25,11 @@ type drainHook struct {
 	atStart  int           // busy connections and pending ones when draining began
 	pending  int           // connections with acknowledgements waiting for an fsync (ackGate)
 	refused  int           // PUBLISH packets refused while draining
-	// release is closed when the broker closes the connections (after the
-	// linger): a connection whose PUBLISH was refused is held open until
-	// then, unread, so that its device reads the acknowledgements written
-	// just before instead of losing them to the close and resending.
-	release     chan struct{}
-	releaseOnce sync.Once
 }
 
 func newDrainHook() *drainHook {
-	return &drainHook{busy: map[*mochi.Client]struct{}{}, idle: make(chan struct{}), release: make(chan struct{})}
+	return &drainHook{busy: map[*mochi.Client]struct{}{}, idle: make(chan struct{})}
 }
-
-// releaseRefused lets the connections held by a refused PUBLISH close.
-func (h *drainHook) releaseRefused() { h.releaseOnce.Do(func() { close(h.release) }) }
 
 func (h *drainHook) ID() string { return "edged-drain" }
 
@@ -59,9 +50,17 @@ func (h *drainHook) OnConnect(cl *mochi.Client, _ packets.Packet) error {
 // OnPacketRead marks cl busy, or refuses a PUBLISH while draining. A
 // refused PUBLISH ends the connection, but first the acknowledgements of
 // the messages the connection already appended go out (they wait for an
-// fsync in its ackGate), and the connection stays open, unread, until the
-// broker closes them all: the device must not resend those.
+// fsync in its ackGate): the device must not resend those. The connection
+// then ends with a lingering close (see ackGate.Close), so the device
+// reads them before the end of the stream.
 func (h *drainHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Type == packets.Connect {
+		// Not tracked: for a CONNECT, mochi calls neither
+		// OnPacketProcessed nor, when the connection is refused (by
+		// OnConnect while draining), OnDisconnect, and the drain would
+		// wait for it until its timeout.
+		return pk, nil
+	}
 	h.mu.Lock()
 	if h.draining && pk.FixedHeader.Type == packets.Publish {
 		h.refused++
@@ -69,10 +68,6 @@ func (h *drainHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.P
 		if g, ok := cl.Net.Conn.(*ackGate); ok {
 			g.settled()
 		}
-		// Not read further, and not closed before the broker closes every
-		// connection: the device has until then to read what was
-		// acknowledged.
-		<-h.release
 		return pk, packets.ErrRejectPacket
 	}
 	h.busy[cl] = struct{}{}

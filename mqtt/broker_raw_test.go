@@ -136,6 +136,13 @@ func (c *rawClient) publish(qos byte, pid uint16, topic string, payload []byte, 
 // ingesting into l.
 func startBrokerCfg(t *testing.T, l *ingestlog.Log, cfg BrokerConfig, stage func(string, string, uint16) error) *Broker {
 	t.Helper()
+	return startBrokerWith(t, l, cfg, func(b *Broker) { b.qos2Stage = stage })
+}
+
+// startBrokerWith starts a broker as startBrokerCfg does, calling set on
+// it before Start.
+func startBrokerWith(t *testing.T, l *ingestlog.Log, cfg BrokerConfig, set func(*Broker)) *Broker {
+	t.Helper()
 	if cfg.Address == "" || cfg.Address == DefaultBrokerAddress {
 		// Never the default port: another broker (Mosquitto in CI, a
 		// test of another package) may listen there.
@@ -148,7 +155,7 @@ func startBrokerCfg(t *testing.T, l *ingestlog.Log, cfg BrokerConfig, stage func
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.qos2Stage = stage
+	set(b)
 	if err := b.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
