@@ -277,6 +277,9 @@ func (pc *PipelineConfig) compile(p *problems, path string) *plan {
 		p.add(at("parallelism"), fmt.Sprintf("(%d) must not exceed the max parallelism (%d, the number of key groups)", pc.Parallelism, keygroup.DefaultMaxParallelism))
 	}
 
+	// The sinks' topics are checked against the schemas built from here
+	// to the alerts, unless those had errors of their own.
+	beforeSchemas := len(*p)
 	pl.in = pc.compileSource(p, at("source"), pl)
 	schema := pl.in
 	if schema == nil {
@@ -345,6 +348,7 @@ func (pc *PipelineConfig) compile(p *problems, path string) *plan {
 		pc.compileWindow(p, at("window"), pl)
 	}
 	pc.compileAlerts(p, path, pl)
+	schemasOK := len(*p) == beforeSchemas
 
 	if len(pc.Sinks) == 0 {
 		p.add(at("sinks"), "at least one sink is required")
@@ -367,7 +371,7 @@ func (pc *PipelineConfig) compile(p *problems, path string) *plan {
 				p.add(sp+".mqtt.topic", "is required")
 			} else if err := checkTopicTemplate(s.MQTT.Topic); err != "" {
 				p.add(sp+".mqtt.topic", fmt.Sprintf("%q %s", s.MQTT.Topic, err))
-			} else if len(*p) == before {
+			} else if schemasOK {
 				pl.checkTopicFields(p, sp+".mqtt.topic", s.MQTT.Topic)
 			}
 			if s.MQTT.QoS < 0 || s.MQTT.QoS > 2 {

@@ -89,6 +89,11 @@ func TestTopicTemplatePlaceholders(t *testing.T) {
 		`pipelines[0].sinks[0].mqtt.topic: "agg/{n}": {n} is not a field of the alerts (have id, alert, since, at)`)
 	wantProblems(t, strings.Replace(mqttSourcePipeline, "agg/{id}", "agg/{}", 1),
 		`pipelines[0].sinks[0].mqtt.topic: "agg/{}" has an empty placeholder`)
+	// Named with the other errors at once, unless the results' fields had
+	// errors of their own.
+	wantProblems(t, strings.Replace(strings.Replace(mqttSourcePipeline, "agg/{id}", "out/{nosuch}", 1), "  - name: p\n", "  - name: p\n    parallelism: 200\n", 1),
+		`pipelines[0].parallelism: (200) must not exceed the max parallelism (128, the number of key groups)`,
+		`pipelines[0].sinks[0].mqtt.topic: "out/{nosuch}": {nosuch} is not a field of the window results (have id, window_start, window_end, n, avg_temp)`)
 	// The simulator fills {id} only.
 	sim := "node:\n  simulator: {sensors: 2, rate: 1, topic: \"s/{sensor}\"}\n" + mqttSourcePipeline
 	wantProblems(t, sim, `node.simulator.topic: "s/{sensor}": the simulator fills only {id}`)
