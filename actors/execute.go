@@ -19,6 +19,12 @@ import (
 // gives up.
 var ErrRestartsExhausted = errors.New("actors: restart strategy exhausted")
 
+// ErrStoppedRestarting ends an Execution told StopRestarting after a
+// failure, instead of another attempt: the job stopped between attempts,
+// without a savepoint; its latest complete checkpoint is where a new run
+// goes on from.
+var ErrStoppedRestarting = errors.New("actors: stopped while restarting after a failure")
+
 // Execution runs a job with restarts: after a task failure (or too many
 // failed checkpoints, or a failed control channel or handshake step in a
 // cluster: ErrControlFailed, ErrControlTimeout) the restart strategy
@@ -47,6 +53,9 @@ type Execution struct {
 	// ended is closed when Run returns.
 	ended     chan struct{}
 	endedOnce sync.Once
+	// noRestart is closed by StopRestarting.
+	noRestart     chan struct{}
+	noRestartOnce sync.Once
 }
 
 // NewExecution returns an execution of job; a nil strategy never restarts.
@@ -54,8 +63,17 @@ func NewExecution(job *Job, cfg Config, strategy snapshot.RestartStrategy) *Exec
 	if strategy == nil {
 		strategy = snapshot.NoRestart{}
 	}
-	return &Execution{job: job, cfg: cfg, strategy: strategy, changed: make(chan struct{}), ended: make(chan struct{})}
+	return &Execution{job: job, cfg: cfg, strategy: strategy, changed: make(chan struct{}), ended: make(chan struct{}),
+		noRestart: make(chan struct{})}
 }
+
+// StopRestarting tells the execution that the job is being stopped: an
+// attempt that fails from now on is not followed by another, and a
+// restart delay under way ends at once; Run then returns
+// ErrStoppedRestarting. A running attempt is not touched (stop it with a
+// savepoint). A node shutting down calls it, so that a job waiting out
+// its restart delay does not hold the shutdown until it runs again.
+func (e *Execution) StopRestarting() { e.noRestartOnce.Do(func() { close(e.noRestart) }) }
 
 // Ended is closed when Run returned: the job finished, failed for good,
 // was stopped with a savepoint or cancelled; no attempt follows.
@@ -245,6 +263,11 @@ func (e *Execution) Run(ctx context.Context) error {
 			!errors.Is(err, ErrControlFailed) && !errors.Is(err, ErrControlTimeout) && !errors.Is(err, ErrNotPlaced) {
 			return err
 		}
+		select {
+		case <-e.noRestart:
+			return fmt.Errorf("%w: %w", ErrStoppedRestarting, err)
+		default:
+		}
 		if restoreMismatch(err) {
 			// Every restart would restore the same snapshot into the same
 			// job and fail the same way: fail now, not after the restart
@@ -278,6 +301,8 @@ func (e *Execution) Run(ctx context.Context) error {
 		if delay > 0 {
 			select {
 			case <-cfg.Clock.After(delay):
+			case <-e.noRestart:
+				return fmt.Errorf("%w: %w", ErrStoppedRestarting, err)
 			case <-ctx.Done():
 				return ctx.Err()
 			}

@@ -444,6 +444,9 @@ func (n *node) shutdown(ctx context.Context, j *job) {
 	if j.snapshot().Status != StatusRunning {
 		return
 	}
+	// A job waiting out its restart delay after a failure stops now, not
+	// once it runs again (or has used up its restarts).
+	j.run.StopRestarting()
 	if j.checkpointing {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.StopTimeout)
 		defer cancel()

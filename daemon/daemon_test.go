@@ -304,3 +304,30 @@ func TestRunRejectsEmptyConfig(t *testing.T) {
 		t.Errorf("Run = %v, want ErrNoPipelines", err)
 	}
 }
+
+// A job waiting out its restart delay after a failure does not hold the
+// node's shutdown until it runs again: Run returns at once, the job
+// counted cancelled (its latest checkpoint is where it goes on from).
+func TestShutdownDuringRestartDelay(t *testing.T) {
+	dir := t.TempDir()
+	notADir := filepath.Join(dir, "file")
+	if err := os.WriteFile(notADir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The file sink cannot open its directory: every attempt fails.
+	cfg := strings.Replace(tickingConfig("failing", filepath.Join(dir, "cp")), "      - stdout: {}\n",
+		"      - file: {dir: "+filepath.Join(notADir, "out")+"}\n", 1) +
+		"    restart: {strategy: fixed_delay, attempts: 3, delay: 1h}\n"
+	n := startNode(t, cfg, daemon.Options{})
+	testutil.Eventually(t, 0, "the job failed and waits to restart", func() bool {
+		return strings.Contains(n.logs.String(), `msg="job failed; restarting"`)
+	})
+	n.cancel()
+	// The delay is an hour: wait's bound is far shorter.
+	if err := n.wait(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if logs := n.logs.String(); !strings.Contains(logs, `msg="job finished" job=failing status=cancelled`) {
+		t.Errorf("logs lack the job cancelled while it waited to restart:\n%s", logs)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/pipeline"
 	"github.com/edgedio/edged/snapshot"
 	"github.com/edgedio/edged/stream"
@@ -22,7 +23,7 @@ const (
 	// was stopped with a savepoint.
 	StatusFinished Status = "finished"
 	// StatusCancelled means the job was cancelled, through the API or on
-	// shutdown.
+	// shutdown (also one that waited to restart after a failure).
 	StatusCancelled Status = "cancelled"
 	// StatusFailed means a task failed and the restart strategy gave up.
 	StatusFailed Status = "failed"
@@ -93,6 +94,10 @@ func (j *job) finish(err error) Status {
 		j.status = StatusFinished
 	case j.cancelled && errors.Is(err, context.Canceled):
 		j.status = StatusCancelled
+	case errors.Is(err, actors.ErrStoppedRestarting):
+		// Stopped by the node's shutdown while it waited to restart: its
+		// latest checkpoint is where it goes on from.
+		j.status, j.err = StatusCancelled, err
 	default:
 		j.status, j.err = StatusFailed, err
 	}

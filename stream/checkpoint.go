@@ -106,6 +106,14 @@ func (j *Job) StopWithSavepoint(ctx context.Context, path string) (string, error
 	return j.exec.TriggerSavepoint(ctx, path, true)
 }
 
+// StopRestarting tells the job that it is being stopped: a failure from
+// now on ends it instead of restarting it, and a restart delay under way
+// ends at once; Wait then returns an error that is
+// actors.ErrStoppedRestarting. The running attempt goes on (stop it with
+// StopWithSavepoint). Its latest complete checkpoint is where a new run
+// goes on from.
+func (j *Job) StopRestarting() { j.exec.StopRestarting() }
+
 // Attempts returns how many times the job was started (1 + restarts).
 func (j *Job) Attempts() int { return j.exec.Attempts() }
 
