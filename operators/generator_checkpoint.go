@@ -22,7 +22,11 @@ func (g *Generator[T]) SnapshotState(int64) ([]byte, error) {
 // be restored with the parallelism it had.
 func (g *Generator[T]) RestoreState(states [][]byte, oldParallelism int) error {
 	if len(states) != 1 {
-		return fmt.Errorf("%w: generator snapshotted at parallelism %d, restored with another", ErrRescaleSource, oldParallelism)
+		now := "another"
+		if g.stride > 0 { // opened: the runtime restores after Open
+			now = fmt.Sprintf("parallelism %d", g.stride)
+		}
+		return fmt.Errorf("%w: generator snapshotted at parallelism %d, restored at %s", ErrRescaleSource, oldParallelism, now)
 	}
 	pos, n := binary.Varint(states[0])
 	if n <= 0 {

@@ -214,6 +214,9 @@ func testRestoreThatDoesNotFit(t *testing.T, nodes int) {
 	if !errors.Is(err, operators.ErrRescaleSource) || ctx.Err() != nil {
 		t.Fatalf("got %v (context: %v), want the restore's ErrRescaleSource at once", err, ctx.Err())
 	}
+	if !strings.Contains(err.Error(), "snapshotted at parallelism 2, restored at parallelism 3") {
+		t.Errorf("the error %q does not name both parallelisms", err)
+	}
 	if n := resumed.Attempts(); n != 1 {
 		t.Fatalf("%d attempts, want 1", n)
 	}
