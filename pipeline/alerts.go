@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"cmp"
+	"math"
 	"slices"
 
 	"github.com/edgedio/edged/operators"
@@ -44,6 +45,9 @@ type alertFn struct {
 	ev      *evaluator
 	st      state.Value[AlertState]
 	pending state.List[Row]
+	// pendingAt is the earliest timestamp in pending, the one event-time
+	// timer that wakes the key for them.
+	pendingAt state.Value[int64]
 }
 
 func (f *alertFn) Open(rt *operators.KeyedRuntime[string]) error {
@@ -54,6 +58,10 @@ func (f *alertFn) Open(rt *operators.KeyedRuntime[string]) error {
 		return err
 	}
 	f.pending, err = state.NewList(rt.Backend(), rt.Keys(), state.ListDescriptor[Row]{Name: "alerts-pending"})
+	if err != nil {
+		return err
+	}
+	f.pendingAt, err = state.NewValue(rt.Backend(), rt.Keys(), state.ValueDescriptor[int64]{Name: "alerts-pending-at"})
 	return err
 }
 
@@ -101,7 +109,13 @@ func (f *alertFn) ProcessElement(r Row, ctx *operators.KeyedContext[string, Row]
 	if f.pl.eventTime {
 		if ts := ctx.Timestamp(); ts > ctx.CurrentWatermark() {
 			f.pending.Add(r)
-			ctx.Timers().RegisterEventTimeTimer(ts)
+			if at, ok := f.pendingAt.Get(); !ok || ts < at {
+				if ok {
+					ctx.Timers().DeleteEventTimeTimer(at)
+				}
+				f.pendingAt.Update(ts)
+				ctx.Timers().RegisterEventTimeTimer(ts)
+			}
 			return nil
 		}
 	}
@@ -154,28 +168,21 @@ func (f *alertFn) OnTimer(ts int64, ctx *operators.KeyedContext[string, Row]) er
 
 // takePending looks at the pending records the watermark passed, in
 // timestamp order (those of one timestamp in arrival order), and reports
-// whether there were any. The first timer of a key that a watermark fires
-// takes them all: each record has a timer, and the later ones find none.
+// whether there were any; the key's timer then moves to the earliest of
+// the records left.
 func (f *alertFn) takePending(ctx *operators.KeyedContext[string, Row], s *AlertState) bool {
 	wm, slot := ctx.CurrentWatermark(), f.pl.ts.Slot
-	due := false
-	for r := range f.pending.All() {
-		if r.Int(slot) <= wm {
-			due = true
-			break
-		}
-	}
-	if !due {
+	if at, ok := f.pendingAt.Get(); !ok || at > wm {
 		return false
 	}
-	rows := f.pending.Get()
-	var take []Row
-	rest := rows[:0]
-	for _, r := range rows {
-		if r.Int(slot) <= wm {
+	var take, rest []Row
+	next := int64(math.MaxInt64)
+	for r := range f.pending.All() {
+		if ts := r.Int(slot); ts <= wm {
 			take = append(take, r)
 		} else {
 			rest = append(rest, r)
+			next = min(next, ts)
 		}
 	}
 	slices.SortStableFunc(take, func(a, b Row) int { return cmp.Compare(a.Int(slot), b.Int(slot)) })
@@ -183,5 +190,11 @@ func (f *alertFn) takePending(ctx *operators.KeyedContext[string, Row], s *Alert
 		f.apply(ctx, s, &take[i], take[i].Int(slot))
 	}
 	f.pending.Update(rest)
-	return true
+	if len(rest) == 0 {
+		f.pendingAt.Clear()
+	} else {
+		f.pendingAt.Update(next)
+		ctx.Timers().RegisterEventTimeTimer(next)
+	}
+	return len(take) > 0
 }
