@@ -363,35 +363,26 @@ func (g *ackGate) boundLocked(t time.Time) {
 // SetDeadline sets the connection's deadlines, but leaves those fixed for
 // the stop alone (mochi's connection goroutine refreshes them before each
 // packet it reads, and would lift the bound).
-func (g *ackGate) SetDeadline(t time.Time) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.bounded {
-		return nil
-	}
-	return g.Conn.SetDeadline(t)
-}
+func (g *ackGate) SetDeadline(t time.Time) error { return g.unlessBound(g.Conn.SetDeadline, t) }
 
 // SetReadDeadline sets the connection's read deadline, unless fixed for
 // the stop (see SetDeadline).
-func (g *ackGate) SetReadDeadline(t time.Time) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.bounded {
-		return nil
-	}
-	return g.Conn.SetReadDeadline(t)
-}
+func (g *ackGate) SetReadDeadline(t time.Time) error { return g.unlessBound(g.Conn.SetReadDeadline, t) }
 
 // SetWriteDeadline sets the connection's write deadline, unless fixed
 // for the stop (see SetDeadline).
 func (g *ackGate) SetWriteDeadline(t time.Time) error {
+	return g.unlessBound(g.Conn.SetWriteDeadline, t)
+}
+
+// unlessBound calls set(t) unless the deadlines were fixed for the stop.
+func (g *ackGate) unlessBound(set func(time.Time) error, t time.Time) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.bounded {
 		return nil
 	}
-	return g.Conn.SetWriteDeadline(t)
+	return set(t)
 }
 
 // flush waits for the records appended for this connection to become

@@ -153,13 +153,7 @@ func TestBrokerDrainEndsARefusedConnectionAfterItsAcknowledgements(t *testing.T)
 	c.publish(1, 1, "sensors/x", []byte("before"), false)
 	c.expect(packets.Puback, 1)
 
-	closed := make(chan error, 1)
-	go func() { closed <- b.Close() }()
-	testutil.Eventually(t, waitBound, "the broker draining", func() bool {
-		b.drain.mu.Lock()
-		defer b.drain.mu.Unlock()
-		return b.drain.draining
-	})
+	closed := closeDraining(t, b)
 	c.publish(1, 2, "sensors/x", []byte("refused"), false)
 	for {
 		pk, err := c.read()
@@ -290,8 +284,7 @@ func TestBrokerStopEndsAPublishingConnectionAfterItsAcknowledgements(t *testing.
 		res <- result{acked, end}
 	}()
 	testutil.Eventually(t, waitBound, "the device publishing", func() bool { return l.Stats().Appends >= 500 })
-	closed := make(chan error, 1)
-	go func() { closed <- b.Close() }()
+	closed := closing(b)
 	r := testutil.Receive(t, waitBound, "the device's connection to end", res)
 	if err := testutil.Receive(t, waitBound, "Close returns", closed); err != nil {
 		t.Fatal(err)
@@ -338,13 +331,7 @@ func TestBrokerDrainIsNotHeldByARefusedConnect(t *testing.T) {
 	c.publish(1, 1, "sensors/x", []byte("held"), false) // its PUBACK waits for release
 	testutil.Eventually(t, waitBound, "the PUBACK held", func() bool { return b.drain.busyCount() > 0 })
 
-	closed := make(chan error, 1)
-	go func() { closed <- b.Close() }()
-	testutil.Eventually(t, waitBound, "the broker draining", func() bool {
-		b.drain.mu.Lock()
-		defer b.drain.mu.Unlock()
-		return b.drain.draining
-	})
+	closed := closeDraining(t, b)
 	late, err := net.Dial("tcp", b.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -416,8 +403,7 @@ func TestBrokerStopIsBoundedForDevicesThatNeverClose(t *testing.T) {
 	testutil.Eventually(t, waitBound, "the chatty device publishing", func() bool { return l.Stats().Appends > 5000 })
 
 	start := time.Now()
-	closed := make(chan error, 1)
-	go func() { closed <- b.Close() }()
+	closed := closing(b)
 	if err := testutil.Receive(t, waitBound, "Close returns", closed); err != nil {
 		t.Fatal(err)
 	}
@@ -427,4 +413,23 @@ func TestBrokerStopIsBoundedForDevicesThatNeverClose(t *testing.T) {
 	// The broker closed the chatty device's connection: its writes fail.
 	n := testutil.Receive(t, waitBound, "the chatty device's writes to fail", sent)
 	t.Logf("Close took %v; the chatty device wrote %d messages", time.Since(start), n)
+}
+
+// closing closes b in another goroutine; the channel gets Close's error.
+func closing(b *Broker) <-chan error {
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	return closed
+}
+
+// closeDraining closes b in another goroutine and returns once it drains.
+func closeDraining(t *testing.T, b *Broker) <-chan error {
+	t.Helper()
+	closed := closing(b)
+	testutil.Eventually(t, waitBound, "the broker draining", func() bool {
+		b.drain.mu.Lock()
+		defer b.drain.mu.Unlock()
+		return b.drain.draining
+	})
+	return closed
 }
