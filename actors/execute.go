@@ -263,16 +263,16 @@ func (e *Execution) Run(ctx context.Context) error {
 			!errors.Is(err, ErrControlFailed) && !errors.Is(err, ErrControlTimeout) && !errors.Is(err, ErrNotPlaced) {
 			return err
 		}
-		select {
-		case <-e.noRestart:
-			return fmt.Errorf("%w: %w", ErrStoppedRestarting, err)
-		default:
-		}
 		if restoreMismatch(err) {
 			// Every restart would restore the same snapshot into the same
 			// job and fail the same way: fail now, not after the restart
 			// strategy's attempts and delays.
 			return fmt.Errorf("%w (not restarted: the snapshot does not fit the job, and a restart would restore it again)", err)
+		}
+		select {
+		case <-e.noRestart:
+			return fmt.Errorf("%w: %w", ErrStoppedRestarting, err)
+		default:
 		}
 		var delay time.Duration
 		switch {

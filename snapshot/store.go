@@ -548,8 +548,7 @@ func stateFileName(uid string, subtask int) (string, error) {
 	if subtask < 0 {
 		return "", fmt.Errorf("%w: subtask %d", ErrName, subtask)
 	}
-	name := FileName(uid)
-	return fmt.Sprintf("%s.%d.state", name, subtask), nil
+	return fmt.Sprintf("%s.%d.state", FileName(uid), subtask), nil
 }
 
 // FileName is uid as a file name: letters, digits, '.', '_' and '-' as
