@@ -151,6 +151,7 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 			Topics: src.Topics, QoS: byte(src.QoS), Logger: n.log.With("pipeline", pc.Name),
 			MaxPending: src.MaxPending, RedeliveryWindow: src.RedeliveryWindow, Client: src.Client,
 			MaxPendingBytes: int64(n.mem.MQTTPendingBytes), MaxMessageBytes: src.MaxMessageBytes,
+			AckDelay: src.SubscriberAckDelay(),
 		}, log)
 		if err != nil {
 			return pipeline.Inputs{}, fmt.Errorf("mqtt source of %q: %w", pc.Name, err)

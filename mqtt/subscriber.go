@@ -54,6 +54,17 @@ type SubscriberConfig struct {
 	// default lets 8 be pending instead of MaxPending. A message larger
 	// than the bound is let through alone. Default 8 MiB.
 	MaxPendingBytes int64
+	// AckDelay is how long the subscriber may wait for more messages
+	// before it makes the ones it received durable and acknowledges
+	// them, so that they share one fsync of the ingest log and one write
+	// of acknowledgements (group commit). It does not wait while half of
+	// MaxPending or MaxPendingBytes, or half of the broker's in-flight
+	// window, is outstanding (the window is learned: the broker stopping
+	// for a millisecond with that many unacknowledged), so it does not
+	// slow a broker that waits for acknowledgements. Default
+	// DefaultAckDelay (5 ms); negative: no wait (an fsync as soon as the
+	// one before ends); at most MaxAckDelay. YAML source.mqtt.ack_delay.
+	AckDelay time.Duration
 	// RedeliveryWindow is W, the number of last fresh records a
 	// redelivered (DUP) message is compared with; see Subscriber. It must
 	// cover every message the broker can still redeliver: at least
@@ -141,6 +152,9 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	if c.RedeliveryWindow <= 0 {
 		c.RedeliveryWindow = 65535
 	}
+	if c.AckDelay == 0 {
+		c.AckDelay = DefaultAckDelay
+	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
@@ -165,6 +179,9 @@ func (c SubscriberConfig) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	if c.AckDelay > MaxAckDelay {
+		bad("source.mqtt.ack_delay (%v) must not exceed %v", c.AckDelay, MaxAckDelay)
 	}
 	if c.Broker == "" {
 		bad("source.mqtt.broker must not be empty")
@@ -372,6 +389,7 @@ type Subscriber struct {
 	maxAge   atomic.Int64  // most records appended after one a dropped redelivery matched
 	maxUnack atomic.Int64  // most deliveries received but not acknowledged at once
 	unacked  atomic.Int64  // deliveries received but not acknowledged now
+	linger   ackLinger     // used by the acker only
 	// lastOff is the offset of the last record written, if wrote; used by
 	// paho's goroutine (handle) only.
 	lastOff  uint64
@@ -602,6 +620,7 @@ func NewSubscriber(cfg SubscriberConfig, log *ingestlog.Log) (*Subscriber, error
 		pending: make(chan *batch, cfg.MaxPending),
 		budget:  newByteBudget(cfg.MaxPendingBytes),
 		slots:   newByteBudget(int64(cfg.MaxPending)),
+		linger:  ackLinger{delay: max(cfg.AckDelay, 0), still: ackQuiet},
 		ready:   make(chan struct{}),
 	}, nil
 }
@@ -762,12 +781,16 @@ func (s *Subscriber) tryAcquire(size int64) bool {
 // unacknowledged (redelivered on the next session).
 func (s *Subscriber) handOff(b *batch) {
 	n := int64(len(b.ds))
+	// Counted before the acker can see b: its linger (ackLinger) weighs
+	// what is outstanding.
+	raise(&s.maxUnack, s.unacked.Add(n))
 	select {
 	case s.pending <- b: // the common case: the acker keeps up
 	default:
 		select {
 		case s.pending <- b:
 		case <-s.ctx.Done():
+			s.unacked.Add(-n)
 			var size int64
 			for i := range b.ds {
 				size += min(b.ds[i].size, s.budget.max)
@@ -777,7 +800,6 @@ func (s *Subscriber) handOff(b *batch) {
 			return
 		}
 	}
-	raise(&s.maxUnack, s.unacked.Add(n))
 }
 
 // release gives back the places of n messages of size bytes in all.
@@ -935,6 +957,13 @@ func (b *byteBudget) tryAcquire(n int64) bool {
 	return false
 }
 
+// atLeastHalf reports whether at least half of the budget is taken.
+func (b *byteBudget) atLeastHalf() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used >= (b.max+1)/2
+}
+
 // release gives back n bytes taken by acquire.
 func (b *byteBudget) release(n int64) {
 	n = min(n, b.max)
@@ -956,6 +985,9 @@ func (b *byteBudget) release(n int64) {
 // those of consecutive batches from one connection with one write.
 func (s *Subscriber) acker() {
 	var bs []*batch
+	delay, quiet := stoppedTimer(), stoppedTimer()
+	defer delay.Stop()
+	defer quiet.Stop()
 	for {
 		select {
 		case b := <-s.pending:
@@ -969,12 +1001,57 @@ func (s *Subscriber) acker() {
 					break more
 				}
 			}
+			bs = s.lingerFor(bs, delay, quiet)
 			s.ackBatches(bs)
 			clear(bs)
 		case <-s.ctx.Done():
 			return
 		}
 	}
+}
+
+// stoppedTimer returns a timer that has not been started.
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}
+
+// lingerFor takes more batches into bs while s.linger says to wait for
+// them, for at most SubscriberConfig.AckDelay (see ackLinger), and
+// returns bs. delay and quiet are the acker's timers, stopped.
+func (s *Subscriber) lingerFor(bs []*batch, delay, quiet *time.Timer) []*batch {
+	if len(bs) >= maxAckBatches || !s.linger.more(time.Now(), s.unacked.Load(), s.halfPending()) {
+		return bs
+	}
+	delay.Reset(s.linger.delay)
+	quiet.Reset(s.linger.still)
+	defer delay.Stop()
+	defer quiet.Stop()
+	for len(bs) < maxAckBatches {
+		select {
+		case b := <-s.pending:
+			bs = append(bs, b)
+			if !s.linger.more(time.Now(), s.unacked.Load(), s.halfPending()) {
+				return bs
+			}
+			quiet.Reset(s.linger.still)
+		case <-quiet.C:
+			s.linger.quiet(time.Now(), s.unacked.Load())
+			return bs
+		case <-delay.C:
+			return bs
+		case <-s.ctx.Done():
+			return bs
+		}
+	}
+	return bs
+}
+
+// halfPending reports whether half of the messages or of the payload
+// bytes the subscriber lets be received but not acknowledged are.
+func (s *Subscriber) halfPending() bool {
+	return s.slots.atLeastHalf() || s.budget.atLeastHalf()
 }
 
 // maxAckBatches is the most batches the acker acknowledges after one

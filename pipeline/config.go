@@ -170,6 +170,13 @@ type MQTTSourceConfig struct {
 	// redelivery from an external broker is compared with; default 65535;
 	// it must exceed twice max_pending and stay below 65536.
 	RedeliveryWindow int `yaml:"redelivery_window"`
+	// AckDelay is how long the subscriber to an external broker may wait
+	// for more messages before it makes those it received durable and
+	// acknowledges them, so that they share one fsync (group commit); it
+	// does not wait while half of max_pending, or half of the broker's
+	// in-flight window, is unacknowledged. Default 5ms; 0s: no wait; at
+	// most 1s.
+	AckDelay *time.Duration `yaml:"ack_delay"`
 	// MaxMessageBytes bounds the size of a message (its whole MQTT
 	// PUBLISH packet) the pipeline takes, in bytes. A larger one is not
 	// appended to the ingest log: a dead-letter record (topic, size, first
@@ -195,6 +202,18 @@ type MQTTSourceConfig struct {
 }
 
 func (m *MQTTSourceConfig) setDefaults() { m.QoS = 1 }
+
+// SubscriberAckDelay is AckDelay as mqtt.SubscriberConfig.AckDelay takes
+// it: 0 (the default) when unset, negative (no wait) when 0s.
+func (m *MQTTSourceConfig) SubscriberAckDelay() time.Duration {
+	switch {
+	case m.AckDelay == nil:
+		return 0
+	case *m.AckDelay == 0:
+		return -1
+	}
+	return *m.AckDelay
+}
 
 // Fields is the ordered field mapping of a decoded source. In YAML it is a
 // mapping from field name to either a type (`temp: float`: JSON key

@@ -495,6 +495,9 @@ func (pc *PipelineConfig) compileSource(p *problems, path string, pl *plan) *Sch
 		if m.MaxPending < 0 {
 			p.add(mp+".max_pending", fmt.Sprintf("(%d) must not be negative", m.MaxPending))
 		}
+		if d := m.AckDelay; d != nil && (*d < 0 || *d > mqtt.MaxAckDelay) {
+			p.add(mp+".ack_delay", fmt.Sprintf("(%v) must be between 0s (no wait) and %v", *d, mqtt.MaxAckDelay))
+		}
 		switch m.Client {
 		case "", mqtt.ClientPaho:
 		case mqtt.ClientDirect:

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // problemsOf parses yaml and returns its problems, one per line.
@@ -145,6 +146,41 @@ func TestMQTTSinkQoSAndRedeliverySettings(t *testing.T) {
 	}
 	wantProblems(t, strings.Replace(mqttSourcePipeline, "format: json", "redelivery_window: 1000\n        format: json", 1),
 		`pipelines[0].source.mqtt.redelivery_window: (1000) must exceed twice max_pending (1024) and stay below 65536`)
+}
+
+// source.mqtt.ack_delay: unset is the subscriber's default, 0s no wait,
+// a duration that wait; negative or above a second is refused.
+func TestMQTTSourceAckDelay(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want time.Duration
+	}{
+		{"", 0},
+		{"ack_delay: 0s\n        ", -1},
+		{"ack_delay: 2ms\n        ", 2 * time.Millisecond},
+		{"ack_delay: 1s\n        ", time.Second},
+	} {
+		cfg, err := Parse([]byte(strings.Replace(mqttSourcePipeline, "format: json", tc.yaml+"format: json", 1)))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.yaml, err)
+		}
+		if got := cfg.Pipelines[0].Source.MQTT.SubscriberAckDelay(); got != tc.want {
+			t.Errorf("%q: subscriber ack delay %v, want %v", tc.yaml, got, tc.want)
+		}
+	}
+	for _, d := range []string{"-1ms", "1500ms"} {
+		wantProblems(t, strings.Replace(mqttSourcePipeline, "format: json", "ack_delay: "+d+"\n        format: json", 1),
+			`pipelines[0].source.mqtt.ack_delay: (`+mustDuration(t, d).String()+`) must be between 0s (no wait) and 1s`)
+	}
+}
+
+func mustDuration(t *testing.T, s string) time.Duration {
+	t.Helper()
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // source.mqtt.client chooses what reads an external broker; a value

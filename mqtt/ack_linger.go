@@ -1,0 +1,66 @@
+package mqtt
+
+import "time"
+
+// DefaultAckDelay is SubscriberConfig.AckDelay by default.
+const DefaultAckDelay = 5 * time.Millisecond
+
+// MaxAckDelay is the largest SubscriberConfig.AckDelay.
+const MaxAckDelay = time.Second
+
+// ackQuiet is how long nothing may arrive, while the acker lingers with
+// messages outstanding, before it takes the broker to be waiting for
+// acknowledgements (its in-flight window full) rather than slow.
+const ackQuiet = time.Millisecond
+
+// ackWindowTTL is how long a learned in-flight window is trusted: a broker
+// that paused, rather than stalled on its window, is not taken for a
+// small window for longer.
+const ackWindowTTL = time.Second
+
+// ackLinger decides whether the acker waits for more messages before it
+// makes the ones it took durable and acknowledges them, so that many
+// reads share one fsync and one write of acknowledgements (group commit,
+// as a database delays a commit while others are about to commit).
+//
+// Waiting never holds back a broker that is waiting for acknowledgements:
+// the acker stops waiting once half of the messages it lets be pending
+// (SubscriberConfig.MaxPending, MaxPendingBytes) are outstanding, and
+// once half of the broker's in-flight window is. It learns the window
+// (which MQTT 3.1.1 does not tell the client: Mosquitto's
+// max_inflight_messages, 20 by default) when nothing arrives for
+// ackQuiet while it waits: the broker stopped sending with that many
+// messages unacknowledged. A window is trusted for ackWindowTTL, and
+// forgotten at once when more messages than it are seen outstanding.
+//
+// An ackLinger is a pure machine: the acker feeds it times and counts.
+type ackLinger struct {
+	delay time.Duration // 0: the acker does not wait
+	still time.Duration // ackQuiet; tests change it
+	// window is the number of unacknowledged messages at which the
+	// broker was last seen to stop sending, learned at learned; 0 when
+	// unknown.
+	window  int64
+	learned time.Time
+}
+
+// more reports whether the acker should wait for more messages at now,
+// with unacked messages outstanding (received, not acknowledged) and
+// half set when half of the subscriber's own bounds on them are used.
+func (l *ackLinger) more(now time.Time, unacked int64, half bool) bool {
+	if l.delay <= 0 || half {
+		return false
+	}
+	if l.window > 0 && (now.Sub(l.learned) >= ackWindowTTL || unacked > l.window) {
+		l.window = 0
+	}
+	return l.window == 0 || unacked < (l.window+1)/2
+}
+
+// quiet records that nothing arrived for ackQuiet at now while the acker
+// waited with unacked messages outstanding: the broker's window.
+func (l *ackLinger) quiet(now time.Time, unacked int64) {
+	if unacked > 0 {
+		l.window, l.learned = unacked, now
+	}
+}

@@ -1,0 +1,185 @@
+package mqtt
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/edgedio/edged/internal/testutil"
+	"github.com/edgedio/edged/mqtt/ingestlog"
+)
+
+func TestAckLingerDecisions(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	type step struct {
+		at      time.Duration // after t0
+		quiet   bool          // the broker was quiet: record the window
+		unacked int64
+		half    bool
+		want    bool // more (ignored for a quiet step)
+		window  int64
+	}
+	for _, tc := range []struct {
+		name  string
+		delay time.Duration
+		steps []step
+	}{
+		{"no delay never waits", 0, []step{{unacked: 1, want: false}}},
+		{"waits while the window is unknown", time.Millisecond, []step{
+			{unacked: 1, want: true}, {unacked: 900, want: true},
+		}},
+		{"half of its own bounds stops it", time.Millisecond, []step{{unacked: 3, half: true, want: false}}},
+		{"learns the window and stops at its half", time.Millisecond, []step{
+			{unacked: 20, quiet: true, window: 20},
+			{at: time.Millisecond, unacked: 9, want: true, window: 20},
+			{at: time.Millisecond, unacked: 10, want: false, window: 20},
+			{at: 2 * time.Millisecond, unacked: 20, want: false, window: 20},
+		}},
+		{"a window of one never waits", time.Millisecond, []step{
+			{unacked: 1, quiet: true, window: 1},
+			{unacked: 0, want: true, window: 1},
+			{unacked: 1, want: false, window: 1},
+		}},
+		{"more outstanding than the window forgets it", time.Millisecond, []step{
+			{unacked: 20, quiet: true, window: 20},
+			{at: time.Millisecond, unacked: 21, want: true, window: 0},
+			{at: time.Millisecond, unacked: 15, want: true, window: 0},
+		}},
+		{"a window expires", time.Millisecond, []step{
+			{unacked: 20, quiet: true, window: 20},
+			{at: ackWindowTTL - time.Nanosecond, unacked: 10, want: false, window: 20},
+			{at: ackWindowTTL, unacked: 10, want: true, window: 0},
+		}},
+		{"quiet with nothing outstanding learns nothing", time.Millisecond, []step{
+			{unacked: 0, quiet: true, window: 0},
+			{unacked: 5, want: true, window: 0},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := ackLinger{delay: tc.delay}
+			for i, s := range tc.steps {
+				now := t0.Add(s.at)
+				if s.quiet {
+					l.quiet(now, s.unacked)
+				} else if got := l.more(now, s.unacked, s.half); got != s.want {
+					t.Fatalf("step %d: more(+%v, %d, %v) = %v, want %v", i, s.at, s.unacked, s.half, got, s.want)
+				}
+				if l.window != s.window {
+					t.Fatalf("step %d: window %d, want %d", i, l.window, s.window)
+				}
+			}
+		})
+	}
+}
+
+// lingerSubscriber returns a subscriber that is not started, whose acker's
+// linger lingerFor runs by hand, with MaxPending pending.
+func lingerSubscriber(t *testing.T, pending int) *Subscriber {
+	t.Helper()
+	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
+	s, err := NewSubscriber(SubscriberConfig{Broker: "tcp://127.0.0.1:1", Topics: []string{"x"}, ClientID: "linger", MaxPending: pending}, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	t.Cleanup(func() { s.cancel() })
+	// A delay far beyond the bound of the waits: only the rules can end
+	// a linger (the tests that need the quiet rule shorten it).
+	s.linger.delay, s.linger.still = time.Hour, time.Hour
+	return s
+}
+
+// hand gives the acker n batches of one message each, as the reader does.
+func hand(s *Subscriber, n int) {
+	for range n {
+		s.unacked.Add(1)
+		s.slots.tryAcquire(1)
+		s.pending <- &batch{}
+	}
+}
+
+// runLinger runs lingerFor with the batches taken so far and returns what
+// it took, once it returns.
+func runLinger(t *testing.T, s *Subscriber, bs []*batch) []*batch {
+	t.Helper()
+	done := make(chan []*batch, 1)
+	go func() { done <- s.lingerFor(bs, stoppedTimer(), stoppedTimer()) }()
+	return testutil.Receive(t, waitBound, "lingerFor to return", done)
+}
+
+func TestAckLingerStopsAtHalfOfMaxPending(t *testing.T) {
+	s := lingerSubscriber(t, 8)
+	hand(s, 3)
+	first := <-s.pending
+	done := make(chan []*batch, 1)
+	go func() { done <- s.lingerFor([]*batch{first}, stoppedTimer(), stoppedTimer()) }()
+	// It takes the other two and waits: 3 of 8 outstanding.
+	testutil.Eventually(t, waitBound, "the linger to take the batches handed", func() bool { return len(s.pending) == 0 })
+	hand(s, 1) // 4 of 8
+	bs := testutil.Receive(t, waitBound, "lingerFor to stop at half of max_pending", done)
+	if len(bs) != 4 {
+		t.Fatalf("took %d batches, want 4", len(bs))
+	}
+}
+
+func TestAckLingerLearnsTheBrokersWindow(t *testing.T) {
+	s := lingerSubscriber(t, 1024)
+	s.linger.still = ackQuiet
+	// The broker sends 6 and stops: after ackQuiet of nothing the acker
+	// takes 6 as its window.
+	hand(s, 6)
+	first := <-s.pending
+	if bs := runLinger(t, s, []*batch{first}); len(bs) != 6 {
+		t.Fatalf("took %d batches, want the 6 sent", len(bs))
+	}
+	if s.linger.window != 6 {
+		t.Fatalf("window %d, want 6", s.linger.window)
+	}
+	// Acknowledged; the broker sends the next 6. With 3 outstanding, half
+	// of the window, the acker stops waiting at once: the broker has
+	// nothing more to send before it sees acknowledgements.
+	s.unacked.Store(0)
+	hand(s, 3)
+	first = <-s.pending
+	bs := runLinger(t, s, []*batch{first})
+	if len(bs) > 3 {
+		t.Fatalf("took %d batches, want at most the 3 sent", len(bs))
+	}
+	if s.linger.window != 6 {
+		t.Fatalf("window %d after the second group, want 6 still", s.linger.window)
+	}
+}
+
+func TestAckLingerEndsWhenClosed(t *testing.T) {
+	s := lingerSubscriber(t, 1024)
+	hand(s, 1)
+	first := <-s.pending
+	done := make(chan []*batch, 1)
+	go func() { done <- s.lingerFor([]*batch{first}, stoppedTimer(), stoppedTimer()) }()
+	s.cancel()
+	testutil.Receive(t, waitBound, "lingerFor to return once the subscriber closes", done)
+}
+
+// Against Mosquitto with its default in-flight setting (20), the
+// longest ack_delay does not hold the broker back: 3,000 messages
+// acknowledged in groups each held for the whole delay would take longer
+// than the bound of the wait.
+func TestSubscriberLongAckDelayKeepsUpWithMosquitto(t *testing.T) {
+	forEachClient(t, testSubscriberLongAckDelayKeepsUpWithMosquitto)
+}
+
+func testSubscriberLongAckDelayKeepsUpWithMosquitto(t *testing.T, client string) {
+	const n = 3000
+	mq := startMosquitto(t, "max_inflight_messages 20\nmax_queued_messages 100000\n")
+	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
+	sub := startSubscriberWith(t, SubscriberConfig{Broker: "tcp://" + mq, ClientID: "edged-window", Topics: []string{"sensors/#"},
+		Client: client, AckDelay: MaxAckDelay}, l)
+	pub := connect(t, mq, "publisher")
+	if err := publishSeq(t, pub, 0, n); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, waitBound, "every message durable in the log", func() bool { return l.Stats().DurableOffset >= n })
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
