@@ -137,7 +137,14 @@ func (c *keyedCore[K, O]) open(ctx *Context, onTimer func(int64, TimeDomain) err
 	if err := state.RegisterTimerQueue(ctx.State, "timers/event", c.eventTimers, kc, nc); err != nil {
 		return err
 	}
-	return state.RegisterTimerQueue(ctx.State, "timers/processing", c.procTimers, kc, nc)
+	if err := state.RegisterTimerQueue(ctx.State, "timers/processing", c.procTimers, kc, nc); err != nil {
+		return err
+	}
+	// Restored processing-time timers fire by the clock as registered
+	// ones do: the first of them arms the callback (an overdue one fires
+	// at once).
+	c.armProcessingTime()
+	return nil
 }
 
 // setKey makes k the current key.

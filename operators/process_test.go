@@ -1,6 +1,7 @@
 package operators_test
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"slices"
@@ -219,6 +220,48 @@ func TestKeyedProcessProcessingTimeTimers(t *testing.T) {
 	if got := h.ProcessingTimers(); len(got) != 0 {
 		t.Fatalf("after Close, processing-time callbacks %v are pending", got)
 	}
+}
+
+// Processing-time timers restored from a snapshot fire by the clock, as
+// before the snapshot, with no new timer registered after the restore:
+// one due later when the clock reaches it, one already overdue at once.
+func TestKeyedProcessProcessingTimeTimersRestored(t *testing.T) {
+	h := newTimerHarness(t, &timerFunc{})
+	t0 := h.Now()
+	h.Process(timerCmd{Key: "a", At: 200, Proc: true}, 5)
+	h.Process(timerCmd{Key: "b", At: 5000, Proc: true}, 5)
+	snap, err := state.Snapshot(h.Ctx.State)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := snap.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+
+	// Restored 1 s later: a's timer is overdue, b's is due in 4 s.
+	r := operatorstest.New(func(out operators.Collector[fired]) operators.OneInput[timerCmd] {
+		return operators.NewKeyedProcess(func(c timerCmd) string { return c.Key }, operators.KeyedProcessFunction[string, timerCmd, fired](&timerFunc{}), out)
+	}, operatorstest.Keyed(128), operatorstest.StartAt(operatorstest.DefaultStart.Add(time.Second)))
+	if err := state.Restore(r.Ctx.State, bytes.NewReader(buf.Bytes()), snap.Offsets(), r.Ctx.KeyGroups); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Open(); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if got := r.ProcessingTimers(); !slices.Equal(got, []int64{t0 + 200}) {
+		t.Fatalf("after the restore, processing-time callbacks %v: want one for the restored timer at +200", got)
+	}
+	pt, wm, nt := operators.ProcessingTime, int64(math.MinInt64), operators.NoTimestamp
+	if err := r.AdvanceProcessingTime(0); err != nil {
+		t.Fatal(err)
+	}
+	expectFired(t, "restored, overdue", r.Drain(), fired{"a", t0 + 200, nt, pt, wm, 1})
+	if err := r.AdvanceProcessingTime(4 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	expectFired(t, "restored, due 4 s later", r.Drain(), fired{"b", t0 + 5000, nt, pt, wm, 1})
 }
 
 // Side outputs from a keyed process function: tag.Emit sends to the side

@@ -472,6 +472,12 @@ func (f *prepareFn[T]) ProcessElement(v T, ctx *operators.ProcessContext[Row]) e
 			return nil
 		}
 	}
+	if pl.keyed {
+		if k := r.Str(pl.key.Slot); len(k) > MaxKeyBytes {
+			f.fail(ctx, string(r.AppendJSON(nil, pl.schema)), fmt.Errorf("%w: %s is %d bytes, more than %d", ErrKeyTooLong, pl.key.Name, len(k), MaxKeyBytes))
+			return nil
+		}
+	}
 	if pl.eventTime {
 		if ts := r.Int(pl.ts.Slot); ts < MinEventTime || ts > MaxEventTime {
 			f.fail(ctx, string(r.AppendJSON(nil, pl.schema)), fmt.Errorf("%w: %s = %d ms", ErrEventTimeRange, pl.ts.Name, ts))

@@ -21,15 +21,28 @@ func badRecordsPipeline(dir string) string {
 }
 
 // Readings whose key makes an invalid result topic ("#", "a+b", invalid
-// UTF-8, a NUL) or whose event time is the minimum or maximum int64 go to
+// UTF-8, a NUL), is longer than MaxKeyBytes, or whose event time is the minimum or maximum int64 go to
 // the dead-letter output with the reason, are counted, and never stop the
 // job; the good readings' results are exact; and the job restarted from
 // its latest checkpoint (a node restart) runs on.
 func TestBadRecordsGoToDeadLetters(t *testing.T) {
+	for _, backend := range []string{"memory", "bolt"} {
+		t.Run("backend="+backend, func(t *testing.T) { testBadRecordsGoToDeadLetters(t, backend) })
+	}
+}
+
+func testBadRecordsGoToDeadLetters(t *testing.T, backend string) {
 	contend(t)
 	h := newMQTTHarness(t)
 	dir := t.TempDir()
-	pc := parsePipeline(t, badRecordsPipeline(dir))
+	cfg := badRecordsPipeline(dir)
+	if backend == "bolt" {
+		cfg = strings.Replace(cfg, "    key: id\n", "    key: id\n    state_backend: bolt\n    state_dir: "+t.TempDir()+"\n", 1)
+	}
+	pc := parsePipeline(t, cfg)
+	if pc.StateBackend != backend && backend != "memory" {
+		t.Fatalf("state backend %q, want %q", pc.StateBackend, backend)
+	}
 	job, pj, _ := h.start(pc)
 
 	const sensors = 4
@@ -48,6 +61,8 @@ func TestBadRecordsGoToDeadLetters(t *testing.T) {
 		`{"sensor":"x\u0000y","t":1,"ts":1000}`:         "has a NUL",
 		reading("g0", math.MinInt64):                    "event time out of range",
 		reading("g0", math.MaxInt64):                    "event time out of range",
+		// A key bbolt could not hold, nor the memory backend then.
+		reading(strings.Repeat("k", MaxKeyBytes+1), 1000): "key too long",
 	}
 	good(0, 1)
 	for p := range bad {

@@ -19,7 +19,17 @@ var (
 	// ErrEventTimeRange is the reason of a dead letter whose event time
 	// is outside [MinEventTime, MaxEventTime].
 	ErrEventTimeRange = errors.New("pipeline: event time out of range")
+	// ErrKeyTooLong is the reason of a dead letter whose key is longer
+	// than MaxKeyBytes.
+	ErrKeyTooLong = errors.New("pipeline: key too long")
 )
+
+// MaxKeyBytes is the longest key a keyed pipeline takes, in bytes; a
+// record with a longer key goes to the dead-letter output. It keeps a
+// key, with what state stores beside it, within what every state backend
+// holds (bbolt's keys end at 32 KiB), so that both backends take the
+// same records.
+const MaxKeyBytes = 16 << 10
 
 // Problem is one finding of Load or Validate: the YAML key path and what is
 // wrong there.

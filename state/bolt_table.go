@@ -245,11 +245,15 @@ func (t *boltTable) apply(tx *bolt.Tx) error {
 	return nil
 }
 
+// MaxBoltKeyBytes is the longest entry key (encoded key and namespace,
+// with the state's prefix) the bolt backend holds: bbolt's bound.
+const MaxBoltKeyBytes = bolt.MaxKeySize
+
 // checkKeySize fails on a key bbolt would refuse at the next commit, so
 // that the failure comes from the write that made it.
 func (t *boltTable) checkKeySize(n int) {
 	if n > bolt.MaxKeySize {
-		panic(fmt.Errorf("state %q: an entry key of %d bytes exceeds bbolt's %d", t.sp.name, n, bolt.MaxKeySize))
+		panic(fmt.Errorf("%w: state %q: an entry key of %d bytes exceeds bbolt's %d", ErrKeyTooLarge, t.sp.name, n, bolt.MaxKeySize))
 	}
 }
 

@@ -7,6 +7,12 @@ import "errors"
 // another key, namespace or value type, or another TTL.
 var ErrStateType = errors.New("state: name already registered with another type")
 
+// ErrKeyTooLarge is the cause of the failure of a bolt backend's write of
+// an entry whose key (the encoded key and namespace, with the state's
+// prefix) is longer than bbolt holds (MaxBoltKeyBytes). The memory
+// backend has no such bound.
+var ErrKeyTooLarge = errors.New("state: entry key too large")
+
 // ErrNoBackend is returned when keyed state is asked of a subtask that has
 // no keyed backend (the stream is not keyed).
 var ErrNoBackend = errors.New("state: keyed state is only available on a keyed stream")
