@@ -53,6 +53,9 @@ type Execution struct {
 	// ended is closed when Run returns.
 	ended     chan struct{}
 	endedOnce sync.Once
+	// resumeOnce runs Resume's look-up once; resumeErr is its error.
+	resumeOnce sync.Once
+	resumeErr  error
 	// noRestart is closed by StopRestarting.
 	noRestart     chan struct{}
 	noRestartOnce sync.Once
@@ -104,7 +107,8 @@ func (e *Execution) Restores() []snapshot.ID {
 }
 
 // AlreadyFinished returns the final checkpoint of an earlier run when the
-// job had finished before Run started (nil otherwise): Run then only let
+// job had finished before Run started (nil otherwise; valid once Resume
+// or Run returned, or Run started; Resume sets it): Run then only let
 // the sinks commit what that checkpoint holds, and ran nothing.
 func (e *Execution) AlreadyFinished() *snapshot.Metadata {
 	e.mu.Lock()
@@ -185,10 +189,17 @@ func (e *Execution) OpenRestoreFile(epoch uint64, name string) (*os.File, snapsh
 	return r.OpenRestoreFile(epoch, name)
 }
 
-// Run runs the job until it finishes, fails for good, is stopped with a
-// savepoint, or ctx is cancelled.
-func (e *Execution) Run(ctx context.Context) error {
-	defer e.endedOnce.Do(func() { close(e.ended) })
+// Resume finds, once, what Run starts from: the snapshot of an earlier
+// run in the job's checkpoint directory (the job goes on from it), or
+// the savepoint it was started from. It sets AlreadyFinished when that
+// snapshot is a final checkpoint. Run calls it first; calling it before
+// Run makes AlreadyFinished valid at once. Its error is Run's.
+func (e *Execution) Resume() error {
+	e.resumeOnce.Do(func() { e.resumeErr = e.resume() })
+	return e.resumeErr
+}
+
+func (e *Execution) resume() error {
 	cfg := e.cfg
 	log := cfg.Logger.With("job", e.job.Name)
 	if cfg.Restore == nil && cfg.Checkpoint.Dir != "" {
@@ -213,6 +224,19 @@ func (e *Execution) Run(ctx context.Context) error {
 		e.finished = md
 		e.mu.Unlock()
 	}
+	e.cfg.Restore = cfg.Restore
+	return nil
+}
+
+// Run runs the job until it finishes, fails for good, is stopped with a
+// savepoint, or ctx is cancelled.
+func (e *Execution) Run(ctx context.Context) error {
+	defer e.endedOnce.Do(func() { close(e.ended) })
+	if err := e.Resume(); err != nil {
+		return err
+	}
+	cfg := e.cfg
+	log := cfg.Logger.With("job", e.job.Name)
 	// waiting is why the last attempt found no deployment ("" if it
 	// found one): the same reason is logged once.
 	waiting := ""

@@ -574,9 +574,21 @@ func (h *host) deliverer(t *task, ch *channel) func(RemoteFrame) {
 }
 
 // buildTask builds t's operators and routers, restores them from md (when
-// not nil) and opens them. An edge in crosses is serialised.
-func (h *host) buildTask(t *task, out map[*Edge][]*channel, crosses map[*Edge]bool, md *snapshot.Metadata) error {
+// not nil) and opens them. An edge in crosses is serialised. A panic in
+// user code called here (a source, operator or sink factory, Open,
+// RestoreState) fails the task like a panic while it runs: the error is
+// a *TaskError naming the operator.
+func (h *host) buildTask(t *task, out map[*Edge][]*channel, crosses map[*Edge]bool, md *snapshot.Metadata) (err error) {
 	c := t.chain
+	// cur is the operator being built, named by a panic.
+	cur := c.Head()
+	defer func() {
+		if r := recover(); r != nil {
+			te := &TaskError{Job: h.job.Name, Operator: cur.Name, UID: cur.UID, Subtask: t.subtask, Parallelism: cur.Parallelism}
+			setCause(te, r)
+			err = te
+		}
+	}()
 	n := len(c.Vertices)
 	t.ops = make([]operators.Operator, n)
 	t.ctxs = make([]*operators.Context, n)
@@ -612,6 +624,7 @@ func (h *host) buildTask(t *task, out map[*Edge][]*channel, crosses map[*Edge]bo
 	// Operators from tail to head, each wired to the next one's input.
 	for i := n - 1; i >= 0; i-- {
 		v := c.Vertices[i]
+		cur = v
 		ctx, err := h.newContext(t, i)
 		if err != nil {
 			return h.buildError(v, t.subtask, fmt.Errorf("state backend: %w", err))
@@ -625,6 +638,9 @@ func (h *host) buildTask(t *task, out map[*Edge][]*channel, crosses map[*Edge]bo
 			if err != nil {
 				return h.buildError(v, t.subtask, err)
 			}
+			if src == nil {
+				return h.buildError(v, t.subtask, errors.New("the source factory returned nil"))
+			}
 			t.ops[i] = src
 			if t.source, err = v.Out.newSourceDriver(src, next); err != nil {
 				return h.buildError(v, t.subtask, err)
@@ -634,6 +650,9 @@ func (h *host) buildTask(t *task, out map[*Edge][]*channel, crosses map[*Edge]bo
 		op, in, err := v.NewOperator(ctx, next)
 		if err != nil {
 			return h.buildError(v, t.subtask, err)
+		}
+		if op == nil || in == nil {
+			return h.buildError(v, t.subtask, errors.New("the factory returned nil"))
 		}
 		t.ops[i] = op
 		if i > 0 {
@@ -645,6 +664,7 @@ func (h *host) buildTask(t *task, out map[*Edge][]*channel, crosses map[*Edge]bo
 		}
 	}
 	if head := c.Head(); !head.IsSource() {
+		cur = head
 		t.inputs = make([]input, len(t.inChans))
 		for k, ch := range t.inChans {
 			typ, in := head.In, next
@@ -670,6 +690,7 @@ func (h *host) buildTask(t *task, out map[*Edge][]*channel, crosses map[*Edge]bo
 	oldPs := make([]int, n)
 	if md != nil {
 		for i, v := range c.Vertices {
+			cur = v
 			var err error
 			if raws[i], oldPs[i], err = h.restoreOperator(md, v, t.subtask, t.ctxs[i]); err != nil {
 				return h.buildError(v, t.subtask, fmt.Errorf("restore from %s: %w", md.Dir, err))
@@ -681,6 +702,7 @@ func (h *host) buildTask(t *task, out map[*Edge][]*channel, crosses map[*Edge]bo
 	}
 	t.flushers = nil
 	for i := n - 1; i >= 0; i-- {
+		cur = c.Vertices[i]
 		if err := t.ops[i].Open(t.ctxs[i]); err != nil {
 			return h.buildError(c.Vertices[i], t.subtask, fmt.Errorf("open: %w", err))
 		}
@@ -693,6 +715,7 @@ func (h *host) buildTask(t *task, out map[*Edge][]*channel, crosses map[*Edge]bo
 			continue
 		}
 		if rs, ok := op.(operators.Restorer); ok {
+			cur = c.Vertices[i]
 			if err := rs.RestoreState(raws[i], oldPs[i]); err != nil {
 				return h.buildError(c.Vertices[i], t.subtask, fmt.Errorf("restore: %w", err))
 			}

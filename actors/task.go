@@ -568,6 +568,13 @@ func (t *task) recover() {
 		Subtask:     t.subtask,
 		Parallelism: v.Parallelism,
 	}
+	setCause(te, r)
+	t.run.report(t, te)
+}
+
+// setCause sets te's cause from the recovered panic value r: the error
+// given to operators.Fail, or the panic itself with its stack.
+func setCause(te *TaskError, r any) {
 	switch x := r.(type) {
 	case *operators.Failure:
 		te.Err = x.Err
@@ -576,5 +583,4 @@ func (t *task) recover() {
 	default:
 		te.Panic, te.Err, te.Stack = true, fmt.Errorf("%v", x), debug.Stack()
 	}
-	t.run.report(t, te)
 }

@@ -13,13 +13,16 @@ import (
 // needs a UID.
 func ConnectBroadcast[T any, K comparable, B, O any](k *KeyedStream[T, K], b *Stream[B], name string, fn func() operators.KeyedBroadcastProcessFunction[K, T, B, O]) *Stream[O] {
 	env := k.s.env
+	if fn == nil {
+		env.nilFunc(name, "the function factory")
+	}
 	v := &actors.Vertex{
 		Name: name,
 		In:   k.s.typ,
 		In2:  b.typ,
 		Out:  typeOf[O](),
 		NewOperator: func(_ *operators.Context, out any) (operators.Operator, any, error) {
-			op := operators.NewKeyedBroadcastProcess(k.key, fn(), out.(operators.Collector[O]))
+			op := operators.NewKeyedBroadcastProcess(k.key, made(fn()), out.(operators.Collector[O]))
 			return op, op.Inputs(), nil
 		},
 	}

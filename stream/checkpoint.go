@@ -74,6 +74,9 @@ func (e *Environment) ExecuteAsync(ctx context.Context) (*Job, error) {
 		return nil, err
 	}
 	j := &Job{exec: actors.NewExecution(&e.job, e.cfg, e.restart), done: make(chan struct{})}
+	// Look up the earlier run's snapshot now, so that AlreadyFinished is
+	// set when ExecuteAsync returns; an error of it is Wait's.
+	_ = j.exec.Resume()
 	go func() {
 		defer close(j.done)
 		j.err = j.exec.Run(ctx)
@@ -125,7 +128,8 @@ func (j *Job) Restores() []snapshot.ID { return j.exec.Restores() }
 // AlreadyFinished returns the final checkpoint of an earlier run when the
 // job had already finished in its checkpoint directory (or was started
 // from a final checkpoint): it then ran nothing, its sinks only committed
-// what that checkpoint holds. Nil otherwise.
+// what that checkpoint holds. Nil otherwise. It is set when ExecuteAsync
+// returns.
 func (j *Job) AlreadyFinished() *snapshot.Metadata { return j.exec.AlreadyFinished() }
 
 // Metrics returns the live counters of the current attempt's tasks

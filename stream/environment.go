@@ -39,7 +39,9 @@ type Option func(*Environment)
 func WithParallelism(n int) Option { return func(e *Environment) { e.parallelism = n } }
 
 // WithMaxParallelism sets the number of key groups (default 128); it is
-// fixed for the life of a job's state.
+// fixed for the life of a job's state. n must be in [1,32768]
+// (keygroup.MaxMaxParallelism): Plan and Execute refuse any other value,
+// 0 included.
 func WithMaxParallelism(n int) Option { return func(e *Environment) { e.job.MaxParallelism = n } }
 
 // WithBatchSize sets the number of records per batch (default 512).
@@ -142,6 +144,9 @@ func (e *Environment) resolve() error {
 			ed.Partition = actors.Rebalance
 		}
 	}
+	if err := keygroup.Validate(1, e.job.MaxParallelism); err != nil {
+		errs = append(errs, fmt.Errorf("stream: WithMaxParallelism: %w", err))
+	}
 	for _, v := range e.job.Vertices {
 		if n := e.nodes[v]; n != nil && n.stateful && !n.uidSet {
 			errs = append(errs, fmt.Errorf("stream: operator %q keeps state and needs a stable uid: call UID(...) on it", v.Name))
@@ -164,10 +169,10 @@ func (e *Environment) checkReplay() error {
 		if !v.IsSource() {
 			continue
 		}
-		op, err := v.NewSource(&operators.Context{Job: e.name, Operator: v.Name, UID: v.UID, Parallelism: v.Parallelism,
+		op, err := probeSource(v, &operators.Context{Job: e.name, Operator: v.Name, UID: v.UID, Parallelism: v.Parallelism,
 			MaxParallelism: e.job.MaxParallelism, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
-			continue // the runner reports it
+			continue // the runner reports it (a panic as a task failure)
 		}
 		if r, ok := op.(operators.Replayer); !ok || r.Replayable() {
 			continue
@@ -182,6 +187,17 @@ func (e *Environment) checkReplay() error {
 			ErrNotReplayable, e.name, v.Name))
 	}
 	return errors.Join(errs...)
+}
+
+// probeSource builds one instance of source v; a panic in the user's
+// factory is returned as an error.
+func probeSource(v *actors.Vertex, ctx *operators.Context) (op operators.Operator, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			op, err = nil, fmt.Errorf("stream: source %q: panic: %v", v.Name, r)
+		}
+	}()
+	return v.NewSource(ctx)
 }
 
 // Plan validates the graph and returns its execution plan without running

@@ -1,6 +1,8 @@
 package stream
 
 import (
+	"errors"
+
 	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/operators"
 )
@@ -15,6 +17,9 @@ type KeyedStream[T any, K comparable] struct {
 // KeyBy partitions s by key. Keys hash to key groups (the job's max
 // parallelism), and each subtask owns a contiguous range of key groups.
 func KeyBy[T any, K comparable](s *Stream[T], key func(T) K) *KeyedStream[T, K] {
+	if key == nil {
+		s.env.addError(errors.New("stream: KeyBy: the key function is nil"))
+	}
 	kg := operators.KeyGroupFunc(key, s.env.job.MaxParallelism)
 	ks := *s
 	ks.ups = make([]upstream, len(s.ups))
@@ -35,6 +40,9 @@ func (k *KeyedStream[T, K]) Stream() *Stream[T] { return k.s }
 // and the record (the record itself for a key seen first): a rolling
 // reduce kept in keyed state. The operator needs a UID.
 func (k *KeyedStream[T, K]) Reduce(name string, fn func(acc, v T) (T, error)) *Stream[T] {
+	if fn == nil {
+		k.s.env.nilFunc(name, "the reduce function")
+	}
 	out := Transform(k.s, name, func(out operators.Collector[T]) operators.OneInput[T] {
 		return operators.NewKeyedReduce(k.key, fn, "reduce", out)
 	})
@@ -46,6 +54,9 @@ func (k *KeyedStream[T, K]) Reduce(name string, fn func(acc, v T) (T, error)) *S
 // result for every record: a rolling aggregate kept in keyed state. The
 // operator needs a UID.
 func Aggregate[T any, K comparable, A, R any](k *KeyedStream[T, K], name string, agg operators.AggregateFunction[T, A, R]) *Stream[R] {
+	if agg == nil {
+		k.s.env.nilFunc(name, "the aggregate function")
+	}
 	out := Transform(k.s, name, func(out operators.Collector[R]) operators.OneInput[T] {
 		return operators.NewKeyedAggregate(k.key, agg, "aggregate", out)
 	})

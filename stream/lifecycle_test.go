@@ -101,7 +101,8 @@ func TestBoundedJobWithCheckpointsEndsCleanly(t *testing.T) {
 
 // The same bounded job started twice on the same checkpoint directory
 // commits its results once: the second run finds the final checkpoint,
-// says the job finished and runs nothing.
+// says the job finished (AlreadyFinished, as soon as ExecuteAsync
+// returned) and runs nothing.
 func TestFinishedJobDoesNotRunAgain(t *testing.T) {
 	const n, keys = 20_000, 50
 	want := boundedWant(t, n, keys)
@@ -113,10 +114,15 @@ func TestFinishedJobDoesNotRunAgain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Known as soon as ExecuteAsync returned.
+		early := job.AlreadyFinished()
 		if err := job.Wait(); err != nil {
 			t.Fatalf("run %d: %v", run, err)
 		}
 		md := finalCheckpoint(t, cfg.Dir, "exactly-once")
+		if (early != nil) != (run == 1) || (early != nil && early.Checkpoint != md.Checkpoint) {
+			t.Fatalf("run %d: AlreadyFinished right after ExecuteAsync = %v, the final checkpoint is %d", run, early, md.Checkpoint)
+		}
 		if fin := job.AlreadyFinished(); (fin != nil) != (run == 1) {
 			t.Fatalf("run %d: AlreadyFinished = %v", run, fin)
 		} else if fin != nil && fin.Checkpoint != md.Checkpoint {

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/edgedio/edged/actors"
@@ -150,12 +151,35 @@ func (s *Stream[T]) connectInput(v *actors.Vertex, in int) {
 	}
 }
 
-// FromSource adds a source; newSource is called once per subtask.
+// nilFunc refuses the job (Plan and Execute return the error) because the
+// function what, given for operator name, is nil.
+func (e *Environment) nilFunc(name, what string) {
+	e.addError(fmt.Errorf("stream: operator %q: %s is nil", name, what))
+}
+
+// made returns f, the result of a user factory called for a subtask; a nil
+// f fails the subtask with an error instead of a nil dereference later.
+func made[F any](f F) F {
+	if any(f) == nil {
+		operators.Fail(errors.New("stream: the function factory returned nil"))
+	}
+	return f
+}
+
+// FromSource adds a source; newSource is called once per subtask. A nil
+// newSource is refused by Plan and Execute; a newSource that returns nil
+// or panics fails the job with an *actors.TaskError naming the source.
 func FromSource[T any](env *Environment, name string, newSource func() operators.Source[T]) *Stream[T] {
+	if newSource == nil {
+		env.nilFunc(name, "newSource")
+	}
 	v := env.addVertex(&actors.Vertex{
 		Name: name,
 		Out:  typeOf[T](),
 		NewSource: func(*operators.Context) (operators.Operator, error) {
+			if newSource == nil {
+				return nil, errors.New("stream: newSource is nil")
+			}
 			return newSource(), nil
 		},
 	})
@@ -164,7 +188,13 @@ func FromSource[T any](env *Environment, name string, newSource func() operators
 
 // Transform adds an operator built by newOp for each subtask: newOp gets the
 // collector of its output and returns the operator, which consumes T.
+// A nil newOp is refused by Plan and Execute; a newOp that returns nil or
+// panics fails the job with an *actors.TaskError naming the operator.
 func Transform[T, U any](s *Stream[T], name string, newOp func(out operators.Collector[U]) operators.OneInput[T]) *Stream[U] {
+	if newOp == nil {
+		s.env.nilFunc(name, "newOp")
+		newOp = func(operators.Collector[U]) operators.OneInput[T] { return nil }
+	}
 	v := &actors.Vertex{
 		Name: name,
 		Out:  typeOf[U](),
@@ -179,6 +209,9 @@ func Transform[T, U any](s *Stream[T], name string, newOp func(out operators.Col
 
 // Map applies fn to every record; an error from fn fails the job.
 func Map[T, U any](s *Stream[T], name string, fn func(T) (U, error)) *Stream[U] {
+	if fn == nil {
+		s.env.nilFunc(name, "the map function")
+	}
 	return Transform(s, name, func(out operators.Collector[U]) operators.OneInput[T] {
 		return operators.NewMap(fn, out)
 	})
@@ -186,6 +219,9 @@ func Map[T, U any](s *Stream[T], name string, fn func(T) (U, error)) *Stream[U] 
 
 // FlatMap calls fn for every record; fn emits any number of records.
 func FlatMap[T, U any](s *Stream[T], name string, fn func(T, operators.Collector[U]) error) *Stream[U] {
+	if fn == nil {
+		s.env.nilFunc(name, "the flat-map function")
+	}
 	return Transform(s, name, func(out operators.Collector[U]) operators.OneInput[T] {
 		return operators.NewFlatMap(fn, out)
 	})
@@ -193,6 +229,9 @@ func FlatMap[T, U any](s *Stream[T], name string, fn func(T, operators.Collector
 
 // Filter keeps the records for which fn holds.
 func (s *Stream[T]) Filter(name string, fn func(T) bool) *Stream[T] {
+	if fn == nil {
+		s.env.nilFunc(name, "the filter function")
+	}
 	return Transform(s, name, func(out operators.Collector[T]) operators.OneInput[T] {
 		return operators.NewFilter(fn, out)
 	})
@@ -214,11 +253,19 @@ func (k *Sink) UID(uid string) *Sink {
 	return k
 }
 
-// To adds a sink; newSink is called once per subtask.
+// To adds a sink; newSink is called once per subtask. A nil newSink is
+// refused by Plan and Execute; a newSink that returns nil or panics fails
+// the job with an *actors.TaskError naming the sink.
 func (s *Stream[T]) To(name string, newSink func() operators.Sink[T]) *Sink {
+	if newSink == nil {
+		s.env.nilFunc(name, "newSink")
+	}
 	v := &actors.Vertex{
 		Name: name,
 		NewOperator: func(*operators.Context, any) (operators.Operator, any, error) {
+			if newSink == nil {
+				return nil, nil, errors.New("stream: newSink is nil")
+			}
 			k := newSink()
 			return k, k, nil
 		},
@@ -229,5 +276,8 @@ func (s *Stream[T]) To(name string, newSink func() operators.Sink[T]) *Sink {
 
 // ForEach adds a sink calling fn for every record; an error fails the job.
 func (s *Stream[T]) ForEach(name string, fn func(T) error) *Sink {
+	if fn == nil {
+		s.env.nilFunc(name, "the ForEach function")
+	}
 	return s.To(name, func() operators.Sink[T] { return operators.NewSinkFunc(fn) })
 }

@@ -1,6 +1,8 @@
 package stream
 
 import (
+	"fmt"
+
 	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/watermark"
@@ -26,24 +28,33 @@ func (s *Stream[T]) AssignTimestampsAndWatermarks(name string, strategy watermar
 // Process runs fn on every record of s (not keyed: no keyed state or
 // timers).
 func Process[T, O any](s *Stream[T], name string, fn func() operators.ProcessFunction[T, O]) *Stream[O] {
+	if fn == nil {
+		s.env.nilFunc(name, "the function factory")
+	}
 	return Transform(s, name, func(out operators.Collector[O]) operators.OneInput[T] {
-		return operators.NewProcess(fn(), out)
+		return operators.NewProcess(made(fn()), out)
 	})
 }
 
 // KeyedProcess runs fn on every record of the keyed stream, with keyed state
 // and timers; fn is called once per subtask for a fresh function. The
-// operator needs a UID.
+// operator needs a UID. A nil fn is refused by Plan and Execute; an fn that
+// returns nil or panics fails the job with an *actors.TaskError naming the
+// operator.
 func KeyedProcess[T any, K comparable, O any](k *KeyedStream[T, K], name string, fn func() operators.KeyedProcessFunction[K, T, O]) *Stream[O] {
+	if fn == nil {
+		k.s.env.nilFunc(name, "the function factory")
+	}
 	out := Transform(k.s, name, func(out operators.Collector[O]) operators.OneInput[T] {
-		return operators.NewKeyedProcess(k.key, fn(), out)
+		return operators.NewKeyedProcess(k.key, made(fn()), out)
 	})
 	out.env.node(out.v).stateful = true
 	return out
 }
 
 // SideOutput returns the stream of records the operator that produced s
-// sent to tag.
+// sent to tag. Tags with the same id on one operator must have the same
+// type: Plan and Execute refuse two types under one id.
 func SideOutput[X, T any](s *Stream[T], tag operators.OutputTag[X]) *Stream[X] {
 	x := &Stream[X]{env: s.env, typ: typeOf[X]()}
 	if s.v == nil {
@@ -54,7 +65,13 @@ func SideOutput[X, T any](s *Stream[T], tag operators.OutputTag[X]) *Stream[X] {
 		s.v.SideOutputs = make(map[string]actors.ElemType)
 	}
 	if t, ok := s.v.SideOutputs[tag.ID()]; ok {
-		x.typ = t.(*actors.Type[X])
+		typ, same := t.(*actors.Type[X])
+		if !same {
+			s.env.addError(fmt.Errorf("stream: operator %q: side output %q is used with two types, %s and %s: one tag id, one type",
+				s.v.Name, tag.ID(), t, x.typ))
+			return x
+		}
+		x.typ = typ
 	} else {
 		s.v.SideOutputs[tag.ID()] = x.typ
 	}

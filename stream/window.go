@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/edgedio/edged/operators"
@@ -27,7 +28,11 @@ func Window[T any, K comparable](k *KeyedStream[T, K], assigner operators.Window
 // watermark passed its end: records arriving in that time update the
 // window and make it fire again. Records later than that go to the
 // late-data side output (SideOutputLateData) or are dropped and counted.
+// A negative d is refused by Plan and Execute.
 func (w *WindowedStream[T, K]) AllowedLateness(d time.Duration) *WindowedStream[T, K] {
+	if d < 0 {
+		w.k.s.env.addError(fmt.Errorf("window.allowed_lateness (%v) must not be negative", d))
+	}
 	w.lateness = d
 	return w
 }
@@ -63,6 +68,9 @@ func windowOperator[T any, K comparable, O any](w *WindowedStream[T, K], name st
 // each late record within the allowed lateness). Sliding and session
 // windows need agg to implement operators.Merger. The operator needs a UID.
 func WindowAggregate[T any, K comparable, A, R any](w *WindowedStream[T, K], name string, agg operators.AggregateFunction[T, A, R]) *Stream[operators.WindowResult[K, R]] {
+	if agg == nil {
+		w.k.s.env.nilFunc(name, "the aggregate function")
+	}
 	return windowOperator(w, name, func(out operators.Collector[operators.WindowResult[K, R]]) (operators.OneInput[T], error) {
 		return operators.NewWindowAggregate(name, w.k.key, w.assigner, w.lateness, w.lateTag, agg, out)
 	})
@@ -70,12 +78,18 @@ func WindowAggregate[T any, K comparable, A, R any](w *WindowedStream[T, K], nam
 
 // Reduce combines each window's records per key with fn.
 func (w *WindowedStream[T, K]) Reduce(name string, fn func(a, b T) (T, error)) *Stream[operators.WindowResult[K, T]] {
+	if fn == nil {
+		w.k.s.env.nilFunc(name, "the reduce function")
+	}
 	return WindowAggregate(w, name, operators.ReduceFunction(fn))
 }
 
 // WindowProcess keeps every record of a window and calls fn with all of
 // them when it fires.
 func WindowProcess[T any, K comparable, O any](w *WindowedStream[T, K], name string, fn operators.ProcessWindowFunction[K, T, O]) *Stream[O] {
+	if fn == nil {
+		w.k.s.env.nilFunc(name, "the window function")
+	}
 	return windowOperator(w, name, func(out operators.Collector[O]) (operators.OneInput[T], error) {
 		return operators.NewWindowProcess(name, w.k.key, w.assigner, w.lateness, w.lateTag, fn, out)
 	})

@@ -1,0 +1,290 @@
+package stream_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/operators"
+	"github.com/edgedio/edged/snapshot"
+	"github.com/edgedio/edged/stream"
+)
+
+func ints(n int64) func() operators.Source[int64] {
+	return func() operators.Source[int64] {
+		return operators.NewGenerator(operators.GeneratorConfig{Count: n}, func(i int64) int64 { return i })
+	}
+}
+
+func discard() operators.Sink[int64] { return operators.NewSinkFunc(func(int64) error { return nil }) }
+
+// openPanics is an operator whose Open panics.
+type openPanics struct {
+	operators.Base
+}
+
+func (openPanics) Open(*operators.Context) error { panic("user bug in Open") }
+func (openPanics) Collect(int64)                 {}
+
+// keyedNoop is a keyed function that does nothing.
+type keyedNoop struct {
+	operators.KeyedProcessBase[int64, int64]
+}
+
+func (keyedNoop) ProcessElement(int64, *operators.KeyedContext[int64, int64]) error { return nil }
+
+// A user factory that panics or returns nil, or an Open that panics, is
+// called while the job's tasks are built: the job fails with a TaskError
+// naming the operator, as a panic while it runs does, and the program
+// goes on. With checkpoints, where Plan also builds one source to ask it
+// whether it can replay, the same holds.
+func TestFailingFactoryFailsTheJob(t *testing.T) {
+	cases := []struct {
+		name      string
+		build     func(env *stream.Environment)
+		operator  string
+		panicked  bool
+		errSubstr string
+	}{
+		{"newSource panics", func(env *stream.Environment) {
+			stream.FromSource(env, "src", func() operators.Source[int64] { panic("user bug in newSource") }).To("sink", discard)
+		}, "src", true, "user bug in newSource"},
+		{"newSource returns nil", func(env *stream.Environment) {
+			stream.FromSource(env, "src", func() operators.Source[int64] { return nil }).To("sink", discard)
+		}, "src", false, "the source factory returned nil"},
+		{"newSink panics", func(env *stream.Environment) {
+			stream.FromSource(env, "src", ints(10)).To("sink", func() operators.Sink[int64] { panic("user bug in newSink") })
+		}, "sink", true, "user bug in newSink"},
+		{"newSink returns nil", func(env *stream.Environment) {
+			stream.FromSource(env, "src", ints(10)).To("sink", func() operators.Sink[int64] { return nil })
+		}, "sink", false, "the factory returned nil"},
+		{"newOp returns nil", func(env *stream.Environment) {
+			stream.Transform(stream.FromSource(env, "src", ints(10)), "op",
+				func(operators.Collector[int64]) operators.OneInput[int64] { return nil }).To("sink", discard)
+		}, "op", false, "the factory returned nil"},
+		{"Open panics", func(env *stream.Environment) {
+			stream.Transform(stream.FromSource(env, "src", ints(10)), "op",
+				func(operators.Collector[int64]) operators.OneInput[int64] { return openPanics{} }).To("sink", discard)
+		}, "op", true, "user bug in Open"},
+		{"KeyedProcess factory panics", func(env *stream.Environment) {
+			k := stream.KeyBy(stream.FromSource(env, "src", ints(10)), func(i int64) int64 { return i % 3 })
+			stream.KeyedProcess(k, "kp", func() operators.KeyedProcessFunction[int64, int64, int64] {
+				panic("user bug in the factory")
+			}).UID("kp").To("sink", discard)
+		}, "kp", true, "user bug in the factory"},
+		{"KeyedProcess factory returns nil", func(env *stream.Environment) {
+			k := stream.KeyBy(stream.FromSource(env, "src", ints(10)), func(i int64) int64 { return i % 3 })
+			stream.KeyedProcess(k, "kp", func() operators.KeyedProcessFunction[int64, int64, int64] { return nil }).
+				UID("kp").To("sink", discard)
+		}, "kp", false, "the function factory returned nil"},
+		{"Process factory returns nil", func(env *stream.Environment) {
+			stream.Process(stream.FromSource(env, "src", ints(10)), "p", func() operators.ProcessFunction[int64, int64] { return nil }).
+				To("sink", discard)
+		}, "p", false, "the function factory returned nil"},
+	}
+	for _, checkpoints := range []bool{false, true} {
+		for _, c := range cases {
+			name := c.name
+			if checkpoints {
+				name += "/checkpoints"
+			}
+			t.Run(name, func(t *testing.T) {
+				var opts []stream.Option
+				if checkpoints {
+					opts = append(opts, stream.WithCheckpointing(checkpointConfig(t, snapshot.ExactlyOnce)))
+				}
+				env := stream.NewEnvironment("factory", opts...)
+				c.build(env)
+				if _, err := env.Plan(); err != nil {
+					t.Fatalf("Plan: %v", err)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				err := env.Execute(ctx)
+				var te *actors.TaskError
+				if !errors.As(err, &te) {
+					t.Fatalf("Execute returned %v (%T), want a *actors.TaskError", err, err)
+				}
+				if te.Operator != c.operator || te.UID != c.operator || te.Subtask != 0 || te.Panic != c.panicked {
+					t.Fatalf("TaskError operator %q uid %q subtask %d panic %v, want operator and uid %q, subtask 0, panic %v: %v",
+						te.Operator, te.UID, te.Subtask, te.Panic, c.operator, c.panicked, err)
+				}
+				if !strings.Contains(err.Error(), c.errSubstr) {
+					t.Fatalf("error %q does not say %q", err, c.errSubstr)
+				}
+				if c.panicked && len(te.Stack) == 0 {
+					t.Fatal("a panic's TaskError has no stack")
+				}
+			})
+		}
+	}
+}
+
+// A nil user function given to the stream API is refused by Plan and by
+// Execute with an error naming the operator, before anything runs.
+func TestNilFunctionIsRefusedByPlan(t *testing.T) {
+	src := func(env *stream.Environment) *stream.Stream[int64] { return stream.FromSource(env, "src", ints(10)) }
+	keyed := func(env *stream.Environment) *stream.KeyedStream[int64, int64] {
+		return stream.KeyBy(src(env), func(i int64) int64 { return i % 3 })
+	}
+	win := func(env *stream.Environment) *stream.WindowedStream[int64, int64] {
+		return stream.Window(keyed(env), operators.TumblingEventTimeWindows(time.Second))
+	}
+	cases := []struct {
+		name  string
+		build func(env *stream.Environment)
+		want  string
+	}{
+		{"FromSource", func(env *stream.Environment) {
+			stream.FromSource[int64](env, "src", nil).To("sink", discard)
+		}, `operator "src": newSource is nil`},
+		{"To", func(env *stream.Environment) { src(env).To("sink", nil) }, `operator "sink": newSink is nil`},
+		{"ForEach", func(env *stream.Environment) { src(env).ForEach("each", nil) }, `operator "each": the ForEach function is nil`},
+		{"Transform", func(env *stream.Environment) {
+			stream.Transform[int64, int64](src(env), "op", nil).To("sink", discard)
+		}, `operator "op": newOp is nil`},
+		{"Map", func(env *stream.Environment) {
+			stream.Map[int64, int64](src(env), "map", nil).To("sink", discard)
+		}, `operator "map": the map function is nil`},
+		{"FlatMap", func(env *stream.Environment) {
+			stream.FlatMap[int64, int64](src(env), "fm", nil).To("sink", discard)
+		}, `operator "fm": the flat-map function is nil`},
+		{"Filter", func(env *stream.Environment) { src(env).Filter("f", nil).To("sink", discard) }, `operator "f": the filter function is nil`},
+		{"KeyBy", func(env *stream.Environment) {
+			stream.KeyBy[int64, int64](src(env), nil).Reduce("r", func(a, b int64) (int64, error) { return a + b, nil }).UID("r").To("sink", discard)
+		}, "KeyBy: the key function is nil"},
+		{"Reduce", func(env *stream.Environment) {
+			keyed(env).Reduce("r", nil).UID("r").To("sink", discard)
+		}, `operator "r": the reduce function is nil`},
+		{"Aggregate", func(env *stream.Environment) {
+			stream.Aggregate[int64, int64, int64, int64](keyed(env), "agg", nil).UID("agg").To("sink", discard)
+		}, `operator "agg": the aggregate function is nil`},
+		{"Process", func(env *stream.Environment) {
+			stream.Process[int64, int64](src(env), "p", nil).To("sink", discard)
+		}, `operator "p": the function factory is nil`},
+		{"KeyedProcess", func(env *stream.Environment) {
+			stream.KeyedProcess[int64, int64, int64](keyed(env), "kp", nil).UID("kp").To("sink", discard)
+		}, `operator "kp": the function factory is nil`},
+		{"ConnectBroadcast", func(env *stream.Environment) {
+			stream.ConnectBroadcast[int64, int64, int64, int64](keyed(env), stream.FromSource(env, "rules", ints(1)), "cb", nil).
+				UID("cb").To("sink", discard)
+		}, `operator "cb": the function factory is nil`},
+		{"Window.Reduce", func(env *stream.Environment) {
+			win(env).Reduce("w", nil).UID("w")
+		}, `operator "w": the reduce function is nil`},
+		{"WindowAggregate", func(env *stream.Environment) {
+			stream.WindowAggregate[int64, int64, int64, int64](win(env), "w", nil).UID("w")
+		}, `operator "w": the aggregate function is nil`},
+		{"WindowProcess", func(env *stream.Environment) {
+			stream.WindowProcess[int64, int64, int64](win(env), "w", nil).UID("w").To("sink", discard)
+		}, `operator "w": the window function is nil`},
+	}
+	for _, checkpoints := range []bool{false, true} {
+		for _, c := range cases {
+			name := c.name
+			if checkpoints {
+				name += "/checkpoints"
+			}
+			t.Run(name, func(t *testing.T) {
+				var opts []stream.Option
+				if checkpoints {
+					opts = append(opts, stream.WithCheckpointing(checkpointConfig(t, snapshot.ExactlyOnce)))
+				}
+				env := stream.NewEnvironment("nil", opts...)
+				c.build(env)
+				_, err := env.Plan()
+				if err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("Plan: %v, want an error saying %q", err, c.want)
+				}
+				if err := env.Execute(context.Background()); err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("Execute: %v, want an error saying %q", err, c.want)
+				}
+			})
+		}
+	}
+	// The same job with every function given plans.
+	env := stream.NewEnvironment("ok")
+	stream.KeyedProcess(stream.KeyBy(stream.FromSource(env, "src", ints(10)), func(i int64) int64 { return i % 3 }), "kp",
+		func() operators.KeyedProcessFunction[int64, int64, int64] { return keyedNoop{} }).UID("kp").To("sink", discard)
+	if err := env.Execute(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A negative allowed lateness is refused like the other bad window
+// settings; zero and a positive one are accepted.
+func TestNegativeAllowedLatenessIsRefused(t *testing.T) {
+	for _, d := range []time.Duration{-5 * time.Second, -time.Millisecond, 0, time.Second} {
+		env := stream.NewEnvironment("lateness")
+		k := stream.KeyBy(stream.FromSource(env, "src", ints(10)), func(i int64) int64 { return i % 3 })
+		stream.Window(k, operators.TumblingEventTimeWindows(10*time.Second)).AllowedLateness(d).
+			Reduce("w", func(a, b int64) (int64, error) { return a + b, nil }).UID("w")
+		_, err := env.Plan()
+		if d < 0 {
+			want := "window.allowed_lateness (" + d.String() + ") must not be negative"
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("lateness %v: Plan: %v, want %q", d, err, want)
+			}
+			if err := env.Execute(context.Background()); err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("lateness %v: Execute: %v, want %q", d, err, want)
+			}
+		} else if err != nil {
+			t.Fatalf("lateness %v: %v", d, err)
+		}
+	}
+}
+
+// A max parallelism out of [1,32768], 0 included, is refused by Plan and
+// Execute of a keyed job; the bounds themselves run.
+func TestMaxParallelismOutOfRangeIsRefused(t *testing.T) {
+	for _, n := range []int{0, -3, 32769, 40000, 1, 32768} {
+		env := stream.NewEnvironment("maxpar", stream.WithMaxParallelism(n))
+		if got := env.MaxParallelism(); got != n {
+			t.Fatalf("MaxParallelism() = %d after WithMaxParallelism(%d)", got, n)
+		}
+		k := stream.KeyBy(stream.FromSource(env, "src", ints(100)), func(i int64) int64 { return i % 7 })
+		k.Reduce("r", func(a, b int64) (int64, error) { return a + b, nil }).UID("r").To("sink", discard)
+		_, planErr := env.Plan()
+		err := env.Execute(context.Background())
+		if n >= 1 && n <= 32768 {
+			if planErr != nil || err != nil {
+				t.Fatalf("max parallelism %d: Plan %v, Execute %v", n, planErr, err)
+			}
+			continue
+		}
+		for _, e := range []error{planErr, err} {
+			if e == nil || !strings.Contains(e.Error(), "out of range [1,32768]") {
+				t.Fatalf("max parallelism %d: %v, want out of range [1,32768]", n, e)
+			}
+			var te *actors.TaskError
+			if errors.As(e, &te) {
+				t.Fatalf("max parallelism %d: a task failed: %v", n, e)
+			}
+		}
+	}
+}
+
+// Two side-output tags with the same id and different types on one
+// operator are refused by Plan with an error naming the id and both
+// types; the same tag taken twice is fine.
+func TestSideOutputTagWithTwoTypesIsRefused(t *testing.T) {
+	env := stream.NewEnvironment("tags")
+	m := stream.Map(stream.FromSource(env, "src", ints(10)), "m", func(i int64) (int64, error) { return i, nil })
+	stream.SideOutput(m, operators.NewOutputTag[int64]("errors")).To("a", discard)
+	stream.SideOutput(m, operators.NewOutputTag[int64]("errors")).To("b", discard)
+	if _, err := env.Plan(); err != nil {
+		t.Fatalf("the same tag twice: %v", err)
+	}
+	stream.SideOutput(m, operators.NewOutputTag[string]("errors")).
+		To("c", func() operators.Sink[string] { return operators.NewSinkFunc(func(string) error { return nil }) })
+	want := `operator "m": side output "errors" is used with two types, int64 and string`
+	if _, err := env.Plan(); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Plan: %v, want %q", err, want)
+	}
+	if err := env.Execute(context.Background()); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Execute: %v, want %q", err, want)
+	}
+}
