@@ -288,3 +288,17 @@ func TestSideOutputTagWithTwoTypesIsRefused(t *testing.T) {
 		t.Fatalf("Execute: %v, want %q", err, want)
 	}
 }
+
+// A key type that has no encoding (an interface) is refused by Plan and
+// Execute, naming the type, instead of panicking in KeyBy.
+func TestKeyByInterfaceKeyIsRefused(t *testing.T) {
+	env := stream.NewEnvironment("anykey")
+	stream.KeyBy(stream.FromSource(env, "src", ints(10)), func(i int64) any { return i }).Stream().To("out", discard)
+	want := "KeyBy: key type interface {} cannot be a key"
+	if _, err := env.Plan(); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Plan: %v, want %q", err, want)
+	}
+	if err := env.Execute(context.Background()); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Execute: %v, want %q", err, want)
+	}
+}

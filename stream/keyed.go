@@ -2,6 +2,8 @@ package stream
 
 import (
 	"errors"
+	"fmt"
+	"reflect"
 
 	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/operators"
@@ -20,7 +22,10 @@ func KeyBy[T any, K comparable](s *Stream[T], key func(T) K) *KeyedStream[T, K] 
 	if key == nil {
 		s.env.addError(errors.New("stream: KeyBy: the key function is nil"))
 	}
-	kg := operators.KeyGroupFunc(key, s.env.job.MaxParallelism)
+	kg, err := keyGroupFunc(key, s.env.job.MaxParallelism)
+	if err != nil {
+		s.env.addError(err)
+	}
 	ks := *s
 	ks.ups = make([]upstream, len(s.ups))
 	for i, u := range s.ups {
@@ -62,4 +67,17 @@ func Aggregate[T any, K comparable, A, R any](k *KeyedStream[T, K], name string,
 	})
 	out.env.node(out.v).stateful = true
 	return out
+}
+
+// keyGroupFunc is operators.KeyGroupFunc, with a key type that has no
+// codec (an interface, a channel, a func) as an error rather than a panic:
+// keys are hashed by their encoding, the same on every node and across
+// restores.
+func keyGroupFunc[T any, K comparable](key func(T) K, maxParallelism int) (kg func(T) int, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("stream: KeyBy: key type %v cannot be a key: %v", reflect.TypeFor[K](), r)
+		}
+	}()
+	return operators.KeyGroupFunc(key, maxParallelism), nil
 }
