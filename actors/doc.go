@@ -34,9 +34,9 @@
 // acknowledgements and declines, tasks finished or failed, notifications
 // handled. Messages of another epoch are dropped and counted. Without a
 // Cluster one host builds every task, as a single process. A host
-// registers with the fingerprint of its plan; one that differs from the
-// master's is refused (ErrPlanMismatch). A cross-node channel carries the
-// batches encoded with the element type's codec and the control messages
+// registers with the fingerprint of its plan (its graph and settings
+// digest, Job.Settings); one that differs from the master's is refused
+// (ErrPlanMismatch). A cross-node channel carries the batches encoded with the element type's codec and the control messages
 // in one sequence; its failure fails the job, which restarts from the
 // latest checkpoint by its restart strategy.
 //

@@ -113,6 +113,13 @@ type Job struct {
 	MaxParallelism int
 	Vertices       []*Vertex
 	Edges          []*Edge
+	// Settings is a digest of what shapes the job's results but its
+	// graph does not show (its operators' settings: window sizes,
+	// aggregates, filters, sink topics, ...), or "" for none. It is part
+	// of the plan fingerprint the nodes of a cluster compare, so a node
+	// whose job differs only in such a setting is refused too
+	// (ErrPlanMismatch).
+	Settings string
 }
 
 // Validate reports every problem of the graph at once.

@@ -35,8 +35,8 @@
 //     schedule for tests (MemoryNetwork), and RemoteTransport on
 //     protoactor-go's remote package, which no other file of edged
 //     imports.
-//   - The job-graph fingerprint (FingerprintOf) that nodes compare before
-//     they exchange frames.
+//   - The plan fingerprint (FingerprintOf: the job graph and its settings
+//     digest) that nodes compare before they exchange frames.
 //   - Membership (Membership): memberlist gossip with a failure-detection
 //     profile for a LAN of devices, node metadata (Meta) within gossip's
 //     512 bytes, leaves told apart from crashes, events queued for the

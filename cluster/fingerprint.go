@@ -13,7 +13,10 @@ import (
 
 // Fingerprint is a stable hash of a job's plan: its name, max
 // parallelism, vertices (UID, parallelism, record types, keyed, chaining),
-// edges (ends, partitioner, side output, input) and chains. Two nodes
+// edges (ends, partitioner, side output, input), chains and, when set,
+// its settings digest (actors.Job.Settings: the operator settings the
+// graph does not show, such as a window's size or a sink's topic, as the
+// daemon sets it for a declared pipeline). Two nodes
 // exchange frames for a job only when their fingerprints are equal: the
 // channel IDs both derive from the plan then name the same channels.
 type Fingerprint [sha256.Size]byte
@@ -30,7 +33,7 @@ func (f Fingerprint) Check(job, peer string, theirs Fingerprint) error {
 	if f == theirs {
 		return nil
 	}
-	return fmt.Errorf("%w: job %q: node %q runs plan %s, this node runs %s; both must run the same job graph",
+	return fmt.Errorf("%w: job %q: node %q runs plan %s, this node runs %s; both must run the same job graph and settings",
 		ErrPlanMismatch, job, peer, theirs.Short(), f.Short())
 }
 
@@ -105,6 +108,12 @@ func FingerprintOf(j *actors.Job) (Fingerprint, error) {
 		for _, v := range c.Vertices {
 			num(v.ID)
 		}
+	}
+	if j.Settings != "" {
+		// Only when set, so that a job built in Go without settings
+		// keeps the fingerprint of its graph.
+		str("settings")
+		str(j.Settings)
 	}
 	return sha256.Sum256(b), nil
 }

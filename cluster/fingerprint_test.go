@@ -76,6 +76,7 @@ func TestFingerprintRefusesMismatch(t *testing.T) {
 		},
 		"chaining": func(j *actors.Job) { j.Vertices[1].NoChain = true },
 		"job name": func(j *actors.Job) { j.Name = "other" },
+		"settings": func(j *actors.Job) { j.Settings = "window 2s" },
 	} {
 		j := testJob()
 		change(j)
@@ -154,5 +155,25 @@ func TestPlanChannels(t *testing.T) {
 		if id.Edge == 0 {
 			t.Fatalf("chained edge has channel %s", id)
 		}
+	}
+}
+
+// Jobs with the same graph differ by their settings digest: the same
+// digest, the same fingerprint; another one, a mismatch.
+func TestFingerprintCoversSettings(t *testing.T) {
+	of := func(settings string) Fingerprint {
+		j := testJob()
+		j.Settings = settings
+		f, err := FingerprintOf(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	if of("window 1s") != of("window 1s") {
+		t.Fatal("the same settings: fingerprints differ")
+	}
+	if err := of("window 1s").Check("sensors", "node-b", of("window 2s")); !errors.Is(err, ErrPlanMismatch) {
+		t.Fatalf("other settings: Check = %v, want ErrPlanMismatch", err)
 	}
 }

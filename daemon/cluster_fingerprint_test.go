@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,25 +14,58 @@ import (
 )
 
 func TestPipelinesFingerprint(t *testing.T) {
-	parse := func(p int) []pipeline.PipelineConfig {
+	parse := func(p int, size, topic, dir string) []pipeline.PipelineConfig {
 		cfg, err := pipeline.Parse([]byte(fmt.Sprintf(`
 pipelines:
   - name: sensors
     parallelism: %d
     source: {generator: {count: 10}}
-    sinks: [{stdout: {}}]
-`, p)))
+    key: id
+    window:
+      type: tumbling
+      size: %s
+      aggregates: [{name: count, fn: count}]
+    sinks: [{stdout: {}}, {mqtt: {topic: %q}}]
+    checkpoint: {dir: %s, interval: 1s}
+`, p, size, topic, dir)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return cfg.Pipelines
 	}
-	fa, fb := pipelinesFingerprint(parse(2)), pipelinesFingerprint(parse(3))
-	if len(fa) != cluster.MaxFingerprintLen || fa != pipelinesFingerprint(parse(2)) {
+	fa := pipelinesFingerprint(parse(2, "1s", "agg/{id}", "a-data/checkpoints"))
+	if len(fa) != cluster.MaxFingerprintLen || fa != pipelinesFingerprint(parse(2, "1s", "agg/{id}", "a-data/checkpoints")) {
 		t.Fatalf("fingerprint %q: want 64 hex digits, the same for the same pipelines", fa)
 	}
-	if fa == fb {
-		t.Fatal("pipelines that differ have the same fingerprint")
+	for name, other := range map[string][]pipeline.PipelineConfig{
+		"parallelism": parse(3, "1s", "agg/{id}", "a-data/checkpoints"),
+		"window size": parse(2, "2s", "agg/{id}", "a-data/checkpoints"),
+		"sink topic":  parse(2, "1s", "out/{id}", "a-data/checkpoints"),
+	} {
+		if pipelinesFingerprint(other) == fa {
+			t.Errorf("pipelines that differ in %s have the same fingerprint", name)
+		}
+	}
+	// The configs of a cluster's nodes differ in their directories (as
+	// configs/cluster-{a,b,c}.yaml do): the same fingerprint.
+	if fb := pipelinesFingerprint(parse(2, "1s", "agg/{id}", "/var/lib/b/checkpoints")); fb != fa {
+		t.Errorf("pipelines that differ only in checkpoint.dir: fingerprints %s and %s", fa, fb)
+	}
+}
+
+// The nodes of the shipped three-node cluster gossip the same
+// fingerprint: their configs differ only in node-local settings.
+func TestShippedClusterConfigsSameFingerprint(t *testing.T) {
+	var fps []string
+	for _, node := range []string{"a", "b", "c"} {
+		cfg, err := pipeline.Load(filepath.Join("..", "configs", "cluster-"+node+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fps = append(fps, pipelinesFingerprint(cfg.Pipelines))
+	}
+	if fps[0] != fps[1] || fps[0] != fps[2] {
+		t.Fatalf("configs/cluster-{a,b,c}.yaml: fingerprints %v", fps)
 	}
 }
 

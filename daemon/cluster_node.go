@@ -3,8 +3,6 @@ package daemon
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -609,14 +607,12 @@ func (n *node) newWorker(cfg *pipeline.Config, dataDir string) *actors.Worker {
 	})
 }
 
-// pipelinesFingerprint returns the SHA-256, in hex, of the node's
-// pipelines as configured: nodes with the same pipelines gossip the same
-// one.
+// pipelinesFingerprint returns the fingerprint the node gossips: the
+// digest of its pipelines' settings that must be the same on every node
+// (pipeline.PipelinesDigest), so nodes that differ only in node-local
+// settings (checkpoint.dir, addresses, ...) gossip the same one, and a
+// member whose fingerprint differs is one whose job plans the masters
+// refuse.
 func pipelinesFingerprint(pcs []pipeline.PipelineConfig) string {
-	b, err := json.Marshal(pcs)
-	if err != nil {
-		return ""
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	return pipeline.PipelinesDigest(pcs)
 }

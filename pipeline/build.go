@@ -97,10 +97,11 @@ func (j *Job) RecentDeadLetters() []DeadLetter {
 }
 
 // EnvOptions returns the stream options a pipeline's environment needs:
-// parallelism, checkpointing (when checkpoint.dir is set), the restart
-// strategy and the state backend.
+// parallelism, the settings digest the plan fingerprint covers
+// (SettingsDigest), checkpointing (when checkpoint.dir is set), the
+// restart strategy and the state backend.
 func EnvOptions(cfg PipelineConfig) ([]stream.Option, error) {
-	opts := []stream.Option{stream.WithParallelism(max(cfg.Parallelism, 1))}
+	opts := []stream.Option{stream.WithParallelism(max(cfg.Parallelism, 1)), stream.WithSettingsDigest(cfg.SettingsDigest())}
 	if cfg.Checkpoint.Dir != "" {
 		opts = append(opts, stream.WithCheckpointing(cfg.Checkpoint))
 	}

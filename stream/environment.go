@@ -220,6 +220,15 @@ func (e *Environment) Graph() (*actors.Job, error) {
 	return &e.job, nil
 }
 
+// WithSettingsDigest sets the job's settings digest (actors.Job.Settings):
+// a digest of the operator settings the graph does not show, which the
+// plan fingerprint then covers, so that a node of a cluster that builds
+// the job with other settings is refused (actors.ErrPlanMismatch). It
+// must not depend on the node: leave node-local settings (directories,
+// addresses) out of it. A job built without it is compared by its
+// graph alone.
+func WithSettingsDigest(d string) Option { return func(e *Environment) { e.job.Settings = d } }
+
 // WithCluster runs the job's tasks on the nodes of c, placed by
 // c.Placement (which may be filled in after the environment is built).
 func WithCluster(c *actors.Cluster) Option { return func(e *Environment) { e.cfg.Cluster = c } }
