@@ -291,6 +291,9 @@ type Rebalance struct {
 	Outcome  RebalanceOutcome `json:"outcome"`
 	// Error is why the rebalance was refused or failed.
 	Error string `json:"error,omitempty"`
+	// Note says why a rebalance that was done moved nothing (every job
+	// ran on the placement it would make already).
+	Note string `json:"note,omitempty"`
 }
 
 // MaxPauseMS returns the longest pause of r's moved subtasks, and which.
