@@ -162,6 +162,9 @@ func rebalanceSummary(r *cluster.Rebalance) string {
 	if sub, ms := r.MaxPauseMS(); sub != "" {
 		s += fmt.Sprintf(", longest pause %s (%s)", msDuration(ms), sub)
 	}
+	if r.Note != "" {
+		s += " (" + r.Note + ")"
+	}
 	return s
 }
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgedio/edged/cluster"
 	"github.com/edgedio/edged/internal/testutil"
 )
 
@@ -77,5 +78,13 @@ func TestClusterUsageDocumentsTimeout(t *testing.T) {
 		if !strings.Contains(u, "stays\nqueued or in progress on the node") {
 			t.Errorf("the usage does not say what a --timeout leaves behind:\n%s", u)
 		}
+	}
+}
+
+// A rebalance that moved nothing prints its note.
+func TestRebalanceSummaryPrintsTheNote(t *testing.T) {
+	r := &cluster.Rebalance{Outcome: cluster.RebalanceDone, PauseMS: map[string]float64{}, Note: "every job runs on that placement already: nothing moved, nothing restarted"}
+	if got, want := rebalanceSummary(r), ": done, 0 key groups moved, 0 B shipped (every job runs on that placement already: nothing moved, nothing restarted)"; got != want {
+		t.Fatalf("summary %q, want %q", got, want)
 	}
 }
