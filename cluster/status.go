@@ -24,8 +24,9 @@ type Status struct {
 	// Leader is the id of the leader this node follows; empty while it
 	// knows none (no majority, or an election in progress).
 	Leader string `json:"leader,omitempty"`
-	// Epoch is the epoch of the placement this node runs (Decision.Epoch);
-	// 0 before the first.
+	// Epoch is the highest epoch this node deployed or saw: that of the
+	// placement it runs, or ran last (it does not go back when a job
+	// stops); 0 before the first.
 	Epoch uint64 `json:"epoch"`
 	// MaxParallelism is the number of key groups of the keyed operators
 	// (keygroup.DefaultMaxParallelism unless the job sets another); 0
@@ -291,6 +292,9 @@ type Rebalance struct {
 	Outcome  RebalanceOutcome `json:"outcome"`
 	// Error is why the rebalance was refused or failed.
 	Error string `json:"error,omitempty"`
+	// Note says why a rebalance that was done moved nothing (every job
+	// ran on the placement it would make already).
+	Note string `json:"note,omitempty"`
 }
 
 // MaxPauseMS returns the longest pause of r's moved subtasks, and which.

@@ -364,7 +364,10 @@ func (c *clusterNode) room(draining []string) (map[string]map[actors.TaskKey]str
 
 // unchanged reports whether every job runs an attempt whose placement is
 // placement already: a rebalance then has nothing to move (a restart
-// after a failure placed a node that joined meanwhile, say).
+// after a failure placed a node that joined meanwhile, say, or a node
+// drained or dead: the placement spreads its subtasks as the attempt
+// running without it did). A chain runs where placement puts the first
+// of its operators it names (targetOf), as a deployment places it.
 func (c *clusterNode) unchanged(placement map[string]map[actors.TaskKey]string) bool {
 	execs := c.executions()
 	if len(execs) == 0 {
@@ -376,13 +379,42 @@ func (c *clusterNode) unchanged(placement map[string]map[actors.TaskKey]string) 
 		if r == nil || !ok {
 			return false
 		}
-		for k, node := range p {
-			if r.NodeOf(k.UID, k.Subtask) != node {
-				return false
+		for _, ch := range r.Plan().Chains {
+			for sub := range ch.Head().Parallelism {
+				if want, ok := targetOf(p, ch, sub); ok && want != r.NodeOf(ch.Head().UID, sub) {
+					return false
+				}
 			}
 		}
 	}
 	return true
+}
+
+// targetOf returns the node placement puts subtask sub of chain ch on:
+// that of the chain's first operator it names, as actors places a
+// chain. The placement places every operator on its own (the operators
+// of a node that is absent may be spread over different nodes), but a
+// chain runs where its first operator is placed.
+func targetOf(placement map[actors.TaskKey]string, ch *actors.Chain, sub int) (string, bool) {
+	for _, v := range ch.Vertices {
+		if n, ok := placement[actors.TaskKey{UID: v.UID, Subtask: sub}]; ok {
+			return n, true
+		}
+	}
+	return "", false
+}
+
+// nothingMoved is the note of a rebalance that found every job on its
+// placement already.
+const nothingMoved = "every job runs on that placement already: nothing moved, nothing restarted"
+
+// recordUnchanged records a rebalance that found every job on its
+// placement already: done, no mode, nothing moved or restarted.
+func (c *clusterNode) recordUnchanged(trigger cluster.Trigger) cluster.Rebalance {
+	rec := cluster.Rebalance{At: time.Now(), Trigger: trigger, Outcome: cluster.RebalanceDone, PauseMS: map[string]float64{}, Note: nothingMoved}
+	c.recordRebalance(rec)
+	c.log.Info("cluster: rebalance: every job runs on that placement already; nothing moved, nothing restarted", "trigger", trigger)
+	return rec
 }
 
 // triggerOf is the trigger a batch is recorded under: a drain, else a
@@ -435,8 +467,7 @@ func (c *clusterNode) runRebalance(ctx context.Context, s cluster.Start) error {
 		return err
 	}
 	if len(draining) == 0 && c.unchanged(placement) {
-		c.recordRebalance(cluster.Rebalance{At: time.Now(), Trigger: trigger, Outcome: cluster.RebalanceDone, PauseMS: map[string]float64{}})
-		c.log.Info("cluster: rebalance: every job runs on that placement already; nothing moved, nothing restarted", "trigger", trigger)
+		c.recordUnchanged(trigger)
 		return nil
 	}
 	v.mu.Lock()

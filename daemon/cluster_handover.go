@@ -63,7 +63,7 @@ func (c *clusterNode) planHandover(placement map[string]map[actors.TaskKey]strin
 		for _, ch := range r.Plan().Chains {
 			head := ch.Head()
 			for sub := range head.Parallelism {
-				want, ok := target[actors.TaskKey{UID: head.UID, Subtask: sub}]
+				want, ok := targetOf(target, ch, sub)
 				if !ok || want == r.NodeOf(head.UID, sub) {
 					continue
 				}
@@ -75,10 +75,13 @@ func (c *clusterNode) planHandover(placement map[string]map[actors.TaskKey]strin
 		out = append(out, hj)
 	}
 	if n == 0 {
-		return out, "no subtask moves"
+		return out, noMoves
 	}
 	return out, ""
 }
+
+// noMoves is planHandover's reason when no job has a subtask to move.
+const noMoves = "no subtask moves"
 
 // handoverWaves orders moves (of chain heads of plan) into successive
 // handovers: a move goes in the wave after the latest one moving a
@@ -130,6 +133,11 @@ func handoverWaves(plan *actors.Plan, moves []actors.Move) [][]actors.Move {
 // deployment (releaseDrained), so that its leave or stop is no failure.
 func (c *clusterNode) rebalanceJobs(ctx context.Context, trigger cluster.Trigger, reason string, placement map[string]map[actors.TaskKey]string, draining []string) (cluster.Rebalance, error) {
 	jobs, why := c.planHandover(placement)
+	if why == noMoves && len(draining) == 0 && jobs != nil {
+		// Every job runs on placement already: nothing to move, nothing
+		// to restart.
+		return c.recordUnchanged(trigger), nil
+	}
 	if why != "" && (len(draining) == 0 || jobs == nil) {
 		c.log.Info("cluster: rebalance redeploys: no handover possible", "trigger", trigger, "reason", why, "draining", draining)
 		return c.redeploy(ctx, trigger, reason)
@@ -278,6 +286,11 @@ func (c *clusterNode) handover(ctx context.Context, trigger cluster.Trigger, job
 		return rec, true, err
 	}
 	rec.Outcome = cluster.RebalanceDone
+	if !slices.ContainsFunc(jobs, func(hj handoverJob) bool { return len(hj.moves) > 0 }) {
+		// Nothing to move (a drain of a node that runs nothing): no
+		// handover ran.
+		rec.Mode, rec.Note = "", nothingMoved
+	}
 	c.recordRebalance(rec)
 	c.log.Info("cluster: rebalanced by handover", "trigger", trigger, "moved_key_groups", rec.MovedKeyGroups, "bytes_shipped", rec.BytesShipped,
 		"pause_ms", rec.PauseMS, "unpaused", len(rec.Unpaused), "took", time.Since(rec.At))

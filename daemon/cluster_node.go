@@ -259,6 +259,17 @@ func (c *clusterNode) raiseEpoch(e uint64) error {
 	return writeCounter(filepath.Join(c.dataDir, "cluster", "epoch"), e)
 }
 
+// invite asks node to host its tasks of deployment d, which this node,
+// the job master's, deploys: the node records d's epoch as one it
+// deployed (sawEpoch), so that the highest epoch it reports, keeps and
+// compares with other masters' stays at least that after the job stops.
+// Every deployment of a cluster invites a node (a majority has more than
+// the master's).
+func (c *clusterNode) invite(ctx context.Context, node string, d actors.Deployment) error {
+	c.sawEpoch(d.Epoch)
+	return c.peers.invite(ctx, node, d)
+}
+
 // jobCluster returns the placement of a job built in env on the cluster's
 // nodes: subtask i of every operator on node i modulo the number of nodes
 // (in id order), unless the config pins it; the MQTT source has one
@@ -269,7 +280,7 @@ func (c *clusterNode) jobCluster(env *stream.Environment) (*actors.Cluster, erro
 		return nil, err
 	}
 	ids := c.cfg.Nodes()
-	ac := &actors.Cluster{Placement: map[actors.TaskKey]string{}, Invite: c.peers.invite, EpochBase: c.epochBase,
+	ac := &actors.Cluster{Placement: map[actors.TaskKey]string{}, Invite: c.invite, EpochBase: c.epochBase,
 		Files: c.peers, Publish: c.rep.publish, NextCheckpoint: c.nextCheckpoint(),
 		RetryInterval: c.cfg.LeadershipConfig().DeployRetry}
 	for _, id := range masterFirst(ids, c.cfg.Node) {

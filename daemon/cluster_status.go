@@ -59,6 +59,9 @@ func (c *clusterNode) Status() cluster.Status {
 			s.Epoch = max(s.Epoch, j.Epoch)
 		}
 	}
+	// The highest epoch the node deployed or saw: it does not go back
+	// when a job stops.
+	s.Epoch = max(s.Epoch, c.highestEpoch())
 	for node, subs := range byNode {
 		s.Placement = append(s.Placement, cluster.NodePlacement{Node: node, Subtasks: subs})
 	}

@@ -86,7 +86,7 @@ func newClusterCollector(n *node) *clusterCollector {
 		members:            prometheus.NewDesc("edged_cluster_members", "Members this node knows, by state (alive, suspect, dead, left).", []string{"state"}, nil),
 		isLeader:           prometheus.NewDesc("edged_cluster_is_leader", "1 when this node is the cluster's leader, else 0.", nil, nil),
 		leader:             prometheus.NewDesc("edged_cluster_leader", "1 for the leader this node follows (absent while it knows none).", []string{"leader"}, nil),
-		epoch:              prometheus.NewDesc("edged_cluster_epoch", "Epoch of the placement this node runs.", nil, nil),
+		epoch:              prometheus.NewDesc("edged_cluster_epoch", "Highest epoch this node deployed or saw (the placement it runs, or ran last: it does not go back when a job stops).", nil, nil),
 		seesMajority:       prometheus.NewDesc("edged_cluster_sees_majority", "1 while this node sees a majority of the cluster (it owns nothing otherwise), else 0.", nil, nil),
 		keyGroups:          prometheus.NewDesc("edged_cluster_key_groups_owned", "Key groups owned by a node's subtasks under the current placement, summed over the keyed operators.", []string{"node"}, nil),
 		subtasks:           prometheus.NewDesc("edged_cluster_subtasks_owned", "Keyed subtasks a node runs under the current placement.", []string{"node"}, nil),

@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http/httptrace"
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -17,13 +20,20 @@ import (
 )
 
 // clusterCommands are the usage lines of edged cluster, in both usages.
-const clusterCommands = `  edged cluster status [-json] [--addr host:port | -c <config>]
-  edged cluster drain <node> [--addr host:port | -c <config>]
-  edged cluster undrain <node> [--addr host:port | -c <config>]
-  edged cluster rebalance [--addr host:port | -c <config>]
+const clusterCommands = `  edged cluster status [-json] [--addr host:port | -c <config>] [--timeout d]
+  edged cluster drain <node> [--addr host:port | -c <config>] [--timeout d]
+  edged cluster undrain <node> [--addr host:port | -c <config>] [--timeout d]
+  edged cluster rebalance [--addr host:port | -c <config>] [--timeout d]
 `
 
-const clusterUsage = "usage:\n" + clusterCommands
+// clusterTimeoutUsage explains what the cluster commands' --timeout
+// leaves behind, in both usages.
+const clusterTimeoutUsage = `a drain, undrain or rebalance still waiting when --timeout ends stays
+queued or in progress on the node, which runs it: edged cluster status
+shows its outcome
+`
+
+const clusterUsage = "usage:\n" + clusterCommands + "\n--timeout d (default 2m) is how long to wait for the node's answer;\n" + clusterTimeoutUsage
 
 // runCluster runs edged cluster <status|drain|undrain|rebalance> against
 // the node's REST API.
@@ -82,6 +92,15 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	// sent records that the request reached the node: a drain, undrain
+	// or rebalance the caller stops waiting for then stays queued or in
+	// progress there.
+	var sent atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
+		if i.Err == nil {
+			sent.Store(true)
+		}
+	}})
 	switch sub {
 	case "status":
 		err = clusterStatus(ctx, c, asJSON, stdout)
@@ -102,10 +121,35 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 	}
 	if err != nil {
+		if sub != "status" && ctx.Err() != nil {
+			err = gaveUp(ctx.Err(), sub, pos, timeout, sent.Load(), err)
+		}
 		fmt.Fprintf(stderr, "edged cluster %s: %v\n", sub, err)
 		return exitFailure
 	}
 	return exitOK
+}
+
+// gaveUp explains a drain, undrain or rebalance the command stopped
+// waiting for (why: its --timeout ended, or it was interrupted) with
+// err: once the node has the request (sent), it stays queued or in
+// progress there, and runs.
+func gaveUp(why error, sub string, pos []string, timeout time.Duration, sent bool, err error) error {
+	what := "the rebalance"
+	if len(pos) > 0 {
+		what = fmt.Sprintf("the %s of %s", sub, pos[0])
+	}
+	waited := fmt.Sprintf("no answer within --timeout %v", timeout)
+	if !errors.Is(why, context.DeadlineExceeded) {
+		waited = "interrupted before the node answered"
+	}
+	if !sent {
+		return fmt.Errorf("%s; %s was not asked: the request did not reach the node (%w)", waited, what, err)
+	}
+	return fmt.Errorf("%s; %s was asked and is still queued or in progress on the node, which runs it "+
+		"(a rebalance waits for a checkpoint or failover in progress and the damping interval): "+
+		"edged cluster status shows its outcome under REBALANCES and the node's state under MEMBERS; "+
+		"wait longer with --timeout (%w)", waited, what, err)
 }
 
 // rebalanceSummary describes what a drain or rebalance moved, when the
@@ -117,6 +161,9 @@ func rebalanceSummary(r *cluster.Rebalance) string {
 	s := fmt.Sprintf(": %s, %d key groups moved, %s shipped", r.Outcome, r.MovedKeyGroups, bytesString(r.BytesShipped))
 	if sub, ms := r.MaxPauseMS(); sub != "" {
 		s += fmt.Sprintf(", longest pause %s (%s)", msDuration(ms), sub)
+	}
+	if r.Note != "" {
+		s += " (" + r.Note + ")"
 	}
 	return s
 }

@@ -85,7 +85,8 @@ const usage = `usage:
 The client commands find the node at --addr, else the -c config's
 node.listen, else $EDGED_ADDR, else 127.0.0.1:8081.
 client commands take --token t (default $EDGED_TOKEN) for a node on a non-loopback address
-`
+and --timeout d (default 2m), how long to wait for the node's answer;
+` + clusterTimeoutUsage
 
 // Exit statuses.
 const (
