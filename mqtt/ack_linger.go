@@ -29,9 +29,13 @@ const ackWindowTTL = time.Second
 // once half of the broker's in-flight window is. It learns the window
 // (which MQTT 3.1.1 does not tell the client: Mosquitto's
 // max_inflight_messages, 20 by default) when nothing arrives for
-// ackQuiet while it waits: the broker stopped sending with that many
-// messages unacknowledged. A window is trusted for ackWindowTTL, and
-// forgotten at once when more messages than it are seen outstanding.
+// ackQuiet while it waits, twice in a row with the same number of
+// messages unacknowledged: a broker held by its window stops at the same
+// count every time, a broker that is merely slow (the common case when
+// it is the bottleneck) pauses at any count. A window is trusted for
+// ackWindowTTL, and forgotten at once when more messages than it are
+// seen outstanding. A wait that ends on a quiet connection ends the
+// group either way.
 //
 // An ackLinger is a pure machine: the acker feeds it times and counts.
 type ackLinger struct {
@@ -42,6 +46,9 @@ type ackLinger struct {
 	// unknown.
 	window  int64
 	learned time.Time
+	// stalled is the number outstanding at the last quiet end of a
+	// wait, 0 when the last wait did not end quiet.
+	stalled int64
 }
 
 // more reports whether the acker should wait for more messages at now,
@@ -58,9 +65,14 @@ func (l *ackLinger) more(now time.Time, unacked int64, half bool) bool {
 }
 
 // quiet records that nothing arrived for ackQuiet at now while the acker
-// waited with unacked messages outstanding: the broker's window.
+// waited with unacked messages outstanding: the second time in a row
+// with the same count, that count is the broker's window.
 func (l *ackLinger) quiet(now time.Time, unacked int64) {
-	if unacked > 0 {
+	if unacked > 0 && unacked == l.stalled {
 		l.window, l.learned = unacked, now
 	}
+	l.stalled = unacked
 }
+
+// ended records that a wait ended otherwise than quiet.
+func (l *ackLinger) ended() { l.stalled = 0 }

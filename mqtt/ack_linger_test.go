@@ -29,23 +29,32 @@ func TestAckLingerDecisions(t *testing.T) {
 			{unacked: 1, want: true}, {unacked: 900, want: true},
 		}},
 		{"half of its own bounds stops it", time.Millisecond, []step{{unacked: 3, half: true, want: false}}},
+		{"a single quiet learns nothing", time.Millisecond, []step{
+			{unacked: 20, quiet: true, window: 0},
+			{unacked: 15, want: true, window: 0},
+			{unacked: 12, quiet: true, window: 0},
+		}},
 		{"learns the window and stops at its half", time.Millisecond, []step{
+			{unacked: 20, quiet: true, window: 0},
 			{unacked: 20, quiet: true, window: 20},
 			{at: time.Millisecond, unacked: 9, want: true, window: 20},
 			{at: time.Millisecond, unacked: 10, want: false, window: 20},
 			{at: 2 * time.Millisecond, unacked: 20, want: false, window: 20},
 		}},
 		{"a window of one never waits", time.Millisecond, []step{
+			{unacked: 1, quiet: true, window: 0},
 			{unacked: 1, quiet: true, window: 1},
 			{unacked: 0, want: true, window: 1},
 			{unacked: 1, want: false, window: 1},
 		}},
 		{"more outstanding than the window forgets it", time.Millisecond, []step{
+			{unacked: 20, quiet: true, window: 0},
 			{unacked: 20, quiet: true, window: 20},
 			{at: time.Millisecond, unacked: 21, want: true, window: 0},
 			{at: time.Millisecond, unacked: 15, want: true, window: 0},
 		}},
 		{"a window expires", time.Millisecond, []step{
+			{unacked: 20, quiet: true, window: 0},
 			{unacked: 20, quiet: true, window: 20},
 			{at: ackWindowTTL - time.Nanosecond, unacked: 10, want: false, window: 20},
 			{at: ackWindowTTL, unacked: 10, want: true, window: 0},
@@ -125,12 +134,15 @@ func TestAckLingerStopsAtHalfOfMaxPending(t *testing.T) {
 func TestAckLingerLearnsTheBrokersWindow(t *testing.T) {
 	s := lingerSubscriber(t, 1024)
 	s.linger.still = ackQuiet
-	// The broker sends 6 and stops: after ackQuiet of nothing the acker
-	// takes 6 as its window.
-	hand(s, 6)
-	first := <-s.pending
-	if bs := runLinger(t, s, []*batch{first}); len(bs) != 6 {
-		t.Fatalf("took %d batches, want the 6 sent", len(bs))
+	// The broker sends 6 and stops, twice: after ackQuiet of nothing
+	// each time, the acker takes 6 as its window.
+	for round := range 2 {
+		s.unacked.Store(0)
+		hand(s, 6)
+		first := <-s.pending
+		if bs := runLinger(t, s, []*batch{first}); len(bs) != 6 {
+			t.Fatalf("round %d: took %d batches, want the 6 sent", round, len(bs))
+		}
 	}
 	if s.linger.window != 6 {
 		t.Fatalf("window %d, want 6", s.linger.window)
@@ -140,7 +152,7 @@ func TestAckLingerLearnsTheBrokersWindow(t *testing.T) {
 	// nothing more to send before it sees acknowledgements.
 	s.unacked.Store(0)
 	hand(s, 3)
-	first = <-s.pending
+	first := <-s.pending
 	bs := runLinger(t, s, []*batch{first})
 	if len(bs) > 3 {
 		t.Fatalf("took %d batches, want at most the 3 sent", len(bs))

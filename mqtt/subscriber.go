@@ -1033,6 +1033,7 @@ func (s *Subscriber) lingerFor(bs []*batch, delay, quiet *time.Timer) []*batch {
 		case b := <-s.pending:
 			bs = append(bs, b)
 			if !s.linger.more(time.Now(), s.unacked.Load(), s.halfPending()) {
+				s.linger.ended()
 				return bs
 			}
 			quiet.Reset(s.linger.still)
@@ -1040,11 +1041,13 @@ func (s *Subscriber) lingerFor(bs []*batch, delay, quiet *time.Timer) []*batch {
 			s.linger.quiet(time.Now(), s.unacked.Load())
 			return bs
 		case <-delay.C:
+			s.linger.ended()
 			return bs
 		case <-s.ctx.Done():
 			return bs
 		}
 	}
+	s.linger.ended()
 	return bs
 }
 
