@@ -18,8 +18,11 @@ func (g *Generator[T]) SnapshotState(int64) ([]byte, error) {
 }
 
 // RestoreState makes the generator go on from its snapshotted position.
-// The generator's split of indices depends on its parallelism, so it must
-// be restored with the parallelism it had.
+// The position is a global index: at another parallelism every new
+// subtask is given all old positions, and from parallelism 1 that is one
+// position every new subtask goes on from (each from its own next index
+// at or after it). From a larger parallelism the old subtasks' positions
+// differ and no one of them is right for a new subtask: ErrRescaleSource.
 func (g *Generator[T]) RestoreState(states [][]byte, oldParallelism int) error {
 	if len(states) != 1 {
 		now := "another"

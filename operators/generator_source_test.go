@@ -398,3 +398,61 @@ func BenchmarkSensorGenerator(b *testing.B) {
 		})
 	}
 }
+
+// A generator snapshotted at parallelism 1 restores at any parallelism:
+// its position is a global index, every new subtask gets it (the runtime
+// gives all old raw states to each new subtask at another parallelism)
+// and goes on from it, so the records before and after are exactly
+// [0, Count). From a larger parallelism the restore fails.
+func TestGeneratorRestoresFromParallelismOne(t *testing.T) {
+	const count = 100
+	first := NewGenerator(GeneratorConfig{Count: count}, generatorIndex)
+	if err := first.Open(subtaskContext(0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	var all []int64
+	out := CollectorFunc[int64](func(v int64) { all = append(all, v) })
+	if _, err := first.Poll(out, 37); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := first.SnapshotState(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	for _, p := range []int{2, 3} {
+		got := slices.Clone(all)
+		for s := range p {
+			g := NewGenerator(GeneratorConfig{Count: count}, generatorIndex)
+			if err := g.Open(subtaskContext(s, p)); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.RestoreState([][]byte{snap}, 1); err != nil {
+				t.Fatalf("p=%d subtask %d: %v", p, s, err)
+			}
+			rest, err := pollToEnd(t, Source[int64](g), 7)
+			g.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, rest...)
+		}
+		slices.Sort(got)
+		if len(got) != count {
+			t.Fatalf("p=%d: %d records, want %d", p, len(got), count)
+		}
+		for k, i := range got {
+			if i != int64(k) {
+				t.Fatalf("p=%d: sorted records[%d] = %d", p, k, i)
+			}
+		}
+	}
+	g := NewGenerator(GeneratorConfig{Count: count}, generatorIndex)
+	if err := g.Open(subtaskContext(0, 3)); err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if err := g.RestoreState([][]byte{snap, snap}, 2); !errors.Is(err, ErrRescaleSource) {
+		t.Fatalf("restore from parallelism 2 at 3: %v, want ErrRescaleSource", err)
+	}
+}
