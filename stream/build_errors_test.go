@@ -85,42 +85,41 @@ func TestFailingFactoryFailsTheJob(t *testing.T) {
 				To("sink", discard)
 		}, "p", false, "the function factory returned nil"},
 	}
-	for _, checkpoints := range []bool{false, true} {
-		for _, c := range cases {
-			name := c.name
-			if checkpoints {
-				name += "/checkpoints"
+	for _, c := range cases {
+		withAndWithoutCheckpoints(t, c.name, func(t *testing.T, opts ...stream.Option) {
+			env := stream.NewEnvironment("factory", opts...)
+			c.build(env)
+			if _, err := env.Plan(); err != nil {
+				t.Fatalf("Plan: %v", err)
 			}
-			t.Run(name, func(t *testing.T) {
-				var opts []stream.Option
-				if checkpoints {
-					opts = append(opts, stream.WithCheckpointing(checkpointConfig(t, snapshot.ExactlyOnce)))
-				}
-				env := stream.NewEnvironment("factory", opts...)
-				c.build(env)
-				if _, err := env.Plan(); err != nil {
-					t.Fatalf("Plan: %v", err)
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				err := env.Execute(ctx)
-				var te *actors.TaskError
-				if !errors.As(err, &te) {
-					t.Fatalf("Execute returned %v (%T), want a *actors.TaskError", err, err)
-				}
-				if te.Operator != c.operator || te.UID != c.operator || te.Subtask != 0 || te.Panic != c.panicked {
-					t.Fatalf("TaskError operator %q uid %q subtask %d panic %v, want operator and uid %q, subtask 0, panic %v: %v",
-						te.Operator, te.UID, te.Subtask, te.Panic, c.operator, c.panicked, err)
-				}
-				if !strings.Contains(err.Error(), c.errSubstr) {
-					t.Fatalf("error %q does not say %q", err, c.errSubstr)
-				}
-				if c.panicked && len(te.Stack) == 0 {
-					t.Fatal("a panic's TaskError has no stack")
-				}
-			})
-		}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			err := env.Execute(ctx)
+			var te *actors.TaskError
+			if !errors.As(err, &te) {
+				t.Fatalf("Execute returned %v (%T), want a *actors.TaskError", err, err)
+			}
+			if te.Operator != c.operator || te.UID != c.operator || te.Subtask != 0 || te.Panic != c.panicked {
+				t.Fatalf("TaskError operator %q uid %q subtask %d panic %v, want operator and uid %q, subtask 0, panic %v: %v",
+					te.Operator, te.UID, te.Subtask, te.Panic, c.operator, c.panicked, err)
+			}
+			if !strings.Contains(err.Error(), c.errSubstr) {
+				t.Fatalf("error %q does not say %q", err, c.errSubstr)
+			}
+			if c.panicked && len(te.Stack) == 0 {
+				t.Fatal("a panic's TaskError has no stack")
+			}
+		})
 	}
+}
+
+// withAndWithoutCheckpoints runs f as the subtest name without
+// checkpoints, and as name/checkpoints with exactly-once ones.
+func withAndWithoutCheckpoints(t *testing.T, name string, f func(t *testing.T, opts ...stream.Option)) {
+	t.Run(name, func(t *testing.T) { f(t) })
+	t.Run(name+"/checkpoints", func(t *testing.T) {
+		f(t, stream.WithCheckpointing(checkpointConfig(t, snapshot.ExactlyOnce)))
+	})
 }
 
 // A nil user function given to the stream API is refused by Plan and by
@@ -182,28 +181,18 @@ func TestNilFunctionIsRefusedByPlan(t *testing.T) {
 			stream.WindowProcess[int64, int64, int64](win(env), "w", nil).UID("w").To("sink", discard)
 		}, `operator "w": the window function is nil`},
 	}
-	for _, checkpoints := range []bool{false, true} {
-		for _, c := range cases {
-			name := c.name
-			if checkpoints {
-				name += "/checkpoints"
+	for _, c := range cases {
+		withAndWithoutCheckpoints(t, c.name, func(t *testing.T, opts ...stream.Option) {
+			env := stream.NewEnvironment("nil", opts...)
+			c.build(env)
+			_, err := env.Plan()
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Plan: %v, want an error saying %q", err, c.want)
 			}
-			t.Run(name, func(t *testing.T) {
-				var opts []stream.Option
-				if checkpoints {
-					opts = append(opts, stream.WithCheckpointing(checkpointConfig(t, snapshot.ExactlyOnce)))
-				}
-				env := stream.NewEnvironment("nil", opts...)
-				c.build(env)
-				_, err := env.Plan()
-				if err == nil || !strings.Contains(err.Error(), c.want) {
-					t.Fatalf("Plan: %v, want an error saying %q", err, c.want)
-				}
-				if err := env.Execute(context.Background()); err == nil || !strings.Contains(err.Error(), c.want) {
-					t.Fatalf("Execute: %v, want an error saying %q", err, c.want)
-				}
-			})
-		}
+			if err := env.Execute(context.Background()); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Execute: %v, want an error saying %q", err, c.want)
+			}
+		})
 	}
 	// The same job with every function given plans.
 	env := stream.NewEnvironment("ok")
