@@ -451,6 +451,18 @@ func (h *hoCluster) history() []cluster.Rebalance {
 	return slices.Clone(h.c.live.rebalances)
 }
 
+// onlyRebalance returns the one rebalance in the history, logged; it
+// fails the test if there is not exactly one.
+func (h *hoCluster) onlyRebalance(t *testing.T) cluster.Rebalance {
+	t.Helper()
+	recs := h.history()
+	if len(recs) != 1 {
+		t.Fatalf("history %+v", recs)
+	}
+	t.Logf("rebalance %+v", recs[0])
+	return recs[0]
+}
+
 // finish waits for the job to end and compares its committed output with
 // want.
 func (h *hoCluster) finish(t *testing.T, want []string) {
@@ -523,12 +535,7 @@ func TestRebalanceByHandoverJoin(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	recs := h.history()
-	if len(recs) != 1 {
-		t.Fatalf("history %+v", recs)
-	}
-	rec := recs[0]
-	t.Logf("rebalance %+v", rec)
+	rec := h.onlyRebalance(t)
 	if rec.Mode != cluster.RebalanceHandover || rec.Outcome != cluster.RebalanceDone || rec.Trigger != cluster.TriggerJoin {
 		t.Fatalf("rebalance %+v, want a join done by handover", rec)
 	}

@@ -61,12 +61,7 @@ func TestRebalanceWithAnAbsentNodeMovesNothing(t *testing.T) {
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
-			recs := h.history()
-			if len(recs) != 1 {
-				t.Fatalf("history %+v", recs)
-			}
-			rec := recs[0]
-			t.Logf("rebalance %+v", rec)
+			rec := h.onlyRebalance(t)
 			if rec.Outcome != cluster.RebalanceDone || rec.Mode != "" || rec.MovedKeyGroups != 0 || rec.Trigger != tc.trigger || rec.Note != nothingMoved {
 				t.Fatalf("rebalance %+v, want a %s rebalance done with nothing moved, no mode and the note %q", rec, tc.trigger, nothingMoved)
 			}
