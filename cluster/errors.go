@@ -62,6 +62,11 @@ var (
 	ErrUnknownNode = errors.New("cluster: unknown node")
 )
 
+// ErrDuplicateID is returned by Membership.Start when a live member
+// already gossips this node's id from another address: two nodes were
+// given the same cluster.node.
+var ErrDuplicateID = errors.New("cluster: another member has this node's id")
+
 // ErrNoMembers is returned by Place when there are units to place and no
 // member to place them on.
 var ErrNoMembers = errors.New("cluster: no members to place units on")

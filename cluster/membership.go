@@ -273,6 +273,12 @@ type Membership struct {
 
 	seenMu sync.Mutex           // guards seen
 	seen   map[string]time.Time // when each member last answered a probe
+
+	conflictMu sync.Mutex      // guards conflicts
+	conflicts  map[string]bool // "id addr" of the conflicts logged
+	// dupOf is the address of another member gossiping this node's id,
+	// once one did (conflicts).
+	dupOf string
 }
 
 // NewMembership validates cfg. It starts nothing.
@@ -319,6 +325,7 @@ func (m *Membership) Start() error {
 	c.Delegate = delegate{m}
 	c.Events = events{m}
 	c.Ping = pings{m}
+	c.Conflict = conflicts{m}
 	c.Logger = log.New(slogWriter{m.log}, "", 0)
 	if m.cfg.wrapTransport != nil {
 		nt, err := newNetTransport(c)
@@ -343,7 +350,45 @@ func (m *Membership) Start() error {
 			m.log.Warn("cluster: no peer answered; starting alone", "peers", m.cfg.Peers, "err", err)
 		}
 	}
+	// The join merged the peers' view: a live member with this node's id
+	// at another address is another node given the same id. Its peers
+	// keep that member and ignore this one, so it would run unseen.
+	m.conflictMu.Lock()
+	dup := m.dupOf
+	m.conflictMu.Unlock()
+	if dup != "" {
+		self := m.Addr()
+		_ = ml.Shutdown()
+		return fmt.Errorf("%w: %q gossips from %s, this node from %s; give each node its own cluster.node",
+			ErrDuplicateID, m.cfg.Meta.ID, dup, self)
+	}
 	return nil
+}
+
+// conflicts hears of members whose id another address claims too
+// (memberlist.ConflictDelegate). Called on memberlist's goroutines.
+type conflicts struct{ m *Membership }
+
+// NotifyConflict logs each conflict once: memberlist keeps the member it
+// knew and ignores the other. A conflict over this node's own id is
+// recorded for Start, which refuses to go on.
+func (c conflicts) NotifyConflict(existing, other *memberlist.Node) {
+	m := c.m
+	addr := net.JoinHostPort(other.Addr.String(), strconv.Itoa(int(other.Port)))
+	m.conflictMu.Lock()
+	if existing.Name == m.cfg.Meta.ID && m.dupOf == "" {
+		m.dupOf = addr
+	}
+	if m.conflicts == nil {
+		m.conflicts = map[string]bool{}
+	}
+	seen := m.conflicts[other.Name+" "+addr]
+	m.conflicts[other.Name+" "+addr] = true
+	m.conflictMu.Unlock()
+	if !seen {
+		m.log.Error("cluster: two nodes gossip the same id; the one known first is kept, the other is ignored (give each node its own cluster.node)",
+			"id", other.Name, "kept", net.JoinHostPort(existing.Addr.String(), strconv.Itoa(int(existing.Port))), "ignored", addr)
+	}
 }
 
 // newNetTransport makes the transport memberlist would make itself,

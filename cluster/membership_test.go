@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 	"strconv"
@@ -110,6 +111,50 @@ func TestMembershipEncryption(t *testing.T) {
 	}
 	if got := ids(a.Members()); got != "a,b" {
 		t.Fatalf("members after a keyless join: %s", got)
+	}
+}
+
+// A second node given an id a live member has refuses to start, naming
+// both addresses; the members log the conflict (once) and keep the node
+// they knew. Before, the second node ran unseen by its peers, and they
+// logged nothing above debug level.
+func TestMembershipDuplicateIDRefused(t *testing.T) {
+	var logs testutil.Buffer
+	lg := slog.New(slog.NewTextHandler(&logs, nil))
+	a, err := NewMembership(MembershipConfig{Meta: Meta{ID: "a"}, BindAddr: "127.0.0.1", Logger: lg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Shutdown() })
+	b := startNode(t, "b", nil, a.Addr())
+	testutil.Eventually(t, 0, "a sees b", func() bool { return ids(a.Members()) == "a,b" })
+
+	dup, err := NewMembership(MembershipConfig{Meta: Meta{ID: "b"}, BindAddr: "127.0.0.1", Peers: []string{a.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = dup.Start()
+	if !errors.Is(err, ErrDuplicateID) || !strings.Contains(err.Error(), b.Addr()) {
+		t.Fatalf("a second node b started: %v, want ErrDuplicateID naming %s", err, b.Addr())
+	}
+	_ = dup.Shutdown()
+	testutil.Eventually(t, 0, "a logs the conflict", func() bool {
+		return strings.Contains(logs.String(), "two nodes gossip the same id")
+	})
+	if n := strings.Count(logs.String(), "two nodes gossip the same id"); n != 1 {
+		t.Errorf("a logged the conflict %d times, want once:\n%s", n, logs.String())
+	}
+	if got := ids(a.Members()); got != "a,b" {
+		t.Fatalf("members after the duplicate: %s", got)
+	}
+	a.mu.Lock()
+	addr := a.addrs["b"]
+	a.mu.Unlock()
+	if addr != b.Addr() {
+		t.Fatalf("a knows b at %s, want the first b's %s", addr, b.Addr())
 	}
 }
 

@@ -122,6 +122,10 @@ type MemberStatus struct {
 	// Drained marks a member drained by the job masters' node: it gets
 	// no subtasks until it is undrained or restarts.
 	Drained bool `json:"drained,omitempty"`
+	// OtherPipelines marks a live member that gossips another pipelines
+	// fingerprint than this node: another config or version. It gets no
+	// subtasks until it restarts with the same pipelines.
+	OtherPipelines bool `json:"other_pipelines,omitempty"`
 }
 
 // KeyGroups is a range of key groups, first and last inclusive; in JSON

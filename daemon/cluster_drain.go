@@ -357,6 +357,10 @@ func (c *clusterNode) room(draining []string) (map[string]map[actors.TaskKey]str
 		drained = append(drained, id)
 	}
 	v.mu.Unlock()
+	// A member running other pipelines gets no subtasks, as a drained one.
+	for id := range v.otherPipelines() {
+		drained = append(drained, id)
+	}
 	_, placement, err := checkRoom(roomCheck{size: len(c.cfg.Nodes()), alive: alive, drained: drained, draining: draining,
 		master: c.leader(), capacity: c.cfg.CapacityOf, weight: c.cfg.WeightOf, homes: c.jobHomes()})
 	return placement, err

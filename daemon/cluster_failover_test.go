@@ -201,7 +201,7 @@ func (l *logRecorder) logged(parts ...string) bool {
 // foPipeline is the script's job: a bounded, paced generator keyed by
 // sensor, counted in 10 s event-time windows, written exactly once by
 // the file sink; one subtask of each operator per node.
-func foPipeline(t *testing.T, dir, out string, count int64, attempts int) pipeline.PipelineConfig {
+func foPipeline(t *testing.T, dir, out string, count int64, attempts int, window string) pipeline.PipelineConfig {
 	t.Helper()
 	y := fmt.Sprintf(`
 pipelines:
@@ -214,7 +214,7 @@ pipelines:
     key: id
     window:
       type: tumbling
-      size: 10s
+      size: %s
       aggregates: [{name: count, fn: count}]
     sinks:
       - file: {dir: %s}
@@ -223,7 +223,7 @@ pipelines:
       dir: %s
       retain: 3
     restart: {strategy: fixed_delay, attempts: %d, delay: 20ms}
-`, foJob, count, foRate, foKeys, out, filepath.Join(dir, "checkpoints"), attempts)
+`, foJob, count, foRate, foKeys, window, out, filepath.Join(dir, "checkpoints"), attempts)
 	cfg, err := pipeline.Parse([]byte(y))
 	if err != nil {
 		t.Fatal(err)
@@ -248,6 +248,11 @@ type foOptions struct {
 	credits int
 	// maxConcurrent, when set, is the job's checkpoint.max_concurrent.
 	maxConcurrent int
+	// other, when set, is a node whose config declares other pipelines
+	// (20 s windows): its worker refuses the job's plan
+	// (actors.ErrPlanMismatch), and the nodes see its fingerprint differ
+	// as gossip would show it (liveView.othersFn).
+	other string
 }
 
 // newFailoverCluster starts nodes a, b and c, a leading, and the job
@@ -340,7 +345,11 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 		if attempts == 0 {
 			attempts = 1000
 		}
-		pc := foPipeline(t, fn.dir, fc.out, fc.count, attempts)
+		window := "10s"
+		if id == o.other {
+			window = "20s"
+		}
+		pc := foPipeline(t, fn.dir, fc.out, fc.count, attempts, window)
 		if o.maxConcurrent > 0 {
 			pc.Checkpoint.MaxConcurrent = o.maxConcurrent
 		}
@@ -362,6 +371,17 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 		c.net.Attach(fn.tr)
 		nets = append(nets, c.net)
 		c.fingerprint = pipelinesFingerprint(cfg.Pipelines)
+		if o.other != "" {
+			c.live.othersFn = func() map[string]bool {
+				out := map[string]bool{}
+				for _, p := range fc.aliveFrom(id) {
+					if p != id && fc.nodes[p].c.fingerprint != c.fingerprint {
+						out[p] = true
+					}
+				}
+				return out
+			}
+		}
 		c.rep = newReplicas(ccfg, cfg.Pipelines, c.peers, c.live.alive, c.seen.Load, nlog)
 		c.peers.rep = c.rep
 		c.hb = newHandback(ccfg.LeadershipConfig())

@@ -125,16 +125,17 @@ func (d *handbackDecider) observe(now time.Time, alive map[string]string) {
 
 // decide returns the node self (the leader) hands the leadership to now,
 // given the live nodes alive (in id order) of a cluster of size: the
-// lowest live node below self that has been up for its settle delay,
-// provided self sees a majority and the backoff since the last attempt
-// has passed. Otherwise it returns "" and, if a lower node waits, why.
-func (d *handbackDecider) decide(now time.Time, self string, alive []string, size int) (target, waiting string) {
+// lowest live node below self that has been up for its settle delay and
+// does not run other pipelines than self (others), provided self sees a
+// majority and the backoff since the last attempt has passed. Otherwise
+// it returns "" and, if a lower node waits, why.
+func (d *handbackDecider) decide(now time.Time, self string, alive []string, others map[string]bool, size int) (target, waiting string) {
 	if !cluster.HasQuorum(len(alive), size) {
 		return "", ""
 	}
 	var lower []string
 	for _, id := range alive {
-		if id < self {
+		if id < self && !others[id] {
 			lower = append(lower, id)
 		}
 	}
@@ -313,7 +314,7 @@ func (v *liveView) maybeHandBack(alive []string) {
 		h.mu.Unlock()
 		return
 	}
-	target, waiting := h.dec.decide(now, c.cfg.Node, alive, len(c.cfg.Nodes()))
+	target, waiting := h.dec.decide(now, c.cfg.Node, alive, v.otherPipelines(), len(c.cfg.Nodes()))
 	if target == "" {
 		h.queuedAt = time.Time{}
 	} else if h.queuedAt.IsZero() {

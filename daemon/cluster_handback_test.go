@@ -38,7 +38,7 @@ func TestHandbackDecision(t *testing.T) {
 	abc := []string{"a", "b", "c"}
 	check := func(now time.Time, alive []string, want string) {
 		t.Helper()
-		got, why := d.decide(now, "b", alive, 3)
+		got, why := d.decide(now, "b", alive, nil, 3)
 		if got != want {
 			t.Fatalf("at %v alive %v: hand back to %q (%s), want %q", now.Sub(t0), alive, got, why, want)
 		}
@@ -51,12 +51,12 @@ func TestHandbackDecision(t *testing.T) {
 	check(at(10), abc, "")
 	d.observe(at(14.9), map[string]string{"a": "1", "b": "", "c": "x"})
 	check(at(14.9), abc, "")
-	if _, why := d.decide(at(14.9), "b", abc, 3); !strings.Contains(why, "settling") {
+	if _, why := d.decide(at(14.9), "b", abc, nil, 3); !strings.Contains(why, "settling") {
 		t.Fatalf("waiting %q", why)
 	}
 	check(at(15), abc, "a")
 	// No majority: no hand-back.
-	if got, _ := d.decide(at(15), "b", []string{"a", "b"}, 5); got != "" {
+	if got, _ := d.decide(at(15), "b", []string{"a", "b"}, nil, 5); got != "" {
 		t.Fatalf("hand-back to %q without a majority", got)
 	}
 	// a died after 6 s up (a flap): its settle delay doubles.
@@ -81,7 +81,7 @@ func TestHandbackDecision(t *testing.T) {
 	// Attempts: the interval after each; a failure doubles it.
 	d.attempt(at(100))
 	check(at(109.9), abc, "")
-	if _, why := d.decide(at(109.9), "b", abc, 3); !strings.Contains(why, "damping") {
+	if _, why := d.decide(at(109.9), "b", abc, nil, 3); !strings.Contains(why, "damping") {
 		t.Fatalf("waiting %q", why)
 	}
 	d.done(at(101), ErrHandback)
@@ -106,14 +106,22 @@ func TestHandbackDecision(t *testing.T) {
 	d2 := newHandbackDecider(cfg)
 	d2.observe(at(0), map[string]string{"b": "1", "c": ""})
 	d2.observe(at(10), map[string]string{"a": "1", "b": "1", "c": ""})
-	if got, _ := d2.decide(at(10), "c", abc, 3); got != "b" {
+	if got, _ := d2.decide(at(10), "c", abc, nil, 3); got != "b" {
 		t.Fatalf("c hands back to %q, want b", got)
 	}
-	if got, _ := d2.decide(at(15), "c", abc, 3); got != "a" {
+	if got, _ := d2.decide(at(15), "c", abc, nil, 3); got != "a" {
 		t.Fatalf("c hands back to %q, want a", got)
 	}
+	// A lower node running other pipelines is passed over: c hands back
+	// to b, and b to nobody.
+	if got, _ := d2.decide(at(15), "c", abc, map[string]bool{"a": true}, 3); got != "b" {
+		t.Fatalf("c hands back to %q with a running other pipelines, want b", got)
+	}
+	if got, why := d2.decide(at(15), "b", abc, map[string]bool{"a": true}, 3); got != "" || why != "" {
+		t.Fatalf("b hands back to %q (%q) with a running other pipelines, want nobody", got, why)
+	}
 	// The lowest node never hands back.
-	if got, _ := d2.decide(at(100), "a", abc, 3); got != "" {
+	if got, _ := d2.decide(at(100), "a", abc, nil, 3); got != "" {
 		t.Fatalf("a hands back to %q", got)
 	}
 }
@@ -139,7 +147,7 @@ func TestHandbackStormDamped(t *testing.T) {
 			ids = []string{"a", "b", "c"}
 		}
 		d.observe(now, alive)
-		if target, _ := d.decide(now, "b", ids, 3); target != "" {
+		if target, _ := d.decide(now, "b", ids, nil, 3); target != "" {
 			handbacks++
 			d.attempt(now)
 			d.done(now, nil)

@@ -117,10 +117,19 @@ func (c *clusterNode) stopTakeover() {
 // shouldTakeOver is the takeover rule: node self, following leader (and
 // having followed its deployments), takes over when the leader is not
 // among the live nodes alive (in id order), those are a majority of size,
-// and self is the lowest of them.
-func shouldTakeOver(self, leader string, followed bool, alive []string, size int) bool {
-	return followed && leader != self && cluster.HasQuorum(len(alive), size) &&
-		!slices.Contains(alive, leader) && len(alive) > 0 && alive[0] == self
+// and self is the lowest of them that does not run other pipelines than
+// self (others: such a member never followed, and could not host the
+// jobs).
+func shouldTakeOver(self, leader string, followed bool, alive []string, others map[string]bool, size int) bool {
+	if !followed || leader == self || !cluster.HasQuorum(len(alive), size) || slices.Contains(alive, leader) {
+		return false
+	}
+	for _, id := range alive {
+		if !others[id] {
+			return id == self
+		}
+	}
+	return false
 }
 
 // chooseLeader is the rule a starting node follows: the leader the peers
@@ -245,7 +254,7 @@ func (v *liveView) maybeTakeOver(alive []string) {
 	if leader == "" {
 		leader = c.cfg.Master()
 	}
-	if c.lead.took || c.lead.stopped || c.takeover == nil || !shouldTakeOver(c.cfg.Node, leader, c.lead.followed, alive, size) {
+	if c.lead.took || c.lead.stopped || c.takeover == nil || !shouldTakeOver(c.cfg.Node, leader, c.lead.followed, alive, v.otherPipelines(), size) {
 		c.lead.mu.Unlock()
 		return
 	}

@@ -57,7 +57,7 @@ func TestTakeoverScript(t *testing.T) {
 		var took []string
 		for _, id := range alive {
 			n := nodes[id]
-			if n.master || !shouldTakeOver(id, n.leader, n.followed, alive, len(ids)) {
+			if n.master || !shouldTakeOver(id, n.leader, n.followed, alive, nil, len(ids)) {
 				continue
 			}
 			took = append(took, id)
@@ -123,6 +123,28 @@ func TestTakeoverScript(t *testing.T) {
 		t.Fatalf("epochs %v not increasing", epochs)
 	}
 	t.Logf("epochs %v", epochs)
+}
+
+// A member running other pipelines than a node's is passed over by its
+// takeover rule: the lowest of the others that do take over, so the
+// cluster is not left without a leader while that member is up.
+func TestTakeoverPassesOverOtherPipelines(t *testing.T) {
+	alive := []string{"b", "c", "d"} // a, the leader, died
+	b := map[string]bool{"b": true}
+	if shouldTakeOver("c", "a", true, alive, nil, 4) {
+		t.Fatal("c takes over with b, lower, running the same pipelines")
+	}
+	if !shouldTakeOver("c", "a", true, alive, b, 4) {
+		t.Fatal("c does not take over with b running other pipelines")
+	}
+	if shouldTakeOver("d", "a", true, alive, b, 4) {
+		t.Fatal("d takes over with c, lower, running the same pipelines")
+	}
+	// The member itself counts for the majority: without it, c and d
+	// are no majority of four.
+	if shouldTakeOver("c", "a", true, []string{"c", "d"}, nil, 4) {
+		t.Fatal("c takes over without a majority")
+	}
 }
 
 // The highest epoch a node saw is kept across its restarts, and the start

@@ -51,6 +51,9 @@ type liveView struct {
 	// lastSeenFn, when set, gives a node's last sign of life in place of
 	// the membership's (the failover scripts' record of a kill).
 	lastSeenFn func(id string) (time.Time, bool)
+	// othersFn, when set, gives the members running other pipelines in
+	// place of the membership's fingerprints (otherPipelines).
+	othersFn func() map[string]bool
 
 	// gossipMu serialises stopGossip and rejoin, and guards out, stop
 	// and stopOnce: stop ends the gossip run (its loop and what waits on
@@ -514,10 +517,38 @@ func (v *liveView) placed(alive []string) []string {
 }
 
 func (v *liveView) placedLocked(alive []string) []string {
+	others := v.otherPipelines()
 	var out []string
 	for _, id := range alive {
-		if !v.drained[id] || id == v.c.cfg.Node {
+		if id == v.c.cfg.Node || !v.drained[id] && !others[id] {
 			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// otherPipelines returns the live members whose gossiped fingerprint
+// differs from this node's: they run other pipelines (another config or
+// version), so a job master's deployment would be refused there
+// (actors.ErrPlanMismatch). They count as alive for the majority, but
+// get no subtasks, take no leadership and are handed none; a member that
+// restarts with matching pipelines joins as any node that comes back.
+// Nil without cluster.gossip.
+func (v *liveView) otherPipelines() map[string]bool {
+	if v.othersFn != nil {
+		return v.othersFn()
+	}
+	mem := v.membership()
+	if mem == nil {
+		return nil
+	}
+	var out map[string]bool
+	for _, m := range mem.Members() {
+		if m.ID != v.c.cfg.Node && m.Fingerprint != "" && m.Fingerprint != v.c.fingerprint {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[m.ID] = true
 		}
 	}
 	return out
@@ -563,8 +594,7 @@ func firstRecord(ctx context.Context, execs []*actors.Execution, limit time.Dura
 
 // checkFingerprints warns, once per run of each member, about a member
 // whose pipelines differ from this node's (another config or version):
-// the job masters refuse its deployments (actors.ErrPlanMismatch), so it
-// hosts nothing until its config matches.
+// it hosts nothing until its config matches (otherPipelines).
 func (v *liveView) checkFingerprints() {
 	for _, m := range v.membership().Members() {
 		if m.ID == v.c.cfg.Node || m.Fingerprint == "" || m.Fingerprint == v.c.fingerprint {
@@ -578,7 +608,7 @@ func (v *liveView) checkFingerprints() {
 		v.warned[m.ID+"/"+m.Boot] = true
 		v.mu.Unlock()
 		if !seen {
-			v.c.log.Warn("cluster: a member runs other pipelines than this node (its config or version differs); deployments on it are refused until they match",
+			v.c.log.Warn("cluster: a member runs other pipelines than this node (its config or version differs); it gets no subtasks until they match",
 				"member", m.ID, "its_fingerprint", m.Fingerprint, "ours", v.c.fingerprint)
 		}
 	}

@@ -25,9 +25,10 @@ func (c *clusterNode) Status() cluster.Status {
 	v.mu.Lock()
 	drained := maps.Clone(v.drained)
 	v.mu.Unlock()
+	others := v.otherPipelines()
 	for _, id := range c.cfg.Nodes() {
 		m := cluster.MemberStatus{ID: id, State: cluster.StateDead, Leader: id == master, Capacity: c.cfg.CapacityOf(id),
-			Weight: c.cfg.WeightOf(id), Drained: drained[id]}
+			Weight: c.cfg.WeightOf(id), Drained: drained[id], OtherPipelines: others[id]}
 		if slices.Contains(alive, id) {
 			m.State = cluster.StateAlive
 		} else if drained[id] {

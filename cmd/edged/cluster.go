@@ -213,6 +213,9 @@ func printClusterStatus(w io.Writer, s cluster.Status) error {
 		if m.Drained {
 			state += " (drained)"
 		}
+		if m.OtherPipelines {
+			state += " (other pipelines)"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", m.ID, state, mark(m.Leader), yesNo(m.SeesMajority),
 			capacityString(m.Capacity), max(m.Weight, 1), subtasks[m.ID], owned[m.ID], m.Address, m.API)
 	}

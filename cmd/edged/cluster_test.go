@@ -311,3 +311,25 @@ func TestUsageNamesEveryCommand(t *testing.T) {
 		}
 	}
 }
+
+// A member running other pipelines is marked in the members table.
+func TestClusterStatusMarksOtherPipelines(t *testing.T) {
+	s := clusterOfThree()
+	s.Members[1].OtherPipelines = true
+	var out bytes.Buffer
+	if err := printClusterStatus(&out, s); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out.String(), "other pipelines"); n != 1 {
+		t.Fatalf("%d rows marked:\n%s", n, out.String())
+	}
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(l, "n2 ") { // the members table comes first
+			if !strings.Contains(l, "alive (other pipelines)") {
+				t.Fatalf("member row n2: %q", l)
+			}
+			return
+		}
+	}
+	t.Fatalf("no member row n2:\n%s", out.String())
+}

@@ -388,7 +388,8 @@ async function refreshCluster() {
     }
     return el("tr", { "data-node": m.id },
       el("td", {}, nodeChip(m.id), m.id === c.node ? el("span", { class: "tag" }, "this node") : ""),
-      el("td", {}, el("span", { class: "state state-" + m.state }, m.state)),
+      el("td", {}, el("span", { class: "state state-" + m.state }, m.state),
+        m.other_pipelines ? el("span", { class: "tag warn", title: "its config or version differs from this node's: it gets no subtasks until it restarts with the same pipelines" }, "other pipelines") : ""),
       el("td", {}, m.leader ? "★ leader" : ""),
       el("td", { class: m.sees_majority ? "ok" : "bad" }, m.sees_majority ? "yes" : "no"),
       el("td", { class: "num" }, m.capacity || "no limit"),

@@ -1,0 +1,61 @@
+package daemon
+
+import (
+	"testing"
+	"time"
+
+	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/cluster"
+	"github.com/edgedio/edged/internal/testutil"
+)
+
+// A member whose config declares other pipelines (here another window
+// size, which its worker would refuse to run the job's plan under) gets
+// no subtasks: the job runs on the two others without a single failed
+// attempt, commits every window result once, and the status marks the
+// member. Before, the master placed c's home subtasks on it, each
+// deployment failed on c's refusal, and the job stopped everywhere.
+func TestClusterMemberWithOtherPipelinesGetsNoSubtasks(t *testing.T) {
+	fc := newFailoverCluster(t, foOptions{other: "c"})
+	e := fc.job("a").run.Execution()
+	var r *actors.Runner
+	testutil.Eventually(t, time.Minute, "the job deployed", func() bool { r, _ = e.Runner(); return r != nil })
+	where, _ := placement(r)
+	fc.finish("a")
+	fc.checkTotals()
+	if n := e.Attempts(); n != 1 {
+		t.Errorf("the job ran %d attempts, want 1: a deployment failed", n)
+	}
+	on := map[string]int{}
+	for _, node := range where {
+		on[node]++
+	}
+	if on["c"] != 0 || on["a"] == 0 || on["b"] == 0 {
+		t.Errorf("subtasks per node %v: want none on c, some on a and b", on)
+	}
+	if jobs := fc.nodes["c"].c.worker.Jobs(); len(jobs) != 0 {
+		t.Errorf("c hosts %v", jobs)
+	}
+
+	st := fc.nodes["a"].c.Status()
+	for _, m := range st.Members {
+		if m.OtherPipelines != (m.ID == "c") {
+			t.Errorf("member %s: other_pipelines %v", m.ID, m.OtherPipelines)
+		}
+		if m.State != cluster.StateAlive {
+			t.Errorf("member %s: state %s, want alive (it counts for the majority)", m.ID, m.State)
+		}
+	}
+	// The drain and rebalance placement leaves it out as well.
+	placements, err := fc.nodes["a"].c.room(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for job, p := range placements {
+		for k, node := range p {
+			if node == "c" {
+				t.Errorf("job %s: a rebalance would put %v on c", job, k)
+			}
+		}
+	}
+}
