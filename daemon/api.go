@@ -22,8 +22,12 @@ type JobInfo struct {
 	// Attempts is how many times the job was started (1 + restarts).
 	Attempts      int  `json:"attempts"`
 	Checkpointing bool `json:"checkpointing"`
-	// DeadLetters counts records sent to the dead-letter output.
+	// DeadLetters counts records sent to the dead-letter output; in a
+	// cluster, on every node (each node counts those of the subtasks it
+	// hosts, since it started).
 	DeadLetters int64 `json:"dead_letters"`
+	// DeadLettersByNode is DeadLetters by cluster node (in a cluster).
+	DeadLettersByNode map[string]int64 `json:"dead_letters_by_node,omitempty"`
 	// Savepoint is the path of the latest savepoint taken through the node.
 	Savepoint string `json:"savepoint,omitempty"`
 	// Error is why the job failed.
@@ -107,10 +111,17 @@ func newAPI(n *node) http.Handler {
 	return requireToken(n.apiToken(), mux)
 }
 
-func (n *node) info(j *job) JobInfo {
+func (n *node) info(ctx context.Context, j *job) JobInfo {
 	s := j.snapshot()
 	ji := JobInfo{Name: j.name, Status: s.Status, Attempts: j.run.Attempts(), Checkpointing: j.checkpointing,
 		DeadLetters: j.pj.DeadLetters(), Savepoint: s.Savepoint}
+	if n.cluster != nil {
+		ji.DeadLettersByNode, _ = n.clusterDeadLetters(ctx, j, 0)
+		ji.DeadLetters = 0
+		for _, c := range ji.DeadLettersByNode {
+			ji.DeadLetters += c
+		}
+	}
 	if s.Err != nil {
 		ji.Error = s.Err.Error()
 	}
@@ -121,7 +132,7 @@ func (n *node) handleList(w http.ResponseWriter, r *http.Request) {
 	jobs := n.jobList()
 	l := JobList{Jobs: make([]JobInfo, 0, len(jobs))}
 	for _, j := range jobs {
-		l.Jobs = append(l.Jobs, n.info(j))
+		l.Jobs = append(l.Jobs, n.info(r.Context(), j))
 	}
 	writeJSON(w, http.StatusOK, l)
 }

@@ -798,6 +798,9 @@ type workerReply struct {
 	// store, by job.
 	Checkpoints map[string]uint64  `json:"checkpoints"`
 	Jobs        []actors.WorkerJob `json:"jobs"`
+	// DeadLetters are the dead letters of the subtasks the node's worker
+	// hosted since it started, by pipeline.
+	DeadLetters map[string]workerDeadLetters `json:"dead_letters,omitempty"`
 }
 
 // workerStatus reads node's GET /cluster/worker.

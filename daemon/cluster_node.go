@@ -329,7 +329,7 @@ func (c *clusterNode) mount(mux *http.ServeMux, n *node) {
 			jobs = c.worker.Jobs()
 		}
 		writeJSON(w, http.StatusOK, workerReply{Node: c.cfg.Node, Master: c.leader(), Followed: c.following(), Epoch: c.highestEpoch(),
-			Checkpoints: c.latestCheckpoints(), Jobs: jobs})
+			Checkpoints: c.latestCheckpoints(), Jobs: jobs, DeadLetters: n.deadCounts.report()})
 	})
 }
 
@@ -609,9 +609,13 @@ func (n *node) newWorker(cfg *pipeline.Config, dataDir string) *actors.Worker {
 				return nil, actors.Config{}, err
 			}
 			env := stream.NewEnvironment(pc.Name, envOpts...)
-			if _, err := pipeline.BuildJobWith(pc, env, n.out, n.inputs); err != nil {
+			in := n.inputs
+			in.Counts = n.deadCounts.hostedCounts(pc.Name)
+			pj, err := pipeline.BuildJobWith(pc, env, n.out, in)
+			if err != nil {
 				return nil, actors.Config{}, err
 			}
+			n.deadCounts.keep(pc.Name, pj)
 			job, err := env.Graph()
 			return job, env.Config(), err
 		},

@@ -108,9 +108,12 @@ type node struct {
 	// after Run began serving (a takeover).
 	ctx    context.Context
 	late   sync.WaitGroup
-	inputs pipeline.Inputs       // the MQTT side, for the pipelines
-	mem    pipeline.MemoryConfig // node.memory, defaults filled in
-	mqtt   *mqttNode
+	inputs pipeline.Inputs // the MQTT side, for the pipelines
+	// deadCounts are the dead letters of the subtasks the node's worker
+	// hosts and the workers' counts the job masters' node last read.
+	deadCounts deadLetterCounts
+	mem        pipeline.MemoryConfig // node.memory, defaults filled in
+	mqtt       *mqttNode
 	// cluster is the node's part in a cluster; nil on a single node.
 	cluster *clusterNode
 	// startHook, when set, is called between the start of a job's master

@@ -50,13 +50,18 @@ type JobGraph struct {
 type DeadLetterInfo struct {
 	Error   string `json:"error"`
 	Payload string `json:"payload"`
+	// Node is the cluster node whose subtask sent it there (in a cluster).
+	Node string `json:"node,omitempty"`
 }
 
 // DeadLetterList is the body of GET /jobs/{name}/deadletters: the count
 // and the latest payloads, newest first.
 type DeadLetterList struct {
-	Job    string           `json:"job"`
-	Total  int64            `json:"total"`
+	Job   string `json:"job"`
+	Total int64  `json:"total"`
+	// ByNode is Total by cluster node (in a cluster): each node counts
+	// those of the subtasks it hosts, since it started.
+	ByNode map[string]int64 `json:"by_node,omitempty"`
 	Recent []DeadLetterInfo `json:"recent"`
 }
 
@@ -172,7 +177,19 @@ func (n *node) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = min(v, limit)
 	}
-	writeJSON(w, http.StatusOK, deadLetters(j.name, j.pj.DeadLetters(), j.pj.RecentDeadLetters(), limit))
+	if n.cluster == nil {
+		writeJSON(w, http.StatusOK, deadLetters(j.name, j.pj.DeadLetters(), j.pj.RecentDeadLetters(), limit))
+		return
+	}
+	by, recent := n.clusterDeadLetters(r.Context(), j, limit)
+	l := DeadLetterList{Job: j.name, ByNode: by, Recent: recent}
+	for _, c := range by {
+		l.Total += c
+	}
+	if l.Recent == nil {
+		l.Recent = []DeadLetterInfo{}
+	}
+	writeJSON(w, http.StatusOK, l)
 }
 
 // deadLetters builds the answer from the recent dead letters (oldest

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,7 +31,7 @@ func newJobCollector(n *node) *jobCollector {
 		lastDuration:  prometheus.NewDesc("edged_job_last_checkpoint_duration_seconds", "Duration of the latest completed checkpoint or savepoint.", l, nil),
 		lastSize:      prometheus.NewDesc("edged_job_last_checkpoint_size_bytes", "State size of the latest completed checkpoint or savepoint.", l, nil),
 		lastAlignment: prometheus.NewDesc("edged_job_last_checkpoint_alignment_seconds", "Longest barrier alignment of the latest completed checkpoint or savepoint.", l, nil),
-		deadLetters:   prometheus.NewDesc("edged_job_dead_letters_total", "Records sent to the dead-letter output.", l, nil),
+		deadLetters:   prometheus.NewDesc("edged_job_dead_letters_total", "Records sent to the dead-letter output by the subtasks on this node.", l, nil),
 	}
 }
 
@@ -43,7 +44,15 @@ func (c *jobCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector; called on a scrape's goroutine.
 func (c *jobCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, j := range c.n.jobList() {
+	// A cluster's worker counts the dead letters of the subtasks it
+	// hosts, of jobs whose masters run elsewhere.
+	jobs := c.n.jobList()
+	for name, total := range c.n.deadCounts.hostedTotals() {
+		if !slices.ContainsFunc(jobs, func(j *job) bool { return j.name == name }) {
+			ch <- prometheus.MustNewConstMetric(c.deadLetters, prometheus.CounterValue, float64(total), name)
+		}
+	}
+	for _, j := range jobs {
 		if j.snapshot().Status == StatusRunning {
 			j.observe()
 		}
@@ -56,7 +65,7 @@ func (c *jobCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.attempts, prometheus.CounterValue, float64(j.run.Attempts()), j.name)
 		ch <- prometheus.MustNewConstMetric(c.completed, prometheus.CounterValue, float64(s.Completed), j.name)
 		ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(s.Failed), j.name)
-		ch <- prometheus.MustNewConstMetric(c.deadLetters, prometheus.CounterValue, float64(j.pj.DeadLetters()), j.name)
+		ch <- prometheus.MustNewConstMetric(c.deadLetters, prometheus.CounterValue, float64(c.n.nodeDeadLetters(j)), j.name)
 		for i := len(s.History) - 1; i >= 0; i-- {
 			if h := s.History[i]; h.Status == snapshot.Completed {
 				ch <- prometheus.MustNewConstMetric(c.lastDuration, prometheus.GaugeValue, h.Duration.Seconds(), j.name)

@@ -144,6 +144,11 @@ type Inputs struct {
 	// single node.
 	Nodes []string
 	Self  string
+	// Counts, when set, is the Job whose counters the pipeline built
+	// adds to, and the Job returned: a cluster's worker builds a
+	// pipeline's job again for each deployment and keeps one count of
+	// the dead letters of the subtasks it hosts. Nil: new counters.
+	Counts *Job
 }
 
 // BuildJobWith is BuildJob with the node's MQTT inputs.
@@ -164,7 +169,11 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 			return nil, fmt.Errorf("pipeline %q: sinks[%d]: mqtt sink: no broker given: %w", cfg.Name, i, ErrNotAvailable)
 		}
 	}
-	b := &builder{cfg: &cfg, pl: pl, env: env, c: &counters{}, out: &lockedWriter{w: out},
+	c := &counters{}
+	if in.Counts != nil {
+		c = in.Counts.c
+	}
+	b := &builder{cfg: &cfg, pl: pl, env: env, c: c, out: &lockedWriter{w: out},
 		dead: operators.NewOutputTag[DeadLetter]("dead-letter"), in: in}
 	var rows *stream.Stream[Row]
 	var prep *stream.Stream[Row]

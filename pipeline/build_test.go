@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -201,6 +202,49 @@ pipelines:
 	}
 	if job.DeadLetters() != 2 {
 		t.Errorf("dead letters = %d, want 2", job.DeadLetters())
+	}
+}
+
+// Jobs built with Inputs.Counts add to the counts of the Job given (a
+// cluster's worker builds a pipeline again for each deployment).
+func TestBuildAddsToCounts(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "in.csv")
+	if err := os.WriteFile(path, []byte("s1,1547718199,20.5\nbroken\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Parse([]byte(`
+pipelines:
+  - name: csv
+    source:
+      file: {path: ` + path + `, format: csv, fields: {id: string, ts: {type: time, unit: s}, temp: float}}
+    sinks: [{stdout: {}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counts *Job
+	for i := range 3 {
+		env := stream.NewEnvironment("csv")
+		pj, err := BuildJobWith(cfg.Pipelines[0], env, io.Discard, Inputs{Counts: counts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if counts == nil {
+			counts = pj
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err = env.Execute(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := pj.DeadLetters(), int64(i+1); got != want || counts.DeadLetters() != want {
+			t.Fatalf("build %d: dead letters %d (the first Job's %d), want %d", i+1, got, counts.DeadLetters(), want)
+		}
+	}
+	if n := len(counts.RecentDeadLetters()); n != 3 {
+		t.Fatalf("%d recent dead letters, want 3", n)
 	}
 }
 

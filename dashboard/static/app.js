@@ -231,8 +231,9 @@ function short(op) {
 
 async function refreshDeadLetters() {
   const l = await api(`/jobs/${encodeURIComponent(state.job)}/deadletters?n=5`);
-  $("#dl-total").textContent = l.recent.length ? `${l.total} in all; the last ${l.recent.length}, newest first` : `${l.total} in all`;
-  const items = l.recent.map((d) => el("li", {}, el("div", { class: "err" }, d.error), el("div", { class: "payload" }, d.payload)));
+  const byNode = l.by_node ? " (" + Object.entries(l.by_node).sort().map(([n, c]) => `${n}: ${c}`).join(", ") + ")" : "";
+  $("#dl-total").textContent = (l.recent.length ? `${l.total} in all; the last ${l.recent.length}, newest first` : `${l.total} in all`) + byNode;
+  const items = l.recent.map((d) => el("li", {}, el("div", { class: "err" }, d.node ? nodeChip(d.node) : "", d.error), el("div", { class: "payload" }, d.payload)));
   $("#deadletters").replaceChildren(...(items.length ? items : [el("li", { class: "empty" }, "none")]));
 }
 
