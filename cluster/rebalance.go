@@ -169,8 +169,11 @@ type Start struct {
 
 // Poll returns the rebalance to start now, if one may: something is
 // queued, no checkpoint, failover or rebalance is in progress, joins have
-// settled, and the damping interval since the last rebalance has passed.
-// Otherwise it returns ok false and, if something waits, why.
+// settled, and the damping interval since the last rebalance has passed
+// unless a drain is queued (a drained node leaves either way: a stopping
+// node's drain would end with its stop timeout, and its subtasks would
+// fail over, restarting every job). Otherwise it returns ok false and, if
+// something waits, why.
 func (g *RebalanceGate) Poll(now time.Time) (s Start, ok bool, waiting string) {
 	switch {
 	case len(g.pending) == 0:
@@ -182,7 +185,7 @@ func (g *RebalanceGate) Poll(now time.Time) (s Start, ok bool, waiting string) {
 	case g.checkpoint:
 		return Start{}, false, "a checkpoint is in progress"
 	}
-	if !g.lastEnd.IsZero() && now.Sub(g.lastEnd) < g.interval {
+	if !g.lastEnd.IsZero() && now.Sub(g.lastEnd) < g.interval && len(g.drains) == 0 {
 		return Start{}, false, fmt.Sprintf("damping: %v after the last rebalance", g.interval)
 	}
 	if onlyJoins := len(g.pending) == 1 && g.pending[0] == TriggerJoin; onlyJoins &&

@@ -140,17 +140,29 @@ func TestGateHoldsAndQueues(t *testing.T) {
 	if !slices.Equal(s.Triggers, []Trigger{TriggerManual}) {
 		t.Fatalf("%+v", s)
 	}
-	// A drain asked during the rebalance waits for it, then for the
-	// damping interval.
+	// A drain asked during the rebalance waits for it, and for a
+	// checkpoint, but not for the damping interval: the node leaves
+	// either way (a stopping node's drain ends with its stop timeout,
+	// then it fails over, which restarts every job).
 	g.Request(at(4*time.Second), TriggerDrain, "node-2")
 	g.Request(at(4*time.Second), TriggerDrain, "node-2")
 	mustWait(t, g, at(5*time.Second), "in progress")
 	g.Done(at(6 * time.Second))
-	mustWait(t, g, at(10*time.Second), "damping")
-	s = mustStart(t, g, at(16*time.Second))
+	g.Checkpoint(true)
+	mustWait(t, g, at(7*time.Second), "checkpoint")
+	g.Checkpoint(false)
+	s = mustStart(t, g, at(7*time.Second))
 	if !slices.Equal(s.Drain, []string{"node-2"}) || !slices.Equal(s.Triggers, []Trigger{TriggerDrain}) {
 		t.Fatalf("%+v", s)
 	}
+	g.Done(at(8 * time.Second))
+	// What else is asked is still damped.
+	g.Request(at(9*time.Second), TriggerManual, "")
+	mustWait(t, g, at(10*time.Second), "damping")
+	if g.Interval() != 20*time.Second {
+		t.Fatalf("interval after the drain: %v, want it doubled to 20s", g.Interval())
+	}
+	mustStart(t, g, at(28*time.Second))
 }
 
 // Rebalances that follow each other closely double the damping interval,
