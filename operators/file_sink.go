@@ -63,14 +63,14 @@ func (f *fileTransactions[T]) Open(ctx *Context) error {
 	return nil
 }
 
-// cleanStale removes the part files earlier runs of this subtask left
+// CleanStale removes the part files earlier runs of this subtask left
 // uncommitted: in-progress ones, and pending ones of checkpoints that never
 // completed (the restore committed those of the restored checkpoint, and
 // replay writes the rest again). Subtask 0 also removes those of subtasks
 // the job no longer has. The sink calls it once, after the restore and
 // before its first pre-commit, when it has no pending transaction of its
 // own.
-func (f *fileTransactions[T]) cleanStale() error {
+func (f *fileTransactions[T]) CleanStale() error {
 	entries, err := os.ReadDir(f.dir)
 	if err != nil {
 		return fmt.Errorf("file sink: %w", err)

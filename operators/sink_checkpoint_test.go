@@ -328,3 +328,100 @@ func TestExactlyOnceSinksTellTheirFirstHeldRecordOnce(t *testing.T) {
 		})
 	}
 }
+
+// memTransactions is a Transactional kept in memory, shared across the
+// runs of a test; it cleans stale transactions when asked.
+type memTransactions struct {
+	next   int
+	state  map[int]string // begun, pre-committed, committed or aborted
+	data   map[int][]string
+	events []string
+}
+
+func (m *memTransactions) Begin() (int, error) {
+	m.next++
+	m.state[m.next] = "begun"
+	return m.next, nil
+}
+func (m *memTransactions) Write(tx int, v string) error {
+	m.data[tx] = append(m.data[tx], v)
+	return nil
+}
+func (m *memTransactions) PreCommit(tx int) error {
+	m.state[tx] = "pre-committed"
+	m.events = append(m.events, fmt.Sprintf("pre-commit %d", tx))
+	return nil
+}
+func (m *memTransactions) Commit(tx int) error {
+	m.state[tx] = "committed"
+	m.events = append(m.events, fmt.Sprintf("commit %d", tx))
+	return nil
+}
+func (m *memTransactions) Abort(tx int) error {
+	if m.state[tx] != "committed" {
+		m.state[tx] = "aborted"
+	}
+	return nil
+}
+
+// CleanStale aborts every transaction not committed but the newest (the
+// run's open one).
+func (m *memTransactions) CleanStale() error {
+	m.events = append(m.events, "clean")
+	for tx, st := range m.state {
+		if st != "committed" && tx != m.next {
+			m.state[tx] = "aborted"
+		}
+	}
+	return nil
+}
+
+// A custom Transactional that implements operators.StaleCleaner is asked
+// once per run, after the restore committed what the restored checkpoint
+// holds and before the run's first pre-commit, to drop what a failed
+// checkpoint pre-committed: the restored checkpoint does not name it, so
+// nothing else would.
+func TestTwoPhaseCommitSinkCleansStaleTransactions(t *testing.T) {
+	m := &memTransactions{state: map[int]string{}, data: map[int][]string{}}
+	s := operators.NewTwoPhaseCommitSink[string, int](m, nil)
+	if err := s.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	s.Collect("a")
+	st1, err := s.SnapshotState(1) // tx 1 pre-committed
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.NotifyCheckpointComplete(1); err != nil {
+		t.Fatal(err)
+	}
+	s.Collect("b")
+	if _, err := s.SnapshotState(2); err != nil { // tx 2 pre-committed; 2 never completes
+		t.Fatal(err)
+	}
+	// Crash; the job restores checkpoint 1.
+	m.events = nil
+	r := operators.NewTwoPhaseCommitSink[string, int](m, nil)
+	if err := r.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RestoreState([][]byte{st1}, 1); err != nil {
+		t.Fatal(err)
+	}
+	r.Collect("b")
+	if _, err := r.SnapshotState(3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.SnapshotState(4); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"commit 1", "clean", "pre-commit 4", "pre-commit 5"}; !slices.Equal(m.events, want) {
+		t.Fatalf("events %v, want %v", m.events, want)
+	}
+	if m.state[2] != "aborted" || m.state[1] != "committed" {
+		t.Fatalf("transactions %v: want 1 committed, 2 (pre-committed for the failed checkpoint) aborted", m.state)
+	}
+	if !maps.Equal(map[int]string{4: "pre-committed", 5: "pre-committed", 6: "begun"}, map[int]string{4: m.state[4], 5: m.state[5], 6: m.state[6]}) {
+		t.Fatalf("transactions of the new run: %v", m.state)
+	}
+}

@@ -56,11 +56,19 @@ type TwoPhaseCommitSink[T, TX any] struct {
 	tell func()
 }
 
-// staleCleaner is a Transactional system that can drop what earlier runs
+// StaleCleaner is a Transactional system that can drop what earlier runs
 // left uncommitted: transactions never pre-committed, and pre-committed
-// ones of checkpoints that never completed.
-type staleCleaner interface {
-	cleanStale() error
+// ones of checkpoints that never completed (a failure after the barrier
+// and before the completion leaves them: the checkpoint restored does
+// not name them, so nothing else aborts them). The sink calls CleanStale
+// once per run, after RestoreState committed what the restored
+// checkpoint holds and before its first pre-commit, with nothing of its
+// own pending; what it finds then that is not committed is stale. A
+// Transactional without it leaves such transactions to itself (the file
+// sink implements it; a system whose uncommitted transactions expire,
+// such as a database's, need not).
+type StaleCleaner interface {
+	CleanStale() error
 }
 
 // clean lets the system drop what earlier runs left, once: after the
@@ -71,8 +79,10 @@ func (s *TwoPhaseCommitSink[T, TX]) clean() error {
 		return nil
 	}
 	s.cleaned = true
-	if c, ok := s.sys.(staleCleaner); ok {
-		return c.cleanStale()
+	if c, ok := s.sys.(StaleCleaner); ok {
+		if err := c.CleanStale(); err != nil {
+			return fmt.Errorf("two-phase commit sink: clean stale transactions: %w", err)
+		}
 	}
 	return nil
 }
