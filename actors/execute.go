@@ -59,6 +59,13 @@ type Execution struct {
 	// noRestart is closed by StopRestarting.
 	noRestart     chan struct{}
 	noRestartOnce sync.Once
+
+	// failure is the error of the latest failed attempt and failedAt
+	// when it was seen; restarting is set from a failure until the next
+	// attempt runs (all guarded by mu).
+	failure    error
+	failedAt   time.Time
+	restarting bool
 }
 
 // NewExecution returns an execution of job; a nil strategy never restarts.
@@ -124,12 +131,43 @@ func (e *Execution) Runner() (*Runner, <-chan struct{}) {
 	return e.runner, e.changed
 }
 
+// LastFailure returns the error that ended the latest failed attempt
+// (or try to deploy one) and when; nil if none failed. A redeployment
+// (ErrRedeployed) is not a failure.
+func (e *Execution) LastFailure() (error, time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.failure, e.failedAt
+}
+
+// Restarting reports whether the job waits to run again after an attempt
+// ended without the job ending: from the failure (or redeployment) until
+// the next attempt runs, restart delay and tries that find no deployment
+// included.
+func (e *Execution) Restarting() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.restarting
+}
+
+// failed records that an attempt ended with err at now and another one
+// follows.
+func (e *Execution) failed(err error, now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.restarting = true
+	if !errors.Is(err, ErrRedeployed) {
+		e.failure, e.failedAt = err, now
+	}
+}
+
 func (e *Execution) setRunner(r *Runner) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.runner = r
 	if r != nil {
 		e.attempts++
+		e.restarting = false
 	}
 	close(e.changed)
 	e.changed = make(chan struct{})
@@ -232,6 +270,11 @@ func (e *Execution) resume() error {
 // savepoint, or ctx is cancelled.
 func (e *Execution) Run(ctx context.Context) error {
 	defer e.endedOnce.Do(func() { close(e.ended) })
+	defer func() {
+		e.mu.Lock()
+		e.restarting = false
+		e.mu.Unlock()
+	}()
 	if err := e.Resume(); err != nil {
 		return err
 	}
@@ -298,6 +341,7 @@ func (e *Execution) Run(ctx context.Context) error {
 			return fmt.Errorf("%w: %w", ErrStoppedRestarting, err)
 		default:
 		}
+		e.failed(err, cfg.Clock.Now())
 		var delay time.Duration
 		switch {
 		case errors.Is(err, ErrNotPlaced):

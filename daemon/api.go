@@ -32,6 +32,11 @@ type JobInfo struct {
 	Savepoint string `json:"savepoint,omitempty"`
 	// Error is why the job failed.
 	Error string `json:"error,omitempty"`
+	// LastFailure is why the latest failed attempt ended (the job
+	// restarted after it, or waits to: StatusRestarting), and
+	// LastFailureAt when; empty if none failed.
+	LastFailure   string     `json:"last_failure,omitempty"`
+	LastFailureAt *time.Time `json:"last_failure_at,omitempty"`
 }
 
 // JobList is the body of GET /jobs.
@@ -124,6 +129,13 @@ func (n *node) info(ctx context.Context, j *job) JobInfo {
 	}
 	if s.Err != nil {
 		ji.Error = s.Err.Error()
+	}
+	e := j.run.Execution()
+	if s.Status == StatusRunning && e.Restarting() {
+		ji.Status = StatusRestarting
+	}
+	if err, at := e.LastFailure(); err != nil {
+		ji.LastFailure, ji.LastFailureAt = err.Error(), &at
 	}
 	return ji
 }

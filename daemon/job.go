@@ -17,8 +17,12 @@ type Status string
 
 // The statuses of a job.
 const (
-	// StatusRunning means the job runs (possibly restarting).
+	// StatusRunning means the job runs.
 	StatusRunning Status = "running"
+	// StatusRestarting means an attempt of the job ended (a task failed,
+	// or a deployment could not be made) and it waits to run again:
+	// JobInfo.LastFailure says why.
+	StatusRestarting Status = "restarting"
 	// StatusFinished means the job ended by itself (bounded sources) or
 	// was stopped with a savepoint.
 	StatusFinished Status = "finished"

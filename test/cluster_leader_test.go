@@ -71,7 +71,8 @@ func (m *clusterMember) jobMasters(client *http.Client) (int, error) {
 	}
 	n := 0
 	for _, j := range l.Jobs {
-		if j.Status == "running" {
+		// A job master between attempts is one all the same.
+		if j.Status == "running" || j.Status == "restarting" {
 			n++
 		}
 	}

@@ -97,3 +97,19 @@ pipelines:
 		t.Errorf("exit %d, want 2 naming node.broker; stderr:\n%s", code, errb.String())
 	}
 }
+
+// edged list shows a restarting job's last failure in its ERROR column.
+func TestListShowsTheLastFailureOfARestartingJob(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"jobs":[{"name":"p","status":"restarting","attempts":2,"last_failure":"sink: disk\nfull"}]}`))
+	}))
+	t.Cleanup(srv.Close)
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"list", "--addr", strings.TrimPrefix(srv.URL, "http://")}, &out, &errb); code != 0 {
+		t.Fatalf("list: exit %d\n%s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "restarting") || !strings.Contains(out.String(), "last failure: sink: disk full") {
+		t.Fatalf("list:\n%s", out.String())
+	}
+}

@@ -303,7 +303,11 @@ func client(ctx context.Context, c *daemon.Client, cmd string, pos []string, pat
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "NAME\tSTATUS\tATTEMPTS\tCHECKPOINTING\tDEAD LETTERS\tERROR")
 		for _, j := range jobs {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%t\t%d\t%s\n", j.Name, j.Status, j.Attempts, j.Checkpointing, j.DeadLetters, oneLine(j.Error))
+			why := j.Error
+			if why == "" && j.Status == daemon.StatusRestarting {
+				why = "last failure: " + j.LastFailure
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%t\t%d\t%s\n", j.Name, j.Status, j.Attempts, j.Checkpointing, j.DeadLetters, oneLine(why))
 		}
 		return tw.Flush()
 	case "checkpoints":

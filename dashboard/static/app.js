@@ -116,6 +116,7 @@ function renderCards() {
     card("dead letters", j.dead_letters, j.dead_letters ? "warn" : ""),
   ];
   if (j.error) cards.push(card("error", j.error, "bad"));
+  else if (j.last_failure) cards.push(card("last failure", j.last_failure, j.status === "restarting" ? "bad" : "warn"));
   $("#job-cards").replaceChildren(...cards);
 }
 
@@ -257,6 +258,8 @@ async function refreshCheckpoints() {
     : [el("li", { class: "empty" }, "no savepoint yet")]));
   const running = j && j.status === "running";
   for (const b of ["#btn-savepoint", "#btn-stop", "#btn-cancel"]) $(b).disabled = !running || state.busy;
+  // A job waiting to restart can be cancelled.
+  if (j && j.status === "restarting") $("#btn-cancel").disabled = state.busy;
   if (j && !j.checkpointing) { $("#btn-savepoint").disabled = true; $("#btn-stop").disabled = true; }
 }
 
