@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/cluster"
 	"github.com/edgedio/edged/internal/testutil"
+	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/snapshot"
 )
 
@@ -626,4 +629,58 @@ func TestFailoverScriptLeaderCutOffHealed(t *testing.T) {
 			t.Fatalf("a took checkpoint %d after the hand-back: b triggered up to %d", s.Checkpoint, triggeredB)
 		}
 	}
+}
+
+// Script: a worker dies and each node's file sink writes to a dir of its
+// own, as on separate machines. The sink subtask that ran on c restores
+// on a survivor, whose dir does not hold c's pre-committed part: it
+// commits the part there from the checkpoint. The union of the dirs,
+// each part name once, holds every window count exactly; a part c had
+// committed too is in both dirs with the same content. Before, the
+// survivor failed the restore (neither pending nor committed) on every
+// attempt and the job never ran again without c.
+func TestFailoverScriptWorkerKilledNodeLocalFileSinks(t *testing.T) {
+	fc := newFailoverCluster(t, foOptions{replicas: 1, localSinks: true})
+	a := fc.nodes["a"]
+	before, epoch0 := fc.startedPlacement("a", 0)
+	if len(onNode(before, "c")) == 0 {
+		t.Fatalf("nothing placed on c: %v", before)
+	}
+	fc.waitCheckpoint("a", 0)
+	fc.kill("c")
+	a.c.live.follow(fc.declareDead("c"), a.c.executions)
+	after, _ := fc.startedPlacement("a", epoch0)
+	if n := onNode(after, "c"); len(n) > 0 {
+		t.Fatalf("still placed on the dead node: %v", n)
+	}
+	fc.finish("a")
+	fc.checkTotals()
+
+	// The restore path was reached: a part c wrote (committed or pending
+	// in c's dir) is committed in a survivor's dir.
+	written := map[string]bool{}
+	entries, err := os.ReadDir(filepath.Join(fc.out, "c", "windows"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		name := strings.TrimSuffix(strings.TrimPrefix(e.Name(), "."), ".pending")
+		written[name] = true
+	}
+	carried := 0
+	for _, id := range []string{"a", "b"} {
+		parts, err := operators.CommittedParts(filepath.Join(fc.out, id, "windows"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range parts {
+			if written[filepath.Base(p)] {
+				carried++
+			}
+		}
+	}
+	if carried == 0 {
+		t.Fatal("no part c pre-committed was committed on a survivor: the carried restore was not reached")
+	}
+	t.Logf("%d of c's parts committed on a survivor from the checkpoint", carried)
 }

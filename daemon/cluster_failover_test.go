@@ -2,10 +2,13 @@ package daemon
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -117,6 +120,8 @@ type foCluster struct {
 	split bool
 	// count is how many records the generator emits.
 	count int64
+	// localSinks gives each node its own file sink dir, out/<id>.
+	localSinks bool
 	// killed is when each killed node died: its last sign of life.
 	killed map[string]time.Time
 	logs   *logRecorder
@@ -248,6 +253,9 @@ type foOptions struct {
 	credits int
 	// maxConcurrent, when set, is the job's checkpoint.max_concurrent.
 	maxConcurrent int
+	// localSinks gives each node a file sink dir of its own (out/<id>),
+	// as nodes on separate machines have: checkTotals reads their union.
+	localSinks bool
 	// other, when set, is a node whose config declares other pipelines
 	// (20 s windows): its worker refuses the job's plan
 	// (actors.ErrPlanMismatch), and the nodes see its fingerprint differ
@@ -269,6 +277,7 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 	}})
 	fc.alive, fc.killed = slices.Clone(fc.ids), map[string]time.Time{}
 	fc.count = o.count
+	fc.localSinks = o.localSinks
 	if fc.count == 0 {
 		fc.count = foCount
 	}
@@ -349,7 +358,11 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 		if id == o.other {
 			window = "20s"
 		}
-		pc := foPipeline(t, fn.dir, fc.out, fc.count, attempts, window)
+		out := fc.out
+		if o.localSinks {
+			out = filepath.Join(fc.out, id)
+		}
+		pc := foPipeline(t, fn.dir, out, fc.count, attempts, window)
 		if o.maxConcurrent > 0 {
 			pc.Checkpoint.MaxConcurrent = o.maxConcurrent
 		}
@@ -631,7 +644,7 @@ func (fc *foCluster) checkTotals() {
 		ts := operators.DefaultGeneratorStart + i/foKeys
 		want[fmt.Sprintf("sensor_%d@%d", i%foKeys, ts/10*10)]++
 	}
-	parts, err := operators.CommittedParts(filepath.Join(fc.out, "windows"))
+	parts, err := fc.committedParts()
 	if err != nil {
 		fc.t.Fatal(err)
 	}
@@ -673,6 +686,36 @@ func (fc *foCluster) checkTotals() {
 		fc.t.Fatalf("committed window counts differ from the generator's in %d of %d windows:\n%s", len(diff), len(want), strings.Join(diff[:min(len(diff), 20)], "\n"))
 	}
 	fc.t.Logf("%d window results, every count exact", results)
+}
+
+// committedParts returns the committed part files of the window results:
+// with node-local sinks, of every node's dir, each part name once (a part
+// committed in two dirs must have the same content).
+func (fc *foCluster) committedParts() ([]string, error) {
+	if !fc.localSinks {
+		return operators.CommittedParts(filepath.Join(fc.out, "windows"))
+	}
+	byName := map[string]string{}
+	for _, id := range fc.ids {
+		parts, err := operators.CommittedParts(filepath.Join(fc.out, id, "windows"))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		for _, p := range parts {
+			name := filepath.Base(p)
+			if first, ok := byName[name]; ok {
+				a, errA := os.ReadFile(first)
+				b, errB := os.ReadFile(p)
+				if errA != nil || errB != nil || !bytes.Equal(a, b) {
+					return nil, fmt.Errorf("part %s committed in two dirs with different content (%v, %v)", name, errA, errB)
+				}
+				fc.t.Logf("part %s committed in two nodes' dirs, the same content", name)
+				continue
+			}
+			byName[name] = p
+		}
+	}
+	return slices.Sorted(maps.Values(byName)), nil
 }
 
 // windowStartSec returns the start of a window result, in seconds.

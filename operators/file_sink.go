@@ -2,6 +2,7 @@ package operators
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,12 +11,70 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/edgedio/edged/codec"
 	"github.com/edgedio/edged/internal/fsutil"
 )
 
 // FileTx is a transaction of the transactional file sink: one part file.
 type FileTx struct {
 	Name string
+	// Data is the part file's content, carried in the checkpoint by a
+	// sink made with FileSinkOptions.CarryParts once pre-committed (non-nil
+	// then, even when empty); nil otherwise.
+	Data []byte
+}
+
+// fileTxCodec encodes a FileTx as codec.For did before Data existed
+// (the name, length-prefixed) when it carries no data, so snapshots of
+// either kind of sink restore into both; one with data starts with a 0
+// byte (a name is never empty), then the name and the data, each
+// length-prefixed.
+type fileTxCodec struct{}
+
+func (fileTxCodec) Append(dst []byte, tx FileTx) ([]byte, error) {
+	if tx.Name == "" {
+		return dst, errors.New("file sink: transaction without a name")
+	}
+	if tx.Data != nil {
+		dst = append(dst, 0)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(tx.Name)))
+	dst = append(dst, tx.Name...)
+	if tx.Data != nil {
+		dst = binary.AppendUvarint(dst, uint64(len(tx.Data)))
+		dst = append(dst, tx.Data...)
+	}
+	return dst, nil
+}
+
+func (fileTxCodec) Decode(src []byte) (FileTx, int, error) {
+	carried := len(src) > 0 && src[0] == 0
+	n := 0
+	if carried {
+		n = 1
+	}
+	field := func() ([]byte, error) {
+		l, k := binary.Uvarint(src[n:])
+		if k <= 0 || l > uint64(len(src)-n-k) {
+			return nil, fmt.Errorf("file sink: transaction: %w", codec.ErrCorrupt)
+		}
+		b := src[n+k : n+k+int(l)]
+		n += k + int(l)
+		return b, nil
+	}
+	name, err := field()
+	if err != nil || len(name) == 0 {
+		return FileTx{}, 0, fmt.Errorf("file sink: transaction: %w", codec.ErrCorrupt)
+	}
+	tx := FileTx{Name: string(name)}
+	if carried {
+		data, err := field()
+		if err != nil {
+			return FileTx{}, 0, err
+		}
+		tx.Data = append(make([]byte, 0, len(data)), data...)
+	}
+	return tx, n, nil
 }
 
 // fileTransactions writes each transaction to its own part file in a
@@ -26,6 +85,7 @@ type FileTx struct {
 type fileTransactions[T any] struct {
 	dir     string
 	format  func(T) string
+	carry   bool
 	subtask int
 	par     int
 	prefix  string
@@ -41,7 +101,24 @@ type fileTransactions[T any] struct {
 // covers its records completes, so after any failure and restore the
 // visible files hold every record exactly once.
 func NewFileSink[T any](dir string, format func(T) string) *TwoPhaseCommitSink[T, FileTx] {
-	return NewTwoPhaseCommitSink[T, FileTx](&fileTransactions[T]{dir: dir, format: format}, nil)
+	return NewFileSinkWith(dir, format, FileSinkOptions{})
+}
+
+// FileSinkOptions tune NewFileSinkWith.
+type FileSinkOptions struct {
+	// CarryParts puts each pre-committed part file's content in the
+	// checkpoint, so that a subtask restored on another machine, whose
+	// dir does not hold the part, commits it there from the checkpoint
+	// (a cluster whose nodes each have their own dir). A part the old
+	// machine had committed as well is then in both dirs under the same
+	// name: read the union taking each part name once. Checkpoints grow
+	// by the output of one checkpoint interval per subtask.
+	CarryParts bool
+}
+
+// NewFileSinkWith is NewFileSink with options.
+func NewFileSinkWith[T any](dir string, format func(T) string, o FileSinkOptions) *TwoPhaseCommitSink[T, FileTx] {
+	return NewTwoPhaseCommitSink[T, FileTx](&fileTransactions[T]{dir: dir, format: format, carry: o.CarryParts}, fileTxCodec{})
 }
 
 func (f *fileTransactions[T]) Open(ctx *Context) error {
@@ -84,6 +161,8 @@ func (f *fileTransactions[T]) CleanStale() error {
 		if b, ok := strings.CutSuffix(base, ".pending"); ok {
 			base = b
 		} else if b, ok := strings.CutSuffix(base, ".inprogress"); ok {
+			base = b
+		} else if b, ok := strings.CutSuffix(base, ".restoring"); ok {
 			base = b
 		} else {
 			continue
@@ -157,16 +236,65 @@ func (f *fileTransactions[T]) PreCommit(tx FileTx) error {
 	return fsutil.SyncDir(f.dir)
 }
 
+// preCommitTx pre-commits tx and, when the sink carries its parts, puts
+// the part's content in the transaction kept pending.
+func (f *fileTransactions[T]) preCommitTx(tx FileTx) (FileTx, error) {
+	if err := f.PreCommit(tx); err != nil {
+		return tx, err
+	}
+	if !f.carry {
+		return tx, nil
+	}
+	data, err := os.ReadFile(f.path(tx.Name, "pending"))
+	if err != nil {
+		return tx, fmt.Errorf("file sink: %w", err)
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	tx.Data = data
+	return tx, nil
+}
+
 func (f *fileTransactions[T]) Commit(tx FileTx) error {
 	err := os.Rename(f.path(tx.Name, "pending"), f.path(tx.Name, ""))
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, statErr := os.Stat(f.path(tx.Name, "")); statErr == nil {
 			return nil // committed before
 		}
+		if tx.Data != nil {
+			// Pre-committed on another machine: commit it here from the
+			// content the checkpoint carried.
+			return f.commitCarried(tx)
+		}
 		return fmt.Errorf("file sink: commit %s: neither pending nor committed", tx.Name)
 	}
 	if err != nil {
 		return err
+	}
+	return fsutil.SyncDir(f.dir)
+}
+
+// commitCarried writes the part tx carries and commits it: written to
+// ".<name>.restoring", fsynced, renamed to <name>.
+func (f *fileTransactions[T]) commitCarried(tx FileTx) error {
+	tmp := f.path(tx.Name, "restoring")
+	file, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("file sink: commit %s from the checkpoint: %w", tx.Name, err)
+	}
+	_, err = file.Write(tx.Data)
+	if err == nil {
+		err = file.Sync()
+	}
+	if cerr := file.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, f.path(tx.Name, ""))
+	}
+	if err != nil {
+		return fmt.Errorf("file sink: commit %s from the checkpoint: %w", tx.Name, err)
 	}
 	return fsutil.SyncDir(f.dir)
 }

@@ -1,6 +1,7 @@
 package operators_test
 
 import (
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/edgedio/edged/codec"
 	"github.com/edgedio/edged/operators"
 )
 
@@ -423,5 +425,93 @@ func TestTwoPhaseCommitSinkCleansStaleTransactions(t *testing.T) {
 	}
 	if !maps.Equal(map[int]string{4: "pre-committed", 5: "pre-committed", 6: "begun"}, map[int]string{4: m.state[4], 5: m.state[5], 6: m.state[6]}) {
 		t.Fatalf("transactions of the new run: %v", m.state)
+	}
+}
+
+// A file sink that carries its parts commits, on restore in another dir
+// (another machine's), the parts pre-committed in the first one from the
+// checkpoint, once; one that does not fails the restore there. Their
+// snapshots restore into either kind.
+func TestFileSinkCarriedPartsCommitElsewhere(t *testing.T) {
+	dirA, dirB := t.TempDir(), t.TempDir()
+	s := operators.NewFileSinkWith(dirA, func(v string) string { return v }, operators.FileSinkOptions{CarryParts: true})
+	if err := s.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	s.Collect("a")
+	s.Collect("b")
+	st, err := s.SnapshotState(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.NotifyCheckpointComplete(1); err != nil {
+		t.Fatal(err)
+	}
+	if got := readCommitted(t, dirA); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("dir A: %v", got)
+	}
+	// The subtask restores on another machine: dir B lacks the part.
+	plain := operators.NewFileSink(dirB, func(v string) string { return v })
+	if err := plain.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := plain.RestoreState([][]byte{st}, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := readCommitted(t, dirB); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("dir B after the restore: %v", got)
+	}
+	partsA, _ := operators.CommittedParts(dirA)
+	partsB, _ := operators.CommittedParts(dirB)
+	if len(partsA) != 1 || len(partsB) != 1 || filepath.Base(partsA[0]) != filepath.Base(partsB[0]) {
+		t.Fatalf("parts %v and %v: want the same part name in both dirs", partsA, partsB)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dirB, ".*")); len(left) != 1 { // the new run's in-progress part
+		t.Fatalf("dir B holds %v", left)
+	}
+
+	// Without carried parts the restore elsewhere cannot commit.
+	s2 := operators.NewFileSink(t.TempDir(), func(v string) string { return v })
+	if err := s2.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	s2.Collect("c")
+	st2, err := s2.SnapshotState(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := operators.NewFileSinkWith(t.TempDir(), func(v string) string { return v }, operators.FileSinkOptions{CarryParts: true})
+	if err := other.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.RestoreState([][]byte{st2}, 1); err == nil || !strings.Contains(err.Error(), "neither pending nor committed") {
+		t.Fatalf("restore elsewhere of a part not carried: %v", err)
+	}
+}
+
+// Snapshots of the file sink from before parts could be carried (the
+// transaction encoded as its name only) restore.
+func TestFileSinkRestoresSnapshotsWithoutCarriedParts(t *testing.T) {
+	dir := t.TempDir()
+	name := "part-0-1-1"
+	if err := os.WriteFile(filepath.Join(dir, "."+name+".pending"), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old, err := codec.For[struct{ Name string }]().Append(nil, struct{ Name string }{name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := append(binary.AppendVarint(binary.AppendUvarint(nil, 1), 1), old...)
+	s := operators.NewFileSink(dir, func(v string) string { return v })
+	if err := s.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RestoreState([][]byte{st}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := readCommitted(t, dir); !slices.Equal(got, []string{"x"}) {
+		t.Fatalf("committed %v", got)
 	}
 }

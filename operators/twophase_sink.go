@@ -87,6 +87,21 @@ func (s *TwoPhaseCommitSink[T, TX]) clean() error {
 	return nil
 }
 
+// txPreCommitter is a Transactional whose pre-commit gives the
+// transaction to keep pending in its place (the file sink carrying its
+// parts adds their content).
+type txPreCommitter[TX any] interface {
+	preCommitTx(tx TX) (TX, error)
+}
+
+// preCommit pre-commits tx and returns the transaction to keep pending.
+func (s *TwoPhaseCommitSink[T, TX]) preCommit(tx TX) (TX, error) {
+	if p, ok := s.sys.(txPreCommitter[TX]); ok {
+		return p.preCommitTx(tx)
+	}
+	return tx, s.sys.PreCommit(tx)
+}
+
 type pendingTx[TX any] struct {
 	checkpoint int64
 	tx         TX
@@ -143,10 +158,11 @@ func (s *TwoPhaseCommitSink[T, TX]) SnapshotState(id int64) ([]byte, error) {
 		// Finished without a final checkpoint: nothing more to pre-commit.
 		return s.encodePending()
 	}
-	if err := s.sys.PreCommit(s.current); err != nil {
+	tx, err := s.preCommit(s.current)
+	if err != nil {
 		return nil, fmt.Errorf("two-phase commit sink: pre-commit: %w", err)
 	}
-	s.pending = append(s.pending, pendingTx[TX]{checkpoint: id, tx: s.current})
+	s.pending = append(s.pending, pendingTx[TX]{checkpoint: id, tx: tx})
 	s.open = false
 	if err := s.begin(); err != nil {
 		return nil, err
@@ -246,7 +262,8 @@ func (s *TwoPhaseCommitSink[T, TX]) Finish() error {
 	if err := s.clean(); err != nil {
 		return err
 	}
-	if err := s.sys.PreCommit(s.current); err != nil {
+	tx, err := s.preCommit(s.current)
+	if err != nil {
 		return err
 	}
 	for _, p := range s.pending {
@@ -256,5 +273,5 @@ func (s *TwoPhaseCommitSink[T, TX]) Finish() error {
 	}
 	s.pending = nil
 	s.open = false
-	return s.sys.Commit(s.current)
+	return s.sys.Commit(tx)
 }

@@ -313,7 +313,10 @@ func sinkAll[T any](b *builder, what string, s *stream.Stream[T], format func(T)
 			s.To(name, func() operators.Sink[T] { return operators.NewPrintSink(b.out, f) }).UID(name)
 		case sc.File != nil:
 			dir := filepath.Join(sc.File.Dir, what)
-			s.To(name, func() operators.Sink[T] { return operators.NewFileSink(dir, format) }).UID(name)
+			// In a cluster each node has its own dir: a subtask restored on
+			// another node commits its parts there from the checkpoint.
+			opts := operators.FileSinkOptions{CarryParts: len(b.in.Nodes) > 0}
+			s.To(name, func() operators.Sink[T] { return operators.NewFileSinkWith(dir, format, opts) }).UID(name)
 		case sc.MQTT != nil:
 			mqttSink(b, name, what, s, format, sc.MQTT)
 		}
