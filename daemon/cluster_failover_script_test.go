@@ -309,11 +309,7 @@ func TestFailoverScriptCorruptReplica(t *testing.T) {
 func TestFailoverScriptRestartedBeforeFollow(t *testing.T) {
 	fc := newFailoverCluster(t, foOptions{replicas: 2})
 	a := fc.nodes["a"]
-	before, epoch0 := fc.startedPlacement("a", 0)
-	if len(onNode(before, "c")) == 0 {
-		t.Fatalf("nothing placed on c: %v", before)
-	}
-	fc.waitCheckpoint("a", 0)
+	epoch0 := fc.checkpointedWith("c")
 	fc.kill("c")
 	alive := fc.declareDead("c")
 
@@ -642,11 +638,7 @@ func TestFailoverScriptLeaderCutOffHealed(t *testing.T) {
 func TestFailoverScriptWorkerKilledNodeLocalFileSinks(t *testing.T) {
 	fc := newFailoverCluster(t, foOptions{replicas: 1, localSinks: true})
 	a := fc.nodes["a"]
-	before, epoch0 := fc.startedPlacement("a", 0)
-	if len(onNode(before, "c")) == 0 {
-		t.Fatalf("nothing placed on c: %v", before)
-	}
-	fc.waitCheckpoint("a", 0)
+	epoch0 := fc.checkpointedWith("c")
 	fc.kill("c")
 	a.c.live.follow(fc.declareDead("c"), a.c.executions)
 	after, _ := fc.startedPlacement("a", epoch0)
@@ -683,4 +675,16 @@ func TestFailoverScriptWorkerKilledNodeLocalFileSinks(t *testing.T) {
 		t.Fatal("no part c pre-committed was committed on a survivor: the carried restore was not reached")
 	}
 	t.Logf("%d of c's parts committed on a survivor from the checkpoint", carried)
+}
+
+// checkpointedWith waits until the job runs its first deployment, with
+// subtasks on node, and completed a checkpoint; it returns the epoch.
+func (fc *foCluster) checkpointedWith(node string) uint64 {
+	fc.t.Helper()
+	before, epoch := fc.startedPlacement("a", 0)
+	if len(onNode(before, node)) == 0 {
+		fc.t.Fatalf("nothing placed on %s: %v", node, before)
+	}
+	fc.waitCheckpoint("a", 0)
+	return epoch
 }
