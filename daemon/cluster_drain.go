@@ -484,7 +484,14 @@ func (c *clusterNode) runRebalance(ctx context.Context, s cluster.Start) error {
 	v.mu.Unlock()
 	for _, id := range draining {
 		if slices.Contains(v.alive(), id) {
-			c.waitIngest(ctx, id)
+			c.waitIngest(ctx, id, draining)
+		}
+	}
+	if len(draining) > 0 {
+		// A node that died during the wait may have taken the room the
+		// drain had when it started: check again, with the nodes alive now.
+		if placement, err = c.room(draining); err != nil {
+			return c.abandonDrain(trigger, draining, fmt.Errorf("%w (the room the drain had when it started is gone; alive now: %v)", err, v.alive()))
 		}
 	}
 	reason := fmt.Sprintf("rebalance (%v)", s.Triggers)
@@ -504,6 +511,11 @@ func (c *clusterNode) runRebalance(ctx context.Context, s cluster.Start) error {
 	if err != nil {
 		return err
 	}
+	if err := c.drainRoomLost(draining); err != nil {
+		// A node died while the subtasks moved: leaving now would take
+		// the majority with it.
+		return c.abandonDrain(trigger, draining, err)
+	}
 	for _, id := range s.Drain {
 		if !slices.Contains(v.alive(), id) {
 			continue
@@ -517,11 +529,53 @@ func (c *clusterNode) runRebalance(ctx context.Context, s cluster.Start) error {
 	return nil
 }
 
+// drainRoomLost returns why draining can no longer go on, if it cannot:
+// the live nodes but the draining ones are no majority of the configured
+// size any more (a node died during the drain).
+func (c *clusterNode) drainRoomLost(draining []string) error {
+	if len(draining) == 0 {
+		return nil
+	}
+	var remaining []string
+	for _, id := range c.live.alive() {
+		if !slices.Contains(draining, id) {
+			remaining = append(remaining, id)
+		}
+	}
+	size := len(c.cfg.Nodes())
+	if cluster.HasQuorum(len(remaining), size) {
+		return nil
+	}
+	return fmt.Errorf("%w: a node died during the drain: draining %v would leave %d of %d nodes (%v): no majority, nothing would run",
+		cluster.ErrRefused, draining, len(remaining), size, remaining)
+}
+
+// abandonDrain ends a drain that lost its room (why): the draining nodes
+// are undrained and stay, the refusal is recorded, and a rebalance is
+// queued that gives them their subtasks back (the failover of the node
+// that died placed none on them, as they were being drained). It
+// returns why.
+func (c *clusterNode) abandonDrain(trigger cluster.Trigger, draining []string, why error) error {
+	v := c.live
+	now := time.Now()
+	c.recordRebalance(cluster.Rebalance{At: now, Trigger: trigger, Outcome: cluster.RebalanceRefused, Error: why.Error()})
+	c.log.Warn("cluster: drain abandoned; the nodes stay and get their subtasks back", "draining", draining, "err", why)
+	v.mu.Lock() // the rebalancer's gateMu too
+	for _, id := range draining {
+		delete(v.drained, id)
+	}
+	v.gate.Request(now, cluster.TriggerManual, "")
+	c.rb.requestedLocked(now)
+	v.mu.Unlock()
+	return why
+}
+
 // waitIngest waits (at most drainCatchUp) until completed checkpoints
 // cover what node's ingest logs held when the drain started, so that the
 // savepoint after it leaves nothing of them unread: once the node's split
-// runs elsewhere it reads nothing until the node is back.
-func (c *clusterNode) waitIngest(ctx context.Context, node string) {
+// runs elsewhere it reads nothing until the node is back. It ends early
+// when the drain of draining loses its room (drainRoomLost).
+func (c *clusterNode) waitIngest(ctx context.Context, node string, draining []string) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, drainCatchUp)
 	defer cancel()
@@ -540,6 +594,9 @@ func (c *clusterNode) waitIngest(ctx context.Context, node string) {
 		l, err := c.peers.ingest(ctx, node)
 		if err == nil && ingestCovered(l, target) {
 			c.log.Info("cluster: drain: the node's ingest logs are read and checkpointed", "drained", node, "offsets", target, "took", time.Since(start))
+			return
+		}
+		if c.drainRoomLost(draining) != nil {
 			return
 		}
 		select {

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -464,5 +466,73 @@ func TestClusterPlacementUsesConfiguredWeights(t *testing.T) {
 	}
 	if got := count(next); got["b"] != by["b"] || got["a"] != by["a"] || got["c"] != by["c"] {
 		t.Fatalf("deployment placed %v, the room check %v", got, by)
+	}
+}
+
+// roundTripFunc is an http.RoundTripper of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A drain that a node's death overtakes (here while it waits for the
+// drained node's ingest logs) is abandoned: the nodes left once b is gone
+// would be no majority. It is refused with the reason, b is not drained
+// (it stays, and does not leave), and a rebalance is queued to give b its
+// subtasks back. Before, the drain moved everything to a and let b leave:
+// one node of three, no majority, nothing ran.
+func TestDrainAbandonedWhenANodeDiesMeanwhile(t *testing.T) {
+	c := testClusterNode(t, nil)
+	var cDead atomic.Bool
+	c.live.aliveFn = func() []string {
+		if cDead.Load() {
+			return []string{"a", "b"}
+		}
+		return []string{"a", "b", "c"}
+	}
+	var left atomic.Bool
+	c.peers = &peerClient{cfg: c.cfg, http: &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if strings.HasSuffix(r.URL.Path, "/cluster/leave") {
+			left.Store(true)
+		}
+		// c dies while the drain reads b's ingest logs.
+		cDead.Store(true)
+		return nil, errors.New("connection refused")
+	})}}
+	err := c.runRebalance(context.Background(), cluster.Start{Triggers: []cluster.Trigger{cluster.TriggerDrain}, Drain: []string{"b"}})
+	if !errors.Is(err, cluster.ErrRefused) || !strings.Contains(err.Error(), "no majority") || !strings.Contains(err.Error(), "the room the drain had when it started is gone") {
+		t.Fatalf("run: %v", err)
+	}
+	if left.Load() {
+		t.Fatal("b was asked to leave")
+	}
+	c.live.mu.Lock()
+	defer c.live.mu.Unlock()
+	if c.live.drained["b"] {
+		t.Fatal("b stays drained")
+	}
+	if n := len(c.live.rebalances); n != 1 || c.live.rebalances[0].Outcome != cluster.RebalanceRefused {
+		t.Fatalf("history %+v", c.live.rebalances)
+	}
+	if _, ok, _ := c.live.gate.Poll(time.Now().Add(time.Hour)); !ok {
+		t.Fatal("no rebalance queued to give b its subtasks back")
+	}
+}
+
+// drainRoomLost: a drain of b keeps its room while a and c are alive,
+// and loses it once c is gone; with nothing draining there is no room to
+// lose.
+func TestDrainRoomLost(t *testing.T) {
+	c := testClusterNode(t, nil)
+	alive := []string{"a", "b", "c"}
+	c.live.aliveFn = func() []string { return alive }
+	if err := c.drainRoomLost([]string{"b"}); err != nil {
+		t.Fatal(err)
+	}
+	alive = []string{"a", "b"}
+	if err := c.drainRoomLost([]string{"b"}); !errors.Is(err, cluster.ErrRefused) {
+		t.Fatalf("c dead: %v", err)
+	}
+	if err := c.drainRoomLost(nil); err != nil {
+		t.Fatal(err)
 	}
 }
