@@ -110,7 +110,8 @@ type MemberStatus struct {
 	// SeesMajority is whether the member reaches a majority of the
 	// cluster's configured size (members whose death memberlist is still
 	// confirming count as gone); a member that does not owns nothing.
-	// Known for this node, and for the others as last reported.
+	// Known for this node only: false for the others (ask their own
+	// GET /cluster).
 	SeesMajority bool `json:"sees_majority"`
 	// Capacity is the most keyed subtasks the member may run (its
 	// cluster.capacity); 0 means no limit. A drain or rebalance that

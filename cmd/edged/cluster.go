@@ -216,7 +216,11 @@ func printClusterStatus(w io.Writer, s cluster.Status) error {
 		if m.OtherPipelines {
 			state += " (other pipelines)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", m.ID, state, mark(m.Leader), yesNo(m.SeesMajority),
+		majority := "-" // known for this node only
+		if m.ID == s.Node {
+			majority = yesNo(m.SeesMajority)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", m.ID, state, mark(m.Leader), majority,
 			capacityString(m.Capacity), max(m.Weight, 1), subtasks[m.ID], owned[m.ID], m.Address, m.API)
 	}
 	if err := tw.Flush(); err != nil {

@@ -395,7 +395,8 @@ async function refreshCluster() {
       el("td", {}, el("span", { class: "state state-" + m.state }, m.state),
         m.other_pipelines ? el("span", { class: "tag warn", title: "its config or version differs from this node's: it gets no subtasks until it restarts with the same pipelines" }, "other pipelines") : ""),
       el("td", {}, m.leader ? "★ leader" : ""),
-      el("td", { class: m.sees_majority ? "ok" : "bad" }, m.sees_majority ? "yes" : "no"),
+      m.id === c.node ? el("td", { class: m.sees_majority ? "ok" : "bad" }, m.sees_majority ? "yes" : "no")
+        : el("td", { class: "muted", title: "known for this node only: see that node's dashboard" }, "—"),
       el("td", { class: "num" }, m.capacity || "no limit"),
       el("td", { class: "num" }, m.weight || 1),
       el("td", { class: "num" }, subtasks.get(m.id) || 0),
