@@ -734,6 +734,11 @@ func (c *clusterNode) leave() {
 	if !c.live.markOut() {
 		return
 	}
+	if c.pauseIngest != nil {
+		// Readings acknowledged here now would wait on this disk, read
+		// by nobody, until the node is back: its devices keep them.
+		c.pauseIngest(true)
+	}
 	n := 0
 	if c.worker != nil {
 		n = c.worker.Evict()

@@ -33,6 +33,10 @@ import (
 // node with the lowest id) or a worker hosting the tasks the masters
 // place on it.
 type clusterNode struct {
+	// pauseIngest, when set, pauses (true) or resumes the node's embedded
+	// broker's readings: a node out of the membership reads none.
+	pauseIngest func(paused bool)
+
 	cfg    *pipeline.ClusterConfig
 	log    *slog.Logger
 	net    *cluster.Network
@@ -572,6 +576,16 @@ func (n *node) joinCluster(cfg *pipeline.Config) error {
 		c.lead.mu.Unlock()
 	}
 	c.log.Info("cluster: leader", "leader", c.leader(), "master", c.master)
+	c.pauseIngest = func(paused bool) {
+		if n.mqtt == nil || n.mqtt.broker == nil {
+			return
+		}
+		if paused {
+			n.mqtt.broker.PauseIngest("this node was drained and left the cluster: it reads no readings until it is undrained or restarts")
+		} else {
+			n.mqtt.broker.ResumeIngest()
+		}
+	}
 	n.cluster = c
 	n.setCluster(c)
 	n.inputs.Nodes, n.inputs.Self = cfg.Cluster.Nodes(), cfg.Cluster.Node

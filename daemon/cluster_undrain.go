@@ -144,6 +144,9 @@ func (c *clusterNode) Rejoin() (bool, error) {
 		}
 	}
 	v.out = false
+	if c.pauseIngest != nil {
+		c.pauseIngest(false)
+	}
 	c.log.Info("cluster: undrained; this node rejoined the membership and takes work from the next rebalance")
 	return true, nil
 }

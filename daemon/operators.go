@@ -62,6 +62,9 @@ type taskCollector struct {
 	// as dead-letter records by a pipeline's subscriber, refused by the
 	// embedded broker, or dead-lettered by it (too large for a record).
 	tooLarge, brokerTooLarge, brokerDeadLetters *prometheus.Desc
+	// Readings the embedded broker refused while the node was out of the
+	// cluster (drained).
+	brokerRefused *prometheus.Desc
 }
 
 func newTaskCollector(n *node) *taskCollector {
@@ -80,12 +83,14 @@ func newTaskCollector(n *node) *taskCollector {
 			"Packets over the embedded broker's maximum packet size (the largest max_message_bytes of the pipelines reading it): connection closed.", nil, nil),
 		brokerDeadLetters: prometheus.NewDesc("edged_broker_dead_letters_total",
 			"Messages the embedded broker took but no ingest-log record could hold: appended as dead-letter records and acknowledged.", nil, nil),
+		brokerRefused: prometheus.NewDesc("edged_broker_readings_refused_total",
+			"Readings the embedded broker refused, unacknowledged, while the node was drained and out of the cluster.", nil, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *taskCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.records, c.recordsOut, c.backpressure, c.watermark, c.queued, c.logBytes, c.tooLarge, c.brokerTooLarge, c.brokerDeadLetters} {
+	for _, d := range []*prometheus.Desc{c.records, c.recordsOut, c.backpressure, c.watermark, c.queued, c.logBytes, c.tooLarge, c.brokerTooLarge, c.brokerDeadLetters, c.brokerRefused} {
 		ch <- d
 	}
 }
@@ -114,6 +119,7 @@ func (c *taskCollector) Collect(ch chan<- prometheus.Metric) {
 		if b := m.broker; b != nil {
 			ch <- prometheus.MustNewConstMetric(c.brokerTooLarge, prometheus.CounterValue, float64(b.PacketsTooLarge()))
 			ch <- prometheus.MustNewConstMetric(c.brokerDeadLetters, prometheus.CounterValue, float64(b.DeadLetters()))
+			ch <- prometheus.MustNewConstMetric(c.brokerRefused, prometheus.CounterValue, float64(b.IngestRefused()))
 		}
 	}
 }

@@ -207,6 +207,13 @@ type Broker struct {
 	tooLarge    atomic.Uint64 // packets refused for MaxMessageBytes (connection closed)
 	deadLetters atomic.Uint64 // messages appended as dead-letter records
 
+	// paused, when set, is why the broker refuses readings for its
+	// ingest logs (PauseIngest); refused counts them, and pauseLogged is
+	// set once the first refusal of the pause was logged.
+	paused      atomic.Pointer[string]
+	refused     atomic.Uint64
+	pauseLogged atomic.Bool
+
 	mu      sync.Mutex // guards started, closed, cancel
 	started bool
 	closed  bool
@@ -511,12 +518,50 @@ func (b *Broker) appended(l *ingestlog.Log, msg ingestlog.Message, pid uint16, o
 		"topic", msg.Topic, "message_bytes", msg.TooLarge, "packet_id", pid, "max_record_bytes", l.MaxMessageBytes(), "offset", off)
 }
 
+// PauseIngest makes the broker refuse readings for its ingest logs, for
+// why (logged with the first refusal): a PUBLISH to a topic a pipeline
+// reads ends its connection without an acknowledgement, so the device
+// keeps it and resends it, to this broker or another. Other topics are
+// served as before. ResumeIngest ends the pause.
+func (b *Broker) PauseIngest(why string) {
+	b.pauseLogged.Store(false)
+	b.paused.Store(&why)
+	b.logger.Info("mqtt broker: refusing readings", "why", why)
+}
+
+// ResumeIngest ends a pause (PauseIngest): readings are taken again.
+func (b *Broker) ResumeIngest() {
+	if b.paused.Swap(nil) != nil {
+		b.logger.Info("mqtt broker: taking readings again")
+	}
+}
+
+// IngestRefused returns how many readings the broker refused while its
+// ingest was paused.
+func (b *Broker) IngestRefused() uint64 { return b.refused.Load() }
+
+// refusePaused refuses pk, a reading for an ingest log while the ingest
+// is paused for why: cl's connection ends without an acknowledgement.
+func (h *ingestHook) refusePaused(cl *mochi.Client, pk packets.Packet, why string) error {
+	b := h.b
+	b.refused.Add(1)
+	if !b.pauseLogged.Swap(true) {
+		b.logger.Warn("mqtt broker: refused a reading; the device keeps it and resends it (further refusals are counted, not logged)",
+			"client", cl.ID, "topic", pk.TopicName, "why", why)
+	}
+	cl.Stop(fmt.Errorf("mqtt: readings refused: %s", why))
+	return packets.ErrRejectPacket
+}
+
 // OnPublish runs on the publisher's connection goroutine, before the
 // PUBACK is sent.
 func (h *ingestHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	b := h.b
 	if b.log == nil && len(b.routes) == 0 {
 		return pk, nil
+	}
+	if why := b.paused.Load(); why != nil && len(b.targets(pk.TopicName)) > 0 {
+		return pk, h.refusePaused(cl, pk, *why)
 	}
 	msg := ingestlog.Message{
 		Topic:    pk.TopicName,

@@ -9,6 +9,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/mqtt/ingestlog"
 )
 
@@ -230,5 +231,37 @@ func TestBrokerSysTopicInterval(t *testing.T) {
 	}
 	if got := b.Server().Options.SysTopicResendInterval; got != sysTopicInterval || got < 10 {
 		t.Errorf("$SYS topics every %d s, want %d s", got, sysTopicInterval)
+	}
+}
+
+// While its ingest is paused the broker refuses readings for its logs:
+// the connection ends without a PUBACK, nothing is appended, and the
+// refusal is counted; other topics are served. Resumed, it takes them
+// again.
+func TestBrokerPauseIngest(t *testing.T) {
+	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
+	b := startBroker(t, l, "sensors/#")
+	b.PauseIngest("node drained")
+
+	dev := connect(t, b.Addr(), "device-1")
+	if tok := dev.Publish("other/x", 1, false, []byte("x")); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+		t.Fatalf("a topic no pipeline reads: %v", tok.Error())
+	}
+	tok := dev.Publish("sensors/1", 1, false, []byte(`{"seq":1}`))
+	testutil.Eventually(t, waitBound, "the device's connection ends", func() bool { return !dev.IsConnectionOpen() })
+	if tok.WaitTimeout(10*time.Millisecond) && tok.Error() == nil {
+		t.Fatal("the refused reading was acknowledged")
+	}
+	if n := l.Stats().NextOffset; n != 0 || b.IngestRefused() != 1 {
+		t.Fatalf("%d appended, %d refused; want 0 and 1", n, b.IngestRefused())
+	}
+
+	b.ResumeIngest()
+	dev2 := connect(t, b.Addr(), "device-1")
+	if tok := dev2.Publish("sensors/1", 1, false, []byte(`{"seq":1}`)); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+		t.Fatalf("after resume: %v", tok.Error())
+	}
+	if n := l.Stats().NextOffset; n != 1 {
+		t.Fatalf("%d appended after resume, want 1", n)
 	}
 }

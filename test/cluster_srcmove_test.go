@@ -3,7 +3,9 @@ package test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os/exec"
 	"slices"
@@ -11,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edgedio/edged/internal/testutil"
 )
@@ -129,9 +133,43 @@ func TestClusterDrainHandsOverAndStops(t *testing.T) {
 				return fmt.Errorf("edged cluster drain b: %w\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
 			}
 			t.Logf("edged cluster drain b: %s", strings.TrimSpace(stdout.String()))
-			return nil
+			return refusesReadings(b)
 		}
 	})
+}
+
+// refusesReadings checks that drained node m's embedded broker refuses a
+// reading (its connection ends, no PUBACK: the device keeps it) and
+// counts it, rather than acknowledging what nobody would read.
+func refusesReadings(m *clusterMember) error {
+	opts := paho.NewClientOptions().AddBroker("tcp://" + m.brokerAddr).SetClientID("late-device").
+		SetCleanSession(true).SetAutoReconnect(false)
+	c := paho.NewClient(opts)
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		return fmt.Errorf("connect to the drained node: %v", tok.Error())
+	}
+	defer c.Disconnect(0)
+	topic, p := payloadOf(0)
+	tok := c.Publish(topic, 1, false, p)
+	if !testutil.Within(10*time.Second, func() bool { return !c.IsConnectionOpen() }) {
+		return errors.New("the drained node's broker kept the connection of a device publishing a reading")
+	}
+	if tok.WaitTimeout(10*time.Millisecond) && tok.Error() == nil {
+		return errors.New("the drained node's broker acknowledged a reading")
+	}
+	resp, err := http.Get("http://" + m.apiAddr + "/metrics")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(string(body), "edged_broker_readings_refused_total 1") {
+		return errors.New("the refusal is not counted in edged_broker_readings_refused_total")
+	}
+	return nil
 }
 
 // A worker stopped with SIGTERM under paced MQTT load (its devices moved
