@@ -129,6 +129,7 @@ func (r *Runner) handle(now time.Time, acts []snapshot.Action) error {
 			// waits for the barriers (or snapshots when it finishes).
 			r.command(triggerMsg{id: int64(a.Checkpoint), stop: a.Stop})
 		case snapshot.Complete:
+			r.job.recordSettings(a.Metadata)
 			path, err := r.store.Commit(a.Metadata)
 			if c := r.cfg.Cluster; err == nil && c != nil && c.Publish != nil {
 				// On the command context: a deployment that fails (a

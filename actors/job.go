@@ -45,6 +45,12 @@ type Vertex struct {
 	Name string
 	// UID identifies the operator across runs; state is matched by it.
 	UID string
+	// StateSettings, when set, is a digest of the settings the operator's
+	// state is shaped by (a window's aggregates, say). Snapshots record
+	// it, and a restore into an operator whose StateSettings differ from
+	// the snapshot's fails (state.ErrIncompatibleState) instead of reading
+	// the state under other settings.
+	StateSettings string
 	// Parallelism is the number of subtasks.
 	Parallelism int
 	// In is the type of the records consumed (nil for a source).

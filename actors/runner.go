@@ -16,6 +16,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/edgedio/edged/snapshot"
+	"github.com/edgedio/edged/state"
 )
 
 // Runner executes one job: it is the job master of one deployment. It
@@ -847,6 +848,32 @@ func checkRestore(job *Job, md *snapshot.Metadata, allowNonRestored bool) error 
 	}
 	if len(missing) > 0 && !allowNonRestored {
 		return fmt.Errorf("actors: restore from %s: the job has no operator with uid %q; allow non-restored state to skip it (edged run --allow-non-restored; stream.WithSavepoint(path, true))", md.Dir, missing)
+	}
+	for _, v := range job.Vertices {
+		op, ok := md.Operator(v.UID)
+		if ok && op.Settings != "" && v.StateSettings != "" && op.Settings != v.StateSettings && hasStateFile(*op) {
+			return fmt.Errorf("actors: restore from %s: operator %q keeps state shaped by other settings than the job's (snapshot %q, job %q): %w; start it without this snapshot, or with the settings it was taken with",
+				md.Dir, v.UID, op.Settings, v.StateSettings, state.ErrIncompatibleState)
+		}
+	}
+	return nil
+}
+
+// recordSettings records each operator's StateSettings in md.
+func (j *Job) recordSettings(md *snapshot.Metadata) {
+	for i := range md.Operators {
+		if v := j.vertexByUID(md.Operators[i].UID); v != nil {
+			md.Operators[i].Settings = v.StateSettings
+		}
+	}
+}
+
+// vertexByUID returns the vertex of uid, or nil.
+func (j *Job) vertexByUID(uid string) *Vertex {
+	for _, v := range j.Vertices {
+		if v.UID == uid {
+			return v
+		}
 	}
 	return nil
 }

@@ -1,7 +1,9 @@
 package pipeline
 
 import (
+	"fmt"
 	"math"
+	"strings"
 
 	"github.com/edgedio/edged/operators"
 )
@@ -136,4 +138,21 @@ func (pl *plan) windowRow(w operators.WindowResult[string, WindowAcc]) Row {
 		}
 	}
 	return r
+}
+
+// aggregatesDigest is the window operator's state settings
+// (stream.StateSettings): its accumulator keeps one slot per aggregate,
+// by position, so a snapshot restores only into the same functions of
+// the same fields in the same order (the output names may change).
+func aggregatesDigest(aggs []AggregateConfig) string {
+	var b strings.Builder
+	b.WriteString("aggregates")
+	for _, a := range aggs {
+		field := a.Field
+		if a.Fn == "count" {
+			field = ""
+		}
+		fmt.Fprintf(&b, " %s(%s)", a.Fn, field)
+	}
+	return b.String()
 }

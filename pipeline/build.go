@@ -246,7 +246,8 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 	if pl.windowed {
 		lateTag := operators.NewOutputTag[Row](uid("late"))
 		w := stream.Window(keyed, pl.assigner).AllowedLateness(pl.lateness).SideOutputLateData(lateTag)
-		res := stream.WindowAggregate(w, uid("window"), windowAgg{pl: pl}).UID(uid("window")).SetParallelism(cfg.Parallelism)
+		res := stream.WindowAggregate(w, uid("window"), windowAgg{pl: pl}).UID(uid("window")).SetParallelism(cfg.Parallelism).
+			StateSettings(aggregatesDigest(cfg.Window.Aggregates))
 		// A record later than its windows' allowed lateness is a dead
 		// letter, counted and kept like a malformed one, never silently
 		// dropped.

@@ -91,12 +91,13 @@
 //
 // # Metadata format
 //
-// The _metadata file, version 2 (EncodeMetadata, DecodeMetadata). Integers
+// The _metadata file, version 3 (EncodeMetadata, DecodeMetadata). Integers
 // are little endian; uvarint and varint are encoding/binary's; a string or
 // bytes field is a uvarint length and that many bytes.
 //
 //	magic        8 bytes  "EDGDMETA"
-//	version      uint16   2 (1 is still read: it has no flags)
+//	version      uint16   3; 2 when no operator has settings (1 and 2
+//	                      are read: 1 has no flags, neither has settings)
 //	body length  uint32
 //	body:
 //	  job              string
@@ -115,6 +116,9 @@
 //	      sources      bytes    opaque: source positions
 //	      pending      bytes    opaque: pending 2PC transactions
 //	  flags            byte     bit 0: finished (the job's final checkpoint)
+//	  settings         version 3: per operator, in the order above, a
+//	                   string: the digest of the settings its state was
+//	                   shaped by ("" for none)
 //	checksum     uint32   CRC32C of everything before it, header included
 //
 // A reader refuses another magic (ErrBadMagic), an unknown version

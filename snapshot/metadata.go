@@ -69,6 +69,11 @@ type Operator struct {
 	// Subtasks holds one Handle per subtask, indexed by subtask (a zero
 	// Handle for a subtask that reported nothing).
 	Subtasks []Handle
+	// Settings is a digest of the settings the operator's state was shaped
+	// by when the snapshot was taken (a window's aggregates, say); "" if
+	// the operator declared none. A restore into an operator with other
+	// settings is refused.
+	Settings string
 }
 
 // Metadata describes one complete checkpoint or savepoint. It is stored in
@@ -180,11 +185,14 @@ func validFileName(name string) error {
 	return nil
 }
 
-// The metadata file format, version 2, is described in doc.go. Version 1
+// The metadata file format, version 3, is described in doc.go. Version 1
 // lacks the trailing flags byte; it is still read (Finished false).
+// Version 2 lacks the operators' settings after it; it is still read, and
+// written when no operator has settings, so that such snapshots stay
+// readable by the versions before.
 const (
 	metadataMagic   = "EDGDMETA"
-	metadataVersion = 2
+	metadataVersion = 3
 	// metadataFinished is the flags bit of Metadata.Finished.
 	metadataFinished = 1 << 0
 	headerLen        = len(metadataMagic) + 2 + 4
@@ -199,9 +207,15 @@ func EncodeMetadata(m *Metadata) ([]byte, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
+	version := uint16(2)
+	for _, o := range m.Operators {
+		if o.Settings != "" {
+			version = metadataVersion
+		}
+	}
 	b := make([]byte, headerLen, 256)
 	copy(b, metadataMagic)
-	binary.LittleEndian.PutUint16(b[len(metadataMagic):], metadataVersion)
+	binary.LittleEndian.PutUint16(b[len(metadataMagic):], version)
 	b = appendString(b, m.Job)
 	b = binary.AppendUvarint(b, uint64(m.MaxParallelism))
 	b = binary.AppendUvarint(b, uint64(m.Checkpoint))
@@ -225,6 +239,11 @@ func EncodeMetadata(m *Metadata) ([]byte, error) {
 		flags |= metadataFinished
 	}
 	b = append(b, flags)
+	if version >= 3 {
+		for _, o := range m.Operators {
+			b = appendString(b, o.Settings)
+		}
+	}
 	body := len(b) - headerLen
 	if uint64(body) > math.MaxUint32 {
 		return nil, fmt.Errorf("%w: metadata body of %d bytes", ErrCorrupt, body)
@@ -249,8 +268,8 @@ func DecodeMetadata(b []byte) (*Metadata, error) {
 		return nil, fmt.Errorf("%w: truncated header", ErrCorrupt)
 	}
 	version := binary.LittleEndian.Uint16(b[len(metadataMagic):])
-	if version != 1 && version != metadataVersion {
-		return nil, fmt.Errorf("%w: version %d, want 1 or %d", ErrVersion, version, metadataVersion)
+	if version < 1 || version > metadataVersion {
+		return nil, fmt.Errorf("%w: version %d, want 1 to %d", ErrVersion, version, metadataVersion)
 	}
 	bodyLen := uint64(binary.LittleEndian.Uint32(b[len(metadataMagic)+2:]))
 	if uint64(len(b)) != uint64(headerLen)+bodyLen+4 {
@@ -296,6 +315,11 @@ func DecodeMetadata(b []byte) (*Metadata, error) {
 			return nil, fmt.Errorf("%w: unknown flags %#x", ErrCorrupt, flags)
 		}
 		m.Finished = flags&metadataFinished != 0
+	}
+	if version >= 3 {
+		for i := range m.Operators {
+			m.Operators[i].Settings = d.string()
+		}
 	}
 	if d.err != nil {
 		return nil, d.err

@@ -22,8 +22,32 @@ func sampleMetadata() *Metadata {
 			{UID: "window-avg", Parallelism: 2, Subtasks: []Handle{
 				{File: "window-avg.0.state", Size: 4096, Checksum: 0xdeadbeef, KeyGroups: []byte("kg0-63")},
 				{File: "window-avg.1.state", Size: 1, Checksum: 7, KeyGroups: []byte("kg64-127"), Pending: []byte("txn-9")},
-			}},
+			}, Settings: "aggregates 3f2a"},
 		},
+	}
+}
+
+// Metadata whose operators declare no settings is written as version 2,
+// which the versions before read; with settings, as version 3.
+func TestMetadataVersionBySettings(t *testing.T) {
+	md := sampleMetadata()
+	b, err := EncodeMetadata(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := binary.LittleEndian.Uint16(b[len(metadataMagic):]); v != 3 {
+		t.Fatalf("with settings: version %d", v)
+	}
+	md.Operators[1].Settings = ""
+	if b, err = EncodeMetadata(md); err != nil {
+		t.Fatal(err)
+	}
+	if v := binary.LittleEndian.Uint16(b[len(metadataMagic):]); v != 2 {
+		t.Fatalf("without settings: version %d", v)
+	}
+	got, err := DecodeMetadata(b)
+	if err != nil || got.Operators[1].Settings != "" || got.Operators[1].UID != "window-avg" {
+		t.Fatalf("version 2: %+v, %v", got, err)
 	}
 }
 
@@ -51,6 +75,7 @@ func TestMetadataRoundTrip(t *testing.T) {
 // finished.
 func TestDecodeMetadataVersion1(t *testing.T) {
 	md := sampleMetadata()
+	md.Operators[1].Settings = "" // version 1 has none
 	md.Finished = true
 	b, err := EncodeMetadata(md)
 	if err != nil {
@@ -74,7 +99,9 @@ func TestDecodeMetadataVersion1(t *testing.T) {
 }
 
 func TestDecodeMetadataErrors(t *testing.T) {
-	good, err := EncodeMetadata(sampleMetadata())
+	md := sampleMetadata()
+	md.Operators[1].Settings = "" // version 2: the flags byte ends the body
+	good, err := EncodeMetadata(md)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +120,7 @@ func TestDecodeMetadataErrors(t *testing.T) {
 		{"empty", nil, ErrBadMagic},
 		{"magic", edit(func(b []byte) []byte { b[0] = 'X'; return b }), ErrBadMagic},
 		{"short header", good[:len(metadataMagic)+3], ErrCorrupt},
-		{"version", edit(func(b []byte) []byte { b[len(metadataMagic)] = 3; return b }), ErrVersion},
+		{"version", edit(func(b []byte) []byte { b[len(metadataMagic)] = 4; return b }), ErrVersion},
 		{"unknown flags", edit(func(b []byte) []byte {
 			b[len(b)-5] = 0x80
 			return reseal(b)

@@ -87,6 +87,21 @@ func (s *Stream[T]) UID(uid string) *Stream[T] {
 	return s
 }
 
+// StateSettings declares a digest of the settings the state of the
+// operator that produced s is shaped by (what a window aggregate keeps
+// per aggregate, say). Snapshots record it; a restore into an operator
+// whose digest differs fails at once (state.ErrIncompatibleState)
+// instead of reading the old state under the new settings. Snapshots
+// without a digest restore as before.
+func (s *Stream[T]) StateSettings(digest string) *Stream[T] {
+	if s.v == nil {
+		s.env.addError(fmt.Errorf("stream: StateSettings on a union; set it on each input"))
+		return s
+	}
+	s.v.StateSettings = digest
+	return s
+}
+
 // DisableChaining keeps the operator that produced s in a task of its own.
 func (s *Stream[T]) DisableChaining() *Stream[T] {
 	if s.v != nil {

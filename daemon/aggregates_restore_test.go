@@ -1,0 +1,72 @@
+package daemon_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/edgedio/edged/daemon"
+	"github.com/edgedio/edged/internal/testutil"
+)
+
+// A node restarted with other aggregates than its snapshot's windows hold
+// refuses the restore with the reason (its windows keep one slot per
+// aggregate, by position: reading them under other functions gave wrong
+// values for every window open at the stop); one restarted with only
+// the aggregates' names changed resumes.
+func TestRestoreRefusesChangedAggregates(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cp")
+	config := func(aggs string) string {
+		return `
+pipelines:
+  - name: agg
+    source:
+      generator: {count: 0, rate: 200, keys: 4}
+    key: id
+    window:
+      type: tumbling
+      size: 1h
+      aggregates: ` + aggs + `
+    sinks:
+      - stdout: {}
+    checkpoint:
+      interval: 50ms
+      dir: ` + dir + "\n"
+	}
+	run := func(aggs string) *node {
+		n := startNode(t, config(aggs), daemon.Options{})
+		testutil.Eventually(t, waitLimit, "a checkpoint completed", func() bool {
+			cps, err := n.client.Checkpoints(ctxT(t), "agg")
+			return err == nil && len(cps) > 0 && cps[len(cps)-1].Status == "completed"
+		})
+		return n
+	}
+	n := run(`[{name: n, fn: count}, {name: s, fn: sum, field: temp}]`)
+	n.cancel()
+	if err := n.wait(t); err != nil {
+		t.Fatal(err)
+	}
+
+	// Renamed only: resumes.
+	n = run(`[{name: readings, fn: count}, {name: total, fn: sum, field: temp}]`)
+	if !strings.Contains(n.logs.String(), "resuming from the latest snapshot") {
+		t.Fatalf("the renamed aggregates did not resume:\n%s", n.logs.String())
+	}
+	n.cancel()
+	if err := n.wait(t); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another function in a slot: refused at once, with the operator and
+	// both settings named; the node, whose only job failed, exits with it.
+	n = startNode(t, config(`[{name: readings, fn: count}, {name: top, fn: max, field: temp}]`), daemon.Options{})
+	err := n.wait(t)
+	for _, want := range []string{"agg/window", "aggregates count() sum(temp)", "aggregates count() max(temp)", "incompatible"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Run: %v; want it to name %q", err, want)
+		}
+	}
+	if !strings.Contains(n.logs.String(), "attempts=0") {
+		t.Errorf("the restore was retried:\n%s", n.logs.String())
+	}
+}
