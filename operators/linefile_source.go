@@ -11,8 +11,9 @@ import (
 )
 
 // MaxLineSize is the longest line, in bytes, that the line sources
-// (LineFileSource, SocketSource) accept; a longer line fails the source
-// with an error wrapping bufio.ErrTooLong.
+// (LineFileSource, SocketSource) take: a longer one is a malformed line
+// of LineFileSource (its dead letter's error wraps bufio.ErrTooLong) and
+// fails SocketSource.
 const MaxLineSize = 1 << 20
 
 // malformedLines counts the lines a line source could not parse and hands
@@ -49,7 +50,8 @@ func (m *malformedLines) report(line string, err error) {
 // not end with "\n". A line parse rejects is not emitted: it is counted
 // (Malformed) and passed to the dead-letter function (WithDeadLetter), or
 // logged when there is none (the first and every 1000th). A line longer
-// than MaxLineSize fails the source.
+// than MaxLineSize is a malformed line too: its first bytes are passed
+// on, the rest skipped.
 //
 // The source is replayable: Position is the byte offset of the next line,
 // which a checkpoint stores and a restore passes to SetPosition.
@@ -150,12 +152,16 @@ func (s *LineFileSource[T]) Poll(out Collector[T], limit int) (Status, error) {
 		s.seek = false
 	}
 	for range max(limit, 1) {
-		raw, err := s.readLine()
+		raw, n, long, err := s.readLine()
 		if err != nil && err != io.EOF {
 			return EndOfInput, fmt.Errorf("line file source: read %s at offset %d: %w", s.path, s.pos, err)
 		}
-		s.pos += int64(len(raw))
-		if line := trimEOL(raw); len(line) > 0 {
+		at := s.pos
+		s.pos += n
+		if long {
+			s.bad.report(string(raw[:min(len(raw), longLinePrefix)]),
+				fmt.Errorf("line file source: the line at offset %d has %d bytes, more than %d: %w", at, n, MaxLineSize, bufio.ErrTooLong))
+		} else if line := trimEOL(raw); len(line) > 0 {
 			text := string(line)
 			if v, perr := s.parse(text); perr != nil {
 				s.bad.report(text, perr)
@@ -171,26 +177,40 @@ func (s *LineFileSource[T]) Poll(out Collector[T], limit int) (Status, error) {
 	return MoreAvailable, nil
 }
 
+// longLinePrefix is how much of a line longer than MaxLineSize its dead
+// letter keeps.
+const longLinePrefix = 4 << 10
+
 // readLine returns the next line with its "\n" (none at the end of the
-// file) and io.EOF when the file has no more lines. The slice is valid
-// until the next call.
-func (s *LineFileSource[T]) readLine() ([]byte, error) {
+// file), the bytes of the file it took, and io.EOF when the file has no
+// more lines. A line longer than MaxLineSize (without its end of line)
+// is read to its end but not kept: long is set, and the slice holds its
+// first bytes. The slice is valid until the next call.
+func (s *LineFileSource[T]) readLine() (line []byte, n int64, long bool, err error) {
 	s.long = s.long[:0]
 	for {
 		frag, err := s.r.ReadSlice('\n')
+		n += int64(len(frag))
+		if long {
+			if err != bufio.ErrBufferFull {
+				return s.long, n, true, err
+			}
+			continue
+		}
 		if err != bufio.ErrBufferFull {
 			if len(s.long) == 0 {
-				return frag, err
+				return frag, n, false, err
 			}
 			s.long = append(s.long, frag...)
 			if len(trimEOL(s.long)) > MaxLineSize {
-				return nil, bufio.ErrTooLong
+				s.long = s.long[:longLinePrefix]
+				return s.long, n, true, err
 			}
-			return s.long, err
+			return s.long, n, false, err
 		}
 		s.long = append(s.long, frag...)
-		if len(s.long) > MaxLineSize {
-			return nil, bufio.ErrTooLong
+		if len(s.long) > MaxLineSize+2 { // longer than MaxLineSize whatever its end of line
+			s.long, long = s.long[:longLinePrefix], true
 		}
 	}
 }

@@ -143,11 +143,28 @@ func TestLineFileSourceLongLines(t *testing.T) {
 		t.Errorf("got %d lines (lengths %v), want a, %d bytes, b", len(got), lineLengths(got), len(long))
 	}
 
-	tooLong := writeTempFile(t, "a\n"+strings.Repeat("z", MaxLineSize+1)+"\nb\n")
-	src = NewLineFileSource(tooLong, func(s string) (string, error) { return s, nil })
-	_, err = runSource(t, Source[string](src), subtaskContext(0, 1), 10)
-	if !errors.Is(err, bufio.ErrTooLong) {
-		t.Errorf("Poll error = %v, want bufio.ErrTooLong", err)
+	// A line longer than MaxLineSize is a malformed line: its first bytes
+	// go to the dead-letter function, the lines around it are read, and
+	// a restore after it starts at the next line. At exactly MaxLineSize
+	// it is a line.
+	exact := strings.Repeat("w", MaxLineSize)
+	tooLong := writeTempFile(t, "a\n"+strings.Repeat("z", MaxLineSize+1)+"\r\nb\n"+exact+"\n"+strings.Repeat("q", 3*MaxLineSize)+"\nc")
+	var dead []string
+	var deadErr error
+	src = NewLineFileSource(tooLong, func(s string) (string, error) { return s, nil }).
+		WithDeadLetter(func(line string, err error) { dead, deadErr = append(dead, line), err })
+	got, err = runSource(t, Source[string](src), subtaskContext(0, 1), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 4 || got[0] != "a" || got[1] != "b" || got[2] != exact || got[3] != "c" {
+		t.Errorf("got lines of lengths %v, want a, b, %d bytes, c", lineLengths(got), MaxLineSize)
+	}
+	if len(dead) != 2 || !errors.Is(deadErr, bufio.ErrTooLong) || !strings.HasPrefix(dead[0], "zzz") || len(dead[0]) > 8<<10 {
+		t.Errorf("dead letters of lengths %v (%v), want two cut long lines wrapping bufio.ErrTooLong", lineLengths(dead), deadErr)
+	}
+	if want := int64(len("a\n") + MaxLineSize + 3 + len("b\n") + MaxLineSize + 1 + 3*MaxLineSize + 1 + 1); src.Position() != want {
+		t.Errorf("position %d at the end, want %d", src.Position(), want)
 	}
 }
 

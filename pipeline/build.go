@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/edgedio/edged/mqtt"
@@ -63,9 +64,32 @@ type counters struct {
 	next   int // count of dead letters recorded in recent
 }
 
-// deadLetter counts d and keeps it among the latest.
+// RecentPayloadBytes is how much of a dead letter's payload, and of its
+// error, a Job keeps among the latest (RecentDeadLetters): the dead-letter
+// outputs get the whole payload; the list answers the API and the
+// dashboard, and 16 payloads of up to max_message_bytes each must not
+// pin the node's memory.
+const RecentPayloadBytes = 1024
+
+// truncated returns a copy of s cut to at most max bytes at a rune
+// boundary, with how long it was when it was cut.
+func truncated(s string, max int) string {
+	if len(s) <= max {
+		return strings.Clone(s)
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("… (%d bytes in all)", len(s))
+}
+
+// deadLetter counts d and keeps it among the latest, its payload and
+// error cut to RecentPayloadBytes (and copied: nothing of the record's
+// buffers stays referenced).
 func (c *counters) deadLetter(d DeadLetter) {
 	c.dead.Add(1)
+	d.Payload, d.Err, d.Pipeline = truncated(d.Payload, RecentPayloadBytes), truncated(d.Err, RecentPayloadBytes), strings.Clone(d.Pipeline)
 	c.mu.Lock()
 	c.recent[c.next%RecentDeadLetters] = d
 	c.next++

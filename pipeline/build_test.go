@@ -167,28 +167,8 @@ func demoEndToEnd(t *testing.T, backend string) {
 // TestFileSourceDeadLetters runs a CSV file with malformed lines through
 // a pipeline without window: the good rows and the dead letters come out.
 func TestFileSourceDeadLetters(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "in.csv")
 	data := "s1,1547718199,20.5\nbroken\ns2,1547718200,hot\ns1,1547718201,30\n"
-	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := Parse([]byte(`
-pipelines:
-  - name: csv
-    source:
-      file:
-        path: ` + path + `
-        format: csv
-        fields: {id: string, ts: {type: time, unit: s}, temp: float}
-    filter: temp > 25
-    compute: {hot: temp > 28, f: temp * 2}
-    sinks: [{stdout: {}}]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, job := run(t, cfg.Pipelines[0])
+	out, job := run(t, csvPipeline(t, data, "    filter: temp > 25\n", "    compute: {hot: temp > 28, f: temp * 2}\n"))
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	sort.Strings(lines)
 	want := []string{

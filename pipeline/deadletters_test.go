@@ -6,34 +6,18 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // RecentDeadLetters keeps the latest RecentDeadLetters dead letters,
 // oldest first, while DeadLetters counts them all.
 func TestRecentDeadLetters(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "in.csv")
 	var b strings.Builder
 	const bad = RecentDeadLetters + 4
 	for i := range bad {
 		fmt.Fprintf(&b, "s1,1547718199,20.5\nbroken-%d\n", i)
 	}
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := Parse([]byte(`
-pipelines:
-  - name: csv
-    source:
-      file:
-        path: ` + path + `
-        format: csv
-        fields: {id: string, ts: {type: time, unit: s}, temp: float}
-    sinks: [{stdout: {}}]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, job := run(t, cfg.Pipelines[0])
+	_, job := run(t, csvPipeline(t, b.String()))
 	if job.DeadLetters() != bad {
 		t.Fatalf("dead letters = %d, want %d", job.DeadLetters(), bad)
 	}
@@ -90,4 +74,48 @@ pipelines:
 	if !strings.Contains(out, DeadLetterPrefix) || !strings.Contains(out, `"payload":`) {
 		t.Fatalf("no dead-letter line in the output:\n%s", out)
 	}
+}
+
+// A dead letter's payload is kept whole in the dead-letter output, and cut
+// to RecentPayloadBytes (at a rune boundary, with its length) among the
+// latest: 16 payloads of megabytes must not pin the node's memory, nor
+// every answer of the API.
+func TestRecentDeadLettersCutLongPayloads(t *testing.T) {
+	long := strings.Repeat("€", 170_000) // under MaxLineSize; 3-byte runes: 1024 is not a boundary
+	out, job := run(t, csvPipeline(t, long+"\n"))
+	if !strings.Contains(out, long) {
+		t.Fatal("the dead-letter output lacks the whole payload")
+	}
+	r := job.RecentDeadLetters()
+	if len(r) != 1 {
+		t.Fatalf("%d recent", len(r))
+	}
+	p := r[0].Payload
+	if !strings.HasPrefix(p, "€€€") || !strings.HasSuffix(p, fmt.Sprintf("… (%d bytes in all)", len(long))) || len(p) > RecentPayloadBytes+32 || !utf8.ValidString(p) {
+		t.Fatalf("kept payload of %d bytes: %.40q…%q", len(p), p, p[max(0, len(p)-30):])
+	}
+}
+
+// csvPipeline returns a pipeline that reads data as a CSV file of id, ts
+// (seconds) and temp, with the config lines more, printing its rows.
+func csvPipeline(t *testing.T, data string, more ...string) PipelineConfig {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "in.csv")
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Parse([]byte(`
+pipelines:
+  - name: csv
+    source:
+      file:
+        path: ` + path + `
+        format: csv
+        fields: {id: string, ts: {type: time, unit: s}, temp: float}
+` + strings.Join(more, "") + `    sinks: [{stdout: {}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.Pipelines[0]
 }
