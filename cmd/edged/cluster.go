@@ -121,8 +121,12 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 	}
 	if err != nil {
-		if sub != "status" && ctx.Err() != nil {
+		var ae *daemon.APIError
+		switch {
+		case sub != "status" && ctx.Err() != nil:
 			err = gaveUp(ctx.Err(), sub, pos, timeout, sent.Load(), err)
+		case sub != "status" && sent.Load() && !errors.As(err, &ae):
+			err = connectionLost(sub, pos, err)
 		}
 		fmt.Fprintf(stderr, "edged cluster %s: %v\n", sub, err)
 		return exitFailure
@@ -150,6 +154,20 @@ func gaveUp(why error, sub string, pos []string, timeout time.Duration, sent boo
 		"(a rebalance waits for a checkpoint or failover in progress and the damping interval): "+
 		"edged cluster status shows its outcome under REBALANCES and the node's state under MEMBERS; "+
 		"wait longer with --timeout (%w)", waited, what, err)
+}
+
+// connectionLost explains a drain, undrain or rebalance whose node took
+// the request and then ended the connection without an answer (err): it
+// stopped or crashed, most likely, and the action went with it; if it is
+// still up, the action stays queued or in progress there.
+func connectionLost(sub string, pos []string, err error) error {
+	what := "the rebalance"
+	if len(pos) > 0 {
+		what = fmt.Sprintf("the %s of %s", sub, pos[0])
+	}
+	return fmt.Errorf("the node took the request and ended the connection without an answer: it stopped or crashed, most likely, "+
+		"and %s went with it (ask again once a leader answers); if it is still up, %s is queued or in progress there: "+
+		"edged cluster status shows its outcome under REBALANCES (%w)", what, what, err)
 }
 
 // rebalanceSummary describes what a drain or rebalance moved, when the

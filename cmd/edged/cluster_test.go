@@ -338,3 +338,24 @@ func TestClusterStatusMarksOtherPipelines(t *testing.T) {
 	}
 	t.Fatalf("no member row n2:\n%s", out.String())
 }
+
+// A node that takes a drain and ends the connection without an answer
+// (it crashed) gets the CLI to say so, not a bare transport error.
+func TestClusterDrainConnectionLost(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			conn.Close()
+		}
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"cluster", "drain", "b", "--addr", ln.Addr().String()}, &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), "ended the connection without an answer") || !strings.Contains(errb.String(), "the drain of b") {
+		t.Fatalf("exit %d:\n%s", code, errb.String())
+	}
+}
