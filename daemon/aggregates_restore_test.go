@@ -70,3 +70,45 @@ pipelines:
 		t.Errorf("the restore was retried:\n%s", n.logs.String())
 	}
 }
+
+// The alerts keep each alert's progress by position: a restart with the
+// alerts reordered is refused; one with a condition changed resumes.
+func TestRestoreRefusesReorderedAlerts(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cp")
+	config := func(alerts string) string {
+		return `
+pipelines:
+  - name: al
+    source:
+      generator: {count: 0, rate: 200, keys: 4}
+    key: id
+    alerts: ` + alerts + `
+    sinks:
+      - stdout: {}
+    checkpoint:
+      interval: 50ms
+      dir: ` + dir + "\n"
+	}
+	run := func(alerts string) *node {
+		n := startNode(t, config(alerts), daemon.Options{})
+		testutil.Eventually(t, waitLimit, "a checkpoint completed", func() bool {
+			cps, err := n.client.Checkpoints(ctxT(t), "al")
+			return err == nil && len(cps) > 0 && cps[len(cps)-1].Status == "completed"
+		})
+		n.cancel()
+		if err := n.wait(t); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	run(`[{name: hot, when: temp > 38, for: 1h}, {name: cold, when: temp < 21, for: 1h}]`)
+	n := run(`[{name: hot, when: temp > 35, for: 1h}, {name: cold, when: temp < 21, for: 2h}]`)
+	if !strings.Contains(n.logs.String(), "resuming from the latest snapshot") {
+		t.Fatalf("changed conditions did not resume:\n%s", n.logs.String())
+	}
+	n = startNode(t, config(`[{name: cold, when: temp < 21, for: 1h}, {name: hot, when: temp > 35, for: 1h}]`), daemon.Options{})
+	err := n.wait(t)
+	if err == nil || !strings.Contains(err.Error(), `"alerts hot,cold"`) || !strings.Contains(err.Error(), `"alerts cold,hot"`) {
+		t.Fatalf("Run: %v; want the reordered alerts refused", err)
+	}
+}

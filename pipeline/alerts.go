@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/state"
@@ -197,4 +198,16 @@ func (f *alertFn) takePending(ctx *operators.KeyedContext[string, Row], s *Alert
 		ctx.Timers().RegisterEventTimeTimer(next)
 	}
 	return len(take) > 0
+}
+
+// alertsDigest is the alerts operator's state settings
+// (stream.StateSettings): its state keeps each alert's progress by
+// position, so a snapshot restores only into the same alerts, by name, in
+// the same order (their conditions and durations may change).
+func alertsDigest(alerts []AlertConfig) string {
+	names := make([]string, len(alerts))
+	for i, a := range alerts {
+		names[i] = a.Name
+	}
+	return "alerts " + strings.Join(names, ",")
 }

@@ -291,7 +291,7 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 	if len(pl.alerts) > 0 || pl.silentMs > 0 {
 		alerts := stream.KeyedProcess(keyed, uid("alerts"), func() operators.KeyedProcessFunction[string, Row, Row] {
 			return &alertFn{pl: pl, name: cfg.Name, dead: b.dead, count: b.c}
-		}).UID(uid("alerts")).SetParallelism(cfg.Parallelism)
+		}).UID(uid("alerts")).SetParallelism(cfg.Parallelism).StateSettings(alertsDigest(cfg.Alerts))
 		sinkAll(b, "dead-letter-alerts", stream.SideOutput(alerts, b.dead), DeadLetter.line, DeadLetterPrefix)
 		s := pl.alertSchema
 		sinkAll(b, "alerts", alerts, func(r Row) string { return string(r.AppendJSON(nil, s)) }, "")
