@@ -33,28 +33,12 @@ pipelines:
       interval: 50ms
       dir: ` + dir + "\n"
 	}
-	run := func(aggs string) *node {
-		n := startNode(t, config(aggs), daemon.Options{})
-		testutil.Eventually(t, waitLimit, "a checkpoint completed", func() bool {
-			cps, err := n.client.Checkpoints(ctxT(t), "agg")
-			return err == nil && len(cps) > 0 && cps[len(cps)-1].Status == "completed"
-		})
-		return n
-	}
-	n := run(`[{name: n, fn: count}, {name: s, fn: sum, field: temp}]`)
-	n.cancel()
-	if err := n.wait(t); err != nil {
-		t.Fatal(err)
-	}
+	checkpointAndStop(t, config(`[{name: n, fn: count}, {name: s, fn: sum, field: temp}]`), "agg")
 
 	// Renamed only: resumes.
-	n = run(`[{name: readings, fn: count}, {name: total, fn: sum, field: temp}]`)
+	n := checkpointAndStop(t, config(`[{name: readings, fn: count}, {name: total, fn: sum, field: temp}]`), "agg")
 	if !strings.Contains(n.logs.String(), "resuming from the latest snapshot") {
 		t.Fatalf("the renamed aggregates did not resume:\n%s", n.logs.String())
-	}
-	n.cancel()
-	if err := n.wait(t); err != nil {
-		t.Fatal(err)
 	}
 
 	// Another function in a slot: refused at once, with the operator and
@@ -89,20 +73,8 @@ pipelines:
       interval: 50ms
       dir: ` + dir + "\n"
 	}
-	run := func(alerts string) *node {
-		n := startNode(t, config(alerts), daemon.Options{})
-		testutil.Eventually(t, waitLimit, "a checkpoint completed", func() bool {
-			cps, err := n.client.Checkpoints(ctxT(t), "al")
-			return err == nil && len(cps) > 0 && cps[len(cps)-1].Status == "completed"
-		})
-		n.cancel()
-		if err := n.wait(t); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	run(`[{name: hot, when: temp > 38, for: 1h}, {name: cold, when: temp < 21, for: 1h}]`)
-	n := run(`[{name: hot, when: temp > 35, for: 1h}, {name: cold, when: temp < 21, for: 2h}]`)
+	checkpointAndStop(t, config(`[{name: hot, when: temp > 38, for: 1h}, {name: cold, when: temp < 21, for: 1h}]`), "al")
+	n := checkpointAndStop(t, config(`[{name: hot, when: temp > 35, for: 1h}, {name: cold, when: temp < 21, for: 2h}]`), "al")
 	if !strings.Contains(n.logs.String(), "resuming from the latest snapshot") {
 		t.Fatalf("changed conditions did not resume:\n%s", n.logs.String())
 	}
@@ -111,4 +83,20 @@ pipelines:
 	if err == nil || !strings.Contains(err.Error(), `"alerts hot,cold"`) || !strings.Contains(err.Error(), `"alerts cold,hot"`) {
 		t.Fatalf("Run: %v; want the reordered alerts refused", err)
 	}
+}
+
+// checkpointAndStop runs a node of cfg until job completed a checkpoint,
+// then stops it (a savepoint on the way out) and returns it.
+func checkpointAndStop(t *testing.T, cfg, job string) *node {
+	t.Helper()
+	n := startNode(t, cfg, daemon.Options{})
+	testutil.Eventually(t, waitLimit, "a checkpoint completed", func() bool {
+		cps, err := n.client.Checkpoints(ctxT(t), job)
+		return err == nil && len(cps) > 0 && cps[len(cps)-1].Status == "completed"
+	})
+	n.cancel()
+	if err := n.wait(t); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
