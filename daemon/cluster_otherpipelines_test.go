@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -57,5 +58,37 @@ func TestClusterMemberWithOtherPipelinesGetsNoSubtasks(t *testing.T) {
 				t.Errorf("job %s: a rebalance would put %v on c", job, k)
 			}
 		}
+	}
+}
+
+// A member running other pipelines is not asked of the rebalance gate as
+// a join; once it runs the same pipelines (it restarted with a matching
+// config) it is, as a node that comes back.
+func TestMemberWithMatchingPipelinesAgainJoins(t *testing.T) {
+	c := testClusterNode(t, nil)
+	v := c.live
+	alive := []string{"a", "b", "c"}
+	others := map[string]bool{"c": true}
+	v.aliveFn = func() []string { return alive }
+	v.othersFn = func() map[string]bool { return others }
+	v.deployed = v.placed(alive)
+	if !slices.Equal(v.deployed, []string{"a", "b"}) {
+		t.Fatalf("placed %v, want a and b", v.deployed)
+	}
+	jobs := func() []*actors.Execution { return nil }
+	v.follow(alive, jobs)
+	v.mu.Lock()
+	joining := v.joining["c"]
+	v.mu.Unlock()
+	if joining {
+		t.Fatal("c, running other pipelines, asked as a join")
+	}
+	others = nil
+	v.follow(alive, jobs)
+	v.mu.Lock()
+	joining = v.joining["c"]
+	v.mu.Unlock()
+	if !joining {
+		t.Fatal("c, running the same pipelines now, not asked as a join")
 	}
 }
