@@ -121,11 +121,7 @@ func (n *node) info(ctx context.Context, j *job) JobInfo {
 	ji := JobInfo{Name: j.name, Status: s.Status, Attempts: j.run.Attempts(), Checkpointing: j.checkpointing,
 		DeadLetters: j.pj.DeadLetters(), Savepoint: s.Savepoint}
 	if n.cluster != nil {
-		ji.DeadLettersByNode, _ = n.clusterDeadLetters(ctx, j, 0)
-		ji.DeadLetters = 0
-		for _, c := range ji.DeadLettersByNode {
-			ji.DeadLetters += c
-		}
+		ji.DeadLettersByNode, ji.DeadLetters, _ = n.clusterDeadLetters(ctx, j, 0)
 	}
 	if s.Err != nil {
 		ji.Error = s.Err.Error()

@@ -150,9 +150,17 @@ func (d *deadLetterCounts) readPeers(ctx context.Context, nodes []string, read f
 		d.peers = map[string]map[string]workerDeadLetters{}
 	}
 	for i, node := range nodes {
-		if got[i] != nil {
-			d.peers[node] = got[i]
+		if got[i] == nil {
+			continue
 		}
+		// Named here, once: the answers are shared, read-only, by every
+		// caller from now on.
+		for _, c := range got[i] {
+			for k := range c.Recent {
+				c.Recent[k].Node = node
+			}
+		}
+		d.peers[node] = got[i]
 	}
 	d.read, d.reading = time.Now(), nil
 	d.mu.Unlock()
@@ -167,20 +175,17 @@ func (n *node) nodeDeadLetters(j *job) int64 {
 }
 
 // clusterDeadLetters returns job j's dead letters by node of the cluster
-// (this node's own included) and the latest of them, newest first (at
-// most limit), each naming its node. Without a cluster, only this node's.
-func (n *node) clusterDeadLetters(ctx context.Context, j *job, limit int) (map[string]int64, []DeadLetterInfo) {
-	self := ""
-	if n.cluster != nil {
-		self = n.cluster.cfg.Node
-	}
-	by := map[string]int64{self: n.nodeDeadLetters(j)}
+// (this node's own included), their total, and the latest of them (at
+// most limit), each naming its node. Called on a node of a cluster.
+func (n *node) clusterDeadLetters(ctx context.Context, j *job, limit int) (by map[string]int64, total int64, latest []DeadLetterInfo) {
+	self := n.cluster.cfg.Node
+	by = map[string]int64{self: n.nodeDeadLetters(j)}
 	recent := deadLetters(j.name, 0, j.pj.RecentDeadLetters(), limit).Recent
 	for i := range recent {
 		recent[i].Node = self
 	}
-	if n.cluster == nil || n.cluster.peers == nil {
-		return by, recent
+	if n.cluster.peers == nil {
+		return by, sumOf(by), recent
 	}
 	var peers []string
 	for _, id := range n.cluster.cfg.Nodes() {
@@ -199,9 +204,6 @@ func (n *node) clusterDeadLetters(ctx context.Context, j *job, limit int) (map[s
 			continue
 		}
 		by[node] = c.Total
-		for i := range c.Recent {
-			c.Recent[i].Node = node
-		}
 		lists = append(lists, c.Recent)
 	}
 	// The nodes' dead letters are not ordered among each other: the
@@ -219,5 +221,14 @@ func (n *node) clusterDeadLetters(ctx context.Context, j *job, limit int) (map[s
 			break
 		}
 	}
-	return by, out
+	return by, sumOf(by), out
+}
+
+// sumOf returns the sum of the counts of by.
+func sumOf(by map[string]int64) int64 {
+	var n int64
+	for _, c := range by {
+		n += c
+	}
+	return n
 }

@@ -181,11 +181,8 @@ func (n *node) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, deadLetters(j.name, j.pj.DeadLetters(), j.pj.RecentDeadLetters(), limit))
 		return
 	}
-	by, recent := n.clusterDeadLetters(r.Context(), j, limit)
-	l := DeadLetterList{Job: j.name, ByNode: by, Recent: recent}
-	for _, c := range by {
-		l.Total += c
-	}
+	by, total, recent := n.clusterDeadLetters(r.Context(), j, limit)
+	l := DeadLetterList{Job: j.name, Total: total, ByNode: by, Recent: recent}
 	if l.Recent == nil {
 		l.Recent = []DeadLetterInfo{}
 	}
