@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -171,6 +172,9 @@ type handbackNode struct {
 	stop    func(ctx context.Context) (map[string]snapshot.ID, bool, error)
 	// workerHits counts the GET /cluster/worker the node answered.
 	workerHits *atomic.Int32
+	// garbled, when set, cuts the node's GET /cluster/worker answer.
+	garbled *atomic.Bool
+	srv     *httptest.Server
 }
 
 func (h *handbackNode) takeovers() []string {
@@ -189,17 +193,23 @@ func handbackCluster(t *testing.T) map[string]*handbackNode {
 	nodes := map[string]*handbackNode{}
 	muxes := map[string]*http.ServeMux{}
 	workerHits := map[string]*atomic.Int32{}
+	garbled := map[string]*atomic.Bool{}
 	for _, id := range ids {
-		workerHits[id] = &atomic.Int32{}
+		workerHits[id], garbled[id] = &atomic.Int32{}, &atomic.Bool{}
 	}
 	srvs := map[string]*httptest.Server{}
 	for _, id := range ids {
 		muxes[id] = http.NewServeMux()
 		mux := muxes[id]
-		hits := workerHits[id]
+		hits, garble := workerHits[id], garbled[id]
 		srvs[id] = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/cluster/worker" {
 				hits.Add(1)
+				if garble.Load() {
+					w.Header().Set("Content-Type", "application/json")
+					io.WriteString(w, `{"node":"`+id+`","jobs":[{"name":"sensors","tasks":[`)
+					return
+				}
 			}
 			mux.ServeHTTP(w, r)
 		}))
@@ -234,7 +244,7 @@ func handbackCluster(t *testing.T) map[string]*handbackNode {
 		cfgHB := testHandbackConfig
 		cfgHB.Settle = 0
 		c.hb = newHandback(cfgHB)
-		hn := &handbackNode{clusterNode: c, dir: dir, workerHits: workerHits[id]}
+		hn := &handbackNode{clusterNode: c, dir: dir, workerHits: workerHits[id], garbled: garbled[id], srv: srvs[id]}
 		c.takeover = func(from string) error {
 			hn.mu.Lock()
 			defer hn.mu.Unlock()
@@ -593,6 +603,71 @@ func TestRestartedLeaderFollowsTheTakeover(t *testing.T) {
 	if restartGrace("lan") <= restartGrace("device") || restartGrace("") != restartGrace("device") {
 		t.Fatalf("restart grace: lan %v, device %v", restartGrace("lan"), restartGrace("device"))
 	}
+}
+
+// A leader that restarts asks its peers who leads. A peer whose answer
+// cannot be read (here cut short, as an answer over the read limit is)
+// may follow another leader: the node asks again instead of leading at
+// once, follows the leader as soon as an answer names it, and leads only
+// after restartGrace if none does. Peers that do not answer at all (down,
+// or starting themselves) do not hold it up.
+func TestRestartedLeaderWaitsForUnreadablePeers(t *testing.T) {
+	setup := func(t *testing.T) map[string]*handbackNode {
+		nodes := handbackCluster(t)
+		a, b, c := nodes["a"], nodes["b"], nodes["c"]
+		b.master, b.lead.id, b.lead.took = false, "b", true
+		c.master, c.lead.id, c.lead.followed = false, "b", true
+		a.master, a.lead.id = false, ""
+		b.garbled.Store(true)
+		c.garbled.Store(true)
+		return nodes
+	}
+	ask := func(a *handbackNode) (chan string, time.Time) {
+		got := make(chan string, 1)
+		start := time.Now()
+		go func() { got <- a.askLeader(context.Background()) }()
+		return got, start
+	}
+	t.Run("answers readable again", func(t *testing.T) {
+		nodes := setup(t)
+		a, b, c := nodes["a"], nodes["b"], nodes["c"]
+		got, start := ask(a)
+		testutil.Eventually(t, 5*time.Second, "a asked b again", func() bool { return b.workerHits.Load() >= 2 })
+		select {
+		case l := <-got:
+			t.Fatalf("a chose %q on unreadable answers", l)
+		default:
+		}
+		c.garbled.Store(false)
+		if leader := <-got; leader != "b" {
+			t.Fatalf("a follows %q after %v, want b", leader, time.Since(start))
+		}
+		if took := time.Since(start); took >= restartGrace("device") {
+			t.Fatalf("a followed b after %v, want before the grace %v", took, restartGrace("device"))
+		}
+	})
+	t.Run("never readable", func(t *testing.T) {
+		nodes := setup(t)
+		got, start := ask(nodes["a"])
+		if leader := <-got; leader != "a" {
+			t.Fatalf("a follows %q, want a (the lowest id) after the grace", leader)
+		}
+		if took := time.Since(start); took < restartGrace("device") {
+			t.Fatalf("a led after %v, before the grace %v", took, restartGrace("device"))
+		}
+	})
+	t.Run("peers down", func(t *testing.T) {
+		nodes := setup(t)
+		nodes["b"].srv.Close()
+		nodes["c"].srv.Close()
+		got, start := ask(nodes["a"])
+		if leader := <-got; leader != "a" {
+			t.Fatalf("a follows %q, want a", leader)
+		}
+		if took := time.Since(start); took >= restartGrace("device") {
+			t.Fatalf("a waited %v for peers that are down", took)
+		}
+	})
 }
 
 // A hand-back whose take-over message got no answer: the old leader b

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -171,13 +172,23 @@ func (c *clusterNode) leadership() cluster.LeadershipConfig {
 
 // askLeader returns the leader the node follows at start: the one its
 // peers name (see chooseLeader). A peer that names this node followed it
-// before it restarted: the node asks again until a peer names another
-// leader (one took over) or restartGrace passed; then it leads again.
+// before it restarted, and a peer that answered but whose answer could
+// not be read (an error status, a garbled or cut answer) may follow
+// another leader: in both cases the node asks again until a peer names
+// another leader (one took over), or until no peer names this node and
+// every peer answered readably or not at all, or restartGrace passed;
+// only then does the lowest id lead. Peers that do not answer (down, or
+// starting and asking their own peers) are no reason to wait: the whole
+// cluster may be starting.
 func (c *clusterNode) askLeader(ctx context.Context) string {
-	named, self := c.namedLeaders(ctx)
-	if self && len(named) == 0 {
+	a := c.namedLeaders(ctx)
+	if len(a.named) == 0 && (a.self || len(a.unread) > 0) {
 		grace := restartGrace(c.cfg.Profile)
-		c.log.Info("cluster: the peers still follow this node; waiting for them to see it restarted", "wait", grace)
+		if a.self {
+			c.log.Info("cluster: the peers still follow this node; waiting for them to see it restarted", "wait", grace)
+		} else {
+			c.log.Warn("cluster: peers are up but their answers could not be read; asking again before leading", "peers", a.unread, "err", a.err, "wait", grace)
+		}
 		start := time.Now()
 		deadline := time.NewTimer(grace)
 		defer deadline.Stop()
@@ -192,26 +203,52 @@ func (c *clusterNode) askLeader(ctx context.Context) string {
 				break wait
 			case <-tick.C:
 			}
-			if named, self = c.namedLeaders(ctx); len(named) > 0 {
+			if a = c.namedLeaders(ctx); len(a.named) > 0 || !a.self && len(a.unread) == 0 {
 				break
 			}
 		}
-		c.log.Info("cluster: asked the peers who leads after the restart", "named", named, "still_this_node", self, "took", time.Since(start))
+		if len(a.named) == 0 && len(a.unread) > 0 {
+			c.log.Warn("cluster: peers still unread after the wait; the lowest id leads", "peers", a.unread, "err", a.err, "took", time.Since(start))
+		}
+		c.log.Info("cluster: asked the peers who leads after the restart", "named", a.named, "still_this_node", a.self, "took", time.Since(start))
 	}
-	return chooseLeader(c.cfg.Master(), named)
+	return chooseLeader(c.cfg.Master(), a.named)
 }
 
-// namedLeaders asks every peer which node leads: the other nodes they
-// name, and whether one that followed a leader named this node.
-func (c *clusterNode) namedLeaders(ctx context.Context) (named []string, self bool) {
+// leaderAnswers is what the peers said about the leader.
+type leaderAnswers struct {
+	// named are the other nodes the peers name as leader.
+	named []string
+	// self is set when a peer that followed a leader named this node.
+	self bool
+	// unread are the peers that answered but whose answer could not be
+	// read, and err the last such error.
+	unread []string
+	err    error
+}
+
+// namedLeaders asks every peer which node leads.
+func (c *clusterNode) namedLeaders(ctx context.Context) leaderAnswers {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	var a leaderAnswers
+	unread := func(id string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		a.unread, a.err = append(a.unread, id), err
+	}
 	for _, p := range c.cfg.Peers {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
 			resp, err := c.peers.do(ctx, http.MethodGet, p.ID, "/cluster/worker", nil, nil)
+			if ae := (*APIError)(nil); errors.As(err, &ae) {
+				unread(p.ID, err)
+			}
 			if err != nil {
+				// No answer at all (or an error status, above): the
+				// peer is down or not serving yet (a peer that starts
+				// too asks its own peers first).
 				return
 			}
 			defer resp.Body.Close()
@@ -219,21 +256,23 @@ func (c *clusterNode) namedLeaders(ctx context.Context) (named []string, self bo
 				Master   string `json:"master"`
 				Followed bool   `json:"followed"`
 			}
-			if json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&w) != nil {
+			if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&w); err != nil {
+				unread(p.ID, fmt.Errorf("node %q: GET /cluster/worker: %w", p.ID, err))
 				return
 			}
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
 			case w.Master == c.cfg.Node:
-				self = self || w.Followed
+				a.self = a.self || w.Followed
 			case w.Master != "":
-				named = append(named, w.Master)
+				a.named = append(a.named, w.Master)
 			}
 		})
 	}
 	wg.Wait()
-	return named, self
+	slices.Sort(a.unread)
+	return a
 }
 
 // following reports whether the node follows a leader whose deployment
