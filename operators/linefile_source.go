@@ -2,7 +2,6 @@ package operators
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
@@ -62,10 +61,9 @@ type LineFileSource[T any] struct {
 
 	active bool // this subtask reads the file (subtask 0)
 	f      *os.File
-	r      *bufio.Reader
-	long   []byte // a line longer than r's buffer, being assembled
-	pos    int64  // byte offset of the next line
-	seek   bool   // pos was set by SetPosition after Open
+	r      lineReader
+	pos    int64 // byte offset of the next line
+	seek   bool  // pos was set by SetPosition after Open
 	eof    bool
 	ready  chan struct{} // always closed
 }
@@ -109,7 +107,7 @@ func (s *LineFileSource[T]) Open(ctx *Context) error {
 			return fmt.Errorf("line file source: seek %s to %d: %w", s.path, s.pos, err)
 		}
 	}
-	s.f, s.r, s.active = f, bufio.NewReaderSize(f, 64<<10), true
+	s.f, s.r, s.active = f, lineReader{Reader: bufio.NewReaderSize(f, 64<<10)}, true
 	return nil
 }
 
@@ -122,7 +120,7 @@ func (s *LineFileSource[T]) Close() error {
 		return nil
 	}
 	err := s.f.Close()
-	s.f, s.r, s.active = nil, nil, false
+	s.f, s.r, s.active = nil, lineReader{}, false
 	return err
 }
 
@@ -152,15 +150,14 @@ func (s *LineFileSource[T]) Poll(out Collector[T], limit int) (Status, error) {
 		s.seek = false
 	}
 	for range max(limit, 1) {
-		raw, n, long, err := s.readLine()
+		raw, n, long, err := s.r.readLine()
 		if err != nil && err != io.EOF {
 			return EndOfInput, fmt.Errorf("line file source: read %s at offset %d: %w", s.path, s.pos, err)
 		}
 		at := s.pos
 		s.pos += n
 		if long {
-			s.bad.report(string(raw[:min(len(raw), longLinePrefix)]),
-				fmt.Errorf("line file source: the line at offset %d has %d bytes, more than %d: %w", at, n, MaxLineSize, bufio.ErrTooLong))
+			s.bad.report(string(raw), fmt.Errorf("line file source: the line at offset %d has %d bytes, more than %d: %w", at, n, MaxLineSize, bufio.ErrTooLong))
 		} else if line := trimEOL(raw); len(line) > 0 {
 			text := string(line)
 			if v, perr := s.parse(text); perr != nil {
@@ -177,49 +174,5 @@ func (s *LineFileSource[T]) Poll(out Collector[T], limit int) (Status, error) {
 	return MoreAvailable, nil
 }
 
-// longLinePrefix is how much of a line longer than MaxLineSize its dead
-// letter keeps.
-const longLinePrefix = 4 << 10
-
-// readLine returns the next line with its "\n" (none at the end of the
-// file), the bytes of the file it took, and io.EOF when the file has no
-// more lines. A line longer than MaxLineSize (without its end of line)
-// is read to its end but not kept: long is set, and the slice holds its
-// first bytes. The slice is valid until the next call.
-func (s *LineFileSource[T]) readLine() (line []byte, n int64, long bool, err error) {
-	s.long = s.long[:0]
-	for {
-		frag, err := s.r.ReadSlice('\n')
-		n += int64(len(frag))
-		if long {
-			if err != bufio.ErrBufferFull {
-				return s.long, n, true, err
-			}
-			continue
-		}
-		if err != bufio.ErrBufferFull {
-			if len(s.long) == 0 {
-				return frag, n, false, err
-			}
-			s.long = append(s.long, frag...)
-			if len(trimEOL(s.long)) > MaxLineSize {
-				s.long = s.long[:longLinePrefix]
-				return s.long, n, true, err
-			}
-			return s.long, n, false, err
-		}
-		s.long = append(s.long, frag...)
-		if len(s.long) > MaxLineSize+2 { // longer than MaxLineSize whatever its end of line
-			s.long, long = s.long[:longLinePrefix], true
-		}
-	}
-}
-
 // Available returns a closed channel: the file always has data or ends.
 func (s *LineFileSource[T]) Available() <-chan struct{} { return s.ready }
-
-// trimEOL removes a trailing "\n" or "\r\n".
-func trimEOL(b []byte) []byte {
-	b = bytes.TrimSuffix(b, []byte("\n"))
-	return bytes.TrimSuffix(b, []byte("\r"))
-}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 )
 
@@ -25,9 +26,11 @@ const socketQueueSize = 1024
 // Empty lines are skipped and a trailing "\r" is removed. A line parse
 // rejects is not emitted: it is counted (Malformed) and passed to the
 // dead-letter function (WithDeadLetter), or logged when there is none (the
-// first and every 1000th). When the server closes the connection, the
-// source reports EndOfInput after the last line; a failure to connect or
-// to read, or a line longer than MaxLineSize, is returned by Poll.
+// first and every 1000th). A line longer than MaxLineSize is such a line
+// too: it is read to its end, and its dead letter holds its first 4 KiB
+// and an error wrapping bufio.ErrTooLong. When the server closes the
+// connection, the source reports EndOfInput after the last line; a
+// failure to connect or to read is returned by Poll.
 //
 // Open starts one reader goroutine, which dials and reads lines into a
 // bounded queue (socketQueueSize); Close stops it and waits for it.
@@ -36,8 +39,8 @@ type SocketSource[T any] struct {
 	parse func(line string) (T, error)
 	bad   malformedLines
 
-	lines  chan string   // reader -> Poll; closed by the reader when it ends
-	bell   chan struct{} // capacity 1; rung by the reader after each line and at its end
+	lines  chan socketLine // reader -> Poll; closed by the reader when it ends
+	bell   chan struct{}   // capacity 1; rung by the reader after each line and at its end
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the reader goroutine has returned
 	// readErr is why the reader ended, nil for end of stream or Close.
@@ -45,6 +48,13 @@ type SocketSource[T any] struct {
 	// has seen lines closed.
 	readErr error
 	ready   chan struct{} // always closed
+}
+
+// socketLine is a line the reader goroutine read: its text, or the first
+// bytes of a line longer than MaxLineSize, whose length is then n.
+type socketLine struct {
+	text string
+	n    int64 // set for a line longer than MaxLineSize
 }
 
 var (
@@ -82,7 +92,7 @@ func (s *SocketSource[T]) Open(ctx *Context) error {
 		return nil
 	}
 	rctx, cancel := context.WithCancel(context.Background())
-	s.lines = make(chan string, socketQueueSize)
+	s.lines = make(chan socketLine, socketQueueSize)
 	s.bell = make(chan struct{}, 1)
 	s.done = make(chan struct{})
 	s.cancel = cancel
@@ -133,23 +143,31 @@ func (s *SocketSource[T]) read(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 
-	sc := bufio.NewScanner(conn)
-	sc.Buffer(make([]byte, 0, 64<<10), MaxLineSize)
-	for sc.Scan() {
-		if len(sc.Bytes()) == 0 {
-			continue
+	r := lineReader{Reader: bufio.NewReaderSize(conn, 64<<10)}
+	for {
+		raw, n, long, err := r.readLine()
+		var l socketLine
+		switch {
+		case long:
+			l = socketLine{text: string(raw), n: n}
+		case len(trimEOL(raw)) > 0:
+			l = socketLine{text: string(trimEOL(raw))}
 		}
-		select {
-		case s.lines <- sc.Text():
-			s.ring()
-		case <-ctx.Done():
+		if l.text != "" {
+			select {
+			case s.lines <- l:
+				s.ring()
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		if err == io.EOF {
 			return nil
 		}
+		if err != nil {
+			return fmt.Errorf("socket source: read %s: %w", s.addr, err)
+		}
 	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("socket source: read %s: %w", s.addr, err)
-	}
-	return nil
 }
 
 // ring signals the doorbell without blocking; one pending signal is enough.
@@ -175,9 +193,13 @@ func (s *SocketSource[T]) Poll(out Collector[T], limit int) (Status, error) {
 				}
 				return EndOfInput, nil
 			}
-			v, err := s.parse(line)
+			if line.n > 0 {
+				s.bad.report(line.text, fmt.Errorf("socket source: a line of %d bytes, more than %d: %w", line.n, MaxLineSize, bufio.ErrTooLong))
+				continue
+			}
+			v, err := s.parse(line.text)
 			if err != nil {
-				s.bad.report(line, err)
+				s.bad.report(line.text, err)
 				continue
 			}
 			out.Collect(v)

@@ -157,18 +157,34 @@ func TestSocketSourceCloseWithFullQueue(t *testing.T) {
 	}
 }
 
+// A line longer than MaxLineSize is a malformed line, not a failure: its
+// first bytes go to the dead-letter function and the lines after it are
+// read. At exactly MaxLineSize it is a line.
 func TestSocketSourceLineTooLong(t *testing.T) {
+	exact := "sensor_2,2," + strings.Repeat("9", MaxLineSize-len("sensor_2,2,"))
 	addr := startLineServer(t, func(c net.Conn) {
 		io.WriteString(c, "sensor_1,1,20\n")
-		io.WriteString(c, strings.Repeat("x", MaxLineSize+10))
-		io.Copy(io.Discard, c)
+		io.WriteString(c, strings.Repeat("x", MaxLineSize+10)+"\r\n")
+		io.WriteString(c, exact+"\n")
+		io.WriteString(c, strings.Repeat("y", 3*MaxLineSize)+"\n")
+		io.WriteString(c, "sensor_3,3,30")
 	})
-	got, err := runSource(t, Source[SensorReading](NewSocketSource(addr, ParseSensorReading)), subtaskContext(0, 1), 10)
-	if !errors.Is(err, bufio.ErrTooLong) {
-		t.Errorf("Poll error = %v, want bufio.ErrTooLong", err)
+	var dead []string
+	var deadErr error
+	src := NewSocketSource(addr, func(s string) (string, error) { return s, nil }).
+		WithDeadLetter(func(line string, err error) { dead, deadErr = append(dead, line), err })
+	got, err := runSource(t, Source[string](src), subtaskContext(0, 1), 10)
+	if err != nil {
+		t.Fatalf("Poll error = %v, want none", err)
 	}
-	if len(got) != 1 {
-		t.Errorf("%d records before the error, want 1", len(got))
+	if len(got) != 3 || got[0] != "sensor_1,1,20" || got[1] != exact || got[2] != "sensor_3,3,30" {
+		t.Errorf("got lines of lengths %v, want 13, %d, 13", lineLengths(got), MaxLineSize)
+	}
+	if len(dead) != 2 || !errors.Is(deadErr, bufio.ErrTooLong) || !strings.HasPrefix(dead[0], "xxx") || len(dead[0]) > 8<<10 || len(dead[1]) > 8<<10 {
+		t.Errorf("dead letters of lengths %v (%v), want two cut long lines wrapping bufio.ErrTooLong", lineLengths(dead), deadErr)
+	}
+	if src.Malformed() != 2 {
+		t.Errorf("Malformed() = %d, want 2", src.Malformed())
 	}
 }
 
