@@ -3,8 +3,12 @@ package daemon
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/edgedio/edged/internal/testutil"
 )
 
 // The workers' counts are read at most once per peerDeadLettersTTL, and
@@ -33,5 +37,41 @@ func TestPeerDeadLetterCountsKeptAndReused(t *testing.T) {
 	later := d.peerCounts(context.Background(), nodes, read)
 	if n.Load() != 4 || later["c"]["j"].Total != got["c"]["j"].Total || later["b"]["j"].Total <= got["b"]["j"].Total {
 		t.Fatalf("c down: %d reads, %v (before %v): want c's last count kept, b's new one", n.Load(), later, got)
+	}
+}
+
+// Concurrent requests share one reading: while it is under way the others
+// wait for it, and every caller gets its answers, named by node (run
+// with -race: the answers are shared read-only).
+func TestPeerDeadLetterCountsConcurrentRequests(t *testing.T) {
+	var d deadLetterCounts
+	var n atomic.Int64
+	release := make(chan struct{})
+	read := func(_ context.Context, node string) (map[string]workerDeadLetters, error) {
+		n.Add(1)
+		<-release
+		return map[string]workerDeadLetters{"j": {Total: 7, Recent: []DeadLetterInfo{{Payload: "bad " + node}}}}, nil
+	}
+	nodes := []string{"b", "c"}
+	const callers = 8
+	results := make(chan map[string]map[string]workerDeadLetters, callers)
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() { results <- d.peerCounts(context.Background(), nodes, read) })
+	}
+	testutil.Eventually(t, 5*time.Second, "the first reading started", func() bool { return n.Load() == 2 })
+	close(release)
+	wg.Wait()
+	close(results)
+	for got := range results {
+		for _, node := range nodes {
+			c := got[node]["j"]
+			if c.Total != 7 || len(c.Recent) != 1 || c.Recent[0].Node != node || c.Recent[0].Payload != "bad "+node {
+				t.Fatalf("node %s: %+v", node, c)
+			}
+		}
+	}
+	if n.Load() != 2 {
+		t.Fatalf("%d callers read the workers %d times, want one reading (2)", callers, n.Load())
 	}
 }
