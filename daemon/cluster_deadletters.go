@@ -181,11 +181,19 @@ func (n *node) clusterDeadLetters(ctx context.Context, j *job, limit int) (by ma
 	self := n.cluster.cfg.Node
 	by = map[string]int64{self: n.nodeDeadLetters(j)}
 	recent := deadLetters(j.name, 0, j.pj.RecentDeadLetters(), limit).Recent
-	for i := range recent {
-		recent[i].Node = self
+	lists := [][]DeadLetterInfo{recent}
+	if pj := n.deadCounts.hostedCounts(j.name); pj != nil && pj != j.pj {
+		// Those of the subtasks it hosted as a worker before it took
+		// over: older than its own.
+		lists = append(lists, deadLetters(j.name, 0, pj.RecentDeadLetters(), limit).Recent)
+	}
+	for _, l := range lists {
+		for i := range l {
+			l[i].Node = self
+		}
 	}
 	if n.cluster.peers == nil {
-		return by, sumOf(by), recent
+		return by, sumOf(by), interleave(lists, limit)
 	}
 	var peers []string
 	for _, id := range n.cluster.cfg.Nodes() {
@@ -197,7 +205,6 @@ func (n *node) clusterDeadLetters(ctx context.Context, j *job, limit int) (by ma
 		w, err := n.cluster.peers.workerStatus(ctx, node)
 		return w.DeadLetters, err
 	})
-	lists := [][]DeadLetterInfo{recent}
 	for _, node := range slices.Sorted(maps.Keys(counts)) {
 		c, ok := counts[node][j.name]
 		if !ok {
@@ -206,9 +213,14 @@ func (n *node) clusterDeadLetters(ctx context.Context, j *job, limit int) (by ma
 		by[node] = c.Total
 		lists = append(lists, c.Recent)
 	}
-	// The nodes' dead letters are not ordered among each other: the
-	// newest of each node in turn (this node's first), then the next.
-	var out []DeadLetterInfo
+	return by, sumOf(by), interleave(lists, limit)
+}
+
+// interleave returns at most limit dead letters of lists, each newest
+// first: the nodes' dead letters are not ordered among each other, so the
+// newest of each list in turn, then the next.
+func interleave(lists [][]DeadLetterInfo, limit int) []DeadLetterInfo {
+	out := []DeadLetterInfo{}
 	for i := 0; len(out) < limit; i++ {
 		more := false
 		for _, l := range lists {
@@ -221,7 +233,7 @@ func (n *node) clusterDeadLetters(ctx context.Context, j *job, limit int) (by ma
 			break
 		}
 	}
-	return by, sumOf(by), out
+	return out
 }
 
 // sumOf returns the sum of the counts of by.

@@ -3,12 +3,18 @@ package daemon
 import (
 	"context"
 	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/edgedio/edged/internal/testutil"
+	"github.com/edgedio/edged/pipeline"
+	"github.com/edgedio/edged/stream"
 )
 
 // The workers' counts are read at most once per peerDeadLettersTTL, and
@@ -74,4 +80,67 @@ func TestPeerDeadLetterCountsConcurrentRequests(t *testing.T) {
 	if n.Load() != 2 {
 		t.Fatalf("%d callers read the workers %d times, want one reading (2)", callers, n.Load())
 	}
+}
+
+// A node that took over lists, beside its job master's dead letters, those
+// of the subtasks it hosted as a worker before, named by itself; its own
+// newest come first.
+func TestClusterDeadLettersListHostedBeforeTakeover(t *testing.T) {
+	own := deadLetterJob(t, "own-1\nown-2\n")
+	hosted := deadLetterJob(t, "hosted-1\nhosted-2\nhosted-3\n")
+	n := &node{cluster: &clusterNode{cfg: &pipeline.ClusterConfig{Node: "a"}}}
+	n.deadCounts.keep("csv", hosted)
+	by, total, latest := n.clusterDeadLetters(context.Background(), &job{name: "csv", pj: own}, 4)
+	if by["a"] != 5 || total != 5 {
+		t.Fatalf("by node %v, total %d: want a: 5", by, total)
+	}
+	var got []string
+	for _, d := range latest {
+		if d.Node != "a" {
+			t.Fatalf("dead letter %+v not named by a", d)
+		}
+		got = append(got, d.Payload)
+	}
+	if want := []string{"own-2", "hosted-3", "own-1", "hosted-2"}; !slices.Equal(got, want) {
+		t.Fatalf("latest %q, want %q", got, want)
+	}
+}
+
+// deadLetterJob runs a pipeline named csv over lines, each a dead letter,
+// and returns its counters.
+func deadLetterJob(t *testing.T, lines string) *pipeline.Job {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "in.csv")
+	if err := os.WriteFile(path, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pipeline.Parse([]byte(`
+pipelines:
+  - name: csv
+    source:
+      file:
+        path: ` + path + `
+        format: csv
+        fields: {id: string, ts: {type: time, unit: s}, temp: float}
+    sinks: [{stdout: {}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := cfg.Pipelines[0]
+	opts, err := pipeline.EnvOptions(pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := stream.NewEnvironment(pc.Name, opts...)
+	pj, err := pipeline.BuildJob(pc, env, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := env.Execute(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return pj
 }
