@@ -200,10 +200,11 @@ func (r *host) restoreTime(md *snapshot.Metadata, t *task) error {
 
 // replayTime gives the operators the restored task watermark before the
 // task handles anything once every task is spawned (it forwards the
-// watermark downstream), so before any record: the first operator that
-// handles watermarks advances to it (firing nothing a run without the
-// failure had not fired before the checkpoint: timers at or before a
-// watermark fire when it arrives) and forwards it.
+// watermark downstream), so before any record: the operators that keep
+// timers take it as their current watermark without firing any
+// (operators.WatermarkRestorer: a timer at or before it still queued was
+// registered after the watermark last advanced, and fires when the next
+// watermark arrives, as in the run without the failure), and forward it.
 func (t *task) replayTime() {
 	if t.merger == nil {
 		t.restoredTime = false
@@ -216,6 +217,8 @@ func (t *task) replayTime() {
 	}
 	t.restoredTime = false
 	if wm := t.merger.Current(); wm != watermark.MinWatermark {
+		t.replaying = true
+		defer func() { t.replaying = false }()
 		t.watermark(0, wm)
 	}
 }

@@ -58,6 +58,9 @@ type task struct {
 	// restoredTime is set when the merger was restored from a checkpoint
 	// and the operators have not been given its watermark yet.
 	restoredTime bool
+	// replaying is set while replayTime gives the operators the restored
+	// watermark: they take it by RestoreWatermark.
+	replaying bool
 	// timers are the processing-time callbacks of the operators.
 	timers procTimers
 
@@ -382,7 +385,13 @@ func (t *task) watermark(from int, wm int64) {
 		if h, ok := t.ops[i].(operators.WatermarkHandler); ok {
 			prev := t.current
 			t.current = int32(i)
-			if err := h.ProcessWatermark(wm); err != nil {
+			var err error
+			if r, ok := h.(operators.WatermarkRestorer); ok && t.replaying {
+				err = r.RestoreWatermark(wm)
+			} else {
+				err = h.ProcessWatermark(wm)
+			}
+			if err != nil {
 				operators.Fail(err)
 			}
 			t.current = prev

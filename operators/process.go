@@ -224,6 +224,14 @@ func (c *keyedCore[K, O]) advance(wm int64) error {
 	return nil
 }
 
+// RestoreWatermark implements WatermarkRestorer: wm becomes the current
+// watermark, and is forwarded, without firing a timer.
+func (c *keyedCore[K, O]) RestoreWatermark(wm int64) error {
+	c.wm = wm
+	c.ctx.EmitWatermark(wm)
+	return nil
+}
+
 func (c *keyedCore[K, O]) close() {
 	if c.procCancel != nil {
 		c.procCancel()

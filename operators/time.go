@@ -26,6 +26,20 @@ type WatermarkHandler interface {
 	ProcessWatermark(wm int64) error
 }
 
+// WatermarkRestorer is implemented by the WatermarkHandlers that keep
+// event-time timers. A restored task gives its operators the watermark it
+// had at the checkpoint, before any record, by RestoreWatermark rather
+// than ProcessWatermark: the operator takes it as its current watermark
+// and forwards it with Context.EmitWatermark, firing nothing. The timers
+// at or before it still queued were registered after the watermark last
+// advanced, so in the run without the failure they fire when the next
+// watermark arrives, after the records before it; they fire then after
+// the restore too. A WatermarkHandler that does not implement it is given
+// the restored watermark by ProcessWatermark.
+type WatermarkRestorer interface {
+	RestoreWatermark(wm int64) error
+}
+
 // ProcessingTimeService gives an operator processing time and callbacks at
 // processing-time instants. It is driven by the task's clock (a fake one in
 // tests). Callbacks run on the subtask's goroutine, between records.
