@@ -151,11 +151,17 @@ func (s *pacedSource) Available() <-chan struct{} {
 	return ch
 }
 
-func (s *pacedSource) SnapshotState(int64) ([]byte, error) {
-	return binary.AppendUvarint(nil, uint64(s.next)), nil
-}
+func (s *pacedSource) SnapshotState(int64) ([]byte, error) { return positionState(s.next), nil }
 
 func (s *pacedSource) RestoreState(states [][]byte, _ int) error {
+	return restorePosition(states, &s.next)
+}
+
+// positionState is the state of a one-subtask test source at position
+// next; restorePosition sets *next from it (none: unchanged).
+func positionState(next int) []byte { return binary.AppendUvarint(nil, uint64(next)) }
+
+func restorePosition(states [][]byte, next *int) error {
 	if len(states) == 0 || len(states[0]) == 0 {
 		return nil
 	}
@@ -163,7 +169,7 @@ func (s *pacedSource) RestoreState(states [][]byte, _ int) error {
 	if k <= 0 {
 		return fmt.Errorf("bad source state %x", states[0])
 	}
-	s.next = int(n)
+	*next = int(n)
 	return nil
 }
 

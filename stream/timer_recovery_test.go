@@ -2,7 +2,6 @@ package stream_test
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
@@ -78,20 +77,10 @@ func (s *gatedSource) Available() <-chan struct{} {
 	return s.wait
 }
 
-func (s *gatedSource) SnapshotState(int64) ([]byte, error) {
-	return binary.AppendUvarint(nil, uint64(s.next)), nil
-}
+func (s *gatedSource) SnapshotState(int64) ([]byte, error) { return positionState(s.next), nil }
 
 func (s *gatedSource) RestoreState(states [][]byte, _ int) error {
-	if len(states) == 0 || len(states[0]) == 0 {
-		return nil
-	}
-	n, k := binary.Uvarint(states[0])
-	if k <= 0 {
-		return fmt.Errorf("bad source state %x", states[0])
-	}
-	s.next = int(n)
-	return nil
+	return restorePosition(states, &s.next)
 }
 
 // countTimers counts each key's records and registers an event-time timer
