@@ -16,8 +16,20 @@ import (
 )
 
 // ErrRestartsExhausted wraps the last failure when the restart strategy
-// gives up.
+// gives up. A job without a restart strategy (snapshot.NoRestart) says so
+// instead ("actors: not restarted: the job has no restart strategy"); its
+// error is ErrRestartsExhausted too (errors.Is).
 var ErrRestartsExhausted = errors.New("actors: restart strategy exhausted")
+
+// notRestarted is ErrRestartsExhausted for a job without a restart
+// strategy.
+type notRestarted struct{}
+
+func (notRestarted) Error() string {
+	return "actors: not restarted: the job has no restart strategy"
+}
+
+func (notRestarted) Is(target error) bool { return target == ErrRestartsExhausted }
 
 // ErrStoppedRestarting ends an Execution told StopRestarting after a
 // failure, instead of another attempt: the job stopped between attempts,
@@ -357,6 +369,9 @@ func (e *Execution) Run(ctx context.Context) error {
 		default:
 			restart, d := e.strategy.OnFailure(cfg.Clock.Now())
 			if !restart {
+				if _, none := e.strategy.(snapshot.NoRestart); none {
+					return fmt.Errorf("%w: %w", notRestarted{}, err)
+				}
 				return fmt.Errorf("%w: %w", ErrRestartsExhausted, err)
 			}
 			delay = d

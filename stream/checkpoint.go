@@ -70,7 +70,17 @@ type Job struct {
 
 // ExecuteAsync starts the job and returns at once.
 func (e *Environment) ExecuteAsync(ctx context.Context) (*Job, error) {
+	if !e.running.CompareAndSwap(false, true) {
+		return nil, ErrAlreadyRunning
+	}
+	return e.executeAsync(ctx)
+}
+
+// executeAsync is ExecuteAsync once e.running is set: it clears it when
+// the job ends, or at once when it cannot start.
+func (e *Environment) executeAsync(ctx context.Context) (*Job, error) {
 	if err := e.resolve(); err != nil {
+		e.running.Store(false)
 		return nil, err
 	}
 	j := &Job{exec: actors.NewExecution(&e.job, e.cfg, e.restart), done: make(chan struct{})}
@@ -80,6 +90,7 @@ func (e *Environment) ExecuteAsync(ctx context.Context) (*Job, error) {
 	go func() {
 		defer close(j.done)
 		j.err = j.exec.Run(ctx)
+		e.running.Store(false)
 	}()
 	return j, nil
 }

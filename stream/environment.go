@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -30,6 +31,8 @@ type Environment struct {
 	restart snapshot.RestartStrategy
 	// atMostOnce lets a checkpointed job read sources that cannot replay.
 	atMostOnce bool
+	// running is set from Execute or ExecuteAsync until the job ends.
+	running atomic.Bool
 }
 
 // Option configures an Environment.
@@ -247,7 +250,11 @@ func (e *Environment) runner() (*actors.Runner, error) {
 // and the restart strategy gives up (the failure), the job is stopped with
 // a savepoint (nil), or ctx is cancelled (ctx's error).
 func (e *Environment) Execute(ctx context.Context) error {
+	if !e.running.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
 	if e.restart == nil && e.cfg.Checkpoint.Dir == "" {
+		defer e.running.Store(false)
 		r, err := e.runner()
 		if err != nil {
 			return err
@@ -255,7 +262,7 @@ func (e *Environment) Execute(ctx context.Context) error {
 		e.last = r
 		return r.Run(ctx)
 	}
-	j, err := e.ExecuteAsync(ctx)
+	j, err := e.executeAsync(ctx)
 	if err != nil {
 		return err
 	}

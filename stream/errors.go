@@ -7,5 +7,11 @@ import "errors"
 // unless AllowAtMostOnceSources was given.
 var ErrNotReplayable = errors.New("stream: source cannot replay")
 
+// ErrAlreadyRunning is returned by Execute and ExecuteAsync while a job
+// the same Environment started is still running: two runs of one job
+// would share its checkpoint directory and sinks. Run it again once the
+// first has ended (Execute returned, Job.Wait returned).
+var ErrAlreadyRunning = errors.New("stream: the environment's job is already running")
+
 // errSideOutputOfUnion is reported when SideOutput is asked of a union.
 var errSideOutputOfUnion = errors.New("stream: side output of a union; take it from each input")

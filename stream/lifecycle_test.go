@@ -513,3 +513,65 @@ func TestBoundedJobWriteAheadSinkPublishesOnce(t *testing.T) {
 		}
 	}
 }
+
+// A second Execute or ExecuteAsync of an Environment whose job is still
+// running is refused (the two runs would share the checkpoint directory
+// and the sinks); once the job has ended it may run again. With and
+// without checkpoints (Execute takes another path without them).
+func TestExecuteRefusedWhileRunning(t *testing.T) {
+	for _, checkpoints := range []bool{false, true} {
+		t.Run(fmt.Sprintf("checkpoints=%v", checkpoints), func(t *testing.T) {
+			var opts []stream.Option
+			if checkpoints {
+				opts = append(opts, stream.WithCheckpointing(checkpointConfig(t, snapshot.ExactlyOnce)))
+			}
+			env := stream.NewEnvironment("running", opts...)
+			g := newGate()
+			stream.FromSource(env, "ts", func() operators.Source[int64] {
+				return &gatedSource{all: []int64{1, 2}, gate: g}
+			}).UID("ts").To("discard", func() operators.Sink[int64] {
+				return operators.NewSinkFunc(func(int64) error { return nil })
+			}).UID("discard")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- env.Execute(ctx) }()
+			testutil.Eventually(t, 30*time.Second, "the first run reads", g.polled.Load)
+			if _, err := env.ExecuteAsync(ctx); !errors.Is(err, stream.ErrAlreadyRunning) {
+				t.Fatalf("ExecuteAsync beside Execute: %v, want ErrAlreadyRunning", err)
+			}
+			if err := env.Execute(ctx); !errors.Is(err, stream.ErrAlreadyRunning) {
+				t.Fatalf("a second Execute: %v, want ErrAlreadyRunning", err)
+			}
+			g.allow(2)
+			if err := <-done; err != nil {
+				t.Fatalf("first run: %v", err)
+			}
+			job, err := env.ExecuteAsync(context.Background())
+			if err != nil {
+				t.Fatalf("a run after the first ended: %v", err)
+			}
+			if err := job.Wait(); err != nil {
+				t.Fatalf("a run after the first ended: %v", err)
+			}
+		})
+	}
+}
+
+// A job without a restart strategy that fails says that it was not
+// restarted for want of one; its error is still ErrRestartsExhausted.
+func TestFailureWithoutRestartStrategySaysSo(t *testing.T) {
+	env := stream.NewEnvironment("fails", stream.WithCheckpointing(checkpointConfig(t, snapshot.ExactlyOnce)))
+	g := newGate()
+	g.allow(2)
+	src := stream.FromSource(env, "ts", func() operators.Source[int64] {
+		return &gatedSource{all: []int64{1, 2}, gate: g}
+	}).UID("ts")
+	stream.Map(src, "boom", func(int64) (int64, error) { return 0, errors.New("boom") }).To("discard", func() operators.Sink[int64] {
+		return operators.NewSinkFunc(func(int64) error { return nil })
+	}).UID("discard")
+	err := execute(t, env)
+	if !errors.Is(err, actors.ErrRestartsExhausted) || !strings.Contains(err.Error(), "not restarted: the job has no restart strategy") || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("error %v", err)
+	}
+}

@@ -20,9 +20,10 @@ import (
 
 // gate lets a gatedSource emit up to n records; the test raises n.
 type gate struct {
-	mu   sync.Mutex
-	n    int
-	bell chan struct{} // closed when n is raised
+	mu     sync.Mutex
+	n      int
+	bell   chan struct{} // closed when n is raised
+	polled atomic.Bool   // set at a source's first poll
 }
 
 func newGate() *gate { return &gate{bell: make(chan struct{})} }
@@ -53,6 +54,7 @@ type gatedSource struct {
 }
 
 func (s *gatedSource) Poll(out operators.Collector[int64], limit int) (operators.Status, error) {
+	s.gate.polled.Store(true)
 	n, bell := s.gate.state()
 	for k := 0; k < limit && s.next < len(s.all) && s.next < n; k++ {
 		out.Collect(s.all[s.next])
