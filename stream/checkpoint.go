@@ -68,7 +68,8 @@ type Job struct {
 	err  error
 }
 
-// ExecuteAsync starts the job and returns at once.
+// ExecuteAsync starts the job and returns at once. While a job e started
+// runs, it returns ErrAlreadyRunning.
 func (e *Environment) ExecuteAsync(ctx context.Context) (*Job, error) {
 	if !e.running.CompareAndSwap(false, true) {
 		return nil, ErrAlreadyRunning

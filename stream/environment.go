@@ -248,7 +248,8 @@ func (e *Environment) runner() (*actors.Runner, error) {
 
 // Execute runs the job until its bounded sources end (nil), a task fails
 // and the restart strategy gives up (the failure), the job is stopped with
-// a savepoint (nil), or ctx is cancelled (ctx's error).
+// a savepoint (nil), or ctx is cancelled (ctx's error). While a job e
+// started runs, it returns ErrAlreadyRunning.
 func (e *Environment) Execute(ctx context.Context) error {
 	if !e.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
