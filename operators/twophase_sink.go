@@ -60,13 +60,21 @@ type TwoPhaseCommitSink[T, TX any] struct {
 // left uncommitted: transactions never pre-committed, and pre-committed
 // ones of checkpoints that never completed (a failure after the barrier
 // and before the completion leaves them: the checkpoint restored does
-// not name them, so nothing else aborts them). The sink calls CleanStale
-// once per run, after RestoreState committed what the restored
-// checkpoint holds and before its first pre-commit, with nothing of its
-// own pending; what it finds then that is not committed is stale. A
-// Transactional without it leaves such transactions to itself (the file
-// sink implements it; a system whose uncommitted transactions expire,
-// such as a database's, need not).
+// not name them, so nothing else aborts them).
+//
+// Each sink subtask calls CleanStale on its own system once per run,
+// after its RestoreState committed what the restored checkpoint holds and
+// before its first pre-commit, with nothing of its own pending: what this
+// subtask wrote then that is not committed is stale. The subtasks do not
+// wait for each other, so when one cleans another may have pre-committed
+// a transaction of this run already: a system the subtasks share must
+// drop only the transactions of the subtask it serves (name each with
+// its subtask: an Open(*Context) method of the system gets Subtask and
+// Parallelism), and, in subtask 0, those of subtasks at or above the
+// parallelism (left by a run at a higher one), as the file sink does. A
+// Transactional without it leaves such transactions to itself (a system
+// whose uncommitted transactions expire, such as a database's, need
+// not implement it).
 type StaleCleaner interface {
 	CleanStale() error
 }
