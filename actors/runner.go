@@ -851,7 +851,7 @@ func checkRestore(job *Job, md *snapshot.Metadata, allowNonRestored bool) error 
 	}
 	for _, v := range job.Vertices {
 		op, ok := md.Operator(v.UID)
-		if ok && op.Settings != "" && v.StateSettings != "" && op.Settings != v.StateSettings && hasStateFile(*op) {
+		if ok && settingsDiffer(op.Settings, v.StateSettings) && hasStateFile(*op) {
 			return fmt.Errorf("actors: restore from %s: operator %q keeps state shaped by other settings than the job's (snapshot %q, job %q): %w; start it without this snapshot, or with the settings it was taken with",
 				md.Dir, v.UID, op.Settings, v.StateSettings, state.ErrIncompatibleState)
 		}

@@ -16,6 +16,7 @@ import (
 // the aggregates' names changed resumes.
 func TestRestoreRefusesChangedAggregates(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "cp")
+	size := "1h"
 	config := func(aggs string) string {
 		return `
 pipelines:
@@ -25,7 +26,7 @@ pipelines:
     key: id
     window:
       type: tumbling
-      size: 1h
+      size: ` + size + `
       aggregates: ` + aggs + `
     sinks:
       - stdout: {}
@@ -52,6 +53,16 @@ pipelines:
 	}
 	if !strings.Contains(n.logs.String(), "attempts=0") {
 		t.Errorf("the restore was retried:\n%s", n.logs.String())
+	}
+
+	// The window's size cuts its slices: another size is refused too.
+	size = "30m"
+	n = startNode(t, config(`[{name: readings, fn: count}, {name: total, fn: sum, field: temp}]`), daemon.Options{})
+	err = n.wait(t)
+	for _, want := range []string{"agg/window", "size=3600000ms", "size=1800000ms", "incompatible"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Run with another window size: %v; want it to name %q", err, want)
+		}
 	}
 }
 

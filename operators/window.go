@@ -122,6 +122,22 @@ func (a WindowAssigner) String() string {
 	return "invalid window assigner"
 }
 
+// StateDigest describes what of a shapes a window operator's state, for
+// its state settings (actors.Vertex.StateSettings): the slices of
+// tumbling and sliding windows are cut by size, slide and offset, and
+// kept in event or processing time; session windows only by their time
+// domain (a new gap applies to the sessions restored).
+func (a WindowAssigner) StateDigest() string {
+	domain := "event-time"
+	if !a.eventTime {
+		domain = "processing-time"
+	}
+	if a.kind == session {
+		return "session " + domain
+	}
+	return fmt.Sprintf("sliced %s size=%dms slide=%dms offset=%dms", domain, a.size, a.slide, a.offset)
+}
+
 // Validate reports every problem of a at once.
 func (a WindowAssigner) Validate() error {
 	var errs []error

@@ -36,6 +36,9 @@ type Stream[T any] struct {
 type node struct {
 	stateful bool
 	uidSet   bool
+	// settings is what of the operator's own settings shapes its state
+	// (a window's assigner): the first part of its StateSettings.
+	settings string
 	// inherit takes the parallelism of the input unless SetParallelism
 	// was called on the operator.
 	inherit        bool
@@ -92,13 +95,14 @@ func (s *Stream[T]) UID(uid string) *Stream[T] {
 // per aggregate, say). Snapshots record it; a restore into an operator
 // whose digest differs fails at once (state.ErrIncompatibleState)
 // instead of reading the old state under the new settings. Snapshots
-// without a digest restore as before.
+// without a digest restore as before. A window operator declares its
+// assigner itself (operators.WindowAssigner.StateDigest), beside digest.
 func (s *Stream[T]) StateSettings(digest string) *Stream[T] {
 	if s.v == nil {
 		s.env.addError(fmt.Errorf("stream: StateSettings on a union; set it on each input"))
 		return s
 	}
-	s.v.StateSettings = digest
+	s.v.StateSettings = actors.JoinStateSettings(s.env.node(s.v).settings, digest)
 	return s
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/operators"
 )
 
@@ -56,7 +57,10 @@ func windowOperator[T any, K comparable, O any](w *WindowedStream[T, K], name st
 	if _, err := build(nil); err != nil {
 		w.k.s.env.addError(err)
 	}
-	out.env.node(out.v).stateful = true
+	n := out.env.node(out.v)
+	n.stateful = true
+	n.settings = actors.WindowStateSetting(w.assigner.StateDigest())
+	out.v.StateSettings = n.settings
 	if w.lateTag != "" {
 		SideOutput(out, operators.NewOutputTag[T](w.lateTag))
 	}
