@@ -3,17 +3,25 @@ package actors
 import "strings"
 
 // A vertex's StateSettings are made of two parts: entries the runtime
-// declares for an operator's own settings (a window's assigner:
-// "window=..."), and the digest the job declares (Stream.StateSettings),
-// joined by "; ", the runtime's first. A restore compares them part by
+// declares for an operator's own settings (its kind, "operator=window";
+// a window's assigner, "window=..."), and the digest the job declares
+// (Stream.StateSettings), joined by "; ", the runtime's first. A restore compares them part by
 // part (settingsDiffer), so that a snapshot written before the runtime
 // declared an entry still restores.
 
 // settingsSep separates the entries of StateSettings.
 const settingsSep = "; "
 
-// windowSettingPrefix starts the entry of a window's assigner.
-const windowSettingPrefix = "window="
+// The prefixes of the runtime's entries.
+const (
+	operatorSettingPrefix = "operator="
+	windowSettingPrefix   = "window="
+)
+
+// OperatorStateSetting returns the StateSettings entry of an operator of
+// kind ("window", "keyed-process", ...): state written by one kind is
+// not read by another (their state and timers have other meanings).
+func OperatorStateSetting(kind string) string { return operatorSettingPrefix + kind }
 
 // WindowStateSetting returns the StateSettings entry of a window operator
 // whose assigner's digest is digest.
@@ -36,16 +44,27 @@ func JoinStateSettings(own, digest string) string {
 func splitSettings(s string) (own map[string]string, digest string) {
 	var rest []string
 	for _, e := range strings.Split(s, settingsSep) {
-		if strings.HasPrefix(e, windowSettingPrefix) {
+		if p, ok := ownPrefix(e); ok {
 			if own == nil {
 				own = map[string]string{}
 			}
-			own[windowSettingPrefix] = e
+			own[p] = e
 			continue
 		}
 		rest = append(rest, e)
 	}
 	return own, strings.Join(rest, settingsSep)
+}
+
+// ownPrefix returns the prefix of e when it is one of the runtime's
+// entries.
+func ownPrefix(e string) (string, bool) {
+	for _, p := range []string{operatorSettingPrefix, windowSettingPrefix} {
+		if strings.HasPrefix(e, p) {
+			return p, true
+		}
+	}
+	return "", false
 }
 
 // settingsDiffer reports whether state written under the settings a

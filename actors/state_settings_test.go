@@ -25,6 +25,9 @@ func TestSettingsDiffer(t *testing.T) {
 		{"aggregates count()", JoinStateSettings(tumbling, "aggregates count()"), false}, // written before windows declared their assigner
 		{"aggregates count()", JoinStateSettings(tumbling, "aggregates sum(t)"), true},
 		{tumbling, JoinStateSettings(sliding, "v1"), true},
+		{JoinStateSettings(OperatorStateSetting("window"), tumbling), OperatorStateSetting("keyed-process"), true}, // another kind of operator
+		{JoinStateSettings(OperatorStateSetting("window"), tumbling), JoinStateSettings(OperatorStateSetting("window"), tumbling), false},
+		{tumbling, JoinStateSettings(OperatorStateSetting("window"), tumbling), false}, // written before operators declared their kind
 	} {
 		if got := settingsDiffer(c.snap, c.job); got != c.differ {
 			t.Errorf("settingsDiffer(%q, %q) = %v, want %v", c.snap, c.job, got, c.differ)

@@ -91,7 +91,7 @@ pipelines:
 	}
 	n = startNode(t, config(`[{name: cold, when: temp < 21, for: 1h}, {name: hot, when: temp > 35, for: 1h}]`), daemon.Options{})
 	err := n.wait(t)
-	if err == nil || !strings.Contains(err.Error(), `"alerts hot,cold"`) || !strings.Contains(err.Error(), `"alerts cold,hot"`) {
+	if err == nil || !strings.Contains(err.Error(), `; alerts hot,cold"`) || !strings.Contains(err.Error(), `; alerts cold,hot"`) {
 		t.Fatalf("Run: %v; want the reordered alerts refused", err)
 	}
 }

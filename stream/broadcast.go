@@ -30,6 +30,6 @@ func ConnectBroadcast[T any, K comparable, B, O any](k *KeyedStream[T, K], b *St
 	k.s.connectInput(v, 0)
 	b.Broadcast().connectInput(v, 1)
 	out := newStream[O](env, v)
-	env.node(v).stateful = true
+	env.keyedState(v, "keyed-broadcast-process")
 	return out
 }

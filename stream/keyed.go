@@ -51,7 +51,7 @@ func (k *KeyedStream[T, K]) Reduce(name string, fn func(acc, v T) (T, error)) *S
 	out := Transform(k.s, name, func(out operators.Collector[T]) operators.OneInput[T] {
 		return operators.NewKeyedReduce(k.key, fn, "reduce", out)
 	})
-	out.env.node(out.v).stateful = true
+	out.env.keyedState(out.v, "reduce")
 	return out
 }
 
@@ -65,7 +65,7 @@ func Aggregate[T any, K comparable, A, R any](k *KeyedStream[T, K], name string,
 	out := Transform(k.s, name, func(out operators.Collector[R]) operators.OneInput[T] {
 		return operators.NewKeyedAggregate(k.key, agg, "aggregate", out)
 	})
-	out.env.node(out.v).stateful = true
+	out.env.keyedState(out.v, "aggregate")
 	return out
 }
 

@@ -50,6 +50,20 @@ func typeOf[T any]() *actors.Type[T] {
 	return actors.TypeOf(c, err)
 }
 
+// keyedState marks v's operator as one with keyed state, of kind: its
+// StateSettings name the kind (a restore into an operator of another
+// kind is refused), and then entries, the operator's own settings its
+// state is shaped by.
+func (e *Environment) keyedState(v *actors.Vertex, kind string, entries ...string) {
+	n := e.node(v)
+	n.stateful = true
+	n.settings = actors.OperatorStateSetting(kind)
+	for _, s := range entries {
+		n.settings = actors.JoinStateSettings(n.settings, s)
+	}
+	v.StateSettings = n.settings
+}
+
 func newStream[T any](env *Environment, v *actors.Vertex) *Stream[T] {
 	return &Stream[T]{env: env, typ: v.Out.(*actors.Type[T]), v: v, ups: []upstream{{v: v, auto: true}}}
 }

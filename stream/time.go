@@ -48,7 +48,7 @@ func KeyedProcess[T any, K comparable, O any](k *KeyedStream[T, K], name string,
 	out := Transform(k.s, name, func(out operators.Collector[O]) operators.OneInput[T] {
 		return operators.NewKeyedProcess(k.key, made(fn()), out)
 	})
-	out.env.node(out.v).stateful = true
+	out.env.keyedState(out.v, "keyed-process")
 	return out
 }
 

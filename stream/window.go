@@ -57,10 +57,7 @@ func windowOperator[T any, K comparable, O any](w *WindowedStream[T, K], name st
 	if _, err := build(nil); err != nil {
 		w.k.s.env.addError(err)
 	}
-	n := out.env.node(out.v)
-	n.stateful = true
-	n.settings = actors.WindowStateSetting(w.assigner.StateDigest())
-	out.v.StateSettings = n.settings
+	out.env.keyedState(out.v, "window", actors.WindowStateSetting(w.assigner.StateDigest()))
 	if w.lateTag != "" {
 		SideOutput(out, operators.NewOutputTag[T](w.lateTag))
 	}

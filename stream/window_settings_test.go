@@ -45,8 +45,9 @@ func windowSettingsJob(g *gate, assigner operators.WindowAssigner, opts ...strea
 // cut by size, slide and offset. A savepoint of tumbling windows restored
 // into sliding ones, or into tumbling ones of another size, under the
 // same uid is refused at once (state.ErrIncompatibleState) instead of
-// reading the old slices as the new ones; the same assigner restores, and
-// so does a session window with another gap.
+// reading the old slices as the new ones, and so is one into a keyed
+// process; the same assigner restores, and so does a session window with
+// another gap.
 func TestRestoreRefusesAnotherWindowAssigner(t *testing.T) {
 	savepoint := func(t *testing.T, assigner operators.WindowAssigner) string {
 		t.Helper()
@@ -96,6 +97,23 @@ func TestRestoreRefusesAnotherWindowAssigner(t *testing.T) {
 	if err := restore(t, sp, tumbling); err != nil {
 		t.Errorf("the same assigner: %v", err)
 	}
+	// A keyed process given the window's uid would read its timers as
+	// its own: refused too.
+	cfg := checkpointConfig(t, snapshot.ExactlyOnce)
+	env := stream.NewEnvironment("window-settings", stream.WithParallelism(1), stream.WithCheckpointing(cfg), stream.WithSavepoint(sp, true))
+	g := newGate()
+	g.allow(4)
+	src := stream.FromSource(env, "ts", func() operators.Source[int64] {
+		return &gatedSource{all: []int64{1_000, 2_000, 3_000, 60_000}, gate: g}
+	}).UID("ts")
+	stream.KeyedProcess(stream.KeyBy(src, windowSettingsKey), "win", func() operators.KeyedProcessFunction[string, int64, string] { return &countTimers{} }).UID("win").
+		To("discard", func() operators.Sink[string] {
+			return operators.NewSinkFunc(func(string) error { return nil })
+		}).UID("discard")
+	if err := execute(t, env); !errors.Is(err, state.ErrIncompatibleState) || !strings.Contains(err.Error(), "operator=window") || !strings.Contains(err.Error(), "operator=keyed-process") {
+		t.Errorf("a keyed process with the window's uid: %v, want state.ErrIncompatibleState naming both kinds", err)
+	}
+
 	session := savepoint(t, operators.EventTimeSessionWindows(time.Second))
 	if err := restore(t, session, operators.EventTimeSessionWindows(5*time.Second)); err != nil {
 		t.Errorf("session windows with another gap: %v", err)
