@@ -93,9 +93,15 @@ func ProcessingTimeSessionWindows(gap time.Duration) WindowAssigner {
 }
 
 // WithOffset shifts the windows of a tumbling or sliding assigner by
-// offset (for example to align daily windows to a time zone).
+// offset (for example to align daily windows to a time zone: -8h for
+// UTC+8, as in Flink). It must be shorter than the slide (the size of
+// tumbling windows) either way; a negative one is kept as the positive
+// offset that cuts the same windows (-8h of 24h windows is 16h).
 func (a WindowAssigner) WithOffset(offset time.Duration) WindowAssigner {
 	a.offset = offset.Milliseconds()
+	if a.offset < 0 && a.slide > 0 && -a.offset < a.slide {
+		a.offset += a.slide
+	}
 	return a
 }
 
@@ -151,8 +157,8 @@ func (a WindowAssigner) Validate() error {
 		} else if a.size > 0 && a.slide > a.size {
 			errs = append(errs, fmt.Errorf("window.slide (%dms) must not exceed window.size (%dms)", a.slide, a.size))
 		}
-		if a.offset < 0 || (a.slide > 0 && a.offset >= a.slide) {
-			errs = append(errs, fmt.Errorf("window.offset (%dms) must be in [0, slide)", a.offset))
+		if a.slide > 0 && (a.offset < 0 || a.offset >= a.slide) {
+			errs = append(errs, fmt.Errorf("window.offset (%dms) must be shorter than the slide (%dms; the size of tumbling windows), either way", a.offset, a.slide))
 		}
 	case session:
 		if a.gap <= 0 {

@@ -987,3 +987,31 @@ func TestProcessingTimeRecordAfterItsWindowFired(t *testing.T) {
 	expectOut(t, h, "Finish")
 	expectStateEmpty(t, h, "after Finish")
 }
+
+// A negative offset shifts the windows the other way, as in Flink
+// (TumblingEventTimeWindows.of(1 day, -8 hours) for UTC+8): it cuts the
+// windows of the positive offset that is one slide more, and its digest
+// is that offset's; an offset of a whole slide or more, either way, is
+// refused.
+func TestWindowNegativeOffset(t *testing.T) {
+	neg := operators.TumblingEventTimeWindows(24 * time.Hour).WithOffset(-8 * time.Hour)
+	pos := operators.TumblingEventTimeWindows(24 * time.Hour).WithOffset(16 * time.Hour)
+	if err := neg.Validate(); err != nil {
+		t.Fatalf("offset -8h of 24h windows: %v", err)
+	}
+	if neg != pos || neg.StateDigest() != pos.StateDigest() {
+		t.Fatalf("offset -8h: %v (%s), want the windows of 16h: %v", neg, neg.StateDigest(), pos)
+	}
+	h := newWindow(t, operators.SlidingEventTimeWindows(ms(25), ms(10)).WithOffset(ms(-7)), 0, viaAggregate)
+	// As WithOffset(3): 7 is in [-17,8), [-7,18), [3,28).
+	e7 := ev{"k", 7, 1}
+	feed(h, e7)
+	advance(t, h, math.MaxInt64)
+	expectOut(t, h, "final watermark", res("k", -17, 8, sumOf(e7)), res("k", -7, 18, sumOf(e7)), res("k", 3, 28, sumOf(e7)))
+	for _, off := range []time.Duration{-24 * time.Hour, 24 * time.Hour, -25 * time.Hour} {
+		err := operators.TumblingEventTimeWindows(24 * time.Hour).WithOffset(off).Validate()
+		if err == nil || !strings.Contains(err.Error(), "window.offset") || !strings.Contains(err.Error(), "shorter than the slide") {
+			t.Errorf("offset %v of 24h windows: %v, want it refused", off, err)
+		}
+	}
+}
