@@ -203,9 +203,22 @@ func (r *Runner) hostList() []*host {
 
 // newProtoSystem returns an actor system logging to the runtime's logger.
 func (r *Runner) newProtoSystem() *actor.ActorSystem {
+	return newProtoSystem(r.cfg.Logger)
+}
+
+// deadLetterThrottle is the protoactor systems' dead-letter throttle
+// interval. The throttle runs a goroutine for one interval after each
+// dead letter that opens it (the Stop and Watch messages a failing job's
+// teardown sends to tasks stopped already), and protoactor logs dead
+// letters at Info, below the Warn the systems log at: with its default
+// of 1 s that goroutine outlived Execute by up to a second.
+const deadLetterThrottle = time.Millisecond
+
+// newProtoSystem returns an actor system logging to logger, from Warn up.
+func newProtoSystem(logger *slog.Logger) *actor.ActorSystem {
 	return actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(minLevel{r.cfg.Logger.Handler(), slog.LevelWarn}).With("component", "protoactor")
-	}))
+		return slog.New(minLevel{logger.Handler(), slog.LevelWarn}).With("component", "protoactor")
+	}), actor.WithDeadLetterThrottleInterval(deadLetterThrottle))
 }
 
 // makeHosts creates the task hosts of the deployment: one for the whole

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/edgedio/edged/snapshot"
 )
@@ -269,9 +268,7 @@ func (w *Worker) Deploy(ctx context.Context, d Deployment) error {
 
 	started := make(chan struct{})
 	h := newHost(w.cfg.Node, d.Epoch, job, plan, cfg, w.cfg.Network, nil, started)
-	h.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(minLevel{cfg.Logger.Handler(), slog.LevelWarn}).With("component", "protoactor")
-	}))
+	h.system = newProtoSystem(cfg.Logger)
 	h.pl = pl
 	h.master = d.Master
 	h.files = w.cfg.Files

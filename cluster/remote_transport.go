@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/eventstream"
@@ -204,9 +205,12 @@ func (t *RemoteTransport) Start() (err error) {
 		return errors.New("remote transport: already started")
 	}
 	logger := t.cfg.Logger
+	// A dead letter's throttle goroutine lives one interval (1 s by
+	// default); protoactor logs dead letters at Info, which warnOnly
+	// drops anyway.
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(warnOnly{logger.Handler()}).With("component", "protoactor")
-	}))
+	}), actor.WithDeadLetterThrottleInterval(time.Millisecond))
 	win := int32(t.cfg.MaxMessageBytes)
 	// On the client side of a connection (which receives only
 	// protoactor's connection replies) gRPC reads every message into a

@@ -7,9 +7,5 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// protoactor starts a one-second timer goroutine on an actor
-	// system's first dead letter (its log throttle); it ends by itself,
-	// sometimes after the last test.
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"))
+	goleak.VerifyTestMain(m)
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/keygroup"
@@ -574,4 +576,7 @@ func TestFailureWithoutRestartStrategySaysSo(t *testing.T) {
 	if !errors.Is(err, actors.ErrRestartsExhausted) || !strings.Contains(err.Error(), "not restarted: the job has no restart strategy") || !strings.Contains(err.Error(), "boom") {
 		t.Fatalf("error %v", err)
 	}
+	// Every goroutine of the job ends with it (protoactor's dead-letter
+	// throttle, opened by the teardown, within milliseconds).
+	goleak.VerifyNone(t) // retries for about 0.4 s
 }
