@@ -88,7 +88,7 @@ func TestBadConfigs(t *testing.T) {
 		{"mqtt", func(s string) string {
 			return strings.Replace(s, "generator: {count: 10}", "mqtt: {broker: 'http://x', topics: ['a/#/b', 's+/x'], qos: 3, format: json, fields: {id: string, ts: {type: time, column: 2}}}", 1)
 		}, []string{
-			`pipelines[0].source.mqtt.broker: "http://x" must be a tcp://, ssl://, mqtt://, mqtts://, ws:// or wss:// URL`,
+			`pipelines[0].source.mqtt.broker: "http://x" must be a tcp://, mqtt://, ssl://, tls://, mqtts://, tcps://, mqtt+ssl://, unix://, ws:// or wss:// URL`,
 			`pipelines[0].source.mqtt.topics[0]: "a/#/b" may have # only as its last level`,
 			`pipelines[0].source.mqtt.topics[1]: "s+/x" may have + only as a whole level`,
 			`pipelines[0].source.mqtt.qos: (3) must be 1 or 2`,
@@ -162,6 +162,36 @@ func TestShippedConfigsCurrent(t *testing.T) {
 			if strings.Contains(strings.ToLower(string(data)), stale) {
 				t.Errorf("%s says %q", f, stale)
 			}
+		}
+	}
+}
+
+// The external broker's URL: every scheme the readers dial, a host and a
+// port in [1, 65535] (there is no default port), a socket path for
+// unix://; a websocket URL may leave its port to the scheme.
+func TestBrokerURLChecked(t *testing.T) {
+	for _, c := range []struct{ broker, problem string }{
+		{"tcp://127.0.0.1:1883", ""},
+		{"mqtt://broker.local:1883", ""},
+		{"ssl://127.0.0.1:8883", ""},
+		{"tls://127.0.0.1:8883", ""},
+		{"mqtts://127.0.0.1:8883", ""},
+		{"tcps://127.0.0.1:8883", ""},
+		{"mqtt+ssl://127.0.0.1:8883", ""},
+		{"tcp://[::1]:1883", ""},
+		{"unix:///run/mosquitto.sock", ""},
+		{"ws://127.0.0.1/mqtt", ""},
+		{"wss://127.0.0.1:443/mqtt", ""},
+		{"tcp://127.0.0.1", `"tcp://127.0.0.1" has no port (tcp://127.0.0.1:1883, say)`},
+		{"tcp://127.0.0.1:99999", `"tcp://127.0.0.1:99999" has port "99999": it must be in [1, 65535]`},
+		{"tcp://127.0.0.1:0", `"tcp://127.0.0.1:0" has port "0": it must be in [1, 65535]`},
+		{"tcp://:1883", `"tcp://:1883" has no host`},
+		{"unix://", `"unix://" has no socket path (unix:///path/to/socket)`},
+		{"http://x:80", `"http://x:80" must be a tcp://, mqtt://, ssl://, tls://, mqtts://, tcps://, mqtt+ssl://, unix://, ws:// or wss:// URL`},
+		{"127.0.0.1:1883", `"127.0.0.1:1883" is not a URL`},
+	} {
+		if got := checkBrokerURL(c.broker); got != c.problem {
+			t.Errorf("%s: %q, want %q", c.broker, got, c.problem)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -467,14 +468,8 @@ func (pc *PipelineConfig) compileSource(p *problems, path string, pl *plan) *Sch
 		m := s.MQTT
 		mp := path + ".mqtt"
 		if m.Broker != "" {
-			u, err := url.Parse(m.Broker)
-			switch {
-			case err != nil:
-				p.add(mp+".broker", fmt.Sprintf("%q is not a URL", m.Broker))
-			case u.Scheme != "tcp" && u.Scheme != "ssl" && u.Scheme != "ws" && u.Scheme != "wss" && u.Scheme != "mqtt" && u.Scheme != "mqtts":
-				p.add(mp+".broker", fmt.Sprintf("%q must be a tcp://, ssl://, mqtt://, mqtts://, ws:// or wss:// URL", m.Broker))
-			case u.Host == "":
-				p.add(mp+".broker", fmt.Sprintf("%q has no host", m.Broker))
+			if problem := checkBrokerURL(m.Broker); problem != "" {
+				p.add(mp+".broker", problem)
 			}
 		}
 		if len(m.Topics) == 0 {
@@ -1030,4 +1025,42 @@ func msCeil(d time.Duration) int64 {
 		ms++
 	}
 	return ms
+}
+
+// brokerSchemes are the schemes of the external broker URLs the MQTT
+// readers dial (the direct reader all but ws and wss, which paho dials).
+var brokerSchemes = []string{"tcp", "mqtt", "ssl", "tls", "mqtts", "tcps", "mqtt+ssl", "unix", "ws", "wss"}
+
+// checkBrokerURL returns what is wrong with broker as the URL of an
+// external broker, or "": a known scheme, and a host and a port in
+// [1, 65535] (there is no default port; a websocket URL may leave it to
+// its scheme), or a socket path for unix://.
+func checkBrokerURL(broker string) string {
+	u, err := url.Parse(broker)
+	if err != nil {
+		return fmt.Sprintf("%q is not a URL", broker)
+	}
+	if !slices.Contains(brokerSchemes, u.Scheme) {
+		return fmt.Sprintf("%q must be a tcp://, mqtt://, ssl://, tls://, mqtts://, tcps://, mqtt+ssl://, unix://, ws:// or wss:// URL", broker)
+	}
+	if u.Scheme == "unix" {
+		if u.Host == "" && u.Path == "" {
+			return fmt.Sprintf("%q has no socket path (unix:///path/to/socket)", broker)
+		}
+		return ""
+	}
+	if u.Hostname() == "" {
+		return fmt.Sprintf("%q has no host", broker)
+	}
+	port := u.Port()
+	if port == "" {
+		if u.Scheme == "ws" || u.Scheme == "wss" {
+			return ""
+		}
+		return fmt.Sprintf("%q has no port (%s://%s:1883, say)", broker, u.Scheme, u.Hostname())
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Sprintf("%q has port %q: it must be in [1, 65535]", broker, port)
+	}
+	return ""
 }
