@@ -31,12 +31,17 @@ type pubConn struct {
 	keepAlive time.Duration
 
 	mu       sync.Mutex
-	out      []byte        // packets to write next; guarded by mu
-	spare    []byte        // the writer's last buffer, reused; guarded by mu
-	inflight []bool        // packet ids not yet completed (QoS 1 and 2); guarded by mu
-	unacked  int           // count of true in inflight; guarded by mu
-	queued   int64         // publishes put into out; guarded by mu
-	written  int64         // publishes handed to the kernel; guarded by mu
+	out      []byte // packets to write next; guarded by mu
+	spare    []byte // the writer's last buffer, reused; guarded by mu
+	inflight []bool // packet ids not yet completed (QoS 1 and 2); guarded by mu
+	unacked  int    // count of true in inflight; guarded by mu
+	queued   int64  // publishes put into out; guarded by mu
+	written  int64  // publishes handed to the kernel; guarded by mu
+	// since is when the broker last made progress: an acknowledgement
+	// (QoS 1 and 2) or a write of publishes (QoS 0), or the moment a
+	// publish became outstanding when none was. Writes of PINGREQs and
+	// PUBRELs do not count. Guarded by mu.
+	since    time.Time
 	err      error         // the first failure; guarded by mu
 	lastID   uint16        // last packet id given; publishing goroutine only
 	wake     chan struct{} // capacity 1: out has bytes for the writer
@@ -60,6 +65,10 @@ func leanScheme(broker string) bool {
 	return false
 }
 
+// pubKeepAlive is the keep-alive a pubConn announces; it sends PINGREQ
+// every half of it when it has written nothing else.
+var pubKeepAlive = 30 * time.Second
+
 // dialPubConn connects to cfg.Broker, sends CONNECT (clean session) and
 // waits for a successful CONNACK, then starts the reader and the writer.
 func dialPubConn(cfg PublisherConfig) (*pubConn, error) {
@@ -78,7 +87,7 @@ func dialPubConn(cfg PublisherConfig) (*pubConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: connect to %s: %w", ErrPublish, cfg.Broker, err)
 	}
-	const keepAlive = 30 * time.Second
+	keepAlive := pubKeepAlive
 	cp := packets.NewControlPacket(packets.Connect).(*packets.ConnectPacket)
 	cp.ProtocolName, cp.ProtocolVersion = "MQTT", 4
 	cp.CleanSession = true
@@ -162,7 +171,12 @@ func (c *pubConn) publish(topic string, payload []byte, limit int) error {
 		}
 		id = c.lastID
 		c.inflight[id] = true
+		if c.unacked == 0 {
+			c.since = time.Now()
+		}
 		c.unacked++
+	} else if c.queued == c.written {
+		c.since = time.Now()
 	}
 	c.out = appendPublish(c.out, c.qos, id, topic, payload, rl)
 	c.queued++
@@ -179,10 +193,13 @@ func (c *pubConn) flush() error {
 }
 
 // waitLocked waits, with mu held (released while waiting), until ok or a
-// failure; it fails when no acknowledgement or write made progress within
-// the timeout.
+// failure; it fails when the broker made no progress (see since) for the
+// timeout while publishes were outstanding. The connection's own writes
+// (PINGREQ every half keep-alive) do not count: a hung broker whose
+// socket still takes them fails as one that is gone.
 func (c *pubConn) waitLocked(ok func() bool) error {
-	var timer *time.Timer
+	timer := time.NewTimer(c.timeout)
+	defer timer.Stop()
 	for {
 		if c.err != nil {
 			return c.err
@@ -190,22 +207,17 @@ func (c *pubConn) waitLocked(ok func() bool) error {
 		if ok() {
 			return nil
 		}
-		if timer == nil {
-			timer = time.NewTimer(c.timeout)
-			defer timer.Stop()
-		} else {
-			timer.Reset(c.timeout)
+		left := time.Until(c.since.Add(c.timeout))
+		if left <= 0 {
+			return fmt.Errorf("%w: no acknowledgement within %s", ErrPublish, c.timeout)
 		}
+		timer.Reset(left)
 		c.mu.Unlock()
 		select {
 		case <-c.progress:
-			c.mu.Lock()
 		case <-timer.C:
-			c.mu.Lock()
-			if c.err == nil && !ok() {
-				return fmt.Errorf("%w: no acknowledgement within %s", ErrPublish, c.timeout)
-			}
 		}
+		c.mu.Lock()
 	}
 }
 
@@ -261,6 +273,9 @@ func (c *pubConn) write() {
 		}
 		c.mu.Lock()
 		c.spare = buf[:0]
+		if c.qos == 0 && queued > c.written {
+			c.since = time.Now()
+		}
 		c.written = queued
 		c.mu.Unlock()
 		ring(c.progress)
@@ -300,6 +315,7 @@ func (c *pubConn) complete(id uint16) {
 	if c.inflight != nil && c.inflight[id] {
 		c.inflight[id] = false
 		c.unacked--
+		c.since = time.Now()
 	}
 	c.mu.Unlock()
 	ring(c.progress)

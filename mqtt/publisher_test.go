@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,6 +152,45 @@ func TestPublisherBoundsInflight(t *testing.T) {
 	}
 	if got := f.count(); got != 8 {
 		t.Fatalf("broker got %d publishes, want 8", got)
+	}
+}
+
+// A broker that hangs with its connection open (it reads everything, the
+// PINGREQs the publisher sends while it waits included, and answers
+// nothing) fails a flush after the timeout: the publisher's own pings are
+// no acknowledgement.
+func TestPublisherHungBrokerTimesOutDespitePings(t *testing.T) {
+	saved := pubKeepAlive
+	pubKeepAlive = 60 * time.Millisecond // a PINGREQ every 30 ms of quiet
+	t.Cleanup(func() { pubKeepAlive = saved })
+	var pings atomic.Int32
+	f := startFakeBroker(t, packets.Accepted, func(pk packets.ControlPacket, _ net.Conn) bool {
+		if _, ok := pk.(*packets.PingreqPacket); ok {
+			pings.Add(1)
+		}
+		return true
+	})
+	pub, err := NewPublisher(fakeConfig(f, 8, 300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	if err := pub.Publish("t", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- pub.Flush() }()
+	var ferr error
+	select {
+	case ferr = <-done:
+	case <-time.After(waitBound):
+		t.Fatalf("the flush still waits after %v (%d PINGREQs meanwhile): the pings reset the timeout", waitBound, pings.Load())
+	}
+	if !errors.Is(ferr, ErrPublish) || !strings.Contains(ferr.Error(), "no acknowledgement within 300ms") {
+		t.Fatalf("flush: %v, want no acknowledgement within 300ms", ferr)
+	}
+	if n := pings.Load(); n < 3 {
+		t.Fatalf("%d PINGREQs while the flush waited: the test did not reach the path it names", n)
 	}
 }
 
