@@ -70,6 +70,10 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		return exitUsage
 	}
+	if timeout <= 0 {
+		fmt.Fprintf(stderr, "edged cluster %s: --timeout (%v) must be positive\n%s", sub, timeout, clusterUsage)
+		return exitUsage
+	}
 	want := 0
 	if sub == "drain" || sub == "undrain" {
 		want = 1

@@ -219,6 +219,10 @@ func runClient(ctx context.Context, cmd string, args []string, stdout, stderr io
 	if err != nil {
 		return exitUsage
 	}
+	if timeout <= 0 {
+		fmt.Fprintf(stderr, "edged %s: --timeout (%v) must be positive\n%s", cmd, timeout, usage)
+		return exitUsage
+	}
 	want := 1
 	if cmd == "list" {
 		want = 0

@@ -76,6 +76,9 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"run", "--no-such-flag"},
 		{"savepoint"},
 		{"list", "extra"},
+		{"list", "--timeout", "-1s"},
+		{"stop", "--timeout", "0s", "job"},
+		{"cluster", "status", "--timeout", "-1s"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), args, &out, &errb); code != 2 {
