@@ -13,7 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-
 	"github.com/edgedio/edged/snapshot"
 )
 
