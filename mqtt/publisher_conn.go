@@ -31,17 +31,13 @@ type pubConn struct {
 	keepAlive time.Duration
 
 	mu       sync.Mutex
-	out      []byte // packets to write next; guarded by mu
-	spare    []byte // the writer's last buffer, reused; guarded by mu
-	inflight []bool // packet ids not yet completed (QoS 1 and 2); guarded by mu
-	unacked  int    // count of true in inflight; guarded by mu
-	queued   int64  // publishes put into out; guarded by mu
-	written  int64  // publishes handed to the kernel; guarded by mu
-	// since is when the broker last made progress: an acknowledgement
-	// (QoS 1 and 2) or a write of publishes (QoS 0), or the moment a
-	// publish became outstanding when none was. Writes of PINGREQs and
-	// PUBRELs do not count. Guarded by mu.
-	since    time.Time
+	out      []byte        // packets to write next; guarded by mu
+	spare    []byte        // the writer's last buffer, reused; guarded by mu
+	inflight []bool        // packet ids not yet completed (QoS 1 and 2); guarded by mu
+	unacked  int           // count of true in inflight; guarded by mu
+	queued   int64         // publishes put into out; guarded by mu
+	written  int64         // publishes handed to the kernel; guarded by mu
+	acked    int64         // publishes acknowledged (QoS 1 and 2); guarded by mu
 	err      error         // the first failure; guarded by mu
 	lastID   uint16        // last packet id given; publishing goroutine only
 	wake     chan struct{} // capacity 1: out has bytes for the writer
@@ -171,12 +167,7 @@ func (c *pubConn) publish(topic string, payload []byte, limit int) error {
 		}
 		id = c.lastID
 		c.inflight[id] = true
-		if c.unacked == 0 {
-			c.since = time.Now()
-		}
 		c.unacked++
-	} else if c.queued == c.written {
-		c.since = time.Now()
 	}
 	c.out = appendPublish(c.out, c.qos, id, topic, payload, rl)
 	c.queued++
@@ -193,13 +184,14 @@ func (c *pubConn) flush() error {
 }
 
 // waitLocked waits, with mu held (released while waiting), until ok or a
-// failure; it fails when the broker made no progress (see since) for the
-// timeout while publishes were outstanding. The connection's own writes
-// (PINGREQ every half keep-alive) do not count: a hung broker whose
-// socket still takes them fails as one that is gone.
+// failure; it fails when the broker made no progress for the timeout: no
+// acknowledgement (QoS 1 and 2), no publish written (QoS 0). The
+// connection's other writes (a PINGREQ every half keep-alive, PUBRELs)
+// do not count: a hung broker whose socket still takes them fails as
+// one that is gone.
 func (c *pubConn) waitLocked(ok func() bool) error {
-	timer := time.NewTimer(c.timeout)
-	defer timer.Stop()
+	var timer *time.Timer
+	var mark int64
 	for {
 		if c.err != nil {
 			return c.err
@@ -207,18 +199,35 @@ func (c *pubConn) waitLocked(ok func() bool) error {
 		if ok() {
 			return nil
 		}
-		left := time.Until(c.since.Add(c.timeout))
-		if left <= 0 {
-			return fmt.Errorf("%w: no acknowledgement within %s", ErrPublish, c.timeout)
+		if m := c.progressMark(); timer == nil || m != mark {
+			mark = m
+			if timer == nil {
+				timer = time.NewTimer(c.timeout)
+				defer timer.Stop()
+			} else {
+				timer.Reset(c.timeout)
+			}
 		}
-		timer.Reset(left)
 		c.mu.Unlock()
 		select {
 		case <-c.progress:
+			c.mu.Lock()
 		case <-timer.C:
+			c.mu.Lock()
+			if c.err == nil && !ok() && c.progressMark() == mark {
+				return fmt.Errorf("%w: no acknowledgement within %s", ErrPublish, c.timeout)
+			}
 		}
-		c.mu.Lock()
 	}
+}
+
+// progressMark counts what the broker has done: publishes acknowledged
+// (QoS 1 and 2), written (QoS 0). mu must be held.
+func (c *pubConn) progressMark() int64 {
+	if c.qos == 0 {
+		return c.written
+	}
+	return c.acked
 }
 
 // fail records the first failure and wakes the publishing goroutine.
@@ -273,9 +282,6 @@ func (c *pubConn) write() {
 		}
 		c.mu.Lock()
 		c.spare = buf[:0]
-		if c.qos == 0 && queued > c.written {
-			c.since = time.Now()
-		}
 		c.written = queued
 		c.mu.Unlock()
 		ring(c.progress)
@@ -315,7 +321,7 @@ func (c *pubConn) complete(id uint16) {
 	if c.inflight != nil && c.inflight[id] {
 		c.inflight[id] = false
 		c.unacked--
-		c.since = time.Now()
+		c.acked++
 	}
 	c.mu.Unlock()
 	ring(c.progress)
