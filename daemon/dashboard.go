@@ -182,11 +182,7 @@ func (n *node) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	by, total, recent := n.clusterDeadLetters(r.Context(), j, limit)
-	l := DeadLetterList{Job: j.name, Total: total, ByNode: by, Recent: recent}
-	if l.Recent == nil {
-		l.Recent = []DeadLetterInfo{}
-	}
-	writeJSON(w, http.StatusOK, l)
+	writeJSON(w, http.StatusOK, DeadLetterList{Job: j.name, Total: total, ByNode: by, Recent: recent})
 }
 
 // deadLetters builds the answer from the recent dead letters (oldest

@@ -147,11 +147,10 @@ func (s *SocketSource[T]) read(ctx context.Context) error {
 	for {
 		raw, n, long, err := r.readLine()
 		var l socketLine
-		switch {
-		case long:
+		if long {
 			l = socketLine{text: string(raw), n: n}
-		case len(trimEOL(raw)) > 0:
-			l = socketLine{text: string(trimEOL(raw))}
+		} else if line := trimEOL(raw); len(line) > 0 {
+			l = socketLine{text: string(line)}
 		}
 		if l.text != "" {
 			select {
