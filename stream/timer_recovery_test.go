@@ -111,6 +111,29 @@ func (f *countTimers) OnTimer(ts int64, ctx *operators.KeyedContext[string, stri
 	return nil
 }
 
+// timerJob is a gated source (parallelism 1) of the timestamps 10 s, 5 s,
+// 5 s, 20 s -> per-event watermarks, no out-of-orderness -> a map that
+// fails at record failAt once (0: never), counting the records in seen
+// -> one key -> countTimers (uid "timers") -> exactly-once file sink in
+// out.
+func timerJob(g *gate, out string, seen *atomic.Int64, failAt int64, opts ...stream.Option) *stream.Environment {
+	env := stream.NewEnvironment("timer-behind", opts...)
+	src := stream.FromSource(env, "ts", func() operators.Source[int64] {
+		return &gatedSource{all: []int64{10_000, 5_000, 5_000, 20_000}, gate: g}
+	}).SetParallelism(1).UID("ts").
+		AssignTimestampsAndWatermarks("wm", watermark.ForBoundedOutOfOrderness(0, func(ts int64) int64 { return ts }).WithPerEventEmit())
+	failing := stream.Map(src, "fail", func(ts int64) (int64, error) {
+		if seen.Add(1) == failAt {
+			return 0, fmt.Errorf("injected failure at record %d", failAt)
+		}
+		return ts, nil
+	})
+	stream.KeyedProcess(stream.KeyBy(failing, func(int64) string { return "a" }), "timers",
+		func() operators.KeyedProcessFunction[string, int64, string] { return &countTimers{} }).UID("timers").
+		To("out", func() operators.Sink[string] { return operators.NewFileSink(out, func(s string) string { return s }) }).UID("out")
+	return env
+}
+
 // A timer registered at or behind the watermark fires when the next
 // watermark arrives, after the records before it, and a restore does not
 // change that: the restored watermark is given back to the operators
@@ -126,21 +149,8 @@ func TestTimerBehindWatermarkSameAfterRestore(t *testing.T) {
 		cfg.Interval = time.Hour // only the savepoint
 		var seen atomic.Int64
 		g := newGate()
-		env := stream.NewEnvironment("timer-behind", stream.WithParallelism(1), stream.WithCheckpointing(cfg),
+		env := timerJob(g, out, &seen, failAt, stream.WithParallelism(1), stream.WithCheckpointing(cfg),
 			stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 1}))
-		src := stream.FromSource(env, "ts", func() operators.Source[int64] {
-			return &gatedSource{all: []int64{10_000, 5_000, 5_000, 20_000}, gate: g}
-		}).UID("ts").
-			AssignTimestampsAndWatermarks("wm", watermark.ForBoundedOutOfOrderness(0, func(ts int64) int64 { return ts }).WithPerEventEmit())
-		failing := stream.Map(src, "fail", func(ts int64) (int64, error) {
-			if seen.Add(1) == failAt {
-				return 0, fmt.Errorf("injected failure at record %d", failAt)
-			}
-			return ts, nil
-		})
-		stream.KeyedProcess(stream.KeyBy(failing, func(int64) string { return "a" }), "timers",
-			func() operators.KeyedProcessFunction[string, int64, string] { return &countTimers{} }).UID("timers").
-			To("out", func() operators.Sink[string] { return operators.NewFileSink(out, func(s string) string { return s }) }).UID("out")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		job, err := env.ExecuteAsync(ctx)
@@ -169,5 +179,42 @@ func TestTimerBehindWatermarkSameAfterRestore(t *testing.T) {
 	}
 	if got := run(t, 3); !slices.Equal(got, want) {
 		t.Fatalf("after the restore:\n%s\nwant the failure-free run's:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// The same through a user's stop and start at another parallelism: the
+// job stopped with a savepoint after the second record (its timer at 5 s
+// queued behind the watermark) and started again from it with the keyed
+// process at parallelism 2 commits what the run without the stop commits.
+func TestTimerBehindWatermarkSameAfterRescale(t *testing.T) {
+	out := t.TempDir()
+	cfg := checkpointConfig(t, snapshot.ExactlyOnce)
+	cfg.Interval = time.Hour
+	var seen atomic.Int64
+	g := newGate()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	job, err := timerJob(g, out, &seen, 0, stream.WithParallelism(1), stream.WithCheckpointing(cfg)).ExecuteAsync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.allow(2)
+	testutil.Eventually(t, 30*time.Second, "the first two records processed", func() bool { return seen.Load() >= 2 })
+	sp, err := job.StopWithSavepoint(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	g = newGate()
+	g.allow(4)
+	if err := execute(t, timerJob(g, out, &seen, 0, stream.WithParallelism(2), stream.WithCheckpointing(cfg), stream.WithSavepoint(sp, false))); err != nil {
+		t.Fatal(err)
+	}
+	lines := committedLines(t, out)
+	slices.Sort(lines)
+	if want := []string{"timer 10000 fired at count 4", "timer 20000 fired at count 4", "timer 5000 fired at count 4"}; !slices.Equal(lines, want) {
+		t.Fatalf("after the stop and the start at parallelism 2:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
 }
