@@ -14,6 +14,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edgedio/edged/internal/testutil"
+	"github.com/edgedio/edged/operators"
 )
 
 // clusterMember is one edged process of a cluster test.
@@ -559,7 +560,7 @@ func TestClusterWorkerFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with three subprocesses and SIGKILL")
 	}
-	members := startCluster(t, true)
+	members := startClusterEdited(t, true, withNodeLocalFileSink)
 	l := newClusterLoad(t, members)
 	a, c := members[0], members[2]
 	client := &http.Client{Timeout: time.Second}
@@ -609,6 +610,133 @@ func TestClusterWorkerFailover(t *testing.T) {
 	if s, err := a.status(client); err == nil {
 		t.Logf("failovers: %+v", s.Failovers)
 	}
+	// The file sink's subtask on c moved to a live node at the failover
+	// and back to c by handover: the union of the nodes' dirs holds
+	// every window exactly once.
+	checkFileSinkUnion(t, members, n3/windowMS, 60*time.Second)
+}
+
+// withNodeLocalFileSink adds to a cluster node's config a second sink, an
+// exactly-once file sink writing to a dir under the node's own data dir.
+func withNodeLocalFileSink(cfg string) string {
+	const mqttSink = "      - mqtt: {topic: \"agg/{id}\", qos: 1}\n"
+	var data string
+	for _, line := range strings.Split(cfg, "\n") {
+		if v, ok := strings.CutPrefix(line, "  data_dir: "); ok {
+			data = v
+		}
+	}
+	if data == "" || !strings.Contains(cfg, mqttSink) {
+		panic("withNodeLocalFileSink: unexpected config:\n" + cfg)
+	}
+	return strings.Replace(cfg, mqttSink, mqttSink+fmt.Sprintf("      - file: {dir: %q}\n", filepath.Join(data, "out")), 1)
+}
+
+// checkFileSinkUnion waits until the union of the members' file-sink dirs
+// (withNodeLocalFileSink), each part name taken once, holds a result of
+// every sensor for each of the first windows windows, and checks that
+// each is there exactly once with the exact count, that a part in two
+// dirs has the same content in both, and that some sink subtask moved:
+// its parts are in two nodes' dirs.
+func checkFileSinkUnion(t *testing.T, members []*clusterMember, windows int, timeout time.Duration) {
+	t.Helper()
+	var byKey map[winKey][]result
+	var wroteOn map[string]map[string]bool // sink subtask -> nodes whose dir holds its parts
+	read := func() error {
+		byKey = map[winKey][]result{}
+		wroteOn = map[string]map[string]bool{}
+		parts := map[string][]byte{}
+		for _, m := range members {
+			dir := filepath.Join(filepath.Dir(m.cfgPath), "data", "out", "windows")
+			paths, err := operators.CommittedParts(dir)
+			if err != nil && !os.IsNotExist(err) {
+				return err
+			}
+			for _, p := range paths {
+				b, err := os.ReadFile(p)
+				if err != nil {
+					return err
+				}
+				name := filepath.Base(p)
+				sub, _, _ := strings.Cut(strings.TrimPrefix(name, "part-"), "-")
+				if wroteOn[sub] == nil {
+					wroteOn[sub] = map[string]bool{}
+				}
+				wroteOn[sub][m.id] = true
+				if prev, ok := parts[name]; ok {
+					if string(prev) != string(b) {
+						t.Fatalf("part %s differs between two nodes' dirs", name)
+					}
+					continue
+				}
+				parts[name] = b
+			}
+		}
+		for name, b := range parts {
+			for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+				if line == "" {
+					continue
+				}
+				var r result
+				if err := json.Unmarshal([]byte(line), &r); err != nil || r.ID == "" {
+					t.Fatalf("part %s: malformed line %q (%v)", name, line, err)
+				}
+				k := winKey{r.ID, r.WindowStart}
+				byKey[k] = append(byKey[k], r)
+			}
+		}
+		return nil
+	}
+	complete := func() bool {
+		if err := read(); err != nil {
+			t.Fatal(err)
+		}
+		for w := range windows {
+			for s := range sensors {
+				if len(byKey[winKey{sensorOf(s), epochMS + int64(w)*windowMS}]) == 0 {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	if !testutil.Within(timeout, complete) {
+		var missing []winKey
+		for w := range windows {
+			for s := range sensors {
+				if k := (winKey{sensorOf(s), epochMS + int64(w)*windowMS}); len(byKey[k]) == 0 {
+					missing = append(missing, k)
+				}
+			}
+		}
+		for _, m := range members {
+			dir := filepath.Join(filepath.Dir(m.cfgPath), "data", "out", "windows")
+			entries, _ := os.ReadDir(dir)
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			t.Logf("node %s: %s holds %v", m.id, dir, names)
+		}
+		t.Fatalf("the file sinks' dirs lack %d of %d window results after %v, first %v", len(missing), windows*sensors, timeout, missing[0])
+	}
+	for k, rs := range byKey {
+		if len(rs) > 1 {
+			t.Fatalf("window %v: %d lines in the file sinks' dirs: committed twice", k, len(rs))
+		}
+		if k.start < epochMS+int64(windows)*windowMS && rs[0].Count != perSensor {
+			t.Fatalf("window %v: count %d in the file sink, want %d", k, rs[0].Count, perSensor)
+		}
+	}
+	moved := false
+	for sub, nodes := range wroteOn {
+		t.Logf("file sink subtask %s: parts on %d nodes", sub, len(nodes))
+		moved = moved || len(nodes) > 1
+	}
+	if !moved {
+		t.Fatal("no file sink subtask committed parts on two nodes: none moved")
+	}
+	t.Logf("file sinks: %d window results, each once", len(byKey))
 }
 
 // hostsAndServes is a worker's readiness: it answers GET /cluster/worker
