@@ -11,8 +11,8 @@ import (
 
 // MaxLineSize is the longest line, in bytes, that the line sources
 // (LineFileSource, SocketSource) take: a longer one is a malformed line
-// of LineFileSource (its dead letter's error wraps bufio.ErrTooLong) and
-// fails SocketSource.
+// (its dead letter's error wraps bufio.ErrTooLong) holding its first
+// bytes.
 const MaxLineSize = 1 << 20
 
 // malformedLines counts the lines a line source could not parse and hands
@@ -58,6 +58,7 @@ type LineFileSource[T any] struct {
 	path  string
 	parse func(line string) (T, error)
 	bad   malformedLines
+	long  func(prefix string, err error) T // WithLongLines
 
 	active bool // this subtask reads the file (subtask 0)
 	f      *os.File
@@ -86,8 +87,20 @@ func (s *LineFileSource[T]) WithDeadLetter(f func(line string, err error)) *Line
 	return s
 }
 
-// Malformed returns how many lines parse has rejected so far. Safe to call
-// from any goroutine.
+// WithLongLines makes every line longer than MaxLineSize an element:
+// f gets the line's first bytes and the error (wrapping
+// bufio.ErrTooLong), and what it returns is emitted in the line's place,
+// so that a job whose dead letters are elements of the stream (a declared
+// pipeline's) keeps it with the others. Such a line still counts in
+// Malformed, and is not passed to the dead-letter function. Set it before
+// Open.
+func (s *LineFileSource[T]) WithLongLines(f func(prefix string, err error) T) *LineFileSource[T] {
+	s.long = f
+	return s
+}
+
+// Malformed returns how many lines parse has rejected so far, and the
+// lines longer than MaxLineSize. Safe to call from any goroutine.
 func (s *LineFileSource[T]) Malformed() int64 { return s.bad.count.Load() }
 
 // Open opens the file on subtask 0 and seeks to the position set by
@@ -157,7 +170,13 @@ func (s *LineFileSource[T]) Poll(out Collector[T], limit int) (Status, error) {
 		at := s.pos
 		s.pos += n
 		if long {
-			s.bad.report(string(raw), fmt.Errorf("line file source: the line at offset %d has %d bytes, more than %d: %w", at, n, MaxLineSize, bufio.ErrTooLong))
+			err := fmt.Errorf("line file source: the line at offset %d has %d bytes, more than %d: %w", at, n, MaxLineSize, bufio.ErrTooLong)
+			if s.long != nil {
+				s.bad.count.Add(1)
+				out.Collect(s.long(string(raw), err))
+			} else {
+				s.bad.report(string(raw), err)
+			}
 		} else if line := trimEOL(raw); len(line) > 0 {
 			text := string(line)
 			if v, perr := s.parse(text); perr != nil {

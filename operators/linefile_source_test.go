@@ -166,6 +166,25 @@ func TestLineFileSourceLongLines(t *testing.T) {
 	if want := int64(len("a\n") + MaxLineSize + 3 + len("b\n") + MaxLineSize + 1 + 3*MaxLineSize + 1 + 1); src.Position() != want {
 		t.Errorf("position %d at the end, want %d", src.Position(), want)
 	}
+
+	// WithLongLines: a long line is an element in its place, counted,
+	// and not passed to the dead-letter function.
+	dead = nil
+	src = NewLineFileSource(tooLong, func(s string) (string, error) { return s, nil }).
+		WithDeadLetter(func(line string, err error) { dead = append(dead, line) }).
+		WithLongLines(func(prefix string, err error) string {
+			if !errors.Is(err, bufio.ErrTooLong) {
+				t.Errorf("long line error %v", err)
+			}
+			return "long:" + prefix[:3]
+		})
+	got, err = runSource(t, Source[string](src), subtaskContext(0, 1), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 6 || got[1] != "long:zzz" || got[4] != "long:qqq" || got[5] != "c" || len(dead) != 0 || src.Malformed() != 2 {
+		t.Errorf("got lines of lengths %v (%.12q), %d dead letters, %d malformed; want the long lines in place", lineLengths(got), got, len(dead), src.Malformed())
+	}
 }
 
 func lineLengths(lines []string) []int {

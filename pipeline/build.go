@@ -210,14 +210,16 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 		}).UID(uid("source"))
 		prep = prepare(b, gen, nil, nil, nil)
 	case src.File != nil:
-		lines := stream.FromSource(env, uid("source"), func() operators.Source[string] {
-			return operators.NewLineFileSource(src.File.Path, func(line string) (string, error) { return line, nil })
+		lines := stream.FromSource(env, uid("source"), func() operators.Source[fileLine] {
+			return operators.NewLineFileSource(src.File.Path, func(line string) (fileLine, error) { return fileLine{text: line}, nil }).
+				WithLongLines(func(prefix string, err error) fileLine { return fileLine{text: prefix, err: err} })
 		}).UID(uid("source")).SetParallelism(1)
 		decode := pl.json.Decode
 		if pl.csv != nil {
 			decode = pl.csv.Decode
 		}
-		prep = prepare(b, lines, decode, func(s string) string { return s }, nil)
+		// A line too long to read whole reaches the job as a dead letter.
+		prep = prepare(b, lines, decode, fileLine.raw, fileLine.reject)
 	case src.MQTT != nil:
 		log, err := in.MQTTLog(cfg.Name)
 		if err != nil {
@@ -414,6 +416,17 @@ type prepareFn[T any] struct {
 // maxInterned bounds the distinct strings a prepare subtask keeps to
 // share between records; past it the table starts again.
 const maxInterned = 4096
+
+// fileLine is a line of a file source: its text, or, for a line longer
+// than operators.MaxLineSize, its first bytes and the error that makes it
+// a dead letter.
+type fileLine struct {
+	text string
+	err  error
+}
+
+func (l fileLine) raw() string   { return l.text }
+func (l fileLine) reject() error { return l.err }
 
 // payloadString returns m's payload as a string without copying it: the
 // Message owns its payload and nothing writes to it. The string does not

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/edgedio/edged/operators"
 )
 
 // RecentDeadLetters keeps the latest RecentDeadLetters dead letters,
@@ -118,4 +120,36 @@ pipelines:
 		t.Fatal(err)
 	}
 	return cfg.Pipelines[0]
+}
+
+// A line of a file source longer than operators.MaxLineSize is a dead
+// letter with its first bytes, counted and written to the dead-letter
+// output like a malformed line, and the lines after it are read.
+func TestFileSourceLongLinesAreDeadLetters(t *testing.T) {
+	long := "s9,1547718199," + strings.Repeat("7", operators.MaxLineSize)
+	in := "s1,1547718199,20.5\n" + long + "\ns2,1547718199,21.5\n" + long + "\r\nbroken\ns3,1547718199,22.5\n" + long
+	out, job := run(t, csvPipeline(t, in))
+	if job.DeadLetters() != 4 {
+		t.Fatalf("dead letters = %d, want 4 (three long lines, one malformed)\n%.2000s", job.DeadLetters(), out)
+	}
+	var longs int
+	for _, d := range job.RecentDeadLetters() {
+		if strings.Contains(d.Err, "more than") && strings.HasPrefix(d.Payload, "s9,1547718199,777") {
+			longs++
+		}
+	}
+	if longs != 3 {
+		t.Fatalf("%d long-line dead letters among %+v", longs, job.RecentDeadLetters())
+	}
+	if n := strings.Count(out, DeadLetterPrefix); n != 4 {
+		t.Fatalf("%d dead-letter lines in the output, want 4", n)
+	}
+	for _, id := range []string{`"s1"`, `"s2"`, `"s3"`} {
+		if !strings.Contains(out, id) {
+			t.Fatalf("row %s missing from the output", id)
+		}
+	}
+	if len(out) > 100<<10 {
+		t.Fatalf("output of %d bytes: the long lines were not cut", len(out))
+	}
 }
