@@ -203,22 +203,7 @@ func writeCounter(path string, n uint64) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strconv.FormatUint(n, 10)+"\n"), 0o644); err != nil {
-		return fmt.Errorf("cluster: %w", err)
-	}
-	f, err := os.Open(tmp)
-	if err == nil {
-		err = f.Sync()
-		f.Close()
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = fsutil.SyncDir(dir)
-	}
-	if err != nil {
+	if err := fsutil.WriteFile(path, []byte(strconv.FormatUint(n, 10)+"\n")); err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
 	return nil

@@ -352,10 +352,12 @@ func lengthBytes(n int64) int {
 // identifier (from an older log) never match.
 //
 // paho reconnects by itself (ConnectRetry, AutoReconnect, backoff up to
-// MaxReconnectInterval), as the direct reader does (runDirect), and the
-// subscriber resubscribes on every connect.
-// Messages the broker resends before the subscription is renewed reach
-// the default publish handler, which is the same handler.
+// MaxReconnectInterval), as the direct reader does (runDirect). On every
+// connect the subscriber subscribes to what the session lacks (all on a
+// new session, see subscription: a resumed one is not subscribed again,
+// so that the broker does not resend its retained messages).
+// Messages the broker resends before a subscription is made reach the
+// default publish handler, which is the same handler.
 type Subscriber struct {
 	cfg    SubscriberConfig
 	log    *ingestlog.Log
@@ -376,8 +378,10 @@ type Subscriber struct {
 	slots    *byteBudget     // messages received, not yet acknowledged (MaxPending)
 	batches  sync.Pool       // of *batch
 	inflight sync.WaitGroup  // handlers, the direct reader and the acker
-	ready    chan struct{}   // closed after the first successful subscribe
+	ready    chan struct{}   // closed after the first successful subscribe (or resumed session)
 	once     sync.Once
+	subs     *subscriptions               // what the broker's session holds
+	pconn    atomic.Pointer[bufferedConn] // paho's latest connection (plain TCP only)
 
 	// seen is the latest record per packet id, within the last W fresh
 	// ones; filled by loadTail before Start, then used by paho's
@@ -612,10 +616,12 @@ func NewSubscriber(cfg SubscriberConfig, log *ingestlog.Log) (*Subscriber, error
 	}
 	tryCtx, cancel := context.WithCancel(context.Background())
 	cancel()
+	logger := cfg.Logger.With("component", "mqtt-subscriber", "broker", cfg.Broker, "client_id", cfg.ClientID)
 	return &Subscriber{
 		cfg:     cfg,
 		log:     log,
-		logger:  cfg.Logger.With("component", "mqtt-subscriber", "broker", cfg.Broker, "client_id", cfg.ClientID),
+		logger:  logger,
+		subs:    newSubscriptions(log.Dir(), cfg, logger),
 		tryCtx:  tryCtx,
 		pending: make(chan *batch, cfg.MaxPending),
 		budget:  newByteBudget(cfg.MaxPendingBytes),
@@ -662,7 +668,7 @@ func (s *Subscriber) Start(ctx context.Context) error {
 		SetMaxReconnectInterval(s.cfg.MaxReconnectInterval).
 		SetDefaultPublishHandler(s.handle).
 		SetOnConnectHandler(s.onConnect).
-		SetCustomOpenConnectionFn(bufferedDial(s.cfg.Broker, s.openConn)).
+		SetCustomOpenConnectionFn(bufferedDial(s.cfg.Broker, s.openConn, &s.pconn)).
 		SetConnectionLostHandler(func(_ paho.Client, err error) {
 			s.logger.Warn("mqtt subscriber: connection lost; reconnecting", "error", err)
 		})
@@ -675,28 +681,57 @@ func (s *Subscriber) Start(ctx context.Context) error {
 // the first time.
 func (s *Subscriber) Ready() <-chan struct{} { return s.ready }
 
-// onConnect (re)subscribes; paho calls it on its own goroutine after every
-// successful connect.
+// onConnect subscribes to what the session lacks (subscriptions.plan);
+// paho calls it on its own goroutine after every successful connect.
+// paho does not tell whether the session was resumed: the bufferedConn
+// read it from the CONNACK. A connection paho dialed itself (TLS,
+// WebSocket) counts as a new session, so every filter is subscribed to
+// again there, and the broker resends its retained messages.
 func (s *Subscriber) onConnect(c paho.Client) {
-	filters := make(map[string]byte, len(s.cfg.Topics))
-	for _, t := range s.cfg.Topics {
-		filters[t] = s.cfg.QoS
+	present := false
+	if bc := s.pconn.Load(); bc != nil {
+		present = bc.sessionPresent()
 	}
-	// nil callback: messages go to the default handler, like the ones the
-	// broker resends before this subscription is made.
-	tok := c.SubscribeMultiple(filters, nil)
-	if !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
-		err := tok.Error()
-		if err == nil {
-			err = errors.New("timed out")
+	p := s.subs.plan(present)
+	if len(p.unsub) > 0 {
+		tok := c.Unsubscribe(p.unsub...)
+		if !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+			s.logger.Error("mqtt subscriber: unsubscribe failed", "topics", p.unsub, "error", tok.Error())
+		} else {
+			s.unsubscribed(p.unsub)
 		}
-		// A persistent session keeps an earlier subscription; a first one
-		// is retried on the next reconnect.
-		s.logger.Error("mqtt subscriber: subscribe failed", "error", err)
+	}
+	if len(p.sub) > 0 {
+		filters := make(map[string]byte, len(p.sub))
+		for _, t := range p.sub {
+			filters[t] = s.cfg.QoS
+		}
+		// nil callback: messages go to the default handler, like the ones the
+		// broker resends before this subscription is made.
+		tok := c.SubscribeMultiple(filters, nil)
+		if !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+			err := tok.Error()
+			if err == nil {
+				err = errors.New("timed out")
+			}
+			// A persistent session keeps an earlier subscription; a first one
+			// is retried on the next reconnect.
+			s.logger.Error("mqtt subscriber: subscribe failed", "error", err)
+			return
+		}
+		granted := tok.(*paho.SubscribeToken).Result()
+		codes := make([]byte, len(p.sub))
+		for i, t := range p.sub {
+			q, ok := granted[t]
+			if !ok {
+				q = 0x80
+			}
+			codes[i] = q
+		}
+		_ = s.subscribed(p.sub, codes) // logged; a refusal is retried on the next connection
 		return
 	}
-	s.logger.Info("mqtt subscriber subscribed", "topics", s.cfg.Topics)
-	s.once.Do(func() { close(s.ready) })
+	s.resumed()
 }
 
 // handle runs on paho's goroutine for every message, in arrival order.

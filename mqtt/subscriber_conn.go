@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
@@ -45,6 +46,14 @@ type bufferedConn struct {
 	kick    chan struct{} // capacity 1: buf has bytes for the flusher
 	stopped chan struct{} // closed when the flusher returns
 	once    sync.Once
+
+	// The first bytes read: the CONNACK, whose session-present flag paho
+	// does not pass on after a reconnect. head is used by the reading
+	// goroutine only (paho's connect, then its reader, one after the
+	// other); present is read by onConnect.
+	head    [4]byte
+	nhead   int
+	present atomic.Bool
 }
 
 // newBufferedConn wraps c and starts its flusher; Close stops it.
@@ -60,7 +69,21 @@ func newBufferedConn(c net.Conn) *bufferedConn {
 }
 
 // Read reads through the buffer.
-func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+func (b *bufferedConn) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if b.nhead < len(b.head) {
+		b.nhead += copy(b.head[b.nhead:], p[:n])
+		if b.nhead == len(b.head) {
+			// CONNACK: type 2, remaining length 2, flags, return code.
+			b.present.Store(b.head[0] == 0x20 && b.head[1] == 2 && b.head[2]&1 == 1 && b.head[3] == 0)
+		}
+	}
+	return n, err
+}
+
+// sessionPresent reports whether the connection's CONNACK said the
+// broker resumed the session.
+func (b *bufferedConn) sessionPresent() bool { return b.present.Load() }
 
 // Write queues p for the flusher, or writes the buffer itself when it is
 // full (back-pressure on paho's writer).
@@ -150,7 +173,7 @@ func (b *bufferedConn) Close() error {
 // (or, when nil, a TCP dial with paho's dialer) wrapped in a
 // bufferedConn. It returns nil for a broker URL whose scheme is not plain
 // TCP ("tcp", "mqtt"), which paho then dials itself (TLS, WebSocket).
-func bufferedDial(broker string, dial paho.OpenConnectionFunc) paho.OpenConnectionFunc {
+func bufferedDial(broker string, dial paho.OpenConnectionFunc, last *atomic.Pointer[bufferedConn]) paho.OpenConnectionFunc {
 	if dial == nil {
 		u, err := url.Parse(broker)
 		if err != nil || (u.Scheme != "tcp" && u.Scheme != "mqtt") {
@@ -169,6 +192,8 @@ func bufferedDial(broker string, dial paho.OpenConnectionFunc) paho.OpenConnecti
 		if err != nil {
 			return nil, err
 		}
-		return newBufferedConn(c), nil
+		bc := newBufferedConn(c)
+		last.Store(bc)
+		return bc, nil
 	}
 }

@@ -182,8 +182,22 @@ func (s *Subscriber) directSession() (up bool, err error) {
 	}
 	s.connects.Add(1)
 	s.logger.Info("mqtt subscriber connected", "session_present", ack.SessionPresent)
-	if err := dc.subscribe(s.cfg.Topics, s.cfg.QoS); err != nil {
-		return true, err
+	// Unsubscribe first: the SUBACK, which makes the subscriber ready,
+	// then comes last.
+	p := s.subs.plan(ack.SessionPresent)
+	dc.plan = p
+	if len(p.unsub) > 0 {
+		if err := dc.unsubscribe(p.unsub); err != nil {
+			return true, err
+		}
+	}
+	if len(p.sub) > 0 {
+		if err := dc.subscribe(p.sub, s.cfg.QoS); err != nil {
+			return true, err
+		}
+	}
+	if len(p.sub) == 0 && len(p.unsub) == 0 {
+		s.resumed()
 	}
 	var pinger sync.WaitGroup
 	stop := make(chan struct{})
@@ -222,7 +236,7 @@ type inbound struct {
 }
 
 // decodeInbound decodes a packet a broker sends a subscriber: PUBLISH,
-// PUBREL, SUBACK, PINGRESP or DISCONNECT; anything else, or a packet
+// PUBREL, SUBACK, UNSUBACK, PINGRESP or DISCONNECT; anything else, or a packet
 // that does not decode, is ErrMalformedPacket. The result aliases body.
 // It never panics.
 func decodeInbound(fh packets.FixedHeader, body []byte) (inbound, error) {
@@ -250,6 +264,9 @@ func decodeInbound(fh packets.FixedHeader, body []byte) (inbound, error) {
 	case packets.Suback:
 		err = pk.SubackDecode(body)
 		in.id, in.codes = pk.PacketID, pk.ReasonCodes
+	case packets.Unsuback:
+		err = pk.UnsubackDecode(body)
+		in.id = pk.PacketID
 	case packets.Pingresp, packets.Disconnect:
 		if len(body) != 0 {
 			err = errors.New("unexpected body")
@@ -363,8 +380,13 @@ func (s *Subscriber) readLoop(dc *directConn) error {
 		case packets.Pubrel:
 			dc.queue(packets.Pubcomp, in.id)
 		case packets.Suback:
-			if err := s.subscribed(in.codes); err != nil {
+			if err := s.subscribed(dc.plan.sub, in.codes); err != nil {
 				return err
+			}
+		case packets.Unsuback:
+			s.unsubscribed(dc.plan.unsub)
+			if len(dc.plan.sub) == 0 {
+				s.resumed()
 			}
 		case packets.Pingresp:
 			s.pings.Add(1)
@@ -374,30 +396,55 @@ func (s *Subscriber) readLoop(dc *directConn) error {
 	}
 }
 
-// subscribed handles the SUBACK: every refused filter is logged; if all
-// are, the subscription failed (ErrSubscribeRefused: the connection is
-// given up and retried).
-func (s *Subscriber) subscribed(codes []byte) error {
+// subscribed handles the SUBACK of a SUBSCRIBE of filters (codes in
+// their order): every refused filter is logged, and the session's
+// record updated; if the session then holds no filter, the subscription
+// failed (ErrSubscribeRefused: the connection is given up and retried).
+func (s *Subscriber) subscribed(filters []string, codes []byte) error {
 	granted := 0
 	for i, c := range codes {
 		if c >= 0x80 {
 			topic := ""
-			if i < len(s.cfg.Topics) {
-				topic = s.cfg.Topics[i]
+			if i < len(filters) {
+				topic = filters[i]
 			}
 			s.logger.Error("mqtt subscriber: subscription refused", "topic", topic, "return_code", c)
 			continue
 		}
 		granted++
 	}
-	if granted == 0 {
-		err := fmt.Errorf("%w: %v (return codes %v)", ErrSubscribeRefused, s.cfg.Topics, codes)
+	held, err := s.subs.subscribed(filters, codes)
+	if err != nil {
+		s.logger.Warn("mqtt subscriber: the next session may subscribe again (the broker resends its retained messages)", "error", err)
+	}
+	if granted == 0 && held == 0 {
+		err := fmt.Errorf("%w: %v (return codes %v)", ErrSubscribeRefused, filters, codes)
 		s.logger.Error("mqtt subscriber: subscribe failed", "error", err)
 		return err
 	}
-	s.logger.Info("mqtt subscriber subscribed", "topics", s.cfg.Topics)
+	s.logger.Info("mqtt subscriber subscribed", "topics", filters, "granted", granted)
 	s.once.Do(func() { close(s.ready) })
 	return nil
+}
+
+// unsubscribed handles the UNSUBACK of an UNSUBSCRIBE of filters, which
+// the configuration no longer lists.
+func (s *Subscriber) unsubscribed(filters []string) {
+	if err := s.subs.unsubscribed(filters); err != nil {
+		s.logger.Warn("mqtt subscriber: recording the unsubscription failed", "error", err)
+	}
+	s.logger.Info("mqtt subscriber unsubscribed from topics no longer configured", "topics", filters)
+}
+
+// resumed is called when a connection subscribes to nothing: the resumed
+// session holds every configured filter, so the subscriber is ready
+// without a SUBACK (once the UNSUBACK came, if it unsubscribed).
+func (s *Subscriber) resumed() {
+	if s.subs.held() > 0 {
+		s.logger.Info("mqtt subscriber: the resumed session holds every topic; not subscribing again (the broker's retained messages are not resent)",
+			"topics", s.cfg.Topics)
+		s.once.Do(func() { close(s.ready) })
+	}
 }
 
 // directConn is a connection of the direct reader. The read loop reads
@@ -405,8 +452,9 @@ func (s *Subscriber) subscribed(codes []byte) error {
 // w under wmu. A write error closes the connection, so the read loop
 // ends and the subscriber reconnects.
 type directConn struct {
-	c net.Conn
-	r *bufio.Reader
+	c    net.Conn
+	r    *bufio.Reader
+	plan subscriptionPlan // what the connection subscribed and unsubscribed
 
 	wmu  sync.Mutex   // guards w, werr, enc
 	w    bytes.Buffer // packets queued, not yet written
@@ -586,13 +634,33 @@ func (dc *directConn) connect(clientID string, user *url.Userinfo, keepAlive tim
 			pk.Connect.PasswordFlag, pk.Connect.Password = true, []byte(pw)
 		}
 	}
+	return dc.write("CONNECT", pk.ConnectEncode)
+}
+
+// write encodes a packet (what names it) with encode and writes it with
+// everything queued before it.
+func (dc *directConn) write(what string, encode func(*bytes.Buffer) error) error {
 	dc.wmu.Lock()
-	err := pk.ConnectEncode(&dc.w)
+	err := encode(&dc.w)
 	dc.wmu.Unlock()
 	if err != nil {
-		return fmt.Errorf("encode CONNECT: %w", err)
+		return fmt.Errorf("encode %s: %w", what, err)
 	}
 	return dc.flush()
+}
+
+// unsubscribe writes UNSUBSCRIBE for topics (packet identifier 2; the
+// SUBSCRIBE has 1).
+func (dc *directConn) unsubscribe(topics []string) error {
+	pk := packets.Packet{
+		FixedHeader:     packets.FixedHeader{Type: packets.Unsubscribe, Qos: 1},
+		ProtocolVersion: protocolVersion,
+		PacketID:        2,
+	}
+	for _, t := range topics {
+		pk.Filters = append(pk.Filters, packets.Subscription{Filter: t})
+	}
+	return dc.write("UNSUBSCRIBE", pk.UnsubscribeEncode)
 }
 
 // subscribe writes SUBSCRIBE for topics at qos.
@@ -605,13 +673,7 @@ func (dc *directConn) subscribe(topics []string, qos byte) error {
 	for _, t := range topics {
 		pk.Filters = append(pk.Filters, packets.Subscription{Filter: t, Qos: qos})
 	}
-	dc.wmu.Lock()
-	err := pk.SubscribeEncode(&dc.w)
-	dc.wmu.Unlock()
-	if err != nil {
-		return fmt.Errorf("encode SUBSCRIBE: %w", err)
-	}
-	return dc.flush()
+	return dc.write("SUBSCRIBE", pk.SubscribeEncode)
 }
 
 // queue adds an acknowledgement (PUBACK, PUBREC or PUBCOMP) of packet

@@ -575,24 +575,8 @@ func FileName(uid string) string {
 // writeAtomic writes dir/name through a temporary file: write, fsync,
 // rename, fsync dir.
 func writeAtomic(dir, name string, data []byte) error {
-	f, err := os.CreateTemp(dir, name+".*.tmp")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, name))
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := fsutil.WriteFile(filepath.Join(dir, name), data); err != nil {
 		return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
 	}
-	return fsutil.SyncDir(dir)
+	return nil
 }

@@ -353,6 +353,9 @@ func (l *Log) tooLarge(m *Message, size int64) error {
 		ErrTooLarge, m.Topic, len(m.Payload), size, l.maxFrame, l.opts.SegmentBytes, l.opts.MaxBytes)
 }
 
+// Dir returns the log's directory.
+func (l *Log) Dir() string { return l.dir }
+
 // MaxMessageBytes returns Options.MaxMessageBytes of the log's options:
 // the most topic and payload bytes of a message it can always append.
 func (l *Log) MaxMessageBytes() int64 { return l.opts.MaxMessageBytes() }
