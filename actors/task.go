@@ -55,6 +55,11 @@ type task struct {
 	merger *watermark.Merger
 	// idle is whether the task told its outputs it is idle.
 	idle bool
+	// heldWM is the latest watermark the task's operators emitted while
+	// its output was idle, not sent (if holding): it goes out when the
+	// output is active again.
+	heldWM  int64
+	holding bool
 	// restoredTime is set when the merger was restored from a checkpoint
 	// and the operators have not been given its watermark yet.
 	restoredTime bool
@@ -398,11 +403,27 @@ func (t *task) watermark(from int, wm int64) {
 			return
 		}
 	}
-	// A watermark out of a task whose output was idle makes it active
-	// first: its output progresses again.
+	// A watermark out of a task whose output is idle is held until the
+	// output is active again (as Flink's outputs drop watermarks while
+	// idle): it must not make the output active, since nothing would
+	// mark it idle again. A split away from its dead node, idle for good,
+	// would otherwise hold every window back at the watermark its
+	// restored timestamp assigner emits once. The final watermark (end of
+	// input) makes the output active and goes out.
 	if t.idle {
+		if wm != watermark.MaxWatermark {
+			if !t.holding || wm > t.heldWM {
+				t.heldWM, t.holding = wm, true
+			}
+			return
+		}
 		t.status(false)
 	}
+	t.emitWatermark(wm)
+}
+
+// emitWatermark sends wm on every output channel.
+func (t *task) emitWatermark(wm int64) {
 	t.live.watermark.Store(wm)
 	for _, r := range t.routers {
 		r.broadcast(func(ch *channel) message { return &watermarkMsg{ch: ch, wm: wm} })
@@ -410,7 +431,8 @@ func (t *task) watermark(from int, wm int64) {
 }
 
 // status tells the downstream tasks that this task's output is idle or
-// active again.
+// active again; active again, the watermark held while it was idle goes
+// out after the status.
 func (t *task) status(idle bool) {
 	if t.idle == idle {
 		return
@@ -418,6 +440,12 @@ func (t *task) status(idle bool) {
 	t.idle = idle
 	for _, r := range t.routers {
 		r.broadcast(func(ch *channel) message { return &statusMsg{ch: ch, idle: idle} })
+	}
+	if !idle && t.holding {
+		t.holding = false
+		if t.heldWM > t.live.watermark.Load() {
+			t.emitWatermark(t.heldWM)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"math"
 	"testing"
 
 	"github.com/edgedio/edged/codec"
@@ -146,25 +147,53 @@ func (r *recordingRouter) broadcast(m func(ch *channel) message) {
 	r.sent = append(r.sent, m(nil))
 }
 
-// A task whose output is idle and emits a watermark marks
-// its output active first: downstream, its records count for the
-// watermark again instead of arriving late after the others moved it.
-func TestWatermarkOutOfIdleTaskMarksItActive(t *testing.T) {
+// A task whose output is idle holds the watermarks its operators emit
+// (an idle output must not become active by itself: nothing would make it
+// idle again), and sends the latest once its output is active again; the
+// final watermark makes it active and goes out.
+func TestWatermarkOutOfIdleTaskIsHeldUntilActive(t *testing.T) {
 	rt := &recordingRouter{}
 	tk := testTask(&host{maxP: 128}, 1, 0)
 	tk.routers = []router{rt}
-	tk.idle = true
+	tk.live.watermark.Store(math.MinInt64)
+	tk.status(true)
 	tk.watermark(0, 500)
-	if len(rt.sent) != 2 {
-		t.Fatalf("sent %d messages, want an active status then the watermark", len(rt.sent))
-	}
-	st, ok := rt.sent[0].(*statusMsg)
-	wm, ok2 := rt.sent[1].(*watermarkMsg)
-	if !ok || st.idle || !ok2 || wm.wm != 500 || tk.idle {
-		t.Fatalf("sent %#v, %#v (task idle %t), want active status then watermark 500", rt.sent[0], rt.sent[1], tk.idle)
-	}
 	tk.watermark(0, 600)
+	tk.watermark(0, 550)
+	if len(rt.sent) != 1 || !tk.idle {
+		t.Fatalf("an idle task sent %d messages after its idle status (idle %t), want none", len(rt.sent)-1, tk.idle)
+	}
+	tk.status(false)
 	if len(rt.sent) != 3 {
-		t.Fatalf("an active task sent %d messages for one watermark", len(rt.sent)-2)
+		t.Fatalf("sent %d messages on becoming active, want the status then the held watermark", len(rt.sent)-1)
+	}
+	st, ok := rt.sent[1].(*statusMsg)
+	wm, ok2 := rt.sent[2].(*watermarkMsg)
+	if !ok || st.idle || !ok2 || wm.wm != 600 {
+		t.Fatalf("sent %#v, %#v, want active status then watermark 600", rt.sent[1], rt.sent[2])
+	}
+	// Idle again with nothing held: becoming active sends the status only.
+	tk.status(true)
+	tk.status(false)
+	if len(rt.sent) != 5 {
+		t.Fatalf("sent %d messages, want two statuses", len(rt.sent)-3)
+	}
+	// A held watermark not above the one sent is not sent again.
+	tk.status(true)
+	tk.watermark(0, 600)
+	tk.status(false)
+	if len(rt.sent) != 7 {
+		t.Fatalf("sent %d messages, want two statuses", len(rt.sent)-5)
+	}
+	tk.status(true)
+	tk.watermark(0, watermark.MaxWatermark)
+	if len(rt.sent) != 10 || tk.idle {
+		t.Fatalf("the final watermark out of an idle task: %d messages (idle %t), want active status then the watermark", len(rt.sent)-8, tk.idle)
+	}
+	if st, ok := rt.sent[8].(*statusMsg); !ok || st.idle {
+		t.Fatalf("sent %#v, want the active status", rt.sent[8])
+	}
+	if wm, ok := rt.sent[9].(*watermarkMsg); !ok || wm.wm != watermark.MaxWatermark {
+		t.Fatalf("sent %#v, want the final watermark", rt.sent[9])
 	}
 }
