@@ -208,7 +208,7 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 		gen := stream.FromSource(env, uid("source"), func() operators.Source[Row] {
 			return generatorSource(operators.GeneratorConfig{Count: g.Count, Rate: g.Rate, Keys: g.Keys, Start: g.Start})
 		}).UID(uid("source"))
-		prep = prepare(b, gen, nil, nil, nil)
+		prep = prepare(b, gen, nil, nil, nil, nil)
 	case src.File != nil:
 		lines := stream.FromSource(env, uid("source"), func() operators.Source[fileLine] {
 			return operators.NewLineFileSource(src.File.Path, func(line string) (fileLine, error) { return fileLine{text: line}, nil }).
@@ -219,7 +219,7 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 			decode = pl.csv.Decode
 		}
 		// A line too long to read whole reaches the job as a dead letter.
-		prep = prepare(b, lines, decode, fileLine.raw, fileLine.reject)
+		prep = prepare(b, lines, decode, fileLine.raw, fileLine.reject, nil)
 	case src.MQTT != nil:
 		log, err := in.MQTTLog(cfg.Name)
 		if err != nil {
@@ -247,7 +247,14 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 			decode = pl.csv.Decode
 		}
 		// A message too large to keep reaches the job as a dead letter.
-		prep = prepare(b, msgs, decode, payloadString, mqtt.Message.Err)
+		prep = prepare(b, msgs, decode, payloadString, mqtt.Message.Err, func(m mqtt.Message, ctx *operators.Context) string {
+			// The offset in the log of the split's node: the same in
+			// every replay, so the dead letter's msg_id is too.
+			if len(in.Nodes) > 0 && ctx.Subtask < len(in.Nodes) {
+				return fmt.Sprintf("topic %s, node %s, ingest-log offset %d", m.Topic, in.Nodes[ctx.Subtask], m.Offset)
+			}
+			return fmt.Sprintf("topic %s, ingest-log offset %d", m.Topic, m.Offset)
+		})
 	}
 	rows = prep
 	if pl.eventTime {
@@ -403,10 +410,16 @@ func GeneratorTemp(i int64) float64 {
 // prepareFn decodes (when decode is set), filters and computes, sending
 // what fails to the dead-letter side output.
 type prepareFn[T any] struct {
-	b        *builder
-	decode   func(string, *Row) error
-	raw      func(T) string
-	reject   func(T) error // nil, or the reason a record is a dead letter before decoding
+	b      *builder
+	decode func(string, *Row) error
+	raw    func(T) string
+	reject func(T) error // nil, or the reason a record is a dead letter before decoding
+	// origin, when not nil, says where a record came from, for its dead
+	// letter's error: two dead letters of equal payloads then differ, and
+	// so do their msg_ids.
+	origin   func(T, *operators.Context) string
+	ctx      *operators.Context
+	cur      T // the record being prepared, for origin
 	ev       *evaluator
 	strs     []int             // slots of the decoded string fields
 	interned map[string]string // decoded strings, copied out of their payloads
@@ -438,14 +451,16 @@ func payloadString(m mqtt.Message) string {
 
 // prepare decodes the records of in into Rows; reject, when not nil,
 // names the records that are dead letters before decoding.
-func prepare[T any](b *builder, in *stream.Stream[T], decode func(string, *Row) error, raw func(T) string, reject func(T) error) *stream.Stream[Row] {
+func prepare[T any](b *builder, in *stream.Stream[T], decode func(string, *Row) error, raw func(T) string, reject func(T) error,
+	origin func(T, *operators.Context) string) *stream.Stream[Row] {
 	name := b.cfg.Name + "/prepare"
 	return stream.Process(in, name, func() operators.ProcessFunction[T, Row] {
-		return &prepareFn[T]{b: b, decode: decode, raw: raw, reject: reject}
+		return &prepareFn[T]{b: b, decode: decode, raw: raw, reject: reject, origin: origin}
 	})
 }
 
-func (f *prepareFn[T]) Open(*operators.Context) error {
+func (f *prepareFn[T]) Open(ctx *operators.Context) error {
+	f.ctx = ctx
 	f.ev = newEvaluator(f.b.pl.schema)
 	for _, fd := range f.b.pl.in.Fields() {
 		if fd.Type == String {
@@ -480,7 +495,11 @@ func (f *prepareFn[T]) intern(r *Row) {
 
 func (f *prepareFn[T]) fail(ctx *operators.ProcessContext[Row], payload string, err error) {
 	// payload may share the memory of a message's payload: keep a copy.
-	d := DeadLetter{Pipeline: f.b.cfg.Name, Err: err.Error(), Payload: strings.Clone(payload)}
+	msg := err.Error()
+	if f.origin != nil {
+		msg += " (" + f.origin(f.cur, f.ctx) + ")"
+	}
+	d := DeadLetter{Pipeline: f.b.cfg.Name, Err: msg, Payload: strings.Clone(payload)}
 	f.b.c.deadLetter(d)
 	f.b.dead.Emit(ctx, d)
 }
@@ -490,6 +509,9 @@ func (f *prepareFn[T]) ProcessElement(v T, ctx *operators.ProcessContext[Row]) e
 	// through a function value would be allocated for every record.
 	f.row = Row{}
 	r := &f.row
+	if f.origin != nil {
+		f.cur = v
+	}
 	if f.reject != nil {
 		if err := f.reject(v); err != nil {
 			f.fail(ctx, f.raw(v), err)

@@ -137,15 +137,20 @@ func TestMQTTPipelineEndToEnd(t *testing.T) {
 			}
 		}
 	}
-	if tok := dev.Publish("sensors/a/temperature", 1, false, "not json"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("publish: %v", tok.Error())
+	// The same malformed payload three times: three dead letters, each
+	// naming its message's ingest-log offset, so that they differ (and
+	// so do their msg_ids through a write-ahead sink).
+	for range 3 {
+		if tok := dev.Publish("sensors/a/temperature", 1, false, "not json"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
 	}
 	// Keep time moving until the results are in: readings keep coming
 	// (with timestamps far ahead) only to advance the watermark.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		mu.Lock()
-		done := len(got["a"]) >= 2 && len(got["b"]) >= 2 && len(dead) > 0
+		done := len(got["a"]) >= 2 && len(got["b"]) >= 2 && len(dead) >= 3
 		mu.Unlock()
 		if done {
 			break
@@ -163,6 +168,16 @@ func TestMQTTPipelineEndToEnd(t *testing.T) {
 		if got[id][0] != 10 || got[id][10000] != 10 {
 			t.Fatalf("sensor %s: windows %v, want 10 readings in [0,10s) and [10s,20s)", id, got[id])
 		}
+	}
+	distinct := map[string]bool{}
+	for _, d := range dead {
+		if !bytes.Contains([]byte(d), []byte("topic sensors/a/temperature, ingest-log offset ")) {
+			t.Fatalf("dead letter %s does not say where it came from", d)
+		}
+		distinct[d] = true
+	}
+	if len(dead) != 3 || len(distinct) != 3 {
+		t.Fatalf("dead letters %q, want three different ones", dead)
 	}
 }
 
