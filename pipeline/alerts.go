@@ -135,7 +135,7 @@ func (f *alertFn) apply(ctx *operators.KeyedContext[string, Row], s *AlertState,
 		a := &f.pl.alerts[i]
 		ok, err := f.ev.test(&a.program, r)
 		if err != nil {
-			d := DeadLetter{Pipeline: f.name, Err: "alert " + a.name + ": " + err.Error(), Payload: string(r.AppendJSON(nil, f.pl.schema))}
+			d := newDeadLetter(f.name, "alert "+a.name+": "+err.Error(), string(r.AppendJSON(nil, f.pl.schema)))
 			f.count.deadLetter(d)
 			f.dead.Emit(ctx, d)
 			continue

@@ -26,6 +26,21 @@ type DeadLetter struct {
 	Payload  string
 }
 
+// MaxDeadLetterPayload is how much of a record's payload its dead letter
+// keeps (cut at a rune boundary, followed by "… (N bytes in all)"): a
+// dead letter, escaped as JSON (a control byte takes six), must fit in
+// a packet of the brokers it is published to, or a malformed message
+// of megabytes would make a dead letter no sink can publish, failing
+// the job at every restart.
+const MaxDeadLetterPayload = 64 << 10
+
+// newDeadLetter returns the dead letter of pipeline's record payload,
+// which failed with err, its payload cut to MaxDeadLetterPayload (and
+// copied: nothing of the record's buffers stays referenced).
+func newDeadLetter(pipeline, err, payload string) DeadLetter {
+	return DeadLetter{Pipeline: pipeline, Err: err, Payload: truncated(payload, MaxDeadLetterPayload)}
+}
+
 // line formats d as the JSON object the sinks write.
 func (d DeadLetter) line() string {
 	b := make([]byte, 0, 64+len(d.Payload)+len(d.Err))
@@ -286,7 +301,7 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 		// dropped.
 		in := pl.schema
 		late := stream.Map(stream.SideOutput(res, lateTag), uid("late-rows"), func(r Row) (DeadLetter, error) {
-			d := DeadLetter{Pipeline: cfg.Name, Err: lateError, Payload: string(r.AppendJSON(nil, in))}
+			d := newDeadLetter(cfg.Name, lateError, string(r.AppendJSON(nil, in)))
 			b.c.deadLetter(d)
 			return d, nil
 		}).SetParallelism(cfg.Parallelism)
@@ -499,7 +514,7 @@ func (f *prepareFn[T]) fail(ctx *operators.ProcessContext[Row], payload string, 
 	if f.origin != nil {
 		msg += " (" + f.origin(f.cur, f.ctx) + ")"
 	}
-	d := DeadLetter{Pipeline: f.b.cfg.Name, Err: msg, Payload: strings.Clone(payload)}
+	d := newDeadLetter(f.b.cfg.Name, msg, payload)
 	f.b.c.deadLetter(d)
 	f.b.dead.Emit(ctx, d)
 }

@@ -78,22 +78,25 @@ pipelines:
 	}
 }
 
-// A dead letter's payload is kept whole in the dead-letter output, and cut
-// to RecentPayloadBytes (at a rune boundary, with its length) among the
-// latest: 16 payloads of megabytes must not pin the node's memory, nor
-// every answer of the API.
+// A dead letter's payload is cut to MaxDeadLetterPayload in the
+// dead-letter output, and to RecentPayloadBytes among the latest (at a
+// rune boundary, with its length): a dead letter must fit in a broker's
+// packet, and 16 payloads of megabytes must not pin the node's memory,
+// nor every answer of the API.
 func TestRecentDeadLettersCutLongPayloads(t *testing.T) {
 	long := strings.Repeat("€", 170_000) // under MaxLineSize; 3-byte runes: 1024 is not a boundary
 	out, job := run(t, csvPipeline(t, long+"\n"))
-	if !strings.Contains(out, long) {
-		t.Fatal("the dead-letter output lacks the whole payload")
+	kept := MaxDeadLetterPayload - MaxDeadLetterPayload%3
+	if !strings.Contains(out, long[:kept]+fmt.Sprintf("… (%d bytes in all)", len(long))) || strings.Contains(out, long[:kept+3]) {
+		t.Fatalf("the dead-letter output does not hold the payload's first %d bytes and its length", kept)
 	}
 	r := job.RecentDeadLetters()
 	if len(r) != 1 {
 		t.Fatalf("%d recent", len(r))
 	}
 	p := r[0].Payload
-	if !strings.HasPrefix(p, "€€€") || !strings.HasSuffix(p, fmt.Sprintf("… (%d bytes in all)", len(long))) || len(p) > RecentPayloadBytes+32 || !utf8.ValidString(p) {
+	cut := len(long[:kept] + fmt.Sprintf("… (%d bytes in all)", len(long)))
+	if !strings.HasPrefix(p, "€€€") || !strings.HasSuffix(p, fmt.Sprintf("… (%d bytes in all)", cut)) || len(p) > RecentPayloadBytes+32 || !utf8.ValidString(p) {
 		t.Fatalf("kept payload of %d bytes: %.40q…%q", len(p), p, p[max(0, len(p)-30):])
 	}
 }

@@ -71,7 +71,7 @@ func (m *MQTTSinkConfig) batch() mqtt.Batch {
 func sinkReject[T any](b *builder, name string, format func(T) string, logger **slog.Logger) func(T, error) {
 	return func(v T, err error) {
 		line := format(v)
-		b.c.deadLetter(DeadLetter{Pipeline: b.cfg.Name, Err: name + ": " + err.Error(), Payload: line})
+		b.c.deadLetter(newDeadLetter(b.cfg.Name, name+": "+err.Error(), line))
 		if l := *logger; l != nil {
 			l.Warn("mqtt sink: result cannot be published; counted as a dead letter",
 				"sink", name, "err", err, "result", line)
@@ -105,7 +105,7 @@ func (f *topicCheck[T]) Open(*operators.Context) error { return nil }
 
 func (f *topicCheck[T]) ProcessElement(v T, ctx *operators.ProcessContext[T]) error {
 	if _, err := f.topic(v); err != nil {
-		d := DeadLetter{Pipeline: f.b.cfg.Name, Err: f.sink + ": " + err.Error(), Payload: f.format(v)}
+		d := newDeadLetter(f.b.cfg.Name, f.sink+": "+err.Error(), f.format(v))
 		f.b.c.deadLetter(d)
 		f.b.dead.Emit(ctx, d)
 		return nil
