@@ -441,7 +441,7 @@ func (s *Subscriber) unsubscribed(filters []string) {
 // without a SUBACK (once the UNSUBACK came, if it unsubscribed).
 func (s *Subscriber) resumed() {
 	if s.subs.held() > 0 {
-		s.logger.Info("mqtt subscriber: the resumed session holds every topic; not subscribing again (the broker's retained messages are not resent)",
+		s.logger.Info("mqtt subscriber subscribed: the resumed session holds every topic, so not subscribing again (the broker does not resend its retained messages)",
 			"topics", s.cfg.Topics)
 		s.once.Do(func() { close(s.ready) })
 	}
