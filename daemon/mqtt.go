@@ -194,7 +194,8 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 			}
 			return nil, fmt.Errorf("no ingest log for pipeline %q", name)
 		},
-		Broker: url,
+		Broker:                url,
+		BrokerMaxMessageBytes: cfg.EmbeddedMaxMessageBytes(),
 	}, nil
 }
 

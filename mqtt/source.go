@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"slices"
 
 	"github.com/edgedio/edged/keygroup"
@@ -112,6 +113,7 @@ type Source struct {
 	carried []byte
 	idleCtx func(bool)
 	never   chan struct{}
+	logger  *slog.Logger      // in a cluster; may be nil
 	pos     uint64            // next offset to emit while reader is nil
 	reader  *ingestlog.Reader // opened at the first Poll
 	pending map[int64]uint64  // checkpoint id -> offset it recorded
@@ -217,6 +219,7 @@ func (s *Source) Open(ctx *operators.Context) error {
 			return fmt.Errorf("mqtt source: subtask %d of a source with %d splits", ctx.Subtask, len(s.splits))
 		}
 		s.split = s.splits[ctx.Subtask]
+		s.logger = ctx.Logger
 		s.away = s.split != s.self
 		s.active = !s.away
 		s.idleCtx = ctx.EmitIdle
@@ -365,6 +368,19 @@ func (s *Source) restoreSplit(states [][]byte) error {
 		}
 		if s.away {
 			s.carried = b
+			return nil
+		}
+		if ls := s.log.Stats(); st.offset > ls.NextOffset {
+			// The node's log is behind its own checkpoint: the node came
+			// back with a new data_dir (a replaced device or card). What
+			// its old log held after the checkpoint is gone with it;
+			// failing the restore would fail the whole cluster's job at
+			// every attempt. Read the new log from its start.
+			if s.logger != nil {
+				s.logger.Warn("mqtt source: this node's ingest log is behind the checkpoint (a new data_dir?); the readings its old log held after the checkpoint are lost; reading the new log from its start",
+					"split", s.split, "checkpoint_offset", st.offset, "log_next_offset", ls.NextOffset)
+			}
+			s.pos = ls.FirstOffset
 			return nil
 		}
 		return s.restore(st)

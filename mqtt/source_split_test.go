@@ -154,3 +154,35 @@ func TestSourceSplitHomeMarksActive(t *testing.T) {
 		t.Fatalf("home split emitted %d records and idle marks %v; want 10 and [false]", len(got), idle)
 	}
 }
+
+// A node that comes back with a new data_dir has a log behind its split's
+// checkpoint: the split reads the new log from its start instead of
+// failing the restore (which would fail the cluster's job at every
+// attempt).
+func TestSourceSplitRestoreOntoNewLogReadsItFromTheStart(t *testing.T) {
+	old, fresh := smallLog(t), smallLog(t)
+	appendSeq(t, old, 0, 100)
+	nodes := []string{"a", "b"}
+	a := NewSource(old, WithSplits(nodes, "a"))
+	if err := a.Open(opCtx(0)); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	drain(t, a)
+	st, err := a.SnapshotState(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendSeq(t, fresh, 0, 10)
+	a2 := NewSource(fresh, WithSplits(nodes, "a"))
+	if err := a2.Open(opCtx(0)); err != nil {
+		t.Fatal(err)
+	}
+	defer a2.Close()
+	if err := a2.RestoreState([][]byte{st, nil}, 2); err != nil {
+		t.Fatalf("restore onto a new log: %v", err)
+	}
+	if rest := drain(t, a2); len(rest) != 10 || rest[0].Offset != 0 {
+		t.Fatalf("read %d records of the new log, want its 10 from offset 0", len(rest))
+	}
+}

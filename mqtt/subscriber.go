@@ -224,6 +224,13 @@ const minMessageBytes = 64
 
 // publishSize returns the size of an MQTT 3.1.1 PUBLISH packet with a
 // topic of topicLen bytes and a payload of payloadLen bytes at qos.
+// PublishSize returns the size in bytes of an MQTT 3.1.1 PUBLISH packet
+// with a topic of topicLen bytes and a payload of payloadLen at qos: what
+// a broker's packet limit (max_message_bytes) is compared with.
+func PublishSize(topicLen, payloadLen int, qos byte) int64 {
+	return publishSize(topicLen, payloadLen, qos)
+}
+
 func publishSize(topicLen, payloadLen int, qos byte) int64 {
 	n := int64(2 + topicLen + payloadLen)
 	if qos > 0 {

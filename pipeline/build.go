@@ -177,6 +177,11 @@ type Inputs struct {
 	// Broker is the URL MQTT sinks publish to, for example
 	// "tcp://127.0.0.1:1883" ("": MQTT sinks are not available).
 	Broker string
+	// BrokerMaxMessageBytes is the largest PUBLISH packet Broker takes
+	// (the embedded broker's max_message_bytes; 0 means
+	// mqtt.DefaultMaxMessageBytes): a result that would make a larger one
+	// is a dead letter, not a publish the broker refuses.
+	BrokerMaxMessageBytes int64
 	// Nodes, in a cluster, are the ids of its nodes in order and Self is
 	// this node's: an MQTT source then has one subtask per node, each
 	// reading its own node's ingest log (mqtt.WithSplits). Nil on a

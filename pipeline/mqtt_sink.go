@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -37,8 +39,10 @@ func mqttSink[T any](b *builder, name, what string, s *stream.Stream[T], format 
 	if isRow {
 		batch = sc.batch()
 		sink := strings.TrimPrefix(name, b.cfg.Name+"/")
+		limit := cmp.Or(b.in.BrokerMaxMessageBytes, mqtt.DefaultMaxMessageBytes)
+		qos := pc.QoS
 		checked := stream.Process(s, name+"/topic", func() operators.ProcessFunction[T, T] {
-			return &topicCheck[T]{b: b, sink: sink, topic: topic, format: format}
+			return &topicCheck[T]{b: b, sink: sink, topic: topic, format: format, limit: limit, qos: qos}
 		})
 		b.rejects = append(b.rejects, stream.SideOutput(checked, b.dead))
 		s = checked
@@ -99,12 +103,25 @@ type topicCheck[T any] struct {
 	sink   string
 	topic  func(T) (string, error)
 	format func(T) string
+	limit  int64 // the broker's largest PUBLISH packet
+	qos    byte
 }
+
+// msgIDBytes bounds what the write-ahead sink adds to a result's line:
+// `,"msg_id":"<16 hex digits>"`.
+const msgIDBytes = 32
 
 func (f *topicCheck[T]) Open(*operators.Context) error { return nil }
 
 func (f *topicCheck[T]) ProcessElement(v T, ctx *operators.ProcessContext[T]) error {
-	if _, err := f.topic(v); err != nil {
+	t, err := f.topic(v)
+	if err == nil {
+		if size := mqtt.PublishSize(len(t), len(f.format(v))+msgIDBytes, f.qos); size > f.limit {
+			err = fmt.Errorf("%w: a result of %d bytes (as a PUBLISH packet) is larger than the broker takes (max_message_bytes %d)",
+				ErrResultTooLarge, size, f.limit)
+		}
+	}
+	if err != nil {
 		d := newDeadLetter(f.b.cfg.Name, f.sink+": "+err.Error(), f.format(v))
 		f.b.c.deadLetter(d)
 		f.b.dead.Emit(ctx, d)
@@ -113,6 +130,10 @@ func (f *topicCheck[T]) ProcessElement(v T, ctx *operators.ProcessContext[T]) er
 	ctx.Emit(v)
 	return nil
 }
+
+// ErrResultTooLarge is the error of a result an MQTT sink cannot publish
+// because it is larger than the broker takes: it is a dead letter.
+var ErrResultTooLarge = errors.New("pipeline: result too large to publish")
 
 // topicFunc returns the topic of a record: the template filled from a
 // row's fields; dead letters go to deadletter/<pipeline>.
