@@ -251,7 +251,8 @@ func (h *host) closeControl() {
 // node.
 type masterCtl struct {
 	// nodesMu guards down, up and ids: a handover invites nodes into the
-	// running deployment (handover_remote.go).
+	// running deployment (handover_remote.go), and a control channel's
+	// failure reads them, also while openControl adds them.
 	nodesMu sync.RWMutex
 	down    []*ctlSender
 	up      []RemoteReceiver
@@ -284,7 +285,11 @@ func (r *Runner) openControl() error {
 		if err != nil {
 			return fmt.Errorf("actors: job master on node %q: open control channel to %q: %w", master, node, err)
 		}
+		// Under nodesMu: a channel opened before may fail meanwhile, and
+		// its failure reads the nodes (controlFailed).
+		r.ctl.nodesMu.Lock()
 		r.ctl.down = append(r.ctl.down, &ctlSender{out: out})
+		r.ctl.nodesMu.Unlock()
 		var in RemoteReceiver
 		in, err = net.OpenReceiver(controlKey(r.job.Name, r.epoch, i, true), node, func(f RemoteFrame) {
 			r.onControl(node, f, in)
@@ -292,8 +297,10 @@ func (r *Runner) openControl() error {
 		if err != nil {
 			return fmt.Errorf("actors: job master on node %q: open control channel from %q: %w", master, node, err)
 		}
+		r.ctl.nodesMu.Lock()
 		r.ctl.up = append(r.ctl.up, in)
 		r.ctl.ids = append(r.ctl.ids, node)
+		r.ctl.nodesMu.Unlock()
 	}
 	return nil
 }
