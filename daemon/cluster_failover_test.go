@@ -3,6 +3,7 @@ package daemon
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,10 +34,11 @@ import (
 	"github.com/edgedio/edged/snapshot"
 )
 
-// The failover scripts drive three daemon nodes (a, b, c) in one process:
-// each a real node with its job runtime, worker, replicas, leadership
-// and cluster routes (on an httptest server), their tasks joined by the
-// in-memory transport (cluster.MemoryNetwork). Membership is the
+// The failover scripts drive three daemon nodes (a, b, c; five, a to e,
+// where two die) in one process: each a real node with its job runtime,
+// worker, replicas, leadership and cluster routes (on an httptest
+// server), their tasks joined by the in-memory transport
+// (cluster.MemoryNetwork). Membership is the
 // script's: it declares a node dead (its transport closed, its links
 // cut, its API gone, its worker and jobs stopped) and then runs the step
 // the membership loop runs on that event, on the leader (liveView.follow)
@@ -100,7 +102,8 @@ func (fn *foNode) damageStored(t *testing.T, id snapshot.ID, file string) {
 	fn.damaged.Add(1)
 }
 
-// foCluster is the three nodes of a failover script.
+// foCluster is the nodes of a failover script: three unless it asks
+// for more (foOptions.nodes).
 type foCluster struct {
 	t     *testing.T
 	mem   *cluster.MemoryNetwork
@@ -205,13 +208,13 @@ func (l *logRecorder) logged(parts ...string) bool {
 
 // foPipeline is the script's job: a bounded, paced generator keyed by
 // sensor, counted in 10 s event-time windows, written exactly once by
-// the file sink; one subtask of each operator per node.
-func foPipeline(t *testing.T, dir, out string, count int64, attempts int, window string) pipeline.PipelineConfig {
+// the file sink; one subtask of each operator per node (of nodes).
+func foPipeline(t *testing.T, dir, out string, nodes int, count int64, attempts int, window string) pipeline.PipelineConfig {
 	t.Helper()
 	y := fmt.Sprintf(`
 pipelines:
   - name: %s
-    parallelism: 3
+    parallelism: %d
     source:
       generator: {count: %d, rate: %d, keys: %d}
     event_time:
@@ -228,7 +231,7 @@ pipelines:
       dir: %s
       retain: 3
     restart: {strategy: fixed_delay, attempts: %d, delay: 20ms}
-`, foJob, count, foRate, foKeys, window, out, filepath.Join(dir, "checkpoints"), attempts)
+`, foJob, nodes, count, foRate, foKeys, window, out, filepath.Join(dir, "checkpoints"), attempts)
 	cfg, err := pipeline.Parse([]byte(y))
 	if err != nil {
 		t.Fatal(err)
@@ -261,15 +264,21 @@ type foOptions struct {
 	// (actors.ErrPlanMismatch), and the nodes see its fingerprint differ
 	// as gossip would show it (liveView.othersFn).
 	other string
+	// nodes is how many nodes the cluster has, named a, b, c, d, e…
+	// (3 if 0).
+	nodes int
 }
 
-// newFailoverCluster starts nodes a, b and c, a leading, and the job
-// running on all three.
+// newFailoverCluster starts nodes a, b and c (or o.nodes of them), a
+// leading, and the job running on all of them.
 func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 
 	t.Helper()
 	fc := &foCluster{t: t, clock: clockwork.NewFakeClock(),
-		out: t.TempDir(), nodes: map[string]*foNode{}, ids: []string{"a", "b", "c"}}
+		out: t.TempDir(), nodes: map[string]*foNode{}}
+	for i := range cmp.Or(o.nodes, 3) {
+		fc.ids = append(fc.ids, string(rune('a'+i)))
+	}
 	fc.mem = cluster.NewMemoryNetwork(1, cluster.Faults{DropIf: func(from, to string, _ []byte) bool {
 		// Called with the network's lock held: it reads only silent.
 		n := fc.silent.Load()
@@ -362,7 +371,7 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 		if o.localSinks {
 			out = filepath.Join(fc.out, id)
 		}
-		pc := foPipeline(t, fn.dir, out, fc.count, attempts, window)
+		pc := foPipeline(t, fn.dir, out, len(fc.ids), fc.count, attempts, window)
 		if o.maxConcurrent > 0 {
 			pc.Checkpoint.MaxConcurrent = o.maxConcurrent
 		}
@@ -557,12 +566,12 @@ func (fc *foCluster) kill(id string) {
 	}
 }
 
-// declareDead makes the membership see node id dead (what memberlist
-// does once its probes fail) and returns the live nodes.
-func (fc *foCluster) declareDead(id string) []string {
+// declareDead makes the membership see the nodes ids dead at once (what
+// memberlist does once its probes fail) and returns the live nodes.
+func (fc *foCluster) declareDead(ids ...string) []string {
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
-	fc.alive = slices.DeleteFunc(fc.alive, func(x string) bool { return x == id })
+	fc.alive = slices.DeleteFunc(fc.alive, func(x string) bool { return slices.Contains(ids, x) })
 	return slices.Clone(fc.alive)
 }
 

@@ -284,7 +284,7 @@ func (v *liveView) boots() map[string]string {
 func (c *clusterNode) handbackBusy(since time.Time) string {
 	v := c.live
 	v.mu.Lock()
-	failover := v.pending != nil
+	failover := len(v.pending) > 0
 	queued := c.rb != nil && !c.rb.queuedAt.IsZero()
 	v.mu.Unlock()
 	switch {
@@ -581,7 +581,7 @@ func (c *clusterNode) stepDown(leader string) {
 	}
 	v := c.live
 	v.mu.Lock()
-	v.deployed, v.pending = nil, nil
+	v.deployed, v.survivors, v.pending = nil, nil, nil
 	clear(v.joining) // joins are the new leader's to rebalance
 	v.mu.Unlock()
 }
@@ -605,7 +605,7 @@ func (c *clusterNode) resumeLeading(log *slog.Logger, why string) {
 	}
 	v := c.live
 	v.mu.Lock()
-	v.deployed = nil
+	v.deployed, v.survivors = nil, nil
 	v.mu.Unlock()
 	log.Info("cluster: hand-back: this node leads on; restarting its jobs from the savepoint", "why", why)
 	err := c.takeover(c.cfg.Node)

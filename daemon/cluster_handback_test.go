@@ -356,7 +356,7 @@ func TestHandbackBetweenNodes(t *testing.T) {
 	})
 	// Gate-queued: not while a failover is in progress.
 	b.live.mu.Lock()
-	b.live.pending = &pendingChange{at: time.Now(), dead: "c"}
+	b.live.pending = []*pendingChange{{at: time.Now(), dead: "c"}}
 	b.live.mu.Unlock()
 	b.live.maybeHandBack([]string{"a", "b", "c"})
 	b.hb.mu.Lock()

@@ -302,7 +302,8 @@ func (v *liveView) maybeTakeOver(alive []string) {
 	c.log.Warn("cluster: the leader died; this node takes over the job masters", "dead", leader, "alive", alive)
 	v.mu.Lock()
 	now := time.Now()
-	v.pending = &pendingChange{at: now, dead: leader, detectionMS: v.detectionMS(now, leader)}
+	p := &pendingChange{at: now, dead: leader, detectionMS: v.detectionMS(now, leader)}
+	v.pending = append(v.pending, p)
 	v.mu.Unlock()
 	v.wg.Add(1)
 	go func() {
@@ -312,7 +313,7 @@ func (v *liveView) maybeTakeOver(alive []string) {
 			return
 		}
 		v.wg.Add(1)
-		v.recordFailover(c.executions(), map[*actors.Execution]*actors.Runner{})
+		v.recordFailover(p, c.executions(), map[*actors.Execution]*actors.Runner{})
 	}()
 }
 

@@ -31,8 +31,9 @@ type liveView struct {
 	failovers               []cluster.Failover
 	rebalances              []cluster.Rebalance
 	nFailovers, nRebalances int64
-	// pending is a failover under way.
-	pending *pendingChange
+	// pending are the failovers under way, oldest first: a death seen
+	// while one is pending is a failover of its own, recorded beside it.
+	pending []*pendingChange
 	// gate batches joins and damps rebalance storms; joining are the
 	// nodes asked of it.
 	gate    *cluster.RebalanceGate
@@ -42,6 +43,10 @@ type liveView struct {
 	warned map[string]bool
 	// deployed are the nodes of the latest deployment (master only).
 	deployed []string
+	// survivors, while a failover's deployment is not made yet (deployed
+	// nil), are the nodes of the latest deployment that outlived it: one
+	// of them dying meanwhile is a failover too.
+	survivors []string
 	// aliveFn, when set, gives the live nodes in place of the membership
 	// (the failover scripts declare nodes dead with it).
 	aliveFn func() []string
@@ -312,33 +317,39 @@ func (v *liveView) update(home *actors.Cluster) ([]actors.Node, map[actors.TaskK
 	// A job that restarted on its own (its tasks on a dead node failed)
 	// once the membership declared the node dead, before the loop's step
 	// (follow) saw it, deploys here without the dead node: the failover
-	// begins here, so that it is recorded all the same.
-	var dead []string
-	if v.pending == nil {
-		dead = v.deadLocked(seen)
-	}
+	// begins here, so that it is recorded all the same, also while an
+	// earlier one is pending.
+	var p *pendingChange
+	dead := v.deadLocked(seen)
 	if len(dead) > 0 {
-		v.beginFailoverLocked(start, dead)
+		p = v.beginFailoverLocked(start, dead)
 	}
-	v.deployed = alive
-	if p := v.pending; p != nil && p.dead != "" {
-		p.placementMS = msSince(start)
+	v.deployed, v.survivors = alive, nil
+	// The placement that redeploys them: that of every failover under
+	// way.
+	for _, q := range v.pending {
+		q.placementMS = msSince(start)
 	}
 	v.mu.Unlock()
 	if len(units) > 0 {
 		v.c.log.Warn("cluster: placing the subtasks of dead nodes on live ones", "alive", alive, "moved", len(units))
 	}
-	if len(dead) > 0 {
-		v.failOver(dead, seen, v.c.executions())
+	if p != nil {
+		v.failOver(p, dead, seen, v.c.executions())
 	}
 	return nodes, placement, nil
 }
 
 // deadLocked returns the nodes of the latest deployment that are not
-// among alive: dead since it was made.
+// among alive: dead since it was made. Between a failover's start and
+// its deployment, those of the deployment before that outlived it.
 func (v *liveView) deadLocked(alive []string) []string {
+	from := v.deployed
+	if from == nil {
+		from = v.survivors
+	}
 	var dead []string
-	for _, id := range v.deployed {
+	for _, id := range from {
 		if !slices.Contains(alive, id) {
 			dead = append(dead, id)
 		}
@@ -347,17 +358,20 @@ func (v *liveView) deadLocked(alive []string) []string {
 }
 
 // beginFailoverLocked records the failover from the nodes dead, seen
-// dead at now, as under way: the next deployment's placement time goes
-// to it, and the rebalance gate holds joins until it is done.
-func (v *liveView) beginFailoverLocked(now time.Time, dead []string) {
-	v.pending = &pendingChange{at: now, dead: strings.Join(dead, ","), detectionMS: v.detectionMS(now, dead...)}
+// dead at now, as under way, beside any earlier one still pending: the
+// next deployment's placement time goes to it, and the rebalance gate
+// holds joins until every failover is done.
+func (v *liveView) beginFailoverLocked(now time.Time, dead []string) *pendingChange {
+	p := &pendingChange{at: now, dead: strings.Join(dead, ","), detectionMS: v.detectionMS(now, dead...)}
+	v.pending = append(v.pending, p)
 	v.gate.Failover(true)
+	return p
 }
 
 // failOver redeploys every job of execs on the live nodes from its
 // latest checkpoint (a job between two attempts takes its next one) and
-// records the failover from dead once every job runs again.
-func (v *liveView) failOver(dead, alive []string, execs []*actors.Execution) {
+// records the failover p from dead once every job runs again.
+func (v *liveView) failOver(p *pendingChange, dead, alive []string, execs []*actors.Execution) {
 	v.c.log.Warn("cluster: deployed nodes died; failing over to the live ones", "dead", dead, "alive", alive)
 	old := map[*actors.Execution]*actors.Runner{}
 	for _, e := range execs {
@@ -365,13 +379,13 @@ func (v *liveView) failOver(dead, alive []string, execs []*actors.Execution) {
 		e.Redeploy(fmt.Sprintf("nodes %v died", dead))
 	}
 	v.wg.Add(1)
-	go v.recordFailover(execs, old)
+	go v.recordFailover(p, execs, old)
 }
 
 // pendingChange is a failover the next deployment makes.
 type pendingChange struct {
 	at          time.Time
-	dead        string // the node that died
+	dead        string // the nodes that died, comma-separated
 	detectionMS float64
 	placementMS float64
 }
@@ -419,9 +433,15 @@ func (v *liveView) follow(alive []string, jobs func() []*actors.Execution) {
 			}
 		}
 	}
+	var p *pendingChange
 	if len(dead) > 0 {
+		from := v.deployed
+		if from == nil {
+			from = v.survivors
+		}
+		v.survivors = slices.DeleteFunc(slices.Clone(from), func(id string) bool { return slices.Contains(dead, id) })
 		v.deployed = nil // until the next deployment
-		v.beginFailoverLocked(now, dead)
+		p = v.beginFailoverLocked(now, dead)
 	}
 	for _, id := range joined {
 		v.joining[id] = true
@@ -432,8 +452,8 @@ func (v *liveView) follow(alive []string, jobs func() []*actors.Execution) {
 	if len(joined) > 0 {
 		v.c.log.Info("cluster: node joined; rebalancing after the settle delay", "joined", joined)
 	}
-	if len(dead) > 0 {
-		v.failOver(dead, alive, jobs())
+	if p != nil {
+		v.failOver(p, dead, alive, jobs())
 	}
 }
 
@@ -455,10 +475,12 @@ func (v *liveView) stopCtx(d time.Duration) (context.Context, context.CancelFunc
 	return ctx, cancel
 }
 
-// recordFailover waits until every job runs again after a failover and
-// records it, with the time the new placement took and the time until
-// every task of the new deployment was restored and started.
-func (v *liveView) recordFailover(execs []*actors.Execution, old map[*actors.Execution]*actors.Runner) {
+// recordFailover waits until every job runs again after the failover p
+// and records it, with the time the new placement took and the time
+// until every task of the new deployment was restored and started. A
+// failover that another death overtook (its redeployment ended before
+// every job ran) is done when the jobs run again after the later one.
+func (v *liveView) recordFailover(p *pendingChange, execs []*actors.Execution, old map[*actors.Execution]*actors.Runner) {
 	defer v.wg.Done()
 	ctx, cancel := v.stopCtx(5 * time.Minute)
 	defer cancel()
@@ -470,13 +492,18 @@ func (v *liveView) recordFailover(execs []*actors.Execution, old map[*actors.Exe
 	}
 	restored := time.Now()
 	v.mu.Lock()
-	v.gate.Failover(false)
-	p := v.pending
-	if p == nil {
+	i := slices.Index(v.pending, p)
+	if i >= 0 {
+		v.pending = slices.Delete(v.pending, i, i+1)
+	}
+	if len(v.pending) == 0 {
+		v.gate.Failover(false)
+	}
+	if i < 0 {
+		// Dropped meanwhile: the node stepped down.
 		v.mu.Unlock()
 		return
 	}
-	v.pending = nil
 	f := cluster.Failover{At: p.at, DeadNode: p.dead, DetectionMS: p.detectionMS, PlacementMS: p.placementMS}
 	for _, e := range execs {
 		if r, _ := e.Runner(); r != nil {
