@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -189,4 +190,112 @@ func EnvOptionsOrDie(t *testing.T, pc PipelineConfig) []stream.Option {
 		t.Fatal(err)
 	}
 	return opts
+}
+
+// A result larger than the broker takes is a dead letter: published, the
+// broker would refuse it and the job would fail at every restart.
+func TestMQTTSinkResultTooLargeIsDeadLetter(t *testing.T) {
+	cfg, err := Parse([]byte(`
+pipelines:
+  - name: rows
+    source:
+      mqtt:
+        topics: [doors/+]
+        format: json
+        fields:
+          id: {type: string, path: $.id}
+          note: {type: string, path: $.note}
+    sinks:
+      - mqtt: {topic: "out/{id}"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := cfg.Pipelines[0]
+	log, err := ingestlog.Open(t.TempDir(), ingestlog.DefaultOptions(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	const limit = 4096
+	br, err := mqtt.NewBroker(mqtt.BrokerConfig{Address: "127.0.0.1:0", Filters: []string{"#"}, MaxMessageBytes: 1 << 20}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := br.AddRoute(pc.Source.MQTT.Topics, log); err != nil {
+		t.Fatal(err)
+	}
+	if err := br.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer br.Close()
+	url := "tcp://" + br.Addr()
+	var mu sync.Mutex
+	var outs []string
+	sub := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID("checker"))
+	if tok := sub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscriber connect: %v", tok.Error())
+	}
+	defer sub.Disconnect(100)
+	if tok := sub.SubscribeMultiple(map[string]byte{"out/#": 1, "deadletter/#": 1}, func(_ paho.Client, m paho.Message) {
+		mu.Lock()
+		outs = append(outs, m.Topic())
+		mu.Unlock()
+	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	env := stream.NewEnvironment("rows", EnvOptionsOrDie(t, pc)...)
+	var out bytes.Buffer
+	job, err := BuildJobWith(pc, env, &out, Inputs{
+		MQTTLog:               func(string) (*ingestlog.Log, error) { return log, nil },
+		Broker:                url,
+		BrokerMaxMessageBytes: limit,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	run, err := env.ExecuteAsync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		run.Wait()
+	}()
+	dev := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID("device"))
+	if tok := dev.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("device connect: %v", tok.Error())
+	}
+	defer dev.Disconnect(100)
+	for _, p := range []string{`{"id":"small","note":"x"}`, fmt.Sprintf(`{"id":"big","note":%q}`, bytes.Repeat([]byte("n"), limit)), `{"id":"after","note":"y"}`} {
+		if tok := dev.Publish("doors/d", 1, false, p); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		n := len(outs)
+		mu.Unlock()
+		if n >= 3 && job.DeadLetters() == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("published to %v, %d dead letters", outs, job.DeadLetters())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	d := job.RecentDeadLetters()[0]
+	if !strings.Contains(d.Err, "result too large") || !strings.Contains(d.Payload, `"id":"big"`) {
+		t.Fatalf("dead letter %+v", d)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]bool{"out/small": true, "out/after": true, "deadletter/rows": true}
+	for _, topic := range outs {
+		if !want[topic] {
+			t.Fatalf("published to %v: the big result went out", outs)
+		}
+	}
 }
