@@ -3,11 +3,13 @@ package state
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/edgedio/edged/internal/fsutil"
 	"github.com/edgedio/edged/keygroup"
 )
 
@@ -78,7 +80,9 @@ func (o BoltOptions) withDefaults() BoltOptions {
 //
 // The file is a working store, not a durable one: durability comes from
 // checkpoints, which are copies written by KeyedSnapshot.WriteTo. So
-// commits are not fsynced (NoSync), and NewBoltBackend empties the file.
+// commits are not fsynced (NoSync), and NewBoltBackend starts a new file:
+// what a crash left of the old one is never read (a torn page would
+// panic bbolt, a cut file fault its memory map).
 //
 // Not safe for concurrent use: the subtask that owns it uses it, and every
 // handle made from it, from its own goroutine. Handle methods cannot
@@ -88,6 +92,7 @@ func (o BoltOptions) withDefaults() BoltOptions {
 type BoltBackend struct {
 	db     *bolt.DB
 	path   string
+	lock   *os.File // path.lock, held until Close
 	groups keygroup.Range
 	clock  clockwork.Clock
 	opts   BoltOptions
@@ -114,8 +119,8 @@ type BoltBackend struct {
 	closed bool
 }
 
-// NewBoltBackend opens (creating it if needed) the bbolt file at path as an
-// empty backend for key groups r; whatever the file held is dropped. TTLs
+// NewBoltBackend creates the bbolt file at path as an empty backend for key
+// groups r; a file already there is removed first, unread. TTLs
 // are measured on clock; nil means the real clock. It waits at most
 // opts.Timeout for the file's lock. Close it when done.
 func NewBoltBackend(path string, r keygroup.Range, clock clockwork.Clock, opts BoltOptions) (*BoltBackend, error) {
@@ -129,6 +134,18 @@ func NewBoltBackend(path string, r keygroup.Range, clock clockwork.Clock, opts B
 	if clock == nil {
 		clock = clockwork.NewRealClock()
 	}
+	// A file left by an earlier run is never opened: nothing in it is
+	// needed (the restore fills the new one from a checkpoint), and a
+	// crash without fsync may have left it damaged. path.lock keeps a
+	// second backend off a file in use, as bbolt's own lock did.
+	lock, err := lockWithin(path+".lock", opts.Timeout)
+	if err != nil {
+		return nil, fmt.Errorf("state: open bolt backend %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		lock.Close()
+		return nil, fmt.Errorf("state: remove the old bolt backend file %s: %w", path, err)
+	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:         opts.Timeout,
 		InitialMmapSize: opts.InitialMmapSize,
@@ -140,28 +157,30 @@ func NewBoltBackend(path string, r keygroup.Range, clock clockwork.Clock, opts B
 		NoStatistics:   true,
 	})
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("state: open bolt backend %s: %w", path, err)
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		var names [][]byte
-		err := tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
-			names = append(names, append([]byte(nil), name...))
-			return nil
-		})
-		for _, n := range names {
-			if err == nil {
-				err = tx.DeleteBucket(n)
-			}
-		}
-		return err
-	})
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("state: empty bolt backend %s: %w", path, err), db.Close())
-	}
 	return &BoltBackend{
-		db: db, path: path, groups: r, clock: clock, opts: opts,
+		db: db, path: path, lock: lock, groups: r, clock: clock, opts: opts,
 		tables: make(map[string]*boltTable),
 	}, nil
+}
+
+// lockWithin takes the lock file at path (fsutil.TryLock), trying again
+// every 10 ms (of real time: the holder is a task closing) for at most
+// timeout.
+func lockWithin(path string, timeout time.Duration) (*os.File, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		f, err := fsutil.TryLock(path)
+		if !errors.Is(err, fsutil.ErrLocked) {
+			return f, err
+		}
+		if !time.Now().Before(deadline) {
+			return nil, fmt.Errorf("timeout after %v: %w", timeout, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // KeyGroups returns the key groups b holds.
@@ -199,7 +218,11 @@ func (b *BoltBackend) Close() error {
 	}
 	b.closed = true
 	b.closeRead()
-	if err := b.db.Close(); err != nil {
+	err := b.db.Close()
+	if lerr := b.lock.Close(); err == nil {
+		err = lerr
+	}
+	if err != nil {
 		return fmt.Errorf("state: close bolt backend %s: %w", b.path, err)
 	}
 	return nil

@@ -3,11 +3,15 @@
 package fsutil
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 )
+
+// ErrLocked is the error of TryLock on a file another holder has locked.
+var ErrLocked = errors.New("in use (locked)")
 
 // SyncDir fsyncs directory dir so that the entries created, renamed or
 // removed in it are durable. Windows cannot sync directories; there it

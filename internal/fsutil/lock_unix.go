@@ -1,19 +1,19 @@
 //go:build unix
 
-package ingestlog
+package fsutil
 
 import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"syscall"
 )
 
-// lockDir takes an exclusive flock on dir/LOCK, released when the returned
-// file is closed (or the process dies).
-func lockDir(dir string) (*os.File, error) {
-	path := filepath.Join(dir, "LOCK")
+// TryLock takes an exclusive flock on the file at path (created if
+// needed), released when the returned file is closed or the process dies.
+// It does not wait: a lock held elsewhere (in this process or another) is
+// ErrLocked.
+func TryLock(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, err
@@ -21,7 +21,7 @@ func lockDir(dir string) (*os.File, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
+			return nil, fmt.Errorf("%w: %s", ErrLocked, path)
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
