@@ -75,6 +75,10 @@ var (
 	// ErrNoCheckpoint means there is no complete checkpoint (or savepoint) to
 	// recover from.
 	ErrNoCheckpoint = errors.New("snapshot: no complete checkpoint")
+	// ErrAllDamaged means there are complete checkpoints (or savepoints)
+	// but every one is damaged: not a fresh start, which would commit
+	// the job's output again.
+	ErrAllDamaged = errors.New("snapshot: every complete checkpoint is damaged")
 	// ErrIncomplete means a snapshot directory has no _metadata file, so the
 	// checkpoint never completed.
 	ErrIncomplete = errors.New("snapshot: checkpoint incomplete (no _metadata)")

@@ -312,16 +312,22 @@ func (s *Store) LatestSavepoint() (*Metadata, error) {
 // names both snapshots. A damaged snapshot is skipped (logged) as ever, and
 // the newest of the rest is restored.
 func (s *Store) RecoveryPoint(preferCheckpoint bool) (*Metadata, error) {
-	cp, err := s.Latest()
-	if err != nil && !errors.Is(err, ErrNoCheckpoint) {
-		return nil, err
+	cp, cerr := s.Latest()
+	if cerr != nil && !errors.Is(cerr, ErrNoCheckpoint) && !errors.Is(cerr, ErrAllDamaged) {
+		return nil, cerr
 	}
-	sp, err := s.LatestSavepoint()
-	if err != nil && !errors.Is(err, ErrNoCheckpoint) {
-		return nil, err
+	sp, serr := s.LatestSavepoint()
+	if serr != nil && !errors.Is(serr, ErrNoCheckpoint) && !errors.Is(serr, ErrAllDamaged) {
+		return nil, serr
 	}
 	switch {
 	case cp == nil && sp == nil:
+		// Complete snapshots that are all damaged are not a fresh
+		// start: starting from the beginning would commit every output
+		// of the job again.
+		if err := cmp.Or(allDamaged(cerr), allDamaged(serr)); err != nil {
+			return nil, fmt.Errorf("%w; starting the job from the beginning would commit its output again: remove the job's checkpoint directory to start over, or start from a savepoint", err)
+		}
 		return nil, ErrNoCheckpoint
 	case cp == nil:
 		return sp, nil
@@ -335,6 +341,14 @@ func (s *Store) RecoveryPoint(preferCheckpoint bool) (*Metadata, error) {
 			"savepoint_id", uint64(sp.Checkpoint), "savepoint_dir", sp.Dir)
 	}
 	return sp, nil
+}
+
+// allDamaged returns err if it is ErrAllDamaged, else nil.
+func allDamaged(err error) error {
+	if errors.Is(err, ErrAllDamaged) {
+		return err
+	}
+	return nil
 }
 
 // Load reads and verifies the snapshot at path: a snapshot directory (a
@@ -446,6 +460,7 @@ func (s *Store) latest(sub string, kind Kind) (*Metadata, error) {
 	if err != nil {
 		return nil, err
 	}
+	damaged := 0
 	for _, e := range entries {
 		md, err := verify(e.dir)
 		if err == nil && md.Kind != kind {
@@ -459,9 +474,18 @@ func (s *Store) latest(sub string, kind Kind) (*Metadata, error) {
 		}
 		if err != nil {
 			s.log.Warn("snapshot: skipping "+kind.String(), "job", s.job, "checkpoint_id", uint64(e.id), "dir", e.dir, "err", err)
+			// Damaged: what was written is not what was read back. An
+			// incomplete checkpoint never completed; another job's is not
+			// this job's; a missing file may still come from a replica.
+			if !errors.Is(err, ErrIncomplete) && !errors.Is(err, ErrJobMismatch) && !errors.Is(err, ErrMissing) {
+				damaged++
+			}
 			continue
 		}
 		return md, nil
+	}
+	if damaged > 0 {
+		return nil, fmt.Errorf("%w: %d in %s, none usable", ErrAllDamaged, damaged, filepath.Join(s.root, sub))
 	}
 	return nil, fmt.Errorf("%w in %s", ErrNoCheckpoint, filepath.Join(s.root, sub))
 }

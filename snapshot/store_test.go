@@ -187,10 +187,23 @@ func TestStoreLatestSkipsDamagedCheckpoints(t *testing.T) {
 	if n := strings.Count(logs.String(), "\n"); n != 6 {
 		t.Errorf("%d log lines, want 6:\n%s", n, logs)
 	}
-	// Once every checkpoint is damaged, there is none.
+	// Once every complete checkpoint is damaged, there is none to
+	// restore, and that is not a fresh start: a restore refuses to start
+	// the job from the beginning, which would commit its output again.
 	must(t, os.Remove(chk(1, metadataFile)))
-	if _, err := s.Latest(); !errors.Is(err, ErrNoCheckpoint) {
-		t.Fatalf("Latest = %v, want ErrNoCheckpoint", err)
+	if _, err := s.Latest(); !errors.Is(err, ErrAllDamaged) || errors.Is(err, ErrNoCheckpoint) {
+		t.Fatalf("Latest = %v, want ErrAllDamaged", err)
+	}
+	if _, err := s.RecoveryPoint(false); !errors.Is(err, ErrAllDamaged) || !strings.Contains(err.Error(), "remove the job's checkpoint directory") {
+		t.Fatalf("RecoveryPoint = %v, want ErrAllDamaged saying what to do", err)
+	}
+	// Incomplete checkpoints (crashed before completing) and another
+	// job's are not damaged ones: with only those, there is none.
+	for _, id := range []ID{3, 4, 5, 6} {
+		must(t, os.RemoveAll(s.CheckpointDir(id)))
+	}
+	if _, err := s.RecoveryPoint(false); !errors.Is(err, ErrNoCheckpoint) {
+		t.Fatalf("RecoveryPoint = %v, want ErrNoCheckpoint", err)
 	}
 }
 

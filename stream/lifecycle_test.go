@@ -580,3 +580,55 @@ func TestFailureWithoutRestartStrategySaysSo(t *testing.T) {
 	// throttle, opened by the teardown, within milliseconds).
 	goleak.VerifyNone(t) // retries for about 0.4 s
 }
+
+// A job started again on a checkpoint directory whose every complete
+// checkpoint is damaged does not start from the beginning (which would
+// commit all its output again): it fails with snapshot.ErrAllDamaged,
+// committing nothing more.
+func TestJobStartedAgainOnDamagedCheckpointsFails(t *testing.T) {
+	const n, keys = 1_000_000, 1000
+	cfg := checkpointConfig(t, snapshot.ExactlyOnce)
+	out := t.TempDir()
+	paced := func() operators.Source[operators.SensorReading] {
+		return operators.SensorGenerator(operators.GeneratorConfig{Count: n, Keys: keys, Rate: n / 10})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	job, err := eoJobFrom(paced, out, nil, stream.WithParallelism(2), stream.WithCheckpointing(cfg)).ExecuteAsync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, testutil.DefaultTimeout, "the first run commits windows", func() bool {
+		return len(committedLines(t, out)) >= keys
+	})
+	cancel()
+	if err := job.Wait(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("first run ended with %v, want it cancelled", err)
+	}
+	files, err := filepath.Glob(filepath.Join(cfg.Dir, "*", "checkpoints", "chk-*", "*.state"))
+	if err != nil || len(files) == 0 {
+		files, err = filepath.Glob(filepath.Join(cfg.Dir, "checkpoints", "chk-*", "*.state"))
+	}
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no checkpoint state files under %s (%v)", cfg.Dir, err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) > 0 {
+			b[len(b)/2] ^= 0xff
+			if err := os.WriteFile(f, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	before := len(committedLines(t, out))
+	err = execute(t, eoJobFrom(paced, out, nil, stream.WithParallelism(2), stream.WithCheckpointing(cfg)))
+	if !errors.Is(err, snapshot.ErrAllDamaged) {
+		t.Fatalf("second run on damaged checkpoints: %v, want snapshot.ErrAllDamaged", err)
+	}
+	if after := len(committedLines(t, out)); after != before {
+		t.Fatalf("the second run committed %d lines more", after-before)
+	}
+}
