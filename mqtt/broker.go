@@ -460,10 +460,40 @@ func (h *ingestHook) ID() string { return "edged-ingest" }
 
 func (h *ingestHook) Provides(b byte) bool {
 	switch b {
-	case mochi.OnPublish, mochi.OnPacketRead, mochi.OnPacketEncode, mochi.OnDisconnect:
+	case mochi.OnPublish, mochi.OnPacketRead, mochi.OnPacketEncode, mochi.OnDisconnect, mochi.OnWillSent:
 		return true
 	}
 	return false
+}
+
+// OnWillSent appends a device's will message, which the broker published
+// when the device's connection ended without DISCONNECT, to the ingest
+// logs whose pipelines read its topic, as a device's own publish: a
+// pipeline sees the "device offline" message its subscribers see. Nobody
+// waits for an acknowledgement: a failed append is logged.
+func (h *ingestHook) OnWillSent(cl *mochi.Client, pk packets.Packet) {
+	b := h.b
+	if b.log == nil && len(b.routes) == 0 {
+		return
+	}
+	msg := ingestlog.Message{
+		Topic:    pk.TopicName,
+		Payload:  pk.Payload,
+		QoS:      pk.FixedHeader.Qos,
+		Retain:   pk.FixedHeader.Retain,
+		Received: time.Now(),
+	}
+	for _, tg := range b.targets(pk.TopicName) {
+		m := fit(tg.log, msg)
+		off, err := tg.log.Append(b.ctx, m)
+		if err != nil {
+			if b.ctx.Err() == nil {
+				b.logger.Error("mqtt broker: appending a will message failed; it is lost", "client", cl.ID, "topic", pk.TopicName, "error", err)
+			}
+			return
+		}
+		b.appended(tg.log, m, 0, off)
+	}
 }
 
 // OnPacketEncode tells an MQTT 5 client the broker's Maximum Packet Size
