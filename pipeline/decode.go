@@ -32,7 +32,9 @@ type FieldSpec struct {
 	Unit TimeUnit
 }
 
-// maxJSONDepth bounds the nesting a JSON decoder follows.
+// maxJSONDepth bounds the nesting a JSON decoder follows: the arrays and
+// objects around the deepest value, the outermost object counted (it is
+// at depth 0).
 const maxJSONDepth = 64
 
 // jsonNode is a node of the JSON decoder's key trie: either a leaf (spec >=
@@ -170,7 +172,7 @@ func (p *jsonParser) ws() {
 // object parses an object at p.i; n is the trie node of the object (nil:
 // skip everything inside).
 func (p *jsonParser) object(n *jsonNode, depth int) error {
-	if depth > maxJSONDepth {
+	if depth >= maxJSONDepth {
 		return p.fail("nesting too deep")
 	}
 	if p.i >= len(p.s) || p.s[p.i] != '{' {
@@ -365,7 +367,7 @@ func (p *jsonParser) literal(word string) bool {
 
 // skip checks and skips one value.
 func (p *jsonParser) skip(depth int) error {
-	if depth > maxJSONDepth {
+	if depth >= maxJSONDepth {
 		return p.fail("nesting too deep")
 	}
 	if p.i >= len(p.s) {

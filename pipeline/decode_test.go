@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/edgedio/edged/codec"
@@ -226,4 +227,21 @@ func BenchmarkDecode(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// A payload nested 64 arrays or objects deep, the outermost object
+// counted, decodes; one nested 65 deep is a dead letter.
+func TestJSONNestingBound(t *testing.T) {
+	d, _, _ := jsonTestDecoder(t)
+	nested := func(total int) string {
+		arrays := total - 1 // inside the outer object
+		return `{"sensor":{"id":"x"},"t":1,"ts":1,"ok":true,"n":1,"x":` + strings.Repeat("[", arrays) + strings.Repeat("]", arrays) + `}`
+	}
+	var r Row
+	if err := d.Decode(nested(maxJSONDepth), &r); err != nil {
+		t.Fatalf("nested %d deep: %v", maxJSONDepth, err)
+	}
+	if err := d.Decode(nested(maxJSONDepth+1), &r); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "nesting too deep") {
+		t.Fatalf("nested %d deep: %v, want nesting too deep", maxJSONDepth+1, err)
+	}
 }
