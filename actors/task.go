@@ -330,13 +330,23 @@ func (t *task) notify(id int64, complete bool) {
 }
 
 // inputTime passes on what a watermark or status message changed: the
-// task's stream status first, then its watermark.
+// task's watermark after its status when the task became active, before
+// it when the task became idle. The call that makes the task idle can
+// also advance its watermark (to the largest of its idle inputs'): that
+// watermark goes out while the output is still active, so that the
+// windows downstream fire whichever input went idle last, and the idle
+// status after it (a watermark out of an idle output is held until it is
+// active again).
 func (t *task) inputTime(wm int64, advanced bool) {
-	if idle, changed := t.merger.StatusChanged(); changed {
-		t.status(idle)
+	idle, changed := t.merger.StatusChanged()
+	if changed && !idle {
+		t.status(false)
 	}
 	if advanced {
 		t.watermark(0, wm)
+	}
+	if changed && idle {
+		t.status(true)
 	}
 	t.afterMessage()
 }

@@ -1,7 +1,9 @@
 package actors
 
 import (
+	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/edgedio/edged/codec"
@@ -195,5 +197,74 @@ func TestWatermarkOutOfIdleTaskIsHeldUntilActive(t *testing.T) {
 	}
 	if wm, ok := rt.sent[9].(*watermarkMsg); !ok || wm.wm != watermark.MaxWatermark {
 		t.Fatalf("sent %#v, want the final watermark", rt.sent[9])
+	}
+}
+
+// sentTime renders what a task broadcast: "wm=N", "idle" or "active".
+func sentTime(t *testing.T, sent []message) []string {
+	t.Helper()
+	out := make([]string, 0, len(sent))
+	for _, m := range sent {
+		switch m := m.(type) {
+		case *watermarkMsg:
+			out = append(out, fmt.Sprintf("wm=%d", m.wm))
+		case *statusMsg:
+			if m.idle {
+				out = append(out, "idle")
+			} else {
+				out = append(out, "active")
+			}
+		default:
+			t.Fatalf("sent %T", m)
+		}
+	}
+	return out
+}
+
+// A task whose inputs all fall quiet forwards the largest of their
+// watermarks, then its idle status, whichever input goes idle last: the
+// window subtasks downstream of the decoding subtasks fire every window
+// the readings closed once every decoding subtask is idle, as the one
+// whose watermark is ahead (it took a reading far ahead, say) and the one
+// behind time out together, in either order. Before, the task held the
+// watermark of the input that went idle last, so that when the input
+// ahead went idle first the last windows never fired while the stream was
+// quiet, and two window subtasks that saw the idle statuses in other
+// orders held different watermarks.
+func TestIdleInputsForwardLargestWatermarkWhicheverIsLast(t *testing.T) {
+	const ahead, behind = 781_999, 181_998
+	for _, order := range [][2]int{{0, 1}, {1, 0}} {
+		rt := &recordingRouter{}
+		tk := testTask(&host{maxP: 128}, 1, 0)
+		tk.routers = []router{rt}
+		tk.inChans[0], tk.inChans[1] = newChannel(0, tk, nil), newChannel(1, tk, nil)
+		tk.dispatch(&watermarkMsg{ch: tk.inChans[0], wm: ahead})
+		tk.dispatch(&watermarkMsg{ch: tk.inChans[1], wm: behind})
+		for _, ch := range order {
+			tk.dispatch(&statusMsg{ch: tk.inChans[ch], idle: true})
+		}
+		want := []string{fmt.Sprintf("wm=%d", behind), fmt.Sprintf("wm=%d", ahead), "idle"}
+		if got := sentTime(t, rt.sent); !slices.Equal(got, want) {
+			t.Fatalf("input %d idle first: sent %v, want %v", order[0], got, want)
+		}
+		if tk.merger.Current() != ahead || !tk.idle {
+			t.Fatalf("input %d idle first: watermark %d idle %t, want %d idle", order[0], tk.merger.Current(), tk.idle, ahead)
+		}
+
+		// While every input is idle, a watermark on one of them still
+		// counts for the largest: the task takes it, and holds it, its
+		// output idle, until an input is back; then the task's status
+		// goes first, then the held watermark and the next.
+		rt.sent = nil
+		tk.dispatch(&watermarkMsg{ch: tk.inChans[order[1]], wm: ahead + 500})
+		if got := sentTime(t, rt.sent); len(got) != 0 || !tk.idle || tk.merger.Current() != ahead+500 {
+			t.Fatalf("watermark on an idle input of an idle task: sent %v (idle %t), watermark %d, want none, idle, %d", got, tk.idle, tk.merger.Current(), ahead+500)
+		}
+		tk.dispatch(&statusMsg{ch: tk.inChans[0], idle: false})
+		tk.dispatch(&watermarkMsg{ch: tk.inChans[0], wm: ahead + 900})
+		want = []string{"active", fmt.Sprintf("wm=%d", ahead+500), fmt.Sprintf("wm=%d", ahead+900)}
+		if got := sentTime(t, rt.sent); !slices.Equal(got, want) || tk.idle {
+			t.Fatalf("an input back: sent %v (idle %t), want %v", got, tk.idle, want)
+		}
 	}
 }

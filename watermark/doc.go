@@ -22,9 +22,10 @@
 //     tasks stop waiting for its watermark.
 //   - A Merger, at every task with input channels, keeps the watermark and
 //     idle status of each channel and computes the task's watermark: the
-//     minimum over the channels that are not idle, never going backwards.
-//     It also says when the task as a whole becomes idle or active, which
-//     the task forwards downstream as a stream status.
+//     minimum over the channels that are not idle (the largest of their
+//     watermarks once every channel is idle), never going backwards. It
+//     also says when the task as a whole becomes idle or active, which the
+//     task forwards downstream as a stream status.
 //
 // A source (or timestamp-assigner) subtask drives them like this:
 //
@@ -42,8 +43,10 @@
 //	on watermark w from channel ch:  combined, advanced := m.Watermark(ch, w)
 //	on status from channel ch:       combined, advanced := m.SetIdle(ch, idle)
 //	then, in this order:
-//		if idle, changed := m.StatusChanged(); changed { emit status idle or active }
+//		idle, changed := m.StatusChanged()
+//		if changed && !idle { emit status active }
 //		if advanced { emit combined }
+//		if changed && idle { emit status idle }
 //
 // Checkpoints: a Merger's State and a StatefulGenerator's AppendState are
 // saved with each checkpoint, and RestoreMerger and RestoreState bring

@@ -132,16 +132,23 @@ func (m *mergerModel) taskIdle() bool {
 	return active == 0 && idle > 0
 }
 
-// recompute takes the minimum over the channels that are active or ended
-// and clamps the result so it never decreases; an idle task holds.
+// recompute takes the minimum over the channels that are active or ended,
+// or, when the task is idle, the largest watermark of the idle channels,
+// and clamps the result so it never decreases.
 func (m *mergerModel) recompute() (int64, bool) {
-	if m.taskIdle() {
-		return m.combined, false
-	}
 	lo := MaxWatermark
-	for i := range m.wm {
-		if !m.idle[i] || m.wm[i] == MaxWatermark {
-			lo = min(lo, m.wm[i])
+	if m.taskIdle() {
+		lo = MinWatermark
+		for i := range m.wm {
+			if m.idle[i] && m.wm[i] != MaxWatermark {
+				lo = max(lo, m.wm[i])
+			}
+		}
+	} else {
+		for i := range m.wm {
+			if !m.idle[i] || m.wm[i] == MaxWatermark {
+				lo = min(lo, m.wm[i])
+			}
 		}
 	}
 	if lo > m.combined {
@@ -200,6 +207,77 @@ func TestMergerAgainstModel(t *testing.T) {
 				t.Fatalf("seed %d run %d step %d, %d channels: merger combined=%s advanced=%t current=%s idle=%t changed=%t; model combined=%s advanced=%t idle=%t changed=%t\nscript:\nnew channels=%d\n%s",
 					s, run, step, n, fmtTime(got), gotAdv, fmtTime(m.Current()), gotIdle, gotChanged,
 					fmtTime(want), wantAdv, wantIdle, wantChanged, n, strings.Join(trace, "\n"))
+			}
+		}
+	}
+}
+
+// TestMergerQuietWatermarkWhateverTheInterleaving: once every channel
+// fell quiet (went idle last), the task's watermark is the largest
+// watermark its channels sent, whatever the interleaving of the
+// channels' messages: two tasks reading the same channels (the window
+// subtasks behind the same decoding subtasks) end at the same watermark.
+// Each channel sends increasing watermarks, goes idle and active again
+// at random, and ends idle. Fixed seeds: the schedules are the same in
+// every run.
+func TestMergerQuietWatermarkWhateverTheInterleaving(t *testing.T) {
+	type event struct {
+		wm   int64 // 0: a status change
+		idle bool
+	}
+	for trial := range uint64(300) {
+		rng := rand.New(rand.NewPCG(trial, 0x5eed))
+		n := 2 + rng.IntN(3)
+		chans := make([][]event, n)
+		largest := MinWatermark
+		for ch := range chans {
+			wm, idle := int64(0), false
+			for range 1 + rng.IntN(6) {
+				if rng.IntN(3) == 0 {
+					idle = !idle
+					chans[ch] = append(chans[ch], event{idle: idle})
+				} else {
+					wm += 1 + int64(rng.IntN(1000))
+					chans[ch] = append(chans[ch], event{wm: wm})
+				}
+			}
+			if !idle {
+				chans[ch] = append(chans[ch], event{idle: true})
+			}
+			if wm > 0 {
+				largest = max(largest, wm)
+			}
+		}
+		for interleaving := range 20 {
+			m := NewMerger(n)
+			next := make([]int, n)
+			var trace []string
+			for left := true; left; {
+				left = false
+				var ready []int
+				for ch := range chans {
+					if next[ch] < len(chans[ch]) {
+						ready = append(ready, ch)
+					}
+				}
+				if len(ready) == 0 {
+					break
+				}
+				left = true
+				ch := ready[rng.IntN(len(ready))]
+				e := chans[ch][next[ch]]
+				next[ch]++
+				if e.wm != 0 {
+					trace = append(trace, fmt.Sprintf("wm ch=%d ts=%d", ch, e.wm))
+					m.Watermark(ch, e.wm)
+				} else {
+					trace = append(trace, fmt.Sprintf("%s ch=%d", statusName(e.idle), ch))
+					m.SetIdle(ch, e.idle)
+				}
+			}
+			if m.Current() != largest || !m.Idle() {
+				t.Fatalf("trial %d interleaving %d: quiet at %s (idle %t), want the largest channel watermark %s\nscript:\nnew channels=%d\n%s",
+					trial, interleaving, fmtTime(m.Current()), m.Idle(), fmtTime(largest), n, strings.Join(trace, "\n"))
 			}
 		}
 	}
