@@ -107,9 +107,9 @@ func (o *TimestampsAndWatermarks[T]) ProcessWatermark(wm int64) error {
 const assignerStateVersion = 1
 
 // SnapshotState saves the generator's state (when it is a
-// watermark.StatefulGenerator) and whether the output is marked idle, so
-// that after a restore the watermarks are those of a run without the
-// failure.
+// watermark.StatefulGenerator), so that after a restore the watermarks
+// are those of a run without the failure, and whether the output is
+// marked idle (which RestoreState reads but does not take back).
 func (o *TimestampsAndWatermarks[T]) SnapshotState(int64) ([]byte, error) {
 	idle := byte(0)
 	if o.idle {
@@ -125,7 +125,13 @@ func (o *TimestampsAndWatermarks[T]) SnapshotState(int64) ([]byte, error) {
 // RestoreState takes back what SnapshotState wrote, at the same
 // parallelism. With another parallelism the generator starts afresh (its
 // first watermarks are then held back downstream by the restored task
-// watermarks, which never go back) and the output is active.
+// watermarks, which never go back). The output starts active whatever the
+// snapshot says: stream status is not restored (the task restores its
+// output, and the tasks downstream their input channels, active), so an
+// assigner still without records says it is idle again after its idle
+// timeout; taking the idle mark back would keep it from ever saying so,
+// and its restored watermark would hold the windows downstream until its
+// next record.
 func (o *TimestampsAndWatermarks[T]) RestoreState(states [][]byte, oldParallelism int) error {
 	if len(states) != 1 || oldParallelism != o.ctx.Parallelism || len(states[0]) == 0 {
 		return nil
@@ -139,7 +145,6 @@ func (o *TimestampsAndWatermarks[T]) RestoreState(states [][]byte, oldParallelis
 			return fmt.Errorf("timestamp assigner: %w", err)
 		}
 	}
-	o.idle = b[1] == 1
 	return nil
 }
 

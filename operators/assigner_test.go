@@ -222,3 +222,44 @@ func TestAssignerPerEventEmit(t *testing.T) {
 		t.Fatalf("watermarks %v, want %v", h.Watermarks, want)
 	}
 }
+
+// An assigner restored from a snapshot taken while its output was idle
+// starts active, as the task restores its output and the downstream
+// channels (stream status is not restored): with no record after the
+// restore it says it is idle again once the timeout passed. Before, it
+// took the idle mark back, never said so again, and its restored
+// watermark held the windows downstream until its next record.
+func TestAssignerRestoredIdleSaysSoAgain(t *testing.T) {
+	const timeout = 2 * time.Second
+	s := watermark.ForBoundedOutOfOrderness(time.Second, stampedTime).WithIdleness(timeout)
+	h := newAssigner(t, s)
+	h.Process(stamped{"a", 10_000}, operators.NoTimestamp)
+	advanceBy(t, h, timeout+400*time.Millisecond)
+	if !slices.Equal(h.Idle, []bool{true}) {
+		t.Fatalf("before the snapshot: status changes %v, want idle", h.Idle)
+	}
+	snap, err := h.Op.(operators.Snapshotter).SnapshotState(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	r := newAssigner(t, s)
+	if err := r.Op.(operators.Restorer).RestoreState([][]byte{snap}, 1); err != nil {
+		t.Fatal(err)
+	}
+	advanceBy(t, r, timeout-time.Millisecond)
+	if len(r.Idle) != 0 {
+		t.Fatalf("restored: status changes %v before the timeout", r.Idle)
+	}
+	advanceBy(t, r, 200*time.Millisecond)
+	if !slices.Equal(r.Idle, []bool{true}) {
+		t.Fatalf("restored, a period after the timeout: status changes %v, want idle", r.Idle)
+	}
+	// Its generator's state came back: no watermark before a new record,
+	// then the next one from the restored largest timestamp.
+	r.Process(stamped{"b", 9_000}, operators.NoTimestamp)
+	advanceBy(t, r, 200*time.Millisecond)
+	if !slices.Equal(r.Idle, []bool{true, false}) || len(r.Watermarks) != 0 {
+		t.Fatalf("after a record behind the restored one: status changes %v, watermarks %v", r.Idle, r.Watermarks)
+	}
+}
