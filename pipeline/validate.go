@@ -269,7 +269,7 @@ func (pc *PipelineConfig) compile(p *problems, path string) *plan {
 	case pc.Name == "":
 		p.add(at("name"), "is required")
 	case !nameRe.MatchString(pc.Name):
-		p.add(at("name"), fmt.Sprintf("%q must be letters, digits, '_', '-' or '.'", pc.Name))
+		p.add(at("name"), fmt.Sprintf("%q must start with a letter or digit, followed by letters, digits, '_', '-' or '.'", pc.Name))
 	}
 	switch {
 	case pc.Parallelism < 1:

@@ -99,8 +99,9 @@ func (s *Store) CheckpointDir(id ID) string {
 // Begin creates the directory of the checkpoint or savepoint t announces
 // and returns it. The caller calls it before sending t to the sources;
 // from then on Create and StatePath work for t.Checkpoint. A savepoint goes
-// to t.Path if set (relative to savepoints/, or absolute; it must not
-// exist or be empty), else to savepoints/sp-<id>-<timestamp>.
+// to t.Path if set (relative to savepoints/ and staying under it, or
+// absolute; it must not exist or be empty), else to
+// savepoints/sp-<id>-<timestamp>.
 func (s *Store) Begin(t Trigger) (string, error) {
 	loc := location{kind: KindCheckpoint, created: true}
 	if t.Savepoint {
@@ -110,6 +111,10 @@ func (s *Store) Begin(t Trigger) (string, error) {
 			loc.dir = filepath.Join(s.root, savepointsDir, fmt.Sprintf("sp-%d-%d", t.Checkpoint, t.Timestamp))
 		case filepath.IsAbs(t.Path):
 			loc.dir = filepath.Clean(t.Path)
+		case !filepath.IsLocal(t.Path):
+			// A relative path stays under savepoints/: "../x" is not a
+			// way to write anywhere else (an absolute path is).
+			return "", fmt.Errorf("begin savepoint %d: %w: %q leaves savepoints/ (give an absolute path to write elsewhere)", t.Checkpoint, ErrName, t.Path)
 		default:
 			loc.dir = filepath.Join(s.root, savepointsDir, t.Path)
 		}

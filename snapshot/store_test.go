@@ -278,6 +278,12 @@ func TestStoreSavepointPaths(t *testing.T) {
 	if entries, err := os.ReadDir(empty2); err != nil || len(entries) != 0 {
 		t.Fatalf("after Discard: %v, %v", entries, err)
 	}
+	// A relative path stays under savepoints/.
+	for i, p := range []string{"../escaped", "a/../../escaped", "..", "../../../../tmp/x"} {
+		if _, err := s.Begin(Trigger{Checkpoint: ID(10 + i), Savepoint: true, Path: p}); !errors.Is(err, ErrName) {
+			t.Fatalf("Begin with path %q = %v, want ErrName", p, err)
+		}
+	}
 }
 
 func TestStoreDiscard(t *testing.T) {
