@@ -134,7 +134,7 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 			continue
 		}
 		dir := filepath.Join(dataDir, "ingest", pc.Name)
-		log, err := ingestlog.Open(dir, ingestlog.DefaultOptions(), n.log.With("pipeline", pc.Name))
+		log, err := ingestlog.Open(dir, src.LogOptions(), n.log.With("pipeline", pc.Name))
 		if err != nil {
 			return pipeline.Inputs{}, fmt.Errorf("ingest log of %q: %w", pc.Name, err)
 		}

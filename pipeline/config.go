@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"github.com/edgedio/edged/mqtt/ingestlog"
 	"time"
 
 	"github.com/edgedio/edged/snapshot"
@@ -187,6 +188,14 @@ type MQTTSourceConfig struct {
 	// embedded broker the largest of its pipelines' values bounds every
 	// packet the broker reads.
 	MaxMessageBytes int64 `yaml:"max_message_bytes"`
+	// LogMaxBytes bounds the pipeline's ingest log: the bytes of records
+	// no retained checkpoint has released. A full log holds back the
+	// acknowledgements (back-pressure to the devices or the broker).
+	// Default 1 GiB; at least 4 MiB, and four times the largest message
+	// (max_message_bytes, default 8 MiB), since the log's segments are
+	// then a quarter of it (64 MiB at most), so that its files on disk
+	// stay within 1.25 times the bound.
+	LogMaxBytes int64 `yaml:"log_max_bytes"`
 	// Client is what reads an external broker's connection: "direct"
 	// (one goroutine reads and decodes the packets and hands them to the
 	// ingest log in batches) or "paho" (the paho client). Default direct
@@ -336,3 +345,15 @@ type MQTTSinkConfig struct {
 }
 
 func (m *MQTTSinkConfig) setDefaults() { m.QoS = 1 }
+
+// LogOptions returns the options of the pipeline's ingest log: the
+// defaults, bounded by LogMaxBytes when set, with segments a quarter of
+// the bound (64 MiB at most).
+func (m *MQTTSourceConfig) LogOptions() ingestlog.Options {
+	o := ingestlog.DefaultOptions()
+	if m.LogMaxBytes > 0 {
+		o.MaxBytes = m.LogMaxBytes
+		o.SegmentBytes = min(o.SegmentBytes, m.LogMaxBytes/4)
+	}
+	return o
+}

@@ -118,6 +118,7 @@ func TestSettingsDigest(t *testing.T) {
 		{"source qos", "qos: 1\n        format", "qos: 2\n        format"},
 		{"state dir", "    restart:", "    state_backend: bolt\n    state_dir: /var/lib/edged/b/state\n    restart:"},
 		{"default written out", "qos: 1\n        format", "qos: 1\n        max_message_bytes: 8388608\n        format"},
+		{"ingest log bound", "qos: 1\n        format", "qos: 1\n        log_max_bytes: 67108864\n        format"},
 	} {
 		if d := digestOf(t, edit(t, c.old, c.new)); d != base {
 			t.Errorf("%s differs only: digest %s, want %s", c.name, d, base)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/edgedio/edged/mqtt/ingestlog"
 	"strings"
 	"testing"
 
@@ -260,4 +261,41 @@ pipelines:
       - mqtt: ` + sink + `
 `))
 	return err
+}
+
+// source.mqtt.log_max_bytes bounds the ingest log, its segments a quarter
+// of it; a bound that would not hold four of the largest messages is
+// refused when the config is read.
+func TestMQTTSourceLogMaxBytes(t *testing.T) {
+	parse := func(src string) (*Config, error) {
+		return Parse([]byte(`
+pipelines:
+  - name: p
+    source:
+      mqtt: ` + src + `
+    sinks: [{stdout: {}}]
+`))
+	}
+	cfg, err := parse(`{topics: [s/+], format: json, log_max_bytes: 67108864, fields: {id: {type: string, path: $.id}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := cfg.Pipelines[0].Source.MQTT.LogOptions(); o.MaxBytes != 64<<20 || o.SegmentBytes != 16<<20 {
+		t.Fatalf("log options %+v, want a 64 MiB bound in 16 MiB segments", o)
+	}
+	if o := (&MQTTSourceConfig{}).LogOptions(); o != ingestlog.DefaultOptions() {
+		t.Fatalf("default log options %+v", o)
+	}
+	for _, src := range []string{
+		`{topics: [s/+], format: json, log_max_bytes: 1048576, fields: {id: {type: string, path: $.id}}}`,
+		`{topics: [s/+], format: json, log_max_bytes: 16777216, fields: {id: {type: string, path: $.id}}}`,
+		`{topics: [s/+], format: json, log_max_bytes: -1, fields: {id: {type: string, path: $.id}}}`,
+	} {
+		if _, err := parse(src); err == nil || !strings.Contains(err.Error(), "log_max_bytes") {
+			t.Fatalf("%s: %v, want a log_max_bytes error", src, err)
+		}
+	}
+	if _, err := parse(`{topics: [s/+], format: json, max_message_bytes: 1048576, log_max_bytes: 4194304, fields: {id: {type: string, path: $.id}}}`); err != nil {
+		t.Fatal(err)
+	}
 }

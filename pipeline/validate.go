@@ -502,13 +502,19 @@ func (pc *PipelineConfig) compileSource(p *problems, path string, pl *plan) *Sch
 		default:
 			p.add(mp+".client", fmt.Sprintf("(%q) must be %q or %q", m.Client, mqtt.ClientDirect, mqtt.ClientPaho))
 		}
-		// The daemon opens the ingest logs with the default options: a
-		// message it takes must fit in one of their records.
+		// A message the pipeline takes must fit in one record of its
+		// ingest log.
 		if limit := ingestlog.DefaultOptions().MaxMessageBytes(); m.MaxMessageBytes < 0 || m.MaxMessageBytes > limit {
 			p.add(mp+".max_message_bytes", fmt.Sprintf("(%d) must not be negative nor exceed what one ingest-log record holds (%d bytes with the %d-byte segments; 0 means the default, %d)",
 				m.MaxMessageBytes, limit, ingestlog.DefaultOptions().SegmentBytes, mqtt.DefaultMaxMessageBytes))
 		} else if m.MaxMessageBytes > 0 && m.MaxMessageBytes < 64 {
 			p.add(mp+".max_message_bytes", fmt.Sprintf("(%d) must be at least 64", m.MaxMessageBytes))
+		} else if m.LogMaxBytes != 0 {
+			msg := cmp.Or(m.MaxMessageBytes, mqtt.DefaultMaxMessageBytes)
+			if m.LogMaxBytes < max(4<<20, 4*msg) {
+				p.add(mp+".log_max_bytes", fmt.Sprintf("(%d) must be at least 4 MiB and four times max_message_bytes (%d): %d (0 means the default, 1 GiB)",
+					m.LogMaxBytes, msg, max(4<<20, 4*msg)))
+			}
 		}
 		pending, window := m.MaxPending, m.RedeliveryWindow
 		if pending == 0 {
