@@ -476,13 +476,7 @@ func (h *ingestHook) OnWillSent(cl *mochi.Client, pk packets.Packet) {
 	if b.log == nil && len(b.routes) == 0 {
 		return
 	}
-	msg := ingestlog.Message{
-		Topic:    pk.TopicName,
-		Payload:  pk.Payload,
-		QoS:      pk.FixedHeader.Qos,
-		Retain:   pk.FixedHeader.Retain,
-		Received: time.Now(),
-	}
+	msg := messageOf(pk)
 	for _, tg := range b.targets(pk.TopicName) {
 		m := fit(tg.log, msg)
 		off, err := tg.log.Append(b.ctx, m)
@@ -593,13 +587,7 @@ func (h *ingestHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pac
 	if why := b.paused.Load(); why != nil && len(b.targets(pk.TopicName)) > 0 {
 		return pk, h.refusePaused(cl, pk, *why)
 	}
-	msg := ingestlog.Message{
-		Topic:    pk.TopicName,
-		Payload:  pk.Payload,
-		QoS:      pk.FixedHeader.Qos,
-		Retain:   pk.FixedHeader.Retain,
-		Received: time.Now(),
-	}
+	msg := messageOf(pk)
 	if pk.FixedHeader.Qos == 2 && b.store != nil && persistent(cl) && b.store.hasClient(cl.ID) {
 		return h.publishQoS2(cl, pk, msg)
 	}
@@ -632,6 +620,17 @@ func (h *ingestHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pac
 		return pk, nil
 	}
 	return pk, h.fail(cl, pk, err)
+}
+
+// messageOf returns the ingest-log message of a PUBLISH received now.
+func messageOf(pk packets.Packet) ingestlog.Message {
+	return ingestlog.Message{
+		Topic:    pk.TopicName,
+		Payload:  pk.Payload,
+		QoS:      pk.FixedHeader.Qos,
+		Retain:   pk.FixedHeader.Retain,
+		Received: time.Now(),
+	}
 }
 
 // waitDurable returns once the record at off of l is durable.

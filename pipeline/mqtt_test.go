@@ -48,23 +48,7 @@ func TestMQTTPipelineEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	pc := cfg.Pipelines[0]
-	log, err := ingestlog.Open(t.TempDir(), ingestlog.DefaultOptions(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
-	br, err := mqtt.NewBroker(mqtt.BrokerConfig{Address: "127.0.0.1:0", Filters: []string{"#"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := br.AddRoute(pc.Source.MQTT.Topics, log); err != nil {
-		t.Fatal(err)
-	}
-	if err := br.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer br.Close()
-	url := "tcp://" + br.Addr()
+	log, url := startPipelineBroker(t, pc, 0)
 
 	// The subscriber of the results and of the dead letters.
 	var mu sync.Mutex
@@ -212,24 +196,8 @@ pipelines:
 		t.Fatal(err)
 	}
 	pc := cfg.Pipelines[0]
-	log, err := ingestlog.Open(t.TempDir(), ingestlog.DefaultOptions(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
 	const limit = 4096
-	br, err := mqtt.NewBroker(mqtt.BrokerConfig{Address: "127.0.0.1:0", Filters: []string{"#"}, MaxMessageBytes: 1 << 20}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := br.AddRoute(pc.Source.MQTT.Topics, log); err != nil {
-		t.Fatal(err)
-	}
-	if err := br.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer br.Close()
-	url := "tcp://" + br.Addr()
+	log, url := startPipelineBroker(t, pc, 1<<20)
 	var mu sync.Mutex
 	var outs []string
 	sub := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID("checker"))
@@ -298,4 +266,29 @@ pipelines:
 			t.Fatalf("published to %v: the big result went out", outs)
 		}
 	}
+}
+
+// startPipelineBroker starts an embedded broker (packets of at most
+// maxMessage bytes; 0 for the default) whose messages on pc's topics go
+// to a new ingest log; it returns the log and the broker's URL. Both close
+// when the test ends.
+func startPipelineBroker(t *testing.T, pc PipelineConfig, maxMessage int64) (*ingestlog.Log, string) {
+	t.Helper()
+	log, err := ingestlog.Open(t.TempDir(), ingestlog.DefaultOptions(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { log.Close() })
+	br, err := mqtt.NewBroker(mqtt.BrokerConfig{Address: "127.0.0.1:0", Filters: []string{"#"}, MaxMessageBytes: maxMessage}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := br.AddRoute(pc.Source.MQTT.Topics, log); err != nil {
+		t.Fatal(err)
+	}
+	if err := br.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { br.Close() })
+	return log, "tcp://" + br.Addr()
 }
