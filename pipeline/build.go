@@ -3,11 +3,13 @@ package pipeline
 import (
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 	"unsafe"
 
@@ -444,6 +446,10 @@ type prepareFn[T any] struct {
 	strs     []int             // slots of the decoded string fields
 	interned map[string]string // decoded strings, copied out of their payloads
 	row      Row               // the record being prepared
+	// aheadLimit is the latest event time taken without reading the
+	// clock: the clock, when last read, plus event_time.max_ahead. The
+	// clock is read again only for a record past it.
+	aheadLimit int64
 }
 
 // maxInterned bounds the distinct strings a prepare subtask keeps to
@@ -488,6 +494,7 @@ func (f *prepareFn[T]) Open(ctx *operators.Context) error {
 		}
 	}
 	f.interned = make(map[string]string)
+	f.aheadLimit = math.MinInt64
 	return nil
 }
 
@@ -576,9 +583,48 @@ func (f *prepareFn[T]) ProcessElement(v T, ctx *operators.ProcessContext[Row]) e
 			f.fail(ctx, string(r.AppendJSON(nil, pl.schema)), fmt.Errorf("%w: %s = %d ms", ErrEventTimeRange, pl.ts.Name, ts))
 			return nil
 		}
+		if pl.maxAhead > 0 {
+			if err := f.checkAhead(ctx, r.Int(pl.ts.Slot)); err != nil {
+				f.fail(ctx, string(r.AppendJSON(nil, pl.schema)), err)
+				return nil
+			}
+		}
 	}
 	ctx.Emit(*r)
 	return nil
+}
+
+// checkAhead returns an ErrEventTimeAhead error when the event time ts is
+// ahead of the processing-time clock by more than event_time.max_ahead:
+// such a record would move the watermark past every correct reading to
+// come (a device whose clock was set to a wrong date), making them all
+// late until the clock caught up.
+func (f *prepareFn[T]) checkAhead(ctx *operators.ProcessContext[Row], ts int64) error {
+	if ts <= f.aheadLimit {
+		return nil
+	}
+	pl := f.b.pl
+	now := ctx.CurrentProcessingTime()
+	f.aheadLimit = now + pl.maxAhead.Milliseconds()
+	if ts <= f.aheadLimit {
+		return nil
+	}
+	return fmt.Errorf("%w: %s = %d ms (%s) is %s ahead of the clock (%s), more than event_time.max_ahead (%s)",
+		ErrEventTimeAhead, pl.ts.Name, ts, formatMillis(ts), aheadString(ts-now), formatMillis(now), pl.maxAhead)
+}
+
+// formatMillis formats ms since the Unix epoch as RFC 3339 in UTC.
+func formatMillis(ms int64) string {
+	return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
+}
+
+// aheadString formats a positive span of ms milliseconds as a duration,
+// or in days where a time.Duration would overflow (beyond 292 years).
+func aheadString(ms int64) string {
+	if ms > math.MaxInt64/int64(time.Millisecond) {
+		return fmt.Sprintf("%d days", ms/(24*3600*1000))
+	}
+	return (time.Duration(ms) * time.Millisecond).String()
 }
 
 // The event times a pipeline accepts, in milliseconds since the Unix

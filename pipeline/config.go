@@ -250,7 +250,17 @@ type EventTimeConfig struct {
 	// IdleTimeout marks the source idle after this long without
 	// records; default 0 (never).
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxAhead bounds how far a record's event time may be ahead of the
+	// node's clock: a record further ahead goes to the dead-letter output
+	// and does not move the watermark. Default 1h (DefaultMaxAhead) for
+	// file and MQTT sources, none for the generator source (its event
+	// times are synthetic); 0s: no bound.
+	MaxAhead *time.Duration `yaml:"max_ahead"`
 }
+
+// DefaultMaxAhead is event_time.max_ahead when it is not set, for file
+// and MQTT sources.
+const DefaultMaxAhead = time.Hour
 
 // Exprs is an ordered `name: expression` mapping.
 type Exprs []NamedExpr

@@ -92,6 +92,19 @@ func (p PipelineConfig) shared() sharedSettings {
 		Window: p.Window, Alerts: nilIfEmpty(p.Alerts), Silent: p.Silent,
 		Checkpoints: p.Checkpoint.Dir != "",
 	}
+	if et := p.EventTime; et != nil {
+		// max_ahead's default depends on the source; 0s is no bound.
+		e := *et
+		d := time.Duration(0)
+		switch {
+		case e.MaxAhead != nil:
+			d = *e.MaxAhead
+		case p.Source.Generator == nil:
+			d = DefaultMaxAhead
+		}
+		e.MaxAhead = &d
+		s.EventTime = &e
+	}
 	if s.Checkpoints {
 		s.CkptInterval, s.CkptMode = p.Checkpoint.Interval, p.Checkpoint.Mode.String()
 	}

@@ -91,6 +91,8 @@ func TestSettingsDigest(t *testing.T) {
 		{"field path", "$.t}", "$.temp}"},
 		{"max message bytes", "qos: 1\n        format", "qos: 1\n        max_message_bytes: 1024\n        format"},
 		{"event time", "max_out_of_orderness: 1s", "max_out_of_orderness: 2s"},
+		{"max ahead", "idle_timeout: 5s", "idle_timeout: 5s\n      max_ahead: 2h"},
+		{"max ahead off", "idle_timeout: 5s", "idle_timeout: 5s\n      max_ahead: 0s"},
 		{"key", "key: id", "key: ts_id"},
 		{"filter", "key: id", "key: id\n    filter: temp > 0"},
 		{"compute", "key: id", "key: id\n    compute:\n      f: temp * 1.8 + 32"},
@@ -118,6 +120,7 @@ func TestSettingsDigest(t *testing.T) {
 		{"source qos", "qos: 1\n        format", "qos: 2\n        format"},
 		{"state dir", "    restart:", "    state_backend: bolt\n    state_dir: /var/lib/edged/b/state\n    restart:"},
 		{"default written out", "qos: 1\n        format", "qos: 1\n        max_message_bytes: 8388608\n        format"},
+		{"max ahead written out", "idle_timeout: 5s", "idle_timeout: 5s\n      max_ahead: 1h"},
 		{"ingest log bound", "qos: 1\n        format", "qos: 1\n        log_max_bytes: 67108864\n        format"},
 	} {
 		if d := digestOf(t, edit(t, c.old, c.new)); d != base {

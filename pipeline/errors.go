@@ -19,6 +19,9 @@ var (
 	// ErrEventTimeRange is the reason of a dead letter whose event time
 	// is outside [MinEventTime, MaxEventTime].
 	ErrEventTimeRange = errors.New("pipeline: event time out of range")
+	// ErrEventTimeAhead is the reason of a dead letter whose event time
+	// is ahead of the node's clock by more than event_time.max_ahead.
+	ErrEventTimeAhead = errors.New("pipeline: event time ahead of the clock")
 	// ErrKeyTooLong is the reason of a dead letter whose key is longer
 	// than MaxKeyBytes.
 	ErrKeyTooLong = errors.New("pipeline: key too long")

@@ -84,6 +84,9 @@ type plan struct {
 	keyed     bool
 	ts        Field
 	eventTime bool
+	// maxAhead is event_time.max_ahead: how far ahead of the clock an
+	// event time may be; 0 for no bound.
+	maxAhead time.Duration
 
 	windowed  bool
 	assigner  operators.WindowAssigner
@@ -297,6 +300,15 @@ func (pc *PipelineConfig) compile(p *problems, path string) *plan {
 		}
 		if et.IdleTimeout < 0 {
 			p.add(ep+".idle_timeout", fmt.Sprintf("(%s) must not be negative", et.IdleTimeout))
+		}
+		switch {
+		case et.MaxAhead == nil && pc.Source.Generator == nil:
+			pl.maxAhead = DefaultMaxAhead
+		case et.MaxAhead == nil:
+		case *et.MaxAhead < 0:
+			p.add(ep+".max_ahead", fmt.Sprintf("(%s) must not be negative; 0s means no bound", *et.MaxAhead))
+		default:
+			pl.maxAhead = *et.MaxAhead
 		}
 	}
 
