@@ -86,6 +86,10 @@ const (
 	// sessionCompactBytes is the journal size that first triggers a
 	// rewrite; it grows to twice the live state.
 	sessionCompactBytes = 64 << 20
+	// topicAliasMaximum is the highest topic alias an MQTT 5 client may
+	// set (Mosquitto's default max_topic_alias): each costs the broker a
+	// topic of up to 64 KiB for the connection's life.
+	topicAliasMaximum = 10
 )
 
 // DefaultBrokerConfig returns a broker on 127.0.0.1:1883 ingesting every
@@ -242,6 +246,7 @@ func NewBroker(cfg BrokerConfig, log *ingestlog.Log) (*Broker, error) {
 	caps.MaximumInflight = maxInflight
 	caps.MaximumClientWritesPending = maxInflight
 	caps.MaximumPacketSize = uint32(cfg.MaxMessageBytes)
+	caps.TopicAliasMaximum = topicAliasMaximum
 	server := mochi.New(&mochi.Options{
 		Capabilities:           caps,
 		Logger:                 logger.With("component", "mochi"),
@@ -491,10 +496,12 @@ func (h *ingestHook) OnWillSent(cl *mochi.Client, pk packets.Packet) {
 }
 
 // OnPacketEncode tells an MQTT 5 client the broker's Maximum Packet Size
-// in CONNACK (mochi enforces it but does not advertise it).
+// and Topic Alias Maximum in CONNACK (mochi enforces them but does not
+// advertise them; without the latter a client may send no alias).
 func (h *ingestHook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packet {
 	if pk.FixedHeader.Type == packets.Connack && cl.Properties.ProtocolVersion == 5 {
 		pk.Properties.MaximumPacketSize = uint32(h.b.cfg.MaxMessageBytes)
+		pk.Properties.TopicAliasMaximum = topicAliasMaximum
 	}
 	return pk
 }
@@ -577,10 +584,36 @@ func (h *ingestHook) refusePaused(cl *mochi.Client, pk packets.Packet, why strin
 	return packets.ErrRejectPacket
 }
 
+// refuseAlias ends cl's connection for pk, an MQTT 5 PUBLISH whose
+// topic alias is a protocol error (MQTT 5, 3.3.2.3.4); why says which:
+// "unknown" (an empty topic and an alias the client never set) or "out
+// of range" (0, or above topicAliasMaximum). cl gets DISCONNECT 0x94
+// (Topic Alias invalid), after the acknowledgements of its earlier
+// messages, and no acknowledgement of pk, so the device keeps the
+// message and can resend it with its topic. It runs on cl's connection
+// goroutine.
+func (h *ingestHook) refuseAlias(cl *mochi.Client, pk packets.Packet, why string) {
+	h.b.logger.Warn("mqtt broker: PUBLISH with an invalid topic alias; connection closed (MQTT 5: reason 0x94, topic alias invalid) without an acknowledgement",
+		"client", cl.ID, "topic_alias", pk.Properties.TopicAlias, "why", why, "packet_id", pk.PacketID)
+	if gate, ok := cl.Net.Conn.(*ackGate); ok {
+		// The DISCONNECT must not be held behind acknowledgements that
+		// wait for an fsync: the close would drop it.
+		gate.settled()
+	}
+	_ = h.b.server.DisconnectClient(cl, packets.ErrTopicAliasInvalid) // its error is the code it sent
+}
+
 // OnPublish runs on the publisher's connection goroutine, before the
 // PUBACK is sent.
 func (h *ingestHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	b := h.b
+	if pk.TopicName == "" {
+		// mochi put the topic of pk's alias here, and accepts an alias
+		// the client never set, leaving the topic empty: it would
+		// acknowledge the message and route it nowhere.
+		h.refuseAlias(cl, pk, "unknown")
+		return pk, packets.ErrRejectPacket
+	}
 	if b.log == nil && len(b.routes) == 0 {
 		return pk, nil
 	}

@@ -133,9 +133,18 @@ func (h *ingestHook) publishQoS2(cl *mochi.Client, pk packets.Packet, msg ingest
 	return pk, packets.ErrRejectPacket
 }
 
-// OnPacketRead forgets a QoS 2 receipt on PUBREL, durably, before mochi
-// sends the PUBCOMP: after it the device may reuse the packet id.
+// OnPacketRead refuses an MQTT 5 PUBLISH whose topic alias is 0 or above
+// topicAliasMaximum (see refuseAlias; mochi refuses it too, but its
+// DISCONNECT would wait behind the acknowledgements held for an fsync,
+// and be dropped by the close). It forgets a QoS 2 receipt on PUBREL,
+// durably, before mochi sends the PUBCOMP: after it the device may reuse
+// the packet id.
 func (h *ingestHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Type == packets.Publish && pk.Properties.TopicAliasFlag &&
+		(pk.Properties.TopicAlias == 0 || pk.Properties.TopicAlias > topicAliasMaximum) {
+		h.refuseAlias(cl, pk, "out of range")
+		return pk, packets.ErrTopicAliasInvalid
+	}
 	st := h.b.store
 	if pk.FixedHeader.Type != packets.Pubrel || st == nil {
 		return pk, nil

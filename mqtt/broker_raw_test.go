@@ -14,13 +14,15 @@ import (
 	"github.com/edgedio/edged/mqtt/ingestlog"
 )
 
-// rawClient speaks MQTT 3.1.1 packet by packet over a net.Conn, for
-// sequences paho cannot produce (a PUBLISH resent without its PUBREL, a
-// crash between PUBREC and PUBREL).
+// rawClient speaks MQTT 3.1.1 (or 5, from dialRaw5) packet by packet
+// over a net.Conn, for sequences paho cannot produce (a PUBLISH resent
+// without its PUBREL, a crash between PUBREC and PUBREL, MQTT 5 topic
+// aliases).
 type rawClient struct {
-	t    *testing.T
-	conn net.Conn
-	r    *bufio.Reader
+	t       *testing.T
+	conn    net.Conn
+	r       *bufio.Reader
+	version byte // protocol version: 4 (3.1.1) or 5
 }
 
 // dialRaw connects as id with the given clean-session flag and returns
@@ -31,9 +33,9 @@ func dialRaw(t *testing.T, addr, id string, clean bool) (*rawClient, bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &rawClient{t: t, conn: conn, r: bufio.NewReader(conn)}
+	c := &rawClient{t: t, conn: conn, r: bufio.NewReader(conn), version: 4}
 	t.Cleanup(func() { conn.Close() })
-	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 4,
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect},
 		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), ClientIdentifier: id, Clean: clean, Keepalive: 60}})
 	ack := c.expect(packets.Connack, 0)
 	if ack.ReasonCode != 0 {
@@ -42,9 +44,28 @@ func dialRaw(t *testing.T, addr, id string, clean bool) (*rawClient, bool) {
 	return c, ack.SessionPresent
 }
 
+// dialRaw5 connects as id with MQTT 5 and a clean start, and returns the
+// client and the CONNACK.
+func dialRaw5(t *testing.T, addr, id string) (*rawClient, packets.Packet) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &rawClient{t: t, conn: conn, r: bufio.NewReader(conn), version: 5}
+	t.Cleanup(func() { conn.Close() })
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect},
+		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), ClientIdentifier: id, Clean: true, Keepalive: 60}})
+	ack := c.expect(packets.Connack, 0)
+	if ack.ReasonCode != 0 {
+		t.Fatalf("connect %s: code %d", id, ack.ReasonCode)
+	}
+	return c, ack
+}
+
 func (c *rawClient) send(pk packets.Packet) {
 	c.t.Helper()
-	pk.ProtocolVersion = 4
+	pk.ProtocolVersion = c.version
 	var buf bytes.Buffer
 	var err error
 	switch pk.FixedHeader.Type {
@@ -92,8 +113,10 @@ func (c *rawClient) read() (packets.Packet, error) {
 	if _, err := io.ReadFull(c.r, body); err != nil {
 		return pk, err
 	}
-	pk.ProtocolVersion = 4
+	pk.ProtocolVersion = c.version
 	switch pk.FixedHeader.Type {
+	case packets.Disconnect:
+		err = pk.DisconnectDecode(body)
 	case packets.Connack:
 		err = pk.ConnackDecode(body)
 	case packets.Publish:

@@ -22,7 +22,7 @@ func TestBrokerLogsWillMessages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := &rawClient{t: t, conn: conn}
+		c := &rawClient{t: t, conn: conn, version: 4}
 		c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, Connect: packets.ConnectParams{
 			ProtocolName: []byte("MQTT"), ClientIdentifier: id, Clean: true, Keepalive: 60,
 			WillFlag: true, WillTopic: "h/will/" + id, WillPayload: []byte(will), WillQos: 1}})
