@@ -36,6 +36,13 @@ import (
 // rebalance. Once it has been up for the settle delay and has caught up,
 // the leader hands the leadership back to it (cluster_handback.go), so
 // that the lowest id among the members the majority sees leads.
+//
+// A node takes over only from a leader it followed: whose deployment
+// reached it in this run, or, for a node that took part in a deployment
+// in an earlier run (the whole cluster lost power and a majority came
+// back without the leader), the leader it follows once that one has
+// stayed away for restartGrace while a majority was up (absence). At the
+// cluster's first start the nodes wait for the lowest id.
 
 // leaderState is what a node knows of the leader.
 type leaderState struct {
@@ -63,6 +70,18 @@ type leaderState struct {
 	nextCheckpoint snapshot.ID
 	// detected is when the takeover began (the leader seen dead).
 	detected time.Time
+	// before is set when the node took part in a deployment in an
+	// earlier run (its data_dir keeps the highest epoch it saw): the
+	// cluster ran before, so a leader it has not followed in this run
+	// is one it may take over from once that leader stayed away
+	// (absent), as after a power loss of the whole cluster.
+	before bool
+	// absent times the leader's absence from this run's membership
+	// while a majority is up, for a node that has not followed it.
+	absent absence
+	// waitLogged is set once the node logged that it waits for the
+	// leader to start (it never took part in a deployment).
+	waitLogged bool
 }
 
 // leader returns the node whose job masters this node follows.
@@ -133,6 +152,41 @@ func shouldTakeOver(self, leader string, followed bool, alive []string, others m
 	return false
 }
 
+// absence decides when a node that has not followed the leader in this
+// run counts that leader as dead: once a majority of the cluster has
+// been alive without it for a grace. At a first start the leader may
+// merely not be up yet, so only a node that took part in a deployment
+// in an earlier run applies it (leaderState.before): all the nodes lost
+// power, and those that came back are a majority without the leader.
+// The grace lets a leader that boots a little later than the others
+// lead on. Not safe for concurrent use: the membership loop's step
+// calls it under leaderState.mu; time enters as an argument.
+type absence struct {
+	// leader is the node whose absence is timed, since when a majority
+	// was first seen without it (zero while it is seen, or while no
+	// majority is).
+	leader string
+	since  time.Time
+}
+
+// step records that alive (in id order) are the live nodes at now, of a
+// cluster of size, and reports whether leader has been absent while a
+// majority was alive for at least grace, and whether its absence began
+// at this step.
+func (a *absence) step(now time.Time, leader string, alive []string, size int, grace time.Duration) (dead, began bool) {
+	if leader != a.leader {
+		a.leader, a.since = leader, time.Time{}
+	}
+	if slices.Contains(alive, leader) || !cluster.HasQuorum(len(alive), size) {
+		a.since = time.Time{}
+		return false, false
+	}
+	if a.since.IsZero() {
+		a.since, began = now, true
+	}
+	return now.Sub(a.since) >= grace, began
+}
+
 // chooseLeader is the rule a starting node follows: the leader the peers
 // that answered name (the lowest, should they disagree), else the lowest
 // configured id.
@@ -154,12 +208,22 @@ func chooseLeader(lowest string, named []string) string {
 // and one of them to take over: about three times the failure detection
 // of the membership profile (about 1 s with "device", 5–6 s with "lan").
 // Its own gossip starts only after the wait, so that its peers do see its
-// old run die.
+// old run die. It is also how long a leader not seen since the cluster
+// restarted must stay away before a majority takes over (absence).
 func restartGrace(profile string) time.Duration {
 	if cluster.Profile(profile) == cluster.ProfileLAN {
 		return 15 * time.Second
 	}
 	return 3 * time.Second
+}
+
+// now returns the time of the leadership's clock (a fake one in the
+// failover scripts).
+func (c *clusterNode) now() time.Time {
+	if c.hb != nil && c.hb.clock != nil {
+		return c.hb.clock.Now()
+	}
+	return time.Now()
 }
 
 // leadership returns the node's cluster.leadership timings.
@@ -284,22 +348,48 @@ func (c *clusterNode) following() bool {
 }
 
 // maybeTakeOver takes over as leader when the rule says so (see
-// shouldTakeOver); called by the membership loop on a worker.
+// shouldTakeOver); called by the membership loop on a worker. A node
+// that has not followed the leader in this run counts as following it
+// when it took part in a deployment in an earlier run and the leader has
+// been absent, with a majority alive, for restartGrace (see absence).
 func (v *liveView) maybeTakeOver(alive []string) {
 	c := v.c
 	size := len(c.cfg.Nodes())
+	grace := restartGrace(c.cfg.Profile)
+	at := c.now()
 	c.lead.mu.Lock()
 	leader := c.lead.id
 	if leader == "" {
 		leader = c.cfg.Master()
 	}
-	if c.lead.took || c.lead.stopped || c.takeover == nil || !shouldTakeOver(c.cfg.Node, leader, c.lead.followed, alive, v.otherPipelines(), size) {
+	followed, absent, began, waiting := c.lead.followed, false, false, false
+	if !followed && !c.lead.took && leader != c.cfg.Node {
+		if c.lead.before {
+			absent, began = c.lead.absent.step(at, leader, alive, size, grace)
+			followed = absent
+		} else if !slices.Contains(alive, leader) && !c.lead.waitLogged {
+			c.lead.waitLogged, waiting = true, true
+		}
+	}
+	if c.lead.took || c.lead.stopped || c.takeover == nil || !shouldTakeOver(c.cfg.Node, leader, followed, alive, v.otherPipelines(), size) {
 		c.lead.mu.Unlock()
+		switch {
+		case began:
+			c.log.Warn("cluster: the leader is not up; the cluster ran before, so the lowest live node takes over if it stays away",
+				"leader", leader, "alive", alive, "wait", grace)
+		case waiting:
+			c.log.Info("cluster: waiting for the leader to start: this node took part in no deployment yet, so it takes over from none",
+				"leader", leader, "alive", alive)
+		}
 		return
 	}
 	c.lead.took, c.lead.id, c.lead.detected = true, c.cfg.Node, time.Now()
 	c.lead.mu.Unlock()
-	c.log.Warn("cluster: the leader died; this node takes over the job masters", "dead", leader, "alive", alive)
+	if absent {
+		c.log.Warn("cluster: the leader stayed away after the cluster's restart; this node takes over the job masters", "dead", leader, "alive", alive, "waited", grace)
+	} else {
+		c.log.Warn("cluster: the leader died; this node takes over the job masters", "dead", leader, "alive", alive)
+	}
 	v.mu.Lock()
 	now := time.Now()
 	p := &pendingChange{at: now, dead: leader, detectionMS: v.detectionMS(now, leader)}

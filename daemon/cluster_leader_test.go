@@ -1,10 +1,18 @@
 package daemon
 
 import (
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/edgedio/edged/internal/testutil"
+	"github.com/edgedio/edged/pipeline"
 )
 
 // scriptNode is one node of the takeover script: what it knows of the
@@ -165,5 +173,111 @@ func TestSeenEpochPersisted(t *testing.T) {
 	again, err := nextEpochBase(filepath.Join(dir, "cluster"), 0)
 	if err != nil || again <= base {
 		t.Fatalf("epoch base %d after %d: %v", again, base, err)
+	}
+}
+
+// powerNode returns node self of a three-node cluster a, b, c in the
+// state a restart leaves it in: following leader a (the lowest id, as
+// no peer named another), not having followed it in this run, having
+// taken part in a deployment before (before) or not; its live nodes are
+// *alive, its leadership clock clock. Its takeovers are recorded in
+// took, and fail, so that nothing starts.
+func powerNode(t *testing.T, self string, before bool, alive *[]string, clock clockwork.Clock, logs *testutil.Buffer) (*clusterNode, *[]string) {
+	t.Helper()
+	cfg := &pipeline.ClusterConfig{Node: self}
+	for _, id := range []string{"a", "b", "c"} {
+		if id != self {
+			cfg.Peers = append(cfg.Peers, pipeline.PeerConfig{ID: id})
+		}
+	}
+	c := &clusterNode{cfg: cfg, log: slog.New(slog.NewTextHandler(logs, nil)).With("node", self), hb: newHandback(cfg.LeadershipConfig())}
+	c.hb.clock = clock
+	c.lead.id, c.lead.before = "a", before
+	took := new([]string)
+	c.takeover = func(dead string) error {
+		// Read once the view's goroutines ended.
+		*took = append(*took, dead)
+		return errors.New("not started in this test")
+	}
+	c.live = &liveView{c: c, stop: make(chan struct{}), aliveFn: func() []string { return slices.Clone(*alive) }}
+	t.Cleanup(func() {
+		close(c.live.stop)
+		c.live.wg.Wait()
+	})
+	return c, took
+}
+
+// After a power loss of the whole cluster, the nodes that come back
+// without the leader take over from it once it stayed away for the
+// grace, if they are a majority and took part in a deployment before:
+// b, the lowest, takes over at the grace and not before, c never; a
+// leader back within the grace keeps the leadership and restarts the
+// timing; a minority never takes over, nor do nodes that never took
+// part in a deployment (a first start: the leader may merely not be up
+// yet), which log that they wait for it.
+func TestTakeoverAfterPowerLoss(t *testing.T) {
+	grace := restartGrace("")
+	type step struct {
+		at    time.Duration // since the first step
+		alive []string
+		took  bool // b has taken over after this step
+	}
+	for _, tc := range []struct {
+		name   string
+		before bool
+		steps  []step
+		logged string
+	}{
+		{name: "majority back", before: true, steps: []step{
+			{0, []string{"b"}, false},
+			{time.Second, []string{"b", "c"}, false},
+			{time.Second + grace - time.Millisecond, []string{"b", "c"}, false},
+			{time.Second + grace, []string{"b", "c"}, true},
+		}, logged: "the leader is not up; the cluster ran before"},
+		{name: "leader back within the grace", before: true, steps: []step{
+			{0, []string{"b", "c"}, false},
+			{grace / 2, []string{"a", "b", "c"}, false},
+			{grace, []string{"b", "c"}, false},
+			{grace + grace/2, []string{"b", "c"}, false},
+			{2 * grace, []string{"b", "c"}, true},
+		}},
+		{name: "minority", before: true, steps: []step{
+			{0, []string{"b"}, false},
+			{10 * grace, []string{"b"}, false},
+		}},
+		{name: "first start", before: false, steps: []step{
+			{0, []string{"b", "c"}, false},
+			{10 * grace, []string{"b", "c"}, false},
+		}, logged: "waiting for the leader to start"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := clockwork.NewFakeClock()
+			start := clock.Now()
+			var alive []string
+			var logs testutil.Buffer
+			b, bTook := powerNode(t, "b", tc.before, &alive, clock, &logs)
+			c, cTook := powerNode(t, "c", tc.before, &alive, clock, &logs)
+			for _, s := range tc.steps {
+				clock.Advance(start.Add(s.at).Sub(clock.Now()))
+				alive = s.alive
+				c.live.maybeTakeOver(alive)
+				b.live.maybeTakeOver(alive)
+				if b.isMaster() != s.took {
+					t.Fatalf("at %v, alive %v: b took over %v, want %v\n%s", s.at, s.alive, b.isMaster(), s.took, logs.String())
+				}
+				if c.isMaster() {
+					t.Fatalf("at %v, alive %v: c took over, b being the lowest live node", s.at, s.alive)
+				}
+			}
+			// The takeovers run on the views' goroutines.
+			b.live.wg.Wait()
+			c.live.wg.Wait()
+			if want := tc.steps[len(tc.steps)-1].took; !slices.Equal(*bTook, map[bool][]string{true: {"a"}}[want]) || len(*cTook) > 0 {
+				t.Fatalf("b took over from %v, c from %v; want b from a: %v", *bTook, *cTook, want)
+			}
+			if tc.logged != "" && !strings.Contains(logs.String(), tc.logged) {
+				t.Fatalf("not logged %q:\n%s", tc.logged, logs.String())
+			}
+		})
 	}
 }

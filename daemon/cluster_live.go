@@ -258,6 +258,10 @@ func (v *liveView) step(jobs func() []*actors.Execution) {
 			v.maybeYield(alive)
 		}
 	case w != nil && !cluster.HasQuorum(len(reachable), size):
+		// A leader's absence is timed only while a majority is up.
+		v.c.lead.mu.Lock()
+		v.c.lead.absent.since = time.Time{}
+		v.c.lead.mu.Unlock()
 		if n := w.Evict(); n > 0 {
 			v.c.log.Warn("cluster: this node sees no majority; its tasks stopped", "alive", alive, "reachable", reachable, "size", size)
 		}

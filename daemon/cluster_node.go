@@ -545,6 +545,10 @@ func (n *node) joinCluster(cfg *pipeline.Config) error {
 		c.hb = newHandback(cfg.Cluster.LeadershipConfig())
 		c.hb.stop, c.hb.drop, c.hb.cancel, c.hb.recancel = n.stopForHandback, n.dropJobs, n.cancelJobs, n.recancelJobs
 		c.lead.id = c.askLeader(n.ctx)
+		// A node that saw a deployment before this run belongs to a
+		// cluster that ran: with a majority up, it need not wait
+		// forever for a leader that does not come back (absence).
+		c.lead.before = c.seen.Load() > 0
 		c.master = c.lead.id == cfg.Cluster.Node
 		c.takeover = func(dead string) error { return n.takeOver(dead, cfg.Pipelines) }
 	}
