@@ -688,3 +688,64 @@ func (fc *foCluster) checkpointedWith(node string) uint64 {
 	fc.waitCheckpoint("a", 0)
 	return epoch
 }
+
+// Script: a power loss of the whole cluster, and only b and c come back.
+// a leads; the job runs on a, b and c, each state file copied to one
+// peer (cluster.replicas 1). After a checkpoint completes, a dies with
+// its job master, and b and c are left in the state their restart would
+// leave them in: their tasks gone, no leader followed in this run, and
+// whether they took part in a deployment read from their data dirs, as
+// a start reads it. They see each other, a majority, and not a: neither
+// takes over before a has stayed away for three detection times (on the
+// fake clock); then b, the lowest, does: it recovers the job from the
+// snapshot metadata a had published to it, copying in the state files
+// it holds no copy of from c, and deploys on b and c in an epoch above
+// a's; the committed window counts are exact.
+func TestFailoverScriptPowerLossMajorityRestarts(t *testing.T) {
+	fc := newFailoverCluster(t, foOptions{replicas: 1})
+	b, c := fc.nodes["b"], fc.nodes["c"]
+	_, epoch0 := fc.startedPlacement("a", 0)
+	fc.waitCheckpoint("a", 0)
+	fc.kill("a")
+	for _, fn := range []*foNode{b, c} {
+		fn.c.worker.Evict()
+		seen, err := readEpoch(filepath.Join(fn.dir, "cluster", "epoch"))
+		if err != nil || seen == 0 {
+			t.Fatalf("node %s: highest epoch seen on disk %d (%v): it took part in a deployment", fn.id, seen, err)
+		}
+		fn.c.lead.mu.Lock()
+		fn.c.lead.id, fn.c.lead.followed, fn.c.lead.before = "a", false, seen > 0
+		fn.c.lead.mu.Unlock()
+	}
+	latest := mustLatestOf(t, b)
+	alive := fc.declareDead("a")
+	step := func() {
+		c.c.live.maybeTakeOver(alive)
+		b.c.live.maybeTakeOver(alive)
+	}
+	grace := restartGrace("")
+	step()
+	fc.clock.Advance(grace - time.Millisecond)
+	step()
+	if b.c.isMaster() || c.c.isMaster() {
+		t.Fatalf("a node took over before a stayed away for %v: b %v, c %v", grace, b.c.isMaster(), c.c.isMaster())
+	}
+	if !fc.logs.logged("the leader is not up; the cluster ran before", "node=b", "leader=a") {
+		t.Fatal("b did not log that it waits for the leader")
+	}
+	fc.clock.Advance(time.Millisecond)
+	step()
+	if !b.c.isMaster() || c.c.isMaster() {
+		t.Fatalf("a away for %v: b master %v, c master %v; want b", grace, b.c.isMaster(), c.c.isMaster())
+	}
+	after, epoch1 := fc.startedPlacement("b", epoch0)
+	if n := onNode(after, "a"); len(n) > 0 {
+		t.Fatalf("epoch %d places %v on the dead leader", epoch1, n)
+	}
+	if !fc.logs.logged("resuming from the latest snapshot", "node=b", fmt.Sprintf("checkpoint_id=%d", latest.Checkpoint)) {
+		t.Fatalf("b did not resume the job from checkpoint %d (its newest metadata)", latest.Checkpoint)
+	}
+	t.Logf("b took over after %v and resumed checkpoint %d in epoch %d (a's was %d)", grace, latest.Checkpoint, epoch1, epoch0)
+	fc.finish("b")
+	fc.checkTotals()
+}
