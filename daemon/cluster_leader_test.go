@@ -177,12 +177,12 @@ func TestSeenEpochPersisted(t *testing.T) {
 }
 
 // powerNode returns node self of a three-node cluster a, b, c in the
-// state a restart leaves it in: following leader a (the lowest id, as
+// state a restart leaves it in: following leader (a, the lowest id, when
 // no peer named another), not having followed it in this run, having
 // taken part in a deployment before (before) or not; its live nodes are
 // *alive, its leadership clock clock. Its takeovers are recorded in
 // took, and fail, so that nothing starts.
-func powerNode(t *testing.T, self string, before bool, alive *[]string, clock clockwork.Clock, logs *testutil.Buffer) (*clusterNode, *[]string) {
+func powerNode(t *testing.T, self, leader string, before bool, alive *[]string, clock clockwork.Clock, logs *testutil.Buffer) (*clusterNode, *[]string) {
 	t.Helper()
 	cfg := &pipeline.ClusterConfig{Node: self}
 	for _, id := range []string{"a", "b", "c"} {
@@ -192,7 +192,7 @@ func powerNode(t *testing.T, self string, before bool, alive *[]string, clock cl
 	}
 	c := &clusterNode{cfg: cfg, log: slog.New(slog.NewTextHandler(logs, nil)).With("node", self), hb: newHandback(cfg.LeadershipConfig())}
 	c.hb.clock = clock
-	c.lead.id, c.lead.before = "a", before
+	c.lead.id, c.lead.before = leader, before
 	took := new([]string)
 	c.takeover = func(dead string) error {
 		// Read once the view's goroutines ended.
@@ -255,8 +255,8 @@ func TestTakeoverAfterPowerLoss(t *testing.T) {
 			start := clock.Now()
 			var alive []string
 			var logs testutil.Buffer
-			b, bTook := powerNode(t, "b", tc.before, &alive, clock, &logs)
-			c, cTook := powerNode(t, "c", tc.before, &alive, clock, &logs)
+			b, bTook := powerNode(t, "b", "a", tc.before, &alive, clock, &logs)
+			c, cTook := powerNode(t, "c", "a", tc.before, &alive, clock, &logs)
 			for _, s := range tc.steps {
 				clock.Advance(start.Add(s.at).Sub(clock.Now()))
 				alive = s.alive
@@ -279,5 +279,39 @@ func TestTakeoverAfterPowerLoss(t *testing.T) {
 				t.Fatalf("not logged %q:\n%s", tc.logged, logs.String())
 			}
 		})
+	}
+}
+
+// A node that comes back after b took over from it and then died with
+// the power of b's device follows b, as c (up all along, alone, a
+// minority) names it: a, which took part in a deployment before, takes
+// over from b once b stayed away for the grace with a and c alive; c,
+// which followed b in its run but is not the lowest, does not.
+func TestTakeoverFromAbsentLeaderAPeerNames(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	alive := []string{"a", "c"}
+	var logs testutil.Buffer
+	a, aTook := powerNode(t, "a", "b", true, &alive, clock, &logs)
+	c, cTook := powerNode(t, "c", "b", false, &alive, clock, &logs)
+	c.lead.followed = true
+	grace := restartGrace("")
+	c.live.maybeTakeOver(alive)
+	a.live.maybeTakeOver(alive)
+	clock.Advance(grace - time.Millisecond)
+	c.live.maybeTakeOver(alive)
+	a.live.maybeTakeOver(alive)
+	if a.isMaster() || c.isMaster() {
+		t.Fatalf("a node took over before b stayed away for %v: a %v, c %v", grace, a.isMaster(), c.isMaster())
+	}
+	clock.Advance(time.Millisecond)
+	c.live.maybeTakeOver(alive)
+	a.live.maybeTakeOver(alive)
+	if !a.isMaster() || c.isMaster() {
+		t.Fatalf("b away for %v: a master %v, c master %v; want a\n%s", grace, a.isMaster(), c.isMaster(), logs.String())
+	}
+	a.live.wg.Wait()
+	c.live.wg.Wait()
+	if !slices.Equal(*aTook, []string{"b"}) || len(*cTook) > 0 {
+		t.Fatalf("a took over from %v, c from %v; want a from b", *aTook, *cTook)
 	}
 }
