@@ -264,6 +264,9 @@ type foOptions struct {
 	// (actors.ErrPlanMismatch), and the nodes see its fingerprint differ
 	// as gossip would show it (liveView.othersFn).
 	other string
+	// otherName, with other, also names the other node's pipeline
+	// differently, so that it takes no checkpoints of the job at all.
+	otherName bool
 	// nodes is how many nodes the cluster has, named a, b, c, d, e…
 	// (3 if 0).
 	nodes int
@@ -372,6 +375,9 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 			out = filepath.Join(fc.out, id)
 		}
 		pc := foPipeline(t, fn.dir, out, len(fc.ids), fc.count, attempts, window)
+		if id == o.other && o.otherName {
+			pc.Name = "other"
+		}
 		if o.maxConcurrent > 0 {
 			pc.Checkpoint.MaxConcurrent = o.maxConcurrent
 		}
@@ -404,7 +410,7 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 				return out
 			}
 		}
-		c.rep = newReplicas(ccfg, cfg.Pipelines, c.peers, c.live.alive, c.seen.Load, nlog)
+		c.rep = newReplicas(ccfg, cfg.Pipelines, c.peers, c.live.alike, c.seen.Load, nlog)
 		c.peers.rep = c.rep
 		c.hb = newHandback(ccfg.LeadershipConfig())
 		c.hb.clock = fc.clock

@@ -148,6 +148,20 @@ func (v *liveView) alive() []string {
 	return v.configured(mem.Members())
 }
 
+// alike returns the live nodes, itself included, less the members that
+// run other pipelines (otherPipelines): the nodes that keep replicas of
+// this node's checkpoints. A member whose config names none of the jobs
+// would refuse their state files and metadata (ErrUnknownJob), and every
+// checkpoint would be declined for it.
+func (v *liveView) alike() []string {
+	alive := v.alive()
+	others := v.otherPipelines()
+	if len(others) == 0 {
+		return alive
+	}
+	return slices.DeleteFunc(slices.Clone(alive), func(id string) bool { return others[id] })
+}
+
 // reachable returns the configured nodes the node reaches, itself
 // included, in id order: the live ones less those whose death memberlist
 // is confirming (cluster.Membership.Reachable).

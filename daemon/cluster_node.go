@@ -537,7 +537,7 @@ func (n *node) joinCluster(cfg *pipeline.Config) error {
 		return err
 	}
 	c.fingerprint = pipelinesFingerprint(cfg.Pipelines)
-	c.rep = newReplicas(cfg.Cluster, cfg.Pipelines, c.peers, c.live.alive, c.seen.Load, n.log.With("node", cfg.Cluster.Node))
+	c.rep = newReplicas(cfg.Cluster, cfg.Pipelines, c.peers, c.live.alike, c.seen.Load, n.log.With("node", cfg.Cluster.Node))
 	c.peers.rep = c.rep
 	if cfg.Cluster.Gossip != "" {
 		// Leadership stays where it is (see cluster_leader.go): a node

@@ -92,3 +92,23 @@ func TestMemberWithMatchingPipelinesAgainJoins(t *testing.T) {
 		t.Fatal("c, running the same pipelines now, not asked as a join")
 	}
 }
+
+// A member whose config names none of the job's pipelines keeps no
+// replicas of the job's checkpoints: the others leave it out of the
+// replica targets and of the metadata's spread. Before, a's and b's state
+// files went to c as well, c refused them (no pipeline of its config
+// takes checkpoints under that name), every checkpoint was declined and
+// the job restarted without end.
+func TestClusterMemberWithOtherPipelineNameKeepsNoReplicas(t *testing.T) {
+	fc := newFailoverCluster(t, foOptions{other: "c", otherName: true})
+	e := fc.job("a").run.Execution()
+	testutil.Eventually(t, time.Minute, "the job deployed", func() bool { r, _ := e.Runner(); return r != nil })
+	fc.finish("a")
+	fc.checkTotals()
+	if n := e.Attempts(); n != 1 {
+		t.Errorf("the job ran %d attempts, want 1: a checkpoint was declined", n)
+	}
+	if got := fc.nodes["a"].c.live.alike(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("a keeps replicas on %v, want [a b]", got)
+	}
+}
