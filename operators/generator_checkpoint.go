@@ -38,23 +38,3 @@ func (g *Generator[T]) RestoreState(states [][]byte, oldParallelism int) error {
 	g.SetPosition(pos)
 	return nil
 }
-
-// SnapshotState returns the file source's byte offset.
-func (s *LineFileSource[T]) SnapshotState(int64) ([]byte, error) {
-	return binary.AppendVarint(nil, s.Position()), nil
-}
-
-// RestoreState makes the file source go on from its snapshotted offset.
-// Only subtask 0 reads the file, so the offset of old subtask 0 is the one
-// that counts whatever the parallelism.
-func (s *LineFileSource[T]) RestoreState(states [][]byte, _ int) error {
-	if len(states) == 0 {
-		return nil
-	}
-	pos, n := binary.Varint(states[0])
-	if n <= 0 {
-		return fmt.Errorf("operators: line file source: corrupt offset %x", states[0])
-	}
-	s.SetPosition(pos)
-	return nil
-}
