@@ -84,6 +84,14 @@ func (d *deadLetterCounts) hostedTotals() map[string]int64 {
 	return out
 }
 
+// hostedJobs returns the counters of the subtasks the node's worker
+// hosted, by pipeline.
+func (d *deadLetterCounts) hostedJobs() map[string]*pipeline.Job {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return maps.Clone(d.hosted)
+}
+
 // report returns what GET /cluster/worker answers: the hosted counts, by
 // pipeline.
 func (d *deadLetterCounts) report() map[string]workerDeadLetters {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgedio/edged/pipeline"
 )
 
 // TaskInfo is one task (a chain of operators, one subtask) in GET
@@ -65,6 +67,9 @@ type taskCollector struct {
 	// Readings the embedded broker refused while the node was out of the
 	// cluster (drained).
 	brokerRefused *prometheus.Desc
+	// A file source's reads of its file from the start again: the file
+	// at its path was replaced or truncated.
+	fileResets *prometheus.Desc
 }
 
 func newTaskCollector(n *node) *taskCollector {
@@ -85,12 +90,14 @@ func newTaskCollector(n *node) *taskCollector {
 			"Messages the embedded broker took but no ingest-log record could hold: appended as dead-letter records and acknowledged.", nil, nil),
 		brokerRefused: prometheus.NewDesc("edged_broker_readings_refused_total",
 			"Readings the embedded broker refused, unacknowledged, while the node was drained and out of the cluster.", nil, nil),
+		fileResets: prometheus.NewDesc("edged_file_source_resets_total",
+			"Times a pipeline's file source on this node read its file from the start again because the file at its path was replaced, truncated or rewritten (logged with the path, reason, old offset and size).", []string{"pipeline"}, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *taskCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.records, c.recordsOut, c.backpressure, c.watermark, c.queued, c.logBytes, c.tooLarge, c.brokerTooLarge, c.brokerDeadLetters, c.brokerRefused} {
+	for _, d := range []*prometheus.Desc{c.records, c.recordsOut, c.backpressure, c.watermark, c.queued, c.logBytes, c.tooLarge, c.brokerTooLarge, c.brokerDeadLetters, c.brokerRefused, c.fileResets} {
 		ch <- d
 	}
 }
@@ -109,6 +116,9 @@ func (c *taskCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+	for name, n := range c.n.fileSourceResets() {
+		ch <- prometheus.MustNewConstMetric(c.fileResets, prometheus.CounterValue, float64(n), name)
+	}
 	if m := c.n.mqtt; m != nil {
 		for name, l := range m.logs {
 			ch <- prometheus.MustNewConstMetric(c.logBytes, prometheus.GaugeValue, float64(l.Stats().DiskBytes), name)
@@ -122,4 +132,25 @@ func (c *taskCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.brokerRefused, prometheus.CounterValue, float64(b.IngestRefused()))
 		}
 	}
+}
+
+// fileSourceResets returns, by pipeline, the file sources' reads of their
+// file from the start again on this node (pipeline.Job.FileSourceResets):
+// those of the jobs it runs and, in a cluster, of the subtasks it hosted
+// as a worker. Pipelines that read no file are left out.
+func (n *node) fileSourceResets() map[string]int64 {
+	out := map[string]int64{}
+	own := map[*pipeline.Job]bool{}
+	for _, j := range n.jobList() {
+		own[j.pj] = true
+		if j.pj.ReadsFile() {
+			out[j.name] += j.pj.FileSourceResets()
+		}
+	}
+	for name, pj := range n.deadCounts.hostedJobs() {
+		if pj.ReadsFile() && !own[pj] {
+			out[name] += pj.FileSourceResets()
+		}
+	}
+	return out
 }

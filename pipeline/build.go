@@ -75,6 +75,9 @@ const RecentDeadLetters = 16
 // counters are the counts a built pipeline keeps; shared by its subtasks.
 type counters struct {
 	dead atomic.Int64
+	// fileResets counts the file source's reads of its file from the
+	// start again (operators.FileReset).
+	fileResets atomic.Int64
 
 	mu     sync.Mutex // guards recent and next
 	recent [RecentDeadLetters]DeadLetter
@@ -116,12 +119,23 @@ func (c *counters) deadLetter(d DeadLetter) {
 // Job is what Build made of a pipeline: counters to read while or after
 // the environment runs.
 type Job struct {
-	c *counters
+	c        *counters
+	fileRead bool // the pipeline's source is a file
 }
 
 // DeadLetters returns the number of records sent to the dead-letter
 // output so far.
 func (j *Job) DeadLetters() int64 { return j.c.dead.Load() }
+
+// ReadsFile reports whether the pipeline's source is a file.
+func (j *Job) ReadsFile() bool { return j.fileRead }
+
+// FileSourceResets returns how many times the pipeline's file source read
+// its file from the start again because the file at its path was not the
+// one its checkpointed offset was taken in (replaced, as by log
+// rotation), or was shorter (truncated), or its first bytes had changed
+// (operators.FileReset). Safe to call while the job runs.
+func (j *Job) FileSourceResets() int64 { return j.c.fileResets.Load() }
 
 // RecentDeadLetters returns the latest dead letters (at most
 // RecentDeadLetters), oldest first. Safe to call while the job runs.
@@ -234,7 +248,8 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 	case src.File != nil:
 		lines := stream.FromSource(env, uid("source"), func() operators.Source[fileLine] {
 			return operators.NewLineFileSource(src.File.Path, func(line string) (fileLine, error) { return fileLine{text: line}, nil }).
-				WithLongLines(func(prefix string, err error) fileLine { return fileLine{text: prefix, err: err} })
+				WithLongLines(func(prefix string, err error) fileLine { return fileLine{text: prefix, err: err} }).
+				WithResets(func(operators.FileReset) { b.c.fileResets.Add(1) }) // the source logs it
 		}).UID(uid("source")).SetParallelism(1)
 		decode := pl.json.Decode
 		if pl.csv != nil {
@@ -351,7 +366,7 @@ func (b *builder) finish() *Job {
 		b.rejects = nil
 		sinkAll(b, "dead-letter-sinks", rejects[0].Union(rejects[1:]...), DeadLetter.line, DeadLetterPrefix)
 	}
-	return &Job{c: b.c}
+	return &Job{c: b.c, fileRead: b.cfg.Source.File != nil}
 }
 
 // sinkAll connects s to every sink of the pipeline. what names the output
