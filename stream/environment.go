@@ -155,8 +155,35 @@ func (e *Environment) resolve() error {
 			errs = append(errs, fmt.Errorf("stream: operator %q keeps state and needs a stable uid: call UID(...) on it", v.Name))
 		}
 	}
+	errs = append(errs, e.checkRepeatedNames()...)
 	errs = append(errs, e.checkReplay())
 	return errors.Join(errs...)
+}
+
+// checkRepeatedNames refuses, in a job with checkpoints or started from
+// a savepoint, an operator that may keep state (a source, a sink given
+// to To, a timestamp assigner, an operator of Transform or Process) whose
+// name another operator has too and which has no UID of its own. Its uid
+// is then derived from its name and the order the operators were created
+// in (name, name-2, ...), so a job that creates them in another order, or
+// one fewer, would restore one operator's state (a source's position, a
+// sink's transactions) into another and lose or repeat records without
+// an error.
+func (e *Environment) checkRepeatedNames() []error {
+	if e.cfg.Checkpoint.Dir == "" && e.cfg.Restore == nil {
+		return nil
+	}
+	var errs []error
+	for _, v := range e.job.Vertices {
+		n := e.nodes[v]
+		if e.names[v.Name] < 2 || (n != nil && (n.uidSet || n.stateless)) {
+			continue
+		}
+		errs = append(errs, fmt.Errorf("stream: operator %q (uid %q): %d operators are named %q; with checkpoints state is matched by uid, "+
+			"and a uid derived from a repeated name depends on the order the operators are created in: call UID(...) on it",
+			v.Name, v.UID, e.names[v.Name], v.Name))
+	}
+	return errs
 }
 
 // checkReplay refuses, in a job with checkpoints, a source that cannot be

@@ -36,6 +36,10 @@ type Stream[T any] struct {
 type node struct {
 	stateful bool
 	uidSet   bool
+	// stateless is set for the built-in operators that keep no state
+	// (Map, FlatMap, Filter, ForEach): where their uid comes from does
+	// not matter to a restore.
+	stateless bool
 	// settings is what of the operator's own settings shapes its state
 	// (a window's assigner): the first part of its StateSettings.
 	settings string
@@ -245,9 +249,9 @@ func Map[T, U any](s *Stream[T], name string, fn func(T) (U, error)) *Stream[U] 
 	if fn == nil {
 		s.env.nilFunc(name, "the map function")
 	}
-	return Transform(s, name, func(out operators.Collector[U]) operators.OneInput[T] {
+	return statelessOp(Transform(s, name, func(out operators.Collector[U]) operators.OneInput[T] {
 		return operators.NewMap(fn, out)
-	})
+	}))
 }
 
 // FlatMap calls fn for every record; fn emits any number of records.
@@ -255,9 +259,9 @@ func FlatMap[T, U any](s *Stream[T], name string, fn func(T, operators.Collector
 	if fn == nil {
 		s.env.nilFunc(name, "the flat-map function")
 	}
-	return Transform(s, name, func(out operators.Collector[U]) operators.OneInput[T] {
+	return statelessOp(Transform(s, name, func(out operators.Collector[U]) operators.OneInput[T] {
 		return operators.NewFlatMap(fn, out)
-	})
+	}))
 }
 
 // Filter keeps the records for which fn holds.
@@ -265,9 +269,16 @@ func (s *Stream[T]) Filter(name string, fn func(T) bool) *Stream[T] {
 	if fn == nil {
 		s.env.nilFunc(name, "the filter function")
 	}
-	return Transform(s, name, func(out operators.Collector[T]) operators.OneInput[T] {
+	return statelessOp(Transform(s, name, func(out operators.Collector[T]) operators.OneInput[T] {
 		return operators.NewFilter(fn, out)
-	})
+	}))
+}
+
+// statelessOp marks the operator that produced s as one that keeps no
+// state, and returns s.
+func statelessOp[T any](s *Stream[T]) *Stream[T] {
+	s.env.node(s.v).stateless = true
+	return s
 }
 
 // Sink is the end of a pipeline.
@@ -312,5 +323,7 @@ func (s *Stream[T]) ForEach(name string, fn func(T) error) *Sink {
 	if fn == nil {
 		s.env.nilFunc(name, "the ForEach function")
 	}
-	return s.To(name, func() operators.Sink[T] { return operators.NewSinkFunc(fn) })
+	k := s.To(name, func() operators.Sink[T] { return operators.NewSinkFunc(fn) })
+	s.env.node(k.v).stateless = true
+	return k
 }
