@@ -257,7 +257,7 @@ func (e *Execution) resume() error {
 		// started again on it (after a crash, kill -9, a cancel) goes on
 		// from where the earlier run's snapshots left it, as a restart
 		// would, so its exactly-once sinks commit nothing twice.
-		md, err := ResumePoint(cfg.Checkpoint.Dir, e.job.Name, e.job.maxParallelism(), cfg.Checkpoint.PreferCheckpointForRecovery, cfg.Logger)
+		md, err := ResumePoint(cfg.Checkpoint.Dir, e.job.Name, e.job.maxParallelism(), cfg.Checkpoint.PreferCheckpointForRecovery, cfg.Cluster == nil, cfg.Logger)
 		if err != nil {
 			return err
 		}
@@ -419,6 +419,9 @@ func (e *Execution) chooseRestore(cfg *Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Cluster == nil {
+		store.MissingIsDamage() // one node: no replica holds the file
+	}
 	md, err := store.RecoveryPoint(cfg.Checkpoint.PreferCheckpointForRecovery)
 	switch {
 	case err == nil:
@@ -443,11 +446,17 @@ func (e *Execution) chooseRestore(cfg *Config, log *slog.Logger) error {
 // ResumePoint returns the snapshot a job started on the checkpoint
 // directory dir goes on from: the newest complete checkpoint or savepoint
 // of an earlier run (snapshot.Store.RecoveryPoint; a final checkpoint
-// when the job finished there), nil when there is none.
-func ResumePoint(dir, job string, maxParallelism int, preferCheckpoint bool, log *slog.Logger) (*snapshot.Metadata, error) {
+// when the job finished there), nil when there is none. standalone is set
+// for a job that runs on one node: a snapshot with a state file missing is
+// then damaged (snapshot.Store.MissingIsDamage), since no replica holds
+// the file.
+func ResumePoint(dir, job string, maxParallelism int, preferCheckpoint, standalone bool, log *slog.Logger) (*snapshot.Metadata, error) {
 	store, err := snapshot.OpenStore(dir, job, maxParallelism, log)
 	if err != nil {
 		return nil, err
+	}
+	if standalone {
+		store.MissingIsDamage()
 	}
 	md, err := store.RecoveryPoint(preferCheckpoint)
 	if errors.Is(err, snapshot.ErrNoCheckpoint) {
@@ -460,7 +469,7 @@ func ResumePoint(dir, job string, maxParallelism int, preferCheckpoint bool, log
 // directory dir when the job finished there (its latest checkpoint is a
 // final one), nil when it did not or has no checkpoint.
 func FinishedCheckpoint(dir, job string, maxParallelism int, log *slog.Logger) (*snapshot.Metadata, error) {
-	md, err := ResumePoint(dir, job, maxParallelism, false, log)
+	md, err := ResumePoint(dir, job, maxParallelism, false, false, log)
 	if err != nil || md == nil || !md.Finished {
 		return nil, err
 	}

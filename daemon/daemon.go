@@ -361,7 +361,7 @@ func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, err
 		// A node that restarts (after a crash, kill -9 or a graceful stop)
 		// resumes each job from its latest complete checkpoint or savepoint,
 		// so nothing acknowledged is lost and nothing is emitted twice.
-		md, err := actors.ResumePoint(pc.Checkpoint.Dir, pc.Name, keygroup.DefaultMaxParallelism, pc.Checkpoint.PreferCheckpointForRecovery, n.log)
+		md, err := actors.ResumePoint(pc.Checkpoint.Dir, pc.Name, keygroup.DefaultMaxParallelism, pc.Checkpoint.PreferCheckpointForRecovery, n.cluster == nil, n.log)
 		switch {
 		case err != nil:
 			return nil, err

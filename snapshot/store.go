@@ -37,6 +37,9 @@ type Store struct {
 	job            string
 	maxParallelism int
 	log            *slog.Logger
+	// missingDamaged counts a snapshot with a state file missing as
+	// damaged (MissingIsDamage).
+	missingDamaged bool
 
 	mu     sync.Mutex      // guards active
 	active map[ID]location // snapshots begun and not yet committed or discarded
@@ -288,6 +291,15 @@ func (s *Store) Discard(id ID) error {
 	return nil
 }
 
+// MissingIsDamage makes Latest, LatestSavepoint and RecoveryPoint count a
+// complete snapshot with a state file missing as damaged, as one with a
+// file of the wrong size or checksum: when no snapshot is usable they
+// return ErrAllDamaged instead of ErrNoCheckpoint. For a job that runs on
+// one node, where no replica can bring the file back and starting from
+// the beginning would commit the job's output again. Call it before the
+// store is used.
+func (s *Store) MissingIsDamage() { s.missingDamaged = true }
+
 // Latest returns the newest complete checkpoint of the job, verified: a
 // checkpoint directory without valid _metadata, of another job, or with a
 // state file missing, of the wrong size or with the wrong checksum is
@@ -481,8 +493,9 @@ func (s *Store) latest(sub string, kind Kind) (*Metadata, error) {
 			s.log.Warn("snapshot: skipping "+kind.String(), "job", s.job, "checkpoint_id", uint64(e.id), "dir", e.dir, "err", err)
 			// Damaged: what was written is not what was read back. An
 			// incomplete checkpoint never completed; another job's is not
-			// this job's; a missing file may still come from a replica.
-			if !errors.Is(err, ErrIncomplete) && !errors.Is(err, ErrJobMismatch) && !errors.Is(err, ErrMissing) {
+			// this job's; a missing file may still come from a replica,
+			// unless there is none (MissingIsDamage).
+			if !errors.Is(err, ErrIncomplete) && !errors.Is(err, ErrJobMismatch) && (s.missingDamaged || !errors.Is(err, ErrMissing)) {
 				damaged++
 			}
 			continue

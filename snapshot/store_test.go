@@ -535,3 +535,25 @@ func TestStoreSavepointOnAPathOfTheUsersIsRecovered(t *testing.T) {
 		t.Fatalf("RecoveryPoint with savepoint 7's directory removed = %v, %v; want checkpoint 5", md, err)
 	}
 }
+
+// A checkpoint with a state file missing is skipped either way; when it
+// is the only complete one, a store for a job on one node
+// (MissingIsDamage) has nothing to restore and says so with
+// ErrAllDamaged, since starting from the beginning would commit the job's
+// output again, while a store of a cluster node, whose file a replica may
+// still hold, finds no checkpoint.
+func TestStoreMissingFileIsDamageOnOneNode(t *testing.T) {
+	for _, oneNode := range []bool{false, true} {
+		s, _ := openTestStore(t, "job")
+		writeSnapshot(t, s, Trigger{Checkpoint: 1, Timestamp: 1}, map[string][]string{"op": {"hello"}})
+		must(t, os.Remove(filepath.Join(s.CheckpointDir(1), "op.0.state")))
+		want := ErrNoCheckpoint
+		if oneNode {
+			s.MissingIsDamage()
+			want = ErrAllDamaged
+		}
+		if _, err := s.RecoveryPoint(false); !errors.Is(err, want) {
+			t.Fatalf("one node %v: RecoveryPoint = %v, want %v", oneNode, err, want)
+		}
+	}
+}

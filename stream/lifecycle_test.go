@@ -586,6 +586,28 @@ func TestFailureWithoutRestartStrategySaysSo(t *testing.T) {
 // commit all its output again): it fails with snapshot.ErrAllDamaged,
 // committing nothing more.
 func TestJobStartedAgainOnDamagedCheckpointsFails(t *testing.T) {
+	testJobStartedAgainOnDamagedCheckpoints(t, func(f string) error {
+		b, err := os.ReadFile(f)
+		if err != nil || len(b) == 0 {
+			return err
+		}
+		b[len(b)/2] ^= 0xff
+		return os.WriteFile(f, b, 0o644)
+	})
+}
+
+// The same holds when the checkpoints' state files are missing: a job on
+// one node has no replica to fetch them from, and before it started from
+// the beginning and committed every window of the first run again.
+func TestJobStartedAgainOnCheckpointsMissingFilesFails(t *testing.T) {
+	testJobStartedAgainOnDamagedCheckpoints(t, os.Remove)
+}
+
+// testJobStartedAgainOnDamagedCheckpoints runs the job until it committed
+// windows, cancels it, applies damage to every state file of its
+// checkpoints and starts it again, which must fail with
+// snapshot.ErrAllDamaged and commit nothing more.
+func testJobStartedAgainOnDamagedCheckpoints(t *testing.T, damage func(file string) error) {
 	const n, keys = 1_000_000, 1000
 	cfg := checkpointConfig(t, snapshot.ExactlyOnce)
 	out := t.TempDir()
@@ -612,15 +634,8 @@ func TestJobStartedAgainOnDamagedCheckpointsFails(t *testing.T) {
 		t.Fatalf("no checkpoint state files under %s (%v)", cfg.Dir, err)
 	}
 	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
+		if err := damage(f); err != nil {
 			t.Fatal(err)
-		}
-		if len(b) > 0 {
-			b[len(b)/2] ^= 0xff
-			if err := os.WriteFile(f, b, 0o644); err != nil {
-				t.Fatal(err)
-			}
 		}
 	}
 	before := len(committedLines(t, out))
