@@ -12,15 +12,17 @@
 // at load (expr-lang/expr). Evaluating an expression boxes the field values
 // it reads, which allocates; decoding does not.
 //
-// Malformed payloads, records whose expressions fail, records whose event
-// time is outside [MinEventTime, MaxEventTime], and results whose MQTT
-// sink topic is not a valid topic name are counted (Job.DeadLetters) and
+// Malformed payloads, records whose expressions fail (an integer overflow
+// or a float that is not finite included), records whose event time is
+// outside [MinEventTime, MaxEventTime], window results whose sum or avg
+// is not finite, and results whose MQTT sink topic is not a valid topic
+// name are counted (Job.DeadLetters) and
 // sent to a dead-letter side output; none of them fails the job or enters
 // a checkpoint as a result to publish. The stdout sink prints them as
 // lines starting with "dead-letter: " followed by a JSON object
 // {"pipeline", "error", "payload"}, the file sink writes them to the
-// "dead-letter", "dead-letter-alerts" and "dead-letter-sinks"
-// subdirectories, and the MQTT sink publishes them to
+// "dead-letter", "dead-letter-alerts", "dead-letter-late",
+// "dead-letter-windows" and "dead-letter-sinks" subdirectories, and the MQTT sink publishes them to
 // "deadletter/<pipeline>".
 //
 // Concurrency: Config values are plain data. Schema and compiled programs

@@ -25,6 +25,14 @@ var (
 	// ErrKeyTooLong is the reason of a dead letter whose key is longer
 	// than MaxKeyBytes.
 	ErrKeyTooLong = errors.New("pipeline: key too long")
+	// ErrIntOverflow is the reason of a dead letter whose expression's
+	// integer arithmetic (+, -, *, unary minus, abs, int() of a float)
+	// left int64.
+	ErrIntOverflow = errors.New("pipeline: integer overflow")
+	// ErrNotFinite is the reason of a dead letter whose expression gave
+	// a float that is ±Inf or NaN (a float overflow, a division by zero),
+	// and of a window result whose sum or avg is.
+	ErrNotFinite = errors.New("pipeline: not a finite number")
 )
 
 // MaxKeyBytes is the longest key a keyed pipeline takes, in bytes; a

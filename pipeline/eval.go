@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/expr-lang/expr/vm"
 )
@@ -19,7 +20,9 @@ func newEvaluator(s *Schema) *evaluator {
 	return &evaluator{env: exprEnv(s)}
 }
 
-// run evaluates p on r.
+// run evaluates p on r. Its arithmetic is checked (checkedOptions); a
+// float result that is ±Inf or NaN all the same (float("Inf")) is an
+// error too.
 func (e *evaluator) run(p *program, r *Row) (any, error) {
 	for _, f := range p.reads {
 		e.env[f.Name] = r.Value(f)
@@ -27,6 +30,9 @@ func (e *evaluator) run(p *program, r *Row) (any, error) {
 	out, err := e.vm.Run(p.prog, e.env)
 	if err != nil {
 		return nil, fmt.Errorf("%q: %w", p.src, err)
+	}
+	if x, ok := out.(float64); ok && (math.IsInf(x, 0) || math.IsNaN(x)) {
+		return nil, fmt.Errorf("%q: %w: it gave %s", p.src, ErrNotFinite, fmtFloat(x))
 	}
 	return out, nil
 }
@@ -46,11 +52,11 @@ func (e *evaluator) test(p *program, r *Row) (bool, error) {
 
 // compute evaluates c and stores the result in its field of r.
 func (e *evaluator) compute(c *computed, r *Row) error {
+	f := c.field
 	v, err := e.run(&c.program, r)
 	if err != nil {
-		return err
+		return fmt.Errorf("compute %s: %w", f.Name, err)
 	}
-	f := c.field
 	switch x := v.(type) {
 	case float64:
 		if f.Type == Float {

@@ -816,7 +816,8 @@ func compileExpr(p *problems, path string, s *Schema, src string, boolean bool) 
 		p.add(path, "is required")
 		return program{}, false
 	}
-	opts := []expr.Option{expr.Env(exprEnv(s))}
+	checked, arith := checkedOptions()
+	opts := append([]expr.Option{expr.Env(exprEnv(s))}, checked...)
 	if boolean {
 		opts = append(opts, expr.AsBool())
 	}
@@ -824,6 +825,11 @@ func compileExpr(p *problems, path string, s *Schema, src string, boolean bool) 
 	if err != nil {
 		msg, _, _ := strings.Cut(err.Error(), "\n")
 		p.add(path, fmt.Sprintf("%q: %s", src, msg))
+		return program{}, false
+	}
+	if arith.err != nil {
+		// An operation of constants that no record can make valid.
+		p.add(path, fmt.Sprintf("%q: %v", src, arith.err))
 		return program{}, false
 	}
 	var refs identCollector
