@@ -158,6 +158,7 @@ func (c *Config) validate(p *problems) {
 	}
 	checkSharedDirs(p, c.Pipelines)
 	checkBatchBytes(p, c.Pipelines)
+	c.checkFeedback(p)
 }
 
 // EmbeddedMaxMessageBytes returns the embedded broker's bound on
