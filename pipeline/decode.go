@@ -627,13 +627,19 @@ func unquote(raw string) (string, string) {
 	return b.String(), ""
 }
 
-// CSVDecoder decodes delimited lines into Rows by column index. Values are
-// trimmed of spaces; quoting is not supported (a quote is an ordinary
-// character). A column is read as the JSON value it spells: float, int and
-// time fields take JSON numbers only (1.5, -2e3; not NaN, Inf, 0x1p4, 1_0,
-// +1 or 01), a time field also RFC 3339, a bool field true or false, and a
-// string field any valid UTF-8. It allocates nothing: strings are substrings of the line. A
-// CSVDecoder is immutable and may be shared.
+// CSVDecoder decodes delimited lines into Rows by column index. A column
+// may be quoted as RFC 4180 says: "a,b" is the text a,b and "say ""hi"""
+// is say "hi"; spaces around the quotes are dropped, and the text inside
+// is taken as it is, not trimmed. A line whose quoted column has no
+// closing quote or text after it, or with a quote in an unquoted column,
+// is malformed (as encoding/csv says too), in every column up to the
+// last one read. An unquoted column is trimmed of spaces. A column is
+// read as the JSON value it spells: float, int and time fields take JSON
+// numbers only (1.5, -2e3; not NaN, Inf, 0x1p4, 1_0, +1 or 01), a time
+// field also RFC 3339, a bool field true or false, and a string field
+// any valid UTF-8. It allocates nothing but the text of a column with
+// doubled quotes: strings are substrings of the line. A CSVDecoder is
+// immutable and may be shared.
 type CSVDecoder struct {
 	delim  byte
 	specs  []FieldSpec
@@ -644,6 +650,9 @@ type CSVDecoder struct {
 // NewCSVDecoder returns the decoder of specs (by Column) for lines
 // separated by delim.
 func NewCSVDecoder(specs []FieldSpec, delim byte) (*CSVDecoder, error) {
+	if delim == '"' || delim == '\r' || delim == '\n' {
+		return nil, fmt.Errorf("pipeline: csv delimiter %q: not a quote or a line end", delim)
+	}
 	d := &CSVDecoder{delim: delim, specs: specs}
 	for i, s := range specs {
 		if s.Column < 0 || s.Column > 1023 {
@@ -666,28 +675,91 @@ func NewCSVDecoder(specs []FieldSpec, delim byte) (*CSVDecoder, error) {
 func (d *CSVDecoder) Decode(line string, r *Row) error {
 	*r = Row{}
 	line = strings.TrimRight(line, "\r\n")
+	quotes := strings.IndexByte(line, '"') >= 0
 	col := 0
 	for start := 0; col < d.needed; col++ {
-		end := strings.IndexByte(line[start:], d.delim)
 		var v string
-		if end < 0 {
-			v = line[start:]
+		next := -1
+		if quotes {
+			var err error
+			if v, next, err = d.column(line, start, col); err != nil {
+				return err
+			}
 		} else {
-			v = line[start : start+end]
+			// No quote in the line: the column ends at the delimiter.
+			v = line[start:]
+			if end := strings.IndexByte(v, d.delim); end >= 0 {
+				v, next = v[:end], start+end+1
+			}
+			v = strings.TrimSpace(v)
 		}
 		if i := d.byCol[col]; i >= 0 {
-			if err := setField(r, &d.specs[i], strings.TrimSpace(v), csvText); err != nil {
+			if err := setField(r, &d.specs[i], v, csvText); err != nil {
 				return err
 			}
 		}
-		if end < 0 {
+		if next < 0 {
 			col++
 			break
 		}
-		start += end + 1
+		start = next
 	}
 	if col < d.needed {
 		return fmt.Errorf("%w: csv: %d columns, want at least %d", ErrMalformed, col, d.needed)
 	}
 	return nil
+}
+
+// column returns the text of column col, which starts at line[start:],
+// and where the next column starts (-1: col is the line's last).
+func (d *CSVDecoder) column(line string, start, col int) (string, int, error) {
+	i := start
+	for i < len(line) && (line[i] == ' ' || line[i] == '\t') && line[i] != d.delim {
+		i++
+	}
+	if i == len(line) || line[i] != '"' {
+		end := strings.IndexByte(line[start:], d.delim)
+		next := -1
+		if end < 0 {
+			end = len(line) - start
+		} else {
+			next = start + end + 1
+		}
+		v := line[start : start+end]
+		if strings.IndexByte(v, '"') >= 0 {
+			return "", 0, fmt.Errorf("%w: csv: column %d: a quote in an unquoted column %q (quote the whole column and double its quotes)", ErrMalformed, col, clip(v))
+		}
+		return strings.TrimSpace(v), next, nil
+	}
+	// A quoted column: up to the quote that is not doubled.
+	from := i + 1
+	j, doubled := from, false
+	for {
+		k := strings.IndexByte(line[j:], '"')
+		if k < 0 {
+			return "", 0, fmt.Errorf("%w: csv: column %d: no closing quote in %q", ErrMalformed, col, clip(line[i:]))
+		}
+		j += k
+		if j+1 < len(line) && line[j+1] == '"' {
+			doubled = true
+			j += 2
+			continue
+		}
+		break
+	}
+	v := line[from:j]
+	if doubled {
+		v = strings.ReplaceAll(v, `""`, `"`)
+	}
+	k := j + 1
+	for k < len(line) && (line[k] == ' ' || line[k] == '\t') && line[k] != d.delim {
+		k++
+	}
+	switch {
+	case k == len(line):
+		return v, -1, nil
+	case line[k] == d.delim:
+		return v, k + 1, nil
+	}
+	return "", 0, fmt.Errorf("%w: csv: column %d: text after the closing quote in %q", ErrMalformed, col, clip(line[i:]))
 }

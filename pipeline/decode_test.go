@@ -146,6 +146,8 @@ func FuzzCSVDecode(f *testing.F) {
 	d, _ := csvTestDecoder(f)
 	f.Add("sensor_1,1547718199,x,35.8")
 	f.Add("a,1.5,,NaN")
+	f.Add(`"a,""b""",1547718199, "x,y" ,"35.8"`)
+	f.Add(`"a,1,x"y,"2`)
 	f.Fuzz(func(t *testing.T, in string) {
 		var r Row
 		if err := d.Decode(in, &r); err != nil && !errors.Is(err, ErrMalformed) {
@@ -206,6 +208,19 @@ func BenchmarkDecode(b *testing.B) {
 	})
 	b.Run("format=csv", func(b *testing.B) {
 		line := "sensor_1,1547718199,x,35.8"
+		b.SetBytes(int64(len(line)))
+		b.ReportAllocs()
+		var r Row
+		for b.Loop() {
+			if err := c.Decode(line, &r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// A line with quoted columns, one with doubled quotes (the only
+	// text the decoder allocates).
+	b.Run("format=csv/quoted", func(b *testing.B) {
+		line := `"sensor ""1""",1547718199,"x,y","35.8"`
 		b.SetBytes(int64(len(line)))
 		b.ReportAllocs()
 		var r Row

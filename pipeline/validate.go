@@ -660,6 +660,8 @@ func compileFields(p *problems, path, format, delim string, fields Fields, pl *p
 	}
 	if delim != "" && (format != "csv" || len(delim) != 1) {
 		p.add(path+".delimiter", fmt.Sprintf("%q must be one byte, with format csv", delim))
+	} else if delim == `"` || delim == "\r" || delim == "\n" {
+		p.add(path+".delimiter", fmt.Sprintf("%q must not be a quote (it quotes columns) or a line end", delim))
 	}
 	if len(fields) == 0 {
 		p.add(path+".fields", "at least one field is required")
@@ -738,6 +740,9 @@ func compileFields(p *problems, path, format, delim string, fields Fields, pl *p
 		d := byte(',')
 		if len(delim) == 1 {
 			d = delim[0]
+		}
+		if d == '"' || d == '\r' || d == '\n' {
+			return s // refused above
 		}
 		pl.csv, err = NewCSVDecoder(specs, d)
 	}
