@@ -365,3 +365,37 @@ func TestRepeatedNameWithoutUIDIsRefusedWithCheckpoints(t *testing.T) {
 		})
 	}
 }
+
+// A built-in restart strategy with values its YAML form refuses is an
+// error of the plan, not a job that silently never restarts; valid ones
+// and a strategy of the user's own plan.
+func TestBadRestartStrategyIsRefused(t *testing.T) {
+	cases := []struct {
+		s    snapshot.RestartStrategy
+		want string
+	}{
+		{&snapshot.FixedDelay{Attempts: -1, Delay: time.Second}, "restart.attempts (-1) must not be negative"},
+		{&snapshot.FixedDelay{Attempts: 3, Delay: -time.Second}, "restart.delay (-1s) must not be negative"},
+		{&snapshot.FailureRate{MaxFailures: 0, Interval: time.Minute}, "restart.max_failures (0) must be at least 1"},
+		{&snapshot.FailureRate{MaxFailures: 3, Interval: time.Second, Delay: time.Second}, "restart.interval (1s) must exceed restart.delay (1s)"},
+		{(*snapshot.FixedDelay)(nil), "nil *snapshot.FixedDelay"},
+		{(*snapshot.FailureRate)(nil), "nil *snapshot.FailureRate"},
+		{&snapshot.FixedDelay{Attempts: 0}, ""},
+		{&snapshot.FailureRate{MaxFailures: 1, Interval: time.Minute, Delay: time.Second}, ""},
+		{snapshot.NoRestart{}, ""},
+	}
+	for _, c := range cases {
+		env := stream.NewEnvironment("restart", stream.WithRestartStrategy(c.s))
+		stream.FromSource(env, "src", ints(10)).To("sink", discard)
+		_, err := env.Plan()
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("%#v: %v", c.s, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, snapshot.ErrInvalidConfig) {
+			t.Errorf("%#v: Plan: %v, want snapshot.ErrInvalidConfig saying %q", c.s, err, c.want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/snapshot"
@@ -30,8 +31,40 @@ func WithCheckpointing(cfg snapshot.Config) Option {
 // &snapshot.FailureRate{MaxFailures: 3, Interval: 10 * time.Minute, Delay:
 // time.Minute} (failureRateRestart(3, Time.minutes(10), Time.minutes(1))).
 // A restart restores the latest complete checkpoint.
+//
+// A FixedDelay or FailureRate with values its YAML form would refuse (a
+// negative attempt count or delay, no failures tolerated, an interval not
+// above the delay) is an error of the job's plan, as is a nil strategy
+// pointer.
 func WithRestartStrategy(s snapshot.RestartStrategy) Option {
-	return func(e *Environment) { e.restart = s }
+	return func(e *Environment) {
+		if err := checkRestartStrategy(s); err != nil {
+			e.addError(err)
+			return
+		}
+		e.restart = s
+	}
+}
+
+// checkRestartStrategy validates the built-in strategies by the rules of
+// their YAML form (snapshot.RestartConfig.Validate).
+func checkRestartStrategy(s snapshot.RestartStrategy) error {
+	var rc snapshot.RestartConfig
+	switch s := s.(type) {
+	case *snapshot.FixedDelay:
+		if s == nil {
+			return fmt.Errorf("%w: restart strategy: nil *snapshot.FixedDelay", snapshot.ErrInvalidConfig)
+		}
+		rc = snapshot.RestartConfig{Strategy: snapshot.RestartFixedDelay, Attempts: s.Attempts, Delay: s.Delay}
+	case *snapshot.FailureRate:
+		if s == nil {
+			return fmt.Errorf("%w: restart strategy: nil *snapshot.FailureRate", snapshot.ErrInvalidConfig)
+		}
+		rc = snapshot.RestartConfig{Strategy: snapshot.RestartFailureRate, MaxFailures: s.MaxFailures, Interval: s.Interval, Delay: s.Delay}
+	default:
+		return nil
+	}
+	return rc.Validate()
 }
 
 // WithSavepoint starts the job from a savepoint (or retained checkpoint)
