@@ -150,9 +150,11 @@ func (a WindowAssigner) Validate() error {
 	switch a.kind {
 	case tumbling, sliding:
 		if a.size <= 0 {
-			errs = append(errs, fmt.Errorf("window.size (%dms) must be at least 1ms", a.size))
+			errs = append(errs, fmt.Errorf("window.size (%dms) must be at least 1ms (window times are whole milliseconds)", a.size))
 		}
-		if a.slide <= 0 {
+		// A tumbling window's slide is its size: the size's error says it.
+		sizeIsSlide := a.kind == tumbling && a.slide == a.size
+		if a.slide <= 0 && !sizeIsSlide {
 			errs = append(errs, fmt.Errorf("window.slide (%dms) must be at least 1ms", a.slide))
 		} else if a.size > 0 && a.slide > a.size {
 			errs = append(errs, fmt.Errorf("window.slide (%dms) must not exceed window.size (%dms)", a.slide, a.size))

@@ -1015,3 +1015,17 @@ func TestWindowNegativeOffset(t *testing.T) {
 		}
 	}
 }
+
+// A tumbling window of no size reports one error, about its size: a
+// tumbling window has no slide of its own to blame.
+func TestTumblingWindowOfNoSizeReportsTheSize(t *testing.T) {
+	for _, d := range []time.Duration{0, time.Nanosecond, -time.Second} {
+		err := operators.TumblingEventTimeWindows(d).Validate()
+		if err == nil || !strings.Contains(err.Error(), "window.size") || strings.Contains(err.Error(), "window.slide") {
+			t.Errorf("size %v: %v, want one error about window.size", d, err)
+		}
+	}
+	if err := operators.SlidingEventTimeWindows(time.Second, 0).Validate(); err == nil || !strings.Contains(err.Error(), "window.slide") {
+		t.Errorf("sliding with slide 0: %v, want an error about window.slide", err)
+	}
+}
