@@ -18,13 +18,13 @@ import (
 	"github.com/edgedio/edged/stream"
 )
 
-func run(t *testing.T, pc PipelineConfig) (string, *Job) {
+func run(t *testing.T, pc PipelineConfig, extra ...stream.Option) (string, *Job) {
 	t.Helper()
 	opts, err := EnvOptions(pc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := stream.NewEnvironment(pc.Name, opts...)
+	env := stream.NewEnvironment(pc.Name, append(opts, extra...)...)
 	var out bytes.Buffer
 	job, err := BuildJob(pc, env, &out)
 	if err != nil {

@@ -1,8 +1,6 @@
 package pipeline
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -96,22 +94,7 @@ pipelines:
 // processing-time clock is clock.
 func runWithClock(t *testing.T, pc PipelineConfig, clock clockwork.Clock) (string, *Job) {
 	t.Helper()
-	opts, err := EnvOptions(pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := stream.NewEnvironment(pc.Name, append(opts, stream.WithClock(clock))...)
-	var out bytes.Buffer
-	job, err := BuildJob(pc, env, &out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := env.Execute(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return out.String(), job
+	return run(t, pc, stream.WithClock(clock))
 }
 
 // The bound is max_ahead past the clock when the record is prepared: a
