@@ -482,34 +482,52 @@ func (c *clusterNode) runRebalance(ctx context.Context, s cluster.Start) error {
 		v.drained[id] = true
 	}
 	v.mu.Unlock()
-	for _, id := range draining {
-		if slices.Contains(v.alive(), id) {
-			c.waitIngest(ctx, id, draining)
-		}
+	hosts := c.inDeployment
+	if c.hostsFn != nil {
+		hosts = c.hostsFn
 	}
-	if len(draining) > 0 {
-		// A node that died during the wait may have taken the room the
-		// drain had when it started: check again, with the nodes alive now.
-		if placement, err = c.room(draining); err != nil {
-			return c.abandonDrain(trigger, draining, fmt.Errorf("%w (the room the drain had when it started is gone; alive now: %v)", err, v.alive()))
-		}
-	}
-	reason := fmt.Sprintf("rebalance (%v)", s.Triggers)
-	if len(draining) > 0 {
-		reason = fmt.Sprintf("drain of %v", draining)
-	}
-	rec, err := c.rebalanceJobs(ctx, trigger, reason, placement, draining)
-	if rec.Outcome == cluster.RebalanceAborted {
-		// Nothing moved: the drained nodes keep their subtasks.
+	if onlyDrains(s) && len(draining) > 0 && !slices.ContainsFunc(draining, hosts) {
+		// No running attempt of a job has the drained nodes in its
+		// deployment (they host none of its subtasks, or the jobs
+		// ended or wait to restart, which places nothing on them now):
+		// nothing to hand over, no ingest log anyone would read.
 		v.mu.Lock()
-		for _, id := range draining {
-			delete(v.drained, id)
+		if v.deployed != nil {
+			v.deployed = slices.DeleteFunc(slices.Clone(v.deployed), func(id string) bool { return slices.Contains(draining, id) })
 		}
 		v.mu.Unlock()
-		return err
-	}
-	if err != nil {
-		return err
+		c.recordRebalance(cluster.Rebalance{At: time.Now(), Trigger: trigger, Outcome: cluster.RebalanceDone, PauseMS: map[string]float64{}, Note: nothingHosted})
+		c.log.Info("cluster: drain: the drained nodes are in no running deployment; nothing to hand over, no ingest log to wait for", "draining", draining)
+	} else {
+		for _, id := range draining {
+			if slices.Contains(v.alive(), id) {
+				c.waitIngest(ctx, id, draining)
+			}
+		}
+		if len(draining) > 0 {
+			// A node that died during the wait may have taken the room the
+			// drain had when it started: check again, with the nodes alive now.
+			if placement, err = c.room(draining); err != nil {
+				return c.abandonDrain(trigger, draining, fmt.Errorf("%w (the room the drain had when it started is gone; alive now: %v)", err, v.alive()))
+			}
+		}
+		reason := fmt.Sprintf("rebalance (%v)", s.Triggers)
+		if len(draining) > 0 {
+			reason = fmt.Sprintf("drain of %v", draining)
+		}
+		rec, err := c.rebalanceJobs(ctx, trigger, reason, placement, draining)
+		if rec.Outcome == cluster.RebalanceAborted {
+			// Nothing moved: the drained nodes keep their subtasks.
+			v.mu.Lock()
+			for _, id := range draining {
+				delete(v.drained, id)
+			}
+			v.mu.Unlock()
+			return err
+		}
+		if err != nil {
+			return err
+		}
 	}
 	if err := c.drainRoomLost(draining); err != nil {
 		// A node died while the subtasks moved: leaving now would take
@@ -527,6 +545,74 @@ func (c *clusterNode) runRebalance(ctx context.Context, s cluster.Start) error {
 		c.log.Info("cluster: drained node left the membership", "drained", id)
 	}
 	return nil
+}
+
+// nothingHosted is the note of a drain whose nodes were in no running
+// deployment.
+const nothingHosted = "the drained nodes were in no running deployment: nothing to hand over, nothing moved"
+
+// onlyDrains reports whether the batch s holds drains only (no join or
+// manual rebalance, which may move other subtasks).
+func onlyDrains(s cluster.Start) bool {
+	for _, t := range s.Triggers {
+		if t != cluster.TriggerDrain {
+			return false
+		}
+	}
+	return len(s.Triggers) > 0
+}
+
+// inDeployment reports whether node may host subtasks of a job: it is in
+// the deployment of a job's running attempt, or a job is between attempts
+// (starting, or restarting after a failure) and node was in the latest
+// deployment, which that attempt may yet be placed like. A job that
+// ended (finished, failed for good, stopped or cancelled) hosts nothing.
+func (c *clusterNode) inDeployment(node string) bool {
+	v := c.live
+	v.mu.Lock()
+	deployed := slices.Contains(v.deployed, node)
+	v.mu.Unlock()
+	for _, e := range c.executions() {
+		select {
+		case <-e.Ended():
+			continue
+		default:
+		}
+		r, _ := e.Runner()
+		if r == nil {
+			if deployed {
+				return true
+			}
+			continue
+		}
+		select {
+		case <-r.Started():
+			if slices.Contains(r.Nodes(), node) {
+				return true
+			}
+		default:
+			// Deploying: placed before the node was marked drained,
+			// perhaps.
+			if deployed {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// readsOn returns the jobs whose running attempt has node in its
+// deployment: the pipelines whose source split there reads its ingest
+// log.
+func (c *clusterNode) readsOn(node string) map[string]bool {
+	out := map[string]bool{}
+	for _, e := range c.executions() {
+		r, _ := e.Runner()
+		if r != nil && slices.Contains(r.Nodes(), node) {
+			out[e.Name()] = true
+		}
+	}
+	return out
 }
 
 // drainRoomLost returns why draining can no longer go on, if it cannot:
@@ -573,8 +659,10 @@ func (c *clusterNode) abandonDrain(trigger cluster.Trigger, draining []string, w
 // waitIngest waits (at most drainCatchUp) until completed checkpoints
 // cover what node's ingest logs held when the drain started, so that the
 // savepoint after it leaves nothing of them unread: once the node's split
-// runs elsewhere it reads nothing until the node is back. It ends early
-// when the drain of draining loses its room (drainRoomLost).
+// runs elsewhere it reads nothing until the node is back. It waits only
+// for the logs of the jobs whose running attempt has node in its
+// deployment (readsOn): no other log is released while it waits. It ends
+// early when the drain of draining loses its room (drainRoomLost).
 func (c *clusterNode) waitIngest(ctx context.Context, node string, draining []string) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, drainCatchUp)
@@ -584,9 +672,29 @@ func (c *clusterNode) waitIngest(ctx context.Context, node string, draining []st
 		c.log.Warn("cluster: drain: the node's ingest logs are unknown; not waiting for them", "drained", node, "err", err)
 		return
 	}
+	// Only the logs that a running attempt reads on node: a pipeline no
+	// job of the masters runs there (another pipeline of the node's, a
+	// job that ended or waits to restart) releases nothing, however long
+	// the drain waits.
+	reading := c.readsOn(node)
 	target := map[string]uint64{}
+	var unread []string
 	for _, p := range first.Pipelines {
+		if !reading[p.Pipeline] {
+			if p.ReleasedOffset < p.NextOffset {
+				unread = append(unread, p.Pipeline)
+			}
+			continue
+		}
 		target[p.Pipeline] = p.NextOffset
+	}
+	if len(unread) > 0 {
+		c.log.Info("cluster: drain: not waiting for the ingest logs of pipelines no running attempt reads on the node; they wait on its disk until it is back",
+			"drained", node, "pipelines", unread)
+	}
+	if len(target) == 0 {
+		c.log.Info("cluster: drain: no ingest log of the node to wait for", "drained", node)
+		return
 	}
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
@@ -763,14 +871,19 @@ func (c *clusterNode) drainSelf(ctx context.Context, timeout time.Duration) {
 	var ae *APIError
 	switch {
 	case err == nil:
-		moved := 0
+		moved, waited := 0, "the handover of its subtasks"
 		if r.Rebalance != nil {
 			moved = r.Rebalance.MovedKeyGroups
+			if r.Rebalance.Note != "" {
+				waited = r.Rebalance.Note
+			}
+		} else {
+			waited = "nothing: the node was drained already"
 		}
-		c.log.Info("cluster: drained before stopping", "moved_key_groups", moved, "took", time.Since(start))
+		c.log.Info("cluster: drained before stopping", "moved_key_groups", moved, "waited_for", waited, "took", time.Since(start))
 		c.leave()
 	case errors.As(err, &ae) && ae.StatusCode == http.StatusConflict:
-		c.log.Warn("cluster: not drained before stopping (the cluster has no room); stopping without", "err", err)
+		c.log.Warn("cluster: not drained before stopping (the job masters refused); stopping without", "err", err, "took", time.Since(start))
 	default:
 		c.log.Warn("cluster: not drained before stopping; stopping without", "err", err, "took", time.Since(start))
 	}

@@ -36,6 +36,9 @@ type clusterNode struct {
 	// pauseIngest, when set, pauses (true) or resumes the node's embedded
 	// broker's readings: a node out of the membership reads none.
 	pauseIngest func(paused bool)
+	// hostsFn, when set (tests), replaces inDeployment: whether a drained
+	// node may host subtasks of a job.
+	hostsFn func(node string) bool
 
 	cfg    *pipeline.ClusterConfig
 	log    *slog.Logger
