@@ -37,11 +37,24 @@ type JobInfo struct {
 	// LastFailureAt when; empty if none failed.
 	LastFailure   string     `json:"last_failure,omitempty"`
 	LastFailureAt *time.Time `json:"last_failure_at,omitempty"`
+	// TasksHere is, in a list a worker answers, how many tasks of the job
+	// the worker hosts (0: none); absent elsewhere.
+	TasksHere *int `json:"tasks_here,omitempty"`
 }
 
 // JobList is the body of GET /jobs.
 type JobList struct {
 	Jobs []JobInfo `json:"jobs"`
+	// Node is the node that answered, Leader the node that runs the job
+	// masters, and From the node whose jobs Jobs are: the leader, or the
+	// worker that answered when the leader did not (see Note). All three
+	// empty without a cluster.
+	Node   string `json:"node,omitempty"`
+	Leader string `json:"leader,omitempty"`
+	From   string `json:"from,omitempty"`
+	// Note says, on a worker whose leader did not answer, why Jobs are
+	// only the jobs the worker hosts tasks of.
+	Note string `json:"note,omitempty"`
 }
 
 // CheckpointInfo is one checkpoint or savepoint of GET
@@ -136,11 +149,22 @@ func (n *node) info(ctx context.Context, j *job) JobInfo {
 	return ji
 }
 
+// handleList answers GET /jobs: the node's jobs; on a cluster's worker,
+// which runs no job master, the leader's (workerJobList) unless
+// ?local=1 asks for the node's own.
 func (n *node) handleList(w http.ResponseWriter, r *http.Request) {
+	c := n.cluster
+	if c != nil && !c.isMaster() && r.URL.Query().Get(localParam) == "" {
+		writeJSON(w, http.StatusOK, c.workerJobList(r.Context()))
+		return
+	}
 	jobs := n.jobList()
 	l := JobList{Jobs: make([]JobInfo, 0, len(jobs))}
 	for _, j := range jobs {
 		l.Jobs = append(l.Jobs, n.info(r.Context(), j))
+	}
+	if c != nil {
+		l.Node, l.Leader, l.From = c.cfg.Node, c.leader(), c.cfg.Node
 	}
 	writeJSON(w, http.StatusOK, l)
 }

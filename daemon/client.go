@@ -40,9 +40,16 @@ func (e *APIError) Error() string {
 
 // Jobs lists the node's jobs.
 func (c *Client) Jobs(ctx context.Context) ([]JobInfo, error) {
+	l, err := c.JobList(ctx)
+	return l.Jobs, err
+}
+
+// JobList returns GET /jobs: the jobs, and in a cluster which node
+// answered, which is the leader and whose jobs they are.
+func (c *Client) JobList(ctx context.Context) (JobList, error) {
 	var l JobList
 	err := c.do(ctx, http.MethodGet, "/jobs", nil, &l)
-	return l.Jobs, err
+	return l, err
 }
 
 // Checkpoints returns the checkpoint history of a job, oldest first.

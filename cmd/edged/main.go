@@ -300,20 +300,12 @@ func dialAddr(listen string) string {
 func client(ctx context.Context, c *daemon.Client, cmd string, pos []string, path string, stdout io.Writer) error {
 	switch cmd {
 	case "list":
-		jobs, err := c.Jobs(ctx)
+		l, err := c.JobList(ctx)
 		if err != nil {
 			return err
 		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tSTATUS\tATTEMPTS\tCHECKPOINTING\tDEAD LETTERS\tERROR")
-		for _, j := range jobs {
-			why := j.Error
-			if why == "" && j.Status == daemon.StatusRestarting {
-				why = "last failure: " + j.LastFailure
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%t\t%d\t%s\n", j.Name, j.Status, j.Attempts, j.Checkpointing, j.DeadLetters, oneLine(why))
-		}
-		return tw.Flush()
+		printJobList(stdout, l)
+		return nil
 	case "checkpoints":
 		cps, err := c.Checkpoints(ctx, pos[0])
 		if err != nil {
@@ -372,4 +364,50 @@ func startCPUProfile(path string) (func(), error) {
 		pprof.StopCPUProfile()
 		f.Close()
 	}, nil
+}
+
+// printJobList writes the table of edged list; in a cluster, first a line
+// that names the leader (the node of the job masters) and whose jobs
+// these are, and on a worker a TASKS HERE column.
+func printJobList(w io.Writer, l daemon.JobList) {
+	switch {
+	case l.Leader == "":
+	case l.Node == l.Leader:
+		fmt.Fprintf(w, "node %s, the leader: it runs the job masters\n", l.Node)
+	case l.From == l.Leader:
+		fmt.Fprintf(w, "node %s, a worker; the jobs of the leader, node %s, which runs the job masters\n", l.Node, l.Leader)
+	default:
+		fmt.Fprintf(w, "node %s, a worker; the leader, node %s, did not answer\n", l.Node, l.Leader)
+	}
+	if l.Note != "" {
+		fmt.Fprintln(w, oneLine(l.Note))
+	}
+	worker := l.Leader != "" && l.Node != l.Leader
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if worker {
+		fmt.Fprintln(tw, "NAME\tSTATUS\tATTEMPTS\tCHECKPOINTING\tDEAD LETTERS\tTASKS HERE\tERROR")
+	} else {
+		fmt.Fprintln(tw, "NAME\tSTATUS\tATTEMPTS\tCHECKPOINTING\tDEAD LETTERS\tERROR")
+	}
+	for _, j := range l.Jobs {
+		why := j.Error
+		if why == "" && j.Status == daemon.StatusRestarting {
+			why = "last failure: " + j.LastFailure
+		}
+		if worker {
+			here := 0
+			if j.TasksHere != nil {
+				here = *j.TasksHere
+			}
+			if l.From != l.Leader {
+				// Known to the leader only.
+				fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t%d\t%s\n", j.Name, j.Status, here, oneLine(why))
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%t\t%d\t%d\t%s\n", j.Name, j.Status, j.Attempts, j.Checkpointing, j.DeadLetters, here, oneLine(why))
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%t\t%d\t%s\n", j.Name, j.Status, j.Attempts, j.Checkpointing, j.DeadLetters, oneLine(why))
+	}
+	tw.Flush()
 }
