@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -78,6 +79,11 @@ type Execution struct {
 	failure    error
 	failedAt   time.Time
 	restarting bool
+	// lastHistory is the checkpoint history of the latest attempt that
+	// ended, and completed the newest checkpoint (not savepoint) that
+	// completed or was restored in this execution (both guarded by mu).
+	lastHistory []snapshot.Stats
+	completed   snapshot.ID
 }
 
 // NewExecution returns an execution of job; a nil strategy never restarts.
@@ -171,6 +177,34 @@ func (e *Execution) failed(err error, now time.Time) {
 	if !errors.Is(err, ErrRedeployed) {
 		e.failure, e.failedAt = err, now
 	}
+}
+
+// attemptEnded keeps the checkpoint history of r, whose attempt ended,
+// and notes the newest checkpoint it completed.
+func (e *Execution) attemptEnded(r *Runner) {
+	h := r.History()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.lastHistory = h
+	for _, s := range h {
+		if s.Status == snapshot.Completed && s.Kind == snapshot.KindCheckpoint {
+			e.completed = max(e.completed, s.Checkpoint)
+		}
+	}
+}
+
+// History returns the checkpoint history of the running attempt, or,
+// between attempts and once the job ended, that of the latest attempt
+// that ended: a checkpoint that failed the job stays visible with its
+// reason.
+func (e *Execution) History() []snapshot.Stats {
+	e.mu.Lock()
+	r, h := e.runner, e.lastHistory
+	e.mu.Unlock()
+	if r != nil {
+		return r.History()
+	}
+	return slices.Clone(h)
 }
 
 func (e *Execution) setRunner(r *Runner) {
@@ -335,6 +369,7 @@ func (e *Execution) Run(ctx context.Context) error {
 		} else {
 			e.setRunner(r)
 			err = r.Run(ctx)
+			e.attemptEnded(r)
 			e.setRunner(nil)
 		}
 		var te *TaskError
@@ -429,7 +464,17 @@ func (e *Execution) chooseRestore(cfg *Config, log *slog.Logger) error {
 		cfg.Restore = md
 		e.mu.Lock()
 		e.restores = append(e.restores, md.Checkpoint)
+		if md.Kind == snapshot.KindCheckpoint {
+			e.completed = max(e.completed, md.Checkpoint)
+		}
 		e.mu.Unlock()
+	case errors.Is(err, snapshot.ErrNoCheckpoint) && e.completedCheckpoint() > 0:
+		// Checkpoints completed, and their completion committed output;
+		// the directory lost them all (removed while the job ran). The
+		// beginning, or the savepoint the job started from, would commit
+		// that output again.
+		return fmt.Errorf("%w: checkpoint %d completed in this run, but %s holds no complete checkpoint or savepoint of job %q any more; restarting from the beginning would commit the job's output again: put the directory back, or start the job from a savepoint",
+			snapshot.ErrCheckpointGone, e.completedCheckpoint(), cfg.Checkpoint.Dir, e.job.Name)
 	case errors.Is(err, snapshot.ErrNoCheckpoint):
 		// Nothing completed yet: start again from the beginning (or from
 		// the savepoint the job started from).
@@ -441,6 +486,14 @@ func (e *Execution) chooseRestore(cfg *Config, log *slog.Logger) error {
 		return err
 	}
 	return nil
+}
+
+// completedCheckpoint returns the newest checkpoint that completed or was
+// restored in this execution; 0 if none.
+func (e *Execution) completedCheckpoint() snapshot.ID {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.completed
 }
 
 // ResumePoint returns the snapshot a job started on the checkpoint

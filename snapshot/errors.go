@@ -79,6 +79,12 @@ var (
 	// but every one is damaged: not a fresh start, which would commit
 	// the job's output again.
 	ErrAllDamaged = errors.New("snapshot: every complete checkpoint is damaged")
+	// ErrCheckpointGone means a checkpoint completed while the job ran,
+	// but the checkpoint directory no longer holds it nor any other
+	// complete checkpoint or savepoint of the job (the directory was
+	// removed): a restart from the beginning would commit the job's
+	// output again.
+	ErrCheckpointGone = errors.New("snapshot: the completed checkpoints are gone from the checkpoint directory")
 	// ErrIncomplete means a snapshot directory has no _metadata file, so the
 	// checkpoint never completed.
 	ErrIncomplete = errors.New("snapshot: checkpoint incomplete (no _metadata)")

@@ -196,10 +196,9 @@ func (j *Job) Plan() *actors.Plan {
 	return nil
 }
 
-// History returns the checkpoint statistics of the current attempt.
+// History returns the checkpoint statistics of the current attempt, or,
+// between attempts and once the job ended, of the latest attempt that
+// ended (actors.Execution.History).
 func (j *Job) History() []snapshot.Stats {
-	if r, _ := j.exec.Runner(); r != nil {
-		return r.History()
-	}
-	return nil
+	return j.exec.History()
 }

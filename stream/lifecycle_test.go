@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -645,5 +646,71 @@ func testJobStartedAgainOnDamagedCheckpoints(t *testing.T, damage func(file stri
 	}
 	if after := len(committedLines(t, out)); after != before {
 		t.Fatalf("the second run committed %d lines more", after-before)
+	}
+}
+
+// The checkpoint directory removed (rm -rf) while a job runs: the next
+// checkpoint fails, with the reason, in the job's checkpoint history
+// (kept once the attempt ended); with no failed checkpoint tolerated the
+// job fails, and its restart finds no checkpoint: it does not start from
+// the beginning, which would commit every window again, but fails with
+// snapshot.ErrCheckpointGone. No window is committed twice.
+func TestCheckpointDirRemovedWhileRunning(t *testing.T) {
+	const n, keys = 1_000_000, 1000
+	cfg := checkpointConfig(t, snapshot.ExactlyOnce)
+	cfg.TolerableFailures = 0
+	out := t.TempDir()
+	paced := func() operators.Source[operators.SensorReading] {
+		return operators.SensorGenerator(operators.GeneratorConfig{Count: n, Keys: keys, Rate: n / 10})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	job, err := eoJobFrom(paced, out, nil, stream.WithParallelism(2), stream.WithCheckpointing(cfg),
+		stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 3})).ExecuteAsync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, testutil.DefaultTimeout, "the job commits windows", func() bool {
+		return len(committedLines(t, out)) >= keys
+	})
+	// The directory vanishes at once (moved away, then removed): an
+	// rm -rf that ran to its end. Removing it in place races with the
+	// files being written into it, and with the restart opening the
+	// store again, which makes the directory anew.
+	gone := cfg.Dir + ".removed"
+	if err := os.Rename(cfg.Dir, gone); err != nil {
+		t.Fatal(err)
+	}
+	err = job.Wait()
+	if rerr := os.RemoveAll(gone); rerr != nil {
+		t.Fatal(rerr)
+	}
+	if !errors.Is(err, snapshot.ErrCheckpointGone) {
+		t.Fatalf("the job ended with %v, want snapshot.ErrCheckpointGone", err)
+	}
+	t.Logf("job: %v", err)
+	if a := job.Attempts(); a != 1 {
+		t.Fatalf("%d attempts, want 1: the restart must not run", a)
+	}
+	// A checkpoint failed as the removal overtook it: a task could not
+	// create its directory or state file, or the commit found one
+	// missing.
+	var failed *snapshot.Stats
+	for _, s := range job.History() {
+		if s.Status == snapshot.Failed && s.Err != nil && (errors.Is(s.Err, fs.ErrNotExist) || errors.Is(s.Err, snapshot.ErrMissing)) {
+			failed = &s
+			break
+		}
+	}
+	if failed == nil {
+		t.Fatalf("no failed checkpoint with its reason in the history: %+v", job.History())
+	}
+	t.Logf("checkpoint %d failed: %v", failed.Checkpoint, failed.Err)
+	seen := map[string]bool{}
+	for _, l := range committedLines(t, out) {
+		if seen[l] {
+			t.Fatalf("window committed twice: %s", l)
+		}
+		seen[l] = true
 	}
 }
