@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -75,6 +78,10 @@ type CheckpointInfo struct {
 	AlignmentMS float64 `json:"alignment_ms"`
 	Path        string  `json:"path,omitempty"`
 	Error       string  `json:"error,omitempty"`
+	// Gone marks a completed checkpoint or savepoint whose metadata is no
+	// longer at Path on this node: retention discarded it, or its
+	// directory was removed.
+	Gone bool `json:"gone,omitempty"`
 }
 
 // CheckpointList is the body of GET /jobs/{name}/checkpoints, oldest
@@ -190,6 +197,11 @@ func checkpointInfo(s snapshot.Stats) CheckpointInfo {
 		SizeBytes: s.Size, AlignmentMS: ms(s.Alignment), Path: s.Path}
 	if s.Err != nil {
 		ci.Error = s.Err.Error()
+	}
+	if s.Status == snapshot.Completed && s.Path != "" {
+		if _, err := os.Stat(filepath.Join(s.Path, "_metadata")); errors.Is(err, fs.ErrNotExist) {
+			ci.Gone = true
+		}
 	}
 	return ci
 }

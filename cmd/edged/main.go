@@ -314,7 +314,11 @@ func client(ctx context.Context, c *daemon.Client, cmd string, pos []string, pat
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tKIND\tSTATUS\tTRIGGERED\tDURATION\tSIZE\tALIGNMENT\tPATH\tERROR")
 		for _, cp := range cps {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", cp.ID, cp.Kind, cp.Status,
+			status := cp.Status
+			if cp.Gone {
+				status += " (files gone)"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", cp.ID, cp.Kind, status,
 				cp.TriggerTime.Format(time.RFC3339), msDuration(cp.DurationMS), cp.SizeBytes,
 				msDuration(cp.AlignmentMS), cp.Path, oneLine(cp.Error))
 		}
