@@ -146,9 +146,10 @@ type sessionStore struct {
 	maxBytes     int64
 	compactBytes int64
 	logger       *slog.Logger
+	fs           journalFS
 
 	mu        sync.Mutex // guards every field below
-	f         *os.File
+	f         journalFile
 	fileSize  int64
 	buf       []byte // records added, not yet written
 	added     uint64 // records added
@@ -188,16 +189,47 @@ type SessionStats struct {
 	TornBytes int64
 }
 
+// journalFile is the journal file as the store writes it.
+type journalFile interface {
+	Write(b []byte) (int, error)
+	Sync() error
+	Close() error
+}
+
+// journalFS is the file system the store writes the journal through;
+// tests replace it to inject failures (a full card, an I/O error).
+type journalFS interface {
+	OpenFile(name string, flag int, perm os.FileMode) (journalFile, error)
+	Rename(from, to string) error
+	Remove(name string) error
+	SyncDir(dir string) error
+}
+
+// osFS is the journalFS of the operating system.
+type osFS struct{}
+
+func (osFS) OpenFile(name string, flag int, perm os.FileMode) (journalFile, error) {
+	return os.OpenFile(name, flag, perm)
+}
+func (osFS) Rename(from, to string) error { return os.Rename(from, to) }
+func (osFS) Remove(name string) error     { return os.Remove(name) }
+func (osFS) SyncDir(dir string) error     { return fsutil.SyncDir(dir) }
+
 // openSessionStore opens (creating if needed) the journal in dir,
 // replays it, assigns packet ids to deliveries that had none and rewrites
 // it compacted.
 func openSessionStore(dir string, maxBytes, compactBytes int64, logger *slog.Logger) (*sessionStore, error) {
+	return openSessionStoreFS(dir, maxBytes, compactBytes, logger, osFS{})
+}
+
+// openSessionStoreFS is openSessionStore writing through fs.
+func openSessionStoreFS(dir string, maxBytes, compactBytes int64, logger *slog.Logger, fs journalFS) (*sessionStore, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("mqtt: session store: %w", err)
 	}
 	s := &sessionStore{
 		dir: dir, path: filepath.Join(dir, sessionFile),
-		maxBytes: maxBytes, compactBytes: compactBytes, logger: logger,
+		maxBytes: maxBytes, compactBytes: compactBytes, logger: logger, fs: fs,
 		advanced: make(chan struct{}), space: make(chan struct{}),
 		clients: map[string]*sessionClient{}, msgs: map[uint64]*sessionMsg{},
 	}
@@ -486,7 +518,7 @@ func (s *sessionStore) flushLocked() {
 // commit is running; the buffer is empty or already applied to the state.
 func (s *sessionStore) compact() error {
 	tmp := s.path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := s.fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrSessionStore, err)
 	}
@@ -512,15 +544,15 @@ func (s *sessionStore) compact() error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, s.path)
+		err = s.fs.Rename(tmp, s.path)
 	}
 	if err == nil {
-		err = fsutil.SyncDir(s.dir)
+		err = s.fs.SyncDir(s.dir)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: compact %s: %v", ErrSessionStore, s.path, err)
 	}
-	nf, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND, 0o644)
+	nf, err := s.fs.OpenFile(s.path, os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrSessionStore, err)
 	}
