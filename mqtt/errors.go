@@ -20,8 +20,10 @@ var (
 	// ErrPublisherClosed is returned by a closed Publisher.
 	ErrPublisherClosed = errors.New("mqtt: publisher closed")
 	// ErrSessionStore is wrapped by failures to write the broker's
-	// session journal (BrokerConfig.DataDir); once it failed, sessions are
-	// no longer persisted and publishes that need it are refused.
+	// session journal (BrokerConfig.DataDir); while it fails, sessions are
+	// not persisted and publishes that need it are refused. After a
+	// failure the journal is rewritten at the next use, and the store is
+	// healthy again once that succeeds.
 	ErrSessionStore = errors.New("mqtt: broker session store failed")
 	// ErrCorruptSession is returned by Broker.Start for a session journal
 	// with a damaged record before its end.

@@ -138,6 +138,33 @@ type qos2Receipt struct {
 // appends to a buffer and sync makes every record added so far durable
 // with one write and one fsync, shared by everyone waiting.
 //
+// A failed write or fsync of the journal (a full card, an I/O error)
+// leaves its file suspect: the failed write may have left a torn end,
+// and after a failed fsync the kernel may have dropped the pages it could
+// not write while a later fsync reports success. So the store never
+// appends to that file again: the callers waiting for records the failed
+// attempt covered get the error (even if a later rewrite makes those
+// records durable), and the next caller that waits for the journal (or
+// close) rewrites it from the in-memory state (compact: a new file,
+// fsync, rename, directory fsync). When that succeeds the store is
+// healthy again; while it fails, those callers get the error too.
+// Nothing is acknowledged that is not durable.
+//
+// What a refused caller's record put in the in-memory state is taken out
+// again where keeping it would let a later rewrite persist it as if it
+// had been accepted: a message stored for persistent sessions ("m", the
+// publisher got no PUBACK and resends it) and a QoS 2 receipt ("i", the
+// device got no PUBREC and resends the PUBLISH). The other durable
+// records are kept: a persistent session ("c") and its subscriptions
+// ("s") the broker library holds in memory anyway once the client asked
+// for them (it keeps the session of a client stopped in
+// OnSessionEstablish and the subscription of one stopped in
+// OnSubscribed), so persisting them makes the journal hold what the
+// running broker holds, and the client, disconnected, asks again; a
+// session discarded by a clean connect ("cd") and a QoS 2 receipt released
+// by PUBREL ("x") are what the client asked for, and the device resends
+// its PUBREL, which finds nothing left to release and gets its PUBCOMP.
+//
 // All methods are safe for concurrent use; the store starts no
 // goroutines.
 type sessionStore struct {
@@ -157,7 +184,9 @@ type sessionStore struct {
 	syncing   bool
 	advanced  chan struct{} // closed and replaced when synced advances
 	space     chan struct{} // closed and replaced when liveBytes shrinks
-	failed    error
+	failed    error         // the last write, fsync or rewrite failed; nil when healthy
+	failedTo  uint64        // records up to here were covered by the failed attempt
+	waits     map[*sessionWait]struct{}
 	closed    bool
 	clients   map[string]*sessionClient
 	msgs      map[uint64]*sessionMsg
@@ -187,6 +216,31 @@ type SessionStats struct {
 	Compactions uint64
 	// TornBytes is what opening cut off the journal's end.
 	TornBytes int64
+	// Failures counts failed journal writes, fsyncs and rewrites.
+	Failures uint64
+	// Recoveries counts rewrites that made the journal healthy again
+	// after a failure.
+	Recoveries uint64
+}
+
+// sessionWait is a caller waiting for record seq to be durable. err is
+// set once an attempt that covered seq failed: the caller is refused,
+// even if a later rewrite makes the state durable. If the caller is
+// refused, undo takes out of the in-memory state what its record put
+// there: message msg ("m", if client is empty), or client's QoS 2
+// receipt pid with tag ("i").
+type sessionWait struct {
+	seq  uint64
+	err  error
+	undo *sessionUndo
+}
+
+// sessionUndo names what a refused record put in the in-memory state.
+type sessionUndo struct {
+	msg    uint64
+	client string
+	pid    uint16
+	tag    int64
 }
 
 // journalFile is the journal file as the store writes it.
@@ -217,7 +271,8 @@ func (osFS) SyncDir(dir string) error     { return fsutil.SyncDir(dir) }
 
 // openSessionStore opens (creating if needed) the journal in dir,
 // replays it, assigns packet ids to deliveries that had none and rewrites
-// it compacted.
+// it compacted. If that rewrite fails (a full card) the store opens
+// failed, and the next use rewrites it.
 func openSessionStore(dir string, maxBytes, compactBytes int64, logger *slog.Logger) (*sessionStore, error) {
 	return openSessionStoreFS(dir, maxBytes, compactBytes, logger, osFS{})
 }
@@ -232,6 +287,7 @@ func openSessionStoreFS(dir string, maxBytes, compactBytes int64, logger *slog.L
 		maxBytes: maxBytes, compactBytes: compactBytes, logger: logger, fs: fs,
 		advanced: make(chan struct{}), space: make(chan struct{}),
 		clients: map[string]*sessionClient{}, msgs: map[uint64]*sessionMsg{},
+		waits: map[*sessionWait]struct{}{},
 	}
 	if err := s.replay(); err != nil {
 		return nil, err
@@ -246,7 +302,11 @@ func openSessionStoreFS(dir string, maxBytes, compactBytes int64, logger *slog.L
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.compact(); err != nil {
-		return nil, err
+		// The journal on disk holds what was replayed (and perhaps a torn
+		// end, never appended to): start failed, as after a failed write,
+		// and rewrite it at the next use, rather than not start at all on
+		// a card that is still full.
+		s.failLocked(s.added, err)
 	}
 	return s, nil
 }
@@ -447,6 +507,11 @@ func (s *sessionStore) assignFresh(c *sessionClient, m *sessionMsg, d *sessDeliv
 // record's sequence number for sync. s.mu is held.
 func (s *sessionStore) add(r *sessionRec) uint64 {
 	s.apply(r)
+	s.added++
+	if s.failed != nil {
+		// The next rewrite writes the state; the buffer would only grow.
+		return s.added
+	}
 	body, err := json.Marshal(r)
 	if err != nil { // cannot happen: plain data
 		panic(fmt.Sprintf("mqtt: session record: %v", err))
@@ -455,19 +520,32 @@ func (s *sessionStore) add(r *sessionRec) uint64 {
 	binary.LittleEndian.PutUint32(hdr[:], uint32(len(body)))
 	binary.LittleEndian.PutUint32(hdr[4:], crc32.Checksum(body, sessionCRC))
 	s.buf = append(append(s.buf, hdr[:]...), body...)
-	s.added++
 	return s.added
 }
 
 // waitSynced returns once record seq is durable, leading a group commit if
-// no one else is. s.mu is held; it is released while writing and waiting.
+// no one else is. If a write, fsync or rewrite that covered seq fails
+// while it waits it returns that error; if the store had failed before,
+// it rewrites the journal (recoverLocked). s.mu is held; it is released
+// while writing and waiting.
 func (s *sessionStore) waitSynced(seq uint64) error {
+	return s.wait(&sessionWait{seq: seq})
+}
+
+// wait is waitSynced for w, which failLocked refuses if an attempt that
+// covers w.seq fails while w waits. s.mu is held.
+func (s *sessionStore) wait(w *sessionWait) error {
+	if s.synced >= w.seq {
+		return nil
+	}
+	s.waits[w] = struct{}{}
+	defer delete(s.waits, w)
 	for {
-		if s.synced >= seq {
-			return nil
+		if w.err != nil {
+			return w.err
 		}
-		if s.failed != nil {
-			return s.failed
+		if s.synced >= w.seq {
+			return nil
 		}
 		if s.closed {
 			return ErrBrokerClosed
@@ -479,7 +557,62 @@ func (s *sessionStore) waitSynced(seq uint64) error {
 			s.mu.Lock()
 			continue
 		}
+		if s.failed != nil {
+			s.recoverLocked()
+			continue
+		}
 		s.flushLocked()
+	}
+}
+
+// recoverLocked rewrites the journal from the in-memory state after a
+// failure; the store is healthy again if that succeeds. s.mu is held and
+// no group commit is running.
+func (s *sessionStore) recoverLocked() {
+	upto, was := s.added, s.failed
+	if err := s.compact(); err != nil {
+		s.failLocked(upto, err)
+		return
+	}
+	s.failed, s.failedTo = nil, 0
+	s.stats.Recoveries++
+	s.logger.Info("mqtt broker: session journal rewritten after a failure; sessions are persisted again",
+		"file", s.path, "failure", was)
+}
+
+// failLocked records that an attempt to make the records up to upto
+// durable failed with err: the callers waiting for those not durable yet
+// get err, what their records put in the in-memory state is taken out
+// where it must be (see sessionStore), and the journal file is not
+// appended to again. s.mu is held.
+func (s *sessionStore) failLocked(upto uint64, err error) {
+	if s.failed == nil {
+		s.logger.Error("mqtt broker: session journal write failed; persistent sessions are refused until it is rewritten",
+			"file", s.path, "err", err)
+	} else {
+		s.logger.Warn("mqtt broker: rewriting the session journal failed; persistent sessions are still refused",
+			"file", s.path, "err", err)
+	}
+	s.failed, s.failedTo = err, upto
+	s.buf = nil // the rewrite writes the in-memory state
+	s.stats.Failures++
+	for w := range s.waits {
+		if w.err != nil || w.seq <= s.synced || w.seq > upto {
+			continue
+		}
+		w.err = err
+		u := w.undo
+		if u == nil {
+			continue
+		}
+		if u.client == "" {
+			if m := s.msgs[u.msg]; m != nil {
+				clear(m.pending)
+				s.maybeFree(m)
+			}
+		} else if c := s.clients[u.client]; c != nil && c.receipts[u.pid] != nil && c.receipts[u.pid].tag == u.tag {
+			delete(c.receipts, u.pid)
+		}
 	}
 }
 
@@ -497,15 +630,14 @@ func (s *sessionStore) flushLocked() {
 	s.mu.Lock()
 	s.syncing = false
 	if err != nil {
-		s.failed = fmt.Errorf("%w: session journal %s: %v", ErrSessionStore, s.path, err)
-		s.logger.Error("mqtt broker: session journal write failed; sessions are no longer persisted", "file", s.path, "err", err)
+		s.failLocked(upto, fmt.Errorf("%w: session journal %s: %v", ErrSessionStore, s.path, err))
 	} else {
 		s.fileSize += int64(len(buf))
 		s.synced = upto
 		s.stats.Syncs++
 		if s.fileSize > s.compactBytes {
 			if err := s.compact(); err != nil {
-				s.failed = err
+				s.failLocked(s.added, err)
 			}
 		}
 	}
@@ -516,11 +648,14 @@ func (s *sessionStore) flushLocked() {
 // compact rewrites the journal from the in-memory state into a new file,
 // fsyncs it and renames it over the old one. s.mu is held and no group
 // commit is running; the buffer is empty or already applied to the state.
+// A failed rewrite removes its new file, so it does not hold the space
+// of a full card; the journal it was to replace is left as it was, unless
+// the failure came after the rename (then the new file is the journal).
 func (s *sessionStore) compact() error {
 	tmp := s.path + ".tmp"
 	f, err := s.fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrSessionStore, err)
+		return fmt.Errorf("%w: compact %s: %v", ErrSessionStore, s.path, err)
 	}
 	w := bufio.NewWriterSize(f, 64<<10)
 	var size int64
@@ -544,17 +679,26 @@ func (s *sessionStore) compact() error {
 		err = cerr
 	}
 	if err == nil {
-		err = s.fs.Rename(tmp, s.path)
+		if err = s.fs.Rename(tmp, s.path); err != nil {
+			err = fmt.Errorf("rename: %w", err)
+		}
+	}
+	if err != nil {
+		if rerr := s.fs.Remove(tmp); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			err = fmt.Errorf("%w (removing %s: %v)", err, tmp, rerr)
+		}
 	}
 	if err == nil {
-		err = s.fs.SyncDir(s.dir)
+		if err = s.fs.SyncDir(s.dir); err != nil {
+			err = fmt.Errorf("sync directory: %w", err)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("%w: compact %s: %v", ErrSessionStore, s.path, err)
 	}
 	nf, err := s.fs.OpenFile(s.path, os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrSessionStore, err)
+		return fmt.Errorf("%w: compact %s: %v", ErrSessionStore, s.path, err)
 	}
 	if s.f != nil {
 		s.f.Close()
@@ -629,7 +773,11 @@ func (s *sessionStore) record(r *sessionRec, durable bool) error {
 	if !durable {
 		return nil
 	}
-	return s.waitSynced(seq)
+	w := &sessionWait{seq: seq}
+	if r.T == "i" {
+		w.undo = &sessionUndo{client: r.Client, pid: r.PacketID, tag: r.Tag}
+	}
+	return s.wait(w)
 }
 
 // sync returns once every record added so far is durable.
@@ -686,7 +834,7 @@ func (s *sessionStore) addMessage(ctx context.Context, data sessionMsgData, to [
 	}
 	id := s.nextMsg
 	seq := s.add(&sessionRec{T: "m", MsgID: id, Msg: &data, To: to})
-	return id, s.waitSynced(seq)
+	return id, s.wait(&sessionWait{seq: seq, undo: &sessionUndo{msg: id}})
 }
 
 // assign records that message id went to client as packet pid, unless
@@ -767,11 +915,12 @@ func (s *sessionStore) routeDone(client string, pid uint16, key int, known, done
 // syncAppended returns once every "ia" record added so far is durable;
 // the broker calls it before each append to an ingest log. A failed or
 // closed journal does not hold up appends (QoS 2 receipts fail on their
-// own then).
+// own then): once an attempt that covered the last "ia" record failed,
+// it returns nil without trying again.
 func (s *sessionStore) syncAppended() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.appended <= s.synced || s.failed != nil || s.closed {
+	if s.appended <= s.synced || (s.failed != nil && s.appended <= s.failedTo) || s.closed {
 		return nil
 	}
 	return s.waitSynced(s.appended)
@@ -824,8 +973,10 @@ func (s *sessionStore) close() error {
 	s.closed = true
 	close(s.space)
 	s.space = make(chan struct{})
-	if cerr := s.f.Close(); err == nil {
-		err = cerr
+	if s.f != nil { // nil if no rewrite succeeded since the open
+		if cerr := s.f.Close(); err == nil {
+			err = cerr
+		}
 	}
 	return err
 }
@@ -845,5 +996,7 @@ func (s *sessionStore) crash() {
 	s.buf = nil
 	close(s.space)
 	s.space = make(chan struct{})
-	s.f.Close()
+	if s.f != nil {
+		s.f.Close()
+	}
 }
