@@ -201,7 +201,10 @@ type Broker struct {
 	// durableWait, when set, replaces ingestlog.Log.WaitDurable for the
 	// acknowledgement gates (tests).
 	durableWait func(l *ingestlog.Log, off uint64) error
-	flushers    sync.WaitGroup // the ackGate flushers
+	// journalFS, when set, is what the session store writes its journal
+	// through (tests inject failures).
+	journalFS journalFS
+	flushers  sync.WaitGroup // the ackGate flushers
 	// lingerTimeout bounds a lingering close (see ackGate.Close):
 	// drainLinger, or a test's value set before connections come.
 	lingerTimeout time.Duration
@@ -311,7 +314,11 @@ func (b *Broker) Start(ctx context.Context) error {
 		return ErrBrokerStarted
 	}
 	if b.cfg.DataDir != "" {
-		st, err := openSessionStore(b.cfg.DataDir, b.cfg.SessionMaxBytes, sessionCompactBytes, b.logger)
+		fs := b.journalFS
+		if fs == nil {
+			fs = osFS{}
+		}
+		st, err := openSessionStoreFS(b.cfg.DataDir, b.cfg.SessionMaxBytes, sessionCompactBytes, b.logger, fs)
 		if err != nil {
 			return err
 		}

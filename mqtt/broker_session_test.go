@@ -2,8 +2,10 @@ package mqtt
 
 import (
 	"fmt"
+	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -216,4 +218,55 @@ func TestSessionHookSkipsTopicScanWithoutPersistentSessions(t *testing.T) {
 		return ps.distinct() == 1
 	})
 	clean.waitFor(t, 1)
+}
+
+// A publish to a persistent session while the session journal cannot be
+// written (a full card) gets no PUBACK and is not delivered; once space
+// is freed the next publish rewrites the journal, gets its PUBACK and
+// reaches the session, without a restart.
+func TestBrokerSessionJournalRecoversAfterFailedWrite(t *testing.T) {
+	fs := newFaultFS()
+	b := startBrokerWith(t, nil, BrokerConfig{DataDir: t.TempDir()}, func(b *Broker) { b.journalFS = fs })
+	sub, _ := dialRaw(t, b.Addr(), "consumer", false)
+	sub.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: "results/#", Qos: 1}}})
+	sub.expect(packets.Suback, 1)
+
+	fs.set("write", syscall.ENOSPC)
+	fs.set("write.tmp", syscall.ENOSPC)
+	pub, _ := dialRaw(t, b.Addr(), "pub", true)
+	pub.publish(1, 1, "results/x", []byte("refused"), false)
+	expectClosed(t, pub, "with the journal failing")
+	pub, _ = dialRaw(t, b.Addr(), "pub", true)
+	pub.publish(1, 1, "results/x", []byte("refused again"), false)
+	expectClosed(t, pub, "while the rewrite fails")
+	if n := fs.hit("write.tmp"); n != 1 {
+		t.Fatalf("%d rewrites failed, want 1 (by the second publish)", n)
+	}
+
+	fs.set("write", nil)
+	fs.set("write.tmp", nil)
+	pub, _ = dialRaw(t, b.Addr(), "pub", true)
+	pub.publish(1, 1, "results/x", []byte("accepted"), false)
+	pub.expect(packets.Puback, 1)
+	pk := sub.expect(packets.Publish, 0)
+	if string(pk.Payload) != "accepted" {
+		t.Fatalf("consumer got %q first, want %q (the refused ones are not delivered)", pk.Payload, "accepted")
+	}
+	if st := b.SessionStats(); st.Recoveries != 1 || st.Failures != 2 {
+		t.Fatalf("stats %+v: want 2 failures, 1 recovery", st)
+	}
+}
+
+// expectClosed fails unless the broker closes c's connection without
+// sending anything.
+func expectClosed(t *testing.T, c *rawClient, when string) {
+	t.Helper()
+	pk, err := c.read()
+	if err == nil {
+		t.Fatalf("got packet type %d %s, want the connection closed without a PUBACK", pk.FixedHeader.Type, when)
+	}
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("connection still open %s: %v", when, err)
+	}
 }
