@@ -156,12 +156,13 @@ func (n *node) info(ctx context.Context, j *job) JobInfo {
 	return ji
 }
 
-// handleList answers GET /jobs: the node's jobs; on a cluster's worker,
-// which runs no job master, the leader's (workerJobList) unless
-// ?local=1 asks for the node's own.
+// handleList answers GET /jobs: the node's own jobs (job masters); with
+// ?cluster=1, on a cluster's worker, which runs no job master, the
+// leader's (workerJobList), as edged list asks.
 func (n *node) handleList(w http.ResponseWriter, r *http.Request) {
 	c := n.cluster
-	if c != nil && !c.isMaster() && r.URL.Query().Get(localParam) == "" {
+	q := r.URL.Query()
+	if c != nil && !c.isMaster() && q.Get(clusterParam) != "" && q.Get(localParam) == "" {
 		writeJSON(w, http.StatusOK, c.workerJobList(r.Context()))
 		return
 	}

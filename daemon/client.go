@@ -44,11 +44,12 @@ func (c *Client) Jobs(ctx context.Context) ([]JobInfo, error) {
 	return l.Jobs, err
 }
 
-// JobList returns GET /jobs: the jobs, and in a cluster which node
-// answered, which is the leader and whose jobs they are.
+// JobList returns GET /jobs?cluster=1: the jobs, and in a cluster which
+// node answered, which is the leader and whose jobs they are (on a
+// worker, the leader's).
 func (c *Client) JobList(ctx context.Context) (JobList, error) {
 	var l JobList
-	err := c.do(ctx, http.MethodGet, "/jobs", nil, &l)
+	err := c.do(ctx, http.MethodGet, "/jobs?"+clusterParam+"=1", nil, &l)
 	return l, err
 }
 

@@ -20,8 +20,14 @@ import (
 const leaderListWait = 2 * time.Second
 
 // localParam is the query parameter of GET /jobs that asks a node for its
-// own jobs only (no read from the leader).
-const localParam = "local"
+// own jobs only (no read from the leader), and clusterParam the one that
+// asks a worker for the cluster's jobs, read from the leader. Without
+// either GET /jobs lists the node's own jobs, as it always has: the
+// nodes that run job masters are told apart by it.
+const (
+	localParam   = "local"
+	clusterParam = "cluster"
+)
 
 // jobsOf reads the job list of node's job masters.
 func (p *peerClient) jobsOf(ctx context.Context, node string) (JobList, error) {

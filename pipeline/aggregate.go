@@ -140,43 +140,6 @@ func (pl *plan) windowRow(w operators.WindowResult[string, WindowAcc]) Row {
 	return r
 }
 
-// notFinite returns the error of a window result whose sum or avg is
-// ±Inf or NaN (its float64 sum overflowed, or took +Inf and -Inf), or
-// nil.
-func (pl *plan) notFinite(r *Row) error {
-	for i := range pl.aggs {
-		s := &pl.aggs[i]
-		if s.out.Type != Float {
-			continue
-		}
-		if v := r.Float(s.out.Slot); math.IsInf(v, 0) || math.IsNaN(v) {
-			return fmt.Errorf("window result: %w: %s (%s of %s) is %s: the float64 sum overflowed", ErrNotFinite, s.name, s.fn, s.field.Name, fmtFloat(v))
-		}
-	}
-	return nil
-}
-
-// windowRowsFn turns window results into result rows, and a result
-// whose sum or avg is not finite into a dead letter.
-type windowRowsFn struct {
-	b *builder
-}
-
-func (f *windowRowsFn) Open(*operators.Context) error { return nil }
-
-func (f *windowRowsFn) ProcessElement(w operators.WindowResult[string, WindowAcc], ctx *operators.ProcessContext[Row]) error {
-	pl := f.b.pl
-	r := pl.windowRow(w)
-	if err := pl.notFinite(&r); err != nil {
-		d := newDeadLetter(f.b.cfg.Name, err.Error(), string(r.AppendJSON(nil, pl.winSchema)))
-		f.b.c.deadLetter(d)
-		f.b.dead.Emit(ctx, d)
-		return nil
-	}
-	ctx.Emit(r)
-	return nil
-}
-
 // aggregatesDigest is the window operator's state settings
 // (stream.StateSettings): its accumulator keeps one slot per aggregate,
 // by position, so a snapshot restores only into the same functions of

@@ -328,12 +328,9 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 			return d, nil
 		}).SetParallelism(cfg.Parallelism)
 		sinkAll(b, "dead-letter-late", late, DeadLetter.line, DeadLetterPrefix)
-		// A result whose sum or avg is not a finite number (the float64
-		// sum overflowed) is a dead letter, not a result with a null.
-		winRows := stream.Process(res, uid("window-rows"), func() operators.ProcessFunction[operators.WindowResult[string, WindowAcc], Row] {
-			return &windowRowsFn{b: b}
+		winRows := stream.Map(res, uid("window-rows"), func(r operators.WindowResult[string, WindowAcc]) (Row, error) {
+			return pl.windowRow(r), nil
 		})
-		sinkAll(b, "dead-letter-windows", stream.SideOutput(winRows, b.dead), DeadLetter.line, DeadLetterPrefix)
 		s := pl.winSchema
 		sinkAll(b, "windows", winRows, func(r Row) string { return string(r.AppendJSON(nil, s)) }, "")
 	}

@@ -119,51 +119,6 @@ func TestExpressionOverflowIsDeadLetter(t *testing.T) {
 	}
 }
 
-// A window result whose float64 sum (and so avg) overflowed to +Inf or
-// -Inf is a dead letter naming the aggregate, not a result with a null; the other keys' results are published, and so
-// is the same key's next window.
-func TestWindowSumNotFiniteIsDeadLetter(t *testing.T) {
-	in := "s1,1000,1e308\ns1,1001,1e308\ns2,1000,1.5\ns2,1001,2.5\n" + // s1's sum is +Inf
-		"s3,1000,-1e308\ns3,1001,-1e308\ns3,1002,1e308\n" + // -Inf, and stays
-		"s1,1010,3\ns1,1011,4\n" // s1's next window
-	out, job := runCompute(t, in, `    event_time: {field: ts, max_out_of_orderness: 0s}
-    key: id
-    window:
-      type: tumbling
-      size: 10s
-      aggregates: [{name: n, fn: count}, {name: total, fn: sum, field: temp}, {name: mean, fn: avg, field: temp}, {name: hi, fn: max, field: temp}]
-`)
-	if job.DeadLetters() != 2 {
-		t.Fatalf("dead letters = %d, want 2 (s1's and s3's first windows)\n%s", job.DeadLetters(), out)
-	}
-	for _, d := range job.RecentDeadLetters() {
-		if !strings.Contains(d.Err, "window result") || !strings.Contains(d.Err, "not a finite number") ||
-			!strings.Contains(d.Err, "total (sum of temp)") {
-			t.Fatalf("dead letter %+v: want the window result's total named", d)
-		}
-		if !strings.Contains(d.Payload, `"id":"s1"`) && !strings.Contains(d.Payload, `"id":"s3"`) {
-			t.Fatalf("dead letter %+v: want s1's or s3's result", d)
-		}
-	}
-	var results []string
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		if !strings.HasPrefix(l, DeadLetterPrefix) {
-			results = append(results, l)
-		}
-	}
-	if len(results) != 2 {
-		t.Fatalf("results %q, want s2's and s1's second window", results)
-	}
-	for _, l := range results {
-		if strings.Contains(l, "null") {
-			t.Fatalf("result with a null: %s", l)
-		}
-	}
-	if !strings.Contains(strings.Join(results, "\n"), `"total":7`) || !strings.Contains(strings.Join(results, "\n"), `"total":4`) {
-		t.Fatalf("results %q, want s1's second window (total 7) and s2's (total 4)", results)
-	}
-}
-
 // An operation of constants out of range is refused when the config
 // loads, naming the key: no record could make it valid. One in range is
 // left for expr to fold.

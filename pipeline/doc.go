@@ -22,7 +22,7 @@
 // lines starting with "dead-letter: " followed by a JSON object
 // {"pipeline", "error", "payload"}, the file sink writes them to the
 // "dead-letter", "dead-letter-alerts", "dead-letter-late",
-// "dead-letter-windows" and "dead-letter-sinks" subdirectories, and the MQTT sink publishes them to
+// and "dead-letter-sinks" subdirectories, and the MQTT sink publishes them to
 // "deadletter/<pipeline>".
 //
 // Concurrency: Config values are plain data. Schema and compiled programs

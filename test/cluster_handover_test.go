@@ -245,7 +245,7 @@ func TestClusterJoinHandsOverOnlyMovedSubtask(t *testing.T) {
 	}
 	var pinned strings.Builder
 	for _, op := range []string{"source", "prepare", "timestamps", "sink-0-dead-letter", "late-rows", "sink-0-dead-letter-late",
-		"window-rows", "sink-0-dead-letter-windows", "sink-0-windows", "sink-0-dead-letter-sinks"} {
+		"window-rows", "sink-0-windows", "sink-0-dead-letter-sinks"} {
 		fmt.Fprintf(&pinned, "    - {operator: sensors/%s, subtask: 3, node: a}\n", op)
 	}
 	joinHandsOver(t, pinned.String())

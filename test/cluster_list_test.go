@@ -67,7 +67,7 @@ func TestClusterWorkerListsTheClustersJobs(t *testing.T) {
 		} `json:"jobs"`
 		Node, Leader, From string
 	}
-	if err := b.get(&http.Client{Timeout: 10 * time.Second}, "/jobs", &l); err != nil {
+	if err := b.get(&http.Client{Timeout: 10 * time.Second}, "/jobs?cluster=1", &l); err != nil {
 		t.Fatal(err)
 	}
 	if l.Node != "b" || l.Leader != "a" || l.From != "a" || len(l.Jobs) != 1 || l.Jobs[0].Name != "sensors" ||
