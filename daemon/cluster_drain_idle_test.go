@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/edgedio/edged/cluster"
 	"github.com/edgedio/edged/internal/testutil"
@@ -78,24 +77,7 @@ func TestDrainOfANodeInNoDeploymentDoesNotWait(t *testing.T) {
 	}
 	drain := func(node string) cluster.Rebalance {
 		t.Helper()
-		if d := time.Since(h.clock.Now()); d > 0 {
-			h.clock.Advance(d)
-		}
-		done := make(chan error, 1)
-		go func() { done <- h.c.Drain(context.Background(), node) }()
-		testutil.Eventually(t, 0, "the drain of "+node+" is queued", func() bool {
-			h.c.rb.gateMu.Lock()
-			defer h.c.rb.gateMu.Unlock()
-			return len(h.c.rb.waiters) == 1
-		})
-		h.clock.Advance(cluster.DefaultGateConfig().MaxInterval + cluster.DefaultGateConfig().Settle)
-		h.open(t)
-		if err := <-done; err != nil {
-			t.Fatalf("drain of %s: %v", node, err)
-		}
-		recs := h.history()
-		t.Logf("drain of %s: %+v", node, recs[len(recs)-1])
-		return recs[len(recs)-1]
+		return h.rebalanceThroughGate(t, "the drain of "+node, func() error { return h.c.Drain(context.Background(), node) })
 	}
 
 	rec := drain("c")

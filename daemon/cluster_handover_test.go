@@ -445,6 +445,33 @@ func (h *hoCluster) open(t *testing.T) {
 }
 
 // history returns the rebalances recorded.
+// rebalanceThroughGate asks for a rebalance with ask (from another
+// goroutine, as the API handler does), lets the gate open (past the
+// settle delay and the damping interval) once it is queued, fails t on
+// ask's error and returns the rebalance recorded last.
+func (h *hoCluster) rebalanceThroughGate(t *testing.T, what string, ask func() error) cluster.Rebalance {
+	t.Helper()
+	if d := time.Since(h.clock.Now()); d > 0 {
+		h.clock.Advance(d)
+	}
+	done := make(chan error, 1)
+	go func() { done <- ask() }()
+	testutil.Eventually(t, 0, what+" is queued", func() bool {
+		h.c.rb.gateMu.Lock()
+		defer h.c.rb.gateMu.Unlock()
+		return len(h.c.rb.waiters) == 1
+	})
+	h.clock.Advance(cluster.DefaultGateConfig().MaxInterval + cluster.DefaultGateConfig().Settle)
+	h.open(t)
+	if err := <-done; err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	recs := h.history()
+	rec := recs[len(recs)-1]
+	t.Logf("%s: %+v", what, rec)
+	return rec
+}
+
 func (h *hoCluster) history() []cluster.Rebalance {
 	h.c.live.mu.Lock()
 	defer h.c.live.mu.Unlock()
@@ -871,24 +898,7 @@ func TestDrainThenUndrainByHandover(t *testing.T) {
 	// the damping interval) and returns ask's outcome.
 	run := func(what string, ask func() error) {
 		t.Helper()
-		if d := time.Since(h.clock.Now()); d > 0 {
-			h.clock.Advance(d)
-		}
-		done := make(chan error, 1)
-		go func() { done <- ask() }()
-		testutil.Eventually(t, 0, what+" is queued", func() bool {
-			h.c.rb.gateMu.Lock()
-			defer h.c.rb.gateMu.Unlock()
-			return len(h.c.rb.waiters) == 1
-		})
-		h.clock.Advance(cluster.DefaultGateConfig().MaxInterval + cluster.DefaultGateConfig().Settle)
-		h.open(t)
-		if err := <-done; err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		recs := h.history()
-		rec := recs[len(recs)-1]
-		t.Logf("%s: %+v", what, rec)
+		rec := h.rebalanceThroughGate(t, what, ask)
 		if rec.Outcome != cluster.RebalanceDone || rec.Mode != cluster.RebalanceHandover {
 			t.Fatalf("%s: outcome %s mode %s (%s), want done by handover", what, rec.Outcome, rec.Mode, rec.Error)
 		}
