@@ -204,7 +204,10 @@ type Broker struct {
 	// journalFS, when set, is what the session store writes its journal
 	// through (tests inject failures).
 	journalFS journalFS
-	flushers  sync.WaitGroup // the ackGate flushers
+	flushers  sync.WaitGroup // the ackGate flushers and expireLoop
+	// ownExpiry is set when the broker runs the expiry of queued
+	// messages itself (stopLibraryExpiry, expireLoop).
+	ownExpiry bool
 	// lingerTimeout bounds a lingering close (see ackGate.Close):
 	// drainLinger, or a test's value set before connections come.
 	lingerTimeout time.Duration
@@ -258,6 +261,9 @@ func NewBroker(cfg BrokerConfig, log *ingestlog.Log) (*Broker, error) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Broker{cfg: cfg, log: log, logger: logger, server: server, ctx: ctx, cancel: cancel, lingerTimeout: drainLinger}
+	if b.ownExpiry = stopLibraryExpiry(server); !b.ownExpiry {
+		logger.Warn("mqtt broker: the broker library's expiry pass could not be replaced; an offline persistent session slows the broker")
+	}
 	b.drain = newDrainHook()
 	for _, h := range []mochi.Hook{b.drain, new(allowHook), &ingestHook{b: b}} {
 		if err := server.AddHook(h, nil); err != nil {
@@ -344,6 +350,10 @@ func (b *Broker) Start(ctx context.Context) error {
 		return fmt.Errorf("mqtt: broker serve: %w", err)
 	}
 	b.started = true
+	if b.ownExpiry {
+		b.flushers.Add(1)
+		go b.expireLoop()
+	}
 	stop := context.AfterFunc(ctx, func() { b.Close() })
 	go func() { // ends the AfterFunc registration when the broker closes first
 		<-b.ctx.Done()

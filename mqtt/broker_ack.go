@@ -165,13 +165,17 @@ type ackGate struct {
 	mu      sync.Mutex
 	cond    sync.Cond // on mu: the held bytes were written, or the gate closed
 	written []uint64  // per route key: 1 + the last offset appended for this connection, 0 if none
-	held    []byte    // bytes waiting for written to be durable
-	spare   []byte    // the previous batch, reused for held
-	batched int       // bytes of the batch the flusher is waiting to write
-	syncDue bool      // records were appended since the flusher last took a batch
-	writing bool      // a batch or a direct write is being written (or waited for)
-	owed    bool      // counted in the drain hook as acknowledgements pending
-	running bool      // the flusher goroutine was started
+	// session is the sequence number of the last session-journal record
+	// stored for this connection's messages (0 if none): bytes written
+	// after it wait until it is durable too.
+	session uint64
+	held    []byte // bytes waiting for written to be durable
+	spare   []byte // the previous batch, reused for held
+	batched int    // bytes of the batch the flusher is waiting to write
+	syncDue bool   // records were appended since the flusher last took a batch
+	writing bool   // a batch or a direct write is being written (or waited for)
+	owed    bool   // counted in the drain hook as acknowledgements pending
+	running bool   // the flusher goroutine was started
 	closed  bool
 	// lingering is set when Close began a lingering close: the socket is
 	// closed by linger.
@@ -196,6 +200,17 @@ func newAckGate(b *Broker, c net.Conn) *ackGate {
 func (g *ackGate) appended(key int, off uint64) {
 	g.mu.Lock()
 	g.written[key] = off + 1
+	g.syncDue = true
+	g.kick()
+	g.mu.Unlock()
+}
+
+// storedSession records that the session-journal record seq was added
+// for a message of this connection: bytes written from now on wait until
+// it is durable. It runs on the connection's goroutine.
+func (g *ackGate) storedSession(seq uint64) {
+	g.mu.Lock()
+	g.session = max(g.session, seq)
 	g.syncDue = true
 	g.kick()
 	g.mu.Unlock()
@@ -232,7 +247,7 @@ func (g *ackGate) covered() bool {
 			return false
 		}
 	}
-	return true
+	return g.session == 0 || g.b.store.syncedTo(g.session)
 }
 
 // Write sends p once every record appended for this connection before it
@@ -410,6 +425,7 @@ func (g *ackGate) flush() {
 		g.writing = true
 		closed := g.closed
 		g.waitBuf = append(g.waitBuf[:0], g.written...)
+		session := g.session
 		g.mu.Unlock()
 
 		var err error
@@ -419,6 +435,9 @@ func (g *ackGate) flush() {
 					break
 				}
 			}
+		}
+		if err == nil && session > 0 {
+			err = g.b.store.waitSyncedTo(session)
 		}
 		if err == nil && len(batch) > 0 && !closed {
 			_, err = g.Conn.Write(batch)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/edgedio/edged/mqtt/ingestlog"
@@ -67,6 +68,26 @@ func BenchmarkBrokerIngestSessions(b *testing.B) {
 	}
 }
 
+// BenchmarkBrokerIngestOfflineSession measures durable QoS 1 ingestion
+// while a persistent session subscribed to the readings is offline, so
+// that every message is also queued for it (up to 60,000, below the
+// per-session bound). The baseline in the same run is the same load with
+// the session journal and no persistent session.
+//
+//	go test ./mqtt -run '^$' -bench BrokerIngestOfflineSession -benchtime 60000x -count 3
+func BenchmarkBrokerIngestOfflineSession(b *testing.B) {
+	if b.N > 60000 {
+		b.Skip("the offline session would queue more than 60,000 messages")
+	}
+	offline := runIngestBenchWith(b, 4, true, true, true)
+	base := runIngestBench(b, 4, true, true)
+	b.ReportMetric(offline.rate, "msgs/s")
+	b.ReportMetric(offline.cpuPerMsg, "CPU-µs/msg")
+	b.ReportMetric(base.rate, "nosession-msgs/s")
+	b.ReportMetric(base.cpuPerMsg, "nosession-CPU-µs/msg")
+	b.ReportMetric(offline.rate/base.rate, "ratio")
+}
+
 type ingestBenchResult struct {
 	rate, fsyncsPerMsg, cpuPerMsg float64
 }
@@ -76,6 +97,13 @@ type ingestBenchResult struct {
 // publishes b.N messages over pubs connections and returns the rate,
 // fsyncs and process CPU per message.
 func runIngestBench(b *testing.B, pubs int, durable, sessions bool) ingestBenchResult {
+	b.Helper()
+	return runIngestBenchWith(b, pubs, durable, sessions, false)
+}
+
+// runIngestBenchWith is runIngestBench, with a persistent session
+// subscribed to every reading and offline during the run if offline.
+func runIngestBenchWith(b *testing.B, pubs int, durable, sessions, offline bool) ingestBenchResult {
 	b.Helper()
 	var l *ingestlog.Log
 	if durable {
@@ -99,6 +127,13 @@ func runIngestBench(b *testing.B, pubs int, durable, sessions bool) ingestBenchR
 		b.Fatal(err)
 	}
 	defer br.Close()
+	if offline {
+		sub := connect(b, br.Addr(), "offline-consumer", func(o *paho.ClientOptions) { o.SetCleanSession(false) })
+		if tok := sub.Subscribe("sensors/#", 1, nil); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+			b.Fatalf("subscribe: %v", tok.Error())
+		}
+		sub.Disconnect(0)
+	}
 
 	clients := make([]*benchPublisher, pubs)
 	for i := range clients {

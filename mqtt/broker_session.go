@@ -18,7 +18,10 @@ import (
 // mochi sends the publisher its PUBACK before it routes the message to
 // the subscribers, so the hook stores the message in OnPublish, before the
 // PUBACK, for the persistent sessions subscribed to its topic (found with
-// mochi's own topic index), durably. Which packet id each session got is
+// mochi's own topic index); a QoS 1 message's PUBACK then waits in the
+// connection's ackGate until the record is durable (a group commit
+// shared by every message in flight), a QoS 2 message's PUBREC is sent
+// only once its record is. Which packet id each session got is
 // recorded when mochi issues it (OnQosPublish) and the end of each flow
 // (PUBACK, PUBCOMP, a dropped or expired message) when it happens; those
 // records are group-committed with the next durable one, so a crash may
@@ -301,8 +304,26 @@ func (h *sessionHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pa
 	if len(to) == 0 {
 		return pk, nil
 	}
-	id, err := h.store.addMessage(h.b.ctx, sessionMsgData{Topic: pk.TopicName, Payload: pk.Payload,
-		Qos: pk.FixedHeader.Qos, Retain: pk.FixedHeader.Retain, Origin: cl.ID, Created: pk.Created}, to)
+	if err := h.waitRoom(cl, to); err != nil {
+		return pk, packets.ErrRejectPacket
+	}
+	data := sessionMsgData{Topic: pk.TopicName, Payload: pk.Payload,
+		Qos: pk.FixedHeader.Qos, Retain: pk.FixedHeader.Retain, Origin: cl.ID, Created: pk.Created}
+	var id uint64
+	var err error
+	if gate, ok := cl.Net.Conn.(*ackGate); ok && pk.FixedHeader.Qos == 1 {
+		// The PUBACK waits in the gate for the record, which a group
+		// commit makes durable while this connection reads on (a
+		// publisher with many messages in flight, such as a sink, shares
+		// each fsync among them). A QoS 2 message is stored before its
+		// PUBREC: the journal must not keep one whose PUBREC was lost.
+		var seq uint64
+		if id, seq, err = h.store.addMessageNoWait(h.b.ctx, data, to); err == nil {
+			gate.storedSession(seq)
+		}
+	} else {
+		id, err = h.store.addMessage(h.b.ctx, data, to)
+	}
 	if err != nil {
 		// No PUBACK: drop the connection so the publisher resends.
 		if h.b.ctx.Err() == nil {
@@ -319,6 +340,56 @@ func (h *sessionHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pa
 	h.routing[cl.ID] = routingMessage{id: id, topic: pk.TopicName, to: to}
 	h.mu.Unlock()
 	return pk, nil
+}
+
+// sessionQueueLimit returns how many messages a persistent session may
+// hold before publishes to it wait: mochi's bound on the messages queued
+// for one client (maxInflight, its packet ids), past which it drops a
+// message for that client, less a margin for the publishers routing to
+// it at once (each connection routes one message at a time).
+func sessionQueueLimit(maxInflight int) int {
+	return maxInflight - min(1024, maxInflight/4)
+}
+
+// roomPoll bounds a wait for room in a session between checks (a message
+// leaving mochi's queue without leaving the store wakes no one).
+const roomPoll = time.Second
+
+// waitRoom waits while a recipient in to holds sessionQueueLimit
+// messages: back-pressure on the publisher, as for a full store, instead
+// of mochi dropping the message for that session. It fails (the
+// publisher's connection ended, no PUBACK) only when the broker stops.
+func (h *sessionHook) waitRoom(cl *mochi.Client, to []sessionTo) error {
+	limit := sessionQueueLimit(int(h.b.server.Options.Capabilities.MaximumInflight))
+	blocked := false
+	for {
+		full := ""
+		for _, r := range to {
+			if c, ok := h.b.server.Clients.Get(r.Client); ok && c.State.Inflight.Len() >= limit {
+				full = r.Client
+				break
+			}
+		}
+		if full == "" {
+			return nil
+		}
+		if !blocked {
+			h.b.logger.Warn("mqtt broker: a persistent session holds as many messages as it may; the publisher waits until it acknowledges",
+				"session", full, "messages", limit, "publisher", cl.ID)
+		}
+		freed := h.store.freed(!blocked)
+		blocked = true
+		timer := time.NewTimer(roomPoll)
+		select {
+		case <-freed:
+		case <-timer.C:
+		case <-h.b.ctx.Done():
+			timer.Stop()
+			cl.Stop(ErrBrokerClosed)
+			return ErrBrokerClosed
+		}
+		timer.Stop()
+	}
 }
 
 // OnQosPublish records which packet id a persistent session got for the

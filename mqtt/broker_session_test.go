@@ -221,9 +221,10 @@ func TestSessionHookSkipsTopicScanWithoutPersistentSessions(t *testing.T) {
 }
 
 // A publish to a persistent session while the session journal cannot be
-// written (a full card) gets no PUBACK and is not delivered; once space
-// is freed the next publish rewrites the journal, gets its PUBACK and
-// reaches the session, without a restart.
+// written (a full card) gets no PUBACK (the publisher resends it; mochi
+// may have routed it already, as it does before the ingest log's fsync:
+// at least once); once space is freed the next publish rewrites the
+// journal, gets its PUBACK and reaches the session, without a restart.
 func TestBrokerSessionJournalRecoversAfterFailedWrite(t *testing.T) {
 	fs := newFaultFS()
 	b := startBrokerWith(t, nil, BrokerConfig{DataDir: t.TempDir()}, func(b *Broker) { b.journalFS = fs })
@@ -249,9 +250,13 @@ func TestBrokerSessionJournalRecoversAfterFailedWrite(t *testing.T) {
 	pub, _ = dialRaw(t, b.Addr(), "pub", true)
 	pub.publish(1, 1, "results/x", []byte("accepted"), false)
 	pub.expect(packets.Puback, 1)
-	pk := sub.expect(packets.Publish, 0)
-	if string(pk.Payload) != "accepted" {
-		t.Fatalf("consumer got %q first, want %q (the refused ones are not delivered)", pk.Payload, "accepted")
+	for {
+		pk := sub.expect(packets.Publish, 0)
+		if p := string(pk.Payload); p == "accepted" {
+			break
+		} else if p != "refused" && p != "refused again" {
+			t.Fatalf("consumer got %q", p)
+		}
 	}
 	if st := b.SessionStats(); st.Recoveries != 1 || st.Failures != 2 {
 		t.Fatalf("stats %+v: want 2 failures, 1 recovery", st)

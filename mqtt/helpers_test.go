@@ -45,7 +45,7 @@ func startBroker(t *testing.T, l *ingestlog.Log, filters ...string) *Broker {
 }
 
 // connect returns a connected paho client of the broker at addr.
-func connect(t *testing.T, addr, id string, opts ...func(*paho.ClientOptions)) paho.Client {
+func connect(t testing.TB, addr, id string, opts ...func(*paho.ClientOptions)) paho.Client {
 	t.Helper()
 	o := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).
 		SetAutoReconnect(false).SetCleanSession(true).

@@ -804,13 +804,60 @@ func (s *sessionStore) hasClients() bool {
 // addMessage stores a message for recipients, waiting while the store is
 // full, and returns once it is durable.
 func (s *sessionStore) addMessage(ctx context.Context, data sessionMsgData, to []sessionTo) (uint64, error) {
-	size := int64(len(data.Topic) + len(data.Payload))
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	id, seq, err := s.addMessageLocked(ctx, data, to)
+	if err != nil {
+		return 0, err
+	}
+	return id, s.wait(&sessionWait{seq: seq, undo: &sessionUndo{msg: id}})
+}
+
+// addMessageNoWait stores a message for recipients, waiting while the
+// store is full, and returns its id and the sequence number of its
+// record without waiting for it to be durable: the caller holds the
+// publisher's acknowledgement until syncedTo(seq) (see ackGate). If the
+// journal then fails, the message stays in memory (mochi routed it
+// already) and the rewrite persists it; the publisher, which got no
+// acknowledgement, may resend it, a duplicate QoS 1 allows.
+func (s *sessionStore) addMessageNoWait(ctx context.Context, data sessionMsgData, to []sessionTo) (id, seq uint64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addMessageLocked(ctx, data, to)
+}
+
+// freed returns a channel closed when a stored message is next freed,
+// and counts a blocked publish first if blocked.
+func (s *sessionStore) freed(blocked bool) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if blocked {
+		s.stats.Blocked++
+	}
+	return s.space
+}
+
+// syncedTo reports whether record seq is durable.
+func (s *sessionStore) syncedTo(seq uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.synced >= seq
+}
+
+// waitSyncedTo is waitSynced for a caller not holding s.mu.
+func (s *sessionStore) waitSyncedTo(seq uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waitSynced(seq)
+}
+
+// addMessageLocked is addMessageNoWait with s.mu held.
+func (s *sessionStore) addMessageLocked(ctx context.Context, data sessionMsgData, to []sessionTo) (id, seq uint64, err error) {
+	size := int64(len(data.Topic) + len(data.Payload))
 	blocked := false
 	for s.maxBytes > 0 && s.liveBytes > 0 && s.liveBytes+size > s.maxBytes {
 		if s.closed {
-			return 0, ErrBrokerClosed
+			return 0, 0, ErrBrokerClosed
 		}
 		if !blocked {
 			blocked = true
@@ -826,15 +873,14 @@ func (s *sessionStore) addMessage(ctx context.Context, data sessionMsgData, to [
 		}
 		s.mu.Lock()
 		if ctx.Err() != nil {
-			return 0, fmt.Errorf("mqtt: session store full: %w", ctx.Err())
+			return 0, 0, fmt.Errorf("mqtt: session store full: %w", ctx.Err())
 		}
 	}
 	if s.closed {
-		return 0, ErrBrokerClosed
+		return 0, 0, ErrBrokerClosed
 	}
-	id := s.nextMsg
-	seq := s.add(&sessionRec{T: "m", MsgID: id, Msg: &data, To: to})
-	return id, s.wait(&sessionWait{seq: seq, undo: &sessionUndo{msg: id}})
+	id = s.nextMsg
+	return id, s.add(&sessionRec{T: "m", MsgID: id, Msg: &data, To: to}), nil
 }
 
 // assign records that message id went to client as packet pid, unless

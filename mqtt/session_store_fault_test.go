@@ -24,6 +24,8 @@ type faultFS struct {
 	every map[string]int // op fails at every n-th call (ENOSPC)
 	calls map[string]int
 	hits  map[string]int
+	// hold, when set, blocks every journal fsync until it is closed.
+	hold chan struct{}
 }
 
 func newFaultFS() *faultFS {
@@ -104,6 +106,12 @@ func (f *faultFile) Write(b []byte) (int, error) {
 func (f *faultFile) Sync() error {
 	if err := f.fs.err("sync" + f.suffix); err != nil {
 		return err
+	}
+	f.fs.mu.Lock()
+	hold := f.fs.hold
+	f.fs.mu.Unlock()
+	if hold != nil {
+		<-hold
 	}
 	return f.File.Sync()
 }
