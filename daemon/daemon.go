@@ -456,6 +456,9 @@ func (n *node) shutdown(ctx context.Context, j *job) {
 		path, err := n.stop(sctx, j, "")
 		if err == nil {
 			n.log.Info("job stopped with savepoint", "job", j.name, "savepoint", path)
+			if n.cluster == nil {
+				n.pruneStopSavepoints(j.name, path)
+			}
 			return
 		}
 		if errors.Is(err, ErrNotRunning) {
