@@ -3,6 +3,7 @@ package mqtt
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
@@ -59,6 +60,9 @@ type sessionHook struct {
 	changed chan struct{}
 	// maxWait bounds each wait of the takeover gate (takeoverMaxWait).
 	maxWait time.Duration
+	// fullLogged is set while publishes wait for a full session
+	// (waitRoom): the first one logs, the others are counted.
+	fullLogged atomic.Bool
 }
 
 // takeoverPoll bounds a wait for a takeover's end between checks: mochi
@@ -371,11 +375,14 @@ func (h *sessionHook) waitRoom(cl *mochi.Client, to []sessionTo) error {
 			}
 		}
 		if full == "" {
+			if blocked {
+				h.fullLogged.Store(false)
+			}
 			return nil
 		}
-		if !blocked {
+		if !blocked && h.fullLogged.CompareAndSwap(false, true) {
 			h.b.logger.Warn("mqtt broker: a persistent session holds as many messages as it may; the publisher waits until it acknowledges",
-				"session", full, "messages", limit, "publisher", cl.ID)
+				"session", full, "messages", limit, "publisher", cl.ID, "note", "further waits are counted in the session stats (blocked), not logged")
 		}
 		freed := h.store.freed(!blocked)
 		blocked = true
