@@ -20,7 +20,10 @@ type FileTx struct {
 	Name string
 	// Data is the part file's content, carried in the checkpoint by a
 	// sink made with FileSinkOptions.CarryParts once pre-committed (non-nil
-	// then, even when empty); nil otherwise.
+	// then, even when empty); nil otherwise. A sink that does not carry
+	// its parts makes it empty and non-nil for a transaction nothing was
+	// written to: no part file exists for it, and committing it writes
+	// none.
 	Data []byte
 }
 
@@ -78,10 +81,14 @@ func (fileTxCodec) Decode(src []byte) (FileTx, int, error) {
 }
 
 // fileTransactions writes each transaction to its own part file in a
-// directory: records go to ".<name>.inprogress"; pre-commit flushes,
-// fsyncs and renames it to ".<name>.pending"; commit renames that to
-// "<name>" (the only files readers should take: no leading dot). Renames
-// are atomic and followed by an fsync of the directory.
+// directory: records go to ".<name>.inprogress", created by the first
+// record; pre-commit flushes, fsyncs and renames it to ".<name>.pending";
+// commit renames that to "<name>" (the only files readers should take: no
+// leading dot). Renames are atomic and followed by an fsync of the
+// directory. Without carried parts, a transaction nothing was written to
+// has no file at all: a sink whose input is quiet (a dead-letter output,
+// most of the time) leaves no empty part per checkpoint and does no fsync
+// for it. A sink that carries its parts still writes one, empty or not.
 type fileTransactions[T any] struct {
 	dir     string
 	format  func(T) string
@@ -90,6 +97,7 @@ type fileTransactions[T any] struct {
 	par     int
 	prefix  string
 	seq     int64
+	// f is the open transaction's part file, nil until its first record.
 	f       *os.File
 	w       *bufio.Writer
 	current string
@@ -193,22 +201,33 @@ func (f *fileTransactions[T]) path(name, state string) string {
 func (f *fileTransactions[T]) Begin() (FileTx, error) {
 	f.seq++
 	tx := FileTx{Name: f.prefix + fmt.Sprint(f.seq)}
-	file, err := os.OpenFile(f.path(tx.Name, "inprogress"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	f.f, f.current = nil, tx.Name
+	return tx, nil
+}
+
+// create creates the open transaction's part file, at its first record.
+func (f *fileTransactions[T]) create() error {
+	file, err := os.OpenFile(f.path(f.current, "inprogress"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
-		return FileTx{}, err
+		return fmt.Errorf("file sink: %w", err)
 	}
-	f.f, f.current = file, tx.Name
+	f.f = file
 	if f.w == nil {
 		f.w = bufio.NewWriterSize(file, 64<<10)
 	} else {
 		f.w.Reset(file)
 	}
-	return tx, nil
+	return nil
 }
 
 func (f *fileTransactions[T]) Write(tx FileTx, v T) error {
-	if tx.Name != f.current {
+	if tx.Name != f.current || tx.Name == "" {
 		return fmt.Errorf("file sink: write to %s, which is not the open transaction", tx.Name)
+	}
+	if f.f == nil {
+		if err := f.create(); err != nil {
+			return err
+		}
 	}
 	if _, err := f.w.WriteString(f.format(v)); err != nil {
 		return err
@@ -217,8 +236,19 @@ func (f *fileTransactions[T]) Write(tx FileTx, v T) error {
 }
 
 func (f *fileTransactions[T]) PreCommit(tx FileTx) error {
-	if tx.Name != f.current || f.f == nil {
+	if tx.Name != f.current || tx.Name == "" {
 		return fmt.Errorf("file sink: pre-commit of %s, which is not the open transaction", tx.Name)
+	}
+	if f.f == nil {
+		if !f.carry { // nothing written: no part file
+			f.current = ""
+			return nil
+		}
+		// A sink that carries its parts writes one at every checkpoint,
+		// empty or not, as before.
+		if err := f.create(); err != nil {
+			return err
+		}
 	}
 	if err := f.w.Flush(); err != nil {
 		return err
@@ -239,8 +269,15 @@ func (f *fileTransactions[T]) PreCommit(tx FileTx) error {
 // preCommitTx pre-commits tx and, when the sink carries its parts, puts
 // the part's content in the transaction kept pending.
 func (f *fileTransactions[T]) preCommitTx(tx FileTx) (FileTx, error) {
+	empty := !f.carry && tx.Name == f.current && f.f == nil
 	if err := f.PreCommit(tx); err != nil {
 		return tx, err
+	}
+	if empty {
+		// Marked in the checkpoint, so that its commit (here, or in a
+		// restore) knows there is no file to rename.
+		tx.Data = []byte{}
+		return tx, nil
 	}
 	if !f.carry {
 		return tx, nil
@@ -277,7 +314,12 @@ func (f *fileTransactions[T]) Commit(tx FileTx) error {
 
 // commitCarried writes the part tx carries and commits it: written to
 // ".<name>.restoring", fsynced, renamed to <name>.
+// A transaction nothing was written to, in a sink that does not carry its
+// parts, has nothing to commit.
 func (f *fileTransactions[T]) commitCarried(tx FileTx) error {
+	if len(tx.Data) == 0 && !f.carry {
+		return nil
+	}
 	tmp := f.path(tx.Name, "restoring")
 	file, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -300,8 +342,10 @@ func (f *fileTransactions[T]) commitCarried(tx FileTx) error {
 }
 
 func (f *fileTransactions[T]) Abort(tx FileTx) error {
-	if tx.Name == f.current && f.f != nil {
-		f.f.Close()
+	if tx.Name == f.current {
+		if f.f != nil {
+			f.f.Close()
+		}
 		f.f, f.current = nil, ""
 	}
 	for _, state := range []string{"inprogress", "pending"} {

@@ -108,6 +108,96 @@ func TestFileSinkTwoPhaseCommit(t *testing.T) {
 	}
 }
 
+// A file sink whose input is quiet leaves no file for a checkpoint it
+// wrote nothing in (a declared pipeline's dead-letter outputs, most of the
+// time): no empty committed part, pending or in-progress file per
+// checkpoint. A checkpoint whose transaction was empty restores, in the
+// same dir and in another, committing nothing.
+func TestFileSinkLeavesNoEmptyParts(t *testing.T) {
+	dir := t.TempDir()
+	format := func(v string) string { return v }
+	files := func(dir string) []string {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	s := operators.NewFileSink(dir, format)
+	if err := s.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	var states [][]byte
+	for id := int64(1); id <= 3; id++ {
+		st, err := s.SnapshotState(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		states = append(states, st)
+		if err := s.NotifyCheckpointComplete(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := files(dir); len(got) != 0 {
+		t.Fatalf("after three checkpoints without a record the dir holds %v, want nothing", got)
+	}
+	s.Collect("a")
+	st4, err := s.SnapshotState(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.NotifyCheckpointComplete(4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SnapshotState(5); err != nil { // empty, never completes
+		t.Fatal(err)
+	}
+	if got := files(dir); len(got) != 1 || !strings.HasPrefix(got[0], "part-0-") {
+		t.Fatalf("after a checkpoint with one record the dir holds %v, want its one part", got)
+	}
+	// Restores of checkpoints whose pending transaction was empty, here
+	// and in a dir that never saw the parts.
+	for _, d := range []string{dir, t.TempDir()} {
+		r := operators.NewFileSink(d, format)
+		if err := r.Open(sinkContext(0)); err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range states {
+			if err := r.RestoreState([][]byte{st}, 1); err != nil {
+				t.Fatalf("restore of a checkpoint with an empty part: %v", err)
+			}
+		}
+		if _, err := r.SnapshotState(6); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.NotifyCheckpointComplete(6); err != nil {
+			t.Fatal(err)
+		}
+		if d != dir {
+			if got := files(d); len(got) != 0 {
+				t.Fatalf("another dir after the restores holds %v, want nothing", got)
+			}
+		}
+	}
+	if got := readCommitted(t, dir); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("committed %v, want [a]", got)
+	}
+	r := operators.NewFileSink(dir, format)
+	if err := r.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RestoreState([][]byte{st4}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := files(dir); len(got) != 1 {
+		t.Fatalf("after the restores the dir holds %v, want the one part", got)
+	}
+}
+
 // The write-ahead sink publishes a checkpoint's records when it completes,
 // with ids that are the same when they are published again after a
 // restore.
@@ -468,7 +558,7 @@ func TestFileSinkCarriedPartsCommitElsewhere(t *testing.T) {
 	if len(partsA) != 1 || len(partsB) != 1 || filepath.Base(partsA[0]) != filepath.Base(partsB[0]) {
 		t.Fatalf("parts %v and %v: want the same part name in both dirs", partsA, partsB)
 	}
-	if left, _ := filepath.Glob(filepath.Join(dirB, ".*")); len(left) != 1 { // the new run's in-progress part
+	if left, _ := filepath.Glob(filepath.Join(dirB, ".*")); len(left) != 0 { // the new run creates its part at its first record
 		t.Fatalf("dir B holds %v", left)
 	}
 
