@@ -252,4 +252,24 @@ func TestBrowserJobAndSavepoint(t *testing.T) {
 	if n := evalInt(t, ctx, `document.querySelectorAll("#cp-chart rect.bar").length`); n < 1 {
 		t.Fatalf("%d bars in the checkpoint chart", n)
 	}
+
+	// A savepoint whose files were removed, and checkpoints that retention
+	// discarded, are shown as gone, as edged checkpoints prints them: the
+	// path is not offered as one to start from.
+	if !filepath.IsAbs(path) {
+		t.Fatalf("savepoint path %q is not absolute", path)
+	}
+	if err := os.RemoveAll(path); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, waitLimit, "the removed savepoint marked gone", func() bool {
+		var s string
+		run(t, ctx, "savepoint gone", chromedp.Evaluate(`[...document.querySelectorAll("#savepoints li.gone")].map(e => e.textContent).join("|")`, &s))
+		return strings.Contains(s, path) && strings.Contains(s, "files gone")
+	})
+	testutil.Eventually(t, waitLimit, "a discarded checkpoint marked gone", func() bool {
+		var s string
+		run(t, ctx, "checkpoints gone", chromedp.Evaluate(`[...document.querySelectorAll("#checkpoints td.gone")].map(e => e.textContent).join("|")`, &s))
+		return strings.Contains(s, "completed (files gone)")
+	})
 }

@@ -245,16 +245,18 @@ async function refreshCheckpoints() {
   const last = cps.slice(-12).reverse();
   tbodyRows("#checkpoints", last.map((c) => el("tr", { class: c.status === "failed" ? "bad" : "" },
     el("td", {}, c.id), el("td", {}, c.kind + (c.stop ? " (stop)" : "")),
-    el("td", { class: c.status === "failed" ? "bad" : c.status === "completed" ? "ok" : "" }, c.status, c.error ? el("div", { class: "err" }, c.error) : ""),
+    el("td", { class: c.status === "failed" ? "bad" : c.gone ? "warn gone" : c.status === "completed" ? "ok" : "" }, c.status + (c.gone ? " (files gone)" : ""), c.error ? el("div", { class: "err" }, c.error) : ""),
     el("td", { class: "num" }, c.status === "in_progress" ? "…" : fmtMs(c.duration_ms)),
     el("td", { class: "num" }, fmtBytes(c.size_bytes)), el("td", { class: "num" }, fmtMs(c.alignment_ms)),
     el("td", {}, fmtTime(c.trigger_time)))), state.job ? "no checkpoint yet" : "no job");
   const sps = cps.filter((c) => c.kind === "savepoint" && c.status === "completed" && c.path).reverse();
   const j = currentJob();
   if (j && j.savepoint && !sps.some((s) => s.path === j.savepoint)) sps.unshift({ path: j.savepoint, id: "", trigger_time: "" });
-  $("#savepoints").replaceChildren(...(sps.length ? sps.slice(0, 8).map((s) => el("li", {},
+  // A savepoint whose files are gone (removed, or discarded) stays listed,
+  // marked, so that nobody copies its path for --from-savepoint.
+  $("#savepoints").replaceChildren(...(sps.length ? sps.slice(0, 8).map((s) => el("li", { class: s.gone ? "gone" : "" },
     el("div", { class: "path" }, s.path),
-    el("div", { class: "meta" }, s.id !== "" ? `#${s.id} · ${fmtTime(s.trigger_time)} · ${fmtBytes(s.size_bytes)}${s.stop ? " · stopped the job" : ""}` : "latest savepoint")))
+    el("div", { class: "meta" }, (s.id !== "" ? `#${s.id} · ${fmtTime(s.trigger_time)} · ${fmtBytes(s.size_bytes)}${s.stop ? " · stopped the job" : ""}` : "latest savepoint") + (s.gone ? " · files gone" : ""))))
     : [el("li", { class: "empty" }, "no savepoint yet")]));
   const running = j && j.status === "running";
   for (const b of ["#btn-savepoint", "#btn-stop", "#btn-cancel"]) $(b).disabled = !running || state.busy;
