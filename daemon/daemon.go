@@ -22,6 +22,7 @@ import (
 	"github.com/edgedio/edged/cluster"
 	"github.com/edgedio/edged/keygroup"
 	"github.com/edgedio/edged/pipeline"
+	"github.com/edgedio/edged/snapshot"
 	"github.com/edgedio/edged/stream"
 )
 
@@ -38,8 +39,12 @@ type Options struct {
 	Stdout io.Writer
 	// Logger receives the node's and the runtime's logs; default discards.
 	Logger *slog.Logger
-	// Savepoint, when set, starts every pipeline from this savepoint (or
-	// retained checkpoint) directory (stream.WithSavepoint).
+	// Savepoint, when set, starts the pipeline it was taken of (the job
+	// its metadata names; with a single pipeline, that one whatever its
+	// name) from this savepoint (or retained checkpoint) directory
+	// (stream.WithSavepoint); the other pipelines resume from their own
+	// snapshots as on a restart. Run refuses a savepoint of no pipeline of
+	// a config of several.
 	Savepoint string
 	// AllowNonRestored skips savepoint state of operators a job no longer
 	// has instead of failing.
@@ -87,8 +92,10 @@ func (o Options) withDefaults() Options {
 // node is a running Run: its jobs, in config order.
 type node struct {
 	opts Options
-	log  *slog.Logger
-	out  io.Writer // opts.Stdout, serialised
+	// savepointFor is the pipeline opts.Savepoint starts ("" without one).
+	savepointFor string
+	log          *slog.Logger
+	out          io.Writer // opts.Stdout, serialised
 	// jobsMu guards jobs and byName: a node of a cluster that takes over
 	// as the job masters' node adds its jobs while the API serves.
 	jobsMu sync.RWMutex
@@ -234,7 +241,11 @@ func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
 	if cfg == nil || len(cfg.Pipelines) == 0 {
 		return ErrNoPipelines
 	}
-	n := &node{opts: opts, log: opts.Logger, out: &lockedWriter{w: opts.Stdout}, byName: map[string]*job{},
+	savepointFor, err := savepointPipeline(cfg, opts.Savepoint)
+	if err != nil {
+		return err
+	}
+	n := &node{opts: opts, savepointFor: savepointFor, log: opts.Logger, out: &lockedWriter{w: opts.Stdout}, byName: map[string]*job{},
 		mem: cfg.Node.Memory.WithDefaults(), ctx: ctx}
 	n.setCluster(opts.Cluster)
 	warnUnowned(n.log, cfg)
@@ -348,6 +359,34 @@ func (n *node) envOptions(pc pipeline.PipelineConfig) ([]stream.Option, error) {
 		stream.WithBatchSize(n.mem.BatchSize), stream.WithCredits(n.mem.Credits)), nil
 }
 
+// savepointPipeline returns the name of the pipeline of cfg that the
+// savepoint at path starts: the job its metadata names, or the one
+// pipeline of a config of one ("" for no path). A savepoint restores into
+// the job it was taken of: given to every pipeline, it failed the others
+// (their operators are not in it), or with AllowNonRestored started them
+// without their state.
+func savepointPipeline(cfg *pipeline.Config, path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	if len(cfg.Pipelines) == 1 {
+		// Loaded, and its operators checked, when the job starts.
+		return cfg.Pipelines[0].Name, nil
+	}
+	md, err := snapshot.Load(path)
+	if err != nil {
+		return "", fmt.Errorf("daemon: savepoint: %w", err)
+	}
+	names := make([]string, len(cfg.Pipelines))
+	for i, pc := range cfg.Pipelines {
+		if pc.Name == md.Job {
+			return pc.Name, nil
+		}
+		names[i] = pc.Name
+	}
+	return "", fmt.Errorf("daemon: savepoint %s is of job %q, which is none of the pipelines (%s): a savepoint starts the pipeline it was taken of", path, md.Job, strings.Join(names, ", "))
+}
+
 // start builds and starts the job of one pipeline and records it: from
 // the moment its master starts, a lookup of its name waits for the record
 // (see job).
@@ -356,7 +395,10 @@ func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, err
 	if err != nil {
 		return nil, err
 	}
-	resume := n.opts.Savepoint
+	resume := ""
+	if pc.Name == n.savepointFor {
+		resume = n.opts.Savepoint
+	}
 	if resume == "" && pc.Checkpoint.Dir != "" {
 		// A node that restarts (after a crash, kill -9 or a graceful stop)
 		// resumes each job from its latest complete checkpoint or savepoint,

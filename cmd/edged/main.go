@@ -145,7 +145,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var cfgPath, logLevel string
 	fs.StringVar(&cfgPath, "c", "", "config file (required)")
 	fs.StringVar(&cfgPath, "config", "", "config file (same as -c)")
-	fs.StringVar(&opts.Savepoint, "from-savepoint", "", "start every pipeline from this savepoint directory")
+	fs.StringVar(&opts.Savepoint, "from-savepoint", "", "start the pipeline this savepoint directory was taken of from it (the others resume from their own snapshots)")
 	fs.BoolVar(&opts.AllowNonRestored, "allow-non-restored", false, "skip savepoint state of operators the pipelines no longer have")
 	fs.StringVar(&opts.Listen, "listen", daemon.DefaultListen, "REST API address (default: the config's node.listen, else "+daemon.DefaultListen+")")
 	fs.DurationVar(&opts.StopTimeout, "stop-timeout", time.Minute, "how long a stop with savepoint may take before the job is cancelled")
