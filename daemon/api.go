@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"os"
@@ -216,9 +217,17 @@ func (n *node) handleSavepoint(stop bool) http.HandlerFunc {
 			writeError(w, err)
 			return
 		}
+		path := r.URL.Query().Get("path")
+		if path != "" && !filepath.IsAbs(path) && !filepath.IsLocal(path) {
+			// The snapshot store refuses it too, but only once the
+			// savepoint began: a failed savepoint in the job's history
+			// for the caller's mistake.
+			writeJSON(w, http.StatusBadRequest, ErrorBody{Error: fmt.Errorf("daemon: savepoint path %q leaves the job's savepoints/ (give an absolute path to write elsewhere): %w", path, snapshot.ErrName).Error()})
+			return
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), n.opts.StopTimeout)
 		defer cancel()
-		p, err := n.savepoint(ctx, j, r.URL.Query().Get("path"), stop)
+		p, err := n.savepoint(ctx, j, path, stop)
 		if err != nil {
 			writeError(w, err)
 			return

@@ -1,0 +1,53 @@
+package daemon_test
+
+import (
+	"errors"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/edgedio/edged/daemon"
+)
+
+// A relative savepoint path that leaves the job's savepoints/ ("../x") is
+// the caller's mistake: refused with 400 before any savepoint begins, for
+// a savepoint and a stop alike, so the job's checkpoint history gains no
+// failed savepoint for it and the job runs on.
+func TestSavepointPathLeavingSavepointsIsABadRequest(t *testing.T) {
+	dir := t.TempDir()
+	n := startNode(t, tickingConfig("ticking", filepath.Join(dir, "cp")), daemon.Options{})
+	ctx := ctxT(t)
+	for _, p := range []string{"../x", "a/../../x", ".."} {
+		for _, stop := range []bool{false, true} {
+			var err error
+			if stop {
+				_, err = n.client.Stop(ctx, "ticking", p)
+			} else {
+				_, err = n.client.Savepoint(ctx, "ticking", p)
+			}
+			var apiErr *daemon.APIError
+			if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || !strings.Contains(err.Error(), "snapshot: invalid name") {
+				t.Errorf("path %q (stop %v): %v, want 400 naming snapshot: invalid name", p, stop, err)
+			}
+		}
+	}
+	cps, err := n.client.Checkpoints(ctx, "ticking")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cps {
+		if c.Kind == "savepoint" {
+			t.Errorf("savepoint %d in the history (%s, %s): a refused path must begin none", c.ID, c.Status, c.Error)
+		}
+	}
+	jobs, err := n.client.Jobs(ctx)
+	if err != nil || len(jobs) != 1 || jobs[0].Status != daemon.StatusRunning {
+		t.Fatalf("jobs = %+v, %v; want ticking running", jobs, err)
+	}
+	// A path under savepoints/ is taken there.
+	sp, err := n.client.Savepoint(ctx, "ticking", "a/../b")
+	if err != nil || sp != filepath.Join(dir, "cp", "savepoints", "b") {
+		t.Fatalf("savepoint a/../b = %q, %v; want %s", sp, err, filepath.Join(dir, "cp", "savepoints", "b"))
+	}
+}
