@@ -145,11 +145,17 @@ func TestFinishedJobDoesNotRunAgain(t *testing.T) {
 func TestJobStartedAgainResumesFromTheEarlierRun(t *testing.T) {
 	const n, keys = 1_000_000, 1000
 	want := boundedWant(t, n, keys)
+	// The first run is paced (at least 10 s for all records) so that it
+	// is cancelled midway however fast the machine; unpaced, it could end,
+	// or commit everything, before the cancel.
+	paced := func() operators.Source[operators.SensorReading] {
+		return operators.SensorGenerator(operators.GeneratorConfig{Count: n, Keys: keys, Rate: n / 10})
+	}
 	for round := range 2 {
 		cfg := checkpointConfig(t, snapshot.ExactlyOnce)
 		out := t.TempDir()
 		ctx, cancel := context.WithCancel(context.Background())
-		env := eoJob(n, keys, out, nil, stream.WithParallelism(2), stream.WithCheckpointing(cfg))
+		env := eoJobFrom(paced, out, nil, stream.WithParallelism(2), stream.WithCheckpointing(cfg))
 		job, err := env.ExecuteAsync(ctx)
 		if err != nil {
 			t.Fatal(err)
