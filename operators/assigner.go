@@ -73,9 +73,17 @@ func (o *TimestampsAndWatermarks[T]) periodic(now int64) error {
 	return nil
 }
 
-// Collect stamps v with its event timestamp and emits it.
+// Collect stamps v with its event timestamp and emits it. A timestamp
+// of math.MinInt64, the mark of a record without one (NoTimestamp), is
+// taken as math.MinInt64+1: the record keeps a timestamp as early as
+// int64 allows, which no window holds (it goes to the late-data side
+// output), instead of reaching an event-time operator that takes it for a
+// record no assigner stamped and fails the job.
 func (o *TimestampsAndWatermarks[T]) Collect(v T) {
 	ts := o.strategy.Timestamp(v)
+	if ts == NoTimestamp {
+		ts = NoTimestamp + 1
+	}
 	o.ctx.Time.Timestamp = ts
 	o.gen.OnEvent(ts)
 	o.seen = true

@@ -1,6 +1,7 @@
 package operators_test
 
 import (
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -261,5 +262,28 @@ func TestAssignerRestoredIdleSaysSoAgain(t *testing.T) {
 	advanceBy(t, r, 200*time.Millisecond)
 	if !slices.Equal(r.Idle, []bool{true, false}) || len(r.Watermarks) != 0 {
 		t.Fatalf("after a record behind the restored one: status changes %v, watermarks %v", r.Idle, r.Watermarks)
+	}
+}
+
+// A timestamp function that returns math.MinInt64 (hostile input such as
+// "-9223372036854775808") gets the record stamped math.MinInt64+1, not
+// NoTimestamp: the record keeps the earliest timestamp int64 allows, which
+// a window sends to its late-data output. Before, it went on stamped
+// NoTimestamp and the first event-time window failed the job with "got a
+// record without a timestamp: assign timestamps and watermarks first".
+func TestAssignerMinInt64TimestampIsStamped(t *testing.T) {
+	h := newAssigner(t, watermark.ForBoundedOutOfOrderness(time.Second, stampedTime).WithPerEventEmit())
+	h.Process(stamped{"min", math.MinInt64}, operators.NoTimestamp)
+	h.Process(stamped{"next", math.MinInt64 + 1}, operators.NoTimestamp)
+	h.Process(stamped{"good", 5000}, operators.NoTimestamp)
+	got := h.Drain()
+	want := []int64{math.MinInt64 + 1, math.MinInt64 + 1, 5000}
+	if len(got) != len(want) {
+		t.Fatalf("got %d records, want %d", len(got), len(want))
+	}
+	for i, r := range got {
+		if r.Timestamp != want[i] {
+			t.Errorf("record %v stamped %d, want %d", r.Value, r.Timestamp, want[i])
+		}
 	}
 }

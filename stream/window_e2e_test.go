@@ -3,6 +3,7 @@ package stream_test
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -320,5 +321,52 @@ func TestSessionWindowJobMerges(t *testing.T) {
 	}
 	if full < len(want)/2 {
 		t.Fatalf("only %d of %d sessions have 15 readings: the holes do not make the sessions meant", full, len(want))
+	}
+}
+
+// A timestamp function that returns math.MinInt64 (a reading whose time
+// field holds "-9223372036854775808") does not fail the job: the record
+// has no window, like any timestamp beyond ±2^61 ms, and goes to the late
+// data side output while the other readings' windows are exact. Before,
+// the assigner passed NoTimestamp on and the window failed the job with
+// "got a record without a timestamp: assign timestamps and watermarks
+// first", at every restart again.
+func TestMinInt64TimestampGoesToLateData(t *testing.T) {
+	readings := outOfOrderReadings(200, 4, 1, nil)
+	hostile := operators.SensorReading{ID: "sensor_x", Timestamp: math.MinInt64, Temperature: 1}
+	input := slices.Insert(slices.Clone(readings), 50, hostile)
+	tag := operators.NewOutputTag[operators.SensorReading]("late")
+	env := stream.NewEnvironment("min-ts", stream.WithParallelism(2))
+	src := stream.FromSource(env, "readings", func() operators.Source[operators.SensorReading] {
+		return &readingSource{all: input}
+	}).SetParallelism(1).UID("readings").
+		AssignTimestampsAndWatermarks("timestamps", watermark.ForBoundedOutOfOrderness(e2eDisorder, func(r operators.SensorReading) int64 {
+			if r.Timestamp == math.MinInt64 {
+				return math.MinInt64
+			}
+			return eventTimeMs(r)
+		}))
+	keyed := stream.KeyBy(src, bySensor)
+	windows := stream.WindowAggregate(stream.Window(keyed, operators.TumblingEventTimeWindows(10*time.Second)).SideOutputLateData(tag), "windows", countSumMerge{}).UID("windows")
+	sink := &resultSink{}
+	windows.ForEach("results", sink.add)
+	var mu sync.Mutex
+	var late []operators.SensorReading
+	stream.SideOutput(windows, tag).ForEach("late", func(r operators.SensorReading) error {
+		mu.Lock()
+		defer mu.Unlock()
+		late = append(late, r)
+		return nil
+	})
+	if err := execute(t, env); err != nil {
+		t.Fatalf("job failed: %v", err)
+	}
+	want := naiveWindows(readings, func(ts int64) []operators.Window {
+		start := ts - ts%10_000
+		return []operators.Window{{Start: start, End: start + 10_000}}
+	})
+	compareResults(t, "tumbling windows", sink.sorted(), want)
+	if len(late) != 1 || late[0] != hostile {
+		t.Fatalf("late data %v, want only %v", late, hostile)
 	}
 }
