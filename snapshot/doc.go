@@ -61,6 +61,7 @@
 //
 //	<dir>/
 //	  LAYOUT                      "edged snapshot store 1\n"
+//	  LOCK                        flock of the job running on the directory (stream)
 //	  checkpoints/
 //	    chk-<id>/                 one periodic checkpoint (id in decimal)
 //	      <uid>.<subtask>.state   state file of one operator subtask

@@ -2,9 +2,13 @@ package stream
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/internal/fsutil"
 	"github.com/edgedio/edged/snapshot"
 )
 
@@ -117,6 +121,11 @@ func (e *Environment) executeAsync(ctx context.Context) (*Job, error) {
 		e.running.Store(false)
 		return nil, err
 	}
+	unlock, err := e.lockCheckpointDir()
+	if err != nil {
+		e.running.Store(false)
+		return nil, err
+	}
 	j := &Job{exec: actors.NewExecution(&e.job, e.cfg, e.restart), done: make(chan struct{})}
 	// Look up the earlier run's snapshot now, so that AlreadyFinished is
 	// set when ExecuteAsync returns; an error of it is Wait's.
@@ -124,9 +133,40 @@ func (e *Environment) executeAsync(ctx context.Context) (*Job, error) {
 	go func() {
 		defer close(j.done)
 		j.err = j.exec.Run(ctx)
+		unlock()
 		e.running.Store(false)
 	}()
 	return j, nil
+}
+
+// checkpointLockFile is the file in the checkpoint directory that a
+// running job holds an exclusive lock on.
+const checkpointLockFile = "LOCK"
+
+// lockCheckpointDir takes the lock on the checkpoint directory's LOCK
+// file for the job's run, and returns what releases it. Two jobs on one
+// directory, in two processes (a program started twice) or two
+// Environments of one, would restore, write and discard each other's
+// checkpoints and sink files: the second is refused with
+// ErrCheckpointDirInUse. A job of a cluster takes no lock (its nodes
+// share the job's snapshots by replication, not by directory).
+func (e *Environment) lockCheckpointDir() (unlock func(), err error) {
+	dir := e.cfg.Checkpoint.Dir
+	if dir == "" || e.cfg.Cluster != nil {
+		return func() {}, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("open snapshot store: %w", err)
+	}
+	path := filepath.Join(dir, checkpointLockFile)
+	f, err := fsutil.TryLock(path)
+	if errors.Is(err, fsutil.ErrLocked) {
+		return nil, fmt.Errorf("%w: %s is locked by another running job (this program started twice, or another Environment of it)", ErrCheckpointDirInUse, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock the checkpoint directory: %w", err)
+	}
+	return func() { f.Close() }, nil
 }
 
 // Execution returns the job's execution: the job master, to which nodes

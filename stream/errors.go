@@ -13,5 +13,13 @@ var ErrNotReplayable = errors.New("stream: source cannot replay")
 // first has ended (Execute returned, Job.Wait returned).
 var ErrAlreadyRunning = errors.New("stream: the environment's job is already running")
 
+// ErrCheckpointDirInUse is returned by Execute and ExecuteAsync for a
+// job whose checkpoint directory another running job holds (its LOCK
+// file is locked): in another process (the program started twice) or by
+// another Environment of this one. Two jobs on one directory would
+// restore, write and discard each other's checkpoints, and each
+// two-phase-commit sink would remove the other's uncommitted files.
+var ErrCheckpointDirInUse = errors.New("stream: the checkpoint directory is in use")
+
 // errSideOutputOfUnion is reported when SideOutput is asked of a union.
 var errSideOutputOfUnion = errors.New("stream: side output of a union; take it from each input")

@@ -720,3 +720,46 @@ func TestCheckpointDirRemovedWhileRunning(t *testing.T) {
 		seen[l] = true
 	}
 }
+
+// A second job on a checkpoint directory that a running job holds (the
+// program started twice, or two Environments given one directory) is
+// refused with ErrCheckpointDirInUse, and the first job goes on
+// unharmed; once it has ended the directory is free again. Before, both
+// ran: each restored, wrote and discarded the other's checkpoints, and
+// each file sink removed the other's uncommitted parts (two copies of a
+// program on one directory both failed, committing nothing).
+func TestCheckpointDirInUseIsRefused(t *testing.T) {
+	cfg := checkpointConfig(t, snapshot.ExactlyOnce)
+	build := func(g *gate) *stream.Environment {
+		env := stream.NewEnvironment("twice", stream.WithCheckpointing(cfg))
+		stream.FromSource(env, "ts", func() operators.Source[int64] {
+			return &gatedSource{all: []int64{1, 2}, gate: g}
+		}).UID("ts").To("discard", func() operators.Sink[int64] {
+			return operators.NewSinkFunc(func(int64) error { return nil })
+		}).UID("discard")
+		return env
+	}
+	g1 := newGate()
+	env1 := build(g1)
+	job, err := env1.ExecuteAsync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "the first job reads", g1.polled.Load)
+	g2 := newGate()
+	g2.allow(2)
+	env2 := build(g2)
+	if err := execute(t, env2); !errors.Is(err, stream.ErrCheckpointDirInUse) {
+		t.Fatalf("a second job on the directory: %v, want ErrCheckpointDirInUse", err)
+	}
+	if _, err := env2.ExecuteAsync(context.Background()); !errors.Is(err, stream.ErrCheckpointDirInUse) {
+		t.Fatalf("ExecuteAsync of a second job on the directory: %v, want ErrCheckpointDirInUse", err)
+	}
+	g1.allow(2)
+	if err := job.Wait(); err != nil {
+		t.Fatalf("first job: %v", err)
+	}
+	if err := execute(t, env2); err != nil {
+		t.Fatalf("the second job once the first ended: %v", err)
+	}
+}
