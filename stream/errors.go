@@ -21,5 +21,12 @@ var ErrAlreadyRunning = errors.New("stream: the environment's job is already run
 // two-phase-commit sink would remove the other's uncommitted files.
 var ErrCheckpointDirInUse = errors.New("stream: the checkpoint directory is in use")
 
+// ErrNaNKey fails the task of a record whose key (KeyBy) is not equal to
+// itself: a float NaN, or an array or struct holding one. Keyed state,
+// timers and windows find a key again by ==, which never holds for it:
+// its state would start afresh at every record and its windows would
+// fire nothing. Map NaN to a key of your own before KeyBy.
+var ErrNaNKey = errors.New("stream: a key is not equal to itself (NaN); its state and windows could never be found again")
+
 // errSideOutputOfUnion is reported when SideOutput is asked of a union.
 var errSideOutputOfUnion = errors.New("stream: side output of a union; take it from each input")

@@ -21,6 +21,8 @@ type KeyedStream[T any, K comparable] struct {
 func KeyBy[T any, K comparable](s *Stream[T], key func(T) K) *KeyedStream[T, K] {
 	if key == nil {
 		s.env.addError(errors.New("stream: KeyBy: the key function is nil"))
+	} else {
+		key = selfEqualKey(key)
 	}
 	kg, err := keyGroupFunc(key, s.env.job.MaxParallelism)
 	if err != nil {
@@ -67,6 +69,21 @@ func Aggregate[T any, K comparable, A, R any](k *KeyedStream[T, K], name string,
 	})
 	out.env.keyedState(out.v, "aggregate")
 	return out
+}
+
+// selfEqualKey wraps key so that a key not equal to itself (a float NaN,
+// or an array or struct holding one) fails the record with ErrNaNKey:
+// keyed state, timers and windows find a key again by ==, so the records
+// of such a key would each start afresh, and a window's would vanish
+// without an error.
+func selfEqualKey[T any, K comparable](key func(T) K) func(T) K {
+	return func(v T) K {
+		k := key(v)
+		if k != k {
+			operators.Fail(fmt.Errorf("%w: %v (%v)", ErrNaNKey, k, reflect.TypeFor[K]()))
+		}
+		return k
+	}
 }
 
 // keyGroupFunc is operators.KeyGroupFunc, with a key type that has no

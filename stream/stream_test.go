@@ -3,14 +3,17 @@ package stream_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/keygroup"
 	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/stream"
+	"github.com/edgedio/edged/watermark"
 )
 
 // rollingJob builds generator -> key-by sensor -> rolling count+sum -> sink.
@@ -391,5 +394,52 @@ func TestInvalidGraphErrors(t *testing.T) {
 		!strings.Contains(err.Error(), "parallelism 8 exceeds max parallelism 4") ||
 		!strings.Contains(err.Error(), "forward needs equal parallelism") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// floatKeyed is a record keyed by a float, for the NaN key test.
+type floatKeyed struct {
+	Key float64
+	TS  int64
+}
+
+// A record whose key is not equal to itself (a float NaN) fails its task
+// with ErrNaNKey, naming the key, on a rolling aggregate and on a window
+// alike. Before, keyed state never found such a key again: the rolling
+// count of NaN started at 1 on every record, and the window results of
+// NaN vanished, without an error.
+func TestNaNKeyFailsTheJob(t *testing.T) {
+	recs := []floatKeyed{{1, 1}, {math.NaN(), 2}, {1, 3}, {math.NaN(), 4}}
+	source := func() operators.Source[floatKeyed] {
+		return operators.NewGenerator(operators.GeneratorConfig{Count: int64(len(recs))}, func(i int64) floatKeyed { return recs[i] })
+	}
+	byKey := func(r floatKeyed) float64 { return r.Key }
+	count := operators.ReduceFunction(func(a, b floatKeyed) (floatKeyed, error) { return floatKeyed{a.Key, a.TS + b.TS}, nil })
+	for _, tc := range []struct {
+		name  string
+		build func(env *stream.Environment)
+	}{
+		{"rolling", func(env *stream.Environment) {
+			k := stream.KeyBy(stream.FromSource(env, "src", source), byKey)
+			stream.Aggregate(k, "sum", count).UID("sum").ForEach("out", func(floatKeyed) error { return nil })
+		}},
+		{"window", func(env *stream.Environment) {
+			s := stream.FromSource(env, "src", source).AssignTimestampsAndWatermarks("ts",
+				watermark.ForMonotonous(func(r floatKeyed) int64 { return r.TS }))
+			w := stream.Window(stream.KeyBy(s, byKey), operators.TumblingEventTimeWindows(time.Second))
+			stream.WindowAggregate(w, "sum", count).UID("sum").ForEach("out", func(operators.WindowResult[float64, floatKeyed]) error { return nil })
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := stream.NewEnvironment("nan-key", stream.WithParallelism(2))
+			tc.build(env)
+			err := execute(t, env)
+			if !errors.Is(err, stream.ErrNaNKey) || !strings.Contains(err.Error(), "NaN (float64)") {
+				t.Fatalf("job with NaN keys: %v, want ErrNaNKey naming the key", err)
+			}
+			if testing.Verbose() {
+				t.Log(err)
+			}
+		})
 	}
 }
