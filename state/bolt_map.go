@@ -101,6 +101,7 @@ func (s *boltMap[K, N, UK, UV]) Get(uk UK) (UV, bool) {
 }
 
 func (s *boltMap[K, N, UK, UV]) Put(uk UK, uv UV) {
+	checkUserKey(s.t.sp.name, uk)
 	s.begin()
 	prefix, ukb, _ := s.elemKey(uk)
 	var now int64

@@ -13,6 +13,14 @@ var ErrStateType = errors.New("state: name already registered with another type"
 // backend has no such bound.
 var ErrKeyTooLarge = errors.New("state: entry key too large")
 
+// ErrNaNUserKey is the cause of the failure of a Map state's Put with a
+// user key not equal to itself (a float NaN, or an array or struct holding
+// one): the memory backend, whose maps find a user key by ==, could never
+// find it again (each Put would add an element that Get, Remove and
+// Contains miss), while bbolt, which finds it by its encoding, would; both
+// refuse it so that they behave the same.
+var ErrNaNUserKey = errors.New("state: map user key is not equal to itself (NaN)")
+
 // ErrNoBackend is returned when keyed state is asked of a subtask that has
 // no keyed backend (the stream is not keyed).
 var ErrNoBackend = errors.New("state: keyed state is only available on a keyed stream")

@@ -131,7 +131,16 @@ func (s *memMap[K, N, UK, UV]) Get(uk UK) (UV, bool) {
 	return el.v, true
 }
 
+// checkUserKey panics with ErrNaNUserKey (which fails the task) for a
+// user key not equal to itself.
+func checkUserKey[UK comparable](name string, uk UK) {
+	if uk != uk {
+		panic(fmt.Errorf("%w: state %q: %v", ErrNaNUserKey, name, uk))
+	}
+}
+
 func (s *memMap[K, N, UK, UV]) Put(uk UK, uv UV) {
+	checkUserKey(s.t.sp.name, uk)
 	e, _ := s.write()
 	if e.v == nil {
 		e.v = make(map[UK]mapElem[UV])

@@ -1,7 +1,9 @@
 package state
 
 import (
+	"errors"
 	"maps"
+	"math"
 	"testing"
 
 	"github.com/jonboulle/clockwork"
@@ -67,6 +69,38 @@ func TestMapScopedByNamespace(t *testing.T) {
 		m.SetNamespace("w1")
 		if !m.Contains(1) || m.Len() != 1 {
 			t.Fatal("Clear of w2 touched w1")
+		}
+	})
+}
+
+// A Put with a user key not equal to itself (a float NaN) fails with
+// ErrNaNUserKey on every backend, and leaves the map as it was. Before,
+// the memory backend added an element that Get, Contains and Remove never
+// found again at every such Put (Len 1, 2, 3), while bbolt, which finds a
+// user key by its encoding, kept one: the backends differed.
+func TestMapNaNUserKeyIsRefused(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, newTestBackend func() (Backend, *clockwork.FakeClock)) {
+		b, _ := newTestBackend()
+		var kc KeyContext[string]
+		m := must(NewMap(b, &kc, MapDescriptor[float64, int]{Name: "m"}))
+		kc.Set("a", 10)
+		m.Put(1, 1)
+		for i := range 3 {
+			func() {
+				defer func() {
+					err, _ := recover().(error)
+					if !errors.Is(err, ErrNaNUserKey) {
+						t.Fatalf("Put %d of NaN: panic %v, want ErrNaNUserKey", i, err)
+					}
+				}()
+				m.Put(math.NaN(), i)
+			}()
+		}
+		if m.Len() != 1 || m.Contains(math.NaN()) {
+			t.Fatalf("after the refused Puts: Len %d, want only the element of 1", m.Len())
+		}
+		if v, ok := m.Get(1); !ok || v != 1 {
+			t.Fatalf("Get(1) = %d, %v", v, ok)
 		}
 	})
 }
