@@ -18,6 +18,7 @@ type boltMap[K, N comparable, UK comparable, UV any] struct {
 	vc           codec.Codec[UV]
 	ttl          int64 // per element, nanoseconds; 0: no TTL
 	updateOnRead bool
+	nanKeys      bool   // UK can be unequal to itself: Put checks (checkUserKey)
 	uk           []byte // scratch: the encoded user key
 	full         []byte // scratch: entry key and user key
 }
@@ -101,7 +102,9 @@ func (s *boltMap[K, N, UK, UV]) Get(uk UK) (UV, bool) {
 }
 
 func (s *boltMap[K, N, UK, UV]) Put(uk UK, uv UV) {
-	checkUserKey(s.t.sp.name, uk)
+	if s.nanKeys {
+		checkUserKey(s.t.sp.name, uk)
+	}
 	s.begin()
 	prefix, ukb, _ := s.elemKey(uk)
 	var now int64

@@ -5,6 +5,7 @@ import (
 	"iter"
 
 	"github.com/edgedio/edged/codec"
+	"github.com/edgedio/edged/internal/nan"
 )
 
 // Map is keyed state holding a map from user keys to user values per key
@@ -58,7 +59,7 @@ func newMap[K, N comparable, UK comparable, UV any](b Backend, kc *KeyContext[K]
 		}
 		// Elements expire one by one: the entry itself never does.
 		h := newBoltHandle[K, N](b, kc, t, TTLConfig{})
-		return &boltMap[K, N, UK, UV]{boltHandle: h, kc: ukc, vc: uvc, ttl: ttl, updateOnRead: d.TTL.UpdateOnRead}, nil
+		return &boltMap[K, N, UK, UV]{boltHandle: h, kc: ukc, vc: uvc, ttl: ttl, updateOnRead: d.TTL.UpdateOnRead, nanKeys: nan.Possible[UK]()}, nil
 	case *MemoryBackend:
 		t, err := memTableFor(b, s, newMapEntry(ukc, uvc), func(t *memTable[K, N, map[UK]mapElem[UV]]) {
 			if ttl > 0 {
@@ -70,7 +71,7 @@ func newMap[K, N comparable, UK comparable, UV any](b Backend, kc *KeyContext[K]
 		}
 		// Elements expire one by one: the entry itself never does.
 		h := newMemHandle(b, kc, t, TTLConfig{})
-		return &memMap[K, N, UK, UV]{memHandle: h, ttl: ttl, updateOnRead: d.TTL.UpdateOnRead}, nil
+		return &memMap[K, N, UK, UV]{memHandle: h, ttl: ttl, updateOnRead: d.TTL.UpdateOnRead, nanKeys: nan.Possible[UK]()}, nil
 	}
 	return nil, unsupportedBackend(b)
 }
@@ -97,6 +98,7 @@ type memMap[K, N comparable, UK comparable, UV any] struct {
 	memHandle[K, N, map[UK]mapElem[UV]]
 	ttl          int64 // per element, nanoseconds; 0: no TTL
 	updateOnRead bool
+	nanKeys      bool // UK can be unequal to itself: Put checks (checkUserKey)
 }
 
 // dropIfEmpty removes the current entry once its map is empty.
@@ -140,7 +142,9 @@ func checkUserKey[UK comparable](name string, uk UK) {
 }
 
 func (s *memMap[K, N, UK, UV]) Put(uk UK, uv UV) {
-	checkUserKey(s.t.sp.name, uk)
+	if s.nanKeys {
+		checkUserKey(s.t.sp.name, uk)
+	}
 	e, _ := s.write()
 	if e.v == nil {
 		e.v = make(map[UK]mapElem[UV])

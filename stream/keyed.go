@@ -6,6 +6,7 @@ import (
 	"reflect"
 
 	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/internal/nan"
 	"github.com/edgedio/edged/operators"
 )
 
@@ -77,6 +78,9 @@ func Aggregate[T any, K comparable, A, R any](k *KeyedStream[T, K], name string,
 // of such a key would each start afresh, and a window's would vanish
 // without an error.
 func selfEqualKey[T any, K comparable](key func(T) K) func(T) K {
+	if !nan.Possible[K]() {
+		return key // a key of this type always equals itself: no cost per record
+	}
 	return func(v T) K {
 		k := key(v)
 		if k != k {
