@@ -218,11 +218,11 @@ func (n *node) handleSavepoint(stop bool) http.HandlerFunc {
 			return
 		}
 		path := r.URL.Query().Get("path")
-		if path != "" && !filepath.IsAbs(path) && !filepath.IsLocal(path) {
+		if err := snapshot.CheckSavepointPath(path); err != nil {
 			// The snapshot store refuses it too, but only once the
 			// savepoint began: a failed savepoint in the job's history
 			// for the caller's mistake.
-			writeJSON(w, http.StatusBadRequest, ErrorBody{Error: fmt.Errorf("daemon: savepoint path %q leaves the job's savepoints/ (give an absolute path to write elsewhere): %w", path, snapshot.ErrName).Error()})
+			writeJSON(w, http.StatusBadRequest, ErrorBody{Error: fmt.Errorf("daemon: savepoint path: %w", err).Error()})
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), n.opts.StopTimeout)

@@ -5,8 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/edgedio/edged/snapshot"
 )
@@ -37,7 +35,7 @@ func (n *node) pruneStopSavepoints(job, path string) {
 	if filepath.Base(dir) != "savepoints" {
 		return
 	}
-	newest, ok := stopSavepointID(filepath.Base(path))
+	newest, ok := snapshot.SavepointDirID(filepath.Base(path))
 	if !ok {
 		return
 	}
@@ -54,12 +52,12 @@ func (n *node) pruneStopSavepoints(job, path string) {
 		return
 	}
 	type stop struct {
-		id   uint64
+		id   snapshot.ID
 		path string
 	}
 	var stops []stop
 	for _, de := range des {
-		id, ok := stopSavepointID(de.Name())
+		id, ok := snapshot.SavepointDirID(de.Name())
 		if !ok || !de.IsDir() || id > newest {
 			continue
 		}
@@ -76,19 +74,4 @@ func (n *node) pruneStopSavepoints(job, path string) {
 		}
 		n.log.Info("deleted an old stop savepoint", "job", job, "savepoint", s.path, "kept", keepStopSavepoints)
 	}
-}
-
-// stopSavepointID returns the id of a savepoint directory named
-// sp-<id>-<ts>.
-func stopSavepointID(name string) (uint64, bool) {
-	rest, ok := strings.CutPrefix(name, "sp-")
-	if !ok {
-		return 0, false
-	}
-	idText, _, ok := strings.Cut(rest, "-")
-	if !ok {
-		return 0, false
-	}
-	id, err := strconv.ParseUint(idText, 10, 64)
-	return id, err == nil && id > 0
 }

@@ -114,10 +114,8 @@ func (s *Store) Begin(t Trigger) (string, error) {
 			loc.dir = filepath.Join(s.root, savepointsDir, fmt.Sprintf("sp-%d-%d", t.Checkpoint, t.Timestamp))
 		case filepath.IsAbs(t.Path):
 			loc.dir = filepath.Clean(t.Path)
-		case !filepath.IsLocal(t.Path):
-			// A relative path stays under savepoints/: "../x" is not a
-			// way to write anywhere else (an absolute path is).
-			return "", fmt.Errorf("begin savepoint %d: %w: %q leaves savepoints/ (give an absolute path to write elsewhere)", t.Checkpoint, ErrName, t.Path)
+		case CheckSavepointPath(t.Path) != nil:
+			return "", fmt.Errorf("begin savepoint %d: %w", t.Checkpoint, CheckSavepointPath(t.Path))
 		default:
 			loc.dir = filepath.Join(s.root, savepointsDir, t.Path)
 		}
@@ -430,6 +428,29 @@ func linksToDir(path string, de fs.DirEntry) bool {
 	return err == nil && fi.IsDir()
 }
 
+// CheckSavepointPath returns an error wrapping ErrName for a savepoint
+// path Begin refuses: a relative path that leaves savepoints/ ("../x" is
+// not a way to write anywhere else; an absolute path is). Callers check
+// it before a savepoint begins.
+func CheckSavepointPath(p string) error {
+	if p == "" || filepath.IsAbs(p) || filepath.IsLocal(p) {
+		return nil
+	}
+	return fmt.Errorf("%w: %q leaves savepoints/ (give an absolute path to write elsewhere)", ErrName, p)
+}
+
+// SavepointDirID returns the checkpoint id of a savepoint directory of
+// the store's own naming, sp-<id>-<timestamp>.
+func SavepointDirID(name string) (ID, bool) {
+	rest, ok := strings.CutPrefix(name, "sp-")
+	if !ok {
+		return 0, false
+	}
+	idText, _, _ := strings.Cut(rest, "-")
+	id, err := strconv.ParseUint(idText, 10, 64)
+	return ID(id), err == nil && id > 0
+}
+
 // entry is a snapshot directory found by scan.
 type entry struct {
 	id  ID
@@ -448,25 +469,22 @@ func (s *Store) scan(sub string) ([]entry, error) {
 		if !de.IsDir() && !linksToDir(filepath.Join(s.root, sub, de.Name()), de) {
 			continue
 		}
-		var idText string
+		var id ID
 		switch sub {
 		case checkpointsDir:
-			idText, _ = strings.CutPrefix(de.Name(), "chk-")
-			if idText == de.Name() {
+			idText, ok := strings.CutPrefix(de.Name(), "chk-")
+			n, err := strconv.ParseUint(idText, 10, 64)
+			if !ok || err != nil || n == 0 {
 				continue
 			}
+			id = ID(n)
 		default:
-			rest, ok := strings.CutPrefix(de.Name(), "sp-")
-			if !ok {
+			var ok bool
+			if id, ok = SavepointDirID(de.Name()); !ok {
 				continue
 			}
-			idText, _, _ = strings.Cut(rest, "-")
 		}
-		id, err := strconv.ParseUint(idText, 10, 64)
-		if err != nil || id == 0 {
-			continue
-		}
-		out = append(out, entry{id: ID(id), dir: filepath.Join(s.root, sub, de.Name())})
+		out = append(out, entry{id: id, dir: filepath.Join(s.root, sub, de.Name())})
 	}
 	slices.SortFunc(out, func(a, b entry) int { return cmp.Compare(b.id, a.id) })
 	return out, nil
