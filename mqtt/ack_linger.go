@@ -34,8 +34,17 @@ const ackWindowTTL = time.Second
 // count every time, a broker that is merely slow (the common case when
 // it is the bottleneck) pauses at any count. A window is trusted for
 // ackWindowTTL, and forgotten at once when more messages than it are
-// seen outstanding. A wait that ends on a quiet connection ends the
-// group either way.
+// seen outstanding.
+//
+// A quiet connection ends the wait unless the broker has shown that it
+// is not waiting for acknowledgements: it has had twice the messages now
+// outstanding unacknowledged at once within ackWindowTTL (shown), so its
+// window is that large at least and it pauses because it is slow (it
+// shares the device's cores with its publishers and with edged). Then the
+// acker waits on until the delay, so that a broker that delivers in
+// bursts with pauses of more than ackQuiet still shares fsyncs across the
+// bursts; waiting does not hold it back, as it can send shown - unacked
+// more before it needs an acknowledgement.
 //
 // An ackLinger is a pure machine: the acker feeds it times and counts.
 type ackLinger struct {
@@ -49,12 +58,18 @@ type ackLinger struct {
 	// stalled is the number outstanding at the last quiet end of a
 	// wait, 0 when the last wait did not end quiet.
 	stalled int64
+	// shown is the most messages seen outstanding at once, last at
+	// shownAt: the broker's window is at least that; 0 when unknown or
+	// older than ackWindowTTL.
+	shown   int64
+	shownAt time.Time
 }
 
 // more reports whether the acker should wait for more messages at now,
 // with unacked messages outstanding (received, not acknowledged) and
 // half set when half of the subscriber's own bounds on them are used.
 func (l *ackLinger) more(now time.Time, unacked int64, half bool) bool {
+	l.see(now, unacked)
 	if l.delay <= 0 || half {
 		return false
 	}
@@ -64,14 +79,28 @@ func (l *ackLinger) more(now time.Time, unacked int64, half bool) bool {
 	return l.window == 0 || unacked < (l.window+1)/2
 }
 
+// see records that unacked messages are outstanding at now.
+func (l *ackLinger) see(now time.Time, unacked int64) {
+	if unacked >= l.shown || now.Sub(l.shownAt) >= ackWindowTTL {
+		l.shown, l.shownAt = unacked, now
+	}
+}
+
 // quiet records that nothing arrived for ackQuiet at now while the acker
-// waited with unacked messages outstanding: the second time in a row
-// with the same count, that count is the broker's window.
-func (l *ackLinger) quiet(now time.Time, unacked int64) {
+// waited with unacked messages outstanding, and reports whether the wait
+// ends: it goes on while the broker has shown a window of at least twice
+// unacked (see ackLinger). A wait that ends quiet the second time in a
+// row with the same count learns that count as the broker's window.
+func (l *ackLinger) quiet(now time.Time, unacked int64) (end bool) {
+	l.see(now, unacked)
+	if unacked > 0 && unacked < (l.shown+1)/2 {
+		return false
+	}
 	if unacked > 0 && unacked == l.stalled {
 		l.window, l.learned = unacked, now
 	}
 	l.stalled = unacked
+	return true
 }
 
 // ended records that a wait ended otherwise than quiet.

@@ -14,6 +14,7 @@ func TestAckLingerDecisions(t *testing.T) {
 	type step struct {
 		at      time.Duration // after t0
 		quiet   bool          // the broker was quiet: record the window
+		goOn    bool          // a quiet step: the wait goes on
 		unacked int64
 		half    bool
 		want    bool // more (ignored for a quiet step)
@@ -59,6 +60,23 @@ func TestAckLingerDecisions(t *testing.T) {
 			{at: ackWindowTTL - time.Nanosecond, unacked: 10, want: false, window: 20},
 			{at: ackWindowTTL, unacked: 10, want: true, window: 0},
 		}},
+		{"a broker that has shown twice as many outstanding is slow, not full", time.Millisecond, []step{
+			{unacked: 40, want: true},
+			{unacked: 19, quiet: true, goOn: true, window: 0},
+			{unacked: 19, quiet: true, goOn: true, window: 0},
+			{unacked: 20, quiet: true, window: 0},
+			{unacked: 20, quiet: true, window: 20},
+		}},
+		{"what was shown expires", time.Millisecond, []step{
+			{unacked: 40, want: true},
+			{at: ackWindowTTL - time.Nanosecond, unacked: 10, quiet: true, goOn: true},
+			{at: ackWindowTTL, unacked: 10, quiet: true},
+		}},
+		{"shown again keeps it", time.Millisecond, []step{
+			{unacked: 40, want: true},
+			{at: ackWindowTTL / 2, unacked: 40, want: true},
+			{at: ackWindowTTL, unacked: 10, quiet: true, goOn: true},
+		}},
 		{"quiet with nothing outstanding learns nothing", time.Millisecond, []step{
 			{unacked: 0, quiet: true, window: 0},
 			{unacked: 5, want: true, window: 0},
@@ -69,7 +87,9 @@ func TestAckLingerDecisions(t *testing.T) {
 			for i, s := range tc.steps {
 				now := t0.Add(s.at)
 				if s.quiet {
-					l.quiet(now, s.unacked)
+					if end := l.quiet(now, s.unacked); end == s.goOn {
+						t.Fatalf("step %d: quiet(+%v, %d) ends the wait: %v, want %v", i, s.at, s.unacked, end, !s.goOn)
+					}
 				} else if got := l.more(now, s.unacked, s.half); got != s.want {
 					t.Fatalf("step %d: more(+%v, %d, %v) = %v, want %v", i, s.at, s.unacked, s.half, got, s.want)
 				}
@@ -159,6 +179,37 @@ func TestAckLingerLearnsTheBrokersWindow(t *testing.T) {
 	}
 	if s.linger.window != 6 {
 		t.Fatalf("window %d after the second group, want 6 still", s.linger.window)
+	}
+}
+
+// A broker that has had many messages outstanding at once and then
+// pauses with far fewer is slow, not waiting for acknowledgements: the
+// acker waits on through the pauses until its delay ends, so that the
+// bursts share one fsync.
+func TestAckLingerWaitsThroughTheSlowBrokersPauses(t *testing.T) {
+	s := lingerSubscriber(t, 1024)
+	s.linger.still = time.Microsecond
+	s.linger.see(time.Now(), 100) // it had 100 outstanding
+	hand(s, 2)
+	first := <-s.pending
+	done := make(chan []*batch, 1)
+	go func() { done <- s.lingerFor([]*batch{first}, stoppedTimer(), stoppedTimer()) }()
+	// Pauses far longer than the quiet bound pass between the bursts.
+	testutil.Eventually(t, waitBound, "the linger to take the first burst", func() bool { return len(s.pending) == 0 })
+	testutil.Eventually(t, waitBound, "the acker to wait through a pause", func() bool { return s.pauses.Load() > 0 })
+	hand(s, 3)
+	testutil.Eventually(t, waitBound, "the linger to take the second burst", func() bool { return len(s.pending) == 0 })
+	select {
+	case bs := <-done:
+		t.Fatalf("the wait ended after %d batches on a pause, with 5 of the 100 shown outstanding", len(bs))
+	default:
+	}
+	// Half of what the broker showed: it may be waiting; the wait ends
+	// at the next pause (which may come before the acker took them all).
+	hand(s, 45)
+	bs := testutil.Receive(t, waitBound, "lingerFor to end at half of what the broker showed", done)
+	if len(bs) < 5 || len(bs) > 50 {
+		t.Fatalf("took %d batches, want the 5 before and at most the 45 sent after", len(bs))
 	}
 }
 

@@ -401,6 +401,9 @@ type Subscriber struct {
 	maxUnack atomic.Int64  // most deliveries received but not acknowledged at once
 	unacked  atomic.Int64  // deliveries received but not acknowledged now
 	linger   ackLinger     // used by the acker only
+	// pauses counts the broker's pauses (ackQuiet of nothing) that the
+	// acker waited through, taking the broker for slow (ackLinger).
+	pauses atomic.Int64
 	// lastOff is the offset of the last record written, if wrote; used by
 	// paho's goroutine (handle) only.
 	lastOff  uint64
@@ -1080,7 +1083,11 @@ func (s *Subscriber) lingerFor(bs []*batch, delay, quiet *time.Timer) []*batch {
 			}
 			quiet.Reset(s.linger.still)
 		case <-quiet.C:
-			s.linger.quiet(time.Now(), s.unacked.Load())
+			if !s.linger.quiet(time.Now(), s.unacked.Load()) {
+				s.pauses.Add(1)
+				quiet.Reset(s.linger.still)
+				continue
+			}
 			return bs
 		case <-delay.C:
 			s.linger.ended()
@@ -1189,6 +1196,6 @@ func (s *Subscriber) Close() error {
 	s.inflight.Wait()
 	s.logger.Info("mqtt subscriber closed", "redeliveries_dropped", s.dropped.Load(),
 		"max_redelivery_age", s.maxAge.Load(), "window", s.cfg.DedupWindow(),
-		"max_unacknowledged", s.maxUnack.Load())
+		"max_unacknowledged", s.maxUnack.Load(), "ack_waits_through_pauses", s.pauses.Load())
 	return nil
 }
