@@ -61,7 +61,9 @@ type BrokerConfig struct {
 	// large, is the reason it may give); PacketsTooLarge counts them. MQTT
 	// 5 clients are told the bound in CONNACK (Maximum Packet Size), so a
 	// compliant one never sends such a packet; an MQTT 3.1.1 device cannot
-	// be told and resends it on every reconnect. A message within the
+	// be told, so its PUBLISH over the bound is cut to a dead-letter record
+	// instead (see cutReader) and acknowledged once that is durable;
+	// PacketsTooLarge and DeadLetters count it. A message within the
 	// bound that does not fit in one record of an ingest log it goes to
 	// (ingestlog.Log.MaxMessageBytes) is appended there as a dead-letter
 	// record (ingestlog.Message.TooLarge) and acknowledged once that is
@@ -214,7 +216,8 @@ type Broker struct {
 	lingerers     sync.WaitGroup // the ackGate lingering closes
 	stopping      atomic.Bool    // set by Close: connections end with a lingering close
 
-	tooLarge    atomic.Uint64 // packets refused for MaxMessageBytes (connection closed)
+	tooLarge    atomic.Uint64 // packets over MaxMessageBytes: refused (connection closed) or cut (dead letters)
+	cutMark     [cutMarkLen]byte
 	deadLetters atomic.Uint64 // messages appended as dead-letter records
 
 	// paused, when set, is why the broker refuses readings for its
@@ -260,7 +263,8 @@ func NewBroker(cfg BrokerConfig, log *ingestlog.Log) (*Broker, error) {
 		SysTopicResendInterval: sysTopicInterval,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	b := &Broker{cfg: cfg, log: log, logger: logger, server: server, ctx: ctx, cancel: cancel, lingerTimeout: drainLinger}
+	b := &Broker{cfg: cfg, log: log, logger: logger, server: server, ctx: ctx, cancel: cancel, lingerTimeout: drainLinger,
+		cutMark: newCutMark()}
 	if b.ownExpiry = stopLibraryExpiry(server); !b.ownExpiry {
 		logger.Warn("mqtt broker: the broker library's expiry pass could not be replaced; an offline persistent session slows the broker")
 	}
@@ -370,13 +374,13 @@ func (b *Broker) closeStore() {
 }
 
 // PacketsTooLarge returns how many packets larger than
-// BrokerConfig.MaxMessageBytes the broker refused, closing their
-// clients' connections.
+// BrokerConfig.MaxMessageBytes the broker had: refused, closing their
+// clients' connections, or (an MQTT 3.1.1 PUBLISH) cut to a dead letter.
 func (b *Broker) PacketsTooLarge() uint64 { return b.tooLarge.Load() }
 
-// DeadLetters returns how many messages did not fit in a record of an
-// ingest log they went to and were appended there as dead-letter records
-// (ingestlog.Message.TooLarge), one per log.
+// DeadLetters returns how many messages were appended as dead-letter
+// records (ingestlog.Message.TooLarge), one per log: over
+// BrokerConfig.MaxMessageBytes (cut) or too large for a record of the log.
 func (b *Broker) DeadLetters() uint64 { return b.deadLetters.Load() }
 
 // Addr returns the address the broker listens on (with the real port
@@ -538,6 +542,10 @@ func (h *ingestHook) OnDisconnect(cl *mochi.Client, err error, _ bool) {
 // dead-letter record that takes its place there: its topic and first
 // DeadLetterKeep payload bytes, TooLarge its PUBLISH packet's size.
 func fit(l *ingestlog.Log, msg ingestlog.Message) ingestlog.Message {
+	if msg.TooLarge != 0 { // already a dead letter (a cut PUBLISH)
+		msg.Payload = msg.Payload[:deadLetterKeep(l, msg.Topic, msg.Payload)]
+		return msg
+	}
 	if int64(len(msg.Topic)+len(msg.Payload)) <= l.MaxMessageBytes() {
 		return msg
 	}
@@ -562,8 +570,9 @@ func (b *Broker) appended(l *ingestlog.Log, msg ingestlog.Message, pid uint16, o
 		return
 	}
 	b.deadLetters.Add(1)
-	b.logger.Warn("mqtt broker: message larger than an ingest-log record; recorded as a dead letter with its first bytes, acknowledged once durable",
-		"topic", msg.Topic, "message_bytes", msg.TooLarge, "packet_id", pid, "max_record_bytes", l.MaxMessageBytes(), "offset", off)
+	b.logger.Warn("mqtt broker: message too large (over max_message_bytes, or over an ingest-log record); its payload discarded, recorded as a dead letter with its first bytes, acknowledged once durable",
+		"topic", msg.Topic, "message_bytes", msg.TooLarge, "packet_id", pid, "max_message_bytes", b.cfg.MaxMessageBytes,
+		"max_record_bytes", l.MaxMessageBytes(), "offset", off)
 }
 
 // PauseIngest makes the broker refuse readings for its ingest logs, for
@@ -638,6 +647,29 @@ func (h *ingestHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pac
 		return pk, h.refusePaused(cl, pk, *why)
 	}
 	msg := messageOf(pk)
+	if size, retain, kept, ok := b.uncut(pk.Payload); ok {
+		// A PUBLISH over max_message_bytes, cut by the connection's
+		// cutReader: its dead letter, acknowledged once durable; mochi
+		// neither retains nor routes it.
+		msg.TooLarge, msg.Retain, msg.Payload = size, retain, kept
+		b.tooLarge.Add(1)
+		if len(b.targets(pk.TopicName)) == 0 {
+			b.logger.Warn("mqtt broker: message larger than max_message_bytes on a topic no pipeline reads; dropped, acknowledged",
+				"client", cl.ID, "topic", pk.TopicName, "message_bytes", size, "packet_id", pk.PacketID, "max_message_bytes", b.cfg.MaxMessageBytes)
+		}
+		pkx, err := h.publishMessage(cl, pk, msg)
+		if err == nil {
+			err = packets.CodeSuccessIgnore
+		}
+		return pkx, err
+	}
+	return h.publishMessage(cl, pk, msg)
+}
+
+// publishMessage appends msg, received in pk from cl, to the logs of the
+// pipelines that read its topic; see OnPublish.
+func (h *ingestHook) publishMessage(cl *mochi.Client, pk packets.Packet, msg ingestlog.Message) (packets.Packet, error) {
+	b := h.b
 	if pk.FixedHeader.Qos == 2 && b.store != nil && persistent(cl) && b.store.hasClient(cl.ID) {
 		return h.publishQoS2(cl, pk, msg)
 	}

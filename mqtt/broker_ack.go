@@ -186,13 +186,18 @@ type ackGate struct {
 	err     error         // sticky: the log failed or a write failed
 	wake    chan struct{} // cap 1: there is work for the flusher
 	waitBuf []uint64      // the flusher's copy of written
+	in      *cutReader    // the connection as mochi reads it
 }
 
 func newAckGate(b *Broker, c net.Conn) *ackGate {
-	g := &ackGate{Conn: c, b: b, written: make([]uint64, 1+len(b.routes)), wake: make(chan struct{}, 1)}
+	g := &ackGate{Conn: c, b: b, written: make([]uint64, 1+len(b.routes)), wake: make(chan struct{}, 1),
+		in: newCutReader(c, b.cfg.MaxMessageBytes, b.cutMark)}
 	g.cond.L = &g.mu
 	return g
 }
+
+// Read reads the connection through its cutReader (see broker_cut.go).
+func (g *ackGate) Read(p []byte) (int, error) { return g.in.Read(p) }
 
 // appended records that the record at off of route key's log was written
 // for this connection: bytes written from now on wait until it is durable.

@@ -6,37 +6,136 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/mqtt/ingestlog"
 )
 
-// The embedded broker refuses a packet larger than max_message_bytes
-// from its fixed header, before it reads or allocates the body: the
-// client's connection is closed, PacketsTooLarge counts it, nothing is
-// appended, and the next client's messages flow. An MQTT 5 client is
-// told the bound in CONNACK (Maximum Packet Size).
-func TestBrokerRefusesAPacketTooLarge(t *testing.T) {
+// A PUBLISH over max_message_bytes from an MQTT 3.1.1 device, which
+// cannot be told the bound, becomes a dead-letter record (its topic, size
+// and first DeadLetterKeep bytes), acknowledged once durable, neither
+// retained nor routed to subscribers: the device is not left resending it
+// at every reconnect, and its next message flows. PacketsTooLarge and
+// DeadLetters count it, and it is logged.
+func TestBrokerDeadLettersAPublishOverTheBound(t *testing.T) {
+	b, l, logs := startSmallBroker(t)
+
+	sub := connect(t, b.Addr(), "watcher")
+	got := make(chan string, 10)
+	if tok := sub.Subscribe("sensors/#", 1, func(_ paho.Client, m paho.Message) { got <- string(m.Payload()) }); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+
+	c, _ := dialRaw(t, b.Addr(), "big", false)
+	big := bytes.Repeat([]byte("0123456789"), 400)
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true}, PacketID: 1, TopicName: "sensors/cam", Payload: big})
+	c.expect(packets.Puback, 1)
+	c.publish(1, 2, "sensors/a", []byte(`{"seq":2}`), false)
+	c.expect(packets.Puback, 2)
+
+	recs := readAll(t, l)
+	if len(recs) != 2 || recs[0].Topic != "sensors/cam" || recs[0].TooLarge != publishSize(len("sensors/cam"), len(big), 1) ||
+		!bytes.Equal(recs[0].Payload, big[:DeadLetterKeep]) || !recs[0].Retain || recs[1].TooLarge != 0 || string(recs[1].Payload) != `{"seq":2}` {
+		t.Fatalf("log holds %+v", recs)
+	}
+	if b.PacketsTooLarge() != 1 || b.DeadLetters() != 1 {
+		t.Fatalf("PacketsTooLarge %d, DeadLetters %d; want 1 and 1", b.PacketsTooLarge(), b.DeadLetters())
+	}
+	testutil.Eventually(t, waitBound, "the dead letter logged", func() bool {
+		return strings.Contains(logs.String(), "message too large (over max_message_bytes, or over an ingest-log record); its payload discarded")
+	})
+	// The subscriber got the next message only, and nothing was retained.
+	if m := testutil.Receive(t, waitBound, "the message after the big one", got); m != `{"seq":2}` {
+		t.Fatalf("subscriber got %q first", m)
+	}
+	late := connect(t, b.Addr(), "late")
+	retained := make(chan string, 1)
+	if tok := late.Subscribe("sensors/cam", 1, func(_ paho.Client, m paho.Message) { retained <- string(m.Payload()) }); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	c.publish(0, 0, "sensors/cam", []byte("after"), false) // the sync point: it reaches "late" after any retained message would
+	if m := testutil.Receive(t, waitBound, "the message after the subscription", retained); m != "after" {
+		t.Fatalf("a new subscriber got %q: the cut message was retained", m)
+	}
+}
+
+// startSmallBroker starts a broker whose max_message_bytes is 1024,
+// ingesting into a log; it returns them and the broker's log output.
+func startSmallBroker(t *testing.T) (*Broker, *ingestlog.Log, *testutil.Buffer) {
+	t.Helper()
 	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
 	logs := &testutil.Buffer{}
 	cfg := DefaultBrokerConfig()
 	cfg.MaxMessageBytes = 1024
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	b := startBrokerCfg(t, l, cfg, nil)
+	return startBrokerCfg(t, l, cfg, nil), l, logs
+}
 
-	c, _ := dialRaw(t, b.Addr(), "big", true)
-	// A PUBLISH claiming 256 MB: only its head is sent.
-	head, _ := hugePublish("sensors/cam", 1)
-	if _, err := c.conn.Write(head); err != nil {
+// A device that streams a 32 MB PUBLISH costs the broker its read buffers
+// and the bytes it keeps, not the payload: the rest is discarded as it
+// arrives.
+func TestBrokerCutsAHugePublishInBoundedMemory(t *testing.T) {
+	b, l, _ := startSmallBroker(t)
+	c, _ := dialRaw(t, b.Addr(), "huge", true)
+	const payload = 32 << 20
+	var head bytes.Buffer
+	head.WriteByte(0x32)
+	if err := writeLength(&head, int64(2+len("sensors/cam")+2+payload)); err != nil {
 		t.Fatal(err)
 	}
-	if pk, err := c.read(); err == nil {
-		t.Fatalf("the broker answered a 256 MB PUBLISH with packet type %d", pk.FixedHeader.Type)
+	head.Write([]byte{0, byte(len("sensors/cam"))})
+	head.WriteString("sensors/cam")
+	head.Write([]byte{0, 9})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if _, err := c.conn.Write(head.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	chunk := bytes.Repeat([]byte("z"), 64<<10)
+	for sent := 0; sent < payload; sent += len(chunk) {
+		if _, err := c.conn.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.expect(packets.Puback, 9)
+	runtime.ReadMemStats(&after)
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > payload/8 {
+		t.Fatalf("the broker allocated %d bytes for a %d-byte payload", alloc, payload)
+	}
+	recs := readAll(t, l)
+	if len(recs) != 1 || recs[0].TooLarge != int64(head.Len())+payload || len(recs[0].Payload) != DeadLetterKeep {
+		t.Fatalf("log holds %+v", recs)
+	}
+}
+
+// An MQTT 5 client is told the bound in CONNACK (Maximum Packet Size); a
+// packet over it ends its connection without being read, counted and
+// logged, and the next client's messages flow.
+func TestBrokerRefusesAnMQTT5PacketTooLarge(t *testing.T) {
+	b, l, logs := startSmallBroker(t)
+
+	c5, _ := dialRaw5(t, b.Addr(), "big5")
+	// A PUBLISH claiming 256 MB: only its head is sent.
+	head, _ := hugePublish("sensors/cam", 1)
+	if _, err := c5.conn.Write(head); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		pk, err := c5.read()
+		if err != nil {
+			break
+		}
+		if pk.FixedHeader.Type != packets.Disconnect {
+			t.Fatalf("the broker answered a 256 MB PUBLISH with packet type %d", pk.FixedHeader.Type)
+		}
 	}
 	// The refusal is counted, then logged: both, in that order.
 	testutil.Eventually(t, waitBound, "the refusal counted and logged", func() bool {

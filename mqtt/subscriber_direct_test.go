@@ -128,21 +128,36 @@ func (sc *scriptConn) send(b []byte) {
 	}
 }
 
-// encode returns pk encoded by mochi.
+// encode returns pk encoded by mochi, as MQTT 3.1.1.
 func encode(t testing.TB, pk packets.Packet) []byte {
 	t.Helper()
-	pk.ProtocolVersion = 4
+	return encodeVersion(t, 4, pk)
+}
+
+// encodeVersion returns pk encoded by mochi for protocol version v.
+func encodeVersion(t testing.TB, v byte, pk packets.Packet) []byte {
+	t.Helper()
+	pk.ProtocolVersion = v
 	var buf bytes.Buffer
 	var err error
 	switch pk.FixedHeader.Type {
+	case packets.Connect:
+		if pk.Connect.ProtocolName == nil {
+			pk.Connect.ProtocolName = []byte("MQTT")
+		}
+		err = pk.ConnectEncode(&buf)
 	case packets.Connack:
 		err = pk.ConnackEncode(&buf)
 	case packets.Suback:
 		err = pk.SubackEncode(&buf)
 	case packets.Publish:
 		err = pk.PublishEncode(&buf)
+	case packets.Puback:
+		err = pk.PubackEncode(&buf)
 	case packets.Pubrel:
 		err = pk.PubrelEncode(&buf)
+	case packets.Pingreq:
+		err = pk.PingreqEncode(&buf)
 	default:
 		t.Fatalf("encode %d", pk.FixedHeader.Type)
 	}
