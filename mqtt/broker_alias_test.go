@@ -1,10 +1,12 @@
 package mqtt
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -131,6 +133,33 @@ func TestBrokerRefusesAnInvalidTopicAlias(t *testing.T) {
 		c.expectDisconnect(packets.ErrTopicAliasInvalid.Code)
 	}
 	if got, want := fmt.Sprint(loggedMessages(t, l)), "[sensors/a max sensors/a max]"; got != want {
+		t.Fatalf("logged %s, want %s", got, want)
+	}
+}
+
+// A device whose connection the broker ends for a bad topic alias, known
+// or out of range, did not disconnect: its will is published, and goes
+// to the ingest log like its readings (MQTT 5, 3.1.2.5).
+func TestBrokerSendsTheWillOfAClientRefusedForItsAlias(t *testing.T) {
+	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
+	b := startBroker(t, l, "sensors/#")
+	for i, alias := range []int{2, 0, topicAliasMaximum + 1} { // never set, 0, above the maximum
+		id := fmt.Sprintf("dev-%d", i)
+		conn, err := net.Dial("tcp", b.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		c := &rawClient{t: t, conn: conn, r: bufio.NewReader(conn), version: 5}
+		c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, Connect: packets.ConnectParams{
+			ProtocolName: []byte("MQTT"), ClientIdentifier: id, Clean: true, Keepalive: 60,
+			WillFlag: true, WillTopic: "sensors/will/" + id, WillPayload: []byte("offline"), WillQos: 1}})
+		c.expect(packets.Connack, 0)
+		c.write(publish5(1, 1, "", alias, []byte("bad")))
+		c.expectDisconnect(packets.ErrTopicAliasInvalid.Code)
+		testutil.Eventually(t, waitBound, "the will of "+id+" in the log", func() bool { return l.Stats().DurableOffset >= uint64(i+1) })
+	}
+	if got, want := fmt.Sprint(loggedMessages(t, l)), "[sensors/will/dev-0 offline sensors/will/dev-1 offline sensors/will/dev-2 offline]"; got != want {
 		t.Fatalf("logged %s, want %s", got, want)
 	}
 }

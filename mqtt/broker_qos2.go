@@ -140,10 +140,22 @@ func (h *ingestHook) publishQoS2(cl *mochi.Client, pk packets.Packet, msg ingest
 // durably, before mochi sends the PUBCOMP: after it the device may reuse
 // the packet id.
 func (h *ingestHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
-	if pk.FixedHeader.Type == packets.Publish && pk.Properties.TopicAliasFlag &&
-		(pk.Properties.TopicAlias == 0 || pk.Properties.TopicAlias > topicAliasMaximum) {
-		h.refuseAlias(cl, pk, "out of range")
-		return pk, packets.ErrTopicAliasInvalid
+	if pk.FixedHeader.Type == packets.Publish && pk.Properties.TopicAliasFlag {
+		// Rejected here, the packet ends mochi's read loop with an error,
+		// so mochi publishes the device's will, as MQTT 5 says for a
+		// connection the server closes (rejected in OnPublish, the packet
+		// would end nothing and the will would be forgotten; an error other
+		// than a rejection, mochi ignores).
+		switch alias := pk.Properties.TopicAlias; {
+		case alias == 0 || alias > topicAliasMaximum:
+			h.refuseAlias(cl, pk, "out of range")
+			return pk, packets.ErrRejectPacket
+		case pk.TopicName == "" && cl.State.TopicAliases.Inbound.Set(alias, "") == "":
+			// Set with no topic returns the alias's topic, or records ""
+			// for an alias never set: the connection ends either way.
+			h.refuseAlias(cl, pk, "unknown")
+			return pk, packets.ErrRejectPacket
+		}
 	}
 	st := h.b.store
 	if pk.FixedHeader.Type != packets.Pubrel || st == nil {
