@@ -79,9 +79,10 @@ type Execution struct {
 	failure    error
 	failedAt   time.Time
 	restarting bool
-	// lastHistory is the checkpoint history of the latest attempt that
-	// ended, and completed the newest checkpoint (not savepoint) that
-	// completed or was restored in this execution (both guarded by mu).
+	// lastHistory is the checkpoint history of the attempts that ended
+	// (the newest snapshot.HistorySize), and completed the newest
+	// checkpoint (not savepoint) that completed or was restored in this
+	// execution (both guarded by mu).
 	lastHistory []snapshot.Stats
 	completed   snapshot.ID
 }
@@ -185,7 +186,7 @@ func (e *Execution) attemptEnded(r *Runner) {
 	h := r.History()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.lastHistory = h
+	e.lastHistory = mergeHistories(e.lastHistory, h)
 	for _, s := range h {
 		if s.Status == snapshot.Completed && s.Kind == snapshot.KindCheckpoint {
 			e.completed = max(e.completed, s.Checkpoint)
@@ -193,18 +194,41 @@ func (e *Execution) attemptEnded(r *Runner) {
 	}
 }
 
-// History returns the checkpoint history of the running attempt, or,
-// between attempts and once the job ended, that of the latest attempt
-// that ended: a checkpoint that failed the job stays visible with its
-// reason.
+// History returns the checkpoint history of the execution, oldest first,
+// the newest snapshot.HistorySize entries: that of the attempts that
+// ended, then the running attempt's. Each attempt's coordinator starts
+// with an empty history, so a checkpoint that an attempt completed, or
+// that failed it, stays visible with its reason after the restart, also
+// to a reader that did not look in between.
 func (e *Execution) History() []snapshot.Stats {
 	e.mu.Lock()
 	r, h := e.runner, e.lastHistory
 	e.mu.Unlock()
 	if r != nil {
-		return r.History()
+		return mergeHistories(h, r.History())
 	}
 	return slices.Clone(h)
+}
+
+// mergeHistories returns the entries of prev and cur, each ordered by
+// checkpoint id, in id order, an entry of cur replacing one of prev with
+// its id; the newest snapshot.HistorySize are kept. It modifies neither.
+func mergeHistories(prev, cur []snapshot.Stats) []snapshot.Stats {
+	out := make([]snapshot.Stats, 0, len(prev)+len(cur))
+	i, j := 0, 0
+	for i < len(prev) || j < len(cur) {
+		switch {
+		case j == len(cur) || (i < len(prev) && prev[i].Checkpoint < cur[j].Checkpoint):
+			out = append(out, prev[i])
+			i++
+		case i < len(prev) && prev[i].Checkpoint == cur[j].Checkpoint:
+			i++ // cur's is the newer view of it
+		default:
+			out = append(out, cur[j])
+			j++
+		}
+	}
+	return out[max(0, len(out)-snapshot.HistorySize):]
 }
 
 func (e *Execution) setRunner(r *Runner) {
