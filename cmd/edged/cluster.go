@@ -227,6 +227,15 @@ func printClusterStatus(w io.Writer, s cluster.Status) error {
 	for _, p := range s.Placement {
 		subtasks[p.Node] = len(p.Subtasks)
 	}
+	// The placement is the job masters': a worker holds none of it, and
+	// its zeros would read as a cluster that runs nothing.
+	elsewhere := len(s.Placement) == 0 && s.Leader != "" && s.Leader != s.Node
+	count := func(n int) string {
+		if elsewhere {
+			return "-"
+		}
+		return fmt.Sprint(n)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "\nMEMBERS")
 	fmt.Fprintln(tw, "ID\tSTATE\tLEADER\tMAJORITY\tCAPACITY\tWEIGHT\tSUBTASKS\tKEY GROUPS\tTRANSPORT\tAPI")
@@ -242,14 +251,21 @@ func printClusterStatus(w io.Writer, s cluster.Status) error {
 		if m.ID == s.Node {
 			majority = yesNo(m.SeesMajority)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", m.ID, state, mark(m.Leader), majority,
-			capacityString(m.Capacity), max(m.Weight, 1), subtasks[m.ID], owned[m.ID], m.Address, m.API)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", m.ID, state, mark(m.Leader), majority,
+			capacityString(m.Capacity), max(m.Weight, 1), count(subtasks[m.ID]), count(owned[m.ID]), m.Address, m.API)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 
 	fmt.Fprintf(w, "\nPLACEMENT (epoch %d)\n", s.Epoch)
+	if elsewhere {
+		api := "its API"
+		if l, ok := s.Member(s.Leader); ok && l.API != "" {
+			api = l.API
+		}
+		fmt.Fprintf(w, "(kept by the leader, node %s, which runs the job masters: edged cluster status --addr %s)\n", s.Leader, api)
+	}
 	rows := 0
 	fmt.Fprintln(tw, "NODE\tOPERATOR\tUID\tSUBTASK\tKEY GROUPS")
 	for _, p := range s.Placement {
@@ -262,7 +278,9 @@ func printClusterStatus(w io.Writer, s cluster.Status) error {
 			rows++
 		}
 	}
-	if err := flushOrNone(w, tw, rows); err != nil {
+	if elsewhere {
+		tw.Init(w, 0, 4, 2, ' ', 0) // no table: drop its header
+	} else if err := flushOrNone(w, tw, rows); err != nil {
 		return err
 	}
 

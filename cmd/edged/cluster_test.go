@@ -339,6 +339,38 @@ func TestClusterStatusMarksOtherPipelines(t *testing.T) {
 	t.Fatalf("no member row n2:\n%s", out.String())
 }
 
+// On a worker, which holds none of the placement (the job masters on the
+// leader do), edged cluster status names the leader to ask instead of
+// showing an empty placement and no subtasks on any node; a worker that
+// knows no leader shows the empty placement as it is.
+func TestClusterStatusOnAWorkerNamesTheLeader(t *testing.T) {
+	s := clusterOfThree()
+	s.Node, s.Placement = "n2", nil
+	var out bytes.Buffer
+	if err := printClusterStatus(&out, s); err != nil {
+		t.Fatal(err)
+	}
+	want := "PLACEMENT (epoch 5)\n(kept by the leader, node n1, which runs the job masters: edged cluster status --addr 127.0.0.1:8081)\n\nREPLICAS"
+	if !strings.Contains(out.String(), want) {
+		t.Fatalf("no %q in:\n%s", want, out.String())
+	}
+	for _, l := range strings.Split(out.String(), "\n") {
+		if f := strings.Fields(l); len(f) > 7 && (f[0] == "n1" || f[0] == "n2") && f[1] == "alive" {
+			if f[len(f)-4] != "-" || f[len(f)-3] != "-" { // subtasks, key groups, before transport and API
+				t.Errorf("member row %q: subtasks and key groups not shown as unknown", l)
+			}
+		}
+	}
+	s.Leader = ""
+	out.Reset()
+	if err := printClusterStatus(&out, s); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "PLACEMENT (epoch 5)\n(none)\n") {
+		t.Fatalf("no empty placement without a leader:\n%s", out.String())
+	}
+}
+
 // A node that takes a drain and ends the connection without an answer
 // (it crashed) gets the CLI to say so, not a bare transport error.
 func TestClusterDrainConnectionLost(t *testing.T) {
