@@ -568,6 +568,19 @@ func (n *node) joinCluster(cfg *pipeline.Config) error {
 		c.lead.mu.Unlock()
 	}
 	c.log.Info("cluster: leader", "leader", c.leader(), "master", c.master)
+	if !c.master && n.opts.Savepoint != "" {
+		// Only the job masters start jobs, and they run on the leader:
+		// given to any other node the savepoint would be dropped without
+		// a word while the leader's jobs run on from their own snapshots.
+		c.stop()
+		leader := c.leader()
+		if leader == "" {
+			leader = "none known"
+		}
+		return fmt.Errorf("%w: node %q follows the leader (%s), which runs the job masters and starts every job from its own snapshots; "+
+			"to start from %s, stop the job on the leader (edged stop), stop every node, the leader last, then start the leader first, with --from-savepoint, and the others after it",
+			ErrSavepointNotLeader, cfg.Cluster.Node, leader, n.opts.Savepoint)
+	}
 	c.pauseIngest = func(paused bool) {
 		if n.mqtt == nil || n.mqtt.broker == nil {
 			return

@@ -268,6 +268,9 @@ func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
 	if cfg.Cluster != nil {
 		if err := n.joinCluster(cfg); err != nil {
 			ln.Close()
+			if errors.Is(err, ErrSavepointNotLeader) {
+				return err // says "daemon:" already
+			}
 			return fmt.Errorf("daemon: %w", err)
 		}
 		// The worker's hosts read the ingest logs: they stop first.

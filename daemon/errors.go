@@ -20,6 +20,10 @@ var (
 	// ErrNoCheckpointing is returned when a savepoint or stop-with-savepoint
 	// is asked of a job without checkpoint.dir.
 	ErrNoCheckpointing = errors.New("daemon: job has no checkpoint.dir configured")
+	// ErrSavepointNotLeader refuses edged run --from-savepoint on a
+	// cluster node that does not run the job masters when it starts: the
+	// savepoint would not be used.
+	ErrSavepointNotLeader = errors.New("daemon: --from-savepoint given to a node that does not run the job masters")
 )
 
 // Errors of the dashboard's endpoints and the token check.
