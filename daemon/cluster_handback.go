@@ -874,6 +874,9 @@ func (n *node) stopForHandback(ctx context.Context) (map[string]snapshot.ID, boo
 				var md *snapshot.Metadata
 				if md, err = snapshot.Load(path); err == nil {
 					ids[j.name] = md.Checkpoint
+					if n.cluster != nil {
+						n.cluster.rep.ownSavepoint(ctx, j.name, path)
+					}
 				}
 			}
 		}

@@ -311,6 +311,7 @@ func (c *clusterNode) handoverWave(ctx context.Context, trigger cluster.Trigger,
 		return err
 	}
 	c.recordHandover(rec, hj, res, i == len(hj.waves)-1)
+	c.rep.ownSavepoint(ctx, hj.e.Name(), res.Path)
 	for _, m := range res.Moved {
 		if !slices.Contains(*joined, m.To) {
 			*joined = append(*joined, m.To)

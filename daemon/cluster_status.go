@@ -95,6 +95,14 @@ func (c *clusterNode) redeploy(ctx context.Context, trigger cluster.Trigger, rea
 	// the latest checkpoint), so little is replayed. Without one nothing
 	// moves.
 	savepoints := map[string]string{}
+	// They are the cluster's own: once the redeployment is over (not
+	// before: the jobs run on meanwhile), each is marked and the older
+	// ones pruned.
+	defer func() {
+		for job, path := range savepoints {
+			c.rep.ownSavepoint(ctx, job, path)
+		}
+	}()
 	for _, e := range execs {
 		start := time.Now()
 		path, err := e.TriggerSavepoint(ctx, "", false)

@@ -503,6 +503,8 @@ func (n *node) shutdown(ctx context.Context, j *job) {
 			n.log.Info("job stopped with savepoint", "job", j.name, "savepoint", path)
 			if n.cluster == nil {
 				n.pruneStopSavepoints(j.name, path)
+			} else {
+				n.cluster.rep.ownSavepoint(sctx, j.name, path)
 			}
 			return
 		}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"cmp"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,7 +16,9 @@ import (
 // Each is marked (stopSavepointMark) once complete, and after the next
 // one the node keeps the newest keepStopSavepoints of them and deletes
 // the older ones. Savepoints asked for (edged savepoint, edged stop, the
-// API) are never marked and never deleted.
+// API) are never marked and never deleted. In a cluster the savepoints
+// the cluster takes on its own are marked and pruned the same way, on
+// every node that keeps a copy (cluster_stop_savepoints.go).
 
 // stopSavepointMark is the file that marks a savepoint the node took at
 // its own stop.
@@ -31,11 +34,7 @@ const keepStopSavepoints = 2
 // path reads back complete: a newer snapshot that restores must exist
 // before an older one goes.
 func (n *node) pruneStopSavepoints(job, path string) {
-	dir := filepath.Dir(path)
-	if filepath.Base(dir) != "savepoints" {
-		return
-	}
-	newest, ok := snapshot.SavepointDirID(filepath.Base(path))
+	newest, ok := ownSavepointDir(path)
 	if !ok {
 		return
 	}
@@ -43,19 +42,46 @@ func (n *node) pruneStopSavepoints(job, path string) {
 		n.log.Warn("stop savepoint does not read back; older ones kept", "job", job, "savepoint", path, "err", err)
 		return
 	}
-	if err := os.WriteFile(filepath.Join(path, stopSavepointMark), nil, 0o644); err != nil {
-		n.log.Warn("cannot mark the stop savepoint; it will be kept", "job", job, "savepoint", path, "err", err)
+	if !markStopSavepoint(n.log, job, path) {
 		return
 	}
+	pruneStopSavepointsIn(n.log, job, filepath.Dir(path), newest, nil)
+}
+
+// ownSavepointDir returns the checkpoint id of path when it is a
+// savepoint in its store's own place, savepoints/sp-<id>-<ts>.
+func ownSavepointDir(path string) (snapshot.ID, bool) {
+	if filepath.Base(filepath.Dir(path)) != "savepoints" {
+		return 0, false
+	}
+	return snapshot.SavepointDirID(filepath.Base(path))
+}
+
+// markStopSavepoint writes the mark into the savepoint directory path;
+// false (logged) if it could not.
+func markStopSavepoint(log *slog.Logger, job, path string) bool {
+	if err := os.WriteFile(filepath.Join(path, stopSavepointMark), nil, 0o644); err != nil {
+		log.Warn("cannot mark the stop savepoint; it will be kept", "job", job, "savepoint", path, "err", err)
+		return false
+	}
+	return true
+}
+
+// stopSavepoint is a marked savepoint found in a savepoints/ directory.
+type stopSavepoint struct {
+	id   snapshot.ID
+	path string
+}
+
+// stopSavepointsIn returns the marked savepoints in dir (a store's
+// savepoints/ directory) up to id newest, newest first. Symbolic links
+// (a savepoint on a path of the user's) are never listed.
+func stopSavepointsIn(dir string, newest snapshot.ID) []stopSavepoint {
 	des, err := os.ReadDir(dir)
 	if err != nil {
-		return
+		return nil
 	}
-	type stop struct {
-		id   snapshot.ID
-		path string
-	}
-	var stops []stop
+	var stops []stopSavepoint
 	for _, de := range des {
 		id, ok := snapshot.SavepointDirID(de.Name())
 		if !ok || !de.IsDir() || id > newest {
@@ -63,15 +89,26 @@ func (n *node) pruneStopSavepoints(job, path string) {
 		}
 		p := filepath.Join(dir, de.Name())
 		if _, err := os.Stat(filepath.Join(p, stopSavepointMark)); err == nil {
-			stops = append(stops, stop{id, p})
+			stops = append(stops, stopSavepoint{id, p})
 		}
 	}
-	slices.SortFunc(stops, func(a, b stop) int { return cmp.Compare(b.id, a.id) })
+	slices.SortFunc(stops, func(a, b stopSavepoint) int { return cmp.Compare(b.id, a.id) })
+	return stops
+}
+
+// pruneStopSavepointsIn deletes the marked savepoints in dir up to id
+// newest beyond the newest keepStopSavepoints of them, logging each;
+// keep, when set, spares those it reports true for.
+func pruneStopSavepointsIn(log *slog.Logger, job, dir string, newest snapshot.ID, keep func(snapshot.ID) bool) {
+	stops := stopSavepointsIn(dir, newest)
 	for _, s := range stops[min(len(stops), keepStopSavepoints):] {
-		if err := os.RemoveAll(s.path); err != nil {
-			n.log.Warn("cannot delete an old stop savepoint", "job", job, "savepoint", s.path, "err", err)
+		if keep != nil && keep(s.id) {
 			continue
 		}
-		n.log.Info("deleted an old stop savepoint", "job", job, "savepoint", s.path, "kept", keepStopSavepoints)
+		if err := os.RemoveAll(s.path); err != nil {
+			log.Warn("cannot delete an old stop savepoint", "job", job, "savepoint", s.path, "err", err)
+			continue
+		}
+		log.Info("deleted an old stop savepoint", "job", job, "savepoint", s.path, "kept", keepStopSavepoints)
 	}
 }
