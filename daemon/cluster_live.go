@@ -112,6 +112,15 @@ func (c *clusterNode) startGossip() error {
 	c.live.m.Store(m)
 	c.live.wg.Add(1)
 	go c.live.loop(m, c.live.stop, peers, c.executions)
+	c.lead.mu.Lock()
+	fresh := !c.lead.before
+	c.lead.mu.Unlock()
+	if fresh {
+		// The node took part in no deployment: it asks its peers
+		// whether the cluster ran before (cluster_history.go).
+		stop := c.live.stop
+		c.live.wg.Go(func() { c.adoptLoop(stop, c.leadership().RestartPoll) })
+	}
 	return nil
 }
 

@@ -294,6 +294,7 @@ func (r *replicas) mount(mux *http.ServeMux) {
 	mux.HandleFunc("GET /cluster/jobs/{job}/checkpoints/{id}/replicas/{name}", r.handleGet)
 	mux.HandleFunc("PUT /cluster/jobs/{job}/checkpoints/{id}/metadata", r.handleMetadata)
 	mux.HandleFunc("PUT /cluster/jobs/{job}/checkpoints/{id}/own", r.handleOwnSavepoint)
+	mux.HandleFunc("GET /cluster/jobs/{job}/checkpoints/{id}/metadata", r.handleGetMetadata)
 }
 
 func replicaRequest(r *http.Request) (snapshot.ID, snapshot.Handle, error) {

@@ -3,6 +3,8 @@ package test
 import (
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -131,7 +133,7 @@ func leaderLines(log string) string {
 	var out []string
 	for _, line := range strings.Split(log, "\n") {
 		for _, k := range []string{"cluster: leader", "who leads", "takes over", "took over", "leader died", "membership changed",
-			"no majority", "not deployed", "restoring the job", "hand-back", "power loss", "edged run"} {
+			"no majority", "not deployed", "restoring the job", "hand-back", "power loss", "history", "edged run"} {
 			if strings.Contains(line, k) {
 				out = append(out, line)
 				break
@@ -294,4 +296,72 @@ func TestClusterPowerLossAllRestart(t *testing.T) {
 	t.Logf("the job runs with a leading %v after the restart", time.Since(restarted).Round(time.Millisecond))
 	l.publish(from, n4)
 	l.finish(n4, 120*time.Second)
+}
+
+// A whole-site power loss during which b's device is replaced: the three
+// nodes are SIGKILLed under MQTT load once everything a and b
+// acknowledged is covered by completed checkpoints (their disks are
+// lost), b's data dir is emptied, and only b and c start again. b, the
+// lowest live node, took part in no deployment; c, which did, defers to
+// it. b adopts the cluster's history from c (the highest epoch c saw, the
+// metadata of c's newest snapshot) and takes over once a has stayed away
+// for the grace: the job restores from the checkpoint the cluster
+// replicated (every state file from c's copies) on b and c in a newer
+// epoch, c runs no job master, and every window is exact, with one
+// result id.
+func TestClusterPowerLossReplacedLowestNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses and SIGKILL")
+	}
+	const n1, n2 = 15_000, 33_000
+	members := startCluster(t, true)
+	l := newClusterLoad(t, members)
+	a, b, c := members[0], members[1], members[2]
+	client := &http.Client{Timeout: time.Second}
+	testutil.Eventually(t, 30*time.Second, "a leads, every node alive", func() bool {
+		s, err := a.leaderStatus(client)
+		return err == nil && s.alive() == 3 && s.Leader == "a" && s.keyedOn("a") > 0
+	})
+	l.publish(0, n1)
+	testutil.Eventually(t, 60*time.Second, "nodes a and b released all they were sent", func() bool {
+		ra, err1 := a.released(client)
+		rb, err2 := b.released(client)
+		return err1 == nil && err2 == nil && ra >= uint64(n1/3) && rb >= uint64(n1/3)
+	})
+	s, err := b.leaderStatus(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	epochBefore := s.Epoch
+	for i, m := range members {
+		m.kill()
+		l.down[i] = true
+	}
+	for i := range members {
+		l.disconnect(i)
+	}
+	// b's device is replaced: same node id and config, empty data dir.
+	if err := os.RemoveAll(filepath.Join(filepath.Dir(b.cfgPath), "data")); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("power loss: a, b and c SIGKILLed, b's data dir emptied; b had seen epoch %d", epochBefore)
+	restarted := time.Now()
+	l.restart(1)
+	l.restart(2)
+	if !testutil.Within(60*time.Second, func() bool {
+		s, err := b.leaderStatus(client)
+		return err == nil && s.Leader == "b" && s.Epoch > epochBefore && s.keyedOn("a") == 0 && s.keyedOn("b")+s.keyedOn("c") == 3
+	}) {
+		t.Fatalf("b (replaced) and c did not run the job within 60 s of their restart\nb:\n%s\nc:\n%s",
+			leaderLines(b.logTail()), leaderLines(c.logTail()))
+	}
+	t.Logf("b took over %v after b's and c's restart", time.Since(restarted).Round(time.Millisecond))
+	if !strings.Contains(b.lastRun(), "adopts the cluster's history") {
+		t.Fatalf("b did not log that it adopted the cluster's history:\n%s", leaderLines(b.lastRun()))
+	}
+	if n, err := c.jobMasters(client); err != nil || n != 0 {
+		t.Fatalf("node c runs %d job masters (%v), want none", n, err)
+	}
+	l.publish(n1, n2)
+	l.finish(n2, 120*time.Second)
 }
