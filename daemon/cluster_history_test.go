@@ -106,3 +106,47 @@ func TestFailoverScriptPowerLossReplacedLowestNode(t *testing.T) {
 	fc.finish("b")
 	fc.checkTotals()
 }
+
+// Script: as TestFailoverScriptPowerLossReplacedLowestNode, but each
+// state file is on its writer and one peer (cluster.replicas 1): some
+// of b's files were only on a and on b's old disk. b adopts the history
+// and takes over, but the snapshot cannot be completed from the live
+// holders: its takeover fails, logged, and the job does not start from
+// the beginning (which would commit its output again).
+func TestFailoverScriptReplacedNodeNeverStartsFromTheBeginning(t *testing.T) {
+	fc := newFailoverCluster(t, foOptions{replicas: 1})
+	b, c := fc.nodes["b"], fc.nodes["c"]
+	fc.startedPlacement("a", 0)
+	fc.waitCheckpoint("a", 0)
+	fc.kill("a")
+	for _, fn := range []*foNode{b, c} {
+		fn.c.worker.Evict()
+	}
+	// b's device is replaced: its data dir and its store are empty.
+	if err := os.RemoveAll(b.dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := snapshot.OpenStore(b.pc.Checkpoint.Dir, foJob, keygroup.DefaultMaxParallelism, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.c.seen.Store(0)
+	for _, fn := range []*foNode{b, c} {
+		fn.c.lead.mu.Lock()
+		fn.c.lead.id, fn.c.lead.followed, fn.c.lead.before = "a", false, fn == c
+		fn.c.lead.mu.Unlock()
+	}
+	if ok, err := b.c.adoptHistory(context.Background()); err != nil || !ok {
+		t.Fatalf("b adopting the cluster's history: %v, %v", ok, err)
+	}
+	alive := fc.declareDead("a")
+	b.c.live.maybeTakeOver(alive)
+	fc.clock.Advance(restartGrace(""))
+	b.c.live.maybeTakeOver(alive)
+	b.c.live.wg.Wait()
+	if !fc.logs.logged("cluster: takeover failed", "node=b", "would commit its output again") {
+		t.Fatal("b's takeover did not fail on the snapshot it cannot complete")
+	}
+	if fc.logs.logged("job started", "node=b") {
+		t.Fatal("b started the job without its snapshot")
+	}
+}

@@ -514,7 +514,9 @@ func (n *node) lingers(name string) bool {
 // recover readies the node's store of job for a restore: the newest
 // snapshot it has the metadata of whose missing files it can copy in
 // from their holders; an older one when that fails (logged). It returns
-// nil when the store has none.
+// nil when the store has none, and an error when it has some but none
+// can be completed: the job ran, and starting it from the beginning
+// would commit its output again.
 func (r *replicas) recover(ctx context.Context, job string) (*snapshot.Metadata, error) {
 	s, err := r.store(job)
 	if err != nil {
@@ -524,12 +526,17 @@ func (r *replicas) recover(ctx context.Context, job string) (*snapshot.Metadata,
 	if err != nil {
 		return nil, err
 	}
+	var errs []error
 	for _, md := range mds {
 		if err := r.complete(ctx, md); err != nil {
 			r.log.Warn("cluster: snapshot cannot be completed from its holders; trying an older one", "job", job, "checkpoint_id", uint64(md.Checkpoint), "err", err)
+			errs = append(errs, err)
 			continue
 		}
 		return md, nil
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("job %q: none of its %d snapshots on this node can be completed from the live holders, and starting it from the beginning would commit its output again: %w", job, len(errs), errors.Join(errs...))
 	}
 	return nil, nil
 }
