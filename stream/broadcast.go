@@ -1,6 +1,8 @@
 package stream
 
 import (
+	"fmt"
+
 	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/operators"
 )
@@ -10,7 +12,8 @@ import (
 // keyed records). fn is called once per subtask for a fresh function. The
 // watermark of the operator is the minimum of both inputs, so a broadcast
 // stream without timestamps should be bounded or marked idle. The operator
-// needs a UID.
+// needs a UID. b must come from k's Environment: Plan and Execute refuse a
+// stream of another one.
 func ConnectBroadcast[T any, K comparable, B, O any](k *KeyedStream[T, K], b *Stream[B], name string, fn func() operators.KeyedBroadcastProcessFunction[K, T, B, O]) *Stream[O] {
 	env := k.s.env
 	if fn == nil {
@@ -28,7 +31,14 @@ func ConnectBroadcast[T any, K comparable, B, O any](k *KeyedStream[T, K], b *St
 	}
 	env.addVertex(v)
 	k.s.connectInput(v, 0)
-	b.Broadcast().connectInput(v, 1)
+	if b.env != env {
+		// Its edge would go into b's job, which has no such operator (its
+		// tasks failed with a panic), and this job would run without the
+		// broadcast input.
+		env.addError(fmt.Errorf("stream: operator %q: the broadcast stream is from another environment", name))
+	} else {
+		b.Broadcast().connectInput(v, 1)
+	}
 	out := newStream[O](env, v)
 	env.keyedState(v, "keyed-broadcast-process")
 	return out

@@ -1155,6 +1155,28 @@ func TestUserJobKeyedProcessTimersAcrossSavepoint(t *testing.T) {
 	diffUserLines(t, "second half", sortUserStrings(second.Values()), sortUserStrings(wantSecond))
 }
 
+// A broadcast stream of another Environment is refused, naming the
+// operator: its edge went into the other job, whose source then failed
+// with a panic (integer divide by zero), while this job ran without its
+// broadcast input.
+func TestUserMisuseBroadcastFromAnotherEnvironment(t *testing.T) {
+	e1 := stream.NewEnvironment("a")
+	e2 := stream.NewEnvironment("b")
+	events := stream.FromSource(e1, "events", newUserSlice(numberedEvents(5, 1)))
+	rules := stream.FromSource(e2, "rules", newUserSlice([]alertRule{{"k0", 1}}))
+	stream.ConnectBroadcast(stream.KeyBy(events, evKey), rules, "alerts",
+		func() operators.KeyedBroadcastProcessFunction[string, ev, alertRule, string] { return &userAlerter{} }).UID("alerts").
+		ForEach("out", func(string) error { return nil })
+	if _, err := e1.Plan(); err == nil || !strings.Contains(err.Error(), `"alerts"`) ||
+		!strings.Contains(err.Error(), "another environment") {
+		t.Fatalf("Plan: %v, want the broadcast stream from another environment refused", err)
+	}
+	rules.ForEach("rules-out", func(alertRule) error { return nil })
+	if err := e2.Execute(userCtx(t)); err != nil {
+		t.Fatalf("the other environment's job: %v", err)
+	}
+}
+
 // TestUserJobSessionWindows runs event-time session windows over input
 // whose disorder stays within the out-of-orderness, so no record is late:
 // every key's sessions are its runs of timestamps at most the gap apart,
