@@ -11,10 +11,11 @@ import (
 // AssignTimestampsAndWatermarks gives every record its event timestamp and
 // generates watermarks by strategy (bounded out-of-orderness, monotonous,
 // or a custom generator; with optional idleness). Put it right after the
-// source: it chains with it.
+// source: it chains with it. An invalid strategy (Strategy.Validate) is
+// refused by Plan and Execute with an error naming the operator.
 func (s *Stream[T]) AssignTimestampsAndWatermarks(name string, strategy watermark.Strategy[T]) *Stream[T] {
 	if err := strategy.Validate(); err != nil {
-		s.env.addError(err)
+		s.env.addError(fmt.Errorf("stream: operator %q: %w", name, err))
 	}
 	out := Transform(s, name, func(out operators.Collector[T]) operators.OneInput[T] {
 		return operators.NewTimestampsAndWatermarks(strategy, out)

@@ -891,6 +891,10 @@ func TestUserMisuseNilFunctionsAreRefused(t *testing.T) {
 			rules := stream.FromSource(env, "rules", newUserSlice([]alertRule{{"k0", 1}}))
 			sinkTo(stream.ConnectBroadcast[ev, string, alertRule, string](stream.KeyBy(src(env), evKey), rules, "broadcast", nil).UID("b"))
 		},
+		"timestamps": func(env *stream.Environment) {
+			src(env).AssignTimestampsAndWatermarks("timestamps", watermark.ForMonotonous[ev](nil)).
+				ForEach("out", func(ev) error { return nil })
+		},
 	}
 	for name, build := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -1174,6 +1178,43 @@ func TestUserMisuseBroadcastFromAnotherEnvironment(t *testing.T) {
 	rules.ForEach("rules-out", func(alertRule) error { return nil })
 	if err := e2.Execute(userCtx(t)); err != nil {
 		t.Fatalf("the other environment's job: %v", err)
+	}
+}
+
+// Bad window settings and a bad timestamp strategy name the operator.
+func TestUserMisuseWindowAndStrategyErrorsNameTheOperator(t *testing.T) {
+	keyed := func(env *stream.Environment) *stream.KeyedStream[ev, string] {
+		return stream.KeyBy(stream.FromSource(env, "events", newUserSlice(numberedEvents(5, 1))), evKey)
+	}
+	discard := func(operators.WindowResult[string, int64]) error { return nil }
+	cases := map[string]struct {
+		build func(env *stream.Environment)
+		want  string
+	}{
+		"size": {func(env *stream.Environment) {
+			stream.WindowAggregate(stream.Window(keyed(env), operators.TumblingEventTimeWindows(0)), "w", evSumAgg{}).UID("w").ForEach("out", discard)
+		}, "window.size (0ms) must be at least 1ms"},
+		"lateness": {func(env *stream.Environment) {
+			w := stream.Window(keyed(env), operators.TumblingEventTimeWindows(time.Second)).AllowedLateness(-time.Second)
+			stream.WindowAggregate(w, "w", evSumAgg{}).UID("w").ForEach("out", discard)
+		}, "window.allowed_lateness (-1s) must not be negative"},
+		"merge": {func(env *stream.Environment) {
+			w := stream.Window(keyed(env), operators.SlidingEventTimeWindows(time.Second, time.Millisecond))
+			stream.WindowAggregate(w, "w", evTotalAgg{}).UID("w").ForEach("out", func(operators.WindowResult[string, userKeyTotal]) error { return nil })
+		}, "needs a Merge(a, b) method"},
+		"strategy": {func(env *stream.Environment) {
+			stream.FromSource(env, "events", newUserSlice(numberedEvents(5, 1))).
+				AssignTimestampsAndWatermarks("w", watermark.ForMonotonous[ev](nil)).ForEach("out", func(ev) error { return nil })
+		}, "timestamp must be set"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := userPlanErr(t, tc.build)
+			wantUserErrNaming(t, err, `stream: operator "w": `, tc.want)
+			if n := strings.Count(err.Error(), tc.want); n != 1 {
+				t.Fatalf("%q reported %d times: %v", tc.want, n, err)
+			}
+		})
 	}
 }
 

@@ -15,14 +15,20 @@ type WindowedStream[T any, K comparable] struct {
 	assigner operators.WindowAssigner
 	lateness time.Duration
 	lateTag  string
+	// errs are the problems of the assigner and the lateness, reported
+	// with the name of the window operator that finishes the stream.
+	errs []error
 }
 
-// Window cuts the keyed stream into windows by assigner.
+// Window cuts the keyed stream into windows by assigner. A bad assigner
+// (a size, slide or gap under 1ms, a slide above the size) is refused by
+// Plan and Execute with an error naming the window operator.
 func Window[T any, K comparable](k *KeyedStream[T, K], assigner operators.WindowAssigner) *WindowedStream[T, K] {
+	w := &WindowedStream[T, K]{k: k, assigner: assigner}
 	if err := assigner.Validate(); err != nil {
-		k.s.env.addError(err)
+		w.errs = append(w.errs, err)
 	}
-	return &WindowedStream[T, K]{k: k, assigner: assigner}
+	return w
 }
 
 // AllowedLateness keeps each event-time window's state for d after the
@@ -32,7 +38,7 @@ func Window[T any, K comparable](k *KeyedStream[T, K], assigner operators.Window
 // A negative d is refused by Plan and Execute.
 func (w *WindowedStream[T, K]) AllowedLateness(d time.Duration) *WindowedStream[T, K] {
 	if d < 0 {
-		w.k.s.env.addError(fmt.Errorf("window.allowed_lateness (%v) must not be negative", d))
+		w.errs = append(w.errs, fmt.Errorf("window.allowed_lateness (%v) must not be negative", d))
 	}
 	w.lateness = d
 	return w
@@ -53,9 +59,14 @@ func windowOperator[T any, K comparable, O any](w *WindowedStream[T, K], name st
 		}
 		return op
 	})
-	// Build once now so that a bad combination is reported before Execute.
-	if _, err := build(nil); err != nil {
-		w.k.s.env.addError(err)
+	// Build once now so that a bad combination is reported before Execute;
+	// a bad assigner, which the build reports again, only once.
+	errs := w.errs
+	if _, err := build(nil); err != nil && len(errs) == 0 {
+		errs = append(errs, err)
+	}
+	for _, err := range errs {
+		w.k.s.env.addError(fmt.Errorf("stream: operator %q: %w", name, err))
 	}
 	out.env.keyedState(out.v, "window", actors.WindowStateSetting(w.assigner.StateDigest()))
 	if w.lateTag != "" {
