@@ -57,6 +57,11 @@ var (
 	// serialised, two moved subtasks joined by an edge); nothing changed,
 	// and a redeployment can still make it.
 	ErrMoveUnsupported = errors.New("actors: move not supported while the job runs")
+	// ErrNilAvailable is the cause of the failure of a source task whose
+	// source returned NothingAvailable from Poll and then a nil channel
+	// from Available: a nil channel is never ready, so the source would
+	// never be polled again and the job would wait for it for ever.
+	ErrNilAvailable = errors.New("actors: the source returned NothingAvailable and a nil channel from Available, which is never ready")
 	// errCancelled unwinds a task blocked on credit when the job stops.
 	errCancelled = errors.New("actors: job cancelled")
 )

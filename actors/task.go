@@ -383,7 +383,11 @@ func (t *task) poll() {
 		t.run.system.Root.Send(t.pid, pollMsg{})
 	case operators.NothingAvailable:
 		t.flush()
-		t.run.await(t.source.available(), t)
+		ready := t.source.available()
+		if ready == nil {
+			operators.Fail(ErrNilAvailable)
+		}
+		t.run.await(ready, t)
 	case operators.EndOfInput:
 		// A bounded source ends with the final watermark, so that every
 		// event-time window and timer downstream fires.

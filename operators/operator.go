@@ -136,7 +136,8 @@ type Source[T any] interface {
 	// Available returns a channel that is ready (closed or readable) when
 	// Poll may have records again. Called after Poll returned
 	// NothingAvailable, from the subtask's goroutine; the channel is
-	// awaited on another goroutine.
+	// awaited on another goroutine. It must not be nil: a nil channel is
+	// never ready, and it fails the task instead of stalling the job.
 	Available() <-chan struct{}
 }
 

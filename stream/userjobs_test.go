@@ -1218,6 +1218,27 @@ func TestUserMisuseWindowAndStrategyErrorsNameTheOperator(t *testing.T) {
 	}
 }
 
+// A source with nothing to emit whose Available channel is nil would
+// never be polled again: the job fails, naming the source, instead of
+// waiting for ever.
+func TestUserMisuseNilAvailableFailsTheJob(t *testing.T) {
+	env := stream.NewEnvironment("misuse")
+	stream.FromSource(env, "quiet", func() operators.Source[ev] { return nilAvailableSource{} }).
+		ForEach("out", func(ev) error { return nil })
+	err := env.Execute(userCtx(t))
+	var te *actors.TaskError
+	if !errors.As(err, &te) || te.Operator != "quiet" || !errors.Is(err, actors.ErrNilAvailable) {
+		t.Fatalf("Execute: %v, want a TaskError of quiet wrapping ErrNilAvailable", err)
+	}
+}
+
+type nilAvailableSource struct{ operators.Base }
+
+func (nilAvailableSource) Poll(operators.Collector[ev], int) (operators.Status, error) {
+	return operators.NothingAvailable, nil
+}
+func (nilAvailableSource) Available() <-chan struct{} { return nil }
+
 // TestUserJobSessionWindows runs event-time session windows over input
 // whose disorder stays within the out-of-orderness, so no record is late:
 // every key's sessions are its runs of timestamps at most the gap apart,
