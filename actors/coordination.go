@@ -157,6 +157,9 @@ func (r *Runner) handle(now time.Time, acts []snapshot.Action) error {
 			if ends {
 				r.closing = a.Checkpoint
 			}
+			if a.Final {
+				r.final = a.Checkpoint
+			}
 			r.command(completeMsg{id: int64(a.Checkpoint), ack: ends})
 			if req, ok := r.waiting[a.Checkpoint]; ok && !ends {
 				// The caller reads the history next: it shows the

@@ -401,6 +401,46 @@ func (h *host) closeOperators() error {
 	return errors.Join(errs...)
 }
 
+// commitRestored tells every operator of the host's built (not started)
+// tasks that checkpoint id, the one they were restored from, completed,
+// and returns the first failure of each: a write-ahead sink waits there
+// for the re-publish of what it restored, which closing it would cut
+// short. For the final checkpoint of a finished job, whose tasks never
+// run. Called from the runner's goroutine: no task runs.
+func (h *host) commitRestored(id int64) error {
+	var errs []error
+	for _, t := range h.taskList() {
+		for i, op := range t.ops {
+			l, ok := op.(operators.CheckpointListener)
+			if !ok {
+				continue
+			}
+			if err := h.notifyRestored(t, i, l, id); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// notifyRestored calls l.NotifyCheckpointComplete(id) for operator i of
+// t, turning a failure or a panic into a TaskError.
+func (h *host) notifyRestored(t *task, i int, l operators.CheckpointListener, id int64) (err error) {
+	v := t.chain.Vertices[i]
+	te := &TaskError{Job: h.job.Name, Operator: v.Name, UID: v.UID, Subtask: t.subtask, Parallelism: v.Parallelism}
+	defer func() {
+		if r := recover(); r != nil {
+			setCause(te, r)
+			err = te
+		}
+	}()
+	if err := l.NotifyCheckpointComplete(id); err != nil {
+		te.Err = err
+		return te
+	}
+	return nil
+}
+
 // placement says where the tasks of a plan run: nodeOf names a subtask's
 // node ("" everywhere in a single process), crosses marks the edges with
 // a channel between two nodes.

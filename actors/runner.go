@@ -78,6 +78,9 @@ type Runner struct {
 	// tasks that handled its notification.
 	closing snapshot.ID
 	acked   int
+	// final is closing when it is the final checkpoint of a job whose
+	// input ended (not a stop-with-savepoint), 0 otherwise.
+	final   snapshot.ID
 	histMu  sync.Mutex // guards history
 	history []snapshot.Stats
 	// inflight are the checkpoints triggered and not yet completed or
@@ -608,12 +611,27 @@ wait:
 	if cerr := r.closeOperators(); err == nil {
 		err = cerr
 	}
+	if err == nil && r.final != 0 && r.final == r.closing && r.paths[r.final] != "" {
+		// Every task handled the final checkpoint's notification: the
+		// sinks committed it. A start on it later runs nothing.
+		err = r.markCommitted(r.paths[r.final])
+	}
 	if err != nil {
 		r.log.Warn("job stopped", "err", err)
 	} else {
 		r.log.Info("job finished")
 	}
 	return err
+}
+
+// markCommitted marks the final checkpoint in dir committed by every sink
+// (snapshot.MarkCommitted).
+func (r *Runner) markCommitted(dir string) error {
+	if err := snapshot.MarkCommitted(dir); err != nil {
+		return fmt.Errorf("actors: job %q: %w", r.job.Name, err)
+	}
+	r.log.Debug("final checkpoint committed by every sink", "path", dir)
+	return nil
 }
 
 // over reports whether the job is over: every task finished and, with
@@ -650,10 +668,21 @@ func (r *Runner) command(m any) {
 }
 
 // runFinished handles a restore from the final checkpoint of a job that
-// finished: the operators are built and restored, so the sinks commit
-// what that checkpoint holds, and closed; nothing runs and nothing is
-// emitted.
+// finished. When every sink committed that checkpoint (md.Committed) and
+// the job runs on this process alone, nothing is built or restored (the
+// mark is the master's: on several nodes the hosts still restore, as
+// before the mark). Otherwise (the process died between its
+// metadata and the commits) the operators are built and restored, told
+// that checkpoint completed, so the sinks commit what it holds, and
+// closed, and (on this process alone) the checkpoint is marked committed;
+// nothing runs and nothing new is emitted.
 func (r *Runner) runFinished(md *snapshot.Metadata, pls []placement) error {
+	if md.Committed && r.ctl == nil {
+		r.log.Debug("job already finished and its final checkpoint committed; nothing runs",
+			"checkpoint_id", md.Checkpoint, "path", md.Dir)
+		r.stop()
+		return nil
+	}
 	r.log.Debug("job already finished: committing what its final checkpoint holds; nothing runs",
 		"checkpoint_id", md.Checkpoint, "path", md.Dir)
 	var err error
@@ -668,10 +697,21 @@ func (r *Runner) runFinished(md *snapshot.Metadata, pls []placement) error {
 				break
 			}
 		}
+		// The restored checkpoint is complete: the sinks finish
+		// committing it before they are closed.
+		for _, h := range r.hosts {
+			if err != nil {
+				break
+			}
+			err = h.commitRestored(int64(md.Checkpoint))
+		}
 	}
 	r.stop()
 	if cerr := r.closeOperators(); err == nil {
 		err = cerr
+	}
+	if err == nil && md.Dir != "" && r.ctl == nil {
+		err = r.markCommitted(md.Dir)
 	}
 	return err
 }

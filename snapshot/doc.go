@@ -66,6 +66,7 @@
 //	    chk-<id>/                 one periodic checkpoint (id in decimal)
 //	      <uid>.<subtask>.state   state file of one operator subtask
 //	      _metadata               written last and atomically
+//	      _committed              a final checkpoint every sink committed (MarkCommitted)
 //	  savepoints/
 //	    sp-<id>-<timestamp>/      one savepoint (timestamp in ms); or any
 //	      ...                     path the person asked for

@@ -97,6 +97,11 @@ type Metadata struct {
 	// runs nothing more; its sinks only commit what it holds.
 	Finished bool
 
+	// Committed is set, on loading, for a final checkpoint whose directory
+	// holds CommittedFile (MarkCommitted; not stored in _metadata): every
+	// sink committed it, and a restore from it needs nothing done.
+	Committed bool
+
 	// Dir is the directory the metadata was loaded from (set by the Store,
 	// not stored): state files are filepath.Join(Dir, Handle.File).
 	Dir string
