@@ -272,4 +272,42 @@ func TestBrowserJobAndSavepoint(t *testing.T) {
 		run(t, ctx, "checkpoints gone", chromedp.Evaluate(`[...document.querySelectorAll("#checkpoints td.gone")].map(e => e.textContent).join("|")`, &s))
 		return strings.Contains(s, "completed (files gone)")
 	})
+
+	// Every completed checkpoint's row shows its directory, the path to
+	// start from; a discarded one's is struck through, a retained one's
+	// is not, and one click selects it whole for copying.
+	type cpRow struct {
+		ID, Kind, Status, Path, Deco, Select string
+		Gone                                 bool
+	}
+	var rows []cpRow
+	testutil.Eventually(t, waitLimit, "checkpoint paths, retained and gone", func() bool {
+		run(t, ctx, "checkpoint rows", chromedp.Evaluate(`[...document.querySelectorAll("#checkpoints tbody tr")].filter(r => r.cells.length > 1).map(r => {
+			const p = r.querySelector("td.path"), cs = getComputedStyle(p);
+			return {ID: r.cells[0].textContent, Kind: r.cells[1].textContent, Status: r.cells[2].textContent,
+				Path: p.textContent, Gone: p.classList.contains("gone"), Deco: cs.textDecorationLine, Select: cs.userSelect};
+		})`, &rows))
+		var retained, gone bool
+		for _, r := range rows {
+			if r.Kind == "checkpoint" && strings.HasPrefix(r.Status, "completed") {
+				retained = retained || !r.Gone
+				gone = gone || r.Gone
+			}
+		}
+		return retained && gone
+	})
+	for _, r := range rows {
+		if r.Kind != "checkpoint" || !strings.HasPrefix(r.Status, "completed") {
+			continue
+		}
+		if !filepath.IsAbs(r.Path) || !strings.HasSuffix(r.Path, string(filepath.Separator)+filepath.Join("checkpoints", "chk-"+r.ID)) {
+			t.Errorf("checkpoint %s shows path %q, want its chk-%s directory", r.ID, r.Path, r.ID)
+		}
+		if gone := r.Status == "completed (files gone)"; r.Gone != gone || (r.Deco == "line-through") != gone {
+			t.Errorf("checkpoint %s (%s): path marked gone %v, text-decoration %q", r.ID, r.Status, r.Gone, r.Deco)
+		}
+		if r.Select != "all" {
+			t.Errorf("checkpoint %s: path user-select %q, want all (one click selects it)", r.ID, r.Select)
+		}
+	}
 }

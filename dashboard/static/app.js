@@ -248,7 +248,10 @@ async function refreshCheckpoints() {
     el("td", { class: c.status === "failed" ? "bad" : c.gone ? "warn gone" : c.status === "completed" ? "ok" : "" }, c.status + (c.gone ? " (files gone)" : ""), c.error ? el("div", { class: "err" }, c.error) : ""),
     el("td", { class: "num" }, c.status === "in_progress" ? "…" : fmtMs(c.duration_ms)),
     el("td", { class: "num" }, fmtBytes(c.size_bytes)), el("td", { class: "num" }, fmtMs(c.alignment_ms)),
-    el("td", {}, fmtTime(c.trigger_time)))), state.job ? "no checkpoint yet" : "no job");
+    el("td", {}, fmtTime(c.trigger_time)),
+    // The path to start from (--from-savepoint): one click selects it
+    // whole; struck through once its files are gone.
+    el("td", { class: "path" + (c.gone ? " gone" : ""), title: c.gone ? "files gone" : "" }, c.status === "completed" && c.path ? c.path : ""))), state.job ? "no checkpoint yet" : "no job");
   const sps = cps.filter((c) => c.kind === "savepoint" && c.status === "completed" && c.path).reverse();
   const j = currentJob();
   if (j && j.savepoint && !sps.some((s) => s.path === j.savepoint)) sps.unshift({ path: j.savepoint, id: "", trigger_time: "" });
