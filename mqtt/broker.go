@@ -640,14 +640,21 @@ func (h *ingestHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pac
 		h.refuseAlias(cl, pk, "unknown")
 		return pk, packets.ErrRejectPacket
 	}
+	size, retain, kept, cut := b.uncut(pk.Payload)
 	if b.log == nil && len(b.routes) == 0 {
+		if cut {
+			b.tooLarge.Add(1)
+			b.logger.Warn("mqtt broker: message larger than max_message_bytes on a topic no pipeline reads; dropped, acknowledged",
+				"client", cl.ID, "topic", pk.TopicName, "message_bytes", size, "packet_id", pk.PacketID, "max_message_bytes", b.cfg.MaxMessageBytes)
+			return pk, packets.CodeSuccessIgnore
+		}
 		return pk, nil
 	}
 	if why := b.paused.Load(); why != nil && len(b.targets(pk.TopicName)) > 0 {
 		return pk, h.refusePaused(cl, pk, *why)
 	}
 	msg := messageOf(pk)
-	if size, retain, kept, ok := b.uncut(pk.Payload); ok {
+	if cut {
 		// A PUBLISH over max_message_bytes, cut by the connection's
 		// cutReader: its dead letter, acknowledged once durable; mochi
 		// neither retains nor routes it.

@@ -309,6 +309,9 @@ func (c *cutReader) cut() error {
 		return err
 	}
 	c.out = out.Bytes()
+	if cap(c.scratch) > 4<<10 {
+		c.scratch = nil // a long topic's: not kept for the connection's life
+	}
 	return nil
 }
 

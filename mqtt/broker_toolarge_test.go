@@ -66,6 +66,31 @@ func TestBrokerDeadLettersAPublishOverTheBound(t *testing.T) {
 	}
 }
 
+// A broker that feeds no ingest log acknowledges a 3.1.1 device's PUBLISH
+// over the bound and routes nothing of it: its subscribers never see the
+// cut packet.
+func TestBrokerWithoutLogsDropsAPublishOverTheBound(t *testing.T) {
+	cfg := DefaultBrokerConfig()
+	cfg.MaxMessageBytes = 1024
+	b := startBrokerCfg(t, nil, cfg, nil)
+	sub := connect(t, b.Addr(), "watcher")
+	got := make(chan string, 10)
+	if tok := sub.Subscribe("sensors/#", 1, func(_ paho.Client, m paho.Message) { got <- string(m.Payload()) }); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	c, _ := dialRaw(t, b.Addr(), "big", true)
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: 1, TopicName: "sensors/cam", Payload: bytes.Repeat([]byte("x"), 4096)})
+	c.expect(packets.Puback, 1)
+	c.publish(1, 2, "sensors/a", []byte("small"), false)
+	c.expect(packets.Puback, 2)
+	if m := testutil.Receive(t, waitBound, "the message after the big one", got); m != "small" {
+		t.Fatalf("subscriber got %q first", m)
+	}
+	if n := b.PacketsTooLarge(); n != 1 {
+		t.Fatalf("PacketsTooLarge %d, want 1", n)
+	}
+}
+
 // startSmallBroker starts a broker whose max_message_bytes is 1024,
 // ingesting into a log; it returns them and the broker's log output.
 func startSmallBroker(t *testing.T) (*Broker, *ingestlog.Log, *testutil.Buffer) {
