@@ -46,6 +46,10 @@ type Config struct {
 	// Cluster, when set, places the job's tasks on several nodes; nil
 	// runs every task in this process.
 	Cluster *Cluster
+
+	// nextCheckpoint, when set, is the lowest id the attempt's
+	// checkpoints may take (Execution: past the ended attempts' ids).
+	nextCheckpoint snapshot.ID
 }
 
 // BackendKind names a keyed state backend.

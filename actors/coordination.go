@@ -91,6 +91,7 @@ func (r *Runner) openCheckpointing() error {
 	if md := r.cfg.Restore; md != nil && snapshot.ID(md.Checkpoint) >= prog.NextID {
 		prog.NextID = md.Checkpoint + 1
 	}
+	prog.NextID = max(prog.NextID, r.cfg.nextCheckpoint)
 	if c := r.cfg.Cluster; c != nil && c.NextCheckpoint > prog.NextID {
 		prog.NextID = c.NextCheckpoint
 	}

@@ -180,10 +180,22 @@ func (e *Execution) failed(err error, now time.Time) {
 	}
 }
 
-// attemptEnded keeps the checkpoint history of r, whose attempt ended,
-// and notes the newest checkpoint it completed.
-func (e *Execution) attemptEnded(r *Runner) {
+// attemptEnded keeps the checkpoint history of r, whose attempt ended
+// with err at now, and notes the newest checkpoint it completed. A
+// checkpoint still in progress failed with the attempt: no later
+// attempt completes it.
+func (e *Execution) attemptEnded(r *Runner, err error, now time.Time) {
 	h := r.History()
+	for i := range h {
+		if h[i].Status != snapshot.InProgress {
+			continue
+		}
+		h[i].Status, h[i].Duration = snapshot.Failed, now.Sub(h[i].Triggered)
+		if err == nil {
+			err = ErrJobEnded
+		}
+		h[i].Err = fmt.Errorf("the attempt ended before it completed: %w", err)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.lastHistory = mergeHistories(e.lastHistory, h)
@@ -192,6 +204,18 @@ func (e *Execution) attemptEnded(r *Runner) {
 			e.completed = max(e.completed, s.Checkpoint)
 		}
 	}
+}
+
+// nextCheckpoint is the lowest id the next attempt's checkpoints may
+// take: above every id in the history, so that an id a failed attempt
+// used (whose directory its abort removed) names no other checkpoint.
+func (e *Execution) nextCheckpoint() snapshot.ID {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.lastHistory) == 0 {
+		return 0
+	}
+	return e.lastHistory[len(e.lastHistory)-1].Checkpoint + 1
 }
 
 // History returns the checkpoint history of the execution, oldest first,
@@ -374,6 +398,7 @@ func (e *Execution) Run(ctx context.Context) error {
 			}
 			acfg.Restore, restore = cfg.Restore, false
 		}
+		acfg.nextCheckpoint = e.nextCheckpoint()
 		var r *Runner
 		if err == nil {
 			r, err = newRunner(e.job, acfg, epoch)
@@ -393,7 +418,7 @@ func (e *Execution) Run(ctx context.Context) error {
 		} else {
 			e.setRunner(r)
 			err = r.Run(ctx)
-			e.attemptEnded(r)
+			e.attemptEnded(r, err, cfg.Clock.Now())
 			e.setRunner(nil)
 		}
 		var te *TaskError

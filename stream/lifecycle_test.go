@@ -302,6 +302,7 @@ func TestCheckpointFailuresRestartTheJob(t *testing.T) {
 			t.Fatalf("run %d: %d snapshots declined, %d attempts, restores %v; want 2 declined, 2 attempts, 1 restore",
 				i, d.declined.Load(), job.Attempts(), job.Restores())
 		}
+		declinedHistory(t, fmt.Sprintf("run %d", i), job.History(), 2)
 		sameLines(t, fmt.Sprintf("run %d", i), committedLines(t, got), want)
 	}
 
@@ -312,6 +313,29 @@ func TestCheckpointFailuresRestartTheJob(t *testing.T) {
 	err := execute(t, declineJob(n, keys, t.TempDir(), d, stream.WithParallelism(2), stream.WithCheckpointing(cfg)))
 	if !errors.Is(err, actors.ErrCheckpointFailure) || !errors.Is(err, snapshot.ErrTooManyFailures) {
 		t.Fatalf("without restarts: %v, want the checkpoint failure", err)
+	}
+}
+
+// declinedHistory fails t unless h, the history of a job whose attempts
+// ended, names each checkpoint once, in id order, holds none still in
+// progress, and keeps the declined checkpoints failed with their reason:
+// the attempt after the one a decline ended takes ids of its own.
+func declinedHistory(t *testing.T, name string, h []snapshot.Stats, declined int) {
+	t.Helper()
+	n := 0
+	for i, s := range h {
+		if i > 0 && s.Checkpoint <= h[i-1].Checkpoint {
+			t.Fatalf("%s: history ids not increasing at %d after %d: %+v", name, s.Checkpoint, h[i-1].Checkpoint, h)
+		}
+		if s.Status == snapshot.InProgress {
+			t.Fatalf("%s: checkpoint %d still in progress after the job ended: %+v", name, s.Checkpoint, h)
+		}
+		if s.Status == snapshot.Failed && s.Err != nil && strings.HasSuffix(s.Err.Error(), fmt.Sprintf("injected snapshot failure at checkpoint %d", s.Checkpoint)) {
+			n++
+		}
+	}
+	if n != declined {
+		t.Fatalf("%s: %d failed checkpoints name the declined snapshot, want %d: %+v", name, n, declined, h)
 	}
 }
 
