@@ -152,6 +152,8 @@ func (r *replicas) fetchMetadata(ctx context.Context, peer, job string, id snaps
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, r.callTimeout)
+	defer cancel()
 	resp, err := r.peers.do(ctx, http.MethodGet, peer, replicaPath(job, id, "/metadata"), nil, nil)
 	if err != nil {
 		return fmt.Errorf("metadata of snapshot %d of job %q from %q: %w", id, job, peer, err)

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/edgedio/edged/cluster"
 	"github.com/edgedio/edged/keygroup"
@@ -72,7 +73,16 @@ type replicas struct {
 	// own id: its own replica); a read of another snapshot starts anew.
 	readFrom map[string]string
 	readID   snapshot.ID
+
+	// callTimeout bounds each call that carries a snapshot's metadata or
+	// marks, not its files (peerCallTimeout): a peer that takes the
+	// connection and never answers must not hold up a handover, a
+	// redeployment or the adoption of the cluster's history.
+	callTimeout time.Duration
 }
+
+// peerCallTimeout is replicas.callTimeout's default.
+const peerCallTimeout = 10 * time.Second
 
 // replicaJob is what the replication needs of a job's config.
 type replicaJob struct {
@@ -81,7 +91,7 @@ type replicaJob struct {
 }
 
 func newReplicas(cfg *pipeline.ClusterConfig, pipelines []pipeline.PipelineConfig, peers *peerClient, alive func() []string, epoch func() uint64, log *slog.Logger) *replicas {
-	r := &replicas{self: cfg.Node, n: cfg.ReplicaCount(), alive: alive, peers: peers, log: log, epoch: epoch,
+	r := &replicas{self: cfg.Node, n: cfg.ReplicaCount(), alive: alive, peers: peers, log: log, epoch: epoch, callTimeout: peerCallTimeout,
 		jobs: map[string]replicaJob{}, stores: map[string]*snapshot.Store{}, holders: map[string]map[snapshot.ID]map[string][]string{}}
 	for _, pc := range pipelines {
 		if pc.Checkpoint.Dir != "" {
@@ -275,6 +285,8 @@ func (r *replicas) publish(ctx context.Context, epoch uint64, md *snapshot.Metad
 	for i, peer := range peers {
 		wg.Go(func() {
 			hdr := http.Header{"Content-Type": {"application/json"}, epochHeader: {strconv.FormatUint(epoch, 10)}}
+			ctx, cancel := context.WithTimeout(ctx, r.callTimeout)
+			defer cancel()
 			resp, err := r.peers.do(ctx, http.MethodPut, peer, replicaPath(md.Job, md.Checkpoint, "/metadata"), bytes.NewReader(body), hdr)
 			if err == nil {
 				err = resp.Body.Close()

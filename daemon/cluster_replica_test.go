@@ -31,6 +31,9 @@ type replicaNode struct {
 	mu   sync.Mutex
 	got  map[string]string // file pushed to the master route -> holders header
 	fail bool              // the replica route fails every PUT
+	// hang, when set, holds every request to a metadata or mark route
+	// unanswered until the caller gives up.
+	hang bool
 }
 
 const replicaJobName = "j"
@@ -43,6 +46,7 @@ func replicaCluster(t testing.TB) map[string]*replicaNode {
 	nodes := map[string]*replicaNode{}
 	for _, id := range ids {
 		rn := &replicaNode{id: id, dir: filepath.Join(t.TempDir(), id), got: map[string]string{}}
+		release := make(chan struct{})
 		mux := http.NewServeMux()
 		rn.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			rn.mu.Lock()
@@ -52,9 +56,23 @@ func replicaCluster(t testing.TB) map[string]*replicaNode {
 				http.Error(w, "disk full", http.StatusInternalServerError)
 				return
 			}
+			rn.mu.Lock()
+			hang := rn.hang
+			rn.mu.Unlock()
+			if hang && (strings.HasSuffix(r.URL.Path, "/metadata") || strings.HasSuffix(r.URL.Path, "/own")) {
+				// Read to the end: only then does the server notice
+				// the caller hang up.
+				io.Copy(io.Discard, r.Body)
+				select {
+				case <-r.Context().Done():
+				case <-release:
+				}
+				return
+			}
 			mux.ServeHTTP(w, r)
 		}))
 		t.Cleanup(rn.srv.Close)
+		t.Cleanup(func() { close(release) }) // before Close
 		// The job master's route for pushed files: the test records who
 		// holds each.
 		mux.HandleFunc("PUT /cluster/jobs/{job}/epochs/{epoch}/checkpoints/{id}/files/{name}", func(w http.ResponseWriter, r *http.Request) {

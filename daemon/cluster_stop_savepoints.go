@@ -90,6 +90,8 @@ func (r *replicas) ownSavepoint(ctx context.Context, job, path string) {
 		}
 		wg.Go(func() {
 			hdr := http.Header{"Content-Type": {"application/json"}, epochHeader: {strconv.FormatUint(r.epoch(), 10)}}
+			ctx, cancel := context.WithTimeout(ctx, r.callTimeout)
+			defer cancel()
 			resp, err := r.peers.do(ctx, http.MethodPut, peer, replicaPath(job, newest, "/own"), bytes.NewReader(body), hdr)
 			if err == nil {
 				err = resp.Body.Close()

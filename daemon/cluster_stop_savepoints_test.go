@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/edgedio/edged/cluster"
 	"github.com/edgedio/edged/snapshot"
@@ -138,6 +140,43 @@ func TestClusterKeepsItsNewestStopSavepoints(t *testing.T) {
 	a.rep.ownSavepoint(ctx, replicaJobName, dir8)
 	if all, marked := savepointIDs(t, b); !slices.Equal(all, []snapshot.ID{2, 5, 6, 7, 8}) || !slices.Equal(marked, []snapshot.ID{5, 6}) {
 		t.Errorf("node b after a stale master's message keeps savepoints %v, marked %v; want [2 5 6 7 8], marked [5 6]", all, marked)
+	}
+}
+
+// A peer that takes the connection and never answers holds up neither
+// the marking of a stop savepoint nor the publication or fetch of a
+// snapshot's metadata: each call gives up after replicas.callTimeout, the
+// other peers are served, and the fetch and publication say which peer
+// failed.
+func TestClusterPeerThatNeverAnswersDoesNotStallMetadataCalls(t *testing.T) {
+	nodes := replicaCluster(t)
+	a, b, c := nodes["a"], nodes["b"], nodes["c"]
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir1 := commitSavepoint(t, nodes, 1)
+	b.mu.Lock()
+	b.hang = true
+	b.mu.Unlock()
+	a.rep.callTimeout = 100 * time.Millisecond
+	a.rep.ownSavepoint(ctx, replicaJobName, dir1)
+	if ctx.Err() != nil {
+		t.Fatal("ownSavepoint waited for the peer that never answers")
+	}
+	if _, marked := savepointIDs(t, c); !slices.Equal(marked, []snapshot.ID{1}) {
+		t.Errorf("node c, beside the peer that never answers, marked %v, want [1]", marked)
+	}
+	if err := a.rep.fetchMetadata(ctx, "b", replicaJobName, 1); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), `"b"`) {
+		t.Errorf("fetch from the peer that never answers: %v, want its deadline naming b", err)
+	}
+	md, err := snapshot.Load(dir1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.rep.publish(ctx, 1<<32+1, md); !errors.Is(err, cluster.ErrReplication) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("publish to the peer that never answers: %v, want a replication failure by its deadline", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the calls waited for the peer that never answers")
 	}
 }
 
