@@ -1,9 +1,11 @@
 package pipeline
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/edgedio/edged/actors"
@@ -95,6 +97,7 @@ func TestFinishedPipelineNotCommittedPublishesItsFinalCheckpoint(t *testing.T) {
 	h := newMQTTHarness(t)
 	pc := parsePipeline(t, boundedMQTTPipeline(t.TempDir()))
 	var first map[string]bool
+	var firstPayloads []published
 	for run := range 3 {
 		job, _, _ := h.start(pc)
 		if err := job.Wait(); err != nil {
@@ -105,7 +108,7 @@ func TestFinishedPipelineNotCommittedPublishesItsFinalCheckpoint(t *testing.T) {
 		h.reset()
 		switch run {
 		case 0:
-			first = map[string]bool{}
+			first, firstPayloads = map[string]bool{}, got
 			for _, p := range got {
 				first[p.id] = true
 			}
@@ -120,15 +123,56 @@ func TestFinishedPipelineNotCommittedPublishesItsFinalCheckpoint(t *testing.T) {
 			if len(got) == 0 {
 				t.Fatal("the start after the crash published nothing of the final checkpoint")
 			}
+			seen := map[string]bool{}
 			for _, p := range got {
-				if !first[p.id] {
-					t.Fatalf("the start after the crash published %s, which run 0 did not", p.payload)
+				if !first[p.id] || seen[p.id] {
+					t.Fatalf("the start after the crash published %s, which run 0 did not, or twice", p.payload)
 				}
+				seen[p.id] = true
 			}
+			finalWindows(t, firstPayloads, got)
 		case 2:
 			if len(got) > 0 {
 				t.Fatalf("the third start published %d results again", len(got))
 			}
 		}
+	}
+}
+
+// finalWindows fails t unless again, the results a start on a finished
+// job's final checkpoint published, are for each sensor a tail of its
+// windows in all (every result of the run), the last one included: the
+// final watermark fired every sensor's last window after the checkpoint
+// before the final one, so the final checkpoint holds those, and a
+// checkpoint holds the windows fired since the one before it, never an
+// older window without the newer ones.
+func finalWindows(t *testing.T, all, again []published) {
+	t.Helper()
+	ends := func(ps []published) map[string][]int64 {
+		out := map[string][]int64{}
+		for _, p := range ps {
+			var r struct {
+				ID  string `json:"id"`
+				End int64  `json:"window_end"`
+			}
+			if err := json.Unmarshal([]byte(p.payload), &r); err != nil || r.ID == "" {
+				t.Fatalf("result %s: %v", p.payload, err)
+			}
+			out[r.ID] = append(out[r.ID], r.End)
+		}
+		for _, e := range out {
+			slices.Sort(e)
+		}
+		return out
+	}
+	want, got := ends(all), ends(again)
+	for id, w := range want {
+		g := got[id]
+		if len(g) == 0 || len(g) > len(w) || !slices.Equal(g, w[len(w)-len(g):]) {
+			t.Errorf("sensor %s: published windows ending %v again, want a tail of %v with the last one", id, g, w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("published windows of %d sensors again, the run had %d", len(got), len(want))
 	}
 }
