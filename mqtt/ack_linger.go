@@ -37,7 +37,7 @@ const ackWindowTTL = time.Second
 // seen outstanding.
 //
 // A quiet connection ends the wait unless the broker has shown that it
-// is not waiting for acknowledgements: it has had twice the messages now
+// is not waiting for acknowledgements: it has had more than twice the messages now
 // outstanding unacknowledged at once within ackWindowTTL (shown), so its
 // window is that large at least and it pauses because it is slow (it
 // shares the device's cores with its publishers and with edged). Then the
@@ -88,7 +88,7 @@ func (l *ackLinger) see(now time.Time, unacked int64) {
 
 // quiet records that nothing arrived for ackQuiet at now while the acker
 // waited with unacked messages outstanding, and reports whether the wait
-// ends: it goes on while the broker has shown a window of at least twice
+// ends: it goes on while the broker has shown a window of more than twice
 // unacked (see ackLinger). A wait that ends quiet the second time in a
 // row with the same count learns that count as the broker's window.
 func (l *ackLinger) quiet(now time.Time, unacked int64) (end bool) {
