@@ -731,6 +731,7 @@ func (h *host) buildTask(t *task, out map[*Edge][]*channel, crosses map[*Edge]bo
 	if md != nil {
 		for i, v := range c.Vertices {
 			cur = v
+			t.ctxs[i].RestoredCommitted = md.Committed
 			var err error
 			if raws[i], oldPs[i], err = h.restoreOperator(md, v, t.subtask, t.ctxs[i]); err != nil {
 				return h.buildError(v, t.subtask, fmt.Errorf("restore from %s: %w", md.Dir, err))

@@ -318,7 +318,7 @@ func (r *Runner) invite(nodes []int) error {
 		if err != nil {
 			return fmt.Errorf("actors: deployment %d of job %q: encode restore metadata: %w", r.epoch, r.job.Name, err)
 		}
-		d.Restore = b
+		d.Restore, d.RestoreCommitted = b, md.Committed
 	}
 	ctx, cancel := context.WithTimeout(r.cmdCtx, r.controlTimeout())
 	defer cancel()
@@ -577,6 +577,17 @@ wait:
 	if timer != nil {
 		timer.Stop()
 	}
+	if err == nil && r.closing != 0 && r.closing != r.final && r.paths[r.closing] != "" && r.acked == r.plan.Tasks() {
+		// A stop-with-savepoint every task was notified of: every sink
+		// committed it, and a job resumed from it publishes none of its
+		// output again. Marked before the caller hears of it, which may
+		// resume the job at once. A savepoint not marked is restored as
+		// any other, its output committed again.
+		if merr := r.markCommitted(r.paths[r.closing]); merr != nil {
+			r.log.Warn("stop-with-savepoint not marked committed; a job resumed from it publishes its held output again",
+				"checkpoint_id", r.closing, "path", r.paths[r.closing], "err", merr)
+		}
+	}
 	if req, ok := r.waiting[r.closing]; ok && err == nil && r.closing != 0 {
 		// A stop-with-savepoint: every sink committed it.
 		req.reply <- savepointResult{path: r.paths[r.closing]}
@@ -624,13 +635,13 @@ wait:
 	return err
 }
 
-// markCommitted marks the final checkpoint in dir committed by every sink
-// (snapshot.MarkCommitted).
+// markCommitted marks the final checkpoint or stop-with-savepoint in dir
+// committed by every sink (snapshot.MarkCommitted).
 func (r *Runner) markCommitted(dir string) error {
 	if err := snapshot.MarkCommitted(dir); err != nil {
 		return fmt.Errorf("actors: job %q: %w", r.job.Name, err)
 	}
-	r.log.Debug("final checkpoint committed by every sink", "path", dir)
+	r.log.Debug("snapshot committed by every sink", "path", dir)
 	return nil
 }
 

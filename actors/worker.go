@@ -49,6 +49,11 @@ type Deployment struct {
 	// restores (snapshot.EncodeMetadata), nil when it restores none. The
 	// node fetches the state files it needs from the master.
 	Restore []byte `json:"restore,omitempty"`
+	// RestoreCommitted says that every sink committed the restored
+	// snapshot before the job stopped (snapshot.Metadata.Committed, which
+	// the encoding leaves out): the node's sinks publish none of its output
+	// again.
+	RestoreCommitted bool `json:"restore_committed,omitempty"`
 }
 
 // PlacedTask is one row of a placement table.
@@ -258,6 +263,7 @@ func (w *Worker) Deploy(ctx context.Context, d Deployment) error {
 			return fmt.Errorf("actors: node %q: job %q restores a snapshot and the node has no checkpoint directory", w.cfg.Node, d.Job)
 		}
 		md.Dir = filepath.Join(staging, "restore")
+		md.Committed = d.RestoreCommitted
 		if err := w.fetch(ctx, d, plan, pl, md); err != nil {
 			os.RemoveAll(staging)
 			return err

@@ -80,6 +80,12 @@ type Context struct {
 	// output held back over a restart goes out as soon as it exists.
 	// Sinks call it once per run, on the operator's goroutine.
 	OutputHeld func()
+	// RestoredCommitted is set when the snapshot the operator is restored
+	// from was committed by every sink before the job stopped (a
+	// stop-with-savepoint whose completion every task handled): the
+	// output it holds was delivered, and a sink that would re-publish it
+	// on restore leaves it out.
+	RestoredCommitted bool
 }
 
 // Operator is the lifecycle every operator instance has. The runtime calls

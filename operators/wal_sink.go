@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 
 	"github.com/cespare/xxhash/v2"
@@ -65,6 +66,10 @@ type WriteAheadSink[T any] struct {
 	held *heldRecords[T]
 	// tell is Context.OutputHeld until the run's first record told it.
 	tell func()
+	// committed: the restored snapshot was committed by every sink
+	// (Context.RestoredCommitted), so its records were all published.
+	committed bool
+	log       *slog.Logger
 }
 
 // heldRecords are restored records re-published by a goroutine.
@@ -153,6 +158,7 @@ func (s *WriteAheadSink[T]) WithBackgroundRestore() *WriteAheadSink[T] {
 func (s *WriteAheadSink[T]) Open(ctx *Context) error {
 	s.uid, s.subtask, s.parallelism = ctx.UID, ctx.Subtask, max(ctx.Parallelism, 1)
 	s.final, s.tell = ctx.FinalCheckpoint, ctx.OutputHeld
+	s.committed, s.log = ctx.RestoredCommitted, ctx.Logger
 	return nil
 }
 
@@ -357,10 +363,16 @@ func (s *WriteAheadSink[T]) NotifyCheckpointAborted(int64) error { return nil }
 //
 // With WithBackgroundRestore it decodes them, starts their re-publish on
 // a goroutine and returns.
+//
+// A snapshot every sink committed before the job stopped
+// (Context.RestoredCommitted: a stop-with-savepoint's) holds only records
+// that were published then: nothing is published again. Either way the
+// sink logs how many results the snapshot held, if any.
 func (s *WriteAheadSink[T]) RestoreState(states [][]byte, oldParallelism int) error {
 	n := max(s.parallelism, 1)
 	rescaled := oldParallelism != n || len(states) != 1
-	var held []walBatch[T]
+	var restored []walBatch[T]
+	records := 0
 	for j, st := range states {
 		if rescaled && j%n != s.subtask {
 			continue
@@ -370,27 +382,43 @@ func (s *WriteAheadSink[T]) RestoreState(states [][]byte, oldParallelism int) er
 			return err
 		}
 		for _, p := range batches {
-			if p.len() == 0 {
-				continue
+			if l := p.len(); l > 0 {
+				restored = append(restored, p)
+				records += l
 			}
-			if s.background {
-				held = append(held, p)
-				continue
-			}
+		}
+	}
+	if records == 0 {
+		return nil
+	}
+	if s.committed {
+		s.logf("restored from a snapshot every sink committed; the results it held are not published again", records)
+		return nil
+	}
+	s.logf("publishing again the results the restored checkpoint held", records)
+	if !s.background {
+		for _, p := range restored {
 			if err := s.publishBatch(p); err != nil {
 				return fmt.Errorf("write-ahead sink: re-publish checkpoint %d: %w", p.checkpoint, err)
 			}
 		}
+		return nil
 	}
-	if len(held) > 0 {
-		if err := s.heldDone(true); err != nil {
-			return err
-		}
-		h := &heldRecords[T]{batches: held, stop: make(chan struct{}), done: make(chan struct{})}
-		s.held = h
-		go s.republish(h)
+	if err := s.heldDone(true); err != nil {
+		return err
 	}
+	h := &heldRecords[T]{batches: restored, stop: make(chan struct{}), done: make(chan struct{})}
+	s.held = h
+	go s.republish(h)
 	return nil
+}
+
+// logf logs msg at INFO with the number of results, if the sink has a
+// logger.
+func (s *WriteAheadSink[T]) logf(msg string, results int) {
+	if s.log != nil {
+		s.log.Info(msg, "results", results)
+	}
 }
 
 // republish publishes h's records in chunks, giving up between chunks

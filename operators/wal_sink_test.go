@@ -369,3 +369,42 @@ func TestWriteAheadSinkPublishesAFiringInItsChunks(t *testing.T) {
 		t.Fatalf("restored and re-published %d records, want %d", restored, n)
 	}
 }
+
+// A sink restored from a snapshot every sink committed before the job
+// stopped (Context.RestoredCommitted, a stop-with-savepoint's) publishes
+// none of the records it holds, with or without WithBackgroundRestore;
+// what it collects afterwards it publishes as always.
+func TestWriteAheadSinkRestoredCommittedPublishesNothingAgain(t *testing.T) {
+	st, _ := heldState(t)
+	for _, background := range []bool{false, true} {
+		var got []string
+		s := operators.NewWriteAheadSink(func(vs []string, _ func(int) string) error {
+			got = append(got, vs...)
+			return nil
+		}, nil)
+		if background {
+			s = s.WithBackgroundRestore()
+		}
+		ctx := sinkContext(0)
+		ctx.RestoredCommitted = true
+		if err := s.Open(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RestoreState([][]byte{st}, 1); err != nil {
+			t.Fatal(err)
+		}
+		s.Collect("d")
+		if _, err := s.SnapshotState(3); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.NotifyCheckpointComplete(3); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, []string{"d"}) {
+			t.Fatalf("background %v: published %v, want only [d], collected after the restore", background, got)
+		}
+	}
+}

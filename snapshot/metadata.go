@@ -97,9 +97,12 @@ type Metadata struct {
 	// runs nothing more; its sinks only commit what it holds.
 	Finished bool
 
-	// Committed is set, on loading, for a final checkpoint whose directory
-	// holds CommittedFile (MarkCommitted; not stored in _metadata): every
-	// sink committed it, and a restore from it needs nothing done.
+	// Committed is set, on loading, for a snapshot whose directory holds
+	// CommittedFile (MarkCommitted; not stored in _metadata): every sink
+	// committed it before the job stopped (a finished job's final
+	// checkpoint, a stop-with-savepoint), so the output it holds was
+	// delivered: a restore from it re-delivers none of it, and one from a
+	// final checkpoint needs nothing done.
 	Committed bool
 
 	// Dir is the directory the metadata was loaded from (set by the Store,

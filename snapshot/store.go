@@ -542,10 +542,8 @@ func verify(dir string) (*Metadata, error) {
 	if err := checkFiles(dir, md, true); err != nil {
 		return nil, err
 	}
-	if md.Finished {
-		if md.Committed, err = committed(dir); err != nil {
-			return nil, err
-		}
+	if md.Committed, err = committed(dir); err != nil {
+		return nil, err
 	}
 	md.Dir = dir
 	return md, nil

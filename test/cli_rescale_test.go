@@ -1,7 +1,9 @@
 package test
 
 import (
+	"bytes"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,7 +25,9 @@ import (
 // windows, so open windows move between subtasks with their key groups.
 // Each run's parallelism is read from GET /jobs/{name}/operators and its
 // restore point from its log. A consumer that drops repeated msg_ids
-// must see every window exactly once with its exact count.
+// must see every window exactly once with its exact count; the resumed
+// runs' logs must say that they publish nothing the stops' savepoints
+// held again.
 func TestCLIRescaleStopResume(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with subprocesses")
@@ -119,5 +123,17 @@ func TestCLIRescaleStopResume(t *testing.T) {
 		t.Errorf("edged exited %d after SIGTERM, want 0", code)
 	}
 	checkExact(t, col, w)
+	// Each stop's savepoint is marked committed once the sink published
+	// what it held: the resumed runs publish none of it again, and say so.
+	logb, err := os.ReadFile(nd.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(logb, []byte("publishing again the results the restored checkpoint held")) {
+		t.Error("a run resumed from a stop's savepoint published the savepoint's held results again")
+	}
+	if !bytes.Contains(logb, []byte("the results it held are not published again")) {
+		t.Error("no resumed run restored held results from a stop's savepoint: the path the test names was not reached")
+	}
 	t.Logf("done in %v", time.Since(start).Round(time.Millisecond))
 }
