@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgedio/edged/cluster"
 	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/snapshot"
@@ -130,5 +131,65 @@ func TestStopWithSavepointWriteAheadPublishesOnce(t *testing.T) {
 	}
 	if repeated == 0 {
 		t.Fatal("no savepoint without the mark held results to publish again: the check of the mark was not reached")
+	}
+}
+
+// The same across nodes: a job on 2 nodes, its write-ahead sink subtasks
+// on both, stopped with a savepoint and resumed on 3 nodes at parallelism
+// 3, publishes every result once over both runs: the mark on the job
+// master's savepoint travels with the deployment to the hosts of the
+// other nodes.
+func TestMultiNodeStopWithSavepointWriteAheadPublishesOnce(t *testing.T) {
+	const n, keys = 40_000, 50
+	var ref published
+	if err := execute(t, walRateJob(n, keys, 0, &ref, new(atomic.Int64), stream.WithParallelism(2),
+		stream.WithCheckpointing(checkpointConfig(t, snapshot.ExactlyOnce)))); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := ref.take()
+	slices.Sort(want)
+	cfg := checkpointConfig(t, snapshot.ExactlyOnce)
+	cfg.Interval = time.Hour
+	var p published
+	emitted := new(atomic.Int64)
+	two := memoryCluster(t, 2, 1, cluster.Faults{})
+	env := walRateJob(n, keys, 10_000, &p, emitted, stream.WithParallelism(2), stream.WithCheckpointing(cfg), stream.WithCluster(two.Cluster))
+	two.spread(t, env)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	job, err := env.ExecuteAsync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, testutil.DefaultTimeout, "results published", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.ids) > 0
+	})
+	held := emitted.Load() + 300
+	testutil.Eventually(t, testutil.DefaultTimeout, "results held", func() bool { return emitted.Load() >= held })
+	sp, err := job.StopWithSavepoint(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := p.take()
+	if len(first) >= len(want) {
+		t.Fatal("the input ended before the stop")
+	}
+	three := memoryCluster(t, 3, 1, cluster.Faults{})
+	resumed := walRateJob(n, keys, 0, &p, new(atomic.Int64), stream.WithParallelism(3), stream.WithCheckpointing(cfg),
+		stream.WithSavepoint(sp, false), stream.WithCluster(three.Cluster))
+	three.spread(t, resumed)
+	if err := execute(t, resumed); err != nil {
+		t.Fatal(err)
+	}
+	second, _ := p.take()
+	got := slices.Sorted(slices.Values(append(first, second...)))
+	if !slices.Equal(got, want) {
+		t.Fatalf("published %d results over the stop and the resume on other nodes (%d before the stop, holding %d), want the %d of an uninterrupted run once each",
+			len(got), len(first), held, len(want))
 	}
 }
