@@ -101,7 +101,9 @@ func (l *gatedListener) Serve(establish listeners.EstablishFn) {
 	}
 }
 
-// Close stops accepting and disconnects the listener's clients. It does
+// Close stops accepting and disconnects the listener's clients: an MQTT 5
+// client with a DISCONNECT (server shutting down), an MQTT 3.1.1 client by
+// ending its connection, since that version's server sends none. It does
 // not call closeClients: mochi's (Clients.GetByListener) takes the
 // clients' read lock twice, and deadlocks when a client ends between the
 // two (its Delete waits for the write lock, which blocks the second read
@@ -126,9 +128,18 @@ func (l *gatedListener) Close(listeners.CloseFn) {
 	l.mu.Unlock()
 	if first {
 		for _, cl := range l.b.server.Clients.GetAll() {
-			if cl.Net.Listener == l.ID() && !cl.Closed() {
-				_ = l.b.server.DisconnectClient(cl, packets.ErrServerShuttingDown)
+			if cl.Net.Listener != l.ID() || cl.Closed() {
+				continue
 			}
+			if cl.Properties.ProtocolVersion < 5 {
+				// MQTT 3.1.1 has no DISCONNECT from the server: the
+				// connection just ends (mosquitto_sub, for one, exits
+				// with a protocol error on the packet instead of
+				// reconnecting).
+				cl.Stop(packets.ErrServerShuttingDown)
+				continue
+			}
+			_ = l.b.server.DisconnectClient(cl, packets.ErrServerShuttingDown)
 		}
 	}
 	l.mu.Lock()
