@@ -93,7 +93,7 @@ type CheckpointList struct {
 }
 
 // SavepointResult is the body of POST /jobs/{name}/savepoint and
-// /jobs/{name}/stop.
+// /jobs/{name}/stop. Path is absolute, on the node that took it.
 type SavepointResult struct {
 	Job  string `json:"job"`
 	Path string `json:"path"`
@@ -231,6 +231,12 @@ func (n *node) handleSavepoint(stop bool) http.HandlerFunc {
 		if err != nil {
 			writeError(w, err)
 			return
+		}
+		// A checkpoint.dir relative to the node's working directory
+		// gives a relative path, which the caller (the CLI, in its own
+		// directory) would resolve against another one.
+		if abs, err := filepath.Abs(p); err == nil {
+			p = abs
 		}
 		writeJSON(w, http.StatusOK, SavepointResult{Job: j.name, Path: p})
 	}
