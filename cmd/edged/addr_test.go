@@ -113,3 +113,27 @@ func TestListShowsTheLastFailureOfARestartingJob(t *testing.T) {
 		t.Fatalf("list:\n%s", out.String())
 	}
 }
+
+// A user who gives the config as an argument (`edged run config.yaml`)
+// or an empty --from-savepoint is told how to give it, with exit 2, and
+// no node starts.
+func TestRunConfigWithoutFlagOrEmptySavepointExits2(t *testing.T) {
+	p := writeFile(t, "p.yaml", `
+pipelines:
+  - name: p
+    source: {generator: {count: 1}}
+    sinks: [{stdout: {}}]
+`)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", p}, "edged run -c " + p},
+		{[]string{"run", "-c", p, "--from-savepoint", "", "--listen", "127.0.0.1:0"}, "--from-savepoint: a savepoint directory is required"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), tc.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%q: exit %d, want 2 with %q; stderr:\n%s", tc.args, code, tc.want, errb.String())
+		}
+	}
+}

@@ -157,7 +157,21 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if len(pos) > 0 {
+		if len(pos) == 1 && cfgPath == "" {
+			fmt.Fprintf(stderr, "edged run: unexpected argument %q: the config is given with -c (edged run -c %s)\n", pos[0], pos[0])
+			return exitUsage
+		}
 		fmt.Fprintf(stderr, "edged run: unexpected arguments %q\n", pos)
+		return exitUsage
+	}
+	emptySavepoint := false
+	fs.Visit(func(f *flag.Flag) {
+		emptySavepoint = emptySavepoint || f.Name == "from-savepoint" && f.Value.String() == ""
+	})
+	if emptySavepoint {
+		// An empty value (an unset shell variable) would start from the
+		// latest snapshot instead of the savepoint meant.
+		fmt.Fprintln(stderr, "edged run: --from-savepoint: a savepoint directory is required (without the flag, each pipeline resumes from its latest snapshot)")
 		return exitUsage
 	}
 	if cfgPath == "" {
