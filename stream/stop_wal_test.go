@@ -39,6 +39,49 @@ func walRateJob(n int64, keys int, rate float64, p *published, emitted *atomic.I
 	return env
 }
 
+// walResults returns, sorted, the ids a walRateJob of n readings of keys
+// sensors publishes when it runs uninterrupted.
+func walResults(t *testing.T, n int64, keys int) []string {
+	t.Helper()
+	var ref published
+	if err := execute(t, walRateJob(n, keys, 0, &ref, new(atomic.Int64), stream.WithParallelism(2),
+		stream.WithCheckpointing(checkpointConfig(t, snapshot.ExactlyOnce)))); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := ref.take()
+	slices.Sort(want)
+	return want
+}
+
+// stopHolding runs env, a walRateJob publishing to p and counting in
+// emitted, until results were published and 300 more reached the sink
+// (held for the savepoint), then stops it with a savepoint and returns
+// the savepoint's path.
+func stopHolding(t *testing.T, name string, env *stream.Environment, p *published, emitted *atomic.Int64) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	job, err := env.ExecuteAsync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, testutil.DefaultTimeout, "results published", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.ids) > 0
+	})
+	held := emitted.Load() + 300
+	testutil.Eventually(t, testutil.DefaultTimeout, "results held", func() bool { return emitted.Load() >= held })
+	sp, err := job.StopWithSavepoint(ctx, "")
+	if err != nil {
+		t.Fatalf("%s: stop: %v", name, err)
+	}
+	if err := job.Wait(); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return sp
+}
+
 // A job whose results go to a write-ahead sink (the MQTT sink's kind),
 // stopped with a savepoint midway and resumed from it, at the same and at
 // other parallelisms, publishes every result exactly once over both runs:
@@ -49,13 +92,7 @@ func walRateJob(n int64, keys int, rate float64, p *published, emitted *atomic.I
 // again, under the same ids; before the mark that was every resume.
 func TestStopWithSavepointWriteAheadPublishesOnce(t *testing.T) {
 	const n, keys = 40_000, 50
-	var ref published
-	if err := execute(t, walRateJob(n, keys, 0, &ref, new(atomic.Int64), stream.WithParallelism(2),
-		stream.WithCheckpointing(checkpointConfig(t, snapshot.ExactlyOnce)))); err != nil {
-		t.Fatal(err)
-	}
-	want, _ := ref.take()
-	slices.Sort(want)
+	want := walResults(t, n, keys)
 	testutil.Burn(t, 2)
 	midway, repeated := 0, 0
 	for i, p2 := range []int{2, 3, 1, 2, 3, 1} {
@@ -67,26 +104,7 @@ func TestStopWithSavepointWriteAheadPublishesOnce(t *testing.T) {
 		cfg.Interval = time.Hour
 		var p published
 		emitted := new(atomic.Int64)
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		job, err := walRateJob(n, keys, 10_000, &p, emitted, stream.WithParallelism(2), stream.WithCheckpointing(cfg)).ExecuteAsync(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		testutil.Eventually(t, testutil.DefaultTimeout, "results published", func() bool {
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			return len(p.ids) > 0
-		})
-		// Results the sink holds for the savepoint.
-		held := emitted.Load() + 300
-		testutil.Eventually(t, testutil.DefaultTimeout, "results held", func() bool { return emitted.Load() >= held })
-		sp, err := job.StopWithSavepoint(ctx, "")
-		if err != nil {
-			t.Fatalf("%s: stop: %v", name, err)
-		}
-		if err := job.Wait(); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+		sp := stopHolding(t, name, walRateJob(n, keys, 10_000, &p, emitted, stream.WithParallelism(2), stream.WithCheckpointing(cfg)), &p, emitted)
 		md, err := snapshot.Load(sp)
 		if err != nil {
 			t.Fatal(err)
@@ -107,7 +125,6 @@ func TestStopWithSavepointWriteAheadPublishesOnce(t *testing.T) {
 			stream.WithSavepoint(sp, false))); err != nil {
 			t.Fatalf("%s: resume: %v", name, err)
 		}
-		cancel()
 		second, _ := p.take()
 		got := slices.Sorted(slices.Values(append(first, second...)))
 		seen := map[string]int{}
@@ -141,13 +158,7 @@ func TestStopWithSavepointWriteAheadPublishesOnce(t *testing.T) {
 // other nodes.
 func TestMultiNodeStopWithSavepointWriteAheadPublishesOnce(t *testing.T) {
 	const n, keys = 40_000, 50
-	var ref published
-	if err := execute(t, walRateJob(n, keys, 0, &ref, new(atomic.Int64), stream.WithParallelism(2),
-		stream.WithCheckpointing(checkpointConfig(t, snapshot.ExactlyOnce)))); err != nil {
-		t.Fatal(err)
-	}
-	want, _ := ref.take()
-	slices.Sort(want)
+	want := walResults(t, n, keys)
 	cfg := checkpointConfig(t, snapshot.ExactlyOnce)
 	cfg.Interval = time.Hour
 	var p published
@@ -155,26 +166,7 @@ func TestMultiNodeStopWithSavepointWriteAheadPublishesOnce(t *testing.T) {
 	two := memoryCluster(t, 2, 1, cluster.Faults{})
 	env := walRateJob(n, keys, 10_000, &p, emitted, stream.WithParallelism(2), stream.WithCheckpointing(cfg), stream.WithCluster(two.Cluster))
 	two.spread(t, env)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	job, err := env.ExecuteAsync(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, testutil.DefaultTimeout, "results published", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return len(p.ids) > 0
-	})
-	held := emitted.Load() + 300
-	testutil.Eventually(t, testutil.DefaultTimeout, "results held", func() bool { return emitted.Load() >= held })
-	sp, err := job.StopWithSavepoint(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := job.Wait(); err != nil {
-		t.Fatal(err)
-	}
+	sp := stopHolding(t, "on 2 nodes", env, &p, emitted)
 	first, _ := p.take()
 	if len(first) >= len(want) {
 		t.Fatal("the input ended before the stop")
@@ -189,7 +181,7 @@ func TestMultiNodeStopWithSavepointWriteAheadPublishesOnce(t *testing.T) {
 	second, _ := p.take()
 	got := slices.Sorted(slices.Values(append(first, second...)))
 	if !slices.Equal(got, want) {
-		t.Fatalf("published %d results over the stop and the resume on other nodes (%d before the stop, holding %d), want the %d of an uninterrupted run once each",
-			len(got), len(first), held, len(want))
+		t.Fatalf("published %d results over the stop and the resume on other nodes (%d before the stop), want the %d of an uninterrupted run once each",
+			len(got), len(first), len(want))
 	}
 }
