@@ -544,6 +544,12 @@ func (n *node) savepoint(ctx context.Context, j *job, path string, stop bool) (s
 	}
 	j.observe()
 	if err != nil {
+		if j.wasCancelled() && errors.Is(err, context.Canceled) {
+			// The runtime answers the savepoint as soon as the cancel
+			// ends the attempt, before the job's Done: the caller asked
+			// nothing wrong of the node, the job went away first.
+			return "", fmt.Errorf("%w: %q was cancelled before the savepoint completed", ErrNotRunning, j.name)
+		}
 		select {
 		case <-j.run.Done():
 			return "", fmt.Errorf("%w: %q ended before the savepoint completed: %v", ErrNotRunning, j.name, err)

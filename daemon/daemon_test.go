@@ -44,7 +44,9 @@ func startNode(t *testing.T, cfgYAML string, opts daemon.Options) *node {
 	n.cancel = cancel
 	ready := make(chan net.Addr, 1)
 	opts.Listen = "127.0.0.1:0"
-	opts.Stdout = n.out
+	if opts.Stdout == nil {
+		opts.Stdout = n.out
+	}
 	opts.Logger = slog.New(slog.NewTextHandler(n.logs, nil))
 	opts.PollInterval = 50 * time.Millisecond
 	opts.Ready = func(a net.Addr) { ready <- a }

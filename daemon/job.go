@@ -76,6 +76,13 @@ func (j *job) cancel() {
 	j.cancelFn()
 }
 
+// wasCancelled reports whether a cancel of the job was asked.
+func (j *job) wasCancelled() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.cancelled
+}
+
 func (j *job) markStopping() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
