@@ -41,6 +41,11 @@ func Parse(data []byte) (*Config, error) {
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		d := nodeDecoder{probs: &p}
 		d.decode(root.Content[0], reflect.ValueOf(cfg).Elem(), "")
+		if d.expandedTooMuch {
+			// What decoded is cut short anywhere: validating it would
+			// only add noise (and work) to the one problem that matters.
+			return nil, p.err("")
+		}
 	}
 	if len(p) > 0 {
 		// Validate what decoded too, so the user sees everything at once,
@@ -69,7 +74,22 @@ func Parse(data []byte) (*Config, error) {
 // value of the wrong type instead of stopping at the first.
 type nodeDecoder struct {
 	probs *problems
+	// aliasDepth is how many aliases the node being decoded is reached
+	// through, and expanded how many values (and entries of mappings and
+	// lists) were decoded through one: the cost of the aliases, which
+	// MaxAliasExpansion bounds. expandedTooMuch is set once it is over.
+	aliasDepth      int
+	expanded        int
+	expandedTooMuch bool
 }
+
+// MaxAliasExpansion bounds how many YAML values (and entries of mappings
+// and lists) a config may decode through aliases (*name), every
+// repetition counted: an alias of a list of aliases repeats the work at
+// each level, so a file of a few kilobytes would otherwise decode
+// billions of values (a "billion laughs"). Past it the config is refused
+// naming the key where the bound was reached.
+const MaxAliasExpansion = 100_000
 
 // defaulter is implemented by structs that have defaults before decoding.
 type defaulter interface{ setDefaults() }
@@ -107,8 +127,23 @@ func isNull(n *yaml.Node) bool {
 }
 
 func (d *nodeDecoder) decode(n *yaml.Node, v reflect.Value, path string) {
-	for n.Kind == yaml.AliasNode {
-		n = n.Alias
+	if d.expandedTooMuch {
+		return
+	}
+	if n.Kind == yaml.AliasNode {
+		d.aliasDepth++
+		defer func() { d.aliasDepth-- }()
+		for n.Kind == yaml.AliasNode {
+			n = n.Alias
+		}
+	}
+	if d.aliasDepth > 0 {
+		d.expanded += 1 + len(n.Content)
+		if d.expanded > MaxAliasExpansion {
+			d.expandedTooMuch = true
+			d.probs.add(path, fmt.Sprintf("YAML aliases expand the config to more than %d values (every repetition counted): write the repeated parts out, or repeat them less", MaxAliasExpansion))
+			return
+		}
 	}
 	if v.CanAddr() {
 		if u, ok := v.Addr().Interface().(nodeUnmarshaler); ok {
