@@ -29,6 +29,14 @@ import (
 // DefaultListen is the REST API address when Options.Listen is empty.
 const DefaultListen = "127.0.0.1:8081"
 
+// DefaultIdleTimeout is how long the REST API keeps an idle keep-alive
+// connection (Options.IdleTimeout): a client that opens connections and
+// never closes them (a poller that makes a new HTTP client each time)
+// would otherwise hold a goroutine, its buffers and a file descriptor of
+// the node's for each, until the process runs out of descriptors for its
+// ingest logs, snapshots and devices.
+const DefaultIdleTimeout = 2 * time.Minute
+
 // Options configures Run. The zero value is usable.
 type Options struct {
 	// Listen is the REST API's TCP address; default DefaultListen. Use
@@ -65,6 +73,10 @@ type Options struct {
 	// rebalance, cluster metrics and dashboard view show and steer; nil on
 	// a node without one (GET /cluster answers {"enabled":false}).
 	Cluster cluster.StatusProvider
+	// IdleTimeout is how long the REST API keeps a keep-alive connection
+	// that waits for its next request before closing it; default
+	// DefaultIdleTimeout.
+	IdleTimeout time.Duration
 	// Ready, if set, is called with the API's address once it listens and
 	// the jobs have started; on Run's goroutine, so it must not block.
 	Ready func(addr net.Addr)
@@ -85,6 +97,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PollInterval <= 0 {
 		o.PollInterval = time.Second
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
 	}
 	return o
 }
@@ -295,7 +310,7 @@ func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
 		watchers.Go(func() { n.watch(j) })
 	}
 	// Serve only now: the handlers read n.jobs without a lock.
-	srv := &http.Server{Handler: newAPI(n), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: newAPI(n), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: n.opts.IdleTimeout}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
