@@ -10,15 +10,19 @@ import (
 	"github.com/edgedio/edged/daemon"
 )
 
-// A relative savepoint path that leaves the job's savepoints/ ("../x") is
-// the caller's mistake: refused with 400 before any savepoint begins, for
+// A relative savepoint path that leaves the job's savepoints/ ("../x") or
+// names it (".") is the caller's mistake, and so is a path with a NUL
+// byte or a name too long: refused with 400 before any savepoint begins, for
 // a savepoint and a stop alike, so the job's checkpoint history gains no
 // failed savepoint for it and the job runs on.
 func TestSavepointPathLeavingSavepointsIsABadRequest(t *testing.T) {
 	dir := t.TempDir()
 	n := startNode(t, tickingConfig("ticking", filepath.Join(dir, "cp")), daemon.Options{})
 	ctx := ctxT(t)
-	for _, p := range []string{"../x", "a/../../x", ".."} {
+	// savepoints/ itself, a NUL byte, a name or path too long for the
+	// file system: the caller's mistakes too.
+	for _, p := range []string{"../x", "a/../../x", "..", ".", "a/..", "a\x00b", "/tmp/a\x00b",
+		strings.Repeat("x", 256), strings.Repeat("x/", 2048)} {
 		for _, stop := range []bool{false, true} {
 			var err error
 			if stop {

@@ -112,10 +112,10 @@ func (s *Store) Begin(t Trigger) (string, error) {
 		switch {
 		case t.Path == "":
 			loc.dir = filepath.Join(s.root, savepointsDir, fmt.Sprintf("sp-%d-%d", t.Checkpoint, t.Timestamp))
-		case filepath.IsAbs(t.Path):
-			loc.dir = filepath.Clean(t.Path)
 		case CheckSavepointPath(t.Path) != nil:
 			return "", fmt.Errorf("begin savepoint %d: %w", t.Checkpoint, CheckSavepointPath(t.Path))
+		case filepath.IsAbs(t.Path):
+			loc.dir = filepath.Clean(t.Path)
 		default:
 			loc.dir = filepath.Join(s.root, savepointsDir, t.Path)
 		}
@@ -430,14 +430,44 @@ func linksToDir(path string, de fs.DirEntry) bool {
 
 // CheckSavepointPath returns an error wrapping ErrName for a savepoint
 // path Begin refuses: a relative path that leaves savepoints/ ("../x" is
-// not a way to write anywhere else; an absolute path is). Callers check
-// it before a savepoint begins.
+// not a way to write anywhere else; an absolute path is) or names
+// savepoints/ itself ("." or "a/.."), whose savepoint would hold every
+// later one; and any path no file system takes: one with a NUL byte, a
+// name longer than MaxPathNameBytes or a path longer than MaxPathBytes.
+// Callers check it before a savepoint begins.
 func CheckSavepointPath(p string) error {
-	if p == "" || filepath.IsAbs(p) || filepath.IsLocal(p) {
+	if p == "" {
 		return nil
 	}
-	return fmt.Errorf("%w: %q leaves savepoints/ (give an absolute path to write elsewhere)", ErrName, p)
+	if strings.IndexByte(p, 0) >= 0 {
+		return fmt.Errorf("%w: %q holds a NUL byte", ErrName, p)
+	}
+	if len(p) > MaxPathBytes {
+		return fmt.Errorf("%w: the path is %d bytes long, more than %d", ErrName, len(p), MaxPathBytes)
+	}
+	for el := range strings.SplitSeq(filepath.ToSlash(p), "/") {
+		if len(el) > MaxPathNameBytes {
+			return fmt.Errorf("%w: %q has a name of %d bytes, more than %d", ErrName, p, len(el), MaxPathNameBytes)
+		}
+	}
+	switch {
+	case filepath.IsAbs(p):
+		return nil
+	case !filepath.IsLocal(p):
+		return fmt.Errorf("%w: %q leaves savepoints/ (give an absolute path to write elsewhere)", ErrName, p)
+	case filepath.Clean(p) == ".":
+		return fmt.Errorf("%w: %q is savepoints/ itself, not a directory under it", ErrName, p)
+	}
+	return nil
 }
+
+// MaxPathNameBytes and MaxPathBytes bound a savepoint path's names and
+// the whole path (CheckSavepointPath), as Linux file systems do
+// (NAME_MAX, PATH_MAX).
+const (
+	MaxPathNameBytes = 255
+	MaxPathBytes     = 4095
+)
 
 // SavepointDirID returns the checkpoint id of a savepoint directory of
 // the store's own naming, sp-<id>-<timestamp>.

@@ -279,7 +279,10 @@ func TestStoreSavepointPaths(t *testing.T) {
 		t.Fatalf("after Discard: %v, %v", entries, err)
 	}
 	// A relative path stays under savepoints/.
-	for i, p := range []string{"../escaped", "a/../../escaped", "..", "../../../../tmp/x"} {
+	// Neither is savepoints/ itself, nor a path no file system takes.
+	for i, p := range []string{"../escaped", "a/../../escaped", "..", "../../../../tmp/x",
+		".", "a/..", "./", "a\x00b", filepath.Join(t.TempDir(), "a\x00b"), strings.Repeat("x", 256),
+		strings.Repeat("x/", 2048)} {
 		if _, err := s.Begin(Trigger{Checkpoint: ID(10 + i), Savepoint: true, Path: p}); !errors.Is(err, ErrName) {
 			t.Fatalf("Begin with path %q = %v, want ErrName", p, err)
 		}
