@@ -253,6 +253,14 @@ func decodeLength(b []byte) (v int64, n int, ok bool) {
 	return -1, n, true
 }
 
+// LongestCutTopic is the longest topic, in bytes, that a PUBLISH at QoS
+// 1 or 2 over the embedded broker's bound maxPacket (its
+// max_message_bytes) may have and still be cut to a dead-letter record
+// (two bytes more at QoS 0): the cut packet, with its header, must fit
+// under the bound itself. Such a PUBLISH with a longer topic ends the
+// device's connection.
+func LongestCutTopic(maxPacket int64) int64 { return maxPacket - 1 - cutHeadLen - 4 }
+
 // errCutMalformed is returned for a too-large PUBLISH whose topic runs
 // past its end.
 var errCutMalformed = errors.New("mqtt broker: malformed PUBLISH over max_message_bytes: its topic runs past its end")

@@ -154,3 +154,22 @@ func FuzzCutReaderPassesWhatItDoesNotCut(f *testing.F) {
 		}
 	})
 }
+
+// LongestCutTopic is exactly the longest topic a QoS 1 PUBLISH over the
+// bound can have and still be cut: one byte more ends the connection.
+func TestLongestCutTopicIsWhatTheCutReaderTakes(t *testing.T) {
+	mark := newCutMark()
+	connect := encodeVersion(t, 4, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect},
+		Connect: packets.ConnectParams{ClientIdentifier: "dev", Clean: true, Keepalive: 60}})
+	for _, bound := range []int64{64, 100, 1024} {
+		for _, extra := range []int64{0, 1} {
+			topic := string(bytes.Repeat([]byte("t"), int(LongestCutTopic(bound)+extra)))
+			pub := encodeVersion(t, 4, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: 1,
+				TopicName: topic, Payload: bytes.Repeat([]byte("x"), int(bound))})
+			_, err := readThrough(append(append([]byte(nil), connect...), pub...), bound, mark, 1, 4096, 4096)
+			if tooLarge := errors.Is(err, packets.ErrPacketTooLarge); tooLarge != (extra == 1) || (extra == 0 && err != nil) {
+				t.Errorf("bound %d, topic of %d bytes: %v; want cut: %v", bound, len(topic), err, extra == 0)
+			}
+		}
+	}
+}

@@ -158,6 +158,7 @@ func (c *Config) validate(p *problems) {
 	}
 	checkSharedDirs(p, c.Pipelines)
 	checkBatchBytes(p, c.Pipelines)
+	checkTopicRoom(p, c.Pipelines)
 	c.checkFeedback(p)
 }
 
@@ -204,6 +205,51 @@ func checkBatchBytes(p *problems, pcs []PipelineConfig) {
 			}
 		}
 	}
+}
+
+// checkTopicRoom refuses a topic filter of a pipeline reading the
+// embedded broker whose every topic is too long for a message over the
+// broker's bound (the largest source.mqtt.max_message_bytes of the
+// pipelines reading it) to be cut to a dead letter: the broker would end
+// the connection of a device that sends one, and a device that keeps its
+// session would send it again at every reconnect, nothing after it
+// getting through.
+func checkTopicRoom(p *problems, pcs []PipelineConfig) {
+	bound := embeddedMaxMessage(pcs)
+	if bound < 64 {
+		return // max_message_bytes is reported already
+	}
+	room := mqtt.LongestCutTopic(bound)
+	for i, pc := range pcs {
+		src := pc.Source.MQTT
+		if src == nil || src.Broker != "" {
+			continue
+		}
+		for j, f := range src.Topics {
+			if n := int64(shortestTopic(f)); n > room {
+				p.add(fmt.Sprintf("pipelines[%d].source.mqtt.topics[%d]", i, j), fmt.Sprintf(
+					"%q matches only topics of at least %d bytes, more than the %d a message over the embedded broker's max_message_bytes (%d, the largest of the pipelines reading it) may have to become a dead letter: the broker would end the connection of a device sending one; raise max_message_bytes to at least %d or shorten the topic",
+					f, n, room, bound, bound+n-room))
+			}
+		}
+	}
+}
+
+// shortestTopic is the length in bytes of the shortest topic the filter
+// f matches: a "+" level matches an empty one, and a trailing "#" its
+// parent level too.
+func shortestTopic(f string) int {
+	if f == "#" {
+		return 0
+	}
+	levels := strings.Split(strings.TrimSuffix(f, "/#"), "/")
+	n := len(levels) - 1
+	for _, l := range levels {
+		if l != "+" {
+			n += len(l)
+		}
+	}
+	return n
 }
 
 // checkAddr checks a host:port the node listens on; empty means the
