@@ -56,8 +56,8 @@ func resolveToken(listen, configured string, force bool) (token string, generate
 }
 
 // requireToken wraps h so that, when token is not empty, every request
-// must carry it: as "Authorization: Bearer <token>" or in the
-// TokenCookie cookie. A GET with ?token=<token> sets the cookie and
+// must carry it: as "Authorization: Bearer <token>" (the scheme in any
+// case) or in the TokenCookie cookie. A GET with ?token=<token> sets the cookie and
 // redirects to the same URL without it, so a link printed at start opens
 // the dashboard. Any other request is answered 401.
 func requireToken(token string, h http.Handler) http.Handler {
@@ -68,7 +68,8 @@ func requireToken(token string, h http.Handler) http.Handler {
 		return t != "" && subtle.ConstantTimeCompare([]byte(t), []byte(token)) == 1
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if t, found := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); found && ok(strings.TrimSpace(t)) {
+		// The scheme is case-insensitive (RFC 7235): "bearer" is as good.
+		if scheme, t, found := strings.Cut(r.Header.Get("Authorization"), " "); found && strings.EqualFold(scheme, "Bearer") && ok(strings.TrimSpace(t)) {
 			h.ServeHTTP(w, r)
 			return
 		}

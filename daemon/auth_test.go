@@ -98,8 +98,13 @@ func TestRequireToken(t *testing.T) {
 	if w := do(withCookie(httptest.NewRequest("GET", "/jobs", nil), "s3cret")); w.Code != http.StatusOK {
 		t.Errorf("cookie: %d", w.Code)
 	}
-	if reached != 2 {
-		t.Fatalf("handler reached %d times with the token, want 2", reached)
+	// The scheme is case-insensitive (RFC 7235): a client that writes
+	// "bearer" is let in too.
+	if w := do(withHeader(httptest.NewRequest("GET", "/jobs", nil), "Authorization", "bearer s3cret")); w.Code != http.StatusOK {
+		t.Errorf("lower-case bearer: %d", w.Code)
+	}
+	if reached != 3 {
+		t.Fatalf("handler reached %d times with the token, want 3", reached)
 	}
 	w := do(httptest.NewRequest("GET", "/?token=s3cret", nil))
 	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/" {
