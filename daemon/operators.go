@@ -67,6 +67,9 @@ type taskCollector struct {
 	// Readings the embedded broker refused while the node was out of the
 	// cluster (drained).
 	brokerRefused *prometheus.Desc
+	// Retained messages the embedded broker routed without retaining
+	// them: over mqtt.BrokerConfig.RetainedMaxBytes.
+	brokerRetainedRefused *prometheus.Desc
 	// A file source's reads of its file from the start again: the file
 	// at its path was replaced or truncated.
 	fileResets *prometheus.Desc
@@ -90,6 +93,8 @@ func newTaskCollector(n *node) *taskCollector {
 			"Messages the embedded broker appended as dead-letter records and acknowledged: over its maximum packet size (MQTT 3.1.1) or too large for an ingest-log record.", nil, nil),
 		brokerRefused: prometheus.NewDesc("edged_broker_readings_refused_total",
 			"Readings the embedded broker refused, unacknowledged, while the node was drained and out of the cluster.", nil, nil),
+		brokerRetainedRefused: prometheus.NewDesc("edged_broker_retained_refused_total",
+			"Retained messages the embedded broker routed and ingested without retaining them, since its retained messages would have passed their bound (16 MiB of topics and payloads); the retained message each would have replaced was cleared.", nil, nil),
 		fileResets: prometheus.NewDesc("edged_file_source_resets_total",
 			"Times a pipeline's file source on this node read its file from the start again because the file at its path was replaced, truncated or rewritten (logged with the path, reason, old offset and size).", []string{"pipeline"}, nil),
 	}
@@ -97,7 +102,7 @@ func newTaskCollector(n *node) *taskCollector {
 
 // Describe implements prometheus.Collector.
 func (c *taskCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.records, c.recordsOut, c.backpressure, c.watermark, c.queued, c.logBytes, c.tooLarge, c.brokerTooLarge, c.brokerDeadLetters, c.brokerRefused, c.fileResets} {
+	for _, d := range []*prometheus.Desc{c.records, c.recordsOut, c.backpressure, c.watermark, c.queued, c.logBytes, c.tooLarge, c.brokerTooLarge, c.brokerDeadLetters, c.brokerRefused, c.brokerRetainedRefused, c.fileResets} {
 		ch <- d
 	}
 }
@@ -130,6 +135,7 @@ func (c *taskCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.brokerTooLarge, prometheus.CounterValue, float64(b.PacketsTooLarge()))
 			ch <- prometheus.MustNewConstMetric(c.brokerDeadLetters, prometheus.CounterValue, float64(b.DeadLetters()))
 			ch <- prometheus.MustNewConstMetric(c.brokerRefused, prometheus.CounterValue, float64(b.IngestRefused()))
+			ch <- prometheus.MustNewConstMetric(c.brokerRetainedRefused, prometheus.CounterValue, float64(b.RetainedRefused()))
 		}
 	}
 }

@@ -70,6 +70,14 @@ type BrokerConfig struct {
 	// durable; DeadLetters counts them. YAML max_message_bytes; 0 (or
 	// unset) means DefaultMaxMessageBytes (8 MiB); at most MaxPacketBytes.
 	MaxMessageBytes int64
+	// RetainedMaxBytes bounds the topic and payload bytes of the retained
+	// messages the broker keeps (in memory, not persisted). A retained
+	// message that would pass it is routed and ingested as any other but
+	// not retained, and the retained message of its topic, if any, is
+	// cleared (RetainedRefused counts them): a device that retains a
+	// message on every new topic cannot fill the node's memory. Default
+	// DefaultRetainedMaxBytes (16 MiB) when 0.
+	RetainedMaxBytes int64
 	// DrainTimeout bounds how long Close waits for the publishes in
 	// flight to be appended and acknowledged before it disconnects the
 	// clients. YAML drain_timeout; default 5s.
@@ -114,6 +122,9 @@ func (c BrokerConfig) Validate() error {
 	}
 	if c.SessionMaxBytes < 0 {
 		errs = append(errs, fmt.Errorf("%w: broker.session_max_bytes (%d) must not be negative", ErrInvalidConfig, c.SessionMaxBytes))
+	}
+	if c.RetainedMaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("%w: broker.retained_max_bytes (%d) must not be negative", ErrInvalidConfig, c.RetainedMaxBytes))
 	}
 	if c.DrainTimeout < 0 {
 		errs = append(errs, fmt.Errorf("%w: broker.drain_timeout (%s) must not be negative", ErrInvalidConfig, c.DrainTimeout))
@@ -217,6 +228,7 @@ type Broker struct {
 	stopping      atomic.Bool    // set by Close: connections end with a lingering close
 
 	tooLarge    atomic.Uint64 // packets over MaxMessageBytes: refused (connection closed) or cut (dead letters)
+	retained    *retainedHook
 	cutMark     [cutMarkLen]byte
 	deadLetters atomic.Uint64 // messages appended as dead-letter records
 
@@ -251,6 +263,9 @@ func NewBroker(cfg BrokerConfig, log *ingestlog.Log) (*Broker, error) {
 	if cfg.MaxMessageBytes == 0 {
 		cfg.MaxMessageBytes = DefaultMaxMessageBytes
 	}
+	if cfg.RetainedMaxBytes == 0 {
+		cfg.RetainedMaxBytes = DefaultRetainedMaxBytes
+	}
 	caps := mochi.NewDefaultServerCapabilities()
 	caps.MaximumInflight = maxInflight
 	caps.MaximumClientWritesPending = maxInflight
@@ -269,7 +284,8 @@ func NewBroker(cfg BrokerConfig, log *ingestlog.Log) (*Broker, error) {
 		logger.Warn("mqtt broker: the broker library's expiry pass could not be replaced; an offline persistent session slows the broker")
 	}
 	b.drain = newDrainHook()
-	for _, h := range []mochi.Hook{b.drain, new(allowHook), &ingestHook{b: b}} {
+	b.retained = newRetainedHook(cfg.RetainedMaxBytes, server.Topics, logger)
+	for _, h := range []mochi.Hook{b.drain, new(allowHook), &ingestHook{b: b}, b.retained} {
 		if err := server.AddHook(h, nil); err != nil {
 			cancel()
 			return nil, fmt.Errorf("mqtt: broker hook %s: %w", h.ID(), err)
@@ -377,6 +393,11 @@ func (b *Broker) closeStore() {
 // BrokerConfig.MaxMessageBytes the broker had: refused, closing their
 // clients' connections, or (an MQTT 3.1.1 PUBLISH) cut to a dead letter.
 func (b *Broker) PacketsTooLarge() uint64 { return b.tooLarge.Load() }
+
+// RetainedRefused returns how many retained messages the broker routed
+// without retaining them, since they would have passed
+// BrokerConfig.RetainedMaxBytes.
+func (b *Broker) RetainedRefused() uint64 { return b.retained.refused.Load() }
 
 // DeadLetters returns how many messages were appended as dead-letter
 // records (ingestlog.Message.TooLarge), one per log: over
