@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"sync"
 	"time"
@@ -120,6 +121,10 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 		// of the devices survive a restart or a crash of the node.
 		bc.DataDir = filepath.Join(dataDir, "broker")
 		bc.SessionMaxBytes = int64(max(n.mem.BrokerSessionBytes, 0)) // off: 0, no bound
+		bc.RetainedMaxBytes = int64(n.mem.BrokerRetainedBytes)
+		if n.mem.BrokerRetainedBytes == pipeline.ByteSizeOff {
+			bc.RetainedMaxBytes = math.MaxInt64
+		}
 		bc.MaxMessageBytes = cfg.EmbeddedMaxMessageBytes()
 		br, err = mqtt.NewBroker(bc, nil)
 		if err != nil {

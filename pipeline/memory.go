@@ -25,6 +25,9 @@ const (
 	// DefaultBrokerSessionBytes is node.memory.broker_session_bytes by
 	// default.
 	DefaultBrokerSessionBytes = 16 << 20
+	// DefaultBrokerRetainedBytes is node.memory.broker_retained_bytes by
+	// default.
+	DefaultBrokerRetainedBytes = 16 << 20
 	// DefaultIdleRelease is node.memory.idle_release by default.
 	DefaultIdleRelease = Interval(5 * time.Second)
 )
@@ -109,6 +112,12 @@ type MemoryConfig struct {
 	// so they cost about twice this bound. Default 16 MiB; "off" sets no
 	// bound.
 	BrokerSessionBytes ByteSize `yaml:"broker_session_bytes"`
+	// BrokerRetainedBytes bounds the topic and payload bytes of the
+	// retained messages the embedded broker keeps (in memory): a retained
+	// message past it is routed and ingested but not retained, and the
+	// one it would have replaced is cleared (mqtt.BrokerConfig.
+	// RetainedMaxBytes). Default 16 MiB; "off" sets no bound.
+	BrokerRetainedBytes ByteSize `yaml:"broker_retained_bytes"`
 	// IdleRelease is how often an idle node returns the memory its
 	// garbage took to the operating system: at the end of each such
 	// period in which the node allocated less than IdleAllocBytes, and
@@ -235,6 +244,9 @@ func (m MemoryConfig) WithDefaults() MemoryConfig {
 	if m.BrokerSessionBytes == 0 {
 		m.BrokerSessionBytes = DefaultBrokerSessionBytes
 	}
+	if m.BrokerRetainedBytes == 0 {
+		m.BrokerRetainedBytes = DefaultBrokerRetainedBytes
+	}
 	if m.IdleRelease == 0 {
 		m.IdleRelease = DefaultIdleRelease
 	}
@@ -267,6 +279,9 @@ func (m MemoryConfig) validate(p *problems) {
 	}
 	if m.BrokerSessionBytes < 0 && m.BrokerSessionBytes != ByteSizeOff {
 		p.add(path+"broker_session_bytes", fmt.Sprintf("(%d) must not be negative (off: no bound)", int64(m.BrokerSessionBytes)))
+	}
+	if m.BrokerRetainedBytes < 0 && m.BrokerRetainedBytes != ByteSizeOff {
+		p.add(path+"broker_retained_bytes", fmt.Sprintf("(%d) must not be negative (off: no bound)", int64(m.BrokerRetainedBytes)))
 	}
 	if m.IdleRelease != IntervalOff && m.IdleRelease < MinIdleRelease {
 		p.add(path+"idle_release", fmt.Sprintf("(%s) must be at least %s or off", m.IdleRelease, MinIdleRelease))

@@ -14,7 +14,7 @@ func TestNodeMemoryConfig(t *testing.T) {
 	}
 	got := cfg.Node.Memory.WithDefaults()
 	want := MemoryConfig{Limit: 56 << 20, GCPercent: 100, BatchSize: 256, Credits: 8,
-		MQTTPendingBytes: 8 << 20, BrokerSessionBytes: 16 << 20, IdleRelease: Interval(5 * time.Second)}
+		MQTTPendingBytes: 8 << 20, BrokerSessionBytes: 16 << 20, BrokerRetainedBytes: 16 << 20, IdleRelease: Interval(5 * time.Second)}
 	if got != want || DefaultMemoryConfig() != want {
 		t.Errorf("defaults = %+v (DefaultMemoryConfig %+v), want %+v", got, DefaultMemoryConfig(), want)
 	}
@@ -28,13 +28,14 @@ node:
     credits: 4
     mqtt_pending_bytes: 2MB
     broker_session_bytes: "off"
+    broker_retained_bytes: 1MiB
     idle_release: 30s
 ` + goodPipeline))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want = MemoryConfig{Limit: 48 << 20, GCPercent: 50, BatchSize: 128, Credits: 4,
-		MQTTPendingBytes: 2_000_000, BrokerSessionBytes: ByteSizeOff, IdleRelease: Interval(30 * time.Second)}
+		MQTTPendingBytes: 2_000_000, BrokerSessionBytes: ByteSizeOff, BrokerRetainedBytes: 1 << 20, IdleRelease: Interval(30 * time.Second)}
 	if got := cfg.Node.Memory.WithDefaults(); got != want {
 		t.Errorf("parsed = %+v, want %+v", got, want)
 	}
