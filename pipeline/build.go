@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -227,6 +228,14 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 	for i, s := range cfg.Sinks {
 		if s.MQTT != nil && in.Broker == "" {
 			return nil, fmt.Errorf("pipeline %q: sinks[%d]: mqtt sink: no broker given: %w", cfg.Name, i, ErrNotAvailable)
+		}
+		if s.File == nil {
+			continue
+		}
+		// The sink creates its directories when its task opens: a file in
+		// the way would fail every attempt of the job, naming an operator.
+		if fi, err := os.Stat(s.File.Dir); err == nil && !fi.IsDir() {
+			return nil, fmt.Errorf("pipeline %q: sinks[%d].file.dir: %q is a file, not a directory: %w", cfg.Name, i, s.File.Dir, ErrInvalidConfig)
 		}
 	}
 	c := &counters{}

@@ -239,3 +239,27 @@ func TestMQTTNotAvailable(t *testing.T) {
 		t.Errorf("err = %v, want mqtt source not available", err)
 	}
 }
+
+// A file sink whose dir is an existing file is refused when the job is
+// built, naming the key, instead of failing every attempt of the job at
+// run time with an error that names the sink's operator.
+func TestFileSinkDirThatIsAFileRefused(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "out")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pc := parsePipeline(t, fmt.Sprintf(`
+pipelines:
+  - name: p
+    source:
+      generator: {count: 10, rate: 0, keys: 2}
+    key: id
+    window: {type: tumbling, size: 10s, aggregates: [{name: n, fn: count}]}
+    sinks:
+      - file: {dir: %s}
+`, file))
+	err := Build(pc, stream.NewEnvironment("p"), &bytes.Buffer{})
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "sinks[0].file.dir") || !strings.Contains(err.Error(), "is a file") {
+		t.Fatalf("err = %v, want the file sink's dir refused as a file", err)
+	}
+}
