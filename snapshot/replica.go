@@ -82,6 +82,16 @@ func (s *Store) AddMetadata(md *Metadata, extraName string, extra []byte) (strin
 	}
 	if md.Kind == KindSavepoint {
 		sp := filepath.Join(s.root, savepointsDir, fmt.Sprintf("sp-%d-%d", md.Checkpoint, md.Timestamp))
+		if _, err := os.Stat(filepath.Join(sp, metadataFile)); err == nil {
+			// The store holds the savepoint already (its own, or a copy
+			// added before): what it holds stays, state files included;
+			// files only the new directory has join it.
+			if err := mergeInto(sp, dir); err != nil {
+				return "", fmt.Errorf("add metadata of savepoint %d: %w", md.Checkpoint, err)
+			}
+			md.Dir = sp
+			return sp, nil
+		}
 		if err := os.RemoveAll(sp); err != nil {
 			return "", fmt.Errorf("add metadata of savepoint %d: %w", md.Checkpoint, err)
 		}
@@ -190,4 +200,26 @@ func (s *Store) FilePath(id ID, name string) string {
 		return filepath.Join(loc.dir, name)
 	}
 	return filepath.Join(s.CheckpointDir(id), name)
+}
+
+// mergeInto moves the files of dir that dst lacks into dst and removes
+// dir.
+func mergeInto(dst, dir string) error {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, de := range des {
+		to := filepath.Join(dst, de.Name())
+		if _, err := os.Lstat(to); err == nil {
+			continue
+		}
+		if err := os.Rename(filepath.Join(dir, de.Name()), to); err != nil {
+			return err
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	return fsutil.SyncDir(dst)
 }

@@ -97,3 +97,38 @@ func TestStoreReplicaCopies(t *testing.T) {
 		t.Fatalf("metadata of another job: %v", err)
 	}
 }
+
+// Metadata added for a savepoint the store already holds whole (its own,
+// or a copy added before: a history adopted from a peer, a publication
+// sent again) leaves it whole: its state files stay, and the savepoint
+// still loads. Before, the directory was replaced by one holding only the
+// metadata, so the node's own savepoint lost its state files.
+func TestStoreAddMetadataKeepsAHeldSavepoint(t *testing.T) {
+	s, _ := openTestStore(t, "job")
+	d0 := []byte("subtask zero state")
+	h0 := replicaHandle("op.0.state", d0)
+	md := func() *Metadata {
+		return &Metadata{Job: "job", MaxParallelism: 128, Checkpoint: 7, Kind: KindSavepoint, Timestamp: 1007,
+			Operators: []Operator{{UID: "op", Parallelism: 1, Subtasks: []Handle{h0}}}}
+	}
+	if err := s.ImportReplica(7, h0.File, h0.Size, h0.Checksum, bytes.NewReader(d0)); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := s.AddMetadata(md(), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.AddMetadata(md(), "_replicas", []byte(`{}`))
+	if err != nil || again != dir {
+		t.Fatalf("add the metadata again: %q, %v; want %q", again, err, dir)
+	}
+	if _, err := Load(dir); err != nil {
+		t.Fatalf("the savepoint after its metadata was added again: %v", err)
+	}
+	if _, err := os.Stat(s.CheckpointDir(7)); !os.IsNotExist(err) {
+		t.Fatalf("the staging directory is left: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "_replicas")); err != nil {
+		t.Fatalf("the new extra file did not join the savepoint: %v", err)
+	}
+}
