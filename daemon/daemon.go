@@ -256,7 +256,7 @@ func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
 	if cfg == nil || len(cfg.Pipelines) == 0 {
 		return ErrNoPipelines
 	}
-	savepointFor, err := savepointPipeline(cfg, opts.Savepoint)
+	savepointFor, err := savepointPipeline(cfg, opts.Savepoint, opts.Cluster == nil && cfg.Cluster == nil)
 	if err != nil {
 		return err
 	}
@@ -382,18 +382,26 @@ func (n *node) envOptions(pc pipeline.PipelineConfig) ([]stream.Option, error) {
 // pipeline of a config of one ("" for no path). A savepoint restores into
 // the job it was taken of: given to every pipeline, it failed the others
 // (their operators are not in it), or with AllowNonRestored started them
-// without their state.
-func savepointPipeline(cfg *pipeline.Config, path string) (string, error) {
+// without their state. With load, the savepoint's metadata is read even
+// for a config of one pipeline, so that a path that holds no savepoint
+// is refused before the broker, the ingest logs or the simulator start;
+// a node of a cluster leaves that to the job start, after it learnt
+// whether it leads (a follower is told so, whatever the path).
+func savepointPipeline(cfg *pipeline.Config, path string, load bool) (string, error) {
 	if path == "" {
 		return "", nil
 	}
-	if len(cfg.Pipelines) == 1 {
+	if len(cfg.Pipelines) == 1 && !load {
 		// Loaded, and its operators checked, when the job starts.
 		return cfg.Pipelines[0].Name, nil
 	}
 	md, err := snapshot.Load(path)
 	if err != nil {
 		return "", fmt.Errorf("daemon: savepoint: %w", err)
+	}
+	if len(cfg.Pipelines) == 1 {
+		// Its operators are checked when the job starts.
+		return cfg.Pipelines[0].Name, nil
 	}
 	names := make([]string, len(cfg.Pipelines))
 	for i, pc := range cfg.Pipelines {
