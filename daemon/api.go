@@ -218,7 +218,11 @@ func (n *node) handleSavepoint(stop bool) http.HandlerFunc {
 			return
 		}
 		path := r.URL.Query().Get("path")
-		if err := snapshot.CheckSavepointPath(path); err != nil {
+		err = snapshot.CheckSavepointPath(path)
+		if err == nil {
+			err = snapshot.CheckSavepointDir(path)
+		}
+		if err != nil {
 			// The snapshot store refuses it too, but only once the
 			// savepoint began: a failed savepoint in the job's history
 			// for the caller's mistake.

@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"errors"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,17 +13,24 @@ import (
 
 // A relative savepoint path that leaves the job's savepoints/ ("../x") or
 // names it (".") is the caller's mistake, and so is a path with a NUL
-// byte or a name too long: refused with 400 before any savepoint begins, for
-// a savepoint and a stop alike, so the job's checkpoint history gains no
-// failed savepoint for it and the job runs on.
+// byte or a name too long, or an absolute path where no directory can be
+// (/dev/null, a file, a path under a file): refused with 400 before any
+// savepoint begins, for a savepoint and a stop alike, so the job's
+// checkpoint history gains no failed savepoint for it and the job runs on.
 func TestSavepointPathLeavingSavepointsIsABadRequest(t *testing.T) {
 	dir := t.TempDir()
 	n := startNode(t, tickingConfig("ticking", filepath.Join(dir, "cp")), daemon.Options{})
 	ctx := ctxT(t)
 	// savepoints/ itself, a NUL byte, a name or path too long for the
 	// file system: the caller's mistakes too.
+	// And absolute paths where no directory can be: a device, a regular
+	// file, a path under a file.
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, p := range []string{"../x", "a/../../x", "..", ".", "a/..", "a\x00b", "/tmp/a\x00b",
-		strings.Repeat("x", 256), strings.Repeat("x/", 2048)} {
+		strings.Repeat("x", 256), strings.Repeat("x/", 2048), "/dev/null", file, filepath.Join(file, "x", "y")} {
 		for _, stop := range []bool{false, true} {
 			var err error
 			if stop {

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/edgedio/edged/internal/fsutil"
 	"github.com/edgedio/edged/keygroup"
@@ -459,6 +460,32 @@ func CheckSavepointPath(p string) error {
 		return fmt.Errorf("%w: %q is savepoints/ itself, not a directory under it", ErrName, p)
 	}
 	return nil
+}
+
+// CheckSavepointDir returns an error wrapping ErrName for an absolute
+// savepoint path the node's file system cannot hold a directory at: the
+// path, or a directory on the way to it, is a file (a device like
+// /dev/null, a regular file), or cannot be looked at. A relative path, one
+// under the job's savepoints/, is left to Begin. Callers check it, after
+// CheckSavepointPath, before a savepoint begins.
+func CheckSavepointDir(p string) error {
+	if !filepath.IsAbs(p) {
+		return nil
+	}
+	for d := filepath.Clean(p); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		switch {
+		case err == nil && fi.IsDir():
+			return nil
+		case err == nil:
+			return fmt.Errorf("%w: %s is not a directory (%s)", ErrName, d, fi.Mode().Type())
+		case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR):
+			return fmt.Errorf("%w: %s: %v", ErrName, d, errors.Unwrap(err))
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
 }
 
 // MaxPathNameBytes and MaxPathBytes bound a savepoint path's names and

@@ -560,3 +560,21 @@ func TestStoreMissingFileIsDamageOnOneNode(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckSavepointDir(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(dir, "new", "sp"), dir, "relative/sp", ""} {
+		if err := CheckSavepointDir(p); err != nil {
+			t.Errorf("CheckSavepointDir(%q) = %v, want nil", p, err)
+		}
+	}
+	for _, p := range []string{file, filepath.Join(file, "sp"), "/dev/null"} {
+		if err := CheckSavepointDir(p); !errors.Is(err, ErrName) || !strings.Contains(err.Error(), "is not a directory") {
+			t.Errorf("CheckSavepointDir(%q) = %v, want ErrName: … is not a directory", p, err)
+		}
+	}
+}
