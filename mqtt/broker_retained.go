@@ -37,7 +37,20 @@ func newRetainedHook(max int64, topics *mochi.TopicsIndex, logger *slog.Logger) 
 
 func (h *retainedHook) ID() string { return "edged-retained" }
 
-func (h *retainedHook) Provides(b byte) bool { return b == mochi.OnPublish }
+func (h *retainedHook) Provides(b byte) bool {
+	return b == mochi.OnPublish || b == mochi.OnRetainedExpired
+}
+
+// OnRetainedExpired runs on mochi's housekeeping goroutine once it has
+// dropped the retained message of topic: one whose MQTT 5 message expiry
+// passed, or any older than the broker's maximum message expiry
+// interval (a day). Its bytes no longer count against the bound.
+func (h *retainedHook) OnRetainedExpired(topic string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.total -= h.sizes[topic]
+	delete(h.sizes, topic)
+}
 
 // OnPublish runs on the publisher's connection goroutine, after the
 // ingest hook, before mochi retains the message.

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	mochi "github.com/mochi-mqtt/server/v2"
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
@@ -91,5 +92,46 @@ func TestBrokerBoundsRetainedMessages(t *testing.T) {
 	retain(15, "r/10", payload[:80])
 	if got := retained(); len(got) != 9 || got["r/1"] || !got["r/10"] {
 		t.Fatalf("retained %v; want r/2..r/10", got)
+	}
+}
+
+// A retained message the broker drops because it expired (an MQTT 5
+// message expiry, or the broker's maximum of a day for every message)
+// no longer counts against the bound: before, a broker up for more than
+// a day refused to retain anything once the expired messages had added
+// up to the bound, although it held none.
+func TestRetainedExpiryMakesRoom(t *testing.T) {
+	h := newRetainedHook(300, mochi.NewTopicsIndex(), slog.New(slog.DiscardHandler))
+	if !h.Provides(mochi.OnRetainedExpired) {
+		t.Fatal("the hook does not take OnRetainedExpired: mochi would not tell it")
+	}
+	cl := &mochi.Client{ID: "dev"}
+	retain := func(topic string, n int) bool {
+		pk, err := h.OnPublish(cl, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Retain: true},
+			TopicName: topic, Payload: bytes.Repeat([]byte("x"), n)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pk.FixedHeader.Retain
+	}
+	if !retain("r/a", 97) || !retain("r/b", 97) || !retain("r/c", 97) { // 300 bytes with their topics
+		t.Fatal("messages within the bound not retained")
+	}
+	if retain("r/d", 97) {
+		t.Fatal("a message over the bound retained")
+	}
+	h.OnRetainedExpired("r/a")
+	h.OnRetainedExpired("r/b")
+	h.OnRetainedExpired("r/none") // not retained through the hook: nothing to take off
+	if !retain("r/d", 97) || !retain("r/e", 97) {
+		t.Fatal("no room after two retained messages expired")
+	}
+	if retain("r/f", 1) {
+		t.Fatal("a message over the bound retained after the expiry")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.total != 300 || len(h.sizes) != 3 {
+		t.Fatalf("total %d over %d topics, want 300 over 3", h.total, len(h.sizes))
 	}
 }
