@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 	mochi "github.com/mochi-mqtt/server/v2"
@@ -133,5 +134,29 @@ func TestRetainedExpiryMakesRoom(t *testing.T) {
 	defer h.mu.Unlock()
 	if h.total != 300 || len(h.sizes) != 3 {
 		t.Fatalf("total %d over %d topics, want 300 over 3", h.total, len(h.sizes))
+	}
+}
+
+// Through the broker: an MQTT 5 device's retained message with a message
+// expiry of one second stops counting once the broker drops it.
+func TestBrokerRetainedExpiryReleasesItsBytes(t *testing.T) {
+	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
+	b := startBrokerCfg(t, l, DefaultBrokerConfig(), nil)
+	c, _ := dialRaw5(t, b.Addr(), "dev5")
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true}, PacketID: 1,
+		TopicName: "r/short", Payload: []byte("lives a second"),
+		Properties: packets.Properties{MessageExpiryInterval: 1}})
+	c.expect(packets.Puback, 1)
+	held := func() int64 {
+		b.retained.mu.Lock()
+		defer b.retained.mu.Unlock()
+		return b.retained.sizes["r/short"]
+	}
+	if held() == 0 {
+		t.Fatal("the retained message is not counted")
+	}
+	testutil.Eventually(t, 10*time.Second, "the expired retained message to stop counting", func() bool { return held() == 0 })
+	if _, ok := b.server.Topics.Retained.GetAll()["r/short"]; ok {
+		t.Fatal("the broker still retains the message its hook no longer counts")
 	}
 }
