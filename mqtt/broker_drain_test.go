@@ -153,6 +153,11 @@ func TestBrokerDrainEndsARefusedConnectionAfterItsAcknowledgements(t *testing.T)
 	c.publish(1, 1, "sensors/x", []byte("before"), false)
 	c.expect(packets.Puback, 1)
 
+	// An acknowledgement held for the length of the test's PUBLISH: the
+	// drain waits for it, so the PUBLISH meets the broker draining, not
+	// closed (with nothing in flight the drain ends at once and the
+	// broker could close the connection before it reads the PUBLISH).
+	b.drain.hold(1)
 	closed := closeDraining(t, b)
 	c.publish(1, 2, "sensors/x", []byte("refused"), false)
 	for {
@@ -167,6 +172,7 @@ func TestBrokerDrainEndsARefusedConnectionAfterItsAcknowledgements(t *testing.T)
 			t.Fatal("the refused PUBLISH was acknowledged")
 		}
 	}
+	b.drain.hold(-1)
 	// Still read by the broker (a write to a closed socket would be
 	// answered with a reset).
 	c.publish(1, 3, "sensors/x", []byte("after the end"), false)
