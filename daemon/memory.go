@@ -112,7 +112,8 @@ func applyMemory(m pipeline.MemoryConfig, log *slog.Logger, getenv func(string) 
 	log.Info("memory settings", "limit", limitString(g.setLimit, m.Limit, "GOMEMLIMIT", getenv),
 		"gc_percent", gcString(g.setGC, m.GCPercent, getenv), "batch_size", m.BatchSize, "credits", m.Credits,
 		"mqtt_pending_bytes", m.MQTTPendingBytes.String(), "broker_session_bytes", m.BrokerSessionBytes.String(),
-		"broker_retained_bytes", m.BrokerRetainedBytes.String(),
+		"broker_retained_bytes", m.BrokerRetainedBytes.String(), "broker_connections", m.BrokerConnections,
+		"broker_client_subscriptions", m.BrokerClientSubscriptions,
 		"idle_release", m.IdleRelease.String())
 	return func() {
 		close(g.stop)

@@ -125,6 +125,7 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 		if n.mem.BrokerRetainedBytes == pipeline.ByteSizeOff {
 			bc.RetainedMaxBytes = math.MaxInt64
 		}
+		bc.MaxConnections, bc.MaxSubscriptions = n.mem.BrokerConnections, n.mem.BrokerClientSubscriptions
 		bc.MaxMessageBytes = cfg.EmbeddedMaxMessageBytes()
 		br, err = mqtt.NewBroker(bc, nil)
 		if err != nil {

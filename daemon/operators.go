@@ -70,6 +70,9 @@ type taskCollector struct {
 	// Retained messages the embedded broker routed without retaining
 	// them: over mqtt.BrokerConfig.RetainedMaxBytes.
 	brokerRetainedRefused *prometheus.Desc
+	// Connections and topic filters the embedded broker refused: over
+	// node.memory.broker_connections and broker_client_subscriptions.
+	brokerConnsRefused, brokerSubsRefused *prometheus.Desc
 	// A file source's reads of its file from the start again: the file
 	// at its path was replaced or truncated.
 	fileResets *prometheus.Desc
@@ -95,6 +98,10 @@ func newTaskCollector(n *node) *taskCollector {
 			"Readings the embedded broker refused, unacknowledged, while the node was drained and out of the cluster.", nil, nil),
 		brokerRetainedRefused: prometheus.NewDesc("edged_broker_retained_refused_total",
 			"Retained messages the embedded broker routed and ingested without retaining them, since its retained messages would have passed their bound (16 MiB of topics and payloads); the retained message each would have replaced was cleared.", nil, nil),
+		brokerConnsRefused: prometheus.NewDesc("edged_broker_connections_refused_total",
+			"Connections the embedded broker closed as it accepted them, since it held node.memory.broker_connections already.", nil, nil),
+		brokerSubsRefused: prometheus.NewDesc("edged_broker_subscriptions_refused_total",
+			"Topic filters the embedded broker refused in a SUBACK, since their client held node.memory.broker_client_subscriptions already.", nil, nil),
 		fileResets: prometheus.NewDesc("edged_file_source_resets_total",
 			"Times a pipeline's file source on this node read its file from the start again because the file at its path was replaced, truncated or rewritten (logged with the path, reason, old offset and size).", []string{"pipeline"}, nil),
 	}
@@ -102,7 +109,7 @@ func newTaskCollector(n *node) *taskCollector {
 
 // Describe implements prometheus.Collector.
 func (c *taskCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.records, c.recordsOut, c.backpressure, c.watermark, c.queued, c.logBytes, c.tooLarge, c.brokerTooLarge, c.brokerDeadLetters, c.brokerRefused, c.brokerRetainedRefused, c.fileResets} {
+	for _, d := range []*prometheus.Desc{c.records, c.recordsOut, c.backpressure, c.watermark, c.queued, c.logBytes, c.tooLarge, c.brokerTooLarge, c.brokerDeadLetters, c.brokerRefused, c.brokerRetainedRefused, c.brokerConnsRefused, c.brokerSubsRefused, c.fileResets} {
 		ch <- d
 	}
 }
@@ -136,6 +143,8 @@ func (c *taskCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.brokerDeadLetters, prometheus.CounterValue, float64(b.DeadLetters()))
 			ch <- prometheus.MustNewConstMetric(c.brokerRefused, prometheus.CounterValue, float64(b.IngestRefused()))
 			ch <- prometheus.MustNewConstMetric(c.brokerRetainedRefused, prometheus.CounterValue, float64(b.RetainedRefused()))
+			ch <- prometheus.MustNewConstMetric(c.brokerConnsRefused, prometheus.CounterValue, float64(b.ConnectionsRefused()))
+			ch <- prometheus.MustNewConstMetric(c.brokerSubsRefused, prometheus.CounterValue, float64(b.SubscriptionsRefused()))
 		}
 	}
 }

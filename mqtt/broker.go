@@ -78,6 +78,19 @@ type BrokerConfig struct {
 	// message on every new topic cannot fill the node's memory. Default
 	// DefaultRetainedMaxBytes (16 MiB) when 0.
 	RetainedMaxBytes int64
+	// MaxConnections bounds the connections the broker holds at once,
+	// connected clients and connections that have not sent their CONNECT
+	// yet: each costs the node a few hundred kilobytes while it lasts. A
+	// connection past it is closed as soon as it is accepted, and the
+	// device reconnects later (ConnectionsRefused counts them). Default
+	// DefaultMaxConnections (1000) when 0.
+	MaxConnections int
+	// MaxSubscriptions bounds the topic filters one client holds (its
+	// session's subscriptions): a SUBSCRIBE's filter past it gets a
+	// failure code in the SUBACK (0x80 to MQTT 3.1.1, 0x8F to MQTT 5),
+	// its other filters are granted (SubscriptionsRefused counts the
+	// refused ones). Default DefaultMaxSubscriptions (1000) when 0.
+	MaxSubscriptions int
 	// DrainTimeout bounds how long Close waits for the publishes in
 	// flight to be appended and acknowledged before it disconnects the
 	// clients. YAML drain_timeout; default 5s.
@@ -125,6 +138,12 @@ func (c BrokerConfig) Validate() error {
 	}
 	if c.RetainedMaxBytes < 0 {
 		errs = append(errs, fmt.Errorf("%w: broker.retained_max_bytes (%d) must not be negative", ErrInvalidConfig, c.RetainedMaxBytes))
+	}
+	if c.MaxConnections < 0 {
+		errs = append(errs, fmt.Errorf("%w: broker.max_connections (%d) must not be negative", ErrInvalidConfig, c.MaxConnections))
+	}
+	if c.MaxSubscriptions < 0 {
+		errs = append(errs, fmt.Errorf("%w: broker.max_subscriptions (%d) must not be negative", ErrInvalidConfig, c.MaxSubscriptions))
 	}
 	if c.DrainTimeout < 0 {
 		errs = append(errs, fmt.Errorf("%w: broker.drain_timeout (%s) must not be negative", ErrInvalidConfig, c.DrainTimeout))
@@ -227,10 +246,11 @@ type Broker struct {
 	lingerers     sync.WaitGroup // the ackGate lingering closes
 	stopping      atomic.Bool    // set by Close: connections end with a lingering close
 
-	tooLarge    atomic.Uint64 // packets over MaxMessageBytes: refused (connection closed) or cut (dead letters)
-	retained    *retainedHook
-	cutMark     [cutMarkLen]byte
-	deadLetters atomic.Uint64 // messages appended as dead-letter records
+	tooLarge      atomic.Uint64 // packets over MaxMessageBytes: refused (connection closed) or cut (dead letters)
+	retained      *retainedHook
+	subscriptions *subscriptionsHook
+	cutMark       [cutMarkLen]byte
+	deadLetters   atomic.Uint64 // messages appended as dead-letter records
 
 	// paused, when set, is why the broker refuses readings for its
 	// ingest logs (PauseIngest); refused counts them, and pauseLogged is
@@ -266,6 +286,12 @@ func NewBroker(cfg BrokerConfig, log *ingestlog.Log) (*Broker, error) {
 	if cfg.RetainedMaxBytes == 0 {
 		cfg.RetainedMaxBytes = DefaultRetainedMaxBytes
 	}
+	if cfg.MaxConnections == 0 {
+		cfg.MaxConnections = DefaultMaxConnections
+	}
+	if cfg.MaxSubscriptions == 0 {
+		cfg.MaxSubscriptions = DefaultMaxSubscriptions
+	}
 	caps := mochi.NewDefaultServerCapabilities()
 	caps.MaximumInflight = maxInflight
 	caps.MaximumClientWritesPending = maxInflight
@@ -285,7 +311,8 @@ func NewBroker(cfg BrokerConfig, log *ingestlog.Log) (*Broker, error) {
 	}
 	b.drain = newDrainHook()
 	b.retained = newRetainedHook(cfg.RetainedMaxBytes, server.Topics, logger)
-	for _, h := range []mochi.Hook{b.drain, new(allowHook), &ingestHook{b: b}, b.retained} {
+	b.subscriptions = &subscriptionsHook{max: cfg.MaxSubscriptions, logger: logger}
+	for _, h := range []mochi.Hook{b.drain, new(allowHook), &ingestHook{b: b}, b.retained, b.subscriptions} {
 		if err := server.AddHook(h, nil); err != nil {
 			cancel()
 			return nil, fmt.Errorf("mqtt: broker hook %s: %w", h.ID(), err)
@@ -398,6 +425,14 @@ func (b *Broker) PacketsTooLarge() uint64 { return b.tooLarge.Load() }
 // without retaining them, since they would have passed
 // BrokerConfig.RetainedMaxBytes.
 func (b *Broker) RetainedRefused() uint64 { return b.retained.refused.Load() }
+
+// ConnectionsRefused returns how many connections the broker closed as
+// it accepted them, since it held BrokerConfig.MaxConnections.
+func (b *Broker) ConnectionsRefused() uint64 { return b.tcp.refused.Load() }
+
+// SubscriptionsRefused returns how many topic filters the broker refused
+// to clients that held BrokerConfig.MaxSubscriptions.
+func (b *Broker) SubscriptionsRefused() uint64 { return b.subscriptions.refused.Load() }
 
 // DeadLetters returns how many messages were appended as dead-letter
 // records (ingestlog.Message.TooLarge), one per log: over

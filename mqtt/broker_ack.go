@@ -28,6 +28,9 @@ type gatedListener struct {
 	log     *slog.Logger
 	end     atomic.Bool
 	conns   map[*ackGate]struct{} // the connections established or being established
+	// refused counts the connections closed as they were accepted, the
+	// broker holding BrokerConfig.MaxConnections.
+	refused atomic.Uint64
 }
 
 // ID returns the listener's id.
@@ -80,6 +83,15 @@ func (l *gatedListener) Serve(establish listeners.EstablishFn) {
 			l.mu.Unlock()
 			conn.Close()
 			return
+		}
+		if len(l.conns) >= l.b.cfg.MaxConnections {
+			l.mu.Unlock()
+			conn.Close()
+			if n := l.refused.Add(1); n&(n-1) == 0 { // the 1st, 2nd, 4th, 8th, ...
+				log.Warn("mqtt broker: connections at their bound; connection closed as it was accepted",
+					"remote", conn.RemoteAddr().String(), "max_connections", l.b.cfg.MaxConnections, "refused_total", n)
+			}
+			continue
 		}
 		clients := &l.b.server.Listeners.ClientsWg
 		clients.Add(1)

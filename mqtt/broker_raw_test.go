@@ -81,6 +81,9 @@ func (c *rawClient) send(pk packets.Packet) {
 	case packets.Subscribe:
 		pk.FixedHeader.Qos = 1
 		err = pk.SubscribeEncode(&buf)
+	case packets.Unsubscribe:
+		pk.FixedHeader.Qos = 1
+		err = pk.UnsubscribeEncode(&buf)
 	case packets.Disconnect:
 		err = pk.DisconnectEncode(&buf)
 	}
@@ -131,6 +134,8 @@ func (c *rawClient) read() (packets.Packet, error) {
 		err = pk.PubcompDecode(body)
 	case packets.Suback:
 		err = pk.SubackDecode(body)
+	case packets.Unsuback:
+		err = pk.UnsubackDecode(body)
 	}
 	return pk, err
 }

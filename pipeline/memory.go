@@ -28,6 +28,12 @@ const (
 	// DefaultBrokerRetainedBytes is node.memory.broker_retained_bytes by
 	// default.
 	DefaultBrokerRetainedBytes = 16 << 20
+	// DefaultBrokerConnections is node.memory.broker_connections by
+	// default.
+	DefaultBrokerConnections = 1000
+	// DefaultBrokerClientSubscriptions is
+	// node.memory.broker_client_subscriptions by default.
+	DefaultBrokerClientSubscriptions = 1000
 	// DefaultIdleRelease is node.memory.idle_release by default.
 	DefaultIdleRelease = Interval(5 * time.Second)
 )
@@ -118,6 +124,17 @@ type MemoryConfig struct {
 	// one it would have replaced is cleared (mqtt.BrokerConfig.
 	// RetainedMaxBytes). Default 16 MiB; "off" sets no bound.
 	BrokerRetainedBytes ByteSize `yaml:"broker_retained_bytes"`
+	// BrokerConnections bounds the connections the embedded broker holds
+	// at once (connected devices and connections that have not sent
+	// their CONNECT yet; each costs a few hundred kilobytes of heap while
+	// it lasts): one past it is closed as it is accepted
+	// (mqtt.BrokerConfig.MaxConnections). Default 1000; at least 1.
+	BrokerConnections int `yaml:"broker_connections"`
+	// BrokerClientSubscriptions bounds the topic filters one client of
+	// the embedded broker holds: a filter past it is refused in the
+	// SUBACK (mqtt.BrokerConfig.MaxSubscriptions). Default 1000; at
+	// least 1.
+	BrokerClientSubscriptions int `yaml:"broker_client_subscriptions"`
 	// IdleRelease is how often an idle node returns the memory its
 	// garbage took to the operating system: at the end of each such
 	// period in which the node allocated less than IdleAllocBytes, and
@@ -247,6 +264,12 @@ func (m MemoryConfig) WithDefaults() MemoryConfig {
 	if m.BrokerRetainedBytes == 0 {
 		m.BrokerRetainedBytes = DefaultBrokerRetainedBytes
 	}
+	if m.BrokerConnections == 0 {
+		m.BrokerConnections = DefaultBrokerConnections
+	}
+	if m.BrokerClientSubscriptions == 0 {
+		m.BrokerClientSubscriptions = DefaultBrokerClientSubscriptions
+	}
 	if m.IdleRelease == 0 {
 		m.IdleRelease = DefaultIdleRelease
 	}
@@ -282,6 +305,12 @@ func (m MemoryConfig) validate(p *problems) {
 	}
 	if m.BrokerRetainedBytes < 0 && m.BrokerRetainedBytes != ByteSizeOff {
 		p.add(path+"broker_retained_bytes", fmt.Sprintf("(%d) must not be negative (off: no bound)", int64(m.BrokerRetainedBytes)))
+	}
+	if m.BrokerConnections < 1 {
+		p.add(path+"broker_connections", fmt.Sprintf("(%d) must be at least 1", m.BrokerConnections))
+	}
+	if m.BrokerClientSubscriptions < 1 {
+		p.add(path+"broker_client_subscriptions", fmt.Sprintf("(%d) must be at least 1", m.BrokerClientSubscriptions))
 	}
 	if m.IdleRelease != IntervalOff && m.IdleRelease < MinIdleRelease {
 		p.add(path+"idle_release", fmt.Sprintf("(%s) must be at least %s or off", m.IdleRelease, MinIdleRelease))

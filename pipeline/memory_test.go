@@ -14,7 +14,8 @@ func TestNodeMemoryConfig(t *testing.T) {
 	}
 	got := cfg.Node.Memory.WithDefaults()
 	want := MemoryConfig{Limit: 56 << 20, GCPercent: 100, BatchSize: 256, Credits: 8,
-		MQTTPendingBytes: 8 << 20, BrokerSessionBytes: 16 << 20, BrokerRetainedBytes: 16 << 20, IdleRelease: Interval(5 * time.Second)}
+		MQTTPendingBytes: 8 << 20, BrokerSessionBytes: 16 << 20, BrokerRetainedBytes: 16 << 20,
+		BrokerConnections: 1000, BrokerClientSubscriptions: 1000, IdleRelease: Interval(5 * time.Second)}
 	if got != want || DefaultMemoryConfig() != want {
 		t.Errorf("defaults = %+v (DefaultMemoryConfig %+v), want %+v", got, DefaultMemoryConfig(), want)
 	}
@@ -29,13 +30,16 @@ node:
     mqtt_pending_bytes: 2MB
     broker_session_bytes: "off"
     broker_retained_bytes: 1MiB
+    broker_connections: 50
+    broker_client_subscriptions: 20
     idle_release: 30s
 ` + goodPipeline))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want = MemoryConfig{Limit: 48 << 20, GCPercent: 50, BatchSize: 128, Credits: 4,
-		MQTTPendingBytes: 2_000_000, BrokerSessionBytes: ByteSizeOff, BrokerRetainedBytes: 1 << 20, IdleRelease: Interval(30 * time.Second)}
+		MQTTPendingBytes: 2_000_000, BrokerSessionBytes: ByteSizeOff, BrokerRetainedBytes: 1 << 20,
+		BrokerConnections: 50, BrokerClientSubscriptions: 20, IdleRelease: Interval(30 * time.Second)}
 	if got := cfg.Node.Memory.WithDefaults(); got != want {
 		t.Errorf("parsed = %+v, want %+v", got, want)
 	}
@@ -48,12 +52,16 @@ node:
     batch_size: -1
     credits: -2
     mqtt_pending_bytes: 1KiB
+    broker_connections: -1
+    broker_client_subscriptions: -3
 `+goodPipeline,
 		`node.memory.limit: (1MiB) must be at least 16MiB or off`,
 		`node.memory.gc_percent: (5) must be -1 (off) or at least 10`,
 		`node.memory.batch_size: (-1) must be at least 1`,
 		`node.memory.credits: (-2) must be at least 1`,
-		`node.memory.mqtt_pending_bytes: (1KiB) must be at least 64KiB`)
+		`node.memory.mqtt_pending_bytes: (1KiB) must be at least 64KiB`,
+		`node.memory.broker_connections: (-1) must be at least 1`,
+		`node.memory.broker_client_subscriptions: (-3) must be at least 1`)
 	wantProblems(t, "node:\n  memory: {limit: \"off\", gc_percent: -1}\n"+goodPipeline,
 		`node.memory.gc_percent: (-1) needs node.memory.limit: without either the heap would grow without bound`)
 	wantProblems(t, "node:\n  memory: {limit: 12 parsecs, credits: many}\n"+goodPipeline,
