@@ -64,6 +64,15 @@ type Cluster struct {
 	// is announced: it stores it on the other nodes. An error fails the
 	// snapshot as a failed metadata write does.
 	Publish func(ctx context.Context, epoch uint64, md *snapshot.Metadata) error
+	// Committed, when set, is called once the master marked a
+	// stop-with-savepoint committed in its own store (every sink
+	// published what it holds), before the stop returns: it marks the
+	// other nodes' copies of the savepoint too, so that a node that
+	// restores its own copy (a takeover, a hand-back) publishes none of
+	// its held output again. An error is logged; the savepoint stays
+	// valid, and a node whose copy is not marked publishes the held
+	// output again under the same ids.
+	Committed func(ctx context.Context, epoch uint64, job string, id snapshot.ID) error
 	// NextCheckpoint, when set, is the lowest id the attempt's
 	// checkpoints may take: a master that took over from another never
 	// reuses an id the other triggered.

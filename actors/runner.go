@@ -586,6 +586,15 @@ wait:
 		if merr := r.markCommitted(r.paths[r.closing]); merr != nil {
 			r.log.Warn("stop-with-savepoint not marked committed; a job resumed from it publishes its held output again",
 				"checkpoint_id", r.closing, "path", r.paths[r.closing], "err", merr)
+		} else if c := r.cfg.Cluster; c != nil && c.Committed != nil {
+			// The other nodes' copies too: a node that takes the job
+			// masters over restores its own copy.
+			ctx, cancel := context.WithTimeout(context.Background(), r.controlTimeout())
+			if merr := c.Committed(ctx, r.epoch, r.job.Name, r.closing); merr != nil {
+				r.log.Warn("stop-with-savepoint not marked committed on every node; a node that restores its own copy publishes its held output again",
+					"checkpoint_id", r.closing, "err", merr)
+			}
+			cancel()
 		}
 	}
 	if req, ok := r.waiting[r.closing]; ok && err == nil && r.closing != 0 {

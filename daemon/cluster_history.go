@@ -7,6 +7,8 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -174,8 +176,14 @@ func (r *replicas) fetchMetadata(ctx context.Context, peer, job string, id snaps
 	if err != nil {
 		return err
 	}
-	if _, err := s.AddMetadata(md, replicasFile, hb); err != nil {
+	dir, err := s.AddMetadata(md, replicasFile, hb)
+	if err != nil {
 		return err
+	}
+	if m.Committed {
+		// A stop savepoint every sink committed: restored here (a
+		// takeover), it publishes none of its held output again.
+		return snapshot.MarkCommitted(dir)
 	}
 	return nil
 }
@@ -216,5 +224,6 @@ func (r *replicas) handleGetMetadata(w http.ResponseWriter, req *http.Request) {
 			holders = map[string][]string{}
 		}
 	}
-	writeJSON(w, http.StatusOK, snapshotMessage{Metadata: b, Holders: holders})
+	_, err = os.Stat(filepath.Join(md.Dir, snapshot.CommittedFile))
+	writeJSON(w, http.StatusOK, snapshotMessage{Metadata: b, Holders: holders, Committed: err == nil})
 }

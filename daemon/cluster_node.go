@@ -273,7 +273,7 @@ func (c *clusterNode) jobCluster(env *stream.Environment) (*actors.Cluster, erro
 	}
 	ids := c.cfg.Nodes()
 	ac := &actors.Cluster{Placement: map[actors.TaskKey]string{}, Invite: c.invite, EpochBase: c.epochBase,
-		Files: c.peers, Publish: c.rep.publish, NextCheckpoint: c.nextCheckpoint(),
+		Files: c.peers, Publish: c.rep.publish, Committed: c.rep.markCommitted, NextCheckpoint: c.nextCheckpoint(),
 		RetryInterval: c.cfg.LeadershipConfig().DeployRetry}
 	for _, id := range masterFirst(ids, c.cfg.Node) {
 		n := actors.Node{ID: id}

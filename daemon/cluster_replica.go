@@ -230,6 +230,10 @@ func (r *replicas) hold(job string, id snapshot.ID, file string, nodes []string)
 type snapshotMessage struct {
 	Metadata []byte              `json:"metadata"`
 	Holders  map[string][]string `json:"holders"`
+	// Committed says, in an answer to GET .../metadata, that the node's
+	// copy is marked committed by every sink (snapshot.CommittedFile):
+	// the node that adopts it marks its copy too.
+	Committed bool `json:"committed,omitempty"`
 }
 
 // publish stores the metadata of snapshot md, committed by the job master
@@ -306,6 +310,7 @@ func (r *replicas) mount(mux *http.ServeMux) {
 	mux.HandleFunc("GET /cluster/jobs/{job}/checkpoints/{id}/replicas/{name}", r.handleGet)
 	mux.HandleFunc("PUT /cluster/jobs/{job}/checkpoints/{id}/metadata", r.handleMetadata)
 	mux.HandleFunc("PUT /cluster/jobs/{job}/checkpoints/{id}/own", r.handleOwnSavepoint)
+	mux.HandleFunc("PUT /cluster/jobs/{job}/checkpoints/{id}/committed", r.handleCommitted)
 	mux.HandleFunc("GET /cluster/jobs/{job}/checkpoints/{id}/metadata", r.handleGetMetadata)
 }
 

@@ -1,0 +1,98 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/edgedio/edged/cluster"
+	"github.com/edgedio/edged/snapshot"
+)
+
+// A stop-with-savepoint that every task handled is marked committed
+// (snapshot.MarkCommitted) by the job master in its own store: a job
+// resumed from it restores its state, but its write-ahead sinks publish
+// none of the output it holds again. In a cluster every live node holds a
+// copy of the savepoint's metadata, and the node that takes the job
+// masters over (after the leader died, at a hand-back) restores its own
+// copy. So the master marks the peers' copies too, before the stop
+// returns (markCommitted, PUT /cluster/jobs/{job}/checkpoints/{id}/committed);
+// a copy left unmarked (its node was down, or did not answer) is restored
+// as any other snapshot: its held output is published again under the
+// same ids.
+
+// markCommitted tells every live peer that stop savepoint id of job is
+// committed by every sink: each marks its copy. It returns once every
+// peer answered; the error names each peer that did not mark its copy. A
+// node without replicas (nil) has no peers to tell.
+func (r *replicas) markCommitted(ctx context.Context, epoch uint64, job string, id snapshot.ID) error {
+	if r == nil {
+		return nil
+	}
+	var peers []string
+	for _, p := range r.alive() {
+		if p != r.self {
+			peers = append(peers, p)
+		}
+	}
+	errs := make([]error, len(peers))
+	var wg sync.WaitGroup
+	for i, peer := range peers {
+		wg.Go(func() {
+			hdr := http.Header{epochHeader: {strconv.FormatUint(epoch, 10)}}
+			ctx, cancel := context.WithTimeout(ctx, r.callTimeout)
+			defer cancel()
+			resp, err := r.peers.do(ctx, http.MethodPut, peer, replicaPath(job, id, "/committed"), nil, hdr)
+			if err == nil {
+				err = resp.Body.Close()
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("%w: mark of snapshot %d committed on %q: %w", cluster.ErrReplication, id, peer, err)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// handleCommitted marks the node's copy of a snapshot committed by every
+// sink: 404 when the node holds no metadata of it, 409 from a master of
+// an older epoch than the node saw.
+func (r *replicas) handleCommitted(w http.ResponseWriter, req *http.Request) {
+	job := req.PathValue("job")
+	id, err := strconv.ParseUint(req.PathValue("id"), 10, 64)
+	if err != nil {
+		clusterError(w, http.StatusBadRequest, fmt.Errorf("snapshot id %q: %w", req.PathValue("id"), err))
+		return
+	}
+	if e, err := strconv.ParseUint(req.Header.Get(epochHeader), 10, 64); err != nil || e < r.epoch() {
+		clusterError(w, http.StatusConflict, fmt.Errorf("%w: committed mark of epoch %q, the node saw epoch %d", ErrStaleMaster, req.Header.Get(epochHeader), r.epoch()))
+		return
+	}
+	s, err := r.store(job)
+	if err != nil {
+		clusterError(w, http.StatusNotFound, err)
+		return
+	}
+	mds, err := s.Completed()
+	if err != nil {
+		clusterError(w, http.StatusInternalServerError, err)
+		return
+	}
+	for _, md := range mds {
+		if md.Checkpoint != snapshot.ID(id) {
+			continue
+		}
+		if err := snapshot.MarkCommitted(md.Dir); err != nil {
+			clusterError(w, http.StatusInternalServerError, err)
+			return
+		}
+		r.log.Debug("cluster: copy of a stop savepoint marked committed", "job", job, "checkpoint_id", id, "path", md.Dir)
+		writeJSON(w, http.StatusOK, map[string]any{"committed": id})
+		return
+	}
+	clusterError(w, http.StatusNotFound, fmt.Errorf("node %q holds no metadata of snapshot %d of job %q", r.self, id, job))
+}
