@@ -78,12 +78,20 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if sub == "drain" || sub == "undrain" {
 		want = 1
 	}
-	if len(pos) != want {
-		if want == 0 {
-			fmt.Fprintf(stderr, "edged cluster %s: takes no arguments\n%s", sub, clusterUsage)
-		} else {
-			fmt.Fprintf(stderr, "edged cluster %s: a node id is required\n%s", sub, clusterUsage)
+	switch {
+	case len(pos) > 0 && want == 0:
+		fmt.Fprintf(stderr, "edged cluster %s: takes no arguments\n%s", sub, clusterUsage)
+		return exitUsage
+	case want == 1 && (len(pos) == 0 || strings.TrimSpace(pos[0]) == ""):
+		// An empty id would ask the node for POST /cluster/drain/.
+		fmt.Fprintf(stderr, "edged cluster %s: a node id is required\n%s", sub, clusterUsage)
+		return exitUsage
+	case len(pos) > want:
+		var q []string
+		for _, p := range pos {
+			q = append(q, fmt.Sprintf("%q", p))
 		}
+		fmt.Fprintf(stderr, "edged cluster %s: takes one node id, got %d: %s\n%s", sub, len(pos), strings.Join(q, " "), clusterUsage)
 		return exitUsage
 	}
 	if c.Addr == "" {

@@ -248,6 +248,25 @@ func TestClusterCommandsStandalone(t *testing.T) {
 	}
 }
 
+// A drain or undrain given an empty node id, or more than one, is a
+// usage error that says which: it is never sent to the node (which
+// answered an empty id with 405 Method Not Allowed).
+func TestClusterNodeIDUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"cluster", "drain", "", "--addr", "127.0.0.1:1"}, "edged cluster drain: a node id is required"},
+		{[]string{"cluster", "undrain", " ", "--addr", "127.0.0.1:1"}, "edged cluster undrain: a node id is required"},
+		{[]string{"cluster", "drain", "a", "b", "--addr", "127.0.0.1:1"}, `edged cluster drain: takes one node id, got 2: "a" "b"`},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), tc.args, &out, &errb); code != 2 || !strings.HasPrefix(errb.String(), tc.want+"\n") {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", tc.args, code, errb.String(), tc.want)
+		}
+	}
+}
+
 func TestClusterUsageErrorsExit2(t *testing.T) {
 	for _, args := range [][]string{
 		{"cluster"},
