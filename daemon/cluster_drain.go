@@ -805,6 +805,24 @@ func (c *clusterNode) Rebalance(ctx context.Context) error {
 	return c.rb.ask(ctx, cluster.TriggerManual, "")
 }
 
+// sawGone records the drained nodes that evs show gone (failed or left)
+// as left, also when the same batch shows them back: a node restarted
+// before the gossip saw its old run die comes back as "failed, joined"
+// at once, and is never missing from the live nodes the loop's step
+// reads. undrainReturnedLocked then moves it in as a join.
+func (v *liveView) sawGone(evs []cluster.Event) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, e := range evs {
+		if (e.Kind == cluster.MemberFailed || e.Kind == cluster.MemberLeft) && v.drained[e.Node.ID] {
+			if v.left == nil {
+				v.left = map[string]bool{}
+			}
+			v.left[e.Node.ID] = true
+		}
+	}
+}
+
 // undrainReturnedLocked ends the drain of every drained node that left the
 // membership and is alive again (it restarted): the caller then sees it as
 // a join. With v.mu held.

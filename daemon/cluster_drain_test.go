@@ -348,6 +348,33 @@ func TestRebalanceRefusedWhenItStarts(t *testing.T) {
 	}
 }
 
+// A drained node restarted before the gossip saw its old run die (killed
+// before it left the membership, back within a failure-detection time)
+// is never missing from the live nodes: its old run's failure and its
+// new run's join come in one batch of events. It is undrained all the
+// same, to be moved in as a join.
+func TestDrainedNodeRestartedAtOnceIsUndrained(t *testing.T) {
+	c := testClusterNode(t, nil)
+	v := c.live
+	v.mu.Lock()
+	v.drained = map[string]bool{"b": true, "c": true}
+	v.mu.Unlock()
+	v.sawGone([]cluster.Event{
+		{Kind: cluster.MemberFailed, Node: cluster.Meta{ID: "b", Boot: "1"}},
+		{Kind: cluster.MemberJoined, Node: cluster.Meta{ID: "b", Boot: "2"}},
+		{Kind: cluster.MemberUpdated, Node: cluster.Meta{ID: "c", Boot: "3"}},
+	})
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.undrainReturnedLocked([]string{"a", "b", "c"})
+	if v.drained["b"] || v.left["b"] {
+		t.Fatalf("b restarted: drained %v left %v", v.drained, v.left)
+	}
+	if !v.drained["c"] {
+		t.Fatalf("c, only updated, was undrained: drained %v left %v", v.drained, v.left)
+	}
+}
+
 // A drained node stays drained while it is up and while it is gone; once
 // it is back (it restarted) it is undrained, to be moved in as a join.
 func TestDrainedNodeBackAfterRestart(t *testing.T) {

@@ -254,6 +254,7 @@ func (v *liveView) loop(m *cluster.Membership, stop <-chan struct{}, peers []str
 				what = append(what, e.Node.ID+" "+e.Kind.String())
 			}
 			v.c.log.Info("cluster membership changed", "events", strings.Join(what, ", "), "alive", v.alive())
+			v.sawGone(evs)
 			v.checkFingerprints()
 		}
 		v.step(jobs)

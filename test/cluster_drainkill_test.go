@@ -1,0 +1,131 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgedio/edged/internal/testutil"
+)
+
+// logCount returns how many lines of node m's current run contain s.
+func logCount(m *clusterMember, s string) int {
+	return strings.Count(m.runLog(), s)
+}
+
+// startCLI starts edged with args and returns a function that waits for
+// it and returns its exit code, stdout and stderr.
+func startCLI(t *testing.T, ctx context.Context, args ...string) func() (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, edgedBin, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	return func() (int, string, string) {
+		<-done
+		code := cmd.ProcessState.ExitCode()
+		t.Logf("edged %s: exit %d: %s%s", strings.Join(args, " "), code, strings.TrimSpace(stdout.String()), strings.TrimSpace(stderr.String()))
+		return code, stdout.String(), stderr.String()
+	}
+}
+
+// A worker is SIGKILLed while `edged cluster drain` of it hands its
+// subtasks over, under MQTT load (its devices moved to the other nodes
+// first). The drain ends, whatever its outcome, the master places the
+// dead node's share on the live nodes, the node comes back, and every
+// window of every sensor is exact with one result id.
+func TestClusterNodeKilledDuringItsDrain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses and SIGKILL")
+	}
+	members := startCluster(t, true)
+	a := members[0]
+	l := newClusterLoad(t, members)
+	client := &http.Client{Timeout: time.Second}
+	waitAllAlive(t, a, 3)
+	const n = 30_000
+	l.publish(0, n/3)
+	l.stopDevices(1)
+	moving := logCount(a, "cluster: rebalance by handover: moving")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	wait := startCLI(t, ctx, "cluster", "drain", "b", "--addr", a.apiAddr)
+	l.killWhen(1, 30*time.Second, func() bool {
+		return logCount(a, "cluster: rebalance by handover: moving") > moving
+	})
+	code, stdout, stderr := wait()
+	if ctx.Err() != nil {
+		t.Fatalf("edged cluster drain b did not end: exit %d, %q %q", code, stdout, stderr)
+	}
+	testutil.Eventually(t, 60*time.Second, "the master runs the job without b", func() bool {
+		s, err := a.status(client)
+		return err == nil && s.keyedOn("b") == 0 && allHostTasks(client, members[2:])
+	})
+	l.publish(n/3, n/2)
+	l.restart(1)
+	testutil.Eventually(t, 60*time.Second, "b hosts tasks again", func() bool {
+		return allHostTasks(client, members[1:])
+	})
+	l.publish(n/2, n)
+	l.finishChecked(n, 120*time.Second)
+	for _, m := range members {
+		m.failIfExited(t)
+	}
+}
+
+// Node c is SIGKILLed and comes back: the master's join moves c's
+// subtasks back to it by handover, under MQTT load, and node b is
+// SIGKILLed while that rebalance runs. The master places b's share on
+// the live nodes, b comes back, and every window of every sensor is
+// exact with one result id.
+func TestClusterNodeKilledDuringARebalance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses and SIGKILL")
+	}
+	members := startCluster(t, true)
+	a := members[0]
+	l := newClusterLoad(t, members)
+	client := &http.Client{Timeout: time.Second}
+	waitAllAlive(t, a, 3)
+	const n = 36_000
+	l.publish(0, n/4)
+	l.kill(2)
+	testutil.Eventually(t, 60*time.Second, "the master runs the job without c", func() bool {
+		s, err := a.status(client)
+		return err == nil && s.keyedOn("c") == 0 && allHostTasks(client, members[1:2])
+	})
+	l.publish(n/4, n/3)
+	moving := logCount(a, "handover starting")
+	// c's restart waits for c to host tasks: b is killed as soon as the
+	// join's handover starts instead.
+	members[2].readyFn = func(client *http.Client) bool { return brokerUp(members[2].brokerAddr) }
+	l.restart(2)
+	l.killWhen(1, 60*time.Second, func() bool {
+		return logCount(a, "handover starting") > moving
+	})
+	if logCount(a, "handover starting") == moving {
+		t.Log("no handover seen before b's kill")
+	}
+	testutil.Eventually(t, 90*time.Second, "the master runs the job on a and c", func() bool {
+		s, err := a.status(client)
+		return err == nil && s.keyedOn("b") == 0 && s.keyedOn("c") > 0 && allHostTasks(client, members[2:])
+	})
+	l.publish(n/3, n/2)
+	l.restart(1)
+	testutil.Eventually(t, 60*time.Second, "b hosts tasks again", func() bool {
+		return allHostTasks(client, members[1:])
+	})
+	l.publish(n/2, n)
+	l.finishChecked(n, 120*time.Second)
+	for _, m := range members {
+		m.failIfExited(t)
+	}
+}
