@@ -147,3 +147,81 @@ func TestClusterNodeKilledDuringARebalance(t *testing.T) {
 		m.failIfExited(t)
 	}
 }
+
+// The leader is SIGKILLed while `edged cluster drain c` hands c's
+// subtasks over, under MQTT load (c's devices moved to the other nodes
+// first, everything the leader acknowledged covered by checkpoints). The
+// drain's CLI ends with an error, b takes the job masters over, the
+// leader comes back, and every window of every sensor is exact with one
+// result id.
+func TestClusterLeaderKilledDuringADrain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses and SIGKILL")
+	}
+	members := startCluster(t, true)
+	a, b := members[0], members[1]
+	l := newClusterLoad(t, members)
+	client := &http.Client{Timeout: time.Second}
+	waitAllAlive(t, a, 3)
+	const n = 30_000
+	l.publish(0, n/3)
+	testutil.Eventually(t, 60*time.Second, "node a's log released all it was sent", func() bool {
+		rel, err := a.released(client)
+		return err == nil && rel >= n/3/3
+	})
+	l.stopDevices(2)
+	moving := logCount(a, "handover starting")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	wait := startCLI(t, ctx, "cluster", "drain", "c", "--addr", a.apiAddr)
+	l.killWhen(0, 30*time.Second, func() bool {
+		return logCount(a, "handover starting") > moving
+	})
+	if logCount(a, "handover starting") == moving {
+		t.Fatal("no handover of the drain seen within 30 s")
+	}
+	code, stdout, stderr := wait()
+	if ctx.Err() != nil || code == 0 {
+		t.Fatalf("edged cluster drain c: exit %d, %q %q; want an error", code, stdout, stderr)
+	}
+	testutil.Eventually(t, 60*time.Second, "node b took over and runs the job", func() bool {
+		s, err := b.leaderStatus(client)
+		return err == nil && s.Leader == "b" && s.keyedOn("a") == 0 && s.keyedOn("b")+s.keyedOn("c") > 0
+	})
+	if s, err := b.leaderStatus(client); err == nil {
+		t.Logf("after the takeover: %+v, subtasks on b %d, on c %d", s.Members, s.keyedOn("b"), s.keyedOn("c"))
+	}
+
+	l.publish(n/3, n/2)
+	a.readyFn = func(client *http.Client) bool {
+		_, err := a.hosted(client)
+		return err == nil && brokerUp(a.brokerAddr)
+	}
+	l.restart(0)
+	// The drain went with the leader, as the CLI said: once a has the
+	// leadership back, it is asked again (b alone could not drain c: a
+	// majority must stay).
+	from := n / 2
+	for {
+		s, err := a.leaderStatus(client)
+		if err == nil && s.Leader == "a" && s.alive() == 3 {
+			if jm, err := a.jobMasters(client); err == nil && jm == 1 {
+				break
+			}
+		}
+		if from+300 > 3*n/4 {
+			t.Fatal("a did not get the leadership back")
+		}
+		l.publish(from, from+300)
+		from += 300
+		testutil.Within(time.Second, func() bool { return false })
+	}
+	if code, stdout, stderr := runCLI(t, 2*time.Minute, "cluster", "drain", "c", "--addr", a.apiAddr); code != 0 {
+		t.Fatalf("edged cluster drain c on a: exit %d, %q %q", code, stdout, stderr)
+	}
+	l.publish(from, n)
+	l.finishChecked(n, 120*time.Second)
+	for _, m := range members {
+		m.failIfExited(t)
+	}
+}
