@@ -392,6 +392,31 @@ func TestClusterStatusOnAWorkerNamesTheLeader(t *testing.T) {
 
 // A node that takes a drain and ends the connection without an answer
 // (it crashed) gets the CLI to say so, not a bare transport error.
+// edged stop and edged savepoint whose node ends the connection without
+// an answer say that the stop or savepoint may have completed and where
+// to look, rather than a bare EOF.
+func TestStopConnectionLost(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			conn.Close()
+		}
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	for _, cmd := range []string{"stop", "savepoint"} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), []string{cmd, "sensors", "--addr", ln.Addr().String()}, &out, &errb)
+		if code != 1 || !strings.Contains(errb.String(), "ended the connection without an answer") ||
+			!strings.Contains(errb.String(), "may have completed or not: edged checkpoints sensors") {
+			t.Errorf("edged %s: exit %d:\n%s", cmd, code, errb.String())
+		}
+	}
+}
+
 func TestClusterDrainConnectionLost(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -40,10 +40,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http/httptrace"
 	"os"
 	"os/signal"
 	"runtime/pprof"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -264,11 +266,36 @@ func runClient(ctx context.Context, cmd string, args []string, stdout, stderr io
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	// sent records that the request reached the node: a stop or
+	// savepoint whose connection ends without an answer may have been
+	// carried out.
+	var sent atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
+		if i.Err == nil {
+			sent.Store(true)
+		}
+	}})
 	if err := client(ctx, c, cmd, pos, path, stdout); err != nil {
+		var ae *daemon.APIError
+		if (cmd == "stop" || cmd == "savepoint") && sent.Load() && ctx.Err() == nil && !errors.As(err, &ae) {
+			err = answerLost(cmd, pos[0], err)
+		}
 		fmt.Fprintf(stderr, "edged %s: %v\n", cmd, err)
 		return exitFailure
 	}
 	return exitOK
+}
+
+// answerLost explains a stop or savepoint of job whose node took the
+// request and ended the connection without an answer (err).
+func answerLost(cmd, job string, err error) error {
+	what := "the savepoint"
+	if cmd == "stop" {
+		what = "the stop and its savepoint"
+	}
+	return fmt.Errorf("the node took the request and ended the connection without an answer: it stopped or crashed, most likely; "+
+		"%s of %s may have completed or not: edged checkpoints %s on the node that leads now lists the savepoint if it completed; "+
+		"in a cluster the node that takes the job masters over resumes the job from its newest snapshot (%w)", what, job, job, err)
 }
 
 // addrEnv is the environment variable with the node's API address.
