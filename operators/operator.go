@@ -149,11 +149,16 @@ type Source[T any] interface {
 
 // Replayer is implemented by a source that says whether it can be
 // rewound. A source that does not implement it is taken to be
-// replayable: a restore gives it back the position its checkpoint
+// replayable when it records a position (it implements Snapshotter or
+// Restorer): a restore gives it back the position its checkpoint
 // recorded (an index, a byte offset, an ingest-log offset) and it replays
 // what followed. A source that cannot (SocketSource) makes a checkpointed
-// job at-most-once for its records, so the stream package refuses to run
-// it unless the job opts in.
+// job at-most-once for its records, and one that records no position
+// would read from its beginning again after a restart, repeating what it
+// had read before the checkpoint; the stream package refuses to run
+// either in a checkpointed job unless the job opts in. A source that
+// replays by other means (its position in operator state) says so with
+// Replayable returning true.
 //
 // Replayable is called before the job runs, on an instance that is never
 // opened; it must not block.

@@ -70,7 +70,9 @@ func WithClock(c clockwork.Clock) Option { return func(e *Environment) { e.cfg.C
 // cannot be rewound (operators.Replayer, such as the socket source). Such a
 // job is at-most-once for those sources' records: after a restart they
 // continue with what comes next, and what they had read since the
-// restored checkpoint is lost. Without this option Execute refuses the
+// restored checkpoint is lost. It also lets it read a source that records
+// no position (none of operators.Replayer, operators.Snapshotter and
+// operators.Restorer), which a restart reads from its beginning again. Without this option Execute refuses the
 // job with ErrNotReplayable; with it, Execute logs a warning naming each
 // such source when the job starts.
 func AllowAtMostOnceSources() Option { return func(e *Environment) { e.atMostOnce = true } }
@@ -187,7 +189,10 @@ func (e *Environment) checkRepeatedNames() []error {
 }
 
 // checkReplay refuses, in a job with checkpoints, a source that cannot be
-// rewound, unless AllowAtMostOnceSources; then it logs a warning for each.
+// rewound (its Replayable is false) or that keeps no position (it
+// implements neither operators.Replayer nor operators.Snapshotter nor
+// operators.Restorer), unless AllowAtMostOnceSources; then it logs a
+// warning for each.
 // It asks one instance of each source (never opened; constructors start
 // nothing).
 func (e *Environment) checkReplay() error {
@@ -201,10 +206,14 @@ func (e *Environment) checkReplay() error {
 		}
 		op, err := probeSource(v, &operators.Context{Job: e.name, Operator: v.Name, UID: v.UID, Parallelism: v.Parallelism,
 			MaxParallelism: e.job.MaxParallelism, Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			continue // the runner reports it (a panic as a task failure)
+		if err != nil || op == nil {
+			continue // the runner reports it (a panic or nil as a task failure)
 		}
-		if r, ok := op.(operators.Replayer); !ok || r.Replayable() {
+		r, says := op.(operators.Replayer)
+		if says && r.Replayable() {
+			continue
+		}
+		if !says && keepsPosition(op) {
 			continue
 		}
 		if e.atMostOnce {
@@ -212,11 +221,28 @@ func (e *Environment) checkReplay() error {
 				"job", e.name, "operator", v.Name)
 			continue
 		}
-		errs = append(errs, fmt.Errorf("%w: job %q has checkpoints (exactly-once or at-least-once), but its source %q cannot be rewound: "+
-			"records it read after the latest checkpoint would be lost on a restart; use a replayable source, or stream.AllowAtMostOnceSources() to run it at-most-once",
-			ErrNotReplayable, e.name, v.Name))
+		if says {
+			errs = append(errs, fmt.Errorf("%w: job %q has checkpoints (exactly-once or at-least-once), but its source %q cannot be rewound: "+
+				"records it read after the latest checkpoint would be lost on a restart; use a replayable source, or stream.AllowAtMostOnceSources() to run it at-most-once",
+				ErrNotReplayable, e.name, v.Name))
+			continue
+		}
+		errs = append(errs, fmt.Errorf("%w: job %q has checkpoints (exactly-once or at-least-once), but its source %q (%T) keeps no position: "+
+			"it implements neither operators.Snapshotter nor operators.Replayer, so after a restart it would start again from its beginning "+
+			"and the records it read before the restored checkpoint would be repeated; record its position with SnapshotState and RestoreState, "+
+			"implement Replayable() bool to say it replays by other means (true) or cannot (false), or use stream.AllowAtMostOnceSources() to run it anyway",
+			ErrNotReplayable, e.name, v.Name, op))
 	}
 	return errors.Join(errs...)
+}
+
+// keepsPosition reports whether source op records state of its own that a
+// restore gives back (its position): a source that does not is built
+// afresh by a restart and reads from its beginning again.
+func keepsPosition(op operators.Operator) bool {
+	_, snap := op.(operators.Snapshotter)
+	_, restore := op.(operators.Restorer)
+	return snap || restore
 }
 
 // probeSource builds one instance of source v; a panic in the user's

@@ -3,8 +3,10 @@ package stream
 import "errors"
 
 // ErrNotReplayable is returned by Execute, ExecuteAsync and Plan for a job
-// with checkpoints whose source cannot be rewound (operators.Replayer),
-// unless AllowAtMostOnceSources was given.
+// with checkpoints whose source cannot be rewound (operators.Replayer) or
+// records no position (it implements none of operators.Replayer,
+// operators.Snapshotter and operators.Restorer), unless
+// AllowAtMostOnceSources was given.
 var ErrNotReplayable = errors.New("stream: source cannot replay")
 
 // ErrAlreadyRunning is returned by Execute and ExecuteAsync while a job

@@ -40,6 +40,15 @@ func (s *trickleSource) Poll(out operators.Collector[string], limit int) (operat
 
 func (s *trickleSource) Available() <-chan struct{} { return s.never }
 
+// SnapshotState records the position, so that a checkpointed job may read
+// the source.
+func (s *trickleSource) SnapshotState(int64) ([]byte, error) { return positionState(s.next), nil }
+
+// RestoreState takes back the position.
+func (s *trickleSource) RestoreState(states [][]byte, _ int) error {
+	return restorePosition(states, &s.next)
+}
+
 // TestPrintSinkWritesWhenInputPauses checks that what a print sink
 // buffered is written once the task has no more input waiting, while the
 // job still runs: a few lines of a slow stream (dead letters, alerts)

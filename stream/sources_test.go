@@ -109,3 +109,71 @@ func TestUncheckpointedJobTakesSocketSource(t *testing.T) {
 		t.Fatalf("Execute = %v, %d readings; want nil, 3", err, sink.Len())
 	}
 }
+
+// countingSource is the source a user writes first: it emits 0..n-1 and
+// keeps no position (no SnapshotState, no Replayer).
+type countingSource struct {
+	operators.Base
+	n, next int
+}
+
+func (s *countingSource) Poll(out operators.Collector[int], max int) (operators.Status, error) {
+	for ; max > 0 && s.next < s.n; max-- {
+		out.Collect(s.next)
+		s.next++
+	}
+	if s.next == s.n {
+		return operators.EndOfInput, nil
+	}
+	return operators.MoreAvailable, nil
+}
+
+func (s *countingSource) Available() <-chan struct{} { return nil }
+
+// replayingCountingSource says that it replays: it starts again from 0 and
+// its job does not mind (here: nothing to mind, the job has no failure).
+type replayingCountingSource struct{ countingSource }
+
+func (*replayingCountingSource) Replayable() bool { return true }
+
+func countingJob(env *stream.Environment, newSource func() operators.Source[int], sink *operators.CollectSink[int]) {
+	stream.FromSource(env, "counter", newSource).To("collect", sink.Subtask)
+}
+
+// A source that records no position (it implements neither
+// operators.Snapshotter nor operators.Replayer) would start again from its
+// beginning after a restart, and a checkpointed job would repeat every
+// record it had read before the restored checkpoint, through every
+// exactly-once sink, without an error. It is refused like a source that
+// says it cannot replay, naming it and the ways to make it fit.
+func TestCheckpointedJobRefusesSourceWithoutPosition(t *testing.T) {
+	env := stream.NewEnvironment("no-position", checkpointing(t))
+	countingJob(env, func() operators.Source[int] { return &countingSource{n: 5} }, operators.NewCollectSink[int]())
+	_, planErr := env.Plan()
+	err := env.Execute(context.Background())
+	for _, e := range []error{planErr, err} {
+		if !errors.Is(e, stream.ErrNotReplayable) || !strings.Contains(e.Error(), `"counter"`) ||
+			!strings.Contains(e.Error(), "SnapshotState") || !strings.Contains(e.Error(), "Replayable") {
+			t.Fatalf("Plan, Execute = %v, %v; want ErrNotReplayable naming source \"counter\", SnapshotState and Replayable", planErr, err)
+		}
+	}
+
+	// A source that says it replays, and one run at-most-once, are taken;
+	// so is the source in a job without checkpoints.
+	for name, opts := range map[string][]stream.Option{
+		"replayable":     {checkpointing(t)},
+		"at-most-once":   {checkpointing(t), stream.AllowAtMostOnceSources()},
+		"no checkpoints": nil,
+	} {
+		newSource := func() operators.Source[int] { return &countingSource{n: 5} }
+		if name == "replayable" {
+			newSource = func() operators.Source[int] { return &replayingCountingSource{countingSource{n: 5}} }
+		}
+		sink := operators.NewCollectSink[int]()
+		env := stream.NewEnvironment("no-position-"+strings.ReplaceAll(name, " ", "-"), opts...)
+		countingJob(env, newSource, sink)
+		if err := env.Execute(context.Background()); err != nil || sink.Len() != 5 {
+			t.Errorf("%s: Execute = %v with %d records; want nil, 5", name, err, sink.Len())
+		}
+	}
+}
