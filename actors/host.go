@@ -822,7 +822,11 @@ func (h *host) newContext(t *task, i int) (*operators.Context, error) {
 			t.closers = append(t.closers, b.Close)
 			ctx.State = b
 		default:
-			ctx.State = state.NewMemoryBackend(kg, h.cfg.Clock)
+			mem := state.NewMemoryBackend(kg, h.cfg.Clock)
+			if h.cfg.Checkpoint.Dir != "" {
+				mem.RequireCodecs() // a state it cannot snapshot fails at Open
+			}
+			ctx.State = mem
 		}
 	}
 	return ctx, nil

@@ -27,6 +27,9 @@ type MemoryBackend struct {
 	// registry holds the timer queues and the restored state not yet
 	// registered.
 	registry registry
+	// needCodecs refuses a state without codecs when it is registered
+	// (RequireCodecs).
+	needCodecs bool
 }
 
 // memState is a state table of the memory backend.
@@ -58,6 +61,14 @@ func NewMemoryBackend(r keygroup.Range, clock clockwork.Clock) *MemoryBackend {
 	return &MemoryBackend{groups: r, clock: clock, tables: make(map[string]memState)}
 }
 
+// RequireCodecs makes b refuse, when it is created, a state whose key,
+// namespace or value type has no codec, as the bolt backend does. The
+// runtime calls it, before any state is created, for a job that takes
+// snapshots (it has a checkpoint directory): such a state could not be in
+// a single one, and the job would otherwise run until its first snapshot
+// fails. Without it the memory backend keeps values without encoding them.
+func (b *MemoryBackend) RequireCodecs() { b.needCodecs = true }
+
 // KeyGroups returns the key groups b holds.
 func (b *MemoryBackend) KeyGroups() keygroup.Range { return b.groups }
 
@@ -82,6 +93,9 @@ func memTableFor[K, N comparable, T any](b *MemoryBackend, s spec, ec entryCodec
 			return nil, fmt.Errorf("%w: %q has TTL %+v, not %+v", ErrStateType, s.name, t.sp.ttl, s.ttl)
 		}
 		return t, nil
+	}
+	if b.needCodecs && s.codecs.err != nil {
+		return nil, fmt.Errorf("state %q: its snapshots need codecs: %w", s.name, s.codecs.err)
 	}
 	t := newMemTable[K, N, T](b.groups, s)
 	t.ec = ec
