@@ -2,6 +2,7 @@ package stream_test
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/stream"
@@ -368,5 +371,51 @@ func TestMinInt64TimestampGoesToLateData(t *testing.T) {
 	compareResults(t, "tumbling windows", sink.sorted(), want)
 	if len(late) != 1 || late[0] != hostile {
 		t.Fatalf("late data %v, want only %v", late, hostile)
+	}
+}
+
+// endTimers registers, for every record, an event-time timer after the last
+// record's time and a processing-time timer an hour ahead of the clock.
+type endTimers struct {
+	operators.KeyedProcessBase[string, string]
+}
+
+func (endTimers) ProcessElement(r operators.SensorReading, ctx *operators.KeyedContext[string, string]) error {
+	ctx.Timers().RegisterEventTimeTimer(math.MaxInt64 - 1)
+	ctx.Timers().RegisterProcessingTimeTimer(ctx.CurrentProcessingTime() + time.Hour.Milliseconds())
+	return nil
+}
+
+func (endTimers) OnTimer(ts int64, ctx *operators.KeyedContext[string, string]) error {
+	ctx.Emit(fmt.Sprintf("%s %v", ctx.CurrentKey(), ctx.TimeDomain() == operators.EventTime))
+	return nil
+}
+
+// At the end of a bounded input a keyed process function's event-time
+// timers fire (the final watermark passes every one), once each, and its
+// processing-time timers do not (as in Flink; processing-time windows, in
+// contrast, fire at the end).
+func TestKeyedProcessTimersAtEndOfInput(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.UnixMilli(1_700_000_000_000))
+	env := stream.NewEnvironment("end-timers", stream.WithParallelism(2), stream.WithClock(clock))
+	readings := stream.FromSource(env, "gen", func() operators.Source[operators.SensorReading] {
+		return operators.SensorGenerator(operators.GeneratorConfig{Count: 300, Keys: 7})
+	}).UID("gen").AssignTimestampsAndWatermarks("ts", watermark.ForMonotonous(func(r operators.SensorReading) int64 { return r.Timestamp * 1000 }))
+	sink := operators.NewCollectSink[string]()
+	stream.KeyedProcess(stream.KeyBy(readings, func(r operators.SensorReading) string { return r.ID }), "timers",
+		func() operators.KeyedProcessFunction[string, operators.SensorReading, string] { return endTimers{} }).UID("timers").
+		To("out", sink.Subtask)
+	if err := env.Execute(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := sink.Values()
+	slices.Sort(got)
+	want := make([]string, 7)
+	for i := range want {
+		want[i] = fmt.Sprintf("sensor_%d true", i)
+	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("fired %q, want each key's event-time timer once and no processing-time timer: %q", got, want)
 	}
 }
