@@ -183,15 +183,30 @@ func (j *Job) Wait() error {
 func (j *Job) Done() <-chan struct{} { return j.done }
 
 // TriggerSavepoint takes a savepoint of the running job ("" for the
-// checkpoint directory's savepoints/) and returns its path.
+// checkpoint directory's savepoints/) and returns its path. A job without
+// a checkpoint directory (WithCheckpointing with Dir set) takes none, to
+// a path of its own neither: the error is actors.ErrNoCheckpointStore.
 func (j *Job) TriggerSavepoint(ctx context.Context, path string) (string, error) {
-	return j.exec.TriggerSavepoint(ctx, path, false)
+	p, err := j.exec.TriggerSavepoint(ctx, path, false)
+	return p, explainNoStore(err)
 }
 
 // StopWithSavepoint takes a savepoint and ends the job once it is
-// complete; Wait then returns nil.
+// complete; Wait then returns nil. Refused, as TriggerSavepoint, for a
+// job without a checkpoint directory; the job then goes on.
 func (j *Job) StopWithSavepoint(ctx context.Context, path string) (string, error) {
-	return j.exec.TriggerSavepoint(ctx, path, true)
+	p, err := j.exec.TriggerSavepoint(ctx, path, true)
+	return p, explainNoStore(err)
+}
+
+// explainNoStore adds to actors.ErrNoCheckpointStore how a Go job gets a
+// checkpoint directory.
+func explainNoStore(err error) error {
+	if errors.Is(err, actors.ErrNoCheckpointStore) {
+		return fmt.Errorf("%w: savepoints are written through the job's checkpoint store; "+
+			"start the job with stream.WithCheckpointing(cfg) and cfg.Dir set (cfg.Interval 0 takes savepoints only)", err)
+	}
+	return err
 }
 
 // StopRestarting tells the job that it is being stopped: a failure from

@@ -12,6 +12,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/goleak"
 
+	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/snapshot"
@@ -227,5 +228,41 @@ func testRestoreThatDoesNotFit(t *testing.T, nodes int) {
 		// milliseconds (it lived 1 s), so a user's goleak check right
 		// after passes.
 		goleak.VerifyNone(t)
+	}
+}
+
+// A savepoint of a job without a checkpoint directory, to a path of the
+// caller's or not, is refused with actors.ErrNoCheckpointStore, telling
+// how to give the job one; the job goes on, and a stop without a savepoint
+// (cancel) ends it.
+func TestSavepointWithoutCheckpointDirSaysHowToConfigureOne(t *testing.T) {
+	env := stream.NewEnvironment("no-dir")
+	stream.FromSource(env, "generator", func() operators.Source[operators.SensorReading] {
+		return operators.SensorGenerator(operators.GeneratorConfig{Rate: 100, Keys: 3})
+	}).UID("generator").ForEach("drop", func(operators.SensorReading) error { return nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	job, err := env.ExecuteAsync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"", t.TempDir() + "/sp"} {
+		_, err := job.TriggerSavepoint(context.Background(), path)
+		if !errors.Is(err, actors.ErrNoCheckpointStore) || !strings.Contains(err.Error(), "stream.WithCheckpointing") || !strings.Contains(err.Error(), "Dir") {
+			t.Errorf("TriggerSavepoint(%q) = %v; want actors.ErrNoCheckpointStore telling to set a Dir with stream.WithCheckpointing", path, err)
+		}
+		_, err = job.StopWithSavepoint(context.Background(), path)
+		if !errors.Is(err, actors.ErrNoCheckpointStore) || !strings.Contains(err.Error(), "stream.WithCheckpointing") {
+			t.Errorf("StopWithSavepoint(%q) = %v; want actors.ErrNoCheckpointStore telling to use stream.WithCheckpointing", path, err)
+		}
+	}
+	select {
+	case <-job.Done():
+		t.Fatalf("the job ended after a refused savepoint: %v", job.Wait())
+	default:
+	}
+	cancel()
+	if err := job.Wait(); !errors.Is(err, context.Canceled) {
+		t.Errorf("Wait = %v, want context.Canceled", err)
 	}
 }
