@@ -79,12 +79,27 @@ func WithSavepoint(path string, allowNonRestored bool) Option {
 	return func(e *Environment) {
 		md, err := snapshot.Load(path)
 		if err != nil {
-			e.addError(err)
+			if isStoreRoot(path) {
+				err = fmt.Errorf("%w (this is a checkpoint directory, not one snapshot: give one of its savepoints/sp-… or checkpoints/chk-… directories; "+
+					"a job on this checkpoint directory resumes from its newest snapshot without WithSavepoint)", err)
+			}
+			e.addError(fmt.Errorf("stream: WithSavepoint(%q): %w", path, err))
 			return
 		}
 		e.cfg.Restore = md
 		e.cfg.AllowNonRestoredState = allowNonRestored
 	}
+}
+
+// isStoreRoot reports whether path is the root of a snapshot store (a
+// checkpoint directory) rather than one snapshot in it.
+func isStoreRoot(path string) bool {
+	for _, name := range []string{"LAYOUT", "savepoints", "checkpoints"} {
+		if _, err := os.Stat(filepath.Join(path, name)); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // WithBoltStateBackend keeps keyed state in bbolt files under dir (state

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -264,5 +265,31 @@ func TestSavepointWithoutCheckpointDirSaysHowToConfigureOne(t *testing.T) {
 	cancel()
 	if err := job.Wait(); !errors.Is(err, context.Canceled) {
 		t.Errorf("Wait = %v, want context.Canceled", err)
+	}
+}
+
+// A job given a savepoint path that does not hold one (mistyped, or the
+// checkpoint directory itself instead of one of its snapshots) is refused
+// by Plan and Execute with an error naming WithSavepoint and the path.
+func TestWithSavepointBadPathNamesTheOption(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Mkdir(root+"/savepoints", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{root + "/missing", root} {
+		env := stream.NewEnvironment("bad-savepoint", stream.WithSavepoint(path, false))
+		stream.FromSource(env, "generator", func() operators.Source[operators.SensorReading] {
+			return operators.SensorGenerator(operators.GeneratorConfig{Count: 10})
+		}).UID("generator").ForEach("drop", func(operators.SensorReading) error { return nil })
+		_, planErr := env.Plan()
+		err := env.Execute(context.Background())
+		for _, e := range []error{planErr, err} {
+			if e == nil || !strings.Contains(e.Error(), fmt.Sprintf("stream: WithSavepoint(%q)", path)) {
+				t.Errorf("path %q: Plan, Execute = %v, %v; want an error naming stream.WithSavepoint and the path", path, planErr, err)
+			}
+			if path == root && (e == nil || !strings.Contains(e.Error(), "savepoints/sp-")) {
+				t.Errorf("the checkpoint directory given as savepoint: %v; want a hint to give one of its snapshots", e)
+			}
+		}
 	}
 }
