@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"log/slog"
+	"math/bits"
 	"sync/atomic"
 
 	mochi "github.com/mochi-mqtt/server/v2"
@@ -62,11 +63,17 @@ func (h *subscriptionsHook) OnSubscribe(cl *mochi.Client, pk packets.Packet) pac
 		filters[i].Filter = refusedFilter
 		refused++
 	}
-	if refused > 0 {
-		n := h.refused.Add(uint64(refused))
+	pk.Filters = filters
+	if refused == 0 {
+		return pk
+	}
+	// Logged when the count reaches the next power of two (the 1st, 2nd,
+	// 4th, 8th … refusal): a client that keeps subscribing does not flood
+	// the log.
+	n := h.refused.Add(uint64(refused))
+	if bits.Len64(n-uint64(refused)) != bits.Len64(n) {
 		h.logger.Warn("mqtt broker: client holds its most topic filters; subscription refused",
 			"client", cl.ID, "held", held+len(added), "max_subscriptions", h.max, "refused", refused, "refused_total", n)
 	}
-	pk.Filters = filters
 	return pk
 }
