@@ -458,6 +458,9 @@ func (r *host) restoreOperator(md *snapshot.Metadata, v *Vertex, sub int, ctx *o
 		if err != nil {
 			return nil, 0, err
 		}
+		if r.cfg.Checkpoint.Dir != "" {
+			st.RequireCodecs()
+		}
 		ctx.OperatorState = st
 	}
 	// Raw state: this subtask's at the same parallelism, all at another.

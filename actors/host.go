@@ -800,6 +800,9 @@ func (h *host) newContext(t *task, i int) (*operators.Context, error) {
 	// With checkpoints, the final checkpoint commits the sinks' last
 	// records, not Finish.
 	ctx.FinalCheckpoint = h.cfg.Checkpoint.Dir != ""
+	if ctx.FinalCheckpoint {
+		ctx.OperatorState.RequireCodecs() // a state it cannot snapshot fails at Open
+	}
 	if ctx.FinalCheckpoint && h.cfg.Checkpoint.Interval > 0 {
 		// An exactly-once sink's first held record brings the run's
 		// first checkpoint forward.

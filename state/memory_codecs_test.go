@@ -38,3 +38,25 @@ func TestMemoryBackendRequiringCodecsRefusesStateWithoutOne(t *testing.T) {
 		t.Errorf("NewValue of int = %v, want nil", err)
 	}
 }
+
+// An operator state store whose states are snapshotted (RequireCodecs)
+// refuses, when the state is registered, one whose type has no codec;
+// without it (a job that never snapshots) it takes it, as before.
+func TestOperatorStoreRequiringCodecsRefusesStateWithoutOne(t *testing.T) {
+	s := NewOperatorStore()
+	if _, err := ListState[uncodable](s, "plain"); err != nil {
+		t.Fatalf("ListState without RequireCodecs = %v, want nil", err)
+	}
+	s = NewOperatorStore()
+	s.RequireCodecs()
+	_, err := ListState[uncodable](s, "pending")
+	if !errors.Is(err, codec.ErrUnsupported) || !strings.Contains(err.Error(), `operator state "pending"`) || !strings.Contains(err.Error(), "unexported") {
+		t.Fatalf("ListState = %v, want an error wrapping codec.ErrUnsupported naming operator state \"pending\" and the unexported field", err)
+	}
+	if _, err := BroadcastState[uncodable, int](s, "rules"); !errors.Is(err, codec.ErrUnsupported) {
+		t.Errorf("BroadcastState with an uncodable key = %v, want codec.ErrUnsupported", err)
+	}
+	if _, err := UnionListState[int](s, "offsets"); err != nil {
+		t.Errorf("UnionListState of int = %v, want nil", err)
+	}
+}

@@ -26,7 +26,17 @@ type OperatorStore struct {
 	states map[string]operatorState
 	// pending holds restored states not registered since, by name.
 	pending map[string]*opRaw
+	// needCodecs refuses a state without codecs when it is registered
+	// (RequireCodecs).
+	needCodecs bool
 }
+
+// RequireCodecs makes s refuse, when it is registered, a state whose
+// value (or broadcast key) type has no codec. The runtime calls it for a
+// job that takes snapshots (it has a checkpoint directory): such a state
+// could not be in a single one, and the job would otherwise run until its
+// first snapshot fails. Without it s keeps values without encoding them.
+func (s *OperatorStore) RequireCodecs() { s.needCodecs = true }
 
 // operatorState is one registered state of an OperatorStore.
 type operatorState interface {
@@ -128,6 +138,9 @@ func operatorStateFor[T operatorState](s *OperatorStore, sp spec, mk func() T) (
 	}
 	if err := checkName(sp.name); err != nil {
 		return zero, err
+	}
+	if s.needCodecs && sp.codecs.err != nil {
+		return zero, fmt.Errorf("operator state %q: its snapshots need codecs: %w", sp.name, sp.codecs.err)
 	}
 	if old, ok := s.states[sp.name]; ok {
 		t, ok := old.(T)

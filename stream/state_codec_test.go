@@ -9,6 +9,7 @@ import (
 	"github.com/edgedio/edged/codec"
 	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/snapshot"
+	"github.com/edgedio/edged/state"
 	"github.com/edgedio/edged/stream"
 )
 
@@ -71,5 +72,55 @@ func TestStateWithoutCodecFailsAtOpenWithCheckpoints(t *testing.T) {
 		To("collect", sink.Subtask)
 	if err := env.Execute(context.Background()); err != nil || sink.Len() != 100 {
 		t.Fatalf("without checkpoints: Execute = %v with %d results; want nil, 100", err, sink.Len())
+	}
+}
+
+// bufferOp keeps the records it saw in operator list state of their own
+// type (as a user's buffering operator would) and passes them on.
+type bufferOp struct {
+	operators.Base
+	out  operators.Collector[unexportedEvent]
+	seen state.OperatorList[unexportedEvent]
+}
+
+func (o *bufferOp) Open(ctx *operators.Context) (err error) {
+	o.seen, err = state.ListState[unexportedEvent](ctx.OperatorState, "seen")
+	return err
+}
+
+func (o *bufferOp) Collect(e unexportedEvent) {
+	o.seen.Add(e)
+	o.out.Collect(e)
+}
+
+// The same for operator state: with a checkpoint directory, a list state
+// whose element type has no codec fails when the operator opens, naming
+// the state, before a record is read; without one the job runs.
+func TestOperatorStateWithoutCodecFailsAtOpenWithCheckpoints(t *testing.T) {
+	run := func(opts ...stream.Option) (int, error) {
+		env := stream.NewEnvironment("uncodable-op", opts...)
+		events := stream.FromSource(env, "gen", func() operators.Source[unexportedEvent] {
+			return operators.NewGenerator(operators.GeneratorConfig{Count: 100}, func(i int64) unexportedEvent {
+				return unexportedEvent{key: "k", n: int(i)}
+			})
+		}).UID("gen")
+		sink := operators.NewCollectSink[unexportedEvent]()
+		stream.Transform(events, "buffer", func(out operators.Collector[unexportedEvent]) operators.OneInput[unexportedEvent] {
+			return &bufferOp{out: out}
+		}).UID("buffer").To("collect", sink.Subtask).UID("collect")
+		err := env.Execute(context.Background())
+		return sink.Len(), err
+	}
+	cfg := snapshot.DefaultConfig()
+	cfg.Dir = t.TempDir()
+	n, err := run(stream.WithCheckpointing(cfg))
+	if !errors.Is(err, codec.ErrUnsupported) || !strings.Contains(err.Error(), `operator state "seen"`) || !strings.Contains(err.Error(), "open") {
+		t.Fatalf("Execute = %v; want a failure at open wrapping codec.ErrUnsupported, naming operator state \"seen\"", err)
+	}
+	if n != 0 {
+		t.Errorf("the job emitted %d results before failing; want none", n)
+	}
+	if n, err := run(); err != nil || n != 100 {
+		t.Fatalf("without checkpoints: Execute = %v with %d results; want nil, 100", err, n)
 	}
 }
