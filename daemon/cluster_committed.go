@@ -62,37 +62,18 @@ func (r *replicas) markCommitted(ctx context.Context, epoch uint64, job string, 
 // sink: 404 when the node holds no metadata of it, 409 from a master of
 // an older epoch than the node saw.
 func (r *replicas) handleCommitted(w http.ResponseWriter, req *http.Request) {
-	job := req.PathValue("job")
-	id, err := strconv.ParseUint(req.PathValue("id"), 10, 64)
-	if err != nil {
-		clusterError(w, http.StatusBadRequest, fmt.Errorf("snapshot id %q: %w", req.PathValue("id"), err))
-		return
-	}
 	if e, err := strconv.ParseUint(req.Header.Get(epochHeader), 10, 64); err != nil || e < r.epoch() {
 		clusterError(w, http.StatusConflict, fmt.Errorf("%w: committed mark of epoch %q, the node saw epoch %d", ErrStaleMaster, req.Header.Get(epochHeader), r.epoch()))
 		return
 	}
-	s, err := r.store(job)
-	if err != nil {
-		clusterError(w, http.StatusNotFound, err)
+	md, ok := r.completedOf(w, req)
+	if !ok {
 		return
 	}
-	mds, err := s.Completed()
-	if err != nil {
+	if err := snapshot.MarkCommitted(md.Dir); err != nil {
 		clusterError(w, http.StatusInternalServerError, err)
 		return
 	}
-	for _, md := range mds {
-		if md.Checkpoint != snapshot.ID(id) {
-			continue
-		}
-		if err := snapshot.MarkCommitted(md.Dir); err != nil {
-			clusterError(w, http.StatusInternalServerError, err)
-			return
-		}
-		r.log.Debug("cluster: copy of a stop savepoint marked committed", "job", job, "checkpoint_id", id, "path", md.Dir)
-		writeJSON(w, http.StatusOK, map[string]any{"committed": id})
-		return
-	}
-	clusterError(w, http.StatusNotFound, fmt.Errorf("node %q holds no metadata of snapshot %d of job %q", r.self, id, job))
+	r.log.Debug("cluster: copy of a stop savepoint marked committed", "job", md.Job, "checkpoint_id", uint64(md.Checkpoint), "path", md.Dir)
+	writeJSON(w, http.StatusOK, map[string]any{"committed": uint64(md.Checkpoint)})
 }

@@ -188,31 +188,41 @@ func (r *replicas) fetchMetadata(ctx context.Context, peer, job string, id snaps
 	return nil
 }
 
-// handleGetMetadata serves the metadata of a snapshot the node's store
-// has, with the holders of its state files.
-func (r *replicas) handleGetMetadata(w http.ResponseWriter, req *http.Request) {
+// completedOf returns the metadata of the completed snapshot that req's
+// path names ({job}, {id}) in the node's store, or answers req with 400
+// (a bad id), 404 (no such job or snapshot) or 500 and returns false.
+func (r *replicas) completedOf(w http.ResponseWriter, req *http.Request) (*snapshot.Metadata, bool) {
 	job := req.PathValue("job")
 	id, err := strconv.ParseUint(req.PathValue("id"), 10, 64)
 	if err != nil {
 		clusterError(w, http.StatusBadRequest, fmt.Errorf("snapshot id %q: %w", req.PathValue("id"), err))
-		return
+		return nil, false
 	}
 	s, err := r.store(job)
 	if err != nil {
 		clusterError(w, http.StatusNotFound, err)
-		return
+		return nil, false
 	}
 	mds, err := s.Completed()
 	if err != nil {
 		clusterError(w, http.StatusInternalServerError, err)
-		return
+		return nil, false
 	}
 	i := slices.IndexFunc(mds, func(md *snapshot.Metadata) bool { return md.Checkpoint == snapshot.ID(id) })
 	if i < 0 {
 		clusterError(w, http.StatusNotFound, fmt.Errorf("node %q has no metadata of snapshot %d of job %q", r.self, id, job))
+		return nil, false
+	}
+	return mds[i], true
+}
+
+// handleGetMetadata serves the metadata of a snapshot the node's store
+// has, with the holders of its state files.
+func (r *replicas) handleGetMetadata(w http.ResponseWriter, req *http.Request) {
+	md, ok := r.completedOf(w, req)
+	if !ok {
 		return
 	}
-	md := mds[i]
 	b, err := snapshot.EncodeMetadata(md)
 	if err != nil {
 		clusterError(w, http.StatusInternalServerError, err)
