@@ -71,6 +71,9 @@ type task struct {
 
 	// current is the index in ops of the operator running, for errors.
 	current int32
+	// keying is the key-by edge whose key function is running, for
+	// errors; nil when none is.
+	keying *Edge
 	// pending counts data messages sent to this task and not yet received.
 	pending atomic.Int64
 	// openSince is when the oldest open output batch was opened (zero when
@@ -620,6 +623,9 @@ func (t *task) recover() {
 		Parallelism: v.Parallelism,
 	}
 	setCause(te, r)
+	if e := t.keying; e != nil {
+		te.Err = fmt.Errorf("the key function of the key-by edge %q -> %q: %w", e.From.Name, e.To.Name, te.Err)
+	}
 	t.run.report(t, te)
 }
 

@@ -208,6 +208,7 @@ type typedRouter[T any] struct {
 	open     []*batch[T]
 	nopen    int
 	keyGroup func(T) int
+	edge     *Edge
 	maxP     int
 	next     int // round-robin cursor
 	size     int
@@ -220,6 +221,7 @@ func (t *Type[T]) newRouter(tk *task, e *Edge, chans []*channel, crosses bool) r
 	r := &typedRouter[T]{
 		t:     tk,
 		part:  e.Partition,
+		edge:  e,
 		chans: chans,
 		open:  make([]*batch[T], len(chans)),
 		maxP:  tk.run.maxP,
@@ -251,7 +253,12 @@ func (r *typedRouter[T]) Collect(v T) {
 		}
 		r.add(i, v)
 	case KeyBy:
-		r.add(keygroup.Subtask(r.keyGroup(v), len(r.chans), r.maxP), v)
+		// The key function is the user's code: a panic in it names the
+		// edge (task.recover).
+		r.t.keying = r.edge
+		g := r.keyGroup(v)
+		r.t.keying = nil
+		r.add(keygroup.Subtask(g, len(r.chans), r.maxP), v)
 	case Broadcast:
 		for i := range r.chans {
 			r.add(i, v)

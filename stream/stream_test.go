@@ -374,6 +374,32 @@ func TestErrorNamesChainedOperator(t *testing.T) {
 	}
 }
 
+// A panic in a key function fails the job naming the key-by edge it runs
+// for, not only the operator before it: the function runs in the sending
+// task, as it routes the record.
+func TestKeyFunctionPanicNamesTheKeyByEdge(t *testing.T) {
+	env := stream.NewEnvironment("keyboom", stream.WithParallelism(2))
+	src := stream.FromSource(env, "src", generator(1000, 10))
+	m := stream.Map(src, "tag", func(r operators.SensorReading) (operators.SensorReading, error) { return r, nil })
+	keyed := stream.KeyBy(m, func(r operators.SensorReading) string {
+		if r.ID == "sensor_7" {
+			panic("no key for sensor 7")
+		}
+		return r.ID
+	})
+	keyed.Stream().ForEach("count", func(operators.SensorReading) error { return nil })
+	err := execute(t, env)
+	var te *actors.TaskError
+	if !errors.As(err, &te) {
+		t.Fatalf("got %v, want a *actors.TaskError", err)
+	}
+	if te.Operator != "tag" || !te.Panic || len(te.Stack) == 0 ||
+		!strings.Contains(err.Error(), `key function of the key-by edge "tag" -> "count"`) ||
+		!strings.Contains(err.Error(), "no key for sensor 7") {
+		t.Fatalf("error %q (operator %q panic %v, %d bytes of stack), want the key-by edge \"tag\" -> \"count\" named", err, te.Operator, te.Panic, len(te.Stack))
+	}
+}
+
 func TestStatefulOperatorNeedsUID(t *testing.T) {
 	env := stream.NewEnvironment("nouid")
 	src := stream.FromSource(env, "src", generator(10, 2))
