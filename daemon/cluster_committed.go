@@ -2,8 +2,10 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -20,9 +22,11 @@ import (
 // masters over (after the leader died, at a hand-back) restores its own
 // copy. So the master marks the peers' copies too, before the stop
 // returns (markCommitted, PUT /cluster/jobs/{job}/checkpoints/{id}/committed);
-// a copy left unmarked (its node was down, or did not answer) is restored
-// as any other snapshot: its held output is published again under the
-// same ids.
+// a copy left unmarked (its node was down, or did not answer) learns the
+// mark from a peer when its node takes over (learnCommitted). Only when
+// no live peer holds a marked copy (the master died before it marked
+// any) is it restored as any other snapshot: its held output is
+// published again under the same ids.
 
 // markCommitted tells every live peer that stop savepoint id of job is
 // committed by every sink: each marks its copy. It returns once every
@@ -76,4 +80,52 @@ func (r *replicas) handleCommitted(w http.ResponseWriter, req *http.Request) {
 	}
 	r.log.Debug("cluster: copy of a stop savepoint marked committed", "job", md.Job, "checkpoint_id", uint64(md.Checkpoint), "path", md.Dir)
 	writeJSON(w, http.StatusOK, map[string]any{"committed": uint64(md.Checkpoint)})
+}
+
+// learnCommitted marks the node's copy md of a savepoint or final
+// checkpoint committed when a live peer holds its copy marked: the node
+// was down, or did not answer, when the master marked the copies, and is
+// about to restore md as it takes the job masters over. Peers that do not
+// answer, or hold no copy, are passed over: the copy then stays as it is.
+func (r *replicas) learnCommitted(ctx context.Context, md *snapshot.Metadata) {
+	if md.Committed || (md.Kind != snapshot.KindSavepoint && !md.Finished) {
+		return
+	}
+	for _, peer := range r.alive() {
+		if peer == r.self {
+			continue
+		}
+		committed, err := r.peerCommitted(ctx, peer, md.Job, md.Checkpoint)
+		if err != nil {
+			r.log.Debug("cluster: cannot ask a peer whether its copy of the snapshot is marked committed", "peer", peer, "job", md.Job, "checkpoint_id", uint64(md.Checkpoint), "err", err)
+			continue
+		}
+		if !committed {
+			continue
+		}
+		if err := snapshot.MarkCommitted(md.Dir); err != nil {
+			r.log.Warn("cluster: cannot mark the copy of a committed snapshot; its held output is published again under the same ids", "job", md.Job, "checkpoint_id", uint64(md.Checkpoint), "err", err)
+			return
+		}
+		md.Committed = true
+		r.log.Info("cluster: copy of a stop savepoint marked committed, as a peer holds it: its held output is not published again", "job", md.Job, "checkpoint_id", uint64(md.Checkpoint), "peer", peer)
+		return
+	}
+}
+
+// peerCommitted asks peer whether its copy of snapshot id of job is
+// marked committed (GET /cluster/jobs/{job}/checkpoints/{id}/metadata).
+func (r *replicas) peerCommitted(ctx context.Context, peer, job string, id snapshot.ID) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.callTimeout)
+	defer cancel()
+	resp, err := r.peers.do(ctx, http.MethodGet, peer, replicaPath(job, id, "/metadata"), nil, nil)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	var m snapshotMessage
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&m); err != nil {
+		return false, err
+	}
+	return m.Committed, nil
 }

@@ -92,3 +92,44 @@ func TestClusterStopSavepointCommittedOnEveryCopy(t *testing.T) {
 		t.Error("node c, which saw no newer epoch, did not mark its copy")
 	}
 }
+
+// A node that was down (or did not answer) when the master marked the
+// copies of a stop savepoint, and then takes the job masters over, marks
+// its own copy from a peer's before it restores it: the held output is
+// not published again. With no peer holding a marked copy (the master died
+// before it marked any) the copy stays unmarked.
+func TestTakeoverLearnsTheCommittedMarkFromAPeer(t *testing.T) {
+	nodes := replicaCluster(t)
+	a, b, c := nodes["a"], nodes["b"], nodes["c"]
+	ctx := context.Background()
+
+	commitSavepoint(t, nodes, 1)
+	if committedCopy(t, b, 1) {
+		t.Fatal("node b's copy is marked committed before any node said so")
+	}
+	md, err := b.rep.recover(ctx, replicaJobName)
+	if err != nil || md == nil || md.Checkpoint != 1 {
+		t.Fatalf("recover: %v, %v; want savepoint 1", md, err)
+	}
+	if md.Committed || committedCopy(t, b, 1) {
+		t.Fatal("node b marked its copy committed though no peer holds a marked copy")
+	}
+
+	// The master marked its own copy and c's; b was down.
+	for _, rn := range []*replicaNode{a, c} {
+		mds, err := rn.store(t).Completed()
+		if err != nil || len(mds) == 0 {
+			t.Fatalf("node %s: %v, %d snapshots", rn.id, err, len(mds))
+		}
+		if err := snapshot.MarkCommitted(mds[0].Dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	md, err = b.rep.recover(ctx, replicaJobName)
+	if err != nil || md == nil || md.Checkpoint != 1 {
+		t.Fatalf("recover: %v, %v; want savepoint 1", md, err)
+	}
+	if !md.Committed || !committedCopy(t, b, 1) {
+		t.Fatal("node b restores its unmarked copy of the stop savepoint though its peers hold it marked committed: its held output would be published again")
+	}
+}

@@ -533,6 +533,7 @@ func (r *replicas) recover(ctx context.Context, job string) (*snapshot.Metadata,
 			errs = append(errs, err)
 			continue
 		}
+		r.learnCommitted(ctx, md)
 		return md, nil
 	}
 	if len(errs) > 0 {
