@@ -523,30 +523,66 @@ type keyRing struct {
 
 type ringEntry struct {
 	hash uint64
-	at   uint64 // fresh when it was added, plus 1; 0: no record
+	// at is fresh when it was added, plus 1 (0: no record), with
+	// ringUnreleased set while the record is a QoS 2 message whose
+	// PUBREL has not arrived (see unreleased).
+	at uint64
 }
+
+// ringUnreleased marks a ringEntry whose QoS 2 exchange is open: the
+// message was received, and the broker has not released its packet
+// identifier with a PUBREL.
+const ringUnreleased = 1 << 63
 
 func newKeyRing(w int) *keyRing {
 	return &keyRing{w: uint64(w), ids: make([]ringEntry, 1<<16)}
 }
 
 // add records k as the latest record under its packet identifier; fresh
-// says whether it counts towards the window.
-func (r *keyRing) add(k msgKey, fresh bool) {
+// says whether it counts towards the window, unreleased whether it is a
+// QoS 2 message whose PUBREL is still to come.
+func (r *keyRing) add(k msgKey, fresh, unreleased bool) {
 	if fresh {
 		r.fresh++
 	}
-	r.ids[k.id] = ringEntry{hash: k.hash, at: r.fresh + 1}
+	e := ringEntry{hash: k.hash, at: r.fresh + 1}
+	if unreleased {
+		e.at |= ringUnreleased
+	}
+	r.ids[k.id] = e
 }
 
 // has reports whether k is the latest record under its packet identifier
 // and within the window, and how many fresh records were added after it.
 func (r *keyRing) has(k msgKey) (age int, ok bool) {
 	e := r.ids[k.id]
-	if e.at == 0 || e.hash != k.hash || r.fresh-(e.at-1) >= r.w {
+	at := e.at &^ ringUnreleased
+	if at == 0 || e.hash != k.hash || r.fresh-(at-1) >= r.w {
 		return 0, false
 	}
-	return int(r.fresh - (e.at - 1)), true
+	return int(r.fresh - (at - 1)), true
+}
+
+// unreleased is has for a record whose QoS 2 exchange is still open:
+// until the broker's PUBREL, a PUBLISH under the same packet identifier
+// is the same message (MQTT 3.1.1 4.3.3), with DUP or without.
+func (r *keyRing) unreleased(k msgKey) (age int, ok bool) {
+	if r.ids[k.id].at&ringUnreleased == 0 {
+		return 0, false
+	}
+	return r.has(k)
+}
+
+// release closes the QoS 2 exchange under packet identifier id: the
+// broker sent its PUBREL, and may give id to a new message from then on.
+func (r *keyRing) release(id uint16) { r.ids[id].at &^= ringUnreleased }
+
+// releaseAll closes every open QoS 2 exchange: the broker did not resume
+// the session, so it holds none of them.
+func (r *keyRing) releaseAll() {
+	for i := range r.ids {
+		r.ids[i].at &^= ringUnreleased
+	}
 }
 
 // loadTail fills s.seen with the identities of the last W records of the
@@ -573,7 +609,7 @@ func (s *Subscriber) loadTail() error {
 		if !ok {
 			break
 		}
-		s.seen.add(recordKey(rec), true)
+		s.seen.add(recordKey(rec), true, false)
 		n++
 		if rec.PacketID != 0 {
 			withID++
@@ -859,11 +895,22 @@ func (s *Subscriber) release(n, size int64) {
 // goroutine that reads the broker's messages.
 func (s *Subscriber) dedup(d *delivery) bool {
 	d.off, d.has = s.lastOff, s.wrote
-	if !d.dup || d.id == 0 {
+	if d.id == 0 {
 		return false
 	}
-	s.dups.Add(1)
-	age, dup := s.seen.has(d.key)
+	var age int
+	var dup bool
+	switch {
+	case d.dup:
+		s.dups.Add(1)
+		age, dup = s.seen.has(d.key)
+	case d.qos == 2:
+		// A QoS 2 PUBLISH under a packet identifier whose exchange is
+		// open (received, no PUBREL yet) is that message again, DUP or
+		// not: Mosquitto restarted from its persistence file resends
+		// QoS 2 messages without DUP.
+		age, dup = s.seen.unreleased(d.key)
+	}
 	if !dup {
 		return false
 	}
@@ -900,7 +947,7 @@ func (s *Subscriber) appendRecord(ctx context.Context, d *delivery, topic string
 	}
 	d.off, d.has = off, true
 	s.lastOff, s.wrote = off, true
-	s.seen.add(d.key, !d.dup)
+	s.seen.add(d.key, !d.dup, d.qos == 2 && s.cfg.Client == ClientDirect)
 	return nil
 }
 

@@ -182,6 +182,9 @@ func (s *Subscriber) directSession() (up bool, err error) {
 	}
 	s.connects.Add(1)
 	s.logger.Info("mqtt subscriber connected", "session_present", ack.SessionPresent)
+	if !ack.SessionPresent {
+		s.seen.releaseAll() // a new session: the broker holds no open QoS 2 exchange
+	}
 	// Unsubscribe first: the SUBACK, which makes the subscriber ready,
 	// then comes last.
 	p := s.subs.plan(ack.SessionPresent)
@@ -378,6 +381,7 @@ func (s *Subscriber) readLoop(dc *directConn) error {
 				handOff()
 			}
 		case packets.Pubrel:
+			s.seen.release(in.id)
 			dc.queue(packets.Pubcomp, in.id)
 		case packets.Suback:
 			if err := s.subscribed(dc.plan.sub, in.codes); err != nil {

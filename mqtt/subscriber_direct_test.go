@@ -103,6 +103,10 @@ func (sc *scriptConn) read() (packets.Packet, error) {
 		err = pk.SubscribeDecode(body)
 	case packets.Puback:
 		err = pk.PubackDecode(body)
+	case packets.Pubrec:
+		err = pk.PubrecDecode(body)
+	case packets.Pubcomp:
+		err = pk.PubcompDecode(body)
 	}
 	return pk, err
 }
@@ -460,5 +464,77 @@ func TestDirectTakesATopicThatIsNotUTF8(t *testing.T) {
 	topic, id, payload, err := rawPublish(packets.FixedHeader{Type: packets.Publish, Qos: 1}, []byte{0, 2, 'a', 0xff, 1, 2, 'p'})
 	if err != nil || topic != "a\xff" || id != 258 || string(payload) != "p" {
 		t.Fatalf("rawPublish: %q %d %q %v", topic, id, payload, err)
+	}
+}
+
+// A QoS 2 message the subscriber received and answered with PUBREC, whose
+// PUBREL never came (the broker died), is resent by a broker restarted
+// from its persistence file on the resumed session under the same packet
+// identifier but without DUP: Mosquitto 2.0 does so. Until the PUBREL the
+// identifier names that message (MQTT 3.1.1 4.3.3), so it is answered
+// with PUBREC again and not logged twice. Once the PUBREL released the
+// identifier, a message under it is new and is logged, even with the same
+// content; so is one on a session the broker did not resume.
+func TestDirectQoS2ResentWithoutDupBeforePubrel(t *testing.T) {
+	fb := startScriptBroker(t)
+	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
+	sub, _ := startDirect(t, SubscriberConfig{Broker: "tcp://" + fb.ln.Addr().String(), ClientID: "edged-qos2",
+		Topics: []string{"sensors/#"}, QoS: 2}, l)
+	qos2 := func(id uint16, dup bool, payload string) []byte {
+		return encode(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 2, Dup: dup},
+			PacketID: id, TopicName: "sensors/a", Payload: []byte(payload)})
+	}
+	pubrel := func(id uint16) []byte {
+		return encode(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel, Qos: 1}, PacketID: id})
+	}
+	expectID := func(sc *scriptConn, typ byte, id uint16) {
+		t.Helper()
+		if pk := sc.expect(typ); pk.PacketID != id {
+			t.Fatalf("%s of %d, want %d", packets.PacketNames[typ], pk.PacketID, id)
+		}
+	}
+	resume := func(present bool) *scriptConn {
+		sc := fb.next(t)
+		sc.expect(packets.Connect)
+		sc.send(encode(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connack}, SessionPresent: present}))
+		if !present {
+			sub := sc.expect(packets.Subscribe)
+			sc.send(encode(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Suback}, PacketID: sub.PacketID, ReasonCodes: []byte{2}}))
+		}
+		return sc
+	}
+	records := func() uint64 { return l.Stats().DurableOffset }
+
+	c1 := fb.next(t)
+	c1.handshake(0, 2)
+	c1.send(qos2(7, false, `{"v":1}`))
+	expectID(c1, packets.Pubrec, 7)
+	c1.c.Close() // the broker dies before its PUBREL
+
+	c2 := resume(true)
+	c2.send(qos2(7, false, `{"v":1}`)) // resent without DUP
+	expectID(c2, packets.Pubrec, 7)
+	c2.send(pubrel(7))
+	expectID(c2, packets.Pubcomp, 7)
+	if n := records(); n != 1 {
+		t.Fatalf("the log holds %d records after the resend, want 1", n)
+	}
+	if sub.Dropped() != 1 {
+		t.Fatalf("dropped %d, want 1", sub.Dropped())
+	}
+
+	// Released: the same identifier and content is a new message.
+	c2.send(qos2(7, false, `{"v":1}`))
+	expectID(c2, packets.Pubrec, 7)
+	testutil.Eventually(t, waitBound, "the new message under the released identifier logged", func() bool { return records() == 2 })
+
+	// Not released, but the broker does not resume the session: new.
+	c2.c.Close()
+	c3 := resume(false)
+	c3.send(qos2(7, false, `{"v":1}`))
+	expectID(c3, packets.Pubrec, 7)
+	testutil.Eventually(t, waitBound, "the message on a new session logged", func() bool { return records() == 3 })
+	if sub.Dropped() != 1 {
+		t.Fatalf("dropped %d, want 1", sub.Dropped())
 	}
 }

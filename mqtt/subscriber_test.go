@@ -239,12 +239,12 @@ func TestSubscriberDedupWindowIsBounded(t *testing.T) {
 	r := newKeyRing(3)
 	has := func(k msgKey) bool { _, ok := r.has(k); return ok }
 	for id := uint16(1); id <= 4; id++ {
-		r.add(k(id), true)
+		r.add(k(id), true, false)
 	}
 	if has(k(1)) || !has(k(2)) || !has(k(4)) || has(msgKey{id: 2, hash: 43}) {
 		t.Fatalf("ring: %+v", r)
 	}
-	r.add(msgKey{id: 2, hash: 43}, true)
+	r.add(msgKey{id: 2, hash: 43}, true, false)
 	if has(k(2)) || !has(msgKey{id: 2, hash: 43}) || !has(k(4)) || !has(k(3)) || has(k(1)) {
 		t.Fatalf("ring: %+v", r)
 	}
@@ -253,7 +253,7 @@ func TestSubscriberDedupWindowIsBounded(t *testing.T) {
 	}
 	// Redeliveries appended because they were not found do not age k(4).
 	for id := uint16(100); id < 110; id++ {
-		r.add(k(id), false)
+		r.add(k(id), false, false)
 	}
 	if age, ok := r.has(k(4)); !ok || age != 1 {
 		t.Fatalf("k(4) after 10 DUP appends: age %d, found %v", age, ok)
@@ -327,7 +327,7 @@ func TestSubscriberDedupTableCoversEveryPacketID(t *testing.T) {
 		t.Fatal("found a key never added")
 	}
 	for id := 1; id <= 65535; id++ {
-		r.add(msgKey{id: uint16(id), hash: uint64(id) * 0x9e3779b97f4a7c15}, true)
+		r.add(msgKey{id: uint16(id), hash: uint64(id) * 0x9e3779b97f4a7c15}, true, false)
 	}
 	for id := 1; id <= 65535; id++ {
 		age, ok := r.has(msgKey{id: uint16(id), hash: uint64(id) * 0x9e3779b97f4a7c15})
@@ -335,11 +335,11 @@ func TestSubscriberDedupTableCoversEveryPacketID(t *testing.T) {
 			t.Fatalf("id %d: age %d, found %v; want age %d", id, age, ok, 65535-id)
 		}
 	}
-	r.add(msgKey{id: 9, hash: 1}, true) // the window moves on by one
+	r.add(msgKey{id: 9, hash: 1}, true, false) // the window moves on by one
 	if _, ok := r.has(msgKey{id: 1, hash: 0x9e3779b97f4a7c15}); ok {
 		t.Fatal("id 1 still found 65535 fresh records later")
 	}
-	if allocs := testing.AllocsPerRun(100, func() { r.add(msgKey{id: 12345, hash: 3}, true) }); allocs != 0 {
+	if allocs := testing.AllocsPerRun(100, func() { r.add(msgKey{id: 12345, hash: 3}, true, false) }); allocs != 0 {
 		t.Fatalf("add allocates %.0f times", allocs)
 	}
 }
