@@ -1,0 +1,390 @@
+package test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edgedio/edged/internal/testutil"
+)
+
+// broker is a Mosquitto process of a test that the test can kill -9,
+// restart, stop (SIGSTOP) and continue: its port, config and
+// persistence directory stay the same across restarts.
+type broker struct {
+	t    *testing.T
+	bin  string
+	conf string
+	db   string // the persistence file
+	addr string
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  string
+}
+
+// startBroker starts a Mosquitto on a free 127.0.0.1 port with
+// persistence in a temp dir, saved every second (autosave_interval 1;
+// saving after every change instead made Mosquitto too slow to keep
+// its clients' keep-alives once it held a few thousand messages), and
+// conf appended. user root keeps it from dropping to the mosquitto user,
+// who cannot write the temp dir. It is killed when t ends.
+func startBroker(t *testing.T, conf string) *broker {
+	t.Helper()
+	bin, err := exec.LookPath("mosquitto")
+	if err != nil {
+		if _, serr := os.Stat("/usr/sbin/mosquitto"); serr != nil {
+			t.Skip("mosquitto is not installed")
+		}
+		bin = "/usr/sbin/mosquitto"
+	}
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	_, port, _ := net.SplitHostPort(addr)
+	b := &broker{t: t, bin: bin, conf: filepath.Join(dir, "mosquitto.conf"), db: filepath.Join(dir, "mosquitto.db"),
+		addr: addr, log: filepath.Join(dir, "mosquitto.log")}
+	body := fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location %s/\n"+
+		"autosave_interval 1\nuser root\nmax_inflight_messages 1000\nmax_queued_messages 0\n%s", port, dir, conf)
+	if err := os.WriteFile(b.conf, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if b.cmd != nil {
+			b.cmd.Process.Signal(syscall.SIGCONT)
+			b.cmd.Process.Kill()
+			<-b.done
+		}
+	})
+	b.start()
+	return b
+}
+
+func (b *broker) url() string { return "tcp://" + b.addr }
+
+// start starts the broker (again) and waits until it listens.
+func (b *broker) start() {
+	b.t.Helper()
+	f, err := os.OpenFile(b.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	cmd := exec.Command(b.bin, "-c", b.conf)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		b.t.Fatalf("start mosquitto: %v", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		f.Close()
+		close(done)
+	}()
+	b.cmd, b.done = cmd, done
+	testutil.Eventually(b.t, 10*time.Second, "mosquitto listening on "+b.addr, func() bool {
+		c, err := net.DialTimeout("tcp", b.addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+}
+
+// kill SIGKILLs the broker and waits for it to be gone.
+func (b *broker) kill() {
+	b.t.Helper()
+	b.cmd.Process.Kill()
+	<-b.done
+	b.cmd = nil
+}
+
+func (b *broker) sigstop() { b.cmd.Process.Signal(syscall.SIGSTOP) }
+func (b *broker) sigcont() { b.cmd.Process.Signal(syscall.SIGCONT) }
+
+// waitSaved waits until the broker has saved its state after everything
+// acknowledged so far: it publishes a retained message (a change) and
+// waits for the persistence file to be written after it.
+func (b *broker) waitSaved() {
+	b.t.Helper()
+	t0 := time.Now()
+	c := connect(b.t, paho.NewClientOptions().AddBroker(b.url()).SetClientID("bf-save").SetAutoReconnect(false))
+	defer c.Disconnect(0)
+	if tok := c.Publish("bf/_save", 1, true, t0.String()); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		b.t.Fatalf("publish the save marker: %v", tok.Error())
+	}
+	testutil.Eventually(b.t, 10*time.Second, "mosquitto saving its state", func() bool {
+		fi, err := os.Stat(b.db)
+		return err == nil && !fi.ModTime().Before(t0)
+	})
+}
+
+// brokerFaultConfig is what writeBrokerFaultConfig puts in a node config.
+type brokerFaultConfig struct {
+	job      string
+	api      string
+	source   string // tcp:// URL of the broker the job reads
+	clientID string
+	qos      int
+	restart  string // the pipeline's restart: block, "" for the default
+	extra    string // pipelines before the job's (the first external one names the sink broker)
+}
+
+// writeBrokerFaultConfig writes dir/edged.yaml: the job of the
+// exactly-once tests (1 s windows counting each sensor's readings,
+// published to agg/<sensor> through the write-ahead sink, checkpoints
+// every 200 ms) reading an external broker.
+func writeBrokerFaultConfig(t *testing.T, dir string, c brokerFaultConfig) string {
+	t.Helper()
+	data := filepath.Join(dir, "data")
+	restart := ""
+	if c.restart != "" {
+		restart = "    restart: " + c.restart + "\n"
+	}
+	cfg := fmt.Sprintf(`node:
+  data_dir: %[1]s
+  listen: %[2]s
+pipelines:
+%[9]s  - name: %[3]s
+    source:
+      mqtt:
+        broker: %[4]s
+        client_id: %[5]s
+        topics: [sensors/+/temperature]
+        qos: %[6]d
+        format: json
+        fields:
+          id: {type: string, path: $.sensor}
+          temp: {type: float, path: $.t}
+          ts: {type: time, path: $.ts, unit: ms}
+    event_time: {field: ts, max_out_of_orderness: %[7]dms}
+    key: id
+    window:
+      type: tumbling
+      size: 1s
+      aggregates: [{name: count, fn: count}]
+    sinks:
+      - mqtt: {topic: "agg/{id}", qos: 1}
+    checkpoint: {dir: %[1]s/checkpoints/%[3]s, interval: 200ms, mode: exactly_once}
+%[8]s`, data, c.api, c.job, c.source, c.clientID, c.qos, maxOutOfOrderMS, restart, c.extra)
+	p := filepath.Join(dir, "edged.yaml")
+	if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// brokerFaultRun is what the broker-fault tests share: a Mosquitto with
+// persistence, edged reading it through its persistent session and
+// publishing its window counts back to it, persistent-session devices
+// (QoS 1) and a persistent-session result consumer.
+type brokerFaultRun struct {
+	t    *testing.T
+	w    workload
+	b    *broker
+	nd   *node
+	col  *collector
+	sub  paho.Client
+	devs []paho.Client
+}
+
+// newBrokerFaultRun starts the broker, connects the consumer and the
+// devices and writes edged's config; it does not start edged. restart is
+// the pipeline's restart: block ("" for the default).
+func newBrokerFaultRun(t *testing.T, readings int, restart string) *brokerFaultRun {
+	t.Helper()
+	r := &brokerFaultRun{t: t, w: newWorkload(t, readings), b: startBroker(t, ""), col: newCollector()}
+	dir := t.TempDir()
+	api := freeAddr(t)
+	cfgPath := writeBrokerFaultConfig(t, dir, brokerFaultConfig{job: "plant", api: api, source: r.b.url(),
+		clientID: "edged-brokerfault", qos: 1, restart: restart})
+	r.sub = connect(t, paho.NewClientOptions().AddBroker(r.b.url()).SetClientID("brokerfault-results").
+		SetCleanSession(false).SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(r.col.handle).
+		SetConnectionLostHandler(func(paho.Client, error) {}))
+	t.Cleanup(func() { r.sub.Disconnect(100) })
+	if tok := r.sub.Subscribe("agg/#", 1, r.col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	r.devs = devices(t, r.b.url(), "brokerfault-dev", conns, true)
+	t.Cleanup(func() { disconnectAll(r.devs, 100) })
+	r.nd = &node{t: t, cfgPath: cfgPath, logPath: filepath.Join(dir, "edged.log"), brokerAddr: r.b.addr, apiAddr: api}
+	// Ready once the job runs, whether or not the broker is up.
+	r.nd.readyFn = func(client *http.Client) bool {
+		resp, err := client.Get("http://" + r.nd.apiAddr + "/jobs")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var l struct {
+			Jobs []struct {
+				Status string `json:"status"`
+			} `json:"jobs"`
+		}
+		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&l) == nil &&
+			len(l.Jobs) == 1 && l.Jobs[0].Status == "running"
+	}
+	cleanupNode(t, r.nd)
+	return r
+}
+
+// publish publishes readings from..to-1 and waits until the broker
+// acknowledged them all.
+func (r *brokerFaultRun) publish(from, to int) {
+	r.t.Helper()
+	l := startLoader(r.w, r.devs, 1, from, to)
+	l.wait(r.t, r.nd, 2*time.Minute)
+}
+
+// reconnect connects the devices and the consumer again where their
+// connection is gone (their sessions are on the broker).
+func (r *brokerFaultRun) reconnect() {
+	r.t.Helper()
+	var gone []paho.Client
+	for _, c := range append(slices.Clone(r.devs), r.sub) {
+		if !c.IsConnectionOpen() {
+			gone = append(gone, c)
+		}
+	}
+	reconnectAll(r.t, gone, "clients")
+}
+
+// waitRead waits until edged has read up to lag readings short of
+// reading n (its watermark trails what it read by maxOutOfOrderMS+1).
+func (r *brokerFaultRun) waitRead(n, lag int) {
+	r.t.Helper()
+	testutil.Eventually(r.t, 2*time.Minute, fmt.Sprintf("edged reading up to %d readings short of %d", lag, n), func() bool {
+		p, ok := r.nd.progress("plant")
+		return ok && p.eventTime-epochMS >= int64(n-lag-maxOutOfOrderMS-1)
+	})
+}
+
+// finish waits for every result, lets them reach the consumer and checks
+// them exactly, then stops edged.
+func (r *brokerFaultRun) finish() {
+	r.t.Helper()
+	waitResults(r.t, r.col, r.w, 90*time.Second)
+	drain(r.t, r.b.url(), "agg/_marker", r.col)
+	checkExact(r.t, r.col, r.w)
+	if code := r.nd.terminate(30 * time.Second); code != 0 {
+		r.t.Errorf("edged exited %d after SIGTERM, want 0", code)
+	}
+}
+
+// TestMosquittoBrokerKilledExactlyOnce: Mosquitto (persistence saved
+// every second) is SIGKILLed and restarted four times while edged reads
+// QoS 1 readings through its persistent session, with up to 900 of them
+// received by edged and not yet acknowledged (in flight: the restarted
+// broker resends them with DUP), and while the write-ahead sink publishes
+// results to it (its lost connection fails the job, which restores and
+// publishes again under the same msg_ids). Each kill comes after the
+// broker saved what the devices published and what edged had
+// acknowledged by then, so that the broker itself loses nothing: a
+// broker killed between two saves sends what it delivered since the last
+// one again as new messages (see README, External brokers). Every window
+// must be exact for a consumer that drops repeated msg_ids.
+//
+// The pipeline restarts up to 100 times, a second apart: every broker
+// kill costs the job a restart (its sink's connection is lost), and the
+// default strategy (three failures in ten minutes) would fail it for
+// good at the fourth.
+func TestMosquittoBrokerKilledExactlyOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with broker kills")
+	}
+	r := newBrokerFaultRun(t, 40_000, "{strategy: fixed_delay, attempts: 100, delay: 1s}")
+	r.nd.start()
+	const kills = 4
+	chunk := r.w.all() / (kills + 1)
+	for k := 0; k < kills; k++ {
+		to := (k + 1) * chunk
+		r.publish(k*chunk, to)
+		r.waitRead(to, 900)
+		r.b.waitSaved()
+		r.b.kill()
+		t.Logf("broker killed after reading %d", to)
+		r.b.start()
+		r.reconnect()
+	}
+	r.publish(kills*chunk, r.w.all())
+	r.finish()
+}
+
+// TestMosquittoBrokerHungExactlyOnce: Mosquitto is stopped with SIGSTOP
+// for 15 s, then for 35 s, with readings queued for edged and results
+// being published, and continued. edged neither hangs nor loses nor
+// duplicates: the sink gives the hung broker up after 30 s without an
+// acknowledgement (the job restarts from its checkpoint and publishes
+// again under the same msg_ids); the subscriber's connection, which gets
+// no packet for less than 40 s, stays. The pipeline's default restart
+// strategy.
+func TestMosquittoBrokerHungExactlyOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with a stopped broker")
+	}
+	r := newBrokerFaultRun(t, 30_000, "")
+	r.nd.start()
+	pauses := []time.Duration{15 * time.Second, 35 * time.Second}
+	chunk := r.w.all() / (len(pauses) + 1)
+	for k, d := range pauses {
+		r.publish(k*chunk, (k+1)*chunk)
+		r.b.sigstop()
+		stopped := time.Now()
+		// The pause is what the test is about: no condition ends it.
+		testutil.Within(d, func() bool { return false })
+		r.b.sigcont()
+		t.Logf("broker continued after %v stopped", time.Since(stopped).Round(time.Millisecond))
+		r.reconnect()
+	}
+	r.publish(len(pauses)*chunk, r.w.all())
+	r.finish()
+}
+
+// TestMosquittoBrokerDownWhileEdgedStarts: edged starts while the broker
+// is down and reads once it is up; then both are killed (the broker
+// first) and edged starts again while the broker is still down; then both
+// are killed again and the broker starts before edged. Exact results.
+// Readings are published to edged's session only once edged has
+// subscribed for the first time: before that the broker has no session
+// to queue them for.
+func TestMosquittoBrokerDownWhileEdgedStarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with broker and edged kills")
+	}
+	r := newBrokerFaultRun(t, 30_000, "")
+	r.b.waitSaved()
+	r.b.kill()
+	r.nd.start()
+	t.Logf("edged started with the broker down")
+	r.b.start()
+	r.reconnect()
+	testutil.Eventually(t, 30*time.Second, "edged subscribed", func() bool {
+		return strings.Contains(r.nd.runLog(), "mqtt subscriber subscribed")
+	})
+	third := r.w.all() / 3
+	r.publish(0, third)
+	r.b.waitSaved()
+	r.b.kill()
+	r.nd.kill()
+	r.nd.start()
+	t.Logf("edged killed and started again with the broker down")
+	r.b.start()
+	r.reconnect()
+	r.publish(third, 2*third)
+	r.b.waitSaved()
+	r.b.kill()
+	r.nd.kill()
+	r.b.start()
+	r.reconnect()
+	r.nd.start()
+	t.Logf("broker started again, then edged")
+	r.publish(2*third, r.w.all())
+	r.finish()
+}
