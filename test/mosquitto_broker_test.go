@@ -135,6 +135,7 @@ type brokerFaultConfig struct {
 	clientID string
 	qos      int
 	restart  string // the pipeline's restart: block, "" for the default
+	ackDelay string // source.mqtt.ack_delay, "" for the default
 	extra    string // pipelines before the job's (the first external one names the sink broker)
 }
 
@@ -149,6 +150,10 @@ func writeBrokerFaultConfig(t *testing.T, dir string, c brokerFaultConfig) strin
 	if c.restart != "" {
 		restart = "    restart: " + c.restart + "\n"
 	}
+	ackDelay := ""
+	if c.ackDelay != "" {
+		ackDelay = "        ack_delay: " + c.ackDelay + "\n"
+	}
 	cfg := fmt.Sprintf(`node:
   data_dir: %[1]s
   listen: %[2]s
@@ -158,7 +163,7 @@ pipelines:
       mqtt:
         broker: %[4]s
         client_id: %[5]s
-        topics: [sensors/+/temperature]
+%[10]s        topics: [sensors/+/temperature]
         qos: %[6]d
         format: json
         fields:
@@ -174,7 +179,7 @@ pipelines:
     sinks:
       - mqtt: {topic: "agg/{id}", qos: 1}
     checkpoint: {dir: %[1]s/checkpoints/%[3]s, interval: 200ms, mode: exactly_once}
-%[8]s`, data, c.api, c.job, c.source, c.clientID, c.qos, maxOutOfOrderMS, restart, c.extra)
+%[8]s`, data, c.api, c.job, c.source, c.clientID, c.qos, maxOutOfOrderMS, restart, c.extra, ackDelay)
 	p := filepath.Join(dir, "edged.yaml")
 	if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -199,13 +204,13 @@ type brokerFaultRun struct {
 // newBrokerFaultRun starts the broker, connects the consumer and the
 // devices and writes edged's config; it does not start edged. restart is
 // the pipeline's restart: block ("" for the default).
-func newBrokerFaultRun(t *testing.T, readings int, restart string) *brokerFaultRun {
+func newBrokerFaultRun(t *testing.T, readings int, restart, ackDelay string) *brokerFaultRun {
 	t.Helper()
 	r := &brokerFaultRun{t: t, w: newWorkload(t, readings), b: startBroker(t, ""), col: newCollector()}
 	dir := t.TempDir()
 	api := freeAddr(t)
 	cfgPath := writeBrokerFaultConfig(t, dir, brokerFaultConfig{job: "plant", api: api, source: r.b.url(),
-		clientID: "edged-brokerfault", qos: 1, restart: restart})
+		clientID: "edged-brokerfault", qos: 1, restart: restart, ackDelay: ackDelay})
 	r.sub = connect(t, paho.NewClientOptions().AddBroker(r.b.url()).SetClientID("brokerfault-results").
 		SetCleanSession(false).SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(r.col.handle).
 		SetConnectionLostHandler(func(paho.Client, error) {}))
@@ -276,13 +281,21 @@ func (r *brokerFaultRun) finish() {
 	if code := r.nd.terminate(30 * time.Second); code != 0 {
 		r.t.Errorf("edged exited %d after SIGTERM, want 0", code)
 	}
+	// How many redeliveries edged recognised (redeliveries_dropped).
+	for _, line := range strings.Split(r.nd.runLog(), "\n") {
+		if strings.Contains(line, "mqtt subscriber closed") {
+			r.t.Logf("edged: %s", line)
+		}
+	}
 }
 
 // TestMosquittoBrokerKilledExactlyOnce: Mosquitto (persistence saved
 // every second) is SIGKILLed and restarted four times while edged reads
-// QoS 1 readings through its persistent session, with up to 900 of them
-// received by edged and not yet acknowledged (in flight: the restarted
-// broker resends them with DUP), and while the write-ahead sink publishes
+// QoS 1 readings through its persistent session, with some of them
+// received by edged and not yet acknowledged (ack_delay 1s holds its
+// acknowledgements back; the restarted broker resends them with DUP, and
+// the closing log line's redeliveries_dropped counts those edged
+// recognised), and while the write-ahead sink publishes
 // results to it (its lost connection fails the job, which restores and
 // publishes again under the same msg_ids). Each kill comes after the
 // broker saved what the devices published and what edged had
@@ -299,7 +312,7 @@ func TestMosquittoBrokerKilledExactlyOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with broker kills")
 	}
-	r := newBrokerFaultRun(t, 40_000, "{strategy: fixed_delay, attempts: 100, delay: 1s}")
+	r := newBrokerFaultRun(t, 40_000, "{strategy: fixed_delay, attempts: 100, delay: 1s}", "1s")
 	r.nd.start()
 	const kills = 4
 	chunk := r.w.all() / (kills + 1)
@@ -329,7 +342,7 @@ func TestMosquittoBrokerHungExactlyOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with a stopped broker")
 	}
-	r := newBrokerFaultRun(t, 30_000, "")
+	r := newBrokerFaultRun(t, 30_000, "", "")
 	r.nd.start()
 	pauses := []time.Duration{15 * time.Second, 35 * time.Second}
 	chunk := r.w.all() / (len(pauses) + 1)
@@ -358,7 +371,7 @@ func TestMosquittoBrokerDownWhileEdgedStarts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with broker and edged kills")
 	}
-	r := newBrokerFaultRun(t, 30_000, "")
+	r := newBrokerFaultRun(t, 30_000, "", "")
 	r.b.waitSaved()
 	r.b.kill()
 	r.nd.start()
