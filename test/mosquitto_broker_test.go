@@ -401,3 +401,111 @@ func TestMosquittoBrokerDownWhileEdgedStarts(t *testing.T) {
 	r.publish(2*third, r.w.all())
 	r.finish()
 }
+
+// TestMosquittoSinkBrokerDownResultsKept: the results go to another
+// Mosquitto than the readings come from (the node's sink broker is the
+// broker of its first pipeline reading an external one), and that broker
+// is killed and stays down for 40 s, across many checkpoints, while
+// readings keep arriving. With the default restart strategy (three
+// failures within ten minutes) the job fails for good about 30 s into the
+// outage: each attempt fails at its first publish (README, MQTT out).
+// Nothing is lost: the results stay in the checkpoints, the readings in
+// the ingest log, and when edged is started again after the broker
+// returns it publishes every result once, under the msg_ids of the first
+// run. Exact results for a consumer that drops repeated msg_ids.
+func TestMosquittoSinkBrokerDownResultsKept(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with a sink broker down")
+	}
+	w := newWorkload(t, 30_000)
+	src, out := startBroker(t, ""), startBroker(t, "")
+	dir := t.TempDir()
+	api := freeAddr(t)
+	// The first pipeline makes out the node's sink broker.
+	first := fmt.Sprintf(`  - name: other
+    source:
+      mqtt:
+        broker: %s
+        client_id: edged-other
+        topics: [other/+]
+        format: json
+        fields:
+          id: {type: string, path: $.id}
+    sinks: [{file: {dir: %s/other-out}}]
+`, out.url(), dir)
+	cfgPath := writeBrokerFaultConfig(t, dir, brokerFaultConfig{job: "plant", api: api, source: src.url(),
+		clientID: "edged-brokerfault", qos: 1, extra: first})
+	col := newCollector()
+	sub := connect(t, paho.NewClientOptions().AddBroker(out.url()).SetClientID("brokerfault-results").
+		SetCleanSession(false).SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(col.handle).
+		SetConnectionLostHandler(func(paho.Client, error) {}))
+	defer sub.Disconnect(100)
+	if tok := sub.Subscribe("agg/#", 1, col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	nd := &node{t: t, cfgPath: cfgPath, logPath: filepath.Join(dir, "edged.log"), brokerAddr: src.addr, apiAddr: api}
+	nd.readyFn = func(client *http.Client) bool { return jobStatus(t, nd, "plant") == "running" }
+	cleanupNode(t, nd)
+	nd.start()
+	testutil.Eventually(t, 30*time.Second, "both subscribers subscribed", func() bool {
+		return strings.Count(nd.runLog(), "mqtt subscriber subscribed") >= 2
+	})
+	devs := devices(t, src.url(), "brokerfault-dev", conns, true)
+	defer disconnectAll(devs, 100)
+	publish := func(from, to int) {
+		t.Helper()
+		l := startLoader(w, devs, 1, from, to)
+		l.wait(t, nd, 2*time.Minute)
+	}
+	quarter := w.all() / 4
+	publish(0, quarter)
+	out.waitSaved()
+	out.kill()
+	down := time.Now()
+	publish(quarter, 2*quarter)
+	// The outage is what the test is about: no condition ends it.
+	testutil.Within(40*time.Second-time.Since(down), func() bool { return false })
+	status := jobStatus(t, nd, "plant")
+	t.Logf("sink broker down for %v; the job is %s", time.Since(down).Round(time.Millisecond), status)
+	out.start()
+	reconnectAll(t, []paho.Client{sub}, "consumer")
+	publish(2*quarter, w.all())
+	if status == "failed" {
+		code := nd.terminate(30 * time.Second)
+		t.Logf("edged exited %d after SIGTERM (a failed pipeline); started again", code)
+		nd.start()
+	}
+	waitResults(t, col, w, 90*time.Second)
+	drain(t, out.url(), "agg/_marker", col)
+	checkExact(t, col, w)
+	if code := nd.terminate(30 * time.Second); code != 0 {
+		t.Errorf("edged exited %d after SIGTERM, want 0", code)
+	}
+}
+
+// jobStatus returns job's status in GET /jobs, or what kept it from
+// reading it.
+func jobStatus(t *testing.T, nd *node, job string) string {
+	t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + nd.apiAddr + "/jobs")
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	defer resp.Body.Close()
+	var l struct {
+		Jobs []struct {
+			Name   string `json:"name"`
+			Status string `json:"status"`
+		} `json:"jobs"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	for _, j := range l.Jobs {
+		if j.Name == job {
+			return j.Status
+		}
+	}
+	return "not listed"
+}
