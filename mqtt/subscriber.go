@@ -298,8 +298,13 @@ func lengthBytes(n int64) int {
 // The rule: a message with DUP whose packet identifier and content both
 // equal those of the latest record under that identifier within the
 // window is that record's redelivery; it is acknowledged and not appended again (Dropped counts
-// them). Every other message is appended: a message without DUP is never
-// dropped, and neither is a DUP message whose content equals an earlier
+// them). So is a QoS 2 message, with DUP or without, whose packet
+// identifier and content equal those of a record whose QoS 2 exchange is
+// open (no PUBREL since it arrived; the direct reader only, which sees
+// the PUBREL): until the PUBREL the identifier names that message (MQTT
+// 3.1.1 4.3.3), and Mosquitto restarted from its persistence file resends
+// such messages without DUP. Every other message is appended: a message
+// without DUP is never dropped, and neither is a DUP message whose content equals an earlier
 // message's under another packet identifier (a sensor that sends "ON"
 // twice keeps both). A redelivery of a message still being appended waits
 // for that append and is dropped only if it succeeded.
