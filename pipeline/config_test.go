@@ -75,7 +75,7 @@ func TestBadConfigs(t *testing.T) {
 			`pipelines[0].checkpoint.mode: "twice" must be exactly_once or at_least_once`,
 			`pipelines[0].checkpoint.interval: (5s) must exceed checkpoint.min_pause (10s)`,
 			`pipelines[0].checkpoint.dir: must be set when checkpoint.interval is set`,
-			`pipelines[0].restart.strategy: ("sometimes") must be none, fixed_delay or failure_rate`,
+			`pipelines[0].restart.strategy: ("sometimes") must be none, fixed_delay, failure_rate or exponential_delay`,
 			`pipelines[0].state_dir: is required with state_backend bolt`,
 		}},
 		{"checkpoint semantics", func(s string) string {
@@ -133,7 +133,7 @@ func TestGoodPipelineParses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := cfg.Pipelines[0]; p.Checkpoint.Retain != 2 || p.Restart.Strategy != "failure_rate" || p.Parallelism != 1 {
+	if p := cfg.Pipelines[0]; p.Checkpoint.Retain != 2 || p.Restart.Strategy != "exponential_delay" || p.Parallelism != 1 {
 		t.Errorf("defaults not applied: %+v", p)
 	}
 }

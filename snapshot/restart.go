@@ -74,19 +74,57 @@ func (s *FailureRate) OnFailure(now time.Time) (bool, time.Duration) {
 	return true, s.Delay
 }
 
+// ExponentialDelay restarts the job after every failure, after a delay
+// that starts at InitialDelay and is multiplied by Multiplier with each
+// failure that follows, up to MaxDelay; once the job has run ResetAfter
+// without failing, the next failure waits InitialDelay again. It never
+// gives up: a job that fails because something outside it is away (the
+// broker its results go to, a network link) comes back by itself once
+// that returns, however long it was away, and a job that fails at once on
+// every start costs one attempt per MaxDelay. Flink's
+// exponentialDelayRestart, its default since 1.19, without the jitter
+// (one job, so no restarts of many to spread out).
+type ExponentialDelay struct {
+	InitialDelay time.Duration
+	MaxDelay     time.Duration
+	Multiplier   float64
+	ResetAfter   time.Duration
+
+	last  time.Time     // the previous failure
+	delay time.Duration // the delay given at last; 0 before any
+}
+
+// OnFailure restarts after the next delay of the backoff.
+func (s *ExponentialDelay) OnFailure(now time.Time) (bool, time.Duration) {
+	// The job restarted at last+delay and ran until now.
+	if s.delay == 0 || now.Sub(s.last.Add(s.delay)) >= s.ResetAfter {
+		s.delay = s.InitialDelay
+	} else {
+		next := time.Duration(float64(s.delay) * s.Multiplier)
+		if next < s.delay || next > s.MaxDelay { // < s.delay: overflow
+			next = s.MaxDelay
+		}
+		s.delay = next
+	}
+	s.last = now
+	return true, s.delay
+}
+
 // Restart strategy names, as RestartConfig.Strategy spells them.
 const (
-	RestartNone        = "none"
-	RestartFixedDelay  = "fixed_delay"
-	RestartFailureRate = "failure_rate"
+	RestartNone             = "none"
+	RestartFixedDelay       = "fixed_delay"
+	RestartFailureRate      = "failure_rate"
+	RestartExponentialDelay = "exponential_delay"
 )
 
 // RestartConfig is the restart section of a job's configuration (YAML key
 // "restart"). Start from DefaultRestartConfig.
 type RestartConfig struct {
-	// Strategy is "none", "fixed_delay" or "failure_rate". Default
-	// "failure_rate": an unattended device keeps recovering from sporadic
-	// failures but gives up on a crash loop.
+	// Strategy is "none", "fixed_delay", "failure_rate" or
+	// "exponential_delay". Default "exponential_delay": an unattended
+	// device comes back by itself after an outage of what its jobs depend
+	// on, however long, and a crash loop costs one attempt per max_delay.
 	Strategy string `yaml:"strategy"`
 	// Attempts is the number of restarts of fixed_delay. Default 3.
 	Attempts int `yaml:"attempts"`
@@ -95,20 +133,37 @@ type RestartConfig struct {
 	MaxFailures int `yaml:"max_failures"`
 	// Interval is failure_rate's measuring window. Default 10m.
 	Interval time.Duration `yaml:"interval"`
-	// Delay is the wait before each restart. Default 10s.
+	// Delay is the wait before each restart of fixed_delay and
+	// failure_rate. Default 10s.
 	Delay time.Duration `yaml:"delay"`
+	// InitialDelay is exponential_delay's wait before the first restart
+	// (and the first after a run of ResetAfter). Default 1s.
+	InitialDelay time.Duration `yaml:"initial_delay"`
+	// MaxDelay is the longest wait of exponential_delay. Default 1m.
+	MaxDelay time.Duration `yaml:"max_delay"`
+	// Multiplier grows exponential_delay's wait after each failure.
+	// Default 2.
+	Multiplier float64 `yaml:"multiplier"`
+	// ResetAfter is how long a run of exponential_delay lasts without a
+	// failure before the wait starts again at InitialDelay. Default 1h.
+	ResetAfter time.Duration `yaml:"reset_after"`
 }
 
-// DefaultRestartConfig returns failure_rate with at most 3 failures in
-// 10 minutes and 10s before each restart (and 3 attempts should the
-// strategy be switched to fixed_delay).
+// DefaultRestartConfig returns exponential_delay from 1s, doubling up to
+// 1m, back to 1s after an hour without a failure (and, should the
+// strategy be switched, 3 attempts for fixed_delay, at most 3 failures in
+// 10 minutes for failure_rate, 10s before each of their restarts).
 func DefaultRestartConfig() RestartConfig {
 	return RestartConfig{
-		Strategy:    RestartFailureRate,
-		Attempts:    3,
-		MaxFailures: 3,
-		Interval:    10 * time.Minute,
-		Delay:       10 * time.Second,
+		Strategy:     RestartExponentialDelay,
+		Attempts:     3,
+		MaxFailures:  3,
+		Interval:     10 * time.Minute,
+		Delay:        10 * time.Second,
+		InitialDelay: time.Second,
+		MaxDelay:     time.Minute,
+		Multiplier:   2,
+		ResetAfter:   time.Hour,
 	}
 }
 
@@ -139,8 +194,21 @@ func (c RestartConfig) Validate() error {
 		if c.Delay >= c.Interval && c.Interval > 0 {
 			p.add("restart.interval (%s) must exceed restart.delay (%s)", c.Interval, c.Delay)
 		}
+	case RestartExponentialDelay:
+		if c.InitialDelay <= 0 {
+			p.add("restart.initial_delay (%s) must be positive", c.InitialDelay)
+		}
+		if c.MaxDelay < c.InitialDelay {
+			p.add("restart.max_delay (%s) must not be below restart.initial_delay (%s)", c.MaxDelay, c.InitialDelay)
+		}
+		if !(c.Multiplier >= 1) { // NaN too
+			p.add("restart.multiplier (%v) must be at least 1", c.Multiplier)
+		}
+		if c.ResetAfter <= 0 {
+			p.add("restart.reset_after (%s) must be positive", c.ResetAfter)
+		}
 	default:
-		p.add("restart.strategy (%q) must be none, fixed_delay or failure_rate", c.Strategy)
+		p.add("restart.strategy (%q) must be none, fixed_delay, failure_rate or exponential_delay", c.Strategy)
 	}
 	return p.err()
 }
@@ -155,6 +223,8 @@ func (c RestartConfig) New() (RestartStrategy, error) {
 		return &FixedDelay{Attempts: c.Attempts, Delay: c.Delay}, nil
 	case RestartFailureRate:
 		return &FailureRate{MaxFailures: c.MaxFailures, Interval: c.Interval, Delay: c.Delay}, nil
+	case RestartExponentialDelay:
+		return &ExponentialDelay{InitialDelay: c.InitialDelay, MaxDelay: c.MaxDelay, Multiplier: c.Multiplier, ResetAfter: c.ResetAfter}, nil
 	}
 	return NoRestart{}, nil
 }
@@ -166,6 +236,8 @@ func (c RestartConfig) String() string {
 		return fmt.Sprintf("fixed_delay(attempts=%d, delay=%s)", c.Attempts, c.Delay)
 	case RestartFailureRate:
 		return fmt.Sprintf("failure_rate(max_failures=%d, interval=%s, delay=%s)", c.MaxFailures, c.Interval, c.Delay)
+	case RestartExponentialDelay:
+		return fmt.Sprintf("exponential_delay(initial_delay=%s, max_delay=%s, multiplier=%v, reset_after=%s)", c.InitialDelay, c.MaxDelay, c.Multiplier, c.ResetAfter)
 	}
 	return c.Strategy
 }

@@ -61,6 +61,33 @@ func TestRestartStrategies(t *testing.T) {
 			{11*min + 30*sec, false, 0}, // (1m30s, 11m30s]: 2m, 10m, 11m, 11m30s
 			{30 * min, true, min},       // all others have left the window
 		}},
+		// exponentialDelayRestart: never gives up; the delay doubles up
+		// to the maximum, and a run of ResetAfter starts it again.
+		{"exponential delay", &ExponentialDelay{InitialDelay: sec, MaxDelay: 10 * sec, Multiplier: 2, ResetAfter: time.Hour}, []failure{
+			{0, true, sec},
+			{2 * sec, true, 2 * sec},    // ran 1s
+			{5 * sec, true, 4 * sec},    // ran 1s
+			{10 * sec, true, 8 * sec},   // ran 1s
+			{19 * sec, true, 10 * sec},  // 16s capped
+			{30 * sec, true, 10 * sec},  // stays at the cap
+			{41 * sec, true, 10 * sec},  // ... however many failures
+			{time.Hour, true, 10 * sec}, // ran 59m9s: short of an hour
+			{3 * time.Hour, true, sec},  // ran well over an hour: back to the start
+			{3*time.Hour + 2*sec, true, 2 * sec},
+			{4*time.Hour + 4*sec - 1, true, 4 * sec}, // ran 1ns short of ResetAfter (restarted at 3h+4s)
+			{5*time.Hour + 8*sec - 1, true, sec},     // ran exactly ResetAfter (restarted at 4h+8s-1ns): back to the start
+		}},
+		{"exponential delay fractional multiplier", &ExponentialDelay{InitialDelay: 2 * sec, MaxDelay: time.Minute, Multiplier: 1.5, ResetAfter: time.Hour}, []failure{
+			{0, true, 2 * sec},
+			{3 * sec, true, 3 * sec},
+			{7 * sec, true, 4500 * time.Millisecond},
+		}},
+		// A multiplier so large that the delay overflows stays at the cap.
+		{"exponential delay overflow", &ExponentialDelay{InitialDelay: sec, MaxDelay: time.Hour, Multiplier: 1e30, ResetAfter: 2 * time.Hour}, []failure{
+			{0, true, sec},
+			{2 * sec, true, time.Hour},
+			{time.Hour + 3*sec, true, time.Hour},
+		}},
 		// A failure exactly Interval ago has left the window.
 		{"failure rate boundary", &FailureRate{MaxFailures: 1, Interval: 10 * min, Delay: sec}, []failure{
 			{0, true, sec},
@@ -81,8 +108,29 @@ func TestRestartConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fr, ok := s.(*FailureRate); !ok || fr.MaxFailures != 3 || fr.Interval != 10*time.Minute || fr.Delay != 10*time.Second {
+	if ed, ok := s.(*ExponentialDelay); !ok || ed.InitialDelay != time.Second || ed.MaxDelay != time.Minute || ed.Multiplier != 2 || ed.ResetAfter != time.Hour {
 		t.Fatalf("default strategy = %#v", s)
+	}
+	if got := def.String(); got != "exponential_delay(initial_delay=1s, max_delay=1m0s, multiplier=2, reset_after=1h0m0s)" {
+		t.Errorf("default strategy described as %q", got)
+	}
+	fr := def
+	fr.Strategy = "failure_rate"
+	if s, err := fr.New(); err != nil {
+		t.Fatal(err)
+	} else if f, ok := s.(*FailureRate); !ok || f.MaxFailures != 3 || f.Interval != 10*time.Minute || f.Delay != 10*time.Second {
+		t.Fatalf("failure rate with the defaults = %#v", s)
+	}
+	err = (RestartConfig{Strategy: "exponential_delay", MaxDelay: -1, Multiplier: 0.5}).Validate()
+	for _, want := range []string{
+		"restart.initial_delay (0s) must be positive",
+		"restart.max_delay (-1ns) must not be below restart.initial_delay (0s)",
+		"restart.multiplier (0.5) must be at least 1",
+		"restart.reset_after (0s) must be positive",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("exponential delay problems: %v, want %q", err, want)
+		}
 	}
 
 	fd := RestartConfig{Strategy: "FIXED-DELAY", Attempts: 3, Delay: 10 * time.Second}
@@ -109,7 +157,7 @@ func TestRestartConfig(t *testing.T) {
 		t.Errorf("Validate() = %v, want ErrInvalidConfig", err)
 	}
 	if _, err := (RestartConfig{Strategy: "exponential"}).New(); err == nil ||
-		!strings.Contains(err.Error(), `restart.strategy ("exponential") must be none, fixed_delay or failure_rate`) {
+		!strings.Contains(err.Error(), `restart.strategy ("exponential") must be none, fixed_delay, failure_rate or exponential_delay`) {
 		t.Errorf("unknown strategy: %v", err)
 	}
 	if err := (RestartConfig{Strategy: "fixed_delay", Attempts: -1, Delay: -1}).Validate(); err == nil ||

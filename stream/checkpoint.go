@@ -33,12 +33,15 @@ func WithCheckpointing(cfg snapshot.Config) Option {
 // snapshot.NoRestart{} (the default), &snapshot.FixedDelay{Attempts: 3,
 // Delay: 10 * time.Second} (fixedDelayRestart(3, 10000)) or
 // &snapshot.FailureRate{MaxFailures: 3, Interval: 10 * time.Minute, Delay:
-// time.Minute} (failureRateRestart(3, Time.minutes(10), Time.minutes(1))).
-// A restart restores the latest complete checkpoint.
+// time.Minute} (failureRateRestart(3, Time.minutes(10), Time.minutes(1)))
+// or &snapshot.ExponentialDelay{InitialDelay: time.Second, MaxDelay:
+// time.Minute, Multiplier: 2, ResetAfter: time.Hour} (never gives up; the
+// daemon's default). A restart restores the latest complete checkpoint.
 //
-// A FixedDelay or FailureRate with values its YAML form would refuse (a
-// negative attempt count or delay, no failures tolerated, an interval not
-// above the delay) is an error of the job's plan, as is a nil strategy
+// A FixedDelay, FailureRate or ExponentialDelay with values its YAML form
+// would refuse (a negative attempt count or delay, no failures tolerated,
+// an interval not above the delay, no initial delay, a maximum below it, a
+// multiplier below 1) is an error of the job's plan, as is a nil strategy
 // pointer.
 func WithRestartStrategy(s snapshot.RestartStrategy) Option {
 	return func(e *Environment) {
@@ -65,6 +68,11 @@ func checkRestartStrategy(s snapshot.RestartStrategy) error {
 			return fmt.Errorf("%w: restart strategy: nil *snapshot.FailureRate", snapshot.ErrInvalidConfig)
 		}
 		rc = snapshot.RestartConfig{Strategy: snapshot.RestartFailureRate, MaxFailures: s.MaxFailures, Interval: s.Interval, Delay: s.Delay}
+	case *snapshot.ExponentialDelay:
+		if s == nil {
+			return fmt.Errorf("%w: restart strategy: nil *snapshot.ExponentialDelay", snapshot.ErrInvalidConfig)
+		}
+		rc = snapshot.RestartConfig{Strategy: snapshot.RestartExponentialDelay, InitialDelay: s.InitialDelay, MaxDelay: s.MaxDelay, Multiplier: s.Multiplier, ResetAfter: s.ResetAfter}
 	default:
 		return nil
 	}
