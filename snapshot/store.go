@@ -233,7 +233,44 @@ func (s *Store) Commit(md *Metadata) (string, error) {
 	delete(s.active, md.Checkpoint)
 	s.mu.Unlock()
 	md.Dir = loc.dir
+	if md.Kind == KindCheckpoint {
+		s.sweep(md.Checkpoint)
+	}
 	return loc.dir, nil
+}
+
+// sweep removes the directories of the checkpoints older than id that
+// never completed (no _metadata) and are not in progress here: a failed
+// checkpoint whose Discard met a task still writing its state file into
+// the directory (the removal then fails, "directory not empty") left it
+// behind, and on a device that fails checkpoints for a while (its sink's
+// broker away) they would fill the disk. A completed checkpoint subsumes
+// every older pending one, so none of them can complete any more. Best
+// effort: what it cannot remove now goes at the next completion.
+func (s *Store) sweep(id ID) {
+	es, err := s.scan(checkpointsDir)
+	if err != nil {
+		return
+	}
+	for _, e := range es {
+		if e.id >= id {
+			continue
+		}
+		s.mu.Lock()
+		_, active := s.active[e.id]
+		s.mu.Unlock()
+		if active {
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(e.dir, metadataFile)); !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err := os.RemoveAll(e.dir); err != nil {
+			s.log.Warn("snapshot: cannot remove the directory of a checkpoint that never completed", "job", s.job, "checkpoint_id", uint64(e.id), "dir", e.dir, "err", err)
+			continue
+		}
+		s.log.Info("snapshot: removed the directory of a checkpoint that never completed", "job", s.job, "checkpoint_id", uint64(e.id), "dir", e.dir)
+	}
 }
 
 // link makes loc.link, if any, a symbolic link to loc.dir (relative when

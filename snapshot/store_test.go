@@ -311,6 +311,41 @@ func TestStoreDiscard(t *testing.T) {
 	}
 }
 
+// A checkpoint directory that a failed checkpoint left behind (its
+// Discard met a task still writing a state file into it: "directory not
+// empty") is removed once a newer checkpoint completes, which no older
+// one can do any more; a directory of a checkpoint still in progress, an
+// older completed checkpoint and the savepoints stay.
+func TestStoreCommitRemovesLeftCheckpointDirs(t *testing.T) {
+	s, logs := openTestStore(t, "job")
+	writeSnapshot(t, s, Trigger{Checkpoint: 1}, map[string][]string{"op": {"a"}})
+	sp := writeSnapshot(t, s, Trigger{Checkpoint: 2, Savepoint: true, Timestamp: 9}, map[string][]string{"op": {"a"}})
+	// Left behind by a failed checkpoint 3: a state file, no _metadata.
+	left := s.CheckpointDir(3)
+	must(t, os.MkdirAll(left, 0o755))
+	must(t, os.WriteFile(filepath.Join(left, "window.0.state"), []byte("partial"), 0o644))
+	// Checkpoint 4 is still in progress (a finalizing one, say).
+	inProgress, err := s.Begin(Trigger{Checkpoint: 4})
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(inProgress, "window.0.state"), []byte("partial"), 0o644))
+
+	writeSnapshot(t, s, Trigger{Checkpoint: 5}, map[string][]string{"op": {"b"}})
+	if _, err := os.Stat(left); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the directory a failed checkpoint left is still there after a newer one completed: %v", err)
+	}
+	if !strings.Contains(logs.String(), "removed the directory of a checkpoint that never completed") {
+		t.Errorf("the removal is not logged:\n%s", logs.String())
+	}
+	for what, dir := range map[string]string{"checkpoint 4, in progress": inProgress, "completed checkpoint 1": s.CheckpointDir(1), "savepoint 2": sp.Dir} {
+		if _, err := os.Stat(dir); err != nil {
+			t.Errorf("%s removed: %v", what, err)
+		}
+	}
+	if _, err := Load(s.CheckpointDir(1)); err != nil {
+		t.Errorf("completed checkpoint 1: %v", err)
+	}
+}
+
 func TestStoreProgressAndRecoveryPoint(t *testing.T) {
 	s, logs := openTestStore(t, "job")
 	if _, err := s.RecoveryPoint(false); !errors.Is(err, ErrNoCheckpoint) {
