@@ -48,7 +48,19 @@
 //     acknowledged, or anywhere in an earlier segment.
 //   - A write or fsync error stops the log (ErrFailed): after a failed
 //     fsync the kernel may have dropped the dirty pages, so only a reopen,
-//     which reads what really is on disk, can continue.
+//     which reads what really is on disk, can continue. A write that
+//     fails for want of space (ENOSPC, EDQUOT) does not: its records keep
+//     their offsets and wait in memory (at most pendFlushBytes; further
+//     Appends wait, as for a full log), their Appends do not return, and
+//     the group commit writes the same bytes at the same place again
+//     every NoSpaceRetry until a write succeeds (Stats.NoSpace,
+//     Stats.NoSpaceNow). An Append whose own write finds no space (a
+//     record that starts a segment, or one written alone) is not stored
+//     and returns ErrNoSpace.
+//   - Close cuts the active segment back to its durable size when records
+//     could not be made durable, so a reopen does not keep the whole
+//     records a short write left of appends that failed (their publishers
+//     send them again).
 //
 // # Recovery
 //

@@ -35,6 +35,13 @@ var (
 	// log refuses further appends; Close it and Open the directory again,
 	// which recovers what really is on disk.
 	ErrFailed = errors.New("ingestlog: log failed; reopen it")
+	// ErrNoSpace wraps a write that failed for want of space on the
+	// device (ENOSPC, EDQUOT). It does not fail the log: records that
+	// have their offsets wait in memory and are written again every
+	// NoSpaceRetry until a write succeeds. An Append given it was not
+	// stored (its record would have started a new segment, or was
+	// written on its own) and may be tried again.
+	ErrNoSpace = errors.New("ingestlog: no space left on the device")
 )
 
 // Decoding; each failure has its own error.

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/edgedio/edged/internal/fsutil"
@@ -52,15 +53,46 @@ type Log struct {
 	pend    []byte
 	pendPos int64
 	spare   []byte // a written pend kept for reuse, or nil
+	// unwritten holds the batches a group commit could not write for
+	// want of space (see noSpace), in offset order, each with its byte
+	// position in the active segment: the next group commit writes them
+	// again, before pend. They have their offsets and no Append returned
+	// for them, so writing the same bytes at the same place once there
+	// is room loses and repeats nothing.
+	unwritten []chunk
+	// noSpace is the error of the last write that failed for want of
+	// space (ENOSPC, EDQUOT), while records wait in unwritten or pend
+	// for a write that succeeds; nil otherwise. It does not fail the
+	// log: the records wait (back-pressure), and the group commit tries
+	// again every noSpaceRetry.
+	noSpace      error
+	noSpaceSince time.Time
+	noSpaceRetry time.Duration
 	// syncFile fsyncs a segment file: (*os.File).Sync; tests replace it
 	// to see what is on disk when an fsync starts.
 	syncFile func(*os.File) error
-	advanced chan struct{}
-	space    chan struct{}
-	waiting  int   // Appends blocked for space now
-	closed   bool  // Close was called
-	failed   error // sticky write or fsync failure, wrapping ErrFailed
-	stats    Stats // counters; offsets and sizes are filled in by Stats
+	// writeFile writes to a segment file: (*os.File).WriteAt; tests
+	// replace it to make writes fail.
+	writeFile func(f *os.File, b []byte, pos int64) (int, error)
+	advanced  chan struct{}
+	space     chan struct{}
+	waiting   int   // Appends blocked for space now
+	closed    bool  // Close was called
+	failed    error // sticky write or fsync failure, wrapping ErrFailed
+	stats     Stats // counters; offsets and sizes are filled in by Stats
+}
+
+// NoSpaceRetry is how long a group commit whose write found no space on
+// the device (ENOSPC, EDQUOT) waits before it tries again. Meanwhile the
+// records wait in memory and their Appends with them: back-pressure, as
+// for a full log.
+const NoSpaceRetry = 100 * time.Millisecond
+
+// chunk is a batch of frames and its byte position in the active
+// segment.
+type chunk struct {
+	b   []byte
+	pos int64
 }
 
 // Open opens the log in dir, creating dir and the first segment if needed,
@@ -89,15 +121,17 @@ func Open(dir string, opts Options, logger *slog.Logger) (*Log, error) {
 		return nil, err
 	}
 	l := &Log{
-		dir:      dir,
-		opts:     opts,
-		logger:   logger,
-		lockFile: lockFile,
-		maxFrame: opts.SegmentBytes - headerSize,
-		ready:    make(chan struct{}),
-		advanced: make(chan struct{}),
-		space:    make(chan struct{}),
-		syncFile: (*os.File).Sync,
+		dir:          dir,
+		opts:         opts,
+		logger:       logger,
+		lockFile:     lockFile,
+		maxFrame:     opts.SegmentBytes - headerSize,
+		ready:        make(chan struct{}),
+		advanced:     make(chan struct{}),
+		space:        make(chan struct{}),
+		syncFile:     (*os.File).Sync,
+		writeFile:    (*os.File).WriteAt,
+		noSpaceRetry: NoSpaceRetry,
 	}
 	if opts.MaxBytes > 0 && opts.MaxBytes < l.maxFrame {
 		l.maxFrame = opts.MaxBytes
@@ -448,6 +482,25 @@ func (l *Log) write(ctx context.Context, bp *[]byte) (uint64, error) {
 			return 0, ErrClosed
 		case l.failed != nil:
 			return 0, l.failed
+		case l.noSpace != nil && l.held() >= pendFlushBytes:
+			// Writes fail for want of space: the records held wait for a
+			// group commit that can write them, and this one waits with
+			// them rather than hold more in memory.
+			if ctx.Err() != nil {
+				return 0, fmt.Errorf("ingestlog: append waiting for space on the device: %w", ctx.Err())
+			}
+			if !l.syncing {
+				l.lead()
+				continue
+			}
+			ch := l.advanced
+			l.mu.Unlock()
+			select {
+			case <-ctx.Done():
+			case <-ch:
+			}
+			l.mu.Lock()
+			continue
 		// A record alone may exceed MaxBytes by its mark, so that a record
 		// of MaxBytes always goes in eventually.
 		case l.opts.MaxBytes == 0 || l.unreleased+size+extra <= l.opts.MaxBytes || l.unreleased == 0:
@@ -512,8 +565,10 @@ func (l *Log) write(ctx context.Context, bp *[]byte) (uint64, error) {
 		l.pendPos = pos + size
 	} else {
 		l.pend = append(l.pend, *bp...)
-		if len(l.pend) >= pendFlushBytes {
-			if err := l.flushPend(seg); err != nil {
+		if len(l.pend) >= pendFlushBytes && l.noSpace == nil {
+			// A write that finds no space keeps the frames in l.pend,
+			// this one included, for the group commit to write.
+			if err := l.flushPend(seg); err != nil && !errors.Is(err, ErrNoSpace) {
 				return 0, err
 			}
 		}
@@ -530,9 +585,18 @@ func (l *Log) write(ctx context.Context, bp *[]byte) (uint64, error) {
 	return off, nil
 }
 
-// flushPend writes l.pend to seg, the active segment, without an fsync.
-// l.mu is held.
+// flushPend writes the batches a group commit could not write
+// (l.unwritten), then l.pend, to seg, the active segment, without an
+// fsync. When a write finds no space (ErrNoSpace) what was not written
+// stays where it was, for the next try. l.mu is held.
 func (l *Log) flushPend(seg *segment) error {
+	for len(l.unwritten) > 0 {
+		c := l.unwritten[0]
+		if err := l.writeAt(seg, c.b, c.pos); err != nil {
+			return err
+		}
+		l.unwritten = l.unwritten[1:]
+	}
 	if len(l.pend) == 0 {
 		return nil
 	}
@@ -544,17 +608,64 @@ func (l *Log) flushPend(seg *segment) error {
 	return nil
 }
 
-// writeAt writes b at byte pos of seg. A failure fails the log: the
-// records in b already have their offsets, and what reached the file is
-// unknown, so only a reopen, which reads what is on disk, can go on. l.mu
-// is held.
+// writeAt writes b at byte pos of seg. A write that fails for want of
+// space returns an error wrapping ErrNoSpace and leaves the log as it
+// was (see noSpace): what reached the file lies past every record an
+// Append returned for, and writing b there again overwrites it. Any
+// other failure fails the log: the records in b already have their
+// offsets, and what reached the file is unknown, so only a reopen, which
+// reads what is on disk, can go on. l.mu is held.
 func (l *Log) writeAt(seg *segment, b []byte, pos int64) error {
 	l.stats.Writes++
-	if _, err := seg.f.WriteAt(b, pos); err != nil {
-		l.fail(fmt.Errorf("append to %s: %w", seg.path, err))
+	if _, err := l.writeFile(seg.f, b, pos); err != nil {
+		err = fmt.Errorf("append to %s: %w", seg.path, err)
+		if isNoSpace(err) {
+			return l.outOfSpace(err)
+		}
+		l.fail(err)
 		return l.failed
 	}
 	return nil
+}
+
+// held returns the bytes of the records in memory that no write has
+// reached the file with: l.unwritten and l.pend. l.mu is held.
+func (l *Log) held() int {
+	n := len(l.pend)
+	for _, c := range l.unwritten {
+		n += len(c.b)
+	}
+	return n
+}
+
+// isNoSpace reports whether err is a write's "no space left on device"
+// or "disk quota exceeded".
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// outOfSpace records that a write found no space and returns err wrapped
+// in ErrNoSpace. The first one of a spell is logged. l.mu is held.
+func (l *Log) outOfSpace(err error) error {
+	if l.noSpace == nil {
+		l.noSpaceSince = time.Now()
+		l.stats.NoSpace++
+		l.logger.Error("ingest log: no space left on the device; appends wait and the write is tried again (back-pressure to the publishers)",
+			"dir", l.dir, "retry", l.noSpaceRetry, "err", err)
+	}
+	l.noSpace = err
+	return fmt.Errorf("%w: %w", ErrNoSpace, err)
+}
+
+// spaceAgain records that the records held back for want of space were
+// written, and logs it. l.mu is held.
+func (l *Log) spaceAgain() {
+	if l.noSpace == nil {
+		return
+	}
+	l.logger.Info("ingest log: writing again after running out of space",
+		"dir", l.dir, "waited", time.Since(l.noSpaceSince).Round(time.Millisecond))
+	l.noSpace = nil
 }
 
 // roll seals the active segment, writing the records it holds in memory
@@ -644,34 +755,67 @@ func (l *Log) lead() {
 		l.wake()
 		return
 	}
+	chunks := l.unwritten
+	l.unwritten = nil
 	buf, pos := l.pend, l.pendPos
 	l.pend, l.spare = l.spare[:0], nil
 	l.pendPos = size
 	l.lastSync = time.Now()
 	l.stats.Fsyncs++
+	l.stats.Writes += uint64(len(chunks))
 	if len(buf) > 0 {
 		l.stats.Writes++
 	}
 	l.mu.Unlock()
 	var err error
-	if len(buf) > 0 {
-		if _, werr := seg.f.WriteAt(buf, pos); werr != nil {
+	for _, c := range chunks {
+		if _, werr := l.writeFile(seg.f, c.b, c.pos); werr != nil {
+			err = fmt.Errorf("append to %s: %w", seg.path, werr)
+			break
+		}
+	}
+	if err == nil && len(buf) > 0 {
+		if _, werr := l.writeFile(seg.f, buf, pos); werr != nil {
 			err = fmt.Errorf("append to %s: %w", seg.path, werr)
 		}
 	}
+	noSpace := err != nil && isNoSpace(err) // a write's, not the fsync's
 	if err == nil {
 		if serr := l.syncFile(seg.f); serr != nil {
 			err = fmt.Errorf("fsync %s: %w", seg.path, serr)
 		}
 	}
+	if noSpace {
+		// Try again after a pause, not at once: the waiting Appends lead
+		// the next try when this one returns.
+		t := time.NewTimer(l.noSpaceRetry)
+		<-t.C
+	}
 	l.mu.Lock()
 	l.syncing = false
+	if noSpace {
+		// Keep every batch for the next try, in offset order: the
+		// chunks, this batch, and what a write since found no space for.
+		if len(buf) > 0 {
+			chunks = append(chunks, chunk{b: buf, pos: pos})
+		}
+		l.unwritten = append(chunks, l.unwritten...)
+		l.outOfSpace(err)
+		if l.closed {
+			l.fail(err)
+		}
+		l.wake()
+		return
+	}
 	if cap(buf) <= maxSpareBytes && l.spare == nil {
 		l.spare = buf[:0]
 	}
 	if err != nil {
 		l.fail(err)
 		return
+	}
+	if len(l.unwritten) == 0 {
+		l.spaceAgain()
 	}
 	seg.durableSize = max(seg.durableSize, size)
 	l.setDurable(max(l.durable, target))
@@ -734,6 +878,9 @@ func (l *Log) Close() error {
 	active := l.segs[len(l.segs)-1]
 	if l.failed == nil && l.durable < l.next {
 		if err := l.flushPend(active); err != nil {
+			// Out of space too: the records still held are lost with
+			// the process anyway, and their Appends must not wait on.
+			l.fail(err)
 			errs = append(errs, err)
 		} else if err := l.syncFile(active.f); err != nil {
 			l.fail(fmt.Errorf("fsync %s: %w", active.path, err))
@@ -743,6 +890,9 @@ func (l *Log) Close() error {
 			active.durableSize = active.size
 			l.setDurable(l.next)
 		}
+	}
+	if l.durable < l.next {
+		errs = append(errs, l.cutNotDurable(active))
 	}
 	l.wake()
 	for _, s := range l.segs {
@@ -757,6 +907,25 @@ func (l *Log) Close() error {
 		errs = append(errs, fmt.Errorf("ingestlog: unlock %s: %w", l.dir, err))
 	}
 	return errors.Join(errs...)
+}
+
+// cutNotDurable cuts the active segment's file back to what is durable
+// when records could not be made durable (a failed write or fsync, or no
+// space): no Append returned for them, so their publishers were refused
+// and send them again, and a reopen must not find the whole records a
+// short write left of them, which it would keep as written before the
+// first damage. Only the active segment can hold records that are not
+// durable (roll fsyncs a segment before it starts the next). l.mu is held.
+func (l *Log) cutNotDurable(active *segment) error {
+	if err := os.Truncate(active.path, active.durableSize); err != nil {
+		return fmt.Errorf("ingestlog: cut the records that were never made durable from %s: %w", active.path, err)
+	}
+	if err := l.syncFile(active.f); err != nil {
+		return fmt.Errorf("ingestlog: fsync %s: %w", active.path, err)
+	}
+	l.logger.Warn("ingest log: cut the records that were never made durable (their appends failed)",
+		"segment", active.path, "offset", l.durable, "records", l.next-l.durable, "byte", active.durableSize)
+	return nil
 }
 
 // Truncate releases the records before offset before and deletes the

@@ -43,6 +43,12 @@ type Stats struct {
 	Waiting int
 	// TornBytes is what Open cut off as a torn tail.
 	TornBytes int64
+	// NoSpace counts the spells in which writes found no space on the
+	// device (ENOSPC, EDQUOT) and appends waited for it.
+	NoSpace uint64
+	// NoSpaceNow reports whether records wait for space on the device
+	// now.
+	NoSpaceNow bool
 }
 
 // Stats returns the log's current statistics.
@@ -58,5 +64,6 @@ func (l *Log) Stats() Stats {
 	s.DiskBytes = l.diskBytes
 	s.UnreleasedBytes = l.unreleased
 	s.Waiting = l.waiting
+	s.NoSpaceNow = l.noSpace != nil
 	return s
 }
