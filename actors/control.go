@@ -166,7 +166,7 @@ type wireError struct {
 
 // sentinels are the errors a wireError keeps across nodes, by index + 1.
 var sentinels = []error{ErrInvalidJob, ErrNoCodec, ErrCheckpointFailure, ErrPlanMismatch, ErrControlFailed, ErrControlTimeout, ErrHandover,
-	operators.ErrRescaleSource, state.ErrIncompatibleState}
+	operators.ErrRescaleSource, state.ErrIncompatibleState, operators.ErrSourcePositionGone}
 
 // RemoteError is an error that happened on another node and crossed it in
 // a control message: its text, and the runtime's sentinel it wrapped, if

@@ -482,10 +482,12 @@ func (e *Execution) Run(ctx context.Context) error {
 
 // restoreMismatch reports whether err says that a restored snapshot does
 // not fit the job (a source that cannot change its parallelism restored
-// with another, keyed state restored into an incompatible descriptor):
-// no restart can cure it.
+// with another, keyed state restored into an incompatible descriptor, a
+// source whose input no longer holds the snapshot's position): no
+// restart can cure it.
 func restoreMismatch(err error) bool {
-	return errors.Is(err, operators.ErrRescaleSource) || errors.Is(err, state.ErrIncompatibleState)
+	return errors.Is(err, operators.ErrRescaleSource) || errors.Is(err, state.ErrIncompatibleState) ||
+		errors.Is(err, operators.ErrSourcePositionGone)
 }
 
 // chooseRestore sets cfg.Restore to what the next attempt restores: the

@@ -405,8 +405,8 @@ func (s *Source) restore(st sourceState) error {
 			return fmt.Errorf("mqtt source: restore %s at ingest-log offset %d: %w: the log's first offset is %d (the log keeps only what the retained checkpoints need; an older savepoint cannot be restored)",
 				what, st.offset, ingestlog.ErrTruncated, ls.FirstOffset)
 		}
-		return fmt.Errorf("mqtt source: restore %s at ingest-log offset %d: %w: the log's next offset is %d (another ingest log?)",
-			what, st.offset, ingestlog.ErrOutOfRange, ls.NextOffset)
+		return fmt.Errorf("mqtt source: restore %s at ingest-log offset %d: %w: %w: the log's next offset is %d: records the snapshot read, which were acknowledged, are gone from the log at %s (its last segment cut or damaged, or another ingest log); a restart cannot bring them back",
+			what, st.offset, operators.ErrSourcePositionGone, ingestlog.ErrOutOfRange, ls.NextOffset, s.log.Dir())
 	}
 	s.pos = st.offset
 	s.known = st.known

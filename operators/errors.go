@@ -8,6 +8,15 @@ import (
 // ErrNotKeyed is returned when keyed state is used outside a keyed context.
 var ErrNotKeyed = errors.New("operators: keyed state used on a stream that is not keyed")
 
+// ErrSourcePositionGone is wrapped by a source's restore when its input
+// no longer holds the position the snapshot recorded: the records the
+// snapshot read are gone (an ingest log that ends before the snapshot's
+// offset: a damaged or truncated last segment, or another log). No
+// restart can cure it, so the job fails at once whatever its restart
+// strategy, rather than restart until new input fills the gap and the
+// restore lands on records the snapshot never read.
+var ErrSourcePositionGone = errors.New("operators: the source's input no longer holds the snapshot's position")
+
 // ErrClosed is wrapped by the failure of work an operator's Close cut
 // short (a write-ahead sink's background re-publish of restored records).
 var ErrClosed = errors.New("operators: operator closed")
