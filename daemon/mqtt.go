@@ -146,6 +146,7 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 		}
 		m.logs[pc.Name] = log
 		n.log.Info("ingest log open", "pipeline", pc.Name, "dir", dir, "bytes", log.Stats().DiskBytes, "next_offset", log.Stats().NextOffset)
+		warnLogBoundOverDisk(n.log, pc.Name, dir, src.LogOptions())
 		if src.Broker == "" {
 			if err := br.AddRoute(src.Topics, log); err != nil {
 				return pipeline.Inputs{}, err
