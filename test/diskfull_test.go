@@ -1,0 +1,182 @@
+package test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edgedio/edged/internal/testutil"
+)
+
+// TestCardFullBackPressureThenExact runs edged with its data_dir on a
+// 16 MiB tmpfs (root only: it mounts one), fills the card while a device
+// publishes at QoS 1, and frees it again. While the card is full the
+// device gets no PUBACK (back-pressure) and keeps its connection, the
+// node keeps running and logs why; once there is space again every
+// reading is acknowledged and every (sensor, 1 s window) result comes
+// under one msg_id with exactly its readings. Before, the first write
+// that found no space stopped the ingest log until the node restarted:
+// the job failed at every restart, the node exited once the restart
+// strategy gave up, and the readings published meanwhile were never
+// acknowledged although space came back.
+func TestCardFullBackPressureThenExact(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with a subprocess")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("mounts a tmpfs: needs root")
+	}
+	dir := t.TempDir()
+	card := filepath.Join(dir, "card")
+	if err := os.Mkdir(card, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", card).CombinedOutput(); err != nil {
+		t.Skipf("mount a tmpfs: %v: %s", err, out)
+	}
+	n := &node{t: t, brokerAddr: freeAddr(t), apiAddr: freeAddr(t), logPath: filepath.Join(dir, "edged.log")}
+	t.Cleanup(func() {
+		if n.cmd != nil {
+			select {
+			case <-n.done:
+			default:
+				_ = n.cmd.Process.Kill()
+				<-n.done
+			}
+		}
+		if t.Failed() {
+			t.Logf("edged log tail:\n%s", n.logTail())
+		}
+		if out, err := exec.Command("umount", card).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", card, err, out)
+		}
+	})
+	data := filepath.Join(card, "data")
+	cfg := fmt.Sprintf(`node:
+  data_dir: %[1]s
+  broker: %[2]s
+  listen: %[3]s
+`, data, n.brokerAddr, n.apiAddr) + sensorsPipeline(data, 1, 1000, "100ms")
+	cfg = strings.Replace(cfg, "        qos: 1\n        format: json\n",
+		"        qos: 1\n        format: json\n        log_max_bytes: 4194304\n        max_message_bytes: 65536\n", 1)
+	cfg = strings.Replace(cfg, "      mode: exactly_once\n", "      mode: exactly_once\n      tolerable_failures: 1000000\n", 1)
+	n.cfgPath = filepath.Join(dir, "edged.yaml")
+	if err := os.WriteFile(n.cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.start()
+	url := "tcp://" + n.brokerAddr
+	col := newCollector()
+	sub := connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("e2e-results").
+		SetCleanSession(true).SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(col.handle))
+	if tok := sub.Subscribe("agg/#", 1, col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	dev := connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("e2e-device").
+		SetCleanSession(true).SetAutoReconnect(false).SetWriteTimeout(5*time.Second))
+	defer func() {
+		dev.Disconnect(100)
+		sub.Disconnect(100)
+	}()
+	publish := func(from, to int) []paho.Token {
+		toks := make([]paho.Token, 0, to-from)
+		for i := from; i < to; i++ {
+			topic, p := payloadOf(i)
+			toks = append(toks, dev.Publish(topic, 1, false, p))
+		}
+		return toks
+	}
+	acked := func(toks []paho.Token, timeout time.Duration) {
+		t.Helper()
+		for i, tok := range toks {
+			if !tok.WaitTimeout(timeout) || tok.Error() != nil {
+				t.Fatalf("publish %d of %d not acknowledged: %v", i, len(toks), tok.Error())
+			}
+		}
+	}
+	const before, during, end = 4000, 8000, 11000
+	acked(publish(0, before), 30*time.Second)
+
+	// Fill the card to its last byte.
+	filler := filepath.Join(card, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("fill the card: %v", err)
+			}
+			break
+		}
+	}
+	f.Close()
+	toks := publish(before, during)
+	testutil.Eventually(t, 30*time.Second, "the node to say that the card is full", func() bool {
+		return strings.Contains(n.logTail(), "no space left on")
+	})
+	if toks[len(toks)-1].WaitTimeout(0) {
+		t.Fatal("every reading acknowledged while the card is full")
+	}
+	select {
+	case <-n.done:
+		t.Fatalf("edged exited while the card was full: %v", n.waitErr)
+	default:
+	}
+	if !dev.IsConnectionOpen() {
+		t.Fatal("the device lost its connection while the card was full")
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	acked(toks, 60*time.Second)
+	acked(publish(during, end), 30*time.Second)
+	windows := during / windowMS
+	testutil.Eventually(t, 60*time.Second, "every window's result", func() bool {
+		col.mu.Lock()
+		defer col.mu.Unlock()
+		for i := 0; i < during; i += windowMS / sensors * sensors {
+			for s := range sensors {
+				if len(col.byKey[keyOf(i+s)]) == 0 {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	if len(col.bad) > 0 {
+		t.Fatalf("bad results: %v", col.bad[:min(len(col.bad), 5)])
+	}
+	for w := range windows {
+		for s := range sensors {
+			k := keyOf(w*windowMS + s)
+			ids := map[string]int64{}
+			for _, r := range col.byKey[k] {
+				ids[r.MsgID] = r.Count
+			}
+			if len(ids) != 1 {
+				t.Errorf("window %v: %d msg_ids %v, want 1", k, len(ids), ids)
+				continue
+			}
+			for _, c := range ids {
+				if c != perSensor {
+					t.Errorf("window %v: count %d, want %d", k, c, perSensor)
+				}
+			}
+		}
+	}
+	t.Logf("%d windows of %d sensors exact after the card was full and freed", windows, sensors)
+}
