@@ -88,6 +88,18 @@ func (r *Runner) openCheckpointing() error {
 	if err != nil {
 		return err
 	}
+	if r.cfg.Cluster == nil {
+		// The job holds the directory's lock: a savepoint without its
+		// metadata is one a dead process was writing. (In a cluster a
+		// peer's savepoint may be arriving by replication.)
+		removed, err := store.DiscardIncompleteSavepoints()
+		for _, dir := range removed {
+			r.log.Info("removed a savepoint that never completed", "dir", dir)
+		}
+		if err != nil {
+			r.log.Warn("removing savepoints that never completed", "err", err)
+		}
+	}
 	if md := r.cfg.Restore; md != nil && snapshot.ID(md.Checkpoint) >= prog.NextID {
 		prog.NextID = md.Checkpoint + 1
 	}

@@ -456,6 +456,51 @@ func (s *Store) Progress() (Progress, error) {
 	return p, nil
 }
 
+// DiscardIncompleteSavepoints removes the savepoints of the store that
+// never completed (no _metadata: the process died while it wrote them,
+// or a stop's savepoint was cut short by a power loss) and returns their
+// paths. A savepoint written to a path of the user's loses only its
+// link in savepoints/; the files at the user's path stay. Call it only
+// while no savepoint of the store is being written: the job that holds
+// the checkpoint directory's lock, at the start of an attempt. Recovery
+// skips such a savepoint anyway; without this its files would stay on
+// the card, and be logged as skipped at every start, for good.
+func (s *Store) DiscardIncompleteSavepoints() ([]string, error) {
+	sps, err := s.scan(savepointsDir)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, e := range sps {
+		s.mu.Lock()
+		_, active := s.active[e.id]
+		s.mu.Unlock()
+		if active {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(e.dir, metadataFile)); !errors.Is(err, fs.ErrNotExist) {
+			continue // complete, or not readable now: left alone
+		}
+		fi, err := os.Lstat(e.dir)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("discard incomplete savepoint: %w", err))
+			continue
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			err = os.Remove(e.dir)
+		} else {
+			err = os.RemoveAll(e.dir)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("discard incomplete savepoint: %w", err))
+			continue
+		}
+		removed = append(removed, e.dir)
+	}
+	return removed, errors.Join(errs...)
+}
+
 // linksToDir reports whether de, at path, is a symbolic link to a
 // directory (a savepoint written to a path of the user's).
 func linksToDir(path string, de fs.DirEntry) bool {
