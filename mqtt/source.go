@@ -113,10 +113,13 @@ type Source struct {
 	carried []byte
 	idleCtx func(bool)
 	never   chan struct{}
-	logger  *slog.Logger      // in a cluster; may be nil
+	logger  *slog.Logger      // the subtask's (operators.Context.Logger); may be nil
 	pos     uint64            // next offset to emit while reader is nil
 	reader  *ingestlog.Reader // opened at the first Poll
-	pending map[int64]uint64  // checkpoint id -> offset it recorded
+	// cpWarned is set once a failure to record the checkpointed offset
+	// was logged, until one succeeds.
+	cpWarned bool
+	pending  map[int64]uint64 // checkpoint id -> offset it recorded
 	// known are completed checkpoints with their offsets, by ascending ID.
 	known  []checkpointOffset
 	closed chan struct{} // always closed; Available of an idle subtask
@@ -214,12 +217,12 @@ func NewSource(log *ingestlog.Log, opts ...SourceOption) *Source {
 // log unless RestoreState says otherwise.
 func (s *Source) Open(ctx *operators.Context) error {
 	s.active = ctx.Subtask == 0
+	s.logger = ctx.Logger
 	if s.splits != nil {
 		if ctx.Subtask >= len(s.splits) {
 			return fmt.Errorf("mqtt source: subtask %d of a source with %d splits", ctx.Subtask, len(s.splits))
 		}
 		s.split = s.splits[ctx.Subtask]
-		s.logger = ctx.Logger
 		s.away = s.split != s.self
 		s.active = !s.away
 		s.idleCtx = ctx.EmitIdle
@@ -500,6 +503,17 @@ func (s *Source) NotifyCheckpointComplete(id int64) error {
 		return nil
 	}
 	s.addKnown(checkpointOffset{id: id, offset: off})
+	if err := s.log.SetCheckpointed(off); err != nil {
+		// A guard for the next start (see SetCheckpointed), not what the
+		// checkpoint needs: a card too full to hold it fails no job.
+		if !s.cpWarned && s.logger != nil {
+			s.logger.Warn("mqtt source: could not record the checkpointed offset; the next start cannot tell whether acknowledged records went missing from the log's end",
+				"checkpoint_id", id, "offset", off, "err", err)
+		}
+		s.cpWarned = true
+	} else {
+		s.cpWarned = false
+	}
 	if err := s.release(); err != nil {
 		return fmt.Errorf("mqtt source: checkpoint %d completed: %w", id, err)
 	}

@@ -3,6 +3,9 @@ package mqtt
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -68,5 +71,54 @@ func TestSourceRestorePastTheLogsEndFailsWithoutRestarts(t *testing.T) {
 	}
 	if n := resumed.Attempts(); n != 1 {
 		t.Fatalf("%d attempts, want 1", n)
+	}
+}
+
+// A completed checkpoint records the source's offset in the ingest log's
+// directory, so that a log whose tail was later cut below it (a damaged
+// last segment, which recovery cuts as torn) is refused when it is
+// opened again, before any device can publish into the offsets the
+// checkpoint names. Before, the log opened and the restore landed on
+// whatever records took those offsets.
+func TestCheckpointedOffsetGuardsTheLogsEnd(t *testing.T) {
+	cfg := snapshot.DefaultConfig()
+	cfg.Dir = t.TempDir()
+	var read atomic.Int64
+	l := smallLog(t)
+	appendSeq(t, l, 0, 100)
+	env := stream.NewEnvironment("guard", stream.WithCheckpointing(cfg))
+	msgs := stream.FromSource(env, "mqtt", func() operators.Source[Message] { return NewSource(l) }).UID("mqtt")
+	msgs.ForEach("count", func(Message) error { read.Add(1); return nil })
+	job, err := env.ExecuteAsync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, waitBound, "100 records read", func() bool { return read.Load() == 100 })
+	if _, err := job.StopWithSavepoint(context.Background(), ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	dir := l.Dir()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs, err := filepath.Glob(filepath.Join(dir, "*.seg"))
+	if err != nil || len(segs) == 0 {
+		t.Fatalf("segments %v, %v", segs, err)
+	}
+	// The newest segment cut inside its first record: a torn tail to
+	// recovery, which cannot tell it from one.
+	last := segs[len(segs)-1]
+	if base, err := strconv.ParseUint(strings.TrimSuffix(filepath.Base(last), ".seg"), 10, 64); err != nil || base >= 100 {
+		t.Fatalf("newest segment %s: want one that holds records below 100", last)
+	}
+	if err := os.Truncate(last, 30); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ingestlog.Open(dir, smallLogOptions(), nil)
+	if !errors.Is(err, ingestlog.ErrRecordsGone) || !strings.Contains(err.Error(), "up to offset 100") {
+		t.Fatalf("Open of the cut log: %v, want ErrRecordsGone naming offset 100", err)
 	}
 }

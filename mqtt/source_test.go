@@ -10,10 +10,15 @@ import (
 )
 
 func smallLog(t *testing.T) *ingestlog.Log {
+	return openLog(t, t.TempDir(), smallLogOptions())
+}
+
+// smallLogOptions are smallLog's: 1 KiB segments.
+func smallLogOptions() ingestlog.Options {
 	opts := ingestlog.DefaultOptions()
 	opts.SegmentBytes = 1024
 	opts.SyncInterval = 0
-	return openLog(t, t.TempDir(), opts)
+	return opts
 }
 
 func TestSourceSnapshotRestoreTruncate(t *testing.T) {

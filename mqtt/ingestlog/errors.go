@@ -42,6 +42,10 @@ var (
 	// stored (its record would have started a new segment, or was
 	// written on its own) and may be tried again.
 	ErrNoSpace = errors.New("ingestlog: no space left on the device")
+	// ErrRecordsGone is returned by Open for a log that ends before the
+	// offset a completed checkpoint read it up to (Log.SetCheckpointed):
+	// acknowledged records are gone. It wraps ErrCorrupt too.
+	ErrRecordsGone = fmt.Errorf("%w: records a completed checkpoint read are gone", ErrCorrupt)
 )
 
 // Decoding; each failure has its own error.

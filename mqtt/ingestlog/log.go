@@ -35,6 +35,9 @@ type Log struct {
 
 	truncMu sync.Mutex // serialises Truncate, so no segment it reads is deleted under it
 
+	cpMu         sync.Mutex // guards checkpointed and writes of its file
+	checkpointed uint64     // the offset SetCheckpointed last recorded
+
 	mu         sync.Mutex // guards every field below and the mutable fields of each segment
 	segs       []*segment // ascending base, contiguous; the last is active
 	next       uint64     // offset the next record gets
@@ -137,7 +140,11 @@ func Open(dir string, opts Options, logger *slog.Logger) (*Log, error) {
 		l.maxFrame = opts.MaxBytes
 	}
 	close(l.ready)
-	if err := l.recover(); err != nil {
+	err = l.recover()
+	if err == nil {
+		err = l.checkCheckpointed()
+	}
+	if err != nil {
 		for _, s := range l.segs {
 			if s.f != nil {
 				s.f.Close()
@@ -147,6 +154,25 @@ func Open(dir string, opts Options, logger *slog.Logger) (*Log, error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// checkCheckpointed reads the offset SetCheckpointed recorded and fails
+// with ErrRecordsGone when the recovered log ends before it.
+func (l *Log) checkCheckpointed() error {
+	off, damaged, err := readCheckpointed(l.dir)
+	if err != nil {
+		return err
+	}
+	if damaged {
+		l.logger.Warn("ingest log: the checkpointed offset's file is damaged; not checked against the log's end this time",
+			"dir", l.dir, "file", checkpointedFile)
+	}
+	if off > l.next {
+		return fmt.Errorf("%w: %s: a completed checkpoint read the log up to offset %d, but it ends at offset %d: %d acknowledged records are gone (its last segment was cut or damaged); to go on without them, move the pipeline's checkpoints away (the log is then read from its first record) and remove %s",
+			ErrRecordsGone, l.dir, off, l.next, off-l.next, filepath.Join(l.dir, checkpointedFile))
+	}
+	l.checkpointed = off
+	return nil
 }
 
 // recover loads the segments of l.dir.
