@@ -783,7 +783,7 @@ func (b *Broker) waitDurable(l *ingestlog.Log, off uint64) error {
 	if b.durableWait != nil {
 		return b.durableWait(l, off)
 	}
-	return l.WaitDurable(off)
+	return l.WaitDurableContext(b.ctx, off) // a stopping broker does not wait for a full card
 }
 
 // fail drops cl's connection without an acknowledgement for pk, so the

@@ -1175,7 +1175,7 @@ func (s *Subscriber) ackBatches(bs []*batch) {
 	}
 	var werr error
 	if wait {
-		werr = s.log.WaitDurable(last)
+		werr = s.log.WaitDurableContext(s.ctx, last) // a closing subscriber does not wait for a full card
 	}
 	for i, b := range bs {
 		a := b.acks
@@ -1196,7 +1196,7 @@ func (s *Subscriber) ackBatch(b *batch, werr error) {
 		d := &b.ds[i]
 		size += min(d.size, s.budget.max)
 		if d.err == nil && d.has && werr != nil {
-			d.err = s.log.WaitDurable(d.off) // the earlier ones may be durable
+			d.err = s.log.WaitDurableContext(s.ctx, d.off) // the earlier ones may be durable
 		}
 		if d.err != nil {
 			if s.ctx.Err() == nil {

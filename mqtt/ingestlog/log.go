@@ -346,7 +346,10 @@ func createSegment(dir string, base uint64) (*segment, error) {
 // Options.MaxBytes, Append blocks until Truncate releases space, the Log
 // is closed (ErrClosed) or ctx is done (ctx.Err(), wrapped); nothing is
 // stored then. ctx does not interrupt the fsync wait: once the record is
-// written, Append returns when it is durable or the log fails (ErrFailed).
+// written, Append returns when it is durable or the log fails (ErrFailed),
+// or, while writes find no space on the device, when ctx is done (an
+// error wrapping ErrNoSpace; the record stays held, see
+// WaitDurableContext).
 // Appends that block are counted in Stats.
 //
 // Append copies m; the caller may reuse m.Payload when it returns.
@@ -363,7 +366,7 @@ func (l *Log) Append(ctx context.Context, m Message) (uint64, error) {
 	l.mu.Lock()
 	off, err := l.write(ctx, bp)
 	if err == nil {
-		err = l.waitDurable(off)
+		err = l.waitDurable(ctx, off)
 	}
 	l.mu.Unlock()
 	l.putBuf(bp)
@@ -426,6 +429,17 @@ func (l *Log) MaxMessageBytes() int64 { return l.opts.MaxMessageBytes() }
 // yet written, with the log's sticky failure (ErrFailed), or with
 // ErrClosed if the log was closed before the record became durable.
 func (l *Log) WaitDurable(off uint64) error {
+	return l.WaitDurableContext(context.Background(), off)
+}
+
+// WaitDurableContext is WaitDurable, but gives up when ctx is done while
+// the log's writes find no space on the device (see ErrNoSpace), which
+// can last. Giving up fails the log (ErrFailed, wrapping ErrNoSpace and
+// ctx's error): the records held then never become durable, so none of
+// them is in the log after a restart although its publisher got no
+// acknowledgement. A broker or subscriber that stops passes its context,
+// so that it does not wait for a full card.
+func (l *Log) WaitDurableContext(ctx context.Context, off uint64) error {
 	if l.durableA.Load() > off {
 		return nil
 	}
@@ -440,7 +454,7 @@ func (l *Log) WaitDurable(off uint64) error {
 		}
 		return ErrClosed
 	}
-	return l.waitDurable(off)
+	return l.waitDurable(ctx, off)
 }
 
 // DurableOffset returns one past the last durable record, without locking:
@@ -739,12 +753,23 @@ func (l *Log) closeSealed(s *segment) {
 // waitDurable returns once the record at off is durable, leading a group
 // commit if no other Append is. l.mu is held; it is released while
 // waiting.
-func (l *Log) waitDurable(off uint64) error {
+//
+// Done ctx ends the wait only while writes find no space (l.noSpace):
+// the records may wait for a long time then, and whoever waits for them
+// must be able to give up (a broker or subscriber that stops). Giving up
+// fails the log, once no group commit is running: no record held then
+// may become durable after its acknowledgement was given up on (its
+// publisher, refused, sends it again), and Close cuts them off.
+func (l *Log) waitDurable(ctx context.Context, off uint64) error {
 	for {
 		if l.durable > off {
 			return nil
 		}
 		if l.failed != nil {
+			return l.failed
+		}
+		if l.noSpace != nil && ctx.Err() != nil && !l.syncing {
+			l.fail(fmt.Errorf("%w: a wait for record %d gave up: %w (%w)", ErrNoSpace, off, ctx.Err(), l.noSpace))
 			return l.failed
 		}
 		if !l.syncing {
@@ -982,7 +1007,7 @@ func (l *Log) Truncate(before uint64) error {
 	if before > l.durable && before < l.next {
 		// Skipping to before reads the records ahead of it from the file:
 		// make them durable, so they are there.
-		if err := l.waitDurable(before - 1); err != nil {
+		if err := l.waitDurable(context.Background(), before-1); err != nil {
 			l.mu.Unlock()
 			return err
 		}

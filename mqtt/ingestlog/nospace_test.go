@@ -186,3 +186,39 @@ func TestCloseCutsRecordsThatNeverBecameDurable(t *testing.T) {
 	appendN(t, l, 3, 5) // sent again: each once
 	checkRecords(t, readAll(t, l, 0), 0, 8)
 }
+
+// A wait for a record that waits for space gives up when its context is
+// done, so that a broker or subscriber that stops does not wait for the
+// card (their gates wait with their own context). Giving up fails the
+// log, so that no record held then becomes durable afterwards, when its
+// publisher was refused: the log closed and opened again holds only what
+// was durable.
+func TestNoSpaceWaitGivesUpWithItsContext(t *testing.T) {
+	l := openLog(t, t.TempDir(), testOptions(1<<20), nil)
+	full := fullDisk(l)
+	appendN(t, l, 0, 2)
+	full.Store(true)
+	off, err := l.AppendNoWait(context.Background(), msg(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() { gaveUp <- l.WaitDurableContext(ctx, off) }()
+	testutil.Eventually(t, 0, "a write that finds no space", func() bool { return l.Stats().NoSpaceNow })
+	cancel()
+	err = testutil.Receive(t, 0, "the wait to give up", gaveUp)
+	if !errors.Is(err, ErrNoSpace) || !errors.Is(err, context.Canceled) || !errors.Is(err, ErrFailed) {
+		t.Fatalf("WaitDurableContext with its context done on a full device: %v, want ErrFailed wrapping ErrNoSpace and context.Canceled", err)
+	}
+	full.Store(false)
+	if err := l.WaitDurable(off); !errors.Is(err, ErrFailed) {
+		t.Fatalf("the record given up on, after space came back: %v, want ErrFailed", err)
+	}
+	dir := l.Dir()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, dir, testOptions(1<<20), nil)
+	checkRecords(t, readAll(t, l, 0), 0, 2)
+}

@@ -44,7 +44,7 @@ func (l *Log) Reader(from uint64) (*Reader, error) {
 		return nil, ErrClosed
 	}
 	if from > l.durable && from < l.next {
-		if err := l.waitDurable(from - 1); err != nil {
+		if err := l.waitDurable(context.Background(), from-1); err != nil {
 			l.mu.Unlock()
 			return nil, err
 		}
