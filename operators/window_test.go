@@ -492,6 +492,34 @@ func TestSessionAllowedLateness(t *testing.T) {
 	}
 }
 
+// A record that comes after a session was cleaned up (its lateness
+// passed) but within gap of its last record is not late when its own
+// window [ts, ts+gap) is not: it opens a session of its own, which
+// overlaps the old session's bounds and fires at once when the watermark
+// passed its end, as in Flink, whose merging window set no longer holds
+// the old session either.
+func TestSessionAfterCleanupOverlapsTheOldOne(t *testing.T) {
+	for _, how := range []windowBuild{viaAggregate, viaProcess} {
+		t.Run(how.String(), func(t *testing.T) {
+			h := newWindow(t, operators.EventTimeSessionWindows(ms(10)), ms(5), how)
+			a0, a5 := ev{"a", 0, 1}, ev{"a", 5, 2}
+			feed(h, a0)
+			advance(t, h, 9)
+			expectOut(t, h, "watermark 9", res("a", 0, 10, sumOf(a0)))
+			advance(t, h, 14) // [0,10) cleaned up: 9+5 <= 14
+			expectStateEmpty(t, h, "after cleanup")
+			feed(h, a5) // [5,15): 14+5 > 14, not late; 14 <= 14, fires at once
+			expectOut(t, h, "a5 after cleanup", res("a", 5, 15, sumOf(a5)))
+			if n := lateRecords(t, h); n != 0 {
+				t.Errorf("%d late records, want 0", n)
+			}
+			advance(t, h, 19)
+			expectOut(t, h, "watermark 19")
+			expectStateEmpty(t, h, "after the second cleanup")
+		})
+	}
+}
+
 // A session merge must not cancel a timer that another session of the key
 // still needs. Timers are kept per key and timestamp only, so the cleanup
 // timer of session x (x.End-1+lateness) and the firing timer of session y
