@@ -78,6 +78,59 @@ pipelines:
 	}
 }
 
+// Whether a reading is late depends on the end of its windows, not on how
+// far its event time is behind: with 10 s windows, max_out_of_orderness 5s
+// and no allowed lateness, a reading 2 s behind the watermark whose window
+// has fired is a late dead letter, and one 5.5 s behind the largest event
+// time read, whose window has not fired, is counted.
+func TestLateIsTheWindowEndPassingTheWatermark(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "in.csv")
+	// 1006000 moves the watermark to 1000999: [990000,1000000) fires.
+	// 999000 belongs to it: late, though only 1999 ms behind the
+	// watermark. 1000500 is 5500 ms behind the largest event time but its
+	// window [1000000,1010000) has not fired.
+	in := "s1,995000,1\ns1,1006000,2\ns1,999000,3\ns1,1000500,4\n"
+	if err := os.WriteFile(path, []byte(in), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	perEventWatermarks = true
+	defer func() { perEventWatermarks = false }()
+	cfg, err := Parse([]byte(`
+pipelines:
+  - name: late
+    source:
+      file:
+        path: ` + path + `
+        format: csv
+        fields: {id: string, ts: {type: time, unit: ms}, v: float}
+    event_time: {field: ts, max_out_of_orderness: 5s}
+    key: id
+    window:
+      type: tumbling
+      size: 10s
+      aggregates: [{name: n, fn: count}, {name: s, fn: sum, field: v}]
+    sinks: [{stdout: {}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, job := run(t, cfg.Pipelines[0])
+	if job.DeadLetters() != 1 {
+		t.Fatalf("dead letters = %d, want 1 (the reading at 999000)\n%s", job.DeadLetters(), out)
+	}
+	if d := job.RecentDeadLetters()[0]; !strings.Contains(d.Err, "late") || !strings.Contains(d.Payload, "999000") {
+		t.Fatalf("dead letter %+v, want the reading at 999000 as late", d)
+	}
+	for _, want := range []string{
+		`"window_start":990000,"window_end":1000000,"n":1,"s":1`,
+		`"window_start":1000000,"window_end":1010000,"n":2,"s":6`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no result with %s in the output:\n%s", want, out)
+		}
+	}
+}
+
 // A dead letter's payload is cut to MaxDeadLetterPayload in the
 // dead-letter output, and to RecentPayloadBytes among the latest (at a
 // rune boundary, with its length): a dead letter must fit in a broker's
