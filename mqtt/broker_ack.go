@@ -194,12 +194,19 @@ type ackGate struct {
 	session uint64
 	held    []byte // bytes waiting for written to be durable
 	spare   []byte // the previous batch, reused for held
-	batched int    // bytes of the batch the flusher is waiting to write
-	syncDue bool   // records were appended since the flusher last took a batch
-	writing bool   // a batch or a direct write is being written (or waited for)
-	owed    bool   // counted in the drain hook as acknowledgements pending
-	running bool   // the flusher goroutine was started
-	closed  bool
+	// marks records, for held, each record appended (and session record
+	// stored) for this connection while the bytes wait: the bytes of
+	// held before a mark's pos were written before that record was
+	// appended and do not wait for it. A failed wait lets out the
+	// prefix whose records are durable (see ackable).
+	marks      []ackMark
+	spareMarks []ackMark
+	batched    int  // bytes of the batch the flusher is waiting to write
+	syncDue    bool // records were appended since the flusher last took a batch
+	writing    bool // a batch or a direct write is being written (or waited for)
+	owed       bool // counted in the drain hook as acknowledgements pending
+	running    bool // the flusher goroutine was started
+	closed     bool
 	// lingering is set when Close began a lingering close: the socket is
 	// closed by linger.
 	lingering bool
@@ -228,6 +235,7 @@ func (g *ackGate) Read(p []byte) (int, error) { return g.in.Read(p) }
 func (g *ackGate) appended(key int, off uint64) {
 	g.mu.Lock()
 	g.written[key] = off + 1
+	g.marks = append(g.marks, ackMark{pos: len(g.held), key: key, off: off})
 	g.syncDue = true
 	g.kick()
 	g.mu.Unlock()
@@ -239,6 +247,7 @@ func (g *ackGate) appended(key int, off uint64) {
 func (g *ackGate) storedSession(seq uint64) {
 	g.mu.Lock()
 	g.session = max(g.session, seq)
+	g.marks = append(g.marks, ackMark{pos: len(g.held), key: -1, off: seq})
 	g.syncDue = true
 	g.kick()
 	g.mu.Unlock()
@@ -445,10 +454,10 @@ func (g *ackGate) flush() {
 			g.mu.Unlock()
 			return
 		}
-		batch := g.held
+		batch, marks := g.held, g.marks
 		g.batched = len(batch)
-		g.held = g.spare[:0]
-		g.spare = nil
+		g.held, g.marks = g.spare[:0], g.spareMarks[:0]
+		g.spare, g.spareMarks = nil, nil
 		g.syncDue = false
 		g.writing = true
 		closed := g.closed
@@ -467,14 +476,27 @@ func (g *ackGate) flush() {
 		if err == nil && session > 0 {
 			err = g.b.store.waitSyncedTo(session)
 		}
+		waitFailed := err != nil
 		if err == nil && len(batch) > 0 && !closed {
 			_, err = g.Conn.Write(batch)
 		}
 
 		g.mu.Lock()
+		if waitFailed && !closed && g.err == nil {
+			// The log (or the session journal) failed: what is durable is
+			// acknowledged all the same, so that the device resends only
+			// the messages the log does not hold.
+			all := append(batch, g.held...)
+			n := g.ackable(all, len(batch), marks)
+			g.mu.Unlock()
+			if n > 0 {
+				_, _ = g.Conn.Write(all[:n])
+			}
+			g.mu.Lock()
+		}
 		g.writing = false
 		g.batched = 0
-		g.spare = batch[:0]
+		g.spare, g.spareMarks = batch[:0], marks[:0]
 		if err != nil && g.err == nil {
 			g.err = err
 			if !closed && g.b.ctx.Err() == nil {
@@ -482,7 +504,7 @@ func (g *ackGate) flush() {
 			}
 		}
 		if g.err != nil {
-			g.held = nil
+			g.held, g.marks = nil, nil
 			g.cond.Broadcast()
 			g.settle()
 			lingering := g.lingering
@@ -499,6 +521,45 @@ func (g *ackGate) flush() {
 		g.cond.Broadcast()
 		g.mu.Unlock()
 	}
+}
+
+// ackMark is a record appended for a gate's connection (key, the route
+// key, and off, its offset in that route's log), or a session-journal
+// record stored for it (key -1, off its sequence number), at pos: the
+// length of the gate's held bytes then.
+type ackMark struct {
+	pos int
+	key int
+	off uint64
+}
+
+// ackable returns how many bytes at the front of b can be written after
+// a failed wait for durability: those written before the first record
+// appended (or session record stored) for the connection that is not
+// durable. b is the batch the flusher waited for, whose marks are marks,
+// followed from base on by the bytes held since, whose marks are
+// g.marks. g.mu is held.
+func (g *ackGate) ackable(b []byte, base int, marks []ackMark) int {
+	for _, m := range marks {
+		if !g.durable(m) {
+			return m.pos
+		}
+	}
+	for _, m := range g.marks {
+		if !g.durable(m) {
+			return base + m.pos
+		}
+	}
+	return len(b)
+}
+
+// durable reports whether the record m marks is durable.
+func (g *ackGate) durable(m ackMark) bool {
+	if m.key < 0 {
+		return g.b.store.syncedTo(m.off)
+	}
+	l := g.b.routeLog(m.key)
+	return l != nil && l.DurableOffset() > m.off
 }
 
 // settle ends the gate's count in the drain hook. g.mu is held.

@@ -174,6 +174,60 @@ func TestBrokerAcksOnlyAfterFsync(t *testing.T) {
 	}
 }
 
+// A wait for durability that fails (the log failed, or a stop gave up on
+// a full card) still lets out the PUBACKs held for messages that are
+// durable: only those of messages that are not are dropped with the
+// connection, so a device resends only what the log does not hold.
+// Before, the whole batch of held PUBACKs went, and a device with a
+// persistent session sent durable messages again: logged twice.
+func TestBrokerFailedWaitStillAcksDurableMessages(t *testing.T) {
+	const n = 50
+	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
+	cfg := DefaultBrokerConfig()
+	cfg.Address = "127.0.0.1:0"
+	b, err := NewBroker(cfg, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	b.durableWait = func(lg *ingestlog.Log, off uint64) error {
+		<-release
+		// Every record appended so far is made durable, then the wait
+		// fails as a log failing after that group commit would.
+		if err := lg.WaitDurable(lg.Stats().NextOffset - 1); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: injected failure after the fsync", ingestlog.ErrFailed)
+	}
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+
+	c, _ := dialRaw(t, b.Addr(), "dev", true)
+	if _, err := c.conn.Write(encodePublishes(t, n, func(int) bool { return false })); err != nil {
+		t.Fatal(err)
+	}
+	cl, ok := b.server.Clients.Get("dev")
+	if !ok {
+		t.Fatal("client dev not found")
+	}
+	gate := cl.Net.Conn.(*ackGate)
+	testutil.Eventually(t, waitBound, "every PUBLISH appended and every PUBACK held", func() bool {
+		gate.mu.Lock()
+		held := len(gate.held) + gate.batched
+		gate.mu.Unlock()
+		return l.Stats().NextOffset == n && held == 4*n
+	})
+	close(release)
+	for i := range n {
+		c.expect(packets.Puback, uint16(i+1))
+	}
+	if pk, err := c.read(); err == nil {
+		t.Fatalf("got packet type %d id %d after the failed wait, want the connection closed", pk.FixedHeader.Type, pk.PacketID)
+	}
+}
+
 // Several devices publishing at once share fsyncs, and each one's PUBACKs
 // come in its publish order.
 func TestBrokerGroupCommitAcrossConnections(t *testing.T) {
