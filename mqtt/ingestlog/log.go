@@ -533,13 +533,7 @@ func (l *Log) write(ctx context.Context, bp *[]byte) (uint64, error) {
 				l.lead()
 				continue
 			}
-			ch := l.advanced
-			l.mu.Unlock()
-			select {
-			case <-ctx.Done():
-			case <-ch:
-			}
-			l.mu.Lock()
+			l.waitLocked(ctx, l.advanced)
 			continue
 		// A record alone may exceed MaxBytes by its mark, so that a record
 		// of MaxBytes always goes in eventually.
@@ -557,13 +551,7 @@ func (l *Log) write(ctx context.Context, bp *[]byte) (uint64, error) {
 				}
 				l.waiting++
 			}
-			ch := l.space
-			l.mu.Unlock()
-			select {
-			case <-ctx.Done():
-			case <-ch:
-			}
-			l.mu.Lock()
+			l.waitLocked(ctx, l.space)
 			continue
 		}
 		if seg.size+size+extra <= l.opts.SegmentBytes || seg.size == headerSize {
@@ -623,6 +611,17 @@ func (l *Log) write(ctx context.Context, bp *[]byte) (uint64, error) {
 	l.stats.Appends++
 	l.stats.AppendedBytes += uint64(size)
 	return off, nil
+}
+
+// waitLocked waits, with l.mu released, until ch is closed or ctx is
+// done. l.mu is held.
+func (l *Log) waitLocked(ctx context.Context, ch chan struct{}) {
+	l.mu.Unlock()
+	select {
+	case <-ctx.Done():
+	case <-ch:
+	}
+	l.mu.Lock()
 }
 
 // flushPend writes the batches a group commit could not write
