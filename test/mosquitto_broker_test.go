@@ -16,6 +16,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/edgedio/edged/internal/mqtttest"
 	"github.com/edgedio/edged/internal/testutil"
 )
 
@@ -41,13 +42,7 @@ type broker struct {
 // who cannot write the temp dir. It is killed when t ends.
 func startBroker(t *testing.T, conf string) *broker {
 	t.Helper()
-	bin, err := exec.LookPath("mosquitto")
-	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/mosquitto"); serr != nil {
-			t.Skip("mosquitto is not installed")
-		}
-		bin = "/usr/sbin/mosquitto"
-	}
+	bin := mqtttest.MosquittoBin(t)
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	_, port, _ := net.SplitHostPort(addr)

@@ -19,13 +19,7 @@ import (
 // installs it where it can).
 func StartMosquitto(tb testing.TB, conf string) (addr string, pid int) {
 	tb.Helper()
-	bin, err := exec.LookPath("mosquitto")
-	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/mosquitto"); serr != nil {
-			tb.Skip("mosquitto is not installed")
-		}
-		bin = "/usr/sbin/mosquitto"
-	}
+	bin := MosquittoBin(tb)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
@@ -54,4 +48,19 @@ func StartMosquitto(tb testing.TB, conf string) (addr string, pid int) {
 		return err == nil
 	})
 	return addr, cmd.Process.Pid
+}
+
+// MosquittoBin returns the path of the mosquitto binary (on PATH, or
+// Debian's /usr/sbin/mosquitto, which a user's PATH may lack); tb skips
+// when mosquitto is not installed.
+func MosquittoBin(tb testing.TB) string {
+	tb.Helper()
+	bin, err := exec.LookPath("mosquitto")
+	if err != nil {
+		if _, serr := os.Stat("/usr/sbin/mosquitto"); serr != nil {
+			tb.Skip("mosquitto is not installed")
+		}
+		bin = "/usr/sbin/mosquitto"
+	}
+	return bin
 }
