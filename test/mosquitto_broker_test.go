@@ -217,20 +217,7 @@ func newBrokerFaultRun(t *testing.T, readings int, restart, ackDelay string) *br
 	t.Cleanup(func() { disconnectAll(r.devs, 100) })
 	r.nd = &node{t: t, cfgPath: cfgPath, logPath: filepath.Join(dir, "edged.log"), brokerAddr: r.b.addr, apiAddr: api}
 	// Ready once the job runs, whether or not the broker is up.
-	r.nd.readyFn = func(client *http.Client) bool {
-		resp, err := client.Get("http://" + r.nd.apiAddr + "/jobs")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		var l struct {
-			Jobs []struct {
-				Status string `json:"status"`
-			} `json:"jobs"`
-		}
-		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&l) == nil &&
-			len(l.Jobs) == 1 && l.Jobs[0].Status == "running"
-	}
+	r.nd.readyFn = func(*http.Client) bool { return jobStatus(t, r.nd, "plant") == "running" }
 	cleanupNode(t, r.nd)
 	return r
 }
