@@ -86,11 +86,13 @@ func (l *gatedListener) Serve(establish listeners.EstablishFn) {
 		}
 		if len(l.conns) >= l.b.cfg.MaxConnections {
 			l.mu.Unlock()
-			conn.Close()
+			// Counted and logged before the close, so that whoever sees
+			// the connection end sees it counted.
 			if n := l.refused.Add(1); n&(n-1) == 0 { // the 1st, 2nd, 4th, 8th, ...
 				log.Warn("mqtt broker: connections at their bound; connection closed as it was accepted",
 					"remote", conn.RemoteAddr().String(), "max_connections", l.b.cfg.MaxConnections, "refused_total", n)
 			}
+			conn.Close()
 			continue
 		}
 		clients := &l.b.server.Listeners.ClientsWg

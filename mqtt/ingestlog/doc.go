@@ -55,8 +55,10 @@
 //     the group commit writes the same bytes at the same place again
 //     every NoSpaceRetry until a write succeeds (Stats.NoSpace,
 //     Stats.NoSpaceNow). An Append whose own write finds no space (a
-//     record that starts a segment, or one written alone) is not stored
-//     and returns ErrNoSpace.
+//     record that starts a segment, or one written alone) waits too and
+//     writes again every NoSpaceRetry (Stats.NoSpaceRetries) until it
+//     succeeds or its ctx is done (then nothing is stored and the error
+//     wraps ctx.Err() and ErrNoSpace).
 //   - Close cuts the active segment back to its durable size when records
 //     could not be made durable, so a reopen does not keep the whole
 //     records a short write left of appends that failed (their publishers

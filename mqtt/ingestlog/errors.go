@@ -38,9 +38,9 @@ var (
 	// ErrNoSpace wraps a write that failed for want of space on the
 	// device (ENOSPC, EDQUOT). It does not fail the log: records that
 	// have their offsets wait in memory and are written again every
-	// NoSpaceRetry until a write succeeds. An Append given it was not
-	// stored (its record would have started a new segment, or was
-	// written on its own) and may be tried again.
+	// NoSpaceRetry until a write succeeds. An Append whose own write
+	// found no space waits and writes again the same way; one whose ctx
+	// ended that wait returns it (with ctx.Err()), its record not stored.
 	ErrNoSpace = errors.New("ingestlog: no space left on the device")
 	// ErrRecordsGone is returned by Open for a log that ends before the
 	// offset a completed checkpoint read it up to (Log.SetCheckpointed):

@@ -506,6 +506,42 @@ const maxSpareBytes = 2 * pendFlushBytes
 // releases it while blocked for space, or for a group commit in progress
 // before a roll.
 func (l *Log) write(ctx context.Context, bp *[]byte) (uint64, error) {
+	short := false
+	for {
+		off, err := l.writeOnce(ctx, bp)
+		if err == nil {
+			if short && len(l.unwritten) == 0 {
+				l.spaceAgain()
+			}
+			return off, nil
+		}
+		if !errors.Is(err, ErrNoSpace) {
+			return 0, err
+		}
+		// The append's own write found no space (a record written
+		// alone, or one that starts a segment): it waits and tries
+		// again, as the records held in memory do, rather than being
+		// refused, which would end its publisher's connection and the
+		// acknowledgements of what that publisher sent before.
+		short = true
+		l.stats.NoSpaceRetries++
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("ingestlog: append waiting for space on the device: %w (%w)", ctx.Err(), err)
+		}
+		l.mu.Unlock()
+		t := time.NewTimer(l.noSpaceRetry)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		l.mu.Lock()
+	}
+}
+
+// writeOnce is one try of write: an error wrapping ErrNoSpace when the
+// append's own write found no space, nothing stored then.
+func (l *Log) writeOnce(ctx context.Context, bp *[]byte) (uint64, error) {
 	size := int64(len(*bp))
 	var blockedAt time.Time
 	defer func() {
@@ -559,11 +595,12 @@ func (l *Log) write(ctx context.Context, bp *[]byte) (uint64, error) {
 		}
 		if l.syncing {
 			// The leader writes and fsyncs the active segment outside
-			// l.mu: let it finish before sealing the segment.
-			ch := l.advanced
-			l.mu.Unlock()
-			<-ch
-			l.mu.Lock()
+			// l.mu: let it finish before sealing the segment (on a full
+			// device it waits for space: ctx ends the wait).
+			if ctx.Err() != nil {
+				return 0, fmt.Errorf("ingestlog: append waiting for a group commit before a new segment: %w", ctx.Err())
+			}
+			l.waitLocked(ctx, l.advanced)
 			continue
 		}
 		if err := l.roll(); err != nil {
@@ -729,6 +766,9 @@ func (l *Log) roll() error {
 	}
 	seg, err := createSegment(l.dir, l.next)
 	if err != nil {
+		if isNoSpace(err) {
+			return l.outOfSpace(err) // the active segment stays; tried again
+		}
 		return err
 	}
 	l.stats.Fsyncs += 2 // the new file and the directory

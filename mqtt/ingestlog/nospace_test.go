@@ -222,3 +222,83 @@ func TestNoSpaceWaitGivesUpWithItsContext(t *testing.T) {
 	l = openLog(t, dir, testOptions(1<<20), nil)
 	checkRecords(t, readAll(t, l, 0), 0, 2)
 }
+
+// An append whose own write finds no space — a record of pendFlushBytes
+// or more, written alone, or one that starts a new segment — waits and
+// is written again, as the records held in memory are, rather than being
+// refused: a refused publisher's connection ends, and with it the
+// acknowledgements of its earlier messages that wait for the same space,
+// which then become durable without them and are sent again. A done
+// context ends the wait with its error.
+func TestNoSpaceDirectWritesWait(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		segment int64
+		payload int
+	}{
+		{"large record", 64 << 20, 300 << 10},
+		{"new segment", 128 << 10, 8 << 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := openLog(t, t.TempDir(), testOptions(tc.segment), nil)
+			full := fullDisk(l)
+			appendN(t, l, 0, 1)
+			full.Store(true)
+			// A record whose acknowledgement waits for space, held in
+			// memory (nobody waits for it yet: the append below is the
+			// first write to find no space).
+			held, err := l.AppendNoWait(context.Background(), msg(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			m := msg(2)
+			m.Payload = make([]byte, tc.payload)
+			n := 2 * int(tc.segment) / tc.payload // past the segment's end
+			type result struct {
+				off uint64
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				var r result
+				for range n {
+					if r.off, r.err = l.AppendNoWait(context.Background(), m); r.err != nil {
+						break
+					}
+				}
+				done <- r
+			}()
+			testutil.Eventually(t, 0, "an append whose own write found no space waiting to write again", func() bool {
+				select {
+				case r := <-done:
+					t.Fatalf("appends while the device is full returned (offset %d, %v) before there was space", r.off, r.err)
+				default:
+				}
+				return l.Stats().NoSpaceRetries > 0
+			})
+			// A done context ends such a wait with its error.
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if _, err := l.AppendNoWait(ctx, m); !errors.Is(err, context.Canceled) {
+				t.Fatalf("append with a done context while the device is full: %v, want context.Canceled", err)
+			}
+			durable := make(chan error, 1)
+			go func() { durable <- l.WaitDurable(held) }()
+			full.Store(false)
+			r := testutil.Receive(t, 0, "the appends once there is space", done)
+			if r.err != nil {
+				t.Fatalf("append once there is space: %v", r.err)
+			}
+			if err := testutil.Receive(t, 0, "the held record durable", durable); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.WaitDurable(r.off); err != nil {
+				t.Fatal(err)
+			}
+			if l.Stats().NoSpaceNow {
+				t.Error("Stats.NoSpaceNow still set once everything was written")
+			}
+		})
+	}
+}

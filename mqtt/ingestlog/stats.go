@@ -46,6 +46,10 @@ type Stats struct {
 	// NoSpace counts the spells in which writes found no space on the
 	// device (ENOSPC, EDQUOT) and appends waited for it.
 	NoSpace uint64
+	// NoSpaceRetries counts the tries again of appends whose own write
+	// found no space (a record written alone, or one that starts a
+	// segment): they wait and write again rather than fail.
+	NoSpaceRetries uint64
 	// NoSpaceNow reports whether records wait for space on the device
 	// now.
 	NoSpaceNow bool
