@@ -176,12 +176,13 @@ func TestBrokerAcksOnlyAfterFsync(t *testing.T) {
 
 // A wait for durability that fails (the log failed, or a stop gave up on
 // a full card) still lets out the PUBACKs held for messages that are
-// durable: only those of messages that are not are dropped with the
-// connection, so a device resends only what the log does not hold.
-// Before, the whole batch of held PUBACKs went, and a device with a
-// persistent session sent durable messages again: logged twice.
+// durable, and only those: the PUBACKs of messages that are not are
+// dropped with the connection, so a device resends only what the log
+// does not hold. Before, the whole batch of held PUBACKs went, and a
+// device with a persistent session sent durable messages again: logged
+// twice.
 func TestBrokerFailedWaitStillAcksDurableMessages(t *testing.T) {
-	const n = 50
+	const n, k = 50, 20 // k of the n messages are made durable
 	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
 	cfg := DefaultBrokerConfig()
 	cfg.Address = "127.0.0.1:0"
@@ -190,14 +191,9 @@ func TestBrokerFailedWaitStillAcksDurableMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	release := make(chan struct{})
-	b.durableWait = func(lg *ingestlog.Log, off uint64) error {
+	b.durableWait = func(*ingestlog.Log, uint64) error {
 		<-release
-		// Every record appended so far is made durable, then the wait
-		// fails as a log failing after that group commit would.
-		if err := lg.WaitDurable(lg.Stats().NextOffset - 1); err != nil {
-			return err
-		}
-		return fmt.Errorf("%w: injected failure after the fsync", ingestlog.ErrFailed)
+		return fmt.Errorf("%w: injected failure", ingestlog.ErrFailed)
 	}
 	if err := b.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -205,26 +201,44 @@ func TestBrokerFailedWaitStillAcksDurableMessages(t *testing.T) {
 	t.Cleanup(func() { b.Close() })
 
 	c, _ := dialRaw(t, b.Addr(), "dev", true)
-	if _, err := c.conn.Write(encodePublishes(t, n, func(int) bool { return false })); err != nil {
-		t.Fatal(err)
-	}
 	cl, ok := b.server.Clients.Get("dev")
 	if !ok {
 		t.Fatal("client dev not found")
 	}
 	gate := cl.Net.Conn.(*ackGate)
+	held := func(want int) func() bool {
+		return func() bool {
+			gate.mu.Lock()
+			defer gate.mu.Unlock()
+			return len(gate.held)+gate.batched == 4*want
+		}
+	}
+	all := encodePublishes(t, n, func(int) bool { return false })
+	cut := len(encodePublishes(t, k, func(int) bool { return false }))
+	if _, err := c.conn.Write(all[:cut]); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, waitBound, "the first PUBACKs held", held(k))
+	// The first k are made durable (no wait of the gate's saw it); the
+	// rest are appended after and are not.
+	if err := l.WaitDurable(k - 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.conn.Write(all[cut:]); err != nil {
+		t.Fatal(err)
+	}
 	testutil.Eventually(t, waitBound, "every PUBLISH appended and every PUBACK held", func() bool {
-		gate.mu.Lock()
-		held := len(gate.held) + gate.batched
-		gate.mu.Unlock()
-		return l.Stats().NextOffset == n && held == 4*n
+		return l.Stats().NextOffset == n && held(n)()
 	})
+	if d := l.DurableOffset(); d != k {
+		t.Fatalf("durable offset %d, want %d", d, k)
+	}
 	close(release)
-	for i := range n {
+	for i := range k {
 		c.expect(packets.Puback, uint16(i+1))
 	}
 	if pk, err := c.read(); err == nil {
-		t.Fatalf("got packet type %d id %d after the failed wait, want the connection closed", pk.FixedHeader.Type, pk.PacketID)
+		t.Fatalf("got packet type %d id %d after the failed wait, want the connection closed: message %d is not durable", pk.FixedHeader.Type, pk.PacketID, k+1)
 	}
 }
 
