@@ -239,21 +239,31 @@ func (s *Store) Commit(md *Metadata) (string, error) {
 	return loc.dir, nil
 }
 
-// sweep removes the directories of the checkpoints older than id that
-// never completed (no _metadata) and are not in progress here: a failed
-// checkpoint whose Discard met a task still writing its state file into
-// the directory (the removal then fails, "directory not empty") left it
-// behind, and on a device that fails checkpoints for a while (its sink's
-// broker away) they would fill the disk. A completed checkpoint subsumes
-// every older pending one, so none of them can complete any more. Best
-// effort: what it cannot remove now goes at the next completion.
+// sweep removes the directories of the checkpoints that never completed
+// (no _metadata), are not in progress here and are older than the oldest
+// completed checkpoint the store still holds: a failed checkpoint whose
+// Discard met a task still writing its state file into the directory
+// (the removal then fails, "directory not empty") left it behind, and on
+// a device that fails checkpoints for a while (its sink's broker away)
+// they would fill the disk. A completed checkpoint subsumes every older
+// pending one, so none of them can complete any more; and below the
+// oldest retained one none is a fallback (in a cluster a node may hold
+// state files of a completed checkpoint whose metadata it missed: those
+// go only once that checkpoint left the retention). Best effort: what it
+// cannot remove now goes at a later completion.
 func (s *Store) sweep(id ID) {
 	es, err := s.scan(checkpointsDir)
 	if err != nil {
 		return
 	}
+	oldest := id
 	for _, e := range es {
-		if e.id >= id {
+		if _, err := os.Lstat(filepath.Join(e.dir, metadataFile)); err == nil {
+			oldest = min(oldest, e.id)
+		}
+	}
+	for _, e := range es {
+		if e.id >= oldest {
 			continue
 		}
 		s.mu.Lock()
