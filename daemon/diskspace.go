@@ -22,7 +22,7 @@ func warnLogBoundOverDisk(log *slog.Logger, pipeline, dir string, opts ingestlog
 	if err := syscall.Statfs(dir, &st); err != nil {
 		return
 	}
-	fsBytes := uint64(st.Blocks) * uint64(st.Bsize)
+	fsBytes := uint64(st.Blocks) * uint64(st.Frsize) // Blocks counts fragments
 	files := uint64(opts.MaxBytes) + uint64(opts.SegmentBytes)
 	if fsBytes == 0 || files <= fsBytes {
 		return
