@@ -78,6 +78,17 @@ func TestBadConfigs(t *testing.T) {
 			`pipelines[0].restart.strategy: ("sometimes") must be none, fixed_delay, failure_rate or exponential_delay`,
 			`pipelines[0].state_dir: is required with state_backend bolt`,
 		}},
+		{"restart keys of another strategy", func(s string) string {
+			return s + "    restart: {delay: 5s, attempts: 10}\n"
+		}, []string{
+			`pipelines[0].restart.attempts: is not a setting of restart strategy exponential_delay (the default): set restart.strategy to the strategy it belongs to`,
+			`pipelines[0].restart.delay: is not a setting of restart strategy exponential_delay (the default): set restart.strategy to the strategy it belongs to`,
+		}},
+		{"restart keys of exponential_delay with fixed_delay", func(s string) string {
+			return s + "    restart: {strategy: fixed_delay, attempts: 5, max_delay: 5m}\n"
+		}, []string{
+			`pipelines[0].restart.max_delay: is not a setting of restart strategy fixed_delay: set restart.strategy to the strategy it belongs to`,
+		}},
 		{"checkpoint semantics", func(s string) string {
 			return s + "    checkpoint: {interval: 5s, min_pause: 10s}\n    state_backend: bolt\n"
 		}, []string{

@@ -453,6 +453,13 @@ func (pc *PipelineConfig) compile(p *problems, path string) *plan {
 
 	addSnapshotProblems(p, path, pc.Checkpoint.Validate())
 	addSnapshotProblems(p, path, pc.Restart.Validate())
+	for _, k := range pc.Restart.UnusedKeys() {
+		strategy := pc.Restart.Strategy
+		if strategy == snapshot.DefaultRestartConfig().Strategy {
+			strategy += " (the default)"
+		}
+		p.add(at("restart."+k), fmt.Sprintf("is not a setting of restart strategy %s: set restart.strategy to the strategy it belongs to", strategy))
+	}
 	switch pc.StateBackend {
 	case "", "memory":
 	case "bolt":

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -211,6 +212,44 @@ func (c RestartConfig) Validate() error {
 		p.add("restart.strategy (%q) must be none, fixed_delay, failure_rate or exponential_delay", c.Strategy)
 	}
 	return p.err()
+}
+
+// UnusedKeys returns the YAML keys of c whose values differ from
+// DefaultRestartConfig's but that c's strategy does not read (delay with
+// exponential_delay, say): set in a configuration, they would be ignored
+// without a word. A configuration loaded over DefaultRestartConfig
+// reports them as errors.
+func (c RestartConfig) UnusedKeys() []string {
+	d := DefaultRestartConfig()
+	set := map[string]bool{
+		"attempts":      c.Attempts != d.Attempts,
+		"max_failures":  c.MaxFailures != d.MaxFailures,
+		"interval":      c.Interval != d.Interval,
+		"delay":         c.Delay != d.Delay,
+		"initial_delay": c.InitialDelay != d.InitialDelay,
+		"max_delay":     c.MaxDelay != d.MaxDelay,
+		"multiplier":    c.Multiplier != d.Multiplier,
+		"reset_after":   c.ResetAfter != d.ResetAfter,
+	}
+	var used []string
+	switch normalizeName(c.Strategy) {
+	case RestartFixedDelay:
+		used = []string{"attempts", "delay"}
+	case RestartFailureRate:
+		used = []string{"max_failures", "interval", "delay"}
+	case RestartExponentialDelay:
+		used = []string{"initial_delay", "max_delay", "multiplier", "reset_after"}
+	case RestartNone:
+	default:
+		return nil // Validate names the strategy
+	}
+	var out []string
+	for _, k := range []string{"attempts", "max_failures", "interval", "delay", "initial_delay", "max_delay", "multiplier", "reset_after"} {
+		if set[k] && !slices.Contains(used, k) {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // New returns a fresh strategy for c, or c.Validate's error.
