@@ -130,8 +130,9 @@
 //
 // # Restarts
 //
-// NoRestart, FixedDelay and FailureRate implement RestartStrategy: pure
-// decisions from failure times. RestartConfig builds one from YAML.
+// NoRestart, FixedDelay, FailureRate and ExponentialDelay implement
+// RestartStrategy: pure decisions from failure times. RestartConfig builds
+// one from YAML; its default is ExponentialDelay, which never gives up.
 //
 // # Concurrency
 //
