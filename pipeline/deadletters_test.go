@@ -37,35 +37,10 @@ func TestRecentDeadLetters(t *testing.T) {
 // A record that comes after its windows closed is a dead letter (counted,
 // kept, sent to the sinks' dead-letter output), never silently dropped.
 func TestLateRecordsAreDeadLetters(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "in.csv")
 	// 10 s windows, no out-of-orderness: the reading at 1005 closes the
 	// window [990, 1000); the one at 995 is late for it.
-	in := "s1,1000,20\ns1,1005,21\ns1,995,99\ns1,1006,22\n"
-	if err := os.WriteFile(path, []byte(in), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	perEventWatermarks = true
-	defer func() { perEventWatermarks = false }()
-	cfg, err := Parse([]byte(`
-pipelines:
-  - name: late
-    source:
-      file:
-        path: ` + path + `
-        format: csv
-        fields: {id: string, ts: {type: time, unit: s}, temp: float}
-    event_time: {field: ts, max_out_of_orderness: 0s}
-    key: id
-    window:
-      type: tumbling
-      size: 10s
-      aggregates: [{name: n, fn: count}]
-    sinks: [{stdout: {}}]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, job := run(t, cfg.Pipelines[0])
+	out, job := runCSVWindows(t, "s1,1000,20\ns1,1005,21\ns1,995,99\ns1,1006,22\n",
+		"{id: string, ts: {type: time, unit: s}, temp: float}", "0s", "[{name: n, fn: count}]")
 	if job.DeadLetters() != 1 {
 		t.Fatalf("dead letters = %d, want 1 (the late reading)\n%s", job.DeadLetters(), out)
 	}
@@ -84,37 +59,12 @@ pipelines:
 // has fired is a late dead letter, and one 5.5 s behind the largest event
 // time read, whose window has not fired, is counted.
 func TestLateIsTheWindowEndPassingTheWatermark(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "in.csv")
 	// 1006000 moves the watermark to 1000999: [990000,1000000) fires.
 	// 999000 belongs to it: late, though only 1999 ms behind the
 	// watermark. 1000500 is 5500 ms behind the largest event time but its
 	// window [1000000,1010000) has not fired.
-	in := "s1,995000,1\ns1,1006000,2\ns1,999000,3\ns1,1000500,4\n"
-	if err := os.WriteFile(path, []byte(in), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	perEventWatermarks = true
-	defer func() { perEventWatermarks = false }()
-	cfg, err := Parse([]byte(`
-pipelines:
-  - name: late
-    source:
-      file:
-        path: ` + path + `
-        format: csv
-        fields: {id: string, ts: {type: time, unit: ms}, v: float}
-    event_time: {field: ts, max_out_of_orderness: 5s}
-    key: id
-    window:
-      type: tumbling
-      size: 10s
-      aggregates: [{name: n, fn: count}, {name: s, fn: sum, field: v}]
-    sinks: [{stdout: {}}]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, job := run(t, cfg.Pipelines[0])
+	out, job := runCSVWindows(t, "s1,995000,1\ns1,1006000,2\ns1,999000,3\ns1,1000500,4\n",
+		"{id: string, ts: {type: time, unit: ms}, v: float}", "5s", "[{name: n, fn: count}, {name: s, fn: sum, field: v}]")
 	if job.DeadLetters() != 1 {
 		t.Fatalf("dead letters = %d, want 1 (the reading at 999000)\n%s", job.DeadLetters(), out)
 	}
@@ -208,4 +158,38 @@ func TestFileSourceLongLinesAreDeadLetters(t *testing.T) {
 	if len(out) > 100<<10 {
 		t.Fatalf("output of %d bytes: the long lines were not cut", len(out))
 	}
+}
+
+// runCSVWindows runs a pipeline over the CSV lines in, with the given
+// fields, per-sensor 10 s tumbling windows with the given aggregates and
+// max_out_of_orderness, a watermark after every reading, and a stdout
+// sink, and returns its output and job.
+func runCSVWindows(t *testing.T, in, fields, outOfOrderness, aggregates string) (string, *Job) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "in.csv")
+	if err := os.WriteFile(path, []byte(in), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	perEventWatermarks = true
+	defer func() { perEventWatermarks = false }()
+	cfg, err := Parse([]byte(`
+pipelines:
+  - name: late
+    source:
+      file:
+        path: ` + path + `
+        format: csv
+        fields: ` + fields + `
+    event_time: {field: ts, max_out_of_orderness: ` + outOfOrderness + `}
+    key: id
+    window:
+      type: tumbling
+      size: 10s
+      aggregates: ` + aggregates + `
+    sinks: [{stdout: {}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return run(t, cfg.Pipelines[0])
 }
