@@ -51,7 +51,10 @@ func (l *Log) SetCheckpointed(off uint64) error {
 		if err := f.Close(); err != nil {
 			return err
 		}
-		return os.Rename(tmp, path)
+		if err := os.Rename(tmp, path); err != nil {
+			return err
+		}
+		return syncDir(l.dir) // the rename itself survives a power loss
 	}()
 	if err != nil {
 		os.Remove(tmp)
