@@ -145,22 +145,14 @@ func startOnCard(t *testing.T) (*node, string) {
 		t.Skipf("mount a tmpfs: %v: %s", err, out)
 	}
 	n := &node{t: t, brokerAddr: freeAddr(t), apiAddr: freeAddr(t), logPath: filepath.Join(dir, "edged.log")}
+	// Cleanups run last first: the node is stopped (cleanupNode) before
+	// the card is unmounted.
 	t.Cleanup(func() {
-		if n.cmd != nil {
-			select {
-			case <-n.done:
-			default:
-				_ = n.cmd.Process.Kill()
-				<-n.done
-			}
-		}
-		if t.Failed() {
-			t.Logf("edged log tail:\n%s", n.logTail())
-		}
 		if out, err := exec.Command("umount", card).CombinedOutput(); err != nil {
 			t.Errorf("umount %s: %v: %s", card, err, out)
 		}
 	})
+	cleanupNode(t, n)
 	data := filepath.Join(card, "data")
 	cfg := fmt.Sprintf(`node:
   data_dir: %[1]s
