@@ -91,17 +91,11 @@ func TestBrokerAcksOnlyAfterFsync(t *testing.T) {
 	const n = 300
 	qos0 := func(i int) bool { return i%7 == 3 }
 	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
-	cfg := DefaultBrokerConfig()
-	cfg.Address = "127.0.0.1:0"
-	b, err := NewBroker(cfg, l)
-	if err != nil {
-		t.Fatal(err)
-	}
 	release := make(chan struct{})
 	var waits atomic.Int64
 	var durable atomic.Uint64 // 1 + the highest offset a real wait confirmed
 	var failWaits atomic.Bool
-	b.durableWait = func(lg *ingestlog.Log, off uint64) error {
+	b := startBrokerWaiting(t, l, func(lg *ingestlog.Log, off uint64) error {
 		waits.Add(1)
 		<-release
 		if failWaits.Load() {
@@ -116,11 +110,7 @@ func TestBrokerAcksOnlyAfterFsync(t *testing.T) {
 			return errors.New("WaitDurable returned before the record was durable")
 		}
 		return nil
-	}
-	if err := b.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	})
 
 	c, _ := dialRaw(t, b.Addr(), "dev", true)
 	if _, err := c.conn.Write(encodePublishes(t, n, qos0)); err != nil {
@@ -184,21 +174,11 @@ func TestBrokerAcksOnlyAfterFsync(t *testing.T) {
 func TestBrokerFailedWaitStillAcksDurableMessages(t *testing.T) {
 	const n, k = 50, 20 // k of the n messages are made durable
 	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
-	cfg := DefaultBrokerConfig()
-	cfg.Address = "127.0.0.1:0"
-	b, err := NewBroker(cfg, l)
-	if err != nil {
-		t.Fatal(err)
-	}
 	release := make(chan struct{})
-	b.durableWait = func(*ingestlog.Log, uint64) error {
+	b := startBrokerWaiting(t, l, func(*ingestlog.Log, uint64) error {
 		<-release
 		return fmt.Errorf("%w: injected failure", ingestlog.ErrFailed)
-	}
-	if err := b.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	})
 
 	c, _ := dialRaw(t, b.Addr(), "dev", true)
 	cl, ok := b.server.Clients.Get("dev")

@@ -28,6 +28,13 @@ func openLog(t *testing.T, dir string, opts ingestlog.Options) *ingestlog.Log {
 
 func startBroker(t *testing.T, l *ingestlog.Log, filters ...string) *Broker {
 	t.Helper()
+	return startBrokerWaiting(t, l, nil, filters...)
+}
+
+// startBrokerWaiting is startBroker whose acknowledgement gates wait for
+// durability through wait (Broker.durableWait), when it is not nil.
+func startBrokerWaiting(t *testing.T, l *ingestlog.Log, wait func(*ingestlog.Log, uint64) error, filters ...string) *Broker {
+	t.Helper()
 	cfg := DefaultBrokerConfig()
 	cfg.Address = "127.0.0.1:0"
 	if len(filters) > 0 {
@@ -37,6 +44,7 @@ func startBroker(t *testing.T, l *ingestlog.Log, filters ...string) *Broker {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.durableWait = wait
 	if err := b.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
