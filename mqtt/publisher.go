@@ -82,8 +82,11 @@ func (c PublisherConfig) Validate() error {
 // several on every acknowledgement (BenchmarkPublisherResults). Over
 // websockets it uses paho.
 //
-// Neither reconnects: a lost connection fails the next Publish or Flush,
-// and the job's restart (replaying from the last checkpoint) resends.
+// A lost connection (or no acknowledgement within the timeout) fails the
+// next Publish or Flush, which closes it: the call after that connects
+// again. What was not acknowledged is the caller's to publish again (a
+// write-ahead sink's next try, a job's restart replaying from its last
+// checkpoint).
 type Publisher struct {
 	cfg    PublisherConfig
 	logger *slog.Logger
@@ -145,6 +148,9 @@ func (p *Publisher) Publish(topic string, payload []byte) error {
 	if p.closed {
 		return ErrPublisherClosed
 	}
+	if err := checkPublish(topic, payload, p.cfg.QoS); err != nil {
+		return err
+	}
 	if p.client == nil && p.conn == nil {
 		if err := p.connect(); err != nil {
 			return err
@@ -155,11 +161,11 @@ func (p *Publisher) Publish(topic string, payload []byte) error {
 		if p.cfg.QoS > 0 {
 			limit = min(limit, maxPacketIDs)
 		}
-		return p.conn.publish(topic, payload, limit)
+		return p.drop(p.conn.publish(topic, payload, limit))
 	}
 	for len(p.tokens)-p.head >= p.cfg.MaxInflight {
 		if err := p.waitOldest(); err != nil {
-			return err
+			return p.drop(err)
 		}
 	}
 	if p.head > 0 && p.head == len(p.tokens) {
@@ -186,7 +192,7 @@ func (p *Publisher) waitOldest() error {
 // (for QoS 1 and 2) or written (QoS 0), and returns the first failure.
 func (p *Publisher) Flush() error {
 	if p.conn != nil {
-		return p.conn.flush()
+		return p.drop(p.conn.flush())
 	}
 	var first error
 	for p.head < len(p.tokens) {
@@ -195,7 +201,43 @@ func (p *Publisher) Flush() error {
 		}
 	}
 	p.tokens, p.head = p.tokens[:0], 0
-	return first
+	return p.drop(first)
+}
+
+// drop closes the connection when err (a failure of it) is not nil, so
+// that the next Publish connects again, and returns err.
+func (p *Publisher) drop(err error) error {
+	if err == nil {
+		return nil
+	}
+	if p.conn != nil {
+		if cerr := p.conn.close(); cerr != nil {
+			p.logger.Debug("mqtt publisher: close after a failure", "err", cerr)
+		}
+		p.conn = nil
+	}
+	if p.client != nil {
+		p.client.Disconnect(0)
+		p.client = nil
+	}
+	p.tokens, p.head = nil, 0
+	return err
+}
+
+// checkPublish refuses what no broker takes: a topic longer than MQTT's
+// 65535 bytes, a packet larger than its 256 MiB.
+func checkPublish(topic string, payload []byte, qos byte) error {
+	if len(topic) > 0xffff {
+		return fmt.Errorf("%w: topic of %d bytes", ErrPublish, len(topic))
+	}
+	rl := 2 + len(topic) + len(payload)
+	if qos > 0 {
+		rl += 2
+	}
+	if rl > 268_435_455 {
+		return fmt.Errorf("%w: payload of %d bytes exceeds the MQTT packet size", ErrPublish, len(payload))
+	}
+	return nil
 }
 
 // Outstanding returns the number of publishes not yet waited for.

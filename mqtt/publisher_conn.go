@@ -141,15 +141,10 @@ func (c *pubConn) outstanding() int {
 // publish queues one PUBLISH once fewer than limit are outstanding,
 // waiting up to the timeout for that.
 func (c *pubConn) publish(topic string, payload []byte, limit int) error {
-	if len(topic) > 0xffff {
-		return fmt.Errorf("%w: topic of %d bytes", ErrPublish, len(topic))
-	}
+	// checkPublish passed: the packet fits MQTT's bounds.
 	rl := 2 + len(topic) + len(payload)
 	if c.qos > 0 {
 		rl += 2
-	}
-	if rl > 268_435_455 {
-		return fmt.Errorf("%w: payload of %d bytes exceeds the MQTT packet size", ErrPublish, len(payload))
 	}
 	c.mu.Lock()
 	if err := c.waitLocked(func() bool { return c.outstanding() < limit }); err != nil {

@@ -60,8 +60,9 @@ func TestPublisherQoSLevels(t *testing.T) {
 	}
 }
 
-// fakeBroker accepts one connection, answers CONNACK with code, then
-// hands every packet read to onPacket (which may answer on w).
+// fakeBroker accepts connections, one at a time, answers CONNACK with
+// code, then hands every packet read to onPacket (which may answer on w;
+// false ends the connection).
 type fakeBroker struct {
 	ln       net.Listener
 	mu       sync.Mutex
@@ -77,12 +78,7 @@ func startFakeBroker(t *testing.T, code byte, onPacket func(pk packets.ControlPa
 	}
 	f := &fakeBroker{ln: ln}
 	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
+	serve := func(c net.Conn) {
 		defer c.Close()
 		r := bufio.NewReader(c)
 		if _, err := packets.ReadPacket(r); err != nil {
@@ -106,6 +102,16 @@ func startFakeBroker(t *testing.T, code byte, onPacket func(pk packets.ControlPa
 			if onPacket != nil && !onPacket(pk, c) {
 				return
 			}
+		}
+	}
+	go func() {
+		defer f.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			serve(c)
 		}
 	}()
 	t.Cleanup(func() {
@@ -239,6 +245,8 @@ func TestPublisherQoS2Handshake(t *testing.T) {
 
 // A refused CONNECT and a connection the broker drops fail the publish;
 // the failure sticks.
+// A broker that refuses the connection fails the publish; one that drops
+// it fails the flush, and the publish after a failure connects again.
 func TestPublisherConnectionFailures(t *testing.T) {
 	refused := startFakeBroker(t, packets.ErrRefusedNotAuthorised, nil)
 	pub, err := NewPublisher(fakeConfig(refused, 8, waitBound))
@@ -262,7 +270,13 @@ func TestPublisherConnectionFailures(t *testing.T) {
 	if err := pub.Flush(); !errors.Is(err, ErrPublish) {
 		t.Fatalf("flush after the broker dropped the connection: %v", err)
 	}
-	if err := pub.Publish("t", []byte("y")); !errors.Is(err, ErrPublish) {
-		t.Fatalf("publish after the failure: %v", err)
+	// The failure closed the connection: the next publish connects again
+	// (the broker takes it, and drops that connection too).
+	if err := pub.Publish("t", []byte("y")); err != nil {
+		t.Fatalf("publish after the failure: %v, want a new connection", err)
+	}
+	testutil.Eventually(t, waitBound, "the publish after the failure at the broker", func() bool { return dropping.count() == 2 })
+	if err := pub.Flush(); !errors.Is(err, ErrPublish) {
+		t.Fatalf("flush after the broker dropped the new connection: %v", err)
 	}
 }
