@@ -403,9 +403,10 @@ func (h *host) closeOperators() error {
 
 // commitRestored tells every operator of the host's built (not started)
 // tasks that checkpoint id, the one they were restored from, completed,
-// and returns the first failure of each: a write-ahead sink waits there
-// for the re-publish of what it restored, which closing it would cut
-// short. For the final checkpoint of a finished job, whose tasks never
+// and waits for what they deliver in the background
+// (operators.CommitWaiter), and returns the first failure of each: a
+// write-ahead sink waits there for the re-publish of what it restored,
+// which closing it would cut short. For the final checkpoint of a finished job, whose tasks never
 // run. Called from the runner's goroutine: no task runs.
 func (h *host) commitRestored(id int64) error {
 	var errs []error
@@ -424,7 +425,8 @@ func (h *host) commitRestored(id int64) error {
 }
 
 // notifyRestored calls l.NotifyCheckpointComplete(id) for operator i of
-// t, turning a failure or a panic into a TaskError.
+// t, then its WaitCommitted if it has one, turning a failure or a panic
+// into a TaskError.
 func (h *host) notifyRestored(t *task, i int, l operators.CheckpointListener, id int64) (err error) {
 	v := t.chain.Vertices[i]
 	te := &TaskError{Job: h.job.Name, Operator: v.Name, UID: v.UID, Subtask: t.subtask, Parallelism: v.Parallelism}
@@ -437,6 +439,12 @@ func (h *host) notifyRestored(t *task, i int, l operators.CheckpointListener, id
 	if err := l.NotifyCheckpointComplete(id); err != nil {
 		te.Err = err
 		return te
+	}
+	if w, ok := l.(operators.CommitWaiter); ok {
+		if err := w.WaitCommitted(id); err != nil {
+			te.Err = err
+			return te
+		}
 	}
 	return nil
 }

@@ -171,6 +171,7 @@ func (t *task) Receive(c actor.Context) {
 	case completeMsg:
 		t.notify(m.id, true)
 		if m.ack {
+			t.waitCommitted(m.id)
 			t.run.notified()
 		}
 	case abortMsg:
@@ -327,6 +328,22 @@ func (t *task) notify(id int64, complete bool) {
 			err = l.NotifyCheckpointAborted(id)
 		}
 		if err != nil {
+			operators.Fail(err)
+		}
+	}
+}
+
+// waitCommitted waits until the operators that deliver in the background
+// delivered what checkpoint id (one that ends the job) commits; a failure
+// fails the task, so the job is not marked committed.
+func (t *task) waitCommitted(id int64) {
+	for i, op := range t.ops {
+		w, ok := op.(operators.CommitWaiter)
+		if !ok {
+			continue
+		}
+		t.current = int32(i)
+		if err := w.WaitCommitted(id); err != nil {
 			operators.Fail(err)
 		}
 	}

@@ -26,3 +26,16 @@ type CheckpointListener interface {
 	NotifyCheckpointComplete(id int64) error
 	NotifyCheckpointAborted(id int64) error
 }
+
+// CommitWaiter is implemented by sinks that deliver what a completed
+// checkpoint commits in the background (a write-ahead sink with
+// WithBackgroundPublish). When the completed checkpoint ends the job (the
+// final checkpoint, a stop-with-savepoint), the runtime calls
+// WaitCommitted after NotifyCheckpointComplete, on the subtask's
+// goroutine: it returns once everything committed so far is delivered, or
+// with the failure that stopped it, which fails the task. Only a job whose
+// sinks all returned nil counts as committed (a job resumed from such a
+// savepoint delivers none of its output again).
+type CommitWaiter interface {
+	WaitCommitted(id int64) error
+}

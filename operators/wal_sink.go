@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/edgedio/edged/codec"
 )
@@ -58,31 +61,44 @@ type WriteAheadSink[T any] struct {
 	// final: the job takes a final checkpoint after Finish, which
 	// publishes what is held.
 	final bool
-	// background: RestoreState re-publishes on a goroutine
-	// (WithBackgroundRestore).
+	// background: completed checkpoints' records and restored ones are
+	// published by a goroutine (WithBackgroundPublish), through q.
 	background bool
-	// held is being re-published by that goroutine: restored records of
-	// completed checkpoints, still part of every snapshot until held.done.
-	held *heldRecords[T]
+	// maxHeld bounds the records held unpublished (WithMaxHeld); 0: none.
+	maxHeld int
+	// q is the background publisher's queue, nil until its first batch.
+	q *walQueue[T]
 	// tell is Context.OutputHeld until the run's first record told it.
 	tell func()
 	// committed: the restored snapshot was committed by every sink
 	// (Context.RestoredCommitted), so its records were all published.
 	committed bool
 	log       *slog.Logger
+	clock     clockwork.Clock // the waits between tries of a failed publish
 }
 
-// heldRecords are restored records re-published by a goroutine.
-type heldRecords[T any] struct {
+// walQueue is what the background publisher (WithBackgroundPublish) has
+// to publish: records of completed checkpoints and restored ones, oldest
+// first. A batch leaves the queue only once its publish succeeded, so
+// every snapshot taken before that still holds it.
+type walQueue[T any] struct {
+	mu      sync.Mutex
 	batches []walBatch[T]
-	stop    chan struct{} // closed by Close: give up between chunks
+	records int           // records in batches
+	failed  int           // failed publishes so far
+	err     error         // the latest failure, nil once a publish succeeds
+	change  chan struct{} // closed and replaced when batches or failed change
+	nudge   chan struct{} // capacity 1: try a failed publish again now
+	stop    chan struct{} // closed by Close: give up
 	done    chan struct{} // closed when the goroutine returned
-	err     error         // the goroutine's failure; read after done
 }
 
-// restoreChunk is how many held records a background re-publish hands to
-// Publish at once: Close waits for at most one chunk.
-const restoreChunk = 8192
+// retryFirst and retryMax are the background publisher's waits between
+// tries of a failed publish: doubling from the first to the most.
+const (
+	retryFirst = time.Second
+	retryMax   = 30 * time.Second
+)
 
 // walChunk is the most records one chunk of a checkpoint's held records
 // holds; the first chunks are smaller (walFirstChunk, doubling), so a
@@ -138,18 +154,38 @@ func (s *WriteAheadSink[T]) WithPublishChunks(p PublishChunks[T]) *WriteAheadSin
 	return s
 }
 
-// WithBackgroundRestore makes RestoreState return at once and re-publish
-// the restored records on a goroutine of its own, so the job starts
-// processing while they go out: they belong to a completed checkpoint, so
-// they are committed and need no new one. Until they are all published,
-// every snapshot still holds them, and NotifyCheckpointComplete and
-// Finish wait for them before publishing newer records (per key, results
-// keep their order). publish, the identity and the codec are then called
-// from that goroutine while the subtask runs: they must not share
-// unsynchronised state with the job's other operators. Call before the
-// job runs; it returns s.
-func (s *WriteAheadSink[T]) WithBackgroundRestore() *WriteAheadSink[T] {
+// WithBackgroundPublish makes the sink publish on a goroutine of its own:
+// NotifyCheckpointComplete hands the completed checkpoints' records to it
+// and returns, and RestoreState the restored records (they belong to a
+// completed checkpoint, so they are committed and need no new one), so
+// the subtask goes on processing and taking checkpoints while they go out,
+// however slow the external system is. Batches go out in order (restored
+// records first; per key, results keep their order), each in one call
+// of publish. A batch stays in every snapshot until its publish
+// succeeded. A failed publish is logged and tried again, the whole batch
+// under the same ids, after a wait doubling from 1 s to 30 s, for as long
+// as the job runs: the subtask does not fail, unless WithMaxHeld bounds
+// what it may hold meanwhile. A checkpoint that ends the job (the final
+// one, a stop-with-savepoint) is not committed until WaitCommitted saw its
+// records out. publish, the identity and the codec are called from that
+// goroutine while the subtask runs: they must not share unsynchronised
+// state with the job's other operators. Call before the job runs; it
+// returns s.
+func (s *WriteAheadSink[T]) WithBackgroundPublish() *WriteAheadSink[T] {
 	s.background = true
+	return s
+}
+
+// WithMaxHeld bounds the records a sink publishing in the background
+// holds unpublished: records of completed checkpoints not yet out and of
+// the checkpoint in progress. It is checked at every checkpoint barrier
+// and completion: past it, the snapshot (or the completion) fails with an
+// error wrapping ErrHeldBound and naming the latest publish failure, and
+// the job's restart strategy takes over (a restore publishes again what
+// its checkpoint held). 0, the default, sets no bound. Call before the
+// job runs; it returns s.
+func (s *WriteAheadSink[T]) WithMaxHeld(n int) *WriteAheadSink[T] {
+	s.maxHeld = max(n, 0)
 	return s
 }
 
@@ -159,6 +195,10 @@ func (s *WriteAheadSink[T]) Open(ctx *Context) error {
 	s.uid, s.subtask, s.parallelism = ctx.UID, ctx.Subtask, max(ctx.Parallelism, 1)
 	s.final, s.tell = ctx.FinalCheckpoint, ctx.OutputHeld
 	s.committed, s.log = ctx.RestoredCommitted, ctx.Logger
+	s.clock = ctx.Clock
+	if s.clock == nil {
+		s.clock = clockwork.NewRealClock()
+	}
 	return nil
 }
 
@@ -183,38 +223,44 @@ func (s *WriteAheadSink[T]) Collect(v T) {
 // SnapshotState seals the records since the last checkpoint as checkpoint
 // id's and returns everything not yet published.
 func (s *WriteAheadSink[T]) SnapshotState(id int64) ([]byte, error) {
-	if err := s.heldDone(false); err != nil {
-		return nil, err
-	}
 	s.pending = append(s.pending, walBatch[T]{checkpoint: id, chunks: s.buf})
 	s.buf = nil
+	if err := s.checkHeld(); err != nil {
+		return nil, err
+	}
 	return s.encode()
 }
 
-// heldDone drops the restored records once their background re-publish
-// ended, waiting for it when wait is set, and returns its failure. While
-// it runs (and wait is not set) they stay held.
-func (s *WriteAheadSink[T]) heldDone(wait bool) error {
-	h := s.held
-	if h == nil {
+// checkHeld fails when more records than WithMaxHeld allows are held.
+func (s *WriteAheadSink[T]) checkHeld() error {
+	if s.maxHeld == 0 {
 		return nil
 	}
-	if wait {
-		<-h.done
+	n := 0
+	for _, p := range s.pending {
+		n += p.len()
 	}
-	select {
-	case <-h.done:
-	default:
+	var last error
+	if q := s.q; q != nil {
+		q.mu.Lock()
+		n, last = n+q.records, q.err
+		q.mu.Unlock()
+	}
+	if n <= s.maxHeld {
 		return nil
 	}
-	s.held = nil
-	return h.err
+	if last != nil {
+		return fmt.Errorf("write-ahead sink: %w: %d results held unpublished, at most %d; publishing fails: %w", ErrHeldBound, n, s.maxHeld, last)
+	}
+	return fmt.Errorf("write-ahead sink: %w: %d results held unpublished, at most %d; publishing is slower than the results come", ErrHeldBound, n, s.maxHeld)
 }
 
 func (s *WriteAheadSink[T]) encode() ([]byte, error) {
 	batches := s.pending
-	if s.held != nil {
-		batches = append(slices.Clip(s.held.batches), s.pending...)
+	if q := s.q; q != nil {
+		q.mu.Lock()
+		batches = append(slices.Clip(q.batches), s.pending...)
+		q.mu.Unlock()
 	}
 	b := binary.AppendUvarint(nil, uint64(len(batches)))
 	var body []byte
@@ -310,13 +356,14 @@ func (s *WriteAheadSink[T]) idWith(scratch *[]byte, v T) string {
 // publish, which waits for the acknowledgements once for the whole
 // checkpoint (a call per chunk would drain the connection's window at
 // every chunk): with WithPublishChunks in their chunks, else the chunks
-// are joined first, one copy of the records.
-func (s *WriteAheadSink[T]) publishBatch(p walBatch[T]) error {
+// are joined first, one copy of the records. scratch is the caller's
+// buffer for the ids.
+func (s *WriteAheadSink[T]) publishBatch(p walBatch[T], scratch *[]byte) error {
 	if s.chunked != nil {
 		if p.len() == 0 {
 			return nil
 		}
-		return s.chunked(p.chunks, func(c, i int) string { return s.ID(p.chunks[c][i]) })
+		return s.chunked(p.chunks, func(c, i int) string { return s.idWith(scratch, p.chunks[c][i]) })
 	}
 	var records []T
 	switch len(p.chunks) {
@@ -330,24 +377,66 @@ func (s *WriteAheadSink[T]) publishBatch(p walBatch[T]) error {
 	if len(records) == 0 {
 		return nil
 	}
-	return s.publish(records, func(j int) string { return s.ID(records[j]) })
+	return s.publish(records, func(j int) string { return s.idWith(scratch, records[j]) })
 }
 
 // NotifyCheckpointComplete publishes the records of every checkpoint up to
-// id, after the restored ones (WithBackgroundRestore).
+// id; with WithBackgroundPublish it hands them to the publishing goroutine,
+// after the ones it has already, and returns.
 func (s *WriteAheadSink[T]) NotifyCheckpointComplete(id int64) error {
-	if err := s.heldDone(true); err != nil {
-		return err
-	}
 	i := 0
-	for ; i < len(s.pending) && s.pending[i].checkpoint <= id; i++ {
-		p := s.pending[i]
-		if err := s.publishBatch(p); err != nil {
+	for i < len(s.pending) && s.pending[i].checkpoint <= id {
+		i++
+	}
+	if s.background {
+		s.enqueue(s.pending[:i])
+		s.pending = slices.Delete(s.pending, 0, i)
+		return s.checkHeld()
+	}
+	for _, p := range s.pending[:i] {
+		if err := s.publishBatch(p, &s.scratch); err != nil {
 			return fmt.Errorf("write-ahead sink: publish checkpoint %d: %w", p.checkpoint, err)
 		}
 	}
 	s.pending = slices.Delete(s.pending, 0, i)
 	return nil
+}
+
+// WaitCommitted waits until every record of a completed checkpoint is
+// published, and returns nil, or until a publish fails meanwhile, and
+// returns that failure (CommitWaiter). A publish waiting to be tried
+// again is tried at once. Without WithBackgroundPublish,
+// NotifyCheckpointComplete published them already.
+func (s *WriteAheadSink[T]) WaitCommitted(int64) error {
+	q := s.q
+	if q == nil {
+		return nil
+	}
+	select {
+	case q.nudge <- struct{}{}:
+	default:
+	}
+	q.mu.Lock()
+	failed := q.failed
+	for {
+		if len(q.batches) == 0 {
+			q.mu.Unlock()
+			return nil
+		}
+		if q.failed > failed {
+			err := q.err
+			q.mu.Unlock()
+			return fmt.Errorf("write-ahead sink: %w", err)
+		}
+		ch := q.change
+		q.mu.Unlock()
+		select {
+		case <-ch:
+		case <-q.done:
+			return fmt.Errorf("write-ahead sink: publish: %w", ErrClosed)
+		}
+		q.mu.Lock()
+	}
 }
 
 // NotifyCheckpointAborted keeps the records: the next completed checkpoint
@@ -398,18 +487,13 @@ func (s *WriteAheadSink[T]) RestoreState(states [][]byte, oldParallelism int) er
 	s.logf("publishing again the results the restored checkpoint held", records)
 	if !s.background {
 		for _, p := range restored {
-			if err := s.publishBatch(p); err != nil {
+			if err := s.publishBatch(p, &s.scratch); err != nil {
 				return fmt.Errorf("write-ahead sink: re-publish checkpoint %d: %w", p.checkpoint, err)
 			}
 		}
 		return nil
 	}
-	if err := s.heldDone(true); err != nil {
-		return err
-	}
-	h := &heldRecords[T]{batches: restored, stop: make(chan struct{}), done: make(chan struct{})}
-	s.held = h
-	go s.republish(h)
+	s.enqueue(restored)
 	return nil
 }
 
@@ -421,37 +505,112 @@ func (s *WriteAheadSink[T]) logf(msg string, results int) {
 	}
 }
 
-// republish publishes h's records in chunks, giving up between chunks
-// once h.stop is closed.
-func (s *WriteAheadSink[T]) republish(h *heldRecords[T]) {
-	defer close(h.done)
+// enqueue hands batches to the publishing goroutine, starting it first.
+func (s *WriteAheadSink[T]) enqueue(batches []walBatch[T]) {
+	n := 0
+	for _, p := range batches {
+		n += p.len()
+	}
+	if n == 0 {
+		return
+	}
+	q := s.q
+	if q == nil {
+		q = &walQueue[T]{change: make(chan struct{}), nudge: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		s.q = q
+		go s.run(q)
+	}
+	q.mu.Lock()
+	for _, p := range batches {
+		if p.len() > 0 {
+			q.batches = append(q.batches, p)
+		}
+	}
+	q.records += n
+	q.changed()
+	q.mu.Unlock()
+}
+
+// changed wakes whoever waits on q; mu must be held.
+func (q *walQueue[T]) changed() {
+	close(q.change)
+	q.change = make(chan struct{})
+}
+
+// run publishes q's batches in order until Close, trying a failed one
+// again after a wait.
+func (s *WriteAheadSink[T]) run(q *walQueue[T]) {
+	defer close(q.done)
 	var scratch []byte
-	for _, p := range h.batches {
-		for _, records := range p.chunks {
-			for off := 0; off < len(records); off += restoreChunk {
-				select {
-				case <-h.stop:
-					h.err = fmt.Errorf("write-ahead sink: re-publish checkpoint %d: %w", p.checkpoint, ErrClosed)
-					return
-				default:
-				}
-				chunk := records[off:min(off+restoreChunk, len(records))]
-				if err := s.publish(chunk, func(j int) string { return s.idWith(&scratch, chunk[j]) }); err != nil {
-					h.err = fmt.Errorf("write-ahead sink: re-publish checkpoint %d: %w", p.checkpoint, err)
-					return
-				}
+	wait := retryFirst
+	for {
+		q.mu.Lock()
+		ch := q.change
+		var p walBatch[T]
+		ok := len(q.batches) > 0
+		if ok {
+			p = q.batches[0]
+		}
+		q.mu.Unlock()
+		if !ok {
+			select {
+			case <-ch:
+				continue
+			case <-q.stop:
+				return
 			}
 		}
+		select {
+		case <-q.stop:
+			return
+		default:
+		}
+		err := s.publishBatch(p, &scratch)
+		q.mu.Lock()
+		if err == nil {
+			q.batches[0] = walBatch[T]{}
+			q.batches = q.batches[1:]
+			q.records -= p.len()
+			recovered := q.err != nil
+			q.err = nil
+			q.changed()
+			q.mu.Unlock()
+			if recovered {
+				s.logf("write-ahead sink: publishing succeeds again; the held results go out", p.len())
+			}
+			wait = retryFirst
+			continue
+		}
+		q.failed++
+		q.err = fmt.Errorf("publish checkpoint %d: %w", p.checkpoint, err)
+		held := q.records
+		q.changed()
+		q.mu.Unlock()
+		if s.log != nil {
+			s.log.Warn("write-ahead sink: publish failed; the results stay held and are published again",
+				"checkpoint_id", p.checkpoint, "results_held", held, "retry_in", wait, "err", err)
+		}
+		t := s.clock.NewTimer(wait)
+		select {
+		case <-t.Chan():
+		case <-q.nudge:
+			t.Stop()
+		case <-q.stop:
+			t.Stop()
+			return
+		}
+		wait = min(2*wait, retryMax)
 	}
 }
 
-// Close stops a background re-publish of restored records and waits for
-// it (at most the publish of one chunk).
+// Close stops the background publisher and waits for it (at most the
+// publish of one checkpoint's records in progress). What it did not
+// publish, the job's latest checkpoint holds.
 func (s *WriteAheadSink[T]) Close() error {
-	if h := s.held; h != nil {
-		close(h.stop)
-		<-h.done
-		s.held = nil
+	if q := s.q; q != nil {
+		close(q.stop)
+		<-q.done
+		s.q = nil
 	}
 	return nil
 }
@@ -460,16 +619,16 @@ func (s *WriteAheadSink[T]) Close() error {
 // final checkpoint (Context.FinalCheckpoint) it does nothing: that
 // checkpoint seals the last records and its completion publishes them.
 func (s *WriteAheadSink[T]) Finish() error {
-	if err := s.heldDone(true); err != nil {
-		return err
-	}
 	if s.final {
 		return nil
 	}
 	if _, err := s.SnapshotState(maxTimestamp); err != nil {
 		return err
 	}
-	return s.NotifyCheckpointComplete(maxTimestamp)
+	if err := s.NotifyCheckpointComplete(maxTimestamp); err != nil {
+		return err
+	}
+	return s.WaitCommitted(maxTimestamp)
 }
 
 // RecordID returns a deterministic id made of parts: the same parts give

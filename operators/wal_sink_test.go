@@ -2,12 +2,16 @@ package operators_test
 
 import (
 	"errors"
+	"maps"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/operators"
@@ -51,7 +55,7 @@ func (g *gatedPublish) published() []string {
 // heldState is the state of a write-ahead sink whose checkpoints 1 and 2
 // completed while it was killed before publishing them: it holds a and b
 // (checkpoint 1) and c (checkpoint 2). It also returns the ids a sink
-// restored from it without WithBackgroundRestore publishes.
+// restored from it without WithBackgroundPublish publishes.
 func heldState(t *testing.T) ([]byte, map[string]string) {
 	t.Helper()
 	s := operators.NewWriteAheadSink[string](func([]string, func(int) string) error {
@@ -90,7 +94,7 @@ func heldState(t *testing.T) ([]byte, map[string]string) {
 	return st, ids
 }
 
-// With WithBackgroundRestore, the held results of the restored (completed)
+// With WithBackgroundPublish, the held results of the restored (completed)
 // checkpoint are published right after the restore, before any new
 // checkpoint, without holding up the restore; results collected after
 // the restore are published only once a checkpoint covering them
@@ -99,7 +103,7 @@ func heldState(t *testing.T) ([]byte, map[string]string) {
 func TestWriteAheadSinkBackgroundRestore(t *testing.T) {
 	st, wantIDs := heldState(t)
 	g := newGatedPublish()
-	r := operators.NewWriteAheadSink(g.publish, nil).WithBackgroundRestore()
+	r := operators.NewWriteAheadSink(g.publish, nil).WithBackgroundPublish()
 	if err := r.Open(sinkContext(0)); err != nil {
 		t.Fatal(err)
 	}
@@ -134,6 +138,9 @@ func TestWriteAheadSinkBackgroundRestore(t *testing.T) {
 	if err := r.NotifyCheckpointComplete(3); err != nil {
 		t.Fatal(err)
 	}
+	if err := r.WaitCommitted(3); err != nil {
+		t.Fatal(err)
+	}
 	if got := g.published(); !slices.Equal(got, []string{"a", "b", "c", "d"}) {
 		t.Fatalf("after checkpoint 3: %v", got)
 	}
@@ -147,21 +154,7 @@ func TestWriteAheadSinkBackgroundRestore(t *testing.T) {
 
 	// Snapshot 3, taken while a b c were still going out, holds them
 	// (and d); a snapshot after they went out holds none of them.
-	held := func(state []byte) []string {
-		var got []string
-		s := operators.NewWriteAheadSink(func(vs []string, _ func(int) string) error {
-			got = append(got, vs...)
-			return nil
-		}, nil)
-		if err := s.Open(sinkContext(0)); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.RestoreState([][]byte{state}, 1); err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
-	if got := held(mid); !slices.Equal(got, []string{"a", "b", "c", "d"}) {
+	if got := restoredFrom(t, mid); !slices.Equal(got, []string{"a", "b", "c", "d"}) {
 		t.Fatalf("snapshot during the re-publish holds %v, want a b c d", got)
 	}
 	r.Collect("e")
@@ -169,17 +162,17 @@ func TestWriteAheadSinkBackgroundRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := held(after); !slices.Equal(got, []string{"e"}) {
+	if got := restoredFrom(t, after); !slices.Equal(got, []string{"e"}) {
 		t.Fatalf("snapshot after the re-publish holds %v, want e", got)
 	}
 }
 
-// Close stops a background re-publish between chunks and waits for it; a
-// failed re-publish fails the next checkpoint.
-func TestWriteAheadSinkBackgroundRestoreStops(t *testing.T) {
+// Close stops the background publisher and waits for it, cutting short
+// its wait before trying a failed publish again.
+func TestWriteAheadSinkBackgroundPublishStops(t *testing.T) {
 	st, _ := heldState(t)
 	g := newGatedPublish()
-	r := operators.NewWriteAheadSink(g.publish, nil).WithBackgroundRestore()
+	r := operators.NewWriteAheadSink(g.publish, nil).WithBackgroundPublish()
 	if err := r.Open(sinkContext(0)); err != nil {
 		t.Fatal(err)
 	}
@@ -194,17 +187,206 @@ func TestWriteAheadSinkBackgroundRestoreStops(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	boom := errors.New("broker gone")
-	f := operators.NewWriteAheadSink(func([]string, func(int) string) error { return boom }, nil).WithBackgroundRestore()
-	if err := f.Open(sinkContext(0)); err != nil {
+	ctx := sinkContext(0)
+	clock := ctx.Clock.(*clockwork.FakeClock)
+	f := operators.NewWriteAheadSink(func([]string, func(int) string) error { return errors.New("broker gone") }, nil).WithBackgroundPublish()
+	if err := f.Open(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
 	if err := f.RestoreState([][]byte{st}, 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.NotifyCheckpointComplete(3); !errors.Is(err, boom) {
-		t.Fatalf("checkpoint after a failed re-publish: %v, want %v", err, boom)
+	// The publisher failed and waits on the clock to try again.
+	if err := clock.BlockUntilContext(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// failingPublish fails every publish while down is set, records the
+// published values otherwise, and counts the calls.
+type failingPublish struct {
+	mu    sync.Mutex
+	down  bool
+	calls int
+	out   []string
+	ids   map[string]string
+}
+
+func (f *failingPublish) publish(vs []string, id func(int) string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.down {
+		return errors.New("connect: connection refused")
+	}
+	if f.ids == nil {
+		f.ids = map[string]string{}
+	}
+	for i, v := range vs {
+		f.out = append(f.out, v)
+		f.ids[v] = id(i)
+	}
+	return nil
+}
+
+func (f *failingPublish) state() (calls int, out []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls, slices.Clone(f.out)
+}
+
+// With WithBackgroundPublish, a completed checkpoint whose publish fails
+// neither fails the sink nor holds up its checkpoints: the completion
+// returns at once, the records stay in every snapshot, the publish is
+// tried again after 1 s, 2 s, 4 s … (the fake clock), and once the
+// broker takes them they go out in order, each under its one id, and
+// leave the snapshots. WaitCommitted tries a waiting publish at once and
+// reports its failure.
+func TestWriteAheadSinkBackgroundPublishRetries(t *testing.T) {
+	ctx := sinkContext(0)
+	clock := ctx.Clock.(*clockwork.FakeClock)
+	f := &failingPublish{down: true}
+	s := operators.NewWriteAheadSink(f.publish, nil).WithBackgroundPublish()
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.Collect("a")
+	s.Collect("b")
+	if _, err := s.SnapshotState(1); err != nil {
+		t.Fatal(err)
+	}
+	s.Collect("c")
+	if err := s.NotifyCheckpointComplete(1); err != nil {
+		t.Fatalf("completion with the broker down: %v", err)
+	}
+	// Tries after the first: 1 s, then 2 s.
+	for i, wait := range []time.Duration{time.Second, 2 * time.Second} {
+		if err := clock.BlockUntilContext(t.Context(), 1); err != nil {
+			t.Fatal(err)
+		}
+		if calls, _ := f.state(); calls != i+1 {
+			t.Fatalf("%d publish calls before wait %d, want %d", calls, i, i+1)
+		}
+		clock.Advance(wait - time.Millisecond)
+		if calls, _ := f.state(); calls != i+1 {
+			t.Fatalf("tried again before %s", wait)
+		}
+		clock.Advance(time.Millisecond)
+	}
+	if err := clock.BlockUntilContext(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	// The checkpoint after the failures holds the unpublished a b and c
+	// (not yet complete); the sink keeps taking checkpoints.
+	st, err := s.SnapshotState(2)
+	if err != nil {
+		t.Fatalf("checkpoint while publishing fails: %v", err)
+	}
+	if got := restoredFrom(t, st); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("snapshot while publishing fails holds %v, want a b c", got)
+	}
+	if err := s.NotifyCheckpointComplete(2); err != nil {
+		t.Fatal(err)
+	}
+	// A wait for the commit tries at once and reports the failure.
+	if err := s.WaitCommitted(2); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("WaitCommitted with the broker down: %v", err)
+	}
+	f.mu.Lock()
+	f.down = false
+	f.mu.Unlock()
+	clock.Advance(time.Minute)
+	if err := s.WaitCommitted(2); err != nil {
+		t.Fatal(err)
+	}
+	if _, out := f.state(); !slices.Equal(out, []string{"a", "b", "c"}) {
+		t.Fatalf("published %v once the broker is back, want a b c in order", out)
+	}
+	st, err = s.SnapshotState(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := restoredFrom(t, st); len(got) != 0 {
+		t.Fatalf("snapshot after the publish holds %v", got)
+	}
+	ids := map[string]string{}
+	sync := operators.NewWriteAheadSink(func(vs []string, id func(int) string) error {
+		for i, v := range vs {
+			ids[v] = id(i)
+		}
+		return nil
+	}, nil)
+	if err := sync.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	sync.Collect("a")
+	sync.Collect("b")
+	sync.Collect("c")
+	if _, err := sync.SnapshotState(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := sync.NotifyCheckpointComplete(1); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(f.ids, ids) {
+		t.Fatalf("ids after retries %v, want those of a plain publish %v", f.ids, ids)
+	}
+}
+
+// restoredFrom returns the records a write-ahead sink restored from state
+// publishes.
+func restoredFrom(t *testing.T, state []byte) []string {
+	t.Helper()
+	var got []string
+	s := operators.NewWriteAheadSink(func(vs []string, _ func(int) string) error {
+		got = append(got, vs...)
+		return nil
+	}, nil)
+	if err := s.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RestoreState([][]byte{state}, 1); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// WithMaxHeld: past the bound, the next checkpoint fails with
+// ErrHeldBound naming the publish failure; at the bound it does not.
+func TestWriteAheadSinkMaxHeld(t *testing.T) {
+	ctx := sinkContext(0)
+	clock := ctx.Clock.(*clockwork.FakeClock)
+	f := &failingPublish{down: true}
+	s := operators.NewWriteAheadSink(f.publish, nil).WithBackgroundPublish().WithMaxHeld(3)
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.Collect("a")
+	s.Collect("b")
+	if _, err := s.SnapshotState(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.NotifyCheckpointComplete(1); err != nil {
+		t.Fatal(err)
+	}
+	// The publish failed: the publisher waits to try again.
+	if err := clock.BlockUntilContext(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	s.Collect("c")
+	if _, err := s.SnapshotState(2); err != nil {
+		t.Fatalf("3 held, at most 3: %v", err)
+	}
+	s.Collect("d")
+	_, err := s.SnapshotState(3)
+	if !errors.Is(err, operators.ErrHeldBound) || !strings.Contains(err.Error(), "connection refused") ||
+		!strings.Contains(err.Error(), "4 results held unpublished, at most 3") {
+		t.Fatalf("4 held, at most 3: %v", err)
 	}
 }
 
@@ -372,7 +554,7 @@ func TestWriteAheadSinkPublishesAFiringInItsChunks(t *testing.T) {
 
 // A sink restored from a snapshot every sink committed before the job
 // stopped (Context.RestoredCommitted, a stop-with-savepoint's) publishes
-// none of the records it holds, with or without WithBackgroundRestore;
+// none of the records it holds, with or without WithBackgroundPublish;
 // what it collects afterwards it publishes as always.
 func TestWriteAheadSinkRestoredCommittedPublishesNothingAgain(t *testing.T) {
 	st, _ := heldState(t)
@@ -383,7 +565,7 @@ func TestWriteAheadSinkRestoredCommittedPublishesNothingAgain(t *testing.T) {
 			return nil
 		}, nil)
 		if background {
-			s = s.WithBackgroundRestore()
+			s = s.WithBackgroundPublish()
 		}
 		ctx := sinkContext(0)
 		ctx.RestoredCommitted = true
@@ -398,6 +580,9 @@ func TestWriteAheadSinkRestoredCommittedPublishesNothingAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := s.NotifyCheckpointComplete(3); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.WaitCommitted(3); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Close(); err != nil {

@@ -1,10 +1,12 @@
 package stream_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,7 +23,14 @@ type published struct {
 	ids  []string
 	last map[int][]string
 	n    int // sink instances created
+	// background makes the sinks publish on a goroutine of their own
+	// (WithBackgroundPublish).
+	background bool
+	down       atomic.Bool // every publish fails: the broker is down
 }
+
+// setDown makes every publish fail (down) or succeed again.
+func (p *published) setDown(down bool) { p.down.Store(down) }
 
 // sink returns a write-ahead sink publishing to p as a new instance.
 func (p *published) sink() *operators.WriteAheadSink[operators.WindowResult[string, countSum]] {
@@ -29,7 +38,10 @@ func (p *published) sink() *operators.WriteAheadSink[operators.WindowResult[stri
 	inst := p.n
 	p.n++
 	p.mu.Unlock()
-	return operators.NewWriteAheadSink(func(vs []operators.WindowResult[string, countSum], id func(int) string) error {
+	s := operators.NewWriteAheadSink(func(vs []operators.WindowResult[string, countSum], id func(int) string) error {
+		if p.down.Load() {
+			return errors.New("broker down")
+		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if p.last == nil {
@@ -42,6 +54,10 @@ func (p *published) sink() *operators.WriteAheadSink[operators.WindowResult[stri
 		}
 		return nil
 	}, nil)
+	if p.background {
+		s = s.WithBackgroundPublish()
+	}
+	return s
 }
 
 // take returns the ids published since the last take and, sorted, the

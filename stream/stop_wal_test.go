@@ -6,12 +6,15 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/cluster"
 	"github.com/edgedio/edged/internal/testutil"
+	"github.com/edgedio/edged/keygroup"
 	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/snapshot"
 	"github.com/edgedio/edged/stream"
@@ -148,6 +151,72 @@ func TestStopWithSavepointWriteAheadPublishesOnce(t *testing.T) {
 	}
 	if repeated == 0 {
 		t.Fatal("no savepoint without the mark held results to publish again: the check of the mark was not reached")
+	}
+}
+
+// A write-ahead sink that publishes in the background (the MQTT sink's
+// kind), whose broker refuses every publish from the moment the job is
+// stopped with a savepoint: the stop must not count as committed, since
+// the results held for the savepoint never went out. It fails (the
+// sink's wait for its publish reports the refusal), the savepoint is not
+// marked, and the job resumed from its latest snapshot with the broker
+// back publishes every result. Were the savepoint marked as soon as the
+// sinks were told of its completion, the resumed run would publish
+// nothing it held: those results would be lost.
+func TestStopWithSavepointBackgroundPublishCommitsFirst(t *testing.T) {
+	const n, keys = 40_000, 50
+	want := walResults(t, n, keys)
+	cfg := checkpointConfig(t, snapshot.ExactlyOnce)
+	cfg.Interval = time.Hour
+	p := &published{background: true}
+	emitted := new(atomic.Int64)
+	env := walRateJob(n, keys, 10_000, p, emitted, stream.WithParallelism(2), stream.WithCheckpointing(cfg))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	job, err := env.ExecuteAsync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, testutil.DefaultTimeout, "results published", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.ids) > 0
+	})
+	held := emitted.Load() + 300
+	testutil.Eventually(t, testutil.DefaultTimeout, "results held", func() bool { return emitted.Load() >= held })
+	p.setDown(true)
+	sp, serr := job.StopWithSavepoint(ctx, "")
+	werr := job.Wait()
+	if serr == nil {
+		md, err := snapshot.Load(sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if md.Committed {
+			t.Fatalf("the stop-with-savepoint %s returned and is marked committed while the broker refused every publish of the results it held (job: %v)", sp, werr)
+		}
+	}
+	if werr == nil || !strings.Contains(werr.Error(), "broker down") {
+		t.Fatalf("job after a stop whose publish was refused: %v, want the refusal", werr)
+	}
+	first, _ := p.take()
+	if len(first) >= len(want) {
+		t.Fatal("the input ended before the stop")
+	}
+	p.setDown(false)
+	md, err := actors.ResumePoint(cfg.Dir, "wal-stop", keygroup.DefaultMaxParallelism, false, true, nil)
+	if err != nil || md == nil {
+		t.Fatalf("resume point: %v %v", md, err)
+	}
+	if err := execute(t, walRateJob(n, keys, 0, p, new(atomic.Int64), stream.WithParallelism(2), stream.WithCheckpointing(cfg),
+		stream.WithSavepoint(md.Dir, false))); err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	second, _ := p.take()
+	got := slices.Compact(slices.Sorted(slices.Values(append(first, second...))))
+	if !slices.Equal(got, want) {
+		t.Fatalf("published %d distinct results over the stop (%d) and the resume (%d); want the %d of an uninterrupted run",
+			len(got), len(first), len(second), len(want))
 	}
 }
 
