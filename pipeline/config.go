@@ -352,9 +352,22 @@ type MQTTSinkConfig struct {
 	// (256 KiB, mqtt.DefaultBatchBytes); keep it below the broker's
 	// maximum packet size. Only with batch above 1.
 	BatchBytes int `yaml:"batch_bytes"`
+	// MaxHeld bounds the results each subtask of the sink holds
+	// unpublished with checkpoints on: those of completed checkpoints
+	// waiting for the broker (a slow or unreachable broker: they are
+	// published again and again until it takes them, while the job runs
+	// on) and those of the checkpoint in progress. Past it, checked at
+	// every checkpoint, the checkpoint fails and the restart strategy
+	// takes over. Default DefaultMaxHeld; 0 sets no bound. Node-local: not
+	// in the settings digest.
+	MaxHeld int `yaml:"max_held" json:"-"`
 }
 
-func (m *MQTTSinkConfig) setDefaults() { m.QoS = 1 }
+// DefaultMaxHeld is an MQTT sink's default max_held: with results of
+// about 256 bytes (a pipeline's rows) some 13 MB per subtask.
+const DefaultMaxHeld = 50_000
+
+func (m *MQTTSinkConfig) setDefaults() { m.QoS, m.MaxHeld = 1, DefaultMaxHeld }
 
 // LogOptions returns the options of the pipeline's ingest log: the
 // defaults, bounded by LogMaxBytes when set, with segments a quarter of

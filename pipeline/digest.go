@@ -24,6 +24,7 @@ import (
 // have the same digest: directories (checkpoint.dir, state_dir, a file
 // source's path and a file sink's dir), the external MQTT broker, its
 // client id, client, QoS, max_pending, redelivery_window and ack_delay,
+// an MQTT sink's max_held,
 // the checkpoint tuning the job master applies (timeout, max_concurrent,
 // min_pause, tolerable_failures, prefer_checkpoint_for_recovery), the
 // checkpoints retained on disk, the restart strategy and the state

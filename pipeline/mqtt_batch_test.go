@@ -201,7 +201,8 @@ func TestMQTTPlainSinkBatched(t *testing.T) {
 	}
 }
 
-// batch and batch_bytes out of range are refused, naming the key.
+// batch, batch_bytes and max_held out of range are refused, naming the
+// key.
 func TestMQTTSinkBatchValidation(t *testing.T) {
 	parse := func(sink string) error { return parseWithSink(`{generator: {count: 10}}`, sink) }
 	for _, c := range []struct{ sink, key string }{
@@ -209,12 +210,13 @@ func TestMQTTSinkBatchValidation(t *testing.T) {
 		{`{topic: "agg/all", batch: 10001}`, "sinks[0].mqtt.batch"},
 		{`{topic: "agg/all", batch: 10, batch_bytes: -1}`, "sinks[0].mqtt.batch_bytes"},
 		{`{topic: "agg/all", batch_bytes: 4096}`, "sinks[0].mqtt.batch_bytes"},
+		{`{topic: "agg/all", max_held: -1}`, "sinks[0].mqtt.max_held: (-1) must not be negative (0 sets no bound)"},
 	} {
 		if err := parse(c.sink); err == nil || !strings.Contains(err.Error(), c.key) {
 			t.Errorf("%s: %v, want an error naming %s", c.sink, err, c.key)
 		}
 	}
-	for _, sink := range []string{`{topic: "agg/all", batch: 10000, batch_bytes: 65536}`, `{topic: "agg/all", batch: 1}`} {
+	for _, sink := range []string{`{topic: "agg/all", batch: 10000, batch_bytes: 65536}`, `{topic: "agg/all", batch: 1}`, `{topic: "agg/all", max_held: 0}`} {
 		if err := parse(sink); err != nil {
 			t.Errorf("%s: %v", sink, err)
 		}

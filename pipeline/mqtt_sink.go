@@ -49,7 +49,7 @@ func mqttSink[T any](b *builder, name, what string, s *stream.Stream[T], format 
 	}
 	if b.cfg.Checkpoint.Interval > 0 {
 		s.To(name, func() operators.Sink[T] {
-			w := newWALPublisher(pc, topic, format, batch)
+			w := newWALPublisher(pc, topic, format, batch, sc.MaxHeld)
 			w.reject = sinkReject(b, name, format, &w.logger)
 			return w
 		}).UID(name)
@@ -181,10 +181,11 @@ func topicFunc[T any](b *builder, what, tmpl string) func(T) (string, error) {
 // every run and at every parallelism, and different for two firings of
 // one window that differ (allowed lateness). After a restore, the
 // results the restored checkpoint held (committed, maybe not yet
-// published) go out on a goroutine of their own while the job runs
-// (operators.WriteAheadSink.WithBackgroundRestore): the topic and
-// format functions are pure and the publisher is the sink's alone until
-// they are out. The payload is the JSON line and so is the identity: the
+// published), and those of every completed checkpoint, go out on a
+// goroutine of their own while the job runs, which tries a failed publish
+// again (operators.WriteAheadSink.WithBackgroundPublish): the topic and
+// format functions are pure and the publisher is that goroutine's alone.
+// At most max_held results wait (operators.WriteAheadSink.WithMaxHeld). The payload is the JSON line and so is the identity: the
 // publish makes each line once, for both (mqtt.PublishLineFunc). A
 // completed checkpoint's results are published in the chunks the sink
 // holds them in (mqtt.PublishLineChunksFunc), never copied into one slice.
@@ -201,7 +202,7 @@ type walPublisher[T any] struct {
 	uid    string // the sink's UID, set in Open
 }
 
-func newWALPublisher[T any](pc mqtt.PublisherConfig, topic func(T) (string, error), format func(T) string, batch mqtt.Batch) *walPublisher[T] {
+func newWALPublisher[T any](pc mqtt.PublisherConfig, topic func(T) (string, error), format func(T) string, batch mqtt.Batch, maxHeld int) *walPublisher[T] {
 	c, cerr := codec.Compile[T]()
 	if cerr != nil {
 		operators.Fail(cerr)
@@ -210,7 +211,7 @@ func newWALPublisher[T any](pc mqtt.PublisherConfig, topic func(T) (string, erro
 	uid := func() string { return w.uid }
 	w.WriteAheadSink = operators.NewWriteAheadSink(func(records []T, id func(int) string) error {
 		return mqtt.PublishLineFunc(w.pub, w.topic, w.format, uid, w.reject, batch)(records, id)
-	}, c).WithIdentity(format).WithBackgroundRestore().
+	}, c).WithIdentity(format).WithBackgroundPublish().WithMaxHeld(maxHeld).
 		WithPublishChunks(func(chunks [][]T, id func(c, i int) string) error {
 			return mqtt.PublishLineChunksFunc(w.pub, w.topic, w.format, uid, w.reject, batch)(chunks, id)
 		})

@@ -445,6 +445,9 @@ func (pc *PipelineConfig) compile(p *problems, path string) *plan {
 			} else if s.MQTT.BatchBytes > 0 && s.MQTT.Batch <= 1 {
 				p.add(sp+".mqtt.batch_bytes", fmt.Sprintf("(%d) is set but batch is %d: results go one per message", s.MQTT.BatchBytes, s.MQTT.Batch))
 			}
+			if s.MQTT.MaxHeld < 0 {
+				p.add(sp+".mqtt.max_held", fmt.Sprintf("(%d) must not be negative (0 sets no bound)", s.MQTT.MaxHeld))
+			}
 		}
 		if n != 1 {
 			p.add(sp, "must have exactly one of stdout, file, mqtt")
