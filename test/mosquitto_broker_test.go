@@ -394,12 +394,11 @@ func TestMosquittoBrokerDownWhileEdgedStarts(t *testing.T) {
 // Mosquitto than the readings come from (the node's sink broker is the
 // broker of its first pipeline reading an external one), and that broker
 // is killed and stays down for 40 s, across many checkpoints, while
-// readings keep arriving. Each attempt of the job fails at its first
-// publish (README, MQTT out); the default restart strategy
-// (exponential_delay) keeps trying, so the job is restarting, not failed,
-// at the end of the outage, and once the broker is back it publishes
-// every result once, under the msg_ids of the first run, without a node
-// restart. Nothing is lost meanwhile: the results stay in the
+// readings keep arriving. The sink holds the results of the completed
+// checkpoints and tries their publish again and again (README, MQTT out):
+// the job keeps running and checkpointing, never restarts, and once the
+// broker is back every result goes out once, under its msg_id, without
+// a node restart. Nothing is lost meanwhile: the results stay in the
 // checkpoints, the readings in the ingest log. Exact results for a
 // consumer that drops repeated msg_ids.
 func TestMosquittoSinkBrokerDownResultsKept(t *testing.T) {
@@ -454,20 +453,23 @@ func TestMosquittoSinkBrokerDownResultsKept(t *testing.T) {
 	publish(quarter, 2*quarter)
 	// The outage is what the test is about: no condition ends it.
 	testutil.Within(40*time.Second-time.Since(down), func() bool { return false })
-	status := jobStatus(t, nd, "plant")
-	t.Logf("sink broker down for %v; the job is %s", time.Since(down).Round(time.Millisecond), status)
+	status, attempts := jobAttempts(t, nd, "plant")
+	t.Logf("sink broker down for %v; the job is %s after %d attempts", time.Since(down).Round(time.Millisecond), status, attempts)
 	out.start()
 	reconnectAll(t, []paho.Client{sub}, "consumer")
 	publish(2*quarter, w.all())
-	if status == "failed" {
-		t.Fatalf("the job failed for good while the sink's broker was down; its restart strategy should keep trying")
+	if status != "running" || attempts != 1 {
+		t.Fatalf("the job is %s after %d attempts while the sink's broker was down, want running in its first attempt", status, attempts)
 	}
-	if !strings.Contains(nd.runLog(), "publish failed") {
-		t.Fatal("no publish failed while the sink's broker was down: the outage was not reached")
+	if n := strings.Count(nd.runLog(), "publish failed; the results stay held"); n < 2 {
+		t.Fatalf("%d failed publishes logged while the sink's broker was down for 40 s: the outage was not reached", n)
 	}
-	// At most the longest restart delay (1 minute) after the broker's
-	// return, plus the restore and the publishing.
+	// At most the longest wait between tries (30 s) after the broker's
+	// return, plus the publishing.
 	waitResults(t, col, w, 2*time.Minute)
+	if _, attempts := jobAttempts(t, nd, "plant"); attempts != 1 {
+		t.Fatalf("the job restarted (%d attempts) around the sink broker's outage", attempts)
+	}
 	drain(t, out.url(), "agg/_marker", col)
 	checkExact(t, col, w)
 	if code := nd.terminate(30 * time.Second); code != 0 {
@@ -479,25 +481,34 @@ func TestMosquittoSinkBrokerDownResultsKept(t *testing.T) {
 // reading it.
 func jobStatus(t *testing.T, nd *node, job string) string {
 	t.Helper()
+	status, _ := jobAttempts(t, nd, job)
+	return status
+}
+
+// jobAttempts returns job's status and attempts in GET /jobs, or what
+// kept it from reading them (and 0).
+func jobAttempts(t *testing.T, nd *node, job string) (string, int) {
+	t.Helper()
 	client := &http.Client{Timeout: 5 * time.Second}
 	resp, err := client.Get("http://" + nd.apiAddr + "/jobs")
 	if err != nil {
-		return "unknown (" + err.Error() + ")"
+		return "unknown (" + err.Error() + ")", 0
 	}
 	defer resp.Body.Close()
 	var l struct {
 		Jobs []struct {
-			Name   string `json:"name"`
-			Status string `json:"status"`
+			Name     string `json:"name"`
+			Status   string `json:"status"`
+			Attempts int    `json:"attempts"`
 		} `json:"jobs"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
-		return "unknown (" + err.Error() + ")"
+		return "unknown (" + err.Error() + ")", 0
 	}
 	for _, j := range l.Jobs {
 		if j.Name == job {
-			return j.Status
+			return j.Status, j.Attempts
 		}
 	}
-	return "not listed"
+	return "not listed", 0
 }
