@@ -122,30 +122,37 @@ func (f *alertFn) ProcessElement(r Row, ctx *operators.KeyedContext[string, Row]
 	}
 	// Without event time, or behind the watermark: at once.
 	s, _ := f.st.Get()
-	f.apply(ctx, &s, &r, f.now(ctx))
+	f.apply(ctx, &s, []Row{r}, f.now(ctx))
 	f.st.Update(s)
 	return nil
 }
 
-// apply fires what is due at now, the time of record r, and then looks
-// at r.
-func (f *alertFn) apply(ctx *operators.KeyedContext[string, Row], s *AlertState, r *Row, now int64) {
+// apply fires what is due at now, the time of records rs, and then looks
+// at rs, which all have that time. They count together, whatever their
+// order: an alert is re-armed if its condition is false on one of them,
+// and made true at now if it is true on every one (those whose condition
+// fails to evaluate are dead letters and count for neither).
+func (f *alertFn) apply(ctx *operators.KeyedContext[string, Row], s *AlertState, rs []Row, now int64) {
 	f.fireDue(ctx, s, now)
 	for i := range f.pl.alerts {
 		a := &f.pl.alerts[i]
-		ok, err := f.ev.test(&a.program, r)
-		if err != nil {
-			d := newDeadLetter(f.name, "alert "+a.name+": "+err.Error(), string(r.AppendJSON(nil, f.pl.schema)))
-			f.count.deadLetter(d)
-			f.dead.Emit(ctx, d)
-			continue
+		anyTrue, anyFalse := false, false
+		for j := range rs {
+			ok, err := f.ev.test(&a.program, &rs[j])
+			if err != nil {
+				d := newDeadLetter(f.name, "alert "+a.name+": "+err.Error(), string(rs[j].AppendJSON(nil, f.pl.schema)))
+				f.count.deadLetter(d)
+				f.dead.Emit(ctx, d)
+				continue
+			}
+			anyTrue, anyFalse = anyTrue || ok, anyFalse || !ok
 		}
 		switch {
-		case ok && !s.Active[i]:
+		case anyFalse:
+			s.Active[i], s.Fired[i] = false, false
+		case anyTrue && !s.Active[i]:
 			s.Active[i], s.Fired[i], s.Since[i] = true, false, now
 			f.register(ctx, now+a.forMs)
-		case !ok:
-			s.Active[i], s.Fired[i] = false, false
 		}
 	}
 	if f.pl.silentMs > 0 && (!s.Seen || now >= s.Last) {
@@ -168,7 +175,7 @@ func (f *alertFn) OnTimer(ts int64, ctx *operators.KeyedContext[string, Row]) er
 }
 
 // takePending looks at the pending records the watermark passed, in
-// timestamp order (those of one timestamp in arrival order), and reports
+// timestamp order (those of one timestamp together, see apply), and reports
 // whether there were any; the key's timer then moves to the earliest of
 // the records left.
 func (f *alertFn) takePending(ctx *operators.KeyedContext[string, Row], s *AlertState) bool {
@@ -187,8 +194,13 @@ func (f *alertFn) takePending(ctx *operators.KeyedContext[string, Row], s *Alert
 		}
 	}
 	slices.SortStableFunc(take, func(a, b Row) int { return cmp.Compare(a.Int(slot), b.Int(slot)) })
-	for i := range take {
-		f.apply(ctx, s, &take[i], take[i].Int(slot))
+	for i := 0; i < len(take); {
+		ts, j := take[i].Int(slot), i+1
+		for j < len(take) && take[j].Int(slot) == ts {
+			j++
+		}
+		f.apply(ctx, s, take[i:j], ts)
+		i = j
 	}
 	f.pending.Update(rest)
 	if len(rest) == 0 {

@@ -121,3 +121,37 @@ func TestAlertsTakeRecordsInEventTimeOrder(t *testing.T) {
 	}
 	t.Logf("%d alerts, the same for 20 shuffles", len(want))
 }
+
+// Readings of one key with the same event time (a device stamping in
+// whole seconds, two readings within one) may arrive in either order, over
+// two decoding subtasks: a hot and a cold reading at one timestamp must
+// give the same alerts in both orders, so that a replay after a restore
+// fires what the run before it fired.
+func TestAlertsSameTimestampWhateverTheOrder(t *testing.T) {
+	cfg, err := Parse([]byte(alertOrderConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p problems
+	pl := cfg.Pipelines[0].compile(&p, "pipelines[0]")
+	if len(p) != 0 {
+		t.Fatal(p)
+	}
+	idSlot, tempSlot, tsSlot := pl.in.Field(0).Slot, pl.in.Field(1).Slot, pl.in.Field(2).Slot
+	row := func(ts int64, temp float64) Row {
+		var r Row
+		r.SetStr(idSlot, "a")
+		r.SetFloat(tempSlot, temp)
+		r.SetInt(tsSlot, ts)
+		return r
+	}
+	// Hot from 1,000,000 on, with a cold reading at 1,000,100 beside a
+	// hot one, and hot readings after it until past the 300 ms.
+	rows := []Row{row(1_000_000, 40), row(1_000_100, 40), row(1_000_100, 20), row(1_000_200, 40), row(1_000_500, 40)}
+	const lag = 1000
+	want := alertRun(t, pl, rows, []int{0, 1, 2, 3, 4}, lag)
+	got := alertRun(t, pl, rows, []int{0, 2, 1, 3, 4}, lag)
+	if !slices.Equal(got, want) {
+		t.Fatalf("two readings of one timestamp in the other order give other alerts:\ngot  %v\nwant %v", got, want)
+	}
+}
