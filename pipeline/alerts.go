@@ -17,11 +17,17 @@ type AlertState struct {
 	Since  [maxAlerts]int64
 	Active [maxAlerts]bool
 	Fired  [maxAlerts]bool
-	// Last is the time of the key's latest record; valid if Seen.
+	// Last is the time of the key's latest record looked at; valid if
+	// Seen.
 	Last        int64
 	Seen        bool
 	SilentFired bool
 }
+
+// lateAlertError is the error of a dead letter that reached the alerts
+// behind the watermark and not after the latest reading of its key they
+// looked at.
+const lateAlertError = "late: behind the watermark, and the alerts had already looked at a reading of its key at or after its event time"
 
 // alertFn is the keyed process function of alerts and silent. A condition
 // "held for D" means it was true on every record of the key from the
@@ -122,6 +128,15 @@ func (f *alertFn) ProcessElement(r Row, ctx *operators.KeyedContext[string, Row]
 	}
 	// Without event time, or behind the watermark: at once.
 	s, _ := f.st.Get()
+	if f.pl.eventTime && s.Seen && ctx.Timestamp() <= s.Last {
+		// Behind the watermark and not after the key's latest reading
+		// looked at: the key's alert state moved past its time, so it
+		// cannot be put in its place.
+		d := newDeadLetter(f.name, lateAlertError, string(r.AppendJSON(nil, f.pl.schema)))
+		f.count.deadLetter(d)
+		f.dead.Emit(ctx, d)
+		return nil
+	}
 	f.apply(ctx, &s, []Row{r}, f.now(ctx))
 	f.st.Update(s)
 	return nil
@@ -155,9 +170,11 @@ func (f *alertFn) apply(ctx *operators.KeyedContext[string, Row], s *AlertState,
 			f.register(ctx, now+a.forMs)
 		}
 	}
-	if f.pl.silentMs > 0 && (!s.Seen || now >= s.Last) {
+	if !s.Seen || now >= s.Last {
 		s.Last, s.Seen, s.SilentFired = now, true, false
-		f.register(ctx, now+f.pl.silentMs)
+		if f.pl.silentMs > 0 {
+			f.register(ctx, now+f.pl.silentMs)
+		}
 	}
 }
 

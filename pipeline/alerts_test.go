@@ -3,6 +3,7 @@ package pipeline
 import (
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/edgedio/edged/operators"
@@ -153,5 +154,75 @@ func TestAlertsSameTimestampWhateverTheOrder(t *testing.T) {
 	got := alertRun(t, pl, rows, []int{0, 2, 1, 3, 4}, lag)
 	if !slices.Equal(got, want) {
 		t.Fatalf("two readings of one timestamp in the other order give other alerts:\ngot  %v\nwant %v", got, want)
+	}
+}
+
+// A reading that comes behind the watermark and behind the latest reading
+// its key was looked at with cannot be put in its place: the key's alert
+// state has moved past it. Looked at with its own time, a late hot reading
+// made an alert true since that time, after a cold reading had re-armed
+// it, and the alert fired for a condition that was not held. It is a
+// dead letter (late) instead, and the alerts are those of the readings in
+// order without it.
+func TestAlertsLateReadingBehindItsKeyIsDeadLetter(t *testing.T) {
+	cfg, err := Parse([]byte(alertOrderConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p problems
+	pl := cfg.Pipelines[0].compile(&p, "pipelines[0]")
+	if len(p) != 0 {
+		t.Fatal(p)
+	}
+	idSlot, tempSlot, tsSlot := pl.in.Field(0).Slot, pl.in.Field(1).Slot, pl.in.Field(2).Slot
+	row := func(ts int64, temp float64) Row {
+		var r Row
+		r.SetStr(idSlot, "a")
+		r.SetFloat(tempSlot, temp)
+		r.SetInt(tsSlot, ts)
+		return r
+	}
+	tag := operators.NewOutputTag[DeadLetter]("dead-letter")
+	h := operatorstest.New(func(out operators.Collector[Row]) operators.OneInput[Row] {
+		fn := &alertFn{pl: pl, name: "order", dead: tag, count: &counters{}}
+		return operators.NewKeyedProcess(func(r Row) string { return r.Str(idSlot) }, operators.KeyedProcessFunction[string, Row, Row](fn), out)
+	}, operatorstest.Keyed(128), operatorstest.SideOutput[DeadLetter](tag.ID()))
+	if err := h.Open(); err != nil {
+		t.Fatal(err)
+	}
+	step := func(r Row, wm int64) {
+		t.Helper()
+		h.Process(r, r.Int(tsSlot))
+		if err := h.Watermark(wm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Hot at 1,000,000, cold at 1,000,200 (before the 300 ms), cold at
+	// 1,003,000; then a hot reading of 1,000,100 arrives, behind the
+	// watermark and behind the key's latest reading.
+	step(row(1_000_000, 40), 999_000)
+	step(row(1_000_200, 20), 999_500)
+	step(row(1_003_000, 20), 1_002_000)
+	step(row(1_000_100, 40), 1_002_100)
+	step(row(1_003_100, 20), 1_002_200)
+	if err := h.EndInput(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range h.Values() {
+		if r.Str(pl.alName.Slot) == "hot" {
+			t.Errorf("alert fired for a condition not held: %s", r.AppendJSON(nil, pl.alertSchema))
+		}
+	}
+	var late int
+	for _, d := range h.Side[tag.ID()] {
+		dl := d.Value.(DeadLetter)
+		if strings.HasPrefix(dl.Err, "late: ") && strings.Contains(dl.Payload, `"ts":1000100`) {
+			late++
+		} else {
+			t.Errorf("unexpected dead letter %+v", dl)
+		}
+	}
+	if late != 1 {
+		t.Errorf("%d late dead letters for the reading behind its key, want 1", late)
 	}
 }
