@@ -62,9 +62,10 @@ func (d DeadLetter) line() string {
 var perEventWatermarks bool
 
 // lateError is the error of a dead letter for a record that came after
-// every window it belongs to had closed (its event time behind the
-// watermark by more than max_out_of_orderness plus allowed_lateness).
-const lateError = "late: its windows had already closed (event time behind the watermark by more than max_out_of_orderness + allowed_lateness)"
+// every window it belongs to had closed: the watermark had reached the
+// end of each of its windows plus allowed_lateness, however little its
+// event time was behind.
+const lateError = "late: its windows had already closed (the watermark had reached the end of each of its windows plus allowed_lateness)"
 
 // DeadLetterPrefix starts every dead-letter line of the stdout sink.
 const DeadLetterPrefix = "dead-letter: "

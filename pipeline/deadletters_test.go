@@ -71,6 +71,11 @@ func TestLateIsTheWindowEndPassingTheWatermark(t *testing.T) {
 	if d := job.RecentDeadLetters()[0]; !strings.Contains(d.Err, "late") || !strings.Contains(d.Payload, "999000") {
 		t.Fatalf("dead letter %+v, want the reading at 999000 as late", d)
 	}
+	// The error gives the rule that made it late, not how far behind it
+	// was: 1999 ms is not more than max_out_of_orderness.
+	if d := job.RecentDeadLetters()[0]; d.Err != lateError || !strings.Contains(d.Err, "end of each of its windows") || strings.Contains(d.Err, "by more than") {
+		t.Errorf("late dead letter's error %q, want it to name the end of its windows passing the watermark", d.Err)
+	}
 	for _, want := range []string{
 		`"window_start":990000,"window_end":1000000,"n":1,"s":1`,
 		`"window_start":1000000,"window_end":1010000,"n":2,"s":6`,
