@@ -145,8 +145,9 @@ func (f *alertFn) ProcessElement(r Row, ctx *operators.KeyedContext[string, Row]
 // apply fires what is due at now, the time of records rs, and then looks
 // at rs, which all have that time. They count together, whatever their
 // order: an alert is re-armed if its condition is false on one of them,
-// and made true at now if it is true on every one (those whose condition
-// fails to evaluate are dead letters and count for neither).
+// and made true at now if it is true on every one. A record whose
+// condition fails to evaluate is a dead letter, and re-arms the alert as
+// a false one does: the condition was not true on it.
 func (f *alertFn) apply(ctx *operators.KeyedContext[string, Row], s *AlertState, rs []Row, now int64) {
 	f.fireDue(ctx, s, now)
 	for i := range f.pl.alerts {
@@ -158,6 +159,7 @@ func (f *alertFn) apply(ctx *operators.KeyedContext[string, Row], s *AlertState,
 				d := newDeadLetter(f.name, "alert "+a.name+": "+err.Error(), string(rs[j].AppendJSON(nil, f.pl.schema)))
 				f.count.deadLetter(d)
 				f.dead.Emit(ctx, d)
+				anyFalse = true // not true on it: it re-arms the alert
 				continue
 			}
 			anyTrue, anyFalse = anyTrue || ok, anyFalse || !ok

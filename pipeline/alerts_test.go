@@ -226,3 +226,45 @@ func TestAlertsLateReadingBehindItsKeyIsDeadLetter(t *testing.T) {
 		t.Errorf("%d late dead letters for the reading behind its key, want 1", late)
 	}
 }
+
+// An alert fires when its condition was true on every reading of the key
+// from since to since+for. A reading on which the condition fails to
+// evaluate (here a division by zero) is a dead letter, and the condition
+// was not true on it: it re-arms the alert like a false one. Before, the
+// alert held across it and fired.
+func TestAlertConditionErrorReArms(t *testing.T) {
+	cfg, err := Parse([]byte(`
+pipelines:
+  - name: order
+    source: {file: {path: in.csv, format: csv, fields: {id: string, temp: float, n: int, ts: {type: time, unit: ms}}}}
+    event_time: {field: ts, max_out_of_orderness: 1s}
+    key: id
+    alerts: [{name: hot, when: temp / n > 38, for: 300ms}]
+    sinks: [{stdout: {}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p problems
+	pl := cfg.Pipelines[0].compile(&p, "pipelines[0]")
+	if len(p) != 0 {
+		t.Fatal(p)
+	}
+	idSlot, tempSlot, nSlot, tsSlot := pl.in.Field(0).Slot, pl.in.Field(1).Slot, pl.in.Field(2).Slot, pl.in.Field(3).Slot
+	row := func(ts int64, n int64) Row {
+		var r Row
+		r.SetStr(idSlot, "a")
+		r.SetFloat(tempSlot, 40)
+		r.SetInt(nSlot, n)
+		r.SetInt(tsSlot, ts)
+		return r
+	}
+	// Hot from 1,000,000; the reading at 1,000,200 cannot be evaluated;
+	// hot again from 1,000,300 for more than 300 ms.
+	rows := []Row{row(1_000_000, 1), row(1_000_100, 1), row(1_000_200, 0), row(1_000_300, 1), row(1_000_400, 1), row(1_000_700, 1)}
+	got := alertRun(t, pl, rows, []int{0, 1, 2, 3, 4, 5}, 1000)
+	want := []string{`{"id":"a","alert":"hot","since":1000300,"at":1000600}`}
+	if !slices.Equal(got, want) {
+		t.Fatalf("alerts %v, want %v: the reading whose condition failed re-arms the alert", got, want)
+	}
+}
