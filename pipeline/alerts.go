@@ -43,7 +43,10 @@ const lateAlertError = "late: behind the watermark, and the alerts had already l
 // this operator over as many channels as the pipeline has decoding
 // subtasks, interleaved differently in every run; in arrival order a
 // replay after a restore would see another sequence, and fire other
-// alerts, than the run before it.
+// alerts, than the run before it. A record that comes behind the
+// watermark is looked at at once if it is after the key's latest record
+// looked at (Last), and is a late dead letter otherwise: the key's state
+// has moved past its time.
 type alertFn struct {
 	pl      *plan
 	name    string
