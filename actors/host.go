@@ -804,6 +804,7 @@ func (h *host) newContext(t *task, i int) (*operators.Context, error) {
 		ProcessingTime: procService{t: t, op: i},
 		EmitWatermark:  func(wm int64) { t.watermark(i+1, wm) },
 		EmitIdle:       func(idle bool) { t.status(idle) },
+		Done:           h.done,
 	}
 	// With checkpoints, the final checkpoint commits the sinks' last
 	// records, not Finish.

@@ -21,11 +21,6 @@ var ErrSourcePositionGone = errors.New("operators: the source's input no longer 
 // short (a write-ahead sink's background publish).
 var ErrClosed = errors.New("operators: operator closed")
 
-// ErrHeldBound is wrapped by the failure of a write-ahead sink that holds
-// more unpublished records than WithMaxHeld allows: its external system
-// has been unreachable, or slower than the results, for that long.
-var ErrHeldBound = errors.New("operators: too many results held unpublished")
-
 // Failure is the panic value with which an operator aborts the record it is
 // processing because a user function returned an error. The task runtime
 // recovers it (and any other panic) and fails the task.

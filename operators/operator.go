@@ -80,6 +80,11 @@ type Context struct {
 	// output held back over a restart goes out as soon as it exists.
 	// Sinks call it once per run, on the operator's goroutine.
 	OutputHeld func()
+	// Done is closed when the subtask stops (the job is cancelled, fails
+	// or ends): an operator that blocks the subtask waiting for work of
+	// its own (a write-ahead sink waiting for room, WithMaxHeld) stops
+	// waiting. Nil (never closed) outside the runtime.
+	Done <-chan struct{}
 	// RestoredCommitted is set when the snapshot the operator is restored
 	// from was committed by every sink before the job stopped (a
 	// stop-with-savepoint whose completion every task handled): the

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -75,6 +76,7 @@ type WriteAheadSink[T any] struct {
 	committed bool
 	log       *slog.Logger
 	clock     clockwork.Clock // the waits between tries of a failed publish
+	done      <-chan struct{} // Context.Done
 }
 
 // walQueue is what the background publisher (WithBackgroundPublish) has
@@ -85,6 +87,7 @@ type walQueue[T any] struct {
 	mu      sync.Mutex
 	batches []walBatch[T]
 	records int           // records in batches
+	held    atomic.Int64  // records, read without mu
 	failed  int           // failed publishes so far
 	err     error         // the latest failure, nil once a publish succeeds
 	change  chan struct{} // closed and replaced when batches or failed change
@@ -177,13 +180,14 @@ func (s *WriteAheadSink[T]) WithBackgroundPublish() *WriteAheadSink[T] {
 }
 
 // WithMaxHeld bounds the records a sink publishing in the background
-// holds unpublished: records of completed checkpoints not yet out and of
-// the checkpoint in progress. It is checked at every checkpoint barrier
-// and completion: past it, the snapshot (or the completion) fails with an
-// error wrapping ErrHeldBound and naming the latest publish failure, and
-// the job's restart strategy takes over (a restore publishes again what
-// its checkpoint held). 0, the default, sets no bound. Call before the
-// job runs; it returns s.
+// holds for its publisher: those of completed checkpoints (and restored
+// ones) not yet published. When they are n or more, Collect waits until
+// the publisher brought them below n (or the subtask stops,
+// Context.Done): back-pressure, as a downstream task without credit
+// exerts. Records of checkpoints not yet complete do not count: only a
+// completion, which needs the subtask to take its barrier, releases
+// them. 0, the default, sets no bound. Call before the job runs; it
+// returns s.
 func (s *WriteAheadSink[T]) WithMaxHeld(n int) *WriteAheadSink[T] {
 	s.maxHeld = max(n, 0)
 	return s
@@ -195,6 +199,7 @@ func (s *WriteAheadSink[T]) Open(ctx *Context) error {
 	s.uid, s.subtask, s.parallelism = ctx.UID, ctx.Subtask, max(ctx.Parallelism, 1)
 	s.final, s.tell = ctx.FinalCheckpoint, ctx.OutputHeld
 	s.committed, s.log = ctx.RestoredCommitted, ctx.Logger
+	s.done = ctx.Done
 	s.clock = ctx.Clock
 	if s.clock == nil {
 		s.clock = clockwork.NewRealClock()
@@ -202,8 +207,12 @@ func (s *WriteAheadSink[T]) Open(ctx *Context) error {
 	return nil
 }
 
-// Collect holds v until its checkpoint completes.
+// Collect holds v until its checkpoint completes; with WithMaxHeld it
+// first waits for room.
 func (s *WriteAheadSink[T]) Collect(v T) {
+	if s.maxHeld > 0 && s.q != nil && s.q.held.Load() >= int64(s.maxHeld) {
+		s.waitRoom()
+	}
 	n := len(s.buf)
 	if n == 0 || len(s.buf[n-1]) == cap(s.buf[n-1]) {
 		if s.tell != nil {
@@ -225,34 +234,7 @@ func (s *WriteAheadSink[T]) Collect(v T) {
 func (s *WriteAheadSink[T]) SnapshotState(id int64) ([]byte, error) {
 	s.pending = append(s.pending, walBatch[T]{checkpoint: id, chunks: s.buf})
 	s.buf = nil
-	if err := s.checkHeld(); err != nil {
-		return nil, err
-	}
 	return s.encode()
-}
-
-// checkHeld fails when more records than WithMaxHeld allows are held.
-func (s *WriteAheadSink[T]) checkHeld() error {
-	if s.maxHeld == 0 {
-		return nil
-	}
-	n := 0
-	for _, p := range s.pending {
-		n += p.len()
-	}
-	var last error
-	if q := s.q; q != nil {
-		q.mu.Lock()
-		n, last = n+q.records, q.err
-		q.mu.Unlock()
-	}
-	if n <= s.maxHeld {
-		return nil
-	}
-	if last != nil {
-		return fmt.Errorf("write-ahead sink: %w: %d results held unpublished, at most %d; publishing fails: %w", ErrHeldBound, n, s.maxHeld, last)
-	}
-	return fmt.Errorf("write-ahead sink: %w: %d results held unpublished, at most %d; publishing is slower than the results come", ErrHeldBound, n, s.maxHeld)
 }
 
 func (s *WriteAheadSink[T]) encode() ([]byte, error) {
@@ -391,7 +373,7 @@ func (s *WriteAheadSink[T]) NotifyCheckpointComplete(id int64) error {
 	if s.background {
 		s.enqueue(s.pending[:i])
 		s.pending = slices.Delete(s.pending, 0, i)
-		return s.checkHeld()
+		return nil
 	}
 	for _, p := range s.pending[:i] {
 		if err := s.publishBatch(p, &s.scratch); err != nil {
@@ -505,6 +487,38 @@ func (s *WriteAheadSink[T]) logf(msg string, results int) {
 	}
 }
 
+// waitRoom waits until the publisher holds fewer than maxHeld records,
+// or the subtask stops, logging the wait when it is long.
+func (s *WriteAheadSink[T]) waitRoom() {
+	q := s.q
+	start := s.clock.Now()
+	logged := false
+	tick := s.clock.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		q.mu.Lock()
+		n, ch, last := q.records, q.change, q.err
+		q.mu.Unlock()
+		if n < s.maxHeld {
+			if logged && s.log != nil {
+				s.log.Info("write-ahead sink: room again; the sink takes results", "waited", s.clock.Since(start).Round(time.Millisecond))
+			}
+			return
+		}
+		select {
+		case <-ch:
+		case <-s.done:
+			return
+		case <-tick.Chan():
+			if !logged && s.log != nil {
+				logged = true
+				s.log.Warn("write-ahead sink: max_held results wait for the broker; the sink waits for room, holding the job back",
+					"results_held", n, "max_held", s.maxHeld, "last_err", last)
+			}
+		}
+	}
+}
+
 // enqueue hands batches to the publishing goroutine, starting it first.
 func (s *WriteAheadSink[T]) enqueue(batches []walBatch[T]) {
 	n := 0
@@ -527,6 +541,7 @@ func (s *WriteAheadSink[T]) enqueue(batches []walBatch[T]) {
 		}
 	}
 	q.records += n
+	q.held.Store(int64(q.records))
 	q.changed()
 	q.mu.Unlock()
 }
@@ -571,6 +586,7 @@ func (s *WriteAheadSink[T]) run(q *walQueue[T]) {
 			q.batches[0] = walBatch[T]{}
 			q.batches = q.batches[1:]
 			q.records -= p.len()
+			q.held.Store(int64(q.records))
 			recovered := q.err != nil
 			q.err = nil
 			q.changed()

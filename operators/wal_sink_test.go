@@ -355,38 +355,90 @@ func restoredFrom(t *testing.T, state []byte) []string {
 	return got
 }
 
-// WithMaxHeld: past the bound, the next checkpoint fails with
-// ErrHeldBound naming the publish failure; at the bound it does not.
+// WithMaxHeld: once the publisher holds max records of completed
+// checkpoints, Collect waits (back-pressure) until a publish makes room;
+// records of checkpoints not yet complete do not count. A stopping
+// subtask (Context.Done) ends the wait.
 func TestWriteAheadSinkMaxHeld(t *testing.T) {
 	ctx := sinkContext(0)
 	clock := ctx.Clock.(*clockwork.FakeClock)
+	done := make(chan struct{})
+	ctx.Done = done
 	f := &failingPublish{down: true}
 	s := operators.NewWriteAheadSink(f.publish, nil).WithBackgroundPublish().WithMaxHeld(3)
 	if err := s.Open(ctx); err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	s.Collect("a")
-	s.Collect("b")
+	for _, v := range []string{"a", "b", "c", "d"} {
+		s.Collect(v) // none complete yet: no wait
+	}
 	if _, err := s.SnapshotState(1); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.NotifyCheckpointComplete(1); err != nil {
 		t.Fatal(err)
 	}
-	// The publish failed: the publisher waits to try again.
+	// The publish failed: the publisher waits to try again, holding 4.
 	if err := clock.BlockUntilContext(t.Context(), 1); err != nil {
 		t.Fatal(err)
 	}
-	s.Collect("c")
-	if _, err := s.SnapshotState(2); err != nil {
-		t.Fatalf("3 held, at most 3: %v", err)
+	collected := make(chan struct{})
+	go func() {
+		defer close(collected)
+		s.Collect("e")
+	}()
+	// Collect waits: its ticker and the publisher's retry timer.
+	if err := clock.BlockUntilContext(t.Context(), 2); err != nil {
+		t.Fatal(err)
 	}
-	s.Collect("d")
-	_, err := s.SnapshotState(3)
-	if !errors.Is(err, operators.ErrHeldBound) || !strings.Contains(err.Error(), "connection refused") ||
-		!strings.Contains(err.Error(), "4 results held unpublished, at most 3") {
-		t.Fatalf("4 held, at most 3: %v", err)
+	select {
+	case <-collected:
+		t.Fatal("Collect took a record while 4 waited for the broker, at most 3")
+	default:
+	}
+	f.mu.Lock()
+	f.down = false
+	f.mu.Unlock()
+	clock.Advance(time.Second) // the retry, which succeeds
+	select {
+	case <-collected:
+	case <-time.After(testutil.DefaultTimeout):
+		t.Fatal("Collect still waits after the publisher made room")
+	}
+	if _, out := f.state(); !slices.Equal(out, []string{"a", "b", "c", "d"}) {
+		t.Fatalf("published %v", out)
+	}
+
+	// The broker down again, the bound reached again: a stop ends the wait.
+	f.mu.Lock()
+	f.down = true
+	f.mu.Unlock()
+	for _, v := range []string{"f", "g"} {
+		s.Collect(v)
+	}
+	if _, err := s.SnapshotState(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.NotifyCheckpointComplete(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := clock.BlockUntilContext(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	collected = make(chan struct{})
+	go func() {
+		defer close(collected)
+		s.Collect("h")
+	}()
+	if err := clock.BlockUntilContext(t.Context(), 2); err != nil {
+		t.Fatal(err)
+	}
+	close(done)
+	select {
+	case <-collected:
+	case <-time.After(testutil.DefaultTimeout):
+		t.Fatal("Collect still waits after the subtask stopped")
 	}
 }
 

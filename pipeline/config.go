@@ -352,14 +352,13 @@ type MQTTSinkConfig struct {
 	// (256 KiB, mqtt.DefaultBatchBytes); keep it below the broker's
 	// maximum packet size. Only with batch above 1.
 	BatchBytes int `yaml:"batch_bytes"`
-	// MaxHeld bounds the results each subtask of the sink holds
-	// unpublished with checkpoints on: those of completed checkpoints
-	// waiting for the broker (a slow or unreachable broker: they are
-	// published again and again until it takes them, while the job runs
-	// on) and those of the checkpoint in progress. Past it, checked at
-	// every checkpoint, the checkpoint fails and the restart strategy
-	// takes over. Default DefaultMaxHeld; 0 sets no bound. Node-local: not
-	// in the settings digest.
+	// MaxHeld bounds the results of completed checkpoints each subtask of
+	// the sink holds for the broker with checkpoints on (a slow or
+	// unreachable broker: they are published again and again until it
+	// takes them, while the job runs on). When that many wait, the sink
+	// takes no more results until the broker took some: back-pressure.
+	// Default DefaultMaxHeld; 0 sets no bound. Node-local: not in the
+	// settings digest.
 	MaxHeld int `yaml:"max_held" json:"-"`
 }
 
