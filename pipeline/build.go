@@ -391,18 +391,26 @@ func sinkAll[T any](b *builder, what string, s *stream.Stream[T], format func(T)
 			if prefix != "" {
 				f = func(v T) string { return prefix + format(v) }
 			}
-			s.To(name, func() operators.Sink[T] { return operators.NewPrintSink(b.out, f) }).UID(name)
+			s.To(name, func() operators.Sink[T] { return operators.NewPrintSink(b.out, f) }).UID(name).StateSettings(sinkDigest("stdout"))
 		case sc.File != nil:
 			dir := filepath.Join(sc.File.Dir, what)
 			// In a cluster each node has its own dir: a subtask restored on
 			// another node commits its parts there from the checkpoint.
 			opts := operators.FileSinkOptions{CarryParts: len(b.in.Nodes) > 0}
-			s.To(name, func() operators.Sink[T] { return operators.NewFileSinkWith(dir, format, opts) }).UID(name)
+			s.To(name, func() operators.Sink[T] { return operators.NewFileSinkWith(dir, format, opts) }).UID(name).StateSettings(sinkDigest("file"))
 		case sc.MQTT != nil:
 			mqttSink(b, name, what, s, format, sc.MQTT)
 		}
 	}
 }
+
+// sinkDigest returns the StateSettings of a sink of kind (stdout, file,
+// mqtt). A sink's uid is its position in sinks: (<pipeline>/sink-<i>-
+// <output>), so a sink added before the others takes the uid, and the
+// state, of the one that was there: its kind in the snapshot makes a
+// restore refuse another kind's state (a file sink reading the results a
+// write-ahead MQTT sink held as its pending parts) with both named.
+func sinkDigest(kind string) string { return "sink " + kind }
 
 // lockedWriter serialises the writes of a pipeline's print sinks.
 type lockedWriter struct {

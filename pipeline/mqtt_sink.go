@@ -52,7 +52,7 @@ func mqttSink[T any](b *builder, name, what string, s *stream.Stream[T], format 
 			w := newWALPublisher(pc, topic, format, batch, sc.MaxHeld)
 			w.reject = sinkReject(b, name, format, &w.logger)
 			return w
-		}).UID(name)
+		}).UID(name).StateSettings(sinkDigest("mqtt"))
 		return
 	}
 	s.To(name, func() operators.Sink[T] {
@@ -60,7 +60,7 @@ func mqttSink[T any](b *builder, name, what string, s *stream.Stream[T], format 
 		sink.Batch = batch
 		sink.Reject = sinkReject(b, name, format, &sink.logger)
 		return sink
-	}).UID(name)
+	}).UID(name).StateSettings(sinkDigest("mqtt"))
 }
 
 // batch returns the sink's mqtt.Batch: batch and batch_bytes.

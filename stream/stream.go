@@ -297,6 +297,16 @@ func (k *Sink) UID(uid string) *Sink {
 	return k
 }
 
+// StateSettings declares a digest of what the sink's state is shaped by
+// (the kind of sink whose pending transactions or held results it
+// keeps), as Stream.StateSettings does for an operator: a restore into a
+// sink whose digest differs fails at once (state.ErrIncompatibleState)
+// instead of reading one sink's state as another's.
+func (k *Sink) StateSettings(digest string) *Sink {
+	k.v.StateSettings = actors.JoinStateSettings(k.env.node(k.v).settings, digest)
+	return k
+}
+
 // To adds a sink; newSink is called once per subtask. A nil newSink is
 // refused by Plan and Execute; a newSink that returns nil or panics fails
 // the job with an *actors.TaskError naming the sink.
