@@ -4,7 +4,8 @@ import "strings"
 
 // A vertex's StateSettings are made of two parts: entries the runtime
 // declares for an operator's own settings (its kind, "operator=window";
-// a window's assigner, "window=..."), and the digest the job declares
+// a window's assigner, "window=..."; what its keys are, "key=..."), and
+// the digest the job declares
 // (Stream.StateSettings), joined by "; ", the runtime's first. A restore compares them part by
 // part (settingsDiffer), so that a snapshot written before the runtime
 // declared an entry still restores.
@@ -16,6 +17,7 @@ const settingsSep = "; "
 const (
 	operatorSettingPrefix = "operator="
 	windowSettingPrefix   = "window="
+	keySettingPrefix      = "key="
 )
 
 // OperatorStateSetting returns the StateSettings entry of an operator of
@@ -26,6 +28,11 @@ func OperatorStateSetting(kind string) string { return operatorSettingPrefix + k
 // WindowStateSetting returns the StateSettings entry of a window operator
 // whose assigner's digest is digest.
 func WindowStateSetting(digest string) string { return windowSettingPrefix + digest }
+
+// KeyStateSetting returns the StateSettings entry of a keyed operator
+// whose keys are what desc describes (a declared pipeline's key field):
+// state kept under one field's values is not read under another's.
+func KeyStateSetting(desc string) string { return keySettingPrefix + desc }
 
 // JoinStateSettings returns the StateSettings of an operator whose own
 // entries are own and whose job declares digest.
@@ -59,7 +66,7 @@ func splitSettings(s string) (own map[string]string, digest string) {
 // ownPrefix returns the prefix of e when it is one of the runtime's
 // entries.
 func ownPrefix(e string) (string, bool) {
-	for _, p := range []string{operatorSettingPrefix, windowSettingPrefix} {
+	for _, p := range []string{operatorSettingPrefix, windowSettingPrefix, keySettingPrefix} {
 		if strings.HasPrefix(e, p) {
 			return p, true
 		}

@@ -28,6 +28,10 @@ func TestSettingsDiffer(t *testing.T) {
 		{JoinStateSettings(OperatorStateSetting("window"), tumbling), OperatorStateSetting("keyed-process"), true}, // another kind of operator
 		{JoinStateSettings(OperatorStateSetting("window"), tumbling), JoinStateSettings(OperatorStateSetting("window"), tumbling), false},
 		{tumbling, JoinStateSettings(OperatorStateSetting("window"), tumbling), false}, // written before operators declared their kind
+		{JoinStateSettings(tumbling, KeyStateSetting("id")+"; aggregates count()"), JoinStateSettings(tumbling, KeyStateSetting("room")+"; aggregates count()"), true}, // another key field
+		{JoinStateSettings(tumbling, KeyStateSetting("id")+"; aggregates count()"), JoinStateSettings(tumbling, KeyStateSetting("id")+"; aggregates count()"), false},
+		{JoinStateSettings(tumbling, "aggregates count()"), JoinStateSettings(tumbling, KeyStateSetting("room")+"; aggregates count()"), false}, // written before keyed operators declared their key
+		{JoinStateSettings(tumbling, "aggregates count()"), JoinStateSettings(tumbling, KeyStateSetting("room")+"; aggregates sum(t)"), true},
 	} {
 		if got := settingsDiffer(c.snap, c.job); got != c.differ {
 			t.Errorf("settingsDiffer(%q, %q) = %v, want %v", c.snap, c.job, got, c.differ)

@@ -327,7 +327,7 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 		lateTag := operators.NewOutputTag[Row](uid("late"))
 		w := stream.Window(keyed, pl.assigner).AllowedLateness(pl.lateness).SideOutputLateData(lateTag)
 		res := stream.WindowAggregate(w, uid("window"), windowAgg{pl: pl}).UID(uid("window")).SetParallelism(cfg.Parallelism).
-			StateSettings(aggregatesDigest(cfg.Window.Aggregates))
+			StateSettings(stream.KeyStateSetting(pl.key.Name) + "; " + aggregatesDigest(cfg.Window.Aggregates))
 		// A record later than its windows' allowed lateness is a dead
 		// letter, counted and kept like a malformed one, never silently
 		// dropped.
@@ -347,7 +347,8 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 	if len(pl.alerts) > 0 || pl.silentMs > 0 {
 		alerts := stream.KeyedProcess(keyed, uid("alerts"), func() operators.KeyedProcessFunction[string, Row, Row] {
 			return &alertFn{pl: pl, name: cfg.Name, dead: b.dead, count: b.c}
-		}).UID(uid("alerts")).SetParallelism(cfg.Parallelism).StateSettings(alertsDigest(cfg.Alerts))
+		}).UID(uid("alerts")).SetParallelism(cfg.Parallelism).
+			StateSettings(stream.KeyStateSetting(pl.key.Name) + "; " + alertsDigest(cfg.Alerts))
 		sinkAll(b, "dead-letter-alerts", stream.SideOutput(alerts, b.dead), DeadLetter.line, DeadLetterPrefix)
 		s := pl.alertSchema
 		sinkAll(b, "alerts", alerts, func(r Row) string { return string(r.AppendJSON(nil, s)) }, "")

@@ -124,6 +124,14 @@ func (s *Stream[T]) StateSettings(digest string) *Stream[T] {
 	return s
 }
 
+// KeyStateSetting returns an entry of StateSettings that names what a
+// keyed operator's keys are (a declared pipeline's key field). Joined to
+// the digest with "; " (KeyStateSetting("id") + "; " + digest), it is
+// compared on its own: a restore into another key is refused, and a
+// snapshot written before the entry was declared restores when the rest
+// matches.
+func KeyStateSetting(desc string) string { return actors.KeyStateSetting(desc) }
+
 // DisableChaining keeps the operator that produced s in a task of its own.
 func (s *Stream[T]) DisableChaining() *Stream[T] {
 	if s.v != nil {
