@@ -434,6 +434,7 @@ func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, err
 		case err != nil:
 			return nil, err
 		case md == nil:
+			n.warnLogReadAgain(pc)
 		case md.Finished:
 			// The job ran to its end before: restoring its final
 			// checkpoint commits what it holds and runs nothing.
@@ -647,6 +648,29 @@ func warnUnowned(log *slog.Logger, cfg *pipeline.Config) {
 				"dir", dir, "checkpoints", cps, "savepoints", sps, "bytes", dirBytes(dir))
 		}
 	}
+}
+
+// warnLogReadAgain logs a warning when pc, an MQTT pipeline that starts
+// without a snapshot, reads an ingest log that a completed checkpoint
+// already read: the job reads it from its first record, so the results
+// of the records up to that checkpoint's offset, committed before, are
+// committed again (its checkpoint.dir was changed, or its snapshots
+// removed). A node of a cluster reads its own split's log and records
+// no offset there that this could trust.
+func (n *node) warnLogReadAgain(pc pipeline.PipelineConfig) {
+	if pc.Source.MQTT == nil || n.mqtt == nil || n.cluster != nil {
+		return
+	}
+	l, ok := n.mqtt.logs[pc.Name]
+	if !ok {
+		return
+	}
+	first, read := l.Stats().FirstOffset, l.Checkpointed()
+	if read <= first {
+		return
+	}
+	n.log.Warn("pipeline starts without a snapshot, but a completed checkpoint already read its ingest log: the records it read are read again and their results committed again (checkpoint.dir changed, or its snapshots removed?); to resume instead, put the pipeline's checkpoints back in checkpoint.dir",
+		"job", pc.Name, "checkpoint_dir", pc.Checkpoint.Dir, "first_offset", first, "checkpointed_offset", read, "records", read-first)
 }
 
 // absDir is the absolute, cleaned form of dir.

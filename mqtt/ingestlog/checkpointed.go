@@ -64,6 +64,15 @@ func (l *Log) SetCheckpointed(off uint64) error {
 	return nil
 }
 
+// Checkpointed returns the highest offset SetCheckpointed recorded (read
+// from the log's directory at Open, 0 when none is): every record below
+// it was read by a checkpoint that completed.
+func (l *Log) Checkpointed() uint64 {
+	l.cpMu.Lock()
+	defer l.cpMu.Unlock()
+	return l.checkpointed
+}
+
 // readCheckpointed returns the offset recorded by SetCheckpointed, 0 when
 // none is, and whether the file was damaged (then 0 too: it only guards,
 // and its loss must not stop the log).
