@@ -205,6 +205,54 @@ func TestWriteAheadSinkBackgroundPublishStops(t *testing.T) {
 	}
 }
 
+// A publish that hangs (a slow broker) holds up neither a completion nor
+// the checkpoints after it: NotifyCheckpointComplete returns while the
+// publish of its records waits, later checkpoints are taken and complete
+// meanwhile, and their records go out after, in order.
+func TestWriteAheadSinkSlowPublishHoldsNoBarrier(t *testing.T) {
+	g := newGatedPublish()
+	s := operators.NewWriteAheadSink(g.publish, nil).WithBackgroundPublish()
+	if err := s.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	returned := make(chan error, 1)
+	go func() {
+		for id, v := range []string{"a", "b", "c"} {
+			s.Collect(v)
+			if _, err := s.SnapshotState(int64(id + 1)); err != nil {
+				returned <- err
+				return
+			}
+			if err := s.NotifyCheckpointComplete(int64(id + 1)); err != nil {
+				returned <- err
+				return
+			}
+		}
+		returned <- nil
+	}()
+	<-g.entered // the publish of a waits
+	select {
+	case err := <-returned:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(testutil.DefaultTimeout):
+		close(g.gate)
+		t.Fatal("checkpoints 1 to 3 still wait for the publish of checkpoint 1")
+	}
+	if got := g.published(); len(got) != 0 {
+		t.Fatalf("published %v while the broker hung", got)
+	}
+	close(g.gate)
+	if err := s.WaitCommitted(3); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.published(); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("published %v, want a b c in order", got)
+	}
+}
+
 // failingPublish fails every publish while down is set, records the
 // published values otherwise, and counts the calls.
 type failingPublish struct {
