@@ -162,10 +162,16 @@ func TestAPISavepointCheckpointsMetricsStop(t *testing.T) {
 	n := startNode(t, tickingConfig("ticking", filepath.Join(dir, "cp")), daemon.Options{})
 	ctx := ctxT(t)
 
-	jobs, err := n.client.Jobs(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Attempts is 0 until the job's first attempt starts, a moment after
+	// the node is up.
+	var jobs []daemon.JobInfo
+	testutil.Eventually(t, testutil.DefaultTimeout, "the job's first attempt", func() bool {
+		var err error
+		if jobs, err = n.client.Jobs(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return len(jobs) != 1 || jobs[0].Attempts != 0
+	})
 	if len(jobs) != 1 || jobs[0].Name != "ticking" || jobs[0].Status != daemon.StatusRunning || jobs[0].Attempts != 1 || !jobs[0].Checkpointing {
 		t.Fatalf("jobs = %+v", jobs)
 	}
