@@ -82,11 +82,12 @@ func (c PublisherConfig) Validate() error {
 // several on every acknowledgement (BenchmarkPublisherResults). Over
 // websockets it uses paho.
 //
-// A lost connection (or no acknowledgement within the timeout) fails the
-// next Publish or Flush, which closes it: the call after that connects
-// again. What was not acknowledged is the caller's to publish again (a
-// write-ahead sink's next try, a job's restart replaying from its last
-// checkpoint).
+// Neither reconnects by itself: a lost connection (or no acknowledgement
+// within the timeout) fails the next Publish or Flush, and every one after
+// it, so a sink that goes on cannot skip what was lost; the job's restart
+// (replaying from the last checkpoint) resends. Reset closes a failed
+// connection for a caller that resends what was not acknowledged itself
+// (a write-ahead sink's next try): the next Publish connects again.
 type Publisher struct {
 	cfg    PublisherConfig
 	logger *slog.Logger
@@ -161,11 +162,11 @@ func (p *Publisher) Publish(topic string, payload []byte) error {
 		if p.cfg.QoS > 0 {
 			limit = min(limit, maxPacketIDs)
 		}
-		return p.drop(p.conn.publish(topic, payload, limit))
+		return p.conn.publish(topic, payload, limit)
 	}
 	for len(p.tokens)-p.head >= p.cfg.MaxInflight {
 		if err := p.waitOldest(); err != nil {
-			return p.drop(err)
+			return err
 		}
 	}
 	if p.head > 0 && p.head == len(p.tokens) {
@@ -192,7 +193,7 @@ func (p *Publisher) waitOldest() error {
 // (for QoS 1 and 2) or written (QoS 0), and returns the first failure.
 func (p *Publisher) Flush() error {
 	if p.conn != nil {
-		return p.drop(p.conn.flush())
+		return p.conn.flush()
 	}
 	var first error
 	for p.head < len(p.tokens) {
@@ -201,15 +202,14 @@ func (p *Publisher) Flush() error {
 		}
 	}
 	p.tokens, p.head = p.tokens[:0], 0
-	return p.drop(first)
+	return first
 }
 
-// drop closes the connection when err (a failure of it) is not nil, so
-// that the next Publish connects again, and returns err.
-func (p *Publisher) drop(err error) error {
-	if err == nil {
-		return nil
-	}
+// Reset closes the connection, without waiting for its outstanding
+// publishes (their acknowledgements are forgotten), so that the next
+// Publish connects again: for a caller that publishes again whatever was
+// not acknowledged before a failure.
+func (p *Publisher) Reset() {
 	if p.conn != nil {
 		if cerr := p.conn.close(); cerr != nil {
 			p.logger.Debug("mqtt publisher: close after a failure", "err", cerr)
@@ -221,7 +221,6 @@ func (p *Publisher) drop(err error) error {
 		p.client = nil
 	}
 	p.tokens, p.head = nil, 0
-	return err
 }
 
 // checkPublish refuses what no broker takes: a topic longer than MQTT's

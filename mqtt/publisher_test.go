@@ -243,10 +243,9 @@ func TestPublisherQoS2Handshake(t *testing.T) {
 	}
 }
 
-// A refused CONNECT and a connection the broker drops fail the publish;
-// the failure sticks.
 // A broker that refuses the connection fails the publish; one that drops
-// it fails the flush, and the publish after a failure connects again.
+// it fails the flush and every publish after it, until Reset: the publish
+// after it connects again.
 func TestPublisherConnectionFailures(t *testing.T) {
 	refused := startFakeBroker(t, packets.ErrRefusedNotAuthorised, nil)
 	pub, err := NewPublisher(fakeConfig(refused, 8, waitBound))
@@ -270,10 +269,15 @@ func TestPublisherConnectionFailures(t *testing.T) {
 	if err := pub.Flush(); !errors.Is(err, ErrPublish) {
 		t.Fatalf("flush after the broker dropped the connection: %v", err)
 	}
-	// The failure closed the connection: the next publish connects again
-	// (the broker takes it, and drops that connection too).
+	// The failure sticks: a sink that went on would skip what was lost.
+	if err := pub.Publish("t", []byte("y")); !errors.Is(err, ErrPublish) {
+		t.Fatalf("publish after the failure: %v", err)
+	}
+	// Reset closes the connection: the next publish connects again (the
+	// broker takes it, and drops that connection too).
+	pub.Reset()
 	if err := pub.Publish("t", []byte("y")); err != nil {
-		t.Fatalf("publish after the failure: %v, want a new connection", err)
+		t.Fatalf("publish after Reset: %v, want a new connection", err)
 	}
 	testutil.Eventually(t, waitBound, "the publish after the failure at the broker", func() bool { return dropping.count() == 2 })
 	if err := pub.Flush(); !errors.Is(err, ErrPublish) {

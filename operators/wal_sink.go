@@ -90,6 +90,7 @@ type walQueue[T any] struct {
 	held    atomic.Int64  // records, read without mu
 	failed  int           // failed publishes so far
 	err     error         // the latest failure, nil once a publish succeeds
+	fatal   error         // a panic of the publish ended the goroutine
 	change  chan struct{} // closed and replaced when batches or failed change
 	nudge   chan struct{} // capacity 1: try a failed publish again now
 	stop    chan struct{} // closed by Close: give up
@@ -163,17 +164,19 @@ func (s *WriteAheadSink[T]) WithPublishChunks(p PublishChunks[T]) *WriteAheadSin
 // completed checkpoint, so they are committed and need no new one), so
 // the subtask goes on processing and taking checkpoints while they go out,
 // however slow the external system is. Batches go out in order (restored
-// records first; per key, results keep their order), each in one call
-// of publish. A batch stays in every snapshot until its publish
-// succeeded. A failed publish is logged and tried again, the whole batch
-// under the same ids, after a wait doubling from 1 s to 30 s, for as long
-// as the job runs: the subtask does not fail, unless WithMaxHeld bounds
-// what it may hold meanwhile. A checkpoint that ends the job (the final
-// one, a stop-with-savepoint) is not committed until WaitCommitted saw its
-// records out. publish, the identity and the codec are called from that
-// goroutine while the subtask runs: they must not share unsynchronised
-// state with the job's other operators. Call before the job runs; it
-// returns s.
+// records first; per key, results keep their order), a chunk of at most
+// 8192 records per call of publish; Close stops the goroutine between
+// chunks. A batch stays in every snapshot until all of it is published.
+// A failed publish is logged and tried again, from the chunk that failed
+// and under the same ids, after a wait doubling from 1 s to 30 s (on the
+// Context's clock), for as long as the job runs: the subtask does not
+// fail (WithMaxHeld makes it wait instead once too much is held). A panic
+// in the publish fails the subtask at its next checkpoint. A checkpoint
+// that ends the job (the final one, a stop-with-savepoint) is not
+// committed until WaitCommitted saw its records out. publish, the
+// identity and the codec are called from that goroutine while the
+// subtask runs: they must not share unsynchronised state with the job's
+// other operators. Call before the job runs; it returns s.
 func (s *WriteAheadSink[T]) WithBackgroundPublish() *WriteAheadSink[T] {
 	s.background = true
 	return s
@@ -234,6 +237,9 @@ func (s *WriteAheadSink[T]) Collect(v T) {
 func (s *WriteAheadSink[T]) SnapshotState(id int64) ([]byte, error) {
 	s.pending = append(s.pending, walBatch[T]{checkpoint: id, chunks: s.buf})
 	s.buf = nil
+	if err := s.failure(); err != nil {
+		return nil, err
+	}
 	return s.encode()
 }
 
@@ -306,9 +312,14 @@ func (s *WriteAheadSink[T]) decode(b []byte) ([]walBatch[T], error) {
 				return nil, fmt.Errorf("write-ahead sink: %w", err)
 			}
 		}
+		// In chunks of at most walChunk, as collected ones: the
+		// background publisher publishes a chunk per call and checks for
+		// Close between them.
 		var chunks [][]T
-		if len(recs) > 0 {
-			chunks = [][]T{recs}
+		for len(recs) > 0 {
+			n := min(len(recs), walChunk)
+			chunks = append(chunks, recs[:n:n])
+			recs = recs[n:]
 		}
 		out = append(out, walBatch[T]{checkpoint: id, chunks: chunks})
 	}
@@ -373,7 +384,7 @@ func (s *WriteAheadSink[T]) NotifyCheckpointComplete(id int64) error {
 	if s.background {
 		s.enqueue(s.pending[:i])
 		s.pending = slices.Delete(s.pending, 0, i)
-		return nil
+		return s.failure()
 	}
 	for _, p := range s.pending[:i] {
 		if err := s.publishBatch(p, &s.scratch); err != nil {
@@ -394,13 +405,20 @@ func (s *WriteAheadSink[T]) WaitCommitted(int64) error {
 	if q == nil {
 		return nil
 	}
+	q.mu.Lock()
+	failed := q.failed
+	q.mu.Unlock()
 	select {
 	case q.nudge <- struct{}{}:
 	default:
 	}
 	q.mu.Lock()
-	failed := q.failed
 	for {
+		if q.fatal != nil {
+			err := q.fatal
+			q.mu.Unlock()
+			return err
+		}
 		if len(q.batches) == 0 {
 			q.mu.Unlock()
 			return nil
@@ -415,7 +433,8 @@ func (s *WriteAheadSink[T]) WaitCommitted(int64) error {
 		select {
 		case <-ch:
 		case <-q.done:
-			return fmt.Errorf("write-ahead sink: publish: %w", ErrClosed)
+		case <-s.done:
+			return fmt.Errorf("write-ahead sink: wait for the publish: %w", ErrClosed)
 		}
 		q.mu.Lock()
 	}
@@ -432,8 +451,8 @@ func (s *WriteAheadSink[T]) NotifyCheckpointAborted(int64) error { return nil }
 // subtask publishes those of old subtasks j with j mod parallelism ==
 // subtask: each held record is published by exactly one new subtask.
 //
-// With WithBackgroundRestore it decodes them, starts their re-publish on
-// a goroutine and returns.
+// With WithBackgroundPublish it decodes them, hands them to the
+// publishing goroutine and returns.
 //
 // A snapshot every sink committed before the job stopped
 // (Context.RestoredCommitted: a stop-with-savepoint's) holds only records
@@ -497,8 +516,11 @@ func (s *WriteAheadSink[T]) waitRoom() {
 	defer tick.Stop()
 	for {
 		q.mu.Lock()
-		n, ch, last := q.records, q.change, q.err
+		n, ch, last, fatal := q.records, q.change, q.err, q.fatal
 		q.mu.Unlock()
+		if fatal != nil {
+			Fail(fatal)
+		}
 		if n < s.maxHeld {
 			if logged && s.log != nil {
 				s.log.Info("write-ahead sink: room again; the sink takes results", "waited", s.clock.Since(start).Round(time.Millisecond))
@@ -507,6 +529,12 @@ func (s *WriteAheadSink[T]) waitRoom() {
 		}
 		select {
 		case <-ch:
+		case <-q.done:
+			// Ended by a panic (Close runs on this goroutine).
+			if err := s.failure(); err != nil {
+				Fail(err)
+			}
+			return
 		case <-s.done:
 			return
 		case <-tick.Chan():
@@ -552,12 +580,29 @@ func (q *walQueue[T]) changed() {
 	q.change = make(chan struct{})
 }
 
-// run publishes q's batches in order until Close, trying a failed one
-// again after a wait.
+// run publishes q's batches in order until Close, a chunk of records per
+// call of publish, checking for Close between chunks; a failed publish is
+// tried again after a wait, from the chunk that failed. A panic in the
+// publish ends the goroutine with q.fatal set, which fails the subtask at
+// its next checkpoint, completion or wait.
 func (s *WriteAheadSink[T]) run(q *walQueue[T]) {
 	defer close(q.done)
+	defer func() {
+		if r := recover(); r != nil {
+			err := fmt.Errorf("write-ahead sink: publish panicked: %v", r)
+			if f, ok := r.(*Failure); ok {
+				err = fmt.Errorf("write-ahead sink: %w", f.Err)
+			}
+			q.mu.Lock()
+			q.fatal, q.err = err, err
+			q.failed++
+			q.changed()
+			q.mu.Unlock()
+		}
+	}()
 	var scratch []byte
 	wait := retryFirst
+	next := 0 // the head batch's chunks published so far
 	for {
 		q.mu.Lock()
 		ch := q.change
@@ -575,14 +620,21 @@ func (s *WriteAheadSink[T]) run(q *walQueue[T]) {
 				return
 			}
 		}
-		select {
-		case <-q.stop:
-			return
-		default:
+		var err error
+		for next < len(p.chunks) {
+			select {
+			case <-q.stop:
+				return
+			default:
+			}
+			if err = s.publishBatch(walBatch[T]{checkpoint: p.checkpoint, chunks: p.chunks[next : next+1]}, &scratch); err != nil {
+				break
+			}
+			next++
 		}
-		err := s.publishBatch(p, &scratch)
 		q.mu.Lock()
 		if err == nil {
+			next = 0
 			q.batches[0] = walBatch[T]{}
 			q.batches = q.batches[1:]
 			q.records -= p.len()
@@ -619,9 +671,21 @@ func (s *WriteAheadSink[T]) run(q *walQueue[T]) {
 	}
 }
 
+// failure returns the failure that ended the publishing goroutine (a
+// panic), if any.
+func (s *WriteAheadSink[T]) failure() error {
+	q := s.q
+	if q == nil {
+		return nil
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.fatal
+}
+
 // Close stops the background publisher and waits for it (at most the
-// publish of one checkpoint's records in progress). What it did not
-// publish, the job's latest checkpoint holds.
+// publish of one chunk in progress). What it did not publish, the job's
+// latest checkpoint holds.
 func (s *WriteAheadSink[T]) Close() error {
 	if q := s.q; q != nil {
 		close(q.stop)

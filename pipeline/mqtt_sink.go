@@ -209,11 +209,19 @@ func newWALPublisher[T any](pc mqtt.PublisherConfig, topic func(T) (string, erro
 	}
 	w := &walPublisher[T]{cfg: pc, topic: topic, format: format}
 	uid := func() string { return w.uid }
+	// A failed publish is tried again whole by the sink: the next try
+	// connects again (mqtt.Publisher.Reset).
+	reset := func(err error) error {
+		if err != nil {
+			w.pub.Reset()
+		}
+		return err
+	}
 	w.WriteAheadSink = operators.NewWriteAheadSink(func(records []T, id func(int) string) error {
-		return mqtt.PublishLineFunc(w.pub, w.topic, w.format, uid, w.reject, batch)(records, id)
+		return reset(mqtt.PublishLineFunc(w.pub, w.topic, w.format, uid, w.reject, batch)(records, id))
 	}, c).WithIdentity(format).WithBackgroundPublish().WithMaxHeld(maxHeld).
 		WithPublishChunks(func(chunks [][]T, id func(c, i int) string) error {
-			return mqtt.PublishLineChunksFunc(w.pub, w.topic, w.format, uid, w.reject, batch)(chunks, id)
+			return reset(mqtt.PublishLineChunksFunc(w.pub, w.topic, w.format, uid, w.reject, batch)(chunks, id))
 		})
 	return w
 }
