@@ -62,9 +62,10 @@ func (o *hoGate) SnapshotState(int64) ([]byte, error) {
 }
 
 // heldGenerator is the sensor generator, holding its input at position
-// holdAt until released is closed: the input does not end before the
-// rebalance under test has run, however slowly the machine runs it. A
-// held source has nothing available; barriers still pass.
+// holdAt, and its end of input, until released is closed: the input does
+// not end before the rebalance under test has run, however slowly the
+// machine runs it. A held source has nothing available; barriers still
+// pass.
 type heldGenerator struct {
 	*operators.Generator[operators.SensorReading]
 	holdAt   int64
@@ -91,7 +92,13 @@ func (g *heldGenerator) Poll(out operators.Collector[operators.SensorReading], l
 		}
 		limit = int(min(int64(limit), left))
 	}
-	return g.Generator.Poll(out, limit)
+	st, err := g.Generator.Poll(out, limit)
+	if st == operators.EndOfInput && err == nil && !g.free() {
+		// Emitted its last records: the end waits for the release too.
+		g.held = true
+		return operators.NothingAvailable, nil
+	}
+	return st, err
 }
 
 func (g *heldGenerator) Available() <-chan struct{} {
