@@ -41,7 +41,10 @@ type repointMsg struct{}
 
 // retireMsg asks a handed-over task to close done once its operators
 // were notified that checkpoint id (the handover's savepoint) completed:
-// its sinks committed what the savepoint covers.
+// its sinks committed what the savepoint covers (a sink that publishes in
+// the background has only handed it to its publisher, which closing the
+// task cuts short; the new instance restores the savepoint, which is not
+// marked committed, and publishes it again under the same ids).
 type retireMsg struct {
 	id   int64
 	done chan struct{}
