@@ -64,6 +64,22 @@ func stopHolding(t *testing.T, name string, env *stream.Environment, p *publishe
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	job := runHolding(t, ctx, env, p, emitted)
+	sp, err := job.StopWithSavepoint(ctx, "")
+	if err != nil {
+		t.Fatalf("%s: stop: %v", name, err)
+	}
+	if err := job.Wait(); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return sp
+}
+
+// runHolding starts env, a walRateJob publishing to p and counting in
+// emitted, and returns it once results were published and 300 more
+// reached the sink (held for the next checkpoint).
+func runHolding(t *testing.T, ctx context.Context, env *stream.Environment, p *published, emitted *atomic.Int64) *stream.Job {
+	t.Helper()
 	job, err := env.ExecuteAsync(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -75,14 +91,7 @@ func stopHolding(t *testing.T, name string, env *stream.Environment, p *publishe
 	})
 	held := emitted.Load() + 300
 	testutil.Eventually(t, testutil.DefaultTimeout, "results held", func() bool { return emitted.Load() >= held })
-	sp, err := job.StopWithSavepoint(ctx, "")
-	if err != nil {
-		t.Fatalf("%s: stop: %v", name, err)
-	}
-	if err := job.Wait(); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return sp
+	return job
 }
 
 // A job whose results go to a write-ahead sink (the MQTT sink's kind),
@@ -173,17 +182,7 @@ func TestStopWithSavepointBackgroundPublishCommitsFirst(t *testing.T) {
 	env := walRateJob(n, keys, 10_000, p, emitted, stream.WithParallelism(2), stream.WithCheckpointing(cfg))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	job, err := env.ExecuteAsync(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, testutil.DefaultTimeout, "results published", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return len(p.ids) > 0
-	})
-	held := emitted.Load() + 300
-	testutil.Eventually(t, testutil.DefaultTimeout, "results held", func() bool { return emitted.Load() >= held })
+	job := runHolding(t, ctx, env, p, emitted)
 	p.setDown(true)
 	sp, serr := job.StopWithSavepoint(ctx, "")
 	werr := job.Wait()
