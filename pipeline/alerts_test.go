@@ -59,13 +59,9 @@ func alertRun(t *testing.T, pl *plan, rows []Row, order []int, lag int64) []stri
 	return got
 }
 
-// With event time the alerts of a key do not depend on the order in which
-// its records arrive: at parallelism above 1 they reach the alerts
-// operator over one channel per decoding subtask, interleaved differently
-// in each run, so a replay after a restore sees another arrival order than
-// the run before it. Every shuffle of the records within
-// max_out_of_orderness gives the alerts of the in-order stream.
-func TestAlertsTakeRecordsInEventTimeOrder(t *testing.T) {
+// alertOrderPipeline compiles alertOrderConfig's pipeline.
+func alertOrderPipeline(t *testing.T) *plan {
+	t.Helper()
 	cfg, err := Parse([]byte(alertOrderConfig))
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +71,26 @@ func TestAlertsTakeRecordsInEventTimeOrder(t *testing.T) {
 	if len(p) != 0 {
 		t.Fatal(p)
 	}
+	return pl
+}
+
+// alertOrderRow is a reading of sensor id at ts with temp, for pl.
+func alertOrderRow(pl *plan, id string, ts int64, temp float64) Row {
+	var r Row
+	r.SetStr(pl.in.Field(0).Slot, id)
+	r.SetFloat(pl.in.Field(1).Slot, temp)
+	r.SetInt(pl.in.Field(2).Slot, ts)
+	return r
+}
+
+// With event time the alerts of a key do not depend on the order in which
+// its records arrive: at parallelism above 1 they reach the alerts
+// operator over one channel per decoding subtask, interleaved differently
+// in each run, so a replay after a restore sees another arrival order than
+// the run before it. Every shuffle of the records within
+// max_out_of_orderness gives the alerts of the in-order stream.
+func TestAlertsTakeRecordsInEventTimeOrder(t *testing.T) {
+	pl := alertOrderPipeline(t)
 	idSlot, tempSlot, tsSlot := pl.in.Field(0).Slot, pl.in.Field(1).Slot, pl.in.Field(2).Slot
 	// Two sensors, a reading every 50 ms, hot stretches of 400 ms every
 	// 1 s (an alert each), with one cold reading in some of them (no
@@ -129,23 +145,8 @@ func TestAlertsTakeRecordsInEventTimeOrder(t *testing.T) {
 // give the same alerts in both orders, so that a replay after a restore
 // fires what the run before it fired.
 func TestAlertsSameTimestampWhateverTheOrder(t *testing.T) {
-	cfg, err := Parse([]byte(alertOrderConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p problems
-	pl := cfg.Pipelines[0].compile(&p, "pipelines[0]")
-	if len(p) != 0 {
-		t.Fatal(p)
-	}
-	idSlot, tempSlot, tsSlot := pl.in.Field(0).Slot, pl.in.Field(1).Slot, pl.in.Field(2).Slot
-	row := func(ts int64, temp float64) Row {
-		var r Row
-		r.SetStr(idSlot, "a")
-		r.SetFloat(tempSlot, temp)
-		r.SetInt(tsSlot, ts)
-		return r
-	}
+	pl := alertOrderPipeline(t)
+	row := func(ts int64, temp float64) Row { return alertOrderRow(pl, "a", ts, temp) }
 	// Hot from 1,000,000 on, with a cold reading at 1,000,100 beside a
 	// hot one, and hot readings after it until past the 300 ms.
 	rows := []Row{row(1_000_000, 40), row(1_000_100, 40), row(1_000_100, 20), row(1_000_200, 40), row(1_000_500, 40)}
@@ -165,23 +166,9 @@ func TestAlertsSameTimestampWhateverTheOrder(t *testing.T) {
 // dead letter (late) instead, and the alerts are those of the readings in
 // order without it.
 func TestAlertsLateReadingBehindItsKeyIsDeadLetter(t *testing.T) {
-	cfg, err := Parse([]byte(alertOrderConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p problems
-	pl := cfg.Pipelines[0].compile(&p, "pipelines[0]")
-	if len(p) != 0 {
-		t.Fatal(p)
-	}
-	idSlot, tempSlot, tsSlot := pl.in.Field(0).Slot, pl.in.Field(1).Slot, pl.in.Field(2).Slot
-	row := func(ts int64, temp float64) Row {
-		var r Row
-		r.SetStr(idSlot, "a")
-		r.SetFloat(tempSlot, temp)
-		r.SetInt(tsSlot, ts)
-		return r
-	}
+	pl := alertOrderPipeline(t)
+	row := func(ts int64, temp float64) Row { return alertOrderRow(pl, "a", ts, temp) }
+	idSlot, tsSlot := pl.in.Field(0).Slot, pl.in.Field(2).Slot
 	tag := operators.NewOutputTag[DeadLetter]("dead-letter")
 	h := operatorstest.New(func(out operators.Collector[Row]) operators.OneInput[Row] {
 		fn := &alertFn{pl: pl, name: "order", dead: tag, count: &counters{}}
