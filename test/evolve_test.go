@@ -1,13 +1,11 @@
 package test
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -114,26 +112,16 @@ func (e *evo) publish(from, to int, step int64) {
 	}
 }
 
-// results returns the lines committed under dir (part-* files only).
+// evoResults returns the results committed under dir, decoded.
 func evoResults(t *testing.T, dir string) []map[string]any {
 	t.Helper()
-	parts, _ := filepath.Glob(filepath.Join(dir, "part-*"))
-	sort.Strings(parts)
 	var out []map[string]any
-	for _, p := range parts {
-		f, err := os.Open(p)
-		if err != nil {
-			t.Fatal(err)
+	for _, l := range committedLines(t, dir) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("%s: %q: %v", dir, l, err)
 		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			var m map[string]any
-			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-				t.Fatalf("%s: %q: %v", p, sc.Text(), err)
-			}
-			out = append(out, m)
-		}
-		f.Close()
+		out = append(out, m)
 	}
 	return out
 }
