@@ -170,7 +170,11 @@ func (s *WriteAheadSink[T]) WithPublishChunks(p PublishChunks[T]) *WriteAheadSin
 // A failed publish is logged and tried again, from the chunk that failed
 // and under the same ids, after a wait doubling from 1 s to 30 s (on the
 // Context's clock), for as long as the job runs: the subtask does not
-// fail (WithMaxHeld makes it wait instead once too much is held). A panic
+// fail (WithMaxHeld makes it wait instead once too much is held). After a
+// failed publish, the batches published in the 30 s before it (at most
+// 50,000 records) go out again first: a broker killed and restarted from
+// its persistence file has lost what it acknowledged since its last save.
+// A panic
 // in the publish fails the subtask at its next checkpoint. A checkpoint
 // that ends the job (the final one, a stop-with-savepoint) is not
 // committed until WaitCommitted saw its records out. publish, the
@@ -601,6 +605,7 @@ func (s *WriteAheadSink[T]) run(q *walQueue[T]) {
 		}
 	}()
 	var scratch []byte
+	var recent []recentBatch[T]
 	wait := retryFirst
 	next := 0 // the head batch's chunks published so far
 	for {
@@ -646,11 +651,26 @@ func (s *WriteAheadSink[T]) run(q *walQueue[T]) {
 			if recovered {
 				s.logf("write-ahead sink: publishing succeeds again; the held results go out", p.len())
 			}
+			recent = s.keepRecent(recent, p)
 			wait = retryFirst
 			continue
 		}
 		q.failed++
 		q.err = fmt.Errorf("publish checkpoint %d: %w", p.checkpoint, err)
+		if again := s.recentSince(recent); len(again) > 0 {
+			// A broker restarted from its persistence file has lost what
+			// it acknowledged after its last save: the batches published
+			// shortly before go out again first, under the same ids.
+			n := 0
+			for _, b := range again {
+				n += b.len()
+			}
+			q.batches = append(slices.Clip(again), q.batches...)
+			q.records += n
+			q.held.Store(int64(q.records))
+			next = 0
+		}
+		recent = nil
 		held := q.records
 		q.changed()
 		q.mu.Unlock()
@@ -669,6 +689,53 @@ func (s *WriteAheadSink[T]) run(q *walQueue[T]) {
 		}
 		wait = min(2*wait, retryMax)
 	}
+}
+
+// recentBatch is a batch the background publisher published, and when.
+type recentBatch[T any] struct {
+	b  walBatch[T]
+	at time.Time
+}
+
+// republishWindow is how long before a failed publish a published batch
+// is published again: a broker killed loses what it acknowledged since
+// its last save (Mosquitto's autosave_interval), and the sink sees the
+// lost connection only at its next publish. recentMax is the most records
+// kept for that.
+const (
+	republishWindow = 30 * time.Second
+	recentMax       = 50_000
+)
+
+// keepRecent adds p, published now, to recent, dropping batches older
+// than republishWindow and the oldest past recentMax records.
+func (s *WriteAheadSink[T]) keepRecent(recent []recentBatch[T], p walBatch[T]) []recentBatch[T] {
+	now := s.clock.Now()
+	recent = append(recent, recentBatch[T]{b: p, at: now})
+	n := 0
+	for _, r := range recent {
+		n += r.b.len()
+	}
+	drop := 0
+	for drop < len(recent)-1 && (now.Sub(recent[drop].at) > republishWindow || n > recentMax) {
+		n -= recent[drop].b.len()
+		recent[drop] = recentBatch[T]{}
+		drop++
+	}
+	return recent[drop:]
+}
+
+// recentSince returns the batches of recent published within
+// republishWindow, oldest first.
+func (s *WriteAheadSink[T]) recentSince(recent []recentBatch[T]) []walBatch[T] {
+	now := s.clock.Now()
+	var out []walBatch[T]
+	for _, r := range recent {
+		if now.Sub(r.at) <= republishWindow {
+			out = append(out, r.b)
+		}
+	}
+	return out
 }
 
 // failure returns the failure that ended the publishing goroutine (a
