@@ -164,11 +164,11 @@ func (s *WriteAheadSink[T]) WithPublishChunks(p PublishChunks[T]) *WriteAheadSin
 // completed checkpoint, so they are committed and need no new one), so
 // the subtask goes on processing and taking checkpoints while they go out,
 // however slow the external system is. Batches go out in order (restored
-// records first; per key, results keep their order), a chunk of at most
-// 8192 records per call of publish; Close stops the goroutine between
-// chunks. A batch stays in every snapshot until all of it is published.
-// A failed publish is logged and tried again, from the chunk that failed
-// and under the same ids, after a wait doubling from 1 s to 30 s (on the
+// records first; per key, results keep their order), whole chunks of up
+// to 65,536 records per call of publish; Close stops the goroutine
+// between calls. A batch stays in every snapshot until all of it is
+// published. A failed publish is logged and tried again, from the call
+// that failed and under the same ids, after a wait doubling from 1 s to 30 s (on the
 // Context's clock), for as long as the job runs: the subtask does not
 // fail (WithMaxHeld makes it wait instead once too much is held). After a
 // failed publish, the batches published in the 30 s before it (at most
@@ -317,8 +317,9 @@ func (s *WriteAheadSink[T]) decode(b []byte) ([]walBatch[T], error) {
 			}
 		}
 		// In chunks of at most walChunk, as collected ones: the
-		// background publisher publishes a chunk per call and checks for
-		// Close between them.
+		// background publisher publishes whole chunks, up to
+		// publishGroup records per call, and checks for Close between
+		// calls.
 		var chunks [][]T
 		for len(recs) > 0 {
 			n := min(len(recs), walChunk)
@@ -584,9 +585,10 @@ func (q *walQueue[T]) changed() {
 	q.change = make(chan struct{})
 }
 
-// run publishes q's batches in order until Close, a chunk of records per
-// call of publish, checking for Close between chunks; a failed publish is
-// tried again after a wait, from the chunk that failed. A panic in the
+// run publishes q's batches in order until Close, whole chunks of up to
+// publishGroup records per call of publish, checking for Close between
+// calls; a failed publish is tried again after a wait, from the call that
+// failed. A panic in the
 // publish ends the goroutine with q.fatal set, which fails the subtask at
 // its next checkpoint, completion or wait.
 func (s *WriteAheadSink[T]) run(q *walQueue[T]) {
@@ -632,10 +634,17 @@ func (s *WriteAheadSink[T]) run(q *walQueue[T]) {
 				return
 			default:
 			}
-			if err = s.publishBatch(walBatch[T]{checkpoint: p.checkpoint, chunks: p.chunks[next : next+1]}, &scratch); err != nil {
+			// Chunks up to publishGroup records per call: one wait for
+			// the acknowledgements per call, and Close waits for one.
+			end, n := next+1, len(p.chunks[next])
+			for end < len(p.chunks) && n+len(p.chunks[end]) <= publishGroup {
+				n += len(p.chunks[end])
+				end++
+			}
+			if err = s.publishBatch(walBatch[T]{checkpoint: p.checkpoint, chunks: p.chunks[next:end]}, &scratch); err != nil {
 				break
 			}
-			next++
+			next = end
 		}
 		q.mu.Lock()
 		if err == nil {
@@ -690,6 +699,10 @@ func (s *WriteAheadSink[T]) run(q *walQueue[T]) {
 		wait = min(2*wait, retryMax)
 	}
 }
+
+// publishGroup is the most records (whole chunks, at least one) the
+// background publisher hands to one call of publish.
+const publishGroup = 65_536
 
 // recentBatch is a batch the background publisher published, and when.
 type recentBatch[T any] struct {
@@ -750,8 +763,8 @@ func (s *WriteAheadSink[T]) failure() error {
 	return q.fatal
 }
 
-// Close stops the background publisher and waits for it (at most the
-// publish of one chunk in progress). What it did not publish, the job's
+// Close stops the background publisher and waits for it (at most one
+// call of publish in progress, 65,536 records). What it did not publish, the job's
 // latest checkpoint holds.
 func (s *WriteAheadSink[T]) Close() error {
 	if q := s.q; q != nil {
