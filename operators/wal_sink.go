@@ -171,8 +171,8 @@ func (s *WriteAheadSink[T]) WithPublishChunks(p PublishChunks[T]) *WriteAheadSin
 // that failed and under the same ids, after a wait doubling from 1 s to 30 s (on the
 // Context's clock), for as long as the job runs: the subtask does not
 // fail (WithMaxHeld makes it wait instead once too much is held). After a
-// failed publish, the batches published in the 30 s before it (at most
-// 50,000 records) go out again first: a broker killed and restarted from
+// failed publish, the batches published in the 2 s before it, and the
+// latest one (at most 50,000 records), go out again first: a broker killed and restarted from
 // its persistence file has lost what it acknowledged since its last save.
 // A panic
 // in the publish fails the subtask at its next checkpoint. A checkpoint
@@ -711,12 +711,16 @@ type recentBatch[T any] struct {
 }
 
 // republishWindow is how long before a failed publish a published batch
-// is published again: a broker killed loses what it acknowledged since
-// its last save (Mosquitto's autosave_interval), and the sink sees the
-// lost connection only at its next publish. recentMax is the most records
-// kept for that.
+// is published again (the latest one always): a broker killed loses what
+// it acknowledged since its last save (Mosquitto's autosave_interval),
+// and the sink sees the lost connection only at its next publish.
+// recentMax is the most records kept for that. The window is short: the
+// batches kept are live heap the collector scans (in edged-bench's memory
+// scenario, 10,000 results a second, CPU per reading was 21.7 µs with
+// 30 s and 20.8 µs with 5 s kept, 17.2 µs with 2 s, 16.8 µs with the
+// latest batch only, 16.6 µs for the synchronous publish before).
 const (
-	republishWindow = 30 * time.Second
+	republishWindow = 2 * time.Second
 	recentMax       = 50_000
 )
 
@@ -739,12 +743,12 @@ func (s *WriteAheadSink[T]) keepRecent(recent []recentBatch[T], p walBatch[T]) [
 }
 
 // recentSince returns the batches of recent published within
-// republishWindow, oldest first.
+// republishWindow and the latest one, oldest first.
 func (s *WriteAheadSink[T]) recentSince(recent []recentBatch[T]) []walBatch[T] {
 	now := s.clock.Now()
 	var out []walBatch[T]
-	for _, r := range recent {
-		if now.Sub(r.at) <= republishWindow {
+	for i, r := range recent {
+		if now.Sub(r.at) <= republishWindow || i == len(recent)-1 {
 			out = append(out, r.b)
 		}
 	}
