@@ -27,15 +27,8 @@ pipelines:
 // returns the alerts it emitted.
 func alertRun(t *testing.T, pl *plan, rows []Row, order []int, lag int64) []string {
 	t.Helper()
-	keySlot, tsSlot := pl.key.Slot, pl.ts.Slot
-	tag := operators.NewOutputTag[DeadLetter]("dead-letter")
-	h := operatorstest.New(func(out operators.Collector[Row]) operators.OneInput[Row] {
-		fn := &alertFn{pl: pl, name: "order", dead: tag, count: &counters{}}
-		return operators.NewKeyedProcess(func(r Row) string { return r.Str(keySlot) }, operators.KeyedProcessFunction[string, Row, Row](fn), out)
-	}, operatorstest.Keyed(128), operatorstest.SideOutput[DeadLetter](tag.ID()))
-	if err := h.Open(); err != nil {
-		t.Fatal(err)
-	}
+	tsSlot := pl.ts.Slot
+	h, _ := openAlerts(t, pl)
 	wm := int64(-1 << 62)
 	for n, i := range order {
 		r := rows[i]
@@ -57,6 +50,22 @@ func alertRun(t *testing.T, pl *plan, rows []Row, order []int, lag int64) []stri
 	}
 	slices.Sort(got)
 	return got
+}
+
+// openAlerts opens pl's alerts operator, keyed by the pipeline's key, in
+// a test harness with its dead-letter side output, whose tag it returns.
+func openAlerts(t *testing.T, pl *plan) (*operatorstest.Harness[Row, Row], operators.OutputTag[DeadLetter]) {
+	t.Helper()
+	keySlot := pl.key.Slot
+	tag := operators.NewOutputTag[DeadLetter]("dead-letter")
+	h := operatorstest.New(func(out operators.Collector[Row]) operators.OneInput[Row] {
+		fn := &alertFn{pl: pl, name: "order", dead: tag, count: &counters{}}
+		return operators.NewKeyedProcess(func(r Row) string { return r.Str(keySlot) }, operators.KeyedProcessFunction[string, Row, Row](fn), out)
+	}, operatorstest.Keyed(128), operatorstest.SideOutput[DeadLetter](tag.ID()))
+	if err := h.Open(); err != nil {
+		t.Fatal(err)
+	}
+	return h, tag
 }
 
 // alertOrderPipeline compiles alertOrderConfig's pipeline.
@@ -168,15 +177,8 @@ func TestAlertsSameTimestampWhateverTheOrder(t *testing.T) {
 func TestAlertsLateReadingBehindItsKeyIsDeadLetter(t *testing.T) {
 	pl := alertOrderPipeline(t)
 	row := func(ts int64, temp float64) Row { return alertOrderRow(pl, "a", ts, temp) }
-	idSlot, tsSlot := pl.in.Field(0).Slot, pl.in.Field(2).Slot
-	tag := operators.NewOutputTag[DeadLetter]("dead-letter")
-	h := operatorstest.New(func(out operators.Collector[Row]) operators.OneInput[Row] {
-		fn := &alertFn{pl: pl, name: "order", dead: tag, count: &counters{}}
-		return operators.NewKeyedProcess(func(r Row) string { return r.Str(idSlot) }, operators.KeyedProcessFunction[string, Row, Row](fn), out)
-	}, operatorstest.Keyed(128), operatorstest.SideOutput[DeadLetter](tag.ID()))
-	if err := h.Open(); err != nil {
-		t.Fatal(err)
-	}
+	tsSlot := pl.in.Field(2).Slot
+	h, tag := openAlerts(t, pl)
 	step := func(r Row, wm int64) {
 		t.Helper()
 		h.Process(r, r.Int(tsSlot))
