@@ -86,8 +86,7 @@ type WriteAheadSink[T any] struct {
 type walQueue[T any] struct {
 	mu      sync.Mutex
 	batches []walBatch[T]
-	records int           // records in batches
-	held    atomic.Int64  // records, read without mu
+	records atomic.Int64  // records in batches; changed with mu held
 	failed  int           // failed publishes so far
 	err     error         // the latest failure, nil once a publish succeeds
 	fatal   error         // a panic of the publish ended the goroutine
@@ -217,7 +216,7 @@ func (s *WriteAheadSink[T]) Open(ctx *Context) error {
 // Collect holds v until its checkpoint completes; with WithMaxHeld it
 // first waits for room.
 func (s *WriteAheadSink[T]) Collect(v T) {
-	if s.maxHeld > 0 && s.q != nil && s.q.held.Load() >= int64(s.maxHeld) {
+	if s.maxHeld > 0 && s.q != nil && s.q.records.Load() >= int64(s.maxHeld) {
 		s.waitRoom()
 	}
 	n := len(s.buf)
@@ -521,12 +520,12 @@ func (s *WriteAheadSink[T]) waitRoom() {
 	defer tick.Stop()
 	for {
 		q.mu.Lock()
-		n, ch, last, fatal := q.records, q.change, q.err, q.fatal
+		n, ch, last, fatal := q.records.Load(), q.change, q.err, q.fatal
 		q.mu.Unlock()
 		if fatal != nil {
 			Fail(fatal)
 		}
-		if n < s.maxHeld {
+		if n < int64(s.maxHeld) {
 			if logged && s.log != nil {
 				s.log.Info("write-ahead sink: room again; the sink takes results", "waited", s.clock.Since(start).Round(time.Millisecond))
 			}
@@ -573,8 +572,7 @@ func (s *WriteAheadSink[T]) enqueue(batches []walBatch[T]) {
 			q.batches = append(q.batches, p)
 		}
 	}
-	q.records += n
-	q.held.Store(int64(q.records))
+	q.records.Add(int64(n))
 	q.changed()
 	q.mu.Unlock()
 }
@@ -651,8 +649,7 @@ func (s *WriteAheadSink[T]) run(q *walQueue[T]) {
 			next = 0
 			q.batches[0] = walBatch[T]{}
 			q.batches = q.batches[1:]
-			q.records -= p.len()
-			q.held.Store(int64(q.records))
+			q.records.Add(-int64(p.len()))
 			recovered := q.err != nil
 			q.err = nil
 			q.changed()
@@ -675,12 +672,11 @@ func (s *WriteAheadSink[T]) run(q *walQueue[T]) {
 				n += b.len()
 			}
 			q.batches = append(slices.Clip(again), q.batches...)
-			q.records += n
-			q.held.Store(int64(q.records))
+			q.records.Add(int64(n))
 			next = 0
 		}
 		recent = nil
-		held := q.records
+		held := q.records.Load()
 		q.changed()
 		q.mu.Unlock()
 		if s.log != nil {
