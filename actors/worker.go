@@ -106,9 +106,13 @@ type Worker struct {
 	cfg WorkerConfig
 	log *slog.Logger
 
-	mu     sync.Mutex // guards hosts and closed
+	mu     sync.Mutex // guards hosts, closed, latest and deploying
 	hosts  map[string]*workerHost
 	closed bool
+	// latest is, per job, the epoch of the newest deployment the worker
+	// was asked to host; deploying is the Deploy call in progress for it.
+	latest    map[string]uint64
+	deploying map[string]*deployCall
 
 	// handovers counts those of the hosts that ended; guarded by mu.
 	handovers int64
@@ -135,7 +139,14 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Worker{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), hosts: make(map[string]*workerHost)}
+	return &Worker{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), hosts: make(map[string]*workerHost),
+		latest: make(map[string]uint64), deploying: make(map[string]*deployCall)}
+}
+
+// deployCall is a Deploy call in progress.
+type deployCall struct {
+	cancel context.CancelFunc
+	done   chan struct{} // closed once the call returned
 }
 
 // WorkerJob is what a worker hosts for one job.
@@ -187,8 +198,14 @@ func (w *Worker) live() int64 {
 // older deployment of the same job, fetches the state files d restores,
 // opens the control channels with the master and registers. The master
 // then deploys and starts the tasks over the control channels. A
-// deployment not newer than the hosted one is refused with
-// ErrStaleDeployment.
+// deployment not newer than the hosted one, or older than one the worker
+// was asked to host, is refused with ErrStaleDeployment.
+//
+// Calls for one job run one at a time, and the newest wins: a call for a
+// newer epoch cancels one in progress for an older one and waits for it
+// to return. Otherwise an older deployment whose files were slow to come
+// could be hosted after a newer one, hiding it from the worker (its
+// tasks ran on, and the older host waited for a master long gone).
 func (w *Worker) Deploy(ctx context.Context, d Deployment) error {
 	job, cfg, err := w.cfg.Jobs(d.Job)
 	if err != nil {
@@ -212,10 +229,19 @@ func (w *Worker) Deploy(ctx context.Context, d Deployment) error {
 		return fmt.Errorf("actors: node %q: job %q takes checkpoints and the node has no staging directory", w.cfg.Node, d.Job)
 	}
 
+	ctx, release, err := w.begin(ctx, d)
+	if err != nil {
+		return err
+	}
+	defer release()
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
 		return fmt.Errorf("actors: node %q: worker closed", w.cfg.Node)
+	}
+	if err := w.supersededLocked(d); err != nil {
+		w.mu.Unlock()
+		return err
 	}
 	old := w.hosts[d.Job]
 	if old != nil && old.h.epoch >= d.Epoch {
@@ -266,6 +292,11 @@ func (w *Worker) Deploy(ctx context.Context, d Deployment) error {
 		md.Committed = d.RestoreCommitted
 		if err := w.fetch(ctx, d, plan, pl, md); err != nil {
 			os.RemoveAll(staging)
+			w.mu.Lock()
+			if serr := w.supersededLocked(d); serr != nil {
+				err = serr
+			}
+			w.mu.Unlock()
 			return err
 		}
 		cfg.Restore = md
@@ -289,10 +320,15 @@ func (w *Worker) Deploy(ctx context.Context, d Deployment) error {
 	wh := &workerHost{h: h, stopped: make(chan struct{})}
 	w.mu.Lock()
 	if w.closed {
+		err = fmt.Errorf("actors: node %q: worker closed", w.cfg.Node)
+	} else {
+		err = w.supersededLocked(d)
+	}
+	if err != nil {
 		w.mu.Unlock()
 		h.system.Shutdown()
 		os.RemoveAll(staging)
-		return fmt.Errorf("actors: node %q: worker closed", w.cfg.Node)
+		return err
 	}
 	w.hosts[d.Job] = wh
 	w.mu.Unlock()
@@ -302,6 +338,46 @@ func (w *Worker) Deploy(ctx context.Context, d Deployment) error {
 		return err
 	}
 	w.log.Info("deployment hosted", "job", d.Job, "epoch", d.Epoch, "master", d.Master, "tasks", len(pl.local(plan, w.cfg.Node)), "restore", cfg.Restore != nil)
+	return nil
+}
+
+// begin makes d the newest deployment of its job the worker was asked
+// to host, unless a newer one was asked for, cancels the Deploy call in
+// progress for an older one and waits for it to return. release ends d's
+// call; ctx ends when a newer call cancels it.
+func (w *Worker) begin(ctx context.Context, d Deployment) (_ context.Context, release func(), _ error) {
+	w.mu.Lock()
+	if e := w.latest[d.Job]; e > d.Epoch {
+		w.mu.Unlock()
+		return nil, nil, fmt.Errorf("%w: job %q epoch %d: the node was asked to host epoch %d", ErrStaleDeployment, d.Job, d.Epoch, e)
+	}
+	w.latest[d.Job] = d.Epoch
+	prev := w.deploying[d.Job]
+	ctx, cancel := context.WithCancel(ctx)
+	call := &deployCall{cancel: cancel, done: make(chan struct{})}
+	w.deploying[d.Job] = call
+	w.mu.Unlock()
+	if prev != nil {
+		prev.cancel()
+		<-prev.done
+	}
+	return ctx, func() {
+		cancel()
+		w.mu.Lock()
+		if w.deploying[d.Job] == call {
+			delete(w.deploying, d.Job)
+		}
+		w.mu.Unlock()
+		close(call.done)
+	}, nil
+}
+
+// supersededLocked returns ErrStaleDeployment if the worker was asked to
+// host a newer deployment of d's job since d; w.mu held.
+func (w *Worker) supersededLocked(d Deployment) error {
+	if e := w.latest[d.Job]; e > d.Epoch {
+		return fmt.Errorf("%w: job %q epoch %d: a deployment of epoch %d followed it", ErrStaleDeployment, d.Job, d.Epoch, e)
+	}
 	return nil
 }
 

@@ -1,0 +1,89 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync/atomic"
+	"testing"
+
+	"github.com/edgedio/edged/internal/testutil"
+	"github.com/edgedio/edged/snapshot"
+)
+
+// slowFiles is a SnapshotFiles whose fetches for the epochs in hold wait
+// until their channel is closed or their context ends.
+type slowFiles struct {
+	hold     map[uint64]chan struct{}
+	fetching chan uint64
+}
+
+func (f *slowFiles) Push(context.Context, string, string, uint64, snapshot.ID, string, snapshot.Handle) error {
+	return nil
+}
+
+func (f *slowFiles) Fetch(ctx context.Context, _, _ string, epoch uint64, _ snapshot.ID, _ snapshot.Handle, path string) error {
+	f.fetching <- epoch
+	if c := f.hold[epoch]; c != nil {
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return os.WriteFile(path, []byte("state"), 0o644)
+}
+
+// A deployment whose state files are slow to come, and a newer one of the
+// same job asked for meanwhile (a master that restarted its job while its
+// invitation was under way): the newer one is hosted, and the older one
+// is refused with ErrStaleDeployment, then and when asked for again. The
+// older one hosted last, as before, hid the newer host from the worker:
+// its tasks ran on unseen while the older host waited for a master that
+// had moved on.
+func TestWorkerNewerDeploymentWinsOverASlowerOlderOne(t *testing.T) {
+	var emitted, consumed atomic.Int64
+	gate := make(chan struct{})
+	close(gate)
+	job := twoStageJob(&countingSource{n: 10, emitted: &emitted}, &gateSink{gate: gate, count: &consumed})
+	release := make(chan struct{})
+	files := &slowFiles{hold: map[uint64]chan struct{}{301: release}, fetching: make(chan uint64, 4)}
+	w := NewWorker(WorkerConfig{Node: "w", Network: newLoopNet(), Dir: t.TempDir(), Files: files,
+		Jobs: func(string) (*Job, Config, error) { return job, DefaultConfig(), nil }})
+	t.Cleanup(w.Close)
+	md, err := snapshot.EncodeMetadata(&snapshot.Metadata{Job: job.Name, MaxParallelism: 128, Checkpoint: 7, Kind: snapshot.KindCheckpoint,
+		Operators: []snapshot.Operator{{UID: "sink", Parallelism: 1, Subtasks: []snapshot.Handle{{File: "sink-0", Size: 5}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deployment := func(epoch uint64) Deployment {
+		return Deployment{Job: job.Name, Epoch: epoch, Index: 1, Master: "m", Nodes: []string{"m", "w"},
+			Placement:     []PlacedTask{{UID: "src", Subtask: 0, Node: "w"}, {UID: "sink", Subtask: 0, Node: "w"}},
+			Checkpointing: true, Mode: snapshot.ExactlyOnce, Restore: md}
+	}
+	ctx := context.Background()
+	older := make(chan error, 1)
+	go func() { older <- w.Deploy(ctx, deployment(301)) }()
+	if e := testutil.Receive(t, 0, "the older deployment to fetch its files", files.fetching); e != 301 {
+		t.Fatalf("fetch for epoch %d, want 301", e)
+	}
+	if err := w.Deploy(ctx, deployment(302)); err != nil {
+		t.Fatalf("the newer deployment: %v", err)
+	}
+	close(release)
+	if err := testutil.Receive(t, 0, "the older deployment to return", older); !errors.Is(err, ErrStaleDeployment) {
+		t.Fatalf("the older deployment returned %v, want ErrStaleDeployment", err)
+	}
+	if jobs := w.Jobs(); len(jobs) != 1 || jobs[0].Epoch != 302 {
+		t.Fatalf("the worker hosts %+v, want epoch 302", jobs)
+	}
+	if err := w.Deploy(ctx, deployment(301)); !errors.Is(err, ErrStaleDeployment) {
+		t.Fatalf("the older deployment asked for again: %v, want ErrStaleDeployment", err)
+	}
+	// The same epoch again (a node released from a deployment and invited
+	// back into it) is still taken once its host ended.
+	w.Evict()
+	if err := w.Deploy(ctx, deployment(302)); err != nil {
+		t.Fatalf("epoch 302 again after its host ended: %v", err)
+	}
+}
