@@ -3,6 +3,7 @@ package test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -123,10 +124,18 @@ func TestClusterNodeKilledDuringARebalance(t *testing.T) {
 	if logCount(a, "handover starting") == moving {
 		t.Fatal("no handover of the join seen within 60 s of c's restart")
 	}
-	testutil.Eventually(t, 90*time.Second, "the master runs the job on a and c", func() bool {
+	var last string
+	if !testutil.Within(90*time.Second, func() bool {
 		s, err := a.status(client)
-		return err == nil && s.keyedOn("b") == 0 && s.keyedOn("c") > 0 && allHostTasks(client, members[2:])
-	})
+		ok := err == nil && s.keyedOn("b") == 0 && s.keyedOn("c") > 0 && allHostTasks(client, members[2:])
+		if !ok {
+			jobs, herr := members[2].hosted(client)
+			last = fmt.Sprintf("status: %+v (err %v); c hosts %+v (err %v)", s, err, jobs, herr)
+		}
+		return ok
+	}) {
+		t.Fatalf("timed out after 90 s waiting for the master to run the job on a and c; last seen: %s", last)
+	}
 	restartBAndFinish(t, l, client, members, n)
 }
 

@@ -321,7 +321,7 @@ cluster:
 			return getJSONFrom(client, "http://"+m.apiAddr+"/jobs", &l) == nil && len(l.Jobs) == 1 && l.Jobs[0].Status == "running" && brokerUp(m.brokerAddr)
 		}
 	}
-	killMembersAtCleanup(t, members, logTail)
+	killMembersAtCleanup(t, members, keepLog)
 	for _, m := range append(slices.Clone(members[1:]), members[0]) {
 		m.startIn(lab.ns[m.id])
 	}

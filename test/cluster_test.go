@@ -135,7 +135,7 @@ func startClusterEdited(t *testing.T, gossip bool, edit func(cfg string) string)
 			m.readyFn = m.hostsAndServes
 		}
 	}
-	killMembersAtCleanup(t, members, logTail)
+	killMembersAtCleanup(t, members, keepLog)
 	for _, m := range []*clusterMember{members[1], members[2], members[0]} {
 		m.start()
 	}
@@ -829,11 +829,6 @@ func killMembersAtCleanup(t *testing.T, members []*clusterMember, onFail func(*t
 			}
 		}
 	})
-}
-
-// logTail logs the tail of a member's log.
-func logTail(t *testing.T, m *clusterMember) {
-	t.Logf("node %s log tail:\n%s", m.id, m.logTailN(60000))
 }
 
 // getJSONFrom decodes the JSON answer of GET url into v; an answer other
