@@ -508,6 +508,13 @@ func (n *node) watch(j *job) {
 	default:
 		n.log.Info("job finished", "job", j.name, "status", string(status), "attempts", j.run.Attempts())
 	}
+	if n.cluster == nil && n.ctx != nil && n.ctx.Err() == nil {
+		// Ended while the node runs on (the shutdown stops the broker
+		// first): nothing reads its log until the node restarts. In a
+		// cluster, a job that ended here may run on another master, its
+		// source subtask on this node reading the log.
+		n.shedStopped(j.name, status)
+	}
 }
 
 // shutdown ends j for Run's shutdown: stop with a savepoint when it has

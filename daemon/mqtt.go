@@ -29,6 +29,8 @@ const DefaultDataDir = "edged-data"
 type mqttNode struct {
 	broker *mqtt.Broker
 	logs   map[string]*ingestlog.Log
+	// routed are the pipelines whose logs the embedded broker feeds.
+	routed map[string]bool
 	subs   []*mqtt.Subscriber
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
@@ -110,7 +112,7 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 	if dataDir == "" {
 		dataDir = DefaultDataDir
 	}
-	m := &mqttNode{logs: map[string]*ingestlog.Log{}}
+	m := &mqttNode{logs: map[string]*ingestlog.Log{}, routed: map[string]bool{}}
 	n.mqtt = m
 	var br *mqtt.Broker
 	if needsEmbedded(cfg) {
@@ -151,6 +153,7 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 			if err := br.AddRoute(src.Topics, log); err != nil {
 				return pipeline.Inputs{}, err
 			}
+			m.routed[pc.Name] = true
 			continue
 		}
 		sub, err := mqtt.NewSubscriber(mqtt.SubscriberConfig{
@@ -204,6 +207,24 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 		Broker:                url,
 		BrokerMaxMessageBytes: cfg.EmbeddedMaxMessageBytes(),
 	}, nil
+}
+
+// shedStopped makes the ingest log of pipeline name shed once full
+// (ingestlog.Log.ShedWhenFull) when the embedded broker feeds it: the
+// pipeline's job ended with status while the node runs its other
+// pipelines, nothing reads the log until the node restarts, and a full
+// log would otherwise hold back every device publishing to its topics,
+// for the other pipelines too.
+func (n *node) shedStopped(name string, status Status) {
+	m := n.mqtt
+	if m == nil || !m.routed[name] {
+		return
+	}
+	l := m.logs[name]
+	l.ShedWhenFull(true)
+	st := l.Stats()
+	n.log.Warn("pipeline no longer runs: its ingest log keeps its topics' readings for it until full, then stores no more (counted in edged_ingest_shed_total), so that devices are not held back for the other pipelines; restart the node to run it again",
+		"job", name, "status", string(status), "unreleased_bytes", st.UnreleasedBytes, "next_offset", st.NextOffset)
 }
 
 // stopMQTT stops the simulator, then the subscribers and the broker (which

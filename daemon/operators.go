@@ -58,8 +58,8 @@ func (n *node) handleOperators(w http.ResponseWriter, r *http.Request) {
 
 // taskCollector exports the live task counters and the ingest logs' size.
 type taskCollector struct {
-	n                                                              *node
-	records, recordsOut, backpressure, watermark, queued, logBytes *prometheus.Desc
+	n                                                                       *node
+	records, recordsOut, backpressure, watermark, queued, logBytes, logShed *prometheus.Desc
 	// The MQTT messages larger than source.mqtt.max_message_bytes: taken
 	// as dead-letter records by a pipeline's subscriber, refused by the
 	// embedded broker, or dead-lettered by it (too large for a record).
@@ -88,6 +88,8 @@ func newTaskCollector(n *node) *taskCollector {
 		watermark:    prometheus.NewDesc("edged_task_watermark_milliseconds", "Last event-time watermark a task sent on.", l, nil),
 		queued:       prometheus.NewDesc("edged_task_queued_messages", "Messages waiting in a task's mailbox.", l, nil),
 		logBytes:     prometheus.NewDesc("edged_ingest_log_bytes", "Bytes on disk of a pipeline's MQTT ingest log.", []string{"pipeline"}, nil),
+		logShed: prometheus.NewDesc("edged_ingest_shed_total",
+			"Readings for a pipeline that no longer runs on the node (stopped, cancelled or failed) that its full ingest log did not store, so that the devices publishing them were not held back for the other pipelines.", []string{"pipeline"}, nil),
 		tooLarge: prometheus.NewDesc("edged_mqtt_messages_too_large_total",
 			"MQTT messages over source.mqtt.max_message_bytes that a pipeline's subscriber appended as dead-letter records and acknowledged.", []string{"pipeline"}, nil),
 		brokerTooLarge: prometheus.NewDesc("edged_broker_packets_too_large_total",
@@ -109,7 +111,7 @@ func newTaskCollector(n *node) *taskCollector {
 
 // Describe implements prometheus.Collector.
 func (c *taskCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.records, c.recordsOut, c.backpressure, c.watermark, c.queued, c.logBytes, c.tooLarge, c.brokerTooLarge, c.brokerDeadLetters, c.brokerRefused, c.brokerRetainedRefused, c.brokerConnsRefused, c.brokerSubsRefused, c.fileResets} {
+	for _, d := range []*prometheus.Desc{c.records, c.recordsOut, c.backpressure, c.watermark, c.queued, c.logBytes, c.logShed, c.tooLarge, c.brokerTooLarge, c.brokerDeadLetters, c.brokerRefused, c.brokerRetainedRefused, c.brokerConnsRefused, c.brokerSubsRefused, c.fileResets} {
 		ch <- d
 	}
 }
@@ -133,7 +135,9 @@ func (c *taskCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if m := c.n.mqtt; m != nil {
 		for name, l := range m.logs {
-			ch <- prometheus.MustNewConstMetric(c.logBytes, prometheus.GaugeValue, float64(l.Stats().DiskBytes), name)
+			st := l.Stats()
+			ch <- prometheus.MustNewConstMetric(c.logBytes, prometheus.GaugeValue, float64(st.DiskBytes), name)
+			ch <- prometheus.MustNewConstMetric(c.logShed, prometheus.CounterValue, float64(st.Shed), name)
 		}
 		for _, s := range m.subs {
 			ch <- prometheus.MustNewConstMetric(c.tooLarge, prometheus.CounterValue, float64(s.TooLarge()), s.Pipeline())

@@ -170,7 +170,9 @@ func (c BrokerConfig) Validate() error {
 // fsync (pipelining); every connection's records written before an fsync
 // starts share it (group commit). A full log (ingestlog.Options.MaxBytes)
 // blocks the hook: the device waits for its PUBACK, which is
-// back-pressure over TCP, per device. Messages of one connection are
+// back-pressure over TCP, per device; a full log that sheds
+// (ingestlog.Log.ShedWhenFull: its pipeline does not run) does not store
+// the message, and the others' logs take it as usual. Messages of one connection are
 // appended, and acknowledged, in the order they arrive. If the append or
 // the fsync fails (the log failed or was closed, or the broker is
 // closing), the broker sends no PUBACK for it or any later message of the
@@ -562,6 +564,9 @@ func (h *ingestHook) OnWillSent(cl *mochi.Client, pk packets.Packet) {
 	for _, tg := range b.targets(pk.TopicName) {
 		m := fit(tg.log, msg)
 		off, err := tg.log.Append(b.ctx, m)
+		if errors.Is(err, ingestlog.ErrShed) {
+			continue // a full log of a pipeline that does not run: counted there
+		}
 		if err != nil {
 			if b.ctx.Err() == nil {
 				b.logger.Error("mqtt broker: appending a will message failed; it is lost", "client", cl.ID, "topic", pk.TopicName, "error", err)
@@ -754,11 +759,15 @@ func (h *ingestHook) publishMessage(cl *mochi.Client, pk packets.Packet, msg ing
 			if off, err = tg.log.Append(b.ctx, m); err == nil {
 				b.appended(tg.log, m, pk.PacketID, off)
 			}
-			continue
-		}
-		if off, err = tg.log.AppendNoWait(b.ctx, m); err == nil {
+		} else if off, err = tg.log.AppendNoWait(b.ctx, m); err == nil {
 			b.appended(tg.log, m, pk.PacketID, off)
 			gate.appended(tg.key, off)
+		}
+		if errors.Is(err, ingestlog.ErrShed) {
+			// The full log of a pipeline that does not run
+			// (ingestlog.Log.ShedWhenFull): not stored there, counted
+			// by the log; the other pipelines' logs take it.
+			err = nil
 		}
 	}
 	if err == nil {

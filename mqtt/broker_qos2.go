@@ -108,6 +108,12 @@ func (h *ingestHook) publishQoS2(cl *mochi.Client, pk packets.Packet, msg ingest
 		}
 		m := fit(l, msg)
 		off, err := l.Append(b.ctx, m)
+		if errors.Is(err, ingestlog.ErrShed) {
+			// The log of a pipeline that does not run is full: the
+			// message is not stored there (counted by the log).
+			st.routeDone(cl.ID, pk.PacketID, r.Key, true, true)
+			continue
+		}
 		if err != nil {
 			return pk, h.fail(cl, pk, err)
 		}

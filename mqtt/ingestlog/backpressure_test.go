@@ -177,3 +177,50 @@ func TestGroupCommitWindow(t *testing.T) {
 		}
 	})
 }
+
+// A full log that sheds refuses appends at once with ErrShed, the one
+// blocked when shedding starts included, and counts them; it stores
+// again once space is released, and blocks again once it stops shedding.
+func TestShedWhenFull(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, _ := fullLog(t)
+		blocked := appendAsync(context.Background(), l, 3)
+		synctest.Wait()
+		if len(blocked) != 0 {
+			t.Fatal("Append on a full log returned before shedding")
+		}
+		l.ShedWhenFull(true)
+		if r := <-blocked; !errors.Is(r.err, ErrShed) {
+			t.Fatalf("the blocked Append returned %+v once shedding, want ErrShed", r)
+		}
+		if _, err := l.Append(context.Background(), msg(4)); !errors.Is(err, ErrShed) {
+			t.Fatalf("Append on a full shedding log: %v, want ErrShed", err)
+		}
+		if st := l.Stats(); st.Shed != 2 || st.NextOffset != 3 || st.Waiting != 0 {
+			t.Fatalf("stats after shedding %+v", st)
+		}
+		// Released space is used while shedding: what fits is stored.
+		if err := l.Truncate(2); err != nil {
+			t.Fatal(err)
+		}
+		if off, err := l.Append(context.Background(), msg(5)); err != nil || off != 3 {
+			t.Fatalf("Append with room while shedding = %d, %v", off, err)
+		}
+		// No longer shedding: a full log blocks again.
+		l.ShedWhenFull(false)
+		done := appendAsync(context.Background(), l, 6)
+		synctest.Wait()
+		if len(done) != 0 {
+			t.Fatal("Append on a full log returned after shedding stopped")
+		}
+		if err := l.Truncate(4); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-done; r.err != nil || r.off != 4 {
+			t.Fatalf("Append unblocked = %+v", r)
+		}
+		if st := l.Stats(); st.Shed != 2 {
+			t.Fatalf("%d shed, want 2", st.Shed)
+		}
+	})
+}

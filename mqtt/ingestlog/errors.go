@@ -15,6 +15,10 @@ var (
 	// ErrClosed is returned by every method of a closed Log, by the
 	// Readers of a closed Log, and by a closed Reader.
 	ErrClosed = errors.New("ingestlog: log closed")
+
+	// ErrShed is returned by an append to a full log that sheds (see
+	// Log.ShedWhenFull): nothing was stored, at once.
+	ErrShed = errors.New("ingestlog: log full and shedding; record not stored")
 	// ErrInvalidMessage means Append was given a message it cannot store: a
 	// QoS above 2, a topic longer than 65535 bytes or a payload longer than
 	// MaxPayloadBytes.

@@ -80,6 +80,8 @@ type Log struct {
 	advanced  chan struct{}
 	space     chan struct{}
 	waiting   int   // Appends blocked for space now
+	shed      bool  // a full log refuses appends at once (ShedWhenFull)
+	shedding  bool  // the log shed its last append: the next one stored says so
 	closed    bool  // Close was called
 	failed    error // sticky write or fsync failure, wrapping ErrFailed
 	stats     Stats // counters; offsets and sizes are filled in by Stats
@@ -576,6 +578,14 @@ func (l *Log) writeOnce(ctx context.Context, bp *[]byte) (uint64, error) {
 		case l.opts.MaxBytes == 0 || l.unreleased+size+extra <= l.opts.MaxBytes || l.unreleased == 0:
 		case ctx.Err() != nil:
 			return 0, fmt.Errorf("ingestlog: append waiting for space: %w", ctx.Err())
+		case l.shed:
+			l.stats.Shed++
+			if !l.shedding {
+				l.shedding = true
+				l.logger.Warn("ingest log full and its pipeline does not run: new records are not stored (counted), so that its publishers are not held back",
+					"dir", l.dir, "max_bytes", l.opts.MaxBytes, "unreleased_bytes", l.unreleased, "next_offset", l.next, "shed_total", l.stats.Shed)
+			}
+			return 0, ErrShed
 		default:
 			if blockedAt.IsZero() {
 				blockedAt = time.Now()
@@ -647,6 +657,10 @@ func (l *Log) writeOnce(ctx context.Context, bp *[]byte) (uint64, error) {
 	l.diskBytes += size
 	l.stats.Appends++
 	l.stats.AppendedBytes += uint64(size)
+	if l.shedding {
+		l.shedding = false
+		l.logger.Info("ingest log stores records again after shedding", "dir", l.dir, "offset", off, "shed_total", l.stats.Shed)
+	}
 	return off, nil
 }
 
@@ -924,6 +938,22 @@ func (l *Log) setDurable(d uint64) {
 func (l *Log) wake() {
 	close(l.advanced)
 	l.advanced = make(chan struct{})
+}
+
+// ShedWhenFull sets whether the log, when full, refuses an append at
+// once with ErrShed (nothing stored) rather than block it until a
+// Truncate releases space. A log whose reader does not run (its pipeline
+// stopped, was cancelled or failed for good, while its publishers feed
+// other logs too) sheds, so that its publishers are not held back; it
+// still stores what fits. Appends blocked when shedding starts return
+// ErrShed.
+func (l *Log) ShedWhenFull(on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.shed = on
+	if on {
+		l.wakeSpace()
+	}
 }
 
 // wakeSpace tells blocked Appends that space was released (or the log

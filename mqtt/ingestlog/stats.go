@@ -41,6 +41,9 @@ type Stats struct {
 	BlockedTime time.Duration
 	// Waiting is the number of Appends waiting for space now.
 	Waiting int
+	// Shed counts the records not stored, since the log was full while
+	// it shed (Log.ShedWhenFull).
+	Shed uint64
 	// TornBytes is what Open cut off as a torn tail.
 	TornBytes int64
 	// NoSpace counts the spells in which writes found no space on the
