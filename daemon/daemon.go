@@ -349,6 +349,10 @@ func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
 	case <-allDone:
 	case <-ctx.Done():
 		n.log.Info("shutting down", "reason", context.Cause(ctx).Error())
+		// The pipelines run again when the node restarts: a full log
+		// holds its devices back from now on, and they send the
+		// readings again to the restarted node.
+		n.noShedding()
 		var stops sync.WaitGroup
 		if c := n.cluster; c != nil {
 			// No takeover starts jobs from now on.
@@ -508,12 +512,10 @@ func (n *node) watch(j *job) {
 	default:
 		n.log.Info("job finished", "job", j.name, "status", string(status), "attempts", j.run.Attempts())
 	}
-	if n.cluster == nil && n.ctx != nil && n.ctx.Err() == nil {
-		// Ended while the node runs on (the shutdown stops the broker
-		// first): nothing reads its log until the node restarts. In a
-		// cluster, a job that ended here may run on another master, its
-		// source subtask on this node reading the log.
-		n.shedStopped(j.name, status)
+	if n.cluster == nil {
+		// In a cluster, a job that ended here may run on another
+		// master, its source subtask on this node reading the log.
+		n.shedStopped(j, status)
 	}
 }
 

@@ -31,6 +31,9 @@ type mqttNode struct {
 	logs   map[string]*ingestlog.Log
 	// routed are the pipelines whose logs the embedded broker feeds.
 	routed map[string]bool
+	// shedMu serialises the decisions whether the logs shed
+	// (shedStopped, noShedding).
+	shedMu sync.Mutex
 	subs   []*mqtt.Subscriber
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
@@ -209,22 +212,70 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 	}, nil
 }
 
-// shedStopped makes the ingest log of pipeline name shed once full
-// (ingestlog.Log.ShedWhenFull) when the embedded broker feeds it: the
-// pipeline's job ended with status while the node runs its other
-// pipelines, nothing reads the log until the node restarts, and a full
-// log would otherwise hold back every device publishing to its topics,
-// for the other pipelines too.
-func (n *node) shedStopped(name string, status Status) {
+// shedStopped makes the ingest log of j's pipeline shed once full
+// (ingestlog.Log.ShedWhenFull) when the embedded broker feeds it: j
+// ended with status while the node runs its other pipelines, nothing
+// reads the log until the node restarts, and a full log would otherwise
+// hold back every device publishing to its topics, for the other
+// pipelines too. When no other pipeline runs (the node ends with j) or
+// the node shuts down, no log sheds: the pipelines run again when the
+// node restarts, and the readings a full log holds back are not
+// acknowledged, so that the devices send them again to it.
+func (n *node) shedStopped(j *job, status Status) {
 	m := n.mqtt
-	if m == nil || !m.routed[name] {
+	if m == nil {
 		return
 	}
-	l := m.logs[name]
+	m.shedMu.Lock()
+	defer m.shedMu.Unlock()
+	if n.ctx == nil || n.ctx.Err() != nil || !n.othersRun(j) {
+		m.noSheddingLocked()
+		return
+	}
+	if !m.routed[j.name] {
+		return
+	}
+	l := m.logs[j.name]
 	l.ShedWhenFull(true)
 	st := l.Stats()
 	n.log.Warn("pipeline no longer runs: its ingest log keeps its topics' readings for it until full, then stores no more (counted in edged_ingest_shed_total), so that devices are not held back for the other pipelines; restart the node to run it again",
-		"job", name, "status", string(status), "unreleased_bytes", st.UnreleasedBytes, "next_offset", st.NextOffset)
+		"job", j.name, "status", string(status), "unreleased_bytes", st.UnreleasedBytes, "next_offset", st.NextOffset)
+}
+
+// othersRun reports whether a job of the node other than j has not
+// ended.
+func (n *node) othersRun(j *job) bool {
+	for _, o := range n.jobList() {
+		if o == j {
+			continue
+		}
+		select {
+		case <-o.run.Done():
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+// noShedding makes every ingest log hold its devices back again once
+// full: the node shuts down, and its pipelines run again when it
+// restarts.
+func (n *node) noShedding() {
+	m := n.mqtt
+	if m == nil {
+		return
+	}
+	m.shedMu.Lock()
+	defer m.shedMu.Unlock()
+	m.noSheddingLocked()
+}
+
+// noSheddingLocked is noShedding with m.shedMu held.
+func (m *mqttNode) noSheddingLocked() {
+	for name := range m.routed {
+		m.logs[name].ShedWhenFull(false)
+	}
 }
 
 // stopMQTT stops the simulator, then the subscribers and the broker (which
