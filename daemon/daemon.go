@@ -300,6 +300,9 @@ func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
 		}
 		j, err := n.start(ctx, pc)
 		if err != nil {
+			// The node ends: the started pipelines run again when it
+			// restarts, so no log of theirs sheds as they end.
+			n.noShedding()
 			for _, started := range n.jobList() {
 				started.cancel()
 			}

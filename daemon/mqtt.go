@@ -34,6 +34,9 @@ type mqttNode struct {
 	// shedMu serialises the decisions whether the logs shed
 	// (shedStopped, noShedding).
 	shedMu sync.Mutex
+	// ending is set once the node ends its pipelines for good (shutdown,
+	// or a pipeline that failed to start): no log sheds from then on.
+	ending bool
 	subs   []*mqtt.Subscriber
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
@@ -228,7 +231,7 @@ func (n *node) shedStopped(j *job, status Status) {
 	}
 	m.shedMu.Lock()
 	defer m.shedMu.Unlock()
-	if n.ctx == nil || n.ctx.Err() != nil || !n.othersRun(j) {
+	if m.ending || n.ctx == nil || n.ctx.Err() != nil || !n.othersRun(j) {
 		m.noSheddingLocked()
 		return
 	}
@@ -259,8 +262,9 @@ func (n *node) othersRun(j *job) bool {
 }
 
 // noShedding makes every ingest log hold its devices back again once
-// full: the node shuts down, and its pipelines run again when it
-// restarts.
+// full, and no log shed from then on: the node ends its pipelines for
+// good (it shuts down, or a pipeline failed to start), and they run
+// again when it restarts.
 func (n *node) noShedding() {
 	m := n.mqtt
 	if m == nil {
@@ -268,6 +272,7 @@ func (n *node) noShedding() {
 	}
 	m.shedMu.Lock()
 	defer m.shedMu.Unlock()
+	m.ending = true
 	m.noSheddingLocked()
 }
 
