@@ -64,9 +64,9 @@ func (r *replicas) markCommitted(ctx context.Context, epoch uint64, job string, 
 
 // handleCommitted marks the node's copy of a snapshot committed by every
 // sink: 404 when the node holds no metadata of it, 409 from a master of
-// an older epoch than the node saw.
+// an older term than the node saw (staleTerm).
 func (r *replicas) handleCommitted(w http.ResponseWriter, req *http.Request) {
-	if e, err := strconv.ParseUint(req.Header.Get(epochHeader), 10, 64); err != nil || e < r.epoch() {
+	if e, err := strconv.ParseUint(req.Header.Get(epochHeader), 10, 64); err != nil || staleTerm(e, r.epoch()) {
 		clusterError(w, http.StatusConflict, fmt.Errorf("%w: committed mark of epoch %q, the node saw epoch %d", ErrStaleMaster, req.Header.Get(epochHeader), r.epoch()))
 		return
 	}

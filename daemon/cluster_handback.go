@@ -711,7 +711,7 @@ func (c *clusterNode) handleHandback(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusConflict, fmt.Errorf("%w: node %q follows %q, not %q", ErrHandback, c.cfg.Node, leader, m.From))
 		return
 	}
-	if seen := c.seen.Load(); m.Epoch < seen {
+	if seen := c.seen.Load(); staleTerm(m.Epoch, seen) {
 		refuse(http.StatusConflict, fmt.Errorf("%w: epoch %d, the node saw epoch %d", ErrStaleMaster, m.Epoch, seen))
 		return
 	}

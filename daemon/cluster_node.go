@@ -335,10 +335,11 @@ func (c *clusterNode) handleDeploy(w http.ResponseWriter, r *http.Request) {
 		clusterError(w, http.StatusBadRequest, fmt.Errorf("deployment: %w", err))
 		return
 	}
-	// A master of an older epoch than one the node saw (one cut off by
+	// A master of an older term than one the node saw (one cut off by
 	// a partition, whose term a newer leader superseded meanwhile) runs
-	// nothing here, hosted or not.
-	if seen := c.seen.Load(); d.Epoch < seen {
+	// nothing here, hosted or not. A deployment of the same term older
+	// than one of its job hosted here is the worker's to refuse.
+	if seen := c.seen.Load(); staleTerm(d.Epoch, seen) {
 		clusterError(w, http.StatusConflict, fmt.Errorf("%w: deployment of job %q in epoch %d by %q, the node saw epoch %d",
 			ErrStaleMaster, d.Job, d.Epoch, d.Master, seen))
 		return

@@ -420,7 +420,7 @@ func (r *replicas) localFile(s *snapshot.Store, id snapshot.ID, h snapshot.Handl
 
 func (r *replicas) handleMetadata(w http.ResponseWriter, req *http.Request) {
 	job := req.PathValue("job")
-	if e, err := strconv.ParseUint(req.Header.Get(epochHeader), 10, 64); err != nil || e < r.epoch() {
+	if e, err := strconv.ParseUint(req.Header.Get(epochHeader), 10, 64); err != nil || staleTerm(e, r.epoch()) {
 		clusterError(w, http.StatusConflict, fmt.Errorf("%w: metadata of epoch %q, the node saw epoch %d", ErrStaleMaster, req.Header.Get(epochHeader), r.epoch()))
 		return
 	}

@@ -98,7 +98,7 @@ func replicaCluster(t testing.TB) map[string]*replicaNode {
 		pc.Checkpoint.Dir = rn.dir
 		pc.Checkpoint.Retain = 2
 		peers := &peerClient{cfg: cfg, http: rn.srv.Client()}
-		rn.rep = newReplicas(cfg, []pipeline.PipelineConfig{pc}, peers, cfg.Nodes, func() uint64 { return 7 }, slog.New(slog.DiscardHandler))
+		rn.rep = newReplicas(cfg, []pipeline.PipelineConfig{pc}, peers, cfg.Nodes, func() uint64 { return 1<<32 + 7 }, slog.New(slog.DiscardHandler))
 		peers.rep = rn.rep
 	}
 	return nodes
@@ -193,6 +193,9 @@ func TestReplicasPushCopiesBeforeTheAck(t *testing.T) {
 // each file, and each node's store keeps the checkpoints the master's
 // retention keeps. A node can complete any retained checkpoint from the
 // holders and restore it from its own disk.
+//
+// The nodes saw epoch 7 of term 1 (another job's), and every publication
+// is of this job's epoch 1 of that term.
 func TestReplicasMetadataOnEveryNode(t *testing.T) {
 	nodes := replicaCluster(t)
 	a, b, c := nodes["a"], nodes["b"], nodes["c"]
@@ -272,9 +275,16 @@ func TestReplicasMetadataOnEveryNode(t *testing.T) {
 	if err != nil || md.Checkpoint != 3 {
 		t.Fatalf("latest on c: %v, %v", md, err)
 	}
-	// A master of an older epoch than the node saw is refused.
-	if err := a.rep.publish(ctx, 1, mds[2]); !errors.Is(err, cluster.ErrReplication) || !strings.Contains(err.Error(), ErrStaleMaster.Error()) {
+	// A master of an older term than the node saw is refused.
+	if err := a.rep.publish(ctx, 9, mds[2]); !errors.Is(err, cluster.ErrReplication) || !strings.Contains(err.Error(), ErrStaleMaster.Error()) {
 		t.Errorf("publish of a stale master: %v", err)
+	}
+	// Epochs count each job's attempts: the nodes saw epoch 7 of the
+	// master's term (another job's, restarted more often), and this
+	// job's epoch 1 of that term is taken, as is its stop savepoint's
+	// committed mark.
+	if err := a.rep.markCommitted(ctx, 1<<32+1, replicaJobName, 3); err != nil {
+		t.Errorf("committed mark of another job's older epoch of the same term: %v", err)
 	}
 }
 

@@ -165,7 +165,7 @@ func (r *replicas) handleOwnSavepoint(w http.ResponseWriter, req *http.Request) 
 		clusterError(w, http.StatusBadRequest, fmt.Errorf("savepoint id %q: %w", req.PathValue("id"), err))
 		return
 	}
-	if e, err := strconv.ParseUint(req.Header.Get(epochHeader), 10, 64); err != nil || e < r.epoch() {
+	if e, err := strconv.ParseUint(req.Header.Get(epochHeader), 10, 64); err != nil || staleTerm(e, r.epoch()) {
 		clusterError(w, http.StatusConflict, fmt.Errorf("%w: stop savepoint of epoch %q, the node saw epoch %d", ErrStaleMaster, req.Header.Get(epochHeader), r.epoch()))
 		return
 	}

@@ -38,10 +38,19 @@ var (
 
 // Errors of the cluster's replicated checkpoints and leadership.
 var (
-	// ErrStaleMaster refuses what a job master of an epoch older than one
-	// the node saw sends: another node took over as master since.
+	// ErrStaleMaster refuses what a job master of a term older than one
+	// the node saw sends (see staleTerm): another node took over as
+	// master since.
 	ErrStaleMaster = errors.New("daemon: message of a stale job master")
 	// ErrHandback is wrapped by a hand-back of the leadership that failed
 	// or was refused (the leader leads on and retries later).
 	ErrHandback = errors.New("daemon: leadership hand-back failed")
 )
+
+// staleTerm reports whether epoch is of an older term than seen, the
+// highest epoch the node saw. An epoch is its master's term (the master's
+// start counter, nextEpochBase) in its upper 32 bits and one job's
+// attempt in the lower: the terms fence the masters, while the jobs of
+// one master count their attempts each on their own, so that a job that
+// restarted less often than another is not a stale master's.
+func staleTerm(epoch, seen uint64) bool { return epoch>>32 < seen>>32 }
