@@ -50,6 +50,8 @@ import (
 
 const (
 	foJob = "totals"
+	// foJob2 is the second pipeline's (foOptions.second).
+	foJob2 = "totals2"
 	// foCount records over foKeys keys at foRate records/s: about 3 s
 	// of input, so the failure strikes midway.
 	foCount, foKeys, foRate = 6000, 20, 2000
@@ -60,6 +62,7 @@ type foNode struct {
 	id   string
 	dir  string
 	pc   pipeline.PipelineConfig
+	pc2  pipeline.PipelineConfig // with foOptions.second
 	n    *node
 	c    *clusterNode
 	tr   *cluster.MemoryTransport
@@ -270,6 +273,9 @@ type foOptions struct {
 	// nodes is how many nodes the cluster has, named a, b, c, d, e…
 	// (3 if 0).
 	nodes int
+	// second adds a second pipeline of the same shape (foJob2) to every
+	// node's config, started with the first.
+	second bool
 }
 
 // newFailoverCluster starts nodes a, b and c (or o.nodes of them), a
@@ -382,6 +388,12 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 			pc.Checkpoint.MaxConcurrent = o.maxConcurrent
 		}
 		cfg := &pipeline.Config{Pipelines: []pipeline.PipelineConfig{pc}, Cluster: ccfg}
+		if o.second {
+			pc2 := foPipeline(t, filepath.Join(fn.dir, foJob2), filepath.Join(out, foJob2), len(fc.ids), fc.count, attempts, window)
+			pc2.Name = foJob2
+			cfg.Pipelines = append(cfg.Pipelines, pc2)
+			fn.pc2 = pc2
+		}
 		nlog := log.With("node", id)
 		n := &node{opts: Options{Logger: nlog, PollInterval: 50 * time.Millisecond}.withDefaults(), log: nlog,
 			out: &lockedWriter{w: io.Discard}, byName: map[string]*job{}, mem: cfg.Node.Memory.WithDefaults(), ctx: ctx}
@@ -458,6 +470,13 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 		t.Fatal(err)
 	}
 	a.n.late.Go(func() { a.n.watch(j) })
+	if o.second {
+		j2, err := a.n.start(ctx, a.pc2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.n.late.Go(func() { a.n.watch(j2) })
+	}
 	return fc
 }
 
@@ -596,9 +615,12 @@ func (fc *foCluster) failovers(id string, n int) []cluster.Failover {
 }
 
 // job returns the job master's job on node id; nil if it runs none.
-func (fc *foCluster) job(id string) *job {
+func (fc *foCluster) job(id string) *job { return fc.jobNamed(id, foJob) }
+
+// jobNamed returns node id's record of the job of pipeline name.
+func (fc *foCluster) jobNamed(id, name string) *job {
 	for _, j := range fc.nodes[id].n.jobList() {
-		if j.name == foJob {
+		if j.name == name {
 			return j
 		}
 	}
@@ -610,9 +632,15 @@ func (fc *foCluster) job(id string) *job {
 // while the job still has input left, and returns its id.
 func (fc *foCluster) waitCheckpoint(id string, after snapshot.ID) snapshot.ID {
 	fc.t.Helper()
+	return fc.waitCheckpointOf(id, foJob, after)
+}
+
+// waitCheckpointOf is waitCheckpoint for the job of pipeline name.
+func (fc *foCluster) waitCheckpointOf(id, name string, after snapshot.ID) snapshot.ID {
+	fc.t.Helper()
 	var got snapshot.ID
-	testutil.Eventually(fc.t, time.Minute, fmt.Sprintf("a checkpoint above %d completed on %s", after, id), func() bool {
-		j := fc.job(id)
+	testutil.Eventually(fc.t, time.Minute, fmt.Sprintf("a checkpoint of %s above %d completed on %s", name, after, id), func() bool {
+		j := fc.jobNamed(id, name)
 		if j == nil {
 			return false
 		}
@@ -623,7 +651,7 @@ func (fc *foCluster) waitCheckpoint(id string, after snapshot.ID) snapshot.ID {
 		}
 		return got > 0
 	})
-	if st := fc.job(id).snapshot(); st.Status != StatusRunning {
+	if st := fc.jobNamed(id, name).snapshot(); st.Status != StatusRunning {
 		fc.t.Fatalf("the job ended (%s) before the failure: nothing left to fail over", st.Status)
 	}
 	return got
