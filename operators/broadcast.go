@@ -18,7 +18,8 @@ type KeyedBroadcastProcessFunction[K comparable, T, B, O any] interface {
 	// ProcessElement is called for every keyed record, with its key
 	// current; it must only read broadcast state.
 	ProcessElement(v T, ctx *KeyedContext[K, O]) error
-	// ProcessBroadcastElement is called for every broadcast record.
+	// ProcessBroadcastElement is called for every broadcast record, with
+	// no key current: it may not use keyed state (state.ErrNoCurrentKey).
 	ProcessBroadcastElement(b B, ctx *BroadcastContext[O]) error
 	// OnTimer is called when a timer of the keyed side fires.
 	OnTimer(ts int64, ctx *KeyedContext[K, O]) error
@@ -102,7 +103,11 @@ func (o *KeyedBroadcastProcess[K, T, B, O]) Collect(v T) {
 	}
 }
 
+// collectBroadcast processes one broadcast record. No key is current: the
+// function's keyed state fails the task (state.ErrNoCurrentKey) instead of
+// reaching the state of the keyed record processed last.
 func (o *KeyedBroadcastProcess[K, T, B, O]) collectBroadcast(b B) {
+	o.keys.Unset()
 	if err := o.fn.ProcessBroadcastElement(b, &o.bctx); err != nil {
 		Fail(err)
 	}

@@ -88,6 +88,9 @@ func (h *boltHandle[K, N]) keyFor(n N) []byte {
 }
 
 func (h *boltHandle[K, N]) appendKey(dst []byte, n N) []byte {
+	if !h.kc.has {
+		panic(noCurrentKey(h.t.sp.name))
+	}
 	g := h.kc.group
 	if !h.t.b.groups.Contains(g) {
 		panic(fmt.Sprintf("state %q: key group %d outside the backend's key groups %v (KeyContext not set?)", h.t.sp.name, g, h.t.b.groups))

@@ -2,12 +2,14 @@ package state
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/jonboulle/clockwork"
 
 	"github.com/edgedio/edged/codec"
+	"github.com/edgedio/edged/keygroup"
 )
 
 // plainCodec is a custom codec, to tell it from the default one.
@@ -68,16 +70,49 @@ func TestDescriptorCodecs(t *testing.T) {
 	}
 }
 
-func TestUnsetKeyContextPanics(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, newTestBackend func() (Backend, *clockwork.FakeClock)) {
-		b, _ := newTestBackend()
-		var kc KeyContext[string]
-		v := must(NewValue(b, &kc, ValueDescriptor[int]{Name: "v"}))
-		defer func() {
-			if r, _ := recover().(string); !strings.Contains(r, "KeyContext not set") {
-				t.Fatalf("recovered %q", r)
-			}
-		}()
-		v.Update(1)
-	})
+// TestNoCurrentKeyFailsOnTheFirstKeyGroupToo: a handle used before its
+// KeyContext was ever set (keyed state used in a function's Open) fails
+// with ErrNoCurrentKey on every backend, including one that owns key group
+// 0, where the unset context's group would otherwise be taken for a real
+// one and the state read and written under the key type's zero value.
+func TestNoCurrentKeyFailsOnTheFirstKeyGroupToo(t *testing.T) {
+	for _, k := range backendKinds {
+		for _, r := range []keygroup.Range{{Start: 0, End: 64}, testGroups} {
+			t.Run(fmt.Sprintf("%s/%v", k.name, r), func(t *testing.T) {
+				b := k.new(t, r, clockwork.NewFakeClock())
+				var kc KeyContext[string]
+				v := must(NewValue(b, &kc, ValueDescriptor[int]{Name: "v"}))
+				l := must(NewList(b, &kc, ListDescriptor[int]{Name: "l"}))
+				m := must(NewMap(b, &kc, MapDescriptor[string, int]{Name: "m"}))
+				uses := map[string]func(){
+					"Value.Get":    func() { v.Get() },
+					"Value.Update": func() { v.Update(1) },
+					"Value.Clear":  func() { v.Clear() },
+					"List.Add":     func() { l.Add(1) },
+					"List.Get":     func() { l.Get() },
+					"Map.Put":      func() { m.Put("a", 1) },
+					"Map.Contains": func() { m.Contains("a") },
+				}
+				for name, use := range uses {
+					func() {
+						defer func() {
+							err, _ := recover().(error)
+							if !errors.Is(err, ErrNoCurrentKey) {
+								t.Errorf("%s without a current key: recovered %v, want ErrNoCurrentKey", name, err)
+							} else if !strings.Contains(err.Error(), "Open") {
+								t.Errorf("%s: %q does not say where keyed state can be used", name, err)
+							}
+						}()
+						use()
+					}()
+				}
+				// Once a key is set the same handles work.
+				kc.Set("a", r.Start)
+				v.Update(7)
+				if got, ok := v.Get(); !ok || got != 7 {
+					t.Fatalf("after Set: Get = %d, %v", got, ok)
+				}
+			})
+		}
+	}
 }

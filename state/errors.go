@@ -58,3 +58,13 @@ var ErrRestoreAfterRegister = errors.New("state: restore into a backend that is 
 // ErrClosed is returned (or, from handles, panicked with) when a closed
 // BoltBackend is used.
 var ErrClosed = errors.New("state: backend closed")
+
+// ErrNoCurrentKey is the cause of the panic of a keyed state handle used
+// while its KeyContext has no key yet: keyed state is scoped to the key of
+// the record or timer being processed, so it can be read and written in
+// ProcessElement and OnTimer (and a window's functions), not in Open nor
+// in a KeyedBroadcastProcessFunction's ProcessBroadcastElement. The panic
+// fails the task; before, Open in a subtask that owns key group 0 read and
+// wrote the state of the key type's zero value, and ProcessBroadcastElement
+// that of the keyed record processed last.
+var ErrNoCurrentKey = errors.New("state: keyed state used with no current key")

@@ -40,8 +40,18 @@ func (h *memHandle[K, N, T]) SetNamespace(n N) {
 
 // Clear removes the entry of the current key and namespace.
 func (h *memHandle[K, N, T]) Clear() {
-	h.t.remove(h.t.group(h.kc.group), h.key())
+	h.t.remove(h.group(), h.key())
 	h.cached = nil
+}
+
+// group returns the current key's key group. It panics with
+// ErrNoCurrentKey while the key context has no key: its group is then 0,
+// a real key group of the first subtask, or that of the key it had last.
+func (h *memHandle[K, N, T]) group() *memGroup[K, N, T] {
+	if !h.kc.has {
+		panic(noCurrentKey(h.t.sp.name))
+	}
+	return h.t.group(h.kc.group)
 }
 
 func (h *memHandle[K, N, T]) key() nsKey[K, N] { return nsKey[K, N]{h.kc.key, h.ns} }
@@ -54,7 +64,7 @@ func (h *memHandle[K, N, T]) lookup() *entry[K, N, T] {
 	if h.cached != nil && h.cacheGen == h.kc.gen && h.cacheEpoch == h.t.epoch {
 		return h.cached
 	}
-	e := h.t.find(h.t.group(h.kc.group), h.key())
+	e := h.t.find(h.group(), h.key())
 	h.remember(e)
 	return e
 }
@@ -87,7 +97,7 @@ func (h *memHandle[K, N, T]) read() *entry[K, N, T] {
 func (h *memHandle[K, N, T]) write() (e *entry[K, N, T], fresh bool) {
 	e = h.lookup()
 	if e == nil {
-		e = h.t.insert(h.t.group(h.kc.group), h.key())
+		e = h.t.insert(h.group(), h.key())
 		h.remember(e)
 		fresh = true
 	}
@@ -116,7 +126,7 @@ func (h *memHandle[K, N, T]) set(e *entry[K, N, T], epoch uint64, v T) {
 // take removes the entry of the current key in namespace n and returns its
 // value; ok is false when there was none or it had expired.
 func (h *memHandle[K, N, T]) take(n N) (v T, ok bool) {
-	grp := h.t.group(h.kc.group)
+	grp := h.group()
 	k := nsKey[K, N]{h.kc.key, n}
 	i, found := grp.index[k]
 	if !found {

@@ -1286,3 +1286,123 @@ func TestUserJobSessionWindows(t *testing.T) {
 	}
 	diffUserLines(t, "sessions", sortUserResults(sink.Values()), sortUserResults(want))
 }
+
+// userOpenWriter writes keyed state in Open, where no key is current.
+type userOpenWriter struct {
+	operators.KeyedProcessBase[string, int64]
+	count state.Value[int64]
+}
+
+func (f *userOpenWriter) Open(rt *operators.KeyedRuntime[string]) error {
+	var err error
+	if f.count, err = state.NewValue(rt.Backend(), rt.Keys(), state.ValueDescriptor[int64]{Name: "count"}); err != nil {
+		return err
+	}
+	f.count.Update(0)
+	return nil
+}
+
+func (f *userOpenWriter) ProcessElement(_ ev, ctx *operators.KeyedContext[string, int64]) error {
+	c, _ := f.count.Get()
+	f.count.Update(c + 1)
+	ctx.Emit(c + 1)
+	return nil
+}
+
+// Keyed state used in Open fails the job at every parallelism; at
+// parallelism 1 (and in subtask 0, which owns key group 0) it used to
+// write the state of key "" and run on.
+func TestUserMisuseKeyedStateInOpenFailsTheJob(t *testing.T) {
+	for _, p := range []int{1, 3} {
+		t.Run(fmt.Sprintf("p=%d", p), func(t *testing.T) {
+			env := stream.NewEnvironment("misuse", stream.WithParallelism(p))
+			s := stream.FromSource(env, "events", newUserSlice(numberedEvents(100, 5))).SetParallelism(1)
+			stream.KeyedProcess(stream.KeyBy(s, evKey), "counts", func() operators.KeyedProcessFunction[string, ev, int64] {
+				return &userOpenWriter{}
+			}).UID("counts").ForEach("out", func(int64) error { return nil })
+			err := env.Execute(userCtx(t))
+			var te *actors.TaskError
+			if !errors.As(err, &te) || te.Operator != "counts" || !errors.Is(err, state.ErrNoCurrentKey) {
+				t.Fatalf("Execute: %v, want a TaskError of counts wrapping state.ErrNoCurrentKey", err)
+			}
+			wantUserErrNaming(t, err, `"count"`, "not in Open")
+		})
+	}
+}
+
+// userRuleCounter counts, in keyed state, the rules it was sent: a
+// broadcast record has no key, so the count has none to belong to.
+type userRuleCounter struct {
+	rules      state.Value[int64]
+	broadcasts *atomic.Int64
+}
+
+func (f *userRuleCounter) Open(rt *operators.BroadcastRuntime[string]) error {
+	var err error
+	f.rules, err = state.NewValue(rt.Backend(), rt.Keys(), state.ValueDescriptor[int64]{Name: "rules"})
+	return err
+}
+
+func (f *userRuleCounter) ProcessElement(_ ev, ctx *operators.KeyedContext[string, string]) error {
+	n, _ := f.rules.Get()
+	ctx.Emit(fmt.Sprintf("%s %d", ctx.CurrentKey(), n))
+	return nil
+}
+
+func (f *userRuleCounter) ProcessBroadcastElement(alertRule, *operators.BroadcastContext[string]) error {
+	f.broadcasts.Add(1)
+	n, _ := f.rules.Get()
+	f.rules.Update(n + 1)
+	return nil
+}
+
+func (f *userRuleCounter) OnTimer(int64, *operators.KeyedContext[string, string]) error { return nil }
+
+// Keyed state used in ProcessBroadcastElement fails the job, whether a
+// keyed record came before the broadcast one or not; it used to read and
+// write the state of the keyed record processed last (or of key "" in
+// subtask 0 before any), and the job ran on.
+func TestUserMisuseKeyedStateInProcessBroadcastElementFailsTheJob(t *testing.T) {
+	for _, first := range []string{"keyed", "broadcast"} {
+		t.Run(first+" first", func(t *testing.T) {
+			env := stream.NewEnvironment("misuse", stream.WithParallelism(1))
+			gate := make(chan struct{})
+			events := &userSliceSource[ev]{recs: numberedEvents(20, 3)}
+			rules := &userSliceSource[alertRule]{recs: []alertRule{{"k0", 1}}}
+			// The source that goes second waits until the first has sent
+			// its records through the operator.
+			if first == "keyed" {
+				rules.gate, rules.gateAt = gate, 0
+			} else {
+				events.gate, events.gateAt = gate, 0
+			}
+			src := stream.FromSource(env, "events", func() operators.Source[ev] { return events })
+			ruleStream := stream.FromSource(env, "rules", func() operators.Source[alertRule] { return rules })
+			var seen, broadcasts atomic.Int64
+			stream.ConnectBroadcast(stream.KeyBy(src, evKey), ruleStream, "counter",
+				func() operators.KeyedBroadcastProcessFunction[string, ev, alertRule, string] {
+					return &userRuleCounter{broadcasts: &broadcasts}
+				}).UID("counter").
+				ForEach("out", func(string) error {
+					seen.Add(1)
+					return nil
+				})
+			job, err := env.ExecuteAsync(userCtx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first == "keyed" {
+				testutil.Eventually(t, 0, "the keyed records through", func() bool { return seen.Load() == 20 })
+			} else {
+				testutil.Eventually(t, 0, "the broadcast record through", func() bool { return broadcasts.Load() == 1 })
+			}
+			close(gate)
+			err = job.Wait()
+			var te *actors.TaskError
+			if !errors.As(err, &te) || te.Operator != "counter" || !errors.Is(err, state.ErrNoCurrentKey) {
+				t.Fatalf("Execute: %v, want a TaskError of counter wrapping state.ErrNoCurrentKey", err)
+			}
+			wantUserErrNaming(t, err, `"rules"`, "ProcessBroadcastElement")
+		})
+	}
+}
