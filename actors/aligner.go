@@ -27,7 +27,13 @@ type Aligner struct {
 	current     int64  // checkpoint aligning, 0 if none
 	count       int    // channels that delivered current
 	started     time.Time
-	last        int64 // last checkpoint snapshotted or aborted
+	last        int64 // last checkpoint snapshotted or aborted while aligning
+	// aborted holds the checkpoints above last aborted before they
+	// aligned here: their barriers, should any still come, are ignored.
+	// An abort does not move last, since the barriers of an older
+	// checkpoint still in flight (a periodic one overtaken by the abort
+	// of a savepoint) must still align.
+	aborted map[int64]bool
 }
 
 // AlignAction is what the task must do after a step.
@@ -65,14 +71,14 @@ func (a *Aligner) Aligning() int64 { return a.current }
 func (a *Aligner) Barrier(now time.Time, ch int, id int64) AlignAction {
 	var act AlignAction
 	switch {
-	case id <= a.last:
+	case id <= a.last || a.aborted[id]:
 		// A barrier of a checkpoint already done or aborted here.
 		return act
 	case a.current != 0 && id > a.current:
 		// The one aligning was abandoned upstream.
 		act.Aborted = a.current
 		act.Release = a.exactlyOnce
-		a.last = a.current
+		a.setLast(a.current)
 		a.reset()
 	case a.current != 0 && id < a.current:
 		return act
@@ -107,16 +113,37 @@ func (a *Aligner) EndOfStream(now time.Time, ch int) AlignAction {
 
 // Abort gives up the alignment of checkpoint id (declined or timed out by
 // the coordinator).
+//
+// An abort of a checkpoint that is not aligning here only marks it: its
+// barriers are ignored should they come, and those of older checkpoints
+// still align. (Control messages overtake barriers: a savepoint refused
+// or aborted while an earlier checkpoint's barriers travel must not make
+// the task drop them, which would leave that checkpoint, or the
+// stop-with-savepoint it is, to expire.)
 func (a *Aligner) Abort(id int64) AlignAction {
 	if a.current == 0 || id != a.current {
-		if id > a.last && a.current == 0 {
-			a.last = id
+		if id > a.last {
+			if a.aborted == nil {
+				a.aborted = make(map[int64]bool)
+			}
+			a.aborted[id] = true
 		}
 		return AlignAction{}
 	}
-	a.last = id
+	a.setLast(id)
 	a.reset()
 	return AlignAction{Aborted: id, Release: a.exactlyOnce}
+}
+
+// setLast records id as the last checkpoint done here, and forgets the
+// aborted ones it passed.
+func (a *Aligner) setLast(id int64) {
+	a.last = id
+	for x := range a.aborted {
+		if x <= id {
+			delete(a.aborted, x)
+		}
+	}
 }
 
 func (a *Aligner) complete(now time.Time, act AlignAction) AlignAction {
@@ -125,7 +152,7 @@ func (a *Aligner) complete(now time.Time, act AlignAction) AlignAction {
 	}
 	act.Snapshot, act.Alignment = a.current, now.Sub(a.started)
 	act.Release = act.Release || a.exactlyOnce
-	a.last = a.current
+	a.setLast(a.current)
 	a.reset()
 	return act
 }

@@ -76,6 +76,12 @@ func TestAligner(t *testing.T) {
 			"b0:1: blocked=0\nx1: aborted=1 release\nb1:1:\nb1:2: blocked=1\nb0:2: snapshot=2 align=1ms release\n"},
 		{"abort of another checkpoint changes nothing", 2, true, "b0:3 x2",
 			"b0:3: blocked=0\nx2: blocked=0\n"},
+		{"abort of a newer checkpoint keeps an older one aligning", 2, true, "x2 b0:1 b1:1",
+			"x2:\nb0:1: blocked=0\nb1:1: snapshot=1 align=1ms release\n"},
+		{"barriers of a checkpoint aborted before they came ignored", 2, true, "x2 b0:1 b1:1 b0:2 b1:2 b0:3 b1:3",
+			"x2:\nb0:1: blocked=0\nb1:1: snapshot=1 align=1ms release\nb0:2:\nb1:2:\nb0:3: blocked=0\nb1:3: snapshot=3 align=1ms release\n"},
+		{"abort of a newer checkpoint while aligning ignores its barriers", 2, true, "b0:1 x2 b1:1 b0:2 b1:2",
+			"b0:1: blocked=0\nx2: blocked=0\nb1:1: snapshot=1 align=2ms release\nb0:2:\nb1:2:\n"},
 		{"overlapping checkpoints in order", 2, true, "b0:1 b1:1 b1:2 b0:2",
 			"b0:1: blocked=0\nb1:1: snapshot=1 align=1ms release\nb1:2: blocked=1\nb0:2: snapshot=2 align=1ms release\n"},
 	} {

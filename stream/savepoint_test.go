@@ -293,3 +293,61 @@ func TestWithSavepointBadPathNamesTheOption(t *testing.T) {
 		}
 	}
 }
+
+// A savepoint asked for while a stop-with-savepoint runs is refused, and
+// the stop completes even when the refusal reaches a task before the
+// stop's barrier does (the task before it is busy). Before, the task took
+// the refusal's abort of the newer savepoint for the end of everything
+// older and dropped the stop's barrier: the stop expired at the checkpoint
+// timeout and the job ran on.
+func TestSavepointRefusedDuringStopDoesNotDropTheStopsBarrier(t *testing.T) {
+	events := numberedEvents(50, 3)
+	cfg := snapshot.DefaultConfig()
+	cfg.Dir = t.TempDir()
+	cfg.Timeout = 5 * time.Second
+	env := stream.NewEnvironment("stop-race", stream.WithCheckpointing(cfg))
+	src := stream.FromSource(env, "events", func() operators.Source[ev] {
+		return &userSliceSource[ev]{recs: events, hold: true}
+	}).UID("events")
+	// events -> slow (holds the last record until released) -> sink: the
+	// stop's barrier waits behind the held record, in slow's mailbox.
+	release := make(chan struct{})
+	var holding atomic.Bool
+	last := events[len(events)-1].V
+	slow := stream.Map(stream.KeyBy(src, evKey).Stream(), "slow", func(e ev) (ev, error) {
+		if e.V == last {
+			holding.Store(true)
+			<-release
+		}
+		return e, nil
+	})
+	slow.Rebalance().ForEach("sink", func(ev) error { return nil })
+	job, err := env.ExecuteAsync(userCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "slow holding the last record", holding.Load)
+	stopped := make(chan error, 1)
+	go func() {
+		_, err := job.StopWithSavepoint(userCtx(t), "")
+		stopped <- err
+	}()
+	testutil.Eventually(t, 0, "the stop's savepoint in progress", func() bool {
+		for _, s := range job.History() {
+			if s.Kind == snapshot.KindSavepoint && s.Status == snapshot.InProgress {
+				return true
+			}
+		}
+		return false
+	})
+	if _, err := job.TriggerSavepoint(userCtx(t), ""); !errors.Is(err, snapshot.ErrStopping) {
+		t.Fatalf("TriggerSavepoint during the stop: %v, want snapshot.ErrStopping", err)
+	}
+	close(release)
+	if err := testutil.Receive(t, 0, "the stop", stopped); err != nil {
+		t.Fatalf("StopWithSavepoint: %v", err)
+	}
+	if err := job.Wait(); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+}
