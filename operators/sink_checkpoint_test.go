@@ -605,3 +605,49 @@ func TestFileSinkRestoresSnapshotsWithoutCarriedParts(t *testing.T) {
 		t.Fatalf("committed %v", got)
 	}
 }
+
+// A file sink restored from a snapshot every sink committed before the job
+// stopped (Context.RestoredCommitted) commits nothing again: its parts are
+// visible in the directory they were written to, and one restored with
+// another directory, which lacks them, neither fails nor writes them there
+// (with carried parts, which it could).
+func TestFileSinkRestoredCommittedCommitsNothingAgain(t *testing.T) {
+	for _, carry := range []bool{false, true} {
+		t.Run(fmt.Sprintf("carry=%v", carry), func(t *testing.T) {
+			opts := operators.FileSinkOptions{CarryParts: carry}
+			dirA, dirB := t.TempDir(), t.TempDir()
+			s := operators.NewFileSinkWith(dirA, func(v string) string { return v }, opts)
+			if err := s.Open(sinkContext(0)); err != nil {
+				t.Fatal(err)
+			}
+			s.Collect("a")
+			st, err := s.SnapshotState(1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.NotifyCheckpointComplete(1); err != nil {
+				t.Fatal(err)
+			}
+			for _, dir := range []string{dirA, dirB} {
+				ctx := sinkContext(0)
+				ctx.RestoredCommitted = true
+				r := operators.NewFileSinkWith(dir, func(v string) string { return v }, opts)
+				if err := r.Open(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if err := r.RestoreState([][]byte{st}, 1); err != nil {
+					t.Fatalf("restore of a committed snapshot in %s: %v", dir, err)
+				}
+				if err := r.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := readCommitted(t, dirA); !slices.Equal(got, []string{"a"}) {
+				t.Fatalf("dir A: %v", got)
+			}
+			if got := readCommitted(t, dirB); len(got) != 0 {
+				t.Fatalf("dir B, which the stop never wrote to: %v", got)
+			}
+		})
+	}
+}

@@ -54,6 +54,9 @@ type TwoPhaseCommitSink[T, TX any] struct {
 	cleaned bool
 	// tell is Context.OutputHeld until the run's first record told it.
 	tell func()
+	// restoredCommitted: the snapshot restored was committed by every
+	// sink before the job stopped (Context.RestoredCommitted).
+	restoredCommitted bool
 }
 
 // StaleCleaner is a Transactional system that can drop what earlier runs
@@ -128,6 +131,7 @@ func NewTwoPhaseCommitSink[T, TX any](sys Transactional[T, TX], c codec.Codec[TX
 // begins the first transaction.
 func (s *TwoPhaseCommitSink[T, TX]) Open(ctx *Context) error {
 	s.final, s.tell = ctx.FinalCheckpoint, ctx.OutputHeld
+	s.restoredCommitted = ctx.RestoredCommitted
 	if o, ok := s.sys.(interface{ Open(*Context) error }); ok {
 		if err := o.Open(ctx); err != nil {
 			return err
@@ -232,8 +236,15 @@ func (s *TwoPhaseCommitSink[T, TX]) NotifyCheckpointAborted(int64) error { retur
 
 // RestoreState commits again the transactions pending in the restored
 // checkpoint: it completed, so they must be visible. Any subtask restores
-// the pending transactions of every old subtask it is given.
+// the pending transactions of every old subtask it is given. A snapshot
+// every sink committed before the job stopped (Context.RestoredCommitted:
+// a stop-with-savepoint's) has nothing to commit again: its transactions
+// are visible where they were written, which need not be where this run
+// writes (a job moved to another device, its sink to another directory).
 func (s *TwoPhaseCommitSink[T, TX]) RestoreState(states [][]byte, _ int) error {
+	if s.restoredCommitted {
+		return nil
+	}
 	for _, st := range states {
 		pend, err := s.decodePending(st)
 		if err != nil {

@@ -1406,3 +1406,67 @@ func TestUserMisuseKeyedStateInProcessBroadcastElementFailsTheJob(t *testing.T) 
 		})
 	}
 }
+
+// userMovedWindowJob is userWindowFileJob with savepoints only, so that
+// every result before a stop is in the stop's own transaction, at
+// parallelism p.
+func userMovedWindowJob(dir, out string, p int, events []ev, gateAt int, gate <-chan struct{}, opts ...stream.Option) *stream.Environment {
+	cfg := snapshot.DefaultConfig()
+	cfg.Dir = dir
+	env := stream.NewEnvironment("user-moved", append([]stream.Option{stream.WithParallelism(p), stream.WithCheckpointing(cfg)}, opts...)...)
+	src := stream.FromSource(env, "events", newUserGatedSlice(events, gateAt, gate)).SetParallelism(1).UID("events").
+		AssignTimestampsAndWatermarks("timestamps", watermark.ForMonotonous(evTime).WithPerEventEmit()).UID("timestamps")
+	res := stream.WindowAggregate(stream.Window(stream.KeyBy(src, evKey),
+		operators.TumblingEventTimeWindows(50*time.Millisecond)), "sum", evSumAgg{}).UID("sum")
+	res.To("files", func() operators.Sink[operators.WindowResult[string, int64]] {
+		return operators.NewFileSink(out, func(r operators.WindowResult[string, int64]) string {
+			return fmt.Sprintf("%s %v %d", r.Key, r.Window, r.Value)
+		})
+	}).UID("files")
+	return env
+}
+
+// A job stopped with a savepoint resumes from it with its file sink
+// writing to another, empty directory (the job moved to another device,
+// or its output to another disk), at the same parallelism or another:
+// the parts the stop committed stay where they were, and the resumed job
+// writes exactly the rest. Before, the restore committed the stop's parts
+// again, did not find them in the new directory, and every start failed
+// with "file sink: commit part-…: neither pending nor committed".
+func TestUserJobStoppedResumesWithTheFileSinkElsewhere(t *testing.T) {
+	events := numberedEvents(3000, 5)
+	first := t.TempDir()
+	env := userMovedWindowJob(t.TempDir(), first, 2, events, 1500, make(chan struct{}))
+	job, err := env.ExecuteAsync(userCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 0, "results before the gate", func() bool {
+		parts, _ := os.ReadDir(first)
+		return len(parts) > 0
+	})
+	sp, err := job.StopWithSavepoint(userCtx(t), "")
+	if err != nil {
+		t.Fatalf("StopWithSavepoint: %v", err)
+	}
+	if err := job.Wait(); err != nil {
+		t.Fatalf("Wait after the stop: %v", err)
+	}
+	before := committedUserLines(t, first)
+	if len(before) == 0 {
+		t.Fatal("the stop committed nothing")
+	}
+	want, _ := refUserWindows(events, 50, 50, 0, 0)
+	for _, p := range []int{2, 3} {
+		t.Run(fmt.Sprintf("p=%d", p), func(t *testing.T) {
+			moved := t.TempDir()
+			open := make(chan struct{})
+			close(open)
+			env := userMovedWindowJob(t.TempDir(), moved, p, events, 0, open, stream.WithSavepoint(sp, false))
+			if err := env.Execute(userCtx(t)); err != nil {
+				t.Fatalf("Execute from %s with the sink in another directory: %v", sp, err)
+			}
+			diffUserLines(t, "results before the stop and after it", sortUserStrings(append(committedUserLines(t, moved), before...)), sortUserResults(want))
+		})
+	}
+}
