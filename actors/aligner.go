@@ -1,6 +1,10 @@
 package actors
 
-import "time"
+import (
+	"maps"
+	"slices"
+	"time"
+)
 
 // Aligner aligns checkpoint barriers across the input channels of a task.
 // It is a pure machine: the task feeds it what arrives and carries out the
@@ -127,6 +131,13 @@ func (a *Aligner) Abort(id int64) AlignAction {
 				a.aborted = make(map[int64]bool)
 			}
 			a.aborted[id] = true
+			if len(a.aborted) > maxAborted {
+				// No checkpoint completes here while every one is
+				// aborted before its barriers come (a sink that declines
+				// each): forget the oldest, whose barriers passed long
+				// ago, so that the set stays small.
+				delete(a.aborted, slices.Min(slices.Collect(maps.Keys(a.aborted))))
+			}
 		}
 		return AlignAction{}
 	}
@@ -134,6 +145,10 @@ func (a *Aligner) Abort(id int64) AlignAction {
 	a.reset()
 	return AlignAction{Aborted: id, Release: a.exactlyOnce}
 }
+
+// maxAborted bounds the checkpoints an Aligner remembers as aborted
+// before they aligned.
+const maxAborted = 64
 
 // setLast records id as the last checkpoint done here, and forgets the
 // aborted ones it passed.

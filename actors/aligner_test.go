@@ -93,3 +93,28 @@ func TestAligner(t *testing.T) {
 		})
 	}
 }
+
+// Checkpoints aborted before their barriers came are remembered, at most
+// maxAborted of them (the newest): a task where every checkpoint is
+// aborted first (a sink that declines each) does not grow the set.
+func TestAlignerRemembersBoundedAborts(t *testing.T) {
+	a := NewAligner(2, true)
+	for id := int64(1); id <= 10*maxAborted; id++ {
+		a.Abort(id)
+	}
+	if n := len(a.aborted); n != maxAborted {
+		t.Fatalf("%d aborted checkpoints remembered, want %d", n, maxAborted)
+	}
+	now := time.Now()
+	if act := a.Barrier(now, 0, 10*maxAborted); act != (AlignAction{}) || a.Blocked(0) {
+		t.Fatalf("a barrier of the newest aborted checkpoint: %+v, blocked %v, want it ignored", act, a.Blocked(0))
+	}
+	// The next checkpoint aligns and completes, and the set empties.
+	a.Barrier(now, 0, 10*maxAborted+1)
+	if act := a.Barrier(now, 1, 10*maxAborted+1); act.Snapshot != 10*maxAborted+1 {
+		t.Fatalf("the next checkpoint: %+v, want its snapshot", act)
+	}
+	if n := len(a.aborted); n != 0 {
+		t.Fatalf("%d aborted checkpoints remembered after a later one completed, want 0", n)
+	}
+}
