@@ -799,12 +799,18 @@ func (m *clusterMember) hostsAndServes(client *http.Client) bool {
 	return err == nil && brokerUp(m.brokerAddr)
 }
 
-// allHostTasks reports whether every member hosts tasks of one job.
+// allHostTasks reports whether every member hosts tasks of a job, and
+// tasks of every job it hosts.
 func allHostTasks(client *http.Client, members []*clusterMember) bool {
 	for _, m := range members {
 		jobs, err := m.hosted(client)
-		if err != nil || len(jobs) != 1 || len(jobs[0].Tasks) == 0 {
+		if err != nil || len(jobs) == 0 {
 			return false
+		}
+		for _, j := range jobs {
+			if len(j.Tasks) == 0 {
+				return false
+			}
 		}
 	}
 	return true

@@ -189,7 +189,7 @@ func (n *node) start(extra ...string) {
 	n.waitReady(30 * time.Second)
 }
 
-// waitReady waits until GET /jobs says the job is running and the broker
+// waitReady waits until GET /jobs says every job is running and the broker
 // accepts connections.
 func (n *node) waitReady(timeout time.Duration) {
 	n.t.Helper()
@@ -230,8 +230,13 @@ func (n *node) ready(client *http.Client) bool {
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&l) != nil {
 		return false
 	}
-	if len(l.Jobs) != 1 || l.Jobs[0].Status != "running" {
+	if len(l.Jobs) == 0 {
 		return false
+	}
+	for _, j := range l.Jobs {
+		if j.Status != "running" {
+			return false
+		}
 	}
 	c, err := net.DialTimeout("tcp", n.brokerAddr, time.Second)
 	if err != nil {
