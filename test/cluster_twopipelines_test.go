@@ -137,6 +137,8 @@ func (a *alertLoad) connect(i int) {
 func (a *alertLoad) disconnect(i int) {
 	if a.subs[i] != nil {
 		a.subs[i].Disconnect(0)
+	}
+	if a.pubs[i] != nil {
 		a.pubs[i].Disconnect(0)
 	}
 	a.subs[i], a.pubs[i] = nil, nil
@@ -461,4 +463,56 @@ func TestClusterTwoPipelinesKillsExact(t *testing.T) {
 	}
 	js, _ := json.Marshal(func() map[string]string { m, _ := a.jobsOf(client); return m }())
 	t.Logf("jobs on a: %s", js)
+}
+
+// A worker of a cluster running two pipelines is stopped with SIGTERM
+// under load of both: it drains first, handing its subtasks of both
+// jobs over (its ingest logs of both pipelines read and checkpointed
+// before its splits move), exits 0, and its stop is no failure. Every
+// window and every alert is exact.
+func TestClusterTwoPipelinesWorkerSIGTERMDrains(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses")
+	}
+	members := startClusterEdited(t, true, func(cfg string) string { return withAlertsPipeline(cfg) })
+	l := newClusterLoad(t, members)
+	al := newAlertLoad(l)
+	a, c := members[0], members[2]
+	client := &http.Client{Timeout: time.Second}
+	testutil.Eventually(t, 30*time.Second, "the leader sees every node alive and runs both jobs", func() bool {
+		s, err := a.leaderStatus(client)
+		if err != nil || s.alive() != 3 || s.Leader != "a" || s.keyedOn("c") == 0 {
+			return false
+		}
+		n, err := a.jobMasters(client)
+		return err == nil && n == 2
+	})
+	const n1, n = 20_000, 40_000
+	l.publish(0, n1)
+	al.publish(0.5)
+	// c's devices go away; its results subscribers stay until it exits,
+	// so that what its sinks publish during the drain arrives.
+	l.stopDevices(2)
+	al.pubs[2].Disconnect(0)
+	al.pubs[2] = nil
+	if code := c.terminate(90 * time.Second); code != 0 {
+		t.Fatalf("c exited with %d after SIGTERM\n%s", code, c.logTail())
+	}
+	al.publish(1)
+	l.publish(n1, n)
+	l.finish(n, 120*time.Second)
+	al.check(120 * time.Second)
+	if !strings.Contains(c.logTailN(400000), "drained before stopping") {
+		t.Fatalf("c did not drain before stopping:\n%s", c.logTail())
+	}
+	s, err := a.status(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.FailoversTotal != 0 {
+		t.Fatalf("c's stop after its drain made %d failovers: %+v", s.FailoversTotal, s.Failovers)
+	}
+	if jobs, err := a.keyedJobsOn(client, "c"); err != nil || len(jobs) != 0 {
+		t.Fatalf("c still places keyed subtasks of %v (%v)", jobs, err)
+	}
 }
