@@ -127,7 +127,7 @@ func testWorkerKilled(t *testing.T, replicas int, wantFrom string, held bool) {
 		t.Fatalf("none of c's subtasks moved to b (%v) has state in snapshot %d: the restore path was not reached", toB, restored)
 	}
 	for f, h := range files {
-		from := b.c.rep.readFromNode(restored, f)
+		from := b.c.rep.readFromNode(foJob, restored, f)
 		if from != wantFrom || b.holds(t, restored, h) != held {
 			t.Fatalf("b restored c's %s of snapshot %d from %q, holding a replica %v; want from %q, holding %v",
 				f, restored, from, b.holds(t, restored, h), wantFrom, held)
@@ -199,7 +199,7 @@ func TestFailoverScriptLeaderKilled(t *testing.T) {
 		t.Fatalf("b did not resume the job from checkpoint %d (its newest metadata)", latest.Checkpoint)
 	}
 	for _, f := range lacked {
-		if from := b.c.rep.readFromNode(latest.Checkpoint, f); from != "c" {
+		if from := b.c.rep.readFromNode(foJob, latest.Checkpoint, f); from != "c" {
 			t.Fatalf("b copied in %s of checkpoint %d from %q, want c (the one live holder)", f, latest.Checkpoint, from)
 		}
 	}
@@ -283,7 +283,7 @@ func TestFailoverScriptCorruptReplica(t *testing.T) {
 		if b.holds(t, restored, h) {
 			t.Fatalf("b's copy of %s of checkpoint %d is intact: the damage was not done", f, restored)
 		}
-		if from := b.c.rep.readFromNode(restored, f); from != "a" {
+		if from := b.c.rep.readFromNode(foJob, restored, f); from != "a" {
 			t.Fatalf("b restored c's %s of checkpoint %d from %q, want a (its own copy is damaged)", f, restored, from)
 		}
 		if !fc.logs.logged("damaged copy of a state file", "node=b", "file="+f, fmt.Sprintf("checkpoint_id=%d", restored)) {

@@ -519,7 +519,7 @@ func (p *peerClient) Fetch(ctx context.Context, master, job string, epoch uint64
 		}
 		return resp.Body, nil
 	}}
-	_, err := p.rep.fetchFirst(ctx, id, h, path, p.rep.sources(job, id, h, true, []fetchSource{fromMaster}))
+	_, err := p.rep.fetchFirst(ctx, job, id, h, path, p.rep.sources(job, id, h, true, []fetchSource{fromMaster}))
 	return err
 }
 

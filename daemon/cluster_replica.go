@@ -68,11 +68,12 @@ type replicas struct {
 	// bad counts the copies found corrupt, missing or unreachable when
 	// one was read (another holder was used, if any).
 	bad atomic.Int64
-	// readFrom is, for each state file of snapshot readID the node last
-	// copied in (fetchFirst), the node whose copy was used (this node's
-	// own id: its own replica); a read of another snapshot starts anew.
-	readFrom map[string]string
-	readID   snapshot.ID
+	// readFrom is, by job, the snapshot of it the node last copied files
+	// of in (fetchFirst) and, for each of those files, the node whose copy
+	// was used (this node's own id: its own replica); a read of another
+	// snapshot of the job starts anew. Jobs restore side by side (a
+	// failover, a takeover), so each keeps its own.
+	readFrom map[string]readSnapshot
 
 	// callTimeout bounds each call that carries a snapshot's metadata or
 	// marks, not its files (peerCallTimeout): a peer that takes the
@@ -83,6 +84,13 @@ type replicas struct {
 
 // peerCallTimeout is replicas.callTimeout's default.
 const peerCallTimeout = 10 * time.Second
+
+// readSnapshot is where the files of one snapshot were copied in from:
+// the holder used, by file.
+type readSnapshot struct {
+	id    snapshot.ID
+	files map[string]string
+}
 
 // replicaJob is what the replication needs of a job's config.
 type replicaJob struct {
@@ -481,7 +489,7 @@ type fetchSource struct {
 // serves it intact (size and CRC32C). A source whose copy is missing,
 // damaged or unreachable is logged and counted, and the next one tried;
 // the error, if none serves it, names each source's failure.
-func (r *replicas) fetchFirst(ctx context.Context, id snapshot.ID, h snapshot.Handle, path string, sources []fetchSource) (string, error) {
+func (r *replicas) fetchFirst(ctx context.Context, job string, id snapshot.ID, h snapshot.Handle, path string, sources []fetchSource) (string, error) {
 	var errs []error
 	for _, src := range sources {
 		rc, err := src.open(ctx)
@@ -491,10 +499,15 @@ func (r *replicas) fetchFirst(ctx context.Context, id snapshot.ID, h snapshot.Ha
 		}
 		if err == nil {
 			r.mu.Lock()
-			if r.readFrom == nil || r.readID != id {
-				r.readFrom, r.readID = map[string]string{}, id
+			if r.readFrom == nil {
+				r.readFrom = map[string]readSnapshot{}
 			}
-			r.readFrom[h.File] = src.node
+			read := r.readFrom[job]
+			if read.files == nil || read.id != id {
+				read = readSnapshot{id: id, files: map[string]string{}}
+				r.readFrom[job] = read
+			}
+			read.files[h.File] = src.node
 			r.mu.Unlock()
 			return src.node, nil
 		}
@@ -506,15 +519,16 @@ func (r *replicas) fetchFirst(ctx context.Context, id snapshot.ID, h snapshot.Ha
 }
 
 // readFromNode returns the node whose copy of state file file of
-// snapshot id the node copied in last; "" if it copied none (or has
-// copied in files of another snapshot since).
-func (r *replicas) readFromNode(id snapshot.ID, file string) string {
+// snapshot id of job the node copied in last; "" if it copied none (or
+// has copied in files of another snapshot of the job since).
+func (r *replicas) readFromNode(job string, id snapshot.ID, file string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if id != r.readID {
+	read := r.readFrom[job]
+	if read.id != id {
 		return ""
 	}
-	return r.readFrom[file]
+	return read.files[file]
 }
 
 // sources returns where a copy of state file h of snapshot id of job may
@@ -574,7 +588,7 @@ func (r *replicas) sources(job string, id snapshot.ID, h snapshot.Handle, local 
 // (read from the store) that it lacks, from the nodes that hold them.
 func (r *replicas) complete(ctx context.Context, md *snapshot.Metadata) error {
 	for _, h := range snapshot.Missing(md) {
-		if _, err := r.fetchFirst(ctx, md.Checkpoint, h, filepath.Join(md.Dir, h.File), r.sources(md.Job, md.Checkpoint, h, false, nil)); err != nil {
+		if _, err := r.fetchFirst(ctx, md.Job, md.Checkpoint, h, filepath.Join(md.Dir, h.File), r.sources(md.Job, md.Checkpoint, h, false, nil)); err != nil {
 			return err
 		}
 	}

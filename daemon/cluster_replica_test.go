@@ -318,7 +318,7 @@ func TestReplicasCorruptCopyAnotherHolderUsed(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(t.TempDir(), h.File)
-	from, err := c.rep.fetchFirst(ctx, 5, h, dst, c.rep.sources(replicaJobName, 5, h, true, nil))
+	from, err := c.rep.fetchFirst(ctx, replicaJobName, 5, h, dst, c.rep.sources(replicaJobName, 5, h, true, nil))
 	if err != nil || from != "b" {
 		t.Fatalf("fetch: from %q, %v; want b's copy", from, err)
 	}
@@ -339,11 +339,39 @@ func TestReplicasCorruptCopyAnotherHolderUsed(t *testing.T) {
 	bad := fetchSource{node: "x", open: func(context.Context) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(flipped)), nil }}
 	good := fetchSource{node: "b", open: func(context.Context) (io.ReadCloser, error) { return os.Open(path) }}
 	dst2 := filepath.Join(t.TempDir(), h.File)
-	if from, err := c.rep.fetchFirst(ctx, 5, h, dst2, []fetchSource{bad, good}); err != nil || from != "b" {
+	if from, err := c.rep.fetchFirst(ctx, replicaJobName, 5, h, dst2, []fetchSource{bad, good}); err != nil || from != "b" {
 		t.Fatalf("fetch after bytes damaged in transit: from %q, %v", from, err)
 	}
 	// No holder intact: the error says so.
-	if _, err := c.rep.fetchFirst(ctx, 5, h, dst2, []fetchSource{bad}); !errors.Is(err, cluster.ErrNoReplica) {
+	if _, err := c.rep.fetchFirst(ctx, replicaJobName, 5, h, dst2, []fetchSource{bad}); !errors.Is(err, cluster.ErrNoReplica) {
 		t.Fatalf("fetch with no intact copy: %v", err)
+	}
+}
+
+// The node whose copy a restore read each state file from is kept per
+// job: a job that copies in the files of its own snapshot meanwhile (two
+// jobs restore at once after a failover or a takeover) leaves another
+// job's record as it was.
+func TestReplicasReadFromKeptPerJob(t *testing.T) {
+	c := replicaCluster(t)["c"]
+	ctx := context.Background()
+	path, h := stateFile(t, t.TempDir(), 5, "j%2Fwin.1.state")
+	src := func(node string) []fetchSource {
+		return []fetchSource{{node: node, open: func(context.Context) (io.ReadCloser, error) { return os.Open(path) }}}
+	}
+	if _, err := c.rep.fetchFirst(ctx, "sensors", 5, h, filepath.Join(t.TempDir(), h.File), src("a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.rep.fetchFirst(ctx, "alerts", 9, h, filepath.Join(t.TempDir(), h.File), src("b")); err != nil {
+		t.Fatal(err)
+	}
+	if from := c.rep.readFromNode("sensors", 5, h.File); from != "a" {
+		t.Errorf("sensors' file of snapshot 5 read from %q, want a", from)
+	}
+	if from := c.rep.readFromNode("alerts", 9, h.File); from != "b" {
+		t.Errorf("alerts' file of snapshot 9 read from %q, want b", from)
+	}
+	if from := c.rep.readFromNode("alerts", 5, h.File); from != "" {
+		t.Errorf("alerts' file of snapshot 5 read from %q, want none", from)
 	}
 }
