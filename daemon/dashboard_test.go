@@ -18,18 +18,25 @@ import (
 
 // mqttDemo is configs/mqtt-demo.yaml on a free loopback broker port with
 // its data in a temp dir.
+// freeAddr returns a loopback address with a port free now, for a
+// listener the node under test opens.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
 func mqttDemo(t *testing.T) string {
 	t.Helper()
 	data, err := os.ReadFile("../configs/mqtt-demo.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	broker := l.Addr().String()
-	l.Close()
+	broker := freeAddr(t)
 	dir := filepath.ToSlash(t.TempDir())
 	y := string(data)
 	for old, new := range map[string]string{

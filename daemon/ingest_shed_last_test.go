@@ -3,7 +3,6 @@ package daemon_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,12 +22,7 @@ import (
 // other pipeline runs, so the log does not shed: shedding would
 // acknowledge the held readings and store them nowhere.
 func TestLastPipelineEndingWithAFullLogAcknowledgesNothingUnstored(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	broker := l.Addr().String()
-	l.Close()
+	broker := freeAddr(t)
 	dir := t.TempDir()
 	dataDir := filepath.Join(dir, "data")
 	yml := fmt.Sprintf(`node:
@@ -71,7 +65,7 @@ pipelines:
 		t.Fatalf("cancel: %v", err)
 	}
 	// The node ends with its last pipeline.
-	err = testutil.Receive(t, 0, "the node to end with its last pipeline", n.errc)
+	err := testutil.Receive(t, 0, "the node to end with its last pipeline", n.errc)
 	n.errc <- err // for startNode's cleanup
 
 	acked := 0

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,12 +24,7 @@ import (
 // pipeline's log was full, every device publishing there waited for a
 // PUBACK, and the running pipeline was fed nothing more.
 func TestStoppedPipelinesFullLogHoldsNoDeviceBack(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	broker := l.Addr().String()
-	l.Close()
+	broker := freeAddr(t)
 	dir := t.TempDir()
 	pipe := func(name, extra string) string {
 		return fmt.Sprintf(`
