@@ -680,7 +680,14 @@ func userWindowFileJob(dir, out string, events []ev, gateAt int, gate <-chan str
 	cfg := snapshot.DefaultConfig()
 	cfg.Dir = dir
 	cfg.Interval = 20 * time.Millisecond
-	env := stream.NewEnvironment("user-window-files", stream.WithParallelism(2), stream.WithCheckpointing(cfg))
+	return windowFileJob(stream.NewEnvironment("user-window-files", stream.WithParallelism(2), stream.WithCheckpointing(cfg)),
+		out, events, gateAt, gate)
+}
+
+// windowFileJob builds on env the tumbling-window job of
+// userWindowFileJob: sums of 50 ms windows per key, written by the
+// exactly-once file sink to out.
+func windowFileJob(env *stream.Environment, out string, events []ev, gateAt int, gate <-chan struct{}) *stream.Environment {
 	src := stream.FromSource(env, "events", newUserGatedSlice(events, gateAt, gate)).SetParallelism(1).UID("events").
 		AssignTimestampsAndWatermarks("timestamps", watermark.ForMonotonous(evTime).WithPerEventEmit()).UID("timestamps")
 	res := stream.WindowAggregate(stream.Window(stream.KeyBy(src, evKey),
@@ -1414,16 +1421,7 @@ func userMovedWindowJob(dir, out string, p int, events []ev, gateAt int, gate <-
 	cfg := snapshot.DefaultConfig()
 	cfg.Dir = dir
 	env := stream.NewEnvironment("user-moved", append([]stream.Option{stream.WithParallelism(p), stream.WithCheckpointing(cfg)}, opts...)...)
-	src := stream.FromSource(env, "events", newUserGatedSlice(events, gateAt, gate)).SetParallelism(1).UID("events").
-		AssignTimestampsAndWatermarks("timestamps", watermark.ForMonotonous(evTime).WithPerEventEmit()).UID("timestamps")
-	res := stream.WindowAggregate(stream.Window(stream.KeyBy(src, evKey),
-		operators.TumblingEventTimeWindows(50*time.Millisecond)), "sum", evSumAgg{}).UID("sum")
-	res.To("files", func() operators.Sink[operators.WindowResult[string, int64]] {
-		return operators.NewFileSink(out, func(r operators.WindowResult[string, int64]) string {
-			return fmt.Sprintf("%s %v %d", r.Key, r.Window, r.Value)
-		})
-	}).UID("files")
-	return env
+	return windowFileJob(env, out, events, gateAt, gate)
 }
 
 // A job stopped with a savepoint resumes from it with its file sink
