@@ -373,14 +373,7 @@ func TestClusterTwoPipelinesKillsExact(t *testing.T) {
 	al := newAlertLoad(l)
 	a, b, c := members[0], members[1], members[2]
 	client := &http.Client{Timeout: time.Second}
-	testutil.Eventually(t, 30*time.Second, "the leader sees every node alive and runs both jobs", func() bool {
-		s, err := a.leaderStatus(client)
-		if err != nil || s.alive() != 3 || s.Leader != "a" || s.keyedOn("c") == 0 {
-			return false
-		}
-		n, err := a.jobMasters(client)
-		return err == nil && n == 2
-	})
+	waitBothJobs(t, a, client)
 
 	const n1, n2, n3, n4 = 12_000, 24_000, 36_000, 60_000
 	l.publish(0, n1)
@@ -479,14 +472,7 @@ func TestClusterTwoPipelinesWorkerSIGTERMDrains(t *testing.T) {
 	al := newAlertLoad(l)
 	a, c := members[0], members[2]
 	client := &http.Client{Timeout: time.Second}
-	testutil.Eventually(t, 30*time.Second, "the leader sees every node alive and runs both jobs", func() bool {
-		s, err := a.leaderStatus(client)
-		if err != nil || s.alive() != 3 || s.Leader != "a" || s.keyedOn("c") == 0 {
-			return false
-		}
-		n, err := a.jobMasters(client)
-		return err == nil && n == 2
-	})
+	waitBothJobs(t, a, client)
 	const n1, n = 20_000, 40_000
 	l.publish(0, n1)
 	al.publish(0.5)
@@ -515,4 +501,18 @@ func TestClusterTwoPipelinesWorkerSIGTERMDrains(t *testing.T) {
 	if jobs, err := a.keyedJobsOn(client, "c"); err != nil || len(jobs) != 0 {
 		t.Fatalf("c still places keyed subtasks of %v (%v)", jobs, err)
 	}
+}
+
+// waitBothJobs waits until leader a sees every node alive, places keyed
+// subtasks on c and runs the job masters of both pipelines.
+func waitBothJobs(t *testing.T, a *clusterMember, client *http.Client) {
+	t.Helper()
+	testutil.Eventually(t, 30*time.Second, "the leader sees every node alive and runs both jobs", func() bool {
+		s, err := a.leaderStatus(client)
+		if err != nil || s.alive() != 3 || s.Leader != "a" || s.keyedOn("c") == 0 {
+			return false
+		}
+		n, err := a.jobMasters(client)
+		return err == nil && n == 2
+	})
 }
