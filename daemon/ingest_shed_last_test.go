@@ -58,7 +58,7 @@ pipelines:
 	if !testutil.Within(waitLimit, func() bool {
 		return strings.Contains(n.logs.String(), "ingest log full: appends wait")
 	}) {
-		t.Fatalf("the log did not fill: %s bytes", metric(t, n.addr, `edged_ingest_log_bytes{pipeline="only"}`))
+		t.Fatalf("the log did not fill: %s bytes\n%s", metric(t, n.addr, `edged_ingest_log_bytes{pipeline="only"}`), n.logs.String())
 	}
 	if _, err := n.client.Cancel(context.Background(), "only"); err != nil {
 		t.Fatalf("cancel: %v", err)
