@@ -20,6 +20,10 @@ import (
 // epoch is not newer than the one the worker hosts for the same job.
 var ErrStaleDeployment = errors.New("actors: stale deployment")
 
+// ErrEvicted is returned by Worker.Deploy for a deployment that was in
+// progress when the worker was evicted or closed: it hosts nothing.
+var ErrEvicted = errors.New("actors: deployment ended by the worker's eviction")
+
 // Deployment is the job master's invitation to a node running in another
 // process: host your tasks of epoch Epoch of job Job. The node builds the
 // job graph itself, from its own config or code; the master checks its
@@ -147,6 +151,9 @@ func NewWorker(cfg WorkerConfig) *Worker {
 type deployCall struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed once the call returned
+	// ended is why Evict or Close ended the call (nil if they did not);
+	// guarded by the worker's mu.
+	ended error
 }
 
 // WorkerJob is what a worker hosts for one job.
@@ -229,17 +236,13 @@ func (w *Worker) Deploy(ctx context.Context, d Deployment) error {
 		return fmt.Errorf("actors: node %q: job %q takes checkpoints and the node has no staging directory", w.cfg.Node, d.Job)
 	}
 
-	ctx, release, err := w.begin(ctx, d)
+	ctx, call, release, err := w.begin(ctx, d)
 	if err != nil {
 		return err
 	}
 	defer release()
 	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
-		return fmt.Errorf("actors: node %q: worker closed", w.cfg.Node)
-	}
-	if err := w.supersededLocked(d); err != nil {
+	if err := w.refusedLocked(d, call); err != nil {
 		w.mu.Unlock()
 		return err
 	}
@@ -293,8 +296,8 @@ func (w *Worker) Deploy(ctx context.Context, d Deployment) error {
 		if err := w.fetch(ctx, d, plan, pl, md); err != nil {
 			os.RemoveAll(staging)
 			w.mu.Lock()
-			if serr := w.supersededLocked(d); serr != nil {
-				err = serr
+			if rerr := w.refusedLocked(d, call); rerr != nil {
+				err = rerr
 			}
 			w.mu.Unlock()
 			return err
@@ -319,12 +322,7 @@ func (w *Worker) Deploy(ctx context.Context, d Deployment) error {
 	}
 	wh := &workerHost{h: h, stopped: make(chan struct{})}
 	w.mu.Lock()
-	if w.closed {
-		err = fmt.Errorf("actors: node %q: worker closed", w.cfg.Node)
-	} else {
-		err = w.supersededLocked(d)
-	}
-	if err != nil {
+	if err = w.refusedLocked(d, call); err != nil {
 		w.mu.Unlock()
 		h.system.Shutdown()
 		os.RemoveAll(staging)
@@ -344,12 +342,12 @@ func (w *Worker) Deploy(ctx context.Context, d Deployment) error {
 // begin makes d the newest deployment of its job the worker was asked
 // to host, unless a newer one was asked for, cancels the Deploy call in
 // progress for an older one and waits for it to return. release ends d's
-// call; ctx ends when a newer call cancels it.
-func (w *Worker) begin(ctx context.Context, d Deployment) (_ context.Context, release func(), _ error) {
+// call; ctx ends when a newer call, Evict or Close cancels it.
+func (w *Worker) begin(ctx context.Context, d Deployment) (_ context.Context, _ *deployCall, release func(), _ error) {
 	w.mu.Lock()
 	if e := w.latest[d.Job]; e > d.Epoch {
 		w.mu.Unlock()
-		return nil, nil, fmt.Errorf("%w: job %q epoch %d: the node was asked to host epoch %d", ErrStaleDeployment, d.Job, d.Epoch, e)
+		return nil, nil, nil, fmt.Errorf("%w: job %q epoch %d: the node was asked to host epoch %d", ErrStaleDeployment, d.Job, d.Epoch, e)
 	}
 	w.latest[d.Job] = d.Epoch
 	prev := w.deploying[d.Job]
@@ -361,7 +359,7 @@ func (w *Worker) begin(ctx context.Context, d Deployment) (_ context.Context, re
 		prev.cancel()
 		<-prev.done
 	}
-	return ctx, func() {
+	return ctx, call, func() {
 		cancel()
 		w.mu.Lock()
 		if w.deploying[d.Job] == call {
@@ -372,9 +370,16 @@ func (w *Worker) begin(ctx context.Context, d Deployment) (_ context.Context, re
 	}, nil
 }
 
-// supersededLocked returns ErrStaleDeployment if the worker was asked to
-// host a newer deployment of d's job since d; w.mu held.
-func (w *Worker) supersededLocked(d Deployment) error {
+// refusedLocked returns why call, d's Deploy call, may not host d: the
+// worker closed, Evict ended the call, or (ErrStaleDeployment) the worker
+// was asked to host a newer deployment of d's job since d; w.mu held.
+func (w *Worker) refusedLocked(d Deployment, call *deployCall) error {
+	if w.closed {
+		return fmt.Errorf("actors: node %q: worker closed", w.cfg.Node)
+	}
+	if call.ended != nil {
+		return call.ended
+	}
 	if e := w.latest[d.Job]; e > d.Epoch {
 		return fmt.Errorf("%w: job %q epoch %d: a deployment of epoch %d followed it", ErrStaleDeployment, d.Job, d.Epoch, e)
 	}
@@ -435,10 +440,32 @@ func (w *Worker) fetch(ctx context.Context, d Deployment, plan *Plan, pl placeme
 }
 
 // Evict stops every host of the worker (the node may no longer own its
-// subtasks: it sees no majority) and waits for them; the worker takes
-// new deployments after. It returns how many it stopped.
+// subtasks: it sees no majority) and waits for them; the Deploy calls in
+// progress then return ErrEvicted and host nothing. The worker takes new
+// deployments after. It returns how many hosts it stopped.
 func (w *Worker) Evict() int {
+	return w.stopAll(false)
+}
+
+// Close stops every host of the worker and waits for them; the Deploy
+// calls in progress host nothing, and later ones are refused.
+func (w *Worker) Close() {
+	w.stopAll(true)
+}
+
+// stopAll ends the Deploy calls in progress and stops every host, for
+// Evict or (closing) Close.
+func (w *Worker) stopAll(closing bool) int {
 	w.mu.Lock()
+	if closing {
+		w.closed = true
+	}
+	for job, call := range w.deploying {
+		if call.ended == nil {
+			call.ended = fmt.Errorf("%w: node %q, job %q", ErrEvicted, w.cfg.Node, job)
+		}
+		call.cancel()
+	}
 	hosts := make([]*workerHost, 0, len(w.hosts))
 	for _, wh := range w.hosts {
 		hosts = append(hosts, wh)
@@ -449,21 +476,6 @@ func (w *Worker) Evict() int {
 		<-wh.stopped
 	}
 	return len(hosts)
-}
-
-// Close stops every host of the worker and waits for them.
-func (w *Worker) Close() {
-	w.mu.Lock()
-	w.closed = true
-	hosts := make([]*workerHost, 0, len(w.hosts))
-	for _, wh := range w.hosts {
-		hosts = append(hosts, wh)
-	}
-	w.mu.Unlock()
-	for _, wh := range hosts {
-		wh.h.cancelTasks()
-		<-wh.stopped
-	}
 }
 
 // localTask is a subtask placed on a node.

@@ -87,3 +87,50 @@ func TestWorkerNewerDeploymentWinsOverASlowerOlderOne(t *testing.T) {
 		t.Fatalf("epoch 302 again after its host ended: %v", err)
 	}
 }
+
+// A deployment whose state files are slow to come, and the worker evicted
+// meanwhile (its node lost the majority): the deployment returns
+// ErrEvicted at once and hosts nothing. Before, Evict stopped only the
+// hosts it found, and the deployment was hosted once its files came:
+// the node ran subtasks it no longer owned.
+func TestWorkerEvictEndsADeploymentInProgress(t *testing.T) {
+	var emitted, consumed atomic.Int64
+	gate := make(chan struct{})
+	close(gate)
+	job := twoStageJob(&countingSource{n: 10, emitted: &emitted}, &gateSink{gate: gate, count: &consumed})
+	release := make(chan struct{})
+	defer close(release)
+	files := &slowFiles{hold: map[uint64]chan struct{}{5: release, 6: release}, fetching: make(chan uint64, 4)}
+	w := NewWorker(WorkerConfig{Node: "w", Network: newLoopNet(), Dir: t.TempDir(), Files: files,
+		Jobs: func(string) (*Job, Config, error) { return job, DefaultConfig(), nil }})
+	t.Cleanup(w.Close)
+	md, err := snapshot.EncodeMetadata(&snapshot.Metadata{Job: job.Name, MaxParallelism: 128, Checkpoint: 7, Kind: snapshot.KindCheckpoint,
+		Operators: []snapshot.Operator{{UID: "sink", Parallelism: 1, Subtasks: []snapshot.Handle{{File: "sink-0", Size: 5}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deployment := func(epoch uint64) Deployment {
+		return Deployment{Job: job.Name, Epoch: epoch, Index: 1, Master: "m", Nodes: []string{"m", "w"},
+			Placement:     []PlacedTask{{UID: "src", Subtask: 0, Node: "w"}, {UID: "sink", Subtask: 0, Node: "w"}},
+			Checkpointing: true, Mode: snapshot.ExactlyOnce, Restore: md}
+	}
+	for _, c := range []struct {
+		epoch uint64
+		stop  func()
+	}{{5, func() { w.Evict() }}, {6, w.Close}} {
+		res := make(chan error, 1)
+		go func() { res <- w.Deploy(context.Background(), deployment(c.epoch)) }()
+		testutil.Receive(t, 0, "the deployment to fetch its files", files.fetching)
+		c.stop()
+		err := testutil.Receive(t, 0, "the deployment to return", res)
+		if c.epoch == 5 && !errors.Is(err, ErrEvicted) {
+			t.Fatalf("epoch %d returned %v, want ErrEvicted", c.epoch, err)
+		}
+		if err == nil {
+			t.Fatalf("epoch %d was hosted after the worker's eviction", c.epoch)
+		}
+		if jobs := w.Jobs(); len(jobs) != 0 {
+			t.Fatalf("the worker hosts %+v after its eviction, want nothing", jobs)
+		}
+	}
+}

@@ -347,8 +347,12 @@ func (c *clusterNode) handleDeploy(w http.ResponseWriter, r *http.Request) {
 	c.sawEpoch(d.Epoch)
 	if err := c.worker.Deploy(r.Context(), d); err != nil {
 		status := http.StatusInternalServerError
-		if errors.Is(err, actors.ErrStaleDeployment) || errors.Is(err, actors.ErrPlanMismatch) {
+		switch {
+		case errors.Is(err, actors.ErrStaleDeployment) || errors.Is(err, actors.ErrPlanMismatch):
 			status = http.StatusConflict
+		case errors.Is(err, actors.ErrEvicted):
+			// The node lost the majority or is shutting down meanwhile.
+			status = http.StatusServiceUnavailable
 		}
 		clusterError(w, status, err)
 		return
