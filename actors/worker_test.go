@@ -34,20 +34,14 @@ func (f *slowFiles) Fetch(ctx context.Context, _, _ string, epoch uint64, _ snap
 	return os.WriteFile(path, []byte("state"), 0o644)
 }
 
-// A deployment whose state files are slow to come, and a newer one of the
-// same job asked for meanwhile (a master that restarted its job while its
-// invitation was under way): the newer one is hosted, and the older one
-// is refused with ErrStaleDeployment, then and when asked for again. The
-// older one hosted last, as before, hid the newer host from the worker:
-// its tasks ran on unseen while the older host waited for a master that
-// had moved on.
-func TestWorkerNewerDeploymentWinsOverASlowerOlderOne(t *testing.T) {
+// restoringWorker returns a worker whose state files come from files,
+// and the deployment of a job restoring a snapshot on it, by epoch.
+func restoringWorker(t *testing.T, files *slowFiles) (*Worker, func(epoch uint64) Deployment) {
+	t.Helper()
 	var emitted, consumed atomic.Int64
 	gate := make(chan struct{})
 	close(gate)
 	job := twoStageJob(&countingSource{n: 10, emitted: &emitted}, &gateSink{gate: gate, count: &consumed})
-	release := make(chan struct{})
-	files := &slowFiles{hold: map[uint64]chan struct{}{301: release}, fetching: make(chan uint64, 4)}
 	w := NewWorker(WorkerConfig{Node: "w", Network: newLoopNet(), Dir: t.TempDir(), Files: files,
 		Jobs: func(string) (*Job, Config, error) { return job, DefaultConfig(), nil }})
 	t.Cleanup(w.Close)
@@ -56,11 +50,24 @@ func TestWorkerNewerDeploymentWinsOverASlowerOlderOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deployment := func(epoch uint64) Deployment {
+	return w, func(epoch uint64) Deployment {
 		return Deployment{Job: job.Name, Epoch: epoch, Index: 1, Master: "m", Nodes: []string{"m", "w"},
 			Placement:     []PlacedTask{{UID: "src", Subtask: 0, Node: "w"}, {UID: "sink", Subtask: 0, Node: "w"}},
 			Checkpointing: true, Mode: snapshot.ExactlyOnce, Restore: md}
 	}
+}
+
+// A deployment whose state files are slow to come, and a newer one of the
+// same job asked for meanwhile (a master that restarted its job while its
+// invitation was under way): the newer one is hosted, and the older one
+// is refused with ErrStaleDeployment, then and when asked for again. The
+// older one hosted last, as before, hid the newer host from the worker:
+// its tasks ran on unseen while the older host waited for a master that
+// had moved on.
+func TestWorkerNewerDeploymentWinsOverASlowerOlderOne(t *testing.T) {
+	release := make(chan struct{})
+	files := &slowFiles{hold: map[uint64]chan struct{}{301: release}, fetching: make(chan uint64, 4)}
+	w, deployment := restoringWorker(t, files)
 	ctx := context.Background()
 	older := make(chan error, 1)
 	go func() { older <- w.Deploy(ctx, deployment(301)) }()
@@ -94,26 +101,10 @@ func TestWorkerNewerDeploymentWinsOverASlowerOlderOne(t *testing.T) {
 // hosts it found, and the deployment was hosted once its files came:
 // the node ran subtasks it no longer owned.
 func TestWorkerEvictEndsADeploymentInProgress(t *testing.T) {
-	var emitted, consumed atomic.Int64
-	gate := make(chan struct{})
-	close(gate)
-	job := twoStageJob(&countingSource{n: 10, emitted: &emitted}, &gateSink{gate: gate, count: &consumed})
 	release := make(chan struct{})
 	defer close(release)
 	files := &slowFiles{hold: map[uint64]chan struct{}{5: release, 6: release}, fetching: make(chan uint64, 4)}
-	w := NewWorker(WorkerConfig{Node: "w", Network: newLoopNet(), Dir: t.TempDir(), Files: files,
-		Jobs: func(string) (*Job, Config, error) { return job, DefaultConfig(), nil }})
-	t.Cleanup(w.Close)
-	md, err := snapshot.EncodeMetadata(&snapshot.Metadata{Job: job.Name, MaxParallelism: 128, Checkpoint: 7, Kind: snapshot.KindCheckpoint,
-		Operators: []snapshot.Operator{{UID: "sink", Parallelism: 1, Subtasks: []snapshot.Handle{{File: "sink-0", Size: 5}}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	deployment := func(epoch uint64) Deployment {
-		return Deployment{Job: job.Name, Epoch: epoch, Index: 1, Master: "m", Nodes: []string{"m", "w"},
-			Placement:     []PlacedTask{{UID: "src", Subtask: 0, Node: "w"}, {UID: "sink", Subtask: 0, Node: "w"}},
-			Checkpointing: true, Mode: snapshot.ExactlyOnce, Restore: md}
-	}
+	w, deployment := restoringWorker(t, files)
 	for _, c := range []struct {
 		epoch uint64
 		stop  func()
