@@ -76,15 +76,22 @@ func Aggregate[T any, K comparable, A, R any](k *KeyedStream[T, K], name string,
 // or an array or struct holding one) fails the record with ErrNaNKey:
 // keyed state, timers and windows find a key again by ==, so the records
 // of such a key would each start afresh, and a window's would vanish
-// without an error.
+// without an error. It also turns every negative zero in a key into
+// positive zero: -0 == +0, so they are one key, but their encodings
+// differ, and the key's hash (its key group) and the bolt backend, which
+// go by the encoding, would otherwise keep two states for it.
 func selfEqualKey[T any, K comparable](key func(T) K) func(T) K {
 	if !nan.Possible[K]() {
 		return key // a key of this type always equals itself: no cost per record
 	}
+	zero := nan.ZeroCanonicalizer[K]()
 	return func(v T) K {
 		k := key(v)
 		if k != k {
 			operators.Fail(fmt.Errorf("%w: %v (%v)", ErrNaNKey, k, reflect.TypeFor[K]()))
+		}
+		if zero != nil {
+			zero(&k)
 		}
 		return k
 	}

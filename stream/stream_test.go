@@ -469,3 +469,70 @@ func TestNaNKeyFailsTheJob(t *testing.T) {
 		})
 	}
 }
+
+// zeroKeyed is a key holding a float among other fields.
+type zeroKeyed struct {
+	Name string
+	X    float64
+}
+
+// -0 and +0 are one key (-0 == +0, as keyed state compares keys), on both
+// backends and whatever the key type: a float key or a struct holding one.
+// Before, the bolt backend kept two states for a float key (its encoding
+// tells them apart), and the memory backend two for a struct key (the
+// struct is hashed by its encoding, so -0 and +0 went to other key groups).
+func TestNegativeZeroKeyIsTheKeyZero(t *testing.T) {
+	negz := math.Copysign(0, -1)
+	var recs []floatKeyed
+	for i := range 10 {
+		recs = append(recs, floatKeyed{0, int64(i)}, floatKeyed{negz, int64(i)})
+	}
+	source := func() operators.Source[floatKeyed] {
+		return operators.NewGenerator(operators.GeneratorConfig{Count: int64(len(recs))}, func(i int64) floatKeyed { return recs[i] })
+	}
+	for _, tc := range []struct {
+		name string
+		bolt bool
+		keyF func(r floatKeyed) zeroKeyed
+	}{
+		{"float/memory", false, nil},
+		{"float/bolt", true, nil},
+		{"struct/memory", false, func(r floatKeyed) zeroKeyed { return zeroKeyed{"a", r.Key} }},
+		{"struct/bolt", true, func(r floatKeyed) zeroKeyed { return zeroKeyed{"a", r.Key} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := []stream.Option{stream.WithParallelism(2)}
+			if tc.bolt {
+				opts = append(opts, stream.WithBoltStateBackend(t.TempDir()))
+			}
+			env := stream.NewEnvironment("zero-key", opts...)
+			src := stream.FromSource(env, "src", source).SetParallelism(1)
+			sink := operators.NewCollectSink[int64]()
+			var agg countFloatKeyed
+			var out *stream.Stream[int64]
+			if tc.keyF == nil {
+				out = stream.Aggregate(stream.KeyBy(src, func(r floatKeyed) float64 { return r.Key }), "count", agg)
+			} else {
+				out = stream.Aggregate(stream.KeyBy(src, tc.keyF), "count", agg)
+			}
+			out.UID("count").To("sink", func() operators.Sink[int64] { return sink.Subtask() })
+			if err := execute(t, env); err != nil {
+				t.Fatal(err)
+			}
+			var most int64
+			for _, n := range sink.Values() {
+				most = max(most, n)
+			}
+			if most != int64(len(recs)) {
+				t.Fatalf("the largest count is %d, want %d: -0 and +0 were counted as two keys", most, len(recs))
+			}
+		})
+	}
+}
+
+// countFloatKeyed counts the records of a key.
+type countFloatKeyed struct{}
+
+func (countFloatKeyed) CreateAccumulator() int64        { return 0 }
+func (countFloatKeyed) Add(_ floatKeyed, n int64) int64 { return n + 1 }
+func (countFloatKeyed) Result(n int64) int64            { return n }
