@@ -18,9 +18,10 @@ type boltMap[K, N comparable, UK comparable, UV any] struct {
 	vc           codec.Codec[UV]
 	ttl          int64 // per element, nanoseconds; 0: no TTL
 	updateOnRead bool
-	nanKeys      bool   // UK can be unequal to itself: Put checks (checkUserKey)
-	uk           []byte // scratch: the encoded user key
-	full         []byte // scratch: entry key and user key
+	nanKeys      bool      // UK can be unequal to itself: Put checks (checkUserKey)
+	zero         func(*UK) // makes -0 in a user key +0 (nil: UK holds no float)
+	uk           []byte    // scratch: the encoded user key
+	full         []byte    // scratch: entry key and user key
 }
 
 // mapPrefixLen returns the function that finds the entry key (key group,
@@ -45,6 +46,9 @@ func mapPrefixLen[K, N comparable](kd codec.Codec[K], nd codec.Codec[N]) func([]
 // elemKey encodes uk and returns it with the entry key.
 func (s *boltMap[K, N, UK, UV]) elemKey(uk UK) (prefix, ukb, full []byte) {
 	prefix = s.key()
+	if s.zero != nil {
+		s.zero(&uk) // -0 == +0: one element, as on the memory backend
+	}
 	ukb, err := s.kc.Append(s.uk[:0], uk)
 	if err != nil {
 		panic(fmt.Errorf("state %q: encoding map key %v: %w", s.t.sp.name, uk, err))

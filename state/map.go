@@ -59,7 +59,7 @@ func newMap[K, N comparable, UK comparable, UV any](b Backend, kc *KeyContext[K]
 		}
 		// Elements expire one by one: the entry itself never does.
 		h := newBoltHandle[K, N](b, kc, t, TTLConfig{})
-		return &boltMap[K, N, UK, UV]{boltHandle: h, kc: ukc, vc: uvc, ttl: ttl, updateOnRead: d.TTL.UpdateOnRead, nanKeys: nan.Possible[UK]()}, nil
+		return &boltMap[K, N, UK, UV]{boltHandle: h, kc: ukc, vc: uvc, ttl: ttl, updateOnRead: d.TTL.UpdateOnRead, nanKeys: nan.Possible[UK](), zero: nan.ZeroCanonicalizer[UK]()}, nil
 	case *MemoryBackend:
 		t, err := memTableFor(b, s, newMapEntry(ukc, uvc), func(t *memTable[K, N, map[UK]mapElem[UV]]) {
 			if ttl > 0 {
@@ -71,7 +71,7 @@ func newMap[K, N comparable, UK comparable, UV any](b Backend, kc *KeyContext[K]
 		}
 		// Elements expire one by one: the entry itself never does.
 		h := newMemHandle(b, kc, t, TTLConfig{})
-		return &memMap[K, N, UK, UV]{memHandle: h, ttl: ttl, updateOnRead: d.TTL.UpdateOnRead, nanKeys: nan.Possible[UK]()}, nil
+		return &memMap[K, N, UK, UV]{memHandle: h, ttl: ttl, updateOnRead: d.TTL.UpdateOnRead, nanKeys: nan.Possible[UK](), zero: nan.ZeroCanonicalizer[UK]()}, nil
 	}
 	return nil, unsupportedBackend(b)
 }
@@ -98,7 +98,8 @@ type memMap[K, N comparable, UK comparable, UV any] struct {
 	memHandle[K, N, map[UK]mapElem[UV]]
 	ttl          int64 // per element, nanoseconds; 0: no TTL
 	updateOnRead bool
-	nanKeys      bool // UK can be unequal to itself: Put checks (checkUserKey)
+	nanKeys      bool      // UK can be unequal to itself: Put checks (checkUserKey)
+	zero         func(*UK) // makes -0 in a user key +0 (nil: UK holds no float)
 }
 
 // dropIfEmpty removes the current entry once its map is empty.
@@ -144,6 +145,12 @@ func checkUserKey[UK comparable](name string, uk UK) {
 func (s *memMap[K, N, UK, UV]) Put(uk UK, uv UV) {
 	if s.nanKeys {
 		checkUserKey(s.t.sp.name, uk)
+	}
+	if s.zero != nil {
+		// -0 == +0 finds the element either way; assigning replaces
+		// the map's key, so All and snapshots give +0, the key the bolt
+		// backend keeps.
+		s.zero(&uk)
 	}
 	e, _ := s.write()
 	if e.v == nil {

@@ -104,3 +104,36 @@ func TestMapNaNUserKeyIsRefused(t *testing.T) {
 		}
 	})
 }
+
+// -0 and +0 are one user key of a Map (-0 == +0), on both backends. Before,
+// the bolt backend, which finds a user key by its encoding, kept two
+// elements where the memory backend kept one.
+func TestMapNegativeZeroUserKeyIsZero(t *testing.T) {
+	negz := math.Copysign(0, -1)
+	forEachBackend(t, func(t *testing.T, newTestBackend func() (Backend, *clockwork.FakeClock)) {
+		b, _ := newTestBackend()
+		var kc KeyContext[string]
+		m := must(NewMap(b, &kc, MapDescriptor[[2]float64, int]{Name: "m"}))
+		kc.Set("a", 10)
+		m.Put([2]float64{0, 1}, 1)
+		m.Put([2]float64{negz, 1}, 2)
+		if m.Len() != 1 {
+			t.Fatalf("Len = %d after Puts of -0 and +0, want 1", m.Len())
+		}
+		if v, ok := m.Get([2]float64{0, 1}); !ok || v != 2 {
+			t.Fatalf("Get(+0) = %d, %v, want 2", v, ok)
+		}
+		if !m.Contains([2]float64{negz, 1}) {
+			t.Fatal("Contains(-0) = false")
+		}
+		for uk := range m.All() {
+			if math.Signbit(uk[0]) {
+				t.Fatalf("All gives user key %v, want +0", uk)
+			}
+		}
+		m.Remove([2]float64{negz, 1})
+		if m.Len() != 0 {
+			t.Fatalf("Len = %d after Remove(-0), want 0", m.Len())
+		}
+	})
+}
