@@ -13,7 +13,7 @@ import (
 // watermark of the operator is the minimum of both inputs, so a broadcast
 // stream without timestamps should be bounded or marked idle. The operator
 // needs a UID. b must come from k's Environment: Plan and Execute refuse a
-// stream of another one.
+// stream of another one, and a nil b.
 func ConnectBroadcast[T any, K comparable, B, O any](k *KeyedStream[T, K], b *Stream[B], name string, fn func() operators.KeyedBroadcastProcessFunction[K, T, B, O]) *Stream[O] {
 	env := k.s.env
 	if fn == nil {
@@ -22,16 +22,21 @@ func ConnectBroadcast[T any, K comparable, B, O any](k *KeyedStream[T, K], b *St
 	v := &actors.Vertex{
 		Name: name,
 		In:   k.s.typ,
-		In2:  b.typ,
+		In2:  typeOf[B](), // b's own below, where it has one
 		Out:  typeOf[O](),
 		NewOperator: func(_ *operators.Context, out any) (operators.Operator, any, error) {
 			op := operators.NewKeyedBroadcastProcess(k.key, made(fn()), out.(operators.Collector[O]))
 			return op, op.Inputs(), nil
 		},
 	}
+	if b != nil {
+		v.In2 = b.typ // a codec set with SetCodec
+	}
 	env.addVertex(v)
 	k.s.connectInput(v, 0)
-	if b.env != env {
+	if b == nil {
+		env.addError(fmt.Errorf("stream: operator %q: the broadcast stream is nil", name))
+	} else if b.env != env {
 		// Its edge would go into b's job, which has no such operator (its
 		// tasks failed with a panic), and this job would run without the
 		// broadcast input.

@@ -399,3 +399,43 @@ func TestBadRestartStrategyIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A nil stream given to Union or as ConnectBroadcast's broadcast input is
+// refused by Plan and Execute with an error naming it. Before, both
+// panicked with a nil pointer dereference inside the stream package while
+// the job was built.
+func TestNilStreamInUnionAndBroadcastIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		build func(env *stream.Environment)
+		want  string
+	}{
+		{"union", func(env *stream.Environment) {
+			a := stream.FromSource(env, "a", ints(3))
+			a.Union(nil).To("sink", discard)
+		}, `stream: Union: stream 1 of the union is nil`},
+		{"broadcast", func(env *stream.Environment) {
+			k := stream.KeyBy(stream.FromSource(env, "a", ints(3)), func(v int64) int64 { return v })
+			stream.ConnectBroadcast[int64, int64, int64, int64](k, nil, "rules", func() operators.KeyedBroadcastProcessFunction[int64, int64, int64, int64] {
+				return nil
+			}).UID("rules").To("sink", discard)
+		}, `stream: operator "rules": the broadcast stream is nil`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						t.Fatalf("building the job panicked: %v", r)
+					}
+				}()
+				env := stream.NewEnvironment("nil-stream")
+				tc.build(env)
+				_, err = env.Plan()
+			}()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Plan: %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -159,11 +159,16 @@ func (s *Stream[T]) Broadcast() *Stream[T] { return s.with(actors.Broadcast) }
 // (the parallelisms must match). It is the default when they do.
 func (s *Stream[T]) Forward() *Stream[T] { return s.with(actors.Forward) }
 
-// Union merges s with streams of the same type.
+// Union merges s with streams of the same type. Plan and Execute refuse
+// a nil stream among others, or one of another Environment.
 func (s *Stream[T]) Union(others ...*Stream[T]) *Stream[T] {
 	u := &Stream[T]{env: s.env, typ: s.typ}
 	u.ups = append(u.ups, s.ups...)
-	for _, o := range others {
+	for i, o := range others {
+		if o == nil {
+			s.env.addError(fmt.Errorf("stream: Union: stream %d of the union is nil", i+1))
+			continue
+		}
 		if o.env != s.env {
 			s.env.addError(fmt.Errorf("stream: union of streams from different environments"))
 			continue
