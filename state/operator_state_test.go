@@ -90,3 +90,28 @@ func TestOperatorStateErrors(t *testing.T) {
 		t.Error("nil store accepted")
 	}
 }
+
+// Every subtask restored from a snapshot holding operator state has a
+// store with Len above 0 before it registers anything, also one whose
+// share of a list is empty (more new subtasks than elements): a source
+// that keeps its splits in list state tells a restore, where it must not
+// assign itself splits afresh, from a first start by it.
+func TestRestoredStoreIsNotEmptyEvenWithAnEmptyShare(t *testing.T) {
+	s := NewOperatorStore()
+	l := must(ListState[int](s, "splits"))
+	l.Add(7)
+	snap := must(SnapshotOperator(s))
+	for sub := range 3 {
+		r := must(RestoreOperatorStates([][]byte{snap}, sub, 3))
+		if r.Len() == 0 {
+			t.Fatalf("subtask %d of 3: Len 0 after a restore", sub)
+		}
+		got := must(ListState[int](r, "splits")).Get()
+		if want := sub == 0; (len(got) == 1) != want {
+			t.Fatalf("subtask %d of 3: list %v", sub, got)
+		}
+	}
+	if NewOperatorStore().Len() != 0 {
+		t.Fatal("a new store has Len above 0")
+	}
+}
