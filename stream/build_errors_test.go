@@ -439,3 +439,33 @@ func TestNilStreamInUnionAndBroadcastIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// An operator with an empty name, or given an empty UID, is refused with
+// an error that says so. Before, both were reported as `operator "" has no
+// uid` or `operator "src" has no uid`, which named neither mistake.
+func TestEmptyNameAndEmptyUIDAreNamed(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		build func(env *stream.Environment)
+		want  string
+	}{
+		{"empty name", func(env *stream.Environment) {
+			stream.FromSource(env, "src", ints(3)).ForEach("", func(int64) error { return nil })
+		}, `stream: operator 1 (after "src") has an empty name`},
+		{"empty stream uid", func(env *stream.Environment) {
+			stream.FromSource(env, "src", ints(3)).UID("").To("sink", discard)
+		}, `stream: operator "src": UID("") is empty`},
+		{"empty sink uid", func(env *stream.Environment) {
+			stream.FromSource(env, "src", ints(3)).To("sink", discard).UID("")
+		}, `stream: operator "sink": UID("") is empty`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := stream.NewEnvironment("empty-names")
+			tc.build(env)
+			_, err := env.Plan()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Plan: %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -116,6 +116,11 @@ func (e *Environment) addVertex(v *actors.Vertex) *actors.Vertex {
 
 func (e *Environment) addError(err error) { e.errs = append(e.errs, err) }
 
+// emptyUID refuses the job because UID("") was called on operator name.
+func (e *Environment) emptyUID(name string) {
+	e.addError(fmt.Errorf("stream: operator %q: UID(\"\") is empty: give it a stable, non-empty uid", name))
+}
+
 func (e *Environment) node(v *actors.Vertex) *node {
 	n := e.nodes[v]
 	if n == nil {
@@ -151,6 +156,16 @@ func (e *Environment) resolve() error {
 	}
 	if err := keygroup.Validate(1, e.job.MaxParallelism); err != nil {
 		errs = append(errs, fmt.Errorf("stream: WithMaxParallelism: %w", err))
+	}
+	for i, v := range e.job.Vertices {
+		if v.Name != "" {
+			continue
+		}
+		after := ""
+		if i > 0 {
+			after = fmt.Sprintf(" (after %q)", e.job.Vertices[i-1].Name)
+		}
+		errs = append(errs, fmt.Errorf("stream: operator %d%s has an empty name: give every operator one (the name argument of FromSource, Map, To, ...)", i, after))
 	}
 	for _, v := range e.job.Vertices {
 		if n := e.nodes[v]; n != nil && n.stateful && !n.uidSet {

@@ -103,6 +103,9 @@ func (s *Stream[T]) UID(uid string) *Stream[T] {
 		s.env.addError(fmt.Errorf("stream: UID on a union; set it on each input"))
 		return s
 	}
+	if uid == "" {
+		s.env.emptyUID(s.v.Name)
+	}
 	s.v.UID = uid
 	s.env.node(s.v).uidSet = true
 	return s
@@ -305,6 +308,9 @@ func (k *Sink) SetParallelism(n int) *Sink { k.v.Parallelism = n; return k }
 
 // UID sets the sink's stable identifier.
 func (k *Sink) UID(uid string) *Sink {
+	if uid == "" {
+		k.env.emptyUID(k.v.Name)
+	}
 	k.v.UID = uid
 	k.env.node(k.v).uidSet = true
 	return k
