@@ -21,6 +21,7 @@ type windowCore[K comparable, T any] struct {
 	lateTag   string
 	late      Collector[T]
 	lateCount int64
+	dropped   int64 // late records dropped for want of a late-data side output
 	name      string
 	// procFired is the latest processing-time timer fired: a record at or
 	// before it is placed just after it.
@@ -84,6 +85,8 @@ func (w *windowCore[K, T]) dropLate(v T) {
 	w.lateCount++
 	if w.late != nil {
 		w.late.Collect(v)
+	} else {
+		w.dropped++
 	}
 }
 
@@ -108,9 +111,15 @@ func (w *windowCore[K, T]) Finish() error {
 // ProcessWatermark fires the windows the watermark passed.
 func (w *windowCore[K, T]) ProcessWatermark(wm int64) error { return w.advance(wm) }
 
-// Close cancels the processing-time callback.
+// Close cancels the processing-time callback and, when late records were
+// dropped for want of a late-data side output, says how many with a
+// warning: the count is not otherwise visible to the job.
 func (w *windowCore[K, T]) Close() error {
 	w.close()
+	if w.dropped > 0 && w.ctx != nil && w.ctx.Logger != nil {
+		w.ctx.Logger.Warn("window dropped late records: give it a late-data side output (SideOutputLateData) to keep them",
+			"dropped", w.dropped)
+	}
 	return nil
 }
 
