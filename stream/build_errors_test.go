@@ -212,7 +212,8 @@ func TestNegativeAllowedLatenessIsRefused(t *testing.T) {
 		env := stream.NewEnvironment("lateness")
 		k := stream.KeyBy(stream.FromSource(env, "src", ints(10)), func(i int64) int64 { return i % 3 })
 		stream.Window(k, operators.TumblingEventTimeWindows(10*time.Second)).AllowedLateness(d).
-			Reduce("w", func(a, b int64) (int64, error) { return a + b, nil }).UID("w")
+			Reduce("w", func(a, b int64) (int64, error) { return a + b, nil }).UID("w").
+			ForEach("out", func(operators.WindowResult[int64, int64]) error { return nil })
 		_, err := env.Plan()
 		if d < 0 {
 			want := "window.allowed_lateness (" + d.String() + ") must not be negative"
@@ -467,5 +468,28 @@ func TestEmptyNameAndEmptyUIDAreNamed(t *testing.T) {
 				t.Fatalf("Plan: %v, want an error containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A job without any sink is refused: its results would go nowhere, and a
+// job whose author forgot To or ForEach ran to the end and returned nil
+// with nothing written. A job with a sink on one branch only still runs.
+func TestJobWithoutSinkIsRefused(t *testing.T) {
+	env := stream.NewEnvironment("no-sink")
+	stream.Map(stream.FromSource(env, "src", ints(3)), "double", func(v int64) (int64, error) { return 2 * v, nil })
+	_, perr := env.Plan()
+	eerr := env.Execute(context.Background())
+	for _, err := range []error{perr, eerr} {
+		if err == nil || !strings.Contains(err.Error(), `stream: job "no-sink" has no sink`) {
+			t.Fatalf("Plan: %v; Execute: %v; want both to say the job has no sink", perr, eerr)
+		}
+	}
+
+	env = stream.NewEnvironment("one-sink")
+	src := stream.FromSource(env, "src", ints(3))
+	stream.Map(src, "unused", func(v int64) (int64, error) { return v, nil })
+	src.To("sink", discard)
+	if err := env.Execute(context.Background()); err != nil {
+		t.Fatalf("a job with a sink: %v", err)
 	}
 }

@@ -116,6 +116,16 @@ func (e *Environment) addVertex(v *actors.Vertex) *actors.Vertex {
 
 func (e *Environment) addError(err error) { e.errs = append(e.errs, err) }
 
+// hasSink reports whether the job has an operator added by To or ForEach.
+func (e *Environment) hasSink() bool {
+	for _, v := range e.job.Vertices {
+		if n := e.nodes[v]; n != nil && n.sink {
+			return true
+		}
+	}
+	return false
+}
+
 // emptyUID refuses the job because UID("") was called on operator name.
 func (e *Environment) emptyUID(name string) {
 	e.addError(fmt.Errorf("stream: operator %q: UID(\"\") is empty: give it a stable, non-empty uid", name))
@@ -171,6 +181,9 @@ func (e *Environment) resolve() error {
 		if n := e.nodes[v]; n != nil && n.stateful && !n.uidSet {
 			errs = append(errs, fmt.Errorf("stream: operator %q keeps state and needs a stable uid: call UID(...) on it", v.Name))
 		}
+	}
+	if len(e.job.Vertices) > 0 && !e.hasSink() {
+		errs = append(errs, fmt.Errorf("stream: job %q has no sink: its results would go nowhere; end it with To or ForEach", e.job.Name))
 	}
 	errs = append(errs, e.checkRepeatedNames()...)
 	errs = append(errs, e.checkReplay())

@@ -47,6 +47,8 @@ type node struct {
 	// was called on the operator.
 	inherit        bool
 	parallelismSet bool
+	// sink is set for an operator added by To (and so ForEach).
+	sink bool
 }
 
 func typeOf[T any]() *actors.Type[T] {
@@ -344,6 +346,7 @@ func (s *Stream[T]) To(name string, newSink func() operators.Sink[T]) *Sink {
 		},
 	}
 	s.connect(v)
+	s.env.node(v).sink = true
 	return &Sink{env: s.env, v: v}
 }
 
