@@ -750,10 +750,17 @@ func (d delegate) NodeMeta(limit int) []byte {
 	}
 	return b
 }
+
+// NotifyMsg records that the member a leaving message names is leaving.
+// A message naming no member the node knows is dropped: anything that
+// reaches the gossip port may send one (without cluster.secret_key), and
+// recording every id it names would grow the node's memory without bound.
 func (d delegate) NotifyMsg(b []byte) {
 	if id, ok := strings.CutPrefix(string(b), leavingMsg); ok {
 		d.m.mu.Lock()
-		d.m.leaving[id] = true
+		if _, known := d.m.members[id]; known {
+			d.m.leaving[id] = true
+		}
 		d.m.mu.Unlock()
 	}
 }

@@ -513,3 +513,26 @@ func TestMembershipRejoinDoesNotWait(t *testing.T) {
 		return !m.rejoining
 	})
 }
+
+// A leaving message naming no member is dropped: a sender on the gossip
+// port (which needs no key without cluster.secret_key) cannot grow the
+// node's memory with made-up ids, and a member's own message still counts.
+func TestMembershipLeavingMessageOfUnknownNodeDropped(t *testing.T) {
+	a := startNode(t, "a", nil)
+	b := startNode(t, "b", nil, a.Addr())
+	testutil.Eventually(t, 0, "a sees b", func() bool { return ids(a.Members()) == "a,b" })
+	d := delegate{a}
+	for i := range 10000 {
+		d.NotifyMsg([]byte(leavingMsg + strings.Repeat("x", 1000) + strconv.Itoa(i)))
+	}
+	a.mu.Lock()
+	n := len(a.leaving)
+	a.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d unknown ids recorded as leaving, want 0", n)
+	}
+	if err := b.Leave(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, a, MemberLeft, "b")
+}
