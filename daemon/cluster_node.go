@@ -331,8 +331,12 @@ func (c *clusterNode) handleDeploy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var d actors.Deployment
-	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<20)).Decode(&d); err != nil {
-		clusterError(w, http.StatusBadRequest, fmt.Errorf("deployment: %w", err))
+	var bodies *peerBodies
+	if c.rep != nil {
+		bodies = c.rep.bodies
+	}
+	if status, err := bodies.decode(r, 64<<20, &d); err != nil {
+		clusterError(w, status, fmt.Errorf("deployment: %w", err))
 		return
 	}
 	// A master of an older term than one the node saw (one cut off by

@@ -75,6 +75,11 @@ type replicas struct {
 	// failover, a takeover), so each keeps its own.
 	readFrom map[string]readSnapshot
 
+	// bodies bounds the memory the node's peers' request bodies take
+	// while they are read, the deployments' too (clusterNode reads them
+	// through it).
+	bodies *peerBodies
+
 	// callTimeout bounds each call that carries a snapshot's metadata or
 	// marks, not its files (peerCallTimeout): a peer that takes the
 	// connection and never answers must not hold up a handover, a
@@ -99,7 +104,7 @@ type replicaJob struct {
 }
 
 func newReplicas(cfg *pipeline.ClusterConfig, pipelines []pipeline.PipelineConfig, peers *peerClient, alive func() []string, epoch func() uint64, log *slog.Logger) *replicas {
-	r := &replicas{self: cfg.Node, n: cfg.ReplicaCount(), alive: alive, peers: peers, log: log, epoch: epoch, callTimeout: peerCallTimeout,
+	r := &replicas{self: cfg.Node, n: cfg.ReplicaCount(), alive: alive, peers: peers, log: log, epoch: epoch, callTimeout: peerCallTimeout, bodies: newPeerBodies(peerBodyBudget),
 		jobs: map[string]replicaJob{}, stores: map[string]*snapshot.Store{}, holders: map[string]map[snapshot.ID]map[string][]string{}}
 	for _, pc := range pipelines {
 		if pc.Checkpoint.Dir != "" {
@@ -433,8 +438,8 @@ func (r *replicas) handleMetadata(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	var m snapshotMessage
-	if err := json.NewDecoder(io.LimitReader(req.Body, 64<<20)).Decode(&m); err != nil {
-		clusterError(w, http.StatusBadRequest, fmt.Errorf("snapshot metadata: %w", err))
+	if status, err := r.bodies.decode(req, 64<<20, &m); err != nil {
+		clusterError(w, status, fmt.Errorf("snapshot metadata: %w", err))
 		return
 	}
 	md, err := snapshot.DecodeMetadata(m.Metadata)
