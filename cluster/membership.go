@@ -326,6 +326,7 @@ func (m *Membership) Start() error {
 	c.Events = events{m}
 	c.Ping = pings{m}
 	c.Conflict = conflicts{m}
+	c.Alive = aliveFilter{}
 	c.Logger = log.New(slogWriter{m.log}, "", 0)
 	if m.cfg.wrapTransport != nil {
 		nt, err := newNetTransport(c)
@@ -767,6 +768,27 @@ func (d delegate) NotifyMsg(b []byte) {
 func (delegate) GetBroadcasts(_, _ int) [][]byte   { return nil }
 func (delegate) LocalState(bool) []byte            { return nil }
 func (delegate) MergeRemoteState(_ []byte, _ bool) {}
+
+// aliveFilter keeps out of memberlist's member list every alive message
+// that is not an edged node's: without cluster.secret_key anything that
+// reaches the gossip port is read, and a garbled message taken as a node
+// (no metadata, no protocol versions) was gossiped to every member and
+// made each later join fail ("protocol version (2) is incompatible: [1,
+// 0]"). Called on memberlist's goroutines; never blocks.
+type aliveFilter struct{}
+
+func (aliveFilter) NotifyAlive(n *memberlist.Node) error {
+	meta, err := DecodeMeta(n.Meta)
+	switch {
+	case err != nil:
+		return err
+	case meta.ID != n.Name:
+		return fmt.Errorf("%w: id %q gossiped by node %q", ErrBadMeta, meta.ID, n.Name)
+	case n.PMin == 0 || n.PMax == 0 || n.PMin > n.PMax:
+		return fmt.Errorf("cluster: node %q gossips protocol versions %d to %d", n.Name, n.PMin, n.PMax)
+	}
+	return nil
+}
 
 // events queues memberlist's notifications. Called on memberlist's
 // goroutines; never blocks.

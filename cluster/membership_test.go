@@ -536,3 +536,51 @@ func TestMembershipLeavingMessageOfUnknownNodeDropped(t *testing.T) {
 	}
 	waitEvent(t, a, MemberLeft, "b")
 }
+
+// A garbled alive message on the gossip port (no key without
+// cluster.secret_key) is not taken as a member: before, memberlist took
+// it as a node with no metadata and no protocol versions, the members
+// reported it as joined, and every later join failed on its versions
+// ("protocol version (2) is incompatible: [1, 0]").
+func TestMembershipGarbledAliveMessageIgnored(t *testing.T) {
+	var logs testutil.Buffer
+	a, err := NewMembership(MembershipConfig{
+		Meta:     Meta{ID: "a", Transport: "127.0.0.1:7000", Capacity: 1, Fingerprint: "fp"},
+		BindAddr: "127.0.0.1", Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Shutdown() })
+
+	// memberlist's alive message (type 4), msgpack {"Node": "ghost",
+	// "Incarnation": 1}: no address, metadata or versions.
+	msg := append([]byte{4, 0x82, 0xa4}, "Node"...)
+	msg = append(msg, 0xa5)
+	msg = append(msg, "ghost"...)
+	msg = append(msg, 0xab)
+	msg = append(msg, "Incarnation"...)
+	msg = append(msg, 0x01)
+	conn, err := net.Dial("udp", a.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	testutil.Eventually(t, 0, "the message read", func() bool {
+		if _, err := conn.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		// Ignored (and logged), or taken as a member.
+		return strings.Contains(logs.String(), "ghost") || strings.Contains(ids(a.Members()), "ghost")
+	})
+	if got := ids(a.Members()); got != "a" {
+		t.Fatalf("members %q after a garbled alive message, want a", got)
+	}
+	b := startNode(t, "b", nil, a.Addr())
+	testutil.Eventually(t, 0, "a and b see each other", func() bool {
+		return ids(a.Members()) == "a,b" && ids(b.Members()) == "a,b"
+	})
+}
