@@ -16,6 +16,9 @@ var (
 	ErrNotAvailable = errors.New("pipeline: not available yet")
 	// ErrInvalidConfig is wrapped by ConfigError.
 	ErrInvalidConfig = errors.New("pipeline: invalid config")
+	// ErrConfigTooLarge is returned by Load for a file over
+	// MaxConfigBytes.
+	ErrConfigTooLarge = errors.New("config file too large")
 	// ErrEventTimeRange is the reason of a dead letter whose event time
 	// is outside [MinEventTime, MaxEventTime].
 	ErrEventTimeRange = errors.New("pipeline: event time out of range")

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"encoding"
 	"fmt"
+	"io"
 	"os"
 	"reflect"
 	"strconv"
@@ -18,7 +19,7 @@ import (
 // values of the wrong type are problems) and validates it. It returns a
 // *ConfigError listing every problem, or an error from reading the file.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := readConfig(path)
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: load config: %w", err)
 	}
@@ -27,6 +28,29 @@ func Load(path string) (*Config, error) {
 		ce.File = path
 	}
 	return cfg, err
+}
+
+// MaxConfigBytes is the largest config file Load reads: a config is a few
+// kilobytes, and a path given by mistake (a log file, /dev/zero, a FIFO
+// that never ends) was read whole into memory until the node ran out of
+// it.
+const MaxConfigBytes = 4 << 20
+
+// readConfig reads the file at path, refusing one over MaxConfigBytes.
+func readConfig(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(data) > MaxConfigBytes {
+		return nil, fmt.Errorf("%s: %w: more than %d bytes, not a config file", path, ErrConfigTooLarge, MaxConfigBytes)
+	}
+	return data, nil
 }
 
 // Parse decodes and validates a config from YAML, as Load does.

@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -42,5 +44,25 @@ pipelines:
 	}
 	if len(cfg.Pipelines) != 2 || len(cfg.Pipelines[1].Sinks) != 2 || cfg.Pipelines[1].Source.Generator == nil {
 		t.Fatalf("config with aliases decoded as %+v", cfg.Pipelines)
+	}
+}
+
+// A path given to Load by mistake that is no config file (a large log,
+// /dev/zero) is refused after MaxConfigBytes instead of read whole into
+// memory.
+func TestLoadRefusesAFileOverMaxConfigBytes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big.yaml")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A sparse file: its size costs no disk.
+	if err := f.Truncate(2 * MaxConfigBytes); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	_, err = Load(path)
+	if !errors.Is(err, ErrConfigTooLarge) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Load of a file of 8 MiB: %v, want ErrConfigTooLarge naming the file", err)
 	}
 }
