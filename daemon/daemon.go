@@ -424,6 +424,9 @@ func savepointPipeline(cfg *pipeline.Config, path string, load bool) (string, er
 // the moment its master starts, a lookup of its name waits for the record
 // (see job).
 func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, error) {
+	if err := checkDirs(pc); err != nil {
+		return nil, err
+	}
 	envOpts, err := n.envOptions(pc)
 	if err != nil {
 		return nil, err
@@ -754,4 +757,26 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// checkDirs refuses a pipeline whose checkpoint.dir or state_dir is a
+// file, or lies under one, naming the key: the store would fail to
+// create it with a bare "mkdir ...: not a directory".
+func checkDirs(pc pipeline.PipelineConfig) error {
+	var errs []error
+	for _, d := range []struct{ key, dir string }{{"checkpoint.dir", pc.Checkpoint.Dir}, {"state_dir", pc.StateDir}} {
+		if d.dir == "" {
+			continue
+		}
+		for p := filepath.Clean(d.dir); ; p = filepath.Dir(p) {
+			fi, err := os.Stat(p)
+			if err == nil && !fi.IsDir() {
+				errs = append(errs, fmt.Errorf("pipeline %q: %s: %q cannot be a directory: %s is a file: %w", pc.Name, d.key, d.dir, p, pipeline.ErrInvalidConfig))
+			}
+			if err == nil || p == filepath.Dir(p) {
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
