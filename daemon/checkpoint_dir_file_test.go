@@ -31,3 +31,23 @@ func TestCheckpointDirThatIsAFileRefused(t *testing.T) {
 		}
 	}
 }
+
+// So is a node.data_dir that is a file or lies under one, before the
+// broker or any ingest log opens; before: "daemon: mqtt: ingest log of
+// \"p\": ingestlog: mkdir ...: not a directory".
+func TestDataDirThatIsAFileRefused(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "taken")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{file, filepath.Join(file, "data")} {
+		cfg, err := pipeline.Parse([]byte("node: {data_dir: " + dir + "}\n" + tickingConfig("p", "")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = daemon.Run(ctxT(t), cfg, daemon.Options{Listen: "127.0.0.1:0"})
+		if !errors.Is(err, pipeline.ErrInvalidConfig) || !strings.Contains(err.Error(), "node.data_dir") || !strings.Contains(err.Error(), file+" is a file") {
+			t.Fatalf("node.data_dir %s: Run = %v, want it refused naming node.data_dir and the file", dir, err)
+		}
+	}
+}

@@ -263,6 +263,13 @@ func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
 	n := &node{opts: opts, savepointFor: savepointFor, log: opts.Logger, out: &lockedWriter{w: opts.Stdout}, byName: map[string]*job{},
 		mem: cfg.Node.Memory.WithDefaults(), ctx: ctx}
 	n.setCluster(opts.Cluster)
+	dataDir := cfg.Node.DataDir
+	if dataDir == "" {
+		dataDir = DefaultDataDir
+	}
+	if file := fileInTheWay(dataDir); file != "" {
+		return fmt.Errorf("daemon: node.data_dir: %q cannot be a directory: %s is a file: %w", dataDir, file, pipeline.ErrInvalidConfig)
+	}
 	warnUnowned(n.log, cfg)
 	defer applyMemory(n.mem, n.log, os.Getenv)()
 
@@ -768,15 +775,23 @@ func checkDirs(pc pipeline.PipelineConfig) error {
 		if d.dir == "" {
 			continue
 		}
-		for p := filepath.Clean(d.dir); ; p = filepath.Dir(p) {
-			fi, err := os.Stat(p)
-			if err == nil && !fi.IsDir() {
-				errs = append(errs, fmt.Errorf("pipeline %q: %s: %q cannot be a directory: %s is a file: %w", pc.Name, d.key, d.dir, p, pipeline.ErrInvalidConfig))
-			}
-			if err == nil || p == filepath.Dir(p) {
-				break
-			}
+		if file := fileInTheWay(d.dir); file != "" {
+			errs = append(errs, fmt.Errorf("pipeline %q: %s: %q cannot be a directory: %s is a file: %w", pc.Name, d.key, d.dir, file, pipeline.ErrInvalidConfig))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// fileInTheWay returns dir, or the directory on the way to it, that
+// exists and is not a directory; "" if none is.
+func fileInTheWay(dir string) string {
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		switch {
+		case err == nil && !fi.IsDir():
+			return p
+		case err == nil || p == filepath.Dir(p):
+			return ""
+		}
+	}
 }
