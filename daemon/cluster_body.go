@@ -20,6 +20,13 @@ var (
 	ErrBodiesBusy = errors.New("daemon: too many large request bodies being read; try again")
 )
 
+// maxPeerAnswer bounds the answers to the node's calls of its peers that
+// are read whole (a job list, an ingest list, a drain's result), as the
+// CLI's client bounds the node's answers: a peer that answers without end
+// is cut off there instead of filling the node's memory until the call's
+// deadline.
+const maxPeerAnswer = 16 << 20
+
 // peerBodyBudget is how many bytes of peers' request bodies a node reads
 // into memory at once, all requests together: the largest body one
 // endpoint takes (a deployment's or a snapshot's metadata, 64 MiB). A

@@ -1,12 +1,15 @@
 package daemon
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/edgedio/edged/pipeline"
 )
 
 // metadataPut is a PUT of a snapshot's metadata to rn with body and the
@@ -71,5 +74,31 @@ func TestPeerRequestBodiesShareABudget(t *testing.T) {
 	rn.rep.handleMetadata(w, metadataPut(rn, strings.NewReader("{}"), 65<<20))
 	if w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), "too large") {
 		t.Fatalf("body declared over the limit: %d %s, want 413", w.Code, w.Body)
+	}
+}
+
+// The answers of a peer that the node reads whole are cut at
+// maxPeerAnswer: a peer that answers a job list with more (here a 20 MiB
+// string, which decoded whole before) gets an error, not the node's
+// memory.
+func TestPeerAnswerOverMaxPeerAnswerRefused(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"jobs":[],"x":"`)
+		io.WriteString(w, strings.Repeat("x", maxPeerAnswer+4<<20))
+		io.WriteString(w, `"}`)
+	}))
+	defer srv.Close()
+	cfg := &pipeline.ClusterConfig{Node: "a", Listen: "127.0.0.1:1",
+		Peers: []pipeline.PeerConfig{{ID: "b", Address: "127.0.0.1:1", API: strings.TrimPrefix(srv.URL, "http://")}}}
+	p := &peerClient{cfg: cfg, http: srv.Client()}
+	ctx := context.Background()
+	if _, err := p.jobsOf(ctx, "b"); err == nil {
+		t.Fatal("job list over maxPeerAnswer accepted")
+	}
+	if _, err := p.ingest(ctx, "b"); err == nil {
+		t.Fatal("ingest list over maxPeerAnswer accepted")
+	}
+	if _, err := p.drain(ctx, "b", "a"); err == nil {
+		t.Fatal("drain answer over maxPeerAnswer accepted")
 	}
 }

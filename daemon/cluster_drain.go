@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -736,7 +737,7 @@ func (p *peerClient) ingest(ctx context.Context, node string) (IngestList, error
 		return l, err
 	}
 	defer resp.Body.Close()
-	return l, json.NewDecoder(resp.Body).Decode(&l)
+	return l, json.NewDecoder(io.LimitReader(resp.Body, maxPeerAnswer)).Decode(&l)
 }
 
 // leave asks a drained node to leave the membership.
@@ -757,7 +758,7 @@ func (p *peerClient) drain(ctx context.Context, master, node string) (ClusterAct
 		return r, err
 	}
 	defer resp.Body.Close()
-	return r, json.NewDecoder(resp.Body).Decode(&r)
+	return r, json.NewDecoder(io.LimitReader(resp.Body, maxPeerAnswer)).Decode(&r)
 }
 
 // Drain moves every subtask off node and then lets it leave the membership

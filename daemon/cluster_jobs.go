@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 )
@@ -37,7 +38,7 @@ func (p *peerClient) jobsOf(ctx context.Context, node string) (JobList, error) {
 		return l, err
 	}
 	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxPeerAnswer)).Decode(&l); err != nil {
 		return l, fmt.Errorf("node %q: GET /jobs: %w", node, err)
 	}
 	return l, nil
