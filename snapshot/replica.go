@@ -30,10 +30,28 @@ func (s *Store) ImportReplica(id ID, name string, size int64, checksum uint32, r
 		return fmt.Errorf("import replica into snapshot %d: %w", id, err)
 	}
 	dir := s.CheckpointDir(id)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("import replica %s of snapshot %d: %w", name, id, err)
+	_, statErr := os.Stat(dir)
+	var err error
+	for range 3 {
+		if err = os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("import replica %s of snapshot %d: %w", name, id, err)
+		}
+		err = writeChecked(filepath.Join(dir, name), r, size, checksum)
+		if !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		// A failed copy of another file removed the directory between
+		// MkdirAll and the creation of this file (before anything of r
+		// was read): make it again.
 	}
-	if err := writeChecked(filepath.Join(dir, name), r, size, checksum); err != nil {
+	if err != nil {
+		if errors.Is(statErr, fs.ErrNotExist) {
+			// The directory made for this copy alone goes with it (Remove
+			// leaves one that another copy came into meanwhile): retention
+			// keeps the directories newer than its newest checkpoint, so
+			// one a failed copy left would stay for good.
+			_ = os.Remove(dir)
+		}
 		return fmt.Errorf("import replica %s of snapshot %d: %w", name, id, err)
 	}
 	return nil

@@ -132,3 +132,34 @@ func TestStoreAddMetadataKeepsAHeldSavepoint(t *testing.T) {
 		t.Fatalf("the new extra file did not join the savepoint: %v", err)
 	}
 }
+
+// A copy that fails its size or checksum leaves no directory behind when
+// it made the one it was to go in: a peer's copy of a snapshot with an id
+// above every completed one would otherwise stay for good, since
+// retention keeps what is newer than the newest checkpoint. A directory
+// that holds other copies stays.
+func TestImportReplicaFailedLeavesNoDirectory(t *testing.T) {
+	s, _ := openTestStore(t, "job")
+	d := []byte("state")
+	h := replicaHandle("op.0.state", d)
+	for _, id := range []ID{99999, ^ID(0)} {
+		if err := s.ImportReplica(id, h.File, h.Size, h.Checksum+1, bytes.NewReader(d)); !errors.Is(err, ErrChecksum) {
+			t.Fatalf("bad checksum: %v", err)
+		}
+		if err := s.ImportReplica(id, h.File, h.Size+1, h.Checksum, bytes.NewReader(d)); !errors.Is(err, ErrSize) {
+			t.Fatalf("bad size: %v", err)
+		}
+		if _, err := os.Stat(s.CheckpointDir(id)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("directory of snapshot %d after failed copies: %v, want none", id, err)
+		}
+	}
+	if err := s.ImportReplica(7, h.File, h.Size, h.Checksum, bytes.NewReader(d)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ImportReplica(7, "op.1.state", h.Size, h.Checksum+1, bytes.NewReader(d)); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("bad checksum: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(s.CheckpointDir(7), h.File)); err != nil {
+		t.Fatalf("good copy beside a failed one: %v", err)
+	}
+}
