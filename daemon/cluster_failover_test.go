@@ -617,11 +617,13 @@ func (fc *foCluster) failovers(id string, n int) []cluster.Failover {
 // job returns the job master's job on node id; nil if it runs none.
 func (fc *foCluster) job(id string) *job { return fc.jobNamed(id, foJob) }
 
-// jobNamed returns node id's record of the job of pipeline name.
+// jobNamed returns node id's record of the job of pipeline name (the
+// latest, should it have started more than once).
 func (fc *foCluster) jobNamed(id, name string) *job {
-	for _, j := range fc.nodes[id].n.jobList() {
-		if j.name == name {
-			return j
+	jobs := fc.nodes[id].n.jobList()
+	for i := len(jobs) - 1; i >= 0; i-- {
+		if jobs[i].name == name {
+			return jobs[i]
 		}
 	}
 	return nil

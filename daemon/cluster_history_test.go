@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"github.com/edgedio/edged/internal/testutil"
 	"os"
 	"path/filepath"
 	"testing"
@@ -142,10 +143,17 @@ func TestFailoverScriptReplacedNodeNeverStartsFromTheBeginning(t *testing.T) {
 	b.c.live.maybeTakeOver(alive)
 	fc.clock.Advance(restartGrace(""))
 	b.c.live.maybeTakeOver(alive)
-	b.c.live.wg.Wait()
-	if !fc.logs.logged("cluster: takeover failed", "node=b", "would commit its output again") {
-		t.Fatal("b's takeover did not fail on the snapshot it cannot complete")
+	failed := func() int {
+		return fc.logs.count("cluster: takeover failed", "node=b", "would commit its output again")
 	}
+	testutil.Eventually(t, time.Minute, "b's takeover to fail on the snapshot it cannot complete", func() bool { return failed() == 1 })
+	// It is tried again after resume_backoff (a holder may come back),
+	// and fails the same way.
+	blockUntil(t, fc.clock, 1)
+	fc.clock.Advance(b.c.hb.cfg.ResumeBackoff)
+	testutil.Eventually(t, time.Minute, "b's retried takeover to fail", func() bool { return failed() == 2 })
+	b.c.stopTakeover()
+	b.c.live.wg.Wait()
 	if fc.logs.logged("job started", "node=b") {
 		t.Fatal("b started the job without its snapshot")
 	}

@@ -398,13 +398,42 @@ func (v *liveView) maybeTakeOver(alive []string) {
 	v.wg.Add(1)
 	go func() {
 		defer v.wg.Done()
-		if err := c.takeover(leader); err != nil {
-			c.log.Error("cluster: takeover failed", "err", err)
+		if !c.takeOverRetrying(leader) {
 			return
 		}
 		v.wg.Add(1)
 		v.recordFailover(p, c.executions(), map[*actors.Execution]*actors.Runner{})
 	}()
+}
+
+// takeOverRetrying takes over from the dead leader; should that fail for
+// some jobs (a snapshot whose holders are down, say), it tries again for
+// those, after cluster.leadership.resume_backoff and then twice as long
+// each time up to max_resume_backoff, while the node leads. It reports
+// whether every job runs.
+func (c *clusterNode) takeOverRetrying(leader string) bool {
+	err := c.takeover(leader)
+	if err == nil {
+		return true
+	}
+	if c.hb == nil {
+		c.log.Error("cluster: takeover failed", "err", err)
+		return false
+	}
+	c.log.Error("cluster: takeover failed; retrying for the jobs that do not run", "err", err, "retry_in", c.hb.cfg.ResumeBackoff)
+	c.backoff(func(next time.Duration) bool {
+		if !c.leadsOn() {
+			c.log.Info("cluster: this node no longer leads; it stops retrying the takeover")
+			return true
+		}
+		if err = c.takeover(leader); err != nil {
+			c.log.Error("cluster: takeover failed; retrying for the jobs that do not run", "err", err, "retry_in", next)
+			return false
+		}
+		c.log.Info("cluster: takeover retried: every job runs")
+		return true
+	})
+	return err == nil && c.leadsOn()
 }
 
 // takeOver makes this node the job masters' node after the leader from
@@ -429,11 +458,18 @@ func (n *node) takeOver(from string, pipelines []pipeline.PipelineConfig) error 
 		// hand-back, and the node yielded or stepped down meanwhile.
 		return errNoLongerLeads
 	}
-	base, err := nextEpochBase(filepath.Join(c.dataDir, "cluster"), c.seen.Load())
-	if err != nil {
-		return err
+	// The jobs an earlier attempt of this takeover started (it failed for
+	// the others) run on in its term, and the rest join it: in a new
+	// term, the jobs started now would make the peers refuse the running
+	// ones' checkpoints, commits and redeployments as a stale master's.
+	base := c.epochBase
+	if base == 0 || !slices.ContainsFunc(pipelines, func(pc pipeline.PipelineConfig) bool { return n.mastering(pc.Name) }) {
+		var err error
+		if base, err = nextEpochBase(filepath.Join(c.dataDir, "cluster"), c.seen.Load()); err != nil {
+			return err
+		}
+		c.epochBase = base
 	}
-	c.epochBase = base
 	// Checkpoint ids of this leadership start at its term's base, as its
 	// epochs do: above every id an earlier leader triggered (each term
 	// numbers fewer than 2^32), even one no live node saw, whose files

@@ -202,9 +202,19 @@ func powerNode(t *testing.T, self, leader string, before bool, alive *[]string, 
 	c.live = &liveView{c: c, stop: make(chan struct{}), aliveFn: func() []string { return slices.Clone(*alive) }}
 	t.Cleanup(func() {
 		close(c.live.stop)
-		c.live.wg.Wait()
+		settleTakeovers(c)
 	})
 	return c, took
+}
+
+// settleTakeovers waits for the takeovers of nodes to end. They run on
+// the views' goroutines, and powerNode's fail: each is retried until its
+// node stops, which this does.
+func settleTakeovers(nodes ...*clusterNode) {
+	for _, c := range nodes {
+		c.stopTakeover()
+		c.live.wg.Wait()
+	}
 }
 
 // After a power loss of the whole cluster, the nodes that come back
@@ -269,9 +279,7 @@ func TestTakeoverAfterPowerLoss(t *testing.T) {
 					t.Fatalf("at %v, alive %v: c took over, b being the lowest live node", s.at, s.alive)
 				}
 			}
-			// The takeovers run on the views' goroutines.
-			b.live.wg.Wait()
-			c.live.wg.Wait()
+			settleTakeovers(b, c)
 			if want := tc.steps[len(tc.steps)-1].took; !slices.Equal(*bTook, map[bool][]string{true: {"a"}}[want]) || len(*cTook) > 0 {
 				t.Fatalf("b took over from %v, c from %v; want b from a: %v", *bTook, *cTook, want)
 			}
@@ -309,8 +317,7 @@ func TestTakeoverFromAbsentLeaderAPeerNames(t *testing.T) {
 	if !a.isMaster() || c.isMaster() {
 		t.Fatalf("b away for %v: a master %v, c master %v; want a\n%s", grace, a.isMaster(), c.isMaster(), logs.String())
 	}
-	a.live.wg.Wait()
-	c.live.wg.Wait()
+	settleTakeovers(a, c)
 	if !slices.Equal(*aTook, []string{"b"}) || len(*cTook) > 0 {
 		t.Fatalf("a took over from %v, c from %v; want a from b", *aTook, *cTook)
 	}

@@ -77,8 +77,12 @@ type clusterNode struct {
 	seen    atomic.Uint64
 	epochMu sync.Mutex // serialises sawEpoch
 
-	mu    sync.Mutex // guards execs
+	mu    sync.Mutex // guards execs and invited
 	execs []*actors.Execution
+	// invited is, by job, the highest epoch this node's job master
+	// invited a node into: a job started again in the same term numbers
+	// its epochs above it (jobEpochBase).
+	invited map[string]uint64
 
 	// rb queues and runs rebalances (cluster_drain.go); its loop runs on
 	// the master's node only.
@@ -259,7 +263,27 @@ func (c *clusterNode) raiseEpoch(e uint64) error {
 // the master's).
 func (c *clusterNode) invite(ctx context.Context, node string, d actors.Deployment) error {
 	c.sawEpoch(d.Epoch)
+	c.mu.Lock()
+	if c.invited == nil {
+		c.invited = map[string]uint64{}
+	}
+	c.invited[d.Job] = max(c.invited[d.Job], d.Epoch)
+	c.mu.Unlock()
 	return c.peers.invite(ctx, node, d)
+}
+
+// jobEpochBase returns the epoch base of a job started now: the term's
+// (epochBase), or, for a job started again in the same term (a takeover
+// retried after this job failed to start or ended), the highest epoch an
+// earlier start of it invited a node into, so that the new start's
+// epochs are newer than every one the workers saw of the job.
+func (c *clusterNode) jobEpochBase(job string) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.invited[job]; e>>32 == c.epochBase>>32 && e > c.epochBase {
+		return e
+	}
+	return c.epochBase
 }
 
 // jobCluster returns the placement of a job built in env on the cluster's
@@ -272,7 +296,7 @@ func (c *clusterNode) jobCluster(env *stream.Environment) (*actors.Cluster, erro
 		return nil, err
 	}
 	ids := c.cfg.Nodes()
-	ac := &actors.Cluster{Placement: map[actors.TaskKey]string{}, Invite: c.invite, EpochBase: c.epochBase,
+	ac := &actors.Cluster{Placement: map[actors.TaskKey]string{}, Invite: c.invite, EpochBase: c.jobEpochBase(job.Name),
 		Files: c.peers, Publish: c.rep.publish, Committed: c.rep.markCommitted, NextCheckpoint: c.nextCheckpoint(),
 		RetryInterval: c.cfg.LeadershipConfig().DeployRetry}
 	for _, id := range masterFirst(ids, c.cfg.Node) {
