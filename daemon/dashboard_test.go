@@ -3,7 +3,6 @@ package daemon_test
 import (
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -20,15 +19,9 @@ import (
 // its data in a temp dir.
 // freeAddr returns a loopback address with a port free now, for a
 // listener the node under test opens.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+// freeAddr returns a loopback address for a server the test starts
+// later (testutil.FreeAddr).
+func freeAddr(t *testing.T) string { return testutil.FreeAddr(t) }
 
 func mqttDemo(t *testing.T) string {
 	t.Helper()

@@ -287,15 +287,9 @@ func (n *node) logTailN(max int) string {
 	return string(b)
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+// freeAddr returns a loopback address for a server the test starts
+// later (testutil.FreeAddr).
+func freeAddr(t *testing.T) string { return testutil.FreeAddr(t) }
 
 func connect(t *testing.T, opts *paho.ClientOptions) paho.Client {
 	t.Helper()
