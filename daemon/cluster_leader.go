@@ -442,20 +442,23 @@ func (c *clusterNode) takeOverRetrying(leader string) bool {
 // newest snapshot the node can complete.
 func (n *node) takeOver(from string, pipelines []pipeline.PipelineConfig) error {
 	c := n.cluster
+	// A retried takeover, or a retried restart of this leader's jobs
+	// after a failed hand-back, and the node yielded or stepped down
+	// meanwhile: the worker's tasks are the new leader's, and no job
+	// starts here (checked again once the start is serialised with a
+	// yield's step-down).
+	if !c.stopping() && !c.leadsOn() {
+		return errNoLongerLeads
+	}
 	if c.worker != nil {
 		c.worker.Evict()
 	}
 	c.startMu.Lock()
 	defer c.startMu.Unlock()
-	c.lead.mu.Lock()
-	stopped := c.lead.stopped
-	c.lead.mu.Unlock()
-	if stopped {
+	if c.stopping() {
 		return nil
 	}
-	if from == c.cfg.Node && !c.leadsOn() {
-		// A retried restart of this leader's jobs after a failed
-		// hand-back, and the node yielded or stepped down meanwhile.
+	if !c.leadsOn() {
 		return errNoLongerLeads
 	}
 	// The jobs an earlier attempt of this takeover started (it failed for
@@ -522,6 +525,13 @@ func (n *node) takeOver(from string, pipelines []pipeline.PipelineConfig) error 
 		return fmt.Errorf("cluster: takeover: %v", failed)
 	}
 	return nil
+}
+
+// stopping reports whether the node stops: no takeover starts jobs.
+func (c *clusterNode) stopping() bool {
+	c.lead.mu.Lock()
+	defer c.lead.mu.Unlock()
+	return c.lead.stopped
 }
 
 // mastering reports whether a job named name runs here as a job master
