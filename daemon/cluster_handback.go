@@ -746,7 +746,9 @@ func (c *clusterNode) handleHandback(w http.ResponseWriter, r *http.Request) {
 	v.wg.Add(1)
 	go func() {
 		defer v.wg.Done()
-		err := c.takeover(m.From)
+		// A takeover that failed for some jobs is retried for those
+		// while the node leads.
+		err := c.takeOverRetrying(m.From)
 		if err == nil {
 			ctx, cancel := v.stopCtx(5 * time.Minute)
 			for _, e := range c.executions() {

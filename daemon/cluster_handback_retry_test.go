@@ -221,3 +221,37 @@ func testutilEventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	testutil.Eventually(t, 10*time.Second, what, cond)
 }
+
+// A hand-back whose receiver fails to take over some jobs: the receiver
+// tries again after resume_backoff (a fake clock) while it leads, and
+// records the hand-back done once every job runs. Before, those jobs
+// stayed down until the leadership changed.
+func TestHandbackTakeoverThatFailedIsRetried(t *testing.T) {
+	nodes := handbackCluster(t)
+	a, b := nodes["a"], nodes["b"]
+	clock := clockwork.NewFakeClock()
+	a.hb.clock = clock
+	calls := failingTakeover(a, 1)
+	b.stop = func(ctx context.Context) (map[string]snapshot.ID, bool, error) {
+		b.commit(t, 8, true, true)
+		return map[string]snapshot.ID{handbackJob: 8}, true, nil
+	}
+	b.commit(t, 6, false, true)
+	if err := b.handBack(context.Background(), "a", time.Now()); err != nil {
+		t.Fatalf("hand-back: %v", err)
+	}
+	testutilEventually(t, "a's first takeover", func() bool { return calls() == 1 })
+	blockUntil(t, clock, 1)
+	if len(a.takeovers()) != 0 {
+		t.Fatalf("a took over %v on its failed try", a.takeovers())
+	}
+	clock.Advance(a.hb.cfg.ResumeBackoff)
+	testutilEventually(t, "a's takeover retried", func() bool { return calls() == 2 })
+	testutilEventually(t, "a records the hand-back done", func() bool {
+		ra, _ := a.hb.status()
+		return len(ra) == 1 && ra[0].Outcome == "done"
+	})
+	if tk := a.takeovers(); len(tk) != 1 || tk[0] != "b" || !a.isMaster() {
+		t.Fatalf("a took over from %v, master %v", tk, a.isMaster())
+	}
+}

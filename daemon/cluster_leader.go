@@ -398,7 +398,7 @@ func (v *liveView) maybeTakeOver(alive []string) {
 	v.wg.Add(1)
 	go func() {
 		defer v.wg.Done()
-		if !c.takeOverRetrying(leader) {
+		if c.takeOverRetrying(leader) != nil {
 			return
 		}
 		v.wg.Add(1)
@@ -409,16 +409,16 @@ func (v *liveView) maybeTakeOver(alive []string) {
 // takeOverRetrying takes over from the dead leader; should that fail for
 // some jobs (a snapshot whose holders are down, say), it tries again for
 // those, after cluster.leadership.resume_backoff and then twice as long
-// each time up to max_resume_backoff, while the node leads. It reports
-// whether every job runs.
-func (c *clusterNode) takeOverRetrying(leader string) bool {
+// each time up to max_resume_backoff, while the node leads. It returns
+// nil once every job runs, else the last failure.
+func (c *clusterNode) takeOverRetrying(leader string) error {
 	err := c.takeover(leader)
 	if err == nil {
-		return true
+		return nil
 	}
 	if c.hb == nil {
 		c.log.Error("cluster: takeover failed", "err", err)
-		return false
+		return err
 	}
 	c.log.Error("cluster: takeover failed; retrying for the jobs that do not run", "err", err, "retry_in", c.hb.cfg.ResumeBackoff)
 	c.backoff(func(next time.Duration) bool {
@@ -433,7 +433,10 @@ func (c *clusterNode) takeOverRetrying(leader string) bool {
 		c.log.Info("cluster: takeover retried: every job runs")
 		return true
 	})
-	return err == nil && c.leadsOn()
+	if err == nil && !c.leadsOn() {
+		err = errNoLongerLeads
+	}
+	return err
 }
 
 // takeOver makes this node the job masters' node after the leader from
