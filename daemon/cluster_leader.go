@@ -406,7 +406,8 @@ func (v *liveView) maybeTakeOver(alive []string) {
 	}()
 }
 
-// takeOverRetrying takes over from the dead leader; should that fail for
+// takeOverRetrying takes over from leader (dead, or handing the
+// leadership to this node); should that fail for
 // some jobs (a snapshot whose holders are down, say), it tries again for
 // those, after cluster.leadership.resume_backoff and then twice as long
 // each time up to max_resume_backoff, while the node leads. It returns
