@@ -107,6 +107,11 @@ type plan struct {
 	alAt        Field
 }
 
+// MaxSimulatorRate is the highest node.simulator.rate, in readings per
+// second: more than one device's broker takes, and one whose number of
+// readings per tick still fits an int.
+const MaxSimulatorRate = 1_000_000
+
 // Validate checks every pipeline, reports every problem at once as a
 // *ConfigError naming the YAML key paths, and compiles the pipelines
 // (schema, decoders, expressions) for Build.
@@ -121,8 +126,8 @@ func (c *Config) validate(p *problems) {
 		if sim.Sensors < 1 {
 			p.add("node.simulator.sensors", fmt.Sprintf("(%d) must be at least 1", sim.Sensors))
 		}
-		if sim.Rate <= 0 {
-			p.add("node.simulator.rate", fmt.Sprintf("(%v) must be positive", sim.Rate))
+		if !(sim.Rate > 0 && sim.Rate <= MaxSimulatorRate) { // NaN included
+			p.add("node.simulator.rate", fmt.Sprintf("(%v) must be a number above 0 and at most %d readings/s", sim.Rate, MaxSimulatorRate))
 		}
 		if sim.Topic == "" {
 			p.add("node.simulator.topic", "is required")

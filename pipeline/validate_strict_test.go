@@ -98,6 +98,15 @@ func TestTopicTemplatePlaceholders(t *testing.T) {
 	// The simulator fills {id} only.
 	sim := "node:\n  simulator: {sensors: 2, rate: 1, topic: \"s/{sensor}\"}\n" + mqttSourcePipeline
 	wantProblems(t, sim, `node.simulator.topic: "s/{sensor}": the simulator fills only {id}`)
+	// A rate that is not a number, or one the simulator cannot keep (it
+	// ran at 1,000 readings/s without a word), is refused.
+	for _, rate := range []struct{ yaml, shown string }{
+		{"0", "0"}, {"-1", "-1"}, {"1e300", "1e+300"}, {"1000001", "1.000001e+06"},
+	} {
+		sim := "node:\n  simulator: {sensors: 2, rate: " + rate.yaml + ", topic: \"s/{id}\"}\n" + mqttSourcePipeline
+		wantProblems(t, sim, "node.simulator.rate: ("+rate.shown+") must be a number above 0 and at most 1000000 readings/s")
+	}
+	wantProblems(t, "node:\n  simulator: {sensors: 2, rate: 1000000, topic: \"s/{id}\"}\n"+mqttSourcePipeline)
 }
 
 func TestNodeAddresses(t *testing.T) {
