@@ -54,6 +54,18 @@ func (m *clusterMember) leaderStatus(client *http.Client) (leaderStatus, error) 
 	return s, err
 }
 
+// allFollow reports whether every one of members answers that leader
+// leads.
+func allFollow(client *http.Client, members []*clusterMember, leader string) bool {
+	for _, m := range members {
+		s, err := m.leaderStatus(client)
+		if err != nil || s.Leader != leader {
+			return false
+		}
+	}
+	return true
+}
+
 // jobMasters returns how many jobs node m runs the job master of.
 func (m *clusterMember) jobMasters(client *http.Client) (int, error) {
 	resp, err := client.Get("http://" + m.apiAddr + "/jobs")
@@ -195,11 +207,8 @@ func TestClusterLeaderKilledExactTotals(t *testing.T) {
 	from := n2 + 2*tail
 	const chunk = 300
 	handedBack := func() bool {
-		for _, m := range members {
-			s, err := m.leaderStatus(client)
-			if err != nil || s.Leader != "a" {
-				return false
-			}
+		if !allFollow(client, members, "a") {
+			return false
 		}
 		sb, err := b.leaderStatus(client)
 		if err != nil {

@@ -428,11 +428,8 @@ func TestClusterTwoPipelinesKillsExact(t *testing.T) {
 	from := n3 + (n4-n3)/2
 	const chunk = 300
 	handedBack := func() bool {
-		for _, m := range members {
-			s, err := m.leaderStatus(client)
-			if err != nil || s.Leader != "a" {
-				return false
-			}
+		if !allFollow(client, members, "a") {
+			return false
 		}
 		na, err1 := a.jobMasters(client)
 		nb, err2 := b.jobMasters(client)
