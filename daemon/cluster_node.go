@@ -476,7 +476,45 @@ func (p *peerClient) url(node, path string) (string, error) {
 	return "http://" + peer.API + path, nil
 }
 
+// Backoff of a peer call that the peer refused because its budget for
+// request bodies was taken (ErrBodiesBusy): the call is sent again after
+// bodiesBusyBackoff, doubling up to maxBodiesBusyBackoff, until its
+// context ends.
+const (
+	bodiesBusyBackoff    = 20 * time.Millisecond
+	maxBodiesBusyBackoff = time.Second
+)
+
+// do calls the peer node. A call whose body the peer refused for now
+// (503, ErrBodiesBusy: other large bodies were being read) is sent again
+// until ctx ends, when its body can be read again from the start.
 func (p *peerClient) do(ctx context.Context, method, node, path string, body io.Reader, hdr http.Header) (*http.Response, error) {
+	backoff := bodiesBusyBackoff
+	for {
+		resp, err := p.doOnce(ctx, method, node, path, body, hdr)
+		var ae *APIError
+		if !errors.As(err, &ae) || ae.StatusCode != http.StatusServiceUnavailable || !strings.Contains(ae.Msg, ErrBodiesBusy.Error()) {
+			return resp, err
+		}
+		s, ok := body.(io.Seeker)
+		if !ok {
+			return nil, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		if _, serr := s.Seek(0, io.SeekStart); serr != nil {
+			return nil, err
+		}
+		backoff = min(2*backoff, maxBodiesBusyBackoff)
+	}
+}
+
+func (p *peerClient) doOnce(ctx context.Context, method, node, path string, body io.Reader, hdr http.Header) (*http.Response, error) {
 	u, err := p.url(node, path)
 	if err != nil {
 		return nil, err
@@ -521,6 +559,14 @@ func (p *peerClient) invite(ctx context.Context, node string, d actors.Deploymen
 		// is placed there, and the attempt waits as without a majority
 		// until the master yields, without using up the restart
 		// strategy.
+		return fmt.Errorf("%w: %w", actors.ErrNotPlaced, err)
+	}
+	if errors.As(err, &ae) && ae.StatusCode == http.StatusServiceUnavailable {
+		// The node cannot take a deployment now: it lost the majority,
+		// is shutting down (actors.ErrEvicted) or is busy reading other
+		// large bodies until the call's deadline. Its state changes, not
+		// the job's: the attempt waits as without a majority, without
+		// using up the restart strategy.
 		return fmt.Errorf("%w: %w", actors.ErrNotPlaced, err)
 	}
 	if err != nil {
