@@ -430,7 +430,7 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 		c.lead.id = "a"
 		c.takeover = func(dead string) error { return n.takeOver(dead, cfg.Pipelines) }
 		if c.master {
-			if c.epochBase, err = nextEpochBase(filepath.Join(fn.dir, "cluster"), c.seen.Load()); err != nil {
+			if c.epochBase, err = nextEpochBase(filepath.Join(fn.dir, "cluster"), c.seen.Load(), ccfg.Nodes(), id); err != nil {
 				t.Fatal(err)
 			}
 		}

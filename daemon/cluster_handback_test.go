@@ -397,7 +397,7 @@ func TestHandbackBetweenNodes(t *testing.T) {
 	if err != nil || floor != epoch+2 {
 		t.Fatalf("a's epoch floor %d, %v", floor, err)
 	}
-	if base, err := nextEpochBase(filepath.Join(a.dir, "cluster"), a.seen.Load()); err != nil || base <= epoch+2 {
+	if base, err := nextEpochBase(filepath.Join(a.dir, "cluster"), a.seen.Load(), a.cfg.Nodes(), a.cfg.Node); err != nil || base <= epoch+2 {
 		t.Fatalf("a's epoch base %d, %v", base, err)
 	}
 	// Checkpoint ids go on above the savepoint's; a has its files.

@@ -472,7 +472,7 @@ func (n *node) takeOver(from string, pipelines []pipeline.PipelineConfig) error 
 	base := c.epochBase
 	if base == 0 || !slices.ContainsFunc(pipelines, func(pc pipeline.PipelineConfig) bool { return n.mastering(pc.Name) }) {
 		var err error
-		if base, err = nextEpochBase(filepath.Join(c.dataDir, "cluster"), c.seen.Load()); err != nil {
+		if base, err = nextEpochBase(filepath.Join(c.dataDir, "cluster"), c.seen.Load(), c.cfg.Nodes(), c.cfg.Node); err != nil {
 			return err
 		}
 		c.epochBase = base

@@ -69,7 +69,7 @@ func TestTakeoverScript(t *testing.T) {
 				continue
 			}
 			took = append(took, id)
-			base, err := nextEpochBase(n.dir, n.seen)
+			base, err := nextEpochBase(n.dir, n.seen, ids, id)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,7 +98,7 @@ func TestTakeoverScript(t *testing.T) {
 	a := nodes["a"]
 	a.master = true
 	var err error
-	if a.base, err = nextEpochBase(a.dir, 0); err != nil {
+	if a.base, err = nextEpochBase(a.dir, 0, ids, "a"); err != nil {
 		t.Fatal(err)
 	}
 	deploy("a", ids)
@@ -166,11 +166,11 @@ func TestSeenEpochPersisted(t *testing.T) {
 	if err != nil || got != 5<<32+3 {
 		t.Fatalf("persisted epoch %d, %v", got, err)
 	}
-	base, err := nextEpochBase(filepath.Join(dir, "cluster"), got)
+	base, err := nextEpochBase(filepath.Join(dir, "cluster"), got, nil, "")
 	if err != nil || base <= got {
 		t.Fatalf("epoch base %d after seeing %d: %v", base, got, err)
 	}
-	again, err := nextEpochBase(filepath.Join(dir, "cluster"), 0)
+	again, err := nextEpochBase(filepath.Join(dir, "cluster"), 0, nil, "")
 	if err != nil || again <= base {
 		t.Fatalf("epoch base %d after %d: %v", again, base, err)
 	}
@@ -320,5 +320,52 @@ func TestTakeoverFromAbsentLeaderAPeerNames(t *testing.T) {
 	settleTakeovers(a, c)
 	if !slices.Equal(*aTook, []string{"b"}) || len(*cTook) > 0 {
 		t.Fatalf("a took over from %v, c from %v; want a from b", *aTook, *cTook)
+	}
+}
+
+// Two nodes that take over at once from the same epochs seen (their
+// views of the membership differed for a moment) start in different
+// terms: each takes only the terms equal to its rank modulo the number of
+// nodes, so a worker that saw the newer term refuses the other's
+// deployments rather than hosting both masters' deployments of one term.
+// A node's later starts stay in its own terms and go up.
+func TestSimultaneousTakeoversStartInDifferentTerms(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	seen := uint64(4)<<32 + 3
+	bases := map[string]uint64{}
+	for _, id := range ids {
+		base, err := nextEpochBase(filepath.Join(t.TempDir(), id), seen, ids, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if base>>32 <= seen>>32 {
+			t.Fatalf("%s starts in term %d, not above the seen term %d", id, base>>32, seen>>32)
+		}
+		if rank := uint64(slices.Index(ids, id)); (base>>32)%3 != rank {
+			t.Fatalf("%s starts in term %d, not one of its own (%d modulo 3)", id, base>>32, rank)
+		}
+		if base>>32 > seen>>32+3 {
+			t.Fatalf("%s starts in term %d, more than the number of nodes above the seen term %d", id, base>>32, seen>>32)
+		}
+		bases[id] = base
+	}
+	if bases["b"] == bases["c"] {
+		t.Fatalf("b and c take over in the same term %d", bases["b"]>>32)
+	}
+	older, newer := min(bases["b"], bases["c"]), max(bases["b"], bases["c"])
+	if !staleTerm(older+1, newer+1) {
+		t.Fatalf("a worker that saw epoch %#x takes epoch %#x of the other master", newer+1, older+1)
+	}
+	dir := filepath.Join(t.TempDir(), "b")
+	prev := uint64(0)
+	for range 4 {
+		base, err := nextEpochBase(dir, 0, ids, "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if base <= prev || (base>>32)%3 != 1 {
+			t.Fatalf("b's start after term %d is in term %d", prev>>32, base>>32)
+		}
+		prev = base
 	}
 }

@@ -181,8 +181,14 @@ func (c *clusterNode) stop() {
 // epochs of the n-th start begin at n<<32, above every attempt of the
 // starts before; n is also above the start of seen, the highest epoch the
 // node saw deployed by any master, so that a node that becomes master
-// deploys epochs newer than every other master's.
-func nextEpochBase(dir string, seen uint64) (uint64, error) {
+// deploys epochs newer than every other master's. Of the cluster's nodes
+// (ids in order, self among them), each takes only the terms equal to
+// its rank modulo their number: two nodes that take over at once from
+// the same epochs seen (their views of the membership differ for a
+// moment) start in different terms, and the workers that saw the newer
+// one refuse the older one's deployments, instead of hosting both
+// masters' deployments of one term.
+func nextEpochBase(dir string, seen uint64, nodes []string, self string) (uint64, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, fmt.Errorf("cluster: %w", err)
 	}
@@ -197,6 +203,12 @@ func nextEpochBase(dir string, seen uint64) (uint64, error) {
 		return 0, fmt.Errorf("cluster: %w", err)
 	}
 	n = max(n, seen>>32) + 1
+	if rank := slices.Index(nodes, self); rank >= 0 {
+		n += uint64((rank - int(n%uint64(len(nodes))) + len(nodes)) % len(nodes))
+	}
+	if n >= 1<<32 {
+		return 0, fmt.Errorf("cluster: %s: start counter %d exhausted", path, n)
+	}
 	if err := writeCounter(path, n); err != nil {
 		return 0, err
 	}
@@ -635,7 +647,7 @@ func (n *node) joinCluster(cfg *pipeline.Config) error {
 		c.takeover = func(dead string) error { return n.takeOver(dead, cfg.Pipelines) }
 	}
 	if c.master {
-		if c.epochBase, err = nextEpochBase(filepath.Join(dataDir, "cluster"), c.seen.Load()); err != nil {
+		if c.epochBase, err = nextEpochBase(filepath.Join(dataDir, "cluster"), c.seen.Load(), cfg.Cluster.Nodes(), cfg.Cluster.Node); err != nil {
 			c.stop()
 			return err
 		}
