@@ -472,7 +472,13 @@ func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, err
 		envOpts = append(envOpts, stream.WithCluster(placed))
 	}
 	env := stream.NewEnvironment(pc.Name, envOpts...)
-	pj, err := pipeline.BuildJobWith(pc, env, n.out, n.inputs)
+	in := n.inputs
+	if n.cluster == nil {
+		// A stop while the sinks' broker is away waits for it for half
+		// the stop's bound, leaving the other half to the savepoint.
+		in.CommitWait = n.opts.StopTimeout / 2
+	}
+	pj, err := pipeline.BuildJobWith(pc, env, n.out, in)
 	if err != nil {
 		return nil, err
 	}

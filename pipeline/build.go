@@ -211,6 +211,12 @@ type Inputs struct {
 	// pipeline's job again for each deployment and keeps one count of
 	// the dead letters of the subtasks it hosts. Nil: new counters.
 	Counts *Job
+	// CommitWait is how long an MQTT sink of a checkpointed pipeline
+	// waits for a broker that does not take the results of the
+	// checkpoint that ends the job (a stop-with-savepoint, a bounded
+	// job's final checkpoint), trying again, before the stop fails; 0
+	// fails it at the first failed publish.
+	CommitWait time.Duration
 }
 
 // BuildJobWith is BuildJob with the node's MQTT inputs.

@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/edgedio/edged/codec"
 	"github.com/edgedio/edged/mqtt"
@@ -50,6 +53,7 @@ func mqttSink[T any](b *builder, name, what string, s *stream.Stream[T], format 
 	if b.cfg.Checkpoint.Interval > 0 {
 		s.To(name, func() operators.Sink[T] {
 			w := newWALPublisher(pc, topic, format, batch, sc.MaxHeld)
+			w.commitWait = b.in.CommitWait
 			w.reject = sinkReject(b, name, format, &w.logger)
 			return w
 		}).UID(name).StateSettings(sinkDigest("mqtt"))
@@ -200,6 +204,12 @@ type walPublisher[T any] struct {
 	pub    *mqtt.Publisher
 	logger *slog.Logger
 	uid    string // the sink's UID, set in Open
+	// commitWait is how long WaitCommitted waits for a broker that does
+	// not take the results (Inputs.CommitWait); done and clock are the
+	// subtask's, set in Open.
+	commitWait time.Duration
+	done       <-chan struct{}
+	clock      clockwork.Clock
 }
 
 func newWALPublisher[T any](pc mqtt.PublisherConfig, topic func(T) (string, error), format func(T) string, batch mqtt.Batch, maxHeld int) *walPublisher[T] {
@@ -233,6 +243,10 @@ func (w *walPublisher[T]) Open(ctx *operators.Context) error {
 	cfg.ClientID = fmt.Sprintf("%s-%d", cfg.ClientID, ctx.Subtask)
 	w.logger = ctx.Logger
 	w.uid = ctx.UID
+	w.done, w.clock = ctx.Done, ctx.Clock
+	if w.clock == nil {
+		w.clock = clockwork.NewRealClock()
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = ctx.Logger
 	}
@@ -242,6 +256,76 @@ func (w *walPublisher[T]) Open(ctx *operators.Context) error {
 	}
 	w.pub = pub
 	return w.WriteAheadSink.Open(ctx)
+}
+
+// WaitCommitted waits until the results of the checkpoint that ends the
+// job (a stop-with-savepoint, a final checkpoint) are published, as
+// operators.WriteAheadSink.WaitCommitted, but a publish failure
+// (mqtt.ErrPublish: the broker down, hung or refusing) is waited out for
+// up to commitWait, trying again, instead of failing the stop at once
+// (waitCommitted).
+func (w *walPublisher[T]) WaitCommitted(id int64) error {
+	return waitCommitted(func() error { return w.WriteAheadSink.WaitCommitted(id) },
+		w.clock, w.done, w.commitWait, w.logger, id)
+}
+
+// Retry pauses of waitCommitted: the first, doubled after each failed try
+// up to the longest.
+const (
+	commitRetryFirst = time.Second
+	commitRetryMax   = 5 * time.Second
+)
+
+// waitCommitted calls wait (the sink's wait for checkpoint id's results
+// to be published) and returns its result, except that while it fails
+// with a publish failure (mqtt.ErrPublish) and bound has not passed since
+// the first call, it calls it again after a pause (1 s, doubling up to
+// 5 s, the last one cut to the bound): each call tries the held publish
+// again at once, under the same msg_ids. A try under way when the bound
+// passes is waited for (against a hung broker, up to the publisher's
+// acknowledgement timeout). A failure that is no publish
+// failure, a bound of 0, or done closed (the job cancelled or failed)
+// ends the wait with the error. The results stay held either way: a stop
+// that fails leaves them in the checkpoints, and a savepoint not
+// committed publishes them again when a job resumes from it. log may be
+// nil.
+func waitCommitted(wait func() error, clk clockwork.Clock, done <-chan struct{}, bound time.Duration, log *slog.Logger, id int64) error {
+	deadline := clk.Now().Add(bound)
+	err := wait()
+	if err == nil || bound <= 0 || !errors.Is(err, mqtt.ErrPublish) {
+		return err
+	}
+	if log != nil {
+		log.Warn("mqtt sink: the broker does not take the results the job's last checkpoint commits; waiting for it",
+			"checkpoint_id", id, "wait", bound, "err", err)
+	}
+	pause := commitRetryFirst
+	tries := 1
+	for {
+		left := deadline.Sub(clk.Now())
+		if left <= 0 {
+			return fmt.Errorf("%w (the broker did not take them within %v: the results stay held in the snapshots)", err, bound)
+		}
+		t := clk.NewTimer(min(pause, left))
+		select {
+		case <-t.Chan():
+		case <-done:
+			t.Stop()
+			return err
+		}
+		pause = min(2*pause, commitRetryMax)
+		tries++
+		if err = wait(); err == nil {
+			if log != nil {
+				log.Info("mqtt sink: the broker takes the results again; the job's last checkpoint is committed",
+					"checkpoint_id", id, "tries", tries)
+			}
+			return nil
+		}
+		if !errors.Is(err, mqtt.ErrPublish) {
+			return err
+		}
+	}
 }
 
 // Close closes the connection.
