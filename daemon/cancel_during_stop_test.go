@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -79,5 +80,93 @@ func TestCancelDuringStopWithSavepointIsAConflict(t *testing.T) {
 	c := testutil.Receive(t, waitLimit, "the cancel's answer", cancelc)
 	if c.err != nil || c.s != daemon.StatusCancelled {
 		t.Errorf("cancel = %q, %v; want cancelled", c.s, c.err)
+	}
+}
+
+// A job cancelled while its stop waits for the MQTT sink's broker (down:
+// its stop savepoint completed, its results not yet published) answers
+// the stop with 409 naming that savepoint and saying it is not marked
+// committed, not that the job was cancelled before the savepoint
+// completed: the savepoint is whole, and a job resumed from it publishes
+// the results it holds again.
+func TestCancelWhileTheStopWaitsForTheSinkBroker(t *testing.T) {
+	dir := t.TempDir()
+	src := externalBroker(t)
+	down := testutil.FreeAddr(t) // nothing listens: the sinks' broker is down
+	// The first pipeline reading an external broker names the node's
+	// sink broker.
+	cfg := `
+node:
+  data_dir: ` + filepath.Join(dir, "data") + `
+pipelines:
+  - name: other
+    source:
+      mqtt:
+        broker: tcp://` + down + `
+        topics: [other/+]
+        format: json
+        fields:
+          id: {type: string, path: $.id}
+    sinks: [{file: {dir: ` + filepath.Join(dir, "other-out") + `}}]
+  - name: plant
+    source:
+      mqtt:
+        broker: ` + src + `
+        topics: [sensors/+]
+        format: json
+        fields:
+          id: {type: string, path: $.id}
+          ts: {type: time, path: $.ts, unit: ms}
+    event_time: {field: ts, max_out_of_orderness: 0ms}
+    key: id
+    window:
+      type: tumbling
+      size: 1s
+      aggregates: [{name: count, fn: count}]
+    sinks:
+      - mqtt: {topic: "agg/{id}"}
+    checkpoint:
+      interval: 100ms
+      dir: ` + filepath.Join(dir, "cp") + "\n"
+	n := startNode(t, cfg, daemon.Options{})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("node log:\n%s", n.logs.String())
+		}
+	})
+	ctx := ctxT(t)
+	testutil.Eventually(t, waitLimit, "plant subscribed", func() bool {
+		return strings.Contains(n.logs.String(), `msg="mqtt subscriber subscribed" pipeline=plant`)
+	})
+	dev := mqttClient(t, src, "dev")
+	for i := range 300 {
+		tok := dev.Publish("sensors/a", 1, false, fmt.Sprintf(`{"id":"a","ts":%d}`, i*10))
+		if !tok.WaitTimeout(waitLimit) || tok.Error() != nil {
+			t.Fatalf("publish %d: %v", i, tok.Error())
+		}
+	}
+	testutil.Eventually(t, waitLimit, "the sink failing to publish", func() bool {
+		return strings.Contains(n.logs.String(), "publish failed; the results stay held")
+	})
+	stopc := make(chan error, 1)
+	go func() {
+		_, err := n.client.Stop(ctx, "plant", "")
+		stopc <- err
+	}()
+	testutil.Eventually(t, waitLimit, "the stop waiting for the sink's broker", func() bool {
+		return strings.Contains(n.logs.String(), "waiting for it")
+	})
+	if _, err := n.client.Cancel(ctx, "plant"); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	err := testutil.Receive(t, waitLimit, "the stop's answer", stopc)
+	var apiErr *daemon.APIError
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusConflict {
+		t.Fatalf("stop cancelled while its sink waits: %v, want 409", err)
+	}
+	for _, want := range []string{"cancelled after its stop savepoint", "sp-", "not marked committed"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("stop cancelled while its sink waits: %q does not say %q", err, want)
+		}
 	}
 }

@@ -588,6 +588,7 @@ func (n *node) savepoint(ctx context.Context, j *job, path string, stop bool) (s
 	}()
 	var p string
 	var err error
+	began := time.Now()
 	if stop {
 		j.markStopping()
 		p, err = j.run.StopWithSavepoint(ctx, path)
@@ -600,6 +601,12 @@ func (n *node) savepoint(ctx context.Context, j *job, path string, stop bool) (s
 			// The runtime answers the savepoint as soon as the cancel
 			// ends the attempt, before the job's Done: the caller asked
 			// nothing wrong of the node, the job went away first.
+			if done := completedStop(j.run.History(), began); stop && done != "" {
+				// Cancelled while the sinks published what the stop's
+				// savepoint commits (a sink waiting for its broker).
+				return "", fmt.Errorf("%w: %q was cancelled after its stop savepoint %s completed, before its sinks had published what it holds: "+
+					"it is not marked committed, so a job resumed from it publishes those results again", ErrNotRunning, j.name, done)
+			}
 			return "", fmt.Errorf("%w: %q was cancelled before the savepoint completed", ErrNotRunning, j.name)
 		}
 		select {
@@ -612,6 +619,18 @@ func (n *node) savepoint(ctx context.Context, j *job, path string, stop bool) (s
 	j.setSavepoint(p)
 	n.log.Info("savepoint taken", "job", j.name, "savepoint", p, "stop", stop)
 	return p, nil
+}
+
+// completedStop returns the path of the newest stop-with-savepoint in
+// hist that was triggered at or after began and completed, "" if none.
+func completedStop(hist []snapshot.Stats, began time.Time) string {
+	for i := len(hist) - 1; i >= 0; i-- {
+		s := hist[i]
+		if s.Stop && s.Kind == snapshot.KindSavepoint && s.Status == snapshot.Completed && !s.Triggered.Before(began) {
+			return s.Path
+		}
+	}
+	return ""
 }
 
 func (n *node) stop(ctx context.Context, j *job, path string) (string, error) {
