@@ -27,7 +27,7 @@ import (
 const MaxMetaSize = memberlist.MetaMaxSize
 
 // Limits of Meta's fields. With every field at its limit the encoded Meta,
-// Leaving flag included, takes 480 bytes, within MaxMetaSize; Validate also
+// Leaving flag included, takes 507 bytes, within MaxMetaSize; Validate also
 // checks the encoded size itself (JSON escapes some characters).
 const (
 	// MaxNodeIDLen is the longest node id, in bytes.
@@ -40,6 +40,8 @@ const (
 	// MaxBootLen is the longest boot id (NewMembership's are 16 hex
 	// digits).
 	MaxBootLen = 16
+	// MaxNodesLen is the longest digest of the configured node ids.
+	MaxNodesLen = 16
 )
 
 // Meta is what a node tells the others about itself through gossip.
@@ -53,6 +55,10 @@ type Meta struct {
 	// Fingerprint identifies the pipelines' job graphs the node runs; nodes
 	// with another fingerprint are running other code or config.
 	Fingerprint string `json:"fp,omitempty"`
+	// Nodes is a digest of the node ids the node's config names (itself
+	// and its peers): nodes with another digest disagree on who the
+	// cluster's members are, and so on its size and majority.
+	Nodes string `json:"nodes,omitempty"`
 	// Leaving is set by a node that is leaving gracefully, just before it
 	// leaves, so that the others can tell a leave from a crash (memberlist
 	// reports both alike).
@@ -89,6 +95,9 @@ func (m Meta) validate() error {
 	}
 	if len(m.Fingerprint) > MaxFingerprintLen {
 		errs = append(errs, fmt.Errorf("cluster: fingerprint: %d bytes, limit %d", len(m.Fingerprint), MaxFingerprintLen))
+	}
+	if len(m.Nodes) > MaxNodesLen {
+		errs = append(errs, fmt.Errorf("cluster: digest of the nodes: %d bytes, limit %d", len(m.Nodes), MaxNodesLen))
 	}
 	if len(m.Boot) > MaxBootLen {
 		errs = append(errs, fmt.Errorf("cluster: boot id: %d bytes, limit %d", len(m.Boot), MaxBootLen))

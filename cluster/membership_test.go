@@ -212,6 +212,7 @@ func longestMeta(id string) Meta {
 		Capacity:    -1 << 63, // the longest int in JSON
 		Fingerprint: strings.Repeat("f", MaxFingerprintLen),
 		Boot:        strings.Repeat("b", MaxBootLen),
+		Nodes:       strings.Repeat("n", MaxNodesLen),
 	}
 }
 

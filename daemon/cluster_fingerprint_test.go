@@ -103,3 +103,84 @@ func TestClusterFingerprintMismatchWarnedOnce(t *testing.T) {
 		t.Fatalf("want one warning about c, got %d:\n%s", n, out)
 	}
 }
+
+// Nodes whose configs name other cluster nodes (another cluster.node and
+// peers' ids) gossip other digests of their node ids, though their
+// pipelines are the same: they count majorities of another size and
+// build another job plan (an MQTT source has one split per node). The
+// peers' addresses are node-local and change nothing. A member whose
+// node ids differ gets no subtasks and is warned about once, naming it
+// and this node's ids; a member that gossips no digest (an older
+// version) is compared by its pipelines alone.
+func TestClusterMemberWithOtherNodesPlacedAround(t *testing.T) {
+	cfgOf := func(node string, peers ...string) *pipeline.Config {
+		var b strings.Builder
+		fmt.Fprintf(&b, "cluster:\n  node: %s\n  listen: 127.0.0.1:7100\n  peers:\n", node)
+		for i, p := range peers {
+			fmt.Fprintf(&b, "    - {id: %s, address: \"127.0.0.1:%d\", api: \"127.0.0.1:%d\"}\n", p, 7101+i, 8101+i)
+		}
+		b.WriteString(`pipelines:
+  - name: sensors
+    source: {generator: {count: 10}}
+    key: id
+    sinks: [{stdout: {}}]
+`)
+		cfg, err := pipeline.Parse([]byte(b.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	digest := func(cfg *pipeline.Config) string { return nodesDigest(cfg.Cluster.Nodes()) }
+	a, b, c := cfgOf("a", "b", "c"), cfgOf("b", "c", "a"), cfgOf("c", "a")
+	if pipelinesFingerprint(a.Pipelines) != pipelinesFingerprint(c.Pipelines) {
+		t.Fatal("the pipelines differ: the test needs the same ones")
+	}
+	if digest(a) != digest(b) {
+		t.Errorf("nodes a and b name the same nodes but gossip %s and %s", digest(a), digest(b))
+	}
+	if digest(a) == digest(c) {
+		t.Errorf("node c's config names only a and c, yet it gossips a's digest %s", digest(a))
+	}
+	if len(digest(a)) != cluster.MaxNodesLen {
+		t.Errorf("digest %q: want %d hex digits", digest(a), cluster.MaxNodesLen)
+	}
+
+	start := func(id, nodes string, peers ...string) *cluster.Membership {
+		m, err := cluster.NewMembership(cluster.MembershipConfig{
+			Meta: cluster.Meta{ID: id, Transport: "127.0.0.1:7000",
+				Fingerprint: pipelinesFingerprint(a.Pipelines), Nodes: nodes},
+			BindAddr: "127.0.0.1", Peers: peers, Logger: slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Shutdown() })
+		return m
+	}
+	ma := start("a", digest(a))
+	start("b", digest(b), ma.Addr())
+	start("c", digest(c), ma.Addr())
+	start("d", "", ma.Addr()) // an older version: no digest
+	testutil.Eventually(t, 10*time.Second, "a sees b, c and d", func() bool { return len(ma.Members()) == 4 })
+	var logs testutil.Buffer
+	n := &clusterNode{cfg: a.Cluster, log: slog.New(slog.NewTextHandler(&logs, nil)),
+		fingerprint: pipelinesFingerprint(a.Pipelines), nodesDigest: digest(a)}
+	v := &liveView{c: n}
+	v.m.Store(ma)
+	if others := v.otherPipelines(); len(others) != 1 || !others["c"] {
+		t.Errorf("members placed around: %v, want c alone", others)
+	}
+	v.checkFingerprints()
+	v.checkFingerprints()
+	out := logs.String()
+	if k := strings.Count(out, "names other cluster nodes"); k != 1 || !strings.Contains(out, "member=c") || !strings.Contains(out, "our_nodes=\"[a b c]\"") {
+		t.Fatalf("want one warning naming c and this node's ids, got %d:\n%s", k, out)
+	}
+	if strings.Contains(out, "runs other pipelines") {
+		t.Fatalf("the warning blames the pipelines:\n%s", out)
+	}
+}

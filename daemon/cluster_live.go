@@ -99,7 +99,7 @@ func (c *clusterNode) startGossip() error {
 		return fmt.Errorf("cluster.secret_key: %w", err)
 	}
 	m, err := cluster.NewMembership(cluster.MembershipConfig{
-		Meta:     cluster.Meta{ID: c.cfg.Node, Transport: c.tr.Addr(), Capacity: c.cfg.WeightOf(c.cfg.Node), Fingerprint: c.fingerprint},
+		Meta:     cluster.Meta{ID: c.cfg.Node, Transport: c.tr.Addr(), Capacity: c.cfg.WeightOf(c.cfg.Node), Fingerprint: c.fingerprint, Nodes: c.nodesDigest},
 		BindAddr: host, BindPort: p, Peers: peers, Logger: c.log,
 		SecretKey: key, Profile: cluster.Profile(c.cfg.Profile),
 	})
@@ -599,7 +599,7 @@ func (v *liveView) otherPipelines() map[string]bool {
 	}
 	var out map[string]bool
 	for _, m := range mem.Members() {
-		if m.ID != v.c.cfg.Node && m.Fingerprint != "" && m.Fingerprint != v.c.fingerprint {
+		if m.ID != v.c.cfg.Node && v.differs(m) {
 			if out == nil {
 				out = map[string]bool{}
 			}
@@ -647,12 +647,34 @@ func firstRecord(ctx context.Context, execs []*actors.Execution, limit time.Dura
 	}
 }
 
+// differs reports whether member m runs other pipelines than this node
+// (its gossiped fingerprint differs) or its config names other cluster
+// nodes (its digest of the node ids differs). The node ids set the
+// cluster's size, so the majority, and an MQTT source's parallelism (one
+// split per node), so the job plan: such a member would refuse every
+// deployment (actors.ErrPlanMismatch). A member that gossips no digest
+// of the node ids (an older version) is compared by its fingerprint
+// alone.
+func (v *liveView) differs(m cluster.Meta) bool {
+	if m.Fingerprint != "" && m.Fingerprint != v.c.fingerprint {
+		return true
+	}
+	return v.otherNodes(m)
+}
+
+// otherNodes reports whether member m's config names other cluster
+// nodes than this node's.
+func (v *liveView) otherNodes(m cluster.Meta) bool {
+	return m.Nodes != "" && v.c.nodesDigest != "" && m.Nodes != v.c.nodesDigest
+}
+
 // checkFingerprints warns, once per run of each member, about a member
-// whose pipelines differ from this node's (another config or version):
-// it hosts nothing until its config matches (otherPipelines).
+// whose pipelines differ from this node's (another config or version),
+// or whose config names other cluster nodes: it hosts nothing until its
+// config matches (otherPipelines).
 func (v *liveView) checkFingerprints() {
 	for _, m := range v.membership().Members() {
-		if m.ID == v.c.cfg.Node || m.Fingerprint == "" || m.Fingerprint == v.c.fingerprint {
+		if m.ID == v.c.cfg.Node || !v.differs(m) {
 			continue
 		}
 		v.mu.Lock()
@@ -662,7 +684,12 @@ func (v *liveView) checkFingerprints() {
 		seen := v.warned[m.ID+"/"+m.Boot]
 		v.warned[m.ID+"/"+m.Boot] = true
 		v.mu.Unlock()
-		if !seen {
+		switch {
+		case seen:
+		case v.otherNodes(m):
+			v.c.log.Warn("cluster: a member's config names other cluster nodes than this node's (cluster.node and the ids of cluster.peers must be the same set on every node); it gets no subtasks until they match",
+				"member", m.ID, "our_nodes", v.c.cfg.Nodes(), "its_nodes_digest", m.Nodes, "ours", v.c.nodesDigest)
+		default:
 			v.c.log.Warn("cluster: a member runs other pipelines than this node (its config or version differs); it gets no subtasks until they match",
 				"member", m.ID, "its_fingerprint", m.Fingerprint, "ours", v.c.fingerprint)
 		}

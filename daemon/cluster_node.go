@@ -3,6 +3,8 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,6 +53,9 @@ type clusterNode struct {
 	// fingerprint identifies the node's pipelines (gossiped in its
 	// membership metadata).
 	fingerprint string
+	// nodesDigest identifies the node ids its config names (gossiped in
+	// its membership metadata; see liveView.differs).
+	nodesDigest string
 	// epochBase makes the epochs of this start of the master newer than
 	// those of any earlier start.
 	epochBase uint64
@@ -631,6 +636,7 @@ func (n *node) joinCluster(cfg *pipeline.Config) error {
 		return err
 	}
 	c.fingerprint = pipelinesFingerprint(cfg.Pipelines)
+	c.nodesDigest = nodesDigest(cfg.Cluster.Nodes())
 	c.rep = newReplicas(cfg.Cluster, cfg.Pipelines, c.peers, c.live.alike, c.seen.Load, n.log.With("node", cfg.Cluster.Node))
 	c.peers.rep = c.rep
 	if cfg.Cluster.Gossip != "" {
@@ -740,4 +746,16 @@ func (n *node) newWorker(cfg *pipeline.Config, dataDir string) *actors.Worker {
 // refuse.
 func pipelinesFingerprint(pcs []pipeline.PipelineConfig) string {
 	return pipeline.PipelinesDigest(pcs)
+}
+
+// nodesDigest returns the digest of the node ids a config names
+// (ClusterConfig.Nodes, sorted) that a node gossips beside its
+// fingerprint: cluster.MaxNodesLen hex digits.
+func nodesDigest(nodes []string) string {
+	h := sha256.New()
+	for _, id := range nodes {
+		io.WriteString(h, id)
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:cluster.MaxNodesLen]
 }

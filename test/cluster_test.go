@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +99,13 @@ func startCluster(t *testing.T, gossip bool) []*clusterMember {
 // through edit, when it is not nil, before the nodes start.
 func startClusterEdited(t *testing.T, gossip bool, edit func(cfg string) string) []*clusterMember {
 	t.Helper()
+	return startClusterHosting(t, gossip, edit, "b", "c")
+}
+
+// startClusterHosting is startClusterEdited that waits for the workers
+// named by hosts (rather than both) to host the job's tasks.
+func startClusterHosting(t *testing.T, gossip bool, edit func(cfg string) string, hosts ...string) []*clusterMember {
+	t.Helper()
 	var members []*clusterMember
 	// Every address at once, each listener held until all are taken, so
 	// that no two of the twelve get the same port.
@@ -141,11 +149,17 @@ func startClusterEdited(t *testing.T, gossip bool, edit func(cfg string) string)
 	}
 	// The job runs once both workers host their tasks of its deployment.
 	client := &http.Client{Timeout: time.Second}
+	var hosting []*clusterMember
+	for _, m := range members {
+		if slices.Contains(hosts, m.id) {
+			hosting = append(hosting, m)
+		}
+	}
 	ok := testutil.Within(30*time.Second, func() bool {
-		return allHostTasks(client, members[1:])
+		return allHostTasks(client, hosting)
 	})
 	if !ok {
-		t.Fatal("the workers do not host the job's tasks after 30 s")
+		t.Fatalf("the workers %v do not host the job's tasks after 30 s", hosts)
 	}
 	return members
 }
