@@ -493,14 +493,22 @@ type fetchSource struct {
 // fetchFirst copies state file h to path from the first of sources that
 // serves it intact (size and CRC32C). A source whose copy is missing,
 // damaged or unreachable is logged and counted, and the next one tried;
-// the error, if none serves it, names each source's failure.
+// the error, if none serves it, names each source's failure. A copy this
+// node cannot write (its disk full or read-only, path not writable) is
+// no fault of the source: it is logged as this node's, not counted, and
+// the other sources are not tried, since they would fail the same way.
 func (r *replicas) fetchFirst(ctx context.Context, job string, id snapshot.ID, h snapshot.Handle, path string, sources []fetchSource) (string, error) {
 	var errs []error
 	for _, src := range sources {
 		rc, err := src.open(ctx)
 		if err == nil {
-			err = snapshot.CopyFile(rc, h, path)
+			in := &sourceReader{r: rc}
+			err = snapshot.CopyFile(in, h, path)
 			rc.Close()
+			if err != nil && in.err == nil && !errors.Is(err, snapshot.ErrSize) && !errors.Is(err, snapshot.ErrChecksum) {
+				r.log.Error("cluster: this node cannot store a copy of a state file; its other holders are not tried", "file", h.File, "checkpoint_id", uint64(id), "path", path, "holder", src.node, "err", err)
+				return "", fmt.Errorf("%s of snapshot %d: this node cannot store a copy at %s (read from %q, whose copy is not at fault): %w", h.File, id, path, src.node, err)
+			}
 		}
 		if err == nil {
 			r.mu.Lock()
@@ -521,6 +529,22 @@ func (r *replicas) fetchFirst(ctx context.Context, job string, id snapshot.ID, h
 		errs = append(errs, fmt.Errorf("%s: %w", src.node, err))
 	}
 	return "", fmt.Errorf("%w: %s of snapshot %d: %w", cluster.ErrNoReplica, h.File, id, errors.Join(errs...))
+}
+
+// sourceReader is a source's copy of a state file being read: err keeps
+// the read error, so that a failed copy tells the source's fault from
+// the writing node's.
+type sourceReader struct {
+	r   io.Reader
+	err error
+}
+
+func (s *sourceReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF {
+		s.err = err
+	}
+	return n, err
 }
 
 // readFromNode returns the node whose copy of state file file of

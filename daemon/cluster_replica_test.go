@@ -375,3 +375,45 @@ func TestReplicasReadFromKeptPerJob(t *testing.T) {
 		t.Errorf("alerts' file of snapshot 5 read from %q, want none", from)
 	}
 }
+
+// A copy this node cannot write (here its directory is a file; on a
+// device, a full or read-only card) is the node's fault, not its
+// holder's: the intact holders are not blamed, counted or tried one
+// after the other, and the error names the node's own path. Before, each
+// holder was logged as serving an unusable copy and counted in
+// replica_errors_total, and the error said no holder had an intact one.
+func TestReplicasFetchThisNodeCannotStore(t *testing.T) {
+	c := replicaCluster(t)["c"]
+	ctx := context.Background()
+	path, h := stateFile(t, t.TempDir(), 5, "j%2Fwin.1.state")
+	var opened []string
+	src := func(node string) fetchSource {
+		return fetchSource{node: node, open: func(context.Context) (io.ReadCloser, error) {
+			opened = append(opened, node)
+			return os.Open(path)
+		}}
+	}
+	notDir := filepath.Join(t.TempDir(), "data")
+	if err := os.WriteFile(notDir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(notDir, "staging", h.File)
+	before := c.rep.bad.Load()
+	_, err := c.rep.fetchFirst(ctx, replicaJobName, 5, h, dst, []fetchSource{src("a"), src("b")})
+	if err == nil {
+		t.Fatal("a copy into a directory that is a file succeeded")
+	}
+	if errors.Is(err, cluster.ErrNoReplica) || !strings.Contains(err.Error(), "this node cannot store a copy at "+dst) {
+		t.Errorf("error %q: want this node's path named, not a missing replica", err)
+	}
+	if len(opened) != 1 {
+		t.Errorf("holders tried: %v, want a alone", opened)
+	}
+	if bad := c.rep.bad.Load() - before; bad != 0 {
+		t.Errorf("%d copies counted unusable, want none: the holders' copies are intact", bad)
+	}
+	// A writable path: the first holder serves it.
+	if from, err := c.rep.fetchFirst(ctx, replicaJobName, 5, h, filepath.Join(t.TempDir(), h.File), []fetchSource{src("a"), src("b")}); err != nil || from != "a" {
+		t.Fatalf("fetch: from %q, %v", from, err)
+	}
+}
