@@ -15,6 +15,7 @@ import (
 // needs a UID. b must come from k's Environment: Plan and Execute refuse a
 // stream of another one, and a nil b.
 func ConnectBroadcast[T any, K comparable, B, O any](k *KeyedStream[T, K], b *Stream[B], name string, fn func() operators.KeyedBroadcastProcessFunction[K, T, B, O]) *Stream[O] {
+	k.must(called("ConnectBroadcast", name))
 	env := k.s.env
 	if fn == nil {
 		env.nilFunc(name, "the function factory")

@@ -131,6 +131,9 @@ type Job struct {
 // ExecuteAsync starts the job and returns at once. While a job e started
 // runs, it returns ErrAlreadyRunning.
 func (e *Environment) ExecuteAsync(ctx context.Context) (*Job, error) {
+	if err := e.errNil("ExecuteAsync"); err != nil {
+		return nil, err
+	}
 	if !e.running.CompareAndSwap(false, true) {
 		return nil, ErrAlreadyRunning
 	}

@@ -287,6 +287,9 @@ func probeSource(v *actors.Vertex, ctx *operators.Context) (op operators.Operato
 // Plan validates the graph and returns its execution plan without running
 // it.
 func (e *Environment) Plan() (*actors.Plan, error) {
+	if err := e.errNil("Plan"); err != nil {
+		return nil, err
+	}
 	r, err := e.runner()
 	if err != nil {
 		return nil, err
@@ -298,6 +301,9 @@ func (e *Environment) Plan() (*actors.Plan, error) {
 // another process builds it for a job master's deployment
 // (actors.WorkerConfig.Jobs).
 func (e *Environment) Graph() (*actors.Job, error) {
+	if err := e.errNil("Graph"); err != nil {
+		return nil, err
+	}
 	if err := e.resolve(); err != nil {
 		return nil, err
 	}
@@ -332,6 +338,9 @@ func (e *Environment) runner() (*actors.Runner, error) {
 // a savepoint (nil), or ctx is cancelled (ctx's error). While a job e
 // started runs, it returns ErrAlreadyRunning.
 func (e *Environment) Execute(ctx context.Context) error {
+	if err := e.errNil("Execute"); err != nil {
+		return err
+	}
 	if !e.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
 	}

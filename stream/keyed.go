@@ -20,6 +20,7 @@ type KeyedStream[T any, K comparable] struct {
 // KeyBy partitions s by key. Keys hash to key groups (the job's max
 // parallelism), and each subtask owns a contiguous range of key groups.
 func KeyBy[T any, K comparable](s *Stream[T], key func(T) K) *KeyedStream[T, K] {
+	s.must("KeyBy")
 	if key == nil {
 		s.env.addError(errors.New("stream: KeyBy: the key function is nil"))
 	} else {
@@ -38,16 +39,17 @@ func KeyBy[T any, K comparable](s *Stream[T], key func(T) K) *KeyedStream[T, K] 
 }
 
 // Key returns the key selector.
-func (k *KeyedStream[T, K]) Key() func(T) K { return k.key }
+func (k *KeyedStream[T, K]) Key() func(T) K { k.must("Key"); return k.key }
 
 // Stream returns the keyed stream as a plain stream whose next operator
 // receives records partitioned by key.
-func (k *KeyedStream[T, K]) Stream() *Stream[T] { return k.s }
+func (k *KeyedStream[T, K]) Stream() *Stream[T] { k.must("Stream"); return k.s }
 
 // Reduce emits, for every record, fn applied to the key's previous result
 // and the record (the record itself for a key seen first): a rolling
 // reduce kept in keyed state. The operator needs a UID.
 func (k *KeyedStream[T, K]) Reduce(name string, fn func(acc, v T) (T, error)) *Stream[T] {
+	k.must(called("Reduce", name))
 	if fn == nil {
 		k.s.env.nilFunc(name, "the reduce function")
 	}
@@ -62,6 +64,7 @@ func (k *KeyedStream[T, K]) Reduce(name string, fn func(acc, v T) (T, error)) *S
 // result for every record: a rolling aggregate kept in keyed state. The
 // operator needs a UID.
 func Aggregate[T any, K comparable, A, R any](k *KeyedStream[T, K], name string, agg operators.AggregateFunction[T, A, R]) *Stream[R] {
+	k.must(called("Aggregate", name))
 	if agg == nil {
 		k.s.env.nilFunc(name, "the aggregate function")
 	}

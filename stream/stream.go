@@ -77,6 +77,7 @@ func newStream[T any](env *Environment, v *actors.Vertex) *Stream[T] {
 // SetCodec replaces the codec of the stream's records (used on serialised
 // edges and by state backends).
 func SetCodec[T any](s *Stream[T], c codec.Codec[T]) *Stream[T] {
+	s.must("SetCodec")
 	t := actors.TypeOf(c, nil)
 	if s.v != nil {
 		s.v.Out = t
@@ -88,6 +89,7 @@ func SetCodec[T any](s *Stream[T], c codec.Codec[T]) *Stream[T] {
 // SetParallelism sets the number of subtasks of the operator that produced
 // s.
 func (s *Stream[T]) SetParallelism(n int) *Stream[T] {
+	s.must("SetParallelism")
 	if s.v == nil {
 		s.env.addError(fmt.Errorf("stream: SetParallelism on a union; set it on each input"))
 		return s
@@ -101,6 +103,7 @@ func (s *Stream[T]) SetParallelism(n int) *Stream[T] {
 // matched to operators by it when a job is restored. Stateful operators
 // must have one.
 func (s *Stream[T]) UID(uid string) *Stream[T] {
+	s.must(fmt.Sprintf("UID(%q)", uid))
 	if s.v == nil {
 		s.env.addError(fmt.Errorf("stream: UID on a union; set it on each input"))
 		return s
@@ -121,6 +124,7 @@ func (s *Stream[T]) UID(uid string) *Stream[T] {
 // without a digest restore as before. A window operator declares its
 // assigner itself (operators.WindowAssigner.StateDigest), beside digest.
 func (s *Stream[T]) StateSettings(digest string) *Stream[T] {
+	s.must("StateSettings")
 	if s.v == nil {
 		s.env.addError(fmt.Errorf("stream: StateSettings on a union; set it on each input"))
 		return s
@@ -139,6 +143,7 @@ func KeyStateSetting(desc string) string { return actors.KeyStateSetting(desc) }
 
 // DisableChaining keeps the operator that produced s in a task of its own.
 func (s *Stream[T]) DisableChaining() *Stream[T] {
+	s.must("DisableChaining")
 	if s.v != nil {
 		s.v.NoChain = true
 	}
@@ -155,18 +160,19 @@ func (s *Stream[T]) with(part actors.Partition) *Stream[T] {
 }
 
 // Rebalance makes the next operator receive s round robin.
-func (s *Stream[T]) Rebalance() *Stream[T] { return s.with(actors.Rebalance) }
+func (s *Stream[T]) Rebalance() *Stream[T] { s.must("Rebalance"); return s.with(actors.Rebalance) }
 
 // Broadcast makes every subtask of the next operator receive every record.
-func (s *Stream[T]) Broadcast() *Stream[T] { return s.with(actors.Broadcast) }
+func (s *Stream[T]) Broadcast() *Stream[T] { s.must("Broadcast"); return s.with(actors.Broadcast) }
 
 // Forward makes subtask i of the next operator receive subtask i's records
 // (the parallelisms must match). It is the default when they do.
-func (s *Stream[T]) Forward() *Stream[T] { return s.with(actors.Forward) }
+func (s *Stream[T]) Forward() *Stream[T] { s.must("Forward"); return s.with(actors.Forward) }
 
 // Union merges s with streams of the same type. Plan and Execute refuse
 // a nil stream among others, or one of another Environment.
 func (s *Stream[T]) Union(others ...*Stream[T]) *Stream[T] {
+	s.must("Union")
 	u := &Stream[T]{env: s.env, typ: s.typ}
 	u.ups = append(u.ups, s.ups...)
 	for i, o := range others {
@@ -225,6 +231,7 @@ func made[F any](f F) F {
 // newSource is refused by Plan and Execute; a newSource that returns nil
 // or panics fails the job with an *actors.TaskError naming the source.
 func FromSource[T any](env *Environment, name string, newSource func() operators.Source[T]) *Stream[T] {
+	env.mustEnv(called("FromSource", name))
 	if newSource == nil {
 		env.nilFunc(name, "newSource")
 	}
@@ -246,6 +253,7 @@ func FromSource[T any](env *Environment, name string, newSource func() operators
 // A nil newOp is refused by Plan and Execute; a newOp that returns nil or
 // panics fails the job with an *actors.TaskError naming the operator.
 func Transform[T, U any](s *Stream[T], name string, newOp func(out operators.Collector[U]) operators.OneInput[T]) *Stream[U] {
+	s.must(called("Transform", name))
 	if newOp == nil {
 		s.env.nilFunc(name, "newOp")
 		newOp = func(operators.Collector[U]) operators.OneInput[T] { return nil }
@@ -264,6 +272,7 @@ func Transform[T, U any](s *Stream[T], name string, newOp func(out operators.Col
 
 // Map applies fn to every record; an error from fn fails the job.
 func Map[T, U any](s *Stream[T], name string, fn func(T) (U, error)) *Stream[U] {
+	s.must(called("Map", name))
 	if fn == nil {
 		s.env.nilFunc(name, "the map function")
 	}
@@ -274,6 +283,7 @@ func Map[T, U any](s *Stream[T], name string, fn func(T) (U, error)) *Stream[U] 
 
 // FlatMap calls fn for every record; fn emits any number of records.
 func FlatMap[T, U any](s *Stream[T], name string, fn func(T, operators.Collector[U]) error) *Stream[U] {
+	s.must(called("FlatMap", name))
 	if fn == nil {
 		s.env.nilFunc(name, "the flat-map function")
 	}
@@ -284,6 +294,7 @@ func FlatMap[T, U any](s *Stream[T], name string, fn func(T, operators.Collector
 
 // Filter keeps the records for which fn holds.
 func (s *Stream[T]) Filter(name string, fn func(T) bool) *Stream[T] {
+	s.must(called("Filter", name))
 	if fn == nil {
 		s.env.nilFunc(name, "the filter function")
 	}
@@ -306,10 +317,11 @@ type Sink struct {
 }
 
 // SetParallelism sets the number of sink subtasks.
-func (k *Sink) SetParallelism(n int) *Sink { k.v.Parallelism = n; return k }
+func (k *Sink) SetParallelism(n int) *Sink { k.must("SetParallelism"); k.v.Parallelism = n; return k }
 
 // UID sets the sink's stable identifier.
 func (k *Sink) UID(uid string) *Sink {
+	k.must(fmt.Sprintf("UID(%q)", uid))
 	if uid == "" {
 		k.env.emptyUID(k.v.Name)
 	}
@@ -324,6 +336,7 @@ func (k *Sink) UID(uid string) *Sink {
 // sink whose digest differs fails at once (state.ErrIncompatibleState)
 // instead of reading one sink's state as another's.
 func (k *Sink) StateSettings(digest string) *Sink {
+	k.must("StateSettings")
 	k.v.StateSettings = actors.JoinStateSettings(k.env.node(k.v).settings, digest)
 	return k
 }
@@ -332,6 +345,7 @@ func (k *Sink) StateSettings(digest string) *Sink {
 // refused by Plan and Execute; a newSink that returns nil or panics fails
 // the job with an *actors.TaskError naming the sink.
 func (s *Stream[T]) To(name string, newSink func() operators.Sink[T]) *Sink {
+	s.must(called("To", name))
 	if newSink == nil {
 		s.env.nilFunc(name, "newSink")
 	}
@@ -352,6 +366,7 @@ func (s *Stream[T]) To(name string, newSink func() operators.Sink[T]) *Sink {
 
 // ForEach adds a sink calling fn for every record; an error fails the job.
 func (s *Stream[T]) ForEach(name string, fn func(T) error) *Sink {
+	s.must(called("ForEach", name))
 	if fn == nil {
 		s.env.nilFunc(name, "the ForEach function")
 	}

@@ -14,6 +14,7 @@ import (
 // source: it chains with it. An invalid strategy (Strategy.Validate) is
 // refused by Plan and Execute with an error naming the operator.
 func (s *Stream[T]) AssignTimestampsAndWatermarks(name string, strategy watermark.Strategy[T]) *Stream[T] {
+	s.must(called("AssignTimestampsAndWatermarks", name))
 	if err := strategy.Validate(); err != nil {
 		s.env.addError(fmt.Errorf("stream: operator %q: %w", name, err))
 	}
@@ -29,6 +30,7 @@ func (s *Stream[T]) AssignTimestampsAndWatermarks(name string, strategy watermar
 // Process runs fn on every record of s (not keyed: no keyed state or
 // timers).
 func Process[T, O any](s *Stream[T], name string, fn func() operators.ProcessFunction[T, O]) *Stream[O] {
+	s.must(called("Process", name))
 	if fn == nil {
 		s.env.nilFunc(name, "the function factory")
 	}
@@ -43,6 +45,7 @@ func Process[T, O any](s *Stream[T], name string, fn func() operators.ProcessFun
 // returns nil or panics fails the job with an *actors.TaskError naming the
 // operator.
 func KeyedProcess[T any, K comparable, O any](k *KeyedStream[T, K], name string, fn func() operators.KeyedProcessFunction[K, T, O]) *Stream[O] {
+	k.must(called("KeyedProcess", name))
 	if fn == nil {
 		k.s.env.nilFunc(name, "the function factory")
 	}
@@ -57,6 +60,7 @@ func KeyedProcess[T any, K comparable, O any](k *KeyedStream[T, K], name string,
 // sent to tag. Tags with the same id on one operator must have the same
 // type: Plan and Execute refuse two types under one id.
 func SideOutput[X, T any](s *Stream[T], tag operators.OutputTag[X]) *Stream[X] {
+	s.must(fmt.Sprintf("SideOutput(%q)", tag.ID()))
 	x := &Stream[X]{env: s.env, typ: typeOf[X]()}
 	if s.v == nil {
 		s.env.addError(errSideOutputOfUnion)

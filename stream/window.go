@@ -24,6 +24,7 @@ type WindowedStream[T any, K comparable] struct {
 // (a size, slide or gap under 1ms, a slide above the size) is refused by
 // Plan and Execute with an error naming the window operator.
 func Window[T any, K comparable](k *KeyedStream[T, K], assigner operators.WindowAssigner) *WindowedStream[T, K] {
+	k.must("Window")
 	w := &WindowedStream[T, K]{k: k, assigner: assigner}
 	if err := assigner.Validate(); err != nil {
 		w.errs = append(w.errs, err)
@@ -37,6 +38,7 @@ func Window[T any, K comparable](k *KeyedStream[T, K], assigner operators.Window
 // late-data side output (SideOutputLateData) or are dropped and counted.
 // A negative d is refused by Plan and Execute.
 func (w *WindowedStream[T, K]) AllowedLateness(d time.Duration) *WindowedStream[T, K] {
+	w.must("AllowedLateness")
 	if d < 0 {
 		w.errs = append(w.errs, fmt.Errorf("window.allowed_lateness (%v) must not be negative", d))
 	}
@@ -47,6 +49,7 @@ func (w *WindowedStream[T, K]) AllowedLateness(d time.Duration) *WindowedStream[
 // SideOutputLateData sends records that came after their windows were
 // cleaned up to tag; read them with SideOutput on the window's result.
 func (w *WindowedStream[T, K]) SideOutputLateData(tag operators.OutputTag[T]) *WindowedStream[T, K] {
+	w.must("SideOutputLateData")
 	w.lateTag = tag.ID()
 	return w
 }
@@ -80,6 +83,7 @@ func windowOperator[T any, K comparable, O any](w *WindowedStream[T, K], name st
 // each late record within the allowed lateness). Sliding and session
 // windows need agg to implement operators.Merger. The operator needs a UID.
 func WindowAggregate[T any, K comparable, A, R any](w *WindowedStream[T, K], name string, agg operators.AggregateFunction[T, A, R]) *Stream[operators.WindowResult[K, R]] {
+	w.must(called("WindowAggregate", name))
 	if agg == nil {
 		w.k.s.env.nilFunc(name, "the aggregate function")
 	}
@@ -90,6 +94,7 @@ func WindowAggregate[T any, K comparable, A, R any](w *WindowedStream[T, K], nam
 
 // Reduce combines each window's records per key with fn.
 func (w *WindowedStream[T, K]) Reduce(name string, fn func(a, b T) (T, error)) *Stream[operators.WindowResult[K, T]] {
+	w.must(called("Reduce", name))
 	if fn == nil {
 		w.k.s.env.nilFunc(name, "the reduce function")
 	}
@@ -99,6 +104,7 @@ func (w *WindowedStream[T, K]) Reduce(name string, fn func(a, b T) (T, error)) *
 // WindowProcess keeps every record of a window and calls fn with all of
 // them when it fires.
 func WindowProcess[T any, K comparable, O any](w *WindowedStream[T, K], name string, fn operators.ProcessWindowFunction[K, T, O]) *Stream[O] {
+	w.must(called("WindowProcess", name))
 	if fn == nil {
 		w.k.s.env.nilFunc(name, "the window function")
 	}
