@@ -149,9 +149,10 @@ type spec struct {
 	codecs codecs
 }
 
-// codecNames names the codec types of s, as a snapshot records them: a
-// restore refuses state whose codecs changed, since their encodings may
-// differ.
+// codecNames names the codec types of s, as a snapshot records them, and
+// then, after layoutSep, the layouts of the types the default codecs
+// among them encode (codecLayout): a restore refuses state whose codecs
+// or layouts changed, since their encodings may differ.
 func (s *spec) codecNames() string {
 	name := func(c any) string {
 		if c == nil {
@@ -159,8 +160,32 @@ func (s *spec) codecNames() string {
 		}
 		return fmt.Sprintf("%T", c)
 	}
-	return fmt.Sprintf("key=%s ns=%s userkey=%s value=%s",
+	names := fmt.Sprintf("key=%s ns=%s userkey=%s value=%s",
 		name(s.codecs.key), name(s.codecs.namespace), name(s.codecs.userKey), name(s.codecs.value))
+	var layouts []string
+	for _, part := range []struct {
+		name string
+		c    any
+	}{{"key", s.codecs.key}, {"ns", s.codecs.namespace}, {"userkey", s.codecs.userKey}, {"value", s.codecs.value}} {
+		if l := codecLayout(part.c); l != "" {
+			layouts = append(layouts, part.name+"="+l)
+		}
+	}
+	if len(layouts) == 0 {
+		return names
+	}
+	return names + layoutSep + strings.Join(layouts, " ")
+}
+
+// layoutSep separates the codec names from the layouts in codecNames.
+// Snapshots written before layouts were recorded have none.
+const layoutSep = " | layout "
+
+// splitLayouts splits what codecNames returned into the codec names and
+// the layouts ("" when there are none).
+func splitLayouts(codecs string) (names, layouts string) {
+	names, layouts, _ = strings.Cut(codecs, layoutSep)
+	return names, layouts
 }
 
 // voidNamespace is the namespace of state created without one.

@@ -102,7 +102,19 @@ func checkRestored(m *stateMeta, s *spec) error {
 		return fmt.Errorf("restore: state %q had a TTL: %v, now %v: %w", s.name, m.ttl, ttl, ErrIncompatibleState)
 	}
 	if c := s.codecNames(); m.codecs != c {
-		return fmt.Errorf("restore: state %q was encoded with codecs %s, now %s: %w", s.name, m.codecs, c, ErrIncompatibleState)
+		oldNames, oldLayouts := splitLayouts(m.codecs)
+		names, layouts := splitLayouts(c)
+		switch {
+		case oldNames != names:
+			return fmt.Errorf("restore: state %q was encoded with codecs %s, now %s: %w", s.name, oldNames, names, ErrIncompatibleState)
+		case oldLayouts == "":
+			// A snapshot written before layouts were recorded: the
+			// codecs are all it can be checked by.
+		default:
+			return fmt.Errorf("restore: state %q was stored with the type layout %s, now %s: "+
+				"the encoding is the fields end to end, and the old bytes cannot be read as the new type (keep the old type for this state, "+
+				"or give the new one another state name): %w", s.name, oldLayouts, layouts, ErrIncompatibleState)
+		}
 	}
 	return nil
 }
