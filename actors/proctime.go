@@ -2,6 +2,7 @@ package actors
 
 import (
 	"container/heap"
+	"math"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -94,7 +95,7 @@ func (p *procTimers) arm(t *task) {
 		p.timer.Stop()
 	}
 	clock := t.run.cfg.Clock
-	d := time.Duration(next-clock.Now().UnixMilli()) * time.Millisecond
+	d := procDelay(next, clock.Now().UnixMilli())
 	pid := t.pid
 	run := t.run
 	p.armed = next
@@ -103,6 +104,28 @@ func (p *procTimers) arm(t *task) {
 			run.system.Root.Send(pid, timerMsg{at: next})
 		}
 	})
+}
+
+// maxProcDelay is the longest delay a time.Duration holds, in whole
+// milliseconds (about 292 years).
+const maxProcDelay = math.MaxInt64 / int64(time.Millisecond)
+
+// procDelay returns how long from now (ms) until at (ms): 0 for a time
+// not in the future, and at most maxProcDelay ms for one beyond what a
+// time.Duration holds (a timer at math.MaxInt64, "never"). The clock
+// timer of such a one fires long after the process ends; a popDue before
+// its time finds nothing due and arms it again. Before, (at-now)*1e6
+// wrapped: a timer at math.MaxInt64 armed the clock timer at once, over
+// and over, and the task spun on its own timer messages (3.45 s of CPU
+// in 3 s).
+func procDelay(at, now int64) time.Duration {
+	if at <= now {
+		return 0
+	}
+	if at-now < 0 || at-now > maxProcDelay { // at-now < 0: it overflowed
+		return time.Duration(maxProcDelay) * time.Millisecond
+	}
+	return time.Duration(at-now) * time.Millisecond
 }
 
 // fired is called when a timer for at fired: if it is the armed one, the
