@@ -20,13 +20,16 @@ func ConnectBroadcast[T any, K comparable, B, O any](k *KeyedStream[T, K], b *St
 	if fn == nil {
 		env.nilFunc(name, "the function factory")
 	}
+	var seen instances
 	v := &actors.Vertex{
 		Name: name,
 		In:   k.s.typ,
 		In2:  typeOf[B](), // b's own below, where it has one
 		Out:  typeOf[O](),
-		NewOperator: func(_ *operators.Context, out any) (operators.Operator, any, error) {
-			op := operators.NewKeyedBroadcastProcess(k.key, made(fn()), out.(operators.Collector[O]))
+		NewOperator: func(ctx *operators.Context, out any) (operators.Operator, any, error) {
+			f := made(fn())
+			seen.fresh(name, ctx.Subtask, f)
+			op := operators.NewKeyedBroadcastProcess(k.key, f, out.(operators.Collector[O]))
 			return op, op.Inputs(), nil
 		},
 	}

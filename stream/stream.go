@@ -3,6 +3,8 @@ package stream
 import (
 	"errors"
 	"fmt"
+	"reflect"
+	"sync"
 
 	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/codec"
@@ -227,6 +229,37 @@ func made[F any](f F) F {
 	return f
 }
 
+// instances remembers the function a keyed operator's factory returned
+// last to each subtask, so that one instance given to two subtasks is
+// refused: its Open keeps the state handles of the subtask that opened
+// it last, and the other subtask's records then read and write that
+// subtask's state, under that subtask's current key, from another
+// goroutine.
+type instances struct {
+	mu   sync.Mutex
+	last map[int]any // subtask -> function, for pointers only
+}
+
+// fresh notes f, the function made for subtask sub of operator name,
+// failing the subtask if another subtask's latest function is f itself.
+func (in *instances) fresh(name string, sub int, f any) {
+	if v := reflect.ValueOf(f); v.Kind() != reflect.Pointer || v.IsNil() {
+		return // a value is copied per subtask
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for s, g := range in.last {
+		if s != sub && g == f {
+			operators.Fail(fmt.Errorf("stream: operator %q: the function factory returned the same %T to subtasks %d and %d: "+
+				"return a new function from each call (a function holds the state handles of the subtask that opened it)", name, f, s, sub))
+		}
+	}
+	if in.last == nil {
+		in.last = make(map[int]any)
+	}
+	in.last[sub] = f
+}
+
 // FromSource adds a source; newSource is called once per subtask. A nil
 // newSource is refused by Plan and Execute; a newSource that returns nil
 // or panics fails the job with an *actors.TaskError naming the source.
@@ -258,11 +291,16 @@ func Transform[T, U any](s *Stream[T], name string, newOp func(out operators.Col
 		s.env.nilFunc(name, "newOp")
 		newOp = func(operators.Collector[U]) operators.OneInput[T] { return nil }
 	}
+	return transform(s, name, func(_ *operators.Context, out operators.Collector[U]) operators.OneInput[T] { return newOp(out) })
+}
+
+// transform is Transform with newOp given the subtask's context as well.
+func transform[T, U any](s *Stream[T], name string, newOp func(ctx *operators.Context, out operators.Collector[U]) operators.OneInput[T]) *Stream[U] {
 	v := &actors.Vertex{
 		Name: name,
 		Out:  typeOf[U](),
-		NewOperator: func(_ *operators.Context, out any) (operators.Operator, any, error) {
-			op := newOp(out.(operators.Collector[U]))
+		NewOperator: func(ctx *operators.Context, out any) (operators.Operator, any, error) {
+			op := newOp(ctx, out.(operators.Collector[U]))
 			return op, op, nil
 		},
 	}

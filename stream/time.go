@@ -42,15 +42,21 @@ func Process[T, O any](s *Stream[T], name string, fn func() operators.ProcessFun
 // KeyedProcess runs fn on every record of the keyed stream, with keyed state
 // and timers; fn is called once per subtask for a fresh function. The
 // operator needs a UID. A nil fn is refused by Plan and Execute; an fn that
-// returns nil or panics fails the job with an *actors.TaskError naming the
-// operator.
+// returns nil or panics, or returns the same pointer to two subtasks,
+// fails the job with an *actors.TaskError naming the operator.
 func KeyedProcess[T any, K comparable, O any](k *KeyedStream[T, K], name string, fn func() operators.KeyedProcessFunction[K, T, O]) *Stream[O] {
 	k.must(called("KeyedProcess", name))
 	if fn == nil {
 		k.s.env.nilFunc(name, "the function factory")
 	}
-	out := Transform(k.s, name, func(out operators.Collector[O]) operators.OneInput[T] {
-		return operators.NewKeyedProcess(k.key, made(fn()), out)
+	if fn == nil {
+		fn = func() operators.KeyedProcessFunction[K, T, O] { return nil }
+	}
+	var seen instances
+	out := transform(k.s, name, func(ctx *operators.Context, out operators.Collector[O]) operators.OneInput[T] {
+		f := made(fn())
+		seen.fresh(name, ctx.Subtask, f)
+		return operators.NewKeyedProcess(k.key, f, out)
 	})
 	out.env.keyedState(out.v, "keyed-process")
 	return out
