@@ -137,7 +137,7 @@ func (h *boltHandle[K, N]) read(key []byte) ([]byte, bool) {
 		return nil, false
 	}
 	if h.updateOnRead {
-		h.val = append(binary.BigEndian.AppendUint64(h.val[:0], uint64(now+h.ttl)), payload...)
+		h.val = append(binary.BigEndian.AppendUint64(h.val[:0], uint64(expiry(now, h.ttl))), payload...)
 		h.t.put(key, h.val)
 	}
 	return payload, true
@@ -169,7 +169,7 @@ func (h *boltHandle[K, N]) startValue() []byte {
 // write stores v, built on startValue, as the entry at key, renewed.
 func (h *boltHandle[K, N]) write(key, v []byte) {
 	if h.ttl != 0 {
-		binary.BigEndian.PutUint64(v, uint64(h.now()+h.ttl))
+		binary.BigEndian.PutUint64(v, uint64(expiry(h.now(), h.ttl)))
 	}
 	h.val = v
 	h.t.put(key, v)

@@ -72,7 +72,7 @@ func (s *boltMap[K, N, UK, UV]) live(raw []byte, now int64) ([]byte, bool) {
 func (s *boltMap[K, N, UK, UV]) elemValue(payload []byte, now int64) []byte {
 	v := s.val[:0]
 	if s.ttl != 0 {
-		v = binary.BigEndian.AppendUint64(v, uint64(now+s.ttl))
+		v = binary.BigEndian.AppendUint64(v, uint64(expiry(now, s.ttl)))
 	}
 	s.val = append(v, payload...)
 	return s.val
@@ -117,7 +117,7 @@ func (s *boltMap[K, N, UK, UV]) Put(uk UK, uv UV) {
 	}
 	v := s.val[:0]
 	if s.ttl != 0 {
-		v = binary.BigEndian.AppendUint64(v, uint64(now+s.ttl))
+		v = binary.BigEndian.AppendUint64(v, uint64(expiry(now, s.ttl)))
 	}
 	v, err := s.vc.Append(v, uv)
 	if err != nil {

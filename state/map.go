@@ -127,7 +127,7 @@ func (s *memMap[K, N, UK, UV]) Get(uk UK) (UV, bool) {
 			return zero, false
 		}
 		if s.updateOnRead {
-			el.exp = now + s.ttl
+			el.exp = expiry(now, s.ttl)
 			e.v[uk] = el
 		}
 	}
@@ -158,7 +158,7 @@ func (s *memMap[K, N, UK, UV]) Put(uk UK, uv UV) {
 	}
 	el := mapElem[UV]{v: uv}
 	if s.ttl != 0 {
-		el.exp = s.now() + s.ttl
+		el.exp = expiry(s.now(), s.ttl)
 	}
 	e.v[uk] = el
 }
@@ -197,7 +197,7 @@ func (s *memMap[K, N, UK, UV]) All() iter.Seq2[UK, UV] {
 					continue
 				}
 				if s.updateOnRead {
-					el.exp = now + s.ttl
+					el.exp = expiry(now, s.ttl)
 					m[k] = el
 				}
 			}

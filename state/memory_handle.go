@@ -86,7 +86,7 @@ func (h *memHandle[K, N, T]) read() *entry[K, N, T] {
 		return nil
 	}
 	if h.updateOnRead {
-		e.exp = now + h.ttl
+		e.exp = expiry(now, h.ttl)
 	}
 	return e
 }
@@ -109,7 +109,7 @@ func (h *memHandle[K, N, T]) write() (e *entry[K, N, T], fresh bool) {
 		var zero T
 		e.v, fresh = zero, true
 	}
-	e.exp = now + h.ttl
+	e.exp = expiry(now, h.ttl)
 	return e, fresh
 }
 

@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -22,6 +23,18 @@ type TTLConfig struct {
 	// UpdateOnRead renews an entry when it is read as well. Default false:
 	// only creating and writing an entry renew it.
 	UpdateOnRead bool
+}
+
+// expiry returns the expiry time (Unix nanoseconds) of an entry renewed
+// at now with a TTL of ttl nanoseconds, math.MaxInt64 when that is beyond
+// what an int64 holds: a TTL of time.Duration(math.MaxInt64) ("forever")
+// or of more than about 236 years from 2026 never expires. Before, the sum
+// wrapped negative and every entry written was already expired.
+func expiry(now, ttl int64) int64 {
+	if ttl > 0 && now > math.MaxInt64-ttl {
+		return math.MaxInt64
+	}
+	return now + ttl
 }
 
 // validate reports a negative TTL.

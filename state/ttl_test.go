@@ -1,12 +1,16 @@
 package state
 
 import (
+	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/edgedio/edged/keygroup"
 )
 
 const ttl = 10 * time.Second
@@ -214,4 +218,56 @@ func TestCleanupExpired(t *testing.T) {
 			t.Fatalf("final pass removed %d, left v %d, m %d", n, Len(b, "v"), Len(b, "m"))
 		}
 	})
+}
+
+// A TTL whose expiry is beyond what an int64 of Unix nanoseconds holds
+// (time.Duration(math.MaxInt64), "forever", or 250 years) never expires,
+// on every backend and for every kind, read with and without renewal.
+// Before, now+TTL wrapped negative and every entry was expired as soon
+// as it was written: a Value read back absent, a Map had no elements.
+func TestTTLBeyondInt64NeverExpires(t *testing.T) {
+	full := keygroup.Range{Start: 0, End: 4}
+	for _, k := range backendKinds {
+		for _, ttl := range []time.Duration{time.Duration(math.MaxInt64), 250 * 365 * 24 * time.Hour} {
+			for _, onRead := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/%v/onRead=%t", k.name, ttl, onRead), func(t *testing.T) {
+					clk := clockwork.NewFakeClockAt(time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC))
+					b := k.new(t, full, clk)
+					cfg := TTLConfig{TTL: ttl, UpdateOnRead: onRead}
+					var kc KeyContext[string]
+					v, err := NewValue(b, &kc, ValueDescriptor[int]{Name: "v", TTL: cfg})
+					if err != nil {
+						t.Fatal(err)
+					}
+					l, err := NewList(b, &kc, ListDescriptor[int]{Name: "l", TTL: cfg})
+					if err != nil {
+						t.Fatal(err)
+					}
+					m, err := NewMap(b, &kc, MapDescriptor[string, int]{Name: "m", TTL: cfg})
+					if err != nil {
+						t.Fatal(err)
+					}
+					kc.Set("k", 1)
+					v.Update(5)
+					l.Add(6)
+					m.Put("a", 7)
+					for range 2 {
+						if got, ok := v.Get(); !ok || got != 5 {
+							t.Fatalf("Value: %d, %t; want 5", got, ok)
+						}
+						if got := l.Get(); len(got) != 1 || got[0] != 6 {
+							t.Fatalf("List: %v; want [6]", got)
+						}
+						if got, ok := m.Get("a"); !ok || got != 7 || m.Len() != 1 {
+							t.Fatalf("Map: %d, %t, len %d; want 7 and 1 element", got, ok, m.Len())
+						}
+						if n := CleanupExpired(b, 100); n != 0 {
+							t.Fatalf("CleanupExpired removed %d values", n)
+						}
+						clk.Advance(100 * 365 * 24 * time.Hour)
+					}
+				})
+			}
+		}
+	}
 }
