@@ -96,7 +96,8 @@ func ProcessingTimeSessionWindows(gap time.Duration) WindowAssigner {
 // offset (for example to align daily windows to a time zone: -8h for
 // UTC+8, as in Flink). It must be shorter than the slide (the size of
 // tumbling windows) either way; a negative one is kept as the positive
-// offset that cuts the same windows (-8h of 24h windows is 16h).
+// offset that cuts the same windows (-8h of 24h windows is 16h). Session
+// windows have no offset: Validate refuses one.
 func (a WindowAssigner) WithOffset(offset time.Duration) WindowAssigner {
 	a.offset = offset.Milliseconds()
 	if a.offset < 0 && a.slide > 0 && -a.offset < a.slide {
@@ -165,6 +166,10 @@ func (a WindowAssigner) Validate() error {
 	case session:
 		if a.gap <= 0 {
 			errs = append(errs, fmt.Errorf("window.gap (%dms) must be at least 1ms", a.gap))
+		}
+		// A session starts at its first record: there is nothing to shift.
+		if a.offset != 0 {
+			errs = append(errs, fmt.Errorf("window.offset (%dms) is for tumbling and sliding windows: session windows start at their first record", a.offset))
 		}
 	default:
 		errs = append(errs, errors.New("window: assigner not set"))

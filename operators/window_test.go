@@ -1057,3 +1057,22 @@ func TestTumblingWindowOfNoSizeReportsTheSize(t *testing.T) {
 		t.Errorf("sliding with slide 0: %v, want an error about window.slide", err)
 	}
 }
+
+// An offset given to session windows is refused by Validate, naming it:
+// a session starts at its first record, so there is nothing to shift.
+// Before, it was accepted and ignored without a word (a session of a
+// record at 7 with gap 10 and offset 3 was [7,17), as without it).
+func TestSessionWindowOffsetIsRefused(t *testing.T) {
+	for _, a := range []operators.WindowAssigner{
+		operators.EventTimeSessionWindows(ms(10)).WithOffset(ms(3)),
+		operators.ProcessingTimeSessionWindows(ms(10)).WithOffset(-ms(3)),
+	} {
+		err := a.Validate()
+		if err == nil || !strings.Contains(err.Error(), "window.offset (") || !strings.Contains(err.Error(), "session windows start at their first record") {
+			t.Errorf("%v with an offset: %v, want it refused", a, err)
+		}
+	}
+	if err := operators.EventTimeSessionWindows(ms(10)).WithOffset(0).Validate(); err != nil {
+		t.Errorf("session windows with offset 0: %v", err)
+	}
+}
