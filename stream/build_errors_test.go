@@ -493,3 +493,65 @@ func TestJobWithoutSinkIsRefused(t *testing.T) {
 		t.Fatalf("a job with a sink: %v", err)
 	}
 }
+
+// oddsToTag sends odd records to tag and even ones to the main output.
+type oddsToTag struct{ tag operators.OutputTag[int64] }
+
+func (oddsToTag) Open(*operators.Context) error { return nil }
+
+func (o oddsToTag) ProcessElement(v int64, ctx *operators.ProcessContext[int64]) error {
+	if v%2 == 0 {
+		ctx.Emit(v)
+	} else {
+		o.tag.Emit(ctx, v)
+	}
+	return nil
+}
+
+// A side-output tag with an empty id (a zero OutputTag, or
+// NewOutputTag("")) is refused by Plan and Execute, in SideOutput and in
+// SideOutputLateData, naming the operator. The empty id is the main
+// output's: before, SideOutput of such a tag of the main output's type was
+// the main output (a split into evens and odds gave [0 2 4] twice and
+// lost the odd records without an error), and SideOutputLateData dropped
+// the late records while the job read the tag.
+func TestSideOutputTagWithEmptyIDIsRefused(t *testing.T) {
+	for _, tag := range []operators.OutputTag[int64]{{}, operators.NewOutputTag[int64]("")} {
+		env := stream.NewEnvironment("empty-tag")
+		p := stream.Process(stream.FromSource(env, "src", ints(6)), "split",
+			func() operators.ProcessFunction[int64, int64] { return oddsToTag{tag} })
+		p.ForEach("evens", func(int64) error { return nil })
+		stream.SideOutput(p, tag).ForEach("odds", func(int64) error { return nil })
+		want := `stream: operator "split": SideOutput: the output tag has an empty id`
+		if _, err := env.Plan(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("Plan: %v, want %q", err, want)
+		}
+		if err := env.Execute(context.Background()); err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("Execute: %v, want %q", err, want)
+		}
+
+		env = stream.NewEnvironment("empty-late-tag")
+		timed := stream.FromSource(env, "src", ints(6)).AssignTimestampsAndWatermarks("ts", watermark.ForMonotonous(func(i int64) int64 { return i }))
+		stream.Window(stream.KeyBy(timed, func(i int64) int64 { return i % 2 }), operators.TumblingEventTimeWindows(time.Second)).
+			SideOutputLateData(tag).Reduce("w", func(a, b int64) (int64, error) { return a + b, nil }).UID("w").
+			ForEach("out", func(operators.WindowResult[int64, int64]) error { return nil })
+		want = `stream: operator "w": SideOutputLateData: the output tag has an empty id`
+		if _, err := env.Plan(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("Plan: %v, want %q", err, want)
+		}
+	}
+	// A named tag splits the stream.
+	env := stream.NewEnvironment("tag")
+	tag := operators.NewOutputTag[int64]("odd")
+	p := stream.Process(stream.FromSource(env, "src", ints(6)), "split",
+		func() operators.ProcessFunction[int64, int64] { return oddsToTag{tag} })
+	evens, odds := operators.NewCollectSink[int64](), operators.NewCollectSink[int64]()
+	p.To("evens", evens.Subtask)
+	stream.SideOutput(p, tag).To("odds", odds.Subtask)
+	if err := env.Execute(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if e, o := fmt.Sprint(evens.Values()), fmt.Sprint(odds.Values()); e != "[0 2 4]" || o != "[1 3 5]" {
+		t.Fatalf("evens %s, odds %s", e, o)
+	}
+}

@@ -30,5 +30,8 @@ var ErrCheckpointDirInUse = errors.New("stream: the checkpoint directory is in u
 // fire nothing. Map NaN to a key of your own before KeyBy.
 var ErrNaNKey = errors.New("stream: a key is not equal to itself (NaN); its state and windows could never be found again")
 
+// errEmptyTag is reported for an output tag with an empty id.
+var errEmptyTag = errors.New(`the output tag has an empty id (a zero OutputTag?): make it with operators.NewOutputTag[T]("name")`)
+
 // errSideOutputOfUnion is reported when SideOutput is asked of a union.
 var errSideOutputOfUnion = errors.New("stream: side output of a union; take it from each input")

@@ -64,12 +64,19 @@ func KeyedProcess[T any, K comparable, O any](k *KeyedStream[T, K], name string,
 
 // SideOutput returns the stream of records the operator that produced s
 // sent to tag. Tags with the same id on one operator must have the same
-// type: Plan and Execute refuse two types under one id.
+// type: Plan and Execute refuse two types under one id, and a tag with an
+// empty id (a zero OutputTag, or NewOutputTag("")).
 func SideOutput[X, T any](s *Stream[T], tag operators.OutputTag[X]) *Stream[X] {
 	s.must(fmt.Sprintf("SideOutput(%q)", tag.ID()))
 	x := &Stream[X]{env: s.env, typ: typeOf[X]()}
 	if s.v == nil {
 		s.env.addError(errSideOutputOfUnion)
+		return x
+	}
+	if tag.ID() == "" {
+		// The empty id is the main output's: the side stream would be
+		// the main output, and what went to the tag would be dropped.
+		s.env.addError(fmt.Errorf("stream: operator %q: SideOutput: %s", s.v.Name, errEmptyTag))
 		return x
 	}
 	if s.v.SideOutputs == nil {

@@ -47,9 +47,15 @@ func (w *WindowedStream[T, K]) AllowedLateness(d time.Duration) *WindowedStream[
 }
 
 // SideOutputLateData sends records that came after their windows were
-// cleaned up to tag; read them with SideOutput on the window's result.
+// cleaned up to tag; read them with SideOutput on the window's result. A
+// tag with an empty id is refused by Plan and Execute.
 func (w *WindowedStream[T, K]) SideOutputLateData(tag operators.OutputTag[T]) *WindowedStream[T, K] {
 	w.must("SideOutputLateData")
+	if tag.ID() == "" {
+		// An empty lateTag means no side output: the late records would
+		// be dropped while the job reads the tag.
+		w.errs = append(w.errs, fmt.Errorf("SideOutputLateData: %w", errEmptyTag))
+	}
 	w.lateTag = tag.ID()
 	return w
 }
