@@ -247,5 +247,51 @@ func checkKeyed[K comparable](b Backend, kc *KeyContext[K], name string, ttl TTL
 	if err := ttl.validate(); err != nil {
 		return fmt.Errorf("state %q: %w", name, err)
 	}
+	return checkKeyType[K](name, "key")
+}
+
+// pointerIn returns where type t, reached by path, holds a pointer ("" if
+// it holds none): "the type itself", "field ID", "field A.B[0]". Keys are
+// found by == in memory, which compares pointers, and by their encoding
+// on disk, which follows them: two keys pointing to equal values are two
+// entries on one backend and one on the other.
+func pointerIn(t reflect.Type, path string, depth int) string {
+	if depth > 32 { // deeper than any key type
+		return ""
+	}
+	switch t.Kind() {
+	case reflect.Pointer, reflect.UnsafePointer:
+		if path == "" {
+			return "the type itself"
+		}
+		return "field " + path
+	case reflect.Array:
+		return pointerIn(t.Elem(), path+"[0]", depth+1)
+	case reflect.Struct:
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if f.Name == "_" { // == skips blank fields
+				continue
+			}
+			name := f.Name
+			if path != "" {
+				name = path + "." + f.Name
+			}
+			if p := pointerIn(f.Type, name, depth+1); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+// checkKeyType refuses a key type of state name (what a key is: the
+// stream key or a Map's user key) that holds a pointer.
+func checkKeyType[K any](name, what string) error {
+	t := reflect.TypeFor[K]()
+	if p := pointerIn(t, "", 0); p != "" {
+		return fmt.Errorf("%w: state %q: %s type %v holds a pointer (%s): keys are found by ==, which compares the pointer, "+
+			"not what it points to; key by the value itself", ErrDescriptor, name, what, t, p)
+	}
 	return nil
 }

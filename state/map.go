@@ -44,6 +44,9 @@ func newMap[K, N comparable, UK comparable, UV any](b Backend, kc *KeyContext[K]
 	if err := checkKeyed(b, kc, d.Name, d.TTL); err != nil {
 		return nil, err
 	}
+	if err := checkKeyType[UK](d.Name, "user key"); err != nil {
+		return nil, err
+	}
 	s := newKeyedSpec[K, N](d.Name, kindMap, d.TTL, fmt.Sprintf("%s -> %s", typeName[UK](), typeName[UV]()))
 	ukc := defaultCodec(d.KeyCodec, &s.codecs.err)
 	uvc := defaultCodec(d.ValueCodec, &s.codecs.err)

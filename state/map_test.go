@@ -4,6 +4,7 @@ import (
 	"errors"
 	"maps"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/jonboulle/clockwork"
@@ -134,6 +135,57 @@ func TestMapNegativeZeroUserKeyIsZero(t *testing.T) {
 		m.Remove([2]float64{negz, 1})
 		if m.Len() != 0 {
 			t.Fatalf("Len = %d after Remove(-0), want 0", m.Len())
+		}
+	})
+}
+
+// A key type that holds a pointer, a Map's user key, the stream key or a
+// broadcast state's key, is refused at registration with ErrDescriptor
+// naming the state, the type and where the pointer is, on every backend.
+// The memory backend finds a key by ==, which compares pointers, and
+// bbolt by the encoding, which follows them: before, two Puts of pointers
+// to "a" made 2 elements on the memory backend and 1 on bbolt; a
+// broadcast state restored new pointers that no lookup found again.
+func TestPointerKeysAreRefused(t *testing.T) {
+	type sensor struct {
+		Room string
+		ID   *string
+	}
+	forEachBackend(t, func(t *testing.T, newTestBackend func() (Backend, *clockwork.FakeClock)) {
+		b, _ := newTestBackend()
+		var kc KeyContext[string]
+		cases := []struct {
+			name string
+			err  error
+			want string
+		}{
+			{"map user key", second(NewMap(b, &kc, MapDescriptor[*string, int]{Name: "m"})),
+				`state "m": user key type *string holds a pointer (the type itself)`},
+			{"map user key field", second(NewMap(b, &kc, MapDescriptor[sensor, int]{Name: "m2"})),
+				`state "m2": user key type state.sensor holds a pointer (field ID)`},
+			{"stream key", second(NewValue(b, &KeyContext[*int]{}, ValueDescriptor[int]{Name: "v"})),
+				`state "v": key type *int holds a pointer (the type itself)`},
+			{"stream key array", second(NewList(b, &KeyContext[[2]sensor]{}, ListDescriptor[int]{Name: "l"})),
+				`state "l": key type [2]state.sensor holds a pointer (field [0].ID)`},
+			{"broadcast state key", second(BroadcastState[*string, int](NewOperatorStore(), "rules")),
+				`state "rules": key type *string holds a pointer (the type itself)`},
+		}
+		for _, c := range cases {
+			if !errors.Is(c.err, ErrDescriptor) || !strings.Contains(c.err.Error(), c.want) {
+				t.Errorf("%s: %v, want ErrDescriptor saying %q", c.name, c.err, c.want)
+			}
+		}
+		// Keys by value are one element on every backend.
+		m, err := NewMap(b, &kc, MapDescriptor[string, int]{Name: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kc.Set("k", 12)
+		a1, a2 := "a", "a"
+		m.Put(a1, 1)
+		m.Put(a2, 2)
+		if v, ok := m.Get("a"); !ok || v != 2 || m.Len() != 1 {
+			t.Fatalf("Get(a) = %d, %t, Len %d; want 2, one element", v, ok, m.Len())
 		}
 	})
 }

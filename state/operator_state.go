@@ -106,6 +106,11 @@ func UnionListState[V any](s *OperatorStore, name string) (OperatorList[V], erro
 // BroadcastState returns the broadcast state name of s, redistributed on
 // restore by RedistributeBroadcast. Errors are those of ListState.
 func BroadcastState[K comparable, V any](s *OperatorStore, name string) (Broadcast[K, V], error) {
+	// A map by == on a pointer key: a restore decodes new pointers, which
+	// no lookup finds again.
+	if err := checkKeyType[K](name, "key"); err != nil {
+		return nil, err
+	}
 	sp := operatorSpec[V](name, kindBroadcast, fmt.Sprintf("%s -> %s", typeName[K](), typeName[V]()))
 	sp.codecs.key = defaultCodec[K](nil, &sp.codecs.err)
 	return operatorStateFor(s, sp, func() *opBroadcast[K, V] { return &opBroadcast[K, V]{m: make(map[K]V)} })
