@@ -117,3 +117,34 @@ func TestSharedKeyedFunctionIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// forwarder is a keyed function without fields: every &forwarder{} may be
+// the same address (Go allocates zero-size values at one place).
+type forwarder struct {
+	operators.KeyedProcessBase[int64, int64]
+}
+
+func (forwarder) ProcessElement(v int64, ctx *operators.KeyedContext[int64, int64]) error {
+	ctx.Emit(v)
+	return nil
+}
+
+// A factory that returns a new pointer to a function without fields at
+// each call runs at any parallelism: the pointers may be equal (a
+// zero-size value has one address), but such a function holds nothing a
+// subtask could share.
+func TestFieldlessKeyedFunctionRuns(t *testing.T) {
+	const n = 1000
+	env := stream.NewEnvironment("fieldless", stream.WithParallelism(2))
+	sink := operators.NewCollectSink[int64]()
+	stream.KeyedProcess(stream.KeyBy(stream.FromSource(env, "src", ints(n)), func(i int64) int64 { return i % 10 }), "fwd",
+		func() operators.KeyedProcessFunction[int64, int64, int64] { return &forwarder{} }).UID("fwd").To("out", sink.Subtask)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := env.Execute(ctx); err != nil {
+		t.Fatalf("Execute: %v", err)
+	}
+	if got := sink.Len(); got != n {
+		t.Fatalf("%d results, want %d", got, n)
+	}
+}

@@ -243,8 +243,12 @@ type instances struct {
 // fresh notes f, the function made for subtask sub of operator name,
 // failing the subtask if another subtask's latest function is f itself.
 func (in *instances) fresh(name string, sub int, f any) {
-	if v := reflect.ValueOf(f); v.Kind() != reflect.Pointer || v.IsNil() {
+	v := reflect.ValueOf(f)
+	if v.Kind() != reflect.Pointer || v.IsNil() {
 		return // a value is copied per subtask
+	}
+	if v.Elem().Type().Size() == 0 {
+		return // pointers to zero-size values may all be equal, and hold nothing to share
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
