@@ -242,6 +242,7 @@ func RestoreOperatorStates(old [][]byte, subtask, newParallelism int) (*Operator
 	s.pending = make(map[string]*opRaw)
 	for _, name := range slices.Sorted(maps.Keys(names)) {
 		var first *opRaw
+		var meta stateMeta // first's, merged with the others' (mergeMeta)
 		var lists [][][]byte
 		var bcast []map[string]string
 		for i, m := range parsed {
@@ -251,10 +252,12 @@ func RestoreOperatorStates(old [][]byte, subtask, newParallelism int) (*Operator
 				continue
 			}
 			if first == nil {
-				first = r
-			} else if r.meta != first.meta {
-				return nil, fmt.Errorf("restore: operator state %q is %s of %s in one old subtask, %s of %s in subtask %d: %w",
-					name, first.meta.kind, first.meta.types, r.meta.kind, r.meta.types, i, ErrIncompatibleState)
+				first, meta = r, r.meta
+			} else if merged, ok := mergeMeta(meta, r.meta); !ok {
+				return nil, fmt.Errorf("restore: operator state %q is %s of %s (codecs %s) in one old subtask, %s of %s (codecs %s) in subtask %d: %w",
+					name, meta.kind, meta.types, meta.codecs, r.meta.kind, r.meta.types, r.meta.codecs, i, ErrIncompatibleState)
+			} else {
+				meta = merged
 			}
 			lists = append(lists, r.elems)
 			if r.meta.kind == kindBroadcast {
@@ -265,7 +268,7 @@ func RestoreOperatorStates(old [][]byte, subtask, newParallelism int) (*Operator
 				bcast = append(bcast, bm)
 			}
 		}
-		out := &opRaw{meta: first.meta}
+		out := &opRaw{meta: meta}
 		switch first.meta.kind {
 		case kindOperatorList:
 			if len(lists) == newParallelism {

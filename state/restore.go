@@ -44,11 +44,41 @@ func (r *registry) add(m stateMeta) (*pendingState, error) {
 		r.pending[m.name] = p
 		return p, nil
 	}
-	if p.meta != m {
-		return nil, fmt.Errorf("%w: state %q is %s of %s in one key group, %s of %s in another",
-			ErrCorruptSnapshot, m.name, p.meta.kind, p.meta.types, m.kind, m.types)
+	merged, ok := mergeMeta(p.meta, m)
+	if !ok {
+		return nil, fmt.Errorf("%w: state %q is %s of %s (codecs %s) in one key group, %s of %s (codecs %s) in another",
+			ErrCorruptSnapshot, m.name, p.meta.kind, p.meta.types, p.meta.codecs, m.kind, m.types, m.codecs)
 	}
+	p.meta = merged
 	return p, nil
+}
+
+// mergeMeta returns what the sections of one state that say a and b say
+// together, false if they disagree. They agree when they are equal, and
+// when they differ only in that one records the layouts of its types and
+// the other records none (splitLayouts): a job restored from a snapshot
+// written before layouts were recorded writes a state with layouts in the
+// subtasks that registered it, and without in those that carried it as
+// restored; both hold records of the same codecs. The one with layouts is
+// returned, so that its registration is checked against them.
+func mergeMeta(a, b stateMeta) (stateMeta, bool) {
+	if a == b {
+		return a, true
+	}
+	an, al := splitLayouts(a.codecs)
+	bn, bl := splitLayouts(b.codecs)
+	if al != "" && bl != "" {
+		return a, false
+	}
+	withLayouts := a
+	if al == "" {
+		withLayouts = b
+	}
+	a.codecs, b.codecs = an, bn
+	if a != b {
+		return a, false
+	}
+	return withLayouts, true
 }
 
 // addRecords keeps the records of a restored state in key group g.
