@@ -504,18 +504,27 @@ const (
 
 // do calls the peer node. A call whose body the peer refused for now
 // (503, ErrBodiesBusy: other large bodies were being read) is sent again
-// until ctx ends, when its body can be read again from the start.
+// until ctx ends, when its body is a *bytes.Reader (what the calls with
+// such bodies send): each try reads a copy of it from where it was given,
+// since the transport may still be writing a refused body after the
+// answer came back (the peer answers before it reads the body), and
+// reads it until it closes it (http.RoundTripper).
 func (p *peerClient) do(ctx context.Context, method, node, path string, body io.Reader, hdr http.Header) (*http.Response, error) {
+	br, again := body.(*bytes.Reader)
+	var start bytes.Reader
+	if again {
+		start = *br
+	}
 	backoff := bodiesBusyBackoff
 	for {
+		if again {
+			r := start
+			body = &r
+		}
 		resp, err := p.doOnce(ctx, method, node, path, body, hdr)
 		var ae *APIError
-		if !errors.As(err, &ae) || ae.StatusCode != http.StatusServiceUnavailable || !strings.Contains(ae.Msg, ErrBodiesBusy.Error()) {
+		if !again || !errors.As(err, &ae) || ae.StatusCode != http.StatusServiceUnavailable || !strings.Contains(ae.Msg, ErrBodiesBusy.Error()) {
 			return resp, err
-		}
-		s, ok := body.(io.Seeker)
-		if !ok {
-			return nil, err
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -523,9 +532,6 @@ func (p *peerClient) do(ctx context.Context, method, node, path string, body io.
 			t.Stop()
 			return nil, err
 		case <-t.C:
-		}
-		if _, serr := s.Seek(0, io.SeekStart); serr != nil {
-			return nil, err
 		}
 		backoff = min(2*backoff, maxBodiesBusyBackoff)
 	}
