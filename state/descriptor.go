@@ -250,21 +250,29 @@ func checkKeyed[K comparable](b Backend, kc *KeyContext[K], name string, ttl TTL
 	return checkKeyType[K](name, "key")
 }
 
-// pointerIn returns where type t, reached by path, holds a pointer ("" if
-// it holds none): "the type itself", "field ID", "field A.B[0]". Keys are
-// found by == in memory, which compares pointers, and by their encoding
-// on disk, which follows them: two keys pointing to equal values are two
-// entries on one backend and one on the other.
+// PointerIn returns where key type t holds a pointer, "" if it holds
+// none: "the type itself", "field ID", "field A.B[0]". Keys are found by
+// == in memory, which compares pointers, and by their encoding on disk,
+// which follows them: two keys pointing to equal values are two entries
+// on one backend and one on the other. A time.Time holds its location
+// by pointer (and a monotonic reading, which == also compares), so equal
+// instants need not be equal keys.
+func PointerIn(t reflect.Type) string { return pointerIn(t, "", 0) }
+
 func pointerIn(t reflect.Type, path string, depth int) string {
 	if depth > 32 { // deeper than any key type
 		return ""
 	}
+	where := "the type itself"
+	if path != "" {
+		where = "field " + path
+	}
+	if t == timeType {
+		return where + ", a time.Time, whose location is a pointer: key by its UnixNano()"
+	}
 	switch t.Kind() {
 	case reflect.Pointer, reflect.UnsafePointer:
-		if path == "" {
-			return "the type itself"
-		}
-		return "field " + path
+		return where
 	case reflect.Array:
 		return pointerIn(t.Elem(), path+"[0]", depth+1)
 	case reflect.Struct:
@@ -289,7 +297,7 @@ func pointerIn(t reflect.Type, path string, depth int) string {
 // stream key or a Map's user key) that holds a pointer.
 func checkKeyType[K any](name, what string) error {
 	t := reflect.TypeFor[K]()
-	if p := pointerIn(t, "", 0); p != "" {
+	if p := PointerIn(t); p != "" {
 		return fmt.Errorf("%w: state %q: %s type %v holds a pointer (%s): keys are found by ==, which compares the pointer, "+
 			"not what it points to; key by the value itself", ErrDescriptor, name, what, t, p)
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 )
@@ -169,6 +170,8 @@ func TestPointerKeysAreRefused(t *testing.T) {
 				`state "l": key type [2]state.sensor holds a pointer (field [0].ID)`},
 			{"broadcast state key", second(BroadcastState[*string, int](NewOperatorStore(), "rules")),
 				`state "rules": key type *string holds a pointer (the type itself)`},
+			{"map user key time", second(NewMap(b, &kc, MapDescriptor[time.Time, int]{Name: "t"})),
+				`state "t": user key type time.Time holds a pointer (the type itself, a time.Time, whose location is a pointer: key by its UnixNano())`},
 		}
 		for _, c := range cases {
 			if !errors.Is(c.err, ErrDescriptor) || !strings.Contains(c.err.Error(), c.want) {

@@ -577,7 +577,11 @@ func TestKeyByPointerKeyIsRefused(t *testing.T) {
 		{"pointer", func(env *stream.Environment) {
 			stream.KeyBy(stream.FromSource(env, "src", ints(9)), func(i int64) *int64 { return &i }).
 				Reduce("count", count).UID("count").To("out", discard)
-		}, "stream: KeyBy: key type *int64 holds a pointer (the key itself)"},
+		}, "stream: KeyBy: key type *int64 holds a pointer (the type itself)"},
+		{"time", func(env *stream.Environment) {
+			stream.KeyBy(stream.FromSource(env, "src", ints(9)), func(i int64) struct{ At time.Time } { return struct{ At time.Time }{time.Unix(i, 0)} }).
+				Reduce("count", count).UID("count").To("out", discard)
+		}, "holds a pointer (field At, a time.Time, whose location is a pointer: key by its UnixNano())"},
 		{"struct field", func(env *stream.Environment) {
 			stream.KeyBy(stream.FromSource(env, "src", ints(9)), func(i int64) ptrKey { s := fmt.Sprint(i % 3); return ptrKey{&s} }).
 				Reduce("count", count).UID("count").To("out", discard)

@@ -8,6 +8,7 @@ import (
 	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/internal/nan"
 	"github.com/edgedio/edged/operators"
+	"github.com/edgedio/edged/state"
 )
 
 // KeyedStream is a stream partitioned by a key: every record of one key
@@ -29,7 +30,7 @@ func KeyBy[T any, K comparable](s *Stream[T], key func(T) K) *KeyedStream[T, K] 
 	kg, err := keyGroupFunc(key, s.env.job.MaxParallelism)
 	if err != nil {
 		s.env.addError(err)
-	} else if p := pointerIn(reflect.TypeFor[K](), "", 0); p != "" {
+	} else if p := state.PointerIn(reflect.TypeFor[K]()); p != "" {
 		s.env.addError(fmt.Errorf("stream: KeyBy: key type %v holds a pointer (%s): keyed state, timers and windows find a key again by ==, "+
 			"which compares the pointer, not what it points to, so every record would start its state afresh; key by the value itself",
 			reflect.TypeFor[K](), p))
@@ -102,40 +103,6 @@ func selfEqualKey[T any, K comparable](key func(T) K) func(T) K {
 		}
 		return k
 	}
-}
-
-// pointerIn returns where type t, reached by path, holds a pointer ("" if
-// it holds none): "the key itself", "field ID", "field A.B[0]". Two keys
-// that hold pointers to equal values are not ==, though they encode, and
-// so hash, alike.
-func pointerIn(t reflect.Type, path string, depth int) string {
-	if depth > 32 { // deeper than any key type
-		return ""
-	}
-	switch t.Kind() {
-	case reflect.Pointer, reflect.UnsafePointer:
-		if path == "" {
-			return "the key itself"
-		}
-		return "field " + path
-	case reflect.Array:
-		return pointerIn(t.Elem(), path+"[0]", depth+1)
-	case reflect.Struct:
-		for i := range t.NumField() {
-			f := t.Field(i)
-			if f.Name == "_" { // == skips blank fields
-				continue
-			}
-			name := f.Name
-			if path != "" {
-				name = path + "." + f.Name
-			}
-			if p := pointerIn(f.Type, name, depth+1); p != "" {
-				return p
-			}
-		}
-	}
-	return ""
 }
 
 // keyGroupFunc is operators.KeyGroupFunc, with a key type that has no
