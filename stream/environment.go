@@ -95,7 +95,10 @@ func NewEnvironment(name string, opts ...Option) *Environment {
 }
 
 // MaxParallelism returns the job's number of key groups.
-func (e *Environment) MaxParallelism() int { return e.job.MaxParallelism }
+func (e *Environment) MaxParallelism() int {
+	e.mustEnv("MaxParallelism")
+	return e.job.MaxParallelism
+}
 
 // addVertex appends v with a fresh id, the default parallelism and a uid
 // derived from its name when none is set later.
@@ -324,7 +327,10 @@ func WithSettingsDigest(d string) Option { return func(e *Environment) { e.job.S
 func WithCluster(c *actors.Cluster) Option { return func(e *Environment) { e.cfg.Cluster = c } }
 
 // Config returns the runtime config the environment's options made.
-func (e *Environment) Config() actors.Config { return e.cfg }
+func (e *Environment) Config() actors.Config {
+	e.mustEnv("Config")
+	return e.cfg
+}
 
 func (e *Environment) runner() (*actors.Runner, error) {
 	if err := e.resolve(); err != nil {
@@ -362,6 +368,7 @@ func (e *Environment) Execute(ctx context.Context) error {
 
 // Stats returns the counters of the latest Execute, after it returned.
 func (e *Environment) Stats() actors.Stats {
+	e.mustEnv("Stats")
 	if e.last == nil {
 		return actors.Stats{}
 	}

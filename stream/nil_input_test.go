@@ -103,6 +103,9 @@ func TestNilInputPanicsNamingTheBuilder(t *testing.T) {
 		{"AllowedLateness", func() { w.AllowedLateness(time.Second) }, `stream: AllowedLateness: ` + nilWindowed},
 		{"Sink.UID", func() { sink.UID("s") }, `stream: UID("s"): the *Sink is nil`},
 		{"Sink.SetParallelism", func() { sink.SetParallelism(2) }, `stream: SetParallelism: the *Sink is nil`},
+		{"MaxParallelism", func() { (*stream.Environment)(nil).MaxParallelism() }, `stream: MaxParallelism: the *Environment is nil`},
+		{"Config", func() { (*stream.Environment)(nil).Config() }, `stream: Config: the *Environment is nil`},
+		{"Stats", func() { (*stream.Environment)(nil).Stats() }, `stream: Stats: the *Environment is nil`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
