@@ -156,6 +156,10 @@ func (r *host) restoreTime(md *snapshot.Metadata, t *task) error {
 	if op.Parallelism == head.Parallelism {
 		tt := old[t.subtask]
 		if tt == nil {
+			// The snapshot says nothing of event time: the operators
+			// start from the minimum, whatever their state was written
+			// at.
+			t.setStateWatermark(watermark.MaxWatermark)
 			return nil
 		}
 		if tt.Inputs == t.inputsFingerprint() && tt.HasMerger == (t.merger != nil) {
@@ -183,11 +187,16 @@ func (r *host) restoreTime(md *snapshot.Metadata, t *task) error {
 		return nil
 	}
 	wm, found := watermark.MaxWatermark, false
+	stateWM := watermark.MinWatermark
 	for _, o := range state.KeyedRestoreSources(r.maxP, op.Parallelism, head.Parallelism)[t.subtask] {
 		if tt := old[o]; tt != nil && tt.HasMerger {
 			wm, found = min(wm, tt.Merger.Combined), true
+			stateWM = max(stateWM, tt.Merger.Combined)
 		} else {
-			return nil // an old subtask without event-time state: start from the minimum
+			// An old subtask without event-time state: start from the
+			// minimum.
+			t.setStateWatermark(watermark.MaxWatermark)
+			return nil
 		}
 	}
 	if !found || wm == watermark.MaxWatermark {
@@ -195,7 +204,19 @@ func (r *host) restoreTime(md *snapshot.Metadata, t *task) error {
 	}
 	t.merger = watermark.NewMergerAt(len(t.inChans), wm)
 	t.restoredTime = true
+	if stateWM > wm {
+		t.setStateWatermark(stateWM)
+	}
 	return nil
+}
+
+// setStateWatermark tells the task's operators that their keyed state was
+// written at watermarks up to wm, later than the watermark they restore
+// (operators.Context.RestoredStateWatermark).
+func (t *task) setStateWatermark(wm int64) {
+	for _, c := range t.ctxs {
+		c.RestoredStateWatermark = &wm
+	}
 }
 
 // replayTime gives the operators the restored task watermark before the

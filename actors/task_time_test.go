@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/edgedio/edged/codec"
+	"github.com/edgedio/edged/operators"
 	"github.com/edgedio/edged/snapshot"
 	"github.com/edgedio/edged/watermark"
 )
@@ -266,5 +267,48 @@ func TestIdleInputsForwardLargestWatermarkWhicheverIsLast(t *testing.T) {
 		if got := sentTime(t, rt.sent); !slices.Equal(got, want) || tk.idle {
 			t.Fatalf("an input back: sent %v (idle %t), want %v", got, tk.idle, want)
 		}
+	}
+}
+
+// Rescaled, a subtask's operators learn the largest watermark of the old
+// subtasks whose key groups they take over when it is ahead of the one
+// they restore (operators.Context.RestoredStateWatermark): their state
+// may hold windows that fired before the snapshot although they lie after
+// the restored watermark. They learn nothing when the two are the same,
+// and that the state's watermark is unknown (math.MaxInt64) from a
+// snapshot without event time.
+func TestRestoreTimeRescaledTellsTheStateWatermark(t *testing.T) {
+	r := &host{maxP: 128}
+	old := func(wm int64) *taskTime {
+		return &taskTime{HasMerger: true, Merger: watermark.MergerState{Combined: wm, Channels: []watermark.ChannelState{{Watermark: wm}, {Watermark: wm}}}}
+	}
+	md := &snapshot.Metadata{Operators: []snapshot.Operator{{UID: "w", Parallelism: 2,
+		Subtasks: []snapshot.Handle{timeHandle(t, old(100)), timeHandle(t, old(200))}}}}
+	// Old subtask 0 had key groups [0,64), 1 [64,128); new 0 [0,43),
+	// 1 [43,86), 2 [86,128): new subtask 1 restores 100 and holds state
+	// written at 200.
+	for sub, want := range []int64{0, 200, 0} {
+		tk := testTask(r, 3, sub)
+		tk.ctxs = []*operators.Context{{}}
+		if err := r.restoreTime(md, tk); err != nil {
+			t.Fatal(err)
+		}
+		got := tk.ctxs[0].RestoredStateWatermark
+		switch {
+		case want == 0 && got != nil:
+			t.Errorf("new subtask %d: state watermark %d, want none (restored at its own)", sub, *got)
+		case want != 0 && (got == nil || *got != want):
+			t.Errorf("new subtask %d: state watermark %v, want %d", sub, got, want)
+		}
+	}
+	md.Operators[0].Subtasks[1] = timeHandle(t, nil)
+	md.Operators[0].Parallelism = 2
+	tk := testTask(r, 2, 1)
+	tk.ctxs = []*operators.Context{{}}
+	if err := r.restoreTime(md, tk); err != nil {
+		t.Fatal(err)
+	}
+	if got := tk.ctxs[0].RestoredStateWatermark; got == nil || *got != watermark.MaxWatermark {
+		t.Errorf("snapshot without event time: state watermark %v, want math.MaxInt64", got)
 	}
 }

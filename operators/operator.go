@@ -91,6 +91,17 @@ type Context struct {
 	// output it holds was delivered, and a sink that would re-publish it
 	// on restore leaves it out.
 	RestoredCommitted bool
+	// RestoredStateWatermark, when not nil, is the latest watermark the
+	// restored keyed state was written at: the largest watermark of the
+	// old subtasks whose key groups this subtask takes over
+	// (math.MaxInt64 when the snapshot does not say). The operator's
+	// restored watermark can be behind it (restored at another
+	// parallelism, a subtask takes the smallest of theirs): state written
+	// before the snapshot may then belong to windows whose timers fired
+	// although they lie after the operator's watermark. Nil when nothing
+	// was restored, or when the restored watermark is the one the state
+	// was written at.
+	RestoredStateWatermark *int64
 }
 
 // Operator is the lifecycle every operator instance has. The runtime calls

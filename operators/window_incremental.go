@@ -130,8 +130,8 @@ func (s *incSlices[K, T, A, R]) clearLegacy() {
 	}
 }
 
-func (s *incSlices[K, T, A, R]) add(p int64, v T) bool {
-	created := s.aggSlices.add(p, v)
+func (s *incSlices[K, T, A, R]) add(p int64, v T) int64 {
+	next := s.aggSlices.add(p, v)
 	if p < s.maxTo {
 		if a := s.incs[s.keys.Key()]; a != nil && a.Built && p >= a.From && p < a.To {
 			// The record joins a slice of the incremental aggregate: the
@@ -139,7 +139,7 @@ func (s *incSlices[K, T, A, R]) add(p int64, v T) bool {
 			a.Built = false
 		}
 	}
-	return created
+	return next
 }
 
 // copyOf returns a fresh accumulator equal to a: Merge may change its

@@ -298,3 +298,97 @@ func TestSlidingWindowMergesPerResult(t *testing.T) {
 		}
 	}
 }
+
+// A window operator restored behind the watermark its state was written
+// at (at another parallelism a subtask takes the smallest watermark of
+// the old subtasks whose key groups it takes over) holds windows that
+// fired before the snapshot, kept for their allowed lateness, and whose
+// timers are gone. A record for such a window is on time after the
+// restore: the window fires again with it when the watermark passes its
+// end again, as it does for session windows. Before, the record joined
+// the window's slice and no timer fired it: it was in no result and not
+// in the late-data side output. The old subtask's watermark is 100; the
+// restored one 50.
+func TestWindowRestoredBehindItsStateFiresAgain(t *testing.T) {
+	const maxP = 16
+	for _, c := range []struct {
+		a      operators.WindowAssigner
+		before []ev
+		after  ev
+		want   []result
+	}{
+		{
+			a:      operators.TumblingEventTimeWindows(ms(10)),
+			before: []ev{{Key: "k", TS: 75, V: 1}},
+			after:  ev{Key: "k", TS: 76, V: 10},
+			want:   []result{{Key: "k", Window: operators.Window{Start: 70, End: 80}, Value: cs{2, 11}}},
+		},
+		{
+			// A new slice whose first window fired before the snapshot.
+			a:      operators.SlidingEventTimeWindows(ms(20), ms(10)),
+			before: []ev{{Key: "k", TS: 75, V: 1}},
+			after:  ev{Key: "k", TS: 82, V: 100},
+			want: []result{
+				{Key: "k", Window: operators.Window{Start: 70, End: 90}, Value: cs{2, 101}},
+				{Key: "k", Window: operators.Window{Start: 80, End: 100}, Value: cs{1, 100}},
+			},
+		},
+	} {
+		for _, how := range []windowBuild{viaAggregate, viaProcess} {
+			build := func(out operators.Collector[result]) operators.OneInput[ev] {
+				if how == viaProcess {
+					fn := operators.ProcessWindowFunc[string, ev, result](func(key string, w operators.Window, elems []ev, out operators.Collector[result]) error {
+						out.Collect(result{Key: key, Window: w, Value: foldEvs(cs{}, elems)})
+						return nil
+					})
+					op, err := operators.NewWindowProcess(windowName, evKey, c.a, ms(30), lateTag, operators.ProcessWindowFunction[string, ev, result](fn), out)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return op
+				}
+				op, err := operators.NewWindowAggregate(windowName, evKey, c.a, ms(30), lateTag, operators.AggregateFunction[ev, cs, cs](csAgg{}), out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return op
+			}
+			ih := newIncHarness(t, build, 1, maxP, nil, operatorstest.DefaultStart)
+			for _, e := range c.before {
+				ih.process(e)
+			}
+			if err := ih.watermark(100); err != nil {
+				t.Fatal(err)
+			}
+			ih.drain()
+			snaps := ih.snapshot(t)
+			ih.close(t)
+			for _, p := range []int{1, 2} {
+				stateWM := int64(100)
+				restored := newIncHarnessOn(t, build, p, maxP, snaps, operatorstest.DefaultStart,
+					func(r keygroup.Range, h *operatorstest.Harness[ev, result]) state.Backend {
+						h.Ctx.RestoredStateWatermark = &stateWM
+						return state.NewMemoryBackend(r, h.Clock)
+					})
+				for _, h := range restored.hs {
+					if err := h.Op.(operators.WatermarkRestorer).RestoreWatermark(50); err != nil {
+						t.Fatal(err)
+					}
+				}
+				restored.process(c.after)
+				if err := restored.watermark(watermark.MaxWatermark); err != nil {
+					t.Fatal(err)
+				}
+				var got []result
+				for _, r := range restored.drain() {
+					got = append(got, r.Value)
+				}
+				if !slices.Equal(got, c.want) || restored.lateRecords() != 0 {
+					t.Errorf("%s (%s) restored at parallelism %d behind its state: emitted %v and %d late records, want %v and none",
+						c.a, how, p, got, restored.lateRecords(), c.want)
+				}
+				restored.close(t)
+			}
+		}
+	}
+}

@@ -3,7 +3,7 @@ package operators
 import (
 	"errors"
 	"fmt"
-
+	"math"
 	"time"
 )
 
@@ -67,6 +67,15 @@ func (w *windowCore[K, T]) times() (ts, current int64) {
 		now = w.procFired + 1
 	}
 	return now, now
+}
+
+// queued reports whether the current key has a timer at ts in the
+// window's domain.
+func (w *windowCore[K, T]) queued(ts int64) bool {
+	if w.assigner.eventTime {
+		return w.eventTimers.Contains(ts, w.keys.Key(), w.keys.Group(), struct{}{})
+	}
+	return w.procTimers.Contains(ts, w.keys.Key(), w.keys.Group(), struct{}{})
 }
 
 // register sets a timer for the current key at ts in the window's domain.
@@ -145,7 +154,11 @@ type SlicedWindow[K comparable, T any] struct {
 	// timerTs and nextEnd are the arguments of the functions onTimer
 	// passes to the store, made once (a closure per timer would be
 	// allocated).
-	timerTs, nextEnd    int64
+	timerTs, nextEnd int64
+	// stateAhead is the watermark the restored state was written at when
+	// it is ahead of the operator's (Context.RestoredStateWatermark);
+	// math.MinInt64 otherwise.
+	stateAhead          int64
 	cleaned             func(p int64) bool
 	nextWindow, firstOf func(p int64) (int64, bool)
 }
@@ -157,6 +170,10 @@ func (o *SlicedWindow[K, T]) Open(ctx *Context) error {
 	}
 	a := o.assigner
 	o.size, o.slide, o.pane, o.offset = a.size, a.slide, a.pane(), a.offset
+	o.stateAhead = math.MinInt64
+	if wm := ctx.RestoredStateWatermark; wm != nil && a.eventTime {
+		o.stateAhead = *wm
+	}
 	o.cleaned = func(p int64) bool { return o.lastEnd(p)-1+o.lateness <= o.timerTs }
 	o.nextWindow = func(p int64) (int64, bool) {
 		e := max(o.firstEnd(p), o.nextEnd)
@@ -167,10 +184,17 @@ func (o *SlicedWindow[K, T]) Open(ctx *Context) error {
 }
 
 // chain registers the window-end timer at ts unless an earlier one of the
-// current key is pending (a timer is pending while it is after current;
-// one at or before current has fired or fires in this pass).
-func (o *SlicedWindow[K, T]) chain(ts, current int64) {
-	if next, ok := o.store.next(); ok && next > current && next <= ts {
+// current key is pending: next, the timer the key's slices record (0:
+// none), when it is after current (one at or before current has fired or
+// fires in this pass). A restore can give the operator a watermark
+// behind the one its state was written at (restored at another
+// parallelism, it takes the smallest of the old subtasks'; a snapshot
+// without event time gives none): until current reaches that one
+// (stateAhead), the timer the slices record may have fired before the
+// snapshot though it is after current, so it counts only if it is still
+// queued.
+func (o *SlicedWindow[K, T]) chain(ts, current, next int64) {
+	if next != 0 && next > current && next <= ts && (current >= o.stateAhead || o.queued(next)) {
 		return
 	}
 	o.register(ts)
@@ -207,16 +231,18 @@ func (o *SlicedWindow[K, T]) Collect(v T) {
 		o.dropLate(v)
 		return
 	}
-	created := o.store.add(p, v)
+	next := o.store.add(p, v)
 	first := o.firstEnd(p)
-	if created {
-		end := first
-		for end-1 <= current && end < last {
-			end += o.slide
-		}
-		if end-1 > current {
-			o.chain(end-1, current)
-		}
+	// The earliest window of the slice still to fire needs a pending
+	// timer at or before its end. A new slice may be the first one of
+	// that window; an existing one has it, unless the operator was
+	// restored behind windows that had fired (see chain).
+	end := first
+	for end-1 <= current && end < last {
+		end += o.slide
+	}
+	if end-1 > current {
+		o.chain(end-1, current, next)
 	}
 	if o.assigner.eventTime && first-1 <= current {
 		// Late but within the allowed lateness: the windows that already
@@ -258,7 +284,8 @@ func (o *SlicedWindow[K, T]) onTimer(ts int64, _ TimeDomain) error {
 	}
 	o.nextEnd = next
 	if e, ok := o.store.first(o.nextWindow); ok {
-		o.chain(e-1, ts)
+		next, _ := o.store.next()
+		o.chain(e-1, ts, next)
 		return nil
 	}
 	if o.lateness > 0 {

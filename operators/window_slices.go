@@ -10,9 +10,9 @@ import (
 // windows and computes window results from them.
 type sliceStore[K comparable, T any] interface {
 	open(b state.Backend, keys *state.KeyContext[K], name string) error
-	// add adds v to the slice starting at p and reports whether the slice
-	// is new.
-	add(p int64, v T) bool
+	// add adds v to the slice starting at p and returns the current key's
+	// pending window-end timer as next does (0: none).
+	add(p int64, v T) int64
 	// first returns the first result fn gives (ok) for the current key's
 	// slice starts, in order.
 	first(fn func(p int64) (int64, bool)) (int64, bool)
@@ -82,7 +82,7 @@ func findSlice[A any](sl []aggSlice[A], p int64) (int, bool) {
 	})
 }
 
-func (s *aggSlices[K, T, A, R]) add(p int64, v T) bool {
+func (s *aggSlices[K, T, A, R]) add(p int64, v T) int64 {
 	set, _ := s.st.Get()
 	sl := set.Slices
 	i, found := findSlice(sl, p)
@@ -92,7 +92,7 @@ func (s *aggSlices[K, T, A, R]) add(p int64, v T) bool {
 		set.Slices = slices.Insert(sl, i, aggSlice[A]{Start: p, Acc: s.agg.Add(v, s.agg.CreateAccumulator())})
 	}
 	s.st.Update(set)
-	return !found
+	return set.Next
 }
 
 func (s *aggSlices[K, T, A, R]) first(fn func(p int64) (int64, bool)) (int64, bool) {
@@ -191,7 +191,7 @@ type sliceIndex struct {
 	Starts []int64
 }
 
-func (s *listSlices[K, T, O]) add(p int64, v T) bool {
+func (s *listSlices[K, T, O]) add(p int64, v T) int64 {
 	ix, _ := s.index.Get()
 	i, found := slices.BinarySearch(ix.Starts, p)
 	if !found {
@@ -200,7 +200,7 @@ func (s *listSlices[K, T, O]) add(p int64, v T) bool {
 	}
 	s.lists.SetNamespace(p)
 	s.lists.Add(v)
-	return !found
+	return ix.Next
 }
 
 func (s *listSlices[K, T, O]) first(fn func(p int64) (int64, bool)) (int64, bool) {

@@ -162,6 +162,13 @@ func (q *TimerQueue[K, N]) registerAll(ts []Timer[K, N]) {
 	}
 }
 
+// Contains reports whether the timer at ts for key, group and ns is
+// queued.
+func (q *TimerQueue[K, N]) Contains(ts int64, key K, group int, ns N) bool {
+	_, ok := q.group(group, false)[Timer[K, N]{Timestamp: ts, Key: key, Group: group, Namespace: ns}]
+	return ok
+}
+
 // Delete removes the timer at ts for key, group and ns. It returns false if
 // there was none.
 func (q *TimerQueue[K, N]) Delete(ts int64, key K, group int, ns N) bool {
