@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"errors"
 	"math"
 
 	"github.com/edgedio/edged/codec"
@@ -191,13 +192,16 @@ func (c *keyedCore[K, O]) fireProcessingTime(now int64) error {
 	c.procCancel = nil
 	var err error
 	c.procTimers.PopUntil(now, func(t state.Timer[K, struct{}]) {
-		if err != nil {
+		if err != nil || c.stopped(&err) {
 			return
 		}
 		c.keys.Set(t.Key, t.Group)
 		c.ctx.Time.Timestamp = NoTimestamp
 		err = c.onTimer(t.Timestamp, ProcessingTime)
 	})
+	if err == errSubtaskStopped {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -205,18 +209,41 @@ func (c *keyedCore[K, O]) fireProcessingTime(now int64) error {
 	return nil
 }
 
+// errSubtaskStopped ends a run of timers when the subtask stops.
+var errSubtaskStopped = errors.New("operators: the subtask stopped")
+
+// stopped reports whether the subtask stopped (its Context.Done is
+// closed), and then sets *err to errSubtaskStopped. The timers that fire
+// at a watermark or a processing time include those their functions
+// register at or before it: a function that always registers one (a
+// periodic timer at the final watermark, math.MaxInt64, registers its
+// next one there until the time wraps round) fires without end, and only
+// the stop of its subtask ends the run, as the cancel of a job does.
+func (c *keyedCore[K, O]) stopped(err *error) bool {
+	select {
+	case <-c.ctx.Done:
+		*err = errSubtaskStopped
+		return true
+	default:
+		return false
+	}
+}
+
 // advance fires the event-time timers up to wm and forwards wm.
 func (c *keyedCore[K, O]) advance(wm int64) error {
 	c.wm = wm
 	var err error
 	c.eventTimers.PopUntil(wm, func(t state.Timer[K, struct{}]) {
-		if err != nil {
+		if err != nil || c.stopped(&err) {
 			return
 		}
 		c.keys.Set(t.Key, t.Group)
 		c.ctx.Time.Timestamp = t.Timestamp
 		err = c.onTimer(t.Timestamp, EventTime)
 	})
+	if err == errSubtaskStopped {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
