@@ -65,12 +65,17 @@ func (x *aggAcc) add(fn string, v float64, t int64) {
 	case "sum", "avg":
 		x.V += v
 	case "min":
-		if x.N == 0 || v < x.V {
+		// math.Min, as Merge: -0 is below 0 whichever comes first.
+		if x.N == 0 {
 			x.V = v
+		} else {
+			x.V = math.Min(x.V, v)
 		}
 	case "max":
-		if x.N == 0 || v > x.V {
+		if x.N == 0 {
 			x.V = v
+		} else {
+			x.V = math.Max(x.V, v)
 		}
 	case "first":
 		if x.N == 0 || t < x.T {
