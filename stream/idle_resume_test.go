@@ -31,7 +31,7 @@ func TestIdleSourceResumes(t *testing.T) {
 	}
 	aRecs = append(aRecs, keyedTime{K: "k", TS: 120})
 	bRecs := []keyedTime{{K: "k", TS: 0}, {K: "k", TS: 2}, {K: "k", TS: 50}, {K: "k", TS: 96}}
-	la, lb := newLimit(), newLimit()
+	la, lb := newGate(), newGate()
 	var readA, readB atomic.Int64
 	var mu sync.Mutex
 	var got []string
@@ -48,9 +48,9 @@ func TestIdleSourceResumes(t *testing.T) {
 	}
 	env := stream.NewEnvironment("idle-resume", stream.WithParallelism(1), stream.WithClock(clock))
 	strategy := watermark.ForBoundedOutOfOrderness(0, func(e keyedTime) int64 { return e.TS }).WithPerEventEmit().WithIdleness(time.Second)
-	a := stream.FromSource(env, "a", func() operators.Source[keyedTime] { return &limitedSource{all: aRecs, limit: la, read: &readA} }).UID("a").
+	a := stream.FromSource(env, "a", func() operators.Source[keyedTime] { return &gatedSource[keyedTime]{all: aRecs, gate: la, read: &readA} }).UID("a").
 		AssignTimestampsAndWatermarks("a-time", strategy).UID("a-time")
-	b := stream.FromSource(env, "b", func() operators.Source[keyedTime] { return &limitedSource{all: bRecs, limit: lb, read: &readB} }).UID("b").
+	b := stream.FromSource(env, "b", func() operators.Source[keyedTime] { return &gatedSource[keyedTime]{all: bRecs, gate: lb, read: &readB} }).UID("b").
 		AssignTimestampsAndWatermarks("b-time", strategy).UID("b-time")
 	late := operators.NewOutputTag[keyedTime]("late")
 	w := stream.Window(stream.KeyBy(a.Union(b), func(e keyedTime) string { return e.K }), operators.TumblingEventTimeWindows(10*time.Millisecond)).SideOutputLateData(late)

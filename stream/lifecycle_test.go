@@ -568,7 +568,7 @@ func TestExecuteRefusedWhileRunning(t *testing.T) {
 			env := stream.NewEnvironment("running", opts...)
 			g := newGate()
 			stream.FromSource(env, "ts", func() operators.Source[int64] {
-				return &gatedSource{all: []int64{1, 2}, gate: g}
+				return &gatedSource[int64]{all: []int64{1, 2}, gate: g}
 			}).UID("ts").To("discard", func() operators.Sink[int64] {
 				return operators.NewSinkFunc(func(int64) error { return nil })
 			}).UID("discard")
@@ -605,7 +605,7 @@ func TestFailureWithoutRestartStrategySaysSo(t *testing.T) {
 	g := newGate()
 	g.allow(2)
 	src := stream.FromSource(env, "ts", func() operators.Source[int64] {
-		return &gatedSource{all: []int64{1, 2}, gate: g}
+		return &gatedSource[int64]{all: []int64{1, 2}, gate: g}
 	}).UID("ts")
 	stream.Map(src, "boom", func(int64) (int64, error) { return 0, errors.New("boom") }).To("discard", func() operators.Sink[int64] {
 		return operators.NewSinkFunc(func(int64) error { return nil })
@@ -764,7 +764,7 @@ func TestCheckpointDirInUseIsRefused(t *testing.T) {
 	build := func(g *gate) *stream.Environment {
 		env := stream.NewEnvironment("twice", stream.WithCheckpointing(cfg))
 		stream.FromSource(env, "ts", func() operators.Source[int64] {
-			return &gatedSource{all: []int64{1, 2}, gate: g}
+			return &gatedSource[int64]{all: []int64{1, 2}, gate: g}
 		}).UID("ts").To("discard", func() operators.Sink[int64] {
 			return operators.NewSinkFunc(func(int64) error { return nil })
 		}).UID("discard")

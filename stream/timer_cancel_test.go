@@ -42,11 +42,11 @@ func (f *everyMinute) OnTimer(ts int64, ctx *operators.KeyedContext[string, stri
 // not stop, and the task's goroutine spun on for ever.
 func TestCancelStopsTimersFiringWithoutEnd(t *testing.T) {
 	var fired, read atomic.Int64
-	l := newLimit()
+	l := newGate()
 	l.allow(1)
 	env := stream.NewEnvironment("every-minute", stream.WithParallelism(1))
 	src := stream.FromSource(env, "src", func() operators.Source[keyedTime] {
-		return &limitedSource{all: []keyedTime{{K: "k", TS: 0}}, limit: l, read: &read}
+		return &gatedSource[keyedTime]{all: []keyedTime{{K: "k", TS: 0}}, gate: l, read: &read}
 	}).AssignTimestampsAndWatermarks("time", watermark.ForMonotonous(func(e keyedTime) int64 { return e.TS }))
 	stream.KeyedProcess(stream.KeyBy(src, func(e keyedTime) string { return e.K }), "every-minute",
 		func() operators.KeyedProcessFunction[string, keyedTime, string] { return &everyMinute{fired: &fired} }).UID("every-minute").

@@ -43,22 +43,27 @@ func (g *gate) state() (int, <-chan struct{}) {
 	return g.n, g.bell
 }
 
-// gatedSource emits the timestamps of all, in order, as far as its gate
-// lets it, and checkpoints its position. One subtask.
-type gatedSource struct {
+// gatedSource emits all, in order, as far as its gate lets it, counts
+// what it emitted in read (when not nil), and checkpoints its position.
+// One subtask.
+type gatedSource[T any] struct {
 	operators.Base
-	all  []int64
+	all  []T
 	gate *gate
+	read *atomic.Int64
 	next int
 	wait <-chan struct{}
 }
 
-func (s *gatedSource) Poll(out operators.Collector[int64], limit int) (operators.Status, error) {
+func (s *gatedSource[T]) Poll(out operators.Collector[T], limit int) (operators.Status, error) {
 	s.gate.polled.Store(true)
 	n, bell := s.gate.state()
 	for k := 0; k < limit && s.next < len(s.all) && s.next < n; k++ {
 		out.Collect(s.all[s.next])
 		s.next++
+		if s.read != nil {
+			s.read.Store(int64(s.next))
+		}
 	}
 	switch {
 	case s.next >= len(s.all):
@@ -70,7 +75,7 @@ func (s *gatedSource) Poll(out operators.Collector[int64], limit int) (operators
 	return operators.NothingAvailable, nil
 }
 
-func (s *gatedSource) Available() <-chan struct{} {
+func (s *gatedSource[T]) Available() <-chan struct{} {
 	if s.wait == nil {
 		ch := make(chan struct{})
 		close(ch)
@@ -79,9 +84,9 @@ func (s *gatedSource) Available() <-chan struct{} {
 	return s.wait
 }
 
-func (s *gatedSource) SnapshotState(int64) ([]byte, error) { return positionState(s.next), nil }
+func (s *gatedSource[T]) SnapshotState(int64) ([]byte, error) { return positionState(s.next), nil }
 
-func (s *gatedSource) RestoreState(states [][]byte, _ int) error {
+func (s *gatedSource[T]) RestoreState(states [][]byte, _ int) error {
 	return restorePosition(states, &s.next)
 }
 
@@ -119,7 +124,7 @@ func (f *countTimers) OnTimer(ts int64, ctx *operators.KeyedContext[string, stri
 func timerJob(g *gate, out string, seen *atomic.Int64, failAt int64, opts ...stream.Option) *stream.Environment {
 	env := stream.NewEnvironment("timer-behind", opts...)
 	src := stream.FromSource(env, "ts", func() operators.Source[int64] {
-		return &gatedSource{all: []int64{10_000, 5_000, 5_000, 20_000}, gate: g}
+		return &gatedSource[int64]{all: []int64{10_000, 5_000, 5_000, 20_000}, gate: g}
 	}).SetParallelism(1).UID("ts").
 		AssignTimestampsAndWatermarks("wm", watermark.ForBoundedOutOfOrderness(0, func(ts int64) int64 { return ts }).WithPerEventEmit())
 	failing := stream.Map(src, "fail", func(ts int64) (int64, error) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,73 +21,6 @@ import (
 type keyedTime struct {
 	K  string
 	TS int64
-}
-
-// limit lets a limitedSource emit its first n records; the test raises
-// n.
-type limit struct {
-	mu   sync.Mutex
-	n    int
-	bell chan struct{} // closed when n is raised
-}
-
-func newLimit() *limit { return &limit{bell: make(chan struct{})} }
-
-func (l *limit) allow(n int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.n = n
-	close(l.bell)
-	l.bell = make(chan struct{})
-}
-
-func (l *limit) get() (int, <-chan struct{}) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.n, l.bell
-}
-
-// limitedSource emits all, in order, as far as its limit lets it, counts
-// what it emitted in read, and checkpoints its position. One subtask.
-type limitedSource struct {
-	operators.Base
-	all   []keyedTime
-	limit *limit
-	read  *atomic.Int64
-	next  int
-	wait  <-chan struct{}
-}
-
-func (s *limitedSource) Poll(out operators.Collector[keyedTime], max int) (operators.Status, error) {
-	n, bell := s.limit.get()
-	for k := 0; k < max && s.next < len(s.all) && s.next < n; k++ {
-		out.Collect(s.all[s.next])
-		s.next++
-		s.read.Store(int64(s.next))
-	}
-	switch {
-	case s.next >= len(s.all):
-		return operators.EndOfInput, nil
-	case s.next < n:
-		return operators.MoreAvailable, nil
-	}
-	s.wait = bell
-	return operators.NothingAvailable, nil
-}
-
-func (s *limitedSource) Available() <-chan struct{} {
-	if s.wait == nil {
-		ch := make(chan struct{})
-		close(ch)
-		return ch
-	}
-	return s.wait
-}
-
-func (s *limitedSource) SnapshotState(int64) ([]byte, error) { return positionState(s.next), nil }
-
-func (s *limitedSource) RestoreState(states [][]byte, _ int) error {
-	return restorePosition(states, &s.next)
 }
 
 // countKeyedTime counts records; it has Merge for session and sliding
@@ -131,10 +63,10 @@ func (f *timerAfter) OnTimer(ts int64, ctx *operators.KeyedContext[string, strin
 // sliding windows (10 ms every 5 ms, lateness 2 ms), both with their late
 // records on side outputs, and event-time timers; everything goes to an
 // exactly-once file sink in out.
-func windowsRescaleJob(all []keyedTime, l *limit, read *atomic.Int64, out string, opts ...stream.Option) *stream.Environment {
+func windowsRescaleJob(all []keyedTime, l *gate, read *atomic.Int64, out string, opts ...stream.Option) *stream.Environment {
 	env := stream.NewEnvironment("rescale-windows", opts...)
 	src := stream.FromSource(env, "src", func() operators.Source[keyedTime] {
-		return &limitedSource{all: all, limit: l, read: read}
+		return &gatedSource[keyedTime]{all: all, gate: l, read: read}
 	}).SetParallelism(1).UID("src").
 		AssignTimestampsAndWatermarks("wm", watermark.ForBoundedOutOfOrderness(3*time.Millisecond, func(e keyedTime) int64 { return e.TS }).WithPerEventEmit()).UID("wm")
 	keyed := stream.KeyBy(src, func(e keyedTime) string { return e.K })
@@ -190,7 +122,7 @@ func TestWindowsAndTimersAcrossRescaleOneThreeTwo(t *testing.T) {
 	cfg := checkpointConfig(t, snapshot.ExactlyOnce)
 	cfg.Interval = time.Hour // only the savepoints
 	refOut := t.TempDir()
-	l := newLimit()
+	l := newGate()
 	l.allow(len(all))
 	var read atomic.Int64
 	if err := execute(t, windowsRescaleJob(all, l, &read, refOut, stream.WithParallelism(1), stream.WithCheckpointing(cfg))); err != nil {
@@ -204,7 +136,7 @@ func TestWindowsAndTimersAcrossRescaleOneThreeTwo(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		sp := ""
 		for i, p := range []int{1, 3, 2} {
-			l := newLimit()
+			l := newGate()
 			var read atomic.Int64
 			cfg.Dir = t.TempDir()
 			opts := []stream.Option{stream.WithParallelism(p), stream.WithCheckpointing(cfg)}

@@ -30,7 +30,7 @@ func windowSettingsTime(ts int64) int64     { return ts }
 func windowSettingsJob(g *gate, assigner operators.WindowAssigner, opts ...stream.Option) *stream.Environment {
 	env := stream.NewEnvironment("window-settings", append([]stream.Option{stream.WithParallelism(1)}, opts...)...)
 	src := stream.FromSource(env, "ts", func() operators.Source[int64] {
-		return &gatedSource{all: []int64{1_000, 2_000, 3_000, 60_000}, gate: g}
+		return &gatedSource[int64]{all: []int64{1_000, 2_000, 3_000, 60_000}, gate: g}
 	}).UID("ts").
 		AssignTimestampsAndWatermarks("wm", watermark.ForBoundedOutOfOrderness(0, windowSettingsTime).WithPerEventEmit())
 	w := stream.Window(stream.KeyBy(src, windowSettingsKey), assigner)
@@ -104,7 +104,7 @@ func TestRestoreRefusesAnotherWindowAssigner(t *testing.T) {
 	g := newGate()
 	g.allow(4)
 	src := stream.FromSource(env, "ts", func() operators.Source[int64] {
-		return &gatedSource{all: []int64{1_000, 2_000, 3_000, 60_000}, gate: g}
+		return &gatedSource[int64]{all: []int64{1_000, 2_000, 3_000, 60_000}, gate: g}
 	}).UID("ts")
 	stream.KeyedProcess(stream.KeyBy(src, windowSettingsKey), "win", func() operators.KeyedProcessFunction[string, int64, string] { return &countTimers{} }).UID("win").
 		To("discard", func() operators.Sink[string] {
