@@ -405,46 +405,9 @@ func TestMosquittoSinkBrokerDownResultsKept(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with a sink broker down")
 	}
-	w := newWorkload(t, 30_000)
-	src, out := startBroker(t, ""), startBroker(t, "")
-	dir := t.TempDir()
-	api := freeAddr(t)
-	// The first pipeline makes out the node's sink broker.
-	first := fmt.Sprintf(`  - name: other
-    source:
-      mqtt:
-        broker: %s
-        client_id: edged-other
-        topics: [other/+]
-        format: json
-        fields:
-          id: {type: string, path: $.id}
-    sinks: [{file: {dir: %s/other-out}}]
-`, out.url(), dir)
-	cfgPath := writeBrokerFaultConfig(t, dir, brokerFaultConfig{job: "plant", api: api, source: src.url(),
-		clientID: "edged-brokerfault", qos: 1, extra: first})
-	col := newCollector()
-	sub := connect(t, paho.NewClientOptions().AddBroker(out.url()).SetClientID("brokerfault-results").
-		SetCleanSession(false).SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(col.handle).
-		SetConnectionLostHandler(func(paho.Client, error) {}))
-	defer sub.Disconnect(100)
-	if tok := sub.Subscribe("agg/#", 1, col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscribe: %v", tok.Error())
-	}
-	nd := &node{t: t, cfgPath: cfgPath, logPath: filepath.Join(dir, "edged.log"), brokerAddr: src.addr, apiAddr: api}
-	nd.readyFn = func(client *http.Client) bool { return jobStatus(t, nd, "plant") == "running" }
-	cleanupNode(t, nd)
-	nd.start()
-	testutil.Eventually(t, 30*time.Second, "both subscribers subscribed", func() bool {
-		return strings.Count(nd.runLog(), "mqtt subscriber subscribed") >= 2
-	})
-	devs := devices(t, src.url(), "brokerfault-dev", conns, true)
-	defer disconnectAll(devs, 100)
-	publish := func(from, to int) {
-		t.Helper()
-		l := startLoader(w, devs, 1, from, to)
-		l.wait(t, nd, 2*time.Minute)
-	}
+	sf := startSinkFault(t, "brokerfault", 30_000)
+	defer sf.close()
+	w, out, nd, col, sub, publish := sf.w, sf.out, sf.nd, sf.col, sf.sub, sf.publish
 	quarter := w.all() / 4
 	publish(0, quarter)
 	out.waitSaved()
@@ -475,6 +438,73 @@ func TestMosquittoSinkBrokerDownResultsKept(t *testing.T) {
 	if code := nd.terminate(30 * time.Second); code != 0 {
 		t.Errorf("edged exited %d after SIGTERM, want 0", code)
 	}
+}
+
+// sinkFault is a node running job "plant", which reads sensor readings
+// from the broker src and publishes its windows to another broker, out,
+// with a consumer subscribed to them there and publishing devices
+// connected to src: what the tests of an outage of the sink's broker
+// start from. Its first pipeline, "other", makes out the node's sink
+// broker and keeps the node running when plant stops.
+type sinkFault struct {
+	w        workload
+	src, out *broker
+	dir, api string
+	nd       *node
+	col      *collector
+	sub      paho.Client
+	devs     []paho.Client
+}
+
+// startSinkFault starts a sinkFault of readings readings whose clients'
+// ids start with name.
+func startSinkFault(t *testing.T, name string, readings int) *sinkFault {
+	t.Helper()
+	f := &sinkFault{w: newWorkload(t, readings), src: startBroker(t, ""), out: startBroker(t, ""), dir: t.TempDir(), api: freeAddr(t)}
+	first := fmt.Sprintf(`  - name: other
+    source:
+      mqtt:
+        broker: %s
+        client_id: edged-other
+        topics: [other/+]
+        format: json
+        fields:
+          id: {type: string, path: $.id}
+    sinks: [{file: {dir: %s/other-out}}]
+`, f.out.url(), f.dir)
+	cfgPath := writeBrokerFaultConfig(t, f.dir, brokerFaultConfig{job: "plant", api: f.api, source: f.src.url(),
+		clientID: "edged-" + name, qos: 1, extra: first})
+	f.col = newCollector()
+	f.sub = connect(t, paho.NewClientOptions().AddBroker(f.out.url()).SetClientID(name+"-results").
+		SetCleanSession(false).SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(f.col.handle).
+		SetConnectionLostHandler(func(paho.Client, error) {}))
+	if tok := f.sub.Subscribe("agg/#", 1, f.col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		f.sub.Disconnect(100)
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	f.nd = &node{t: t, cfgPath: cfgPath, logPath: filepath.Join(f.dir, "edged.log"), brokerAddr: f.src.addr, apiAddr: f.api}
+	f.nd.readyFn = func(*http.Client) bool { return jobStatus(t, f.nd, "plant") == "running" }
+	cleanupNode(t, f.nd)
+	f.nd.start()
+	testutil.Eventually(t, 30*time.Second, "both subscribers subscribed", func() bool {
+		return strings.Count(f.nd.runLog(), "mqtt subscriber subscribed") >= 2
+	})
+	f.devs = devices(t, f.src.url(), name+"-dev", conns, true)
+	return f
+}
+
+// publish publishes readings [from, to) and waits until the node has
+// taken them.
+func (f *sinkFault) publish(from, to int) {
+	f.nd.t.Helper()
+	l := startLoader(f.w, f.devs, 1, from, to)
+	l.wait(f.nd.t, f.nd, 2*time.Minute)
+}
+
+// close disconnects the devices and the consumer.
+func (f *sinkFault) close() {
+	disconnectAll(f.devs, 100)
+	f.sub.Disconnect(100)
 }
 
 // jobStatus returns job's status in GET /jobs, or what kept it from

@@ -3,11 +3,8 @@ package test
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -30,47 +27,9 @@ func TestMosquittoStopWaitsForTheSinkBroker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with a sink broker down during a stop")
 	}
-	w := newWorkload(t, 20_000)
-	src, out := startBroker(t, ""), startBroker(t, "")
-	dir := t.TempDir()
-	api := freeAddr(t)
-	// The first pipeline makes out the node's sink broker; it also keeps
-	// the node running once plant is stopped.
-	first := fmt.Sprintf(`  - name: other
-    source:
-      mqtt:
-        broker: %s
-        client_id: edged-other
-        topics: [other/+]
-        format: json
-        fields:
-          id: {type: string, path: $.id}
-    sinks: [{file: {dir: %s/other-out}}]
-`, out.url(), dir)
-	cfgPath := writeBrokerFaultConfig(t, dir, brokerFaultConfig{job: "plant", api: api, source: src.url(),
-		clientID: "edged-stopwait", qos: 1, extra: first})
-	col := newCollector()
-	sub := connect(t, paho.NewClientOptions().AddBroker(out.url()).SetClientID("stopwait-results").
-		SetCleanSession(false).SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(col.handle).
-		SetConnectionLostHandler(func(paho.Client, error) {}))
-	defer sub.Disconnect(100)
-	if tok := sub.Subscribe("agg/#", 1, col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscribe: %v", tok.Error())
-	}
-	nd := &node{t: t, cfgPath: cfgPath, logPath: filepath.Join(dir, "edged.log"), brokerAddr: src.addr, apiAddr: api}
-	nd.readyFn = func(*http.Client) bool { return jobStatus(t, nd, "plant") == "running" }
-	cleanupNode(t, nd)
-	nd.start()
-	testutil.Eventually(t, 30*time.Second, "both subscribers subscribed", func() bool {
-		return strings.Count(nd.runLog(), "mqtt subscriber subscribed") >= 2
-	})
-	devs := devices(t, src.url(), "stopwait-dev", conns, true)
-	defer disconnectAll(devs, 100)
-	publish := func(from, to int) {
-		t.Helper()
-		l := startLoader(w, devs, 1, from, to)
-		l.wait(t, nd, 2*time.Minute)
-	}
+	sf := startSinkFault(t, "stopwait", 20_000)
+	defer sf.close()
+	w, out, nd, col, sub, api, publish := sf.w, sf.out, sf.nd, sf.col, sf.sub, sf.api, sf.publish
 	half := w.all() / 2
 	publish(0, half/2)
 	out.waitSaved()
