@@ -28,8 +28,8 @@ type TTLConfig struct {
 // expiry returns the expiry time (Unix nanoseconds) of an entry renewed
 // at now with a TTL of ttl nanoseconds, math.MaxInt64 when that is beyond
 // what an int64 holds: a TTL of time.Duration(math.MaxInt64) ("forever")
-// or of more than about 236 years from 2026 never expires. Before, the sum
-// wrapped negative and every entry written was already expired.
+// or of more than about 236 years from 2026 never expires, where the sum
+// would wrap negative and expire every entry as it is written.
 func expiry(now, ttl int64) int64 {
 	if ttl > 0 && now > math.MaxInt64-ttl {
 		return math.MaxInt64

@@ -48,8 +48,6 @@ func KeyedProcess[T any, K comparable, O any](k *KeyedStream[T, K], name string,
 	k.must(called("KeyedProcess", name))
 	if fn == nil {
 		k.s.env.nilFunc(name, "the function factory")
-	}
-	if fn == nil {
 		fn = func() operators.KeyedProcessFunction[K, T, O] { return nil }
 	}
 	var seen instances
