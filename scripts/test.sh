@@ -71,11 +71,14 @@ go test -race -count=1 -timeout 20m -skip "$RACE_SKIP" $RACE_PKGS
 echo "== the tests the race detector skipped: $RACE_SKIP"
 go test -count=1 -run "$RACE_SKIP" $RACE_PKGS
 
-# Every other package, without the race detector (they ran above with it
-# otherwise). test/ runs real processes, brokers and kill -9 one test after
-# another.
-OTHER_PKGS=$(go list ./... | grep -v -E '/(actors|stream|operators|state|pipeline|mqtt|daemon|cluster|internal)(/|$)')
+# Every other package but test/, without the race detector (they ran
+# above with it otherwise).
+OTHER_PKGS=$(go list ./... | grep -v -E '/(actors|stream|operators|state|pipeline|mqtt|daemon|cluster|internal|test)(/|$)')
 echo "== the other packages"
 go test -count=1 -timeout 30m $OTHER_PKGS
+
+# test/ runs real processes, brokers and kill -9: each test in a process
+# of its own, two at a time.
+./scripts/e2e.sh
 
 ./scripts/cross.sh

@@ -32,7 +32,16 @@ func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
 }
 
+// edgedEnv names an edged binary built beforehand (scripts/e2e.sh builds
+// it once for the tests it runs one process each); TestMain builds one
+// when it is not set.
+const edgedEnv = "EDGED_E2E_EDGED"
+
 func runMain(m *testing.M) int {
+	if bin := os.Getenv(edgedEnv); bin != "" {
+		edgedBin = bin
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", "edged-e2e-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mkdir temp:", err)

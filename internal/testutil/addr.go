@@ -1,9 +1,12 @@
 package testutil
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"strconv"
+	"sync"
 	"testing"
 )
 
@@ -18,13 +21,36 @@ const (
 	freeHigh = 32000
 )
 
+// PortsEnv narrows the ports FreeAddr picks from to "low-high" (high
+// excluded), a part of [20000, 32000): test processes run side by side
+// (scripts/e2e.sh) each get a part of their own, so one never picks a
+// port another picked and has not bound yet.
+const PortsEnv = "EDGED_TEST_PORTS"
+
+var portRange = sync.OnceValues(func() ([2]int, error) {
+	v := os.Getenv(PortsEnv)
+	if v == "" {
+		return [2]int{freeLow, freeHigh}, nil
+	}
+	var lo, hi int
+	if n, err := fmt.Sscanf(v, "%d-%d", &lo, &hi); err != nil || n != 2 || lo < freeLow || hi > freeHigh || hi-lo < 100 {
+		return [2]int{}, fmt.Errorf("%s=%q: want low-high within [%d, %d] and at least 100 ports apart", PortsEnv, v, freeLow, freeHigh)
+	}
+	return [2]int{lo, hi}, nil
+})
+
 // FreeAddr returns a 127.0.0.1 address whose port was free for TCP and
 // UDP (a cluster node's gossip takes both) when it looked, for a server
 // the test starts later, in its own or another process.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
+	r, err := portRange()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo, hi := r[0], r[1]
 	for range 100 {
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freeLow+rand.IntN(freeHigh-freeLow)))
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(lo+rand.IntN(hi-lo)))
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			continue
@@ -37,6 +63,6 @@ func FreeAddr(t testing.TB) string {
 		p.Close()
 		return addr
 	}
-	t.Fatalf("no free port on 127.0.0.1 in [%d, %d) after 100 tries", freeLow, freeHigh)
+	t.Fatalf("no free port on 127.0.0.1 in [%d, %d) after 100 tries", lo, hi)
 	return ""
 }
