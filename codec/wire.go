@@ -3,6 +3,7 @@ package codec
 import (
 	"encoding/binary"
 	"math"
+	"math/bits"
 )
 
 // maxDepth bounds how deeply pointers, slices and maps may nest in one
@@ -16,6 +17,22 @@ const maxDepth = 1000
 func readUvarint(src []byte) (uint64, int, error) {
 	if len(src) > 0 && src[0] < 0x80 {
 		return uint64(src[0]), 1, nil
+	}
+	if len(src) >= 8 {
+		// Up to 8 bytes from one load: the first byte with its high bit
+		// clear ends the varint, and the 7-bit groups before it are
+		// gathered without a loop. Longer varints take the loop below.
+		w := binary.LittleEndian.Uint64(src)
+		if stop := ^w & 0x8080808080808080; stop != 0 {
+			n := bits.TrailingZeros64(stop)/8 + 1 // 2 to 8: the first byte continues
+			if src[n-1] == 0 {
+				return 0, 0, errPaddedVarint
+			}
+			w &= 1<<(8*n) - 1 // 8*n == 64 keeps all of w
+			x := w&0x7f | w>>1&(0x7f<<7) | w>>2&(0x7f<<14) | w>>3&(0x7f<<21) |
+				w>>4&(0x7f<<28) | w>>5&(0x7f<<35) | w>>6&(0x7f<<42) | w>>7&(0x7f<<49)
+			return x, n, nil
+		}
 	}
 	var x uint64
 	var s uint
