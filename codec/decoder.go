@@ -1,8 +1,10 @@
 package codec
 
 import (
+	"encoding/binary"
 	"fmt"
-	"hash/maphash"
+	"math/bits"
+	"math/rand/v2"
 	"slices"
 	"unsafe"
 )
@@ -11,9 +13,10 @@ import (
 // another, reusing what it can from one value to the next: a short string
 // equal to one it decoded recently is returned again rather than allocated
 // anew, and a struct of scalars and strings compiled by For is decoded in
-// place, in one loop, without a call through the Codec interface per
-// value. Decoded values are exactly those the codec's Decode returns, and
-// decoding is as strict; a returned string may be shared with values
+// place, in one loop over its fields with the common encodings decoded
+// inline, without a call through the Codec interface or a plan function
+// per value. Decoded values are exactly those the codec's Decode returns,
+// and decoding is as strict; a returned string may be shared with values
 // decoded before (strings are immutable, so no value can tell).
 //
 // A Decoder keeps up to internSlots strings of at most internMaxLen bytes
@@ -24,26 +27,27 @@ type Decoder[T any] struct {
 	c Codec[T]
 	// pl is the plan of a compiled codec, nil for any other.
 	pl *plan
-	// flat is set when pl is a struct whose fields are all scalars: a
-	// copy of pl whose string fields decode with intern.
-	flat *plan
+	// flat is set when pl is a struct whose fields are all scalars: its
+	// fields, in order.
+	flat []flatField
 	// str is set when T is string and c its built-in codec.
-	str bool
-	// intern decodes a string, interning it in strs.
-	intern decFunc
-	strs   *internTable
+	str  bool
+	strs *internTable
+}
+
+// flatField is one field of a struct of scalars: its op and its offset.
+type flatField struct {
+	op  opKind
+	off uintptr
 }
 
 // NewDecoder returns a decoder of values encoded with c.
 func NewDecoder[T any](c Codec[T]) *Decoder[T] {
 	d := &Decoder[T]{c: c}
-	d.intern = internString(&d.strs)
 	switch cc := any(c).(type) {
 	case compiled[T]:
 		d.pl = cc.pl
-		if isFlat(cc.pl) {
-			d.flat = withStrings(cc.pl, d.intern)
-		}
+		d.flat = flatFields(cc.pl)
 	case StringCodec:
 		d.str = true
 	}
@@ -78,9 +82,16 @@ func (d *Decoder[T]) AppendN(dst []T, src []byte, n int) ([]T, int, error) {
 	dst = slices.Grow(dst, n)[:start+n] // grows ahead, as append does
 	off := 0
 	var zero T
+	flat := d.flat != nil
 	for i := start; i < start+n; i++ {
 		dst[i] = zero
-		k, err := d.decodeInto(src[off:], &dst[i])
+		var k int
+		var err error
+		if flat {
+			k, err = d.decFlat(src[off:], unsafe.Pointer(&dst[i]))
+		} else {
+			k, err = d.decodeInto(src[off:], &dst[i])
+		}
 		if err == nil && (k < 0 || k > len(src)-off) {
 			err = fmt.Errorf("%w: codec consumed %d of %d bytes", ErrCorrupt, k, len(src)-off)
 		}
@@ -97,11 +108,11 @@ func (d *Decoder[T]) AppendN(dst []T, src []byte, n int) ([]T, int, error) {
 func (d *Decoder[T]) decodeInto(src []byte, v *T) (int, error) {
 	switch {
 	case d.flat != nil:
-		return d.flat.decStruct(src, unsafe.Pointer(v), 0)
+		return d.decFlat(src, unsafe.Pointer(v))
 	case d.pl != nil:
 		return d.pl.decode(src, unsafe.Pointer(v), 0)
 	case d.str:
-		return d.intern(src, unsafe.Pointer(v), 0)
+		return d.internInto(src, (*string)(unsafe.Pointer(v)))
 	}
 	var err error
 	var n int
@@ -109,58 +120,91 @@ func (d *Decoder[T]) decodeInto(src []byte, v *T) (int, error) {
 	return n, err
 }
 
-// isFlat reports whether pl is a struct whose fields are all scalars.
-func isFlat(pl *plan) bool {
-	if !pl.isStrct {
-		return false
+// flatFields returns the fields of pl if it is a struct whose fields are
+// all scalars, and nil otherwise.
+func flatFields(pl *plan) []flatField {
+	if !pl.isStrct || len(pl.fields) == 0 {
+		return nil
 	}
-	for _, f := range pl.fields {
+	fs := make([]flatField, len(pl.fields))
+	for i, f := range pl.fields {
 		if f.pl.op == opPlan {
-			return false
+			return nil
 		}
+		fs[i] = flatField{op: f.pl.op, off: f.off}
 	}
-	return true
+	return fs
 }
 
-// withStrings returns a copy of the struct plan pl whose string fields
-// decode with dec. The copy only decodes: it has no enc.
-func withStrings(pl *plan, dec decFunc) *plan {
-	str := &plan{dec: dec, minSize: 1}
-	cp := &plan{fields: slices.Clone(pl.fields), isStrct: true, minSize: pl.minSize}
-	for i := range cp.fields {
-		if cp.fields[i].pl.op == opString {
-			cp.fields[i].pl = str
+// decFlat decodes the struct of scalars at p, field by field, as the
+// plan's decStruct does: the same values, bytes consumed and errors. A
+// string is interned; a one-byte varint and a float64 are decoded
+// inline, anything else by decodeScalar.
+func (d *Decoder[T]) decFlat(src []byte, p unsafe.Pointer) (int, error) {
+	off := 0
+	for _, f := range d.flat {
+		q := unsafe.Add(p, f.off)
+		rest := src[off:]
+		var n int
+		var err error
+		switch f.op {
+		case opString:
+			n, err = d.internInto(rest, (*string)(q))
+		case opInt64:
+			if len(rest) > 0 && rest[0] < 0x80 {
+				x := uint64(rest[0])
+				*(*int64)(q) = int64(x>>1) ^ -int64(x&1)
+				off++
+				continue
+			}
+			n, err = decodeSigned(opInt64, rest, q)
+		case opFloat64:
+			if len(rest) < 8 {
+				return 0, errShortFixed
+			}
+			*(*uint64)(q) = binary.LittleEndian.Uint64(rest)
+			off += 8
+			continue
+		default:
+			n, err = decodeScalar(f.op, rest, q)
 		}
-	}
-	cp.dec = cp.decStruct
-	return cp
-}
-
-// internString returns a decFunc that decodes a length-prefixed string
-// into the string at p, interning it in *strs, which it allocates on the
-// first string it interns. It is a closure, not a method value, which
-// would cost a call more per string.
-func internString(strs **internTable) decFunc {
-	return func(src []byte, p unsafe.Pointer, _ int) (int, error) {
-		b, n, err := readPrefixed(src)
 		if err != nil {
 			return 0, err
 		}
-		s := (*string)(p)
-		if len(b) == 0 {
-			*s = ""
-			return n, nil
-		}
-		if len(b) > internMaxLen {
-			*s = string(b)
-			return n, nil
-		}
-		if *strs == nil {
-			*strs = &internTable{seed: maphash.MakeSeed()}
-		}
-		*s = (*strs).get(b)
-		return n, nil
+		off += n
 	}
+	return off, nil
+}
+
+// internInto decodes a length-prefixed string into *s, interning it in
+// d.strs, which it allocates on the first string it interns.
+func (d *Decoder[T]) internInto(src []byte, s *string) (int, error) {
+	l, k := uint64(0), 1
+	if len(src) > 0 && src[0] < 0x80 {
+		l = uint64(src[0])
+	} else {
+		var err error
+		if l, k, err = readUvarint(src); err != nil {
+			return 0, err
+		}
+	}
+	if l > uint64(len(src)-k) {
+		return 0, errShortBytes
+	}
+	n := k + int(l)
+	b := src[k:n]
+	switch {
+	case len(b) == 0:
+		*s = ""
+	case len(b) > internMaxLen:
+		*s = string(b)
+	default:
+		if d.strs == nil {
+			d.strs = &internTable{seed: rand.Uint64()}
+		}
+		*s = d.strs.get(b)
+	}
+	return n, nil
 }
 
 // internSlots is the number of strings an internTable keeps, and
@@ -177,7 +221,7 @@ const (
 // A set's tags and strings share its cache lines. A miss replaces the
 // slots of a set in turn.
 type internTable struct {
-	seed maphash.Seed
+	seed uint64
 	next uint32 // the slot, within its set, the next miss replaces
 	sets [internSlots / internWays]internSet
 }
@@ -189,7 +233,7 @@ type internSet struct {
 
 // get returns a string of the bytes b: one held, or a new one, then held.
 func (t *internTable) get(b []byte) string {
-	h := maphash.Bytes(t.seed, b)
+	h := hashShort(t.seed, b)
 	set := &t.sets[int(h)&(len(t.sets)-1)]
 	tag := uint32(h>>32) | 1 // never 0, an empty slot's tag
 	for i := range set.tags {
@@ -202,4 +246,39 @@ func (t *internTable) get(b []byte) string {
 	t.next++
 	set.tags[i], set.strs[i] = tag, s
 	return s
+}
+
+// hashShort hashes b, of 1 to internMaxLen bytes, with seed: a few
+// overlapping word loads mixed by 128-bit multiplication, as wyhash does
+// for short inputs, inline instead of through the runtime's hash of any
+// length. Every byte of b reaches the result.
+func hashShort(seed uint64, b []byte) uint64 {
+	const (
+		m1 = 0xa0761d6478bd642f
+		m2 = 0xe7037ed1a0b428db
+		m3 = 0x8ebc6af09c88c6e3
+	)
+	n := len(b)
+	var x, y uint64
+	switch {
+	case n >= 17:
+		seed = mix(binary.LittleEndian.Uint64(b)^m2, binary.LittleEndian.Uint64(b[8:])^seed)
+		x = binary.LittleEndian.Uint64(b[n-16:])
+		y = binary.LittleEndian.Uint64(b[n-8:])
+	case n >= 8:
+		x = binary.LittleEndian.Uint64(b)
+		y = binary.LittleEndian.Uint64(b[n-8:])
+	case n >= 4:
+		x = uint64(binary.LittleEndian.Uint32(b))
+		y = uint64(binary.LittleEndian.Uint32(b[n-4:]))
+	default:
+		x = uint64(b[0])<<16 | uint64(b[n>>1])<<8 | uint64(b[n-1])
+	}
+	return mix(m3^uint64(n), mix(x^m2, y^seed^m1))
+}
+
+// mix folds the 128-bit product of x and y into 64 bits.
+func mix(x, y uint64) uint64 {
+	hi, lo := bits.Mul64(x, y)
+	return hi ^ lo
 }

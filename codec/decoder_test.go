@@ -215,3 +215,105 @@ func BenchmarkDecoder(b *testing.B) {
 		}
 	})
 }
+
+// flatAll is a struct of every scalar kind, the Decoder's flat path.
+type flatAll struct {
+	S   string
+	I   int
+	I8  int8
+	I16 int16
+	I32 int32
+	I64 int64
+	U   uint
+	U8  uint8
+	U16 uint16
+	U32 uint32
+	U64 uint64
+	P   uintptr
+	B   bool
+	F32 float32
+	F64 float64
+	C64 complex64
+	Loc location
+	T   string
+}
+
+// TestDecoderFlatEveryLength decodes structs of every scalar kind through
+// a Decoder, with strings of every length around the interned ones
+// (strings that differ in one byte, wherever it is, must stay apart) and
+// integers of every varint length, and wants what the codec decodes.
+func TestDecoderFlatEveryLength(t *testing.T) {
+	c := For[flatAll]()
+	d := NewDecoder(c)
+	if d.flat == nil {
+		t.Fatal("flatAll does not take the flat path")
+	}
+	var vs []flatAll
+	for n := 1; n <= internMaxLen+2; n++ {
+		for pos := range n {
+			b := bytes.Repeat([]byte{'k'}, n)
+			b[pos] = 'j'
+			s := 1 << (n * 2 % 64)
+			vs = append(vs, flatAll{
+				S: string(b), T: string(b[:n-1]),
+				I: -s, I8: int8(-n), I16: int16(s), I32: int32(s), I64: int64(s) * int64(1-2*(pos&1)),
+				U: uint(s), U8: uint8(n), U16: uint16(s), U32: uint32(s), U64: uint64(s) << 1, P: uintptr(s),
+				B: pos&1 == 1, F32: float32(n), F64: float64(s), C64: complex(1, float32(pos)),
+				Loc: location{Lat: float64(n)},
+			})
+		}
+	}
+	buf, err := AppendBatch(c, nil, vs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, k, _ := readUvarint(buf)
+	for range 2 { // the second time with every short string interned
+		got, n, err := d.AppendN(nil, buf[k:], len(vs))
+		if err != nil || n != len(buf)-k {
+			t.Fatalf("AppendN: %v, consumed %d of %d", err, n, len(buf)-k)
+		}
+		if !reflect.DeepEqual(got, vs) {
+			for i := range vs {
+				if got[i] != vs[i] {
+					t.Fatalf("value %d: decoded %+v, want %+v", i, got[i], vs[i])
+				}
+			}
+		}
+	}
+	for i := range vs {
+		b, _ := c.Append(nil, vs[i])
+		checkDecoder(t, c, d, b)
+		checkDecoder(t, c, d, b[:len(b)-1])
+	}
+}
+
+// TestHashShortEveryByte wants every byte of a short string to change
+// its hash.
+func TestHashShortEveryByte(t *testing.T) {
+	for _, seed := range []uint64{0, 1, 0x9e3779b97f4a7c15} {
+		for n := 1; n <= internMaxLen; n++ {
+			b := bytes.Repeat([]byte{'a'}, n)
+			h := hashShort(seed, b)
+			for pos := range n {
+				for _, x := range []byte{'b', 'a' ^ 0x80, 0} {
+					c := bytes.Clone(b)
+					c[pos] = x
+					if hashShort(seed, c) == h {
+						t.Errorf("seed %#x: %q and %q hash alike", seed, b, c)
+					}
+				}
+			}
+			if n > 1 && hashShort(seed, b[:n-1]) == h {
+				t.Errorf("seed %#x: %q and its prefix hash alike", seed, b)
+			}
+		}
+	}
+}
+
+func FuzzDecoderFlat(f *testing.F) {
+	c := For[flatAll]()
+	d := NewDecoder(c)
+	addSeeds(f, c, flatAll{}, flatAll{S: "sensor-1", I64: -1 << 40, U64: 1 << 63, T: string(make([]byte, 40)), F64: 2.5})
+	f.Fuzz(func(t *testing.T, src []byte) { checkDecoder(t, c, d, src) })
+}
