@@ -97,6 +97,7 @@ func (c *compiler) fillStruct(pl *plan, t reflect.Type) error {
 		}
 	}
 	pl.enc, pl.dec = pl.encStruct, pl.decStruct
+	pl.flat = flatFields(pl)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"encoding/binary"
 	"fmt"
 	"runtime"
 	"unsafe"
@@ -22,10 +23,17 @@ func (c compiled[T]) Append(dst []byte, v T) ([]byte, error) {
 	return out, nil
 }
 
-// appendAll appends the encodings of vs, one after the other; a struct's
-// with encStruct called directly, not through the plan's func value.
+// appendAll appends the encodings of vs, one after the other; a struct of
+// scalars' with appendFlat, another struct's with encStruct called
+// directly, not through the plan's func value.
 func (c compiled[T]) appendAll(dst []byte, vs []T) ([]byte, error) {
 	pl := c.pl
+	if pl.flat != nil {
+		for i := range vs {
+			dst = appendFlat(dst, pl.flat, unsafe.Pointer(&vs[i]))
+		}
+		return dst, nil
+	}
 	strct := pl.op == opPlan && pl.isStrct
 	for i := range vs {
 		var err error
@@ -77,10 +85,13 @@ type decFunc func(src []byte, p unsafe.Pointer, depth int) (int, error)
 // funcs; the others have op opPlan and funcs. A plan is immutable once
 // compiled.
 type plan struct {
-	op      opKind
-	enc     encFunc
-	dec     decFunc
-	fields  []field // a struct's fields, nested structs flattened
+	op     opKind
+	enc    encFunc
+	dec    decFunc
+	fields []field // a struct's fields, nested structs flattened
+	// flat is set when the plan is a struct whose fields are all
+	// scalars: their ops and offsets, for appendFlat and a Decoder.
+	flat    []flatField
 	isStrct bool
 	minSize int // bytes in the shortest encoding of any value
 }
@@ -124,6 +135,54 @@ func (pl *plan) encStruct(dst []byte, p unsafe.Pointer, depth int) ([]byte, erro
 		}
 	}
 	return dst, nil
+}
+
+// flatField is one field of a struct of scalars: its op and its offset.
+type flatField struct {
+	op  opKind
+	off uintptr
+}
+
+// flatFields returns the fields of the struct plan pl if they are all
+// scalars, and nil otherwise.
+func flatFields(pl *plan) []flatField {
+	if !pl.isStrct || len(pl.fields) == 0 {
+		return nil
+	}
+	fs := make([]flatField, len(pl.fields))
+	for i, f := range pl.fields {
+		if f.pl.op == opPlan {
+			return nil
+		}
+		fs[i] = flatField{op: f.pl.op, off: f.off}
+	}
+	return fs
+}
+
+// appendFlat appends the struct of scalars at p, whose fields are fs, as
+// encStruct does: a string, an int64 and a float64 encoded inline,
+// anything else by appendScalar. Scalars cannot fail to encode.
+func appendFlat(dst []byte, fs []flatField, p unsafe.Pointer) []byte {
+	for _, f := range fs {
+		q := unsafe.Add(p, f.off)
+		switch f.op {
+		case opString:
+			s := *(*string)(q)
+			if len(s) < 0x80 {
+				dst = append(dst, byte(len(s)))
+			} else {
+				dst = binary.AppendUvarint(dst, uint64(len(s)))
+			}
+			dst = append(dst, s...)
+		case opInt64:
+			dst = binary.AppendVarint(dst, *(*int64)(q))
+		case opFloat64:
+			dst = binary.LittleEndian.AppendUint64(dst, *(*uint64)(q))
+		default:
+			dst = appendScalar(f.op, dst, q)
+		}
+	}
+	return dst
 }
 
 // decStruct decodes the fields of the struct at p in order.

@@ -35,19 +35,13 @@ type Decoder[T any] struct {
 	strs *internTable
 }
 
-// flatField is one field of a struct of scalars: its op and its offset.
-type flatField struct {
-	op  opKind
-	off uintptr
-}
-
 // NewDecoder returns a decoder of values encoded with c.
 func NewDecoder[T any](c Codec[T]) *Decoder[T] {
 	d := &Decoder[T]{c: c}
 	switch cc := any(c).(type) {
 	case compiled[T]:
 		d.pl = cc.pl
-		d.flat = flatFields(cc.pl)
+		d.flat = cc.pl.flat
 	case StringCodec:
 		d.str = true
 	}
@@ -118,22 +112,6 @@ func (d *Decoder[T]) decodeInto(src []byte, v *T) (int, error) {
 	var n int
 	*v, n, err = d.c.Decode(src)
 	return n, err
-}
-
-// flatFields returns the fields of pl if it is a struct whose fields are
-// all scalars, and nil otherwise.
-func flatFields(pl *plan) []flatField {
-	if !pl.isStrct || len(pl.fields) == 0 {
-		return nil
-	}
-	fs := make([]flatField, len(pl.fields))
-	for i, f := range pl.fields {
-		if f.pl.op == opPlan {
-			return nil
-		}
-		fs[i] = flatField{op: f.pl.op, off: f.off}
-	}
-	return fs
 }
 
 // decFlat decodes the struct of scalars at p, field by field, as the

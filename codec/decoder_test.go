@@ -2,6 +2,7 @@ package codec
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"reflect"
@@ -316,4 +317,38 @@ func FuzzDecoderFlat(f *testing.F) {
 	d := NewDecoder(c)
 	addSeeds(f, c, flatAll{}, flatAll{S: "sensor-1", I64: -1 << 40, U64: 1 << 63, T: string(make([]byte, 40)), F64: 2.5})
 	f.Fuzz(func(t *testing.T, src []byte) { checkDecoder(t, c, d, src) })
+}
+
+// TestAppendBatchFlat wants a batch of structs of scalars, encoded in one
+// loop over their fields, to be the count followed by each value as
+// Append encodes it alone.
+func TestAppendBatchFlat(t *testing.T) {
+	c := For[flatAll]()
+	if c.(compiled[flatAll]).pl.flat == nil {
+		t.Fatal("flatAll does not take the flat path")
+	}
+	vs := []flatAll{{}, {S: string(make([]byte, 300)), I: -1 << 62, I64: 1 << 62, U64: 1 << 63, P: 1 << 40,
+		F32: -0.5, F64: 1e300, C64: complex(2, -3), B: true, Loc: location{Lat: -1, Lon: 2}, T: "t"}}
+	for i := range 200 {
+		vs = append(vs, flatAll{S: fmt.Sprint("sensor-", i), I64: int64(i) << (i % 64), I8: int8(i), F64: float64(i) / 3})
+	}
+	got, err := AppendBatch(c, nil, vs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := binary.AppendUvarint(nil, uint64(len(vs)))
+	for _, v := range vs {
+		if want, err = c.Append(want, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("AppendBatch: %x\nAppend one by one: %x", got, want)
+	}
+}
+
+func FuzzDecodeBatchFlat(f *testing.F) {
+	c := For[flatAll]()
+	addSeeds(f, c, flatAll{}, flatAll{S: "sensor-1", I64: -1 << 40, U64: 1 << 63, T: string(make([]byte, 200)), F64: 2.5})
+	f.Fuzz(func(t *testing.T, src []byte) { checkDecodeBatch(t, c, src) })
 }
