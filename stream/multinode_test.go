@@ -240,7 +240,17 @@ func testMultiNodeExactlyOnce(t *testing.T, c *testCluster, fails int64, n int64
 
 	fail := newFailer(fails)
 	got := t.TempDir()
-	env := eoJob(n, keys, got, fail, append([]stream.Option{
+	gen := generator(n, keys)
+	if fails > 0 {
+		// Paced (at least 2 s for all records) so that the injected
+		// failures, which wait for two completed checkpoints, happen
+		// before the job ends however fast the machine; unpaced, a fast
+		// run could end first.
+		gen = func() operators.Source[operators.SensorReading] {
+			return operators.SensorGenerator(operators.GeneratorConfig{Count: n, Keys: keys, Rate: float64(n) / 2})
+		}
+	}
+	env := eoJobFrom(gen, got, fail, append([]stream.Option{
 		stream.WithParallelism(2),
 		stream.WithCheckpointing(checkpointConfig(t, snapshot.ExactlyOnce)),
 		stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 30}),
