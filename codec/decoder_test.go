@@ -352,3 +352,22 @@ func FuzzDecodeBatchFlat(f *testing.F) {
 	addSeeds(f, c, flatAll{}, flatAll{S: "sensor-1", I64: -1 << 40, U64: 1 << 63, T: string(make([]byte, 200)), F64: 2.5})
 	f.Fuzz(func(t *testing.T, src []byte) { checkDecodeBatch(t, c, src) })
 }
+
+// TestInternTableTagCollision plants a string under the set and tag of
+// another: a lookup of the other must compare the strings, not trust the
+// tag, and return a string of its own bytes.
+func TestInternTableTagCollision(t *testing.T) {
+	tb := &internTable{seed: 7}
+	b := []byte("sensor-2")
+	h := hashShort(tb.seed, b)
+	set := &tb.sets[int(h)&(len(tb.sets)-1)]
+	for i := range set.tags {
+		set.tags[i], set.strs[i] = uint32(h>>32)|1, fmt.Sprint("sensor-", 3+i)
+	}
+	if got := tb.get(b); got != "sensor-2" {
+		t.Fatalf("get(%q) = %q", b, got)
+	}
+	if got := tb.get(b); got != "sensor-2" {
+		t.Fatalf("get(%q) again = %q", b, got)
+	}
+}
