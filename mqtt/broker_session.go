@@ -400,9 +400,11 @@ func (h *sessionHook) waitRoom(cl *mochi.Client, to []sessionTo) error {
 }
 
 // OnQosPublish records which packet id a persistent session got for the
-// message being routed.
+// message being routed. mochi calls it also when it resends a session's
+// messages (DUP set; a routed copy never has it): those keep the id they
+// have, whatever the publisher of the same origin is routing meanwhile.
 func (h *sessionHook) OnQosPublish(cl *mochi.Client, pk packets.Packet, _ int64, _ int) {
-	if pk.FixedHeader.Type != packets.Publish {
+	if pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Dup {
 		return
 	}
 	h.mu.Lock()
@@ -456,9 +458,7 @@ func (h *sessionHook) OnQosComplete(cl *mochi.Client, pk packets.Packet) {
 	if (t != packets.Puback && t != packets.Pubcomp) || pk.Created != 0 {
 		return
 	}
-	if h.store.outbound(cl.ID, pk.PacketID) {
-		h.store.record(&sessionRec{T: "d", Client: cl.ID, PacketID: pk.PacketID}, false)
-	}
+	h.store.done(cl.ID, pk.PacketID)
 }
 
 // OnQosDropped ends an outbound flow mochi gave up (expired, or the
@@ -468,9 +468,7 @@ func (h *sessionHook) OnQosDropped(cl *mochi.Client, pk packets.Packet) {
 	if cl.IsTakenOver() {
 		return
 	}
-	if h.store.outbound(cl.ID, pk.PacketID) {
-		h.store.record(&sessionRec{T: "d", Client: cl.ID, PacketID: pk.PacketID}, false)
-	}
+	h.store.done(cl.ID, pk.PacketID)
 }
 
 // StoredClients gives mochi the persistent sessions at start.

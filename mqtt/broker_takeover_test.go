@@ -227,3 +227,188 @@ func TestSessionHookTakeoverGateIsBounded(t *testing.T) {
 		t.Errorf("takeovers %v: the one that did not end in time is still held", h.takeovers)
 	}
 }
+
+// pidReuseHook, registered before the session hook, holds the consumer's
+// first PUBACK between mochi freeing its packet id and the session hook
+// hearing of it: there it publishes a message and returns once that
+// message was routed (mochi gave it the id just freed). afterHook,
+// registered after the session hook, counts the consumer's PUBACKs the
+// session hook has handled.
+type pidReuseHook struct {
+	mochi.HookBase
+	client  string
+	publish func()
+	payload string
+	routed  chan struct{} // closed when the message published was routed
+	once    sync.Once
+	failure atomic.Value // string: what went wrong on mochi's goroutine
+}
+
+func (h *pidReuseHook) ID() string { return "test-pid-reuse" }
+
+func (h *pidReuseHook) Provides(b byte) bool {
+	return b == mochi.OnQosComplete || b == mochi.OnPublished
+}
+
+func (h *pidReuseHook) OnPublished(_ *mochi.Client, pk packets.Packet) {
+	if string(pk.Payload) == h.payload {
+		close(h.routed)
+	}
+}
+
+func (h *pidReuseHook) OnQosComplete(cl *mochi.Client, pk packets.Packet) {
+	if cl.ID != h.client || pk.FixedHeader.Type != packets.Puback || pk.Created != 0 {
+		return
+	}
+	h.once.Do(func() {
+		h.publish()
+		if !testutil.Within(waitBound, func() bool {
+			select {
+			case <-h.routed:
+				return true
+			default:
+				return false
+			}
+		}) {
+			h.failure.Store("the message published while a PUBACK was handled was not routed")
+		}
+	})
+}
+
+type pubackCounter struct {
+	mochi.HookBase
+	client string
+	n      atomic.Int32
+}
+
+func (h *pubackCounter) ID() string { return "test-puback-counter" }
+
+func (h *pubackCounter) Provides(b byte) bool { return b == mochi.OnQosComplete }
+
+func (h *pubackCounter) OnQosComplete(cl *mochi.Client, pk packets.Packet) {
+	if cl.ID == h.client && pk.FixedHeader.Type == packets.Puback && pk.Created == 0 {
+		h.n.Add(1)
+	}
+}
+
+// A consumer that reconnects to its persistent session gets the messages
+// queued for it under the packet ids they had, and the new connection
+// issues ids from the first again: a message routed to it right after
+// one of those is acknowledged can get the id just freed, before the
+// session hook has heard of the acknowledgement (mochi frees the id, then
+// calls the hooks). The journal kept that message's delivery without a
+// packet id and ignored its PUBACK: it held the message, acknowledged,
+// until the next restart, which resent it.
+func TestBrokerSessionPacketIDReusedBeforeItsPubackIsJournaled(t *testing.T) {
+	h := &pidReuseHook{client: "consumer", payload: "next", routed: make(chan struct{})}
+	b := startBrokerWith(t, nil, BrokerConfig{DataDir: t.TempDir()}, func(b *Broker) {
+		if err := b.server.AddHook(h, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+	acks := &pubackCounter{client: "consumer"}
+	if err := b.server.AddHook(acks, nil); err != nil {
+		t.Fatal(err)
+	}
+	first := &persistentSub{seen: map[string]int{}}
+	sub := connectPersistent(t, b.Addr(), "consumer", first, false)
+	if tok := sub.Subscribe("results/#", 1, nil); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	sub.Disconnect(0)
+	testutil.Eventually(t, waitBound, "the consumer's connection gone", func() bool {
+		cl, ok := b.server.Clients.Get("consumer")
+		return ok && cl.Closed()
+	})
+	pub := connect(t, b.Addr(), "sink")
+	// Queued for the offline session under packet id 1.
+	if tok := pub.Publish("results/x", 1, false, "queued"); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+	var next paho.Token
+	h.publish = func() { next = pub.Publish("results/x", 1, false, h.payload) }
+
+	again := &persistentSub{seen: map[string]int{}}
+	connect(t, b.Addr(), "consumer", func(o *paho.ClientOptions) {
+		o.SetCleanSession(false).SetDefaultPublishHandler(again.handler)
+	})
+	testutil.Eventually(t, waitBound, "both messages acknowledged by the consumer", func() bool {
+		return acks.n.Load() == 2
+	})
+	if f := h.failure.Load(); f != nil {
+		t.Fatal(f)
+	}
+	if !next.WaitTimeout(waitBound) || next.Error() != nil {
+		t.Fatalf("publish: %v", next.Error())
+	}
+	again.mu.Lock()
+	var ids []uint16
+	for _, m := range again.msgs {
+		ids = append(ids, m.MessageID())
+	}
+	seen := fmt.Sprint(again.seen)
+	again.mu.Unlock()
+	if len(ids) != 2 || ids[0] != ids[1] {
+		t.Fatalf("the consumer got %v under packet ids %v; the test needs both under one", seen, ids)
+	}
+	if st := b.SessionStats(); st.Messages != 0 {
+		t.Errorf("the session journal holds %d message(s) after the consumer acknowledged every one (got %v)", st.Messages, seen)
+	}
+}
+
+// A session's message that mochi resends (DUP) while the publisher it came
+// from routes another message keeps its packet id, and the message being
+// routed gets the one mochi gives it, whatever order the resend, the
+// routing and the resent message's PUBACK come in.
+func TestSessionHookResendKeepsPacketIDs(t *testing.T) {
+	b := startBrokerCfg(t, nil, BrokerConfig{DataDir: t.TempDir()}, nil)
+	h := newSessionHook(b, b.store)
+	if err := b.store.record(&sessionRec{T: "c", Client: "consumer", Version: 4}, true); err != nil {
+		t.Fatal(err)
+	}
+	to := []sessionTo{{Client: "consumer", Qos: 1}}
+	msg := func(payload string) (uint64, packets.Packet) {
+		id, err := b.store.addMessage(b.ctx, sessionMsgData{Topic: "results/x", Payload: []byte(payload), Qos: 1, Origin: "sink"}, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
+			TopicName: "results/x", Payload: []byte(payload), Origin: "sink"}
+	}
+	cl := &mochi.Client{ID: "consumer"}
+	sink := &mochi.Client{ID: "sink"}
+	puback := func(pid uint16) packets.Packet {
+		return packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pid}
+	}
+
+	// "queued" is in flight under packet id 1.
+	queuedID, queued := msg("queued")
+	h.mu.Lock()
+	h.routing["sink"] = routingMessage{id: queuedID, topic: "results/x", to: to}
+	h.mu.Unlock()
+	queued.PacketID = 1
+	h.OnQosPublish(cl, queued, 0, 0)
+	h.OnPublished(sink, packets.Packet{})
+
+	// The sink routes "next"; meanwhile mochi resends "queued" and the
+	// consumer acknowledges it, all before "next" gets its id (2).
+	nextID, next := msg("next")
+	h.mu.Lock()
+	h.routing["sink"] = routingMessage{id: nextID, topic: "results/x", to: to}
+	h.mu.Unlock()
+	resent := queued
+	resent.FixedHeader.Dup = true
+	h.OnQosPublish(cl, resent, 0, 0)
+	h.OnQosComplete(cl, puback(1))
+	next.PacketID = 2
+	h.OnQosPublish(cl, next, 0, 0)
+	h.OnPublished(sink, packets.Packet{})
+	h.OnQosComplete(cl, puback(2))
+
+	if st := b.store.Stats(); st.Messages != 0 {
+		b.store.mu.Lock()
+		out := fmt.Sprint(b.store.clients["consumer"].out)
+		b.store.mu.Unlock()
+		t.Errorf("the journal holds %d message(s) after both were acknowledged (packet ids %v)", st.Messages, out)
+	}
+}

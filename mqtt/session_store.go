@@ -106,6 +106,11 @@ type sessionClient struct {
 	subs     map[string]sessionSub
 	out      map[uint16]uint64 // outbound packet id -> message id
 	rel      map[uint16]bool   // outbound QoS 2 packet ids past PUBREC
+	// next holds, by outbound packet id, a message mochi gave that id
+	// while out still held it for another, whose end (PUBACK, PUBCOMP,
+	// drop) mochi had not reported yet: it is assigned the id when that
+	// end is. Not stored.
+	next     map[uint16]uint64
 	receipts map[uint16]*qos2Receipt
 }
 
@@ -386,7 +391,7 @@ func (s *sessionStore) apply(r *sessionRec) {
 		c := s.clients[r.Client]
 		if c == nil {
 			c = &sessionClient{id: r.Client, subs: map[string]sessionSub{}, out: map[uint16]uint64{},
-				rel: map[uint16]bool{}, receipts: map[uint16]*qos2Receipt{}}
+				rel: map[uint16]bool{}, next: map[uint16]uint64{}, receipts: map[uint16]*qos2Receipt{}}
 			s.clients[r.Client] = c
 		}
 		c.version, c.expiry, c.expFlag, c.listener, c.username = r.Version, r.Expiry, r.ExpFlag, r.Listener, r.Username
@@ -884,7 +889,10 @@ func (s *sessionStore) addMessageLocked(ctx context.Context, data sessionMsgData
 }
 
 // assign records that message id went to client as packet pid, unless
-// client already has pid assigned or does not wait for id.
+// client does not wait for id or id has a packet id already. mochi gives
+// a message an id only once the id's previous flow left its inflight
+// messages, and reports that flow's end (done) after: if pid is still
+// assigned to another message, id gets pid when that end is reported.
 func (s *sessionStore) assign(client string, pid uint16, id uint64, topic string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -892,11 +900,38 @@ func (s *sessionStore) assign(client string, pid uint16, id uint64, topic string
 	if s.closed || c == nil || m == nil || m.data.Topic != topic {
 		return
 	}
-	if _, used := c.out[pid]; used {
+	if d := m.pending[client]; d == nil || d.pid != 0 {
 		return
 	}
-	if d := m.pending[client]; d != nil && d.pid == 0 {
-		s.add(&sessionRec{T: "a", Client: client, PacketID: pid, MsgID: id})
+	if _, used := c.out[pid]; used {
+		c.next[pid] = id
+		return
+	}
+	s.add(&sessionRec{T: "a", Client: client, PacketID: pid, MsgID: id})
+}
+
+// done records the end of client's outbound flow pid (its PUBACK or
+// PUBCOMP, or mochi dropped the message), then gives pid to the message
+// mochi gave it meanwhile, if one waits for it (see assign).
+func (s *sessionStore) done(client string, pid uint16) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.clients[client]
+	if s.closed || c == nil {
+		return
+	}
+	if _, ok := c.out[pid]; ok {
+		s.add(&sessionRec{T: "d", Client: client, PacketID: pid})
+	}
+	id, ok := c.next[pid]
+	if !ok {
+		return
+	}
+	delete(c.next, pid)
+	if m := s.msgs[id]; m != nil {
+		if d := m.pending[client]; d != nil && d.pid == 0 {
+			s.add(&sessionRec{T: "a", Client: client, PacketID: pid, MsgID: id})
+		}
 	}
 }
 
