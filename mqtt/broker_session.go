@@ -411,7 +411,7 @@ func (h *sessionHook) OnQosPublish(cl *mochi.Client, pk packets.Packet, _ int64,
 	r, ok := h.routing[pk.Origin]
 	h.mu.Unlock()
 	if ok {
-		h.store.assign(cl.ID, pk.PacketID, r.id, pk.TopicName)
+		h.store.assign(cl.ID, pk.PacketID, r.id, pk.TopicName, pk.Payload)
 	}
 }
 

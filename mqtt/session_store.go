@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -889,15 +890,17 @@ func (s *sessionStore) addMessageLocked(ctx context.Context, data sessionMsgData
 }
 
 // assign records that message id went to client as packet pid, unless
-// client does not wait for id or id has a packet id already. mochi gives
-// a message an id only once the id's previous flow left its inflight
-// messages, and reports that flow's end (done) after: if pid is still
-// assigned to another message, id gets pid when that end is reported.
-func (s *sessionStore) assign(client string, pid uint16, id uint64, topic string) {
+// the packet sent (topic, payload) is not that message, client does not
+// wait for id or id has a packet id already. An empty topic is a packet
+// sent under its topic alias alone (MQTT 5). mochi gives a message an id
+// only once the id's previous flow left its inflight messages, and
+// reports that flow's end (done) after: if pid is still assigned to
+// another message, id gets pid when that end is reported.
+func (s *sessionStore) assign(client string, pid uint16, id uint64, topic string, payload []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, m := s.clients[client], s.msgs[id]
-	if s.closed || c == nil || m == nil || m.data.Topic != topic {
+	if s.closed || c == nil || m == nil || (topic != "" && m.data.Topic != topic) || !bytes.Equal(m.data.Payload, payload) {
 		return
 	}
 	if d := m.pending[client]; d == nil || d.pid != 0 {

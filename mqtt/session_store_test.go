@@ -39,8 +39,8 @@ func TestSessionStoreReplay(t *testing.T) {
 		}
 		ids = append(ids, id)
 	}
-	s.assign("a", 10, ids[0], "r")
-	s.assign("a", 11, ids[1], "r")
+	s.assign("a", 10, ids[0], "r", []byte("m0"))
+	s.assign("a", 11, ids[1], "r", []byte("m1"))
 	s.record(&sessionRec{T: "d", Client: "a", PacketID: 10}, false)
 	s.record(&sessionRec{T: "i", Client: "b", PacketID: 5, Tag: 42, Topic: "t", Routes: []receiptRoute{{Key: 0, From: 3}}}, true)
 	if err := s.close(); err != nil {
@@ -112,7 +112,7 @@ func TestSessionStoreCompacts(t *testing.T) {
 			t.Fatal(err)
 		}
 		pid := uint16(i%100 + 1)
-		s.assign("a", pid, id, "r")
+		s.assign("a", pid, id, "r", fmt.Appendf(nil, "m%d", i))
 		if i < 499 {
 			s.record(&sessionRec{T: "d", Client: "a", PacketID: pid}, false)
 		}
