@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"syscall"
 	"testing"
@@ -327,7 +328,7 @@ func TestAppendBatchFlat(t *testing.T) {
 	if c.(compiled[flatAll]).pl.flat == nil {
 		t.Fatal("flatAll does not take the flat path")
 	}
-	vs := []flatAll{{}, {S: string(make([]byte, 300)), I: -1 << 62, I64: 1 << 62, U64: 1 << 63, P: 1 << 40,
+	vs := []flatAll{{}, {S: string(make([]byte, 300)), I: math.MinInt, I64: 1 << 62, U64: 1 << 63, P: ^uintptr(0),
 		F32: -0.5, F64: 1e300, C64: complex(2, -3), B: true, Loc: location{Lat: -1, Lon: 2}, T: "t"}}
 	for i := range 200 {
 		vs = append(vs, flatAll{S: fmt.Sprint("sensor-", i), I64: int64(i) << (i % 64), I8: int8(i), F64: float64(i) / 3})
