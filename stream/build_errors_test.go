@@ -615,3 +615,32 @@ func TestKeyByPointerKeyIsRefused(t *testing.T) {
 		t.Fatalf("counts %v, want 1..9", got)
 	}
 }
+
+// A side output has no operator of its own: SetParallelism, UID,
+// StateSettings and SideOutput asked of one are refused with an error
+// that names the side output and the operator that emits it, not as if
+// the stream were a union.
+func TestSideOutputStreamSettingsNameTheSideOutput(t *testing.T) {
+	tag := operators.NewOutputTag[int64]("odd")
+	for _, c := range []struct {
+		call func(odds *stream.Stream[int64])
+		want string
+	}{
+		{func(o *stream.Stream[int64]) { o.SetParallelism(3) }, `stream: SetParallelism on side output "odd" of operator "split"`},
+		{func(o *stream.Stream[int64]) { o.Rebalance().SetParallelism(3) }, `stream: SetParallelism on side output "odd" of operator "split"`},
+		{func(o *stream.Stream[int64]) { o.UID("odds") }, `stream: UID on side output "odd" of operator "split"`},
+		{func(o *stream.Stream[int64]) { o.StateSettings("x") }, `stream: StateSettings on side output "odd" of operator "split"`},
+		{func(o *stream.Stream[int64]) { stream.SideOutput(o, tag) }, `stream: SideOutput("odd") of side output "odd" of operator "split"`},
+	} {
+		env := stream.NewEnvironment("side")
+		p := stream.Process(stream.FromSource(env, "src", ints(6)), "split",
+			func() operators.ProcessFunction[int64, int64] { return oddsToTag{tag} })
+		p.ForEach("evens", func(int64) error { return nil })
+		odds := stream.SideOutput(p, tag)
+		c.call(odds)
+		odds.ForEach("odds", func(int64) error { return nil })
+		if _, err := env.Plan(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("Plan: %v, want %q", err, c.want)
+		}
+	}
+}

@@ -88,12 +88,23 @@ func SetCodec[T any](s *Stream[T], c codec.Codec[T]) *Stream[T] {
 	return s
 }
 
+// noOperator is the error of what setting asks of a stream that no
+// operator of its own produced: a union, or a side output, which leaves
+// the operator that emits it with that operator's parallelism and uid.
+func (s *Stream[T]) noOperator(setting string) error {
+	if u := s.ups; len(u) == 1 && u[0].output != "" {
+		return fmt.Errorf("stream: %s on side output %q of operator %q: a side output has the parallelism and uid of the operator that emits it; set them on that operator, or on the one that consumes the side output",
+			setting, u[0].output, u[0].v.Name)
+	}
+	return fmt.Errorf("stream: %s on a union; set it on each input", setting)
+}
+
 // SetParallelism sets the number of subtasks of the operator that produced
 // s.
 func (s *Stream[T]) SetParallelism(n int) *Stream[T] {
 	s.must("SetParallelism")
 	if s.v == nil {
-		s.env.addError(fmt.Errorf("stream: SetParallelism on a union; set it on each input"))
+		s.env.addError(s.noOperator("SetParallelism"))
 		return s
 	}
 	s.v.Parallelism = n
@@ -107,7 +118,7 @@ func (s *Stream[T]) SetParallelism(n int) *Stream[T] {
 func (s *Stream[T]) UID(uid string) *Stream[T] {
 	s.must(fmt.Sprintf("UID(%q)", uid))
 	if s.v == nil {
-		s.env.addError(fmt.Errorf("stream: UID on a union; set it on each input"))
+		s.env.addError(s.noOperator("UID"))
 		return s
 	}
 	if uid == "" {
@@ -128,7 +139,7 @@ func (s *Stream[T]) UID(uid string) *Stream[T] {
 func (s *Stream[T]) StateSettings(digest string) *Stream[T] {
 	s.must("StateSettings")
 	if s.v == nil {
-		s.env.addError(fmt.Errorf("stream: StateSettings on a union; set it on each input"))
+		s.env.addError(s.noOperator("StateSettings"))
 		return s
 	}
 	s.v.StateSettings = actors.JoinStateSettings(s.env.node(s.v).settings, digest)
