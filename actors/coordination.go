@@ -32,7 +32,9 @@ type savepointResult struct {
 // TriggerSavepoint takes a savepoint of the running job at path ("" for
 // the store's default place) and returns where it was written. With stop,
 // the job ends once the savepoint is complete. It fails if the job has no
-// checkpoint directory or ends first.
+// checkpoint directory or ends first. ctx bounds the wait: once the
+// savepoint is triggered, an end of ctx does not abort it, and the error
+// then wraps ErrSavepointUnderWay.
 func (r *Runner) TriggerSavepoint(ctx context.Context, path string, stop bool) (string, error) {
 	if r.cfg.Checkpoint.Dir == "" {
 		return "", ErrNoCheckpointStore
@@ -56,7 +58,12 @@ func (r *Runner) TriggerSavepoint(ctx context.Context, path string, stop bool) (
 	case res := <-req.reply:
 		return res.path, res.err
 	case <-ctx.Done():
-		return "", ctx.Err()
+		what := "the savepoint"
+		if stop {
+			what = "the stop with a savepoint"
+		}
+		return "", fmt.Errorf("%w: %w: no longer waiting for it, but %s goes on (the job's history lists its outcome and path)",
+			ctx.Err(), ErrSavepointUnderWay, what)
 	}
 }
 

@@ -12,6 +12,13 @@ var (
 	// moved, and its next attempt, if any, places the job anew.
 	ErrJobEnded = errors.New("actors: job ended")
 
+	// ErrSavepointUnderWay is wrapped, with the context's error, by the
+	// error of a TriggerSavepoint whose context ended after the savepoint
+	// was triggered: the context bounds the wait, not the savepoint, which
+	// goes on (a stop-with-savepoint then ends the job when it completes;
+	// the job's history lists its outcome and path).
+	ErrSavepointUnderWay = errors.New("actors: the savepoint was triggered and goes on")
+
 	// ErrInvalidJob is wrapped by every job-graph validation error.
 	ErrInvalidJob = errors.New("actors: invalid job")
 	// ErrNoCodec is returned when an edge must serialise records of a type

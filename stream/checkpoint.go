@@ -212,6 +212,9 @@ func (j *Job) Done() <-chan struct{} { return j.done }
 // checkpoint directory's savepoints/) and returns its path. A job without
 // a checkpoint directory (WithCheckpointing with Dir set) takes none, to
 // a path of its own neither: the error is actors.ErrNoCheckpointStore.
+// ctx bounds the wait, not the savepoint: when it ends after the savepoint
+// was triggered, the savepoint goes on and the error wraps ctx's error and
+// actors.ErrSavepointUnderWay (History lists its outcome and path).
 func (j *Job) TriggerSavepoint(ctx context.Context, path string) (string, error) {
 	p, err := j.exec.TriggerSavepoint(ctx, path, false)
 	return p, explainNoStore(err)
@@ -219,7 +222,10 @@ func (j *Job) TriggerSavepoint(ctx context.Context, path string) (string, error)
 
 // StopWithSavepoint takes a savepoint and ends the job once it is
 // complete; Wait then returns nil. Refused, as TriggerSavepoint, for a
-// job without a checkpoint directory; the job then goes on.
+// job without a checkpoint directory; the job then goes on. ctx bounds
+// the wait, not the stop: when it ends after the savepoint was triggered,
+// the error wraps ctx's error and actors.ErrSavepointUnderWay, and the
+// job still ends (Wait returns nil) once the savepoint completes.
 func (j *Job) StopWithSavepoint(ctx context.Context, path string) (string, error) {
 	p, err := j.exec.TriggerSavepoint(ctx, path, true)
 	return p, explainNoStore(err)

@@ -794,3 +794,65 @@ func TestCheckpointDirInUseIsRefused(t *testing.T) {
 		t.Fatalf("the second job once the first ended: %v", err)
 	}
 }
+
+// stopSnapshotGate is a sink whose first SnapshotState waits until release
+// is closed, holding the checkpoint it belongs to in progress.
+type stopSnapshotGate struct {
+	operators.Base
+	entered, release chan struct{}
+	once             *sync.Once
+}
+
+func (s *stopSnapshotGate) Collect(int64) {}
+
+func (s *stopSnapshotGate) SnapshotState(int64) ([]byte, error) {
+	s.once.Do(func() {
+		close(s.entered)
+		<-s.release
+	})
+	return nil, nil
+}
+
+// The context of StopWithSavepoint bounds the wait for it, not the stop:
+// given up while the savepoint is under way, the call says that the stop
+// goes on, and the job then ends with that savepoint, which its history
+// lists.
+func TestStopWithSavepointGivenUpByItsContextGoesOn(t *testing.T) {
+	cfg := snapshot.DefaultConfig()
+	cfg.Dir = t.TempDir()
+	gate := &stopSnapshotGate{entered: make(chan struct{}), release: make(chan struct{}), once: &sync.Once{}}
+	env := stream.NewEnvironment("stop-ctx", stream.WithCheckpointing(cfg))
+	src := stream.FromSource(env, "src", func() operators.Source[int64] {
+		return &gatedSource[int64]{all: []int64{1, 2, 3}, gate: newGate()}
+	}).UID("src")
+	src.To("gate", func() operators.Sink[int64] { return gate }).UID("gate")
+	job, err := env.ExecuteAsync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() {
+		_, err := job.StopWithSavepoint(ctx, "")
+		stopped <- err
+	}()
+	<-gate.entered
+	cancel()
+	err = <-stopped
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, actors.ErrSavepointUnderWay) || !strings.Contains(err.Error(), "goes on") {
+		t.Fatalf("StopWithSavepoint given up: %v; want an error wrapping context.Canceled and actors.ErrSavepointUnderWay that says the stop goes on", err)
+	}
+	close(gate.release)
+	if err := job.Wait(); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	var stop *snapshot.Stats
+	for _, s := range job.History() {
+		if s.Stop {
+			stop = &s
+		}
+	}
+	if stop == nil || stop.Status != snapshot.Completed || stop.Path == "" {
+		t.Fatalf("history %+v: want the stop's savepoint completed, with its path", job.History())
+	}
+}
