@@ -63,7 +63,11 @@ func WithSerializedKeyBy(on bool) Option { return func(e *Environment) { e.cfg.S
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return func(e *Environment) { e.cfg.Logger = l } }
 
-// WithClock sets the processing-time clock (default: the real clock).
+// WithClock sets the processing-time clock (default: the real clock). The
+// runtime's own timing runs on it too: the checkpoint interval, pause and
+// timeout, the restart strategy's delays and failure-rate interval, and
+// state TTL. With a fake clock, a restart with a Delay waits until the
+// clock is advanced past it.
 func WithClock(c clockwork.Clock) Option { return func(e *Environment) { e.cfg.Clock = c } }
 
 // AllowAtMostOnceSources lets a job with checkpoints read sources that
