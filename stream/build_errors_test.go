@@ -630,6 +630,7 @@ func TestSideOutputStreamSettingsNameTheSideOutput(t *testing.T) {
 		{func(o *stream.Stream[int64]) { o.Rebalance().SetParallelism(3) }, `stream: SetParallelism on side output "odd" of operator "split"`},
 		{func(o *stream.Stream[int64]) { o.UID("odds") }, `stream: UID on side output "odd" of operator "split"`},
 		{func(o *stream.Stream[int64]) { o.StateSettings("x") }, `stream: StateSettings on side output "odd" of operator "split"`},
+		{func(o *stream.Stream[int64]) { o.DisableChaining() }, `stream: DisableChaining on side output "odd" of operator "split"`},
 		{func(o *stream.Stream[int64]) { stream.SideOutput(o, tag) }, `stream: SideOutput("odd") of side output "odd" of operator "split"`},
 	} {
 		env := stream.NewEnvironment("side")

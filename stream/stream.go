@@ -157,9 +157,11 @@ func KeyStateSetting(desc string) string { return actors.KeyStateSetting(desc) }
 // DisableChaining keeps the operator that produced s in a task of its own.
 func (s *Stream[T]) DisableChaining() *Stream[T] {
 	s.must("DisableChaining")
-	if s.v != nil {
-		s.v.NoChain = true
+	if s.v == nil {
+		s.env.addError(s.noOperator("DisableChaining"))
+		return s
 	}
+	s.v.NoChain = true
 	return s
 }
 
