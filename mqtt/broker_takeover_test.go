@@ -16,6 +16,37 @@ import (
 	"github.com/edgedio/edged/internal/testutil"
 )
 
+// publishDuring is the part of a test hook that publishes a message
+// from inside a hook call of mochi's and waits there until that message
+// was routed (or until held says it is held back).
+type publishDuring struct {
+	mochi.HookBase
+	client  string
+	publish func() // publishes the message
+	payload string // of the message
+	routed  atomic.Bool
+	once    sync.Once
+	failure atomic.Value // string: what went wrong on mochi's goroutine
+}
+
+func (h *publishDuring) OnPublished(_ *mochi.Client, pk packets.Packet) {
+	if string(pk.Payload) == h.payload {
+		h.routed.Store(true)
+	}
+}
+
+// publishOnce publishes the message the first time it is called and
+// waits until it was routed or held reports true; failure says what went
+// wrong when neither came.
+func (h *publishDuring) publishOnce(held func() bool, failure string) {
+	h.once.Do(func() {
+		h.publish()
+		if !testutil.Within(waitBound, func() bool { return h.routed.Load() || held() }) {
+			h.failure.Store(failure)
+		}
+	})
+}
+
 // takeoverHook publishes a message in the middle of mochi's session
 // takeover: when mochi drops the inflight messages of the connection
 // being taken over (ClearInflights, after it copied them for the new
@@ -23,14 +54,9 @@ import (
 // to), it publishes and returns only once that message was routed or is
 // held back by the session hook until the takeover is over.
 type takeoverHook struct {
-	mochi.HookBase
-	client  string
-	publish func() // publishes the message
-	payload string // of the message
-	routed  atomic.Bool
-	once    sync.Once
-	done    chan struct{} // closed when OnQosDropped returned
-	failure atomic.Value  // string: what went wrong on mochi's goroutine
+	publishDuring
+	done      chan struct{} // closed when the first OnQosDropped returned
+	closeDone sync.Once
 }
 
 func (h *takeoverHook) ID() string { return "test-takeover" }
@@ -39,25 +65,35 @@ func (h *takeoverHook) Provides(b byte) bool {
 	return b == mochi.OnQosDropped || b == mochi.OnPublished
 }
 
-func (h *takeoverHook) OnPublished(_ *mochi.Client, pk packets.Packet) {
-	if string(pk.Payload) == h.payload {
-		h.routed.Store(true)
-	}
-}
-
 func (h *takeoverHook) OnQosDropped(cl *mochi.Client, _ packets.Packet) {
 	if cl.ID != h.client || !cl.IsTakenOver() {
 		return
 	}
-	h.once.Do(func() {
-		defer close(h.done)
-		h.publish()
-		if !testutil.Within(waitBound, func() bool {
-			return h.routed.Load() || testutil.Waiting("mqtt.(*sessionHook).waitTakeovers")
-		}) {
-			h.failure.Store("the message published during the takeover was neither routed nor held back")
-		}
+	h.publishOnce(func() bool { return testutil.Waiting("mqtt.(*sessionHook).waitTakeovers") },
+		"the message published during the takeover was neither routed nor held back")
+	h.closeDone.Do(func() { close(h.done) })
+}
+
+// queuedForOfflineConsumer subscribes a persistent session "consumer" to
+// results/#, disconnects it, and publishes "queued" to results/x at QoS 1
+// from a client "sink", which it returns: the message waits in the
+// offline session.
+func queuedForOfflineConsumer(t *testing.T, b *Broker) paho.Client {
+	t.Helper()
+	sub := connectPersistent(t, b.Addr(), "consumer", &persistentSub{seen: map[string]int{}}, false)
+	if tok := sub.Subscribe("results/#", 1, nil); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	sub.Disconnect(0)
+	testutil.Eventually(t, waitBound, "the consumer's connection gone", func() bool {
+		cl, ok := b.server.Clients.Get("consumer")
+		return ok && cl.Closed()
 	})
+	pub := connect(t, b.Addr(), "sink")
+	if tok := pub.Publish("results/x", 1, false, "queued"); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+	return pub
 }
 
 // A QoS 1 message for a persistent session, published while a
@@ -72,27 +108,12 @@ func (h *takeoverHook) OnQosDropped(cl *mochi.Client, _ packets.Packet) {
 // another message that got its packet id.
 func TestBrokerSessionTakeoverKeepsMessagesRoutedMeanwhile(t *testing.T) {
 	b := startBrokerCfg(t, nil, BrokerConfig{DataDir: t.TempDir()}, nil)
-	first := &persistentSub{seen: map[string]int{}}
-	sub := connectPersistent(t, b.Addr(), "consumer", first, false)
-	if tok := sub.Subscribe("results/#", 1, nil); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
-		t.Fatal(tok.Error())
-	}
-	sub.Disconnect(0)
-	testutil.Eventually(t, waitBound, "the consumer's connection gone", func() bool {
-		cl, ok := b.server.Clients.Get("consumer")
-		return ok && cl.Closed()
-	})
-
-	pub := connect(t, b.Addr(), "sink")
+	// The takeover has an inflight message to copy and drop.
+	pub := queuedForOfflineConsumer(t, b)
 	publish := func(payload string) paho.Token { return pub.Publish("results/x", 1, false, payload) }
-	// Queued for the offline session: the takeover has an inflight
-	// message to copy and drop.
-	if tok := publish("queued"); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
-		t.Fatalf("publish: %v", tok.Error())
-	}
 
 	var during paho.Token
-	h := &takeoverHook{client: "consumer", payload: "during", done: make(chan struct{})}
+	h := &takeoverHook{publishDuring: publishDuring{client: "consumer", payload: "during"}, done: make(chan struct{})}
 	h.publish = func() { during = publish("during") }
 	if err := b.server.AddHook(h, nil); err != nil {
 		t.Fatal(err)
@@ -235,13 +256,7 @@ func TestSessionHookTakeoverGateIsBounded(t *testing.T) {
 // registered after the session hook, counts the consumer's PUBACKs the
 // session hook has handled.
 type pidReuseHook struct {
-	mochi.HookBase
-	client  string
-	publish func()
-	payload string
-	routed  chan struct{} // closed when the message published was routed
-	once    sync.Once
-	failure atomic.Value // string: what went wrong on mochi's goroutine
+	publishDuring
 }
 
 func (h *pidReuseHook) ID() string { return "test-pid-reuse" }
@@ -250,29 +265,11 @@ func (h *pidReuseHook) Provides(b byte) bool {
 	return b == mochi.OnQosComplete || b == mochi.OnPublished
 }
 
-func (h *pidReuseHook) OnPublished(_ *mochi.Client, pk packets.Packet) {
-	if string(pk.Payload) == h.payload {
-		close(h.routed)
-	}
-}
-
 func (h *pidReuseHook) OnQosComplete(cl *mochi.Client, pk packets.Packet) {
 	if cl.ID != h.client || pk.FixedHeader.Type != packets.Puback || pk.Created != 0 {
 		return
 	}
-	h.once.Do(func() {
-		h.publish()
-		if !testutil.Within(waitBound, func() bool {
-			select {
-			case <-h.routed:
-				return true
-			default:
-				return false
-			}
-		}) {
-			h.failure.Store("the message published while a PUBACK was handled was not routed")
-		}
-	})
+	h.publishOnce(func() bool { return false }, "the message published while a PUBACK was handled was not routed")
 }
 
 type pubackCounter struct {
@@ -300,7 +297,7 @@ func (h *pubackCounter) OnQosComplete(cl *mochi.Client, pk packets.Packet) {
 // packet id and ignored its PUBACK: it held the message, acknowledged,
 // until the next restart, which resent it.
 func TestBrokerSessionPacketIDReusedBeforeItsPubackIsJournaled(t *testing.T) {
-	h := &pidReuseHook{client: "consumer", payload: "next", routed: make(chan struct{})}
+	h := &pidReuseHook{publishDuring{client: "consumer", payload: "next"}}
 	b := startBrokerWith(t, nil, BrokerConfig{DataDir: t.TempDir()}, func(b *Broker) {
 		if err := b.server.AddHook(h, nil); err != nil {
 			t.Fatal(err)
@@ -310,21 +307,8 @@ func TestBrokerSessionPacketIDReusedBeforeItsPubackIsJournaled(t *testing.T) {
 	if err := b.server.AddHook(acks, nil); err != nil {
 		t.Fatal(err)
 	}
-	first := &persistentSub{seen: map[string]int{}}
-	sub := connectPersistent(t, b.Addr(), "consumer", first, false)
-	if tok := sub.Subscribe("results/#", 1, nil); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
-		t.Fatal(tok.Error())
-	}
-	sub.Disconnect(0)
-	testutil.Eventually(t, waitBound, "the consumer's connection gone", func() bool {
-		cl, ok := b.server.Clients.Get("consumer")
-		return ok && cl.Closed()
-	})
-	pub := connect(t, b.Addr(), "sink")
-	// Queued for the offline session under packet id 1.
-	if tok := pub.Publish("results/x", 1, false, "queued"); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
-		t.Fatalf("publish: %v", tok.Error())
-	}
+	// "queued" is queued for the offline session under packet id 1.
+	pub := queuedForOfflineConsumer(t, b)
 	var next paho.Token
 	h.publish = func() { next = pub.Publish("results/x", 1, false, h.payload) }
 
