@@ -906,6 +906,7 @@ type exactConfig struct {
 	clientID    string // the external subscription's client id
 	qos         int    // the source's QoS
 	parallelism int
+	interval    string // the checkpoint interval; "" is 200ms
 }
 
 // writeExactConfig writes dir/edged.yaml: the pipeline job reads the
@@ -943,9 +944,9 @@ func writeExactConfig(t *testing.T, dir string, c exactConfig) string {
       aggregates: [{name: count, fn: count}]
     sinks:
       - mqtt: {topic: "agg/{id}", qos: 1}
-    checkpoint: {dir: %[6]s/checkpoints, interval: 200ms, mode: exactly_once}
+    checkpoint: {dir: %[6]s/checkpoints, interval: %[8]s, mode: exactly_once}
     restart: {strategy: fixed_delay, attempts: 3, delay: 100ms}
-`, node, c.job, c.parallelism, src, c.qos, data, maxOutOfOrderMS)
+`, node, c.job, c.parallelism, src, c.qos, data, maxOutOfOrderMS, c.interval)
 	p := filepath.Join(dir, "edged.yaml")
 	if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
