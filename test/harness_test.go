@@ -912,9 +912,13 @@ type exactConfig struct {
 // writeExactConfig writes dir/edged.yaml: the pipeline job reads the
 // workload's topics, counts each sensor's readings in 1 s event-time
 // windows and publishes them to agg/<sensor> through the write-ahead MQTT
-// sink, with exactly-once checkpoints every 200 ms under dir/data.
+// sink, with exactly-once checkpoints every 200 ms (or c.interval) under
+// dir/data.
 func writeExactConfig(t *testing.T, dir string, c exactConfig) string {
 	t.Helper()
+	if c.interval == "" {
+		c.interval = "200ms"
+	}
 	data := filepath.Join(dir, "data")
 	var node, src string
 	if c.external != "" {
