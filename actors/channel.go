@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/edgedio/edged/codec"
 )
 
 // channel joins one sending subtask to one receiving subtask. Its credits
@@ -45,6 +47,13 @@ type channel struct {
 	// it until the channel is re-pointed to the new instance. Read and
 	// cleared on the sending task's goroutine only.
 	park *parking
+	// txDict numbers the strings of the wire batches sent on the
+	// channel, on the sending task's goroutine only; rxDict those
+	// received, on the receiving task's only (codec.DictEncoder). A
+	// channel that replaces another (a handover's) starts both anew, as
+	// do the channels of every deployment.
+	txDict *codec.DictEncoder
+	rxDict *codec.DictDecoder
 	// closeOnce closes the remote end (in or out) once.
 	closeOnce sync.Once
 	// superseded is set once a handover's savepoint completed and the

@@ -152,8 +152,11 @@ func (in *typedInput[T]) process(m message) int {
 		if in.dec == nil {
 			in.dec = codec.NewDecoder(in.codec)
 		}
+		if b.ch.rxDict == nil {
+			b.ch.rxDict = new(codec.DictDecoder)
+		}
 		var err error
-		in.ts, in.scratch, err = decodeWire(in.dec, in.ts, in.scratch, b.data)
+		in.ts, in.scratch, err = decodeWire(in.dec, b.ch.rxDict, in.ts, in.scratch, b.data)
 		if err != nil {
 			panic(fmt.Errorf("decode batch: %w", err))
 		}
@@ -316,12 +319,19 @@ func (r *typedRouter[T]) send(i int) {
 // cap is sent in halves.
 func (r *typedRouter[T]) sendWire(ch *channel, ts []int64, items []T) {
 	w := ch.acquire(r.t.run.done).(*wireBatch)
+	if ch.txDict == nil {
+		ch.txDict = new(codec.DictEncoder)
+	}
+	mark := ch.txDict.Len()
 	var err error
-	w.data, err = encodeWire(r.codec, w.data[:0], ts, items)
+	w.data, err = encodeWire(r.codec, ch.txDict, w.data[:0], ts, items)
 	if err != nil {
 		panic(fmt.Errorf("encode batch: %w", err))
 	}
 	if mb := ch.bodyCap(); mb > 0 && len(w.data) > mb && len(items) > 1 {
+		// Not sent: the strings it numbered are numbered again by
+		// the halves.
+		ch.txDict.Rollback(mark)
 		ch.release(w)
 		h := len(items) / 2
 		r.sendWire(ch, ts[:h], items[:h])

@@ -13,28 +13,30 @@ var errWire = errors.New("actors: corrupt wire batch")
 
 // encodeWire appends a batch to dst: the uvarint count of timestamps, each
 // timestamp as a zig-zag varint delta from the one before, then the records
-// as codec.AppendBatch writes them.
-func encodeWire[T any](c codec.Codec[T], dst []byte, ts []int64, items []T) ([]byte, error) {
+// as codec.AppendBatchDict writes them with e, the numbering of the
+// strings sent on the batch's channel (see codec.DictEncoder).
+func encodeWire[T any](c codec.Codec[T], e *codec.DictEncoder, dst []byte, ts []int64, items []T) ([]byte, error) {
 	dst = binary.AppendUvarint(dst, uint64(len(ts)))
 	prev := int64(0)
 	for _, t := range ts {
 		dst = binary.AppendVarint(dst, t-prev)
 		prev = t
 	}
-	return codec.AppendBatch(c, dst, items)
+	return codec.AppendBatchDict(c, e, dst, items)
 }
 
 // decodeWire decodes src into ts[:0] and items[:0]: one batch written by
 // encodeWire, or several written one after the other (a frame that
 // crossed nodes carries several when batches joined one waiting for
 // credit: see cluster.Send.Merge). Every batch is self-delimiting, its
-// records decoded by d, which reuses the strings it decoded before. On
-// error it returns ts[:0] and items[:0].
-func decodeWire[T any](d *codec.Decoder[T], ts []int64, items []T, src []byte) ([]int64, []T, error) {
+// records decoded by d with dd, the numbering of the strings received on
+// the batch's channel; batches of a channel must be decoded in the order
+// they were sent, each once. On error it returns ts[:0] and items[:0].
+func decodeWire[T any](d *codec.Decoder[T], dd *codec.DictDecoder, ts []int64, items []T, src []byte) ([]int64, []T, error) {
 	ts, items = ts[:0], items[:0]
 	for {
 		var err error
-		if ts, items, src, err = decodeWireBatch(d, ts, items, src); err != nil {
+		if ts, items, src, err = decodeWireBatch(d, dd, ts, items, src); err != nil {
 			clear(items)
 			return ts[:0], items[:0], err
 		}
@@ -46,12 +48,12 @@ func decodeWire[T any](d *codec.Decoder[T], ts []int64, items []T, src []byte) (
 
 // decodeWireBatch decodes the batch at the start of src, appending to ts
 // and items, and returns the bytes after it.
-func decodeWireBatch[T any](d *codec.Decoder[T], ts []int64, items []T, src []byte) ([]int64, []T, []byte, error) {
+func decodeWireBatch[T any](d *codec.Decoder[T], dd *codec.DictDecoder, ts []int64, items []T, src []byte) ([]int64, []T, []byte, error) {
 	ts, m, src, err := DecodeWireHead(ts, src)
 	if err != nil {
 		return ts, items, src, fmt.Errorf("%w: %w", errWire, err)
 	}
-	items, k, err := d.AppendN(items, src, m)
+	items, k, err := d.AppendNDict(items, src, m, dd)
 	if err != nil {
 		return ts, items, src, fmt.Errorf("%w: record %w", errWire, err)
 	}

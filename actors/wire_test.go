@@ -14,7 +14,7 @@ type wireReading struct {
 	Value float64
 }
 
-func wireBatchOf(t *testing.T, c codec.Codec[wireReading], from, n int) ([]byte, []int64, []wireReading) {
+func wireBatchOf(t *testing.T, c codec.Codec[wireReading], e *codec.DictEncoder, from, n int) ([]byte, []int64, []wireReading) {
 	t.Helper()
 	var ts []int64
 	var items []wireReading
@@ -22,7 +22,7 @@ func wireBatchOf(t *testing.T, c codec.Codec[wireReading], from, n int) ([]byte,
 		ts = append(ts, 1_700_000_000_000+int64(i*7))
 		items = append(items, wireReading{ID: fmt.Sprintf("sensor-%d", i), Value: float64(i) / 4})
 	}
-	b, err := encodeWire(c, nil, ts, items)
+	b, err := encodeWire(c, e, nil, ts, items)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,16 +34,18 @@ func wireBatchOf(t *testing.T, c codec.Codec[wireReading], from, n int) ([]byte,
 // record, in order, with its timestamp.
 func TestDecodeWireConcatenated(t *testing.T) {
 	c := codec.For[wireReading]()
+	e := new(codec.DictEncoder)
 	var body []byte
 	var wantTS []int64
 	var want []wireReading
-	for i, n := range []int{3, 1, 5} {
-		b, ts, items := wireBatchOf(t, c, 10*i, n)
+	for i, n := range []int{3, 1, 5, 3} {
+		// The last batch repeats the first one's strings: numbers.
+		b, ts, items := wireBatchOf(t, c, e, 10*(i%3), n)
 		body = append(body, b...)
 		wantTS = append(wantTS, ts...)
 		want = append(want, items...)
 	}
-	ts, items, err := decodeWire(codec.NewDecoder(c), nil, nil, body)
+	ts, items, err := decodeWire(codec.NewDecoder(c), new(codec.DictDecoder), nil, nil, body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,8 +53,8 @@ func TestDecodeWireConcatenated(t *testing.T) {
 		t.Fatalf("decoded %v %v, want %v %v", ts, items, wantTS, want)
 	}
 	// One batch alone decodes as before, into reused slices.
-	one, wantTS1, want1 := wireBatchOf(t, c, 0, 4)
-	ts, items, err = decodeWire(codec.NewDecoder(c), ts, items, one)
+	one, wantTS1, want1 := wireBatchOf(t, c, new(codec.DictEncoder), 0, 4)
+	ts, items, err = decodeWire(codec.NewDecoder(c), new(codec.DictDecoder), ts, items, one)
 	if err != nil || !slices.Equal(ts, wantTS1) || !slices.Equal(items, want1) {
 		t.Fatalf("decoded %v %v %v, want %v %v", ts, items, err, wantTS1, want1)
 	}
@@ -62,11 +64,12 @@ func TestDecodeWireConcatenated(t *testing.T) {
 // else it is an error wrapping errWire, never a panic or a partial result.
 func TestDecodeWireTruncated(t *testing.T) {
 	c := codec.For[wireReading]()
-	a, _, _ := wireBatchOf(t, c, 0, 3)
-	b, _, _ := wireBatchOf(t, c, 3, 2)
+	e := new(codec.DictEncoder)
+	a, _, _ := wireBatchOf(t, c, e, 0, 3)
+	b, _, _ := wireBatchOf(t, c, e, 1, 2)
 	body := append(slices.Clip(a), b...)
 	for cut := range len(body) {
-		ts, items, err := decodeWire(codec.NewDecoder(c), nil, nil, body[:cut])
+		ts, items, err := decodeWire(codec.NewDecoder(c), new(codec.DictDecoder), nil, nil, body[:cut])
 		switch {
 		case cut == len(a):
 			if err != nil || len(items) != 3 || len(ts) != 3 {
@@ -82,9 +85,10 @@ func TestDecodeWireTruncated(t *testing.T) {
 	}
 }
 
-// Decoding a wire batch whose strings the task decoded before allocates
-// nothing: the decoder returns the strings it holds, and the records and
-// timestamps go into the reused slices.
+// Decoding a wire batch whose strings the channel carried before
+// allocates nothing: they come as numbers of strings the receiving end
+// holds, and the records and timestamps go into the reused slices. A
+// string sent again is a number, not its bytes.
 func TestDecodeWireReusesStrings(t *testing.T) {
 	c := codec.For[wireReading]()
 	var wantTS []int64
@@ -93,18 +97,26 @@ func TestDecodeWireReusesStrings(t *testing.T) {
 		wantTS = append(wantTS, int64(i))
 		want = append(want, wireReading{ID: fmt.Sprintf("sensor-%d", i%100), Value: float64(i)})
 	}
-	body, err := encodeWire(c, nil, wantTS, want)
+	e := new(codec.DictEncoder)
+	first, err := encodeWire(c, e, nil, wantTS, want)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := codec.NewDecoder(c)
-	ts, items, err := decodeWire(d, nil, nil, body)
+	body, err := encodeWire(c, e, nil, wantTS, want)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// At most one: four strings of a hundred sharing a set of the
-	// decoder's table (a chance below one in a million) take turns.
-	if n := testing.AllocsPerRun(50, func() { ts, items, err = decodeWire(d, ts, items, body) }); n > 1 || err != nil {
+	if len(body) >= len(first) {
+		t.Fatalf("the batch sent again takes %d bytes, the first %d: its strings were not numbered", len(body), len(first))
+	}
+	d, dd := codec.NewDecoder(c), new(codec.DictDecoder)
+	ts, items, err := decodeWire(d, dd, nil, nil, first)
+	if err != nil || !slices.Equal(items, want) {
+		t.Fatalf("first batch: %v", err)
+	}
+	// body only refers to the strings numbered by first, so decoding it
+	// again and again gives the same records.
+	if n := testing.AllocsPerRun(50, func() { ts, items, err = decodeWire(d, dd, ts, items, body) }); n > 0 || err != nil {
 		t.Errorf("decodeWire allocates %v times per batch of %d records (err %v), want 0", n, len(want), err)
 	}
 	if !slices.Equal(ts, wantTS) || !slices.Equal(items, want) {

@@ -11,9 +11,12 @@ import (
 
 // BatchEncoder fills the body of one record batch, capped in records and in
 // bytes: a batch crossing nodes must fit in a frame, whatever the records
-// weigh. The body is the runtime's wire batch (actors/wire.go): the
-// uvarint count of timestamps, each timestamp as a zig-zag varint delta
-// from the one before, then the records as codec.AppendBatch writes them.
+// weigh. The body has the layout of the runtime's wire batch
+// (actors/wire.go): the uvarint count of timestamps, each timestamp as a
+// zig-zag varint delta from the one before, then the records as
+// codec.AppendBatch writes them; the runtime's tasks number the strings
+// of their records per channel besides (codec.AppendBatchDict), which
+// this encoder and DecodeBatch do not.
 //
 // Not safe for concurrent use; the sending task owns it.
 type BatchEncoder[T any] struct {

@@ -70,10 +70,12 @@ type Frame struct {
 	Body []byte
 }
 
-// Frame format, version 1:
+// Frame format, version 2 (version 1 carried the strings of a batch's
+// records inline, where version 2 numbers them per channel: see
+// codec.DictEncoder):
 //
 //	magic    2 bytes  "eF"
-//	version  1 byte   1
+//	version  1 byte   2
 //	kind     1 byte
 //	job      uvarint length, then the name (at most MaxJobName bytes)
 //	epoch    uvarint
@@ -87,7 +89,7 @@ type Frame struct {
 // The transport carries each frame whole, so the body needs no length.
 const (
 	frameMagic0, frameMagic1 = 'e', 'F'
-	frameVersion             = 1
+	frameVersion             = 2
 	// MaxJobName is the longest job name a frame carries, in bytes.
 	MaxJobName = 255
 	// FrameOverhead bounds the header of a frame with a job name of at most

@@ -82,6 +82,9 @@ func TestFrameDecodeErrors(t *testing.T) {
 		{"empty", nil, ErrShortFrame},
 		{"magic", mut(func(b []byte) []byte { b[0] = 'x'; return b }), ErrBadMagic},
 		{"version", mut(func(b []byte) []byte { b[2] = 9; return b }), ErrBadVersion},
+		// Version 1 carried strings inline: a node of that version is
+		// refused, not misread.
+		{"version 1", mut(func(b []byte) []byte { b[2] = 1; return b }), ErrBadVersion},
 		{"kind", mut(func(b []byte) []byte { b[3] = 0; return b }), ErrBadKind},
 		{"kind high", mut(func(b []byte) []byte { b[3] = byte(maxKind + 1); return b }), ErrBadKind},
 		{"job too long", mut(func(b []byte) []byte { return append(b[:4], 0x80, 0x02) }), ErrCorruptFrame},
@@ -90,8 +93,8 @@ func TestFrameDecodeErrors(t *testing.T) {
 		{"value missing", good[:len(good)-1], ErrShortFrame},
 		{"trailing", append(bytes.Clone(good), 0), ErrCorruptFrame},
 		{"varint overflow", append(bytes.Clone(good[:8]), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01), ErrCorruptFrame},
-		{"status", []byte{'e', 'F', 1, byte(KindStatus), 0, 0, 0, 0, 0, 0, 2}, ErrCorruptFrame},
-		{"edge range", []byte{'e', 'F', 1, byte(KindEndOfStream), 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f, 0, 0, 0}, ErrCorruptFrame},
+		{"status", []byte{'e', 'F', frameVersion, byte(KindStatus), 0, 0, 0, 0, 0, 0, 2}, ErrCorruptFrame},
+		{"edge range", []byte{'e', 'F', frameVersion, byte(KindEndOfStream), 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f, 0, 0, 0}, ErrCorruptFrame},
 	} {
 		if _, err := DecodeFrame(tc.in); !errors.Is(err, tc.want) {
 			t.Errorf("%s: DecodeFrame = %v, want %v", tc.name, err, tc.want)

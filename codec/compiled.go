@@ -30,7 +30,7 @@ func (c compiled[T]) appendAll(dst []byte, vs []T) ([]byte, error) {
 	pl := c.pl
 	if pl.flat != nil {
 		for i := range vs {
-			dst = appendFlat(dst, pl.flat, unsafe.Pointer(&vs[i]))
+			dst = appendFlat(dst, pl.flat, unsafe.Pointer(&vs[i]), nil)
 		}
 		return dst, nil
 	}
@@ -161,13 +161,18 @@ func flatFields(pl *plan) []flatField {
 
 // appendFlat appends the struct of scalars at p, whose fields are fs, as
 // encStruct does: a string, an int64 and a float64 encoded inline,
-// anything else by appendScalar. Scalars cannot fail to encode.
-func appendFlat(dst []byte, fs []flatField, p unsafe.Pointer) []byte {
+// anything else by appendScalar; a string with e's numbering when e is not
+// nil (AppendBatchDict). Scalars cannot fail to encode.
+func appendFlat(dst []byte, fs []flatField, p unsafe.Pointer, e *DictEncoder) []byte {
 	for _, f := range fs {
 		q := unsafe.Add(p, f.off)
 		switch f.op {
 		case opString:
 			s := *(*string)(q)
+			if e != nil {
+				dst = e.appendString(dst, s)
+				continue
+			}
 			if len(s) < 0x80 {
 				dst = append(dst, byte(len(s)))
 			} else {

@@ -67,6 +67,11 @@ func (d *Decoder[T]) Decode(src []byte) (T, int, error) {
 // dst with its original length (the slots past it cleared) and the
 // error, naming the value that failed.
 func (d *Decoder[T]) AppendN(dst []T, src []byte, n int) ([]T, int, error) {
+	return d.appendN(dst, src, n, nil)
+}
+
+// appendN is AppendN, or AppendNDict when dd is not nil.
+func (d *Decoder[T]) appendN(dst []T, src []byte, n int, dd *DictDecoder) ([]T, int, error) {
 	start := len(dst)
 	if n < 0 || n > len(src) {
 		// Every value takes at least one byte (AppendBatch's rule): a
@@ -77,13 +82,17 @@ func (d *Decoder[T]) AppendN(dst []T, src []byte, n int) ([]T, int, error) {
 	off := 0
 	var zero T
 	flat := d.flat != nil
+	str := d.str && dd != nil
 	for i := start; i < start+n; i++ {
 		dst[i] = zero
 		var k int
 		var err error
-		if flat {
-			k, err = d.decFlat(src[off:], unsafe.Pointer(&dst[i]))
-		} else {
+		switch {
+		case flat:
+			k, err = d.decFlat(src[off:], unsafe.Pointer(&dst[i]), dd)
+		case str:
+			k, err = d.dictString(src[off:], (*string)(unsafe.Pointer(&dst[i])), dd)
+		default:
 			k, err = d.decodeInto(src[off:], &dst[i])
 		}
 		if err == nil && (k < 0 || k > len(src)-off) {
@@ -102,7 +111,7 @@ func (d *Decoder[T]) AppendN(dst []T, src []byte, n int) ([]T, int, error) {
 func (d *Decoder[T]) decodeInto(src []byte, v *T) (int, error) {
 	switch {
 	case d.flat != nil:
-		return d.decFlat(src, unsafe.Pointer(v))
+		return d.decFlat(src, unsafe.Pointer(v), nil)
 	case d.pl != nil:
 		return d.pl.decode(src, unsafe.Pointer(v), 0)
 	case d.str:
@@ -116,9 +125,10 @@ func (d *Decoder[T]) decodeInto(src []byte, v *T) (int, error) {
 
 // decFlat decodes the struct of scalars at p, field by field, as the
 // plan's decStruct does: the same values, bytes consumed and errors. A
-// string is interned; a one-byte varint and a float64 are decoded
-// inline, anything else by decodeScalar.
-func (d *Decoder[T]) decFlat(src []byte, p unsafe.Pointer) (int, error) {
+// string is interned, or decoded with dd's numbering when dd is not nil
+// (AppendNDict); a one-byte varint and a float64 are decoded inline,
+// anything else by decodeScalar.
+func (d *Decoder[T]) decFlat(src []byte, p unsafe.Pointer, dd *DictDecoder) (int, error) {
 	off := 0
 	for _, f := range d.flat {
 		q := unsafe.Add(p, f.off)
@@ -127,7 +137,11 @@ func (d *Decoder[T]) decFlat(src []byte, p unsafe.Pointer) (int, error) {
 		var err error
 		switch f.op {
 		case opString:
-			n, err = d.internInto(rest, (*string)(q))
+			if dd != nil {
+				n, err = d.dictString(rest, (*string)(q), dd)
+			} else {
+				n, err = d.internInto(rest, (*string)(q))
+			}
 		case opInt64:
 			if len(rest) > 0 && rest[0] < 0x80 {
 				x := uint64(rest[0])
@@ -177,12 +191,18 @@ func (d *Decoder[T]) internInto(src []byte, s *string) (int, error) {
 	case len(b) > internMaxLen:
 		*s = string(b)
 	default:
-		if d.strs == nil {
-			d.strs = &internTable{seed: rand.Uint64()}
-		}
-		*s = d.strs.get(b)
+		*s = d.intern(b)
 	}
 	return n, nil
+}
+
+// intern returns a string of the bytes b, of 1 to internMaxLen bytes,
+// from d.strs, which it allocates on the first string it interns.
+func (d *Decoder[T]) intern(b []byte) string {
+	if d.strs == nil {
+		d.strs = &internTable{seed: rand.Uint64()}
+	}
+	return d.strs.get(b)
 }
 
 // internSlots is the number of strings an internTable keeps, and

@@ -216,6 +216,31 @@ func BenchmarkDecoder(b *testing.B) {
 			buf, _ = AppendBatch(c, buf[:0], rs)
 		}
 	})
+	// A channel's steady state: the strings numbered by an earlier batch.
+	var e DictEncoder
+	var dd DictDecoder
+	first, _ := AppendBatchDict(c, &e, nil, rs)
+	d := NewDecoder(c)
+	if _, _, err := d.AppendNDict(out[:0], first[k:], int(count), &dd); err != nil {
+		b.Fatal(err)
+	}
+	coded, _ := AppendBatchDict(c, &e, nil, rs)
+	b.Run("decoder-dict", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := processCPU(b)
+		defer func() { b.ReportMetric(float64(processCPU(b)-cpu)/float64(b.N*len(rs)), "cpu-ns/record") }()
+		for b.Loop() {
+			out, _, _ = d.AppendNDict(out[:0], coded[k:], int(count), &dd)
+		}
+		b.ReportMetric(float64(len(coded))/float64(len(rs)), "B/record")
+	})
+	b.Run("encode-dict", func(b *testing.B) {
+		cpu := processCPU(b)
+		defer func() { b.ReportMetric(float64(processCPU(b)-cpu)/float64(b.N*len(rs)), "cpu-ns/record") }()
+		for b.Loop() {
+			coded, _ = AppendBatchDict(c, &e, coded[:0], rs)
+		}
+	})
 }
 
 // flatAll is a struct of every scalar kind, the Decoder's flat path.

@@ -38,10 +38,15 @@ func testChannelConfig() cluster.ChannelConfig {
 // memoryCluster returns n nodes over an in-memory network with the
 // seeded fault schedule f, pumped until the test ends.
 func memoryCluster(t testing.TB, n int, seed uint64, f cluster.Faults) *testCluster {
+	return memoryClusterWith(t, n, seed, f, testChannelConfig())
+}
+
+// memoryClusterWith is memoryCluster with the channels configured by cfg.
+func memoryClusterWith(t testing.TB, n int, seed uint64, f cluster.Faults, cfg cluster.ChannelConfig) *testCluster {
 	c := &testCluster{Cluster: &actors.Cluster{}, mem: cluster.NewMemoryNetwork(seed, f)}
 	for i := range n {
 		id := fmt.Sprintf("node-%d", i)
-		nw := cluster.NewNetwork(id, testChannelConfig(), nil)
+		nw := cluster.NewNetwork(id, cfg, nil)
 		nw.Attach(c.mem.Node(id, nw.Endpoint()))
 		c.nets = append(c.nets, nw)
 		c.Nodes = append(c.Nodes, actors.Node{ID: id, Network: nw})
@@ -173,6 +178,39 @@ func TestMultiNodeKeyedRollingIsExact(t *testing.T) { testMultiNodeRolling(t, ov
 
 // The same over protoactor remote on loopback.
 func TestRemoteMultiNodeKeyedRollingIsExact(t *testing.T) { testMultiNodeRolling(t, remoteCluster) }
+
+// Batches over a channel's byte cap are sent in halves, encoded again:
+// the strings the whole batch numbered are numbered by the halves instead
+// (the receiver never sees the whole batch). With frames of a few hundred
+// bytes every batch of sensor readings is halved several times, and the
+// per-key results are still exact.
+func TestMultiNodeBatchesHalvedKeepTheirStrings(t *testing.T) {
+	const n, keys = 20_000, 300
+	cfg := testChannelConfig()
+	cfg.MaxFrameBytes = 2 * cluster.FrameOverhead
+	cfg.MaxMergeBytes = cfg.MaxBatchBytes()
+	c := memoryClusterWith(t, 2, 1, cluster.Faults{}, cfg)
+	sink := newLastPerKey(func(c countSum) string { return c.ID }, false)
+	env := rollingJob(n, keys, 2, sink, stream.WithCluster(c.Cluster))
+	c.spread(t, env)
+	if err := execute(t, env); err != nil {
+		t.Fatal(err)
+	}
+	c.checkCrossed(t)
+	s := c.sent()
+	if per := float64(n) / float64(s.Batches); per > 40 {
+		t.Fatalf("%.0f records per batch crossing nodes: batches were not halved", per)
+	}
+	want := expected(n, keys)
+	if len(sink.last) != keys {
+		t.Fatalf("got %d keys, want %d", len(sink.last), keys)
+	}
+	for k, w := range want {
+		if got := sink.last[k]; got != w {
+			t.Fatalf("key %s: got %+v, want %+v", k, got, w)
+		}
+	}
+}
 
 // Every partitioner crosses nodes: forward, rebalance, key-by and
 // broadcast edges, each with its subtasks on other nodes, deliver every

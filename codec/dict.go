@@ -1,0 +1,244 @@
+package codec
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"unsafe"
+)
+
+// Dictionary coding of a stream of batches. A channel carries the same
+// short strings again and again (sensor ids, keys, names): its sender
+// numbers each the first time it sends it, and sends the number after
+// that; its receiver numbers the strings in the order they came, so both
+// ends hold the same numbering without ever sending it. It applies to the
+// batches of a type whose strings the Decoder reads inline (a struct of
+// scalars, or a string with the built-in codec; see AppendBatchDict);
+// batches of any other type are those AppendBatch writes.
+//
+// In a dictionary-coded batch a string is one uvarint tag: odd, the
+// string numbered tag>>1; even, tag>>1 bytes of string that follow. A
+// string sent inline of 1 to dictMaxLen bytes is numbered next, while
+// fewer than dictEntries are numbered; both ends apply that rule, so that
+// a sender may send a numbered string inline again (it is then numbered
+// twice) and neither end needs to tell the other.
+//
+// The numbering is the stream's, so the batches must be decoded in the
+// order they were encoded, each once, every one of them: a batch lost,
+// repeated or decoded by another receiver gives other strings or an error
+// (ErrCorrupt for a number not given yet). A batch encoded and then not
+// sent is taken back with DictEncoder.Rollback.
+const (
+	// dictEntries bounds the strings one stream numbers: up to 4096
+	// strings of at most dictMaxLen bytes kept by each end.
+	dictEntries = 4096
+	dictMaxLen  = internMaxLen
+	// dictMaxPtrs bounds the encoder's table of string addresses, and
+	// dictWays is the slots a string's address may take in it.
+	dictMaxPtrs = 4 * dictEntries
+	dictWays    = 4
+)
+
+// DictEncoder is the sending end's numbering of one stream of batches. Its
+// zero value is an empty numbering. Not safe for concurrent use.
+type DictEncoder struct {
+	// n is the count of strings numbered.
+	n int
+	// ids numbers the strings by content.
+	ids map[string]uint32
+	// ptrs is a dictWays-way set-associative table of the strings last sent,
+	// by the address of their bytes: a record that shares its string
+	// with one sent before (a key from a fixed set, a decoded field the
+	// decoder interned) is looked up without hashing its bytes. A slot
+	// holds the string itself, so its bytes stay alive and its address
+	// cannot be another string's while the slot holds it.
+	ptrs []dictPtr
+	// shift is 64 minus the bits of an index of ptrs.
+	shift uint8
+}
+
+type dictPtr struct {
+	s  string
+	id uint32
+}
+
+// Len returns the count of strings numbered: a mark for Rollback.
+func (e *DictEncoder) Len() int { return e.n }
+
+// Rollback forgets the strings numbered since Len returned mark: the
+// batches that numbered them were not sent.
+func (e *DictEncoder) Rollback(mark int) {
+	if mark < 0 || mark >= e.n {
+		return
+	}
+	for s, id := range e.ids {
+		if int(id) >= mark {
+			delete(e.ids, s)
+		}
+	}
+	for i := range e.ptrs {
+		if int(e.ptrs[i].id) >= mark {
+			e.ptrs[i] = dictPtr{}
+		}
+	}
+	e.n = mark
+}
+
+// ptrSet returns the slots of s's address in e.ptrs, which is not empty.
+func (e *DictEncoder) ptrSet(s string) *[dictWays]dictPtr {
+	// Fibonacci hashing: the top bits of the product.
+	h := uint64(uintptr(unsafe.Pointer(unsafe.StringData(s)))) * 0x9e3779b97f4a7c15
+	i := int(h>>e.shift) &^ (dictWays - 1)
+	return (*[dictWays]dictPtr)(e.ptrs[i : i+dictWays])
+}
+
+// remember puts s, numbered id, in the first slot of its set, the others
+// moving one slot down and the last one's string out.
+func (e *DictEncoder) remember(s string, id uint32) {
+	set := e.ptrSet(s)
+	copy(set[1:], set[:dictWays-1])
+	set[0] = dictPtr{s: s, id: id}
+}
+
+// appendString appends s as a dictionary-coded string.
+func (e *DictEncoder) appendString(dst []byte, s string) []byte {
+	if len(s) == 0 || len(s) > dictMaxLen {
+		return appendInline(dst, s)
+	}
+	if e.ptrs != nil {
+		for _, p := range e.ptrSet(s) {
+			if len(p.s) == len(s) && unsafe.StringData(p.s) == unsafe.StringData(s) {
+				return appendTag(dst, uint64(p.id)<<1|1)
+			}
+		}
+	}
+	id, ok := e.ids[s]
+	if !ok {
+		if e.n >= dictEntries {
+			return appendInline(dst, s)
+		}
+		id = uint32(e.n)
+		e.n++
+		if e.ids == nil {
+			e.ids = make(map[string]uint32)
+		}
+		e.ids[s] = id
+		e.growPtrs()
+		e.remember(s, id)
+		return appendInline(dst, s)
+	}
+	e.remember(s, id)
+	return appendTag(dst, uint64(id)<<1|1)
+}
+
+// growPtrs keeps e.ptrs at least four times the strings numbered, up to
+// dictMaxPtrs slots, so that few strings sent often share a slot; a new
+// table starts empty (misses look the strings up by content and fill it
+// again).
+func (e *DictEncoder) growPtrs() {
+	switch {
+	case e.ptrs == nil:
+		e.ptrs = make([]dictPtr, 64)
+	case 4*e.n > len(e.ptrs) && len(e.ptrs) < dictMaxPtrs:
+		e.ptrs = make([]dictPtr, 2*len(e.ptrs))
+	default:
+		return
+	}
+	e.shift = uint8(64 - bits.TrailingZeros(uint(len(e.ptrs))))
+}
+
+// appendInline appends s's bytes after an even tag.
+func appendInline(dst []byte, s string) []byte {
+	dst = appendTag(dst, uint64(len(s))<<1)
+	return append(dst, s...)
+}
+
+func appendTag(dst []byte, tag uint64) []byte {
+	if tag < 0x80 {
+		return append(dst, byte(tag))
+	}
+	return binary.AppendUvarint(dst, tag)
+}
+
+// DictDecoder is the receiving end's numbering of one stream of batches.
+// Its zero value is an empty numbering. Not safe for concurrent use.
+type DictDecoder struct {
+	strs []string
+}
+
+// dictString decodes a dictionary-coded string into *s.
+func (d *Decoder[T]) dictString(src []byte, s *string, dd *DictDecoder) (int, error) {
+	tag, k := uint64(0), 1
+	if len(src) > 0 && src[0] < 0x80 {
+		tag = uint64(src[0])
+	} else {
+		var err error
+		if tag, k, err = readUvarint(src); err != nil {
+			return 0, err
+		}
+	}
+	if tag&1 == 1 {
+		id := tag >> 1
+		if id >= uint64(len(dd.strs)) {
+			return 0, fmt.Errorf("%w: string %d of a dictionary of %d", ErrCorrupt, id, len(dd.strs))
+		}
+		*s = dd.strs[id]
+		return k, nil
+	}
+	l := tag >> 1
+	if l > uint64(len(src)-k) {
+		return 0, errShortBytes
+	}
+	n := k + int(l)
+	b := src[k:n]
+	switch {
+	case len(b) == 0:
+		*s = ""
+	case len(b) > dictMaxLen:
+		*s = string(b)
+	default:
+		*s = d.intern(b)
+		if len(dd.strs) < dictEntries {
+			dd.strs = append(dd.strs, *s)
+		}
+	}
+	return n, nil
+}
+
+// AppendBatchDict appends vs as AppendBatch does, the strings of a struct
+// of scalars (For's codec of a struct whose fields are all scalars and
+// strings) or of a string (the built-in String codec) coded with e's
+// numbering, which it extends; e must not be nil. For any other codec it
+// is AppendBatch, and e is unused. Decoder.AppendNDict decodes it. On
+// error it returns dst with its original length (and e may have numbered
+// strings of the values before the failing one: Rollback).
+func AppendBatchDict[T any](c Codec[T], e *DictEncoder, dst []byte, vs []T) ([]byte, error) {
+	switch cc := any(c).(type) {
+	case compiled[T]:
+		if cc.pl.flat == nil {
+			break
+		}
+		dst = binary.AppendUvarint(dst, uint64(len(vs)))
+		fs := cc.pl.flat
+		for i := range vs {
+			dst = appendFlat(dst, fs, unsafe.Pointer(&vs[i]), e)
+		}
+		return dst, nil
+	case StringCodec:
+		dst = binary.AppendUvarint(dst, uint64(len(vs)))
+		for _, s := range any(vs).([]string) {
+			dst = e.appendString(dst, s)
+		}
+		return dst, nil
+	}
+	return AppendBatch(c, dst, vs)
+}
+
+// AppendNDict is AppendN for n values written by AppendBatchDict (after
+// its count) with the numbering that dd holds, which it extends.
+func (d *Decoder[T]) AppendNDict(dst []T, src []byte, n int, dd *DictDecoder) ([]T, int, error) {
+	if dd == nil {
+		dd = new(DictDecoder)
+	}
+	return d.appendN(dst, src, n, dd)
+}

@@ -1,0 +1,258 @@
+package codec
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// dictStream encodes batches with one DictEncoder and decodes them, in
+// order, with one Decoder and DictDecoder, as a channel's two ends do.
+type dictStream[T any] struct {
+	c   Codec[T]
+	e   DictEncoder
+	d   *Decoder[T]
+	dd  DictDecoder
+	out []T
+}
+
+func newDictStream[T any](c Codec[T]) *dictStream[T] {
+	return &dictStream[T]{c: c, d: NewDecoder(c)}
+}
+
+func (s *dictStream[T]) encode(t testing.TB, vs []T) []byte {
+	t.Helper()
+	b, err := AppendBatchDict(s.c, &s.e, nil, vs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func (s *dictStream[T]) decode(t testing.TB, b []byte) []T {
+	t.Helper()
+	n, k := binary.Uvarint(b)
+	if k <= 0 {
+		t.Fatalf("batch count: %x", b)
+	}
+	var used int
+	var err error
+	s.out, used, err = s.d.AppendNDict(s.out[:0], b[k:], int(n), &s.dd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k+used != len(b) {
+		t.Fatalf("decoded %d of %d bytes", k+used, len(b))
+	}
+	return s.out
+}
+
+// sensorPool returns n sensor ids built once, as a source that keys its
+// records from a fixed set shares them.
+func sensorPool(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("sensor_%d", i)
+	}
+	return ids
+}
+
+// Batches of a struct of scalars round-trip through one stream whatever
+// their strings: shared with earlier records, equal to earlier ones but
+// of other memory, longer than the dictionary keeps, empty; and strings
+// sent again take a number's bytes, not theirs.
+func TestDictStreamRoundTrip(t *testing.T) {
+	s := newDictStream(For[SensorReading]())
+	pool := sensorPool(300)
+	rng := rand.New(rand.NewPCG(1, 2))
+	long := strings.Repeat("x", dictMaxLen+1)
+	for batch := range 50 {
+		vs := make([]SensorReading, 1+rng.IntN(600))
+		for i := range vs {
+			id := pool[rng.IntN(len(pool))]
+			switch rng.IntN(10) {
+			case 0:
+				id = strings.Clone(id) // equal bytes, other memory
+			case 1:
+				id = long
+			case 2:
+				id = ""
+			case 3:
+				id = fmt.Sprintf("once-%d-%d", batch, i)
+			}
+			vs[i] = SensorReading{ID: id, Timestamp: int64(batch*1000 + i), Temperature: float64(i) / 8}
+		}
+		got := s.decode(t, s.encode(t, vs))
+		if !slices.Equal(got, vs) {
+			t.Fatalf("batch %d: decoded records differ", batch)
+		}
+	}
+	if s.e.Len() != len(s.dd.strs) || s.e.Len() > dictEntries {
+		t.Fatalf("encoder numbered %d strings, decoder %d (bound %d)", s.e.Len(), len(s.dd.strs), dictEntries)
+	}
+
+	// The pool's strings are numbered by now: a batch of them takes a
+	// byte or two per string instead of its ten.
+	vs := make([]SensorReading, 100)
+	for i := range vs {
+		vs[i] = SensorReading{ID: pool[i]}
+	}
+	plain, err := AppendBatch(For[SensorReading](), nil, vs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	coded := s.encode(t, vs)
+	if len(coded) > len(plain)-700 {
+		t.Fatalf("dictionary-coded batch of %d bytes, plain %d", len(coded), len(plain))
+	}
+	if got := s.decode(t, coded); !slices.Equal(got, vs) {
+		t.Fatal("decoded records differ")
+	}
+}
+
+// Past dictEntries strings neither end numbers more: both send and read
+// them inline, and the numbered ones still decode.
+func TestDictStreamFull(t *testing.T) {
+	s := newDictStream(String)
+	var all []string
+	for i := range dictEntries + 500 {
+		all = append(all, fmt.Sprintf("k%d", i))
+	}
+	for chunk := range slices.Chunk(all, 512) {
+		if got := s.decode(t, s.encode(t, chunk)); !slices.Equal(got, chunk) {
+			t.Fatal("decoded strings differ")
+		}
+	}
+	if s.e.Len() != dictEntries || len(s.dd.strs) != dictEntries {
+		t.Fatalf("numbered %d and %d strings, want %d", s.e.Len(), len(s.dd.strs), dictEntries)
+	}
+	again := []string{all[0], all[dictEntries-1], all[dictEntries+1]}
+	if got := s.decode(t, s.encode(t, again)); !slices.Equal(got, again) {
+		t.Fatalf("decoded %q, want %q", got, again)
+	}
+}
+
+// A batch encoded and not sent is taken back: the strings it numbered
+// are numbered again by the next batch, which a receiver that never saw
+// the first decodes.
+func TestDictRollback(t *testing.T) {
+	s := newDictStream(For[SensorReading]())
+	pool := sensorPool(20)
+	first := []SensorReading{{ID: pool[0]}, {ID: pool[1]}}
+	s.decode(t, s.encode(t, first))
+
+	mark := s.e.Len()
+	dropped := []SensorReading{{ID: pool[1]}, {ID: pool[2]}, {ID: pool[3]}, {ID: pool[2]}}
+	s.encode(t, dropped) // not sent
+	if s.e.Len() != mark+2 {
+		t.Fatalf("numbered %d strings, want %d", s.e.Len(), mark+2)
+	}
+	s.e.Rollback(mark)
+	if s.e.Len() != mark {
+		t.Fatalf("after Rollback numbered %d strings, want %d", s.e.Len(), mark)
+	}
+	for _, half := range [][]SensorReading{dropped[:2], dropped[2:]} {
+		if got := s.decode(t, s.encode(t, half)); !slices.Equal(got, half) {
+			t.Fatalf("decoded %v, want %v", got, half)
+		}
+	}
+}
+
+// Without Rollback the receiver is told of numbers it never saw: the
+// decode fails with ErrCorrupt instead of returning other strings.
+func TestDictNumberNotGivenIsCorrupt(t *testing.T) {
+	s := newDictStream(For[SensorReading]())
+	pool := sensorPool(3)
+	s.encode(t, []SensorReading{{ID: pool[0]}}) // lost
+	b := s.encode(t, []SensorReading{{ID: pool[0]}})
+	n, k := binary.Uvarint(b)
+	_, _, err := s.d.AppendNDict(nil, b[k:], int(n), &s.dd)
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("decoding a number not given: %v, want ErrCorrupt", err)
+	}
+}
+
+// A codec the dictionary does not apply to writes what AppendBatch writes.
+func TestDictOtherCodecsUnchanged(t *testing.T) {
+	type nested struct {
+		Tags []string
+	}
+	vs := []nested{{Tags: []string{"a", "b"}}, {Tags: []string{"a"}}}
+	var e DictEncoder
+	got, err := AppendBatchDict(For[nested](), &e, nil, vs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := AppendBatch(For[nested](), nil, vs)
+	if !slices.Equal(got, want) || e.Len() != 0 {
+		t.Fatalf("AppendBatchDict wrote %x (%d numbered), AppendBatch %x", got, e.Len(), want)
+	}
+	s := newDictStream(For[nested]())
+	if out := s.decode(t, got); len(out) != 2 || !slices.Equal(out[0].Tags, vs[0].Tags) {
+		t.Fatalf("decoded %v", out)
+	}
+}
+
+// FuzzDictStream encodes batches drawn from the input with one encoder,
+// some of them taken back, and wants every batch sent to decode, in
+// order, to its records.
+func FuzzDictStream(f *testing.F) {
+	f.Add([]byte("\x05\x01\x02\x03\x04\x05\x06"), uint64(1))
+	f.Add([]byte("\xff\xfe\x00\x10\x20\x30\x40\x50\x60\x70"), uint64(7))
+	f.Fuzz(func(t *testing.T, in []byte, seed uint64) {
+		s := newDictStream(For[SensorReading]())
+		pool := sensorPool(64)
+		rng := rand.New(rand.NewPCG(seed, uint64(len(in))))
+		for len(in) > 0 {
+			n := int(in[0]%32) + 1
+			in = in[1:]
+			vs := make([]SensorReading, 0, n)
+			for i := 0; i < n && len(in) > 0; i++ {
+				b := in[0]
+				in = in[1:]
+				id := pool[int(b)%len(pool)]
+				switch b >> 6 {
+				case 1:
+					id = strings.Clone(id)
+				case 2:
+					id = strings.Repeat(string(rune('a'+b%26)), int(b%40))
+				}
+				vs = append(vs, SensorReading{ID: id, Timestamp: int64(b), Temperature: float64(b)})
+			}
+			if rng.IntN(4) == 0 {
+				mark := s.e.Len()
+				s.encode(t, vs)
+				s.e.Rollback(mark)
+			}
+			if got := s.decode(t, s.encode(t, vs)); !slices.Equal(got, vs) {
+				t.Fatalf("decoded %v, want %v", got, vs)
+			}
+		}
+	})
+}
+
+// FuzzDecodeDict decodes any bytes as a dictionary-coded batch with a
+// numbering of a few strings: an error wrapping ErrCorrupt or ErrShort,
+// never a panic.
+func FuzzDecodeDict(f *testing.F) {
+	f.Add([]byte("\x02\x03\x04abcd"))
+	f.Add([]byte("\x01\x09"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		for _, n := range []int{1, 2, 7} {
+			dd := DictDecoder{strs: []string{"a", "b", "c"}}
+			_, _, err := NewDecoder(For[SensorReading]()).AppendNDict(nil, in, n, &dd)
+			if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrShort) {
+				t.Fatalf("error %v wraps neither ErrCorrupt nor ErrShort", err)
+			}
+			dd = DictDecoder{strs: []string{"a"}}
+			_, _, err = NewDecoder(String).AppendNDict(nil, in, n, &dd)
+			if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrShort) {
+				t.Fatalf("string: error %v wraps neither ErrCorrupt nor ErrShort", err)
+			}
+		}
+	})
+}
