@@ -30,12 +30,13 @@ import (
 // sent is taken back with DictEncoder.Rollback.
 const (
 	// dictEntries bounds the strings one stream numbers: up to 4096
-	// strings of at most dictMaxLen bytes kept by each end.
+	// strings of at most dictMaxLen bytes kept by each end, in tables of
+	// about 250 KiB at most at either end.
 	dictEntries = 4096
 	dictMaxLen  = internMaxLen
 	// dictMaxPtrs bounds the encoder's table of string addresses, and
 	// dictWays is the slots a string's address may take in it.
-	dictMaxPtrs = 4 * dictEntries
+	dictMaxPtrs = 2 * dictEntries
 	dictWays    = 4
 )
 
@@ -132,7 +133,7 @@ func (e *DictEncoder) appendString(dst []byte, s string) []byte {
 }
 
 // growPtrs keeps e.ptrs at least four times the strings numbered, up to
-// dictMaxPtrs slots, so that few strings sent often share a slot; a new
+// dictMaxPtrs slots, so that few strings sent often share a set; a new
 // table starts empty (misses look the strings up by content and fill it
 // again).
 func (e *DictEncoder) growPtrs() {
