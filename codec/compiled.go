@@ -170,7 +170,7 @@ func appendFlat(dst []byte, fs []flatField, p unsafe.Pointer, e *DictEncoder) []
 		case opString:
 			s := *(*string)(q)
 			if e != nil {
-				dst = e.appendString(dst, s)
+				dst = e.AppendString(dst, s)
 				continue
 			}
 			if len(s) < 0x80 {

@@ -33,11 +33,13 @@ type Decoder[T any] struct {
 	// str is set when T is string and c its built-in codec.
 	str  bool
 	strs *internTable
+	// coder is set when *T is a DictCoder.
+	coder bool
 }
 
 // NewDecoder returns a decoder of values encoded with c.
 func NewDecoder[T any](c Codec[T]) *Decoder[T] {
-	d := &Decoder[T]{c: c}
+	d := &Decoder[T]{c: c, coder: isDictCoder[T]()}
 	switch cc := any(c).(type) {
 	case compiled[T]:
 		d.pl = cc.pl
@@ -81,13 +83,16 @@ func (d *Decoder[T]) appendN(dst []T, src []byte, n int, dd *DictDecoder) ([]T, 
 	dst = slices.Grow(dst, n)[:start+n] // grows ahead, as append does
 	off := 0
 	var zero T
-	flat := d.flat != nil
+	coder := dd != nil && d.coder
+	flat := d.flat != nil && !coder
 	str := d.str && dd != nil
 	for i := start; i < start+n; i++ {
 		dst[i] = zero
 		var k int
 		var err error
 		switch {
+		case coder:
+			k, err = any(&dst[i]).(DictCoder).DecodeDict(src[off:], DictReader{strs: &d.strs, dd: dd})
 		case flat:
 			k, err = d.decFlat(src[off:], unsafe.Pointer(&dst[i]), dd)
 		case str:
@@ -200,10 +205,12 @@ func (d *Decoder[T]) internInto(src []byte, s *string) (int, error) {
 // from d.strs, which it allocates on the first string it interns.
 func (d *Decoder[T]) intern(b []byte) string {
 	if d.strs == nil {
-		d.strs = &internTable{seed: rand.Uint64()}
+		d.strs = newInternTable()
 	}
 	return d.strs.get(b)
 }
+
+func newInternTable() *internTable { return &internTable{seed: rand.Uint64()} }
 
 // internSlots is the number of strings an internTable keeps, and
 // internMaxLen the longest it keeps: keys, ids and names, not payloads.

@@ -101,8 +101,9 @@ func (e *DictEncoder) remember(s string, id uint32) {
 	set[0] = dictPtr{s: s, id: id}
 }
 
-// appendString appends s as a dictionary-coded string.
-func (e *DictEncoder) appendString(dst []byte, s string) []byte {
+// AppendString appends s as a dictionary-coded string, numbering it if it
+// is new: for a DictCoder's AppendDict.
+func (e *DictEncoder) AppendString(dst []byte, s string) []byte {
 	if len(s) == 0 || len(s) > dictMaxLen {
 		return appendInline(dst, s)
 	}
@@ -167,8 +168,47 @@ type DictDecoder struct {
 	strs []string
 }
 
+// DictCoder is implemented, through a pointer, by a type that encodes
+// itself on a channel with the channel's numbering of strings (a type
+// with a binary marshaler of its own, whose strings the codec cannot
+// see): AppendBatchDict calls AppendDict and AppendNDict calls
+// DecodeDict instead of the type's codec. DecodeDict decodes into a zero
+// value from the front of src, reading every string with r, and returns
+// the bytes consumed; an error wraps ErrCorrupt or ErrShort.
+type DictCoder interface {
+	AppendDict(dst []byte, e *DictEncoder) []byte
+	DecodeDict(src []byte, r DictReader) (int, error)
+}
+
+// isDictCoder reports whether *T implements DictCoder.
+func isDictCoder[T any]() bool {
+	_, ok := any((*T)(nil)).(DictCoder)
+	return ok
+}
+
+// DictReader reads the strings a DictCoder's AppendDict wrote with
+// DictEncoder.AppendString, with a Decoder's numbering of its channel.
+type DictReader struct {
+	strs **internTable
+	dd   *DictDecoder
+}
+
+// String decodes the string at the front of src and returns it with the
+// bytes consumed.
+func (r DictReader) String(src []byte) (string, int, error) {
+	var s string
+	n, err := readDictString(r.strs, r.dd, src, &s)
+	return s, n, err
+}
+
 // dictString decodes a dictionary-coded string into *s.
 func (d *Decoder[T]) dictString(src []byte, s *string, dd *DictDecoder) (int, error) {
+	return readDictString(&d.strs, dd, src, s)
+}
+
+// readDictString decodes a dictionary-coded string into *s, interning a
+// string sent whole in *strs, which it allocates on the first one.
+func readDictString(strs **internTable, dd *DictDecoder, src []byte, s *string) (int, error) {
 	tag, k := uint64(0), 1
 	if len(src) > 0 && src[0] < 0x80 {
 		tag = uint64(src[0])
@@ -198,7 +238,10 @@ func (d *Decoder[T]) dictString(src []byte, s *string, dd *DictDecoder) (int, er
 	case len(b) > dictMaxLen:
 		*s = string(b)
 	default:
-		*s = d.intern(b)
+		if *strs == nil {
+			*strs = newInternTable()
+		}
+		*s = (*strs).get(b)
 		if len(dd.strs) < dictEntries {
 			dd.strs = append(dd.strs, *s)
 		}
@@ -209,11 +252,19 @@ func (d *Decoder[T]) dictString(src []byte, s *string, dd *DictDecoder) (int, er
 // AppendBatchDict appends vs as AppendBatch does, the strings of a struct
 // of scalars (For's codec of a struct whose fields are all scalars and
 // strings) or of a string (the built-in String codec) coded with e's
-// numbering, which it extends; e must not be nil. For any other codec it
+// numbering, which it extends; e must not be nil. A type whose pointer
+// is a DictCoder is appended by its AppendDict. For any other type it
 // is AppendBatch, and e is unused. Decoder.AppendNDict decodes it. On
 // error it returns dst with its original length (and e may have numbered
 // strings of the values before the failing one: Rollback).
 func AppendBatchDict[T any](c Codec[T], e *DictEncoder, dst []byte, vs []T) ([]byte, error) {
+	if isDictCoder[T]() {
+		dst = binary.AppendUvarint(dst, uint64(len(vs)))
+		for i := range vs {
+			dst = any(&vs[i]).(DictCoder).AppendDict(dst, e)
+		}
+		return dst, nil
+	}
 	switch cc := any(c).(type) {
 	case compiled[T]:
 		if cc.pl.flat == nil {
@@ -228,7 +279,7 @@ func AppendBatchDict[T any](c Codec[T], e *DictEncoder, dst []byte, vs []T) ([]b
 	case StringCodec:
 		dst = binary.AppendUvarint(dst, uint64(len(vs)))
 		for _, s := range any(vs).([]string) {
-			dst = e.appendString(dst, s)
+			dst = e.AppendString(dst, s)
 		}
 		return dst, nil
 	}

@@ -1,8 +1,10 @@
 package pipeline
 
 import (
+	"encoding/binary"
 	"errors"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -114,6 +116,80 @@ func TestRowCodecRoundTrip(t *testing.T) {
 	if err != nil || n != len(b) || got != r {
 		t.Fatalf("round trip: %v %d %v", got, n, err)
 	}
+}
+
+// Rows crossing a channel code their strings with the channel's
+// numbering: a batch of rows decodes, in order, to the same rows, and a
+// key sent before takes a byte instead of its length.
+func TestRowDictRoundTrip(t *testing.T) {
+	c := codec.For[Row]()
+	keys := []string{"sensor_1", "sensor_2", "sensor_3"}
+	var rows []Row
+	for i := range 300 {
+		var r Row
+		r.SetStr(0, keys[i%len(keys)])
+		if i%7 == 0 {
+			r.SetStr(MaxStrFields-1, strings.Repeat("long", 10)) // over the numbered length
+		}
+		r.SetFloat(0, float64(i)/3)
+		r.SetInt(MaxNumFields-1, int64(-i))
+		rows = append(rows, r)
+	}
+	rows = append(rows, Row{}) // no slot at all
+	var e codec.DictEncoder
+	var dd codec.DictDecoder
+	d := codec.NewDecoder(c)
+	var out []Row
+	var coded int
+	for range 2 {
+		b, err := codec.AppendBatchDict(c, &e, nil, rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		coded = len(b)
+		n, k := binary.Uvarint(b)
+		out, k2, err := d.AppendNDict(out[:0], b[k:], int(n), &dd)
+		if err != nil || k+k2 != len(b) {
+			t.Fatalf("decode: %v, %d of %d bytes", err, k+k2, len(b))
+		}
+		if !slices.Equal(out, rows) {
+			t.Fatal("decoded rows differ")
+		}
+	}
+	plain, err := codec.AppendBatch(c, nil, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if coded >= len(plain)-len(rows)*8 {
+		t.Fatalf("numbered batch %d bytes, plain %d", coded, len(plain))
+	}
+}
+
+// FuzzRowDecodeDict decodes any bytes as the first row of a channel: an
+// error wrapping codec.ErrCorrupt or codec.ErrShort, never a panic.
+func FuzzRowDecodeDict(f *testing.F) {
+	var r Row
+	r.SetStr(0, "a")
+	r.SetStr(1, "a")
+	r.SetFloat(1, 2)
+	var e codec.DictEncoder
+	f.Add(r.AppendDict(nil, &e))
+	f.Add([]byte{0, 2, 1, 3})
+	f.Add([]byte{17})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var dd codec.DictDecoder
+		d := codec.NewDecoder(codec.For[Row]())
+		out, n, err := d.AppendNDict(nil, in, 1, &dd)
+		if err != nil {
+			if !errors.Is(err, codec.ErrCorrupt) && !errors.Is(err, codec.ErrShort) {
+				t.Fatalf("error %v wraps neither ErrCorrupt nor ErrShort", err)
+			}
+			return
+		}
+		if n < 1 || n > len(in) || len(out) != 1 {
+			t.Fatalf("decoded %d rows from %d of %d bytes", len(out), n, len(in))
+		}
+	})
 }
 
 func FuzzJSONDecode(f *testing.F) {

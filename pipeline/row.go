@@ -6,6 +6,8 @@ import (
 	"math"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/edgedio/edged/codec"
 )
 
 // Type is the type of a Row field.
@@ -269,17 +271,10 @@ const rowVersion = 1
 // little-endian values, then the same for strings (uvarint length and
 // bytes). It implements encoding.BinaryAppender, so codec.For[Row] uses it.
 func (r Row) AppendBinary(dst []byte) ([]byte, error) {
-	n := MaxNumFields
-	for n > 0 && r.num[n-1] == 0 {
-		n--
-	}
+	n, m := r.slots()
 	dst = append(dst, rowVersion, byte(n))
 	for i := range n {
 		dst = binary.LittleEndian.AppendUint64(dst, r.num[i])
-	}
-	m := MaxStrFields
-	for m > 0 && r.str[m-1] == "" {
-		m--
 	}
 	dst = append(dst, byte(m))
 	for i := range m {
@@ -287,6 +282,69 @@ func (r Row) AppendBinary(dst []byte) ([]byte, error) {
 		dst = append(dst, r.str[i]...)
 	}
 	return dst, nil
+}
+
+// slots returns the numeric slots up to the last non-zero one and the
+// string slots up to the last non-empty one: the slots a Row's encodings
+// carry.
+func (r *Row) slots() (n, m int) {
+	n, m = MaxNumFields, MaxStrFields
+	for n > 0 && r.num[n-1] == 0 {
+		n--
+	}
+	for m > 0 && r.str[m-1] == "" {
+		m--
+	}
+	return n, m
+}
+
+// AppendDict appends r for a channel between tasks (codec.DictCoder): as
+// AppendBinary does without its version byte, the strings coded with the
+// channel's numbering, so that a key or an id sent before takes a byte or
+// two.
+func (r *Row) AppendDict(dst []byte, e *codec.DictEncoder) []byte {
+	n, m := r.slots()
+	dst = append(dst, byte(n))
+	for i := range n {
+		dst = binary.LittleEndian.AppendUint64(dst, r.num[i])
+	}
+	dst = append(dst, byte(m))
+	for i := range m {
+		dst = e.AppendString(dst, r.str[i])
+	}
+	return dst
+}
+
+// DecodeDict decodes what AppendDict wrote into r, which is zero, and
+// returns the bytes consumed. Bad input gives an error wrapping
+// codec.ErrCorrupt or codec.ErrShort.
+func (r *Row) DecodeDict(src []byte, rd codec.DictReader) (int, error) {
+	if len(src) < 1 || int(src[0]) > MaxNumFields {
+		return 0, fmt.Errorf("%w: row: numeric slots", codec.ErrCorrupt)
+	}
+	n := int(src[0])
+	off := 1
+	if len(src)-off < 8*n+1 {
+		return 0, fmt.Errorf("%w: row: %d numeric slots", codec.ErrShort, n)
+	}
+	for i := range n {
+		r.num[i] = binary.LittleEndian.Uint64(src[off+8*i:])
+	}
+	off += 8 * n
+	m := int(src[off])
+	off++
+	if m > MaxStrFields {
+		return 0, fmt.Errorf("%w: row: %d string slots", codec.ErrCorrupt, m)
+	}
+	for i := range m {
+		s, k, err := rd.String(src[off:])
+		if err != nil {
+			return 0, fmt.Errorf("row string %d: %w", i, err)
+		}
+		r.str[i] = s
+		off += k
+	}
+	return off, nil
 }
 
 // UnmarshalBinary decodes what AppendBinary wrote. It never panics; bad
