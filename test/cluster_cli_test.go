@@ -89,7 +89,7 @@ func windowSubtasks(client *http.Client, m *clusterMember) (map[string]int, erro
 
 // A running three-node cluster job is rescaled as a user does it with the
 // CLI, under MQTT load: edged stop on the leader (a savepoint), readings
-// go on into the nodes' ingest logs while the job is stopped, every node
+// go on into the leader's ingest log while the job is stopped, every node
 // is stopped with SIGTERM, the leader last, each config's parallelism goes
 // from 3 to 2, and the nodes are started again, the leader first with
 // --from-savepoint. The
@@ -106,8 +106,15 @@ func TestClusterCLIRescaleStopResume(t *testing.T) {
 	const n = 30_000
 	l.publish(0, n/3)
 	sp := cliStop(t, a.node, "sensors")
-	// The nodes serve on with the job stopped: their brokers take
-	// readings into the ingest logs, which the restored job reads.
+	// The nodes serve on with the job stopped: the leader's broker takes
+	// readings into its ingest log, which the restored job reads. Only
+	// the leader's: the leader deploys the restored job as soon as it
+	// sees a majority, so a worker that starts after that runs in no
+	// first deployment, and readings waiting in its log would be read
+	// only once its split is handed back, behind the watermark the other
+	// splits moved on (late, as the README says). The leader is in every
+	// deployment.
+	l.down[1], l.down[2] = true, true
 	l.publish(n/3, n/2)
 	for _, i := range []int{1, 2, 0} {
 		l.stop(i)
