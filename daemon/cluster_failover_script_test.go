@@ -486,8 +486,11 @@ func TestFailoverScriptLeaderCutOffStopsLocalTasksAtOnce(t *testing.T) {
 		return len(r0.Metrics()) == 0
 	})
 	took := time.Since(stopped)
-	// The path this test names: the master still waits on b and c.
-	testutil.Eventually(t, 3*time.Second, "the job master waits on the nodes it cannot reach", func() bool {
+	// The path this test names: the master still waits on b and c. It
+	// gets there once its attempt has unwound, which on a loaded machine
+	// takes longer than the local stop; its wait there lasts up to the
+	// control timeout (10 s), so this wait has the default bound.
+	testutil.Eventually(t, 0, "the job master waits on the nodes it cannot reach", func() bool {
 		return testutil.Waiting("actors.(*Runner).cancelHosts")
 	})
 	if r, _ := e.Runner(); r != r0 {
