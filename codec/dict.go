@@ -38,6 +38,10 @@ const (
 	// dictWays is the slots a string's address may take in it.
 	dictMaxPtrs = 2 * dictEntries
 	dictWays    = 4
+	// dictProbe and dictSkip pace the look-ups by content once every
+	// number is given (DictEncoder.lookUp).
+	dictProbe = 1024
+	dictSkip  = 64 * dictProbe
 )
 
 // DictEncoder is the sending end's numbering of one stream of batches. Its
@@ -56,6 +60,13 @@ type DictEncoder struct {
 	ptrs []dictPtr
 	// shift is 64 minus the bits of an index of ptrs.
 	shift uint8
+	// Once every number is given, a stream of strings that are not
+	// numbered (ids that never repeat) would pay a look-up by content
+	// for each to no avail: looked counts the look-ups of the current
+	// round of dictProbe, missed those that found nothing, and skip the
+	// strings still sent without a look-up after a round that mostly
+	// missed.
+	looked, missed, skip int
 }
 
 type dictPtr struct {
@@ -114,9 +125,13 @@ func (e *DictEncoder) AppendString(dst []byte, s string) []byte {
 			}
 		}
 	}
+	if e.n >= dictEntries && !e.lookUp() {
+		return appendInline(dst, s)
+	}
 	id, ok := e.ids[s]
 	if !ok {
 		if e.n >= dictEntries {
+			e.missed++
 			return appendInline(dst, s)
 		}
 		id = uint32(e.n)
@@ -131,6 +146,28 @@ func (e *DictEncoder) AppendString(dst []byte, s string) []byte {
 	}
 	e.remember(s, id)
 	return appendTag(dst, uint64(id)<<1|1)
+}
+
+// lookUp reports whether a string the address table missed is looked up
+// by content, once every number is given: in rounds of dictProbe
+// look-ups, and after a round in which fewer than one in eight found a
+// number, not for the next dictSkip strings.
+func (e *DictEncoder) lookUp() bool {
+	if e.skip > 0 {
+		e.skip--
+		return false
+	}
+	if e.looked == dictProbe {
+		if e.missed > dictProbe-dictProbe/8 {
+			e.skip = dictSkip
+		}
+		e.looked, e.missed = 0, 0
+		if e.skip > 0 {
+			return false
+		}
+	}
+	e.looked++
+	return true
 }
 
 // growPtrs keeps e.ptrs at least four times the strings numbered, up to

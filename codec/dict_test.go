@@ -136,6 +136,56 @@ func TestDictStreamFull(t *testing.T) {
 	}
 }
 
+// Once every number is given, strings that never repeat stop being
+// looked up by content for a while (a round that mostly missed), and
+// numbered strings in other memory are found again after it; every batch
+// decodes to its strings throughout.
+func TestDictFullSkipsLookUpsThatMiss(t *testing.T) {
+	s := newDictStream(String)
+	var numbered []string
+	for i := range dictEntries {
+		numbered = append(numbered, fmt.Sprintf("k%d", i))
+	}
+	send := func(strs []string) int {
+		t.Helper()
+		size := 0
+		for chunk := range slices.Chunk(strs, 512) {
+			b := s.encode(t, chunk)
+			size += len(b)
+			if got := s.decode(t, b); !slices.Equal(got, chunk) {
+				t.Fatal("decoded strings differ")
+			}
+		}
+		return size
+	}
+	send(numbered)
+	var once []string
+	for i := range dictProbe + 1 {
+		once = append(once, fmt.Sprintf("once-%d", i))
+	}
+	send(once)
+	if s.e.skip == 0 {
+		t.Fatalf("after %d strings that were not numbered, look-ups still made", dictProbe+1)
+	}
+	// Copies of numbered strings: sent whole while look-ups are skipped,
+	// as numbers again once a round finds them.
+	clones := func(n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = strings.Clone(numbered[i%len(numbered)])
+		}
+		return out
+	}
+	send(clones(dictSkip + dictProbe + 1))
+	if s.e.skip != 0 {
+		t.Fatalf("look-ups still skipped after a round that found every string")
+	}
+	batch := clones(512)
+	if size := send(batch); size > 3*len(batch) {
+		t.Fatalf("%d numbered strings in other memory take %d bytes: not found by content", len(batch), size)
+	}
+}
+
 // A batch encoded and not sent is taken back: the strings it numbered
 // are numbered again by the next batch, which a receiver that never saw
 // the first decodes.
