@@ -185,6 +185,13 @@ func (d *Decoder[T]) internInto(src []byte, s *string) (int, error) {
 			return 0, err
 		}
 	}
+	return internBytes(&d.strs, src, k, l, s)
+}
+
+// internBytes decodes the l bytes after the first k of src into *s,
+// interned in *strs (allocated on the first string it interns) when they
+// are 1 to internMaxLen bytes, and returns the bytes consumed, k+l.
+func internBytes(strs **internTable, src []byte, k int, l uint64, s *string) (int, error) {
 	if l > uint64(len(src)-k) {
 		return 0, errShortBytes
 	}
@@ -196,18 +203,12 @@ func (d *Decoder[T]) internInto(src []byte, s *string) (int, error) {
 	case len(b) > internMaxLen:
 		*s = string(b)
 	default:
-		*s = d.intern(b)
+		if *strs == nil {
+			*strs = newInternTable()
+		}
+		*s = (*strs).get(b)
 	}
 	return n, nil
-}
-
-// intern returns a string of the bytes b, of 1 to internMaxLen bytes,
-// from d.strs, which it allocates on the first string it interns.
-func (d *Decoder[T]) intern(b []byte) string {
-	if d.strs == nil {
-		d.strs = newInternTable()
-	}
-	return d.strs.get(b)
 }
 
 func newInternTable() *internTable { return &internTable{seed: rand.Uint64()} }

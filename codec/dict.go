@@ -264,26 +264,11 @@ func readDictString(strs **internTable, dd *DictDecoder, src []byte, s *string) 
 		return k, nil
 	}
 	l := tag >> 1
-	if l > uint64(len(src)-k) {
-		return 0, errShortBytes
+	n, err := internBytes(strs, src, k, l, s)
+	if err == nil && l > 0 && l <= dictMaxLen && len(dd.strs) < dictEntries {
+		dd.strs = append(dd.strs, *s)
 	}
-	n := k + int(l)
-	b := src[k:n]
-	switch {
-	case len(b) == 0:
-		*s = ""
-	case len(b) > dictMaxLen:
-		*s = string(b)
-	default:
-		if *strs == nil {
-			*strs = newInternTable()
-		}
-		*s = (*strs).get(b)
-		if len(dd.strs) < dictEntries {
-			dd.strs = append(dd.strs, *s)
-		}
-	}
-	return n, nil
+	return n, err
 }
 
 // AppendBatchDict appends vs as AppendBatch does, the strings of a struct
