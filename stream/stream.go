@@ -88,13 +88,22 @@ func SetCodec[T any](s *Stream[T], c codec.Codec[T]) *Stream[T] {
 	return s
 }
 
+// sideOutput returns the upstream of a stream that is a side output of
+// one operator, or nil.
+func (s *Stream[T]) sideOutput() *upstream {
+	if len(s.ups) == 1 && s.ups[0].output != "" {
+		return &s.ups[0]
+	}
+	return nil
+}
+
 // noOperator is the error of what setting asks of a stream that no
 // operator of its own produced: a union, or a side output, which leaves
 // the operator that emits it with that operator's parallelism and uid.
 func (s *Stream[T]) noOperator(setting string) error {
-	if u := s.ups; len(u) == 1 && u[0].output != "" {
+	if u := s.sideOutput(); u != nil {
 		return fmt.Errorf("stream: %s on side output %q of operator %q: a side output has the parallelism and uid of the operator that emits it; set them on that operator, or on the one that consumes the side output",
-			setting, u[0].output, u[0].v.Name)
+			setting, u.output, u.v.Name)
 	}
 	return fmt.Errorf("stream: %s on a union; set it on each input", setting)
 }

@@ -68,9 +68,9 @@ func SideOutput[X, T any](s *Stream[T], tag operators.OutputTag[X]) *Stream[X] {
 	s.must(fmt.Sprintf("SideOutput(%q)", tag.ID()))
 	x := &Stream[X]{env: s.env, typ: typeOf[X]()}
 	if s.v == nil {
-		if u := s.ups; len(u) == 1 && u[0].output != "" {
+		if u := s.sideOutput(); u != nil {
 			s.env.addError(fmt.Errorf("stream: SideOutput(%q) of side output %q of operator %q: take side outputs from the operator that emits them",
-				tag.ID(), u[0].output, u[0].v.Name))
+				tag.ID(), u.output, u.v.Name))
 			return x
 		}
 		s.env.addError(errSideOutputOfUnion)
