@@ -12,14 +12,32 @@ import (
 // such as struct{}, is an error wrapping ErrUnsupported. On error it
 // returns dst with its original length.
 func AppendBatch[T any](c Codec[T], dst []byte, vs []T) ([]byte, error) {
+	return appendBatch(c, nil, dst, vs)
+}
+
+// appendBatch is AppendBatch, or AppendBatchDict when e is not nil: the
+// values that Decoder.AppendNDict reads with a numbering (a DictCoder, a
+// struct of scalars, a string) are then written with e's.
+func appendBatch[T any](c Codec[T], e *DictEncoder, dst []byte, vs []T) ([]byte, error) {
 	start := len(dst)
 	out := binary.AppendUvarint(dst, uint64(len(vs)))
 	body := len(out)
 	var err error
-	if cc, ok := any(c).(compiled[T]); ok {
+	cc, isCompiled := any(c).(compiled[T])
+	_, isString := any(c).(StringCodec)
+	switch {
+	case e != nil && isDictCoder[T]():
+		for i := range vs {
+			out = any(&vs[i]).(DictCoder).AppendDict(out, e)
+		}
+	case isCompiled:
 		// One loop over the values, no interface call per value.
-		out, err = cc.appendAll(out, vs)
-	} else {
+		out, err = cc.appendAll(out, vs, e)
+	case e != nil && isString:
+		for _, s := range any(vs).([]string) {
+			out = e.AppendString(out, s)
+		}
+	default:
 		for i := range vs {
 			if out, err = c.Append(out, vs[i]); err != nil {
 				err = fmt.Errorf("batch value %d: %w", i, err)

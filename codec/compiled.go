@@ -24,13 +24,14 @@ func (c compiled[T]) Append(dst []byte, v T) ([]byte, error) {
 }
 
 // appendAll appends the encodings of vs, one after the other; a struct of
-// scalars' with appendFlat, another struct's with encStruct called
-// directly, not through the plan's func value.
-func (c compiled[T]) appendAll(dst []byte, vs []T) ([]byte, error) {
+// scalars' with appendFlat (its strings with e's numbering when e is not
+// nil), another struct's with encStruct called directly, not through the
+// plan's func value.
+func (c compiled[T]) appendAll(dst []byte, vs []T, e *DictEncoder) ([]byte, error) {
 	pl := c.pl
 	if pl.flat != nil {
 		for i := range vs {
-			dst = appendFlat(dst, pl.flat, unsafe.Pointer(&vs[i]), nil)
+			dst = appendFlat(dst, pl.flat, unsafe.Pointer(&vs[i]), e)
 		}
 		return dst, nil
 	}

@@ -280,32 +280,7 @@ func readDictString(strs **internTable, dd *DictDecoder, src []byte, s *string) 
 // error it returns dst with its original length (and e may have numbered
 // strings of the values before the failing one: Rollback).
 func AppendBatchDict[T any](c Codec[T], e *DictEncoder, dst []byte, vs []T) ([]byte, error) {
-	if isDictCoder[T]() {
-		dst = binary.AppendUvarint(dst, uint64(len(vs)))
-		for i := range vs {
-			dst = any(&vs[i]).(DictCoder).AppendDict(dst, e)
-		}
-		return dst, nil
-	}
-	switch cc := any(c).(type) {
-	case compiled[T]:
-		if cc.pl.flat == nil {
-			break
-		}
-		dst = binary.AppendUvarint(dst, uint64(len(vs)))
-		fs := cc.pl.flat
-		for i := range vs {
-			dst = appendFlat(dst, fs, unsafe.Pointer(&vs[i]), e)
-		}
-		return dst, nil
-	case StringCodec:
-		dst = binary.AppendUvarint(dst, uint64(len(vs)))
-		for _, s := range any(vs).([]string) {
-			dst = e.AppendString(dst, s)
-		}
-		return dst, nil
-	}
-	return AppendBatch(c, dst, vs)
+	return appendBatch(c, e, dst, vs)
 }
 
 // AppendNDict is AppendN for n values written by AppendBatchDict (after
