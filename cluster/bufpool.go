@@ -50,8 +50,8 @@ func putBuf(b []byte) {
 
 // lentBufs are the pooled buffers of frames that protoactor serialized
 // (a wireFrame's Marshal hands its encoding over as the envelope's
-// bytes) and gRPC has not yet copied into the message it writes: the
-// transport's codec (frameCodec) recycles each once it has. A frame whose
+// bytes) and the transport's codec (frameCodec) has not yet copied into
+// the message gRPC writes: the codec recycles each once it has. A frame whose
 // envelope is never marshalled leaves its buffer here; past
 // maxLentBufs the table is dropped and those buffers are left to the
 // collector, so that a peer that never takes its frames costs no memory.

@@ -8,74 +8,136 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
 	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
 // frameCodec is the gRPC codec of a RemoteTransport's connections:
-// gRPC's protobuf codec, with two differences that spare every frame a
-// copy and an allocation. Sending, once it has copied a message batch
-// into the bytes it writes, it recycles the pooled buffers of the frames
-// in it (see lentBufs). Receiving, it decodes a message batch with each
-// envelope's bytes a slice of the received message rather than a copy,
-// unless the message is large and they are a small part of it (see
-// aliasShare; the server hands it a buffer of
-// its own per message: no receive buffer pool; only with alias set, as on
-// the server side). It encodes
-// and decodes exactly as gRPC's own codec, under the same name, so that
-// peers see no difference.
+// gRPC's protobuf codec, with differences that spare every frame a copy
+// and an allocation. Sending, it encodes a message into a pooled buffer,
+// which gRPC recycles once it has written it, and, once it has copied a
+// message batch into that buffer, it recycles the pooled buffers of the
+// frames in it (see lentBufs). Receiving, with alias set (the server
+// side), it copies the message gRPC received (in pieces of at most one
+// HTTP/2 frame) into one buffer and decodes a message batch with each
+// envelope's bytes a slice of that buffer rather than a copy, unless the
+// message is large and they are a small part of it (see aliasShare).
+// With retain set as well the buffer is pooled, and recycled once every
+// frame that aliases it was handled (see rxBuf); without, it is the
+// collector's. It encodes and decodes exactly as gRPC's own codec, under
+// the same name, so that peers see no difference.
 type frameCodec struct {
-	// alias lets Unmarshal keep slices of the buffer it decodes: set
-	// where gRPC reads every message into a buffer of its own.
+	// alias lets Unmarshal decode a message batch with its envelopes'
+	// bytes slices of a buffer of the codec's own.
 	alias bool
+	// retain makes that buffer a pooled one (the handler is a
+	// RetainingHandler).
+	retain bool
 }
 
 // Name returns "proto", the name of gRPC's protobuf codec.
-func (frameCodec) Name() string { return "proto" }
+func (frameCodec) Name() string { return grpcproto.Name }
 
-// Marshal encodes v and recycles the frame buffers of a message batch.
-func (frameCodec) Marshal(v any) ([]byte, error) {
+// Marshal encodes v into a pooled buffer, which gRPC frees once it has
+// written it, and recycles the frame buffers of a message batch.
+func (frameCodec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("remote transport: marshal %T, not a protobuf message", v)
 	}
-	b, err := proto.Marshal(m)
 	if rm, ok := v.(*remote.RemoteMessage); ok {
-		// Copied into b, or never to be sent: protoactor drops the
-		// envelopes once the batch is sent or the stream failed.
-		for _, e := range rm.GetMessageBatch().GetEnvelopes() {
-			lent.release(e.MessageData)
-		}
+		// Copied into the encoding, or never to be sent: protoactor
+		// drops the envelopes once the batch is sent or the stream
+		// failed.
+		defer func() {
+			for _, e := range rm.GetMessageBatch().GetEnvelopes() {
+				lent.release(e.MessageData)
+			}
+		}()
 	}
-	return b, err
+	// proto.Size sets the sizes UseCachedSize reuses.
+	size := proto.Size(m)
+	opts := proto.MarshalOptions{UseCachedSize: true}
+	if size < minPooled || size > 1<<maxPoolShift {
+		b, err := opts.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	}
+	b, err := opts.MarshalAppend(getBuf(size), m)
+	if err != nil {
+		putBuf(b)
+		return nil, err
+	}
+	return mem.BufferSlice{mem.NewBuffer(&b, framePool{})}, nil
 }
 
+// framePool is the frame buffers' pool (getBuf, putBuf) as a gRPC
+// buffer pool.
+type framePool struct{}
+
+func (framePool) Get(n int) *[]byte {
+	b := getBuf(n)[:n]
+	return &b
+}
+
+func (framePool) Put(b *[]byte) { putBuf(*b) }
+
 // Unmarshal decodes data into v, as gRPC's codec does; with alias set,
-// the envelopes of a message batch keep slices of data.
-func (c frameCodec) Unmarshal(data []byte, v any) error {
-	if m, ok := v.(*remote.RemoteMessage); ok && c.alias {
-		if b, ok := decodeMessageBatch(data); ok {
-			proto.Reset(m)
-			m.MessageType = &remote.RemoteMessage_MessageBatch{MessageBatch: b}
-			if rb := rxBufs.find(data); rb != nil {
-				// Before gRPC drops its reference: one for every frame
-				// that stays a slice of the buffer.
-				n := int32(aliasedFrames(b, data))
-				rb.refs.Add(n)
-				rb.unclaimed.Add(n)
-			}
-			return nil
-		}
+// the envelopes of a message batch keep slices of a copy of data (see
+// frameCodec).
+func (c frameCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(*remote.RemoteMessage)
+	if !ok || !c.alias {
+		return protoCodec.Unmarshal(data, v)
 	}
-	return protoCodec.Unmarshal(data, v)
+	n := data.Len()
+	var buf []byte
+	var rb *rxBuf
+	if c.retain {
+		rb = newRxBuf(n)
+	}
+	if rb != nil {
+		// The codec's reference, dropped once the frames that alias
+		// the buffer have taken theirs.
+		defer rb.Release()
+		buf = rb.buf
+	} else {
+		buf = make([]byte, n)
+	}
+	data.CopyTo(buf)
+	return unmarshalRemote(buf, rb, m)
+}
+
+// unmarshalRemote decodes the RemoteMessage in buf into m: a message
+// batch with its envelopes' bytes slices of buf (see decodeEnvelope),
+// anything else as gRPC's codec does. With rb, the pooled buffer that buf
+// is, it takes a reference to rb for every frame that stays a slice of
+// it.
+func unmarshalRemote(buf []byte, rb *rxBuf, m *remote.RemoteMessage) error {
+	b, ok := decodeMessageBatch(buf)
+	if !ok {
+		return proto.Unmarshal(buf, m)
+	}
+	proto.Reset(m)
+	m.MessageType = &remote.RemoteMessage_MessageBatch{MessageBatch: b}
+	if rb != nil {
+		n := int32(aliasedFrames(b, buf))
+		rb.refs.Add(n)
+		rb.unclaimed.Add(n)
+	}
+	return nil
 }
 
 // aliasedFrames counts the envelopes of b that carry a frame
 // (edged.cluster.Frame) and are a slice of data, which is a recycled
 // buffer. Every other envelope that is a slice of data (another message
 // type, a system message) gets a copy of its bytes: nothing counts it,
-// and the buffer goes back to the pool when gRPC drops its reference,
-// before the envelope is deserialized.
+// and the buffer goes back to the pool when the codec drops its
+// reference, before the envelope is deserialized.
 func aliasedFrames(b *remote.MessageBatch, data []byte) int {
 	n := 0
 	for _, e := range b.Envelopes {
@@ -223,6 +285,6 @@ func decodeEnvelope(src []byte, size int) (*remote.MessageEnvelope, bool) {
 }
 
 // protoCodec is gRPC's protobuf codec.
-var protoCodec = encoding.GetCodec("proto")
+var protoCodec = encoding.GetCodecV2(grpcproto.Name)
 
-var _ encoding.Codec = frameCodec{}
+var _ encoding.CodecV2 = frameCodec{}

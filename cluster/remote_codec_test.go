@@ -5,6 +5,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
@@ -33,13 +34,35 @@ func codecSamples(body []byte) []*remote.RemoteMessage {
 	}
 }
 
+// grpcEncode returns gRPC's codec's encoding of m.
+func grpcEncode(t testing.TB, m *remote.RemoteMessage) []byte {
+	t.Helper()
+	enc, err := protoCodec.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enc.Free()
+	return enc.Materialize()
+}
+
+// pieces returns data as gRPC hands a received message to its codec: in
+// pieces (of its HTTP/2 frames), here of at most size bytes each.
+func pieces(data []byte, size int) mem.BufferSlice {
+	var s mem.BufferSlice
+	for len(data) > 0 {
+		n := min(size, len(data))
+		s = append(s, mem.SliceBuffer(data[:n]))
+		data = data[n:]
+	}
+	return s
+}
+
 // The server's codec decodes what gRPC's codec encodes to the same
 // messages, with the envelopes' bytes slices of the received buffer (no
 // copy) unless the message is large and they are a small part of it (a
 // small frame does not keep a large message in memory), and hands anything
 // it does not know to gRPC's codec.
 func TestFrameCodecDecodesAsGRPC(t *testing.T) {
-	c := frameCodec{alias: true}
 	// A large message with a large frame and a small one: the small one is
 	// copied, so that it does not keep the message in memory.
 	large := &remote.RemoteMessage{MessageType: &remote.RemoteMessage_MessageBatch{MessageBatch: &remote.MessageBatch{
@@ -47,16 +70,19 @@ func TestFrameCodecDecodesAsGRPC(t *testing.T) {
 		Envelopes: []*remote.MessageEnvelope{{MessageData: make([]byte, aliasMaxBytes)}, {MessageData: frameBody(1)}},
 	}}}
 	for i, want := range append(codecSamples(frameBody(3)), large) {
-		data, err := protoCodec.Marshal(want)
-		if err != nil {
-			t.Fatal(err)
+		data := grpcEncode(t, want)
+		for _, c := range []frameCodec{{alias: true}, {alias: true, retain: true}, {}} {
+			got := &remote.RemoteMessage{}
+			if err := c.Unmarshal(pieces(data, 16<<10), got); err != nil {
+				t.Fatalf("sample %d, %+v: %v", i, c, err)
+			}
+			if !proto.Equal(got, want) {
+				t.Fatalf("sample %d, %+v: decoded %v, want %v", i, c, got, want)
+			}
 		}
 		got := &remote.RemoteMessage{}
-		if err := c.Unmarshal(data, got); err != nil {
+		if err := unmarshalRemote(data, nil, got); err != nil {
 			t.Fatalf("sample %d: %v", i, err)
-		}
-		if !proto.Equal(got, want) {
-			t.Fatalf("sample %d: decoded %v, want %v", i, got, want)
 		}
 		for j, e := range got.GetMessageBatch().GetEnvelopes() {
 			big := len(e.MessageData)*aliasShare >= len(data) || len(data) <= aliasMaxBytes
@@ -68,7 +94,7 @@ func TestFrameCodecDecodesAsGRPC(t *testing.T) {
 	}
 	// A batch with a field protoactor does not write: gRPC's codec
 	// decodes it (keeping the unknown field).
-	data, _ := protoCodec.Marshal(codecSamples(frameBody(3))[0])
+	data := grpcEncode(t, codecSamples(frameBody(3))[0])
 	inner, _ := protowire.ConsumeBytes(data[1:])
 	inner = protowire.AppendTag(inner, 99, protowire.VarintType)
 	inner = protowire.AppendVarint(inner, 1)
@@ -77,16 +103,16 @@ func TestFrameCodecDecodesAsGRPC(t *testing.T) {
 		t.Fatal("a batch with an unknown field took the fast path")
 	}
 	got := &remote.RemoteMessage{}
-	if err := c.Unmarshal(odd, got); err != nil || len(got.GetMessageBatch().GetEnvelopes()) != 3 {
+	if err := (frameCodec{alias: true}).Unmarshal(pieces(odd, 4096), got); err != nil || len(got.GetMessageBatch().GetEnvelopes()) != 3 {
 		t.Fatalf("fallback decode: %v, %v", err, got)
 	}
-	// The client's codec never aliases: its buffers are pooled.
+	// The client's codec never aliases: gRPC recycles its buffers.
 	got = &remote.RemoteMessage{}
-	if err := (frameCodec{}).Unmarshal(data, got); err != nil {
+	if err := (frameCodec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(data)}, got); err != nil {
 		t.Fatal(err)
 	}
 	if inside(got.GetMessageBatch().GetEnvelopes()[0].MessageData, data) {
-		t.Fatal("the client's codec kept a slice of its pooled buffer")
+		t.Fatal("the client's codec kept a slice of gRPC's buffer")
 	}
 }
 
@@ -104,27 +130,31 @@ func inside(b, buf []byte) bool {
 }
 
 // FuzzFrameCodecUnmarshal checks the server's decoder against gRPC's
-// codec on any input: both accept it, with equal messages, or both refuse
-// it.
+// codec on any input, received in pieces of any size: both accept it,
+// with equal messages, or both refuse it.
 func FuzzFrameCodecUnmarshal(f *testing.F) {
 	// Small seeds: the fuzzer mutates large inputs slowly.
 	for _, m := range codecSamples([]byte("eF\x01\x01frame")) {
-		data, err := protoCodec.Marshal(m)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(data)
+		data := grpcEncode(f, m)
+		f.Add(data, uint16(0))
+		f.Add(data, uint16(7))
 	}
-	f.Fuzz(func(t *testing.T, data []byte) {
+	f.Fuzz(func(t *testing.T, data []byte, piece uint16) {
 		want := &remote.RemoteMessage{}
-		werr := protoCodec.Unmarshal(data, want)
-		got := &remote.RemoteMessage{}
-		gerr := frameCodec{alias: true}.Unmarshal(data, got)
-		if (werr == nil) != (gerr == nil) {
-			t.Fatalf("gRPC's codec: %v; frame codec: %v", werr, gerr)
+		werr := protoCodec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(data)}, want)
+		size := len(data)
+		if piece > 0 {
+			size = int(piece)
 		}
-		if werr == nil && !proto.Equal(got, want) {
-			t.Fatalf("decoded %v, gRPC's codec %v", got, want)
+		for _, c := range []frameCodec{{alias: true}, {alias: true, retain: true}} {
+			got := &remote.RemoteMessage{}
+			gerr := c.Unmarshal(pieces(data, size), got)
+			if (werr == nil) != (gerr == nil) {
+				t.Fatalf("%+v: gRPC's codec: %v; frame codec: %v", c, werr, gerr)
+			}
+			if werr == nil && !proto.Equal(got, want) {
+				t.Fatalf("%+v: decoded %v, gRPC's codec %v", c, got, want)
+			}
 		}
 	})
 }

@@ -6,22 +6,22 @@ import (
 	"unsafe"
 )
 
-// A received message's buffer is recycled once nothing uses it: gRPC
-// (until it has decoded the message) and every frame in it that aliases
-// it (until the frame was handled, or, for a batch delivered to a task,
-// until the task reported that very batch processed). Without this the
-// server read every message into a buffer of its own, which the
+// A received message's buffer is recycled once nothing uses it: the
+// codec (until it has decoded the message) and every frame in it that
+// aliases it (until the frame was handled, or, for a batch delivered to a
+// task, until the task reported that very batch processed). Without this
+// the server kept every message in a buffer of its own, which the
 // collector then freed: the largest allocation of a remote channel, with
 // the protobuf marshal of the sending side.
 //
 // The pieces, in the order a message meets them:
 //
-//   - rxPool, the server's gRPC receive buffer pool, takes a pooled
-//     buffer for the message (rxBuf, one reference: gRPC's) and notes it
-//     in a ring of recent buffers (rxRing).
-//   - frameCodec.Unmarshal takes one reference for every envelope that
-//     stays a slice of the buffer (see decodeEnvelope); gRPC then
-//     returns the buffer to the pool, which drops gRPC's reference.
+//   - frameCodec.Unmarshal copies the message gRPC received (pieces from
+//     gRPC's own pool, which it takes back once the codec returns) into a
+//     pooled buffer (rxBuf, one reference: the codec's) and notes it in a
+//     ring of recent buffers (rxRing).
+//   - It takes one reference for every envelope that stays a slice of
+//     the buffer (see decodeEnvelope), then drops its own.
 //   - frameProcess claims each frame's reference by the frame's address
 //     (rxRing.claim) and hands it, with the frame, to a RetainingHandler;
 //     the Endpoint releases it when the frame was not delivered, or when
@@ -52,7 +52,8 @@ type RetainingHandler interface {
 // rxBuf is a pooled buffer a message was received into.
 type rxBuf struct {
 	buf []byte
-	// refs counts the references: gRPC's, and one per aliasing frame.
+	// refs counts the references: the codec's, and one per aliasing
+	// frame.
 	refs atomic.Int32
 	// unclaimed counts the aliasing frames not yet claimed.
 	unclaimed atomic.Int32
@@ -103,23 +104,6 @@ func (r *rxRing) add(b *rxBuf) {
 	r.mu.Unlock()
 }
 
-// find returns the newest buffer data starts, or nil.
-func (r *rxRing) find(data []byte) *rxBuf {
-	if len(data) == 0 {
-		return nil
-	}
-	p := unsafe.SliceData(data)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for i := range rxRingSize {
-		b := r.bufs[(r.next-1-i+2*rxRingSize)%rxRingSize]
-		if b != nil && unsafe.SliceData(b.buf) == p {
-			return b
-		}
-	}
-	return nil
-}
-
 // claim returns the newest buffer frame lies in that has an unclaimed
 // aliasing frame, taking that frame's reference over; nil if there is
 // none (the frame was copied, or came another way).
@@ -141,25 +125,16 @@ func (r *rxRing) claim(frame []byte) *rxBuf {
 	return nil
 }
 
-// rxPool is the gRPC receive buffer pool of a transport whose handler
-// retains frames (see RetainingHandler).
-type rxPool struct{}
-
-// Get returns a pooled buffer of length n, holding gRPC's reference.
-func (rxPool) Get(n int) []byte {
+// newRxBuf returns a pooled buffer of length n holding one reference,
+// the caller's, noted as the newest receive buffer; nil if n is out of
+// the pooled range.
+func newRxBuf(n int) *rxBuf {
 	if n < minPooled || n > 1<<maxPoolShift {
-		return make([]byte, n)
+		return nil
 	}
 	b := &rxBuf{buf: getBuf(n)[:n]}
 	b.refs.Store(1)
 	rxBufs.add(b)
 	rxStats.taken.Add(1)
-	return b.buf
-}
-
-// Put drops gRPC's reference to the buffer *p.
-func (rxPool) Put(p *[]byte) {
-	if b := rxBufs.find(*p); b != nil {
-		b.Release()
-	}
+	return b
 }

@@ -212,11 +212,6 @@ func (t *RemoteTransport) Start() (err error) {
 		return slog.New(warnOnly{logger.Handler()}).With("component", "protoactor")
 	}), actor.WithDeadLetterThrottleInterval(time.Millisecond))
 	win := int32(t.cfg.MaxMessageBytes)
-	// On the client side of a connection (which receives only
-	// protoactor's connection replies) gRPC reads every message into a
-	// pooled buffer, which it takes back once protobuf has decoded the
-	// message with copies of its bytes.
-	recvPool := grpc.NewSharedBufferPool()
 	rc := remote.Configure(t.cfg.Host, t.cfg.Port,
 		remote.WithDialOptions(
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -225,12 +220,12 @@ func (t *RemoteTransport) Start() (err error) {
 			grpc.WithInitialConnWindowSize(win),
 			grpc.WithWriteBufferSize(ioBufferBytes),
 			grpc.WithReadBufferSize(ioBufferBytes),
-			grpc.WithRecvBufferPool(recvPool),
 		),
 		remote.WithServerOptions(t.serverOptions(win)...),
 		// Frames are encoded into pooled buffers, which the codec
-		// recycles once gRPC has copied them into its message.
-		remote.WithCallOptions(grpc.ForceCodec(frameCodec{})),
+		// recycles once it has copied them into the message, itself a
+		// pooled buffer that gRPC recycles once it has written it.
+		remote.WithCallOptions(grpc.ForceCodecV2(frameCodec{})),
 		remote.WithEndpointWriterBatchSize(t.cfg.WriterBatchSize()),
 		remote.WithEndpointWriterQueueSize(t.cfg.WriterQueueSize),
 		remote.WithEndpointManagerQueueSize(t.cfg.WriterQueueSize),
@@ -277,21 +272,18 @@ func (t *RemoteTransport) Start() (err error) {
 
 // serverOptions returns the gRPC options of the node's server. It
 // decodes frames as slices of the message they arrived in (see
-// frameCodec). For a RetainingHandler it reads messages into pooled
-// buffers, recycled once every frame in them was handled (see rxBuf);
-// otherwise every message is read into a buffer of its own.
+// frameCodec). For a RetainingHandler that message is in a pooled
+// buffer, recycled once every frame in it was handled (see rxBuf);
+// otherwise every message is in a buffer of its own.
 func (t *RemoteTransport) serverOptions(win int32) []grpc.ServerOption {
-	opts := []grpc.ServerOption{
+	_, retain := t.h.(RetainingHandler)
+	return []grpc.ServerOption{
 		grpc.InitialWindowSize(win),
 		grpc.InitialConnWindowSize(win),
 		grpc.WriteBufferSize(ioBufferBytes),
 		grpc.ReadBufferSize(ioBufferBytes),
-		grpc.ForceServerCodec(frameCodec{alias: true}),
+		grpc.ForceServerCodecV2(frameCodec{alias: true, retain: retain}),
 	}
-	if _, ok := t.h.(RetainingHandler); ok {
-		opts = append(opts, grpc.RecvBufferPool(rxPool{}))
-	}
-	return opts
 }
 
 // Addr returns the host:port peers send to; "" before Start.
@@ -315,7 +307,7 @@ func (t *RemoteTransport) Send(to string, frame []byte) error {
 // SendFrame encodes f and queues it for the node at address to, as Send
 // does with its encoding: the frame is encoded once, into the buffer
 // protoactor sends (see wireFrame). A frame to a peer is encoded into a
-// pooled buffer, recycled once gRPC has copied it (see frameCodec).
+// pooled buffer, recycled once the codec has copied it (see frameCodec).
 func (t *RemoteTransport) SendFrame(to string, f *Frame) error {
 	n := f.EncodedSize()
 	if n > t.cfg.MaxFrameBytes {
