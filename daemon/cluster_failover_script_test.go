@@ -520,9 +520,10 @@ func TestFailoverScriptLeaderCutOffStopsLocalTasksAtOnce(t *testing.T) {
 // in an epoch above every epoch any node saw. Checkpoint ids are never
 // reused; the committed window counts are exact.
 func TestFailoverScriptLeaderCutOffHealed(t *testing.T) {
-	// About 12 s of input: the job outlives the partition, the heal and
-	// the hand-back.
-	fc := newFailoverCluster(t, foOptions{replicas: 2, count: 24000})
+	// About 12 s of input, records still flowing at the partition and
+	// the heal; its end is held until finish, so that the job outlives
+	// the hand-back however slowly the machine runs it.
+	fc := newFailoverCluster(t, foOptions{replicas: 2, count: 24000, holdEnd: true})
 	a, b, c := fc.nodes["a"], fc.nodes["b"], fc.nodes["c"]
 	_, epoch0 := fc.startedPlacement("a", 0)
 	fc.waitCheckpoint("a", 0)

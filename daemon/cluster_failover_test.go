@@ -126,6 +126,9 @@ type foCluster struct {
 	split bool
 	// count is how many records the generator emits.
 	count int64
+	// releaseInput lets the generator end its input (foOptions.holdEnd);
+	// finish calls it.
+	releaseInput func()
 	// localSinks gives each node its own file sink dir, out/<id>.
 	localSinks bool
 	// killed is when each killed node died: its last sign of life.
@@ -276,6 +279,11 @@ type foOptions struct {
 	// second adds a second pipeline of the same shape (foJob2) to every
 	// node's config, started with the first.
 	second bool
+	// holdEnd keeps the generator from ending its input until the script
+	// calls finish: it emits every record, paced as ever, and then waits,
+	// so that the job is still running at each step the script takes,
+	// however slowly the machine runs it.
+	holdEnd bool
 }
 
 // newFailoverCluster starts nodes a, b and c (or o.nodes of them), a
@@ -296,6 +304,14 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 	fc.alive, fc.killed = slices.Clone(fc.ids), map[string]time.Time{}
 	fc.count = o.count
 	fc.localSinks = o.localSinks
+	var graphHook func(*actors.Job)
+	fc.releaseInput = func() {}
+	if o.holdEnd {
+		input := make(chan struct{})
+		fc.releaseInput = sync.OnceFunc(func() { close(input) })
+		t.Cleanup(fc.releaseInput)
+		graphHook = func(g *actors.Job) { holdGeneratorEnds(g, input) }
+	}
 	if fc.count == 0 {
 		fc.count = foCount
 	}
@@ -396,7 +412,8 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 		}
 		nlog := log.With("node", id)
 		n := &node{opts: Options{Logger: nlog, PollInterval: 50 * time.Millisecond}.withDefaults(), log: nlog,
-			out: &lockedWriter{w: io.Discard}, byName: map[string]*job{}, mem: cfg.Node.Memory.WithDefaults(), ctx: ctx}
+			out: &lockedWriter{w: io.Discard}, byName: map[string]*job{}, mem: cfg.Node.Memory.WithDefaults(), ctx: ctx,
+			graphHook: graphHook}
 		c := &clusterNode{cfg: ccfg, log: nlog, master: id == "a", dataDir: fn.dir}
 		gate, err := cluster.NewRebalanceGate(cluster.DefaultGateConfig())
 		if err != nil {
@@ -659,10 +676,11 @@ func (fc *foCluster) waitCheckpointOf(id, name string, after snapshot.ID) snapsh
 	return got
 }
 
-// finish waits for the job master on node id to end and checks it
-// finished.
+// finish lets the generator end its input, waits for the job master on
+// node id to end and checks it finished.
 func (fc *foCluster) finish(id string) *job {
 	fc.t.Helper()
+	fc.releaseInput()
 	j := fc.job(id)
 	if j == nil {
 		fc.t.Fatalf("node %s runs no job master", id)

@@ -61,53 +61,6 @@ func (o *hoGate) SnapshotState(int64) ([]byte, error) {
 	return nil, nil
 }
 
-// heldGenerator is the sensor generator, holding its input at position
-// holdAt, and its end of input, until released is closed: the input does
-// not end before the rebalance under test has run, however slowly the
-// machine runs it. A held source has nothing available; barriers still
-// pass.
-type heldGenerator struct {
-	*operators.Generator[operators.SensorReading]
-	holdAt   int64
-	released <-chan struct{}
-	held     bool
-}
-
-func (g *heldGenerator) free() bool {
-	select {
-	case <-g.released:
-		return true
-	default:
-		return false
-	}
-}
-
-func (g *heldGenerator) Poll(out operators.Collector[operators.SensorReading], limit int) (operators.Status, error) {
-	g.held = false
-	if !g.free() {
-		left := g.holdAt - g.Position()
-		if left <= 0 {
-			g.held = true
-			return operators.NothingAvailable, nil
-		}
-		limit = int(min(int64(limit), left))
-	}
-	st, err := g.Generator.Poll(out, limit)
-	if st == operators.EndOfInput && err == nil && !g.free() {
-		// Emitted its last records: the end waits for the release too.
-		g.held = true
-		return operators.NothingAvailable, nil
-	}
-	return st, err
-}
-
-func (g *heldGenerator) Available() <-chan struct{} {
-	if g.held {
-		return g.released
-	}
-	return g.Generator.Available()
-}
-
 // hoSum is one key's count and sum in a window.
 type hoSum struct {
 	Count int64
@@ -160,7 +113,7 @@ func (s *hoShape) env(opts ...stream.Option) *stream.Environment {
 	env := stream.NewEnvironment("moved", append([]stream.Option{stream.WithParallelism(3), stream.WithSerializedKeyBy(true),
 		stream.WithCredits(256)}, opts...)...)
 	src := stream.FromSource(env, "generator", func() operators.Source[operators.SensorReading] {
-		return &heldGenerator{Generator: operators.SensorGenerator(operators.GeneratorConfig{Count: s.n, Keys: s.keys, Rate: s.rate}),
+		return &heldGenerator[operators.SensorReading]{Generator: operators.SensorGenerator(operators.GeneratorConfig{Count: s.n, Keys: s.keys, Rate: s.rate}),
 			holdAt: s.n * 3 / 4, released: s.input}
 	}).SetParallelism(1).UID("generator").
 		AssignTimestampsAndWatermarks("timestamps", watermark.ForMonotonous(func(r operators.SensorReading) int64 { return r.Timestamp * 1000 }))

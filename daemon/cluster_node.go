@@ -739,6 +739,9 @@ func (n *node) newWorker(cfg *pipeline.Config, dataDir string) *actors.Worker {
 			}
 			n.deadCounts.keep(pc.Name, pj)
 			job, err := env.Graph()
+			if err == nil && n.graphHook != nil {
+				n.graphHook(job)
+			}
 			return job, env.Config(), err
 		},
 	})

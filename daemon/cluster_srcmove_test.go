@@ -45,7 +45,7 @@ func moveJob(n int64, rate float64, dir string, hold <-chan struct{}, opts ...st
 		if hold == nil {
 			return g
 		}
-		return &heldGenerator{Generator: g, holdAt: n, released: hold}
+		return &heldGenerator[operators.SensorReading]{Generator: g, holdAt: n, released: hold}
 	}).UID("generator")
 	ones := stream.Map(src.Rebalance(), "pass", func(r operators.SensorReading) (operators.SensorReading, error) {
 		r.Temperature = 1

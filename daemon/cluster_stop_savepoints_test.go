@@ -182,9 +182,11 @@ func TestClusterPeerThatNeverAnswersDoesNotStallMetadataCalls(t *testing.T) {
 
 // The savepoints a redeployment takes (a drain's, a rebalance's) are the
 // cluster's own: after three, every node keeps its copies of the newest
-// two and has deleted the oldest, and the job's windows stay exact.
+// two and has deleted the oldest, and the job's windows stay exact. The
+// input's end is held until the third redeployment ran: a finished job
+// takes no savepoint.
 func TestClusterRedeploymentSavepointsPruned(t *testing.T) {
-	fc := newFailoverCluster(t, foOptions{replicas: 2})
+	fc := newFailoverCluster(t, foOptions{replicas: 2, holdEnd: true})
 	a := fc.nodes["a"]
 	_, epoch := fc.startedPlacement("a", 0)
 	fc.waitCheckpoint("a", 0)

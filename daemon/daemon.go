@@ -142,6 +142,10 @@ type node struct {
 	// and the job's record, on the starting goroutine: tests hold a start
 	// there.
 	startHook func(name string)
+	// graphHook, when set, is called with the graph of every job the
+	// node builds, its job masters' and its worker's, before the job
+	// runs: tests wrap an operator of it there.
+	graphHook func(*actors.Job)
 	// startWaits counts the lookups by name that waited for a job being
 	// started.
 	startWaits atomic.Int64
@@ -481,6 +485,13 @@ func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, err
 	pj, err := pipeline.BuildJobWith(pc, env, n.out, in)
 	if err != nil {
 		return nil, err
+	}
+	if n.graphHook != nil {
+		g, err := env.Graph()
+		if err != nil {
+			return nil, err
+		}
+		n.graphHook(g)
 	}
 	if placed != nil {
 		ac, err := n.cluster.jobCluster(env)
