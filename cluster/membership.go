@@ -496,6 +496,23 @@ func (m *Membership) Members() []Meta {
 	return out
 }
 
+// Leaving returns the ids of the members that said they are leaving (by
+// their leaving message or their metadata's flag), in id order: still
+// members until memberlist reports them left, within about 100 ms, but
+// about to stop answering.
+func (m *Membership) Leaving() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for id, meta := range m.members {
+		if meta.Leaving || m.leaving[id] {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Reachable returns the alive members that memberlist has not declared
 // dead, this node included, sorted by id: Members less the members whose
 // death is being confirmed. A node that must stop acting when it loses

@@ -547,6 +547,28 @@ func TestMembershipLeavingMessageOfUnknownNodeDropped(t *testing.T) {
 	waitEvent(t, a, MemberLeft, "b")
 }
 
+// A member that said it is leaving is listed by Leaving until it is
+// gone: the nodes leave it out of their replica targets meanwhile.
+func TestMembershipLeavingListsMembersAboutToLeave(t *testing.T) {
+	a := startNode(t, "a", nil)
+	b := startNode(t, "b", nil, a.Addr())
+	testutil.Eventually(t, 0, "a sees b", func() bool { return ids(a.Members()) == "a,b" })
+	if got := a.Leaving(); len(got) != 0 {
+		t.Fatalf("leaving before any leave: %v", got)
+	}
+	delegate{a}.NotifyMsg([]byte(leavingMsg + "b"))
+	if got := a.Leaving(); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("leaving after b's message: %v, want [b]", got)
+	}
+	if err := b.Leave(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, a, MemberLeft, "b")
+	if got := a.Leaving(); len(got) != 0 {
+		t.Fatalf("leaving after b left: %v", got)
+	}
+}
+
 // A garbled alive message on the gossip port (no key without
 // cluster.secret_key) is not taken as a member: before, memberlist took
 // it as a node with no metadata and no protocol versions, the members

@@ -59,6 +59,7 @@ func (r *replicas) markCommitted(ctx context.Context, epoch uint64, job string, 
 		})
 	}
 	wg.Wait()
+	r.dropGone("a stop savepoint's committed mark", peers, errs)
 	return errors.Join(errs...)
 }
 

@@ -158,17 +158,35 @@ func (v *liveView) alive() []string {
 }
 
 // alike returns the live nodes, itself included, less the members that
-// run other pipelines (otherPipelines): the nodes that keep replicas of
-// this node's checkpoints. A member whose config names none of the jobs
-// would refuse their state files and metadata (ErrUnknownJob), and every
-// checkpoint would be declined for it.
+// run other pipelines (otherPipelines) and the peers that said they are
+// leaving: the nodes that keep replicas of this node's checkpoints. A
+// member whose config names none of the jobs would refuse their state
+// files and metadata (ErrUnknownJob), and every checkpoint would be
+// declined for it; a leaving peer (a drained node that leaves, a node
+// that stops) is about to stop answering.
 func (v *liveView) alike() []string {
 	alive := v.alive()
 	others := v.otherPipelines()
-	if len(others) == 0 {
+	leaving := v.leaving()
+	if len(others) == 0 && len(leaving) == 0 {
 		return alive
 	}
-	return slices.DeleteFunc(slices.Clone(alive), func(id string) bool { return others[id] })
+	return slices.DeleteFunc(slices.Clone(alive), func(id string) bool {
+		return others[id] || id != v.c.cfg.Node && slices.Contains(leaving, id)
+	})
+}
+
+// leaving returns the members that said they are leaving
+// (cluster.Membership.Leaving).
+func (v *liveView) leaving() []string {
+	if v.aliveFn != nil {
+		return nil
+	}
+	mem := v.membership()
+	if mem == nil {
+		return nil
+	}
+	return mem.Leaving()
 }
 
 // reachable returns the configured nodes the node reaches, itself

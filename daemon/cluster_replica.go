@@ -149,27 +149,8 @@ func replicaPath(job string, id snapshot.ID, rest string) string {
 // job master on node master, and keeps a copy in the node's own store;
 // it returns once every copy is durable. The master learns who holds it.
 func (r *replicas) push(ctx context.Context, master, job string, epoch uint64, id snapshot.ID, path string, h snapshot.Handle) error {
-	holders := []string{r.self}
-	var copies []string
-	for _, t := range r.targets(r.self) {
-		if t != master {
-			copies = append(copies, t)
-		}
-		holders = append(holders, t)
-	}
-	if master != r.self && !slices.Contains(holders, master) {
-		holders = append(holders, master)
-	}
-	slices.Sort(holders)
-	errs := make([]error, len(copies)+1)
+	var keep error
 	var wg sync.WaitGroup
-	for i, peer := range copies {
-		wg.Go(func() {
-			if err := r.putFile(ctx, peer, "PUT", replicaPath(job, id, "/replicas/"+url.PathEscape(h.File)), path, h, nil); err != nil {
-				errs[i] = fmt.Errorf("%w: %s of checkpoint %d on %q: %w", cluster.ErrReplication, h.File, id, peer, err)
-			}
-		})
-	}
 	if master != r.self {
 		// The node keeps its own copy: a restore here needs no fetch.
 		wg.Go(func() {
@@ -178,20 +159,110 @@ func (r *replicas) push(ctx context.Context, master, job string, epoch uint64, i
 				err = importFile(s, id, path, h)
 			}
 			if err != nil {
-				errs[len(copies)] = fmt.Errorf("keep a copy of %s of checkpoint %d: %w", h.File, id, err)
+				keep = fmt.Errorf("keep a copy of %s of checkpoint %d: %w", h.File, id, err)
 			}
 		})
 	}
+	targets, err := r.replicate(ctx, master, job, id, path, h)
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(err, keep); err != nil {
 		return err
 	}
+	holders := append([]string{r.self}, targets...)
+	if master != r.self && !slices.Contains(holders, master) {
+		holders = append(holders, master)
+	}
+	slices.Sort(holders)
 	if master == r.self {
 		r.hold(job, id, h.File, holders)
 		return nil
 	}
 	return r.putFile(ctx, master, "PUT", filePath(job, epoch, "/checkpoints/"+strconv.FormatUint(uint64(id), 10)+"/files/"+url.PathEscape(h.File)), path, h,
 		http.Header{holdersHeader: {strings.Join(holders, ",")}})
+}
+
+// replicate copies the state file at path (handle h of snapshot id of
+// job) to the node's replica targets, the job master on node master
+// excepted (the push gives it the file), and returns the targets, which
+// then hold it. A target whose copy failed and that is no longer a live
+// replica peer once the copies are done (it left, said it is leaving or
+// was declared dead meanwhile: a drained node that stops) needs no copy:
+// the next peer in the ranking takes its place. A target that failed and
+// is still a live peer fails the replication.
+func (r *replicas) replicate(ctx context.Context, master, job string, id snapshot.ID, path string, h snapshot.Handle) ([]string, error) {
+	done := map[string]bool{}
+	failed := map[string]error{}
+	for {
+		// Each round copies to at least one target not tried before, or
+		// returns.
+		targets := r.targets(r.self)
+		var todo []string
+		var errs []error
+		for _, t := range targets {
+			switch {
+			case failed[t] != nil:
+				errs = append(errs, failed[t])
+			case t != master && !done[t]:
+				todo = append(todo, t)
+			}
+		}
+		if len(errs) > 0 {
+			return nil, errors.Join(errs...)
+		}
+		if len(todo) == 0 {
+			return targets, nil
+		}
+		res := make([]error, len(todo))
+		var wg sync.WaitGroup
+		for i, peer := range todo {
+			wg.Go(func() {
+				if err := r.putFile(ctx, peer, "PUT", replicaPath(job, id, "/replicas/"+url.PathEscape(h.File)), path, h, nil); err != nil {
+					res[i] = fmt.Errorf("%w: %s of checkpoint %d on %q: %w", cluster.ErrReplication, h.File, id, peer, err)
+				}
+			})
+		}
+		wg.Wait()
+		for i, peer := range todo {
+			if res[i] != nil {
+				failed[peer] = res[i]
+			} else {
+				done[peer] = true
+			}
+		}
+		for _, peer := range r.gone(todo, res) {
+			r.log.Warn("cluster: a replica peer left while it was copied a state file; the next peer takes the copy", "job", job, "checkpoint_id", uint64(id), "file", h.File, "peer", peer, "err", failed[peer])
+		}
+	}
+}
+
+// gone returns the peers whose call failed (errs[i] is peers[i]'s error)
+// and that are no longer live replica peers, asked after the calls: they
+// left, said they are leaving or were declared dead meanwhile, and need
+// no copy.
+func (r *replicas) gone(peers []string, errs []error) []string {
+	var alive, out []string
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		if alive == nil {
+			alive = r.alive()
+		}
+		if !slices.Contains(alive, peers[i]) {
+			out = append(out, peers[i])
+		}
+	}
+	return out
+}
+
+// dropGone clears in errs the errors of the peers that are gone (see
+// gone) and logs each as what was not sent.
+func (r *replicas) dropGone(what string, peers []string, errs []error) {
+	for _, peer := range r.gone(peers, errs) {
+		i := slices.Index(peers, peer)
+		r.log.Warn("cluster: a peer left while it was sent "+what+"; it needs none", "peer", peer, "err", errs[i])
+		errs[i] = nil
+	}
 }
 
 func importFile(s *snapshot.Store, id snapshot.ID, path string, h snapshot.Handle) error {
@@ -314,6 +385,7 @@ func (r *replicas) publish(ctx context.Context, epoch uint64, md *snapshot.Metad
 		})
 	}
 	wg.Wait()
+	r.dropGone("a snapshot's metadata", peers, errs)
 	return errors.Join(errs...)
 }
 

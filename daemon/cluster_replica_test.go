@@ -34,15 +34,29 @@ type replicaNode struct {
 	// hang, when set, holds every request to a metadata or mark route
 	// unanswered until the caller gives up.
 	hang bool
+	// down, when set, fails every request (a node shutting down); downs
+	// counts those failed.
+	down  bool
+	downs int
+}
+
+// refused reports whether rn refused a request since it went down.
+func (rn *replicaNode) refused() bool {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	return rn.downs > 0
 }
 
 const replicaJobName = "j"
 
-// replicaCluster starts nodes a, b and c with replicas in temporary
-// directories (checkpoint.retain 2, cluster.replicas 2), every one alive.
-func replicaCluster(t testing.TB) map[string]*replicaNode {
+// replicaCluster starts nodes a, b and c (or the nodes ids) with replicas
+// in temporary directories (checkpoint.retain 2, cluster.replicas 2),
+// every one alive.
+func replicaCluster(t testing.TB, ids ...string) map[string]*replicaNode {
 	t.Helper()
-	ids := []string{"a", "b", "c"}
+	if len(ids) == 0 {
+		ids = []string{"a", "b", "c"}
+	}
 	nodes := map[string]*replicaNode{}
 	for _, id := range ids {
 		rn := &replicaNode{id: id, dir: filepath.Join(t.TempDir(), id), got: map[string]string{}}
@@ -50,8 +64,15 @@ func replicaCluster(t testing.TB) map[string]*replicaNode {
 		mux := http.NewServeMux()
 		rn.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			rn.mu.Lock()
-			fail := rn.fail
+			fail, down := rn.fail, rn.down
+			if down {
+				rn.downs++
+			}
 			rn.mu.Unlock()
+			if down {
+				http.Error(w, "shutting down", http.StatusServiceUnavailable)
+				return
+			}
 			if fail && r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/replicas/") {
 				http.Error(w, "disk full", http.StatusInternalServerError)
 				return
@@ -185,6 +206,105 @@ func TestReplicasPushCopiesBeforeTheAck(t *testing.T) {
 	a.mu.Unlock()
 	if reached {
 		t.Errorf("the master got %s after its replication failed", h2.File)
+	}
+}
+
+// A replica peer that stops answering while it leaves the cluster (a
+// drained node stopping; it left the membership just before) does not
+// fail the checkpoint: its copy goes to the next peer of the ranking, the
+// job master learns the holders that have it, and the metadata and the
+// committed mark need no copy on it. Before, the copy's failure declined
+// the checkpoint and the job restarted. A peer that fails and is still a
+// member fails the push, as before (TestReplicasPushCopiesBeforeTheAck).
+func TestReplicasPeerThatLeftDuringTheCopyIsReplaced(t *testing.T) {
+	nodes := replicaCluster(t, "a", "b", "c", "d")
+	a, b := nodes["a"], nodes["b"]
+	ctx := context.Background()
+	// a is the job master; gone is the target of b (other than a) that
+	// shuts down, spare the peer that is no target of b's yet.
+	var gone, spare *replicaNode
+	targets := b.rep.targets("b")
+	for _, id := range []string{"a", "c", "d"} {
+		switch {
+		case id != "a" && gone == nil && slices.Contains(targets, id):
+			gone = nodes[id]
+		case !slices.Contains(targets, id):
+			spare = nodes[id]
+		}
+	}
+	if gone == nil || spare == nil {
+		t.Fatalf("targets of b %v: want a target other than a and a peer that is none", targets)
+	}
+	gone.mu.Lock()
+	gone.down = true
+	gone.mu.Unlock()
+	// The membership drops the node once it left; the failing call is
+	// asked about after that, as in a drained node's stop.
+	alive := func() []string {
+		if gone.refused() {
+			return slices.DeleteFunc([]string{"a", "b", "c", "d"}, func(id string) bool { return id == gone.id })
+		}
+		return []string{"a", "b", "c", "d"}
+	}
+	for _, rn := range nodes {
+		rn.rep.alive = alive
+	}
+	path, h := stateFile(t, t.TempDir(), 5, "j%2Fwin.1.state")
+	if err := b.rep.push(ctx, "a", replicaJobName, 1<<32+1, 5, path, h); err != nil {
+		t.Fatalf("push while %s left: %v", gone.id, err)
+	}
+	if !gone.refused() {
+		t.Fatalf("%s was never asked for its copy: the test missed the path it names", gone.id)
+	}
+	if !spare.holds(t, 5, h) {
+		t.Errorf("%s, the next peer of the ranking, holds no copy", spare.id)
+	}
+	want := []string{"a", "b", spare.id}
+	slices.Sort(want)
+	a.mu.Lock()
+	holders := a.got[h.File]
+	a.mu.Unlock()
+	if holders != strings.Join(want, ",") {
+		t.Errorf("the master got holders %q, want %q", holders, strings.Join(want, ","))
+	}
+
+	// The metadata and the committed mark: the node that went down
+	// while they were sent needs neither.
+	master := a.store(t)
+	if _, err := master.Begin(snapshot.Trigger{Checkpoint: 5}); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Open(path)
+	err := master.Import(5, h.File, h.Size, h.Checksum, f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.rep.hold(replicaJobName, 5, h.File, want)
+	md := &snapshot.Metadata{Checkpoint: 5, Kind: snapshot.KindCheckpoint,
+		Operators: []snapshot.Operator{{UID: "j/win", Parallelism: 1, Subtasks: []snapshot.Handle{h}}}}
+	if _, err := master.Commit(md); err != nil {
+		t.Fatal(err)
+	}
+	// Every node is alive again to the publisher, until the one going
+	// down refuses.
+	gone.mu.Lock()
+	gone.downs = 0
+	gone.mu.Unlock()
+	if err := a.rep.publish(ctx, 1<<32+1, md); err != nil {
+		t.Fatalf("publish while %s left: %v", gone.id, err)
+	}
+	if !gone.refused() {
+		t.Fatalf("%s was never sent the metadata", gone.id)
+	}
+	gone.mu.Lock()
+	gone.downs = 0
+	gone.mu.Unlock()
+	if err := a.rep.markCommitted(ctx, 1<<32+1, replicaJobName, 5); err != nil {
+		t.Fatalf("committed mark while %s left: %v", gone.id, err)
+	}
+	if !gone.refused() {
+		t.Fatalf("%s was never sent the committed mark", gone.id)
 	}
 }
 
