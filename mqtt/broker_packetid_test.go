@@ -1,0 +1,73 @@
+package mqtt
+
+import (
+	"testing"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/edgedio/edged/mqtt/ingestlog"
+)
+
+// TestSubscribeWithThePacketIDOfAnOutboundMessage: a client's packet ids
+// and the broker's are assigned independently (MQTT 3.1.1 section 2.3.1),
+// so a SUBSCRIBE or UNSUBSCRIBE may carry the id of a message the broker
+// has in flight to that client, as it does when a persistent-session
+// consumer reconnects while its queued results are being sent. Both are
+// granted and answered under the client's own id, and the message in
+// flight stays in flight.
+func TestSubscribeWithThePacketIDOfAnOutboundMessage(t *testing.T) {
+	b := startBroker(t, openLog(t, t.TempDir(), ingestlog.DefaultOptions()), "in/#")
+	addr := b.Addr()
+
+	c, _ := dialRaw(t, addr, "consumer", false)
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: "out/a", Qos: 1}}})
+	if ack := c.expect(packets.Suback, 1); len(ack.ReasonCodes) != 1 || ack.ReasonCodes[0] != 1 {
+		t.Fatalf("first SUBACK codes %v, want [1]", ack.ReasonCodes)
+	}
+
+	p, _ := dialRaw(t, addr, "producer", true)
+	p.publish(1, 7, "out/a", []byte("r1"), false)
+	p.expect(packets.Puback, 7)
+
+	// The result in flight to the consumer, not acknowledged.
+	msg := c.expect(packets.Publish, 0)
+	id := msg.PacketID
+
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}, PacketID: id,
+		Filters: packets.Subscriptions{{Filter: "out/b", Qos: 1}}})
+	ack := c.expect(packets.Suback, id)
+	if len(ack.ReasonCodes) != 1 || ack.ReasonCodes[0] != 1 {
+		t.Fatalf("SUBACK of a SUBSCRIBE with the id %d of a message in flight: codes %v, want [1] (QoS 1 granted)", id, ack.ReasonCodes)
+	}
+	p.publish(1, 8, "out/b", []byte("r2"), false)
+	p.expect(packets.Puback, 8)
+	if got := c.expect(packets.Publish, 0); string(got.Payload) != "r2" {
+		t.Fatalf("after the SUBSCRIBE got %q, want r2", got.Payload)
+	}
+
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Unsubscribe}, PacketID: id,
+		Filters: packets.Subscriptions{{Filter: "out/b"}}})
+	c.expect(packets.Unsuback, id)
+	p.publish(1, 9, "out/b", []byte("r3"), false)
+	p.expect(packets.Puback, 9)
+	p.publish(1, 10, "out/a", []byte("r4"), false)
+	p.expect(packets.Puback, 10)
+	if got := c.expect(packets.Publish, 0); string(got.Payload) != "r4" {
+		t.Fatalf("after the UNSUBSCRIBE of out/b got %q, want r4 (of out/a)", got.Payload)
+	}
+
+	// The first result is still in flight: a reconnect gets it again.
+	c.conn.Close()
+	c2, present := dialRaw(t, addr, "consumer", false)
+	if !present {
+		t.Fatal("session not present")
+	}
+	seen := map[string]bool{}
+	for range 3 {
+		seen[string(c2.expect(packets.Publish, 0).Payload)] = true
+	}
+	if !seen["r1"] || seen["r3"] {
+		t.Fatalf("messages resent after the reconnect %v: want r1 (in flight during the SUBSCRIBE), r2 and r4, not r3", seen)
+	}
+}
