@@ -2,9 +2,13 @@ package pipeline
 
 import (
 	"fmt"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // Defaults of MemoryConfig (YAML node.memory).
@@ -278,8 +282,54 @@ func (m MemoryConfig) WithDefaults() MemoryConfig {
 
 // validate adds a Problem for every bad node.memory key.
 func (m MemoryConfig) validate(p *problems) {
+	m.WithDefaults().check(p)
+}
+
+// unmarshalNode decodes the node.memory block and refuses a key given as
+// 0: left at zero it would take its default as a key left out does
+// (limit: 0 a limit of 56 MiB, gc_percent: 0 a percentage of 100), where
+// the user asked for something else.
+func (m *MemoryConfig) unmarshalNode(d *nodeDecoder, n *yaml.Node, path string) {
+	type plain MemoryConfig
+	before := len(*d.probs)
+	d.decode(n, reflect.ValueOf((*plain)(m)).Elem(), path)
+	if n.Kind != yaml.MappingNode {
+		return
+	}
+	bad := map[string]bool{} // keys whose value did not decode: said already
+	for _, q := range (*d.probs)[before:] {
+		bad[q.Path] = true
+	}
+	// given is m with the defaults of the keys left out: a key given as
+	// 0 stays 0 there, and check says what it must be.
+	given := m.WithDefaults()
+	decoded, gv := reflect.ValueOf(m).Elem(), reflect.ValueOf(&given).Elem()
+	var zeros []string
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i].Value, n.Content[i+1]
+		for f := range decoded.NumField() {
+			if decoded.Type().Field(f).Tag.Get("yaml") == k && decoded.Field(f).IsZero() && !isNull(val) && !bad[join(path, k)] {
+				gv.Field(f).SetZero()
+				zeros = append(zeros, join(path, k))
+			}
+		}
+	}
+	if len(zeros) == 0 {
+		return
+	}
+	var q problems
+	given.check(&q)
+	for _, x := range q {
+		if slices.Contains(zeros, x.Path) {
+			*d.probs = append(*d.probs, x)
+		}
+	}
+}
+
+// check adds a Problem for every bad value of m as it is, a zero one
+// included.
+func (m MemoryConfig) check(p *problems) {
 	const path = "node.memory."
-	m = m.WithDefaults()
 	switch {
 	case m.Limit == ByteSizeOff:
 		if m.GCPercent == -1 {
@@ -300,11 +350,11 @@ func (m MemoryConfig) validate(p *problems) {
 	if m.MQTTPendingBytes < MinMQTTPendingBytes {
 		p.add(path+"mqtt_pending_bytes", fmt.Sprintf("(%s) must be at least %s", m.MQTTPendingBytes, ByteSize(MinMQTTPendingBytes)))
 	}
-	if m.BrokerSessionBytes < 0 && m.BrokerSessionBytes != ByteSizeOff {
-		p.add(path+"broker_session_bytes", fmt.Sprintf("(%d) must not be negative (off: no bound)", int64(m.BrokerSessionBytes)))
+	if m.BrokerSessionBytes < 1 && m.BrokerSessionBytes != ByteSizeOff {
+		p.add(path+"broker_session_bytes", fmt.Sprintf("(%d) must be positive (off: no bound)", int64(m.BrokerSessionBytes)))
 	}
-	if m.BrokerRetainedBytes < 0 && m.BrokerRetainedBytes != ByteSizeOff {
-		p.add(path+"broker_retained_bytes", fmt.Sprintf("(%d) must not be negative (off: no bound)", int64(m.BrokerRetainedBytes)))
+	if m.BrokerRetainedBytes < 1 && m.BrokerRetainedBytes != ByteSizeOff {
+		p.add(path+"broker_retained_bytes", fmt.Sprintf("(%d) must be positive (off: no bound)", int64(m.BrokerRetainedBytes)))
 	}
 	if m.BrokerConnections < 1 {
 		p.add(path+"broker_connections", fmt.Sprintf("(%d) must be at least 1", m.BrokerConnections))

@@ -67,7 +67,7 @@ node:
 	wantProblems(t, "node:\n  memory: {limit: 12 parsecs, credits: many}\n"+goodPipeline,
 		`node.memory.limit: "12 parsecs" is not valid: a size is a whole number of bytes with an optional unit (B, KiB, MiB, GiB, KB, MB, GB) or "off"`,
 		`node.memory.credits: "many" is not an integer`)
-	wantProblems(t, "node:\n  memory: {limit: \"off\", gc_percent: 200, broker_session_bytes: 0}\n"+goodPipeline)
+	wantProblems(t, "node:\n  memory: {limit: \"off\", gc_percent: 200, broker_session_bytes: \"off\"}\n"+goodPipeline)
 	wantProblems(t, "node:\n  memory: {idle_release: 10ms}\n"+goodPipeline,
 		`node.memory.idle_release: (10ms) must be at least 1s or off`)
 	wantProblems(t, "node:\n  memory: {idle_release: soon}\n"+goodPipeline,
@@ -78,6 +78,48 @@ node:
 	}
 	if got := cfg.Node.Memory.WithDefaults().IdleRelease; got != IntervalOff || got.String() != "off" {
 		t.Errorf("idle_release: off parsed as %v", got)
+	}
+}
+
+// A node.memory key given as 0 is refused with what it must be, as a
+// value below its bound is: taken as left out, limit: 0 was a limit of
+// 56 MiB, gc_percent: 0 a percentage of 100 and credits: 0 eight
+// credits, without a word.
+func TestNodeMemoryZeroIsRefused(t *testing.T) {
+	wantProblems(t, `
+node:
+  memory:
+    limit: 0
+    gc_percent: 0
+    batch_size: 0
+    credits: 0
+    mqtt_pending_bytes: 0
+    broker_session_bytes: 0
+    broker_retained_bytes: 0 KiB
+    broker_connections: 0
+    broker_client_subscriptions: 0
+`+goodPipeline,
+		`node.memory.limit: (0B) must be at least 16MiB or off`,
+		`node.memory.gc_percent: (0) must be -1 (off) or at least 10`,
+		`node.memory.batch_size: (0) must be at least 1`,
+		`node.memory.credits: (0) must be at least 1`,
+		`node.memory.mqtt_pending_bytes: (0B) must be at least 64KiB`,
+		`node.memory.broker_session_bytes: (0) must be positive (off: no bound)`,
+		`node.memory.broker_retained_bytes: (0) must be positive (off: no bound)`,
+		`node.memory.broker_connections: (0) must be at least 1`,
+		`node.memory.broker_client_subscriptions: (0) must be at least 1`)
+	// With the keys around it valid, and only it reported.
+	wantProblems(t, "node:\n  memory: {limit: 40MiB, credits: 0, batch_size: 64}\n"+goodPipeline,
+		`node.memory.credits: (0) must be at least 1`)
+	// Left out, or the block empty, a key takes its default.
+	for _, block := range []string{"node:\n  memory: {credits: 4}\n", "node:\n  memory: {}\n", "node:\n  memory:\n"} {
+		cfg, err := Parse([]byte(block + goodPipeline))
+		if err != nil {
+			t.Fatalf("%q: %v", block, err)
+		}
+		if got := cfg.Node.Memory.WithDefaults(); got.Limit != DefaultMemoryLimit || got.BatchSize != DefaultBatchSize {
+			t.Errorf("%q: %+v, want the defaults of the keys left out", block, got)
+		}
 	}
 }
 
