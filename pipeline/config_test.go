@@ -199,7 +199,10 @@ func TestBrokerURLChecked(t *testing.T) {
 		{"tcp://:1883", `"tcp://:1883" has no host`},
 		{"unix://", `"unix://" has no socket path (unix:///path/to/socket)`},
 		{"http://x:80", `"http://x:80" must be a tcp://, mqtt://, ssl://, tls://, mqtts://, tcps://, mqtt+ssl://, unix://, ws:// or wss:// URL`},
-		{"127.0.0.1:1883", `"127.0.0.1:1883" is not a URL`},
+		{"127.0.0.1:1883", `"127.0.0.1:1883" is host:port, not a URL: write tcp://127.0.0.1:1883`},
+		{"localhost:1883", `"localhost:1883" is host:port, not a URL: write tcp://localhost:1883`},
+		{"[::1]:1883", `"[::1]:1883" is host:port, not a URL: write tcp://[::1]:1883`},
+		{"broker.local", `"broker.local" must be a tcp://, mqtt://, ssl://, tls://, mqtts://, tcps://, mqtt+ssl://, unix://, ws:// or wss:// URL`},
 	} {
 		if got := checkBrokerURL(c.broker); got != c.problem {
 			t.Errorf("%s: %q, want %q", c.broker, got, c.problem)

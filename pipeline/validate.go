@@ -1127,6 +1127,12 @@ var brokerSchemes = []string{"tcp", "mqtt", "ssl", "tls", "mqtts", "tcps", "mqtt
 // [1, 65535] (there is no default port; a websocket URL may leave it to
 // its scheme), or a socket path for unix://.
 func checkBrokerURL(broker string) string {
+	if !strings.Contains(broker, "://") {
+		if _, port, err := net.SplitHostPort(broker); err == nil && port != "" && strings.Trim(port, "0123456789") == "" {
+			// node.broker's form: the likely mistake.
+			return fmt.Sprintf("%q is host:port, not a URL: write tcp://%s", broker, broker)
+		}
+	}
 	u, err := url.Parse(broker)
 	if err != nil {
 		return fmt.Sprintf("%q is not a URL", broker)
