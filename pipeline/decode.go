@@ -478,7 +478,11 @@ func setField(r *Row, spec *FieldSpec, text string, kind textKind) error {
 		case jsonNumber:
 			what = "the number "
 		}
-		return fmt.Errorf("%w: field %q: %s%q is not a %s", ErrMalformed, f.Name, what, clip(text), f.Type)
+		article := "a"
+		if f.Type == Int {
+			article = "an"
+		}
+		return fmt.Errorf("%w: field %q: %s%q is not %s %s", ErrMalformed, f.Name, what, clip(text), article, f.Type)
 	}
 	number := kind == jsonNumber || (kind == csvText && f.Type != String && isJSONNumber(text))
 	switch f.Type {

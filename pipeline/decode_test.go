@@ -73,6 +73,23 @@ func TestJSONMalformed(t *testing.T) {
 	}
 }
 
+// The reason of a value of the wrong type names the field's type with
+// its article: "is not an int", not "is not a int".
+func TestJSONWrongTypeReason(t *testing.T) {
+	d, _, _ := jsonTestDecoder(t)
+	for in, want := range map[string]string{
+		`{"sensor":{"id":"x"},"t":1,"ts":1,"ok":true,"n":1.5}`:    `field "n": the number "1.5" is not an int`,
+		`{"sensor":{"id":"x"},"t":1,"ts":1,"ok":true,"n":"7"}`:    `field "n": the string "7" is not an int`,
+		`{"sensor":{"id":"x"},"t":"hot","ts":1,"ok":true,"n":1}`:  `field "temp": the string "hot" is not a float`,
+		`{"sensor":{"id":"x"},"t":1,"ts":"soon","ok":true,"n":1}`: `field "ts": the string "soon" is not a time`,
+	} {
+		var r Row
+		if err := d.Decode(in, &r); err == nil || !strings.HasSuffix(err.Error(), want) {
+			t.Errorf("Decode(%s) = %v, want an error ending %s", in, err, want)
+		}
+	}
+}
+
 func csvTestDecoder(t testing.TB) (*CSVDecoder, *Schema) {
 	s := &Schema{}
 	id, _ := s.add("id", String)
