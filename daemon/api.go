@@ -222,6 +222,9 @@ func (n *node) handleSavepoint(stop bool) http.HandlerFunc {
 		if err == nil {
 			err = snapshot.CheckSavepointDir(path)
 		}
+		if err == nil {
+			err = snapshot.CheckSavepointOutsideCheckpoints(j.checkpointDir, path)
+		}
 		if err != nil {
 			// The snapshot store refuses it too, but only once the
 			// savepoint began: a failed savepoint in the job's history
@@ -302,6 +305,8 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, ErrStarting):
 		return http.StatusServiceUnavailable
+	case errors.Is(err, snapshot.ErrName):
+		return http.StatusBadRequest // a savepoint path the store refused
 	case errors.Is(err, ErrNotRunning), errors.Is(err, ErrNoCheckpointing),
 		errors.Is(err, actors.ErrNoCheckpointStore), errors.Is(err, snapshot.ErrStopping),
 		errors.Is(err, snapshot.ErrStopped), errors.Is(err, snapshot.ErrExists):

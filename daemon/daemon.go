@@ -513,7 +513,7 @@ func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, err
 	if n.startHook != nil {
 		n.startHook(pc.Name)
 	}
-	j := &job{name: pc.Name, checkpointing: pc.Checkpoint.Dir != "", run: sj, pj: pj, cancelFn: cancel, status: StatusRunning}
+	j := &job{name: pc.Name, checkpointing: pc.Checkpoint.Dir != "", checkpointDir: pc.Checkpoint.Dir, run: sj, pj: pj, cancelFn: cancel, status: StatusRunning}
 	record(j)
 	n.log.Info("job started", "job", j.name, "checkpointing", j.checkpointing, "restored_from", resume)
 	return j, nil

@@ -37,6 +37,7 @@ const (
 type job struct {
 	name          string
 	checkpointing bool
+	checkpointDir string // the pipeline's checkpoint.dir ("" without checkpoints)
 	run           *stream.Job
 	pj            *pipeline.Job
 	cancelFn      context.CancelFunc

@@ -30,7 +30,9 @@ func TestSavepointPathLeavingSavepointsIsABadRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"../x", "a/../../x", "..", ".", "a/..", "a\x00b", "/tmp/a\x00b",
-		strings.Repeat("x", 256), strings.Repeat("x/", 2048), "/dev/null", file, filepath.Join(file, "x", "y")} {
+		strings.Repeat("x", 256), strings.Repeat("x/", 2048), "/dev/null", file, filepath.Join(file, "x", "y"),
+		// The job's own checkpoints directory, or a checkpoint's to come.
+		filepath.Join(dir, "cp", "checkpoints"), filepath.Join(dir, "cp", "checkpoints", "chk-100000")} {
 		for _, stop := range []bool{false, true} {
 			var err error
 			if stop {

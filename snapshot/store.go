@@ -100,6 +100,25 @@ func (s *Store) CheckpointDir(id ID) string {
 	return filepath.Join(s.root, checkpointsDir, "chk-"+strconv.FormatUint(uint64(id), 10))
 }
 
+// CheckSavepointOutsideCheckpoints returns an error wrapping ErrName
+// when p, an absolute savepoint path, is the checkpoints/ directory of
+// the store at root or under it: where the job writes its checkpoints and
+// retention deletes them (a savepoint named as a checkpoint to come would
+// make that checkpoint fail). A relative p (under savepoints/) is nil.
+func CheckSavepointOutsideCheckpoints(root, p string) error {
+	if root == "" || !filepath.IsAbs(p) {
+		return nil
+	}
+	dir, err := filepath.Abs(filepath.Join(root, checkpointsDir))
+	if err != nil {
+		return nil
+	}
+	if rel, err := filepath.Rel(dir, filepath.Clean(p)); err == nil && (rel == "." || filepath.IsLocal(rel)) {
+		return fmt.Errorf("%w: %q is in the job's checkpoints directory %s, where its checkpoints are written and retention deletes them", ErrName, p, dir)
+	}
+	return nil
+}
+
 // Begin creates the directory of the checkpoint or savepoint t announces
 // and returns it. The caller calls it before sending t to the sources;
 // from then on Create and StatePath work for t.Checkpoint. A savepoint goes
@@ -117,6 +136,9 @@ func (s *Store) Begin(t Trigger) (string, error) {
 			return "", fmt.Errorf("begin savepoint %d: %w", t.Checkpoint, CheckSavepointPath(t.Path))
 		case filepath.IsAbs(t.Path):
 			loc.dir = filepath.Clean(t.Path)
+			if err := CheckSavepointOutsideCheckpoints(s.root, t.Path); err != nil {
+				return "", fmt.Errorf("begin savepoint %d: %w", t.Checkpoint, err)
+			}
 		default:
 			loc.dir = filepath.Join(s.root, savepointsDir, t.Path)
 		}

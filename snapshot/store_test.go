@@ -289,6 +289,25 @@ func TestStoreSavepointPaths(t *testing.T) {
 	}
 }
 
+// An absolute savepoint path in the store's checkpoints/ directory is
+// refused: the checkpoint whose directory it took failed (the job with
+// it, at the default checkpoint.tolerable_failures of 0), and retention
+// deletes what lies there.
+func TestStoreSavepointInTheCheckpointsDirRefused(t *testing.T) {
+	s, _ := openTestStore(t, "job")
+	writeSnapshot(t, s, Trigger{Checkpoint: 1}, map[string][]string{"op": {"a"}})
+	for i, p := range []string{s.CheckpointDir(3), filepath.Join(s.Dir(), "checkpoints", "mine"),
+		filepath.Join(s.Dir(), "checkpoints", "x", "..", "chk-4"), filepath.Join(s.Dir(), "checkpoints")} {
+		if _, err := s.Begin(Trigger{Checkpoint: ID(2 + i), Savepoint: true, Path: p}); !errors.Is(err, ErrName) {
+			t.Fatalf("Begin savepoint at %q = %v, want ErrName", p, err)
+		}
+	}
+	writeSnapshot(t, s, Trigger{Checkpoint: 3}, map[string][]string{"op": {"a"}})
+	// Beside it, and under savepoints/, is fine.
+	writeSnapshot(t, s, Trigger{Checkpoint: 7, Savepoint: true, Path: filepath.Join(s.Dir(), "checkpoints-copy")}, map[string][]string{"op": {"a"}})
+	writeSnapshot(t, s, Trigger{Checkpoint: 8, Savepoint: true, Path: filepath.Join(s.Dir(), "savepoints", "mine")}, map[string][]string{"op": {"a"}})
+}
+
 func TestStoreDiscard(t *testing.T) {
 	s, _ := openTestStore(t, "job")
 	writeSnapshot(t, s, Trigger{Checkpoint: 1}, map[string][]string{"op": {"a"}})
