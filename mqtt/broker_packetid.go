@@ -2,9 +2,11 @@ package mqtt
 
 import (
 	"sync"
+	"sync/atomic"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/mochi-mqtt/server/v2/system"
 )
 
 // packetIDHook lets a client SUBSCRIBE and UNSUBSCRIBE with a packet id
@@ -25,12 +27,32 @@ import (
 // SUBACK or UNSUBACK. mochi handles the packet and writes its answer on
 // the connection's read goroutine before it reads the next packet, so a
 // client has at most one such id pending.
+//
+// A QoS 1 PUBLISH from the client meets the same confusion: mochi deletes
+// the broker's message in flight under its id ([MQTT-4.3.2-5] read for
+// the wrong direction), without telling the hooks, so the message was
+// not sent again when the client reconnected before acknowledging it,
+// and its entry in the session journal stayed until the broker restarted
+// (then resent). OnPacketRead keeps that message aside and
+// OnPacketProcessed puts it back in flight once mochi has handled the
+// PUBLISH (its PUBACK is then written: the id is free again). A QoS 2
+// PUBLISH keeps the id for its PUBREC until the PUBREL, so its collision
+// is not mended: the message in flight under that id is dropped from the
+// session as before (a device that publishes at QoS 2 and subscribes at
+// QoS 1 or 2 on one session may miss a result after a reconnect).
 type packetIDHook struct {
 	mochi.HookBase
-	// mu guards pending: a client's id (the value) under the one its
-	// packet was handled with, per client.
-	mu      sync.Mutex
+	// info is the broker's statistics, whose in-flight count mochi
+	// lowered when it deleted a message put back.
+	info *system.Info
+	// mu guards pending and aside.
+	mu sync.Mutex
+	// pending is a client's id (the value) under the one its packet was
+	// handled with, per client.
 	pending map[*mochi.Client]idSwap
+	// aside is, per client, the broker's message in flight under the id
+	// of the QoS 1 PUBLISH being handled.
+	aside map[*mochi.Client]packets.Packet
 }
 
 // idSwap is a SUBSCRIBE's or UNSUBSCRIBE's packet id (client) and the id
@@ -40,18 +62,19 @@ type idSwap struct {
 	ack            byte // the packet type of the answer: Suback or Unsuback
 }
 
-func newPacketIDHook() *packetIDHook {
-	return &packetIDHook{pending: map[*mochi.Client]idSwap{}}
+func newPacketIDHook(info *system.Info) *packetIDHook {
+	return &packetIDHook{info: info, pending: map[*mochi.Client]idSwap{}, aside: map[*mochi.Client]packets.Packet{}}
 }
 
 func (h *packetIDHook) ID() string { return "edged-packet-ids" }
 
 func (h *packetIDHook) Provides(b byte) bool {
-	return b == mochi.OnPacketRead || b == mochi.OnPacketEncode || b == mochi.OnDisconnect
+	return b == mochi.OnPacketRead || b == mochi.OnPacketEncode || b == mochi.OnPacketProcessed || b == mochi.OnDisconnect
 }
 
 // OnPacketRead swaps the id of a SUBSCRIBE or UNSUBSCRIBE that the
-// broker uses for a message in flight to the client.
+// broker uses for a message in flight to the client, and keeps aside the
+// message in flight under the id of a QoS 1 PUBLISH.
 func (h *packetIDHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	var ack byte
 	switch pk.FixedHeader.Type {
@@ -59,6 +82,19 @@ func (h *packetIDHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packet
 		ack = packets.Suback
 	case packets.Unsubscribe:
 		ack = packets.Unsuback
+	case packets.Publish:
+		h.mu.Lock()
+		delete(h.aside, cl)
+		h.mu.Unlock()
+		if pk.FixedHeader.Qos != 1 || pk.PacketID == 0 {
+			return pk, nil
+		}
+		if out, ok := cl.State.Inflight.Get(pk.PacketID); ok && out.FixedHeader.Type == packets.Publish {
+			h.mu.Lock()
+			h.aside[cl] = out
+			h.mu.Unlock()
+		}
+		return pk, nil
 	default:
 		return pk, nil
 	}
@@ -98,9 +134,35 @@ func (h *packetIDHook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packe
 	return pk
 }
 
-// OnDisconnect forgets a swap whose answer was not written.
+// OnPacketProcessed puts back in flight the message OnPacketRead kept
+// aside for the PUBLISH mochi has handled, if mochi deleted it. (Should
+// the id have been given to another message meanwhile, which takes the
+// client's other 65,534 ids in flight first, the message stays dropped,
+// as without this hook.)
+func (h *packetIDHook) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, _ error) {
+	if pk.FixedHeader.Type != packets.Publish {
+		return
+	}
+	h.mu.Lock()
+	out, ok := h.aside[cl]
+	delete(h.aside, cl)
+	h.mu.Unlock()
+	if !ok || out.PacketID != pk.PacketID {
+		return
+	}
+	if _, taken := cl.State.Inflight.Get(out.PacketID); taken {
+		return
+	}
+	if cl.State.Inflight.Set(out) {
+		atomic.AddInt64(&h.info.Inflight, 1)
+	}
+}
+
+// OnDisconnect forgets a swap whose answer was not written and a message
+// kept aside (it is in flight still unless mochi's handling ended first).
 func (h *packetIDHook) OnDisconnect(cl *mochi.Client, _ error, _ bool) {
 	h.mu.Lock()
 	delete(h.pending, cl)
+	delete(h.aside, cl)
 	h.mu.Unlock()
 }

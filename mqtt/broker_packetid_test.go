@@ -71,3 +71,52 @@ func TestSubscribeWithThePacketIDOfAnOutboundMessage(t *testing.T) {
 		t.Fatalf("messages resent after the reconnect %v: want r1 (in flight during the SUBSCRIBE), r2 and r4, not r3", seen)
 	}
 }
+
+// TestPublishWithThePacketIDOfAnOutboundMessage: a device that subscribes
+// at QoS 1 and publishes at QoS 1 on one session may publish under the id
+// of a message the broker has in flight to it. The publish is taken and
+// acknowledged under its id, and the message in flight stays in flight: a
+// reconnect before the device acknowledged it gets it again. Before, the
+// broker dropped it from the session at the publish, and the reconnect got
+// nothing.
+func TestPublishWithThePacketIDOfAnOutboundMessage(t *testing.T) {
+	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
+	b := startBroker(t, l, "in/#")
+	addr := b.Addr()
+
+	c, _ := dialRaw(t, addr, "dev", false)
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: "cmd/a", Qos: 1}}})
+	c.expect(packets.Suback, 1)
+	p, _ := dialRaw(t, addr, "producer", true)
+	p.publish(1, 7, "cmd/a", []byte("c1"), false)
+	p.expect(packets.Puback, 7)
+
+	// The command in flight to the device, not acknowledged; the device
+	// publishes a reading under the same id.
+	msg := c.expect(packets.Publish, 0)
+	c.publish(1, msg.PacketID, "in/x", []byte("reading"), false)
+	c.expect(packets.Puback, msg.PacketID)
+	if n := l.Stats().NextOffset; n != 1 {
+		t.Fatalf("ingest log holds %d messages after the PUBACK, want 1 (the reading)", n)
+	}
+
+	c.conn.Close()
+	c2, present := dialRaw(t, addr, "dev", false)
+	if !present {
+		t.Fatal("session not present")
+	}
+	again := c2.expect(packets.Publish, msg.PacketID)
+	if string(again.Payload) != "c1" {
+		t.Fatalf("resent %q under id %d, want c1", again.Payload, msg.PacketID)
+	}
+	// Acknowledged now, it is not sent again.
+	c2.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: msg.PacketID})
+	c2.conn.Close()
+	c3, _ := dialRaw(t, addr, "dev", false)
+	p.publish(1, 8, "cmd/a", []byte("c2"), false)
+	p.expect(packets.Puback, 8)
+	if got := c3.expect(packets.Publish, 0); string(got.Payload) != "c2" {
+		t.Fatalf("after the acknowledgement got %q, want c2 (c1 was acknowledged)", got.Payload)
+	}
+}
