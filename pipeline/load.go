@@ -43,9 +43,12 @@ func readConfig(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		return nil, fmt.Errorf("%s is a directory, not a config file", path)
+	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
+		return nil, err // names the path
 	}
 	if len(data) > MaxConfigBytes {
 		return nil, fmt.Errorf("%s: %w: more than %d bytes, not a config file", path, ErrConfigTooLarge, MaxConfigBytes)

@@ -66,3 +66,13 @@ func TestLoadRefusesAFileOverMaxConfigBytes(t *testing.T) {
 		t.Fatalf("Load of a file of 8 MiB: %v, want ErrConfigTooLarge naming the file", err)
 	}
 }
+
+// A directory given as the config is named once, as a directory: before,
+// the message named it twice ("read /tmp: read /tmp: is a directory").
+func TestLoadOfADirectorySaysSo(t *testing.T) {
+	dir := t.TempDir()
+	_, err := Load(dir)
+	if err == nil || strings.Count(err.Error(), dir) != 1 || !strings.Contains(err.Error(), "is a directory, not a config file") {
+		t.Fatalf("Load of a directory: %v, want one mention of %s as a directory", err, dir)
+	}
+}
