@@ -51,8 +51,11 @@ type packetIDHook struct {
 	// handled with, per client.
 	pending map[*mochi.Client]idSwap
 	// aside is, per client, the broker's message in flight under the id
-	// of the QoS 1 PUBLISH being handled.
-	aside map[*mochi.Client]packets.Packet
+	// of the QoS 1 PUBLISH being handled; asides counts its entries, so
+	// that the PUBLISHes that meet no such message (nearly all) take no
+	// lock.
+	aside  map[*mochi.Client]packets.Packet
+	asides atomic.Int64
 }
 
 // idSwap is a SUBSCRIBE's or UNSUBSCRIBE's packet id (client) and the id
@@ -83,14 +86,14 @@ func (h *packetIDHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packet
 	case packets.Unsubscribe:
 		ack = packets.Unsuback
 	case packets.Publish:
-		h.mu.Lock()
-		delete(h.aside, cl)
-		h.mu.Unlock()
 		if pk.FixedHeader.Qos != 1 || pk.PacketID == 0 {
 			return pk, nil
 		}
 		if out, ok := cl.State.Inflight.Get(pk.PacketID); ok && out.FixedHeader.Type == packets.Publish {
 			h.mu.Lock()
+			if _, had := h.aside[cl]; !had {
+				h.asides.Add(1)
+			}
 			h.aside[cl] = out
 			h.mu.Unlock()
 		}
@@ -140,13 +143,10 @@ func (h *packetIDHook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packe
 // client's other 65,534 ids in flight first, the message stays dropped,
 // as without this hook.)
 func (h *packetIDHook) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, _ error) {
-	if pk.FixedHeader.Type != packets.Publish {
+	if pk.FixedHeader.Type != packets.Publish || h.asides.Load() == 0 {
 		return
 	}
-	h.mu.Lock()
-	out, ok := h.aside[cl]
-	delete(h.aside, cl)
-	h.mu.Unlock()
+	out, ok := h.takeAside(cl)
 	if !ok || out.PacketID != pk.PacketID {
 		return
 	}
@@ -163,6 +163,20 @@ func (h *packetIDHook) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, _ 
 func (h *packetIDHook) OnDisconnect(cl *mochi.Client, _ error, _ bool) {
 	h.mu.Lock()
 	delete(h.pending, cl)
-	delete(h.aside, cl)
 	h.mu.Unlock()
+	h.takeAside(cl)
+}
+
+// takeAside removes and returns the message kept aside for cl, if any (a
+// PUBLISH that failed validation leaves its entry until the client's next
+// handled PUBLISH or its disconnect).
+func (h *packetIDHook) takeAside(cl *mochi.Client) (packets.Packet, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out, ok := h.aside[cl]
+	if ok {
+		delete(h.aside, cl)
+		h.asides.Add(-1)
+	}
+	return out, ok
 }
