@@ -46,7 +46,9 @@ pipelines:
 	// both settings named; the node, whose only job failed, exits with it.
 	n = startNode(t, config(`[{name: readings, fn: count}, {name: top, fn: max, field: temp}]`), daemon.Options{})
 	err := n.wait(t)
-	for _, want := range []string{"agg/window", "aggregates count() sum(temp)", "aggregates count() max(temp)", "incompatible"} {
+	for _, want := range []string{"agg/window", "aggregates count() sum(temp)", "aggregates count() max(temp)", "incompatible",
+		// and how to start the changed pipeline without that state
+		"the latest snapshot under its checkpoint.dir \"" + dir + "\"", "move that directory away or give the pipeline another checkpoint.dir"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Run: %v; want it to name %q", err, want)
 		}

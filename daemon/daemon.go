@@ -442,7 +442,7 @@ func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, err
 	if err != nil {
 		return nil, err
 	}
-	resume := ""
+	resume, fromLatest := "", false
 	if pc.Name == n.savepointFor {
 		resume = n.opts.Savepoint
 	}
@@ -463,7 +463,7 @@ func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, err
 			n.log.Info("job already finished; it does not run again (to run it anew, remove its checkpoint directory or point checkpoint.dir elsewhere)",
 				"job", pc.Name, "checkpoint_id", md.Checkpoint, "path", md.Dir)
 		default:
-			resume = md.Dir
+			resume, fromLatest = md.Dir, true
 			n.log.Info("resuming from the latest snapshot", "job", pc.Name, "checkpoint_id", md.Checkpoint, "path", md.Dir)
 		}
 	}
@@ -513,7 +513,8 @@ func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, err
 	if n.startHook != nil {
 		n.startHook(pc.Name)
 	}
-	j := &job{name: pc.Name, checkpointing: pc.Checkpoint.Dir != "", checkpointDir: pc.Checkpoint.Dir, run: sj, pj: pj, cancelFn: cancel, status: StatusRunning}
+	j := &job{name: pc.Name, checkpointing: pc.Checkpoint.Dir != "", checkpointDir: pc.Checkpoint.Dir,
+		restoredFrom: resume, fromLatest: fromLatest, run: sj, pj: pj, cancelFn: cancel, status: StatusRunning}
 	record(j)
 	n.log.Info("job started", "job", j.name, "checkpointing", j.checkpointing, "restored_from", resume)
 	return j, nil
@@ -532,7 +533,7 @@ func (n *node) watch(j *job) {
 			j.observe()
 		}
 	}
-	err := j.run.Wait()
+	err := j.explainRestore(j.run.Wait())
 	j.cancelFn()
 	status := j.finish(err)
 	switch status {

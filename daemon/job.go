@@ -3,12 +3,14 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 
 	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/pipeline"
 	"github.com/edgedio/edged/snapshot"
+	"github.com/edgedio/edged/state"
 	"github.com/edgedio/edged/stream"
 )
 
@@ -38,6 +40,8 @@ type job struct {
 	name          string
 	checkpointing bool
 	checkpointDir string // the pipeline's checkpoint.dir ("" without checkpoints)
+	restoredFrom  string // the snapshot the job started from ("" for none)
+	fromLatest    bool   // restoredFrom is checkpoint.dir's latest snapshot, not one the operator named
 	run           *stream.Job
 	pj            *pipeline.Job
 	cancelFn      context.CancelFunc
@@ -171,4 +175,20 @@ func mergeHistory(prev, cur []snapshot.Stats, limit int) (merged []snapshot.Stat
 		merged = slices.Clone(merged[len(merged)-limit:])
 	}
 	return merged, completed, failed
+}
+
+// explainRestore adds to a restore refused for incompatible state how to
+// start the pipeline without that snapshot: the node chose it (the latest
+// of checkpoint.dir) or the operator did (--from-savepoint).
+func (j *job) explainRestore(err error) error {
+	if err == nil || j.restoredFrom == "" || !errors.Is(err, state.ErrIncompatibleState) {
+		return err
+	}
+	if j.fromLatest {
+		return fmt.Errorf("%w (the node resumed the job from %s, the latest snapshot under its checkpoint.dir %q: "+
+			"to run the changed pipeline without that state, move that directory away or give the pipeline another checkpoint.dir; "+
+			"to keep the state, start it with the settings the snapshot was taken with)", err, j.restoredFrom, j.checkpointDir)
+	}
+	return fmt.Errorf("%w (the job was started from %s by --from-savepoint: to run the changed pipeline without that state, start it without --from-savepoint, with a checkpoint.dir that holds no snapshot of it)",
+		err, j.restoredFrom)
 }

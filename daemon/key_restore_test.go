@@ -50,4 +50,22 @@ pipelines:
 	if !strings.Contains(n.logs.String(), "attempts=0") {
 		t.Errorf("the restore was retried:\n%s", n.logs.String())
 	}
+	if err != nil && !strings.Contains(err.Error(), "move that directory away or give the pipeline another checkpoint.dir") {
+		t.Errorf("Run: %v; want it to say how to start without the snapshot", err)
+	}
+
+	// The same snapshot named by --from-savepoint, for a pipeline with
+	// another checkpoint.dir: the error says to start without the flag.
+	sps, _ := filepath.Glob(filepath.Join(dir, "savepoints", "sp-*"))
+	if len(sps) == 0 {
+		t.Fatalf("no savepoint under %s", dir)
+	}
+	dir = filepath.Join(t.TempDir(), "cp2")
+	n = startNode(t, config("zone"), daemon.Options{Savepoint: sps[len(sps)-1]})
+	err = n.wait(t)
+	for _, want := range []string{"key=zone", "incompatible", "start it without --from-savepoint"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Run from the savepoint: %v; want it to name %q", err, want)
+		}
+	}
 }
