@@ -944,8 +944,15 @@ func (pc *PipelineConfig) compileWindow(p *problems, path string, pl *plan) {
 	w := pc.Window
 	at := func(k string) string { return path + "." + k }
 	positive := func(k string, d time.Duration) bool {
-		if d <= 0 {
+		switch {
+		case d <= 0:
 			p.add(at(k), fmt.Sprintf("(%s) must be positive", d))
+			return false
+		case d < time.Millisecond:
+			p.add(at(k), fmt.Sprintf("(%s) must be at least 1ms (window times are whole milliseconds)", d))
+			return false
+		case d%time.Millisecond != 0:
+			p.add(at(k), fmt.Sprintf("(%s) must be a whole number of milliseconds (window times are whole milliseconds)", d))
 			return false
 		}
 		return true
@@ -968,7 +975,12 @@ func (pc *PipelineConfig) compileWindow(p *problems, path string, pl *plan) {
 		}
 	case "sliding":
 		unused("gap", w.Gap)
-		if positive("size", w.Size) && positive("slide", w.Slide) {
+		okSize, okSlide := positive("size", w.Size), positive("slide", w.Slide)
+		if okSize && okSlide && w.Slide > w.Size {
+			p.add(at("slide"), fmt.Sprintf("(%s) must not exceed size (%s)", w.Slide, w.Size))
+			okSlide = false
+		}
+		if okSize && okSlide {
 			pl.assigner = operators.SlidingProcessingTimeWindows(w.Size, w.Slide)
 			if et {
 				pl.assigner = operators.SlidingEventTimeWindows(w.Size, w.Slide)
