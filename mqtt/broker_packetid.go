@@ -30,12 +30,13 @@ import (
 //
 // A QoS 1 PUBLISH from the client meets the same confusion: mochi deletes
 // the broker's message in flight under its id ([MQTT-4.3.2-5] read for
-// the wrong direction), without telling the hooks, so the message was
-// not sent again when the client reconnected before acknowledging it,
-// and its entry in the session journal stayed until the broker restarted
-// (then resent). OnPacketRead keeps that message aside and
-// OnPacketProcessed puts it back in flight once mochi has handled the
-// PUBLISH (its PUBACK is then written: the id is free again). A QoS 2
+// the wrong direction), without telling the hooks, so the message (or the
+// PUBREL of a QoS 2 one awaiting its PUBCOMP) was not sent again when the
+// client reconnected before acknowledging it, and its entry in the session
+// journal stayed until the broker restarted (then resent). OnPacketRead
+// keeps that message aside and OnPacketProcessed puts it back in flight
+// once mochi has handled the PUBLISH (its PUBACK is then written: the id
+// is free again). A QoS 2
 // PUBLISH keeps the id for its PUBREC until the PUBREL, so its collision
 // is not mended: the message in flight under that id is dropped from the
 // session as before (a device that publishes at QoS 2 and subscribes at
@@ -56,6 +57,14 @@ type packetIDHook struct {
 	// lock.
 	aside  map[*mochi.Client]packets.Packet
 	asides atomic.Int64
+}
+
+// outbound reports whether pk, in flight to a client, is one of the
+// broker's flows: a PUBLISH awaiting its PUBACK or PUBREC, or the PUBREL
+// of a QoS 2 one awaiting its PUBCOMP. (A PUBREC in flight is the
+// client's QoS 2 PUBLISH, whose id mochi refuses to reuse.)
+func outbound(pk packets.Packet) bool {
+	return pk.FixedHeader.Type == packets.Publish || pk.FixedHeader.Type == packets.Pubrel
 }
 
 // idSwap is a SUBSCRIBE's or UNSUBSCRIBE's packet id (client) and the id
@@ -89,7 +98,7 @@ func (h *packetIDHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packet
 		if pk.FixedHeader.Qos != 1 || pk.PacketID == 0 {
 			return pk, nil
 		}
-		if out, ok := cl.State.Inflight.Get(pk.PacketID); ok && out.FixedHeader.Type == packets.Publish {
+		if out, ok := cl.State.Inflight.Get(pk.PacketID); ok && outbound(out) {
 			h.mu.Lock()
 			if _, had := h.aside[cl]; !had {
 				h.asides.Add(1)

@@ -120,3 +120,50 @@ func TestPublishWithThePacketIDOfAnOutboundMessage(t *testing.T) {
 		t.Fatalf("after the acknowledgement got %q, want c2 (c1 was acknowledged)", got.Payload)
 	}
 }
+
+// TestPublishWithThePacketIDOfAnOutboundPubrel: a result sent at QoS 2
+// whose PUBREC the device sent waits for the device's PUBCOMP, the broker
+// holding its PUBREL in flight under the result's id. A QoS 1 publish of
+// the device under that id keeps the PUBREL in flight: a reconnect before
+// the PUBCOMP gets the PUBREL again. Before, the broker dropped it from
+// the session at the publish, and the reconnect got nothing.
+func TestPublishWithThePacketIDOfAnOutboundPubrel(t *testing.T) {
+	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
+	b := startBroker(t, l, "in/#")
+	addr := b.Addr()
+
+	c, _ := dialRaw(t, addr, "dev", false)
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: "cmd/a", Qos: 2}}})
+	c.expect(packets.Suback, 1)
+	p, _ := dialRaw(t, addr, "producer", true)
+	p.publish(2, 7, "cmd/a", []byte("c1"), false)
+	p.expect(packets.Pubrec, 7)
+	p.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel, Qos: 1}, PacketID: 7})
+	p.expect(packets.Pubcomp, 7)
+
+	msg := c.expect(packets.Publish, 0)
+	if msg.FixedHeader.Qos != 2 {
+		t.Fatalf("result at QoS %d, want 2", msg.FixedHeader.Qos)
+	}
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrec}, PacketID: msg.PacketID})
+	c.expect(packets.Pubrel, msg.PacketID)
+
+	// The PUBREL in flight, not completed; the device publishes a reading
+	// under the same id.
+	c.publish(1, msg.PacketID, "in/x", []byte("reading"), false)
+	c.expect(packets.Puback, msg.PacketID)
+
+	c.conn.Close()
+	c2, present := dialRaw(t, addr, "dev", false)
+	if !present {
+		t.Fatal("session not present")
+	}
+	c2.expect(packets.Pubrel, msg.PacketID)
+	c2.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubcomp}, PacketID: msg.PacketID})
+	p.publish(1, 8, "cmd/a", []byte("c2"), false)
+	p.expect(packets.Puback, 8)
+	if got := c2.expect(packets.Publish, 0); string(got.Payload) != "c2" {
+		t.Fatalf("after the PUBCOMP got %q, want c2", got.Payload)
+	}
+}

@@ -78,6 +78,10 @@ func (c *rawClient) send(pk packets.Packet) {
 		err = pk.PubrelEncode(&buf)
 	case packets.Puback:
 		err = pk.PubackEncode(&buf)
+	case packets.Pubrec:
+		err = pk.PubrecEncode(&buf)
+	case packets.Pubcomp:
+		err = pk.PubcompEncode(&buf)
 	case packets.Subscribe:
 		pk.FixedHeader.Qos = 1
 		err = pk.SubscribeEncode(&buf)
