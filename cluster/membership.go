@@ -647,7 +647,9 @@ func (m *Membership) push(kind EventKind, n *memberlist.Node) {
 		old, known := m.members[id]
 		p := m.pending[id]
 		delete(m.pending, id)
-		if kind == MemberJoined {
+		if kind == MemberJoined || known && old.Boot != meta.Boot {
+			// A new member, or another run of a known one: a leaving
+			// message heard was the old run's.
 			delete(m.leaving, id)
 		}
 		m.members[id] = meta

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+
 	"github.com/edgedio/edged/internal/testutil"
 )
 
@@ -566,6 +568,34 @@ func TestMembershipLeavingListsMembersAboutToLeave(t *testing.T) {
 	waitEvent(t, a, MemberLeft, "b")
 	if got := a.Leaving(); len(got) != 0 {
 		t.Fatalf("leaving after b left: %v", got)
+	}
+}
+
+// A member whose leaving message was heard and that comes back as
+// another run before gossip reported it left (memberlist takes the new
+// run for the old one, updated) is not leaving: the new run did not say
+// so. Before, Leaving listed it until it next failed, and the nodes kept
+// it out of their replica targets and metadata meanwhile.
+func TestMembershipLeavingForgetsARestartedMember(t *testing.T) {
+	a := startNode(t, "a", nil)
+	run := func(boot string) *memberlist.Node {
+		meta, err := Meta{ID: "b", Transport: "127.0.0.1:7001", Capacity: 1, Fingerprint: "fp", Boot: boot}.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &memberlist.Node{Name: "b", Addr: net.ParseIP("127.0.0.1"), Port: 1, Meta: meta}
+	}
+	a.push(MemberJoined, run("1111111111111111"))
+	delegate{a}.NotifyMsg([]byte(leavingMsg + "b"))
+	if got := a.Leaving(); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("leaving after b's message: %v, want [b]", got)
+	}
+	a.push(MemberUpdated, run("2222222222222222"))
+	if got := ids(a.Members()); got != "a,b" {
+		t.Fatalf("members after b's new run: %s, want a,b", got)
+	}
+	if got := a.Leaving(); len(got) != 0 {
+		t.Fatalf("leaving after b came back as another run: %v, want none", got)
 	}
 }
 
