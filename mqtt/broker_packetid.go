@@ -36,7 +36,12 @@ import (
 // journal stayed until the broker restarted (then resent). OnPacketRead
 // keeps that message aside and OnPacketProcessed puts it back in flight
 // once mochi has handled the PUBLISH (its PUBACK is then written: the id
-// is free again). A QoS 2
+// is free again). mochi leaves its PUBACK in flight under the id when it
+// could not write it (the connection closed meanwhile): the message takes
+// its place again. When a new connection took the session over meanwhile
+// (mochi copied the session's messages in flight to it, maybe before the
+// message was back), the message goes to that connection, sent again as
+// a duplicate, unless it holds it already. A QoS 2
 // PUBLISH keeps the id for its PUBREC until the PUBREL, so its collision
 // is not mended: the message in flight under that id is dropped from the
 // session as before (a device that publishes at QoS 2 and subscribes at
@@ -57,6 +62,12 @@ type packetIDHook struct {
 	// lock.
 	aside  map[*mochi.Client]packets.Packet
 	asides atomic.Int64
+	// current is, per client id, the connection whose session mochi
+	// last established; handoff, per client id, a message put back by a
+	// connection whose session was taken over before that connection's
+	// session was established, which then takes it.
+	current map[string]*mochi.Client
+	handoff map[string]packets.Packet
 }
 
 // outbound reports whether pk, in flight to a client, is one of the
@@ -75,13 +86,18 @@ type idSwap struct {
 }
 
 func newPacketIDHook(info *system.Info) *packetIDHook {
-	return &packetIDHook{info: info, pending: map[*mochi.Client]idSwap{}, aside: map[*mochi.Client]packets.Packet{}}
+	return &packetIDHook{info: info, pending: map[*mochi.Client]idSwap{}, aside: map[*mochi.Client]packets.Packet{},
+		current: map[string]*mochi.Client{}, handoff: map[string]packets.Packet{}}
 }
 
 func (h *packetIDHook) ID() string { return "edged-packet-ids" }
 
 func (h *packetIDHook) Provides(b byte) bool {
-	return b == mochi.OnPacketRead || b == mochi.OnPacketEncode || b == mochi.OnPacketProcessed || b == mochi.OnDisconnect
+	switch b {
+	case mochi.OnPacketRead, mochi.OnPacketEncode, mochi.OnPacketProcessed, mochi.OnSessionEstablished, mochi.OnDisconnect:
+		return true
+	}
+	return false
 }
 
 // OnPacketRead swaps the id of a SUBSCRIBE or UNSUBSCRIBE that the
@@ -147,10 +163,11 @@ func (h *packetIDHook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packe
 }
 
 // OnPacketProcessed puts back in flight the message OnPacketRead kept
-// aside for the PUBLISH mochi has handled, if mochi deleted it. (Should
-// the id have been given to another message meanwhile, which takes the
-// client's other 65,534 ids in flight first, the message stays dropped,
-// as without this hook.)
+// aside for the PUBLISH mochi has handled, if mochi deleted it, or hands
+// it to the connection that took the session over. (Should the id have
+// been given to another message meanwhile, which takes the client's other
+// 65,534 ids in flight first, the message stays dropped, as without this
+// hook.)
 func (h *packetIDHook) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, _ error) {
 	if pk.FixedHeader.Type != packets.Publish || h.asides.Load() == 0 {
 		return
@@ -159,19 +176,76 @@ func (h *packetIDHook) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, _ 
 	if !ok || out.PacketID != pk.PacketID {
 		return
 	}
+	if in, taken := cl.State.Inflight.Get(out.PacketID); !taken || in.FixedHeader.Type == packets.Puback {
+		// A PUBACK in flight is mochi's own for this PUBLISH, not
+		// written: the client sends the PUBLISH again.
+		if cl.State.Inflight.Set(out) {
+			atomic.AddInt64(&h.info.Inflight, 1)
+		}
+	}
+	if !cl.IsTakenOver() {
+		return
+	}
+	// Taken over before or after the message was back: it leaves this
+	// connection for the one that has the session now.
+	if in, ok := cl.State.Inflight.Get(out.PacketID); ok && outbound(in) && cl.State.Inflight.Delete(out.PacketID) {
+		atomic.AddInt64(&h.info.Inflight, -1)
+	}
+	if cl.Properties.ProtocolVersion < 5 && cl.Properties.Clean {
+		return // the session ended with the connection
+	}
+	h.mu.Lock()
+	cur := h.current[cl.ID]
+	if cur == nil || cur == cl {
+		h.handoff[cl.ID] = out
+		h.mu.Unlock()
+		return
+	}
+	h.mu.Unlock()
+	if !cur.Properties.Clean {
+		h.send(cur, out)
+	}
+}
+
+// OnSessionEstablished notes cl as the connection of its client id's
+// session and gives it the message a connection it took the session over
+// from put back meanwhile, unless it started a clean session.
+func (h *packetIDHook) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
+	h.mu.Lock()
+	h.current[cl.ID] = cl
+	out, ok := h.handoff[cl.ID]
+	delete(h.handoff, cl.ID)
+	h.mu.Unlock()
+	if ok && !cl.Properties.Clean {
+		h.send(cl, out)
+	}
+}
+
+// send puts out in flight to cl and writes it (a duplicate), unless cl
+// has a message in flight under its id: out itself, copied from the
+// connection it took the session over from, or another message.
+func (h *packetIDHook) send(cl *mochi.Client, out packets.Packet) {
 	if _, taken := cl.State.Inflight.Get(out.PacketID); taken {
 		return
+	}
+	if out.FixedHeader.Type == packets.Publish {
+		out.FixedHeader.Dup = true
 	}
 	if cl.State.Inflight.Set(out) {
 		atomic.AddInt64(&h.info.Inflight, 1)
 	}
+	_ = cl.WritePacket(out) // else sent again when the client reconnects
 }
 
-// OnDisconnect forgets a swap whose answer was not written and a message
-// kept aside (it is in flight still unless mochi's handling ended first).
+// OnDisconnect forgets a swap whose answer was not written, a message
+// kept aside (it is in flight still unless mochi's handling ended first)
+// and cl as its session's connection.
 func (h *packetIDHook) OnDisconnect(cl *mochi.Client, _ error, _ bool) {
 	h.mu.Lock()
 	delete(h.pending, cl)
+	if h.current[cl.ID] == cl {
+		delete(h.current, cl.ID)
+	}
 	h.mu.Unlock()
 	h.takeAside(cl)
 }

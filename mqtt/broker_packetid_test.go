@@ -3,8 +3,10 @@ package mqtt
 import (
 	"testing"
 
+	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/mqtt/ingestlog"
 )
 
@@ -165,5 +167,131 @@ func TestPublishWithThePacketIDOfAnOutboundPubrel(t *testing.T) {
 	p.expect(packets.Puback, 8)
 	if got := c2.expect(packets.Publish, 0); string(got.Payload) != "c2" {
 		t.Fatalf("after the PUBCOMP got %q, want c2", got.Payload)
+	}
+}
+
+// holdPublishHook holds the handling of a PUBLISH to topic in OnPublish
+// until release is closed, once entered is; done is closed once the
+// broker's hooks have seen it processed.
+type holdPublishHook struct {
+	mochi.HookBase
+	topic                  string
+	entered, release, done chan struct{}
+}
+
+func newHoldPublishHook(t *testing.T, b *Broker, topic string) *holdPublishHook {
+	h := &holdPublishHook{topic: topic, entered: make(chan struct{}), release: make(chan struct{}), done: make(chan struct{})}
+	if err := b.server.AddHook(h, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.let)
+	return h
+}
+
+// let lets the held PUBLISH go on.
+func (h *holdPublishHook) let() {
+	select {
+	case <-h.release:
+	default:
+		close(h.release)
+	}
+}
+
+func (h *holdPublishHook) ID() string { return "test-hold-publish" }
+func (h *holdPublishHook) Provides(b byte) bool {
+	return b == mochi.OnPublish || b == mochi.OnPacketProcessed
+}
+func (h *holdPublishHook) OnPublish(_ *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.TopicName == h.topic {
+		close(h.entered)
+		<-h.release
+	}
+	return pk, nil
+}
+func (h *holdPublishHook) OnPacketProcessed(_ *mochi.Client, pk packets.Packet, _ error) {
+	if pk.FixedHeader.Type == packets.Publish && pk.TopicName == h.topic {
+		close(h.done)
+	}
+}
+
+// TestPublishWithThePacketIDOfAnOutboundMessageDuringATakeover: the
+// device reconnects (a new connection takes its session over) while the
+// broker still handles its QoS 1 publish under the id of a result in
+// flight to it. mochi copies the session's messages in flight to the new
+// connection while that result is out of flight, and the old connection
+// cannot write the PUBACK: the result goes to the new connection, sent
+// again. Before, it was put back on the old connection only, and the
+// device never got it again (until the broker restarted).
+func TestPublishWithThePacketIDOfAnOutboundMessageDuringATakeover(t *testing.T) {
+	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
+	b := startBroker(t, l, "in/#")
+	addr := b.Addr()
+	hold := newHoldPublishHook(t, b, "in/held")
+
+	c, _ := dialRaw(t, addr, "dev", false)
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: "cmd/a", Qos: 1}}})
+	c.expect(packets.Suback, 1)
+	p, _ := dialRaw(t, addr, "producer", true)
+	p.publish(1, 7, "cmd/a", []byte("c1"), false)
+	p.expect(packets.Puback, 7)
+	msg := c.expect(packets.Publish, 0)
+
+	c.publish(1, msg.PacketID, "in/held", []byte("reading"), false)
+	testutil.Receive(t, waitBound, "the publish held", hold.entered)
+	c2, present := dialRaw(t, addr, "dev", false)
+	if !present {
+		t.Fatal("session not present")
+	}
+	hold.let()
+	again := c2.expect(packets.Publish, msg.PacketID)
+	if string(again.Payload) != "c1" {
+		t.Fatalf("after the takeover got %q under id %d, want c1", again.Payload, msg.PacketID)
+	}
+	// Acknowledged now, it is not sent again.
+	c2.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: msg.PacketID})
+	c2.conn.Close()
+	c3, _ := dialRaw(t, addr, "dev", false)
+	p.publish(1, 8, "cmd/a", []byte("c2"), false)
+	p.expect(packets.Puback, 8)
+	if got := c3.expect(packets.Publish, 0); string(got.Payload) != "c2" {
+		t.Fatalf("after the acknowledgement got %q, want c2 (c1 was acknowledged)", got.Payload)
+	}
+}
+
+// TestPublishWithThePacketIDOfAnOutboundMessageDuringACleanTakeover: a
+// device that reconnects with a clean session while the broker handles
+// its QoS 1 publish under the id of a result in flight to it does not get
+// that result: its old session, the result included, is gone.
+func TestPublishWithThePacketIDOfAnOutboundMessageDuringACleanTakeover(t *testing.T) {
+	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
+	b := startBroker(t, l, "in/#")
+	addr := b.Addr()
+	hold := newHoldPublishHook(t, b, "in/held")
+
+	c, _ := dialRaw(t, addr, "dev", false)
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: "cmd/a", Qos: 1}}})
+	c.expect(packets.Suback, 1)
+	p, _ := dialRaw(t, addr, "producer", true)
+	p.publish(1, 7, "cmd/a", []byte("c1"), false)
+	p.expect(packets.Puback, 7)
+	msg := c.expect(packets.Publish, 0)
+
+	c.publish(1, msg.PacketID, "in/held", []byte("reading"), false)
+	testutil.Receive(t, waitBound, "the publish held", hold.entered)
+	c2, present := dialRaw(t, addr, "dev", true)
+	if present {
+		t.Fatal("session present after a clean connect")
+	}
+	hold.let()
+	testutil.Receive(t, waitBound, "the held publish processed", hold.done)
+	c2.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: "cmd/a", Qos: 1}}})
+	c2.expect(packets.Suback, 1)
+	p.publish(1, 8, "cmd/a", []byte("c2"), false)
+	p.expect(packets.Puback, 8)
+	if got := c2.expect(packets.Publish, 0); string(got.Payload) != "c2" {
+		t.Fatalf("the clean session got %q first, want c2 (c1 was its old session's)", got.Payload)
 	}
 }
