@@ -94,7 +94,8 @@ func (h *packetIDHook) ID() string { return "edged-packet-ids" }
 
 func (h *packetIDHook) Provides(b byte) bool {
 	switch b {
-	case mochi.OnPacketRead, mochi.OnPacketEncode, mochi.OnPacketProcessed, mochi.OnSessionEstablished, mochi.OnDisconnect:
+	case mochi.OnPacketRead, mochi.OnPacketEncode, mochi.OnPacketProcessed, mochi.OnQosDropped,
+		mochi.OnSessionEstablished, mochi.OnDisconnect:
 		return true
 	}
 	return false
@@ -204,6 +205,21 @@ func (h *packetIDHook) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, _ 
 	h.mu.Unlock()
 	if !cur.Properties.Clean {
 		h.send(cur, out)
+	}
+}
+
+// OnQosDropped forgets the message kept aside for cl when mochi drops it
+// before it handles the PUBLISH (the expiry pass, a takeover that copied
+// it to the new connection or ended the session): it is not put back.
+func (h *packetIDHook) OnQosDropped(cl *mochi.Client, pk packets.Packet) {
+	if h.asides.Load() == 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if out, ok := h.aside[cl]; ok && out.PacketID == pk.PacketID {
+		delete(h.aside, cl)
+		h.asides.Add(-1)
 	}
 }
 

@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"testing"
+	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -176,6 +177,7 @@ func TestPublishWithThePacketIDOfAnOutboundPubrel(t *testing.T) {
 type holdPublishHook struct {
 	mochi.HookBase
 	topic                  string
+	read                   bool
 	entered, release, done chan struct{}
 }
 
@@ -199,10 +201,21 @@ func (h *holdPublishHook) let() {
 
 func (h *holdPublishHook) ID() string { return "test-hold-publish" }
 func (h *holdPublishHook) Provides(b byte) bool {
-	return b == mochi.OnPublish || b == mochi.OnPacketProcessed
+	return b == mochi.OnPacketRead || b == mochi.OnPublish || b == mochi.OnPacketProcessed
 }
+
+// OnPacketRead holds the PUBLISH when read is set: before mochi handles
+// it (the broker's hooks have read it), else in OnPublish.
+func (h *holdPublishHook) OnPacketRead(_ *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if h.read && pk.FixedHeader.Type == packets.Publish && pk.TopicName == h.topic {
+		close(h.entered)
+		<-h.release
+	}
+	return pk, nil
+}
+
 func (h *holdPublishHook) OnPublish(_ *mochi.Client, pk packets.Packet) (packets.Packet, error) {
-	if pk.TopicName == h.topic {
+	if !h.read && pk.TopicName == h.topic {
 		close(h.entered)
 		<-h.release
 	}
@@ -221,12 +234,25 @@ func (h *holdPublishHook) OnPacketProcessed(_ *mochi.Client, pk packets.Packet, 
 // connection while that result is out of flight, and the old connection
 // cannot write the PUBACK: the result goes to the new connection, sent
 // again. Before, it was put back on the old connection only, and the
-// device never got it again (until the broker restarted).
+// device never got it again (until the broker restarted). Taken over
+// before mochi handles the publish, mochi copies the result with the
+// session.
 func TestPublishWithThePacketIDOfAnOutboundMessageDuringATakeover(t *testing.T) {
+	for _, read := range []bool{false, true} {
+		name := "while handled"
+		if read {
+			name = "before handled"
+		}
+		t.Run(name, func(t *testing.T) { testPublishDuringATakeover(t, read) })
+	}
+}
+
+func testPublishDuringATakeover(t *testing.T, read bool) {
 	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
 	b := startBroker(t, l, "in/#")
 	addr := b.Addr()
 	hold := newHoldPublishHook(t, b, "in/held")
+	hold.read = read
 
 	c, _ := dialRaw(t, addr, "dev", false)
 	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}, PacketID: 1,
@@ -293,5 +319,47 @@ func TestPublishWithThePacketIDOfAnOutboundMessageDuringACleanTakeover(t *testin
 	p.expect(packets.Puback, 8)
 	if got := c2.expect(packets.Publish, 0); string(got.Payload) != "c2" {
 		t.Fatalf("the clean session got %q first, want c2 (c1 was its old session's)", got.Payload)
+	}
+}
+
+// TestPublishWithThePacketIDOfAnExpiredOutboundMessage: the expiry pass
+// drops the result in flight under the id of the device's QoS 1 publish
+// while the broker has read that publish and not yet handled it. The
+// result stays dropped: before, the packet-id hook put it back in flight
+// once the publish was handled, and a reconnecting device was sent the
+// expired result, which the session journal had forgotten.
+func TestPublishWithThePacketIDOfAnExpiredOutboundMessage(t *testing.T) {
+	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
+	b := startBroker(t, l, "in/#")
+	addr := b.Addr()
+	hold := newHoldPublishHook(t, b, "in/held")
+	hold.read = true
+
+	c, _ := dialRaw(t, addr, "dev", false)
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: "cmd/a", Qos: 1}}})
+	c.expect(packets.Suback, 1)
+	p, _ := dialRaw(t, addr, "producer", true)
+	p.publish(1, 7, "cmd/a", []byte("c1"), false)
+	p.expect(packets.Puback, 7)
+	msg := c.expect(packets.Publish, 0)
+
+	c.publish(1, msg.PacketID, "in/held", []byte("reading"), false)
+	testutil.Receive(t, waitBound, "the publish held", hold.entered)
+	cl, ok := b.server.Clients.Get("dev")
+	if !ok {
+		t.Fatal("no client dev")
+	}
+	// A pass past the broker's longest message expiry.
+	maxExpiry := time.Duration(b.server.Options.Capabilities.MaximumMessageExpiryInterval) * time.Second
+	b.expirePass(time.Now().Add(maxExpiry+time.Hour), map[*mochi.Client]time.Time{})
+	if _, ok := cl.State.Inflight.Get(msg.PacketID); ok {
+		t.Fatal("the expiry pass left the result in flight")
+	}
+	hold.let()
+	testutil.Receive(t, waitBound, "the held publish processed", hold.done)
+	c.expect(packets.Puback, msg.PacketID)
+	if out, ok := cl.State.Inflight.Get(msg.PacketID); ok {
+		t.Fatalf("the expired result %q is in flight again under id %d", out.Payload, msg.PacketID)
 	}
 }
