@@ -113,10 +113,32 @@ func CheckSavepointOutsideCheckpoints(root, p string) error {
 	if err != nil {
 		return nil
 	}
-	if rel, err := filepath.Rel(dir, filepath.Clean(p)); err == nil && (rel == "." || filepath.IsLocal(rel)) {
-		return fmt.Errorf("%w: %q is in the job's checkpoints directory %s, where its checkpoints are written and retention deletes them", ErrName, p, dir)
+	p = filepath.Clean(p)
+	// Lexically, and as the file system resolves both: a symbolic link
+	// on either path names the same directory by another path.
+	for _, c := range [][2]string{{dir, p}, {resolvePath(dir), resolvePath(p)}} {
+		if rel, err := filepath.Rel(c[0], c[1]); err == nil && (rel == "." || filepath.IsLocal(rel)) {
+			return fmt.Errorf("%w: %q is in the job's checkpoints directory %s, where its checkpoints are written and retention deletes them", ErrName, p, dir)
+		}
 	}
 	return nil
+}
+
+// resolvePath returns the absolute path p with the symbolic links of its
+// longest existing part resolved, the rest (not yet created) as it is.
+func resolvePath(p string) string {
+	rest := ""
+	for q := p; ; {
+		if r, err := filepath.EvalSymlinks(q); err == nil {
+			return filepath.Join(r, rest)
+		}
+		parent := filepath.Dir(q)
+		if parent == q {
+			return p
+		}
+		rest = filepath.Join(filepath.Base(q), rest)
+		q = parent
+	}
 }
 
 // Begin creates the directory of the checkpoint or savepoint t announces

@@ -308,6 +308,41 @@ func TestStoreSavepointInTheCheckpointsDirRefused(t *testing.T) {
 	writeSnapshot(t, s, Trigger{Checkpoint: 8, Savepoint: true, Path: filepath.Join(s.Dir(), "savepoints", "mine")}, map[string][]string{"op": {"a"}})
 }
 
+// A savepoint path that reaches the checkpoints/ directory through a
+// symbolic link (to the store's directory, or the store's directory being
+// one) is refused as the direct path is. Before, the check compared the
+// paths as written and let it through.
+func TestStoreSavepointInTheCheckpointsDirThroughALinkRefused(t *testing.T) {
+	base := t.TempDir()
+	real := filepath.Join(base, "real")
+	if err := os.MkdirAll(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(real, link); err != nil {
+		t.Skipf("no symbolic links here: %v", err)
+	}
+	s, err := OpenStore(link, "job", 128, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range []string{filepath.Join(real, "checkpoints", "chk-5"), filepath.Join(real, "checkpoints", "new", "sp")} {
+		if err := CheckSavepointOutsideCheckpoints(link, p); !errors.Is(err, ErrName) {
+			t.Errorf("CheckSavepointOutsideCheckpoints(%q, %q) = %v, want ErrName", link, p, err)
+		}
+		if _, err := s.Begin(Trigger{Checkpoint: ID(2 + i), Savepoint: true, Path: p}); !errors.Is(err, ErrName) {
+			t.Errorf("Begin savepoint at %q = %v, want ErrName", p, err)
+		}
+	}
+	if err := CheckSavepointOutsideCheckpoints(real, filepath.Join(link, "checkpoints", "chk-5")); !errors.Is(err, ErrName) {
+		t.Errorf("through the link to the store's directory: %v, want ErrName", err)
+	}
+	// Beside it is fine.
+	if err := CheckSavepointOutsideCheckpoints(link, filepath.Join(real, "checkpoints-copy")); err != nil {
+		t.Errorf("beside the checkpoints directory: %v", err)
+	}
+}
+
 func TestStoreDiscard(t *testing.T) {
 	s, _ := openTestStore(t, "job")
 	writeSnapshot(t, s, Trigger{Checkpoint: 1}, map[string][]string{"op": {"a"}})
