@@ -95,7 +95,7 @@ func (h *packetIDHook) ID() string { return "edged-packet-ids" }
 func (h *packetIDHook) Provides(b byte) bool {
 	switch b {
 	case mochi.OnPacketRead, mochi.OnPacketEncode, mochi.OnPacketProcessed, mochi.OnQosDropped,
-		mochi.OnSessionEstablished, mochi.OnDisconnect:
+		mochi.OnSessionEstablish, mochi.OnSessionEstablished, mochi.OnDisconnect:
 		return true
 	}
 	return false
@@ -220,6 +220,33 @@ func (h *packetIDHook) OnQosDropped(cl *mochi.Client, pk packets.Packet) {
 	if out, ok := h.aside[cl]; ok && out.PacketID == pk.PacketID {
 		delete(h.aside, cl)
 		h.asides.Add(-1)
+	}
+}
+
+// OnSessionEstablish puts back in flight, on the connection cl takes its
+// session over from, the message kept aside there, so that mochi copies
+// it with the session: out of flight, its id would be free on cl, and a
+// message routed to cl meanwhile could take it. It stays aside: mochi
+// drops it from the old connection once copied (OnQosDropped forgets
+// it), else OnPacketProcessed hands it over.
+func (h *packetIDHook) OnSessionEstablish(cl *mochi.Client, pk packets.Packet) {
+	if h.asides.Load() == 0 || pk.Connect.Clean {
+		return
+	}
+	h.mu.Lock()
+	var old *mochi.Client
+	var out packets.Packet
+	for c, o := range h.aside {
+		if c.ID == cl.ID && c != cl {
+			old, out = c, o
+		}
+	}
+	h.mu.Unlock()
+	if old == nil {
+		return
+	}
+	if _, taken := old.State.Inflight.Get(out.PacketID); !taken && old.State.Inflight.Set(out) {
+		atomic.AddInt64(&h.info.Inflight, 1)
 	}
 }
 

@@ -363,3 +363,49 @@ func TestPublishWithThePacketIDOfAnExpiredOutboundMessage(t *testing.T) {
 		t.Fatalf("the expired result %q is in flight again under id %d", out.Payload, msg.PacketID)
 	}
 }
+
+// TestPublishWithThePacketIDOfAnOutboundMessageDuringATakeoverAndARouting:
+// as in the takeover above, and a message is routed to the new connection
+// while the old one still handles the publish. The result keeps its id
+// in the session, and the routed message gets another: before, the id
+// was free on the new connection, the routed message took it, the result
+// was not sent, and the device's PUBACK of that id ended the result in
+// the session journal: it was never delivered.
+func TestPublishWithThePacketIDOfAnOutboundMessageDuringATakeoverAndARouting(t *testing.T) {
+	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
+	b := startBroker(t, l, "in/#")
+	addr := b.Addr()
+	hold := newHoldPublishHook(t, b, "in/held")
+
+	c, _ := dialRaw(t, addr, "dev", false)
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: "cmd/a", Qos: 1}}})
+	c.expect(packets.Suback, 1)
+	p, _ := dialRaw(t, addr, "producer", true)
+	p.publish(1, 7, "cmd/a", []byte("c1"), false)
+	p.expect(packets.Puback, 7)
+	msg := c.expect(packets.Publish, 0)
+
+	c.publish(1, msg.PacketID, "in/held", []byte("reading"), false)
+	testutil.Receive(t, waitBound, "the publish held", hold.entered)
+	c2, _ := dialRaw(t, addr, "dev", false)
+	again := c2.expect(packets.Publish, msg.PacketID)
+	if string(again.Payload) != "c1" {
+		t.Fatalf("after the takeover got %q under id %d, want c1", again.Payload, msg.PacketID)
+	}
+	p.publish(1, 8, "cmd/a", []byte("c2"), false)
+	p.expect(packets.Puback, 8)
+	routed := c2.expect(packets.Publish, 0)
+	if string(routed.Payload) != "c2" || routed.PacketID == msg.PacketID {
+		t.Fatalf("routed %q under id %d, want c2 under another id than %d", routed.Payload, routed.PacketID, msg.PacketID)
+	}
+	hold.let()
+	testutil.Receive(t, waitBound, "the held publish processed", hold.done)
+	c2.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: routed.PacketID})
+	c2.conn.Close()
+	// c1 is still unacknowledged: the next connection gets it again.
+	c3, _ := dialRaw(t, addr, "dev", false)
+	if got := c3.expect(packets.Publish, msg.PacketID); string(got.Payload) != "c1" {
+		t.Fatalf("after the reconnect got %q under id %d, want c1", got.Payload, msg.PacketID)
+	}
+}
