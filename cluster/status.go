@@ -125,7 +125,9 @@ type MemberStatus struct {
 	Drained bool `json:"drained,omitempty"`
 	// OtherPipelines marks a live member that gossips another pipelines
 	// fingerprint than this node: another config or version. It gets no
-	// subtasks until it restarts with the same pipelines.
+	// subtasks until it restarts with the same pipelines. On a node that
+	// differs from the leader it follows, it marks the members that
+	// differ from the leader's, this node among them.
 	OtherPipelines bool `json:"other_pipelines,omitempty"`
 }
 

@@ -184,3 +184,56 @@ func TestClusterMemberWithOtherNodesPlacedAround(t *testing.T) {
 		t.Fatalf("the warning blames the pipelines:\n%s", out)
 	}
 }
+
+// A node started with other pipelines than the leader it follows (node a,
+// its window size changed, joining b, the leader, and c) is the one that
+// gets no subtasks: it logs once, as an error naming the leader, that
+// this node runs other pipelines than the leader, and nothing about c,
+// which runs the leader's; its GET /cluster marks itself, not b and c,
+// as running other pipelines, as the leader's does.
+func TestClusterNodeWithOtherPipelinesThanTheLeaderSaysItIsTheOne(t *testing.T) {
+	start := func(id, fp string, peers ...string) *cluster.Membership {
+		m, err := cluster.NewMembership(cluster.MembershipConfig{
+			Meta:     cluster.Meta{ID: id, Transport: "127.0.0.1:7000", Fingerprint: fp},
+			BindAddr: "127.0.0.1", Peers: peers, Logger: slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Shutdown() })
+		return m
+	}
+	leaders, ours := strings.Repeat("b", 64), strings.Repeat("a", 64)
+	b := start("b", leaders)
+	start("c", leaders, b.Addr())
+	a := start("a", ours, b.Addr())
+	testutil.Eventually(t, 10*time.Second, "a sees b and c", func() bool { return len(a.Members()) == 3 })
+
+	var logs testutil.Buffer
+	c := &clusterNode{cfg: &pipeline.ClusterConfig{Node: "a", Peers: []pipeline.PeerConfig{{ID: "b"}, {ID: "c"}}},
+		log: slog.New(slog.NewTextHandler(&logs, nil)), fingerprint: ours}
+	c.lead.id = "b"
+	v := &liveView{c: c}
+	v.m.Store(a)
+	v.checkFingerprints()
+	v.checkFingerprints()
+	out := logs.String()
+	if n := strings.Count(out, "this node runs other pipelines than the leader"); n != 1 || !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "leader=b") {
+		t.Fatalf("want one error naming leader b, got %d:\n%s", n, out)
+	}
+	if strings.Contains(out, "member=c") || strings.Contains(out, "a member runs other pipelines") {
+		t.Fatalf("c runs the leader's pipelines, yet this node warns about it:\n%s", out)
+	}
+	if got := v.otherThanLeader("b"); len(got) != 1 || !got["a"] {
+		t.Fatalf("members marked as running other pipelines than the leader: %v, want a alone", got)
+	}
+	// On a node that matches the leader, nothing changes: otherPipelines
+	// says which members differ.
+	c.fingerprint = leaders
+	if got := v.otherThanLeader("b"); got != nil {
+		t.Fatalf("a node matching the leader marks %v", got)
+	}
+}

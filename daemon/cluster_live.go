@@ -686,13 +686,54 @@ func (v *liveView) otherNodes(m cluster.Meta) bool {
 	return m.Nodes != "" && v.c.nodesDigest != "" && m.Nodes != v.c.nodesDigest
 }
 
+// otherThanLeader returns, for a node whose own pipelines or node ids
+// differ from those of leader (the node whose job masters it follows),
+// the live members, this node included, that differ from the leader's:
+// those get no subtasks. It returns nil when this node leads, when the
+// leader is not a live member, or when this node matches the leader:
+// otherPipelines then says it from this node's side.
+func (v *liveView) otherThanLeader(leader string) map[string]bool {
+	mem := v.membership()
+	if mem == nil || leader == v.c.cfg.Node {
+		return nil
+	}
+	members := mem.Members()
+	var lm cluster.Meta
+	found := false
+	for _, m := range members {
+		if m.ID == leader {
+			lm, found = m, true
+		}
+	}
+	if !found || !v.differs(lm) {
+		return nil
+	}
+	out := map[string]bool{v.c.cfg.Node: true}
+	for _, m := range members {
+		if m.ID == v.c.cfg.Node || m.ID == leader {
+			continue
+		}
+		if m.Fingerprint != "" && lm.Fingerprint != "" && m.Fingerprint != lm.Fingerprint ||
+			m.Nodes != "" && lm.Nodes != "" && m.Nodes != lm.Nodes {
+			out[m.ID] = true
+		}
+	}
+	return out
+}
+
 // checkFingerprints warns, once per run of each member, about a member
 // whose pipelines differ from this node's (another config or version),
 // or whose config names other cluster nodes: it hosts nothing until its
-// config matches (otherPipelines).
+// config matches (otherPipelines). When the member is the leader this
+// node follows, this node is the one that hosts nothing, and the error
+// says so; the members that match the leader are not warned about.
 func (v *liveView) checkFingerprints() {
+	leader := v.c.leader()
+	// When this node differs from the leader, a member that matches the
+	// leader's pipelines takes subtasks: nothing to warn about.
+	offLeader := v.otherThanLeader(leader)
 	for _, m := range v.membership().Members() {
-		if m.ID == v.c.cfg.Node || !v.differs(m) {
+		if m.ID == v.c.cfg.Node || !v.differs(m) || offLeader != nil && m.ID != leader && !offLeader[m.ID] {
 			continue
 		}
 		v.mu.Lock()
@@ -704,6 +745,12 @@ func (v *liveView) checkFingerprints() {
 		v.mu.Unlock()
 		switch {
 		case seen:
+		case m.ID == leader && v.otherNodes(m):
+			v.c.log.Error("cluster: this node's config names other cluster nodes than the leader's (cluster.node and the ids of cluster.peers must be the same set on every node); this node gets no subtasks until it restarts with the leader's",
+				"leader", m.ID, "our_nodes", v.c.cfg.Nodes(), "leader_nodes_digest", m.Nodes, "ours", v.c.nodesDigest)
+		case m.ID == leader:
+			v.c.log.Error("cluster: this node runs other pipelines than the leader (the shared settings of its pipelines, or its version, differ from the leader's); this node gets no subtasks until it restarts with the leader's pipelines",
+				"leader", m.ID, "leader_fingerprint", m.Fingerprint, "ours", v.c.fingerprint)
 		case v.otherNodes(m):
 			v.c.log.Warn("cluster: a member's config names other cluster nodes than this node's (cluster.node and the ids of cluster.peers must be the same set on every node); it gets no subtasks until they match",
 				"member", m.ID, "our_nodes", v.c.cfg.Nodes(), "its_nodes_digest", m.Nodes, "ours", v.c.nodesDigest)

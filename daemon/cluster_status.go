@@ -26,6 +26,11 @@ func (c *clusterNode) Status() cluster.Status {
 	drained := maps.Clone(v.drained)
 	v.mu.Unlock()
 	others := v.otherPipelines()
+	if o := v.otherThanLeader(master); o != nil {
+		// This node differs from the leader: it is the one placed
+		// around, and the members that match the leader are not.
+		others = o
+	}
 	for _, id := range c.cfg.Nodes() {
 		m := cluster.MemberStatus{ID: id, State: cluster.StateDead, Leader: id == master, Capacity: c.cfg.CapacityOf(id),
 			Weight: c.cfg.WeightOf(id), Drained: drained[id], OtherPipelines: others[id]}

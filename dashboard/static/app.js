@@ -398,7 +398,7 @@ async function refreshCluster() {
     return el("tr", { "data-node": m.id },
       el("td", {}, nodeChip(m.id), m.id === c.node ? el("span", { class: "tag" }, "this node") : ""),
       el("td", {}, el("span", { class: "state state-" + m.state }, m.state),
-        m.other_pipelines ? el("span", { class: "tag warn", title: "its config or version differs from this node's: it gets no subtasks until it restarts with the same pipelines" }, "other pipelines") : ""),
+        m.other_pipelines ? el("span", { class: "tag warn", title: "its config or version differs from the job masters': it gets no subtasks until it restarts with the same pipelines" }, "other pipelines") : ""),
       el("td", {}, m.leader ? "★ leader" : ""),
       m.id === c.node ? el("td", { class: m.sees_majority ? "ok" : "bad" }, m.sees_majority ? "yes" : "no")
         : el("td", { class: "muted", title: "known for this node only: see that node's dashboard" }, "—"),
