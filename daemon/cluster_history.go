@@ -105,8 +105,16 @@ func (c *clusterNode) adoptHistory(ctx context.Context) (bool, error) {
 	if ok {
 		c.lead.before = true
 	}
+	leads := c.master && !c.lead.stepped
 	c.lead.mu.Unlock()
-	if ok {
+	switch {
+	case ok && leads:
+		// The leader of a first start (the epoch its peers saw is its
+		// own deployment's), or one that leads on an empty data dir: it
+		// takes over from no one. Nothing to warn about.
+		c.log.Info("cluster: this node leads and took part in no deployment before: it keeps the highest epoch its peers saw as one it took part in",
+			"epoch", epoch, "snapshots", adopted, "peers", len(replies))
+	case ok:
 		c.log.Warn("cluster: this node took part in no deployment, but its peers did: it adopts the cluster's history and may take over from a leader that stays away",
 			"epoch", epoch, "snapshots", adopted, "peers", len(replies))
 	}

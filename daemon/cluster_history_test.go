@@ -158,3 +158,31 @@ func TestFailoverScriptReplacedNodeNeverStartsFromTheBeginning(t *testing.T) {
 		t.Fatal("b started the job without its snapshot")
 	}
 }
+
+// Script: a cluster's first start. The leader, a, took part in no
+// deployment before its own, and adopts as the cluster's history the
+// epoch its first deployment gave its peers (so it counts as a node that
+// took part from then on). That is no warning that it may take over from
+// a leader that stays away: it leads. It is logged at INFO as the
+// leader's own history; a worker that adopts the history still warns.
+func TestFailoverScriptLeaderAdoptsItsOwnFirstDeploymentQuietly(t *testing.T) {
+	fc := newFailoverCluster(t, foOptions{replicas: 2})
+	a := fc.nodes["a"]
+	fc.startedPlacement("a", 0)
+	fc.waitCheckpoint("a", 0)
+	a.c.lead.mu.Lock()
+	a.c.lead.before = false
+	a.c.lead.mu.Unlock()
+	ok, err := a.c.adoptHistory(context.Background())
+	if err != nil || !ok {
+		t.Fatalf("a adopting its first deployment's epoch: %v, %v", ok, err)
+	}
+	if fc.logs.logged("may take over from a leader that stays away", "node=a") {
+		t.Fatal("the leader warned that it may take over from a leader that stays away")
+	}
+	if !fc.logs.logged("this node leads and took part in no deployment before", "node=a") {
+		t.Fatal("the leader did not log the epoch it keeps")
+	}
+	fc.finish("a")
+	fc.checkTotals()
+}
