@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -23,6 +24,18 @@ type Client struct {
 	// Token, when set, is sent as "Authorization: Bearer <Token>": the
 	// node requires it when it listens on a non-loopback address.
 	Token string
+}
+
+// ErrNotAPI is the error of a request whose address answered, but not in
+// HTTP: it is not an edged node's API (a node's cluster.listen, say).
+var ErrNotAPI = errors.New("daemon: not an edged API")
+
+// notHTTP reports whether err is the HTTP client's error for a peer that
+// answered bytes that are not an HTTP response: a malformed response, or
+// bytes sent before the request (a gRPC or HTTP/2 server's preface).
+func notHTTP(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "malformed HTTP") || strings.Contains(msg, "readLoopPeekFailLocked")
 }
 
 // APIError is an error answer of the API.
@@ -151,6 +164,10 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, out 
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
+		if notHTTP(err) {
+			return fmt.Errorf("daemon: %s %s: %w: %s answers, but not in HTTP: it is not an edged node's API; give its node.listen, not its cluster.listen, gossip or MQTT address (%v)",
+				method, path, ErrNotAPI, c.base(), err)
+		}
 		return fmt.Errorf("daemon: %s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()

@@ -137,7 +137,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		switch {
 		case sub != "status" && ctx.Err() != nil:
 			err = gaveUp(ctx.Err(), sub, pos, timeout, sent.Load(), err)
-		case sub != "status" && sent.Load() && !errors.As(err, &ae):
+		case sub != "status" && sent.Load() && !errors.As(err, &ae) && !errors.Is(err, daemon.ErrNotAPI):
 			err = connectionLost(sub, pos, err)
 		}
 		fmt.Fprintf(stderr, "edged cluster %s: %v\n", sub, err)

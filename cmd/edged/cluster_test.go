@@ -435,3 +435,48 @@ func TestClusterDrainConnectionLost(t *testing.T) {
 		t.Fatalf("exit %d:\n%s", code, errb.String())
 	}
 }
+
+// A client command given the address of something that answers, but not
+// in HTTP (the node's cluster.listen, a gRPC transport, instead of its
+// node.listen) says that the address is not the node's API. Before, a
+// drain, an undrain, a rebalance, a stop and a savepoint told the user
+// that the node took the request and stopped or crashed, and that the
+// drain or stop might be queued or have completed there.
+func TestClientCommandAtAnAddressThatDoesNotAnswerHTTP(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			// What a gRPC server sends first: an HTTP/2 SETTINGS frame.
+			_, _ = conn.Write([]byte("\x00\x00\x0c\x04\x00\x00\x00\x00\x00\x00\x05\x00\x00\x40\x00\x00\x04\x00\x40\x00\x00"))
+			buf := make([]byte, 4096)
+			_, _ = conn.Read(buf)
+			conn.Close()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+	})
+	addr := ln.Addr().String()
+	for _, args := range [][]string{
+		{"cluster", "drain", "b"}, {"cluster", "undrain", "b"}, {"cluster", "rebalance"}, {"cluster", "status"},
+		{"stop", "sensors"}, {"savepoint", "sensors"}, {"list"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), append(args, "--addr", addr, "--timeout", "10s"), &out, &errb)
+		msg := errb.String()
+		if code != 1 || !strings.Contains(msg, "answers, but not in HTTP: it is not an edged node's API") ||
+			strings.Contains(msg, "ended the connection without an answer") {
+			t.Errorf("edged %s: exit %d:\n%s", strings.Join(args, " "), code, msg)
+		}
+	}
+}

@@ -277,7 +277,7 @@ func runClient(ctx context.Context, cmd string, args []string, stdout, stderr io
 	}})
 	if err := client(ctx, c, cmd, pos, path, stdout); err != nil {
 		var ae *daemon.APIError
-		if (cmd == "stop" || cmd == "savepoint") && sent.Load() && ctx.Err() == nil && !errors.As(err, &ae) {
+		if (cmd == "stop" || cmd == "savepoint") && sent.Load() && ctx.Err() == nil && !errors.As(err, &ae) && !errors.Is(err, daemon.ErrNotAPI) {
 			err = answerLost(cmd, pos[0], err)
 		}
 		fmt.Fprintf(stderr, "edged %s: %v\n", cmd, err)
