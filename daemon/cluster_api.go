@@ -187,13 +187,22 @@ func (n *node) clusterAction(w http.ResponseWriter, r *http.Request, res Cluster
 		log = log.With("node", res.Node)
 	}
 	log.Info("cluster action asked through the API")
-	if err := do(ctx); err != nil {
+	own := &actionRecord{}
+	if err := do(withActionRecord(ctx, own)); err != nil {
 		log.Warn("cluster action not done", "took", time.Since(start), "err", err)
 		writeClusterError(w, fmt.Errorf("%s: %w", res.Action, err))
 		return
 	}
 	log.Info("cluster action done", "took", time.Since(start))
-	if p := n.clusterProvider(); p != nil {
+	if rec, ok := own.get(); ok {
+		// The rebalance the action's own batch recorded (none: it
+		// recorded nothing), not the newest of the history, which may be
+		// another action's that ended meanwhile.
+		if rec != nil && rec.PauseMS == nil {
+			rec.PauseMS = map[string]float64{}
+		}
+		res.Rebalance = rec
+	} else if p := n.clusterProvider(); p != nil {
 		// Clocks of the provider and this handler are the same wall clock;
 		// a record from before the action belongs to another one.
 		s := p.Status().Normalized()

@@ -16,7 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/edgedio/edged/cluster"
+	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/pipeline"
 )
 
@@ -476,5 +479,62 @@ func TestClusterUndrainAPI(t *testing.T) {
 	}
 	if code, body := post(t, c, "/cluster/rejoin"); code != http.StatusOK || strings.TrimSpace(body) != `{"rejoined":false}` {
 		t.Errorf("second rejoin: %d %s", code, body)
+	}
+}
+
+// Two drains asked at once, of c and of b, on three nodes: c's runs, and
+// b's is refused once c is draining (a would go over its capacity). The
+// answer of each action is the rebalance it ran, not the newest one in
+// the history: before, c's drain, done, answered with b's refusal
+// recorded right after it ("drained c: refused, 0 key groups moved",
+// exit 0), as seen with `edged cluster drain b & edged cluster drain c`.
+func TestClusterActionAnswersWithItsOwnRebalance(t *testing.T) {
+	c := testClusterNode(t, map[string]int{"a": 4})
+	fc := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	c.rb.clock = fc
+	var refusedB error
+	c.rb.exec = func(ctx context.Context, s cluster.Start) error {
+		c.live.mu.Lock()
+		for _, id := range s.Drain {
+			c.live.drained[id] = true
+		}
+		c.live.mu.Unlock()
+		c.recordRebalance(cluster.Rebalance{At: time.Now(), Trigger: cluster.TriggerDrain, Outcome: cluster.RebalanceDone,
+			MovedKeyGroups: 42, PauseMS: map[string]float64{}})
+		// b's drain, asked meanwhile, is refused at once and recorded
+		// after c's record.
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		refusedB = c.Drain(ctx, "b")
+		return nil
+	}
+	c.live.drained = map[string]bool{}
+	api, _ := clusterAPI(t, c)
+	type answer struct {
+		res ClusterActionResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := api.Drain(context.Background(), "c")
+		done <- answer{res, err}
+	}()
+	testutil.Eventually(t, 10*time.Second, "c's drain is queued", func() bool {
+		c.rb.gateMu.Lock()
+		defer c.rb.gateMu.Unlock()
+		return len(c.rb.waiters) == 1
+	})
+	if !c.rb.step(context.Background()) {
+		t.Fatal("the drain did not run")
+	}
+	a := <-done
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if !errors.Is(refusedB, cluster.ErrOverCapacity) {
+		t.Fatalf("b's drain meanwhile: %v, want refused over capacity", refusedB)
+	}
+	if r := a.res.Rebalance; r == nil || r.Outcome != cluster.RebalanceDone || r.MovedKeyGroups != 42 {
+		t.Fatalf("c's drain answered with rebalance %+v, want its own (done, 42 key groups moved)", r)
 	}
 }

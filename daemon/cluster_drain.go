@@ -53,7 +53,47 @@ const drainCatchUp = 30 * time.Second
 type rebalanceWaiter struct {
 	trigger cluster.Trigger
 	node    string // the drained node (TriggerDrain)
-	done    chan error
+	done    chan batchResult
+}
+
+// batchResult is what a batch tells its waiters: its error and the last
+// rebalance it recorded (nil when it recorded none).
+type batchResult struct {
+	err error
+	rec *cluster.Rebalance
+}
+
+// actionRecord is where a cluster action asked through the API finds the
+// rebalance its batch recorded: ask fills it. Without it, the API could
+// only take the newest record of the history, which may be another
+// action's that ended meanwhile.
+type actionRecord struct {
+	mu     sync.Mutex
+	filled bool
+	rec    *cluster.Rebalance
+}
+
+type actionRecordKey struct{}
+
+// withActionRecord returns ctx carrying r.
+func withActionRecord(ctx context.Context, r *actionRecord) context.Context {
+	return context.WithValue(ctx, actionRecordKey{}, r)
+}
+
+// fillActionRecord hands rec to the action record ctx carries, if any.
+func fillActionRecord(ctx context.Context, rec *cluster.Rebalance) {
+	if r, ok := ctx.Value(actionRecordKey{}).(*actionRecord); ok {
+		r.mu.Lock()
+		r.filled, r.rec = true, rec
+		r.mu.Unlock()
+	}
+}
+
+// get returns the record and whether ask filled it.
+func (r *actionRecord) get() (*cluster.Rebalance, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rec, r.filled
 }
 
 // rebalancer queues rebalances behind the gate and runs them one at a
@@ -70,6 +110,10 @@ type rebalancer struct {
 	queuedAt time.Time
 	waiters  []*rebalanceWaiter
 	waiting  string // why the gate held at the last poll
+	// inBatch is set while a batch runs; batchRec is then the last
+	// rebalance the batch recorded (clusterNode.recordRebalance).
+	inBatch  bool
+	batchRec *cluster.Rebalance
 
 	// checkpointing reports whether a checkpoint triggered before since
 	// is in progress in any job.
@@ -85,7 +129,7 @@ type rebalancer struct {
 // to run, or for ctx to end; the request then stays queued and runs with
 // the next batch.
 func (b *rebalancer) ask(ctx context.Context, t cluster.Trigger, node string) error {
-	w := &rebalanceWaiter{trigger: t, node: node, done: make(chan error, 1)}
+	w := &rebalanceWaiter{trigger: t, node: node, done: make(chan batchResult, 1)}
 	b.gateMu.Lock()
 	now := b.clock.Now()
 	b.gate.Request(now, t, node)
@@ -95,8 +139,9 @@ func (b *rebalancer) ask(ctx context.Context, t cluster.Trigger, node string) er
 	b.waiters = append(b.waiters, w)
 	b.gateMu.Unlock()
 	select {
-	case err := <-w.done:
-		return err
+	case res := <-w.done:
+		fillActionRecord(ctx, res.rec)
+		return res.err
 	case <-ctx.Done():
 		b.gateMu.Lock()
 		why := b.waiting
@@ -131,6 +176,7 @@ func (b *rebalancer) step(ctx context.Context) bool {
 	if ok {
 		ws, b.waiters = b.waiters, nil
 		b.queuedAt = time.Time{}
+		b.inBatch, b.batchRec = true, nil
 	}
 	b.gateMu.Unlock()
 	if !ok {
@@ -139,9 +185,11 @@ func (b *rebalancer) step(ctx context.Context) bool {
 	err := b.exec(ctx, s)
 	b.gateMu.Lock()
 	b.gate.Done(b.clock.Now())
+	rec := b.batchRec
+	b.inBatch, b.batchRec = false, nil
 	b.gateMu.Unlock()
 	for _, w := range ws {
-		w.done <- err
+		w.done <- batchResult{err: err, rec: rec}
 	}
 	return true
 }
@@ -433,14 +481,25 @@ func triggerOf(s cluster.Start) cluster.Trigger {
 	return cluster.TriggerJoin
 }
 
-// recordRebalance adds rec to the history.
+// recordRebalance adds rec, recorded by the batch that runs, to the
+// history; the batch's waiters are answered with the last one.
 func (c *clusterNode) recordRebalance(rec cluster.Rebalance) {
+	c.addRebalance(rec, true)
+}
+
+// addRebalance adds rec to the history; of the batch that runs, when
+// ofBatch (a drain refused at once, before it is queued, is of none).
+func (c *clusterNode) addRebalance(rec cluster.Rebalance, ofBatch bool) {
 	c.tally.add(rec)
 	v := c.live
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.nRebalances++
 	v.rebalances = lastN(append(v.rebalances, rec), 10)
+	if b := c.rb; ofBatch && b != nil && b.gateMu == &v.mu && b.inBatch {
+		r := rec
+		b.batchRec = &r
+	}
 }
 
 // runRebalance runs a batch the gate let start: it checks the room, marks
@@ -789,7 +848,7 @@ func (c *clusterNode) Drain(ctx context.Context, node string) error {
 		return nil
 	}
 	if _, err := c.room([]string{node}); err != nil {
-		c.recordRebalance(cluster.Rebalance{At: time.Now(), Trigger: cluster.TriggerDrain, Outcome: cluster.RebalanceRefused, Error: err.Error()})
+		c.addRebalance(cluster.Rebalance{At: time.Now(), Trigger: cluster.TriggerDrain, Outcome: cluster.RebalanceRefused, Error: err.Error()}, false)
 		c.log.Warn("cluster: drain refused", "drained", node, "err", err)
 		return err
 	}
