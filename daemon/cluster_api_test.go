@@ -538,3 +538,67 @@ func TestClusterActionAnswersWithItsOwnRebalance(t *testing.T) {
 		t.Fatalf("c's drain answered with rebalance %+v, want its own (done, 42 key groups moved)", r)
 	}
 }
+
+// A drain of b asked again while b's drain runs (an operator's second
+// `edged cluster drain b`, or b's own SIGTERM) waits for that drain and
+// answers with its outcome and record. Before, it found b marked drained
+// and answered at once, "drained b" with no record, while b's subtasks
+// were still moving.
+func TestDrainAskedAgainWhileItRunsWaitsForIt(t *testing.T) {
+	c := testClusterNode(t, nil)
+	c.rb.clock = clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	running, release := make(chan struct{}), make(chan struct{})
+	c.rb.exec = func(ctx context.Context, s cluster.Start) error {
+		c.live.mu.Lock()
+		for _, id := range s.Drain {
+			c.live.drained[id] = true
+		}
+		c.live.mu.Unlock()
+		close(running)
+		<-release
+		c.recordRebalance(cluster.Rebalance{At: time.Now(), Trigger: cluster.TriggerDrain, Outcome: cluster.RebalanceDone,
+			MovedKeyGroups: 42, PauseMS: map[string]float64{}})
+		return nil
+	}
+	c.live.drained = map[string]bool{}
+	first := make(chan error, 1)
+	go func() { first <- c.Drain(context.Background(), "b") }()
+	testutil.Eventually(t, 10*time.Second, "b's drain is queued", func() bool {
+		c.rb.gateMu.Lock()
+		defer c.rb.gateMu.Unlock()
+		return len(c.rb.waiters) == 1
+	})
+	stepped := make(chan bool, 1)
+	go func() { stepped <- c.rb.step(context.Background()) }()
+	<-running
+	again := &actionRecord{}
+	second := make(chan error, 1)
+	go func() { second <- c.Drain(withActionRecord(context.Background(), again), "b") }()
+	// The second drain either answered at once (the fault) or waits
+	// for the running one.
+	testutil.Eventually(t, 10*time.Second, "the second drain answered or waits", func() bool {
+		if len(second) > 0 {
+			return true
+		}
+		c.rb.gateMu.Lock()
+		defer c.rb.gateMu.Unlock()
+		return len(c.rb.joined) == 1
+	})
+	select {
+	case err := <-second:
+		t.Fatalf("the second drain of b answered (%v) while b's drain runs", err)
+	default:
+	}
+	close(release)
+	if !<-stepped {
+		t.Fatal("the drain did not run")
+	}
+	for _, ch := range []chan error{first, second} {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rec, ok := again.get(); !ok || rec == nil || rec.Outcome != cluster.RebalanceDone || rec.MovedKeyGroups != 42 {
+		t.Fatalf("the second drain answered with record %+v (filled %v), want the running drain's", rec, ok)
+	}
+}

@@ -114,6 +114,10 @@ type rebalancer struct {
 	// rebalance the batch recorded (clusterNode.recordRebalance).
 	inBatch  bool
 	batchRec *cluster.Rebalance
+	// runningDrain are the nodes the running batch drains; joined are the
+	// waiters that asked for one of them while it ran (awaitRunning).
+	runningDrain []string
+	joined       []*rebalanceWaiter
 
 	// checkpointing reports whether a checkpoint triggered before since
 	// is in progress in any job.
@@ -154,6 +158,30 @@ func (b *rebalancer) ask(ctx context.Context, t cluster.Trigger, node string) er
 	}
 }
 
+// awaitRunning waits, when the running batch drains node, for that batch
+// to end and returns its error (ok true); ok is false when no running
+// batch drains node. ctx ending gives up the wait: the drain runs on.
+func (b *rebalancer) awaitRunning(ctx context.Context, node string) (ok bool, err error) {
+	w := &rebalanceWaiter{trigger: cluster.TriggerDrain, node: node, done: make(chan batchResult, 1)}
+	b.gateMu.Lock()
+	if !b.inBatch || !slices.Contains(b.runningDrain, node) {
+		b.gateMu.Unlock()
+		return false, nil
+	}
+	b.joined = append(b.joined, w)
+	b.gateMu.Unlock()
+	select {
+	case res := <-w.done:
+		fillActionRecord(ctx, res.rec)
+		return true, res.err
+	case <-ctx.Done():
+		b.gateMu.Lock()
+		b.joined = slices.DeleteFunc(b.joined, func(x *rebalanceWaiter) bool { return x == w })
+		b.gateMu.Unlock()
+		return true, fmt.Errorf("%w: the drain of %q is in progress and goes on", ctx.Err(), node)
+	}
+}
+
 // requested notes a join queued by liveView.follow (with gateMu held).
 func (b *rebalancer) requestedLocked(now time.Time) {
 	if b.queuedAt.IsZero() {
@@ -177,6 +205,7 @@ func (b *rebalancer) step(ctx context.Context) bool {
 		ws, b.waiters = b.waiters, nil
 		b.queuedAt = time.Time{}
 		b.inBatch, b.batchRec = true, nil
+		b.runningDrain = s.Drain
 	}
 	b.gateMu.Unlock()
 	if !ok {
@@ -187,6 +216,8 @@ func (b *rebalancer) step(ctx context.Context) bool {
 	b.gate.Done(b.clock.Now())
 	rec := b.batchRec
 	b.inBatch, b.batchRec = false, nil
+	ws = append(ws, b.joined...)
+	b.runningDrain, b.joined = nil, nil
 	b.gateMu.Unlock()
 	for _, w := range ws {
 		w.done <- batchResult{err: err, rec: rec}
@@ -844,6 +875,12 @@ func (c *clusterNode) Drain(ctx context.Context, node string) error {
 	already := v.drained[node]
 	v.mu.Unlock()
 	if already {
+		// A drain of the node in progress: its answer is that drain's
+		// outcome, once it ends (a drain asked again, or the node's own
+		// SIGTERM, must not answer "drained" while its subtasks move).
+		if ok, err := c.rb.awaitRunning(ctx, node); ok {
+			return err
+		}
 		c.log.Info("cluster: node already drained", "drained", node)
 		return nil
 	}
