@@ -56,8 +56,9 @@ func republished(m *clusterMember) []string {
 // that savepoint, and once a comes back, b hands the leadership back to
 // it, a restoring from its copy of b's hand-back savepoint. The sinks
 // published everything each stop's savepoint held before the stop
-// returned: no node publishes any of it again, no result arrives twice,
-// and every window of every sensor is exact.
+// returned: no node publishes any of it again, no result arrives twice
+// but those a restart of the job before the stop published again, and
+// every window of every sensor is exact.
 func TestClusterStoppedThenLeaderKilledPublishesOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with three subprocesses and SIGKILL")
@@ -71,6 +72,23 @@ func TestClusterStoppedThenLeaderKilledPublishesOnce(t *testing.T) {
 	const n1, n2, n3 = 12_000, 24_000, 40_000
 	l.publish(0, n1)
 	sp := cliStop(t, a.node, "sensors")
+	// An attempt of the job that restarted before the stop (on a loaded
+	// machine a node that misses its gossip probes for a moment sees no
+	// majority and the job redeploys) restored a checkpoint that was not
+	// marked committed and published the results it held again, under
+	// the same msg_ids, as after any restart: those repeats come from
+	// the restart, before the stop returned, not from the stop's
+	// savepoint, and are counted apart.
+	restarted := map[string]int{}
+	restartRepeats := 0
+	for _, m := range members {
+		lines := republished(m)
+		restarted[m.id] = len(lines)
+		restartRepeats += republishedResults(t, lines)
+	}
+	if restartRepeats > 0 {
+		t.Logf("before the stop returned, a restart of the job published %d results again under the same msg_ids", restartRepeats)
+	}
 	l.kill(0)
 	testutil.Eventually(t, 60*time.Second, "node b took over and runs the job on b and c", func() bool {
 		s, err := b.leaderStatus(client)
@@ -88,12 +106,12 @@ func TestClusterStoppedThenLeaderKilledPublishesOnce(t *testing.T) {
 	}
 	checkExactWindows(t, l.col, windows)
 	for _, m := range members[1:] {
-		for _, line := range republished(m) {
+		for _, line := range republished(m)[restarted[m.id]:] {
 			t.Errorf("after b took over from its copy of the stop savepoint, node %s published its results again: %s", m.id, line)
 		}
 	}
-	if r := repeatedIDs(l.col, windows); r > 0 {
-		t.Errorf("after the takeover, %d results arrived again under the same msg_id", r)
+	if r := repeatedIDs(l.col, windows); r > restartRepeats {
+		t.Errorf("after the takeover, %d results arrived again under the same msg_id; a restart before the stop published %d again", r, restartRepeats)
 	}
 
 	// a comes back and gets the leadership back by a hand-back: b stops
@@ -106,7 +124,7 @@ func TestClusterStoppedThenLeaderKilledPublishesOnce(t *testing.T) {
 	for _, m := range members[1:] {
 		before[m.id] = len(republished(m))
 	}
-	restarted := time.Now()
+	restartedA := time.Now()
 	l.restart(0)
 	from := n2 + 2*tail
 	const chunk = 300
@@ -123,7 +141,7 @@ func TestClusterStoppedThenLeaderKilledPublishesOnce(t *testing.T) {
 		return false
 	}
 	for !handedBack() {
-		if time.Since(restarted) > 90*time.Second || from+chunk > n3 {
+		if time.Since(restartedA) > 90*time.Second || from+chunk > n3 {
 			t.Fatalf("b did not hand the leadership back to a within 90 s\n%s", clusterLines(b.logTail()))
 		}
 		l.publish(from, from+chunk)
@@ -145,14 +163,38 @@ func TestClusterStoppedThenLeaderKilledPublishesOnce(t *testing.T) {
 	// broker, killed, delivers again to its persistent subscriber the
 	// messages it had not seen acknowledged (it logs how many it kept).
 	redelivered := brokerRestored(t, a)
-	if r := repeatedIDs(l.col, n3/windowMS); r > redelivered {
-		t.Errorf("%d results arrived again under the same msg_id; a's broker kept %d to deliver again", r, redelivered)
+	if r := repeatedIDs(l.col, n3/windowMS); r > redelivered+restartRepeats {
+		t.Errorf("%d results arrived again under the same msg_id; a's broker kept %d to deliver again, a restart before the stop published %d again", r, redelivered, restartRepeats)
 	} else {
-		t.Logf("%d results arrived again under the same msg_id; a's broker kept %d to deliver again", r, redelivered)
+		t.Logf("%d results arrived again under the same msg_id; a's broker kept %d to deliver again, a restart before the stop published %d again", r, redelivered, restartRepeats)
 	}
 	for _, m := range members {
 		m.failIfExited(t)
 	}
+}
+
+// republishedResults returns how many results the republish lines say
+// their sinks published again (their results= fields).
+func republishedResults(t *testing.T, lines []string) int {
+	t.Helper()
+	n := 0
+	for _, line := range lines {
+		found := false
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "results="); ok {
+				k, err := strconv.Atoi(v)
+				if err != nil {
+					t.Fatalf("%q: %v", line, err)
+				}
+				n += k
+				found = true
+			}
+		}
+		if !found {
+			t.Fatalf("a republish line without results=: %q", line)
+		}
+	}
+	return n
 }
 
 // brokerRestored returns how many messages node m's embedded broker
