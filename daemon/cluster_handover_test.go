@@ -231,6 +231,9 @@ type hoCluster struct {
 	// from is the node count-sum[2] runs on before the rebalance; its
 	// home is c, drained when the job starts.
 	from string
+	// skew is how far (ns) the fake clock ran ahead of real time when
+	// the test last asked for a rebalance (syncClock).
+	skew atomic.Int64
 }
 
 // hoOptions tunes startHoCluster.
@@ -261,6 +264,17 @@ func startHoCluster(t *testing.T, shape *hoShape, o hoOptions) *hoCluster {
 	c.live = &liveView{c: c, stop: make(chan struct{}), gate: gate, joining: map[string]bool{}, drained: map[string]bool{"c": true}}
 	c.rb = c.newRebalancer()
 	c.rb.clock = h.clock
+	// The gate holds a request for the checkpoints triggered before it,
+	// comparing the request's time on the fake clock with the jobs'
+	// checkpoint times, which are real. Once a test advanced the fake
+	// clock past the damping interval it runs minutes ahead: every
+	// checkpoint of those minutes would count as triggered before a
+	// later request and hold it, and on a loaded machine, where
+	// checkpoints follow each other with hardly a gap, the gate would
+	// not open. The request's time is taken back to real time.
+	c.rb.checkpointing = func(since time.Time) bool {
+		return c.checkpointing(since.Add(-time.Duration(h.skew.Load())))
+	}
 	c.peers = &peerClient{cfg: cfg, http: &http.Client{}}
 	h.c = c
 
@@ -370,8 +384,7 @@ func (h *hoCluster) runner(t *testing.T) *actors.Runner {
 // and returns its outcome's channel once its join is queued.
 func (h *hoCluster) undrain(t *testing.T) <-chan error {
 	t.Helper()
-	// The gate compares the fake clock with the jobs' checkpoint times.
-	h.clock.Advance(time.Since(h.clock.Now()))
+	h.syncClock()
 	out := make(chan error, 1)
 	go func() { out <- h.c.Undrain(context.Background(), "c") }()
 	testutil.Eventually(t, 0, "the join is queued", func() bool {
@@ -380,6 +393,17 @@ func (h *hoCluster) undrain(t *testing.T) <-chan error {
 		return len(h.c.rb.waiters) == 1
 	})
 	return out
+}
+
+// syncClock brings the fake clock up to real time if it is behind, and
+// notes how far ahead it is otherwise, before the test asks for a
+// rebalance: the gate compares the request's time with the jobs'
+// checkpoint times.
+func (h *hoCluster) syncClock() {
+	if d := time.Since(h.clock.Now()); d > 0 {
+		h.clock.Advance(d)
+	}
+	h.skew.Store(int64(max(0, h.clock.Now().Sub(time.Now()))))
 }
 
 // settle advances the fake clock past the join's settle delay.
@@ -411,9 +435,7 @@ func (h *hoCluster) open(t *testing.T) {
 // ask's error and returns the rebalance recorded last.
 func (h *hoCluster) rebalanceThroughGate(t *testing.T, what string, ask func() error) cluster.Rebalance {
 	t.Helper()
-	if d := time.Since(h.clock.Now()); d > 0 {
-		h.clock.Advance(d)
-	}
+	h.syncClock()
 	done := make(chan error, 1)
 	go func() { done <- ask() }()
 	testutil.Eventually(t, 0, what+" is queued", func() bool {
@@ -793,7 +815,7 @@ func TestDrainByHandoverFallsBackAndTheNodeLeaves(t *testing.T) {
 		t.Fatal("node b runs no subtask")
 	}
 	armed.Store(true)
-	h.clock.Advance(time.Since(h.clock.Now()))
+	h.syncClock()
 	done := make(chan error, 1)
 	go func() { done <- h.c.Drain(context.Background(), "b") }()
 	h.open(t)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/edgedio/edged/cluster"
 	"github.com/edgedio/edged/internal/testutil"
@@ -42,7 +41,7 @@ func TestRebalanceWithAnAbsentNodeMovesNothing(t *testing.T) {
 				delete(h.c.live.drained, "c")
 				h.c.live.mu.Unlock()
 			}
-			h.clock.Advance(time.Since(h.clock.Now()))
+			h.syncClock()
 			done := make(chan error, 1)
 			go func() {
 				node := ""
