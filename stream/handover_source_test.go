@@ -173,7 +173,12 @@ func TestHandoverMovesASourceSplit(t *testing.T) {
 		return nil
 	}
 	cp := handoverCheckpoints(t)
-	cp.Timeout = 5 * time.Second
+	// A checkpoint begun while the split moves would get no barrier from
+	// it and expire: the job restarts, which the hook sees, before its
+	// wait for generator[1] (testutil.DefaultTimeout) gives up. The
+	// handover's own savepoint must not expire on a loaded machine, with
+	// the race detector and a burner beside it (5 s did not suffice).
+	cp.Timeout = testutil.DefaultTimeout / 2
 	env := splitJob(n, keys, 100_000, out, &seen,
 		stream.WithCheckpointing(cp),
 		stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 5}),
