@@ -308,6 +308,16 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 			}
 			return fmt.Sprintf("topic %s, ingest-log offset %d", m.Topic, m.Offset)
 		})
+		if len(in.Nodes) > 0 {
+			// One preparation (and so one watermark assigner) per node's
+			// split, chained to it, whatever the job's parallelism: a
+			// split's readings keep their own watermark, so a node reading
+			// a backlog (after a restart, or readings its broker took in
+			// while the job was stopped) does not find them late behind
+			// another node's newer ones mixed into the same assigner; and
+			// a dead letter's origin names the node of its split.
+			prep = prep.SetParallelism(splits)
+		}
 	}
 	rows = prep
 	if pl.eventTime {
