@@ -36,10 +36,11 @@ func TestFailoverScriptPowerLossReplacedLowestNode(t *testing.T) {
 		fn.c.worker.Evict()
 	}
 	latest := mustLatestOf(t, c)
-	// b's device is replaced: its data dir and its store are empty.
-	if err := os.RemoveAll(b.dir); err != nil {
-		t.Fatal(err)
-	}
+	// b's device is replaced: its data dir and its store are empty. (A
+	// copy of a's last checkpoint to b may still be landing in b's store:
+	// removing a directory while a file is written into it fails with
+	// "directory not empty", so the removal is tried until it succeeds.)
+	testutil.Eventually(t, 0, "b's data dir removed", func() bool { return os.RemoveAll(b.dir) == nil })
 	if _, err := snapshot.OpenStore(b.pc.Checkpoint.Dir, foJob, keygroup.DefaultMaxParallelism, nil); err != nil {
 		t.Fatal(err)
 	}
