@@ -352,6 +352,15 @@ func (s Status) MarshalJSON() ([]byte, error) {
 	return json.Marshal(plain(s))
 }
 
+// Normalized returns r with an empty PauseMS map in place of nil, as
+// JSON answers show it.
+func (r Rebalance) Normalized() Rebalance {
+	if r.PauseMS == nil {
+		r.PauseMS = map[string]float64{}
+	}
+	return r
+}
+
 // Normalized returns s with its lists sorted as documented and non-nil,
 // so that its JSON carries [] rather than null; a disabled status keeps
 // only Enabled.
@@ -384,10 +393,7 @@ func (s Status) Normalized() Status {
 	slices.SortStableFunc(s.Failovers, func(a, b Failover) int { return b.At.Compare(a.At) })
 	s.Rebalances = nonNil(slices.Clone(s.Rebalances))
 	for i, r := range s.Rebalances {
-		if r.PauseMS == nil {
-			r.PauseMS = map[string]float64{}
-		}
-		s.Rebalances[i] = r
+		s.Rebalances[i] = r.Normalized()
 	}
 	slices.SortStableFunc(s.Rebalances, func(a, b Rebalance) int { return b.At.Compare(a.At) })
 	s.Handbacks = nonNil(slices.Clone(s.Handbacks))

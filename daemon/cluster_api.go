@@ -198,8 +198,9 @@ func (n *node) clusterAction(w http.ResponseWriter, r *http.Request, res Cluster
 		// The rebalance the action's own batch recorded (none: it
 		// recorded nothing), not the newest of the history, which may be
 		// another action's that ended meanwhile.
-		if rec != nil && rec.PauseMS == nil {
-			rec.PauseMS = map[string]float64{}
+		if rec != nil {
+			n := rec.Normalized()
+			rec = &n
 		}
 		res.Rebalance = rec
 	} else if p := n.clusterProvider(); p != nil {
