@@ -149,7 +149,7 @@ func TestClusterCLIRescaleWhileANodeIsDownOrJoining(t *testing.T) {
 		t.Skip("end-to-end test with three subprocesses")
 	}
 	members := startCluster(t, true)
-	a, b, c := members[0], members[1], members[2]
+	a, c := members[0], members[2]
 	l := newClusterLoad(t, members)
 	client := &http.Client{Timeout: time.Second}
 	released := func(m *clusterMember, want uint64) {
@@ -195,6 +195,17 @@ func TestClusterCLIRescaleWhileANodeIsDownOrJoining(t *testing.T) {
 		}
 		a.checkRestoredFrom(t, sp)
 		windowsOn(to)
+		// A node that joins after the leader placed the job gets its
+		// source split back only by the join's handover; readings it
+		// takes in before then are late (see the README), so its devices
+		// wait for it to host its subtasks, as the README tells them to.
+		var restarted []*clusterMember // the workers (the leader's tasks are its master's)
+		for _, i := range restart {
+			restarted = append(restarted, members[i])
+		}
+		testutil.Eventually(t, 60*time.Second, "every restarted worker hosts tasks", func() bool {
+			return allHostTasks(client, restarted)
+		})
 	}
 
 	const n = 30_000
@@ -230,9 +241,6 @@ func TestClusterCLIRescaleWhileANodeIsDownOrJoining(t *testing.T) {
 
 	// 1 → 2 with every node up.
 	rescale(1, 2, []int{0, 1, 2}, []int{1, 2})
-	testutil.Eventually(t, 60*time.Second, "every node hosts tasks", func() bool {
-		return allHostTasks(client, []*clusterMember{b, c})
-	})
 	l.connect(2)
 	delete(l.down, 2)
 	l.publish(21_000, n)
