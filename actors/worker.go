@@ -58,6 +58,12 @@ type Deployment struct {
 	// the encoding leaves out): the node's sinks publish none of its output
 	// again.
 	RestoreCommitted bool `json:"restore_committed,omitempty"`
+	// Boots are the runs (cluster.Meta.Boot) of the nodes the master saw
+	// alive when it placed the job's tasks, filled in by the caller of
+	// Cluster.Invite. A node back since in another run is one the
+	// placement left out because it was gone: a source split placed away
+	// from it waits for it. Nil: not known (a split away is idle).
+	Boots map[string]string `json:"boots,omitempty"`
 }
 
 // PlacedTask is one row of a placement table.

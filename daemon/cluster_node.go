@@ -61,6 +61,10 @@ type clusterNode struct {
 	epochBase uint64
 	// live follows the membership; nil without cluster.gossip.
 	live *liveView
+	// placedMu guards placed: by job, the members' runs at its latest
+	// placement (cluster_splithome.go).
+	placedMu sync.Mutex
+	placed   map[string]placedRuns
 	// rep keeps the node's copies of the jobs' snapshots.
 	rep *replicas
 	// lead is what the node knows of the leader; takeover makes the node
@@ -286,6 +290,7 @@ func (c *clusterNode) invite(ctx context.Context, node string, d actors.Deployme
 	}
 	c.invited[d.Job] = max(c.invited[d.Job], d.Epoch)
 	c.mu.Unlock()
+	c.stampBoots(&d)
 	return c.peers.invite(ctx, node, d)
 }
 
@@ -337,8 +342,18 @@ func (c *clusterNode) jobCluster(env *stream.Environment) (*actors.Cluster, erro
 	}
 	c.setHome(job, ac.Placement)
 	if v := c.live; v != nil {
+		pinned := splitsPinnedAway(job, ids, ac.Placement)
 		home := &actors.Cluster{Nodes: ac.Nodes, Placement: ac.Placement}
-		ac.Update = func() ([]actors.Node, map[actors.TaskKey]string, error) { return v.update(home) }
+		ac.Update = func() ([]actors.Node, map[actors.TaskKey]string, error) {
+			// The runs seen before the placement: a node that joins
+			// meanwhile is placed at home or counts as back.
+			boots := v.liveBoots()
+			nodes, placement, err := v.update(home)
+			if err == nil {
+				c.recordPlaced(job.Name, 0, withPinnedAway(boots, pinned), true)
+			}
+			return nodes, placement, err
+		}
 	}
 	return ac, nil
 }
@@ -390,6 +405,7 @@ func (c *clusterNode) handleDeploy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.sawEpoch(d.Epoch)
+	c.recordPlaced(d.Job, d.Epoch, d.Boots, false)
 	if err := c.worker.Deploy(r.Context(), d); err != nil {
 		status := http.StatusInternalServerError
 		switch {
@@ -703,6 +719,7 @@ func (n *node) joinCluster(cfg *pipeline.Config) error {
 		c.worker = n.newWorker(cfg, dataDir)
 	}
 	if cfg.Cluster.Gossip != "" {
+		n.inputs.SplitHome = c.splitHome
 		if err := c.startGossip(); err != nil {
 			c.stop()
 			return err

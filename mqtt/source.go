@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/edgedio/edged/keygroup"
 	"github.com/edgedio/edged/mqtt/ingestlog"
@@ -113,9 +114,20 @@ type Source struct {
 	carried []byte
 	idleCtx func(bool)
 	never   chan struct{}
-	logger  *slog.Logger      // the subtask's (operators.Context.Logger); may be nil
-	pos     uint64            // next offset to emit while reader is nil
-	reader  *ingestlog.Reader // opened at the first Poll
+	// homeBack (WithSplitHome), for a split away: whether its node is
+	// back and about to get it. emitIdle is the subtask's
+	// Context.EmitIdle; waiting says the split last said it was active
+	// (waiting for its node), not idle; recheck fires when Poll should
+	// ask homeBack again.
+	homeBack func(node string) bool
+	emitIdle func(bool)
+	said     bool
+	waiting  bool
+	recheck  chan struct{}
+	timer    *time.Timer
+	logger   *slog.Logger      // the subtask's (operators.Context.Logger); may be nil
+	pos      uint64            // next offset to emit while reader is nil
+	reader   *ingestlog.Reader // opened at the first Poll
 	// cpWarned is set once a failure to record the checkpointed offset
 	// was logged, until one succeeds.
 	cpWarned bool
@@ -161,6 +173,23 @@ func WithRetain(n int) SourceOption {
 func WithSplits(nodes []string, self string) SourceOption {
 	return func(s *Source) { s.splits, s.self = nodes, self }
 }
+
+// WithSplitHome makes a split placed away from its node (WithSplits) ask
+// back, every AwayRecheck while it is away, whether that node is back: a
+// live member that the cluster is about to give its split again (it came
+// back after the placement left it out, not a node drained on purpose).
+// While back says so, the split says its stream is active though it reads
+// nothing, so that the watermarks of the other splits wait for it: the
+// readings its node takes in meanwhile are read once the split is home,
+// on time, instead of behind a watermark the others moved on. Without
+// WithSplitHome (or while back says no) an away split is idle.
+func WithSplitHome(back func(node string) bool) SourceOption {
+	return func(s *Source) { s.homeBack = back }
+}
+
+// AwayRecheck is how often a split away from its node asks WithSplitHome's
+// function whether its node is back.
+const AwayRecheck = 100 * time.Millisecond
 
 // WithCheckpointStore makes the Source ask store which completed
 // checkpoints are retained, so that the log keeps what each of them
@@ -226,6 +255,7 @@ func (s *Source) Open(ctx *operators.Context) error {
 		s.away = s.split != s.self
 		s.active = !s.away
 		s.idleCtx = ctx.EmitIdle
+		s.emitIdle = ctx.EmitIdle
 		s.never = make(chan struct{})
 	}
 	if s.active {
@@ -236,6 +266,10 @@ func (s *Source) Open(ctx *operators.Context) error {
 
 // Close releases the log reader; the log stays open.
 func (s *Source) Close() error {
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
 	if s.reader == nil {
 		return nil
 	}
@@ -255,10 +289,7 @@ func (s *Source) Offset() uint64 {
 // Poll emits up to limit durable records without blocking.
 func (s *Source) Poll(out operators.Collector[Message], limit int) (operators.Status, error) {
 	if s.away {
-		if s.idleCtx != nil {
-			s.idleCtx(true)
-			s.idleCtx = nil
-		}
+		s.pollAway()
 		return operators.NothingAvailable, nil
 	}
 	if s.idleCtx != nil {
@@ -293,15 +324,58 @@ func (s *Source) Poll(out operators.Collector[Message], limit int) (operators.St
 	return operators.MoreAvailable, nil
 }
 
+// pollAway says the stream of a split away from its node idle, or
+// active while its node is back (WithSplitHome), each time that changes.
+func (s *Source) pollAway() {
+	s.idleCtx = nil
+	wait := s.homeBack != nil && s.homeBack(s.split)
+	if s.said && wait == s.waiting {
+		return
+	}
+	if s.logger != nil {
+		switch {
+		case wait:
+			s.logger.Info("mqtt source: this split's node is back; the split holds the watermark until its node reads its log again",
+				"split", s.split)
+		case s.said:
+			s.logger.Info("mqtt source: this split's node is gone again; the split is idle", "split", s.split)
+		}
+	}
+	s.said, s.waiting = true, wait
+	if s.emitIdle != nil {
+		s.emitIdle(!wait)
+	}
+}
+
 // Available returns a channel closed when Poll may have records again.
 func (s *Source) Available() <-chan struct{} {
 	if s.away {
-		return s.never
+		return s.awayReady()
 	}
 	if s.reader == nil {
 		return s.closed
 	}
 	return s.reader.Ready()
+}
+
+// awayReady returns the channel Available gives while the split is away:
+// one that never fires without WithSplitHome, else one that fires
+// AwayRecheck after the last one.
+func (s *Source) awayReady() <-chan struct{} {
+	if s.homeBack == nil {
+		return s.never
+	}
+	select {
+	case <-s.recheck: // fired (a nil recheck is not ready)
+		s.recheck = nil
+	default:
+	}
+	if s.recheck == nil {
+		ch := make(chan struct{})
+		s.recheck = ch
+		s.timer = time.AfterFunc(AwayRecheck, func() { close(ch) })
+	}
+	return s.recheck
 }
 
 // SnapshotState returns the offset of the next record to emit, with id

@@ -1,7 +1,9 @@
 package mqtt
 
 import (
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/edgedio/edged/operators"
 )
@@ -152,6 +154,61 @@ func TestSourceSplitHomeMarksActive(t *testing.T) {
 	}
 	if len(got) != 10 || len(idle) != 1 || idle[0] {
 		t.Fatalf("home split emitted %d records and idle marks %v; want 10 and [false]", len(got), idle)
+	}
+}
+
+// A split away from its node waits for it while the node is back
+// (WithSplitHome): it says its stream is active (holding the watermark
+// of the others back) though it reads nothing, idle again when the node
+// is gone, and Available fires so that Poll asks again.
+func TestSourceSplitAwayWaitsForItsNodeWhileItIsBack(t *testing.T) {
+	la := smallLog(t)
+	appendSeq(t, la, 0, 10)
+	var idle []bool
+	ctx := opCtx(1)
+	ctx.EmitIdle = func(v bool) { idle = append(idle, v) }
+	var back bool
+	var asked []string
+	away := NewSource(la, WithSplits([]string{"a", "b"}, "a"), WithSplitHome(func(node string) bool {
+		asked = append(asked, node)
+		return back
+	}))
+	if err := away.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer away.Close()
+	var got []Message
+	col := operators.CollectorFunc[Message](func(m Message) { got = append(got, m) })
+	poll := func() {
+		t.Helper()
+		if st, err := away.Poll(col, 100); st != operators.NothingAvailable || err != nil {
+			t.Fatalf("away split Poll = %v, %v", st, err)
+		}
+	}
+	poll()
+	poll()
+	back = true
+	poll()
+	poll()
+	back = false
+	poll()
+	if want := []bool{true, false, true}; len(got) != 0 || !slices.Equal(idle, want) {
+		t.Fatalf("away split emitted %d records and idle marks %v; want none and %v", len(got), idle, want)
+	}
+	if len(asked) != 5 || asked[0] != "b" {
+		t.Fatalf("the split asked about %v; want node b at each Poll", asked)
+	}
+	select {
+	case <-away.Available():
+	case <-time.After(10 * time.Second):
+		t.Fatal("an away split with WithSplitHome is never polled again")
+	}
+	poll()
+	select {
+	case <-away.Available():
+		// A new recheck, not the one that fired.
+		t.Fatal("Available is still ready right after the Poll it called for")
+	default:
 	}
 }
 

@@ -206,6 +206,11 @@ type Inputs struct {
 	// single node.
 	Nodes []string
 	Self  string
+	// SplitHome, in a cluster with gossip, tells whether the node of a
+	// source split that job placed away from it is back and about to get
+	// it (mqtt.WithSplitHome): such a split holds the other splits'
+	// watermarks back until it is home. Nil: an away split is idle.
+	SplitHome func(job, node string) bool
 	// Counts, when set, is the Job whose counters the pipeline built
 	// adds to, and the Job returned: a cluster's worker builds a
 	// pipeline's job again for each deployment and keeps one count of
@@ -289,6 +294,10 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 			// retained ones it was told of need.
 			splits = len(in.Nodes)
 			srcOpts = append(srcOpts, mqtt.WithSplits(in.Nodes, in.Self))
+			if home := in.SplitHome; home != nil {
+				job := cfg.Name
+				srcOpts = append(srcOpts, mqtt.WithSplitHome(func(node string) bool { return home(job, node) }))
+			}
 		case cfg.Checkpoint.Dir != "":
 			srcOpts = append(srcOpts, mqtt.WithCheckpointDir(cfg.Checkpoint.Dir, cfg.Name))
 		}
