@@ -197,8 +197,8 @@ func TestClusterCLIRescaleWhileANodeIsDownOrJoining(t *testing.T) {
 		windowsOn(to)
 		// A node that joins after the leader placed the job gets its
 		// source split back only by the join's handover; readings it
-		// takes in before then are late (see the README), so its devices
-		// wait for it to host its subtasks, as the README tells them to.
+		// takes in before a peer sees it back can be late (see the
+		// README), so its devices wait for it to host its subtasks.
 		var restarted []*clusterMember // the workers (the leader's tasks are its master's)
 		for _, i := range restart {
 			restarted = append(restarted, members[i])
