@@ -98,10 +98,11 @@ func (v *liveView) liveBoots() map[string]string {
 // node joined), so the join's handover gives it its split back. A node
 // the placement saw alive and left out (drained), or whose split
 // cluster.placement pins on another node, is not back: its split stays
-// idle, as it does without gossip or a recorded placement.
+// idle, as it does without gossip or a recorded placement, and in a job
+// without checkpoints.
 func (c *clusterNode) splitHome(job, node string) bool {
 	v := c.live
-	if v == nil {
+	if v == nil || !c.checkpointed(job) {
 		return false
 	}
 	mem := v.membership()
@@ -120,6 +121,18 @@ func (c *clusterNode) splitHome(job, node string) bool {
 		}
 	}
 	return false
+}
+
+// checkpointed reports whether job takes checkpoints (its pipeline has
+// a checkpoint.dir): only such a job's join hands a split back (the
+// handover and the redeployment both start at a savepoint), so only its
+// splits wait for their nodes.
+func (c *clusterNode) checkpointed(job string) bool {
+	if c.rep == nil {
+		return false
+	}
+	_, ok := c.rep.jobs[job]
+	return ok
 }
 
 // backSincePlaced reports whether live member m, the node of a source
