@@ -152,13 +152,6 @@ func TestClusterCLIRescaleWhileANodeIsDownOrJoining(t *testing.T) {
 	a, c := members[0], members[2]
 	l := newClusterLoad(t, members)
 	client := &http.Client{Timeout: time.Second}
-	released := func(m *clusterMember, want uint64) {
-		t.Helper()
-		testutil.Eventually(t, 60*time.Second, "node "+m.id+"'s log released what it was sent", func() bool {
-			rel, err := m.released(client)
-			return err == nil && rel >= want
-		})
-	}
 	windowsOn := func(want int) {
 		t.Helper()
 		testutil.Eventually(t, 60*time.Second, fmt.Sprintf("%d window subtasks placed", want), func() bool {
@@ -210,20 +203,7 @@ func TestClusterCLIRescaleWhileANodeIsDownOrJoining(t *testing.T) {
 
 	const n = 30_000
 	l.publish(0, 6_000)
-	var in struct {
-		Pipelines []struct {
-			Next uint64 `json:"next_offset"`
-		} `json:"pipelines"`
-	}
-	if err := c.get(client, "/ingest", &in); err != nil || len(in.Pipelines) != 1 {
-		t.Fatalf("GET /ingest of c: %v", err)
-	}
-	released(c, in.Pipelines[0].Next)
-	l.kill(2)
-	testutil.Eventually(t, 60*time.Second, "c's subtasks failed over", func() bool {
-		s, err := a.status(client)
-		return err == nil && s.keyedOn("c") == 0 && s.alive() == 2
-	})
+	l.killReleasedAndFailOver(2)
 	l.publish(6_000, 9_000)
 
 	// 3 → 2 with c down.

@@ -23,27 +23,11 @@ func TestClusterRestartedWorkerTakesReadingsBeforeItsSplitIsHome(t *testing.T) {
 		t.Skip("end-to-end test with three subprocesses")
 	}
 	members := startCluster(t, true)
-	a, b, c := members[0], members[1], members[2]
+	a, b := members[0], members[1]
 	l := newClusterLoad(t, members)
-	client := &http.Client{Timeout: time.Second}
 
 	l.publish(0, 6_000)
-	// Every reading c acknowledged is covered by a completed checkpoint
-	// before it dies: what is not waits on its disk and is late when it
-	// returns (the README's "not").
-	next, err := c.ingestNext(client)
-	if err != nil {
-		t.Fatalf("GET /ingest of c: %v", err)
-	}
-	testutil.Eventually(t, 60*time.Second, "c's log released what it was sent", func() bool {
-		rel, err := c.released(client)
-		return err == nil && rel >= next
-	})
-	l.kill(2)
-	testutil.Eventually(t, 60*time.Second, "c's subtasks failed over", func() bool {
-		s, err := a.status(client)
-		return err == nil && s.keyedOn("c") == 0 && s.alive() == 2
-	})
+	l.killReleasedAndFailOver(2)
 	l.publish(6_000, 9_000)
 
 	// c back: its devices publish at once, 15,000 readings to the three
@@ -65,6 +49,30 @@ func TestClusterRestartedWorkerTakesReadingsBeforeItsSplitIsHome(t *testing.T) {
 	for _, m := range members {
 		m.failIfExited(t)
 	}
+}
+
+// killReleasedAndFailOver kills node i (a worker) once completed
+// checkpoints cover every reading its log took in (what none covers
+// waits on its disk and is late when it returns: the README's "not"),
+// and waits until the leader, node 0, placed its subtasks on the others.
+func (l *clusterLoad) killReleasedAndFailOver(i int) {
+	t := l.t
+	t.Helper()
+	m := l.members[i]
+	client := &http.Client{Timeout: time.Second}
+	next, err := m.ingestNext(client)
+	if err != nil {
+		t.Fatalf("GET /ingest of %s: %v", m.id, err)
+	}
+	testutil.Eventually(t, 60*time.Second, m.id+"'s log released what it was sent", func() bool {
+		rel, err := m.released(client)
+		return err == nil && rel >= next
+	})
+	l.kill(i)
+	testutil.Eventually(t, 60*time.Second, m.id+"'s subtasks failed over", func() bool {
+		s, err := l.members[0].status(client)
+		return err == nil && s.keyedOn(m.id) == 0 && s.alive() == len(l.members)-1
+	})
 }
 
 // ingestNext returns the next offset of node m's ingest log of the
