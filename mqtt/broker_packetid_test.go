@@ -113,8 +113,12 @@ func TestPublishWithThePacketIDOfAnOutboundMessage(t *testing.T) {
 	if string(again.Payload) != "c1" {
 		t.Fatalf("resent %q under id %d, want c1", again.Payload, msg.PacketID)
 	}
-	// Acknowledged now, it is not sent again.
+	// Acknowledged now, it is not sent again. The broker answers a
+	// PINGREQ after it handled the packets before it: the PUBACK is
+	// handled before the next connection takes the session over.
 	c2.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: msg.PacketID})
+	c2.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingreq}})
+	c2.expect(packets.Pingresp, 0)
 	c2.conn.Close()
 	c3, _ := dialRaw(t, addr, "dev", false)
 	p.publish(1, 8, "cmd/a", []byte("c2"), false)
@@ -274,8 +278,12 @@ func testPublishDuringATakeover(t *testing.T, read bool) {
 	if string(again.Payload) != "c1" {
 		t.Fatalf("after the takeover got %q under id %d, want c1", again.Payload, msg.PacketID)
 	}
-	// Acknowledged now, it is not sent again.
+	// Acknowledged now, it is not sent again. The broker answers a
+	// PINGREQ after it handled the packets before it: the PUBACK is
+	// handled before the next connection takes the session over.
 	c2.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: msg.PacketID})
+	c2.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingreq}})
+	c2.expect(packets.Pingresp, 0)
 	c2.conn.Close()
 	c3, _ := dialRaw(t, addr, "dev", false)
 	p.publish(1, 8, "cmd/a", []byte("c2"), false)

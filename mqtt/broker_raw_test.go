@@ -90,6 +90,8 @@ func (c *rawClient) send(pk packets.Packet) {
 		err = pk.UnsubscribeEncode(&buf)
 	case packets.Disconnect:
 		err = pk.DisconnectEncode(&buf)
+	case packets.Pingreq:
+		err = pk.PingreqEncode(&buf)
 	}
 	if err != nil {
 		c.t.Fatal(err)
