@@ -290,7 +290,7 @@ func (c *clusterNode) invite(ctx context.Context, node string, d actors.Deployme
 	}
 	c.invited[d.Job] = max(c.invited[d.Job], d.Epoch)
 	c.mu.Unlock()
-	c.stampBoots(&d)
+	d.Boots = c.placedBoots(d.Job) // the members' runs at the job's placement
 	return c.peers.invite(ctx, node, d)
 }
 

@@ -145,9 +145,3 @@ func backSincePlaced(m cluster.Meta, boots map[string]string, differs func(clust
 	}
 	return m.Boot != boots[m.ID]
 }
-
-// stampBoots sets d.Boots to the runs recorded at the job's placement on
-// this node, the job master's.
-func (c *clusterNode) stampBoots(d *actors.Deployment) {
-	d.Boots = c.placedBoots(d.Job)
-}
