@@ -27,9 +27,14 @@ import (
 //     (asynchronously, as for any checkpoint).
 //  3. Once the savepoint is complete, for each move: the old node retires
 //     the subtask (its sinks committed the savepoint; its actor, channels,
-//     operators and state backends are closed); the nodes reading from it
-//     open the channels from its new node; the new node builds it,
-//     restores its key groups from the savepoint and spawns it; the nodes
+//     operators and state backends are closed; it answers whether its
+//     sinks delivered everything the savepoint holds, waiting up to half
+//     the control timeout for those that publish in the background); the
+//     nodes reading from it open the channels from its new node; the new
+//     node builds it, restores its key groups from the savepoint (as
+//     committed when the old instance's sinks delivered all of it: its
+//     write-ahead sinks publish none of it again, where they would publish
+//     it again under the same ids otherwise) and spawns it; the nodes
 //     sending to it re-point their parked channels to it. Re-pointed
 //     channels have a new generation (ChannelKey.Gen): nothing of the old
 //     channel reaches the new one. A reader takes the new channel only
@@ -471,11 +476,11 @@ func (r *Runner) handOver(ctx context.Context, nodes []*hoNode, planned []planne
 		if err := ended(); err != nil {
 			return res, err
 		}
-		handedAt, err := r.retireOn(ctx, old, p.key, id)
+		handedAt, committed, err := r.retireOn(ctx, old, p.key, id)
 		if err != nil {
 			return res, fmt.Errorf("retire %s on node %q: %w", p.key, p.from, err)
 		}
-		r.log.Info("handover: subtask retired", "task", p.key.String(), "node", p.from, "took", time.Since(step))
+		r.log.Info("handover: subtask retired", "task", p.key.String(), "node", p.from, "committed", committed, "took", time.Since(step))
 		step = time.Now()
 		for _, n := range nodes {
 			if err := ended(); err != nil {
@@ -495,7 +500,7 @@ func (r *Runner) handOver(ctx context.Context, nodes []*hoNode, planned []planne
 		if err := ended(); err != nil {
 			return res, err
 		}
-		inputs, err := r.adoptOn(ctx, nw, p.chain, p.key, md, gen)
+		inputs, err := r.adoptOn(ctx, nw, p.chain, p.key, md, gen, committed)
 		if err != nil {
 			return res, fmt.Errorf("restore %s on node %q: %w", p.key, p.to, err)
 		}

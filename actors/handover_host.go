@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -40,23 +41,25 @@ func (h *host) localTask(key TaskKey) *task {
 // barrier: once it handled what was sent to it before (the notification
 // that the handover's savepoint completed, so its sinks committed), its
 // actor stops, its remote channel ends close and its operators and state
-// backends are closed. It returns when the task was handed over.
-func (h *host) retire(ctx context.Context, key TaskKey, id int64) (handedAt int64, err error) {
+// backends are closed. It returns when the task was handed over, and
+// whether its sinks delivered everything the savepoint holds, waiting up
+// to wait for those that deliver in the background (retireMsg).
+func (h *host) retire(ctx context.Context, key TaskKey, id int64, wait time.Duration) (handedAt int64, committed bool, err error) {
 	t := h.localTask(key)
 	if t == nil {
-		return 0, fmt.Errorf("node %q runs no subtask %s", h.node, key)
+		return 0, false, fmt.Errorf("node %q runs no subtask %s", h.node, key)
 	}
 	if !t.handed.Load() {
-		return 0, fmt.Errorf("subtask %s on node %q was not handed over at the barrier", key, h.node)
+		return 0, false, fmt.Errorf("subtask %s on node %q was not handed over at the barrier", key, h.node)
 	}
-	done := make(chan struct{})
-	h.system.Root.Send(t.pid, retireMsg{id: id, done: done})
+	done := make(chan bool, 1)
+	h.system.Root.Send(t.pid, retireMsg{id: id, wait: wait, done: done})
 	select {
-	case <-done:
+	case committed = <-done:
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, false, ctx.Err()
 	case <-h.done:
-		return 0, fmt.Errorf("node %q stopped", h.node)
+		return 0, false, fmt.Errorf("node %q stopped", h.node)
 	}
 	_ = h.system.Root.StopFuture(t.pid).Wait()
 	if t.gone != nil {
@@ -90,7 +93,7 @@ func (h *host) retire(ctx context.Context, key TaskKey, id int64) (handedAt int6
 		h.log.Warn("close handed-over subtask", "task", key.String(), "err", err)
 	}
 	h.handovers.Add(1)
-	return t.handedAt.Load(), nil
+	return t.handedAt.Load(), committed, nil
 }
 
 // openFromMoved opens, for every task of the host reading from subtask

@@ -240,9 +240,15 @@ func (r *Runner) prepareMove(ctx context.Context, nodes []*hoNode, moved map[Tas
 // remoteStep runs step m on node n in another process and returns its
 // result.
 func (r *Runner) remoteStep(ctx context.Context, n *hoNode, m controlMsg, timeout time.Duration) (int64, error) {
+	a, err := r.remoteAnswer(ctx, n, m, timeout)
+	return a.Value, err
+}
+
+// remoteAnswer is remoteStep returning the node's whole answer.
+func (r *Runner) remoteAnswer(ctx context.Context, n *hoNode, m controlMsg, timeout time.Duration) (controlMsg, error) {
 	m.Kind, m.Job, m.Epoch = ctlHandoverStep, r.job.Name, r.epoch
 	if err := r.ctl.sender(n.index).send(ctx, &m); err != nil {
-		return 0, fmt.Errorf("send step %d: %w", m.Step, err)
+		return controlMsg{}, fmt.Errorf("send step %d: %w", m.Step, err)
 	}
 	timer := r.cfg.Clock.NewTimer(timeout)
 	defer timer.Stop()
@@ -254,25 +260,30 @@ func (r *Runner) remoteStep(ctx context.Context, n *hoNode, m controlMsg, timeou
 				continue
 			}
 			if a.Err != nil {
-				return 0, a.Err.toError(n.id)
+				return controlMsg{}, a.Err.toError(n.id)
 			}
-			return a.Value, nil
+			return a, nil
 		case <-timer.Chan():
-			return 0, fmt.Errorf("%w: node %q did not answer handover step %d for %s within %s", ErrControlTimeout, n.id, m.Step, m.Task.Vertex, timeout)
+			return controlMsg{}, fmt.Errorf("%w: node %q did not answer handover step %d for %s within %s", ErrControlTimeout, n.id, m.Step, m.Task.Vertex, timeout)
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return controlMsg{}, ctx.Err()
 		}
 	}
 }
 
 func taskID(k TaskKey) snapshot.TaskID { return snapshot.TaskID{Vertex: k.UID, Subtask: k.Subtask} }
 
-// retireOn retires subtask key on node n.
-func (r *Runner) retireOn(ctx context.Context, n *hoNode, key TaskKey, id snapshot.ID) (int64, error) {
+// retireOn retires subtask key on node n, and returns when it was handed
+// over and whether its sinks delivered what savepoint id holds (host.retire).
+// The node waits up to half the control timeout for them (the request's
+// Value), so that it answers within the step's timeout.
+func (r *Runner) retireOn(ctx context.Context, n *hoNode, key TaskKey, id snapshot.ID) (int64, bool, error) {
+	wait := r.controlTimeout() / 2
 	if n.h != nil {
-		return n.h.retire(ctx, key, int64(id))
+		return n.h.retire(ctx, key, int64(id), wait)
 	}
-	return r.remoteStep(ctx, n, controlMsg{Step: hoRetire, Checkpoint: int64(id), Task: taskID(key)}, r.controlTimeout())
+	a, err := r.remoteAnswer(ctx, n, controlMsg{Step: hoRetire, Checkpoint: int64(id), Task: taskID(key), Value: int64(wait)}, r.controlTimeout())
+	return a.Value, a.Flag, err
 }
 
 // openFromOn opens on node n the channels from subtask key, now on node
@@ -286,11 +297,15 @@ func (r *Runner) openFromOn(ctx context.Context, n *hoNode, key TaskKey, id snap
 }
 
 // adoptOn builds, restores and spawns subtask key of chain c on node n
-// from savepoint md, and returns its number of inputs.
-func (r *Runner) adoptOn(ctx context.Context, n *hoNode, c *Chain, key TaskKey, md *snapshot.Metadata, gen int) (int, error) {
+// from savepoint md, and returns its number of inputs. committed says that
+// the retired instance's sinks delivered everything md holds for it: the
+// new instance restores md as committed (publishing none of it again).
+func (r *Runner) adoptOn(ctx context.Context, n *hoNode, c *Chain, key TaskKey, md *snapshot.Metadata, gen int, committed bool) (int, error) {
 	nodeOf := func(c *Chain, sub int) string { return r.currentNode(c, sub) }
 	if n.h != nil {
-		t, err := n.h.adopt(key, md, gen, nodeOf)
+		own := *md
+		own.Committed = md.Committed || committed
+		t, err := n.h.adopt(key, &own, gen, nodeOf)
 		if err != nil {
 			return 0, err
 		}
@@ -316,7 +331,8 @@ func (r *Runner) adoptOn(ctx context.Context, n *hoNode, c *Chain, key TaskKey, 
 			keys = append(keys, PlacedTask{UID: ch.Head().UID, Subtask: i, Node: r.currentNode(ch, i)})
 		}
 	}
-	v, err := r.sendAdopt(ctx, n, controlMsg{Step: hoAdopt, Checkpoint: int64(md.Checkpoint), Task: taskID(key), Gen: gen, Blob: blob, Keys: keys})
+	v, err := r.sendAdopt(ctx, n, controlMsg{Step: hoAdopt, Checkpoint: int64(md.Checkpoint), Task: taskID(key), Gen: gen, Blob: blob, Keys: keys,
+		Flag: md.Committed || committed})
 	return int(v), err
 }
 
@@ -416,44 +432,46 @@ func (h *host) runHandover(m controlMsg) {
 		return
 	}
 	began := time.Now()
-	v, err := h.handoverStep(m)
+	v, flag, err := h.handoverStep(m)
 	key := TaskKey{UID: m.Task.Vertex, Subtask: m.Task.Subtask}
 	if err != nil {
 		h.log.Warn("handover step failed", "step", m.Step, "task", key.String(), "checkpoint_id", m.Checkpoint, "err", err)
 	} else {
 		h.log.Info("handover step done", "step", m.Step, "task", key.String(), "checkpoint_id", m.Checkpoint, "took", time.Since(began))
 	}
-	_ = h.ctlSend(&controlMsg{Kind: ctlStepDone, Checkpoint: m.Checkpoint, Step: m.Step, Task: m.Task, Value: v, Err: toWire(err)})
+	_ = h.ctlSend(&controlMsg{Kind: ctlStepDone, Checkpoint: m.Checkpoint, Step: m.Step, Task: m.Task, Value: v, Flag: flag, Err: toWire(err)})
 }
 
-// handoverStep runs a handover step on the host.
-func (h *host) handoverStep(m controlMsg) (int64, error) {
+// handoverStep runs a handover step on the host, and returns its result
+// and flag (a retire's: the retired instance's sinks delivered everything
+// the savepoint holds).
+func (h *host) handoverStep(m controlMsg) (int64, bool, error) {
 	key := TaskKey{UID: m.Task.Vertex, Subtask: m.Task.Subtask}
 	switch m.Step {
 	case hoRetire:
-		return h.retire(h.ctx, key, m.Checkpoint)
+		return h.retire(h.ctx, key, m.Checkpoint, time.Duration(m.Value))
 	case hoOpenFrom:
-		return 0, h.openFromMoved(key, m.Gen, m.To)
+		return 0, false, h.openFromMoved(key, m.Gen, m.To)
 	case hoAdoptPart:
-		return 0, h.adoptPart(m)
+		return 0, false, h.adoptPart(m)
 	case hoAdopt:
 		m, err := h.ctl.parts.join(m)
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		n, err := h.adoptRemote(key, m)
-		return int64(n), err
+		return int64(n), false, err
 	case hoRepoint:
 		var t *task
 		if m.To == h.node {
 			if t = h.localTask(key); t == nil {
-				return 0, fmt.Errorf("node %q did not adopt %s", h.node, key)
+				return 0, false, fmt.Errorf("node %q did not adopt %s", h.node, key)
 			}
 		}
 		n, err := h.repoint(key, m.To, m.Gen, t)
-		return int64(n), err
+		return int64(n), false, err
 	default:
-		return 0, fmt.Errorf("%w: handover step %d", errControlMsg, m.Step)
+		return 0, false, fmt.Errorf("%w: handover step %d", errControlMsg, m.Step)
 	}
 }
 
@@ -511,6 +529,9 @@ func (h *host) adoptRemote(key TaskKey, m controlMsg) (int, error) {
 	if h.files == nil || h.cfg.Checkpoint.Dir == "" {
 		return 0, fmt.Errorf("node %q cannot fetch state files: it has no checkpoint staging directory", h.node)
 	}
+	// The mark travels in the step (it is a file beside the metadata):
+	// set when the retired instance's sinks delivered all of it.
+	md.Committed = m.Flag
 	md.Dir = filepath.Join(h.cfg.Checkpoint.Dir, fmt.Sprintf("handover-%d-%s-%d", md.Checkpoint, key.UID, key.Subtask))
 	defer os.RemoveAll(md.Dir)
 	if err := os.MkdirAll(md.Dir, 0o755); err != nil {

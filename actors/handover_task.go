@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -39,15 +40,72 @@ type swapMsg struct{ ch *channel }
 // repointMsg tells a task that some of its parked channels have a route.
 type repointMsg struct{}
 
-// retireMsg asks a handed-over task to close done once its operators
+// retireMsg asks a handed-over task to answer on done once its operators
 // were notified that checkpoint id (the handover's savepoint) completed:
-// its sinks committed what the savepoint covers (a sink that publishes in
-// the background has only handed it to its publisher, which closing the
-// task cuts short; the new instance restores the savepoint, which is not
-// marked committed, and publishes it again under the same ids).
+// its sinks committed what the savepoint covers. It answers true when
+// the operators that deliver in the background (operators.CommitWaiter)
+// also delivered all of it within wait: the new instance then restores
+// the savepoint as committed (operators.Context.RestoredCommitted) and
+// publishes none of it again. It answers false when one of them failed
+// or took longer (a broker down): closing the task cuts its delivery
+// short, and the new instance publishes what the savepoint holds again,
+// under the same ids.
 type retireMsg struct {
 	id   int64
-	done chan struct{}
+	wait time.Duration
+	done chan bool // buffered: one answer
+}
+
+// answerRetire answers m once the task's operators were notified of
+// m.id's completion.
+func (t *task) answerRetire(m *retireMsg) {
+	m.done <- t.handedCommitted(m.id, m.wait)
+}
+
+// handedCommitted waits, up to wait, until the task's operators that
+// deliver in the background delivered what checkpoint id commits, and
+// reports whether they all did. The wait runs beside the actor, which
+// handles nothing else meanwhile; a wait cut short ends when the
+// retired task's operators are closed.
+func (t *task) handedCommitted(id int64, wait time.Duration) bool {
+	var ws []operators.CommitWaiter
+	for _, op := range t.ops {
+		if w, ok := op.(operators.CommitWaiter); ok {
+			ws = append(ws, w)
+		}
+	}
+	if len(ws) == 0 {
+		return true
+	}
+	res := make(chan error, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				res <- fmt.Errorf("panic: %v", r)
+			}
+		}()
+		var errs []error
+		for _, w := range ws {
+			if err := w.WaitCommitted(id); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		res <- errors.Join(errs...)
+	}()
+	timer := t.run.cfg.Clock.NewTimer(wait)
+	defer timer.Stop()
+	var err error
+	select {
+	case err = <-res:
+	case <-timer.Chan():
+		err = fmt.Errorf("not delivered within %s", wait)
+	}
+	if err != nil {
+		t.run.log.Warn("handover: the handed-over subtask's sinks did not deliver what its savepoint holds; the new instance publishes it again",
+			"task", t.stats.Chain, "subtask", t.subtask, "checkpoint_id", id, "err", err)
+		return false
+	}
+	return true
 }
 
 // taskHandover is what a task knows of the handover in progress.
@@ -146,14 +204,14 @@ func (t *task) receiveHanded(c actor.Context) {
 		}
 		t.notified = max(t.notified, m.id)
 		if t.retiring != nil && t.notified >= t.retiring.id {
-			close(t.retiring.done)
+			t.answerRetire(t.retiring)
 			t.retiring = nil
 		}
 	case abortMsg:
 		t.notify(m.id, false)
 	case retireMsg:
 		if t.notified >= m.id {
-			close(m.done)
+			t.answerRetire(&m)
 			return
 		}
 		t.retiring = &m

@@ -165,7 +165,7 @@ func (t *task) Receive(c actor.Context) {
 		t.unparkAll()
 	case retireMsg:
 		// Not handed over: nothing to wait for.
-		close(m.done)
+		m.done <- false
 	case triggerMsg:
 		t.onTrigger(m)
 	case completeMsg:

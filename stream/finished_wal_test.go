@@ -27,6 +27,9 @@ type published struct {
 	// (WithBackgroundPublish).
 	background bool
 	down       atomic.Bool // every publish fails: the broker is down
+	// gate, when set, is called first by every publish (a broker that
+	// stalls).
+	gate func()
 }
 
 // setDown makes every publish fail (down) or succeed again.
@@ -39,6 +42,9 @@ func (p *published) sink() *operators.WriteAheadSink[operators.WindowResult[stri
 	p.n++
 	p.mu.Unlock()
 	s := operators.NewWriteAheadSink(func(vs []operators.WindowResult[string, countSum], id func(int) string) error {
+		if p.gate != nil {
+			p.gate()
+		}
 		if p.down.Load() {
 			return errors.New("broker down")
 		}

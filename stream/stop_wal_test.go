@@ -84,6 +84,14 @@ func runHolding(t *testing.T, ctx context.Context, env *stream.Environment, p *p
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitHolding(t, p, emitted)
+	return job
+}
+
+// waitHolding waits until results were published to p and 300 more
+// reached the sink (counted in emitted), held for the next checkpoint.
+func waitHolding(t *testing.T, p *published, emitted *atomic.Int64) {
+	t.Helper()
 	testutil.Eventually(t, testutil.DefaultTimeout, "results published", func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -91,7 +99,6 @@ func runHolding(t *testing.T, ctx context.Context, env *stream.Environment, p *p
 	})
 	held := emitted.Load() + 300
 	testutil.Eventually(t, testutil.DefaultTimeout, "results held", func() bool { return emitted.Load() >= held })
-	return job
 }
 
 // A job whose results go to a write-ahead sink (the MQTT sink's kind),
