@@ -416,6 +416,7 @@ func (s *WriteAheadSink[T]) WaitCommitted(int64) error {
 	case q.nudge <- struct{}{}:
 	default:
 	}
+	stopped := false
 	q.mu.Lock()
 	for {
 		if q.fatal != nil {
@@ -432,11 +433,19 @@ func (s *WriteAheadSink[T]) WaitCommitted(int64) error {
 			q.mu.Unlock()
 			return fmt.Errorf("write-ahead sink: %w", err)
 		}
+		if stopped {
+			// Closed while this wait ran on another goroutine (a
+			// handed-over subtask's bounded wait): what is left was
+			// not published.
+			q.mu.Unlock()
+			return fmt.Errorf("write-ahead sink: wait for the publish: the publisher stopped: %w", ErrClosed)
+		}
 		ch := q.change
 		q.mu.Unlock()
 		select {
 		case <-ch:
 		case <-q.done:
+			stopped = true
 		case <-s.done:
 			return fmt.Errorf("write-ahead sink: wait for the publish: %w", ErrClosed)
 		}
@@ -561,7 +570,7 @@ func (s *WriteAheadSink[T]) enqueue(batches []walBatch[T]) {
 		return
 	}
 	q := s.q
-	if q == nil {
+	if q == nil || q.closed() {
 		q = &walQueue[T]{change: make(chan struct{}), nudge: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 		s.q = q
 		go s.run(q)
@@ -763,14 +772,24 @@ func (s *WriteAheadSink[T]) failure() error {
 	return q.fatal
 }
 
+// closed reports whether Close stopped q's publisher.
+func (q *walQueue[T]) closed() bool {
+	select {
+	case <-q.stop:
+		return true
+	default:
+		return false
+	}
+}
+
 // Close stops the background publisher and waits for it (at most one
 // call of publish in progress, 65,536 records). What it did not publish, the job's
-// latest checkpoint holds.
+// latest checkpoint holds. It keeps s.q, which a WaitCommitted on another
+// goroutine may still read; a wait left running returns ErrClosed.
 func (s *WriteAheadSink[T]) Close() error {
-	if q := s.q; q != nil {
+	if q := s.q; q != nil && !q.closed() {
 		close(q.stop)
 		<-q.done
-		s.q = nil
 	}
 	return nil
 }

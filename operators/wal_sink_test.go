@@ -205,6 +205,50 @@ func TestWriteAheadSinkBackgroundPublishStops(t *testing.T) {
 	}
 }
 
+// A wait for the background publisher that runs on another goroutine
+// than the subtask's (a handed-over subtask's bounded wait) ends when the
+// sink is closed with results left unpublished: with ErrClosed, not
+// spinning on the stopped publisher until the node stops.
+func TestWriteAheadSinkWaitCommittedEndsWhenClosed(t *testing.T) {
+	st, _ := heldState(t)
+	g := newGatedPublish()
+	r := operators.NewWriteAheadSink(g.publish, nil).WithBackgroundPublish()
+	if err := r.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RestoreState([][]byte{st}, 1); err != nil {
+		t.Fatal(err)
+	}
+	<-g.entered // the first checkpoint's results; the second's wait
+	waited := make(chan error, 1)
+	go func() { waited <- r.WaitCommitted(2) }()
+	closed := make(chan error, 1)
+	go func() { closed <- r.Close() }()
+	// Close has stopped the publisher before the first publish ends.
+	testutil.Eventually(t, 0, "the publisher told to stop", func() bool {
+		return operators.WriteAheadClosing(r)
+	})
+	close(g.gate)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-waited:
+		if !errors.Is(err, operators.ErrClosed) {
+			t.Fatalf("wait after the close: %v, want ErrClosed", err)
+		}
+	case <-time.After(testutil.DefaultTimeout):
+		t.Fatal("the wait did not end after the close")
+	}
+	if got := g.published(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("published %v, want the first checkpoint's a b only", got)
+	}
+	// A second Close does nothing.
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A publish that hangs (a slow broker) holds up neither a completion nor
 // the checkpoints after it: NotifyCheckpointComplete returns while the
 // publish of its records waits, later checkpoints are taken and complete
