@@ -295,6 +295,7 @@ func joinHandsOver(t *testing.T, pinned string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	republishes := countRepublished(members)
 	sampler := startWindowSampler(members, period)
 	defer sampler.close()
 	// d starts; readings keep flowing to a, b and c (d's share too: its
@@ -472,4 +473,5 @@ func joinHandsOver(t *testing.T, pinned string) {
 	if got := keyGroupsOn(t, a, "d"); got == 0 {
 		t.Fatal("node d owns no key groups at the end")
 	}
+	checkPublishedOnceOverHandovers(t, members, republishes)
 }

@@ -65,6 +65,7 @@ func TestClusterJoinHandsOverSourceSplit(t *testing.T) {
 	if err := a.get(client, "/cluster", &before); err != nil {
 		t.Fatal(err)
 	}
+	republishes := countRepublished(members)
 	d.start()
 	l.connect(3)
 	for next < n/2 && keyGroupsOn(t, a, "d") == 0 {
@@ -107,6 +108,32 @@ func TestClusterJoinHandsOverSourceSplit(t *testing.T) {
 	l.publish(next, n)
 	l.finishChecked(n, 120*time.Second)
 	d.checkTookRecords(t, client)
+	checkPublishedOnceOverHandovers(t, members, republishes)
+}
+
+// countRepublished returns, by node, how many times its write-ahead sinks
+// published again what a restored snapshot held, in its current run.
+func countRepublished(members []*clusterMember) map[string]int {
+	n := make(map[string]int, len(members))
+	for _, m := range members {
+		n[m.id] = len(republished(m))
+	}
+	return n
+}
+
+// checkPublishedOnceOverHandovers fails t if a node's write-ahead sinks
+// published again what a restored snapshot held since before
+// (countRepublished): in a job whose epoch did not change, only its
+// handovers restored snapshots, and the old instance of a handed-over
+// sink published what it held (README, "The results a moved subtask's
+// write-ahead sink held at the barrier go out once").
+func checkPublishedOnceOverHandovers(t *testing.T, members []*clusterMember, before map[string]int) {
+	t.Helper()
+	for _, m := range members {
+		for _, line := range republished(m)[before[m.id]:] {
+			t.Errorf("node %s published again what a handed-over sink held: %s", m.id, line)
+		}
+	}
 }
 
 // A worker drained with `edged cluster drain b` under paced MQTT load
@@ -232,6 +259,7 @@ func drainUnderPacedLoad(t *testing.T, start func(t *testing.T, ctx context.Cont
 	if err := a.get(client, "/cluster", &before); err != nil {
 		t.Fatal(err)
 	}
+	republishes := countRepublished(members)
 	moved := -1
 	for _, sub := range []int{0, 1, 2} {
 		if nodeOfWindow(t, a, sub) == "b" {
@@ -341,6 +369,7 @@ func drainUnderPacedLoad(t *testing.T, start func(t *testing.T, ctx context.Cont
 		t.Fatalf("the job went from epoch %d to %d, failovers from %d to %d: b's drain or stop restarted it",
 			before.Epoch, end.Epoch, before.FailoversTotal, end.FailoversTotal)
 	}
+	checkPublishedOnceOverHandovers(t, members, republishes)
 }
 
 // nodeOfWindow returns the node the master's status places window
