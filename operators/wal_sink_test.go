@@ -167,9 +167,11 @@ func TestWriteAheadSinkBackgroundRestore(t *testing.T) {
 	}
 }
 
-// Close stops the background publisher and waits for it, cutting short
-// its wait before trying a failed publish again.
-func TestWriteAheadSinkBackgroundPublishStops(t *testing.T) {
+// publishingHeld returns heldState's state and a sink that publishes in
+// the background, restored from it, once the first publish of what it
+// holds (checkpoint 1's a and b) waits at g's gate.
+func publishingHeld(t *testing.T) ([]byte, *operators.WriteAheadSink[string], *gatedPublish) {
+	t.Helper()
 	st, _ := heldState(t)
 	g := newGatedPublish()
 	r := operators.NewWriteAheadSink(g.publish, nil).WithBackgroundPublish()
@@ -180,6 +182,13 @@ func TestWriteAheadSinkBackgroundPublishStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-g.entered
+	return st, r, g
+}
+
+// Close stops the background publisher and waits for it, cutting short
+// its wait before trying a failed publish again.
+func TestWriteAheadSinkBackgroundPublishStops(t *testing.T) {
+	st, r, g := publishingHeld(t)
 	closed := make(chan error, 1)
 	go func() { closed <- r.Close() }()
 	close(g.gate)
@@ -210,16 +219,7 @@ func TestWriteAheadSinkBackgroundPublishStops(t *testing.T) {
 // sink is closed with results left unpublished: with ErrClosed, not
 // spinning on the stopped publisher until the node stops.
 func TestWriteAheadSinkWaitCommittedEndsWhenClosed(t *testing.T) {
-	st, _ := heldState(t)
-	g := newGatedPublish()
-	r := operators.NewWriteAheadSink(g.publish, nil).WithBackgroundPublish()
-	if err := r.Open(sinkContext(0)); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.RestoreState([][]byte{st}, 1); err != nil {
-		t.Fatal(err)
-	}
-	<-g.entered // the first checkpoint's results; the second's wait
+	_, r, g := publishingHeld(t) // the first checkpoint's results; the second's wait
 	waited := make(chan error, 1)
 	go func() { waited <- r.WaitCommitted(2) }()
 	closed := make(chan error, 1)
