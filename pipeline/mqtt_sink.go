@@ -296,7 +296,7 @@ func waitCommitted(wait func() error, clk clockwork.Clock, done <-chan struct{},
 		return err
 	}
 	if log != nil {
-		log.Warn("mqtt sink: the broker does not take the results the job's last checkpoint commits; waiting for it",
+		log.Warn("mqtt sink: the broker does not take the results this checkpoint commits (the job's last, or a handover's); waiting for it",
 			"checkpoint_id", id, "wait", bound, "err", err)
 	}
 	pause := commitRetryFirst
@@ -317,7 +317,7 @@ func waitCommitted(wait func() error, clk clockwork.Clock, done <-chan struct{},
 		tries++
 		if err = wait(); err == nil {
 			if log != nil {
-				log.Info("mqtt sink: the broker takes the results again; the job's last checkpoint is committed",
+				log.Info("mqtt sink: the broker takes the results again; the checkpoint is committed",
 					"checkpoint_id", id, "tries", tries)
 			}
 			return nil
