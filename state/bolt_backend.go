@@ -355,6 +355,7 @@ func boltTableFor(b *BoltBackend, s spec, prefixLen func([]byte) (int, error), c
 		return nil, err
 	}
 	t := newBoltTable(b, s, prefixLen)
+	t.accept = check
 	if p != nil {
 		if err := t.check(check); err != nil {
 			b.registry.pending[s.name] = p

@@ -7,20 +7,22 @@ import (
 	"slices"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/edgedio/edged/keygroup"
 )
 
-// snapshot implements Snapshot for the bolt backend: it commits the
-// buffer and opens a read transaction, a consistent view that WriteTo
-// reads while the owner goes on writing. The bolt layout is the stream's,
-// so WriteTo copies bytes.
-func (b *BoltBackend) snapshot() (*KeyedSnapshot, error) {
+// snapshot implements Snapshot for the bolt backend, of the key groups in
+// want (b's, or some of them): it commits the buffer and opens a read
+// transaction, a consistent view that WriteTo reads while the owner goes
+// on writing. The bolt layout is the stream's, so WriteTo copies bytes.
+func (b *BoltBackend) snapshot(want keygroup.Range) (*KeyedSnapshot, error) {
 	if b.closed {
 		return nil, ErrClosed
 	}
 	if err := b.flush(); err != nil {
 		return nil, err
 	}
-	timers, err := b.registry.captureTimers(b.groups)
+	timers, err := b.registry.captureTimers(b.groups, want)
 	if err != nil {
 		return nil, err
 	}
@@ -39,7 +41,7 @@ func (b *BoltBackend) snapshot() (*KeyedSnapshot, error) {
 		}
 		states = append(states, snapState{meta: p.meta, src: src})
 	}
-	return newKeyedSnapshot(b.groups, states, tx.Rollback), nil
+	return newKeyedSnapshot(want, states, tx.Rollback), nil
 }
 
 // boltSource reads the records of a bucket in a snapshot's read
@@ -74,7 +76,6 @@ func (b *BoltBackend) restoreGroup(g int, states []sectionState) error {
 		return err
 	}
 	b.closeRead()
-	type kv struct{ k, v []byte }
 	var keyed []sectionState
 	for _, st := range states {
 		if st.meta.kind == kindTimers {
@@ -90,24 +91,8 @@ func (b *BoltBackend) restoreGroup(g int, states []sectionState) error {
 	}
 	err := b.db.Update(func(tx *bolt.Tx) error {
 		for _, st := range keyed {
-			bk, err := tx.CreateBucketIfNotExists([]byte(bucketPrefix + st.meta.name))
-			if err != nil {
+			if err := putSection(tx, g, st); err != nil {
 				return err
-			}
-			recs := make([]kv, 0, st.records.count)
-			err = forEachRecord(st.records, func(key, val []byte) error {
-				k := binary.BigEndian.AppendUint16(make([]byte, 0, 2+len(key)), uint16(g))
-				recs = append(recs, kv{append(k, key...), val})
-				return nil
-			})
-			if err != nil {
-				return err
-			}
-			slices.SortFunc(recs, func(a, b kv) int { return bytes.Compare(a.k, b.k) })
-			for _, r := range recs {
-				if err := bk.Put(r.k, r.v); err != nil {
-					return err
-				}
 			}
 		}
 		return nil
@@ -116,4 +101,35 @@ func (b *BoltBackend) restoreGroup(g int, states []sectionState) error {
 		return fmt.Errorf("state: restore key group %d into %s: %w", g, b.path, err)
 	}
 	return nil
+}
+
+// putSection writes the records of the keyed state st of key group g into
+// its bucket.
+func putSection(tx *bolt.Tx, g int, st sectionState) error {
+	type kv struct{ k, v []byte }
+	bk, err := tx.CreateBucketIfNotExists([]byte(bucketPrefix + st.meta.name))
+	if err != nil {
+		return err
+	}
+	recs := make([]kv, 0, st.records.count)
+	err = forEachRecord(st.records, func(key, val []byte) error {
+		recs = append(recs, kv{groupKey(g, key), val})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(recs, func(a, b kv) int { return bytes.Compare(a.k, b.k) })
+	for _, r := range recs {
+		if err := bk.Put(r.k, r.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// groupKey returns the bolt key of the record key key of key group g.
+func groupKey(g int, key []byte) []byte {
+	k := binary.BigEndian.AppendUint16(make([]byte, 0, 2+len(key)), uint16(g))
+	return append(k, key...)
 }

@@ -26,6 +26,8 @@ type boltTable struct {
 	// prefixLen returns the length of the entry key at the front of a
 	// Map element's bolt key.
 	prefixLen func(key []byte) (int, error)
+	// accept checks a restored bolt key and value (boltCheck).
+	accept func(key, val []byte) error
 	// buf holds the buffered writes by entry key; bufOps counts them.
 	buf    map[string]*bufEntry
 	bufOps int

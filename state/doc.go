@@ -91,6 +91,13 @@
 // ErrIncompatibleState. State nobody registers is carried into later
 // snapshots as it was. Expiry times are kept.
 //
+// A running backend can also give key groups away and take others over,
+// its handles and timer queues staying valid: RemoveKeyGroups writes what
+// it holds in key groups at one end of its range as a snapshot stream and
+// drops them, and AddKeyGroups loads such a stream into a backend whose
+// range it adjoins, registered states and timer queues taking their
+// records at once. The key groups a backend holds stay one range.
+//
 // # TTL
 //
 // A TTLConfig makes entries expire after a processing-time duration,

@@ -55,6 +55,12 @@ var ErrIncompatibleState = errors.New("state: incompatible with the restored sta
 // restored: restore first, then register.
 var ErrRestoreAfterRegister = errors.New("state: restore into a backend that is in use")
 
+// ErrKeyGroups is returned by AddKeyGroups and RemoveKeyGroups for key
+// groups that would not leave the backend holding one range: key groups
+// added must be next to the backend's, key groups removed at one end of
+// them.
+var ErrKeyGroups = errors.New("state: key groups that leave the backend no single range")
+
 // ErrClosed is returned (or, from handles, panicked with) when a closed
 // BoltBackend is used.
 var ErrClosed = errors.New("state: backend closed")

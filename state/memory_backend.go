@@ -42,9 +42,15 @@ type memState interface {
 	// slot to resume from, or -1 when it reached the end of the group, the
 	// number of entries checked and the number of values removed.
 	expire(now int64, gi, from, budget int) (next, checked, removed int)
-	// capture returns the table's entries as they are now, sharing no
-	// memory that the table or the operator may still write.
-	capture() (recordSource, error)
+	// capture returns the table's entries of the key groups in want as
+	// they are now, sharing no memory that the table or the operator may
+	// still write.
+	capture(want keygroup.Range) (recordSource, error)
+	// load decodes the restored records of p into the table.
+	load(p *pendingState) error
+	// setGroups makes r the table's key groups: it drops the entries of
+	// the key groups outside r and adds empty ones for those new in r.
+	setGroups(r keygroup.Range)
 }
 
 // cleanupCursor is a position among the entries of the TTL states.

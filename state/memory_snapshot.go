@@ -7,24 +7,26 @@ import (
 	"slices"
 
 	"github.com/edgedio/edged/codec"
+	"github.com/edgedio/edged/keygroup"
 )
 
-// snapshot implements Snapshot for the memory backend: every table's
-// entries are copied now, key group by key group, and encoded by WriteTo.
-func (b *MemoryBackend) snapshot() (*KeyedSnapshot, error) {
+// snapshot implements Snapshot for the memory backend, of the key groups
+// in want (b's, or some of them): every table's entries are copied now,
+// key group by key group, and encoded by WriteTo.
+func (b *MemoryBackend) snapshot(want keygroup.Range) (*KeyedSnapshot, error) {
 	var states []snapState
 	for name, t := range b.tables {
 		sp := t.spec()
 		if sp.codecs.err != nil {
 			return nil, fmt.Errorf("state: snapshot of state %q: %w", name, sp.codecs.err)
 		}
-		src, err := t.capture()
+		src, err := t.capture(want)
 		if err != nil {
 			return nil, fmt.Errorf("state: snapshot of state %q: %w", name, err)
 		}
 		states = append(states, snapState{meta: metaOf(sp), src: src})
 	}
-	timers, err := b.registry.captureTimers(b.groups)
+	timers, err := b.registry.captureTimers(b.groups, want)
 	if err != nil {
 		return nil, err
 	}
@@ -32,7 +34,7 @@ func (b *MemoryBackend) snapshot() (*KeyedSnapshot, error) {
 	for _, p := range b.registry.pendingStates() {
 		states = append(states, snapState{meta: p.meta, src: rawSource(p.groups)})
 	}
-	return newKeyedSnapshot(b.groups, states, func() error { return nil }), nil
+	return newKeyedSnapshot(want, states, func() error { return nil }), nil
 }
 
 // memCapture is a memory table's entries as they were when a snapshot was
@@ -49,7 +51,7 @@ type memCapture[K, N comparable, T any] struct {
 	raw    []rawRecords
 }
 
-func (t *memTable[K, N, T]) capture() (recordSource, error) {
+func (t *memTable[K, N, T]) capture(want keygroup.Range) (recordSource, error) {
 	kc, ok1 := t.sp.codecs.key.(codec.Codec[K])
 	nc, ok2 := t.sp.codecs.namespace.(codec.Codec[N])
 	if !ok1 || !ok2 || t.ec == nil {
@@ -63,7 +65,7 @@ func (t *memTable[K, N, T]) capture() (recordSource, error) {
 	if t.ec.byCopy() {
 		c.copies = make([][]entry[K, N, T], len(t.kg))
 		for gi := range t.kg {
-			if len(t.kg[gi].slots) == 0 {
+			if len(t.kg[gi].slots) == 0 || !want.Contains(t.groups.Start+gi) {
 				continue
 			}
 			cp := slices.Clone(t.kg[gi].slots)
@@ -77,7 +79,7 @@ func (t *memTable[K, N, T]) capture() (recordSource, error) {
 	c.raw = make([]rawRecords, len(t.kg))
 	var w recordWriter
 	for gi := range t.kg {
-		if len(t.kg[gi].slots) == 0 {
+		if len(t.kg[gi].slots) == 0 || !want.Contains(t.groups.Start+gi) {
 			continue
 		}
 		w.data, w.count = nil, 0

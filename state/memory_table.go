@@ -62,6 +62,22 @@ func (t *memTable[K, N, T]) groupCount() int { return len(t.kg) }
 
 func (t *memTable[K, N, T]) len() int { return t.count }
 
+func (t *memTable[K, N, T]) setGroups(r keygroup.Range) {
+	kg := make([]memGroup[K, N, T], max(r.Len(), 0))
+	for gi := range t.kg {
+		g := t.groups.Start + gi
+		if r.Contains(g) {
+			kg[g-r.Start] = t.kg[gi]
+		} else {
+			t.count -= len(t.kg[gi].slots)
+		}
+	}
+	t.kg, t.groups = kg, r
+	// A handle's cached entry may be of a dropped key group: it must look
+	// it up again (and find its key group gone).
+	t.epoch++
+}
+
 // group returns key group g. It panics if g is outside the backend's
 // range, which means the KeyContext was not set or the key was routed to
 // the wrong subtask.

@@ -193,15 +193,7 @@ func Restore(b Backend, r io.ReaderAt, offsets KeyGroupOffsets, groups keygroup.
 	}
 	slices.Sort(want)
 	for _, g := range want {
-		ext := offsets[g]
-		if ext.Offset < hdr.len || ext.Length < sectionHeadLen+sectionTailLen || ext.Length > maxSectionLen {
-			return fmt.Errorf("%w: key group %d at %+v", ErrCorruptSnapshot, g, ext)
-		}
-		sec, err := readRun(r, nil, ext.Offset, ext.Length)
-		if err != nil {
-			return fmt.Errorf("key group %d: %w", g, err)
-		}
-		states, err := parseSection(sec, g, hdr.cat)
+		states, err := readSection(r, hdr, g, offsets[g])
 		if err != nil {
 			return err
 		}
@@ -214,4 +206,17 @@ func Restore(b Backend, r io.ReaderAt, offsets KeyGroupOffsets, groups keygroup.
 		reg.restored[g] = true
 	}
 	return nil
+}
+
+// readSection reads and checks the section of key group g, which lies at
+// ext in the stream r of header hdr, and returns its states.
+func readSection(r io.ReaderAt, hdr *header, g int, ext Extent) ([]sectionState, error) {
+	if ext.Offset < hdr.len || ext.Length < sectionHeadLen+sectionTailLen || ext.Length > maxSectionLen {
+		return nil, fmt.Errorf("%w: key group %d at %+v", ErrCorruptSnapshot, g, ext)
+	}
+	sec, err := readRun(r, nil, ext.Offset, ext.Length)
+	if err != nil {
+		return nil, fmt.Errorf("key group %d: %w", g, err)
+	}
+	return parseSection(sec, g, hdr.cat)
 }

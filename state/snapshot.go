@@ -89,11 +89,11 @@ func Snapshot(b Backend) (*KeyedSnapshot, error) {
 	switch b := b.(type) {
 	case *MemoryBackend:
 		if b != nil {
-			return b.snapshot()
+			return b.snapshot(b.groups)
 		}
 	case *BoltBackend:
 		if b != nil {
-			return b.snapshot()
+			return b.snapshot(b.groups)
 		}
 	}
 	if isNilBackend(b) {

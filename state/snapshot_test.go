@@ -385,29 +385,12 @@ func TestRestoreUndecodable(t *testing.T) {
 	kc.Set("k", 3)
 	v.Update(1)
 	m.Put("x", 2)
-	data, _ := writeSnapshot(t, src)
-	h, err := readHeader(bytes.NewReader(data))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Rewrite the section of key group 3 with the value of "v" and the
 	// user key of "m" changed to bytes their codecs refuse.
-	var recs recordWriter
-	recs.add([]byte("\x01k"), []byte{0x80}) // a varint that does not end
-	var mrecs recordWriter
-	mrecs.add([]byte("\x01k\x05x"), []byte{2}) // a string longer than its bytes
-	var sec sectionWriter
-	for i, m := range h.cat {
-		switch m.name {
-		case "m":
-			sec.addState(i, &mrecs.rawRecords)
-		case "v":
-			sec.addState(i, &recs.rawRecords)
-		}
-	}
-	body := sec.finish(3)
-	stream := append(bytes.Clone(data[:h.len]), body...)
-	offs := KeyGroupOffsets{3: {Offset: h.len, Length: int64(len(body))}}
+	stream, offs := rewriteSection(t, src, 3, map[string][2]string{
+		"v": {"\x01k", "\x80"},      // a varint that does not end
+		"m": {"\x01k\x05x", "\x02"}, // a string longer than its bytes
+	})
 	for _, k := range snapshotKinds {
 		t.Run(k.name, func(t *testing.T) {
 			b := k.new(t, full, nil)
@@ -423,4 +406,28 @@ func TestRestoreUndecodable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rewriteSection returns a snapshot stream of src's catalogue holding one
+// section, of key group g, in which each state named in recs has one
+// record, the key and value given; and the stream's offsets.
+func rewriteSection(t testing.TB, src Backend, g int, recs map[string][2]string) ([]byte, KeyGroupOffsets) {
+	t.Helper()
+	data, _ := writeSnapshot(t, src)
+	h, err := readHeader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sec sectionWriter
+	for i, m := range h.cat {
+		kv, ok := recs[m.name]
+		if !ok {
+			continue
+		}
+		var w recordWriter
+		w.add([]byte(kv[0]), []byte(kv[1]))
+		sec.addState(i, &w.rawRecords)
+	}
+	body := sec.finish(g)
+	return append(bytes.Clone(data[:h.len]), body...), KeyGroupOffsets{g: {Offset: h.len, Length: int64(len(body))}}
 }

@@ -13,8 +13,14 @@ import (
 // timerReg is a timer queue registered with a backend.
 type timerReg interface {
 	spec() *spec
-	// capture encodes the queue's timers of key groups r, by key group.
-	capture(r keygroup.Range) (rawSource, error)
+	// capture encodes the queue's timers of the key groups in want, by
+	// key group; it fails if the queue holds timers outside owned, the
+	// backend's key groups.
+	capture(owned, want keygroup.Range) (rawSource, error)
+	// load registers the restored timers of p into the queue.
+	load(p *pendingState) error
+	// removeGroups removes the queue's timers of key groups r.
+	removeGroups(r keygroup.Range)
 }
 
 // timerQueueReg is the registration of a TimerQueue[K, N].
@@ -85,12 +91,15 @@ func RegisterTimerQueue[K, N comparable](b Backend, name string, q *TimerQueue[K
 	return nil
 }
 
-func (r *timerQueueReg[K, N]) capture(rg keygroup.Range) (rawSource, error) {
+func (r *timerQueueReg[K, N]) capture(owned, want keygroup.Range) (rawSource, error) {
 	src := make(rawSource)
 	var w recordWriter
 	for _, g := range r.q.Groups() {
-		if !rg.Contains(g) {
-			return nil, fmt.Errorf("state: timer queue %q has timers of key group %d, outside %v", r.sp.name[len(timerPrefix):], g, rg)
+		if !owned.Contains(g) {
+			return nil, fmt.Errorf("state: timer queue %q has timers of key group %d, outside %v", r.sp.name[len(timerPrefix):], g, owned)
+		}
+		if !want.Contains(g) {
+			continue
 		}
 		w.data, w.count = nil, 0
 		for _, t := range r.q.InGroup(g) {
@@ -109,6 +118,8 @@ func (r *timerQueueReg[K, N]) capture(rg keygroup.Range) (rawSource, error) {
 	}
 	return src, nil
 }
+
+func (r *timerQueueReg[K, N]) removeGroups(rg keygroup.Range) { r.q.removeGroups(rg) }
 
 // load registers the restored timers of p into the queue; nothing if
 // some fail to decode.
@@ -142,11 +153,12 @@ func (r *timerQueueReg[K, N]) load(p *pendingState) error {
 	return nil
 }
 
-// captureTimers encodes the timers of every registered queue, as of now.
-func (reg *registry) captureTimers(r keygroup.Range) ([]snapState, error) {
+// captureTimers encodes the timers of key groups want of every registered
+// queue, as of now; owned are the backend's key groups.
+func (reg *registry) captureTimers(owned, want keygroup.Range) ([]snapState, error) {
 	var out []snapState
 	for _, tr := range reg.timers {
-		src, err := tr.capture(r)
+		src, err := tr.capture(owned, want)
 		if err != nil {
 			return nil, err
 		}

@@ -1,6 +1,10 @@
 package state
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/edgedio/edged/keygroup"
+)
 
 // Timer is a timer of a keyed operator: when time (event time or
 // processing time, depending on the queue) reaches Timestamp, the operator
@@ -160,6 +164,28 @@ func (q *TimerQueue[K, N]) registerAll(ts []Timer[K, N]) {
 		q.insert(m, &items[used], t)
 		used++
 	}
+}
+
+// removeGroups removes the queued timers of the key groups in r, and
+// returns how many it removed.
+func (q *TimerQueue[K, N]) removeGroups(r keygroup.Range) int {
+	removed := 0
+	for g, m := range q.groups {
+		if !r.Contains(g) {
+			continue
+		}
+		for _, it := range m {
+			it.deleted = true
+			q.n--
+			removed++
+			b := q.bucket(it.t.Timestamp)
+			if b.live--; b.live == 0 {
+				q.dropBucket(b)
+			}
+		}
+		delete(q.groups, g)
+	}
+	return removed
 }
 
 // Contains reports whether the timer at ts for key, group and ns is
