@@ -56,29 +56,36 @@ if ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 
-echo "== go vet"
+# stage names a stage and says when it starts, in seconds since the
+# script started (installing included).
+stage() { echo "== $* (at ${SECONDS}s)"; }
+
+stage "go vet"
 go vet ./...
 
-echo "== gofmt"
+stage "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
-echo "== tests with the race detector: $RACE_PKGS"
+stage "tests with the race detector: $RACE_PKGS"
 go test -race -count=1 -timeout 20m -skip "$RACE_SKIP" $RACE_PKGS
 
-echo "== the tests the race detector skipped: $RACE_SKIP"
+stage "the tests the race detector skipped: $RACE_SKIP"
 go test -count=1 -run "$RACE_SKIP" $RACE_PKGS
 
 # Every other package but test/, without the race detector (they ran
 # above with it otherwise).
 OTHER_PKGS=$(go list ./... | grep -v -E '/(actors|stream|operators|state|pipeline|mqtt|daemon|cluster|internal|test)(/|$)')
-echo "== the other packages"
+stage "the other packages"
 go test -count=1 -timeout 30m $OTHER_PKGS
 
 # test/ runs real processes, brokers and kill -9: each test in a process
 # of its own, two at a time.
+stage "end-to-end tests"
 ./scripts/e2e.sh
 
+stage "cross-builds and 32-bit tests"
 ./scripts/cross.sh
+stage "done"
