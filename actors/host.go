@@ -739,6 +739,7 @@ func (h *host) buildTask(t *task, out map[*Edge][]*channel, crosses map[*Edge]bo
 	if md != nil {
 		for i, v := range c.Vertices {
 			cur = v
+			t.ctxs[i].Restored = true
 			t.ctxs[i].RestoredCommitted = md.Committed
 			var err error
 			if raws[i], oldPs[i], err = h.restoreOperator(md, v, t.subtask, t.ctxs[i]); err != nil {

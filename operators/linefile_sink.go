@@ -11,13 +11,18 @@ import (
 
 // LineFileSink writes one line per record, format(v) followed by "\n",
 // into a directory: subtask i writes the file "part-<i>" (PartFile), which
-// Open creates, truncating an existing one, together with the directory.
-// It writes its buffer when the task has no more input waiting (Flush);
-// on Finish and on Close it flushes its buffer, fsyncs and closes the file.
-// A write error fails the task.
+// Open creates together with the directory. At a fresh start Open
+// truncates an existing file; a subtask restored from a snapshot
+// (Context.Restored: a restart after a failure, a start from a savepoint
+// or on an earlier run's checkpoints) appends to it. It writes its buffer
+// when the task has no more input waiting (Flush), and writes and fsyncs
+// it at every checkpoint barrier (SnapshotState); on Finish and on Close
+// it flushes its buffer, fsyncs and closes the file. A write error fails
+// the task.
 //
 // The sink has no transactions: after a restart, what was written before
-// the failure stays, so on its own it is at-least-once at best.
+// the failure stays and the replay from the restored checkpoint writes
+// the records after that checkpoint again, so it is at-least-once.
 type LineFileSink[T any] struct {
 	dir    string
 	format func(T) string
@@ -29,6 +34,7 @@ type LineFileSink[T any] struct {
 var (
 	_ Sink[string] = (*LineFileSink[string])(nil)
 	_ Flusher      = (*LineFileSink[string])(nil)
+	_ Snapshotter  = (*LineFileSink[string])(nil)
 )
 
 // NewLineFileSink returns a sink that writes format(v) for each record v to
@@ -43,13 +49,20 @@ func PartFile(dir string, subtask int) string {
 	return filepath.Join(dir, "part-"+strconv.Itoa(subtask))
 }
 
-// Open creates the directory and this subtask's file.
+// Open creates the directory and this subtask's file; a restored subtask
+// appends to the file it finds.
 func (s *LineFileSink[T]) Open(ctx *Context) error {
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return fmt.Errorf("line file sink: %w", err)
 	}
 	s.path = PartFile(s.dir, ctx.Subtask)
-	f, err := os.Create(s.path)
+	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
+	if ctx.Restored {
+		// The file holds the lines of the records before the restored
+		// checkpoint, which the replay does not emit again.
+		flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
+	}
+	f, err := os.OpenFile(s.path, flags, 0o666)
 	if err != nil {
 		return fmt.Errorf("line file sink: %w", err)
 	}
@@ -77,6 +90,20 @@ func (s *LineFileSink[T]) Flush() error {
 		return fmt.Errorf("line file sink: write %s: %w", s.path, err)
 	}
 	return nil
+}
+
+// SnapshotState writes and fsyncs the buffered lines at the checkpoint
+// barrier, so that a restore from this checkpoint, which replays only the
+// records after it, finds the lines of every record before it in the
+// file, also after a crash. The sink keeps no state.
+func (s *LineFileSink[T]) SnapshotState(int64) ([]byte, error) {
+	if s.f == nil {
+		return nil, nil
+	}
+	if err := errors.Join(s.w.Flush(), s.f.Sync()); err != nil {
+		return nil, fmt.Errorf("line file sink: %s: %w", s.path, err)
+	}
+	return nil, nil
 }
 
 // Finish flushes, fsyncs and closes the file.

@@ -85,6 +85,12 @@ type Context struct {
 	// its own (a write-ahead sink waiting for room, WithMaxHeld) stops
 	// waiting. Nil (never closed) outside the runtime.
 	Done <-chan struct{}
+	// Restored is set when the subtask was restored from a snapshot: a
+	// restart after a failure, a start from a savepoint, or a job started
+	// again on its checkpoint directory. What the operator wrote outside
+	// the job before (a sink's file) then holds output that no replay
+	// emits again. False at a fresh start.
+	Restored bool
 	// RestoredCommitted is set when the snapshot the operator is restored
 	// from was committed by every sink before the job stopped (a
 	// stop-with-savepoint whose completion every task handled): the
