@@ -278,6 +278,12 @@ func (t *task) checkpoint(id int64, alignment time.Duration) {
 		t.current = int32(i)
 		p := opSnapshot{uid: t.chain.Vertices[i].UID}
 		var err error
+		if f, ok := op.(operators.BarrierFlusher); ok {
+			if err = f.FlushAtBarrier(id); err != nil {
+				t.decline(id, fmt.Errorf("operator %q: %w", p.uid, err), parts)
+				return
+			}
+		}
 		if s, ok := op.(operators.Snapshotter); ok {
 			if p.raw, err = s.SnapshotState(id); err != nil {
 				t.decline(id, fmt.Errorf("operator %q: %w", p.uid, err), parts)

@@ -10,6 +10,18 @@ type Snapshotter interface {
 	SnapshotState(id int64) ([]byte, error)
 }
 
+// BarrierFlusher is implemented by operators that must write out what
+// they buffer when a checkpoint's barrier passes, without keeping state:
+// a sink without transactions, whose output of the records before the
+// barrier must be durable once the checkpoint completes (a restore from
+// it replays only the records after it). The runtime calls FlushAtBarrier
+// at the barrier of checkpoint id, on the subtask's goroutine, before it
+// snapshots the operator; an error declines the checkpoint. Unlike a
+// Snapshotter, the operator is not part of the checkpoint.
+type BarrierFlusher interface {
+	FlushAtBarrier(id int64) error
+}
+
 // Restorer takes back what SnapshotState wrote. The runtime calls it after
 // Open and before the first record. With a parallelism different from the
 // snapshot's, states holds what every old subtask wrote, in subtask order,

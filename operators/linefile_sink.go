@@ -16,7 +16,7 @@ import (
 // (Context.Restored: a restart after a failure, a start from a savepoint
 // or on an earlier run's checkpoints) appends to it. It writes its buffer
 // when the task has no more input waiting (Flush), and writes and fsyncs
-// it at every checkpoint barrier (SnapshotState); on Finish and on Close
+// it at every checkpoint barrier (FlushAtBarrier); on Finish and on Close
 // it flushes its buffer, fsyncs and closes the file. A write error fails
 // the task.
 //
@@ -32,9 +32,9 @@ type LineFileSink[T any] struct {
 }
 
 var (
-	_ Sink[string] = (*LineFileSink[string])(nil)
-	_ Flusher      = (*LineFileSink[string])(nil)
-	_ Snapshotter  = (*LineFileSink[string])(nil)
+	_ Sink[string]   = (*LineFileSink[string])(nil)
+	_ Flusher        = (*LineFileSink[string])(nil)
+	_ BarrierFlusher = (*LineFileSink[string])(nil)
 )
 
 // NewLineFileSink returns a sink that writes format(v) for each record v to
@@ -92,18 +92,18 @@ func (s *LineFileSink[T]) Flush() error {
 	return nil
 }
 
-// SnapshotState writes and fsyncs the buffered lines at the checkpoint
+// FlushAtBarrier writes and fsyncs the buffered lines at the checkpoint
 // barrier, so that a restore from this checkpoint, which replays only the
 // records after it, finds the lines of every record before it in the
-// file, also after a crash. The sink keeps no state.
-func (s *LineFileSink[T]) SnapshotState(int64) ([]byte, error) {
+// file, also after a crash.
+func (s *LineFileSink[T]) FlushAtBarrier(int64) error {
 	if s.f == nil {
-		return nil, nil
+		return nil
 	}
 	if err := errors.Join(s.w.Flush(), s.f.Sync()); err != nil {
-		return nil, fmt.Errorf("line file sink: %s: %w", s.path, err)
+		return fmt.Errorf("line file sink: %s: %w", s.path, err)
 	}
-	return nil, nil
+	return nil
 }
 
 // Finish flushes, fsyncs and closes the file.

@@ -146,7 +146,7 @@ func TestLineFileSinkSnapshotWritesItsLines(t *testing.T) {
 	defer sink.Close()
 	sink.Collect(1)
 	sink.Collect(2)
-	if _, err := sink.SnapshotState(1); err != nil {
+	if err := sink.FlushAtBarrier(1); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := os.ReadFile(PartFile(dir, 0)); string(got) != "1\n2\n" {

@@ -116,4 +116,26 @@ func TestLineFileSinkKeepsItsLinesAcrossRestarts(t *testing.T) {
 	if missing > 0 {
 		t.Errorf("after a restore of checkpoint %d, %d of %d results are in no part file", job.Restores()[0], missing, n)
 	}
+	// The flush at the barrier keeps no state: the sink is in no
+	// checkpoint (a job resumed without it needs no allowNonRestored).
+	checked := 0
+	for _, s := range job.History() {
+		if _, err := os.Stat(s.Path); s.Status != snapshot.Completed || err != nil {
+			continue // failed, or pruned since
+		}
+		md, err := snapshot.Load(s.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := md.Operator("lines"); ok {
+			t.Fatalf("checkpoint %d holds the line-file sink", s.Checkpoint)
+		}
+		if _, ok := md.Operator("count"); !ok {
+			t.Fatalf("checkpoint %d lacks the reduce's state", s.Checkpoint)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Fatal("no completed checkpoint in the history")
+	}
 }
