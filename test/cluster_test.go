@@ -107,8 +107,7 @@ func startClusterEdited(t *testing.T, gossip bool, edit func(cfg string) string)
 func startClusterHosting(t *testing.T, gossip bool, edit func(cfg string) string, hosts ...string) []*clusterMember {
 	t.Helper()
 	var members []*clusterMember
-	// Every address at once, each listener held until all are taken, so
-	// that no two of the twelve get the same port.
+	// Every address at once, so that no two of the twelve are the same.
 	addrs := distinctAddrs(t, 12)
 	for _, id := range []string{"a", "b", "c"} {
 		dir := filepath.Join(t.TempDir(), id)
@@ -164,24 +163,19 @@ func startClusterHosting(t *testing.T, gossip bool, edit func(cfg string) string
 	return members
 }
 
-// distinctAddrs returns n free loopback addresses, all different: each
-// listener is held until every one is taken.
+// distinctAddrs returns n free loopback addresses, all different, from
+// the test's port range (testutil.FreeAddr: below the ephemeral ports, so
+// no connection of the machine takes one before the node that is given it
+// binds it; free for UDP too, which gossip takes).
 func distinctAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
+	seen := make(map[string]bool)
 	var out []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	for len(out) < n {
+		if a := freeAddr(t); !seen[a] {
+			seen[a] = true
+			out = append(out, a)
 		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().String())
 	}
 	return out
 }
