@@ -313,19 +313,24 @@ func (f *fileTransactions[T]) Commit(tx FileTx) error {
 }
 
 // commitCarried writes the part tx carries and commits it: written to
-// ".<name>.restoring", fsynced, renamed to <name>.
+// ".<name>-<random>.restoring", fsynced, renamed to <name>.
 // A transaction nothing was written to, in a sink that does not carry its
 // parts, has nothing to commit.
 func (f *fileTransactions[T]) commitCarried(tx FileTx) error {
 	if len(tx.Data) == 0 && !f.carry {
 		return nil
 	}
-	tmp := f.path(tx.Name, "restoring")
-	file, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	// A file of its own: after a restore at another parallelism every
+	// new subtask commits every pending transaction, at once.
+	file, err := os.CreateTemp(f.dir, "."+tx.Name+"-*.restoring")
 	if err != nil {
 		return fmt.Errorf("file sink: commit %s from the checkpoint: %w", tx.Name, err)
 	}
+	tmp := file.Name()
 	_, err = file.Write(tx.Data)
+	if err == nil {
+		err = file.Chmod(0o644)
+	}
 	if err == nil {
 		err = file.Sync()
 	}
@@ -334,8 +339,16 @@ func (f *fileTransactions[T]) commitCarried(tx FileTx) error {
 	}
 	if err == nil {
 		err = os.Rename(tmp, f.path(tx.Name, ""))
+		if errors.Is(err, fs.ErrNotExist) {
+			// The subtask whose part it is removed it as stale: it had
+			// committed the part before.
+			if _, statErr := os.Stat(f.path(tx.Name, "")); statErr == nil {
+				return nil
+			}
+		}
 	}
 	if err != nil {
+		os.Remove(tmp)
 		return fmt.Errorf("file sink: commit %s from the checkpoint: %w", tx.Name, err)
 	}
 	return fsutil.SyncDir(f.dir)

@@ -581,6 +581,52 @@ func TestFileSinkCarriedPartsCommitElsewhere(t *testing.T) {
 	}
 }
 
+// After a restore at another parallelism every new subtask commits every
+// transaction the old subtasks left pending, at once: several subtasks
+// on another machine commit the same carried part concurrently. Each
+// commit succeeds, the part is committed once with its content, and no
+// temporary file stays.
+func TestFileSinkCarriedPartCommittedConcurrently(t *testing.T) {
+	const subtasks = 6
+	for round := range 20 {
+		s := operators.NewFileSinkWith(t.TempDir(), func(v string) string { return v }, operators.FileSinkOptions{CarryParts: true})
+		if err := s.Open(sinkContext(0)); err != nil {
+			t.Fatal(err)
+		}
+		s.Collect("a")
+		s.Collect("b")
+		st, err := s.SnapshotState(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		errs := make(chan error, subtasks)
+		for i := range subtasks {
+			go func() {
+				sink := operators.NewFileSinkWith(dir, func(v string) string { return v }, operators.FileSinkOptions{CarryParts: true})
+				ctx := sinkContext(i)
+				ctx.Parallelism = subtasks
+				if err := sink.Open(ctx); err != nil {
+					errs <- err
+					return
+				}
+				errs <- sink.RestoreState([][]byte{st}, 1)
+			}()
+		}
+		for range subtasks {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		if got := readCommitted(t, dir); !slices.Equal(got, []string{"a", "b"}) {
+			t.Fatalf("round %d: committed %v", round, got)
+		}
+		if left, _ := filepath.Glob(filepath.Join(dir, ".*")); len(left) != 0 {
+			t.Fatalf("round %d: left %v", round, left)
+		}
+	}
+}
+
 // Snapshots of the file sink from before parts could be carried (the
 // transaction encoded as its name only) restore.
 func TestFileSinkRestoresSnapshotsWithoutCarriedParts(t *testing.T) {
