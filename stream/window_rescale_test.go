@@ -118,6 +118,16 @@ func rescaleRecords(keys int) []keyedTime {
 // (The run without stops was checked by hand against Flink's semantics
 // for 7 keys.)
 func TestWindowsAndTimersAcrossRescaleOneThreeTwo(t *testing.T) {
+	windowsAcrossRescales(t, [3]int{1, 3, 2}, nil)
+}
+
+// windowsAcrossRescales runs the job of the windows' rescale tests
+// without stops, then for each of four pairs of stops at the
+// parallelisms pars: stopped with a savepoint at pars[0], resumed at
+// pars[1], stopped again, resumed at pars[2]; each run commits what the
+// run without stops commits. backend, if set, gives each run's state
+// backend option.
+func windowsAcrossRescales(t *testing.T, pars [3]int, backend func() stream.Option) {
 	all := rescaleRecords(100)
 	cfg := checkpointConfig(t, snapshot.ExactlyOnce)
 	cfg.Interval = time.Hour // only the savepoints
@@ -135,11 +145,14 @@ func TestWindowsAndTimersAcrossRescaleOneThreeTwo(t *testing.T) {
 		out := t.TempDir()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		sp := ""
-		for i, p := range []int{1, 3, 2} {
+		for i, p := range pars {
 			l := newGate()
 			var read atomic.Int64
 			cfg.Dir = t.TempDir()
 			opts := []stream.Option{stream.WithParallelism(p), stream.WithCheckpointing(cfg)}
+			if backend != nil {
+				opts = append(opts, backend())
+			}
 			if sp != "" {
 				opts = append(opts, stream.WithSavepoint(sp, false))
 			}
@@ -168,7 +181,7 @@ func TestWindowsAndTimersAcrossRescaleOneThreeTwo(t *testing.T) {
 		got := committedLines(t, out)
 		slices.Sort(got)
 		if !slices.Equal(got, want) {
-			t.Errorf("stopped after %v records, at parallelism 1 then 3, resumed at 2:\n%s", stops, diffLines(got, want))
+			t.Errorf("stopped after %v records, at parallelism %d then %d, resumed at %d:\n%s", stops, pars[0], pars[1], pars[2], diffLines(got, want))
 		}
 	}
 }
