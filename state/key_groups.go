@@ -301,12 +301,10 @@ func checkAdded(b Backend, added []addedGroup) error {
 				continue
 			}
 			if prev, ok := metas[m.name]; ok {
-				merged, same := mergeMeta(prev, m)
-				if !same {
-					return fmt.Errorf("%w: state %q is %s of %s (codecs %s) in one key group, %s of %s (codecs %s) in another",
-						ErrCorruptSnapshot, m.name, prev.kind, prev.types, prev.codecs, m.kind, m.types, m.codecs)
+				var err error
+				if m, err = mergeSections(prev, m); err != nil {
+					return err
 				}
-				m = merged
 			}
 			metas[m.name] = m
 		}
@@ -379,17 +377,19 @@ func loadAdded(b Backend, added []addedGroup) error {
 				continue
 			}
 			if st.meta.kind != kindTimers {
+				if t, ok := b.lookup(st.meta.name).(memState); ok {
+					if err := t.load(one); err != nil {
+						return err
+					}
+					continue
+				}
 				if isBolt {
+					// Its records are in its bucket: a registered state
+					// reads them there, another waits for its registration.
 					if b.lookup(st.meta.name) == nil {
 						if _, err := reg.add(st.meta); err != nil {
 							return err
 						}
-					}
-					continue
-				}
-				if t, ok := b.(*MemoryBackend).tables[st.meta.name]; ok {
-					if err := t.load(one); err != nil {
-						return err
 					}
 					continue
 				}

@@ -44,13 +44,23 @@ func (r *registry) add(m stateMeta) (*pendingState, error) {
 		r.pending[m.name] = p
 		return p, nil
 	}
-	merged, ok := mergeMeta(p.meta, m)
-	if !ok {
-		return nil, fmt.Errorf("%w: state %q is %s of %s (codecs %s) in one key group, %s of %s (codecs %s) in another",
-			ErrCorruptSnapshot, m.name, p.meta.kind, p.meta.types, p.meta.codecs, m.kind, m.types, m.codecs)
+	merged, err := mergeSections(p.meta, m)
+	if err != nil {
+		return nil, err
 	}
 	p.meta = merged
 	return p, nil
+}
+
+// mergeSections is mergeMeta of two sections of one state, failing with
+// ErrCorruptSnapshot when they disagree.
+func mergeSections(a, b stateMeta) (stateMeta, error) {
+	merged, ok := mergeMeta(a, b)
+	if !ok {
+		return a, fmt.Errorf("%w: state %q is %s of %s (codecs %s) in one key group, %s of %s (codecs %s) in another",
+			ErrCorruptSnapshot, b.name, a.kind, a.types, a.codecs, b.kind, b.types, b.codecs)
+	}
+	return merged, nil
 }
 
 // mergeMeta returns what the sections of one state that say a and b say
