@@ -86,15 +86,23 @@ func TestLineFileSinkOpenError(t *testing.T) {
 	}
 }
 
-func TestLineFileSinkFlushWritesWhatItBuffered(t *testing.T) {
-	dir := t.TempDir()
+// openWithTwoLines opens a line-file sink in dir as subtask 0 of 1 and
+// collects 1 and 2; it is closed when the test ends.
+func openWithTwoLines(t *testing.T, dir string) *LineFileSink[int] {
+	t.Helper()
 	sink := NewLineFileSink(dir, strconv.Itoa)
 	if err := sink.Open(subtaskContext(0, 1)); err != nil {
 		t.Fatal(err)
 	}
-	defer sink.Close()
+	t.Cleanup(func() { sink.Close() })
 	sink.Collect(1)
 	sink.Collect(2)
+	return sink
+}
+
+func TestLineFileSinkFlushWritesWhatItBuffered(t *testing.T) {
+	dir := t.TempDir()
+	sink := openWithTwoLines(t, dir)
 	if got, _ := os.ReadFile(PartFile(dir, 0)); len(got) != 0 {
 		t.Fatalf("file = %q before Flush, want the lines buffered", got)
 	}
@@ -135,21 +143,18 @@ func TestLineFileSinkRestoredAppends(t *testing.T) {
 }
 
 // The lines of the records before a checkpoint barrier are in the file
-// once the sink snapshotted, without a Flush or Close: a restore from that
-// checkpoint replays only the records after it.
-func TestLineFileSinkSnapshotWritesItsLines(t *testing.T) {
+// once the barrier passed the sink, without a Flush or Close: a restore
+// from that checkpoint replays only the records after it.
+func TestLineFileSinkFlushAtBarrierWritesItsLines(t *testing.T) {
 	dir := t.TempDir()
-	sink := NewLineFileSink(dir, strconv.Itoa)
-	if err := sink.Open(subtaskContext(0, 1)); err != nil {
-		t.Fatal(err)
+	sink := openWithTwoLines(t, dir)
+	if got, _ := os.ReadFile(PartFile(dir, 0)); len(got) != 0 {
+		t.Fatalf("file = %q before the barrier, want the lines buffered", got)
 	}
-	defer sink.Close()
-	sink.Collect(1)
-	sink.Collect(2)
 	if err := sink.FlushAtBarrier(1); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := os.ReadFile(PartFile(dir, 0)); string(got) != "1\n2\n" {
-		t.Errorf("file = %q after the snapshot, want %q", got, "1\n2\n")
+		t.Errorf("file = %q after the barrier, want %q", got, "1\n2\n")
 	}
 }

@@ -48,15 +48,7 @@ func readCommitted(t *testing.T, dir string) []string {
 func TestFileSinkTwoPhaseCommit(t *testing.T) {
 	dir := t.TempDir()
 	s := operators.NewFileSink(dir, func(v string) string { return v })
-	if err := s.Open(sinkContext(0)); err != nil {
-		t.Fatal(err)
-	}
-	s.Collect("a")
-	s.Collect("b")
-	st1, err := s.SnapshotState(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st1 := snapshotOf(t, s, "a", "b")
 	s.Collect("c")
 	if got := readCommitted(t, dir); len(got) != 0 {
 		t.Fatalf("visible before completion: %v", got)
@@ -525,15 +517,7 @@ func TestTwoPhaseCommitSinkCleansStaleTransactions(t *testing.T) {
 func TestFileSinkCarriedPartsCommitElsewhere(t *testing.T) {
 	dirA, dirB := t.TempDir(), t.TempDir()
 	s := operators.NewFileSinkWith(dirA, func(v string) string { return v }, operators.FileSinkOptions{CarryParts: true})
-	if err := s.Open(sinkContext(0)); err != nil {
-		t.Fatal(err)
-	}
-	s.Collect("a")
-	s.Collect("b")
-	st, err := s.SnapshotState(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := snapshotOf(t, s, "a", "b")
 	if err := s.NotifyCheckpointComplete(1); err != nil {
 		t.Fatal(err)
 	}
@@ -563,15 +547,7 @@ func TestFileSinkCarriedPartsCommitElsewhere(t *testing.T) {
 	}
 
 	// Without carried parts the restore elsewhere cannot commit.
-	s2 := operators.NewFileSink(t.TempDir(), func(v string) string { return v })
-	if err := s2.Open(sinkContext(0)); err != nil {
-		t.Fatal(err)
-	}
-	s2.Collect("c")
-	st2, err := s2.SnapshotState(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st2 := snapshotOf(t, operators.NewFileSink(t.TempDir(), func(v string) string { return v }), "c")
 	other := operators.NewFileSinkWith(t.TempDir(), func(v string) string { return v }, operators.FileSinkOptions{CarryParts: true})
 	if err := other.Open(sinkContext(0)); err != nil {
 		t.Fatal(err)
@@ -579,6 +555,23 @@ func TestFileSinkCarriedPartsCommitElsewhere(t *testing.T) {
 	if err := other.RestoreState([][]byte{st2}, 1); err == nil || !strings.Contains(err.Error(), "neither pending nor committed") {
 		t.Fatalf("restore elsewhere of a part not carried: %v", err)
 	}
+}
+
+// snapshotOf opens s as subtask 0, collects vs and returns its snapshot
+// of checkpoint 1.
+func snapshotOf(t *testing.T, s *operators.TwoPhaseCommitSink[string, operators.FileTx], vs ...string) []byte {
+	t.Helper()
+	if err := s.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		s.Collect(v)
+	}
+	st, err := s.SnapshotState(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 // After a restore at another parallelism every new subtask commits every
@@ -590,15 +583,7 @@ func TestFileSinkCarriedPartCommittedConcurrently(t *testing.T) {
 	const subtasks = 6
 	for round := range 20 {
 		s := operators.NewFileSinkWith(t.TempDir(), func(v string) string { return v }, operators.FileSinkOptions{CarryParts: true})
-		if err := s.Open(sinkContext(0)); err != nil {
-			t.Fatal(err)
-		}
-		s.Collect("a")
-		s.Collect("b")
-		st, err := s.SnapshotState(1)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := snapshotOf(t, s, "a", "b")
 		dir := t.TempDir()
 		errs := make(chan error, subtasks)
 		for i := range subtasks {
