@@ -70,12 +70,14 @@ type Frame struct {
 	Body []byte
 }
 
-// Frame format, version 2 (version 1 carried the strings of a batch's
-// records inline, where version 2 numbers them per channel: see
-// codec.DictEncoder):
+// Frame format, version 3 (version 1 carried the strings of a batch's
+// records inline, where version 2 numbers them per channel, and version 3
+// writes the int64 fields of a struct of scalars after a batch's first
+// record as their differences from the record before: see
+// codec.DictEncoder and codec.AppendBatchDict):
 //
 //	magic    2 bytes  "eF"
-//	version  1 byte   2
+//	version  1 byte   3
 //	kind     1 byte
 //	job      uvarint length, then the name (at most MaxJobName bytes)
 //	epoch    uvarint
@@ -89,7 +91,7 @@ type Frame struct {
 // The transport carries each frame whole, so the body needs no length.
 const (
 	frameMagic0, frameMagic1 = 'e', 'F'
-	frameVersion             = 2
+	frameVersion             = 3
 	// MaxJobName is the longest job name a frame carries, in bytes.
 	MaxJobName = 255
 	// FrameOverhead bounds the header of a frame with a job name of at most

@@ -30,8 +30,13 @@ func (c compiled[T]) Append(dst []byte, v T) ([]byte, error) {
 func (c compiled[T]) appendAll(dst []byte, vs []T, e *DictEncoder) ([]byte, error) {
 	pl := c.pl
 	if pl.flat != nil {
+		var prev unsafe.Pointer
 		for i := range vs {
-			dst = appendFlat(dst, pl.flat, unsafe.Pointer(&vs[i]), e)
+			p := unsafe.Pointer(&vs[i])
+			dst = appendFlat(dst, pl.flat, p, prev, e)
+			if e != nil {
+				prev = p
+			}
 		}
 		return dst, nil
 	}
@@ -163,8 +168,12 @@ func flatFields(pl *plan) []flatField {
 // appendFlat appends the struct of scalars at p, whose fields are fs, as
 // encStruct does: a string, an int64 and a float64 encoded inline,
 // anything else by appendScalar; a string with e's numbering when e is not
-// nil (AppendBatchDict). Scalars cannot fail to encode.
-func appendFlat(dst []byte, fs []flatField, p unsafe.Pointer, e *DictEncoder) []byte {
+// nil (AppendBatchDict). When prev is not nil (the batch's value before
+// p, in AppendBatchDict), an int64 is encoded as its difference from
+// prev's: timestamps and counters of one batch mostly differ by little,
+// and a short varint is read and written faster than a long one. Scalars
+// cannot fail to encode.
+func appendFlat(dst []byte, fs []flatField, p, prev unsafe.Pointer, e *DictEncoder) []byte {
 	for _, f := range fs {
 		q := unsafe.Add(p, f.off)
 		switch f.op {
@@ -181,7 +190,11 @@ func appendFlat(dst []byte, fs []flatField, p unsafe.Pointer, e *DictEncoder) []
 			}
 			dst = append(dst, s...)
 		case opInt64:
-			dst = binary.AppendVarint(dst, *(*int64)(q))
+			v := *(*int64)(q)
+			if prev != nil {
+				v -= *(*int64)(unsafe.Add(prev, f.off)) // wraps: the decoder's sum wraps back
+			}
+			dst = binary.AppendVarint(dst, v)
 		case opFloat64:
 			dst = binary.LittleEndian.AppendUint64(dst, *(*uint64)(q))
 		default:

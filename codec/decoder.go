@@ -94,7 +94,11 @@ func (d *Decoder[T]) appendN(dst []T, src []byte, n int, dd *DictDecoder) ([]T, 
 		case coder:
 			k, err = any(&dst[i]).(DictCoder).DecodeDict(src[off:], DictReader{strs: &d.strs, dd: dd})
 		case flat:
-			k, err = d.decFlat(src[off:], unsafe.Pointer(&dst[i]), dd)
+			var prev unsafe.Pointer
+			if dd != nil && i > start {
+				prev = unsafe.Pointer(&dst[i-1])
+			}
+			k, err = d.decFlat(src[off:], unsafe.Pointer(&dst[i]), prev, dd)
 		case str:
 			k, err = d.dictString(src[off:], (*string)(unsafe.Pointer(&dst[i])), dd)
 		default:
@@ -116,7 +120,7 @@ func (d *Decoder[T]) appendN(dst []T, src []byte, n int, dd *DictDecoder) ([]T, 
 func (d *Decoder[T]) decodeInto(src []byte, v *T) (int, error) {
 	switch {
 	case d.flat != nil:
-		return d.decFlat(src, unsafe.Pointer(v), nil)
+		return d.decFlat(src, unsafe.Pointer(v), nil, nil)
 	case d.pl != nil:
 		return d.pl.decode(src, unsafe.Pointer(v), 0)
 	case d.str:
@@ -132,8 +136,10 @@ func (d *Decoder[T]) decodeInto(src []byte, v *T) (int, error) {
 // plan's decStruct does: the same values, bytes consumed and errors. A
 // string is interned, or decoded with dd's numbering when dd is not nil
 // (AppendNDict); a one-byte varint and a float64 are decoded inline,
-// anything else by decodeScalar.
-func (d *Decoder[T]) decFlat(src []byte, p unsafe.Pointer, dd *DictDecoder) (int, error) {
+// anything else by decodeScalar. When prev is not nil (the value decoded
+// before p in the batch), an int64 is the difference from prev's, as
+// appendFlat wrote it.
+func (d *Decoder[T]) decFlat(src []byte, p, prev unsafe.Pointer, dd *DictDecoder) (int, error) {
 	off := 0
 	for _, f := range d.flat {
 		q := unsafe.Add(p, f.off)
@@ -148,13 +154,20 @@ func (d *Decoder[T]) decFlat(src []byte, p unsafe.Pointer, dd *DictDecoder) (int
 				n, err = d.internInto(rest, (*string)(q))
 			}
 		case opInt64:
+			var base int64
+			if prev != nil {
+				base = *(*int64)(unsafe.Add(prev, f.off))
+			}
 			if len(rest) > 0 && rest[0] < 0x80 {
 				x := uint64(rest[0])
-				*(*int64)(q) = int64(x>>1) ^ -int64(x&1)
+				*(*int64)(q) = base + (int64(x>>1) ^ -int64(x&1))
 				off++
 				continue
 			}
-			n, err = decodeSigned(opInt64, rest, q)
+			var v int64
+			if v, n, err = readVarint(rest); err == nil {
+				*(*int64)(q) = base + v
+			}
 		case opFloat64:
 			if len(rest) < 8 {
 				return 0, errShortFixed

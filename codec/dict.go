@@ -274,7 +274,10 @@ func readDictString(strs **internTable, dd *DictDecoder, src []byte, s *string) 
 // AppendBatchDict appends vs as AppendBatch does, the strings of a struct
 // of scalars (For's codec of a struct whose fields are all scalars and
 // strings) or of a string (the built-in String codec) coded with e's
-// numbering, which it extends; e must not be nil. A type whose pointer
+// numbering, which it extends; e must not be nil. The int64 fields of a
+// struct of scalars are written, after the batch's first value, as their
+// differences from the value before's (wrapping: any values round-trip).
+// A type whose pointer
 // is a DictCoder is appended by its AppendDict. For any other type it
 // is AppendBatch, and e is unused. Decoder.AppendNDict decodes it. On
 // error it returns dst with its original length (and e may have numbered

@@ -4,10 +4,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // dictStream encodes batches with one DictEncoder and decodes them, in
@@ -111,6 +113,56 @@ func TestDictStreamRoundTrip(t *testing.T) {
 	}
 	if got := s.decode(t, coded); !slices.Equal(got, vs) {
 		t.Fatal("decoded records differ")
+	}
+}
+
+// In a dictionary-coded batch an int64 of a struct of scalars is its
+// difference from the record before's: rising timestamps take a byte
+// each, and differences that overflow (the extremes next to each other)
+// wrap back to the values.
+func TestDictStreamIntDifferences(t *testing.T) {
+	type rec struct {
+		A     int64
+		Name  string
+		B     int64
+		Small int32
+		C     time.Duration
+	}
+	s := newDictStream(For[rec]())
+	extremes := []int64{math.MinInt64, math.MaxInt64, 0, -1, 1, math.MinInt64 + 1, math.MaxInt64 - 1}
+	var vs []rec
+	for i, a := range extremes {
+		for j, b := range extremes {
+			vs = append(vs, rec{A: a, Name: "n", B: b, Small: int32(i - j), C: time.Duration(b - a)})
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 200 {
+		vs = append(vs, rec{A: int64(rng.Uint64()), B: rng.Int64N(1000) - 500, C: time.Duration(rng.Int64())})
+	}
+	if got := s.decode(t, s.encode(t, vs)); !slices.Equal(got, vs) {
+		t.Fatal("decoded records differ")
+	}
+	// Each batch starts from zero: its first record does not depend on
+	// the batch before, which another decoder may have read.
+	if got := s.decode(t, s.encode(t, vs[len(vs)-1:])); !slices.Equal(got, vs[len(vs)-1:]) {
+		t.Fatal("decoded records differ in a batch of one")
+	}
+
+	r := newDictStream(For[SensorReading]())
+	readings := make([]SensorReading, 1000)
+	for i := range readings {
+		readings[i] = SensorReading{ID: "s", Timestamp: 1_764_000_000_000 + int64(i/10), Temperature: 20}
+	}
+	coded := r.encode(t, readings)
+	// The count, then per record: the numbered string, the difference
+	// and the float64, 1 + 1 + 8 bytes (the first record's string and
+	// timestamp take more).
+	if max := 3 + len(readings)*10 + 8; len(coded) > max {
+		t.Fatalf("1000 readings of rising timestamps took %d bytes, want at most %d", len(coded), max)
+	}
+	if got := r.decode(t, coded); !slices.Equal(got, readings) {
+		t.Fatal("decoded readings differ")
 	}
 }
 
@@ -271,7 +323,11 @@ func FuzzDictStream(f *testing.F) {
 				case 2:
 					id = strings.Repeat(string(rune('a'+b%26)), int(b%40))
 				}
-				vs = append(vs, SensorReading{ID: id, Timestamp: int64(b), Temperature: float64(b)})
+				ts := int64(b)
+				if b&1 == 1 {
+					ts *= -0x0102030405060708 // far apart, both signs: differences wrap
+				}
+				vs = append(vs, SensorReading{ID: id, Timestamp: ts, Temperature: float64(b)})
 			}
 			if rng.IntN(4) == 0 {
 				mark := s.e.Len()
