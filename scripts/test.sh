@@ -18,41 +18,31 @@ RACE_PKGS="./actors/... ./stream/... ./operators/... ./state/... ./pipeline/... 
 # -race too.
 RACE_SKIP='^TestRemote|^TestBrokerGracefulStopNoResend$'
 
-# The end-to-end tests in test/ start their own Mosquitto broker on
-# 127.0.0.1 when the mosquitto binary is there; install it where we can.
-if ! command -v mosquitto >/dev/null 2>&1 && [ -x /usr/sbin/mosquitto ]; then
-  export PATH="$PATH:/usr/sbin"
-fi
-if ! command -v mosquitto >/dev/null 2>&1; then
+# What the tests need from the system, installed where we can (as root
+# with apt-get), in one apt-get run in the background while go vet runs:
+# - mosquitto: the end-to-end tests in test/ and some of mqtt's start
+#   their own broker on 127.0.0.1 when the binary is there;
+# - iproute2 (ip): the network partition test builds network namespaces
+#   (test/cluster_partition_test.go, as root);
+# - chromium: the dashboard's browser test drives a headless Chromium;
+# - qemu-user: the 32-bit tests run linux/arm binaries (scripts/cross.sh).
+# A test whose tool is missing skips with a message saying so.
+export PATH="$PATH:/usr/sbin" # where Debian puts mosquitto
+need=()
+command -v mosquitto >/dev/null 2>&1 || need+=(mosquitto)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v qemu-arm >/dev/null 2>&1 || need+=(qemu-user)
+install_pid=
+install_log=$(mktemp)
+trap 'rm -f "$install_log"' EXIT
+if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "== installing mosquitto"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto >/dev/null
-    export PATH="$PATH:/usr/sbin"
+    echo "== installing ${need[*]} (beside go vet)"
+    ( apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" ) >"$install_log" 2>&1 &
+    install_pid=$!
   else
-    echo "== mosquitto not installed and cannot install it: the tests that need it will skip"
-  fi
-fi
-
-# The network partition test (test/cluster_partition_test.go, as root)
-# builds network namespaces with iproute2's ip; install it where we can
-# (the test skips with a message when it is absent or not root).
-if ! command -v ip >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "== installing iproute2"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null
-  else
-    echo "== ip (iproute2) not installed and cannot install it: the partition test will skip"
-  fi
-fi
-
-# The dashboard's browser test drives a headless Chromium; install it
-# where we can (the test skips with a message when it is absent).
-if ! command -v chromium >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "== installing chromium"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-  else
-    echo "== chromium not installed and cannot install it: the dashboard's browser test will skip"
+    echo "== not installed and cannot install them (not root, or no apt-get): ${need[*]}; the tests that need them will skip"
   fi
 fi
 
@@ -62,6 +52,13 @@ stage() { echo "== $* (at ${SECONDS}s)"; }
 
 stage "go vet"
 go vet ./...
+
+if [ -n "$install_pid" ]; then
+  if ! wait "$install_pid"; then
+    echo "== installing ${need[*]} failed:"; cat "$install_log"; exit 1
+  fi
+  stage "installed ${need[*]}"
+fi
 
 stage "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
