@@ -135,7 +135,7 @@ func (f *alertFn) ProcessElement(r Row, ctx *operators.KeyedContext[string, Row]
 		// Behind the watermark and not after the key's latest reading
 		// looked at: the key's alert state moved past its time, so it
 		// cannot be put in its place.
-		d := newDeadLetter(f.name, lateAlertError, string(r.AppendJSON(nil, f.pl.schema)))
+		d := newDeadLetter(f.name, r.withOrigin(lateAlertError), string(r.AppendJSON(nil, f.pl.schema)))
 		f.count.deadLetter(d)
 		f.dead.Emit(ctx, d)
 		return nil
@@ -159,7 +159,7 @@ func (f *alertFn) apply(ctx *operators.KeyedContext[string, Row], s *AlertState,
 		for j := range rs {
 			ok, err := f.ev.test(&a.program, &rs[j])
 			if err != nil {
-				d := newDeadLetter(f.name, "alert "+a.name+": "+err.Error(), string(rs[j].AppendJSON(nil, f.pl.schema)))
+				d := newDeadLetter(f.name, rs[j].withOrigin("alert "+a.name+": "+err.Error()), string(rs[j].AppendJSON(nil, f.pl.schema)))
 				f.count.deadLetter(d)
 				f.dead.Emit(ctx, d)
 				anyFalse = true // not true on it: it re-arms the alert

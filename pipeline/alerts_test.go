@@ -192,7 +192,11 @@ func TestAlertsLateReadingBehindItsKeyIsDeadLetter(t *testing.T) {
 	step(row(1_000_000, 40), 999_000)
 	step(row(1_000_200, 20), 999_500)
 	step(row(1_003_000, 20), 1_002_000)
-	step(row(1_000_100, 40), 1_002_100)
+	lateRow := row(1_000_100, 40)
+	// Read from MQTT: its dead letter names its message, so that two
+	// equal late readings give two dead letters (two msg_ids).
+	lateRow.origin = Origin{Topic: "sensors/a", Offset: 42 + 1}
+	step(lateRow, 1_002_100)
 	step(row(1_003_100, 20), 1_002_200)
 	if err := h.EndInput(); err != nil {
 		t.Fatal(err)
@@ -206,6 +210,9 @@ func TestAlertsLateReadingBehindItsKeyIsDeadLetter(t *testing.T) {
 	for _, d := range h.Side[tag.ID()] {
 		dl := d.Value.(DeadLetter)
 		if strings.HasPrefix(dl.Err, "late: ") && strings.Contains(dl.Payload, `"ts":1000100`) {
+			if !strings.HasSuffix(dl.Err, " (topic sensors/a, ingest-log offset 42)") {
+				t.Errorf("late dead letter %q does not name its message", dl.Err)
+			}
 			late++
 		} else {
 			t.Errorf("unexpected dead letter %+v", dl)

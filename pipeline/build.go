@@ -309,13 +309,14 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 			decode = pl.csv.Decode
 		}
 		// A message too large to keep reaches the job as a dead letter.
-		prep = prepare(b, msgs, decode, payloadString, mqtt.Message.Err, func(m mqtt.Message, ctx *operators.Context) string {
+		prep = prepare(b, msgs, decode, payloadString, mqtt.Message.Err, func(m mqtt.Message, ctx *operators.Context) Origin {
 			// The offset in the log of the split's node: the same in
 			// every replay, so the dead letter's msg_id is too.
+			o := Origin{Topic: m.Topic, Offset: m.Offset + 1}
 			if len(in.Nodes) > 0 && ctx.Subtask < len(in.Nodes) {
-				return fmt.Sprintf("topic %s, node %s, ingest-log offset %d", m.Topic, in.Nodes[ctx.Subtask], m.Offset)
+				o.Node = in.Nodes[ctx.Subtask]
 			}
-			return fmt.Sprintf("topic %s, ingest-log offset %d", m.Topic, m.Offset)
+			return o
 		})
 		if len(in.Nodes) > 0 {
 			// One preparation (and so one watermark assigner) per node's
@@ -358,7 +359,7 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 		// dropped.
 		in := pl.schema
 		late := stream.Map(stream.SideOutput(res, lateTag), uid("late-rows"), func(r Row) (DeadLetter, error) {
-			d := newDeadLetter(cfg.Name, lateError, string(r.AppendJSON(nil, in)))
+			d := newDeadLetter(cfg.Name, r.withOrigin(lateError), string(r.AppendJSON(nil, in)))
 			b.c.deadLetter(d)
 			return d, nil
 		}).SetParallelism(cfg.Parallelism)
@@ -497,10 +498,11 @@ type prepareFn[T any] struct {
 	reject func(T) error // nil, or the reason a record is a dead letter before decoding
 	// origin, when not nil, says where a record came from, for its dead
 	// letter's error: two dead letters of equal payloads then differ, and
-	// so do their msg_ids.
-	origin   func(T, *operators.Context) string
+	// so do their msg_ids. The row carries it on, for the dead letters
+	// made of it later (late, alerts).
+	origin   func(T, *operators.Context) Origin
 	ctx      *operators.Context
-	cur      T // the record being prepared, for origin
+	cur      Origin // the origin of the record being prepared
 	ev       *evaluator
 	strs     []int             // slots of the decoded string fields
 	interned map[string]string // decoded strings, copied out of their payloads
@@ -537,7 +539,7 @@ func payloadString(m mqtt.Message) string {
 // prepare decodes the records of in into Rows; reject, when not nil,
 // names the records that are dead letters before decoding.
 func prepare[T any](b *builder, in *stream.Stream[T], decode func(string, *Row) error, raw func(T) string, reject func(T) error,
-	origin func(T, *operators.Context) string) *stream.Stream[Row] {
+	origin func(T, *operators.Context) Origin) *stream.Stream[Row] {
 	name := b.cfg.Name + "/prepare"
 	return stream.Process(in, name, func() operators.ProcessFunction[T, Row] {
 		return &prepareFn[T]{b: b, decode: decode, raw: raw, reject: reject, origin: origin}
@@ -582,8 +584,8 @@ func (f *prepareFn[T]) intern(r *Row) {
 func (f *prepareFn[T]) fail(ctx *operators.ProcessContext[Row], payload string, err error) {
 	// payload may share the memory of a message's payload: keep a copy.
 	msg := err.Error()
-	if f.origin != nil {
-		msg += " (" + f.origin(f.cur, f.ctx) + ")"
+	if !f.cur.IsZero() {
+		msg += " (" + f.cur.String() + ")"
 	}
 	d := newDeadLetter(f.b.cfg.Name, msg, payload)
 	f.b.c.deadLetter(d)
@@ -596,7 +598,7 @@ func (f *prepareFn[T]) ProcessElement(v T, ctx *operators.ProcessContext[Row]) e
 	f.row = Row{}
 	r := &f.row
 	if f.origin != nil {
-		f.cur = v
+		f.cur = f.origin(v, f.ctx)
 	}
 	if f.reject != nil {
 		if err := f.reject(v); err != nil {
@@ -611,6 +613,7 @@ func (f *prepareFn[T]) ProcessElement(v T, ctx *operators.ProcessContext[Row]) e
 			return nil
 		}
 		f.intern(r)
+		r.origin = f.cur
 	} else {
 		*r = any(v).(Row)
 	}

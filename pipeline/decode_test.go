@@ -133,6 +133,22 @@ func TestRowCodecRoundTrip(t *testing.T) {
 	if err != nil || n != len(b) || got != r {
 		t.Fatalf("round trip: %v %d %v", got, n, err)
 	}
+	// A row without an origin is encoded as version 1 always was (state
+	// written before origins existed restores); one with an origin as
+	// version 2, which keeps it.
+	if v, _ := r.AppendBinary(nil); v[0] != rowVersion {
+		t.Fatalf("a row without an origin encoded as version %d", v[0])
+	}
+	r.origin = Origin{Topic: "sensors/a/temperature", Node: "node-2", Offset: 1 << 40}
+	if b, err = c.Append(nil, r); err != nil {
+		t.Fatal(err)
+	}
+	if got, n, err = c.Decode(b); err != nil || n != len(b) || got != r {
+		t.Fatalf("round trip with an origin: %+v %d %v", got.origin, n, err)
+	}
+	if v, _ := r.AppendBinary(nil); v[0] != rowVersionOrigin {
+		t.Fatalf("a row with an origin encoded as version %d", v[0])
+	}
 }
 
 // Rows crossing a channel code their strings with the channel's
@@ -150,9 +166,16 @@ func TestRowDictRoundTrip(t *testing.T) {
 		}
 		r.SetFloat(0, float64(i)/3)
 		r.SetInt(MaxNumFields-1, int64(-i))
+		if i%3 != 0 {
+			// Rows of MQTT messages carry their origin across.
+			r.origin = Origin{Topic: "sensors/" + keys[i%len(keys)], Offset: uint64(i) + 1}
+			if i%2 == 0 {
+				r.origin.Node = "node-1"
+			}
+		}
 		rows = append(rows, r)
 	}
-	rows = append(rows, Row{}) // no slot at all
+	rows = append(rows, Row{}, Row{origin: Origin{Offset: 1}}) // no slot at all
 	var e codec.DictEncoder
 	var dd codec.DictDecoder
 	d := codec.NewDecoder(c)
@@ -190,6 +213,8 @@ func FuzzRowDecodeDict(f *testing.F) {
 	r.SetStr(1, "a")
 	r.SetFloat(1, 2)
 	var e codec.DictEncoder
+	f.Add(r.AppendDict(nil, &e))
+	r.origin = Origin{Topic: "t", Node: "n", Offset: 7}
 	f.Add(r.AppendDict(nil, &e))
 	f.Add([]byte{0, 2, 1, 3})
 	f.Add([]byte{17})
@@ -254,6 +279,9 @@ func FuzzRowUnmarshal(f *testing.F) {
 	r.SetStr(1, "x")
 	r.SetInt(2, 9)
 	b, _ := r.AppendBinary(nil)
+	f.Add(b)
+	r.origin = Origin{Topic: "t", Offset: 3}
+	b, _ = r.AppendBinary(nil)
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var r Row

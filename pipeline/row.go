@@ -136,6 +136,46 @@ func (s *Schema) clone() *Schema {
 type Row struct {
 	num [MaxNumFields]uint64
 	str [MaxStrFields]string
+	// origin is the MQTT message the row was decoded from, for the dead
+	// letters made of it further on (a late reading, an alert that cannot
+	// be evaluated): zero for a row of another source, or made by the
+	// job (a window's result).
+	origin Origin
+}
+
+// Origin names the MQTT message a record came from: its topic, its offset
+// in the ingest log and, in a cluster, the node whose log it is. Dead
+// letters name it in their error, so that those of two messages with
+// equal payloads differ, and so do their msg_ids. The offset is the same
+// in every replay.
+type Origin struct {
+	Topic, Node string
+	// Offset is the message's ingest-log offset plus one: 0 means no
+	// origin.
+	Offset uint64
+}
+
+// IsZero reports whether o names no message.
+func (o Origin) IsZero() bool { return o.Offset == 0 }
+
+// String formats o as dead letters name it ("topic t, node n,
+// ingest-log offset k"), or "" for none.
+func (o Origin) String() string {
+	switch {
+	case o.IsZero():
+		return ""
+	case o.Node != "":
+		return fmt.Sprintf("topic %s, node %s, ingest-log offset %d", o.Topic, o.Node, o.Offset-1)
+	}
+	return fmt.Sprintf("topic %s, ingest-log offset %d", o.Topic, o.Offset-1)
+}
+
+// withOrigin returns msg followed by " (origin)" when r has one.
+func (r *Row) withOrigin(msg string) string {
+	if r.origin.IsZero() {
+		return msg
+	}
+	return msg + " (" + r.origin.String() + ")"
 }
 
 // Float returns the float in numeric slot i.
@@ -263,8 +303,17 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-// rowVersion is the first byte of a Row's binary encoding.
-const rowVersion = 1
+// rowVersion is the first byte of a Row's binary encoding: version 1
+// for a row without an origin, version 2 (rowVersionOrigin) for one with
+// it, which follows the strings.
+const (
+	rowVersion       = 1
+	rowVersionOrigin = 2
+)
+
+// rowOriginFlag marks, in the numeric slot count of a Row's encoding on a
+// channel (AppendDict), a row whose origin follows its strings.
+const rowOriginFlag = 0x80
 
 // AppendBinary appends the binary encoding of r: a version byte, the
 // number of numeric slots up to the last non-zero one and their 8-byte
@@ -272,7 +321,11 @@ const rowVersion = 1
 // bytes). It implements encoding.BinaryAppender, so codec.For[Row] uses it.
 func (r Row) AppendBinary(dst []byte) ([]byte, error) {
 	n, m := r.slots()
-	dst = append(dst, rowVersion, byte(n))
+	v := byte(rowVersion)
+	if !r.origin.IsZero() {
+		v = rowVersionOrigin
+	}
+	dst = append(dst, v, byte(n))
 	for i := range n {
 		dst = binary.LittleEndian.AppendUint64(dst, r.num[i])
 	}
@@ -280,6 +333,13 @@ func (r Row) AppendBinary(dst []byte) ([]byte, error) {
 	for i := range m {
 		dst = binary.AppendUvarint(dst, uint64(len(r.str[i])))
 		dst = append(dst, r.str[i]...)
+	}
+	if v == rowVersionOrigin {
+		for _, s := range []string{r.origin.Topic, r.origin.Node} {
+			dst = binary.AppendUvarint(dst, uint64(len(s)))
+			dst = append(dst, s...)
+		}
+		dst = binary.AppendUvarint(dst, r.origin.Offset)
 	}
 	return dst, nil
 }
@@ -304,13 +364,23 @@ func (r *Row) slots() (n, m int) {
 // two.
 func (r *Row) AppendDict(dst []byte, e *codec.DictEncoder) []byte {
 	n, m := r.slots()
-	dst = append(dst, byte(n))
+	origin := !r.origin.IsZero()
+	if origin {
+		dst = append(dst, byte(n)|rowOriginFlag)
+	} else {
+		dst = append(dst, byte(n))
+	}
 	for i := range n {
 		dst = binary.LittleEndian.AppendUint64(dst, r.num[i])
 	}
 	dst = append(dst, byte(m))
 	for i := range m {
 		dst = e.AppendString(dst, r.str[i])
+	}
+	if origin {
+		dst = e.AppendString(dst, r.origin.Topic)
+		dst = e.AppendString(dst, r.origin.Node)
+		dst = binary.AppendUvarint(dst, r.origin.Offset)
 	}
 	return dst
 }
@@ -319,10 +389,11 @@ func (r *Row) AppendDict(dst []byte, e *codec.DictEncoder) []byte {
 // returns the bytes consumed. Bad input gives an error wrapping
 // codec.ErrCorrupt or codec.ErrShort.
 func (r *Row) DecodeDict(src []byte, rd codec.DictReader) (int, error) {
-	if len(src) < 1 || int(src[0]) > MaxNumFields {
+	if len(src) < 1 || int(src[0]&^rowOriginFlag) > MaxNumFields {
 		return 0, fmt.Errorf("%w: row: numeric slots", codec.ErrCorrupt)
 	}
-	n := int(src[0])
+	origin := src[0]&rowOriginFlag != 0
+	n := int(src[0] &^ rowOriginFlag)
 	off := 1
 	if len(src)-off < 8*n+1 {
 		return 0, fmt.Errorf("%w: row: %d numeric slots", codec.ErrShort, n)
@@ -344,6 +415,22 @@ func (r *Row) DecodeDict(src []byte, rd codec.DictReader) (int, error) {
 		r.str[i] = s
 		off += k
 	}
+	if origin {
+		for _, s := range []*string{&r.origin.Topic, &r.origin.Node} {
+			v, k, err := rd.String(src[off:])
+			if err != nil {
+				return 0, fmt.Errorf("row origin: %w", err)
+			}
+			*s = v
+			off += k
+		}
+		o, k := binary.Uvarint(src[off:])
+		if k <= 0 || o == 0 {
+			return 0, fmt.Errorf("%w: row: origin offset", codec.ErrCorrupt)
+		}
+		r.origin.Offset = o
+		off += k
+	}
 	return off, nil
 }
 
@@ -352,9 +439,10 @@ func (r *Row) DecodeDict(src []byte, rd codec.DictReader) (int, error) {
 func (r *Row) UnmarshalBinary(b []byte) error {
 	*r = Row{}
 	bad := func(what string) error { return fmt.Errorf("%w: row: %s", ErrMalformed, what) }
-	if len(b) < 2 || b[0] != rowVersion {
+	if len(b) < 2 || b[0] != rowVersion && b[0] != rowVersionOrigin {
 		return bad("bad header")
 	}
+	origin := b[0] == rowVersionOrigin
 	n := int(b[1])
 	b = b[2:]
 	if n > MaxNumFields || len(b) < 8*n {
@@ -369,13 +457,30 @@ func (r *Row) UnmarshalBinary(b []byte) error {
 	}
 	m := int(b[0])
 	b = b[1:]
-	for i := range m {
+	str := func(s *string) bool {
 		l, k := binary.Uvarint(b)
 		if k <= 0 || l > uint64(len(b)-k) {
+			return false
+		}
+		*s = string(b[k : k+int(l)])
+		b = b[k+int(l):]
+		return true
+	}
+	for i := range m {
+		if !str(&r.str[i]) {
 			return bad("bad string length")
 		}
-		r.str[i] = string(b[k : k+int(l)])
-		b = b[k+int(l):]
+	}
+	if origin {
+		if !str(&r.origin.Topic) || !str(&r.origin.Node) {
+			return bad("bad origin")
+		}
+		off, k := binary.Uvarint(b)
+		if k <= 0 || off == 0 {
+			return bad("bad origin offset")
+		}
+		r.origin.Offset = off
+		b = b[k:]
 	}
 	if len(b) != 0 {
 		return bad("trailing bytes")
