@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/mqtt"
 	"github.com/edgedio/edged/mqtt/ingestlog"
 	"github.com/edgedio/edged/stream"
@@ -43,22 +45,13 @@ pipelines:
 // them in 10 s windows and publishes the results to agg/<sensor>, where a
 // subscriber gets them. A malformed payload goes to deadletter/devices.
 func TestMQTTPipelineEndToEnd(t *testing.T) {
-	cfg, err := Parse([]byte(mqttPipeline))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc := cfg.Pipelines[0]
-	log, url := startPipelineBroker(t, pc, 0)
+	pc, log, url := startMQTTPipelineBroker(t)
 
 	// The subscriber of the results and of the dead letters.
 	var mu sync.Mutex
 	got := map[string]map[int64]int64{} // sensor -> window start -> count
 	var dead []string
-	sub := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID("checker").
-		SetDefaultPublishHandler(func(paho.Client, paho.Message) {}))
-	if tok := sub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscriber connect: %v", tok.Error())
-	}
+	sub := connectMQTT(t, url, "checker")
 	defer sub.Disconnect(100)
 	tok := sub.Subscribe("#", 1, func(_ paho.Client, m paho.Message) {
 		mu.Lock()
@@ -88,31 +81,14 @@ func TestMQTTPipelineEndToEnd(t *testing.T) {
 		t.Fatalf("subscribe: %v", tok.Error())
 	}
 
-	env := stream.NewEnvironment("devices", EnvOptionsOrDie(t, pc)...)
 	var out bytes.Buffer
-	if _, err := BuildJobWith(pc, env, &out, Inputs{
-		MQTTLog: func(string) (*ingestlog.Log, error) { return log, nil },
-		Broker:  url,
-	}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	job, err := env.ExecuteAsync(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cancel()
-		job.Wait()
-	}()
+	_, stop := runMQTTJob(t, pc, log, url, 0, &out)
+	defer stop()
 
 	// Two sensors, one reading per second for 25 s of event time: windows
 	// [0,10) and [10,20) complete once a reading at 21 s or later moves the
 	// watermark past 20 s.
-	dev := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID("device"))
-	if tok := dev.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("device connect: %v", tok.Error())
-	}
+	dev := connectMQTT(t, url, "device")
 	defer dev.Disconnect(100)
 	for s := 0; s < 25; s++ {
 		for _, id := range []string{"a", "b"} {
@@ -200,10 +176,7 @@ pipelines:
 	log, url := startPipelineBroker(t, pc, 1<<20)
 	var mu sync.Mutex
 	var outs []string
-	sub := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID("checker"))
-	if tok := sub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscriber connect: %v", tok.Error())
-	}
+	sub := connectMQTT(t, url, "checker")
 	defer sub.Disconnect(100)
 	if tok := sub.SubscribeMultiple(map[string]byte{"out/#": 1, "deadletter/#": 1}, func(_ paho.Client, m paho.Message) {
 		mu.Lock()
@@ -212,29 +185,9 @@ pipelines:
 	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("subscribe: %v", tok.Error())
 	}
-	env := stream.NewEnvironment("rows", EnvOptionsOrDie(t, pc)...)
-	var out bytes.Buffer
-	job, err := BuildJobWith(pc, env, &out, Inputs{
-		MQTTLog:               func(string) (*ingestlog.Log, error) { return log, nil },
-		Broker:                url,
-		BrokerMaxMessageBytes: limit,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	run, err := env.ExecuteAsync(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cancel()
-		run.Wait()
-	}()
-	dev := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID("device"))
-	if tok := dev.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("device connect: %v", tok.Error())
-	}
+	job, stop := runMQTTJob(t, pc, log, url, limit, io.Discard)
+	defer stop()
+	dev := connectMQTT(t, url, "device")
 	defer dev.Disconnect(100)
 	for _, p := range []string{`{"id":"small","note":"x"}`, fmt.Sprintf(`{"id":"big","note":%q}`, bytes.Repeat([]byte("n"), limit)), `{"id":"after","note":"y"}`} {
 		if tok := dev.Publish("doors/d", 1, false, p); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
@@ -268,6 +221,56 @@ pipelines:
 	}
 }
 
+// startMQTTPipelineBroker parses mqttPipeline and starts the embedded
+// broker of its pipeline (startPipelineBroker).
+func startMQTTPipelineBroker(t *testing.T) (PipelineConfig, *ingestlog.Log, string) {
+	t.Helper()
+	cfg, err := Parse([]byte(mqttPipeline))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := cfg.Pipelines[0]
+	log, url := startPipelineBroker(t, pc, 0)
+	return pc, log, url
+}
+
+// connectMQTT connects a paho client named id to the broker at url.
+func connectMQTT(t *testing.T, url, id string) paho.Client {
+	t.Helper()
+	c := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID(id).
+		SetDefaultPublishHandler(func(paho.Client, paho.Message) {}))
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("%s connect: %v", id, tok.Error())
+	}
+	return c
+}
+
+// runMQTTJob builds pc's job on the embedded broker at url, whose ingest
+// log is log and whose packets are at most maxMessage bytes (0: the
+// default), its stdout sinks writing to out, and starts it; stop cancels
+// it and waits for it to end.
+func runMQTTJob(t *testing.T, pc PipelineConfig, log *ingestlog.Log, url string, maxMessage int64, out io.Writer) (job *Job, stop func()) {
+	t.Helper()
+	env := stream.NewEnvironment(pc.Name, EnvOptionsOrDie(t, pc)...)
+	job, err := BuildJobWith(pc, env, out, Inputs{
+		MQTTLog:               func(string) (*ingestlog.Log, error) { return log, nil },
+		Broker:                url,
+		BrokerMaxMessageBytes: maxMessage,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	run, err := env.ExecuteAsync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return job, func() {
+		cancel()
+		run.Wait()
+	}
+}
+
 // startPipelineBroker starts an embedded broker (packets of at most
 // maxMessage bytes; 0 for the default) whose messages on pc's topics go
 // to a new ingest log; it returns the log and the broker's URL. Both close
@@ -291,4 +294,78 @@ func startPipelineBroker(t *testing.T, pc PipelineConfig, maxMessage int64) (*in
 	}
 	t.Cleanup(func() { br.Close() })
 	return log, "tcp://" + br.Addr()
+}
+
+// A device that sends the same reading twice after its window closed
+// gives two late dead letters. Like the dead letters of malformed
+// payloads, each must name its message's topic and ingest-log offset, so
+// that the two differ: a write-ahead sink's msg_id is a function of the
+// dead letter's line, and a consumer that drops repeated msg_ids (the
+// README's exactly-once consumer) would otherwise see one of them and
+// lose the other, though the window would have counted both.
+func TestMQTTLateDeadLettersOfEqualReadingsDiffer(t *testing.T) {
+	perEventWatermarks = true
+	defer func() { perEventWatermarks = false }()
+	pc, log, url := startMQTTPipelineBroker(t)
+
+	var mu sync.Mutex
+	var dead []string
+	results := 0
+	sub := connectMQTT(t, url, "checker")
+	defer sub.Disconnect(100)
+	tok := sub.Subscribe("#", 1, func(_ paho.Client, m paho.Message) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case strings.HasPrefix(m.Topic(), "deadletter/"):
+			dead = append(dead, string(m.Payload()))
+		case strings.HasPrefix(m.Topic(), "agg/"):
+			results++
+		}
+	})
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+
+	_, stop := runMQTTJob(t, pc, log, url, 0, io.Discard)
+	defer stop()
+
+	dev := connectMQTT(t, url, "device")
+	defer dev.Disconnect(100)
+	publish := func(p string) {
+		t.Helper()
+		if tok := dev.Publish("sensors/a/temperature", 1, false, p); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+	}
+	// Readings at 0..12 s: the watermark passes 10 s and [0,10) fires.
+	for s := 0; s <= 12; s++ {
+		publish(fmt.Sprintf(`{"sensor":"a","t":20.5,"ts":%d}`, s))
+	}
+	testutil.Eventually(t, 30*time.Second, "the result of window [0,10)", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return results >= 1
+	})
+	// The same reading of [0,10) twice: both late.
+	publish(`{"sensor":"a","t":21.5,"ts":3}`)
+	publish(`{"sensor":"a","t":21.5,"ts":3}`)
+	testutil.Eventually(t, 30*time.Second, "two late dead letters", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(dead) >= 2
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, d := range dead {
+		if !strings.Contains(d, "late") {
+			t.Fatalf("dead letter %s, want a late one", d)
+		}
+		if !strings.Contains(d, "topic sensors/a/temperature, ingest-log offset ") {
+			t.Errorf("late dead letter %s does not say which message it was", d)
+		}
+	}
+	if dead[0] == dead[1] {
+		t.Errorf("the late dead letters of two messages are one line (so one msg_id through a write-ahead sink): %s", dead[0])
+	}
 }
