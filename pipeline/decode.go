@@ -221,6 +221,11 @@ func (p *jsonParser) object(n *jsonNode, depth int) error {
 				return p.fail("duplicate key " + strconv.Quote(clip(key)))
 			}
 			p.objSeen |= 1 << child.obj
+			if p.i < len(p.s) && p.s[p.i] != '{' {
+				// A mapped path goes through it: name the key, not
+				// only the offset ({"sensor": null} for $.sensor.id).
+				return p.fail("expected an object for key " + strconv.Quote(clip(key)))
+			}
 			err = p.object(child, depth+1)
 		}
 		if err != nil {

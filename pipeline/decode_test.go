@@ -71,6 +71,15 @@ func TestJSONMalformed(t *testing.T) {
 			t.Errorf("Decode(%q) = %v, want ErrMalformed", in, err)
 		}
 	}
+	// A value that is not an object where a mapped path goes through it
+	// names its key.
+	for _, in := range []string{`{"sensor":null,"t":1,"ts":1}`, `{"sensor":"x","t":1,"ts":1}`, `{"sensor":[],"t":1,"ts":1}`} {
+		var r Row
+		err := d.Decode(in, &r)
+		if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), `expected an object for key "sensor"`) {
+			t.Errorf("Decode(%q) = %v, want one naming the key", in, err)
+		}
+	}
 }
 
 // The reason of a value of the wrong type names the field's type with
