@@ -2,8 +2,10 @@ package operators
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -60,14 +62,59 @@ func (s *LineFileSink[T]) Open(ctx *Context) error {
 	if ctx.Restored {
 		// The file holds the lines of the records before the restored
 		// checkpoint, which the replay does not emit again.
-		flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
+		flags = os.O_CREATE | os.O_RDWR | os.O_APPEND
 	}
 	f, err := os.OpenFile(s.path, flags, 0o666)
 	if err != nil {
 		return fmt.Errorf("line file sink: %w", err)
 	}
+	if ctx.Restored {
+		if err := cutPartialLine(f); err != nil {
+			f.Close()
+			return fmt.Errorf("line file sink: %s: %w", s.path, err)
+		}
+	}
 	s.f, s.w = f, bufio.NewWriterSize(f, 64<<10)
 	return nil
+}
+
+// cutPartialLine truncates f after its last line end. A process killed
+// while its buffer went out may leave part of a line at the end; that
+// line is of a record after the last checkpoint (every barrier writes
+// whole lines), which the replay emits again, and a line appended to it
+// would run on from it.
+func cutPartialLine(f *os.File) error {
+	end, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 4096)
+	for pos := end; pos > 0; {
+		n := int64(len(buf))
+		if pos < n {
+			n = pos
+		}
+		pos -= n
+		if _, err := f.ReadAt(buf[:n], pos); err != nil {
+			return err
+		}
+		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
+			return truncateTo(f, end, pos+int64(i)+1)
+		}
+	}
+	return truncateTo(f, end, 0)
+}
+
+// truncateTo truncates f, end bytes long, to size and fsyncs it, unless
+// it is that long already.
+func truncateTo(f *os.File, end, size int64) error {
+	if size == end {
+		return nil
+	}
+	if err := f.Truncate(size); err != nil {
+		return err
+	}
+	return f.Sync()
 }
 
 // Collect buffers the line of v.

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -118,28 +119,53 @@ func TestLineFileSinkFlushWritesWhatItBuffered(t *testing.T) {
 // part file: its lines of the records before the restored checkpoint are
 // not emitted again by the replay. Before, Open truncated it at every
 // attempt and those lines were lost.
+//
+// A process killed while its buffer went out can leave part of a line at
+// the end of the file (a record after the checkpoint, which the replay
+// emits again): the restored sink cuts it, so that its first line does
+// not run on from it.
 func TestLineFileSinkRestoredAppends(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(PartFile(dir, 1), []byte("before the checkpoint\n"), 0o644); err != nil {
-		t.Fatal(err)
+	long := strings.Repeat("x", 10000) // over the 4 KiB the cut reads at a time
+	for _, tc := range []struct{ name, before, want string }{
+		{"whole lines", "before the checkpoint\n", "before the checkpoint\n8\n"},
+		{"part of a line", "before the checkpoint\nafter it, cut sh", "before the checkpoint\n8\n"},
+		{"a long part", "before\n" + long, "before\n8\n"},
+		{"a long line and a part", long + "\n" + long, long + "\n8\n"},
+		{"only a part", "cut sh", "8\n"},
+		{"empty", "", "8\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(PartFile(dir, 1), []byte(tc.before), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ctx := subtaskContext(1, 2)
+			ctx.Restored = true
+			sink := NewLineFileSink(dir, strconv.Itoa)
+			if err := sink.Open(ctx); err != nil {
+				t.Fatal(err)
+			}
+			sink.Collect(8)
+			if err := sink.Close(); err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(PartFile(dir, 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.want {
+				t.Errorf("file = %q, want %q", clip(string(got)), clip(tc.want))
+			}
+		})
 	}
-	ctx := subtaskContext(1, 2)
-	ctx.Restored = true
-	sink := NewLineFileSink(dir, strconv.Itoa)
-	if err := sink.Open(ctx); err != nil {
-		t.Fatal(err)
+}
+
+// clip shortens s for a message.
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:40] + "…" + s[len(s)-40:]
 	}
-	sink.Collect(8)
-	if err := sink.Close(); err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(PartFile(dir, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := "before the checkpoint\n8\n"; string(got) != want {
-		t.Errorf("file = %q, want %q", got, want)
-	}
+	return s
 }
 
 // The lines of the records before a checkpoint barrier are in the file
