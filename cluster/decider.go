@@ -202,18 +202,25 @@ type Decider struct {
 	lost map[string]time.Time
 
 	promised uint64 // highest epoch promised or accepted
-	accepted *Decision
-	active   bool          // the accepted decision is activated
-	owned    map[Unit]bool // the units this node may run now
-	rejected uint64        // highest epoch a Reject told the leader about
-	stale    int64         // messages of an old epoch ignored
-	round    *round        // the leader's round in progress, or nil
-	noLease  bool          // tests only: ownership without a lease
-	retry    time.Time     // no new round before, after being outbid
+	// promisedTo is the node promised epoch promised, if it was promised
+	// since this node started: a repeated Prepare from it is answered
+	// with the promise again, not refused as if another node had it.
+	promisedTo string
+	accepted   *Decision
+	active     bool          // the accepted decision is activated
+	owned      map[Unit]bool // the units this node may run now
+	rejected   uint64        // highest epoch a Reject told the leader about
+	stale      int64         // messages of an old epoch ignored
+	round      *round        // the leader's round in progress, or nil
+	noLease    bool          // tests only: ownership without a lease
+	retry      time.Time     // no new round before, after being outbid
 	// confirmed is, per node, the latest send time of a ping it answered
 	// with no epoch above the accepted one: the lease.
 	confirmed map[string]time.Time
 	pinged    time.Time
+	// asked is when this node last told the leader, while holding a
+	// decision it may not run, which decision that is.
+	asked time.Time
 }
 
 // round is a leader's attempt to decide one epoch.
@@ -323,14 +330,29 @@ func (d *Decider) View(now time.Time, members []Member) []Envelope {
 		// activates a decision for it.
 		clear(d.owned)
 		d.active = false
-	case !had && d.accepted != nil:
-		// A majority again: tell the leader which decision this node
-		// holds; the leader activates it again if it is still current.
-		if l, ok := d.Leader(); ok && l != d.cfg.Self {
-			out = append(out, Envelope{To: l, Msg: DecisionMsg{Kind: MsgAccepted, From: d.cfg.Self, Epoch: d.accepted.Epoch}})
-		}
+	case !had:
+		d.asked = time.Time{} // a majority again: ask at once
+		out = d.ask()
 	}
 	return append(out, d.lead()...)
+}
+
+// ask tells the leader, once per Resend, which decision this node holds
+// while it sees a majority but may not run that decision's units (it lost
+// its majority and found it again, or missed the activation): the leader
+// activates it again if the decision is still current. Asking until
+// activated, not once, is what survives a lost message and a leader that
+// dropped the round meanwhile.
+func (d *Decider) ask() []Envelope {
+	if d.active || d.accepted == nil || !d.quorum() || d.now.Sub(d.asked) < d.cfg.Resend {
+		return nil
+	}
+	l, ok := d.Leader()
+	if !ok || l == d.cfg.Self {
+		return nil // the leader's own round activates it
+	}
+	d.asked = d.now
+	return []Envelope{{To: l, Msg: DecisionMsg{Kind: MsgAccepted, From: d.cfg.Self, Epoch: d.accepted.Epoch}}}
 }
 
 // Tick steps the decider's time: pings go out, lost nodes' grace ends,
@@ -346,6 +368,7 @@ func (d *Decider) Tick(now time.Time) []Envelope {
 			}
 		}
 	}
+	out = append(out, d.ask()...)
 	return append(out, d.lead()...)
 }
 
@@ -365,12 +388,19 @@ func (d *Decider) Step(now time.Time, m DecisionMsg) []Envelope {
 	}
 	switch m.Kind {
 	case MsgPrepare:
+		if m.Epoch == d.promised && m.From == d.promisedTo {
+			// A duplicate, or the leader missed the promise: the same
+			// promise again (two proposers may pick one epoch; only
+			// the one it was promised to gets it).
+			reply(MsgPromise, m.Epoch, d.accepted)
+			break
+		}
 		if m.Epoch <= d.promised {
 			d.stale++
 			reply(MsgReject, d.promised, nil)
 			break
 		}
-		d.promised = m.Epoch
+		d.promised, d.promisedTo = m.Epoch, m.From
 		reply(MsgPromise, m.Epoch, d.accepted)
 	case MsgDecide:
 		if m.Epoch < d.promised || (d.accepted != nil && m.Epoch <= d.accepted.Epoch) {
@@ -463,6 +493,13 @@ func (d *Decider) answer(m DecisionMsg) []Envelope {
 		}
 		return nil
 	}
+	if r == nil && m.Kind == MsgAccepted && d.current(m.Epoch) {
+		// No round in progress (it finished, or was given up with
+		// nothing left to change) and the node holds the decision this
+		// leader decided and runs: activate it again, as a finished
+		// round would.
+		return d.send(m.From, DecisionMsg{Kind: MsgActivate, From: d.cfg.Self, Epoch: m.Epoch})
+	}
 	if r == nil || m.Epoch != r.epoch {
 		d.stale++
 		return nil
@@ -496,6 +533,13 @@ func (d *Decider) answer(m DecisionMsg) []Envelope {
 	return nil
 }
 
+// current reports whether epoch is that of the decision this node decided
+// as leader and runs.
+func (d *Decider) current(epoch uint64) bool {
+	a := d.accepted
+	return a != nil && a.Epoch == epoch && a.Leader == d.cfg.Self && d.active
+}
+
 // members returns the nodes to place units on: the view, and the nodes
 // lost for less than the grace, which keep their units until they have
 // surely stopped.
@@ -521,7 +565,12 @@ func (d *Decider) lead() []Envelope {
 	}
 	want := d.members()
 	if r := d.round; r != nil {
-		if r.decision != nil && !slices.Equal(r.decision.Members, want) {
+		if r.epoch < d.epoch() {
+			// This node accepted a newer decision (another leader's,
+			// while this one could not see a majority): the round is
+			// over; decide above it if the view asks for it.
+			d.round = nil
+		} else if r.decision != nil && !slices.Equal(r.decision.Members, want) {
 			// The members changed under the round: decide again.
 			d.round = nil
 		} else if out := d.activate(r); out != nil {

@@ -430,7 +430,27 @@ func TestDeciderCompetingLeaders(t *testing.T) {
 // reordered; nodes crash, restart, and are partitioned. Every invariant
 // holds at every step, and once the faults stop the cluster settles.
 func TestDeciderRandomFaults(t *testing.T) {
-	seed := simSeed(t)
+	randomFaults(t, simSeed(t))
+}
+
+// Seeds that once failed TestDeciderRandomFaults, replayed every run.
+func TestDeciderRandomFaultsFound(t *testing.T) {
+	for _, seed := range []uint64{
+		// A duplicated Prepare was refused by the node that had promised
+		// that epoch to the same leader, so the leader gave the round
+		// up; a node that had lost its majority meanwhile held the
+		// decision the leader still ran and was never activated again.
+		1796556258828385240,
+		// A leader that had accepted another leader's newer decision
+		// kept its own finished round and so never decided again.
+		1796557097396973502, 1796557132025327255,
+	} {
+		randomFaults(t, seed)
+	}
+}
+
+func randomFaults(t *testing.T, seed uint64) {
+	t.Helper()
 	for round := range 6 {
 		seed := seed + uint64(round)
 		ids := []string{"a", "b", "c", "d", "e"}[:3+round%3]
@@ -490,5 +510,67 @@ func TestDecisionMsgRoundTrip(t *testing.T) {
 	}
 	if _, err := NewDecider(DeciderConfig{}); err == nil {
 		t.Fatal("empty config accepted")
+	}
+}
+
+// A repeated Prepare from the node a promise went to gets the promise
+// again; the same epoch from another node is refused.
+func TestDeciderRepeatedPrepare(t *testing.T) {
+	d, err := NewDecider(DeciderConfig{Self: "b", Size: 3, Units: units([]string{"w"}, 4),
+		Lease: time.Second, Ping: 100 * time.Millisecond, Resend: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prepare := func(from string) DecisionMsg { return DecisionMsg{Kind: MsgPrepare, From: from, Epoch: 3} }
+	for i, c := range []struct {
+		from string
+		want DecisionKind
+	}{{"a", MsgPromise}, {"a", MsgPromise}, {"c", MsgReject}, {"a", MsgPromise}} {
+		out := d.Step(simStart, prepare(c.from))
+		if len(out) != 1 || out[0].To != c.from || out[0].Msg.Kind != c.want || out[0].Msg.Epoch != 3 {
+			t.Fatalf("prepare %d from %s: %+v, want kind %d", i, c.from, out, c.want)
+		}
+	}
+	// After a restart the node no longer knows whom it promised: refuse.
+	r, err := NewDecider(DeciderConfig{Self: "b", Size: 3, Units: units([]string{"w"}, 4), Promised: 3,
+		Lease: time.Second, Ping: 100 * time.Millisecond, Resend: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := r.Step(simStart, prepare("a")); len(out) != 1 || out[0].Msg.Kind != MsgReject {
+		t.Fatalf("restarted node answered %+v", out)
+	}
+}
+
+// A node that lost its majority and found it again is activated again by
+// a leader that has no round in progress, even when its first word to
+// the leader is lost: it asks until it runs.
+func TestDeciderReactivatedWithoutRound(t *testing.T) {
+	s := newSim(t, 7, []string{"a", "b", "c", "d"}, 0)
+	s.waitSettled(5*time.Second, "a", "b", "c", "d")
+	lead := s.nodes["a"]
+	if lead.round == nil || !lead.round.done {
+		t.Fatalf("leader's round %+v", lead.round)
+	}
+	// d is cut off just long enough to lose its majority; the others do
+	// not notice (their detectors are slow), so nothing is decided anew.
+	s.detect["a"], s.detect["b"], s.detect["c"] = time.Hour, time.Hour, time.Hour
+	s.detect["d"] = 10 * time.Millisecond
+	s.partition([]string{"d"}, []string{"a", "b", "c"})
+	s.run(50 * time.Millisecond)
+	if s.nodes["d"].Active() || len(s.nodes["d"].Owned()) != 0 {
+		t.Fatal("d runs units without a majority")
+	}
+	lead.round = nil // as after a round given up with nothing to change
+	s.drop = 1       // d's first words to the leader are lost
+	s.heal()
+	s.run(20 * time.Millisecond)
+	if !s.nodes["d"].quorum() || s.nodes["d"].Active() {
+		t.Fatal("the test missed the path: d should see a majority and not run")
+	}
+	s.drop = 0
+	s.waitSettled(5*time.Second, "a", "b", "c", "d")
+	if lead.round != nil {
+		t.Fatal("the leader started a round: the test missed the path without one")
 	}
 }
