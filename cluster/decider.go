@@ -485,9 +485,11 @@ func (d *Decider) answer(m DecisionMsg) []Envelope {
 	r := d.round
 	if m.Kind == MsgReject {
 		d.rejected = max(d.rejected, m.Epoch)
-		if r != nil && m.Epoch >= r.epoch && !r.done {
+		if r != nil && (m.Epoch > r.epoch || (m.Epoch == r.epoch && !r.done)) {
 			// Outbid: propose higher, after a pause that lets the
-			// other proposer finish.
+			// other proposer finish. Also once the round's decision
+			// is activated: a node that promised a higher epoch (to
+			// a leader that gave up) can never accept this one.
 			d.round = nil
 			d.retry = d.now.Add(d.cfg.Resend)
 		}
@@ -582,8 +584,10 @@ func (d *Decider) lead() []Envelope {
 		}
 	}
 	if d.accepted != nil && d.accepted.Leader == d.cfg.Self && d.active &&
-		slices.Equal(d.accepted.Members, want) {
-		return nil // decided, activated, and still what the view asks for
+		slices.Equal(d.accepted.Members, want) && d.rejected <= d.accepted.Epoch {
+		// Decided, activated, still what the view asks for, and no node
+		// refused it for a higher promise.
+		return nil
 	}
 	if d.now.Before(d.retry) {
 		return nil

@@ -444,6 +444,10 @@ func TestDeciderRandomFaultsFound(t *testing.T) {
 		// A leader that had accepted another leader's newer decision
 		// kept its own finished round and so never decided again.
 		1796557097396973502, 1796557132025327255,
+		// A node restarted with a promise above the leader's activated
+		// decision refused it for good: the leader ignored refusals once
+		// its round was activated.
+		1796560044977726329,
 	} {
 		randomFaults(t, seed)
 	}
@@ -572,5 +576,27 @@ func TestDeciderReactivatedWithoutRound(t *testing.T) {
 	s.waitSettled(5*time.Second, "a", "b", "c", "d")
 	if lead.round != nil {
 		t.Fatal("the leader started a round: the test missed the path without one")
+	}
+}
+
+// A node that comes back having promised an epoch above the leader's
+// activated decision (to a leader that then gave up) refuses that
+// decision for good: the leader decides again above the promise.
+func TestDeciderDecidesAboveARefusal(t *testing.T) {
+	s := newSim(t, 8, []string{"a", "b", "c"}, time.Second)
+	s.waitSettled(5*time.Second, "a", "b", "c")
+	first := s.nodes["a"].Accepted().Epoch
+	if r := s.nodes["a"].round; r == nil || !r.done {
+		t.Fatalf("leader's round %+v", r)
+	}
+	// c restarts at once (within the grace: the members do not change)
+	// with a promise above the decision.
+	s.crash("c")
+	s.start("c", first+5)
+	s.down["c"] = false
+	s.changed()
+	s.waitSettled(5*time.Second, "a", "b", "c")
+	if e := s.nodes["c"].Accepted().Epoch; e <= first+5 {
+		t.Fatalf("settled on epoch %d, not above c's promise %d", e, first+5)
 	}
 }
