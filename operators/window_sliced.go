@@ -50,8 +50,10 @@ func (w *windowCore[K, T]) openCore(ctx *Context, onTimer func(int64, TimeDomain
 	return nil
 }
 
-// now returns the record's time in the window's domain and the current
-// time the windows are measured against (watermark or processing time).
+// times returns the record's time in the window's domain and the time up
+// to which the windows have fired (the watermark; in processing time, the
+// millisecond before now: a timer at now has not fired yet, as one at
+// procFired would have moved now past it).
 func (w *windowCore[K, T]) times() (ts, current int64) {
 	if w.assigner.eventTime {
 		ts = w.ctx.Time.Timestamp
@@ -66,7 +68,7 @@ func (w *windowCore[K, T]) times() (ts, current int64) {
 		// record belongs to the next millisecond's.
 		now = w.procFired + 1
 	}
-	return now, now
+	return now, now - 1
 }
 
 // queued reports whether the current key has a timer at ts in the

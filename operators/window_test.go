@@ -1076,3 +1076,58 @@ func TestSessionWindowOffsetIsRefused(t *testing.T) {
 		t.Errorf("session windows with offset 0: %v", err)
 	}
 }
+
+// A record read in the last millisecond of its processing-time window,
+// before the timer service has fired that millisecond's timers, is
+// counted in that window: its key's timer at the window's end is still to
+// fire (it was not, so the record's slice was left with no timer and
+// dropped unfired by the key's next window). A session of a gap of one
+// millisecond is not fired at once either, so a second record of the same
+// millisecond joins it instead of firing it again.
+func TestProcessingTimeRecordInTheLastMillisecond(t *testing.T) {
+	start := operatorstest.DefaultStart.UnixMilli()
+	for _, c := range []struct {
+		name string
+		a    operators.WindowAssigner
+		want func(a1, a2, a3 ev) []operatorstest.Record[result]
+	}{
+		{"tumbling", operators.TumblingProcessingTimeWindows(time.Second), func(a1, a2, a3 ev) []operatorstest.Record[result] {
+			return []operatorstest.Record[result]{res("a", start, start+1000, sumOf(a1, a2)), res("a", start+1000, start+2000, sumOf(a3))}
+		}},
+		{"sliding", operators.SlidingProcessingTimeWindows(2*time.Second, time.Second), func(a1, a2, a3 ev) []operatorstest.Record[result] {
+			return []operatorstest.Record[result]{res("a", start-1000, start+1000, sumOf(a1, a2)), res("a", start, start+2000, sumOf(a1, a2, a3)),
+				res("a", start+1000, start+3000, sumOf(a3))}
+		}},
+		{"session", operators.ProcessingTimeSessionWindows(time.Millisecond), func(a1, a2, a3 ev) []operatorstest.Record[result] {
+			return []operatorstest.Record[result]{res("a", start+999, start+1000, sumOf(a1, a2)), res("a", start+1500, start+1501, sumOf(a3))}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, how := range []windowBuild{viaAggregate, viaProcess} {
+				h := newWindow(t, c.a, 0, how)
+				// The processing times they are read at, for the
+				// process function's check.
+				a1, a2, a3 := ev{"a", start + 999, 1}, ev{"a", start + 999, 2}, ev{"a", start + 1500, 4}
+				h.Clock.Advance(999 * time.Millisecond) // no timer fired yet
+				h.Process(a1, operators.NoTimestamp)
+				h.Process(a2, operators.NoTimestamp)
+				got := h.Drain()
+				if err := h.AdvanceProcessingTime(501 * time.Millisecond); err != nil {
+					t.Fatal(err)
+				}
+				h.Process(a3, operators.NoTimestamp) // at +1500ms
+				if err := h.AdvanceProcessingTime(5 * time.Second); err != nil {
+					t.Fatal(err)
+				}
+				if err := h.Finish(); err != nil {
+					t.Fatal(err)
+				}
+				got = sortRecs(append(got, h.Drain()...))
+				if want := sortRecs(c.want(a1, a2, a3)); !slices.Equal(got, want) {
+					t.Fatalf("build %v: emitted%s\nwant%s", how, fmtRecs(got), fmtRecs(want))
+				}
+				expectStateEmpty(t, h, "after Finish")
+			}
+		})
+	}
+}
