@@ -583,8 +583,7 @@ func (d *Decider) lead() []Envelope {
 			return nil
 		}
 	}
-	if d.accepted != nil && d.accepted.Leader == d.cfg.Self && d.active &&
-		slices.Equal(d.accepted.Members, want) && d.rejected <= d.accepted.Epoch {
+	if d.current(d.epoch()) && slices.Equal(d.accepted.Members, want) && d.rejected <= d.epoch() {
 		// Decided, activated, still what the view asks for, and no node
 		// refused it for a higher promise.
 		return nil

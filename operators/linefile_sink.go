@@ -90,10 +90,7 @@ func cutPartialLine(f *os.File) error {
 	}
 	buf := make([]byte, 4096)
 	for pos := end; pos > 0; {
-		n := int64(len(buf))
-		if pos < n {
-			n = pos
-		}
+		n := min(int64(len(buf)), pos)
 		pos -= n
 		if _, err := f.ReadAt(buf[:n], pos); err != nil {
 			return err
