@@ -256,6 +256,8 @@ func TestRemoteBurstFewWrites(t *testing.T) {
 		}
 	}
 	testutil.Eventually(t, 0, "the burst at b", func() bool { return hb.frames.Load() == n })
+	// a counts a write once it returns, which can be after b read it.
+	testutil.Eventually(t, 0, "a's count of the burst's bytes", func() bool { return a.WireStats().Bytes >= n*size })
 	ws := a.WireStats()
 	if ws.Bytes < n*size {
 		t.Fatalf("%d bytes on the wire for %d frames of %d bytes", ws.Bytes, n, size)
