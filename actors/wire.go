@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/edgedio/edged/codec"
 )
@@ -11,18 +12,36 @@ import (
 // errWire is wrapped by every error decoding a wire batch.
 var errWire = errors.New("actors: corrupt wire batch")
 
-// encodeWire appends a batch to dst: the uvarint count of timestamps, each
-// timestamp as a zig-zag varint delta from the one before, then the records
-// as codec.AppendBatchDict writes them with e, the numbering of the
-// strings sent on the batch's channel (see codec.DictEncoder).
+// encodeWire appends a batch to dst: the head, then the records as
+// codec.AppendBatchDict writes them with e, the numbering of the strings
+// sent on the batch's channel (see codec.DictEncoder). The head is the
+// uvarint n<<1|same, n the count of timestamps: with same set, the one
+// timestamp all n records share as a zig-zag varint (records without a
+// timestamp, or of one instant, cost nothing each); otherwise each
+// timestamp as a zig-zag varint delta from the one before.
 func encodeWire[T any](c codec.Codec[T], e *codec.DictEncoder, dst []byte, ts []int64, items []T) ([]byte, error) {
-	dst = binary.AppendUvarint(dst, uint64(len(ts)))
+	if len(ts) > 0 && allEqual(ts) {
+		dst = binary.AppendUvarint(dst, uint64(len(ts))<<1|1)
+		dst = binary.AppendVarint(dst, ts[0])
+		return codec.AppendBatchDict(c, e, dst, items)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(ts))<<1)
 	prev := int64(0)
 	for _, t := range ts {
 		dst = binary.AppendVarint(dst, t-prev)
 		prev = t
 	}
 	return codec.AppendBatchDict(c, e, dst, items)
+}
+
+// allEqual reports whether every element of ts equals the first.
+func allEqual(ts []int64) bool {
+	for _, t := range ts[1:] {
+		if t != ts[0] {
+			return false
+		}
+	}
+	return true
 }
 
 // decodeWire decodes src into ts[:0] and items[:0]: one batch written by
@@ -67,20 +86,35 @@ func decodeWireBatch[T any](d *codec.Decoder[T], dd *codec.DictDecoder, ts []int
 // head that is corrupt and wraps no sentinel: the caller wraps it in its
 // own (cluster.DecodeBatch decodes the same batches).
 func DecodeWireHead(ts []int64, src []byte) ([]int64, int, []byte, error) {
-	n, k := binary.Uvarint(src)
+	h, k := binary.Uvarint(src)
+	n := h >> 1
 	if k <= 0 || n > uint64(len(src)) {
 		return ts, 0, src, errors.New("timestamp count")
 	}
 	src = src[k:]
-	prev := int64(0)
-	for range n {
-		d, k := binary.Varint(src)
+	if h&1 == 1 {
+		// One timestamp for all; n, checked against the bytes received
+		// above, bounds the slice grown here.
+		t, k := binary.Varint(src)
 		if k <= 0 {
 			return ts, 0, src, errors.New("timestamp")
 		}
-		prev += d
-		ts = append(ts, prev)
 		src = src[k:]
+		ts = slices.Grow(ts, int(n))
+		for range n {
+			ts = append(ts, t)
+		}
+	} else {
+		prev := int64(0)
+		for range n {
+			d, k := binary.Varint(src)
+			if k <= 0 {
+				return ts, 0, src, errors.New("timestamp")
+			}
+			prev += d
+			ts = append(ts, prev)
+			src = src[k:]
+		}
 	}
 	m, k := binary.Uvarint(src)
 	if k <= 0 || m > uint64(len(src)) {

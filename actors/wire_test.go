@@ -1,12 +1,14 @@
 package actors
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
 	"testing"
 
 	"github.com/edgedio/edged/codec"
+	"github.com/edgedio/edged/operators"
 )
 
 type wireReading struct {
@@ -121,5 +123,67 @@ func TestDecodeWireReusesStrings(t *testing.T) {
 	}
 	if !slices.Equal(ts, wantTS) || !slices.Equal(items, want) {
 		t.Fatal("decoded records differ")
+	}
+}
+
+// A batch whose records share one timestamp (records without one, or of
+// one instant) writes it once, not a byte per record; batches of either
+// kind decode to the timestamps encoded, alone and one after the other.
+func TestWireSharedTimestamp(t *testing.T) {
+	c := codec.For[wireReading]()
+	items := make([]wireReading, 1000)
+	for i := range items {
+		items[i] = wireReading{ID: "s", Value: float64(i)}
+	}
+	same := func(v int64, n int) []int64 {
+		ts := make([]int64, n)
+		for i := range ts {
+			ts[i] = v
+		}
+		return ts
+	}
+	last := same(7, 1000)
+	last[999] = 8
+	cases := []struct {
+		name string
+		ts   []int64
+		head int // bytes of the head at most: count, timestamps, count
+	}{
+		{"no timestamp", same(operators.NoTimestamp, 1000), 2 + 10 + 2},
+		{"one instant", same(1_700_000_000_000, 1000), 2 + 7 + 2},
+		{"one record", same(5, 1), 1 + 1 + 1},
+		{"all but the last", last, 2 + 1000 + 2},
+	}
+	var body []byte
+	var wantTS []int64
+	var want []wireReading
+	e := new(codec.DictEncoder)
+	for _, tc := range cases {
+		n := len(tc.ts)
+		b, err := encodeWire(c, e, nil, tc.ts, items[:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts, m, rest, err := DecodeWireHead(nil, b)
+		if err != nil || m != n || !slices.Equal(ts, tc.ts) {
+			t.Fatalf("%s: head decoded %d records, %v (timestamps equal: %t)", tc.name, m, err, slices.Equal(ts, tc.ts))
+		}
+		if h := len(b) - len(rest); h > tc.head {
+			t.Errorf("%s: head of %d bytes, want at most %d", tc.name, h, tc.head)
+		}
+		body = append(body, b...)
+		wantTS = append(wantTS, tc.ts...)
+		want = append(want, items[:n]...)
+	}
+	ts, got, err := decodeWire(codec.NewDecoder(c), new(codec.DictDecoder), nil, nil, body)
+	if err != nil || !slices.Equal(ts, wantTS) || !slices.Equal(got, want) {
+		t.Fatalf("concatenated batches: %d records, %v; timestamps equal: %t", len(got), err, slices.Equal(ts, wantTS))
+	}
+	// A shared timestamp with a count the bytes cannot hold is refused,
+	// before anything is grown for it.
+	bad := binary.AppendUvarint(nil, 1<<40|1)
+	bad = binary.AppendVarint(bad, 5)
+	if _, _, _, err := DecodeWireHead(nil, bad); err == nil {
+		t.Fatal("a shared-timestamp head claiming 2^39 records decoded")
 	}
 }

@@ -12,8 +12,10 @@ import (
 // BatchEncoder fills the body of one record batch, capped in records and in
 // bytes: a batch crossing nodes must fit in a frame, whatever the records
 // weigh. The body has the layout of the runtime's wire batch
-// (actors/wire.go): the uvarint count of timestamps, each timestamp as a
-// zig-zag varint delta from the one before, then the records as
+// (actors/wire.go): the uvarint count of timestamps shifted left by one
+// (the low bit, set when all records share one timestamp written once, is
+// clear here), each timestamp as a zig-zag varint delta from the one
+// before, the uvarint count of records, then the records as
 // codec.AppendBatch writes them; the runtime's tasks number the strings
 // of their records per channel besides (codec.AppendBatchDict), which
 // this encoder and DecodeBatch do not.
@@ -41,7 +43,7 @@ func (e *BatchEncoder[T]) Len() int { return e.n }
 
 // Size returns the body size the open batch would encode to, in bytes.
 func (e *BatchEncoder[T]) Size() int {
-	return 2*uvarintLen(uint64(e.n)) + len(e.ts) + len(e.recs)
+	return uvarintLen(uint64(e.n)<<1) + uvarintLen(uint64(e.n)) + len(e.ts) + len(e.recs)
 }
 
 // Full reports whether the open batch holds its maximum of records.
@@ -61,7 +63,9 @@ func (e *BatchEncoder[T]) Add(ts int64, v T) (bool, error) {
 		return false, fmt.Errorf("encode record: %w", err)
 	}
 	d := ts - e.prevTS
-	grow := varintLen(d) + len(e.scratch) + 2*(uvarintLen(uint64(e.n+1))-uvarintLen(uint64(e.n)))
+	grow := varintLen(d) + len(e.scratch) +
+		uvarintLen(uint64(e.n+1)<<1) - uvarintLen(uint64(e.n)<<1) +
+		uvarintLen(uint64(e.n+1)) - uvarintLen(uint64(e.n))
 	if e.Size()+grow > e.maxBytes {
 		if e.n == 0 {
 			return false, fmt.Errorf("%w: %d bytes, cap %d", ErrRecordTooLarge, grow+2, e.maxBytes)
@@ -81,7 +85,7 @@ func (e *BatchEncoder[T]) Flush(dst []byte) []byte {
 	if e.n == 0 {
 		return dst
 	}
-	dst = binary.AppendUvarint(dst, uint64(e.n))
+	dst = binary.AppendUvarint(dst, uint64(e.n)<<1)
 	dst = append(dst, e.ts...)
 	dst = binary.AppendUvarint(dst, uint64(e.n))
 	dst = append(dst, e.recs...)

@@ -70,14 +70,15 @@ type Frame struct {
 	Body []byte
 }
 
-// Frame format, version 3 (version 1 carried the strings of a batch's
-// records inline, where version 2 numbers them per channel, and version 3
+// Frame format, version 4 (version 1 carried the strings of a batch's
+// records inline, where version 2 numbers them per channel, version 3
 // writes the int64 fields of a struct of scalars after a batch's first
 // record as their differences from the record before: see
-// codec.DictEncoder and codec.AppendBatchDict):
+// codec.DictEncoder and codec.AppendBatchDict; and version 4 writes a
+// timestamp that all of a batch's records share once: see BatchEncoder):
 //
 //	magic    2 bytes  "eF"
-//	version  1 byte   3
+//	version  1 byte   4
 //	kind     1 byte
 //	job      uvarint length, then the name (at most MaxJobName bytes)
 //	epoch    uvarint
@@ -91,7 +92,7 @@ type Frame struct {
 // The transport carries each frame whole, so the body needs no length.
 const (
 	frameMagic0, frameMagic1 = 'e', 'F'
-	frameVersion             = 3
+	frameVersion             = 4
 	// MaxJobName is the longest job name a frame carries, in bytes.
 	MaxJobName = 255
 	// FrameOverhead bounds the header of a frame with a job name of at most

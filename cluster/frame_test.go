@@ -87,6 +87,9 @@ func TestFrameDecodeErrors(t *testing.T) {
 		{"version 1", mut(func(b []byte) []byte { b[2] = 1; return b }), ErrBadVersion},
 		// Version 2 wrote a batch's int64 fields whole.
 		{"version 2", mut(func(b []byte) []byte { b[2] = 2; return b }), ErrBadVersion},
+		// Version 3 wrote a batch's timestamp count without the flag of
+		// one shared timestamp.
+		{"version 3", mut(func(b []byte) []byte { b[2] = 3; return b }), ErrBadVersion},
 		{"kind", mut(func(b []byte) []byte { b[3] = 0; return b }), ErrBadKind},
 		{"kind high", mut(func(b []byte) []byte { b[3] = byte(maxKind + 1); return b }), ErrBadKind},
 		{"job too long", mut(func(b []byte) []byte { return append(b[:4], 0x80, 0x02) }), ErrCorruptFrame},
