@@ -7,7 +7,6 @@ import (
 
 	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/mqtt/ingestlog"
-	"github.com/edgedio/edged/stream"
 )
 
 // A dead-letter record in the ingest log (a message too large to keep,
@@ -48,20 +47,10 @@ pipelines:
 			t.Fatal(err)
 		}
 	}
-	env := stream.NewEnvironment("big", EnvOptionsOrDie(t, pc)...)
 	out := &testutil.Buffer{}
-	job, err := BuildJobWith(pc, env, out, Inputs{MQTTLog: func(string) (*ingestlog.Log, error) { return log, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	running, err := env.ExecuteAsync(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	job, stop := runMQTTJob(t, pc, log, "", 0, out)
 	testutil.Eventually(t, testutil.DefaultTimeout, "the dead letter counted", func() bool { return job.DeadLetters() >= 1 })
-	cancel()
-	running.Wait()
+	stop()
 	s := out.String() // what the print sink flushed
 	if strings.Contains(s, `"id":"b"`) {
 		t.Fatalf("the dead letter was decoded as a reading:\n%s", s)
