@@ -55,8 +55,8 @@ type DictEncoder struct {
 	// by the address of their bytes: a record that shares its string
 	// with one sent before (a key from a fixed set, a decoded field the
 	// decoder interned) is looked up without hashing its bytes. A slot
-	// holds the string itself, so its bytes stay alive and its address
-	// cannot be another string's while the slot holds it.
+	// holds a pointer to the string's bytes, so they stay alive and their
+	// address cannot be another string's while the slot holds it.
 	ptrs []dictPtr
 	// shift is 64 minus the bits of an index of ptrs.
 	shift uint8
@@ -69,8 +69,12 @@ type DictEncoder struct {
 	looked, missed, skip int
 }
 
+// dictPtr is a slot of DictEncoder.ptrs: a string by the address and
+// length of its bytes (the pointer keeps them alive), and its number. An
+// empty slot has a nil p.
 type dictPtr struct {
-	s  string
+	p  unsafe.Pointer
+	n  uint32
 	id uint32
 }
 
@@ -109,7 +113,7 @@ func (e *DictEncoder) ptrSet(s string) *[dictWays]dictPtr {
 func (e *DictEncoder) remember(s string, id uint32) {
 	set := e.ptrSet(s)
 	copy(set[1:], set[:dictWays-1])
-	set[0] = dictPtr{s: s, id: id}
+	set[0] = dictPtr{p: unsafe.Pointer(unsafe.StringData(s)), n: uint32(len(s)), id: id}
 }
 
 // AppendString appends s as a dictionary-coded string, numbering it if it
@@ -119,8 +123,9 @@ func (e *DictEncoder) AppendString(dst []byte, s string) []byte {
 		return appendInline(dst, s)
 	}
 	if e.ptrs != nil {
-		for _, p := range e.ptrSet(s) {
-			if len(p.s) == len(s) && unsafe.StringData(p.s) == unsafe.StringData(s) {
+		set, data := e.ptrSet(s), unsafe.Pointer(unsafe.StringData(s))
+		for i := range set {
+			if p := &set[i]; p.p == data && p.n == uint32(len(s)) {
 				return appendTag(dst, uint64(p.id)<<1|1)
 			}
 		}
@@ -193,8 +198,11 @@ func appendInline(dst []byte, s string) []byte {
 }
 
 func appendTag(dst []byte, tag uint64) []byte {
-	if tag < 0x80 {
+	switch {
+	case tag < 0x80:
 		return append(dst, byte(tag))
+	case tag < 0x4000:
+		return append(dst, byte(tag)|0x80, byte(tag>>7))
 	}
 	return binary.AppendUvarint(dst, tag)
 }
@@ -247,9 +255,15 @@ func (d *Decoder[T]) dictString(src []byte, s *string, dd *DictDecoder) (int, er
 // string sent whole in *strs, which it allocates on the first one.
 func readDictString(strs **internTable, dd *DictDecoder, src []byte, s *string) (int, error) {
 	tag, k := uint64(0), 1
-	if len(src) > 0 && src[0] < 0x80 {
+	switch {
+	case len(src) > 0 && src[0] < 0x80:
 		tag = uint64(src[0])
-	} else {
+	case len(src) > 1 && src[1] < 0x80 && src[1] != 0:
+		// Two bytes: the number of a string of a numbering past 63, or
+		// a string of 64 bytes and more. (A zero second byte is a
+		// non-minimal encoding, which readUvarint refuses.)
+		tag, k = uint64(src[0]&0x7f)|uint64(src[1])<<7, 2
+	default:
 		var err error
 		if tag, k, err = readUvarint(src); err != nil {
 			return 0, err

@@ -362,3 +362,42 @@ func FuzzDecodeDict(f *testing.F) {
 		}
 	})
 }
+
+// A tag of two bytes reads as the uvarint it is: the number of a string
+// past 63, or a string of 64 bytes and more; a two-byte tag padded with a
+// zero byte is refused, as every non-minimal varint is.
+func TestDictTwoByteTags(t *testing.T) {
+	c := For[string]()
+	long := strings.Repeat("x", 70) // a tag of 140: two bytes
+	var e DictEncoder
+	var vs []string
+	for i := range 100 {
+		vs = append(vs, fmt.Sprintf("s%d", i))
+	}
+	vs = append(vs, long)
+	first, err := AppendBatchDict(c, &e, nil, vs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := AppendBatchDict(c, &e, nil, vs[:100]) // numbers 0..99: tags up to 199
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, dd := NewDecoder(c), new(DictDecoder)
+	for _, b := range [][]byte{first, again} {
+		n, k := binary.Uvarint(b)
+		got, _, err := d.AppendNDict(nil, b[k:], int(n), dd)
+		if err != nil || !slices.Equal(got, vs[:n]) {
+			t.Fatalf("decoded %d strings, %v; want %d", len(got), err, n)
+		}
+	}
+	// Number 70 (tag 141) as 0x8d 0x01, and padded as 0x8d 0x81 0x00.
+	if got, _, err := d.AppendNDict(nil, []byte{0x8d, 0x01}, 1, dd); err != nil || got[0] != vs[70] {
+		t.Fatalf("tag 0x8d 0x01: %q, %v; want %q", got, err, vs[70])
+	}
+	for _, b := range [][]byte{{0x8d, 0x81, 0x00}, {0xf0, 0x00}} {
+		if _, _, err := d.AppendNDict(nil, b, 1, dd); err == nil {
+			t.Fatalf("padded tag % x decoded", b)
+		}
+	}
+}
