@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // LineFileSink writes one line per record, format(v) followed by "\n",
@@ -74,7 +75,47 @@ func (s *LineFileSink[T]) Open(ctx *Context) error {
 			return fmt.Errorf("line file sink: %s: %w", s.path, err)
 		}
 	}
+	if ctx.Restored && ctx.Subtask == 0 {
+		if err := cutRemovedParts(s.dir, ctx.Parallelism); err != nil {
+			f.Close()
+			return fmt.Errorf("line file sink: %w", err)
+		}
+	}
 	s.f, s.w = f, bufio.NewWriterSize(f, 64<<10)
+	return nil
+}
+
+// cutRemovedParts cuts the partial last line (see cutPartialLine) of the
+// part files in dir of subtasks at or above parallelism: restored at a
+// lower parallelism than the run that wrote them, no subtask opens them
+// again, and a line a killed process left torn there would stay in the
+// output for good. Subtask 0 does it once per restore.
+func cutRemovedParts(dir string, parallelism int) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		num, ok := strings.CutPrefix(e.Name(), "part-")
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		sub, err := strconv.Atoi(num)
+		if err != nil || sub < parallelism || strconv.Itoa(sub) != num {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(dir, e.Name()), os.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		err = cutPartialLine(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", e.Name(), err)
+		}
+	}
 	return nil
 }
 
