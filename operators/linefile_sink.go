@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,9 +16,12 @@ import (
 // LineFileSink writes one line per record, format(v) followed by "\n",
 // into a directory: subtask i writes the file "part-<i>" (PartFile), which
 // Open creates together with the directory. At a fresh start Open
-// truncates an existing file; a subtask restored from a snapshot
-// (Context.Restored: a restart after a failure, a start from a savepoint
-// or on an earlier run's checkpoints) appends to it. It writes its buffer
+// truncates an existing file, and subtask 0 removes the part files of
+// subtasks the job does not have (an earlier run's at a higher
+// parallelism); a subtask restored from a snapshot (Context.Restored: a
+// restart after a failure, a start from a savepoint or on an earlier
+// run's checkpoints) appends to it, and subtask 0 cuts a torn last line
+// from those other part files. It writes its buffer
 // when the task has no more input waiting (Flush), and writes and fsyncs
 // it at every checkpoint barrier (FlushAtBarrier); on Finish and on Close
 // it flushes its buffer, fsyncs and closes the file. A write error fails
@@ -75,8 +79,8 @@ func (s *LineFileSink[T]) Open(ctx *Context) error {
 			return fmt.Errorf("line file sink: %s: %w", s.path, err)
 		}
 	}
-	if ctx.Restored && ctx.Subtask == 0 {
-		if err := cutRemovedParts(s.dir, ctx.Parallelism); err != nil {
+	if ctx.Subtask == 0 {
+		if err := tidyRemovedParts(s.dir, ctx.Parallelism, ctx.Restored); err != nil {
 			f.Close()
 			return fmt.Errorf("line file sink: %w", err)
 		}
@@ -85,12 +89,16 @@ func (s *LineFileSink[T]) Open(ctx *Context) error {
 	return nil
 }
 
-// cutRemovedParts cuts the partial last line (see cutPartialLine) of the
-// part files in dir of subtasks at or above parallelism: restored at a
-// lower parallelism than the run that wrote them, no subtask opens them
-// again, and a line a killed process left torn there would stay in the
-// output for good. Subtask 0 does it once per restore.
-func cutRemovedParts(dir string, parallelism int) error {
+// tidyRemovedParts deals with the part files in dir of subtasks at or
+// above parallelism, which a run at a higher parallelism wrote and no
+// subtask of this run opens. Restored, it cuts their partial last line
+// (see cutPartialLine): a line a killed process left torn there would
+// stay in the output for good, beside the record's whole line the replay
+// writes elsewhere; their whole lines are output of the records before the
+// restored checkpoint, and stay. At a fresh start it removes them, as each
+// subtask truncates its own file: an earlier run's lines would stand
+// beside this run's. Subtask 0 does it once per start.
+func tidyRemovedParts(dir string, parallelism int, restored bool) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return err
@@ -104,7 +112,14 @@ func cutRemovedParts(dir string, parallelism int) error {
 		if err != nil || sub < parallelism || strconv.Itoa(sub) != num {
 			continue
 		}
-		f, err := os.OpenFile(filepath.Join(dir, e.Name()), os.O_RDWR, 0)
+		path := filepath.Join(dir, e.Name())
+		if !restored {
+			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			continue
+		}
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
 		if err != nil {
 			return err
 		}
