@@ -1,8 +1,10 @@
 package actors
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -97,6 +99,28 @@ type taskTime struct {
 	// task told its outputs it is idle.
 	Output     int64
 	OutputIdle bool
+	// Proc is the task's processing time (ms) at the snapshot, written
+	// after the rest (appendTaskTime); 0 in snapshots taken before it
+	// was kept.
+	Proc int64 `codec:"-"`
+}
+
+// procTime returns tt.Proc, or 0 for a nil tt.
+func (tt *taskTime) procTime() int64 {
+	if tt == nil {
+		return 0
+	}
+	return tt.Proc
+}
+
+// appendTaskTime appends tt to dst: taskTimeCodec's encoding, then Proc
+// as a zig-zag varint unless it is 0.
+func appendTaskTime(dst []byte, tt *taskTime) ([]byte, error) {
+	dst, err := taskTimeCodec.Append(dst, *tt)
+	if err != nil || tt.Proc == 0 {
+		return dst, err
+	}
+	return binary.AppendVarint(dst, tt.Proc), nil
 }
 
 // hasStateFile reports whether a subtask of op wrote a state file: an
@@ -151,6 +175,11 @@ func (r *host) restoreTime(md *snapshot.Metadata, t *task) error {
 		var err error
 		if old[i], err = decodeTaskTime(h.KeyGroups); err != nil {
 			return fmt.Errorf("operator %q subtask %d: %w", head.UID, i, err)
+		}
+		if p := old[i].procTime(); p > 0 && p < math.MaxInt64 {
+			// Whichever old subtask's state this one takes, its
+			// processing time starts after the latest of theirs.
+			t.procFloor = max(t.procFloor, p+1)
 		}
 	}
 	if op.Parallelism == head.Parallelism {
@@ -261,6 +290,14 @@ func decodeTaskTime(b []byte) (*taskTime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("task time: %w", err)
 	}
+	if rest := b[n+k:]; len(rest) > 0 {
+		p, m := binary.Varint(rest)
+		if m <= 0 {
+			return nil, fmt.Errorf("task time: %w: processing time", watermark.ErrCorruptState)
+		}
+		tt.Proc = p
+		k += m
+	}
 	if n+k != len(b) {
 		return nil, fmt.Errorf("task time: %w: %d bytes left over", watermark.ErrCorruptState, len(b)-n-k)
 	}
@@ -307,6 +344,7 @@ func (t *task) checkpoint(id int64, alignment time.Duration) {
 		}
 		if i == 0 {
 			p.time = t.captureTime()
+			p.time.Proc = t.procNow()
 		}
 		parts = append(parts, p)
 	}
@@ -362,7 +400,7 @@ func (r *host) writeOperator(id snapshot.ID, subtask int, p *opSnapshot) (snapsh
 	if p.raw == nil && p.op == nil && p.keyed == nil {
 		kg, err := codec.For[sections]().Append(nil, sections{})
 		if err == nil {
-			kg, err = taskTimeCodec.Append(kg, *p.time)
+			kg, err = appendTaskTime(kg, p.time)
 		}
 		return snapshot.Handle{KeyGroups: kg}, err
 	}
@@ -402,7 +440,7 @@ func (r *host) writeOperator(id snapshot.ID, subtask int, p *opSnapshot) (snapsh
 		return snapshot.Handle{}, err
 	}
 	if p.time != nil {
-		if h.KeyGroups, err = taskTimeCodec.Append(h.KeyGroups, *p.time); err != nil {
+		if h.KeyGroups, err = appendTaskTime(h.KeyGroups, p.time); err != nil {
 			return snapshot.Handle{}, err
 		}
 	}

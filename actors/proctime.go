@@ -95,7 +95,7 @@ func (p *procTimers) arm(t *task) {
 		p.timer.Stop()
 	}
 	clock := t.run.cfg.Clock
-	d := procDelay(next, clock.Now().UnixMilli())
+	d := procDelay(next, t.procNow())
 	pid := t.pid
 	run := t.run
 	p.armed = next
@@ -150,7 +150,11 @@ type procService struct {
 	op int
 }
 
-func (s procService) Now() int64 { return s.t.run.cfg.Clock.Now().UnixMilli() }
+func (s procService) Now() int64 { return s.t.procNow() }
+
+// procNow returns the task's processing time in ms: the clock's, and never
+// less than procFloor.
+func (t *task) procNow() int64 { return max(t.run.cfg.Clock.Now().UnixMilli(), t.procFloor) }
 
 func (s procService) At(at int64, fn func(now int64) error) func() {
 	return s.t.timers.add(s.t, s.op, at, fn)

@@ -63,6 +63,13 @@ type task struct {
 	// restoredTime is set when the merger was restored from a checkpoint
 	// and the operators have not been given its watermark yet.
 	restoredTime bool
+	// procFloor is the least processing time (ms) the task reads: one
+	// past the latest processing time of the snapshot it was restored
+	// from, so that its processing time does not go back across a
+	// restore (a clock behind the old node's, or the same millisecond),
+	// and a timer that fired before the snapshot is behind it; 0 when not
+	// restored.
+	procFloor int64
 	// replaying is set while replayTime gives the operators the restored
 	// watermark: they take it by RestoreWatermark.
 	replaying bool
@@ -603,7 +610,7 @@ func (t *task) sendRemote(ch *channel, m message) {
 
 // fireTimers runs the processing-time callbacks that are due.
 func (t *task) fireTimers() {
-	now := t.run.cfg.Clock.Now().UnixMilli()
+	now := t.procNow()
 	for {
 		cb, ok := t.timers.popDue(now)
 		if !ok {

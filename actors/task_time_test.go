@@ -20,11 +20,57 @@ func timeHandle(t *testing.T, tt *taskTime) snapshot.Handle {
 		t.Fatal(err)
 	}
 	if tt != nil {
-		if kg, err = taskTimeCodec.Append(kg, *tt); err != nil {
+		if kg, err = appendTaskTime(kg, tt); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return snapshot.Handle{KeyGroups: kg}
+}
+
+// A restored task's processing time starts one millisecond after the
+// latest processing time of the old subtasks (Proc, kept after the rest of
+// the task time), at the same parallelism and rescaled; a snapshot
+// without it (taken before it was kept) sets no floor, and a damaged one
+// is refused.
+func TestRestoreProcessingTimeFloor(t *testing.T) {
+	r := &host{maxP: 128}
+	at := func(proc int64) *taskTime { return &taskTime{Output: 5, Proc: proc} }
+	md := &snapshot.Metadata{Operators: []snapshot.Operator{{UID: "w", Parallelism: 2,
+		Subtasks: []snapshot.Handle{timeHandle(t, at(7000)), timeHandle(t, at(5000))}}}}
+	for _, p := range []int{1, 2, 3} {
+		for sub := range p {
+			tk := testTask(r, p, sub)
+			if err := r.restoreTime(md, tk); err != nil {
+				t.Fatal(err)
+			}
+			if tk.procFloor != 7001 {
+				t.Fatalf("parallelism %d subtask %d: processing time floor %d, want 7001", p, sub, tk.procFloor)
+			}
+		}
+	}
+	tt, err := decodeTaskTime(md.Operators[0].Subtasks[1].KeyGroups)
+	if err != nil || tt.Proc != 5000 || tt.Output != 5 {
+		t.Fatalf("decoded %+v, %v; want Proc 5000, Output 5", tt, err)
+	}
+	// Without Proc the handle is what it was before Proc was kept.
+	md.Operators[0].Subtasks = []snapshot.Handle{timeHandle(t, at(0)), timeHandle(t, at(0))}
+	tk := testTask(r, 2, 0)
+	if err := r.restoreTime(md, tk); err != nil || tk.procFloor != 0 {
+		t.Fatalf("without processing time: %v, floor %d", err, tk.procFloor)
+	}
+	kg, err := codec.For[sections]().Append(nil, sections{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kg, err = taskTimeCodec.Append(kg, *at(0)); err != nil || string(kg) != string(md.Operators[0].Subtasks[0].KeyGroups) {
+		t.Fatalf("a task time without Proc is not encoded as before (%v)", err)
+	}
+	// A trailer cut short is corrupt.
+	damaged := timeHandle(t, at(1<<40)).KeyGroups
+	damaged = damaged[:len(damaged)-1]
+	if _, err := decodeTaskTime(damaged); err == nil {
+		t.Fatal("a cut processing time decoded")
+	}
 }
 
 // testTask is subtask sub of a one-vertex chain "w" of parallelism p with
