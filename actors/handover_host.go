@@ -75,6 +75,16 @@ func (h *host) retire(ctx context.Context, key TaskKey, id int64, wait time.Dura
 	for _, ch := range t.outChans {
 		ch.closeRemote()
 	}
+	// The channels a handover re-pointed replaced some of outChans in
+	// the task's routers (parkMoved): their remote senders are closed
+	// here too, or the last frame the task sent on one, which its reader
+	// took before swapping to the new instance's channel and never
+	// acknowledged, would fail the job at the channel's ack_timeout.
+	for _, r := range t.routers {
+		for _, ch := range r.channels() {
+			ch.closeRemote()
+		}
+	}
 	var errs []error
 	for i := len(t.ops) - 1; i >= 0; i-- {
 		if t.ops[i] != nil {
