@@ -227,3 +227,34 @@ func TestClusterWeight(t *testing.T) {
 		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// Two nodes given the same transport, API or gossip address (a peer at
+// this node's own cluster.listen or cluster.gossip, or two peers at one
+// address) is a config mistake like a duplicate id: the node sends one
+// node's frames or calls to another. It was accepted: a's frames for c
+// went to b, or to a itself, and the job never deployed.
+func TestClusterConfigDuplicateAddressesRefused(t *testing.T) {
+	tests := []struct{ name, peer, key string }{
+		{"peer transport at cluster.listen", `    - {id: c, address: "127.0.0.1:7101", api: "127.0.0.1:8083", gossip: "127.0.0.1:7203"}`, "cluster.peers[1].address"},
+		{"two peers at one transport", `    - {id: c, address: "127.0.0.1:7102", api: "127.0.0.1:8083", gossip: "127.0.0.1:7203"}`, "cluster.peers[1].address"},
+		{"two peers at one api", `    - {id: c, address: "127.0.0.1:7103", api: "127.0.0.1:8082", gossip: "127.0.0.1:7203"}`, "cluster.peers[1].api"},
+		{"peer gossip at cluster.gossip", `    - {id: c, address: "127.0.0.1:7103", api: "127.0.0.1:8083", gossip: "127.0.0.1:7201"}`, "cluster.peers[1].gossip"},
+		{"two peers at one gossip", `    - {id: c, address: "127.0.0.1:7103", api: "127.0.0.1:8083", gossip: "127.0.0.1:7202"}`, "cluster.peers[1].gossip"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(goodPipeline + clusterBlock + tt.peer + "\n"))
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("err = %v, want a *ConfigError naming %s", err, tt.key)
+			}
+			var got []string
+			for _, p := range ce.Problems {
+				got = append(got, p.Error())
+			}
+			if len(got) != 1 || !strings.HasPrefix(got[0], tt.key+": ") {
+				t.Errorf("problems %q, want one naming %s", got, tt.key)
+			}
+		})
+	}
+}
