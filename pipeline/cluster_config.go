@@ -315,6 +315,27 @@ func (c *ClusterConfig) validate(p *problems) {
 	checkCapacity(p, "cluster.capacity", c.Capacity)
 	checkWeight(p, "cluster.weight", c.Weight)
 	seen := map[string]bool{c.Node: true}
+	// Every node needs its own transport, API and gossip address: a
+	// second node at one of them would get the first one's frames or
+	// calls (node.listen is not known here: the peers' APIs are compared
+	// among themselves).
+	addrs := map[string]string{}
+	if c.Listen != "" {
+		addrs["address "+c.Listen] = "cluster.listen"
+	}
+	if c.Gossip != "" {
+		addrs["gossip "+c.Gossip] = "cluster.gossip"
+	}
+	unique := func(path, kind, addr string) {
+		if addr == "" {
+			return
+		}
+		if first, ok := addrs[kind+" "+addr]; ok {
+			p.add(path, fmt.Sprintf("%q is %s's too (every node needs its own address)", addr, first))
+			return
+		}
+		addrs[kind+" "+addr] = path
+	}
 	for i, peer := range c.Peers {
 		path := fmt.Sprintf("cluster.peers[%d]", i)
 		switch {
@@ -344,6 +365,9 @@ func (c *ClusterConfig) validate(p *problems) {
 		case peer.Gossip != "":
 			checkAddr(p, path+".gossip", peer.Gossip)
 		}
+		unique(path+".address", "address", peer.Address)
+		unique(path+".api", "api", peer.API)
+		unique(path+".gossip", "gossip", peer.Gossip)
 	}
 	if _, err := c.GossipKey(); err != nil {
 		p.add("cluster.secret_key", err.Error())
