@@ -112,3 +112,82 @@ func TestClusterNodeUndrainedRejoins(t *testing.T) {
 	l.publish(n/2, n)
 	l.finishChecked(n, 120*time.Second)
 }
+
+// A worker drained with `edged cluster drain b` and undrained with
+// `edged cluster undrain b` gets its subtasks back by handover in the
+// same epoch (README: TestClusterNodeUndrainedRejoins). The job must
+// then keep running in that epoch: no channel of a handed-over subtask
+// may fail it afterwards. Before the fix, a subtask that sent on a
+// channel re-pointed by the drain's handover (source[1] on a, whose
+// reader timestamps[1] moved from b to c in a later wave) kept that
+// re-pointed sender open when it was itself handed back to b by the
+// undrain: its last frame, which the reader took on the old channel
+// before swapping, was never acknowledged, and 10 s later (ack_timeout)
+// the channel failed the job: `acknowledgement timeout: sender: seq N
+// sent, N-1 received`, a full restart in a new epoch.
+func TestClusterUndrainDoesNotFailTheJobLater(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses")
+	}
+	members := startCluster(t, true)
+	a := members[0]
+	l := newClusterLoad(t, members)
+	client := &http.Client{Timeout: time.Second}
+	waitAllAlive(t, a, 3)
+	const n = 24_000
+	l.publish(0, n/4)
+	l.stopDevices(1)
+	cli := func(args ...string) string {
+		t.Helper()
+		code, stdout, stderr := runCLI(t, 3*time.Minute, append(args, "--addr", a.apiAddr)...)
+		if code != 0 {
+			t.Fatalf("edged %v: exit %d\n%s%s", args, code, stdout, stderr)
+		}
+		t.Logf("edged %v: %s", args, strings.TrimSpace(stdout))
+		return stdout
+	}
+	cli("cluster", "drain", "b")
+	testutil.Eventually(t, 30*time.Second, "the master sees b left", func() bool {
+		s, err := a.rebalances(client)
+		return err == nil && s.state("b") == "left" && s.keyedOn("b") == 0
+	})
+	l.publish(n/4, n/2)
+	cli("cluster", "undrain", "b")
+	var after rebalanceModes
+	if err := a.get(client, "/cluster", &after); err != nil {
+		t.Fatal(err)
+	}
+	l.startDevices(1)
+	// Keep the job busy past the channels' ack_timeout (10 s): what is
+	// checked is that nothing happens in that time, so the test paces its
+	// load over it rather than waiting on a condition.
+	deadline := time.Now().Add(14 * time.Second)
+	next := n / 2
+	for time.Now().Before(deadline) && next < 3*n/4 {
+		l.publish(next, next+300)
+		next += 300
+		time.Sleep(150 * time.Millisecond)
+	}
+	time.Sleep(time.Until(deadline))
+	var later rebalanceModes
+	if err := a.get(client, "/cluster", &later); err != nil {
+		t.Fatal(err)
+	}
+	var logs []string
+	for _, m := range members {
+		for _, line := range strings.Split(m.runLog(), "\n") {
+			if strings.Contains(line, "acknowledgement timeout") || strings.Contains(line, "job failed; restarting") {
+				logs = append(logs, m.id+": "+line)
+			}
+		}
+	}
+	if later.Epoch != after.Epoch || len(logs) > 0 {
+		t.Fatalf("the job left epoch %d for %d within 14 s of the undrain; logs:\n%s", after.Epoch, later.Epoch, strings.Join(logs, "\n"))
+	}
+	l.publish(next, n)
+	l.finishChecked(n, 120*time.Second)
+}
+
+// probeRescale is TestClusterCLIRescaleStopResume at another target
+// parallelism: `edged stop` on the leader under load, every node
+// stopped, parallelism 3 -> to in every config, the leader started
