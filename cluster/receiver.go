@@ -122,7 +122,7 @@ func (r *Receiver) receive(f Frame) []Action {
 		return nil
 	}
 	if f.Kind == KindBatch && r.batches >= r.cfg.Credits {
-		return r.fail(ErrCreditExceeded, "batch seq %d with %d batches unprocessed, credits %d", f.Seq, r.batches, r.cfg.Credits)
+		return r.fail(ErrCreditExceeded, "batch seq %d with %d batches unprocessed, credits %d (cluster.channels.credits must be the same on every node)", f.Seq, r.batches, r.cfg.Credits)
 	}
 	r.expected++
 	r.stats.Delivered++
