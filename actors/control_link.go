@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -561,13 +562,22 @@ func (r *Runner) await(ctx context.Context, kind reportKind, what string, check 
 				return fmt.Errorf("%w: job %q: node %q sent report %d before every node %s", ErrControlFailed, r.job.Name, rep.node, rep.kind, what)
 			}
 		case <-timer.Chan():
-			var missing []string
+			var missing, where []string
 			for _, n := range nodes {
 				if !got[n.ID] {
 					missing = append(missing, n.ID)
+					if d := r.cfg.Cluster.Describe; d != nil {
+						if s := d(n.ID); s != "" {
+							where = append(where, fmt.Sprintf("%s: %s", n.ID, s))
+						}
+					}
 				}
 			}
-			return fmt.Errorf("%w: job %q epoch %d: nodes %q not %s within %s", ErrControlTimeout, r.job.Name, r.epoch, missing, what, r.controlTimeout())
+			err := fmt.Errorf("%w: job %q epoch %d: nodes %q not %s within %s", ErrControlTimeout, r.job.Name, r.epoch, missing, what, r.controlTimeout())
+			if len(where) > 0 {
+				err = fmt.Errorf("%w (%s)", err, strings.Join(where, "; "))
+			}
+			return err
 		case <-ctx.Done():
 			return ctx.Err()
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -234,6 +235,7 @@ func TestControlRegistrationTimeoutRestarts(t *testing.T) {
 	cfg.Clock = clock
 	cfg.Cluster = loopCluster(ln)
 	cfg.Cluster.ControlTimeout = 5 * time.Second
+	cfg.Cluster.Describe = func(node string) string { return "described " + node }
 	exec := NewExecution(job, cfg, &snapshot.FixedDelay{Attempts: 2})
 	errc := make(chan error, 1)
 	go func() { errc <- exec.Run(context.Background()) }()
@@ -247,6 +249,12 @@ func TestControlRegistrationTimeoutRestarts(t *testing.T) {
 	err := testutil.Receive(t, 0, "the execution to end", errc)
 	if !errors.Is(err, ErrControlTimeout) || !errors.Is(err, ErrRestartsExhausted) {
 		t.Fatalf("got %v, want restarts exhausted after control timeouts", err)
+	}
+	// The error names how to find each node that did not answer.
+	for _, n := range cfg.Cluster.Nodes {
+		if want := n.ID + ": described " + n.ID; !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name node %q as Describe does", err, n.ID)
+		}
 	}
 	if exec.Attempts() != 3 {
 		t.Fatalf("%d attempts, want 3 (two restarts)", exec.Attempts())

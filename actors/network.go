@@ -39,6 +39,10 @@ type Cluster struct {
 	// no Network. A failed invitation fails the deployment with
 	// ErrControlFailed, restarted by the restart strategy.
 	Invite func(ctx context.Context, node string, d Deployment) error
+	// Describe, when set, returns what an operator needs to find a node
+	// that does not answer (its configured addresses): a handshake step
+	// that times out names it beside the node's id.
+	Describe func(node string) string
 	// Update, when set, is called before each attempt (each deployment):
 	// it returns the nodes and the placement the attempt runs with (the
 	// live members, after a failure or a join) in place of Nodes and

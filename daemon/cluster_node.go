@@ -294,6 +294,17 @@ func (c *clusterNode) invite(ctx context.Context, node string, d actors.Deployme
 	return c.peers.invite(ctx, node, d)
 }
 
+// describePeer names the addresses this node's config gives peer id, for
+// an error about a node that does not answer: a wrong one there is a
+// common cause.
+func (c *clusterNode) describePeer(id string) string {
+	p, ok := c.cfg.Peer(id)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("this node's cluster.peers give it transport address %s, api %s", p.Address, p.API)
+}
+
 // jobEpochBase returns the epoch base of a job started now: the term's
 // (epochBase), or, for a job started again in the same term (a takeover
 // retried after this job failed to start or ended), the highest epoch an
@@ -320,7 +331,7 @@ func (c *clusterNode) jobCluster(env *stream.Environment) (*actors.Cluster, erro
 	ids := c.cfg.Nodes()
 	ac := &actors.Cluster{Placement: map[actors.TaskKey]string{}, Invite: c.invite, EpochBase: c.jobEpochBase(job.Name),
 		Files: c.peers, Publish: c.rep.publish, Committed: c.rep.markCommitted, NextCheckpoint: c.nextCheckpoint(),
-		RetryInterval: c.cfg.LeadershipConfig().DeployRetry}
+		RetryInterval: c.cfg.LeadershipConfig().DeployRetry, Describe: c.describePeer}
 	for _, id := range masterFirst(ids, c.cfg.Node) {
 		n := actors.Node{ID: id}
 		if id == c.cfg.Node {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -408,5 +409,45 @@ func TestClusterHostilePayloads(t *testing.T) {
 	}
 	for _, m := range members {
 		m.failIfExited(t)
+	}
+}
+
+// A peer transport address in the leader's config that nothing listens on
+// (the peer itself is up: its gossip and API answer) leaves the job
+// undeployed; the job's error names the address the leader's config gives
+// that peer, so that the mistake can be found from `GET /jobs` (before,
+// only `nodes ["c"] not deployed within 10s`).
+func TestClusterWrongPeerTransportAddressIsNamed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses")
+	}
+	wrong := freeAddr(t)
+	re := regexp.MustCompile(`\{id: c, address: "[^"]*"`)
+	members := startClusterHosting(t, true, func(cfg string) string {
+		if !strings.Contains(cfg, "\n  node: a\n") {
+			return cfg
+		}
+		return re.ReplaceAllString(cfg, `{id: c, address: "`+wrong+`"`)
+	})
+	a := members[0]
+	client := &http.Client{Timeout: 2 * time.Second}
+	var last string
+	ok := testutil.Within(40*time.Second, func() bool {
+		var l struct {
+			Jobs []struct {
+				Status      string `json:"status"`
+				Error       string `json:"error"`
+				LastFailure string `json:"last_failure"`
+			} `json:"jobs"`
+		}
+		if err := a.get(client, "/jobs", &l); err != nil || len(l.Jobs) != 1 {
+			return false
+		}
+		j := l.Jobs[0]
+		last = j.Status + ": " + j.Error + "; last failure: " + j.LastFailure
+		return strings.Contains(j.Error+j.LastFailure, wrong)
+	})
+	if !ok {
+		t.Fatalf("after 40 s the job's error does not name the address %s that node a cannot reach c at: %s", wrong, last)
 	}
 }
