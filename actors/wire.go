@@ -23,13 +23,13 @@ func encodeWire[T any](c codec.Codec[T], e *codec.DictEncoder, dst []byte, ts []
 	if len(ts) > 0 && allEqual(ts) {
 		dst = binary.AppendUvarint(dst, uint64(len(ts))<<1|1)
 		dst = binary.AppendVarint(dst, ts[0])
-		return codec.AppendBatchDict(c, e, dst, items)
-	}
-	dst = binary.AppendUvarint(dst, uint64(len(ts))<<1)
-	prev := int64(0)
-	for _, t := range ts {
-		dst = binary.AppendVarint(dst, t-prev)
-		prev = t
+	} else {
+		dst = binary.AppendUvarint(dst, uint64(len(ts))<<1)
+		prev := int64(0)
+		for _, t := range ts {
+			dst = binary.AppendVarint(dst, t-prev)
+			prev = t
+		}
 	}
 	return codec.AppendBatchDict(c, e, dst, items)
 }
