@@ -590,8 +590,7 @@ func (r *Runner) await(ctx context.Context, kind reportKind, what string, check 
 func (r *Runner) deployRemote(ctx context.Context, want string) error {
 	err := r.await(ctx, reportRegister, "registered", func(rep hostReport) error {
 		if rep.fingerprint != want {
-			return fmt.Errorf("%w: job %q: node %q runs plan %.12s, the job master %.12s: every node must run the same job graph and settings",
-				ErrPlanMismatch, r.job.Name, rep.node, rep.fingerprint, want)
+			return planMismatch(r.job.Name, rep.node, rep.fingerprint, want)
 		}
 		return nil
 	})

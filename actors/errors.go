@@ -3,6 +3,7 @@ package actors
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 var (
@@ -30,7 +31,9 @@ var (
 	// checkpoint like any task failure.
 	ErrCheckpointFailure = errors.New("actors: too many failed checkpoints")
 	// ErrPlanMismatch is returned when a node's task host registers with
-	// a job graph whose plan fingerprint differs from the job master's.
+	// a job graph whose plan fingerprint differs from the job master's,
+	// or with other channel settings that must be shared (see
+	// Network.Fingerprint).
 	ErrPlanMismatch = errors.New("actors: job plan mismatch")
 	// ErrControlFailed is wrapped by the error of a deployment whose
 	// control channel between the job master and a task host failed (a
@@ -99,3 +102,26 @@ func (e *TaskError) Error() string {
 
 // Unwrap returns the cause.
 func (e *TaskError) Unwrap() error { return e.Err }
+
+// planMismatch returns the error, wrapping ErrPlanMismatch, of node
+// running fingerprint theirs of job where the job master runs want. A
+// fingerprint is a plan digest, then optionally a space and the channel
+// settings the nodes must share (Network.Fingerprint): when only those
+// differ, the error names them.
+func planMismatch(job, node, theirs, want string) error {
+	tp, ts, _ := strings.Cut(theirs, " ")
+	wp, ws, _ := strings.Cut(want, " ")
+	if tp == wp {
+		return fmt.Errorf("%w: job %q: node %q runs with %s, the job master with %s: they must be the same on every node",
+			ErrPlanMismatch, job, node, orNone(ts), orNone(ws))
+	}
+	return fmt.Errorf("%w: job %q: node %q runs plan %.12s, the job master %.12s: every node must run the same job graph and settings",
+		ErrPlanMismatch, job, node, theirs, want)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no channel settings"
+	}
+	return s
+}

@@ -670,8 +670,7 @@ func (r *Runner) addNode(ctx context.Context, node string) (err error) {
 		return err
 	}
 	if reg.Fingerprint != r.want {
-		return fmt.Errorf("%w: job %q: node %q runs plan %.12s, the job master %.12s: every node must run the same job graph and settings",
-			ErrPlanMismatch, r.job.Name, node, reg.Fingerprint, r.want)
+		return planMismatch(r.job.Name, node, reg.Fingerprint, r.want)
 	}
 	if err := down.send(ictx, &controlMsg{Kind: ctlDeploy, Job: r.job.Name, Epoch: r.epoch}); err != nil {
 		return err

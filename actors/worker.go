@@ -229,8 +229,7 @@ func (w *Worker) Deploy(ctx context.Context, d Deployment) error {
 		return fmt.Errorf("actors: node %q: fingerprint of job %q: %w", w.cfg.Node, d.Job, err)
 	}
 	if d.Fingerprint != "" && fp != d.Fingerprint {
-		return fmt.Errorf("%w: job %q: node %q runs plan %.12s, the job master %.12s: every node must run the same job graph and settings",
-			ErrPlanMismatch, d.Job, w.cfg.Node, fp, d.Fingerprint)
+		return planMismatch(d.Job, w.cfg.Node, fp, d.Fingerprint)
 	}
 	if d.Index < 0 || d.Index >= len(d.Nodes) || d.Nodes[d.Index] != w.cfg.Node {
 		return fmt.Errorf("actors: node %q: deployment %d of job %q names node index %d of %q", w.cfg.Node, d.Epoch, d.Job, d.Index, d.Nodes)

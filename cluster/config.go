@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -37,6 +38,15 @@ type ChannelConfig struct {
 	// at the tail of a channel show no gap. Default 10s; at least twice
 	// AckInterval.
 	AckTimeout time.Duration
+}
+
+// Shared returns, in readable form, the settings of c that must be the
+// same on every node of a cluster: the credits (a receiver holds its
+// sender to its own). The others may differ: a receiver takes frames up
+// to the transport's message limit whatever its own MaxFrameBytes, and
+// the rest are each end's own.
+func (c ChannelConfig) Shared() string {
+	return "cluster.channels.credits=" + strconv.Itoa(c.Credits)
 }
 
 // DefaultChannelConfig returns the default channel configuration.

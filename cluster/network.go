@@ -128,13 +128,18 @@ func (n *Network) Stop() {
 	n.stop = nil
 }
 
-// Fingerprint returns the hex fingerprint of j's plan (FingerprintOf).
+// Fingerprint returns the hex fingerprint of j's plan (FingerprintOf),
+// then, after a space, the channel settings two nodes must share
+// (ChannelConfig.Shared): a receiver holds its sender to its own credits,
+// so a node whose credits differ from the job master's is refused at
+// deployment (actors.ErrPlanMismatch, naming the setting) instead of
+// failing every channel from a node with more.
 func (n *Network) Fingerprint(j *actors.Job) (string, error) {
 	fp, err := FingerprintOf(j)
 	if err != nil {
 		return "", err
 	}
-	return fp.String(), nil
+	return fp.String() + " " + n.cfg.Shared(), nil
 }
 
 func (n *Network) addr(peer string) string {

@@ -110,8 +110,11 @@ func TestClusterFingerprintMismatchWarnedOnce(t *testing.T) {
 // build another job plan (an MQTT source has one split per node). The
 // peers' addresses are node-local and change nothing. A member whose
 // node ids differ gets no subtasks and is warned about once, naming it
-// and this node's ids; a member that gossips no digest (an older
-// version) is compared by its pipelines alone.
+// and this node's ids; so does a member whose cluster.channels.credits
+// differ (it would fail every channel from a node with more credits),
+// while one whose other channel settings differ matches; a member that
+// gossips no digest (an older version) is compared by its pipelines
+// alone.
 func TestClusterMemberWithOtherNodesPlacedAround(t *testing.T) {
 	cfgOf := func(node string, peers ...string) *pipeline.Config {
 		var b strings.Builder
@@ -131,8 +134,15 @@ func TestClusterMemberWithOtherNodesPlacedAround(t *testing.T) {
 		}
 		return cfg
 	}
-	digest := func(cfg *pipeline.Config) string { return nodesDigest(cfg.Cluster.Nodes()) }
+	digest := func(cfg *pipeline.Config) string {
+		return nodesDigest(cfg.Cluster.Nodes(), cfg.Cluster.ChannelConfig().Shared())
+	}
 	a, b, c := cfgOf("a", "b", "c"), cfgOf("b", "c", "a"), cfgOf("c", "a")
+	// e names a's nodes but takes 8 credits a channel; f sets channel
+	// settings that are each end's own.
+	e, f := cfgOf("a", "b", "c"), cfgOf("a", "b", "c")
+	e.Cluster.Channels.Credits = 8
+	f.Cluster.Channels.AckInterval, f.Cluster.Channels.MaxFrameBytes = 2*time.Second, 1<<20
 	if pipelinesFingerprint(a.Pipelines) != pipelinesFingerprint(c.Pipelines) {
 		t.Fatal("the pipelines differ: the test needs the same ones")
 	}
@@ -141,6 +151,12 @@ func TestClusterMemberWithOtherNodesPlacedAround(t *testing.T) {
 	}
 	if digest(a) == digest(c) {
 		t.Errorf("node c's config names only a and c, yet it gossips a's digest %s", digest(a))
+	}
+	if digest(a) == digest(e) {
+		t.Errorf("node e takes other credits, yet it gossips a's digest %s", digest(a))
+	}
+	if digest(a) != digest(f) {
+		t.Errorf("node f differs from a in node-local channel settings, yet it gossips %s, a %s", digest(f), digest(a))
 	}
 	if len(digest(a)) != cluster.MaxNodesLen {
 		t.Errorf("digest %q: want %d hex digits", digest(a), cluster.MaxNodesLen)
@@ -165,20 +181,23 @@ func TestClusterMemberWithOtherNodesPlacedAround(t *testing.T) {
 	start("b", digest(b), ma.Addr())
 	start("c", digest(c), ma.Addr())
 	start("d", "", ma.Addr()) // an older version: no digest
-	testutil.Eventually(t, 10*time.Second, "a sees b, c and d", func() bool { return len(ma.Members()) == 4 })
+	start("e", digest(e), ma.Addr())
+	start("f", digest(f), ma.Addr())
+	testutil.Eventually(t, 10*time.Second, "a sees b to f", func() bool { return len(ma.Members()) == 6 })
 	var logs testutil.Buffer
 	n := &clusterNode{cfg: a.Cluster, log: slog.New(slog.NewTextHandler(&logs, nil)),
 		fingerprint: pipelinesFingerprint(a.Pipelines), nodesDigest: digest(a)}
 	v := &liveView{c: n}
 	v.m.Store(ma)
-	if others := v.otherPipelines(); len(others) != 1 || !others["c"] {
-		t.Errorf("members placed around: %v, want c alone", others)
+	if others := v.otherPipelines(); len(others) != 2 || !others["c"] || !others["e"] {
+		t.Errorf("members placed around: %v, want c and e", others)
 	}
 	v.checkFingerprints()
 	v.checkFingerprints()
 	out := logs.String()
-	if k := strings.Count(out, "names other cluster nodes"); k != 1 || !strings.Contains(out, "member=c") || !strings.Contains(out, "our_nodes=\"[a b c]\"") {
-		t.Fatalf("want one warning naming c and this node's ids, got %d:\n%s", k, out)
+	if k := strings.Count(out, "names other cluster nodes or channel credits"); k != 2 || !strings.Contains(out, "member=c") || !strings.Contains(out, "member=e") ||
+		!strings.Contains(out, "our_nodes=\"[a b c]\"") || !strings.Contains(out, `our_channels="cluster.channels.credits=16"`) {
+		t.Fatalf("want a warning naming c and one naming e, with this node's ids and credits, got %d:\n%s", k, out)
 	}
 	if strings.Contains(out, "runs other pipelines") {
 		t.Fatalf("the warning blames the pipelines:\n%s", out)

@@ -681,7 +681,7 @@ func (v *liveView) differs(m cluster.Meta) bool {
 }
 
 // otherNodes reports whether member m's config names other cluster
-// nodes than this node's.
+// nodes than this node's, or other channel credits.
 func (v *liveView) otherNodes(m cluster.Meta) bool {
 	return m.Nodes != "" && v.c.nodesDigest != "" && m.Nodes != v.c.nodesDigest
 }
@@ -746,14 +746,14 @@ func (v *liveView) checkFingerprints() {
 		switch {
 		case seen:
 		case m.ID == leader && v.otherNodes(m):
-			v.c.log.Error("cluster: this node's config names other cluster nodes than the leader's (cluster.node and the ids of cluster.peers must be the same set on every node); this node gets no subtasks until it restarts with the leader's",
-				"leader", m.ID, "our_nodes", v.c.cfg.Nodes(), "leader_nodes_digest", m.Nodes, "ours", v.c.nodesDigest)
+			v.c.log.Error("cluster: this node's config names other cluster nodes or channel credits than the leader's (cluster.node and the ids of cluster.peers must be the same set on every node, and cluster.channels.credits the same number); this node gets no subtasks until it restarts with the leader's",
+				"leader", m.ID, "our_nodes", v.c.cfg.Nodes(), "our_channels", v.c.cfg.ChannelConfig().Shared(), "leader_nodes_digest", m.Nodes, "ours", v.c.nodesDigest)
 		case m.ID == leader:
 			v.c.log.Error("cluster: this node runs other pipelines than the leader (the shared settings of its pipelines, or its version, differ from the leader's); this node gets no subtasks until it restarts with the leader's pipelines",
 				"leader", m.ID, "leader_fingerprint", m.Fingerprint, "ours", v.c.fingerprint)
 		case v.otherNodes(m):
-			v.c.log.Warn("cluster: a member's config names other cluster nodes than this node's (cluster.node and the ids of cluster.peers must be the same set on every node); it gets no subtasks until they match",
-				"member", m.ID, "our_nodes", v.c.cfg.Nodes(), "its_nodes_digest", m.Nodes, "ours", v.c.nodesDigest)
+			v.c.log.Warn("cluster: a member's config names other cluster nodes or channel credits than this node's (cluster.node and the ids of cluster.peers must be the same set on every node, and cluster.channels.credits the same number); it gets no subtasks until they match",
+				"member", m.ID, "our_nodes", v.c.cfg.Nodes(), "our_channels", v.c.cfg.ChannelConfig().Shared(), "its_nodes_digest", m.Nodes, "ours", v.c.nodesDigest)
 		default:
 			v.c.log.Warn("cluster: a member runs other pipelines than this node (its config or version differs); it gets no subtasks until they match",
 				"member", m.ID, "its_fingerprint", m.Fingerprint, "ours", v.c.fingerprint)

@@ -53,8 +53,9 @@ type clusterNode struct {
 	// fingerprint identifies the node's pipelines (gossiped in its
 	// membership metadata).
 	fingerprint string
-	// nodesDigest identifies the node ids its config names (gossiped in
-	// its membership metadata; see liveView.differs).
+	// nodesDigest identifies the node ids its config names and the
+	// channel settings every node must share (gossiped in its membership
+	// metadata; see liveView.differs).
 	nodesDigest string
 	// epochBase makes the epochs of this start of the master newer than
 	// those of any earlier start.
@@ -669,7 +670,7 @@ func (n *node) joinCluster(cfg *pipeline.Config) error {
 		return err
 	}
 	c.fingerprint = pipelinesFingerprint(cfg.Pipelines)
-	c.nodesDigest = nodesDigest(cfg.Cluster.Nodes())
+	c.nodesDigest = nodesDigest(cfg.Cluster.Nodes(), cfg.Cluster.ChannelConfig().Shared())
 	c.rep = newReplicas(cfg.Cluster, cfg.Pipelines, c.peers, c.live.alike, c.seen.Load, n.log.With("node", cfg.Cluster.Node))
 	c.peers.rep = c.rep
 	if cfg.Cluster.Gossip != "" {
@@ -786,13 +787,17 @@ func pipelinesFingerprint(pcs []pipeline.PipelineConfig) string {
 }
 
 // nodesDigest returns the digest of the node ids a config names
-// (ClusterConfig.Nodes, sorted) that a node gossips beside its
-// fingerprint: cluster.MaxNodesLen hex digits.
-func nodesDigest(nodes []string) string {
+// (ClusterConfig.Nodes, sorted) and of the channel settings every node
+// must share (cluster.ChannelConfig.Shared) that a node gossips beside
+// its fingerprint: cluster.MaxNodesLen hex digits. A node whose channel
+// credits differ would fail every channel from a node with more, so it
+// is placed around as one that names other nodes.
+func nodesDigest(nodes []string, shared string) string {
 	h := sha256.New()
 	for _, id := range nodes {
 		io.WriteString(h, id)
 		h.Write([]byte{0})
 	}
+	io.WriteString(h, shared)
 	return hex.EncodeToString(h.Sum(nil))[:cluster.MaxNodesLen]
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/cluster"
@@ -73,6 +74,46 @@ func TestMultiNodeSettingsMismatchRefused(t *testing.T) {
 				t.Fatalf("refused: %v", err)
 			case c.refused && (!errors.Is(err, actors.ErrPlanMismatch) || !strings.Contains(err.Error(), `node "node-1"`)):
 				t.Fatalf("got %v, want ErrPlanMismatch naming node-1", err)
+			}
+			if c.refused {
+				t.Log(err)
+			} else {
+				mc.checkCrossed(t)
+			}
+		})
+	}
+}
+
+// A node whose cluster.channels.credits differ from the job master's is
+// refused when it registers, with an error that names the setting and
+// both values (before, every channel from the node with more credits
+// failed with cluster.ErrCreditExceeded and the job restarted over and
+// over); channel settings that are each end's own (the acknowledgement
+// interval, the largest frame) may differ.
+func TestMultiNodeChannelSettingsMismatch(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		mod     func(*cluster.ChannelConfig)
+		refused bool
+	}{
+		{"credits", func(cfg *cluster.ChannelConfig) { cfg.Credits = 8 }, true},
+		{"ack interval and frame size", func(cfg *cluster.ChannelConfig) {
+			cfg.AckInterval, cfg.MaxFrameBytes = 80*time.Millisecond, 128<<10
+		}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			other := testChannelConfig()
+			c.mod(&other)
+			mc := memoryClusterOf(t, 1, cluster.Faults{}, []cluster.ChannelConfig{testChannelConfig(), other})
+			env := settingsJob(t, "1s", t.TempDir(), stream.WithCluster(mc.Cluster))
+			mc.spread(t, env)
+			err := execute(t, env)
+			switch {
+			case !c.refused && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.refused && (!errors.Is(err, actors.ErrPlanMismatch) ||
+				!strings.Contains(err.Error(), `node "node-1" runs with cluster.channels.credits=8, the job master with cluster.channels.credits=16`)):
+				t.Fatalf("got %v, want ErrPlanMismatch naming node-1's and the master's credits", err)
 			}
 			if c.refused {
 				t.Log(err)

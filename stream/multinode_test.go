@@ -43,8 +43,18 @@ func memoryCluster(t testing.TB, n int, seed uint64, f cluster.Faults) *testClus
 
 // memoryClusterWith is memoryCluster with the channels configured by cfg.
 func memoryClusterWith(t testing.TB, n int, seed uint64, f cluster.Faults, cfg cluster.ChannelConfig) *testCluster {
+	cfgs := make([]cluster.ChannelConfig, n)
+	for i := range cfgs {
+		cfgs[i] = cfg
+	}
+	return memoryClusterOf(t, seed, f, cfgs)
+}
+
+// memoryClusterOf is memoryCluster with node i's channels configured by
+// cfgs[i].
+func memoryClusterOf(t testing.TB, seed uint64, f cluster.Faults, cfgs []cluster.ChannelConfig) *testCluster {
 	c := &testCluster{Cluster: &actors.Cluster{}, mem: cluster.NewMemoryNetwork(seed, f)}
-	for i := range n {
+	for i, cfg := range cfgs {
 		id := fmt.Sprintf("node-%d", i)
 		nw := cluster.NewNetwork(id, cfg, nil)
 		nw.Attach(c.mem.Node(id, nw.Endpoint()))
