@@ -79,6 +79,10 @@ type channel struct {
 	// blocked is the time the sender spent waiting for credit, in ns:
 	// backpressure.
 	blocked atomic.Int64
+	// next is the channel that replaced this one in its sender's router
+	// when a handover re-pointed it (parkMoved): the sender's
+	// backpressure goes on there.
+	next atomic.Pointer[channel]
 }
 
 // newChannel returns a channel owning the buffers bufs.

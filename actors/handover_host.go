@@ -79,7 +79,14 @@ func (h *host) retire(ctx context.Context, key TaskKey, id int64, wait time.Dura
 	// the task's routers (parkMoved): their remote senders are closed
 	// here too, or the last frame the task sent on one, which its reader
 	// took before swapping to the new instance's channel and never
-	// acknowledged, would fail the job at the channel's ack_timeout.
+	// acknowledged, would fail the job at the channel's ack_timeout. So
+	// is the sender a still parked channel replaced (unpark closes it),
+	// which is in neither when it was itself a re-pointed channel.
+	for _, ch := range t.parked {
+		if ch.park != nil {
+			ch.park.replaced.closeRemote()
+		}
+	}
 	for _, r := range t.routers {
 		for _, ch := range r.channels() {
 			ch.closeRemote()

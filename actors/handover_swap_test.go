@@ -2,6 +2,7 @@ package actors
 
 import (
 	"testing"
+	"time"
 )
 
 // A reader of a moved subtask takes the new instance's channel after the
@@ -56,5 +57,50 @@ func TestSwapTakesTheNewChannelActive(t *testing.T) {
 	tk.inputTime(tk.merger.SetIdle(0, true))
 	if tk.merger.Current() != 900 {
 		t.Fatalf("watermark %d with the split idle again, want 900", tk.merger.Current())
+	}
+}
+
+// chanRouter is a router over given channels that replaces them as a
+// handover re-points one.
+type chanRouter struct {
+	recordingRouter
+	chans []*channel
+}
+
+func (r *chanRouter) channels() []*channel { return r.chans }
+
+func (r *chanRouter) replace(i int, ch *channel) error {
+	r.chans[i] = ch
+	return nil
+}
+
+// The task's backpressure counts the channel a sender parks for a moved
+// subtask, beside the time the old one's sender spent blocked: it keeps
+// counting what the task sends on and stays a running total (before, it
+// counted the old channel, which no longer carried anything, and missed
+// the parked one's).
+func TestParkedChannelCountsInTheBackpressure(t *testing.T) {
+	tk := testTask(&host{maxP: 128, cfg: Config{Credits: 4}}, 1, 0)
+	moved := TaskKey{UID: "sink", Subtask: 1}
+	stay, away := newChannel(0, nil, nil), newChannel(1, nil, nil)
+	stay.dest, away.dest = TaskKey{UID: "sink", Subtask: 0}, moved
+	stay.blocked.Store(int64(time.Second))
+	away.blocked.Store(int64(3 * time.Second))
+	r := &chanRouter{chans: []*channel{stay, away}}
+	tk.routers = []router{r}
+	tk.outChans = []*channel{stay, away}
+	tk.ho = &taskHandover{id: 7, moved: map[TaskKey]bool{moved: true}}
+
+	tk.parkMoved()
+	pc := r.chans[1]
+	if pc == away || pc.park == nil || pc.park.replaced != away {
+		t.Fatal("the channel to the moved subtask was not parked")
+	}
+	if bp := taskMetrics([]*task{tk})[0].Backpressure; bp != 4*time.Second {
+		t.Fatalf("backpressure right after parking %v, want the 4s so far", bp)
+	}
+	pc.blocked.Add(int64(2 * time.Second))
+	if bp := taskMetrics([]*task{tk})[0].Backpressure; bp != 6*time.Second {
+		t.Fatalf("backpressure %v after the parked channel's sender waited 2s, want 6s", bp)
 	}
 }

@@ -330,6 +330,10 @@ func (t *task) parkMoved() {
 			if err := r.replace(i, pc); err != nil {
 				operators.Fail(err)
 			}
+			// The task's backpressure counts pc's sender from now on
+			// (outChans, which the metrics read from other goroutines,
+			// stays as built).
+			ch.next.Store(pc)
 			t.parked = append(t.parked, pc)
 			h := t.run
 			h.mu.Lock()

@@ -879,7 +879,9 @@ func taskMetrics(tasks []*task) []TaskMetrics {
 		}
 		var blocked int64
 		for _, ch := range t.outChans {
-			blocked += ch.blocked.Load()
+			for c := ch; c != nil; c = c.next.Load() {
+				blocked += c.blocked.Load()
+			}
 		}
 		m.Backpressure = time.Duration(blocked)
 		out = append(out, m)
