@@ -306,7 +306,7 @@ func (s *LineFileSource[T]) Poll(out Collector[T], limit int) (Status, error) {
 		at := s.pos
 		s.pos += n
 		if long {
-			err := fmt.Errorf("line file source: the line at offset %d has %d bytes, more than %d: %w", at, n, MaxLineSize, bufio.ErrTooLong)
+			err := fmt.Errorf("line file source: the line at offset %d has %d bytes, more than %d: %w", at, n-int64(s.r.eol), MaxLineSize, bufio.ErrTooLong)
 			if s.long != nil {
 				s.bad.count.Add(1)
 				out.Collect(s.long(string(raw), err))

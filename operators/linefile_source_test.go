@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -193,4 +194,34 @@ func lineLengths(lines []string) []int {
 		n[i] = len(l)
 	}
 	return n
+}
+
+// The dead letter of a long line names the line's length, without its end
+// of line: ended by "\r\n", by "\n", by "\r\n" whose "\r" ends a full read
+// buffer (64 KiB), or by the end of the file, in the line file source and
+// the socket source.
+func TestLongLineDeadLetterNamesTheLinesLength(t *testing.T) {
+	long := strings.Repeat("z", MaxLineSize+1)
+	crAtBufferEnd := strings.Repeat("z", 17*(64<<10)-1) // its "\r" is the last byte of the 17th buffer
+	for _, c := range []struct {
+		name, text string
+		n          int
+	}{
+		{"CRLF", long + "\r\nb\n", len(long)},
+		{"LF", long + "\nb\n", len(long)},
+		{"CR at a buffer's end", crAtBufferEnd + "\r\nb\n", len(crAtBufferEnd)},
+		{"end of file", "b\n" + long, len(long)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var errs []string
+			src := NewLineFileSource(writeTempFile(t, c.text), func(s string) (string, error) { return s, nil }).
+				WithDeadLetter(func(_ string, err error) { errs = append(errs, err.Error()) })
+			if _, err := runSource(t, Source[string](src), subtaskContext(0, 1), 10); err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf("has %d bytes, more than %d", c.n, MaxLineSize); len(errs) != 1 || !strings.Contains(errs[0], want) {
+				t.Errorf("dead letter errors %q, want one saying %q", errs, want)
+			}
+		})
+	}
 }

@@ -16,6 +16,10 @@ const longLinePrefix = 4 << 10
 type lineReader struct {
 	*bufio.Reader
 	long []byte // a line longer than the Reader's buffer, being assembled
+	// eol is the length of the end of line ("\n" 1, "\r\n" 2, none 0)
+	// of the line readLine returned last: its n less eol is the line's
+	// length.
+	eol int
 }
 
 // readLine returns the next line with its "\n" (none at the end of the
@@ -26,9 +30,15 @@ type lineReader struct {
 // until the next call.
 func (r *lineReader) readLine() (line []byte, n int64, long bool, err error) {
 	r.long = r.long[:0]
+	cr := false // the fragment before ended with "\r"
 	for {
 		frag, err := r.ReadSlice('\n')
 		n += int64(len(frag))
+		if err != bufio.ErrBufferFull {
+			r.eol = eolLen(frag, cr)
+		} else {
+			cr = len(frag) > 0 && frag[len(frag)-1] == '\r'
+		}
 		if long {
 			if err != bufio.ErrBufferFull {
 				return r.long, n, true, err
@@ -51,6 +61,19 @@ func (r *lineReader) readLine() (line []byte, n int64, long bool, err error) {
 			r.long, long = r.long[:longLinePrefix], true
 		}
 	}
+}
+
+// eolLen returns the length of the end of line that ends frag, the last
+// fragment of a line; cr tells whether the fragment before it ended with
+// "\r" (a "\r\n" split between two reads).
+func eolLen(frag []byte, cr bool) int {
+	switch {
+	case len(frag) == 0 || frag[len(frag)-1] != '\n':
+		return 0
+	case len(frag) >= 2 && frag[len(frag)-2] == '\r', len(frag) == 1 && cr:
+		return 2
+	}
+	return 1
 }
 
 // trimEOL removes a trailing "\n" or "\r\n".

@@ -54,7 +54,7 @@ type SocketSource[T any] struct {
 // bytes of a line longer than MaxLineSize, whose length is then n.
 type socketLine struct {
 	text string
-	n    int64 // set for a line longer than MaxLineSize
+	n    int64 // set for a line longer than MaxLineSize: its length without its end of line
 }
 
 var (
@@ -148,7 +148,7 @@ func (s *SocketSource[T]) read(ctx context.Context) error {
 		raw, n, long, err := r.readLine()
 		var l socketLine
 		if long {
-			l = socketLine{text: string(raw), n: n}
+			l = socketLine{text: string(raw), n: n - int64(r.eol)}
 		} else if line := trimEOL(raw); len(line) > 0 {
 			l = socketLine{text: string(line)}
 		}

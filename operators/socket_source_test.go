@@ -3,6 +3,7 @@ package operators
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -227,5 +228,24 @@ func TestSourcesSayWhetherTheyReplay(t *testing.T) {
 		if r, ok := src.(Replayer); ok && !r.Replayable() {
 			t.Errorf("%s source says it cannot replay", name)
 		}
+	}
+}
+
+// The dead letter of a long line names the line's length, without its
+// "\r\n" (TestLongLineDeadLetterNamesTheLinesLength for the file source).
+func TestSocketSourceLongLineDeadLetterNamesTheLinesLength(t *testing.T) {
+	long := strings.Repeat("x", MaxLineSize+1)
+	addr := startLineServer(t, func(c net.Conn) {
+		io.WriteString(c, long+"\r\n")
+		io.WriteString(c, "b")
+	})
+	var errs []string
+	src := NewSocketSource(addr, func(s string) (string, error) { return s, nil }).
+		WithDeadLetter(func(_ string, err error) { errs = append(errs, err.Error()) })
+	if _, err := runSource(t, Source[string](src), subtaskContext(0, 1), 10); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("a line of %d bytes, more than %d", len(long), MaxLineSize); len(errs) != 1 || !strings.Contains(errs[0], want) {
+		t.Errorf("dead letter errors %q, want one saying %q", errs, want)
 	}
 }
