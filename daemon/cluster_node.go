@@ -345,12 +345,12 @@ func (c *clusterNode) jobCluster(env *stream.Environment) (*actors.Cluster, erro
 			ac.Placement[actors.TaskKey{UID: v.UID, Subtask: i}] = ids[i%len(ids)]
 		}
 	}
-	for _, p := range c.cfg.Placement {
-		k := actors.TaskKey{UID: p.Operator, Subtask: p.Subtask}
-		if _, ok := ac.Placement[k]; !ok {
-			return nil, fmt.Errorf("cluster.placement: the job %q has no subtask %s", job.Name, k)
-		}
-		ac.Placement[k] = p.Node
+	plan, err := env.Plan()
+	if err != nil {
+		return nil, err
+	}
+	if err := pinPlacement(job.Name, plan, ac.Placement, c.cfg.Placement); err != nil {
+		return nil, err
 	}
 	c.setHome(job, ac.Placement)
 	if v := c.live; v != nil {
@@ -800,4 +800,41 @@ func nodesDigest(nodes []string, shared string) string {
 	}
 	io.WriteString(h, shared)
 	return hex.EncodeToString(h.Sum(nil))[:cluster.MaxNodesLen]
+}
+
+// pinPlacement applies to placement, the placement of job's plan, the
+// rows of cluster.placement that name job's operators (the others are
+// other pipelines'). A row pins its operator's whole chain: the
+// operators chained with it run in one task, which runs where the
+// chain's first operator is placed, so a row of a chained operator
+// alone would not be followed. Two rows that pin one task on different
+// nodes, or a row naming no subtask of job, are refused.
+func pinPlacement(job string, plan *actors.Plan, placement map[actors.TaskKey]string, pins []pipeline.PlacementConfig) error {
+	chainOf := map[string]*actors.Chain{}
+	for _, ch := range plan.Chains {
+		for _, v := range ch.Vertices {
+			chainOf[v.UID] = ch
+		}
+	}
+	pinned := map[actors.TaskKey]int{} // a chain's head subtask → the row pinning it
+	for i, p := range pins {
+		if !strings.HasPrefix(p.Operator, job+"/") {
+			continue
+		}
+		k := actors.TaskKey{UID: p.Operator, Subtask: p.Subtask}
+		ch := chainOf[p.Operator]
+		if _, ok := placement[k]; !ok || ch == nil {
+			return fmt.Errorf("cluster.placement[%d]: the job %q has no subtask %s", i, job, k)
+		}
+		head := actors.TaskKey{UID: ch.Head().UID, Subtask: p.Subtask}
+		if j, ok := pinned[head]; ok && pins[j].Node != p.Node {
+			return fmt.Errorf("cluster.placement[%d]: %s runs in one task with %s (the operators are chained: %s), which cluster.placement[%d] pins on node %q, not %q: pin the operators of a task on one node",
+				i, k, actors.TaskKey{UID: pins[j].Operator, Subtask: p.Subtask}, ch.Name(), j, pins[j].Node, p.Node)
+		}
+		pinned[head] = i
+		for _, v := range ch.Vertices {
+			placement[actors.TaskKey{UID: v.UID, Subtask: p.Subtask}] = p.Node
+		}
+	}
+	return nil
 }

@@ -161,6 +161,15 @@ func (c *Config) validate(p *problems) {
 		names[pc.Name] = i
 		pc.plan = pc.compile(p, path)
 	}
+	if c.Cluster != nil {
+		for i, pl := range c.Cluster.Placement {
+			name, _, ok := strings.Cut(pl.Operator, "/")
+			if _, known := names[name]; pl.Operator != "" && (!ok || !known) {
+				p.add(fmt.Sprintf("cluster.placement[%d].operator", i),
+					fmt.Sprintf("%q names no pipeline: an operator's uid is \"<pipeline>/<operator>\"", pl.Operator))
+			}
+		}
+	}
 	checkSharedDirs(p, c.Pipelines)
 	checkBatchBytes(p, c.Pipelines)
 	checkTopicRoom(p, c.Pipelines)
