@@ -345,7 +345,9 @@ func (c *clusterNode) jobCluster(env *stream.Environment) (*actors.Cluster, erro
 			ac.Placement[actors.TaskKey{UID: v.UID, Subtask: i}] = ids[i%len(ids)]
 		}
 	}
-	plan, err := env.Plan()
+	// The chains of the job's graph (env.Plan would validate the cluster
+	// being made here).
+	plan, err := actors.BuildPlan(job)
 	if err != nil {
 		return nil, err
 	}

@@ -40,7 +40,8 @@ func pinConfig(t *testing.T, rows ...string) *pipeline.Config {
 	return cfg
 }
 
-// pinEnv builds pipeline name of cfg as the daemon does.
+// pinEnv builds pipeline name of cfg as the daemon does: on a cluster
+// that jobCluster fills in.
 func pinEnv(t *testing.T, cfg *pipeline.Config, name string) *stream.Environment {
 	t.Helper()
 	for _, pc := range cfg.Pipelines {
@@ -51,7 +52,7 @@ func pinEnv(t *testing.T, cfg *pipeline.Config, name string) *stream.Environment
 		if err != nil {
 			t.Fatal(err)
 		}
-		env := stream.NewEnvironment(pc.Name, opts...)
+		env := stream.NewEnvironment(pc.Name, append(opts, stream.WithCluster(&actors.Cluster{}))...)
 		if err := pipeline.Build(pc, env, io.Discard); err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +70,11 @@ func pinEnv(t *testing.T, cfg *pipeline.Config, name string) *stream.Environment
 // pipeline no longer keeps the other pipelines from starting (before,
 // every job but the one it named was refused: "has no subtask").
 func TestJobClusterPinsTheWholeTask(t *testing.T) {
-	plan, err := pinEnv(t, pinConfig(t), "temps").Plan()
+	g, err := pinEnv(t, pinConfig(t), "temps").Graph()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := actors.BuildPlan(g)
 	if err != nil {
 		t.Fatal(err)
 	}
