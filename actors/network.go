@@ -168,7 +168,10 @@ type RemoteFrame struct {
 // implemented outside this package (package cluster), over a transport.
 type Network interface {
 	// Fingerprint returns a stable fingerprint of j's plan: two nodes
-	// exchange channels only when theirs are equal.
+	// exchange channels only when theirs are equal. It is the plan's
+	// digest, then optionally a space and, in readable form, the network
+	// settings every node must share: a mismatch of those alone is named
+	// in the error (ErrPlanMismatch).
 	Fingerprint(j *Job) (string, error)
 	// OpenSender opens the sending end of channel id, whose receiver runs
 	// on node peer. onFail is called once if the channel fails (a gap, a
