@@ -19,10 +19,7 @@ func TestClusterMemberWithOtherPeersGetsNoSubtasks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with three subprocesses")
 	}
-	members := startClusterHosting(t, true, func(cfg string) string {
-		if !strings.Contains(cfg, "\n  node: c\n") {
-			return cfg
-		}
+	memberOfOtherConfigGetsNoSubtasks(t, func(cfg string) string {
 		var out []string
 		for _, line := range strings.Split(cfg, "\n") {
 			if !strings.Contains(line, "{id: b,") {
@@ -30,6 +27,35 @@ func TestClusterMemberWithOtherPeersGetsNoSubtasks(t *testing.T) {
 			}
 		}
 		return strings.Join(out, "\n")
+	})
+}
+
+// Node c of a three-node cluster with gossip is started with
+// cluster.channels.credits 8, the others with the default 16: a
+// receiver holds its sender to its own credits, so c would fail every
+// channel from a and b (cluster.ErrCreditExceeded, the job restarting
+// over and over). The leader places nothing on c and says why, naming c,
+// and the job runs on a and b in its first attempt with exact windows.
+func TestClusterMemberWithOtherCreditsGetsNoSubtasks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses")
+	}
+	memberOfOtherConfigGetsNoSubtasks(t, func(cfg string) string {
+		return strings.Replace(cfg, "\n  node: c\n", "\n  node: c\n  channels: {credits: 8}\n", 1)
+	})
+}
+
+// memberOfOtherConfigGetsNoSubtasks starts a three-node cluster with
+// gossip whose node c's config is passed through edit, and checks that
+// the leader warns about c, places nothing on it, and runs the job on a
+// and b without a restart, with exact windows.
+func memberOfOtherConfigGetsNoSubtasks(t *testing.T, edit func(cfg string) string) {
+	t.Helper()
+	members := startClusterHosting(t, true, func(cfg string) string {
+		if !strings.Contains(cfg, "\n  node: c\n") {
+			return cfg
+		}
+		return edit(cfg)
 	}, "b")
 	l := newClusterLoad(t, members)
 	a, c := members[0], members[2]
