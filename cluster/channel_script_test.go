@@ -13,7 +13,7 @@ import (
 // TestChannelScripts runs testdata/channel/*.txt: a sender and a receiver
 // joined by a scripted wire. Commands (t is an offset from the Unix epoch):
 //
-//	new [credits=16 window=64 epoch=1 ack-interval=1s ack-timeout=10s max-frame= max-merge=]
+//	new [credits=32 window=64 epoch=1 ack-interval=1s ack-timeout=10s max-frame= max-merge=]
 //	send kind=batch|watermark|status|barrier|eos [value=0 bytes=8 n=1 merge=false]
 //	deliver [seq=]      deliver wire frame seq (may be a duplicate), or
 //	                    every frame still on the wire, in order

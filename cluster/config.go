@@ -13,7 +13,8 @@ type ChannelConfig struct {
 	// Credits is the number of batches a sender may have unacknowledged on
 	// one channel, as actors.Config.Credits bounds them between local
 	// subtasks. A blocked sender resumes when half of them are free.
-	// Default 16.
+	// Default 32: a key-by edge between two nodes kept its cores busier
+	// than with 16 (BENCHMARKS.md, "Credits").
 	Credits int
 	// MaxFrameBytes is the largest frame a channel sends, header included,
 	// in bytes; batches are capped at MaxBatchBytes so that they fit.
@@ -52,7 +53,7 @@ func (c ChannelConfig) Shared() string {
 // DefaultChannelConfig returns the default channel configuration.
 func DefaultChannelConfig() ChannelConfig {
 	return ChannelConfig{
-		Credits:         16,
+		Credits:         32,
 		MaxFrameBytes:   256 << 10,
 		MaxMergeBytes:   64 << 10,
 		DuplicateWindow: 64,
