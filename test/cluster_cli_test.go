@@ -53,6 +53,17 @@ func runCLI(t *testing.T, timeout time.Duration, args ...string) (int, string, s
 	return code, stdout.String(), stderr.String()
 }
 
+// mustCLI runs `edged args... --addr addr`, waiting up to timeout, fails
+// the test unless it exits 0, and returns its stdout.
+func mustCLI(t *testing.T, timeout time.Duration, addr string, args ...string) string {
+	t.Helper()
+	code, stdout, stderr := runCLI(t, timeout, append(args, "--addr", addr)...)
+	if code != 0 {
+		t.Fatalf("edged %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, stdout, stderr)
+	}
+	return stdout
+}
+
 // setParallelism rewrites the pipeline's parallelism in m's config.
 func setParallelism(t *testing.T, m *clusterMember, from, to int) {
 	t.Helper()

@@ -207,9 +207,7 @@ func TestClusterLeaderKilledDuringADrain(t *testing.T) {
 		}
 		return false
 	})
-	if code, stdout, stderr := runCLI(t, 2*time.Minute, "cluster", "drain", "c", "--addr", a.apiAddr); code != 0 {
-		t.Fatalf("edged cluster drain c on a: exit %d, %q %q", code, stdout, stderr)
-	}
+	mustCLI(t, 2*time.Minute, a.apiAddr, "cluster", "drain", "c")
 	l.publish(from, n)
 	l.finishChecked(n, 120*time.Second)
 	for _, m := range members {

@@ -54,15 +54,7 @@ func TestClusterNodeUndrainedRejoins(t *testing.T) {
 	defer cancel()
 	cli := func(args ...string) string {
 		t.Helper()
-		var stdout, stderr bytes.Buffer
-		cmd := exec.CommandContext(ctx, edgedBin, append(args, "--addr", a.apiAddr)...)
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		start := time.Now()
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("edged %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, stdout.String(), stderr.String())
-		}
-		t.Logf("edged %s after %v: %s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), strings.TrimSpace(stdout.String()))
-		return stdout.String()
+		return mustCLI(t, 3*time.Minute, a.apiAddr, args...)
 	}
 	var before rebalanceModes
 	if err := a.get(client, "/cluster", &before); err != nil {
@@ -139,12 +131,7 @@ func TestClusterUndrainDoesNotFailTheJobLater(t *testing.T) {
 	l.stopDevices(1)
 	cli := func(args ...string) string {
 		t.Helper()
-		code, stdout, stderr := runCLI(t, 3*time.Minute, append(args, "--addr", a.apiAddr)...)
-		if code != 0 {
-			t.Fatalf("edged %v: exit %d\n%s%s", args, code, stdout, stderr)
-		}
-		t.Logf("edged %v: %s", args, strings.TrimSpace(stdout))
-		return stdout
+		return mustCLI(t, 3*time.Minute, a.apiAddr, args...)
 	}
 	cli("cluster", "drain", "b")
 	testutil.Eventually(t, 30*time.Second, "the master sees b left", func() bool {
