@@ -170,8 +170,8 @@ func (s *WriteAheadSink[T]) WithPublishChunks(p PublishChunks[T]) *WriteAheadSin
 // that failed and under the same ids, after a wait doubling from 1 s to 30 s (on the
 // Context's clock), for as long as the job runs: the subtask does not
 // fail (WithMaxHeld makes it wait instead once too much is held). After a
-// failed publish, the batches published in the 2 s before it, and the
-// latest one (at most 50,000 records), go out again first: a broker killed and restarted from
+// failed publish, the latest batch and the batches published in the 2 s
+// before it (at most 50,000 records) go out again first: a broker killed and restarted from
 // its persistence file has lost what it acknowledged since its last save.
 // A panic
 // in the publish fails the subtask at its next checkpoint. A checkpoint
@@ -748,12 +748,20 @@ func (s *WriteAheadSink[T]) keepRecent(recent []recentBatch[T], p walBatch[T]) [
 }
 
 // recentSince returns the batches of recent published within
-// republishWindow and the latest one, oldest first.
+// republishWindow before the latest one, and the latest one, oldest
+// first. The window ends at the latest publish, not at the failure: the
+// sink sees a lost connection only at its next publish, which may come
+// long after the broker died (no result for a while), and what a killed
+// broker lost is what it acknowledged in its last moments, before the
+// latest publish at the latest.
 func (s *WriteAheadSink[T]) recentSince(recent []recentBatch[T]) []walBatch[T] {
-	now := s.clock.Now()
+	if len(recent) == 0 {
+		return nil
+	}
+	latest := recent[len(recent)-1].at
 	var out []walBatch[T]
-	for i, r := range recent {
-		if now.Sub(r.at) <= republishWindow || i == len(recent)-1 {
+	for _, r := range recent {
+		if latest.Sub(r.at) <= republishWindow {
 			out = append(out, r.b)
 		}
 	}

@@ -411,9 +411,9 @@ func TestWriteAheadSinkBackgroundPublishRetries(t *testing.T) {
 	}
 }
 
-// After a failed publish, the batches published in the 2 s before it, and
-// the latest one however old, go out again first, under the same ids (a
-// broker restarted from its persistence file lost what it acknowledged
+// After a failed publish, the latest batch however old, and the batches
+// published in the 2 s before it, go out again first, under the same ids
+// (a broker restarted from its persistence file lost what it acknowledged
 // after its last save); older ones do not.
 func TestWriteAheadSinkRepublishesRecentAfterAFailure(t *testing.T) {
 	ctx := sinkContext(0)
@@ -465,8 +465,71 @@ func TestWriteAheadSinkRepublishesRecentAfterAFailure(t *testing.T) {
 	if err := s.WaitCommitted(4); err != nil {
 		t.Fatal(err)
 	}
-	if _, out := f.state(); !slices.Equal(out, []string{"a", "b", "c", "c", "d"}) {
-		t.Fatalf("published %v, want a b c, then c again (the latest before the failure) and d", out)
+	if _, out := f.state(); !slices.Equal(out, []string{"a", "b", "c", "b", "c", "d"}) {
+		t.Fatalf("published %v, want a b c, then b and c again (the latest before the failure and the one 1 s before it) and d", out)
+	}
+}
+
+// A broker killed loses what it acknowledged since its last save, and
+// the sink sees the lost connection only at its next publish, which may
+// come long after (a quiet stretch: no window fired, no alert). So the
+// batches published in the 2 s before the latest one go out again after
+// the failure too, not only the latest: here b's, 500 ms before c, both
+// acknowledged by a broker that saved neither (autosave_interval 1) and
+// was killed just after c, and the next publish, d's, 10 s later. Before,
+// only c went out again, and b was lost for the consumer.
+func TestWriteAheadSinkRepublishesTheBatchesBeforeTheLatestAfterAQuietStretch(t *testing.T) {
+	ctx := sinkContext(0)
+	clock := ctx.Clock.(*clockwork.FakeClock)
+	f := &failingPublish{}
+	s := operators.NewWriteAheadSink(f.publish, nil).WithBackgroundPublish()
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	complete := func(id int64, vs ...string) {
+		t.Helper()
+		for _, v := range vs {
+			s.Collect(v)
+		}
+		if _, err := s.SnapshotState(id); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.NotifyCheckpointComplete(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	complete(1, "a")
+	if err := s.WaitCommitted(1); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(5 * time.Second)
+	complete(2, "b")
+	if err := s.WaitCommitted(2); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(500 * time.Millisecond)
+	complete(3, "c")
+	if err := s.WaitCommitted(3); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(10 * time.Second) // quiet: the broker was killed meanwhile
+	f.mu.Lock()
+	f.down = true
+	f.mu.Unlock()
+	complete(4, "d")
+	if err := clock.BlockUntilContext(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.down = false
+	f.mu.Unlock()
+	clock.Advance(time.Second)
+	if err := s.WaitCommitted(4); err != nil {
+		t.Fatal(err)
+	}
+	if _, out := f.state(); !slices.Equal(out, []string{"a", "b", "c", "b", "c", "d"}) {
+		t.Fatalf("published %v, want a b c, then b and c again (published within 2 s of the latest) and d", out)
 	}
 }
 
