@@ -166,8 +166,8 @@ func (s *WriteAheadSink[T]) WithPublishChunks(p PublishChunks[T]) *WriteAheadSin
 // records first; per key, results keep their order), whole chunks of up
 // to 65,536 records per call of publish; Close stops the goroutine
 // between calls. A batch stays in every snapshot until all of it is
-// published. A failed publish is logged and tried again, from the call
-// that failed and under the same ids, after a wait doubling from 1 s to 30 s (on the
+// published. A failed publish is logged and tried again, from the start
+// of the batch it was publishing and under the same ids, after a wait doubling from 1 s to 30 s (on the
 // Context's clock), for as long as the job runs: the subtask does not
 // fail (WithMaxHeld makes it wait instead once too much is held). After a
 // failed publish, the latest batch and the batches published in the 2 s
@@ -594,8 +594,9 @@ func (q *walQueue[T]) changed() {
 
 // run publishes q's batches in order until Close, whole chunks of up to
 // publishGroup records per call of publish, checking for Close between
-// calls; a failed publish is tried again after a wait, from the call that
-// failed. A panic in the
+// calls; a failed publish is tried again after a wait, from the start of
+// the batch (its calls that went through are the latest the broker
+// acknowledged, which a broker killed before its next save lost). A panic in the
 // publish ends the goroutine with q.fatal set, which fails the subtask at
 // its next checkpoint, completion or wait.
 func (s *WriteAheadSink[T]) run(q *walQueue[T]) {
@@ -682,8 +683,10 @@ func (s *WriteAheadSink[T]) run(q *walQueue[T]) {
 			}
 			q.batches = append(slices.Clip(again), q.batches...)
 			q.records.Add(int64(n))
-			next = 0
 		}
+		// The head batch goes out again from its start too: the calls of
+		// it that went through are the latest the broker acknowledged.
+		next = 0
 		recent = nil
 		held := q.records.Load()
 		q.changed()

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -530,6 +531,68 @@ func TestWriteAheadSinkRepublishesTheBatchesBeforeTheLatestAfterAQuietStretch(t 
 	}
 	if _, out := f.state(); !slices.Equal(out, []string{"a", "b", "c", "b", "c", "d"}) {
 		t.Fatalf("published %v, want a b c, then b and c again (published within 2 s of the latest) and d", out)
+	}
+}
+
+// A checkpoint of more results than one call of publish takes (65,536)
+// is published in several calls. When the broker is killed after the
+// first call was acknowledged and the second call fails, the first
+// call's results are what the broker acknowledged last, and a broker
+// killed before its next save has lost them: the batch goes out again
+// from its start, not from the call that failed. Before, with no earlier
+// batch (the sink's first publish of a run: the results a restore
+// brought back), only the failed call's results went out again, and the
+// first 65,536 were lost for the consumer.
+func TestWriteAheadSinkRepublishesTheBatchsEarlierCallsAfterAFailure(t *testing.T) {
+	ctx := sinkContext(0)
+	clock := ctx.Clock.(*clockwork.FakeClock)
+	var mu sync.Mutex
+	calls := 0
+	var out []string
+	publish := func(vs []string, _ func(int) string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls == 2 {
+			return errors.New("read: EOF")
+		}
+		out = append(out, vs...)
+		return nil
+	}
+	s := operators.NewWriteAheadSink(publish, nil).WithBackgroundPublish()
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const n = 70_000
+	for i := range n {
+		s.Collect(strconv.Itoa(i))
+	}
+	if _, err := s.SnapshotState(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.NotifyCheckpointComplete(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := clock.BlockUntilContext(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	if err := s.WaitCommitted(1); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	count := map[string]int{}
+	for _, v := range out {
+		count[v]++
+	}
+	if len(count) != n {
+		t.Fatalf("%d distinct results published, want %d", len(count), n)
+	}
+	if count["0"] != 2 || count[strconv.Itoa(n-1)] != 1 {
+		t.Fatalf("result 0 published %d times, result %d %d times: want the whole batch again after the failed second call (0 twice, the last once)",
+			count["0"], n-1, count[strconv.Itoa(n-1)])
 	}
 }
 
