@@ -718,10 +718,11 @@ type recentBatch[T any] struct {
 	at time.Time
 }
 
-// republishWindow is how long before a failed publish a published batch
-// is published again (the latest one always): a broker killed loses what
-// it acknowledged since its last save (Mosquitto's autosave_interval),
-// and the sink sees the lost connection only at its next publish.
+// republishWindow is how long before the latest publish a published
+// batch is published again after a failure (the latest one always): a
+// broker killed loses what it acknowledged since its last save
+// (Mosquitto's autosave_interval), and the sink sees the lost connection
+// only at its next publish.
 // recentMax is the most records kept for that. The window is short: the
 // batches kept are live heap the collector scans (in edged-bench's memory
 // scenario, 10,000 results a second, CPU per reading was 21.7 µs with
