@@ -86,6 +86,10 @@ type WriteAheadSink[T any] struct {
 type walQueue[T any] struct {
 	mu      sync.Mutex
 	batches []walBatch[T]
+	// recent: the batches published lately, newest last (keepRecent):
+	// published again after a failure, and kept in every snapshot
+	// (recentAt), so that a restore publishes them again too.
+	recent  []recentBatch[T]
 	records atomic.Int64  // records in batches; changed with mu held
 	failed  int           // failed publishes so far
 	err     error         // the latest failure, nil once a publish succeeds
@@ -250,7 +254,8 @@ func (s *WriteAheadSink[T]) encode() ([]byte, error) {
 	batches := s.pending
 	if q := s.q; q != nil {
 		q.mu.Lock()
-		batches = append(slices.Clip(q.batches), s.pending...)
+		batches = append(recentAt(q.recent, s.clock.Now()), q.batches...)
+		batches = append(batches, s.pending...)
 		q.mu.Unlock()
 	}
 	b := binary.AppendUvarint(nil, uint64(len(batches)))
@@ -615,7 +620,6 @@ func (s *WriteAheadSink[T]) run(q *walQueue[T]) {
 		}
 	}()
 	var scratch []byte
-	var recent []recentBatch[T]
 	wait := retryFirst
 	next := 0 // the head batch's chunks published so far
 	for {
@@ -662,18 +666,18 @@ func (s *WriteAheadSink[T]) run(q *walQueue[T]) {
 			q.records.Add(-int64(p.len()))
 			recovered := q.err != nil
 			q.err = nil
+			q.recent = s.keepRecent(q.recent, p)
 			q.changed()
 			q.mu.Unlock()
 			if recovered {
 				s.logf("write-ahead sink: publishing succeeds again; the held results go out", p.len())
 			}
-			recent = s.keepRecent(recent, p)
 			wait = retryFirst
 			continue
 		}
 		q.failed++
 		q.err = fmt.Errorf("publish checkpoint %d: %w", p.checkpoint, err)
-		if again := s.recentSince(recent); len(again) > 0 {
+		if again := s.recentSince(q.recent); len(again) > 0 {
 			// A broker restarted from its persistence file has lost what
 			// it acknowledged after its last save: the batches published
 			// shortly before go out again first, under the same ids.
@@ -687,7 +691,7 @@ func (s *WriteAheadSink[T]) run(q *walQueue[T]) {
 		// The head batch goes out again from its start too: the calls of
 		// it that went through are the latest the broker acknowledged.
 		next = 0
-		recent = nil
+		q.recent = nil
 		held := q.records.Load()
 		q.changed()
 		q.mu.Unlock()
@@ -766,6 +770,22 @@ func (s *WriteAheadSink[T]) recentSince(recent []recentBatch[T]) []walBatch[T] {
 	var out []walBatch[T]
 	for _, r := range recent {
 		if latest.Sub(r.at) <= republishWindow {
+			out = append(out, r.b)
+		}
+	}
+	return out
+}
+
+// recentAt returns the batches of recent published within
+// republishWindow before now, oldest first: a snapshot taken now holds
+// them, and a restore from it publishes them again, under the same ids.
+// A broker killed with edged (a power loss of a device that runs both)
+// has lost what it acknowledged since its last save, and the restored
+// checkpoint holds only what was not yet published when it was taken.
+func recentAt[T any](recent []recentBatch[T], now time.Time) []walBatch[T] {
+	var out []walBatch[T]
+	for _, r := range recent {
+		if now.Sub(r.at) <= republishWindow {
 			out = append(out, r.b)
 		}
 	}

@@ -105,7 +105,9 @@ func TestWriteAheadSinkBackgroundRestore(t *testing.T) {
 	st, wantIDs := heldState(t)
 	g := newGatedPublish()
 	r := operators.NewWriteAheadSink(g.publish, nil).WithBackgroundPublish()
-	if err := r.Open(sinkContext(0)); err != nil {
+	ctx := sinkContext(0)
+	clock := ctx.Clock.(*clockwork.FakeClock)
+	if err := r.Open(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
@@ -154,17 +156,28 @@ func TestWriteAheadSinkBackgroundRestore(t *testing.T) {
 	g.mu.Unlock()
 
 	// Snapshot 3, taken while a b c were still going out, holds them
-	// (and d); a snapshot after they went out holds none of them.
+	// (and d); a snapshot after they went out holds them for 2 s more
+	// (published lately: a broker killed with edged may have lost them),
+	// and none of them after that.
 	if got := restoredFrom(t, mid); !slices.Equal(got, []string{"a", "b", "c", "d"}) {
 		t.Fatalf("snapshot during the re-publish holds %v, want a b c d", got)
 	}
 	r.Collect("e")
+	clock.Advance(2 * time.Second)
 	after, err := r.SnapshotState(4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := restoredFrom(t, after); !slices.Equal(got, []string{"e"}) {
-		t.Fatalf("snapshot after the re-publish holds %v, want e", got)
+	if got := restoredFrom(t, after); !slices.Equal(got, []string{"a", "b", "c", "d", "e"}) {
+		t.Fatalf("snapshot 2 s after the re-publish holds %v, want a b c d (published within 2 s) and e", got)
+	}
+	clock.Advance(time.Millisecond)
+	later, err := r.SnapshotState(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := restoredFrom(t, later); !slices.Equal(got, []string{"e"}) {
+		t.Fatalf("snapshot more than 2 s after the re-publish holds %v, want e", got)
 	}
 }
 
@@ -399,12 +412,13 @@ func TestWriteAheadSinkBackgroundPublishRetries(t *testing.T) {
 	if _, out := f.state(); !slices.Equal(out, []string{"a", "b", "c"}) {
 		t.Fatalf("published %v once the broker is back, want a b c in order", out)
 	}
+	clock.Advance(2*time.Second + time.Millisecond)
 	st, err = s.SnapshotState(3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := restoredFrom(t, st); len(got) != 0 {
-		t.Fatalf("snapshot after the publish holds %v", got)
+		t.Fatalf("snapshot more than 2 s after the publish holds %v", got)
 	}
 	_, ids := heldState(t) // a b c, restored by a sink publishing as it restores
 	if !maps.Equal(f.ids, ids) {
@@ -543,7 +557,7 @@ func TestWriteAheadSinkRepublishesTheBatchesBeforeTheLatestAfterAQuietStretch(t 
 // batch (the sink's first publish of a run: the results a restore
 // brought back), only the failed call's results went out again, and the
 // first 65,536 were lost for the consumer.
-func TestWriteAheadSinkRepublishesTheBatchsEarlierCallsAfterAFailure(t *testing.T) {
+func TestWriteAheadSinkRepublishesTheBatchesEarlierCallsAfterAFailure(t *testing.T) {
 	ctx := sinkContext(0)
 	clock := ctx.Clock.(*clockwork.FakeClock)
 	var mu sync.Mutex
@@ -902,5 +916,62 @@ func TestWriteAheadSinkRestoredCommittedPublishesNothingAgain(t *testing.T) {
 		if !slices.Equal(got, []string{"d"}) {
 			t.Fatalf("background %v: published %v, want only [d], collected after the restore", background, got)
 		}
+	}
+}
+
+// A power loss of a device that runs edged and the sink's broker kills
+// both: the broker comes back from its last save, without what it
+// acknowledged after it, and edged from its latest checkpoint, which
+// holds only what was not yet published when it was taken. So a
+// snapshot holds the batches published in the 2 s before it too, and a
+// restore from it publishes them again, under the same ids: here b (in
+// the window) and c (not yet published), not a (published 3 s before).
+// Before, the snapshot held c only, and b was lost for the consumer.
+func TestWriteAheadSinkSnapshotHoldsWhatItPublishedLately(t *testing.T) {
+	ctx := sinkContext(0)
+	clock := ctx.Clock.(*clockwork.FakeClock)
+	f := &failingPublish{}
+	s := operators.NewWriteAheadSink(f.publish, nil).WithBackgroundPublish()
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i, v := range []string{"a", "b"} {
+		id := int64(i + 1)
+		s.Collect(v)
+		if _, err := s.SnapshotState(id); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.NotifyCheckpointComplete(id); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.WaitCommitted(id); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(1500 * time.Millisecond)
+	}
+	s.Collect("c")
+	st, err := s.SnapshotState(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// edged and the broker die here; edged comes back from snapshot 3.
+	g := &failingPublish{}
+	r := operators.NewWriteAheadSink(g.publish, nil).WithBackgroundPublish()
+	if err := r.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.RestoreState([][]byte{st}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WaitCommitted(3); err != nil {
+		t.Fatal(err)
+	}
+	if _, out := g.state(); !slices.Equal(out, []string{"b", "c"}) {
+		t.Fatalf("restore published %v, want b (published 1.5 s before the snapshot) and c", out)
+	}
+	if g.ids["b"] != f.ids["b"] {
+		t.Fatalf("b published again with id %s, first with %s", g.ids["b"], f.ids["b"])
 	}
 }
