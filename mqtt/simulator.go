@@ -52,13 +52,11 @@ func Simulate(ctx context.Context, cfg SimulatorConfig) error {
 	interval := time.Duration(float64(time.Second) / cfg.Rate)
 	tick := time.NewTicker(max(interval, time.Millisecond))
 	defer tick.Stop()
-	topics := make([]string, cfg.Sensors)
-	for i := range topics {
-		id := "sensor_" + strconv.Itoa(i)
-		if topics[i], err = tmpl.Expand(func(string) string { return id }); err != nil {
-			return err
-		}
-	}
+	// A sensor's topic is expanded at each of its readings: the simulator
+	// holds nothing per sensor, since node.simulator.sensors takes any
+	// positive int (the topics of them all, made at start, took the node
+	// down with one of a trillion sensors, and kept it from stopping for
+	// minutes with a hundred million).
 	per := max(1, int(math.Round(cfg.Rate*max(interval, time.Millisecond).Seconds())))
 	for n := 0; ; {
 		select {
@@ -72,8 +70,13 @@ func Simulate(ctx context.Context, cfg SimulatorConfig) error {
 			// A slow drift per sensor: a sine over ~2 minutes, offset per
 			// sensor, between 20 and 40.
 			t := 30 + 10*math.Sin(float64(now)/20000+float64(i))
-			payload := fmt.Sprintf(`{"sensor":"sensor_%d","t":%.2f,"ts":%d}`, i, t, now)
-			tok := c.Publish(topics[i], 1, false, payload)
+			id := "sensor_" + strconv.Itoa(i)
+			topic, err := tmpl.Expand(func(string) string { return id })
+			if err != nil {
+				return err
+			}
+			payload := fmt.Sprintf(`{"sensor":%q,"t":%.2f,"ts":%d}`, id, t, now)
+			tok := c.Publish(topic, 1, false, payload)
 			select {
 			case <-tok.Done():
 				if err := tok.Error(); err != nil {
