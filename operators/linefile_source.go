@@ -2,6 +2,7 @@ package operators
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
@@ -282,6 +283,12 @@ func (s *LineFileSource[T]) reset(reason string, size int64) {
 	}
 }
 
+// byteOrderMark is UTF-8's byte order mark, which text editors and
+// spreadsheets on Windows put at the start of a file: it belongs to no
+// line, so the first line is read without it (in a CSV file it was read
+// into the first column, so the first record's key was one of its own).
+var byteOrderMark = []byte("\ufeff")
+
 // Poll emits the records of up to limit lines (malformed and empty lines
 // count towards limit). It never returns NothingAvailable.
 func (s *LineFileSource[T]) Poll(out Collector[T], limit int) (Status, error) {
@@ -313,7 +320,10 @@ func (s *LineFileSource[T]) Poll(out Collector[T], limit int) (Status, error) {
 			} else {
 				s.bad.report(string(raw), err)
 			}
-		} else if line := trimEOL(raw); len(line) > 0 {
+		} else if line := trimEOL(raw); len(line) > 0 && (at > 0 || !bytes.Equal(line, byteOrderMark)) {
+			if at == 0 {
+				line = bytes.TrimPrefix(line, byteOrderMark)
+			}
 			text := string(line)
 			if v, perr := s.parse(text); perr != nil {
 				s.bad.report(text, perr)

@@ -225,3 +225,39 @@ func TestLongLineDeadLetterNamesTheLinesLength(t *testing.T) {
 		})
 	}
 }
+
+// A UTF-8 byte order mark at the start of the file (a CSV saved by a
+// spreadsheet on Windows) is not part of the first line: it was read into
+// the first column, so the first reading's key was "\ufeffsensor_1", a
+// key of its own beside "sensor_1", without a word.
+func TestLineFileSourceSkipsAByteOrderMark(t *testing.T) {
+	path := writeTempFile(t, "\ufeff"+sensorFile)
+	var dead []rejectedLine
+	src := NewLineFileSource(path, ParseSensorReading).WithDeadLetter(func(line string, err error) {
+		dead = append(dead, rejectedLine{line, err})
+	})
+	got, err := runSource(t, Source[SensorReading](src), subtaskContext(0, 1), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equalReadings(got, sensorFileReadings) {
+		t.Errorf("got %q, want %q", got, sensorFileReadings)
+	}
+	if len(dead) != 1 || dead[0].line != "bad line" {
+		t.Errorf("dead letters %v, want only %q", dead, "bad line")
+	}
+	if got, want := src.Position(), int64(len("\ufeff"+sensorFile)); got != want {
+		t.Errorf("Position() = %d at end, want %d", got, want)
+	}
+
+	// A mark alone on the first line is an empty line; one after the
+	// start is data.
+	path = writeTempFile(t, "\ufeff\n\ufeffsensor_2,1547718200,20\n")
+	got, err = runSource(t, Source[SensorReading](NewLineFileSource(path, ParseSensorReading)), subtaskContext(0, 1), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].ID != "\ufeffsensor_2" {
+		t.Errorf("got %q, want the one reading of \"\\ufeffsensor_2\"", got)
+	}
+}
