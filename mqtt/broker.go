@@ -690,6 +690,29 @@ func (h *ingestHook) refuseAlias(cl *mochi.Client, pk packets.Packet, why string
 	_ = h.b.server.DisconnectClient(cl, packets.ErrTopicAliasInvalid) // its error is the code it sent
 }
 
+// refuseTopic ends cl's connection for pk, a PUBLISH to a topic name no
+// client may publish to: one with a wildcard (MQTT 3.1.1 3.3.2-2, a
+// protocol violation) or in $SYS, the broker's own topics. pk is neither
+// logged nor acknowledged (MQTT 3.1.1 3.3.5: acknowledge or close): an
+// MQTT 5 client gets DISCONNECT 0x90 (Topic Name invalid) after the
+// acknowledgements of its earlier messages, an MQTT 3.1.1 one sees the
+// connection closed after them. It runs on cl's connection
+// goroutine.
+func (h *ingestHook) refuseTopic(cl *mochi.Client, pk packets.Packet) {
+	h.b.logger.Warn("mqtt broker: PUBLISH to a topic name no client may publish to (a wildcard, or $SYS); connection closed without an acknowledgement",
+		"client", cl.ID, "topic", pk.TopicName, "qos", pk.FixedHeader.Qos, "packet_id", pk.PacketID)
+	if gate, ok := cl.Net.Conn.(*ackGate); ok {
+		// The DISCONNECT must not be held behind acknowledgements that
+		// wait for an fsync: the close would drop it.
+		gate.settled()
+	}
+	if cl.Properties.ProtocolVersion < 5 {
+		cl.Stop(packets.ErrTopicNameInvalid) // MQTT 3.1.1 has no DISCONNECT from the server
+		return
+	}
+	_ = h.b.server.DisconnectClient(cl, packets.ErrTopicNameInvalid) // its error is the code it sent
+}
+
 // OnPublish runs on the publisher's connection goroutine, before the
 // PUBACK is sent.
 func (h *ingestHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {

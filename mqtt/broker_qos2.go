@@ -139,13 +139,21 @@ func (h *ingestHook) publishQoS2(cl *mochi.Client, pk packets.Packet, msg ingest
 	return pk, packets.ErrRejectPacket
 }
 
-// OnPacketRead refuses an MQTT 5 PUBLISH whose topic alias is 0 or above
+// OnPacketRead refuses a PUBLISH to a topic name no client may publish
+// to (see refuseTopic), and an MQTT 5 PUBLISH whose topic alias is 0 or above
 // topicAliasMaximum (see refuseAlias; mochi refuses it too, but its
 // DISCONNECT would wait behind the acknowledgements held for an fsync,
 // and be dropped by the close). It forgets a QoS 2 receipt on PUBREL,
 // durably, before mochi sends the PUBCOMP: after it the device may reuse
 // the packet id.
 func (h *ingestHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Type == packets.Publish && pk.TopicName != "" && !mochi.IsValidFilter(pk.TopicName, true) {
+		// mochi drops such a PUBLISH without an acknowledgement and
+		// without closing the connection: the device would wait for
+		// its PUBACK forever.
+		h.refuseTopic(cl, pk)
+		return pk, packets.ErrRejectPacket
+	}
 	if pk.FixedHeader.Type == packets.Publish && pk.Properties.TopicAliasFlag {
 		// Rejected here, the packet ends mochi's read loop with an error,
 		// so mochi publishes the device's will, as MQTT 5 says for a
