@@ -539,7 +539,12 @@ func setField(r *Row, spec *FieldSpec, text string, kind textKind) error {
 	return nil
 }
 
-// parseNumTime reads a JSON number in unit as milliseconds.
+// parseNumTime reads a JSON number in unit as milliseconds, taken down to
+// its millisecond as an RFC 3339 time is (time.UnixMilli): 9.9996 s is
+// 9999 ms, in the window of second 9, not 10. A number without an
+// exponent is read exactly (1.001 s is 1001 ms, though 1.001*1000 is
+// 1000.9999999999999 in float64); one with an exponent through float64,
+// within a microsecond of a millisecond counting as that millisecond.
 func parseNumTime(text string, unit TimeUnit) (int64, bool) {
 	if v, err := strconv.ParseInt(text, 10, 64); err == nil {
 		if unit == Seconds {
@@ -550,6 +555,9 @@ func parseNumTime(text string, unit TimeUnit) (int64, bool) {
 		}
 		return v, true
 	}
+	if !strings.ContainsAny(text, "eE") {
+		return parseDecimalTime(text, unit)
+	}
 	v, err := strconv.ParseFloat(text, 64)
 	if err != nil {
 		return 0, false
@@ -557,10 +565,80 @@ func parseNumTime(text string, unit TimeUnit) (int64, bool) {
 	if unit == Seconds {
 		v *= 1000
 	}
-	if math.IsNaN(v) || v >= math.MaxInt64 || v <= math.MinInt64 {
+	if r := math.Round(v); math.Abs(v-r) < 1e-3 {
+		v = r
+	} else {
+		v = math.Floor(v)
+	}
+	if math.IsNaN(v) || v >= math.MaxInt64 || v < math.MinInt64 {
 		return 0, false
 	}
-	return int64(math.Round(v)), true
+	return int64(v), true
+}
+
+// parseDecimalTime reads text, a JSON number with a fraction and no
+// exponent (-?digits.digits), in unit as milliseconds, exactly, taken
+// down to its millisecond.
+func parseDecimalTime(text string, unit TimeUnit) (int64, bool) {
+	neg := strings.HasPrefix(text, "-")
+	if neg {
+		text = text[1:]
+	}
+	whole, frac, ok := strings.Cut(text, ".")
+	if !ok || whole == "" || frac == "" {
+		return 0, false
+	}
+	shift := 0 // the fraction's digits that are whole milliseconds
+	if unit == Seconds {
+		shift = 3
+	}
+	const limit = math.MaxInt64 + 1 // the magnitude of math.MinInt64
+	var ms uint64
+	digit := func(c byte) bool {
+		if c < '0' || c > '9' || ms > (limit-uint64(c-'0'))/10 {
+			return false
+		}
+		ms = ms*10 + uint64(c-'0')
+		return true
+	}
+	for i := range len(whole) {
+		if !digit(whole[i]) {
+			return 0, false
+		}
+	}
+	rest := false // a nonzero digit below the millisecond
+	for i := range len(frac) {
+		c := frac[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if i >= shift {
+			rest = rest || c != '0'
+		} else if !digit(c) {
+			return 0, false
+		}
+	}
+	for i := len(frac); i < shift; i++ {
+		if !digit('0') {
+			return 0, false
+		}
+	}
+	if !neg {
+		if ms > math.MaxInt64 {
+			return 0, false
+		}
+		return int64(ms), true
+	}
+	if rest {
+		ms++ // down, away from zero
+	}
+	switch {
+	case ms == 0:
+		return 0, true
+	case ms > limit:
+		return 0, false
+	}
+	return -int64(ms-1) - 1, true
 }
 
 // parseRFC3339 reads an RFC 3339 time as milliseconds.

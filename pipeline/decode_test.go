@@ -390,3 +390,56 @@ func TestJSONNestingBound(t *testing.T) {
 		t.Fatalf("nested %d deep: %v, want nesting too deep", maxJSONDepth+1, err)
 	}
 }
+
+// A time given as a number with a fraction of a millisecond is taken down
+// to its millisecond, as the same time given in RFC 3339 is, exactly for
+// decimal fractions (1.001 s is 1001 ms, though 1.001*1000 is
+// 1000.9999999999999 in float64). Before, it was rounded to the nearest
+// millisecond: a reading stamped 9.9996 s (a device sending Python's
+// time.time()) went to the window of the next second, and
+// 1547718199.9996 gave 1547718200000 where "2019-01-17T09:43:19.9996Z"
+// gave 1547718199999.
+func TestNumericTimeIsTakenDownToItsMillisecond(t *testing.T) {
+	for _, c := range []struct {
+		text string
+		unit TimeUnit
+		want int64
+	}{
+		{"1547718199.9996", Seconds, 1547718199999},
+		{"1547718199.999", Seconds, 1547718199999},
+		{"1.001", Seconds, 1001},
+		{"0.0005", Seconds, 0},
+		{"1547718199999.7", Millis, 1547718199999},
+		{"1547718199999.0", Millis, 1547718199999},
+		{"-0.5", Millis, -1},
+		{"-0.0", Millis, 0},
+		{"-1.0001", Seconds, -1001},
+		{"-1.001", Seconds, -1001},
+		{"9.9996e0", Seconds, 9999},
+		{"1.001e0", Seconds, 1001},
+		{"1e3", Seconds, 1000000},
+		{"9223372036854775.807", Seconds, math.MaxInt64},
+	} {
+		got, ok := parseNumTime(c.text, c.unit)
+		if !ok || got != c.want {
+			t.Errorf("parseNumTime(%s, %v) = %d, %v; want %d", c.text, c.unit, got, ok, c.want)
+		}
+	}
+	for _, text := range []string{"9223372036854775.808", "-9223372036854775.809", "1e400", "9223372036854775807.5"} {
+		if got, ok := parseNumTime(text, Seconds); ok {
+			t.Errorf("parseNumTime(%s, s) = %d, want out of range", text, got)
+		}
+	}
+
+	d, _, _ := jsonTestDecoder(t)
+	var num, str Row
+	if err := d.Decode(`{"sensor":{"id":"a"},"t":1,"ts":1547718199.9996,"ok":true,"n":1}`, &num); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Decode(`{"sensor":{"id":"a"},"t":1,"ts":"2019-01-17T09:43:19.9996Z","ok":true,"n":1}`, &str); err != nil {
+		t.Fatal(err)
+	}
+	if num.Int(1) != str.Int(1) {
+		t.Errorf("ts 1547718199.9996 is %d ms, \"2019-01-17T09:43:19.9996Z\" %d ms", num.Int(1), str.Int(1))
+	}
+}
