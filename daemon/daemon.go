@@ -626,6 +626,15 @@ func (n *node) savepoint(ctx context.Context, j *job, path string, stop bool) (s
 			return "", fmt.Errorf("%w: %q ended before the savepoint completed: %v", ErrNotRunning, j.name, err)
 		default:
 		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			// The wait for an attempt to take it ran out: say why none
+			// did, when the job is restarting after failures.
+			e := j.run.Execution()
+			if last, at := e.LastFailure(); last != nil && (e.Restarting() || at.After(began)) {
+				return "", fmt.Errorf("savepoint of job %q: the job is restarting after failures and no attempt took the savepoint (attempts %d; the last failed at %s: %v): %w",
+					j.name, j.run.Attempts(), at.UTC().Format(time.RFC3339), last, err)
+			}
+		}
 		return "", fmt.Errorf("savepoint of job %q: %w", j.name, err)
 	}
 	j.setSavepoint(p)

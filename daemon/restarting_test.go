@@ -45,3 +45,44 @@ pipelines:
 		t.Fatalf("restarting job: %+v", got)
 	}
 }
+
+// A savepoint asked of a job that is restarting waits for an attempt to
+// take it; when none does within the node's stop timeout, the answer
+// (504) says that the job is restarting and why, not only "context
+// deadline exceeded": `edged savepoint` of a job whose every attempt
+// failed printed `savepoint of job "p": context deadline exceeded (HTTP
+// 504)` after a minute, with no word of the failures.
+func TestSavepointOfARestartingJobNamesItsFailure(t *testing.T) {
+	dir := t.TempDir()
+	blocker := filepath.Join(dir, "a-file")
+	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := `
+pipelines:
+  - name: blocked
+    source:
+      generator: {count: 0, rate: 100, keys: 2}
+    sinks:
+      - file: {dir: ` + filepath.Join(blocker, "out") + `}
+    checkpoint: {dir: ` + filepath.Join(dir, "ck") + `, interval: 1s}
+    restart: {strategy: fixed_delay, attempts: 3, delay: 1h}
+`
+	n := startNode(t, cfg, daemon.Options{StopTimeout: 500 * time.Millisecond})
+	ctx := ctxT(t)
+	testutil.Eventually(t, 0, "the job restarting", func() bool {
+		jobs, err := n.client.Jobs(ctx)
+		return err == nil && len(jobs) == 1 && jobs[0].Status == daemon.StatusRestarting
+	})
+	for _, op := range []string{"savepoint", "stop"} {
+		var err error
+		if op == "stop" {
+			_, err = n.client.Stop(ctx, "blocked", "")
+		} else {
+			_, err = n.client.Savepoint(ctx, "blocked", "")
+		}
+		if err == nil || !strings.Contains(err.Error(), "504") || !strings.Contains(err.Error(), "restarting") || !strings.Contains(err.Error(), "file sink") {
+			t.Fatalf("%s of a restarting job: %v; want a 504 saying the job is restarting, and why", op, err)
+		}
+	}
+}
