@@ -37,7 +37,8 @@ var (
 func (windowAgg) CreateAccumulator() WindowAcc { return WindowAcc{} }
 
 // ts is the record's order for first and last: its event time, or 0 (then
-// arrival order decides).
+// arrival order decides). With event time, readings of one time are
+// ordered by value (see before), not by arrival.
 func (a windowAgg) ts(r *Row) int64 {
 	if a.pl.eventTime {
 		return r.Int(a.pl.ts.Slot)
@@ -55,12 +56,25 @@ func (a windowAgg) Add(r Row, acc WindowAcc) WindowAcc {
 			continue
 		}
 		v := r.Number(s.field)
-		x.add(s.fn, v, t)
+		x.add(s.fn, v, t, a.pl.eventTime)
 	}
 	return acc
 }
 
-func (x *aggAcc) add(fn string, v float64, t int64) {
+// before reports whether value a comes before b among readings of one
+// event time for first and last: the lower value first, -0 before 0. The
+// readings of a key reach the window over one channel per decoding
+// subtask, interleaved differently in every run and in a replay, so their
+// arrival order must not choose among readings of one time (a device
+// stamping in whole seconds).
+func before(a, b float64) bool {
+	return a < b || (a == b && math.Signbit(a) && !math.Signbit(b))
+}
+
+// add folds in value v of time t. byValue (event time) orders readings of
+// one time by value; without it (processing time, t is 0) arrival order
+// decides.
+func (x *aggAcc) add(fn string, v float64, t int64, byValue bool) {
 	switch fn {
 	case "sum", "avg":
 		x.V += v
@@ -78,11 +92,11 @@ func (x *aggAcc) add(fn string, v float64, t int64) {
 			x.V = math.Max(x.V, v)
 		}
 	case "first":
-		if x.N == 0 || t < x.T {
+		if x.N == 0 || t < x.T || (byValue && t == x.T && before(v, x.V)) {
 			x.V, x.T = v, t
 		}
 	case "last":
-		if x.N == 0 || t >= x.T {
+		if x.N == 0 || t > x.T || (t == x.T && (!byValue || before(x.V, v))) {
 			x.V, x.T = v, t
 		}
 	}
@@ -99,16 +113,17 @@ func (a windowAgg) Merge(l, r WindowAcc) WindowAcc {
 			*x = y
 			continue
 		}
+		byValue := a.pl.eventTime
 		switch a.pl.aggs[i].fn {
 		case "count":
 			x.N += y.N
 			continue
 		case "first":
-			if y.T < x.T {
+			if y.T < x.T || (byValue && y.T == x.T && before(y.V, x.V)) {
 				x.V, x.T = y.V, y.T
 			}
 		case "last":
-			if y.T >= x.T {
+			if y.T > x.T || (y.T == x.T && (!byValue || before(x.V, y.V))) {
 				x.V, x.T = y.V, y.T
 			}
 		case "sum", "avg":
