@@ -94,16 +94,39 @@ type counters struct {
 const RecentPayloadBytes = 1024
 
 // truncated returns a copy of s cut to at most max bytes at a rune
-// boundary, with how long it was when it was cut.
+// boundary, with how long it was when it was cut: for an s that was cut
+// before (a dead letter's payload, cut again for the latest ones), how
+// long it was before that first cut.
 func truncated(s string, max int) string {
 	if len(s) <= max {
 		return strings.Clone(s)
+	}
+	total := len(s)
+	if n, ok := cutLength(s); ok {
+		total = n
 	}
 	cut := max
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
-	return s[:cut] + fmt.Sprintf("… (%d bytes in all)", len(s))
+	return s[:cut] + fmt.Sprintf(cutSuffix, total)
+}
+
+// cutSuffix ends a string truncated cut.
+const cutSuffix = "… (%d bytes in all)"
+
+// cutLength returns the length before the cut that s ends with, if it
+// ends with one of truncated.
+func cutLength(s string) (int, bool) {
+	i := strings.LastIndex(s, "… (")
+	if i < 0 {
+		return 0, false
+	}
+	var n int
+	if _, err := fmt.Sscanf(s[i:], cutSuffix, &n); err != nil || fmt.Sprintf(cutSuffix, n) != s[i:] {
+		return 0, false
+	}
+	return n, true
 }
 
 // deadLetter counts d and keeps it among the latest, its payload and
