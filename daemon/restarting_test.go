@@ -14,23 +14,7 @@ import (
 // A job whose attempts fail shows as restarting, with why, while it waits
 // out its restart delay; before, GET /jobs said running.
 func TestAPIShowsARestartingJob(t *testing.T) {
-	dir := t.TempDir()
-	blocker := filepath.Join(dir, "a-file")
-	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// The file sink cannot make its directory under a regular file: every
-	// attempt fails when the sink opens.
-	cfg := `
-pipelines:
-  - name: blocked
-    source:
-      generator: {count: 0, rate: 100, keys: 2}
-    sinks:
-      - file: {dir: ` + filepath.Join(blocker, "out") + `}
-    restart: {strategy: fixed_delay, attempts: 3, delay: 1h}
-`
-	n := startNode(t, cfg, daemon.Options{})
+	n := startNode(t, blockedPipeline(t, ""), daemon.Options{})
 	ctx := ctxT(t)
 	var got daemon.JobInfo
 	testutil.Eventually(t, 0, "the job restarting", func() bool {
@@ -53,22 +37,8 @@ pipelines:
 // failed printed `savepoint of job "p": context deadline exceeded (HTTP
 // 504)` after a minute, with no word of the failures.
 func TestSavepointOfARestartingJobNamesItsFailure(t *testing.T) {
-	dir := t.TempDir()
-	blocker := filepath.Join(dir, "a-file")
-	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg := `
-pipelines:
-  - name: blocked
-    source:
-      generator: {count: 0, rate: 100, keys: 2}
-    sinks:
-      - file: {dir: ` + filepath.Join(blocker, "out") + `}
-    checkpoint: {dir: ` + filepath.Join(dir, "ck") + `, interval: 1s}
-    restart: {strategy: fixed_delay, attempts: 3, delay: 1h}
-`
-	n := startNode(t, cfg, daemon.Options{StopTimeout: 500 * time.Millisecond})
+	ck := filepath.Join(t.TempDir(), "ck")
+	n := startNode(t, blockedPipeline(t, "    checkpoint: {dir: "+ck+", interval: 1s}\n"), daemon.Options{StopTimeout: 500 * time.Millisecond})
 	ctx := ctxT(t)
 	testutil.Eventually(t, 0, "the job restarting", func() bool {
 		jobs, err := n.client.Jobs(ctx)
@@ -85,4 +55,25 @@ pipelines:
 			t.Fatalf("%s of a restarting job: %v; want a 504 saying the job is restarting, and why", op, err)
 		}
 	}
+}
+
+// blockedPipeline returns the config of a pipeline "blocked" whose every
+// attempt fails when its file sink opens (it cannot make its directory
+// under a regular file), restarting after 1 h, with the config lines
+// more.
+func blockedPipeline(t *testing.T, more string) string {
+	t.Helper()
+	blocker := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return `
+pipelines:
+  - name: blocked
+    source:
+      generator: {count: 0, rate: 100, keys: 2}
+    sinks:
+      - file: {dir: ` + filepath.Join(blocker, "out") + `}
+` + more + `    restart: {strategy: fixed_delay, attempts: 3, delay: 1h}
+`
 }

@@ -431,45 +431,33 @@ func TestWriteAheadSinkBackgroundPublishRetries(t *testing.T) {
 // (a broker restarted from its persistence file lost what it acknowledged
 // after its last save); older ones do not.
 func TestWriteAheadSinkRepublishesRecentAfterAFailure(t *testing.T) {
-	ctx := sinkContext(0)
-	clock := ctx.Clock.(*clockwork.FakeClock)
-	f := &failingPublish{}
-	s := operators.NewWriteAheadSink(f.publish, nil).WithBackgroundPublish()
-	if err := s.Open(ctx); err != nil {
-		t.Fatal(err)
+	out := publishesAroundAFailure(t, 6*time.Second, time.Second)
+	if !slices.Equal(out, []string{"a", "b", "c", "b", "c", "d"}) {
+		t.Fatalf("published %v, want a b c, then b and c again (the latest before the failure and the one 1 s before it) and d", out)
 	}
-	defer s.Close()
-	complete := func(id int64, vs ...string) {
-		t.Helper()
-		for _, v := range vs {
-			s.Collect(v)
-		}
-		if _, err := s.SnapshotState(id); err != nil {
+}
+
+// publishesAroundAFailure completes checkpoints 1 to 3 with a, b and c,
+// each published at once, b's publish beforeB after a's and c's beforeC
+// after b's; then, 10 s later, with the broker down, checkpoint 4 with
+// d, and publishes it once the broker is back. It returns what was
+// published, in order.
+func publishesAroundAFailure(t *testing.T, beforeB, beforeC time.Duration) []string {
+	t.Helper()
+	s, f, clock := backgroundSink(t)
+	for i, v := range []string{"a", "b", "c"} {
+		clock.Advance([]time.Duration{0, beforeB, beforeC}[i])
+		id := int64(i + 1)
+		completeCheckpoint(t, s, id, v)
+		if err := s.WaitCommitted(id); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.NotifyCheckpointComplete(id); err != nil {
-			t.Fatal(err)
-		}
 	}
-	complete(1, "a")
-	if err := s.WaitCommitted(1); err != nil {
-		t.Fatal(err)
-	}
-	clock.Advance(6 * time.Second)
-	complete(2, "b")
-	if err := s.WaitCommitted(2); err != nil {
-		t.Fatal(err)
-	}
-	clock.Advance(time.Second)
-	complete(3, "c")
-	if err := s.WaitCommitted(3); err != nil {
-		t.Fatal(err)
-	}
-	clock.Advance(10 * time.Second) // c, the latest, is kept however old
+	clock.Advance(10 * time.Second) // quiet; c, the latest, is kept however old
 	f.mu.Lock()
 	f.down = true
 	f.mu.Unlock()
-	complete(4, "d")
+	completeCheckpoint(t, s, 4, "d")
 	if err := clock.BlockUntilContext(t.Context(), 1); err != nil {
 		t.Fatal(err)
 	}
@@ -480,9 +468,8 @@ func TestWriteAheadSinkRepublishesRecentAfterAFailure(t *testing.T) {
 	if err := s.WaitCommitted(4); err != nil {
 		t.Fatal(err)
 	}
-	if _, out := f.state(); !slices.Equal(out, []string{"a", "b", "c", "b", "c", "d"}) {
-		t.Fatalf("published %v, want a b c, then b and c again (the latest before the failure and the one 1 s before it) and d", out)
-	}
+	_, out := f.state()
+	return out
 }
 
 // A broker killed loses what it acknowledged since its last save, and
@@ -494,56 +481,8 @@ func TestWriteAheadSinkRepublishesRecentAfterAFailure(t *testing.T) {
 // was killed just after c, and the next publish, d's, 10 s later. Before,
 // only c went out again, and b was lost for the consumer.
 func TestWriteAheadSinkRepublishesTheBatchesBeforeTheLatestAfterAQuietStretch(t *testing.T) {
-	ctx := sinkContext(0)
-	clock := ctx.Clock.(*clockwork.FakeClock)
-	f := &failingPublish{}
-	s := operators.NewWriteAheadSink(f.publish, nil).WithBackgroundPublish()
-	if err := s.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	complete := func(id int64, vs ...string) {
-		t.Helper()
-		for _, v := range vs {
-			s.Collect(v)
-		}
-		if _, err := s.SnapshotState(id); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.NotifyCheckpointComplete(id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	complete(1, "a")
-	if err := s.WaitCommitted(1); err != nil {
-		t.Fatal(err)
-	}
-	clock.Advance(5 * time.Second)
-	complete(2, "b")
-	if err := s.WaitCommitted(2); err != nil {
-		t.Fatal(err)
-	}
-	clock.Advance(500 * time.Millisecond)
-	complete(3, "c")
-	if err := s.WaitCommitted(3); err != nil {
-		t.Fatal(err)
-	}
-	clock.Advance(10 * time.Second) // quiet: the broker was killed meanwhile
-	f.mu.Lock()
-	f.down = true
-	f.mu.Unlock()
-	complete(4, "d")
-	if err := clock.BlockUntilContext(t.Context(), 1); err != nil {
-		t.Fatal(err)
-	}
-	f.mu.Lock()
-	f.down = false
-	f.mu.Unlock()
-	clock.Advance(time.Second)
-	if err := s.WaitCommitted(4); err != nil {
-		t.Fatal(err)
-	}
-	if _, out := f.state(); !slices.Equal(out, []string{"a", "b", "c", "b", "c", "d"}) {
+	out := publishesAroundAFailure(t, 5*time.Second, 500*time.Millisecond)
+	if !slices.Equal(out, []string{"a", "b", "c", "b", "c", "d"}) {
 		t.Fatalf("published %v, want a b c, then b and c again (published within 2 s of the latest) and d", out)
 	}
 }
@@ -928,23 +867,10 @@ func TestWriteAheadSinkRestoredCommittedPublishesNothingAgain(t *testing.T) {
 // the window) and c (not yet published), not a (published 3 s before).
 // Before, the snapshot held c only, and b was lost for the consumer.
 func TestWriteAheadSinkSnapshotHoldsWhatItPublishedLately(t *testing.T) {
-	ctx := sinkContext(0)
-	clock := ctx.Clock.(*clockwork.FakeClock)
-	f := &failingPublish{}
-	s := operators.NewWriteAheadSink(f.publish, nil).WithBackgroundPublish()
-	if err := s.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, f, clock := backgroundSink(t)
 	for i, v := range []string{"a", "b"} {
 		id := int64(i + 1)
-		s.Collect(v)
-		if _, err := s.SnapshotState(id); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.NotifyCheckpointComplete(id); err != nil {
-			t.Fatal(err)
-		}
+		completeCheckpoint(t, s, id, v)
 		if err := s.WaitCommitted(id); err != nil {
 			t.Fatal(err)
 		}
@@ -973,5 +899,35 @@ func TestWriteAheadSinkSnapshotHoldsWhatItPublishedLately(t *testing.T) {
 	}
 	if g.ids["b"] != f.ids["b"] {
 		t.Fatalf("b published again with id %s, first with %s", g.ids["b"], f.ids["b"])
+	}
+}
+
+// backgroundSink returns an open write-ahead sink publishing in the
+// background with a failingPublish, on a fake clock; it is closed when
+// the test ends.
+func backgroundSink(t *testing.T) (*operators.WriteAheadSink[string], *failingPublish, *clockwork.FakeClock) {
+	t.Helper()
+	ctx := sinkContext(0)
+	f := &failingPublish{}
+	s := operators.NewWriteAheadSink(f.publish, nil).WithBackgroundPublish()
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, f, ctx.Clock.(*clockwork.FakeClock)
+}
+
+// completeCheckpoint collects vs into s, snapshots them as checkpoint id
+// and completes it.
+func completeCheckpoint(t *testing.T, s *operators.WriteAheadSink[string], id int64, vs ...string) {
+	t.Helper()
+	for _, v := range vs {
+		s.Collect(v)
+	}
+	if _, err := s.SnapshotState(id); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.NotifyCheckpointComplete(id); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -32,19 +32,7 @@ func TestMosquittoSinkBrokerKilledBeforeAQuietStretch(t *testing.T) {
 	w, out, nd, col, sub, publish := sf.w, sf.out, sf.nd, sf.col, sf.sub, sf.publish
 	sub.Disconnect(100) // its session stays on out, which queues its results
 	const windows = 6
-	publish(0, maxOutOfOrderMS+1)
-	for win := range windows {
-		// Window win closes once a reading past its end plus the
-		// out-of-orderness is read.
-		publish(win*w.winMS+maxOutOfOrderMS+1, (win+1)*w.winMS+maxOutOfOrderMS+1)
-		want := int64((win + 1) * w.sensors)
-		testutil.Eventually(t, 30*time.Second, fmt.Sprintf("the sink holding the results of %d windows", win+1), func() bool {
-			return sinkRecordsIn(nd, "plant", "plant/sink-0-windows") >= want
-		})
-		// The pace is what the test is about: windows published a few
-		// hundred milliseconds apart, within one save of the broker.
-		testutil.Within(300*time.Millisecond, func() bool { return false })
-	}
+	closeWindowsPaced(t, sf, windows)
 	out.kill()
 	// The quiet stretch is what the test is about: no condition ends it.
 	testutil.Within(6*time.Second, func() bool { return false })
@@ -56,6 +44,27 @@ func TestMosquittoSinkBrokerKilledBeforeAQuietStretch(t *testing.T) {
 	checkExact(t, col, w)
 	if code := nd.terminate(30 * time.Second); code != 0 {
 		t.Errorf("edged exited %d after SIGTERM, want 0", code)
+	}
+}
+
+// closeWindowsPaced publishes the readings that close sf's first windows
+// windows, one window after another, each once the sink holds the
+// results of the one before, about 300 ms apart.
+func closeWindowsPaced(t *testing.T, sf *sinkFault, windows int) {
+	t.Helper()
+	w := sf.w
+	sf.publish(0, maxOutOfOrderMS+1)
+	for win := range windows {
+		// Window win closes once a reading past its end plus the
+		// out-of-orderness is read.
+		sf.publish(win*w.winMS+maxOutOfOrderMS+1, (win+1)*w.winMS+maxOutOfOrderMS+1)
+		want := int64((win + 1) * w.sensors)
+		testutil.Eventually(t, 30*time.Second, fmt.Sprintf("the sink holding the results of %d windows", win+1), func() bool {
+			return sinkRecordsIn(sf.nd, "plant", "plant/sink-0-windows") >= want
+		})
+		// The pace is what the tests are about: windows published a few
+		// hundred milliseconds apart, within one save of the broker.
+		testutil.Within(300*time.Millisecond, func() bool { return false })
 	}
 }
 
@@ -94,16 +103,7 @@ func TestMosquittoSinkBrokerAndEdgedKilledTogether(t *testing.T) {
 	w, out, nd, col, sub, publish := sf.w, sf.out, sf.nd, sf.col, sf.sub, sf.publish
 	sub.Disconnect(100) // its session stays on out, which queues its results
 	const windows = 6
-	publish(0, maxOutOfOrderMS+1)
-	for win := range windows {
-		publish(win*w.winMS+maxOutOfOrderMS+1, (win+1)*w.winMS+maxOutOfOrderMS+1)
-		want := int64((win + 1) * w.sensors)
-		testutil.Eventually(t, 30*time.Second, fmt.Sprintf("the sink holding the results of %d windows", win+1), func() bool {
-			return sinkRecordsIn(nd, "plant", "plant/sink-0-windows") >= want
-		})
-		// The pace is what the test is about, as above.
-		testutil.Within(300*time.Millisecond, func() bool { return false })
-	}
+	closeWindowsPaced(t, sf, windows)
 	out.kill()
 	nd.kill()
 	out.start()
