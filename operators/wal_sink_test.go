@@ -521,12 +521,7 @@ func TestWriteAheadSinkRepublishesTheBatchesEarlierCallsAfterAFailure(t *testing
 	for i := range n {
 		s.Collect(strconv.Itoa(i))
 	}
-	if _, err := s.SnapshotState(1); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.NotifyCheckpointComplete(1); err != nil {
-		t.Fatal(err)
-	}
+	completeCheckpoint(t, s, 1)
 	if err := clock.BlockUntilContext(t.Context(), 1); err != nil {
 		t.Fatal(err)
 	}
@@ -585,12 +580,7 @@ func TestWriteAheadSinkMaxHeld(t *testing.T) {
 	for _, v := range []string{"a", "b", "c", "d"} {
 		s.Collect(v) // none complete yet: no wait
 	}
-	if _, err := s.SnapshotState(1); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.NotifyCheckpointComplete(1); err != nil {
-		t.Fatal(err)
-	}
+	completeCheckpoint(t, s, 1)
 	// The publish failed: the publisher waits to try again, holding 4.
 	if err := clock.BlockUntilContext(t.Context(), 1); err != nil {
 		t.Fatal(err)
@@ -629,12 +619,7 @@ func TestWriteAheadSinkMaxHeld(t *testing.T) {
 	for _, v := range []string{"f", "g"} {
 		s.Collect(v)
 	}
-	if _, err := s.SnapshotState(2); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.NotifyCheckpointComplete(2); err != nil {
-		t.Fatal(err)
-	}
+	completeCheckpoint(t, s, 2)
 	if err := clock.BlockUntilContext(t.Context(), 1); err != nil {
 		t.Fatal(err)
 	}
