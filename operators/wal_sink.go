@@ -766,14 +766,7 @@ func (s *WriteAheadSink[T]) recentSince(recent []recentBatch[T]) []walBatch[T] {
 	if len(recent) == 0 {
 		return nil
 	}
-	latest := recent[len(recent)-1].at
-	var out []walBatch[T]
-	for _, r := range recent {
-		if latest.Sub(r.at) <= republishWindow {
-			out = append(out, r.b)
-		}
-	}
-	return out
+	return recentAt(recent, recent[len(recent)-1].at)
 }
 
 // recentAt returns the batches of recent published within
