@@ -1,14 +1,17 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -134,7 +137,51 @@ func newAPI(n *node) http.Handler {
 	if n.cluster != nil {
 		n.cluster.mount(mux, n)
 	}
-	return requireToken(n.apiToken(), mux)
+	return requireToken(n.apiToken(), apiErrors(mux))
+}
+
+// apiPrefixes are the first path segments of the REST API; the dashboard
+// serves the other paths.
+var apiPrefixes = []string{"/jobs", "/cluster", "/metrics", "/ingest", "/broker"}
+
+// apiErrors answers a request to an API path that no endpoint takes with
+// a JSON error, as the endpoints answer theirs: 405 with an Allow header
+// when the path takes other methods, else 404. Without it the dashboard's
+// "GET /" took every GET (a plain-text 404 for GET /jobs/x/savepoint) and
+// its method made every other unknown request a 405 allowing GET.
+func apiErrors(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); (pattern != "" && pattern != "GET /") || !isAPIPath(r.URL.Path) {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		var allow []string
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+			other := r.Clone(r.Context())
+			other.Method = m
+			if _, pattern := mux.Handler(other); pattern != "" && pattern != "GET /" {
+				allow = append(allow, m)
+				if m == http.MethodGet {
+					allow = append(allow, http.MethodHead)
+				}
+			}
+		}
+		if len(allow) == 0 {
+			writeJSON(w, http.StatusNotFound, ErrorBody{Error: fmt.Sprintf("daemon: no endpoint %s", r.URL.Path)})
+			return
+		}
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeJSON(w, http.StatusMethodNotAllowed, ErrorBody{Error: fmt.Sprintf("daemon: %s %s: the endpoint takes %s", r.Method, r.URL.Path, strings.Join(allow, ", "))})
+	})
+}
+
+func isAPIPath(p string) bool {
+	for _, prefix := range apiPrefixes {
+		if p == prefix || strings.HasPrefix(p, prefix+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 func (n *node) info(ctx context.Context, j *job) JobInfo {
@@ -217,8 +264,10 @@ func (n *node) handleSavepoint(stop bool) http.HandlerFunc {
 			writeError(w, err)
 			return
 		}
-		path := r.URL.Query().Get("path")
-		err = snapshot.CheckSavepointPath(path)
+		path, err := savepointPath(r)
+		if err == nil {
+			err = snapshot.CheckSavepointPath(path)
+		}
 		if err == nil {
 			err = snapshot.CheckSavepointDir(path)
 		}
@@ -247,6 +296,47 @@ func (n *node) handleSavepoint(stop bool) http.HandlerFunc {
 		}
 		writeJSON(w, http.StatusOK, SavepointResult{Job: j.name, Path: p})
 	}
+}
+
+// maxSavepointBody bounds the body of a savepoint or stop request: a
+// JSON object with the one key "path".
+const maxSavepointBody = 64 << 10
+
+// savepointPath returns the path a savepoint or stop request names: the
+// query's "path" or a JSON body's {"path": "..."}. Both may be given when
+// they agree. A body that is not such an object is refused rather than
+// ignored, since a savepoint taken elsewhere than the caller asked is
+// found missing only when it is needed.
+func savepointPath(r *http.Request) (string, error) {
+	q := r.URL.Query().Get("path")
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxSavepointBody+1))
+	if err != nil {
+		return "", fmt.Errorf("reading the request body: %w", err)
+	}
+	if len(b) > maxSavepointBody {
+		return "", fmt.Errorf("the request body is over %d bytes", maxSavepointBody)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return q, nil
+	}
+	var body struct {
+		Path *string `json:"path"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		return "", fmt.Errorf(`the request body is not {"path": "<path>"}: %w`, err)
+	}
+	if dec.More() {
+		return "", errors.New(`the request body is not one object {"path": "<path>"}`)
+	}
+	switch {
+	case body.Path == nil:
+		return q, nil
+	case q != "" && q != *body.Path:
+		return "", fmt.Errorf("the query's %q and the body's %q differ", q, *body.Path)
+	}
+	return *body.Path, nil
 }
 
 func (n *node) handleCancel(w http.ResponseWriter, r *http.Request) {
