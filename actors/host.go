@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -821,7 +822,7 @@ func (h *host) newContext(t *task, i int) (*operators.Context, error) {
 	if v.Keyed {
 		switch h.cfg.StateBackend.Kind {
 		case BoltBackend:
-			dir := filepath.Join(h.cfg.StateBackend.Dir, h.job.Name)
+			dir := filepath.Join(h.cfg.StateBackend.Dir, jobDirName(h.job.Name))
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return nil, err
 			}
@@ -843,4 +844,21 @@ func (h *host) newContext(t *task, i int) (*operators.Context, error) {
 		}
 	}
 	return ctx, nil
+}
+
+// jobDirName is the directory of a job's bolt files under the backend's
+// dir: the job's name escaped as a snapshot file name is, so that a name
+// holding a '/' stays one directory and one holding "../" does not lead
+// out of the dir, where the backend removes the file it starts afresh.
+// The names FileName leaves a directory of no name of its own (empty, "."
+// and "..") are spelled so that no other name's escape matches them.
+func jobDirName(job string) string {
+	switch name := snapshot.FileName(job); name {
+	case "":
+		return "%"
+	case ".", "..":
+		return strings.ReplaceAll(name, ".", "%2E")
+	default:
+		return name
+	}
 }
