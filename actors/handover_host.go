@@ -95,7 +95,7 @@ func (h *host) retire(ctx context.Context, key TaskKey, id int64, wait time.Dura
 	var errs []error
 	for i := len(t.ops) - 1; i >= 0; i-- {
 		if t.ops[i] != nil {
-			if err := t.ops[i].Close(); err != nil {
+			if err := h.closeOperator(t, i); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -306,7 +306,7 @@ func (h *host) adopt(key TaskKey, md *snapshot.Metadata, gen int, nodeOf func(c 
 	if err := h.buildTask(t, out, crosses, md); err != nil {
 		for i := len(t.ops) - 1; i >= 0; i-- {
 			if t.ops[i] != nil {
-				_ = t.ops[i].Close()
+				_ = h.closeOperator(t, i)
 			}
 		}
 		for _, cl := range t.closers {

@@ -393,13 +393,33 @@ func (h *host) closeOperators() error {
 			if t.ops[i] == nil {
 				continue
 			}
-			if err := t.ops[i].Close(); err != nil {
-				v := t.chain.Vertices[i]
-				errs = append(errs, fmt.Errorf("close operator %q subtask %d: %w", v.Name, t.subtask, err))
+			if err := h.closeOperator(t, i); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// closeOperator closes operator i of t. Close is user code (a sink's, or
+// the Abort of a Transactional a two-phase-commit sink closes): a panic
+// in it is returned as a *TaskError naming the operator, with the panic
+// and its stack, as a panic while the task runs is, instead of unwinding
+// the goroutine that stops the job (the caller of Execute) and leaving
+// the other operators unclosed.
+func (h *host) closeOperator(t *task, i int) (err error) {
+	v := t.chain.Vertices[i]
+	defer func() {
+		if r := recover(); r != nil {
+			te := &TaskError{Job: h.job.Name, Operator: v.Name, UID: v.UID, Subtask: t.subtask, Parallelism: v.Parallelism}
+			setCause(te, r)
+			err = fmt.Errorf("close operator %q subtask %d: %w", v.Name, t.subtask, te)
+		}
+	}()
+	if err := t.ops[i].Close(); err != nil {
+		return fmt.Errorf("close operator %q subtask %d: %w", v.Name, t.subtask, err)
+	}
+	return nil
 }
 
 // commitRestored tells every operator of the host's built (not started)
