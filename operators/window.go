@@ -48,12 +48,24 @@ type WindowAssigner struct {
 	slide     int64 // ms; sliding (== size for tumbling)
 	offset    int64 // ms
 	gap       int64 // ms; session
+
+	// A duration as given when it is not a whole number of milliseconds,
+	// which the fields above cut, for Validate to refuse; 0 otherwise.
+	sizeF, slideF, offsetF, gapF time.Duration
+}
+
+// fraction returns d when it is not a whole number of milliseconds, else 0.
+func fraction(d time.Duration) time.Duration {
+	if d%time.Millisecond != 0 {
+		return d
+	}
+	return 0
 }
 
 // TumblingEventTimeWindows returns fixed, non-overlapping windows of size on
 // event time, aligned to the epoch (see WithOffset).
 func TumblingEventTimeWindows(size time.Duration) WindowAssigner {
-	return WindowAssigner{kind: tumbling, eventTime: true, size: size.Milliseconds(), slide: size.Milliseconds()}
+	return WindowAssigner{kind: tumbling, eventTime: true, size: size.Milliseconds(), slide: size.Milliseconds(), sizeF: fraction(size), slideF: fraction(size)}
 }
 
 // TumblingProcessingTimeWindows is TumblingEventTimeWindows on processing
@@ -67,7 +79,7 @@ func TumblingProcessingTimeWindows(size time.Duration) WindowAssigner {
 // SlidingEventTimeWindows returns windows of size starting every slide on
 // event time; a record belongs to size/slide windows but is stored once.
 func SlidingEventTimeWindows(size, slide time.Duration) WindowAssigner {
-	return WindowAssigner{kind: sliding, eventTime: true, size: size.Milliseconds(), slide: slide.Milliseconds()}
+	return WindowAssigner{kind: sliding, eventTime: true, size: size.Milliseconds(), slide: slide.Milliseconds(), sizeF: fraction(size), slideF: fraction(slide)}
 }
 
 // SlidingProcessingTimeWindows is SlidingEventTimeWindows on processing
@@ -81,7 +93,7 @@ func SlidingProcessingTimeWindows(size, slide time.Duration) WindowAssigner {
 // EventTimeSessionWindows returns per-key windows that close after gap
 // without records, on event time.
 func EventTimeSessionWindows(gap time.Duration) WindowAssigner {
-	return WindowAssigner{kind: session, eventTime: true, gap: gap.Milliseconds()}
+	return WindowAssigner{kind: session, eventTime: true, gap: gap.Milliseconds(), gapF: fraction(gap)}
 }
 
 // ProcessingTimeSessionWindows is EventTimeSessionWindows on processing
@@ -99,7 +111,7 @@ func ProcessingTimeSessionWindows(gap time.Duration) WindowAssigner {
 // offset that cuts the same windows (-8h of 24h windows is 16h). Session
 // windows have no offset: Validate refuses one.
 func (a WindowAssigner) WithOffset(offset time.Duration) WindowAssigner {
-	a.offset = offset.Milliseconds()
+	a.offset, a.offsetF = offset.Milliseconds(), fraction(offset)
 	if a.offset < 0 && a.slide > 0 && -a.offset < a.slide {
 		a.offset += a.slide
 	}
@@ -145,31 +157,46 @@ func (a WindowAssigner) StateDigest() string {
 	return fmt.Sprintf("sliced %s size=%dms slide=%dms offset=%dms", domain, a.size, a.slide, a.offset)
 }
 
-// Validate reports every problem of a at once.
+// Validate reports every problem of a at once. A duration that is not a
+// whole number of milliseconds is refused, as a declared pipeline's is,
+// rather than cut to the milliseconds below it (1.5ms windows of 1ms).
 func (a WindowAssigner) Validate() error {
 	var errs []error
+	notWhole := func(key string, d time.Duration) bool {
+		if d == 0 {
+			return false
+		}
+		errs = append(errs, fmt.Errorf("%s (%s) must be a whole number of milliseconds (window times are whole milliseconds)", key, d))
+		return true
+	}
 	switch a.kind {
 	case tumbling, sliding:
-		if a.size <= 0 {
+		if !notWhole("window.size", a.sizeF) && a.size <= 0 {
 			errs = append(errs, fmt.Errorf("window.size (%dms) must be at least 1ms (window times are whole milliseconds)", a.size))
 		}
 		// A tumbling window's slide is its size: the size's error says it.
 		sizeIsSlide := a.kind == tumbling && a.slide == a.size
-		if a.slide <= 0 && !sizeIsSlide {
+		switch {
+		case a.kind == sliding && notWhole("window.slide", a.slideF):
+		case a.slide <= 0 && !sizeIsSlide:
 			errs = append(errs, fmt.Errorf("window.slide (%dms) must be at least 1ms", a.slide))
-		} else if a.size > 0 && a.slide > a.size {
+		case a.size > 0 && a.slide > a.size:
 			errs = append(errs, fmt.Errorf("window.slide (%dms) must not exceed window.size (%dms)", a.slide, a.size))
 		}
-		if a.slide > 0 && (a.offset < 0 || a.offset >= a.slide) {
+		if !notWhole("window.offset", a.offsetF) && a.slide > 0 && (a.offset < 0 || a.offset >= a.slide) {
 			errs = append(errs, fmt.Errorf("window.offset (%dms) must be shorter than the slide (%dms; the size of tumbling windows), either way", a.offset, a.slide))
 		}
 	case session:
-		if a.gap <= 0 {
+		if !notWhole("window.gap", a.gapF) && a.gap <= 0 {
 			errs = append(errs, fmt.Errorf("window.gap (%dms) must be at least 1ms", a.gap))
 		}
 		// A session starts at its first record: there is nothing to shift.
-		if a.offset != 0 {
-			errs = append(errs, fmt.Errorf("window.offset (%dms) is for tumbling and sliding windows: session windows start at their first record", a.offset))
+		if a.offset != 0 || a.offsetF != 0 {
+			given := a.offsetF
+			if given == 0 {
+				given = time.Duration(a.offset) * time.Millisecond
+			}
+			errs = append(errs, fmt.Errorf("window.offset (%s) is for tumbling and sliding windows: session windows start at their first record", given))
 		}
 	default:
 		errs = append(errs, errors.New("window: assigner not set"))

@@ -1077,6 +1077,46 @@ func TestSessionWindowOffsetIsRefused(t *testing.T) {
 	}
 }
 
+// A window duration that is not a whole number of milliseconds is
+// refused by Validate, naming the setting and the duration as given, as a
+// declared pipeline's is. Before, it was cut to the milliseconds below it
+// without a word: 1.5ms tumbling windows were 1ms windows, a 2.5ms gap a
+// 2ms gap, an offset of 0.5ms no offset, and a 0.5ms size was refused as
+// "window.size (0ms)".
+func TestWindowAssignerRefusesFractionsOfAMillisecond(t *testing.T) {
+	us := time.Microsecond
+	for _, c := range []struct {
+		a    operators.WindowAssigner
+		want string
+	}{
+		{operators.TumblingEventTimeWindows(1500 * us), "window.size (1.5ms) must be a whole number of milliseconds"},
+		{operators.TumblingProcessingTimeWindows(500 * us), "window.size (500µs) must be a whole number of milliseconds"},
+		{operators.SlidingEventTimeWindows(ms(3), 1500*us), "window.slide (1.5ms) must be a whole number of milliseconds"},
+		{operators.SlidingProcessingTimeWindows(2500*us, ms(1)), "window.size (2.5ms) must be a whole number of milliseconds"},
+		{operators.EventTimeSessionWindows(2500 * us), "window.gap (2.5ms) must be a whole number of milliseconds"},
+		{operators.TumblingEventTimeWindows(ms(2)).WithOffset(500 * us), "window.offset (500µs) must be a whole number of milliseconds"},
+		{operators.SlidingEventTimeWindows(ms(4), ms(2)).WithOffset(-1500 * us), "window.offset (-1.5ms) must be a whole number of milliseconds"},
+		{operators.ProcessingTimeSessionWindows(ms(10)).WithOffset(500 * us), "window.offset (500µs) is for tumbling and sliding windows"},
+	} {
+		err := c.a.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.a, err, c.want)
+		}
+		if err != nil && strings.Count(err.Error(), "\n") > 0 {
+			t.Errorf("%v: %q, want one error", c.a, err)
+		}
+	}
+	for _, a := range []operators.WindowAssigner{
+		operators.TumblingEventTimeWindows(time.Hour).WithOffset(-8 * time.Hour / 10),
+		operators.SlidingEventTimeWindows(ms(3), ms(1)),
+		operators.EventTimeSessionWindows(ms(1)),
+	} {
+		if err := a.Validate(); err != nil {
+			t.Errorf("%v: %v, want it valid", a, err)
+		}
+	}
+}
+
 // A record read in the last millisecond of its processing-time window,
 // before the timer service has fired that millisecond's timers, is
 // counted in that window: its key's timer at the window's end is still to
