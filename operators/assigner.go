@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/edgedio/edged/watermark"
@@ -36,6 +37,9 @@ func (o *TimestampsAndWatermarks[T]) Open(ctx *Context) error {
 	}
 	o.ctx = ctx
 	o.gen = o.strategy.NewGenerator()
+	if o.gen == nil {
+		return errors.New("watermark: the strategy's generator factory returned nil: return a new watermark.Generator from each call")
+	}
 	if o.strategy.IdleTimeout > 0 {
 		o.idleness = watermark.NewIdleDetector(o.strategy.IdleTimeout)
 		o.idleness.OnEvent(ctx.ProcessingTime.Now())

@@ -3,6 +3,7 @@ package operators_test
 import (
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -285,5 +286,19 @@ func TestAssignerMinInt64TimestampIsStamped(t *testing.T) {
 		if r.Timestamp != want[i] {
 			t.Errorf("record %v stamped %d, want %d", r.Value, r.Timestamp, want[i])
 		}
+	}
+}
+
+// A strategy whose generator factory returns nil fails Open with an error
+// that says so. Before, the first record (or the first periodic emit)
+// failed the task with a nil pointer dereference.
+func TestAssignerNilGeneratorFailsOpen(t *testing.T) {
+	s := watermark.ForGenerator(stampedTime, func() watermark.Generator { return nil })
+	h := operatorstest.New(func(out operators.Collector[stamped]) operators.OneInput[stamped] {
+		return operators.NewTimestampsAndWatermarks(s, out)
+	})
+	err := h.Open()
+	if err == nil || !strings.Contains(err.Error(), "generator factory returned nil") {
+		t.Fatalf("Open: %v, want the nil generator named", err)
 	}
 }

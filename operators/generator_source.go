@@ -143,6 +143,9 @@ func (g *Generator[T]) Open(ctx *Context) error {
 	if err := g.cfg.Validate(); err != nil {
 		return err
 	}
+	if g.gen == nil {
+		return errors.New("generator: the record function is nil: give NewGenerator a func(i int64) T")
+	}
 	p := max(ctx.Parallelism, 1)
 	if ctx.Subtask < 0 || ctx.Subtask >= p {
 		return fmt.Errorf("generator: subtask %d out of range [0,%d)", ctx.Subtask, p)

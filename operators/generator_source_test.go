@@ -456,3 +456,14 @@ func TestGeneratorRestoresFromParallelismOne(t *testing.T) {
 		t.Fatalf("restore from parallelism 2 at 3: %v, want ErrRescaleSource", err)
 	}
 }
+
+// A generator given no record function fails Open with an error that says
+// so. Before, its first Poll failed the task with a nil pointer
+// dereference.
+func TestGeneratorNilRecordFunctionFailsOpen(t *testing.T) {
+	g := NewGenerator[int64](GeneratorConfig{Count: 5}, nil)
+	err := g.Open(&Context{Parallelism: 1})
+	if err == nil || !strings.Contains(err.Error(), "record function is nil") {
+		t.Fatalf("Open: %v, want the nil record function named", err)
+	}
+}
