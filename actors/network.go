@@ -211,7 +211,7 @@ type RemoteReceiver interface {
 
 // validate checks the cluster against the plan: unique node ids, a
 // network on every node, placement rows naming known nodes and existing
-// subtasks.
+// subtasks, and no negative timeout or retry interval.
 func (c *Cluster) validate(j *Job) error {
 	var errs []error
 	if len(c.Nodes) == 0 {
@@ -229,6 +229,14 @@ func (c *Cluster) validate(j *Job) error {
 		if n.Network == nil && (i == 0 || c.Invite == nil) {
 			errs = append(errs, fmt.Errorf("cluster.nodes[%d].network must be set", i))
 		}
+	}
+	// 0 means the default; a negative duration is a mistake, not "the
+	// default" nor "no wait", and is refused as the other settings are.
+	if c.ControlTimeout < 0 {
+		errs = append(errs, fmt.Errorf("cluster.control_timeout (%s) must not be negative (0 means %s)", c.ControlTimeout, DefaultControlTimeout))
+	}
+	if c.RetryInterval < 0 {
+		errs = append(errs, fmt.Errorf("cluster.retry_interval (%s) must not be negative (0 means %s)", c.RetryInterval, DefaultRetryInterval))
 	}
 	par := make(map[string]int)
 	for _, v := range j.Vertices {
