@@ -108,6 +108,9 @@ func TestBadConfigs(t *testing.T) {
 		{"window shape", func(s string) string {
 			return strings.Replace(s, "size: 10s", "size: 10s\n      gap: 1s\n      allowed_lateness: -1s", 1)
 		}, []string{`pipelines[0].window.gap: does not apply to tumbling windows`, `pipelines[0].window.allowed_lateness: (-1s) must not be negative`}},
+		{"lateness under a millisecond", func(s string) string {
+			return strings.Replace(s, "size: 10s", "size: 10s\n      allowed_lateness: 1500us", 1)
+		}, []string{`pipelines[0].window.allowed_lateness: (1.5ms) must be a whole number of milliseconds (window times are whole milliseconds)`}},
 		{"sliding window longer slide", func(s string) string {
 			return strings.Replace(s, "type: tumbling\n      size: 10s", "type: sliding\n      size: 10s\n      slide: 20s", 1)
 		}, []string{`pipelines[0].window.slide: (20s) must not exceed size (10s)`}},

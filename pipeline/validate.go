@@ -1014,8 +1014,11 @@ func (pc *PipelineConfig) compileWindow(p *problems, path string, pl *plan) {
 			p.add(path, err.Error())
 		}
 	}
-	if w.AllowedLateness < 0 {
+	switch {
+	case w.AllowedLateness < 0:
 		p.add(at("allowed_lateness"), fmt.Sprintf("(%s) must not be negative", w.AllowedLateness))
+	case w.AllowedLateness%time.Millisecond != 0:
+		p.add(at("allowed_lateness"), fmt.Sprintf("(%s) must be a whole number of milliseconds (window times are whole milliseconds)", w.AllowedLateness))
 	}
 	pl.lateness = w.AllowedLateness
 	switch {

@@ -205,18 +205,22 @@ func TestNilFunctionIsRefusedByPlan(t *testing.T) {
 	}
 }
 
-// A negative allowed lateness is refused like the other bad window
-// settings; zero and a positive one are accepted.
+// A negative allowed lateness, or one that is not a whole number of
+// milliseconds (1.5ms was kept as 1ms without a word), is refused like
+// the other bad window settings; zero and a positive one are accepted.
 func TestNegativeAllowedLatenessIsRefused(t *testing.T) {
-	for _, d := range []time.Duration{-5 * time.Second, -time.Millisecond, 0, time.Second} {
+	for _, d := range []time.Duration{-5 * time.Second, -time.Millisecond, 0, time.Second, 1500 * time.Microsecond, time.Nanosecond} {
 		env := stream.NewEnvironment("lateness")
 		k := stream.KeyBy(stream.FromSource(env, "src", ints(10)), func(i int64) int64 { return i % 3 })
 		stream.Window(k, operators.TumblingEventTimeWindows(10*time.Second)).AllowedLateness(d).
 			Reduce("w", func(a, b int64) (int64, error) { return a + b, nil }).UID("w").
 			ForEach("out", func(operators.WindowResult[int64, int64]) error { return nil })
 		_, err := env.Plan()
-		if d < 0 {
+		if d < 0 || d%time.Millisecond != 0 {
 			want := "window.allowed_lateness (" + d.String() + ") must not be negative"
+			if d > 0 {
+				want = "window.allowed_lateness (" + d.String() + ") must be a whole number of milliseconds"
+			}
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Fatalf("lateness %v: Plan: %v, want %q", d, err, want)
 			}

@@ -36,11 +36,15 @@ func Window[T any, K comparable](k *KeyedStream[T, K], assigner operators.Window
 // watermark passed its end: records arriving in that time update the
 // window and make it fire again. Records later than that go to the
 // late-data side output (SideOutputLateData) or are dropped and counted.
-// A negative d is refused by Plan and Execute.
+// A negative d, or one that is not a whole number of milliseconds (window
+// times are whole milliseconds), is refused by Plan and Execute.
 func (w *WindowedStream[T, K]) AllowedLateness(d time.Duration) *WindowedStream[T, K] {
 	w.must("AllowedLateness")
-	if d < 0 {
+	switch {
+	case d < 0:
 		w.errs = append(w.errs, fmt.Errorf("window.allowed_lateness (%v) must not be negative", d))
+	case d%time.Millisecond != 0:
+		w.errs = append(w.errs, fmt.Errorf("window.allowed_lateness (%v) must be a whole number of milliseconds (window times are whole milliseconds)", d))
 	}
 	w.lateness = d
 	return w
