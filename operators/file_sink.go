@@ -130,6 +130,9 @@ func NewFileSinkWith[T any](dir string, format func(T) string, o FileSinkOptions
 }
 
 func (f *fileTransactions[T]) Open(ctx *Context) error {
+	if f.format == nil {
+		return errors.New("file sink: the format function is nil: give NewFileSink a func(T) string")
+	}
 	if err := os.MkdirAll(f.dir, 0o755); err != nil {
 		return fmt.Errorf("file sink: %w", err)
 	}

@@ -59,6 +59,9 @@ func PartFile(dir string, subtask int) string {
 // Open creates the directory and this subtask's file; a restored subtask
 // appends to the file it finds.
 func (s *LineFileSink[T]) Open(ctx *Context) error {
+	if s.format == nil {
+		return errors.New("line file sink: the format function is nil: give NewLineFileSink a func(T) string")
+	}
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return fmt.Errorf("line file sink: %w", err)
 	}

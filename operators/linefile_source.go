@@ -3,6 +3,7 @@ package operators
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -166,6 +167,9 @@ func (s *LineFileSource[T]) Resets() int64 { return s.resets.Load() }
 // set by SetPosition or a restore, if any, against it and seeks there. On
 // other subtasks it does nothing.
 func (s *LineFileSource[T]) Open(ctx *Context) error {
+	if s.parse == nil {
+		return errors.New("line file source: the parse function is nil: give NewLineFileSource a func(line string) (T, error)")
+	}
 	s.bad.logger = ctx.Logger
 	if ctx.Subtask != 0 {
 		return nil

@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -41,6 +42,12 @@ func NewPrintSink[T any](w io.Writer, format func(T) string) *PrintSink[T] {
 
 // Open chooses the line prefix from the subtask and parallelism.
 func (p *PrintSink[T]) Open(ctx *Context) error {
+	switch {
+	case p.w == nil:
+		return errors.New("print sink: the writer is nil: give NewPrintSink an io.Writer such as os.Stdout")
+	case p.format == nil:
+		return errors.New("print sink: the format function is nil: give NewPrintSink a func(T) string")
+	}
 	if ctx.Parallelism > 1 {
 		p.prefix = strconv.Itoa(ctx.Subtask+1) + "> "
 	}

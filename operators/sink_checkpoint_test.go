@@ -342,11 +342,15 @@ func TestWriteAheadSinkRescale(t *testing.T) {
 	}
 }
 
+// noPublish is the publish function of a sink whose ids alone are looked
+// at: it is never called.
+func noPublish([]string, func(int) string) error { return nil }
+
 // Ids are a function of the record: the same record gets the same id in
 // any subtask, and WithIdentity decides what makes two records one.
 func TestWriteAheadSinkIdentity(t *testing.T) {
-	a := operators.NewWriteAheadSink[string](nil, nil)
-	b := operators.NewWriteAheadSink[string](nil, nil)
+	a := operators.NewWriteAheadSink[string](noPublish, nil)
+	b := operators.NewWriteAheadSink[string](noPublish, nil)
 	if err := a.Open(sinkContext(0)); err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +360,7 @@ func TestWriteAheadSinkIdentity(t *testing.T) {
 	if a.ID("x") != b.ID("x") || a.ID("x") == a.ID("y") {
 		t.Fatalf("ids x=%s/%s y=%s", a.ID("x"), b.ID("x"), a.ID("y"))
 	}
-	firstByte := operators.NewWriteAheadSink[string](nil, nil).WithIdentity(func(s string) string { return s[:1] })
+	firstByte := operators.NewWriteAheadSink[string](noPublish, nil).WithIdentity(func(s string) string { return s[:1] })
 	if err := firstByte.Open(sinkContext(0)); err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,7 @@
 package operators
 
+import "errors"
+
 // Map applies a function to every record. An error from the function fails
 // the task.
 type Map[T, U any] struct {
@@ -71,6 +73,15 @@ type SinkFunc[T any] struct {
 
 // NewSinkFunc returns a sink calling fn for every record.
 func NewSinkFunc[T any](fn func(T) error) *SinkFunc[T] { return &SinkFunc[T]{fn: fn} }
+
+// Open refuses a nil function: the first record would fail the task with
+// a nil pointer dereference that names no argument.
+func (s *SinkFunc[T]) Open(*Context) error {
+	if s.fn == nil {
+		return errors.New("sink: the function is nil: give NewSinkFunc a func(T) error")
+	}
+	return nil
+}
 
 // Collect calls the function on v.
 func (s *SinkFunc[T]) Collect(v T) {

@@ -130,6 +130,9 @@ func NewTwoPhaseCommitSink[T, TX any](sys Transactional[T, TX], c codec.Codec[TX
 // Open opens the system (when it has an Open(*Context) error method) and
 // begins the first transaction.
 func (s *TwoPhaseCommitSink[T, TX]) Open(ctx *Context) error {
+	if s.sys == nil {
+		return errors.New("two-phase commit sink: the Transactional is nil: give NewTwoPhaseCommitSink the system it writes to")
+	}
 	s.final, s.tell = ctx.FinalCheckpoint, ctx.OutputHeld
 	s.restoredCommitted = ctx.RestoredCommitted
 	if o, ok := s.sys.(interface{ Open(*Context) error }); ok {

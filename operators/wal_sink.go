@@ -206,6 +206,9 @@ func (s *WriteAheadSink[T]) WithMaxHeld(n int) *WriteAheadSink[T] {
 // Open records the sink's UID, for the record ids, and where the subtask
 // runs, for a restore at another parallelism.
 func (s *WriteAheadSink[T]) Open(ctx *Context) error {
+	if s.publish == nil {
+		return errors.New("write-ahead sink: the publish function is nil: give NewWriteAheadSink a Publish")
+	}
 	s.uid, s.subtask, s.parallelism = ctx.UID, ctx.Subtask, max(ctx.Parallelism, 1)
 	s.final, s.tell = ctx.FinalCheckpoint, ctx.OutputHeld
 	s.committed, s.log = ctx.RestoredCommitted, ctx.Logger
