@@ -114,7 +114,18 @@ func (c *clusterNode) redeploy(ctx context.Context, trigger cluster.Trigger, rea
 		for try := 2; err != nil && try <= savepointTries && ctx.Err() == nil; try++ {
 			// Nothing has moved yet: a declined savepoint (a task that
 			// failed, the job restarting) is worth another try.
-			c.log.Warn("cluster: savepoint before the redeployment failed; trying again", "trigger", trigger, "job", e.Name(), "try", try, "err", err)
+			// Not at once: a peer that has just crashed stays a member
+			// until the membership declares it dead, and until then each
+			// savepoint is declined for the copies of state files it
+			// refuses. One failure detection apart, the next try finds
+			// it gone and gives its copies to the next peer.
+			wait := restartGrace(c.cfg.Profile) / 3
+			c.log.Warn("cluster: savepoint before the redeployment failed; trying again", "trigger", trigger, "job", e.Name(), "try", try, "in", wait, "err", err)
+			select {
+			case <-ctx.Done():
+				continue
+			case <-time.After(wait):
+			}
 			path, err = e.TriggerSavepoint(ctx, "", false)
 		}
 		if err != nil {

@@ -231,3 +231,66 @@ func restartBAndFinish(t *testing.T, l *clusterLoad, client *http.Client, member
 		m.failIfExited(t)
 	}
 }
+
+// A worker is SIGKILLed under MQTT load (its devices moved away and its
+// ingest log covered by a checkpoint first), and `edged cluster drain`
+// of it is asked as soon as the master places none of its subtasks (the
+// job failed on the lost connection and restarts), before the membership
+// has declared it dead. The drain redeploys from a
+// savepoint, and the dead node, still a member, refuses the copies of
+// the savepoint's state files until it is declared dead. Before, the
+// three tries of the savepoint came back to back within some 50 ms and
+// all failed that way: the drain was refused (exit 1, `savepoint of job
+// "sensors" before the redeployment: ... replication failed ... on "c":
+// ... connection refused`) and the node was not drained. The tries are
+// now one failure detection apart: the drain is done, the node drained,
+// and every window is exact with one result id.
+func TestClusterDrainOfAJustKilledWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses")
+	}
+	members := startCluster(t, true)
+	a, c := members[0], members[2]
+	l := newClusterLoad(t, members)
+	client := &http.Client{Timeout: time.Second}
+	waitAllAlive(t, a, 3)
+	const n = 20_000
+	l.publish(0, n/2)
+	l.killWhen(2, 30*time.Second, func() bool {
+		var s struct {
+			Pipelines []struct {
+				Next     uint64 `json:"next_offset"`
+				Released uint64 `json:"released_offset"`
+			} `json:"pipelines"`
+		}
+		return c.get(client, "/ingest", &s) == nil && len(s.Pipelines) == 1 && s.Pipelines[0].Released >= s.Pipelines[0].Next
+	})
+	testutil.Eventually(t, 30*time.Second, "the master places c's subtasks on a and b", func() bool {
+		s, err := a.status(client)
+		return err == nil && s.keyedOn("c") == 0
+	})
+	code, out, errs := runCLI(t, 3*time.Minute, "cluster", "drain", "c", "--addr", a.apiAddr)
+	if code != 0 || !strings.HasPrefix(out, "drained c: done") {
+		t.Fatalf("edged cluster drain c of the killed worker: exit %d, %q %q", code, out, errs)
+	}
+	var s struct {
+		Members []struct {
+			ID      string `json:"id"`
+			Drained bool   `json:"drained"`
+		} `json:"members"`
+	}
+	if err := a.get(client, "/cluster", &s); err != nil {
+		t.Fatal(err)
+	}
+	var drained bool
+	for _, m := range s.Members {
+		if m.ID == "c" {
+			drained = m.Drained
+		}
+	}
+	if !drained {
+		t.Fatalf("c is not drained after its drain: %+v", s.Members)
+	}
+	l.publish(n/2, n)
+	l.finishChecked(n, 120*time.Second)
+}
