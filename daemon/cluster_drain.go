@@ -630,12 +630,40 @@ func (c *clusterNode) runRebalance(ctx context.Context, s cluster.Start) error {
 			continue
 		}
 		if lerr := c.peers.leave(ctx, id); lerr != nil {
+			if c.declaredDead(ctx, id) {
+				// It crashed before the drain (its death not yet
+				// declared when the drain began): nothing to leave.
+				c.log.Info("cluster: drained node is dead; it needs no leave", "drained", id, "err", lerr)
+				continue
+			}
 			c.log.Warn("cluster: drained node did not leave the membership", "drained", id, "err", lerr)
 			return fmt.Errorf("node %q drained, but it did not leave the membership: %w", id, lerr)
 		}
 		c.log.Info("cluster: drained node left the membership", "drained", id)
 	}
 	return nil
+}
+
+// declaredDead reports whether the membership declares node dead (it is
+// no longer among the live nodes) within one failure detection of the
+// profile: a drained node whose leave call failed because it had crashed
+// just before or during its drain, not yet declared dead then. A node
+// that answers again meanwhile (restarted at once) stays alive.
+func (c *clusterNode) declaredDead(ctx context.Context, node string) bool {
+	deadline := time.Now().Add(restartGrace(c.cfg.Profile) / 3)
+	for {
+		if !slices.Contains(c.live.alive(), node) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // nothingHosted is the note of a drain whose nodes were in no running

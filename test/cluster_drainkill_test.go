@@ -294,3 +294,48 @@ func TestClusterDrainOfAJustKilledWorker(t *testing.T) {
 	l.publish(n/2, n)
 	l.finishChecked(n, 120*time.Second)
 }
+
+// As TestClusterDrainOfAJustKilledWorker, the drain asked while the
+// master is still restarting the job after the worker's death (the load
+// goes on meanwhile), before the membership declares the worker dead: a
+// drain that finds the job's next attempt being deployed tries to hand
+// the worker's subtasks over, falls back to the restart without it, and
+// then asks the worker to leave the membership, which it cannot answer.
+// Before, the drain so answered exit 1, `node "c" drained, but it did not
+// leave the membership: Post ".../cluster/leave": ... connection refused`
+// (HTTP 500; in 6 of 10 runs of this timing), though the node was dead and
+// drained. A drained node whose leave call fails and that the membership
+// declares dead within one failure detection needs no leave: the drain
+// answers exit 0, and every window is exact with one result id.
+func TestClusterDrainOfAWorkerKilledWhileTheJobRestarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses")
+	}
+	members := startCluster(t, true)
+	a, c := members[0], members[2]
+	l := newClusterLoad(t, members)
+	client := &http.Client{Timeout: time.Second}
+	waitAllAlive(t, a, 3)
+	const n = 24_000
+	l.publish(0, n/3)
+	l.killWhen(2, 30*time.Second, func() bool {
+		var s struct {
+			Pipelines []struct {
+				Next     uint64 `json:"next_offset"`
+				Released uint64 `json:"released_offset"`
+			} `json:"pipelines"`
+		}
+		return c.get(client, "/ingest", &s) == nil && len(s.Pipelines) == 1 && s.Pipelines[0].Released >= s.Pipelines[0].Next
+	})
+	testutil.Eventually(t, 30*time.Second, "the master places no subtask on c", func() bool {
+		s, err := a.status(client)
+		return err == nil && s.keyedOn("c") == 0
+	})
+	l.publish(n/3, n/3+5_000)
+	code, out, errs := runCLI(t, 3*time.Minute, "cluster", "drain", "c", "--addr", a.apiAddr)
+	if code != 0 || !strings.HasPrefix(out, "drained c: ") {
+		t.Fatalf("edged cluster drain c of the killed worker: exit %d, %q %q", code, out, errs)
+	}
+	l.publish(n/3+5_000, n)
+	l.finishChecked(n, 120*time.Second)
+}
