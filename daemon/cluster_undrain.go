@@ -2,8 +2,10 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"sync"
@@ -64,6 +66,21 @@ func (c *clusterNode) Undrain(ctx context.Context, node string) error {
 		v.joining[node] = true
 	}
 	v.mu.Unlock()
+	if !drained && !slices.Contains(v.alive(), node) {
+		// A node drained under another job master (the leader before a
+		// hand-back or a takeover) has no drained mark here: it left
+		// the membership, and still serves its API. Asked to rejoin, it
+		// says whether it had left: then this is its undrain.
+		if was, err := c.peers.rejoined(ctx, node); err == nil && was {
+			v.mu.Lock()
+			delete(v.left, node)
+			v.joining[node] = true
+			v.mu.Unlock()
+			c.log.Info("cluster: node drained under another job master undrained; it rejoins and is moved in like a join", "undrained", node)
+			c.waitAlive(ctx, node)
+			return c.rb.ask(ctx, cluster.TriggerJoin, node)
+		}
+	}
 	if !drained {
 		return fmt.Errorf("%w: node %q takes subtasks already", ErrNotDrained, node)
 	}
@@ -111,6 +128,23 @@ func (p *peerClient) rejoin(ctx context.Context, node string) error {
 	}
 	resp.Body.Close()
 	return nil
+}
+
+// rejoined asks node to rejoin the membership and returns whether it had
+// left it (POST /cluster/rejoin answers {"rejoined": bool}).
+func (p *peerClient) rejoined(ctx context.Context, node string) (bool, error) {
+	resp, err := p.do(ctx, http.MethodPost, node, "/cluster/rejoin", nil, nil)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Rejoined bool `json:"rejoined"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&r); err != nil {
+		return false, err
+	}
+	return r.Rejoined, nil
 }
 
 // Rejoin puts this node back into the membership after it left it

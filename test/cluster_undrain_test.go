@@ -178,3 +178,71 @@ func TestClusterUndrainDoesNotFailTheJobLater(t *testing.T) {
 // probeRescale is TestClusterCLIRescaleStopResume at another target
 // parallelism: `edged stop` on the leader under load, every node
 // stopped, parallelism 3 -> to in every config, the leader started
+
+// A worker drained under the leader that took over is undrained after
+// the leadership went back to the old leader: the leader a is SIGKILLed
+// under MQTT load, b takes over, a comes back and `edged cluster drain c`
+// is asked of b before the hand-back; once a leads again, `edged cluster
+// undrain c` is asked of a. The drained mark was b's alone: before, a
+// answered `node not drained: node "c" takes subtasks already` (HTTP 409)
+// though c had left the membership and took no subtask, and c stayed out
+// (its broker refusing readings) until it was restarted. a now asks such a
+// node, which it does not see in the membership, to rejoin: a node that
+// had left is undrained, moved in by the join, and every window is exact
+// with one result id.
+func TestClusterNodeDrainedBeforeAHandbackIsUndrained(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses")
+	}
+	members := startCluster(t, true)
+	a, b, c := members[0], members[1], members[2]
+	l := newClusterLoad(t, members)
+	client := &http.Client{Timeout: time.Second}
+	waitAllAlive(t, a, 3)
+	const n = 40_000
+	l.publish(0, n/5)
+	covered := func(m *clusterMember) func() bool {
+		return func() bool {
+			var s struct {
+				Pipelines []struct {
+					Next     uint64 `json:"next_offset"`
+					Released uint64 `json:"released_offset"`
+				} `json:"pipelines"`
+			}
+			return m.get(client, "/ingest", &s) == nil && len(s.Pipelines) == 1 && s.Pipelines[0].Released >= s.Pipelines[0].Next
+		}
+	}
+	l.killWhen(0, 30*time.Second, covered(a))
+	testutil.Eventually(t, 30*time.Second, "node b runs the job masters", func() bool {
+		m, err := b.jobMasters(client)
+		return err == nil && m == 1
+	})
+	l.publish(n/5, 2*n/5)
+	// a comes back as a follower: ready once its broker and API answer,
+	// before the hand-back.
+	a.readyFn = func(cl *http.Client) bool {
+		var s map[string]any
+		return brokerUp(a.brokerAddr) && a.get(cl, "/cluster", &s) == nil
+	}
+	l.restart(0)
+	l.stopDevices(2)
+	if out := mustCLI(t, 3*time.Minute, b.apiAddr, "cluster", "drain", "c"); !strings.HasPrefix(out, "drained c: done,") {
+		t.Fatalf("edged cluster drain c on b printed %q", out)
+	}
+	l.publish(2*n/5, 3*n/5)
+	testutil.Eventually(t, 120*time.Second, "node a runs the job masters again", func() bool {
+		m, err := a.jobMasters(client)
+		return err == nil && m == 1
+	})
+	if out := mustCLI(t, 3*time.Minute, a.apiAddr, "cluster", "undrain", "c"); !strings.HasPrefix(out, "undrained c: done,") {
+		t.Fatalf("edged cluster undrain c on a printed %q", out)
+	}
+	testutil.Eventually(t, 60*time.Second, "c runs keyed subtasks again", func() bool {
+		s, err := a.status(client)
+		return err == nil && s.keyedOn("c") > 0
+	})
+	l.startDevices(2)
+	l.publish(3*n/5, n)
+	l.finishChecked(n, 120*time.Second)
+	_ = c
+}
