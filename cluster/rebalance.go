@@ -19,6 +19,13 @@ const (
 	TriggerDrain Trigger = "drain"
 	// TriggerManual: an operator asked (edged cluster rebalance).
 	TriggerManual Trigger = "manual"
+	// TriggerUndrain: an operator undrained a node (edged cluster
+	// undrain). The gate queues it as a join, recorded as one, that
+	// settles as joins do but is not damped: an operator's request, as a
+	// drain is, and the node's source splits hold their jobs' watermarks
+	// until it is moved in, so a damped undrain stalled every window of
+	// those jobs for the damping gap (up to MaxInterval).
+	TriggerUndrain Trigger = "undrain"
 )
 
 // Move is one unit changing node in a rebalance.
@@ -115,6 +122,7 @@ type RebalanceGate struct {
 
 	pending    []Trigger // queued, deduplicated, in arrival order
 	drains     []string  // nodes asked to drain, queued
+	undrain    bool      // an undrain's join is queued
 	firstReq   time.Time // first request of what is queued
 	firstJoin  time.Time // first join of the batch being settled
 	lastJoin   time.Time
@@ -135,6 +143,10 @@ func NewRebalanceGate(cfg GateConfig) (*RebalanceGate, error) {
 
 // Request queues a rebalance for trigger (with the node, for a drain).
 func (g *RebalanceGate) Request(now time.Time, t Trigger, node string) {
+	if t == TriggerUndrain {
+		g.undrain = true
+		t = TriggerJoin
+	}
 	if len(g.pending) == 0 {
 		g.firstReq = now
 	}
@@ -172,7 +184,8 @@ type Start struct {
 // settled, and the damping interval since the last rebalance has passed
 // unless a drain is queued (a drained node leaves either way: a stopping
 // node's drain would end with its stop timeout, and its subtasks would
-// fail over, restarting every job). Otherwise it returns ok false and, if
+// fail over, restarting every job) or an undrain (TriggerUndrain).
+// Otherwise it returns ok false and, if
 // something waits, why.
 func (g *RebalanceGate) Poll(now time.Time) (s Start, ok bool, waiting string) {
 	switch {
@@ -185,7 +198,7 @@ func (g *RebalanceGate) Poll(now time.Time) (s Start, ok bool, waiting string) {
 	case g.checkpoint:
 		return Start{}, false, "a checkpoint is in progress"
 	}
-	if !g.lastEnd.IsZero() && now.Sub(g.lastEnd) < g.interval && len(g.drains) == 0 {
+	if !g.lastEnd.IsZero() && now.Sub(g.lastEnd) < g.interval && len(g.drains) == 0 && !g.undrain {
 		return Start{}, false, fmt.Sprintf("damping: %v after the last rebalance", g.interval)
 	}
 	if onlyJoins := len(g.pending) == 1 && g.pending[0] == TriggerJoin; onlyJoins &&
@@ -193,7 +206,7 @@ func (g *RebalanceGate) Poll(now time.Time) (s Start, ok bool, waiting string) {
 		return Start{}, false, "joins settling"
 	}
 	s = Start{Triggers: g.pending, Drain: g.drains}
-	g.pending, g.drains = nil, nil
+	g.pending, g.drains, g.undrain = nil, nil, false
 	g.firstJoin, g.lastJoin = time.Time{}, time.Time{}
 	if !g.lastEnd.IsZero() && g.firstReq.Sub(g.lastEnd) < 2*g.interval {
 		g.interval = min(max(2*g.interval, g.cfg.MinInterval), g.cfg.MaxInterval)

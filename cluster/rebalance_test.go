@@ -165,6 +165,47 @@ func TestGateHoldsAndQueues(t *testing.T) {
 	mustStart(t, g, at(28*time.Second))
 }
 
+// An undrain's join is not damped (the undrained node's source splits
+// hold their jobs' watermarks until it is moved in), but settles, waits
+// for a rebalance, checkpoint or failover in progress, starts as a join,
+// and counts for the damping of what comes next. A join that comes
+// from the membership alone is still damped and settles.
+func TestGateUndrainIsNotDamped(t *testing.T) {
+	g := newGate(t)
+	g.Request(at(0), TriggerManual, "")
+	mustStart(t, g, at(0))
+	g.Done(at(time.Second))
+	// A join is damped...
+	g.Request(at(2*time.Second), TriggerJoin, "node-3")
+	mustWait(t, g, at(3*time.Second), "damping")
+	s := mustStart(t, g, at(11*time.Second))
+	if !slices.Equal(s.Triggers, []Trigger{TriggerJoin}) {
+		t.Fatalf("%+v", s)
+	}
+	g.Done(at(12 * time.Second))
+	if g.Interval() != 20*time.Second {
+		t.Fatalf("interval: %v, want 20s", g.Interval())
+	}
+	// ...an undrain is not, but it settles and waits for a checkpoint.
+	g.Request(at(13*time.Second), TriggerUndrain, "node-2")
+	g.Checkpoint(true)
+	mustWait(t, g, at(13*time.Second), "checkpoint")
+	g.Checkpoint(false)
+	mustWait(t, g, at(14*time.Second), "settling")
+	s = mustStart(t, g, at(18*time.Second))
+	if !slices.Equal(s.Triggers, []Trigger{TriggerJoin}) || len(s.Drain) != 0 {
+		t.Fatalf("undrain started as %+v, want one join", s)
+	}
+	g.Done(at(19 * time.Second))
+	if g.Interval() != 40*time.Second {
+		t.Fatalf("interval after the undrain: %v, want it doubled to 40s", g.Interval())
+	}
+	// What comes next is damped again.
+	g.Request(at(20*time.Second), TriggerJoin, "node-3")
+	mustWait(t, g, at(58*time.Second), "damping")
+	mustStart(t, g, at(59*time.Second))
+}
+
 // Rebalances that follow each other closely double the damping interval,
 // up to MaxInterval; a quiet spell brings it back.
 func TestGateDampsStorms(t *testing.T) {

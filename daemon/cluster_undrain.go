@@ -78,7 +78,7 @@ func (c *clusterNode) Undrain(ctx context.Context, node string) error {
 			v.mu.Unlock()
 			c.log.Info("cluster: node drained under another job master undrained; it rejoins and is moved in like a join", "undrained", node)
 			c.waitAlive(ctx, node)
-			return c.rb.ask(ctx, cluster.TriggerJoin, node)
+			return c.rb.ask(ctx, cluster.TriggerUndrain, node)
 		}
 	}
 	if !drained {
@@ -101,7 +101,7 @@ func (c *clusterNode) Undrain(ctx context.Context, node string) error {
 	} else {
 		c.waitAlive(ctx, node)
 	}
-	return c.rb.ask(ctx, cluster.TriggerJoin, node)
+	return c.rb.ask(ctx, cluster.TriggerUndrain, node)
 }
 
 // waitAlive waits, at most rejoinWait, until the membership sees node.

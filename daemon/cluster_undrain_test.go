@@ -162,3 +162,53 @@ func TestRejoinAfterLeave(t *testing.T) {
 		t.Fatalf("alive %v", c.live.alive())
 	}
 }
+
+// An undrain asked right after a rebalance is not damped: the undrained
+// node's source splits hold their jobs' watermarks until its join moves
+// it in, so a damped undrain stalled every window of those jobs for the
+// damping gap (10 s, doubling up to 5 min with each drain and undrain).
+// It still waits the settle delay.
+func TestUndrainIsNotDamped(t *testing.T) {
+	c, fc, runs := undrainNode(t)
+	manual := make(chan error, 1)
+	go func() { manual <- c.rb.ask(context.Background(), cluster.TriggerManual, "") }()
+	testutil.Eventually(t, 10*time.Second, "the manual rebalance is queued", func() bool {
+		c.rb.gateMu.Lock()
+		defer c.rb.gateMu.Unlock()
+		return len(c.rb.waiters) == 1
+	})
+	if !c.rb.step(context.Background()) {
+		t.Fatal("the manual rebalance did not run")
+	}
+	if err := <-manual; err != nil {
+		t.Fatal(err)
+	}
+	<-runs
+	done := make(chan error, 1)
+	go func() { done <- c.Undrain(context.Background(), "b") }()
+	testutil.Eventually(t, 10*time.Second, "the undrain's join is queued", func() bool {
+		c.rb.gateMu.Lock()
+		defer c.rb.gateMu.Unlock()
+		return len(c.rb.waiters) == 1
+	})
+	fc.Advance(time.Second)
+	if c.rb.step(context.Background()) {
+		t.Fatal("the undrain's join ran before the settle delay")
+	}
+	fc.Advance(cluster.DefaultGateConfig().Settle)
+	if c.rb.gate.Interval() <= cluster.DefaultGateConfig().Settle+time.Second {
+		t.Fatalf("damping interval %v: the test needs it longer than the settle delay", c.rb.gate.Interval())
+	}
+	if !c.rb.step(context.Background()) {
+		c.rb.gateMu.Lock()
+		why := c.rb.waiting
+		c.rb.gateMu.Unlock()
+		t.Fatalf("the undrain's join did not run after the settle delay (%s)", why)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if s := <-runs; triggerOf(s) != cluster.TriggerJoin {
+		t.Fatalf("ran %+v, want a join", s)
+	}
+}
