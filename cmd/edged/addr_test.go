@@ -137,3 +137,35 @@ pipelines:
 		}
 	}
 }
+
+// An address without its port, or with a port that is not a number, is
+// refused before anything is dialled: "127.0.0.1" was asked as
+// http://127.0.0.1, on port 80, and the error named that address.
+func TestClientAddrWithoutPortExits2(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		env  string
+	}{
+		{args: []string{"list", "--addr", "127.0.0.1"}},
+		{args: []string{"checkpoints", "p", "--addr", "localhost:api"}},
+		{args: []string{"stop", "p", "--addr", "127.0.0.1:70000"}},
+		{args: []string{"cluster", "status", "--addr", "127.0.0.1"}},
+		{args: []string{"list"}, env: "127.0.0.1"},
+	} {
+		t.Setenv(addrEnv, tt.env)
+		var out, errb bytes.Buffer
+		code := run(context.Background(), tt.args, &out, &errb)
+		if code != 2 || !strings.Contains(errb.String(), "must be host:port") {
+			t.Errorf("%q (%s=%q): exit %d, want 2 naming host:port\n%s", tt.args, addrEnv, tt.env, code, errb.String())
+		}
+		if strings.Contains(errb.String(), "dial tcp") {
+			t.Errorf("%q was dialled:\n%s", tt.args, errb.String())
+		}
+	}
+	// A URL is still taken as it is.
+	node := fakeNode(t, "via-url")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"list", "--addr", "http://" + node}, &out, &errb); code != 0 || !strings.Contains(out.String(), "via-url") {
+		t.Errorf("list --addr http://%s: exit %d\n%s%s", node, code, out.String(), errb.String())
+	}
+}

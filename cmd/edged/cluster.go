@@ -102,6 +102,10 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		c.Addr = addr
 	}
+	if err := checkDialAddr(c.Addr); err != nil {
+		fmt.Fprintf(stderr, "edged cluster %s: %v\n", sub, err)
+		return exitUsage
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// sent records that the request reached the node: a drain, undrain

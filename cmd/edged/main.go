@@ -44,6 +44,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -264,6 +265,10 @@ func runClient(ctx context.Context, cmd string, args []string, stdout, stderr io
 		}
 		c.Addr = addr
 	}
+	if err := checkDialAddr(c.Addr); err != nil {
+		fmt.Fprintf(stderr, "edged %s: %v\n", cmd, err)
+		return exitUsage
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// sent records that the request reached the node: a stop or
@@ -319,6 +324,27 @@ func clientAddr(cfgPath string) (string, error) {
 		return a, nil
 	}
 	return daemon.DefaultListen, nil
+}
+
+// checkDialAddr refuses an API address that is neither host:port with a
+// numeric port nor a URL: "127.0.0.1" without its port would be asked as
+// http://127.0.0.1, on port 80, and "host:api" fails only once dialled.
+func checkDialAddr(addr string) error {
+	if strings.Contains(addr, "://") {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		var n uint64
+		n, err = strconv.ParseUint(port, 10, 16)
+		if err == nil && n == 0 {
+			err = errors.New("port 0")
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("the node's address %q must be host:port with a port in [1, 65535] (--addr, -c's node.listen or $%s)", addr, addrEnv)
+	}
+	return nil
 }
 
 // dialAddr turns a listen address into one to dial: a wildcard or empty
