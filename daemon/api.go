@@ -346,7 +346,7 @@ func (n *node) handleCancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if j.snapshot().Status != StatusRunning {
-		writeError(w, ErrNotRunning)
+		writeError(w, fmt.Errorf("%w: %q", ErrNotRunning, j.name))
 		return
 	}
 	n.log.Info("cancelling job", "job", j.name)

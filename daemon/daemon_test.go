@@ -307,6 +307,28 @@ func TestCancelJob(t *testing.T) {
 	}
 }
 
+// A cancel of a job that no longer runs names the job, as a stop or a
+// savepoint of it does: it answered only "daemon: job is not running".
+func TestCancelJobNotRunningNamesIt(t *testing.T) {
+	cfg := tickingConfig("first", "") + strings.TrimPrefix(tickingConfig("second", ""), "\npipelines:\n")
+	n := startNode(t, cfg, daemon.Options{})
+	ctx := ctxT(t)
+	if _, err := n.client.Cancel(ctx, "first"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := n.client.Cancel(ctx, "first")
+	var ae *daemon.APIError
+	if !errors.As(err, &ae) || ae.StatusCode != http.StatusConflict || ae.Msg != daemon.ErrNotRunning.Error()+`: "first"` {
+		t.Errorf("second cancel = %v, want 409 %s: \"first\"", err, daemon.ErrNotRunning)
+	}
+	if _, err := n.client.Cancel(ctx, "second"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.wait(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
 func TestRunRejectsEmptyConfig(t *testing.T) {
 	if err := daemon.Run(context.Background(), &pipeline.Config{}, daemon.Options{}); !errors.Is(err, daemon.ErrNoPipelines) {
 		t.Errorf("Run = %v, want ErrNoPipelines", err)
