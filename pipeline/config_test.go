@@ -127,6 +127,12 @@ func TestBadConfigs(t *testing.T) {
 			`pipelines[0].alerts[1].name: "a" is taken`,
 			`pipelines[0].alerts[1].when: "id": expected bool, but got string`,
 		}},
+		// The name is the directory of the pipeline's ingest log: a name
+		// longer than a file name may be was refused only at start
+		// (mkdir: file name too long), and exit status 1.
+		{"name longer than a file name", func(s string) string {
+			return strings.Replace(s, "name: p", "name: "+strings.Repeat("p", 256), 1)
+		}, []string{`pipelines[0].name: (256 bytes) must be at most 255 bytes: it names the pipeline's directories`}},
 		{"syntax", func(string) string { return "pipelines: [" }, []string{`line 1: did not find expected node content`}},
 		{"empty", func(string) string { return "" }, []string{`pipelines: at least one pipeline is required`}},
 	}

@@ -44,6 +44,11 @@ const (
 var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 var nameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 
+// MaxNameLen is the longest pipeline name, in bytes: the name is a
+// directory's (the ingest log's, <data_dir>/ingest/<name>), and 255 bytes
+// is the longest file name of common file systems (ext4, FAT, btrfs).
+const MaxNameLen = 255
+
 // program is an expression compiled against a schema, with the fields it
 // reads.
 type program struct {
@@ -334,6 +339,8 @@ func (pc *PipelineConfig) compile(p *problems, path string) *plan {
 		p.add(at("name"), "is required")
 	case !nameRe.MatchString(pc.Name):
 		p.add(at("name"), fmt.Sprintf("%q must start with a letter or digit, followed by letters, digits, '_', '-' or '.'", pc.Name))
+	case len(pc.Name) > MaxNameLen:
+		p.add(at("name"), fmt.Sprintf("(%d bytes) must be at most %d bytes: it names the pipeline's directories", len(pc.Name), MaxNameLen))
 	}
 	switch {
 	case pc.Parallelism < 1:
