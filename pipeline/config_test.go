@@ -133,6 +133,14 @@ func TestBadConfigs(t *testing.T) {
 		{"name longer than a file name", func(s string) string {
 			return strings.Replace(s, "name: p", "name: "+strings.Repeat("p", 256), 1)
 		}, []string{`pipelines[0].name: (256 bytes) must be at most 255 bytes: it names the pipeline's directories`}},
+		// Both on one port: the node failed at start with the broker's
+		// "bind: address already in use", exit status 1.
+		{"API and broker on one port", func(s string) string {
+			return "node: {broker: '127.0.0.1:1883', listen: '127.0.0.1:1883'}\n" + s
+		}, []string{`node.listen: "127.0.0.1:1883" is node.broker's address too ("127.0.0.1:1883"): the REST API and the embedded broker each need their own port`}},
+		{"API on every interface and broker on one port", func(s string) string {
+			return "node: {broker: '127.0.0.1:1883', listen: ':1883'}\n" + s
+		}, []string{`node.listen: ":1883" is node.broker's address too ("127.0.0.1:1883"): the REST API and the embedded broker each need their own port`}},
 		{"syntax", func(string) string { return "pipelines: [" }, []string{`line 1: did not find expected node content`}},
 		{"empty", func(string) string { return "" }, []string{`pipelines: at least one pipeline is required`}},
 	}

@@ -150,6 +150,9 @@ func (c *Config) validate(p *problems) {
 	c.Node.Memory.validate(p)
 	checkAddr(p, "node.broker", c.Node.Broker)
 	checkAddr(p, "node.listen", c.Node.Listen)
+	if sameListenAddr(c.Node.Broker, c.Node.Listen) {
+		p.add("node.listen", fmt.Sprintf("%q is node.broker's address too (%q): the REST API and the embedded broker each need their own port", c.Node.Listen, c.Node.Broker))
+	}
 	if c.Cluster != nil {
 		c.Cluster.validate(p)
 	}
@@ -289,6 +292,23 @@ func checkAddr(p *problems, path, addr string) {
 	case err != nil:
 		p.add(path, fmt.Sprintf("%q must be host:port with a numeric port", addr))
 	}
+}
+
+// sameListenAddr reports whether two host:port addresses to listen on
+// take the same port on one host: the same port, on the same host or
+// where one of them is a wildcard (every interface). Port 0 (any free
+// port) is never the same.
+func sameListenAddr(a, b string) bool {
+	ha, pa, err := net.SplitHostPort(a)
+	if err != nil {
+		return false
+	}
+	hb, pb, err := net.SplitHostPort(b)
+	if err != nil || pa != pb || pa == "0" {
+		return false
+	}
+	wild := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return ha == hb || wild(ha) || wild(hb)
 }
 
 // checkSharedDirs refuses two pipelines with one checkpoint directory: a
