@@ -85,6 +85,12 @@ type BrokerConfig struct {
 	// device reconnects later (ConnectionsRefused counts them). Default
 	// DefaultMaxConnections (1000) when 0.
 	MaxConnections int
+	// ConnectTimeout bounds how long a connection may take to send its
+	// CONNECT once accepted: past it the broker closes the connection, so
+	// that connections that never send one (a port scan, a stuck or
+	// hostile peer) cannot hold MaxConnections and lock every device out.
+	// Default DefaultConnectTimeout (10s) when 0.
+	ConnectTimeout time.Duration
 	// MaxSubscriptions bounds the topic filters one client holds (its
 	// session's subscriptions): a SUBSCRIBE's filter past it gets a
 	// failure code in the SUBACK (0x80 to MQTT 3.1.1, 0x8F to MQTT 5),
@@ -293,6 +299,9 @@ func NewBroker(cfg BrokerConfig, log *ingestlog.Log) (*Broker, error) {
 	}
 	if cfg.MaxSubscriptions == 0 {
 		cfg.MaxSubscriptions = DefaultMaxSubscriptions
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
 	}
 	caps := mochi.NewDefaultServerCapabilities()
 	caps.MaximumInflight = maxInflight

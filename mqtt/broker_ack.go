@@ -98,6 +98,10 @@ func (l *gatedListener) Serve(establish listeners.EstablishFn) {
 		clients := &l.b.server.Listeners.ClientsWg
 		clients.Add(1)
 		g := newAckGate(l.b, conn)
+		// mochi reads the CONNECT without a deadline; its own (the
+		// keepalive's) is set only after it. A connection that never
+		// sends one would hold its place among MaxConnections for good.
+		_ = g.SetReadDeadline(time.Now().Add(l.b.cfg.ConnectTimeout))
 		if l.conns == nil {
 			l.conns = map[*ackGate]struct{}{}
 		}

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"math/bits"
 	"sync/atomic"
+	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -16,6 +17,8 @@ const (
 	// DefaultMaxSubscriptions is BrokerConfig.MaxSubscriptions by
 	// default.
 	DefaultMaxSubscriptions = 1000
+	// DefaultConnectTimeout is BrokerConfig.ConnectTimeout by default.
+	DefaultConnectTimeout = 10 * time.Second
 )
 
 // refusedFilter stands in the SUBSCRIBE, as the broker library handles

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -125,4 +126,41 @@ func TestBrokerBoundsSubscriptions(t *testing.T) {
 	if !strings.Contains(logs.String(), "holds its most topic filters") {
 		t.Fatal("the refusal was not logged")
 	}
+}
+
+// A connection that sends no CONNECT within ConnectTimeout is closed:
+// before, it held its place among MaxConnections for as long as the peer
+// kept it open, so that MaxConnections idle sockets locked every device
+// out. A client that connects in time is not cut by it afterwards.
+func TestBrokerClosesAConnectionWithoutConnect(t *testing.T) {
+	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
+	cfg := DefaultBrokerConfig()
+	cfg.MaxConnections = 2
+	cfg.ConnectTimeout = 200 * time.Millisecond
+	b := startBrokerCfg(t, l, cfg, nil)
+
+	idle, err := net.Dial("tcp", b.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	idle.SetReadDeadline(time.Now().Add(waitBound))
+	if n, err := idle.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("a connection without CONNECT read %d bytes, %v; want it closed (EOF)", n, err)
+	}
+	testutil.Eventually(t, waitBound, "the broker to let the idle connection go", func() bool {
+		b.tcp.mu.Lock()
+		defer b.tcp.mu.Unlock()
+		return len(b.tcp.conns) == 0
+	})
+	c, _ := dialRaw(t, b.Addr(), "c0", true)
+	dialRaw(t, b.Addr(), "c1", true)
+	// A connected client that sends nothing for twice the connect
+	// timeout keeps its connection, and is served after it.
+	c.conn.SetReadDeadline(time.Now().Add(2 * cfg.ConnectTimeout))
+	if _, err := c.r.ReadByte(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a connected client, quiet past the connect timeout: %v; want its own read deadline, not a close", err)
+	}
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingreq}})
+	c.expect(packets.Pingresp, 0)
 }
