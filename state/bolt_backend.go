@@ -209,9 +209,14 @@ func (b *BoltBackend) Flush() error {
 	return b.flush()
 }
 
-// Close drops the buffered writes and closes the file, which it leaves in
-// place. Snapshots of b must have been written or released before (Close
-// waits for their read transactions to end). Closing twice is a no-op.
+// Close drops the buffered writes, closes the file and removes it: no
+// backend ever reads it again (NewBoltBackend starts a new one), so a file
+// left in place would only hold disk space, for good once no subtask
+// opens that path again (a lower parallelism, another backend, a finished
+// job). The lock file stays; it is removed while still held, so a backend
+// waiting for the lock starts on a path that is free. Snapshots of b must
+// have been written or released before (Close waits for their read
+// transactions to end). Closing twice is a no-op.
 func (b *BoltBackend) Close() error {
 	if b.closed {
 		return nil
@@ -219,6 +224,9 @@ func (b *BoltBackend) Close() error {
 	b.closed = true
 	b.closeRead()
 	err := b.db.Close()
+	if rerr := os.Remove(b.path); err == nil && rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		err = rerr
+	}
 	if lerr := b.lock.Close(); err == nil {
 		err = lerr
 	}

@@ -82,6 +82,42 @@ func TestBoltStartsEmpty(t *testing.T) {
 	}
 }
 
+// Close removes the file: nothing reads it again, and a path no subtask
+// opens again (a lower parallelism, the memory backend, a finished job)
+// would otherwise hold its disk space for good. Before, Close left it in
+// place.
+func TestBoltCloseRemovesTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.db")
+	b, err := NewBoltBackend(path, testGroups, nil, BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kc KeyContext[string]
+	v := must(NewValue(b, &kc, ValueDescriptor[int]{Name: "v"}))
+	kc.Set("a", 10)
+	v.Update(1)
+	if err := b.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("open backend: %v", err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("after Close the file is still there: %v", err)
+	}
+	// The path is free for the next backend.
+	b, err = NewBoltBackend(path, testGroups, nil, BoltOptions{Timeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestBoltClosed(t *testing.T) {
 	b := newTestBolt(t, testGroups, nil, 0)
 	var kc KeyContext[string]
@@ -166,11 +202,11 @@ func TestBoltIgnoresDamagedOldFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Close(); err != nil {
+	whole, err := os.ReadFile(good) // before Close, which removes it
+	if err != nil {
 		t.Fatal(err)
 	}
-	whole, err := os.ReadFile(good)
-	if err != nil {
+	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
 	zeroed := slices.Clone(whole)

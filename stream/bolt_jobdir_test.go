@@ -47,7 +47,7 @@ func TestBoltFilesStayInTheStateDirWhateverTheJobName(t *testing.T) {
 		if filepath.Dir(rel) == "." {
 			t.Errorf("%s is in the state dir itself, not in a job's directory", path)
 		}
-		if strings.HasSuffix(rel, ".db") {
+		if strings.HasSuffix(rel, ".db.lock") { // the .db is removed at Close
 			dirs[filepath.Dir(rel)] = true
 		}
 		return nil
