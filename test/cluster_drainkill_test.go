@@ -256,15 +256,7 @@ func TestClusterDrainOfAJustKilledWorker(t *testing.T) {
 	waitAllAlive(t, a, 3)
 	const n = 20_000
 	l.publish(0, n/2)
-	l.killWhen(2, 30*time.Second, func() bool {
-		var s struct {
-			Pipelines []struct {
-				Next     uint64 `json:"next_offset"`
-				Released uint64 `json:"released_offset"`
-			} `json:"pipelines"`
-		}
-		return c.get(client, "/ingest", &s) == nil && len(s.Pipelines) == 1 && s.Pipelines[0].Released >= s.Pipelines[0].Next
-	})
+	l.killWhen(2, 30*time.Second, func() bool { return c.ingestCovered(client) })
 	testutil.Eventually(t, 30*time.Second, "the master places c's subtasks on a and b", func() bool {
 		s, err := a.status(client)
 		return err == nil && s.keyedOn("c") == 0
@@ -318,15 +310,7 @@ func TestClusterDrainOfAWorkerKilledWhileTheJobRestarts(t *testing.T) {
 	waitAllAlive(t, a, 3)
 	const n = 24_000
 	l.publish(0, n/3)
-	l.killWhen(2, 30*time.Second, func() bool {
-		var s struct {
-			Pipelines []struct {
-				Next     uint64 `json:"next_offset"`
-				Released uint64 `json:"released_offset"`
-			} `json:"pipelines"`
-		}
-		return c.get(client, "/ingest", &s) == nil && len(s.Pipelines) == 1 && s.Pipelines[0].Released >= s.Pipelines[0].Next
-	})
+	l.killWhen(2, 30*time.Second, func() bool { return c.ingestCovered(client) })
 	testutil.Eventually(t, 30*time.Second, "the master places no subtask on c", func() bool {
 		s, err := a.status(client)
 		return err == nil && s.keyedOn("c") == 0

@@ -83,6 +83,13 @@ func (m *clusterMember) ingestOf(client *http.Client, pipeline string) (released
 	return 0, 0, fmt.Errorf("node %s: no ingest log of pipeline %s", m.id, pipeline)
 }
 
+// ingestCovered reports whether completed checkpoints cover everything
+// node m's ingest log of pipeline sensors holds.
+func (m *clusterMember) ingestCovered(client *http.Client) bool {
+	rel, next, err := m.ingestOf(client, "sensors")
+	return err == nil && rel >= next
+}
+
 // allReleased reports whether completed checkpoints cover everything
 // node m's ingest logs of both pipelines hold.
 func (m *clusterMember) allReleased(client *http.Client) bool {

@@ -202,15 +202,7 @@ func TestClusterNodeDrainedBeforeAHandbackIsUndrained(t *testing.T) {
 	const n = 40_000
 	l.publish(0, n/5)
 	covered := func(m *clusterMember) func() bool {
-		return func() bool {
-			var s struct {
-				Pipelines []struct {
-					Next     uint64 `json:"next_offset"`
-					Released uint64 `json:"released_offset"`
-				} `json:"pipelines"`
-			}
-			return m.get(client, "/ingest", &s) == nil && len(s.Pipelines) == 1 && s.Pipelines[0].Released >= s.Pipelines[0].Next
-		}
+		return func() bool { return m.ingestCovered(client) }
 	}
 	l.killWhen(0, 30*time.Second, covered(a))
 	testutil.Eventually(t, 30*time.Second, "node b runs the job masters", func() bool {
