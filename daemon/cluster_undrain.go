@@ -71,7 +71,7 @@ func (c *clusterNode) Undrain(ctx context.Context, node string) error {
 		// hand-back or a takeover) has no drained mark here: it left
 		// the membership, and still serves its API. Asked to rejoin, it
 		// says whether it had left: then this is its undrain.
-		if was, err := c.peers.rejoined(ctx, node); err == nil && was {
+		if left, err := c.peers.rejoin(ctx, node); err == nil && left {
 			v.mu.Lock()
 			delete(v.left, node)
 			v.joining[node] = true
@@ -85,7 +85,7 @@ func (c *clusterNode) Undrain(ctx context.Context, node string) error {
 		return fmt.Errorf("%w: node %q takes subtasks already", ErrNotDrained, node)
 	}
 	c.log.Info("cluster: node undrained; it rejoins and is moved in like a join", "undrained", node)
-	if err := c.peers.rejoin(ctx, node); err != nil {
+	if _, err := c.peers.rejoin(ctx, node); err != nil {
 		var ae *APIError
 		if errors.As(err, &ae) {
 			// The node answered and refused (it is still leaving): it
@@ -120,19 +120,11 @@ func (c *clusterNode) waitAlive(ctx context.Context, node string) {
 	}
 }
 
-// rejoin asks a drained node to rejoin the membership.
-func (p *peerClient) rejoin(ctx context.Context, node string) error {
-	resp, err := p.do(ctx, http.MethodPost, node, "/cluster/rejoin", nil, nil)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	return nil
-}
-
-// rejoined asks node to rejoin the membership and returns whether it had
-// left it (POST /cluster/rejoin answers {"rejoined": bool}).
-func (p *peerClient) rejoined(ctx context.Context, node string) (bool, error) {
+// rejoin asks node to rejoin the membership and reports whether it had
+// left it (POST /cluster/rejoin answers {"rejoined": bool}). An answer
+// that does not decode counts as not left: the request itself went
+// through.
+func (p *peerClient) rejoin(ctx context.Context, node string) (left bool, err error) {
 	resp, err := p.do(ctx, http.MethodPost, node, "/cluster/rejoin", nil, nil)
 	if err != nil {
 		return false, err
@@ -141,9 +133,7 @@ func (p *peerClient) rejoined(ctx context.Context, node string) (bool, error) {
 	var r struct {
 		Rejoined bool `json:"rejoined"`
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&r); err != nil {
-		return false, err
-	}
+	_ = json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&r)
 	return r.Rejoined, nil
 }
 
