@@ -54,9 +54,10 @@ func TestBoltLockTimeout(t *testing.T) {
 	}
 }
 
-// The file is a working store: a new backend on it starts empty.
-func TestBoltStartsEmpty(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "x.db")
+// boltWithAValue returns a bolt backend on path holding value state "v"
+// of one key, flushed to its file.
+func boltWithAValue(t *testing.T, path string) *BoltBackend {
+	t.Helper()
 	b, err := NewBoltBackend(path, testGroups, nil, BoltOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -68,15 +69,23 @@ func TestBoltStartsEmpty(t *testing.T) {
 	if err := b.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Close(); err != nil {
+	return b
+}
+
+// The file is a working store: a new backend on it starts empty.
+func TestBoltStartsEmpty(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.db")
+	if err := boltWithAValue(t, path).Close(); err != nil {
 		t.Fatal(err)
 	}
-	b, err = NewBoltBackend(path, testGroups, nil, BoltOptions{})
+	b, err := NewBoltBackend(path, testGroups, nil, BoltOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	v = must(NewValue(b, &kc, ValueDescriptor[int]{Name: "v"}))
+	var kc KeyContext[string]
+	v := must(NewValue(b, &kc, ValueDescriptor[int]{Name: "v"}))
+	kc.Set("a", 10)
 	if _, ok := v.Get(); ok || Len(b, "v") != 0 {
 		t.Fatal("state of an earlier backend survived")
 	}
@@ -88,17 +97,7 @@ func TestBoltStartsEmpty(t *testing.T) {
 // place.
 func TestBoltCloseRemovesTheFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.db")
-	b, err := NewBoltBackend(path, testGroups, nil, BoltOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kc KeyContext[string]
-	v := must(NewValue(b, &kc, ValueDescriptor[int]{Name: "v"}))
-	kc.Set("a", 10)
-	v.Update(1)
-	if err := b.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	b := boltWithAValue(t, path)
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("open backend: %v", err)
 	}
@@ -109,7 +108,7 @@ func TestBoltCloseRemovesTheFile(t *testing.T) {
 		t.Fatalf("after Close the file is still there: %v", err)
 	}
 	// The path is free for the next backend.
-	b, err = NewBoltBackend(path, testGroups, nil, BoltOptions{Timeout: 50 * time.Millisecond})
+	b, err := NewBoltBackend(path, testGroups, nil, BoltOptions{Timeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
