@@ -151,7 +151,7 @@ var apiPrefixes = []string{"/jobs", "/cluster", "/metrics", "/ingest", "/broker"
 // its method made every other unknown request a 405 allowing GET.
 func apiErrors(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, pattern := mux.Handler(r); (pattern != "" && pattern != "GET /") || !isAPIPath(r.URL.Path) {
+		if !isAPIPath(r.URL.Path) || routed(mux, r) {
 			mux.ServeHTTP(w, r)
 			return
 		}
@@ -159,7 +159,7 @@ func apiErrors(mux *http.ServeMux) http.Handler {
 		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
 			other := r.Clone(r.Context())
 			other.Method = m
-			if _, pattern := mux.Handler(other); pattern != "" && pattern != "GET /" {
+			if routed(mux, other) {
 				allow = append(allow, m)
 				if m == http.MethodGet {
 					allow = append(allow, http.MethodHead)
@@ -173,6 +173,12 @@ func apiErrors(mux *http.ServeMux) http.Handler {
 		w.Header().Set("Allow", strings.Join(allow, ", "))
 		writeJSON(w, http.StatusMethodNotAllowed, ErrorBody{Error: fmt.Sprintf("daemon: %s %s: the endpoint takes %s", r.Method, r.URL.Path, strings.Join(allow, ", "))})
 	})
+}
+
+// routed reports whether an endpoint of mux, not the dashboard, takes r.
+func routed(mux *http.ServeMux, r *http.Request) bool {
+	_, pattern := mux.Handler(r)
+	return pattern != "" && pattern != "GET /"
 }
 
 func isAPIPath(p string) bool {
