@@ -61,30 +61,6 @@ func usesMQTT(cfg *pipeline.Config) bool {
 	return false
 }
 
-// needsEmbedded reports whether the embedded broker must run: a pipeline
-// reads it, the simulator publishes to it, or a pipeline that does not
-// read an external broker has an MQTT sink.
-func needsEmbedded(cfg *pipeline.Config) bool {
-	if cfg.Node.Simulator != nil {
-		return true
-	}
-	for _, pc := range cfg.Pipelines {
-		src := pc.Source.MQTT
-		if src != nil && src.Broker == "" {
-			return true
-		}
-		if src != nil {
-			continue // its sinks can publish to its external broker
-		}
-		for _, s := range pc.Sinks {
-			if s.MQTT != nil {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // startMQTT opens a durable ingest log for every pipeline reading MQTT,
 // starts the embedded broker (if needed) with a route into the logs of
 // the pipelines reading it, a Subscriber filling the log of every
@@ -121,7 +97,7 @@ func (n *node) startMQTT(ctx context.Context, cfg *pipeline.Config) (pipeline.In
 	m := &mqttNode{logs: map[string]*ingestlog.Log{}, routed: map[string]bool{}}
 	n.mqtt = m
 	var br *mqtt.Broker
-	if needsEmbedded(cfg) {
+	if cfg.NeedsEmbeddedBroker() {
 		var err error
 		bc := mqtt.DefaultBrokerConfig()
 		bc.Address, bc.Logger = addr, n.log

@@ -141,6 +141,11 @@ func TestBadConfigs(t *testing.T) {
 		{"API on every interface and broker on one port", func(s string) string {
 			return "node: {broker: '127.0.0.1:1883', listen: ':1883'}\n" + s
 		}, []string{`node.listen: ":1883" is node.broker's address too ("127.0.0.1:1883"): the REST API and the embedded broker each need their own port`}},
+		// node.broker unset: the embedded broker takes its default port.
+		{"API on the embedded broker's default port", func(s string) string {
+			s = strings.Replace(s, "sinks: [{stdout: {}}]", `sinks: [{mqtt: {topic: "out/{id}"}}]`, 1)
+			return "node: {listen: '0.0.0.0:1883'}\n" + s
+		}, []string{`node.listen: "0.0.0.0:1883" is the embedded broker's default address (node.broker unset): the REST API and the embedded broker each need their own port`}},
 		{"syntax", func(string) string { return "pipelines: [" }, []string{`line 1: did not find expected node content`}},
 		{"empty", func(string) string { return "" }, []string{`pipelines: at least one pipeline is required`}},
 	}

@@ -150,8 +150,10 @@ func (c *Config) validate(p *problems) {
 	c.Node.Memory.validate(p)
 	checkAddr(p, "node.broker", c.Node.Broker)
 	checkAddr(p, "node.listen", c.Node.Listen)
-	if sameListenAddr(c.Node.Broker, c.Node.Listen) {
-		p.add("node.listen", fmt.Sprintf("%q is node.broker's address too (%q): the REST API and the embedded broker each need their own port", c.Node.Listen, c.Node.Broker))
+	if broker := c.Node.Broker; broker != "" && sameListenAddr(broker, c.Node.Listen) {
+		p.add("node.listen", fmt.Sprintf("%q is node.broker's address too (%q): the REST API and the embedded broker each need their own port", c.Node.Listen, broker))
+	} else if broker == "" && c.NeedsEmbeddedBroker() && sameListenAddr(mqtt.DefaultBrokerAddress, c.Node.Listen) {
+		p.add("node.listen", fmt.Sprintf("%q is the embedded broker's default address (node.broker unset): the REST API and the embedded broker each need their own port", c.Node.Listen))
 	}
 	if c.Cluster != nil {
 		c.Cluster.validate(p)
@@ -292,6 +294,30 @@ func checkAddr(p *problems, path, addr string) {
 	case err != nil:
 		p.add(path, fmt.Sprintf("%q must be host:port with a numeric port", addr))
 	}
+}
+
+// NeedsEmbeddedBroker reports whether the node runs the embedded broker:
+// a pipeline reads it, the simulator publishes to it, or a pipeline that
+// does not read an external broker has an MQTT sink.
+func (c *Config) NeedsEmbeddedBroker() bool {
+	if c.Node.Simulator != nil {
+		return true
+	}
+	for _, pc := range c.Pipelines {
+		src := pc.Source.MQTT
+		if src != nil && src.Broker == "" {
+			return true
+		}
+		if src != nil {
+			continue // its sinks can publish to its external broker
+		}
+		for _, s := range pc.Sinks {
+			if s.MQTT != nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // sameListenAddr reports whether two host:port addresses to listen on

@@ -169,3 +169,27 @@ func TestClientAddrWithoutPortExits2(t *testing.T) {
 		t.Errorf("list --addr http://%s: exit %d\n%s%s", node, code, out.String(), errb.String())
 	}
 }
+
+// TestRunBadListenFlagExits2: --listen is checked as node.listen is, before
+// the node starts, with exit 2 naming the flag; before, a port that is not
+// a number started the pipelines and failed only at the bind, with exit 1.
+func TestRunBadListenFlagExits2(t *testing.T) {
+	p := writeFile(t, "node.yaml", `
+pipelines:
+  - name: p
+    source: {generator: {count: 1}}
+    sinks: [{mqtt: {topic: "out/{id}"}}]
+`)
+	for _, c := range []struct{ listen, want string }{
+		{"127.0.0.1:api", "numeric port"},
+		{"127.0.0.1", "must be host:port"},
+		{"127.0.0.1:70000", "[0, 65535]"},
+		{"127.0.0.1:1883", "the embedded broker's default address"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), []string{"run", "-c", p, "--listen", c.listen}, &out, &errb)
+		if code != 2 || !strings.Contains(errb.String(), "--listen") || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("--listen %s: exit %d, want 2 naming --listen and %q; stderr:\n%s", c.listen, code, c.want, errb.String())
+		}
+	}
+}

@@ -196,6 +196,15 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !listenSet && cfg.Node.Listen != "" {
 		opts.Listen = cfg.Node.Listen
 	}
+	if listenSet {
+		// --listen stands for node.listen: checked as it would be there,
+		// before anything starts, not only when the API binds it.
+		cfg.Node.Listen = opts.Listen
+		if err := cfg.Validate(); err != nil {
+			fmt.Fprintf(stderr, "edged run: --listen %q: %v\n", opts.Listen, err)
+			return exitUsage
+		}
+	}
 	if cpuProfile != "" {
 		stopProfile, err := startCPUProfile(cpuProfile)
 		if err != nil {
