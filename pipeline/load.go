@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -252,7 +253,7 @@ func (d *nodeDecoder) decode(n *yaml.Node, v reflect.Value, path string) {
 			seen[k.Value] = true
 			fi, ok := fields[k.Value]
 			if !ok {
-				d.probs.add(kp, "unknown key")
+				d.probs.add(kp, unknownKey(k.Value, fields))
 				continue
 			}
 			d.decode(val, v.Field(fi), kp)
@@ -342,4 +343,46 @@ func (e *Exprs) unmarshalNode(d *nodeDecoder, n *yaml.Node, path string) {
 		}
 		*e = append(*e, NamedExpr{Name: k.Value, Expr: val.Value})
 	}
+}
+
+// unknownKey says what is wrong with key, which is not one of the known
+// keys at its level: the known key it is likely a misspelling of (at most
+// two edits away), else the known keys.
+func unknownKey(key string, known map[string]int) string {
+	best, bestD := "", 3
+	names := make([]string, 0, len(known))
+	for k := range known {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		if d := editDistance(strings.ToLower(key), k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	if best != "" {
+		return fmt.Sprintf("unknown key; did you mean %q?", best)
+	}
+	return "unknown key (known here: " + strings.Join(names, ", ") + ")"
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			sub := prev[j-1]
+			if a[i-1] != b[j-1] {
+				sub++
+			}
+			cur[j] = min(sub, prev[j]+1, cur[j-1]+1)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

@@ -76,6 +76,10 @@ type Schema struct {
 	fields []Field
 	nNum   int
 	nStr   int
+	// unknown: the source's fields could not be read from the config (its
+	// own problems say why), so names are not checked against them: a
+	// missing source must not also fail every field it would have had.
+	unknown bool
 }
 
 // Fields returns the fields in order. The slice must not be modified.

@@ -400,8 +400,8 @@ func (pc *PipelineConfig) compile(p *problems, path string) *plan {
 	beforeSchemas := len(*p)
 	pl.in = pc.compileSource(p, at("source"), pl)
 	schema := pl.in
-	if schema == nil {
-		schema = &Schema{}
+	if schema == nil || schema.Len() == 0 && len(*p) > beforeSchemas {
+		schema = &Schema{unknown: true}
 	}
 
 	if et := pc.EventTime; et != nil {
@@ -891,6 +891,9 @@ func lookup(p *problems, path string, s *Schema, name string, want ...Type) (Fie
 		return Field{}, false
 	}
 	i := s.Index(name)
+	if i < 0 && s.unknown {
+		return Field{}, false
+	}
 	if i < 0 {
 		p.add(path, fmt.Sprintf("%q is not a field (have %s)", name, fieldNames(s)))
 		return Field{}, false
@@ -943,6 +946,9 @@ func exprEnv(s *Schema) map[string]any {
 func compileExpr(p *problems, path string, s *Schema, src string, boolean bool) (program, bool) {
 	if strings.TrimSpace(src) == "" {
 		p.add(path, "is required")
+		return program{}, false
+	}
+	if s.unknown {
 		return program{}, false
 	}
 	checked, arith := checkedOptions()
