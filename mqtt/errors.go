@@ -12,6 +12,11 @@ var (
 	// ErrCorruptState is returned by RestoreState for bytes SnapshotState
 	// did not write.
 	ErrCorruptState = errors.New("mqtt: corrupt source state")
+	// ErrOtherLog is wrapped, with operators.ErrSourcePositionGone, by
+	// RestoreState for a snapshot read from another ingest log than the
+	// Source's (another node's, or another data_dir's: its
+	// ingestlog.Log.ID differs), whose offset names other records.
+	ErrOtherLog = errors.New("mqtt source: the snapshot was read from another ingest log")
 	// ErrTopic is returned for a topic template that cannot be parsed or
 	// expands to an invalid topic name.
 	ErrTopic = errors.New("mqtt: invalid topic")

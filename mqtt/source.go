@@ -46,10 +46,14 @@ func (m Message) Err() error {
 // only; 2 also the checkpoint's ID and the offsets of the completed
 // checkpoints the Source knew of.
 // 3 is 2 followed by the split's identity (a length-prefixed string).
+// 4 is 2 followed by the split's identity (empty outside a cluster) and
+// the ingest log's (ingestlog.Log.ID), both length-prefixed: an offset
+// names a record only in the log it was read from.
 const (
 	sourceStateV1 = 1
 	sourceStateV2 = 2
 	sourceStateV3 = 3
+	sourceStateV4 = 4
 )
 
 // maxKnownCheckpoints bounds the completed checkpoints a Source remembers
@@ -126,6 +130,7 @@ type Source struct {
 	recheck  chan struct{}
 	timer    *time.Timer
 	logger   *slog.Logger      // the subtask's (operators.Context.Logger); may be nil
+	logID    string            // the log's identity (ingestlog.Log.ID), set by Open; "" when unknown
 	pos      uint64            // next offset to emit while reader is nil
 	reader   *ingestlog.Reader // opened at the first Poll
 	// cpWarned is set once a failure to record the checkpointed offset
@@ -247,6 +252,7 @@ func NewSource(log *ingestlog.Log, opts ...SourceOption) *Source {
 func (s *Source) Open(ctx *operators.Context) error {
 	s.active = ctx.Subtask == 0
 	s.logger = ctx.Logger
+	s.logID = s.log.ID()
 	if s.splits != nil {
 		if ctx.Subtask >= len(s.splits) {
 			return fmt.Errorf("mqtt source: subtask %d of a source with %d splits", ctx.Subtask, len(s.splits))
@@ -391,7 +397,10 @@ func (s *Source) SnapshotState(id int64) ([]byte, error) {
 	off := s.Offset()
 	s.pending[id] = off
 	version := byte(sourceStateV2)
-	if s.splits != nil {
+	switch {
+	case s.logID != "":
+		version = sourceStateV4
+	case s.splits != nil:
 		version = sourceStateV3
 	}
 	b := binary.AppendUvarint([]byte{version}, off)
@@ -401,9 +410,13 @@ func (s *Source) SnapshotState(id int64) ([]byte, error) {
 		b = binary.AppendVarint(b, k.id)
 		b = binary.AppendUvarint(b, k.offset)
 	}
-	if s.splits != nil {
+	if version >= sourceStateV3 {
 		b = binary.AppendUvarint(b, uint64(len(s.split)))
 		b = append(b, s.split...)
+	}
+	if version == sourceStateV4 {
+		b = binary.AppendUvarint(b, uint64(len(s.logID)))
+		b = append(b, s.logID...)
 	}
 	return b, nil
 }
@@ -447,6 +460,18 @@ func (s *Source) restoreSplit(states [][]byte) error {
 			s.carried = b
 			return nil
 		}
+		if st.log != "" && s.logID != "" && st.log != s.logID {
+			// The node's log is not the one the checkpoint read: the
+			// node came back with a new data_dir, and its new log may
+			// already hold more records than the checkpoint's offset,
+			// which names other records in it. As below.
+			if s.logger != nil {
+				s.logger.Warn("mqtt source: this node's ingest log is not the one the checkpoint read (a new data_dir?); the readings its old log held after the checkpoint are lost; reading the new log from its start",
+					"split", s.split, "checkpoint_offset", st.offset, "checkpoint_log", st.log, "log", s.logID)
+			}
+			s.pos = s.log.Stats().FirstOffset
+			return nil
+		}
 		if ls := s.log.Stats(); st.offset > ls.NextOffset {
 			// The node's log is behind its own checkpoint: the node came
 			// back with a new data_dir (a replaced device or card). What
@@ -473,17 +498,21 @@ func (s *Source) restore(st sourceState) error {
 		}
 		s.reader = nil
 	}
+	what := "snapshot"
+	if st.id != 0 {
+		what = fmt.Sprintf("snapshot %d", st.id)
+	}
 	if ls := s.log.Stats(); st.offset < ls.FirstOffset || st.offset > ls.NextOffset {
-		what := "snapshot"
-		if st.id != 0 {
-			what = fmt.Sprintf("snapshot %d", st.id)
-		}
 		if st.offset < ls.FirstOffset {
 			return fmt.Errorf("mqtt source: restore %s at ingest-log offset %d: %w: the log's first offset is %d (the log keeps only what the retained checkpoints need; an older savepoint cannot be restored)",
 				what, st.offset, ingestlog.ErrTruncated, ls.FirstOffset)
 		}
 		return fmt.Errorf("mqtt source: restore %s at ingest-log offset %d: %w: %w: the log's next offset is %d: records the snapshot read, which were acknowledged, are gone from the log at %s (its last segment cut or damaged, or another ingest log); a restart cannot bring them back",
 			what, st.offset, operators.ErrSourcePositionGone, ingestlog.ErrOutOfRange, ls.NextOffset, s.log.Dir())
+	}
+	if st.log != "" && s.logID != "" && st.log != s.logID {
+		return fmt.Errorf("mqtt source: restore %s at ingest-log offset %d: %w: %w: the snapshot read ingest log %s, and %s is log %s (another node's, or another data_dir's): the offset names other records in it",
+			what, st.offset, operators.ErrSourcePositionGone, ErrOtherLog, st.log, s.log.Dir(), s.logID)
 	}
 	s.pos = st.offset
 	s.known = st.known
@@ -501,12 +530,13 @@ type sourceState struct {
 	offset uint64
 	id     int64 // 0 in a version 1 state
 	known  []checkpointOffset
-	split  string // "" before version 3
+	split  string // "" before version 3, and outside a cluster
+	log    string // the ingest log's identity; "" before version 4, or unknown
 }
 
 func decodeSourceState(b []byte) (sourceState, error) {
 	bad := fmt.Errorf("%w: %x", ErrCorruptState, b)
-	if len(b) < 2 || b[0] < sourceStateV1 || b[0] > sourceStateV3 {
+	if len(b) < 2 || b[0] < sourceStateV1 || b[0] > sourceStateV4 {
 		return sourceState{}, bad
 	}
 	d := b[1:]
@@ -550,12 +580,19 @@ func decodeSourceState(b []byte) (sourceState, error) {
 			st.known = append(st.known, k)
 		}
 	}
-	if b[0] == sourceStateV3 {
+	if b[0] >= sourceStateV3 {
+		n, ok := uv()
+		if !ok || (n == 0 && b[0] == sourceStateV3) || n > uint64(len(d)) {
+			return sourceState{}, bad
+		}
+		st.split, d = string(d[:n]), d[n:]
+	}
+	if b[0] == sourceStateV4 {
 		n, ok := uv()
 		if !ok || n == 0 || n > uint64(len(d)) {
 			return sourceState{}, bad
 		}
-		st.split, d = string(d[:n]), d[n:]
+		st.log, d = string(d[:n]), d[n:]
 	}
 	if len(d) != 0 {
 		return sourceState{}, bad

@@ -122,3 +122,94 @@ func TestCheckpointedOffsetGuardsTheLogsEnd(t *testing.T) {
 		t.Fatalf("Open of the cut log: %v, want ErrRecordsGone naming offset 100", err)
 	}
 }
+
+// A savepoint restored onto another ingest log than the one it read
+// (another node's, or another data_dir's) fails at once, whatever the
+// restart strategy, even where that log holds more records than the
+// savepoint's offset. Before, the job read that log from the offset: it
+// skipped the records below it and read again the ones above, which that
+// node's own job had read and committed already (seen through edged run
+// --from-savepoint with another node's savepoint: 160 of 480 windows
+// committed twice).
+func TestSourceRestoreOntoAnotherLogFailsWithoutRestarts(t *testing.T) {
+	cfg := snapshot.DefaultConfig()
+	cfg.Dir = t.TempDir()
+	build := func(l *ingestlog.Log, read *atomic.Int64, opts ...stream.Option) *stream.Environment {
+		env := stream.NewEnvironment("other", append([]stream.Option{stream.WithCheckpointing(cfg)}, opts...)...)
+		msgs := stream.FromSource(env, "mqtt", func() operators.Source[Message] { return NewSource(l) }).UID("mqtt")
+		msgs.ForEach("count", func(Message) error { read.Add(1); return nil })
+		return env
+	}
+	var read atomic.Int64
+	l := smallLog(t)
+	appendSeq(t, l, 0, 40)
+	job, err := build(l, &read).ExecuteAsync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, waitBound, "40 records read", func() bool { return read.Load() == 40 })
+	path, err := job.StopWithSavepoint(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Wait(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another node's log, further along than the savepoint's offset.
+	other := smallLog(t)
+	appendSeq(t, other, 0, 100)
+	if l.ID() == "" || other.ID() == "" || l.ID() == other.ID() {
+		t.Fatalf("log identities %q and %q: want two different ones", l.ID(), other.ID())
+	}
+	read.Store(0)
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+	defer cancel()
+	resumed, err := build(other, &read, stream.WithSavepoint(path, false), stream.WithClock(clockwork.NewFakeClock()),
+		stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 3, Delay: time.Hour})).ExecuteAsync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = resumed.Wait()
+	if !errors.Is(err, ErrOtherLog) || !errors.Is(err, operators.ErrSourcePositionGone) || ctx.Err() != nil {
+		t.Fatalf("got %v (context: %v), want the restore's ErrOtherLog at once", err, ctx.Err())
+	}
+	if !strings.Contains(err.Error(), l.ID()) || !strings.Contains(err.Error(), other.ID()) {
+		t.Errorf("the error %q does not name both logs", err)
+	}
+	if n := resumed.Attempts(); n != 1 {
+		t.Fatalf("%d attempts, want 1", n)
+	}
+	if n := read.Load(); n != 0 {
+		t.Fatalf("%d records of the other log read, want none", n)
+	}
+}
+
+// A log keeps its identity across opens; a log whose identity's file is
+// damaged has none (the restore then checks nothing, as before the file
+// existed), and opens all the same.
+func TestIngestLogIdentityOutlivesReopen(t *testing.T) {
+	dir := t.TempDir()
+	l, err := ingestlog.Open(dir, smallLogOptions(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := l.ID()
+	if len(id) != 32 {
+		t.Fatalf("identity %q, want 32 hex digits", id)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if l, err = ingestlog.Open(dir, smallLogOptions(), nil); err != nil || l.ID() != id {
+		t.Fatalf("reopened: %v, identity %q, want %q", err, l.ID(), id)
+	}
+	l.Close()
+	if err := os.WriteFile(filepath.Join(dir, "ID"), []byte("damaged"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if l, err = ingestlog.Open(dir, smallLogOptions(), nil); err != nil || l.ID() != "" {
+		t.Fatalf("damaged: %v, identity %q, want none", err, l.ID())
+	}
+	l.Close()
+}

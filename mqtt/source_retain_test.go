@@ -205,7 +205,15 @@ func TestSourceStateDecode(t *testing.T) {
 	if st, err := decodeSourceState([]byte{1, 42}); err != nil || st.offset != 42 || st.id != 0 {
 		t.Fatalf("version 1 = %+v, %v", st, err)
 	}
-	for _, bad := range [][]byte{b[:len(b)-1], append(b, 0), {2, 1, 0, 0}, {2, 1, 1, 2, 3, 1, 3, 1}} {
+	withLog := &Source{active: true, pending: map[int64]uint64{}, pos: 9, logID: "0123abcd"}
+	b4, err := withLog.SnapshotState(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := decodeSourceState(b4); err != nil || b4[0] != sourceStateV4 || st.offset != 9 || st.log != "0123abcd" || st.split != "" {
+		t.Fatalf("version 4 = %+v, %v", st, err)
+	}
+	for _, bad := range [][]byte{b[:len(b)-1], append(b, 0), {2, 1, 0, 0}, {2, 1, 1, 2, 3, 1, 3, 1}, b4[:len(b4)-1], {4, 1, 1, 0, 0, 0}} {
 		if _, err := decodeSourceState(bad); !errors.Is(err, ErrCorruptState) {
 			t.Errorf("decode(%x) = %v", bad, err)
 		}
@@ -217,6 +225,9 @@ func FuzzSourceState(f *testing.F) {
 	b, _ := src.SnapshotState(4)
 	f.Add(b)
 	f.Add([]byte{1, 42})
+	v4 := &Source{active: true, pending: map[int64]uint64{}, pos: 9, splits: []string{"a"}, split: "a", logID: "0123abcd"}
+	b4, _ := v4.SnapshotState(4)
+	f.Add(b4)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		st, err := decodeSourceState(b)
 		if err != nil {
@@ -225,7 +236,10 @@ func FuzzSourceState(f *testing.F) {
 		if st.id == 0 {
 			return
 		}
-		s := &Source{active: true, known: st.known, pending: map[int64]uint64{}, pos: st.offset}
+		s := &Source{active: true, known: st.known, pending: map[int64]uint64{}, pos: st.offset, split: st.split, logID: st.log}
+		if st.split != "" {
+			s.splits = []string{st.split}
+		}
 		again, err := s.SnapshotState(st.id)
 		if err != nil {
 			t.Fatal(err)

@@ -243,3 +243,36 @@ func TestSourceSplitRestoreOntoNewLogReadsItFromTheStart(t *testing.T) {
 		t.Fatalf("read %d records of the new log, want its 10 from offset 0", len(rest))
 	}
 }
+
+// The same when the new log already holds more records than the
+// checkpoint's offset (the devices published to the replaced node before
+// the job restored): the offset names other records in it, so the split
+// reads the new log from its start too. Before, it read from the
+// checkpoint's offset and skipped the new log's first records.
+func TestSourceSplitRestoreOntoALongerNewLogReadsItFromTheStart(t *testing.T) {
+	old, fresh := smallLog(t), smallLog(t)
+	appendSeq(t, old, 0, 40)
+	nodes := []string{"a", "b"}
+	a := NewSource(old, WithSplits(nodes, "a"))
+	if err := a.Open(opCtx(0)); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	drain(t, a)
+	st, err := a.SnapshotState(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendSeq(t, fresh, 0, 100)
+	a2 := NewSource(fresh, WithSplits(nodes, "a"))
+	if err := a2.Open(opCtx(0)); err != nil {
+		t.Fatal(err)
+	}
+	defer a2.Close()
+	if err := a2.RestoreState([][]byte{st, nil}, 2); err != nil {
+		t.Fatalf("restore onto a new log: %v", err)
+	}
+	if rest := drain(t, a2); len(rest) != 100 || rest[0].Offset != 0 {
+		t.Fatalf("read %d records of the new log, want its 100 from offset 0", len(rest))
+	}
+}

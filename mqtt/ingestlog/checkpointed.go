@@ -33,31 +33,7 @@ func (l *Log) SetCheckpointed(off uint64) error {
 	}
 	b := binary.LittleEndian.AppendUint64(nil, off)
 	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
-	path := filepath.Join(l.dir, checkpointedFile)
-	tmp := path + ".tmp"
-	err := func() error {
-		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-		if err != nil {
-			return err
-		}
-		if _, err := f.Write(b); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Close(); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			return err
-		}
-		return syncDir(l.dir) // the rename itself survives a power loss
-	}()
-	if err != nil {
-		os.Remove(tmp)
+	if err := writeAtomic(l.dir, checkpointedFile, b); err != nil {
 		return fmt.Errorf("ingestlog: record the checkpointed offset %d: %w", off, err)
 	}
 	l.checkpointed = off

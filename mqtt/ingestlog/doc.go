@@ -110,7 +110,9 @@
 //
 // # Files
 //
-// The directory holds a LOCK file (flock, so one Log per directory) and
+// The directory holds a LOCK file (flock, so one Log per directory), an
+// ID file (the log's identity, Log.ID: 16 random bytes drawn at the first
+// Open, then their CRC32C), a CHECKPOINTED file (Log.SetCheckpointed) and
 // segment files named by the offset of their first record, 20 decimal
 // digits, "00000000000000001234.seg". A segment is started when the next
 // record would take the active one past Options.SegmentBytes; the old one

@@ -25,6 +25,7 @@ type Log struct {
 	opts     Options
 	logger   *slog.Logger
 	lockFile *os.File      // holds the directory's flock until Close
+	id       string        // the log's identity (ID); "" when unknown
 	maxFrame int64         // largest frame Append accepts
 	ready    chan struct{} // closed at Open: "look now"
 	bufs     sync.Pool     // *[]byte frame buffers for Append
@@ -130,6 +131,7 @@ func Open(dir string, opts Options, logger *slog.Logger) (*Log, error) {
 		opts:         opts,
 		logger:       logger,
 		lockFile:     lockFile,
+		id:           loadID(dir, logger),
 		maxFrame:     opts.SegmentBytes - headerSize,
 		ready:        make(chan struct{}),
 		advanced:     make(chan struct{}),
