@@ -323,7 +323,7 @@ func NewBroker(cfg BrokerConfig, log *ingestlog.Log) (*Broker, error) {
 	b.drain = newDrainHook()
 	b.retained = newRetainedHook(cfg.RetainedMaxBytes, server.Topics, logger)
 	b.subscriptions = &subscriptionsHook{max: cfg.MaxSubscriptions, logger: logger}
-	for _, h := range []mochi.Hook{b.drain, new(allowHook), &ingestHook{b: b}, b.retained, b.subscriptions, newPacketIDHook(server.Info)} {
+	for _, h := range []mochi.Hook{b.drain, new(allowHook), &ingestHook{b: b}, b.retained, b.subscriptions, newPacketIDHook(server.Info), new(receiveQuotaHook)} {
 		if err := server.AddHook(h, nil); err != nil {
 			cancel()
 			return nil, fmt.Errorf("mqtt: broker hook %s: %w", h.ID(), err)
