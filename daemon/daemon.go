@@ -522,6 +522,17 @@ func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, err
 
 // watch waits for j to end, polling its checkpoint history meanwhile, and
 // records and logs how it ended.
+// jobErr returns err, the failure of job name, naming the job: in front
+// of it, unless err already starts with it (a task's failure,
+// actors.TaskError, does).
+func jobErr(name string, err error) error {
+	var te *actors.TaskError
+	if errors.As(err, &te) && te.Job == name && strings.HasPrefix(err.Error(), fmt.Sprintf("job %q: ", name)) {
+		return err
+	}
+	return fmt.Errorf("job %q: %w", name, err)
+}
+
 func (n *node) watch(j *job) {
 	t := time.NewTicker(n.opts.PollInterval)
 	defer t.Stop()
@@ -539,7 +550,7 @@ func (n *node) watch(j *job) {
 	switch status {
 	case StatusFailed:
 		n.log.Error("job failed", "job", j.name, "attempts", j.run.Attempts(), "err", err)
-		n.setErr(fmt.Errorf("job %q: %w", j.name, err))
+		n.setErr(jobErr(j.name, err))
 	default:
 		n.log.Info("job finished", "job", j.name, "status", string(status), "attempts", j.run.Attempts())
 	}
