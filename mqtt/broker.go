@@ -46,12 +46,14 @@ type BrokerConfig struct {
 	// default) keeps sessions in memory only, so they end with the
 	// process and QoS 2 from devices is exactly-once only while it runs.
 	DataDir string
-	// SessionMaxBytes bounds the topic and payload bytes of the messages
-	// stored for persistent sessions. When a publish would pass it, the
+	// SessionMaxBytes bounds the memory of the messages stored for
+	// persistent sessions: each counts its topic and payload, mochi's copy
+	// of the payload for each recipient session, and about 0.5 KiB per
+	// message and 1 KiB per recipient of bookkeeping (the store's record,
+	// mochi's inflight packet). When a publish would pass it, the
 	// publisher gets no PUBACK until subscribers acknowledge enough (or
 	// their sessions end): back-pressure, nothing is dropped. YAML
-	// session_max_bytes; default 64 MiB; 0 means no bound. The stored
-	// messages are also held in memory (mochi keeps its own copy too).
+	// session_max_bytes; default 64 MiB; 0 means no bound.
 	SessionMaxBytes int64
 	// MaxMessageBytes bounds the size of a packet the broker reads, in
 	// bytes (mochi's Capabilities.MaximumPacketSize, which counts the

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -132,11 +133,56 @@ func TestBrokerPersistentSessionAcrossCrash(t *testing.T) {
 	}
 }
 
+// The session store's bound counts what its messages cost in memory,
+// not their topics and payloads alone: an offline session queuing small
+// messages makes the publisher wait once the broker's heap holds about
+// the bound. Before, a 10-byte reading counted 25 bytes against it while
+// it cost about 1.3 KiB (the store's record, mochi's inflight packet):
+// one offline session took 64,511 messages and some 90 MB of heap on a 4
+// MiB bound (mochi's bound per session, not ours, held it back), and the
+// daemon's 16 MiB counted the messages of about ten such sessions.
+func TestBrokerSessionBoundCountsWhatMessagesCost(t *testing.T) {
+	const bound = 4 << 20
+	b := startBrokerCfg(t, nil, BrokerConfig{DataDir: t.TempDir(), SessionMaxBytes: bound}, nil)
+	subscribeOffline(t, b, "later", "results/#")
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	pub := connect(t, b.Addr(), "sink")
+	var last paho.Token
+	for i := 0; b.SessionStats().Blocked == 0; i++ {
+		if i == 100_000 {
+			t.Fatalf("stats %+v: 100,000 messages and the publisher never waited", b.SessionStats())
+		}
+		last = pub.Publish("results/x", 1, false, fmt.Sprintf("r-%07d", i))
+		if i%64 == 63 {
+			// At most 64 publishes ahead of the store: the last is
+			// acknowledged, or held back by a full store.
+			testutil.Eventually(t, waitBound, "a publish acknowledged or held back", func() bool {
+				return last.WaitTimeout(time.Millisecond) || b.SessionStats().Blocked > 0
+			})
+		}
+	}
+	st := b.SessionStats()
+	grown := heap() - before
+	t.Logf("stats %+v, heap grown by %d bytes", st, grown)
+	if st.Bytes > bound {
+		t.Fatalf("stats %+v: store past its bound", st)
+	}
+	if grown > 2*bound {
+		t.Fatalf("heap grew by %d bytes with %d messages queued on a %d-byte bound", grown, st.Messages, bound)
+	}
+}
+
 // A full session store holds back the publisher's PUBACK until the
 // offline consumer comes back and acknowledges; nothing is dropped.
 func TestBrokerSessionStoreFullBackpressure(t *testing.T) {
 	const n = 20
-	cfg := BrokerConfig{DataDir: t.TempDir(), SessionMaxBytes: 1000}
+	cfg := BrokerConfig{DataDir: t.TempDir(), SessionMaxBytes: 10000}
 	b := startBrokerCfg(t, nil, cfg, nil)
 	first := &persistentSub{seen: map[string]int{}}
 	sub := connectPersistent(t, b.Addr(), "slow", first, false)

@@ -161,7 +161,7 @@ func TestSessionStoreRecoversAfterFailedWrite(t *testing.T) {
 	if _, err := storeMessage(s, "refused", "a"); !errors.Is(err, ErrSessionStore) {
 		t.Fatalf("message while the card is full: %v, want ErrSessionStore", err)
 	}
-	if st := s.Stats(); st.Messages != 1 || st.Bytes != int64(len("r")+len("before")) || st.Failures != 1 {
+	if st := s.Stats(); st.Messages != 1 || st.Bytes != sessionMsgSize(&sessionMsgData{Topic: "r", Payload: []byte("before")}, 1) || st.Failures != 1 {
 		t.Fatalf("after the failed write %+v: want the refused message gone and 1 failure", st)
 	}
 	s.record(&sessionRec{T: "s", Client: "a", Sub: &sessionSub{Filter: "x/#", Qos: 1}}, false)

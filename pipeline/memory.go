@@ -114,13 +114,12 @@ type MemoryConfig struct {
 	// source.mqtt.max_pending it bounds the payloads the subscriber
 	// holds. Default 8 MiB; at least 64 KiB.
 	MQTTPendingBytes ByteSize `yaml:"mqtt_pending_bytes"`
-	// BrokerSessionBytes bounds the topic and payload bytes of the
-	// messages the embedded broker keeps for persistent sessions (its
-	// session_max_bytes): past it, publishers get no PUBACK until
-	// subscribers acknowledge enough (back-pressure, nothing is dropped).
-	// The broker library keeps a copy of each of these messages as well,
-	// so they cost about twice this bound. Default 16 MiB; "off" sets no
-	// bound.
+	// BrokerSessionBytes bounds the memory of the messages the embedded
+	// broker keeps for persistent sessions (its session_max_bytes; each
+	// message counts its topic and payload, the broker library's copy
+	// for each session and their bookkeeping): past it, publishers get
+	// no PUBACK until subscribers acknowledge enough (back-pressure,
+	// nothing is dropped). Default 16 MiB; "off" sets no bound.
 	BrokerSessionBytes ByteSize `yaml:"broker_session_bytes"`
 	// BrokerRetainedBytes bounds the topic and payload bytes of the
 	// retained messages the embedded broker keeps (in memory): a retained
