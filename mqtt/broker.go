@@ -72,8 +72,9 @@ type BrokerConfig struct {
 	// durable; DeadLetters counts them. YAML max_message_bytes; 0 (or
 	// unset) means DefaultMaxMessageBytes (8 MiB); at most MaxPacketBytes.
 	MaxMessageBytes int64
-	// RetainedMaxBytes bounds the topic and payload bytes of the retained
-	// messages the broker keeps (in memory, not persisted). A retained
+	// RetainedMaxBytes bounds the memory of the retained messages the
+	// broker keeps (in memory, not persisted): each counts its topic and
+	// payload and the library's bookkeeping (retainedCost). A retained
 	// message that would pass it is routed and ingested as any other but
 	// not retained, and the retained message of its topic, if any, is
 	// cleared (RetainedRefused counts them): a device that retains a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -28,7 +29,7 @@ func TestBrokerBoundsRetainedMessages(t *testing.T) {
 	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
 	logs := &testutil.Buffer{}
 	cfg := DefaultBrokerConfig()
-	cfg.RetainedMaxBytes = 1000
+	cfg.RetainedMaxBytes = 10 * retainedCost("r/0", 97)
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	b := startBrokerCfg(t, l, cfg, nil)
 
@@ -96,13 +97,49 @@ func TestBrokerBoundsRetainedMessages(t *testing.T) {
 	}
 }
 
+// The bound counts what a retained message costs in memory, not its
+// topic and payload alone: a device retaining a short status on a new
+// topic each time makes the broker stop retaining once its heap holds
+// about the bound. Before, a one-byte status on "dev/000042" counted 11
+// bytes while it cost about 1.5 KiB (mochi's packet and topic-tree
+// node): 512 KiB of bound held some 47,000 of them, about 70 MB of heap.
+func TestBrokerRetainedBoundCountsWhatMessagesCost(t *testing.T) {
+	const bound = 512 << 10
+	cfg := DefaultBrokerConfig()
+	cfg.RetainedMaxBytes = bound
+	b := startBrokerCfg(t, nil, cfg, nil)
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	dev := connect(t, b.Addr(), "dev")
+	before := heap()
+	n := 0
+	for ; b.RetainedRefused() == 0; n++ {
+		if n == 100_000 {
+			t.Fatal("100,000 retained messages and none refused")
+		}
+		if tok := dev.Publish(fmt.Sprintf("dev/%06d", n), 1, true, "1"); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+	}
+	grown := heap() - before
+	t.Logf("%d retained, heap grown by %d bytes", n-1, grown)
+	if grown > 2*bound {
+		t.Fatalf("heap grew by %d bytes with %d retained messages on a %d-byte bound", grown, n-1, bound)
+	}
+}
+
 // A retained message the broker drops because it expired (an MQTT 5
 // message expiry, or the broker's maximum of a day for every message)
 // no longer counts against the bound: before, a broker up for more than
 // a day refused to retain anything once the expired messages had added
 // up to the bound, although it held none.
 func TestRetainedExpiryMakesRoom(t *testing.T) {
-	h := newRetainedHook(300, mochi.NewTopicsIndex(), slog.New(slog.DiscardHandler))
+	one := retainedCost("r/a", 97)
+	h := newRetainedHook(3*one, mochi.NewTopicsIndex(), slog.New(slog.DiscardHandler))
 	if !h.Provides(mochi.OnRetainedExpired) {
 		t.Fatal("the hook does not take OnRetainedExpired: mochi would not tell it")
 	}
@@ -115,7 +152,7 @@ func TestRetainedExpiryMakesRoom(t *testing.T) {
 		}
 		return pk.FixedHeader.Retain
 	}
-	if !retain("r/a", 97) || !retain("r/b", 97) || !retain("r/c", 97) { // 300 bytes with their topics
+	if !retain("r/a", 97) || !retain("r/b", 97) || !retain("r/c", 97) { // the bound
 		t.Fatal("messages within the bound not retained")
 	}
 	if retain("r/d", 97) {
@@ -132,8 +169,8 @@ func TestRetainedExpiryMakesRoom(t *testing.T) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.total != 300 || len(h.sizes) != 3 {
-		t.Fatalf("total %d over %d topics, want 300 over 3", h.total, len(h.sizes))
+	if h.total != 3*one || len(h.sizes) != 3 {
+		t.Fatalf("total %d over %d topics, want %d over 3", h.total, len(h.sizes), 3*one)
 	}
 }
 

@@ -121,8 +121,10 @@ type MemoryConfig struct {
 	// no PUBACK until subscribers acknowledge enough (back-pressure,
 	// nothing is dropped). Default 16 MiB; "off" sets no bound.
 	BrokerSessionBytes ByteSize `yaml:"broker_session_bytes"`
-	// BrokerRetainedBytes bounds the topic and payload bytes of the
-	// retained messages the embedded broker keeps (in memory): a retained
+	// BrokerRetainedBytes bounds the memory of the retained messages the
+	// embedded broker keeps (each counts its topic, its payload and the
+	// broker library's bookkeeping, about 1 KiB and 640 bytes per topic
+	// level): a retained
 	// message past it is routed and ingested but not retained, and the
 	// one it would have replaced is cleared (mqtt.BrokerConfig.
 	// RetainedMaxBytes). Default 16 MiB; "off" sets no bound.
