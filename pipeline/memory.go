@@ -47,6 +47,10 @@ const (
 	// MinMemoryLimit is the smallest node.memory.limit accepted: below it
 	// the runtime would collect garbage without pause even when idle.
 	MinMemoryLimit = 16 << 20
+	// MaxCredits is the largest node.memory.credits accepted: each credit
+	// is a batch buffer that every channel between two tasks holds from
+	// the start, idle or not (about 180 bytes each before any record).
+	MaxCredits = 1024
 	// MinMQTTPendingBytes is the smallest node.memory.mqtt_pending_bytes
 	// accepted.
 	MinMQTTPendingBytes = 64 << 10
@@ -347,6 +351,8 @@ func (m MemoryConfig) check(p *problems) {
 	}
 	if m.Credits < 1 {
 		p.add(path+"credits", fmt.Sprintf("(%d) must be at least 1", m.Credits))
+	} else if m.Credits > MaxCredits {
+		p.add(path+"credits", fmt.Sprintf("(%d) must be at most %d: every channel holds that many batch buffers from the start", m.Credits, MaxCredits))
 	}
 	if m.MQTTPendingBytes < MinMQTTPendingBytes {
 		p.add(path+"mqtt_pending_bytes", fmt.Sprintf("(%s) must be at least %s", m.MQTTPendingBytes, ByteSize(MinMQTTPendingBytes)))
