@@ -88,7 +88,7 @@ type walQueue[T any] struct {
 	batches []walBatch[T]
 	// recent: the batches published lately, newest last (keepRecent):
 	// published again after a failure, and kept in every snapshot
-	// (recentAt), so that a restore publishes them again too.
+	// (recentSince), so that a restore publishes them again too.
 	recent  []recentBatch[T]
 	records atomic.Int64  // records in batches; changed with mu held
 	failed  int           // failed publishes so far
@@ -257,7 +257,7 @@ func (s *WriteAheadSink[T]) encode() ([]byte, error) {
 	batches := s.pending
 	if q := s.q; q != nil {
 		q.mu.Lock()
-		batches = append(recentAt(q.recent, s.clock.Now()), q.batches...)
+		batches = append(s.recentSince(q.recent), q.batches...)
 		batches = append(batches, s.pending...)
 		q.mu.Unlock()
 	}
@@ -760,28 +760,26 @@ func (s *WriteAheadSink[T]) keepRecent(recent []recentBatch[T], p walBatch[T]) [
 
 // recentSince returns the batches of recent published within
 // republishWindow before the latest one, and the latest one, oldest
-// first. The window ends at the latest publish, not at the failure: the
-// sink sees a lost connection only at its next publish, which may come
-// long after the broker died (no result for a while), and what a killed
-// broker lost is what it acknowledged in its last moments, before the
-// latest publish at the latest.
+// first: what a failed publish publishes again first, and what every
+// snapshot holds beside the unpublished batches, so that a restore
+// publishes them again too, under the same ids. The window ends at the
+// latest publish, not at the failure or the snapshot: a killed broker
+// lost what it acknowledged in its last moments, before the latest
+// publish at the latest, and the sink sees the lost connection only at
+// its next publish, which may come long after the broker died (no result
+// for a while). A snapshot taken in such a quiet stretch still holds
+// those batches: edged killed too before its next publish (a power loss
+// of a device that runs both, or the two restarted one after the other)
+// comes back from a checkpoint that held only what was not yet
+// published when it was taken.
 func (s *WriteAheadSink[T]) recentSince(recent []recentBatch[T]) []walBatch[T] {
 	if len(recent) == 0 {
 		return nil
 	}
-	return recentAt(recent, recent[len(recent)-1].at)
-}
-
-// recentAt returns the batches of recent published within
-// republishWindow before now, oldest first: a snapshot taken now holds
-// them, and a restore from it publishes them again, under the same ids.
-// A broker killed with edged (a power loss of a device that runs both)
-// has lost what it acknowledged since its last save, and the restored
-// checkpoint holds only what was not yet published when it was taken.
-func recentAt[T any](recent []recentBatch[T], now time.Time) []walBatch[T] {
+	latest := recent[len(recent)-1].at
 	var out []walBatch[T]
 	for _, r := range recent {
-		if now.Sub(r.at) <= republishWindow {
+		if latest.Sub(r.at) <= republishWindow {
 			out = append(out, r.b)
 		}
 	}

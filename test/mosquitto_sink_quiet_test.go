@@ -47,6 +47,46 @@ func TestMosquittoSinkBrokerKilledBeforeAQuietStretch(t *testing.T) {
 	}
 }
 
+// TestMosquittoSinkBrokerKilledThenEdgedKilledAfterAQuietStretch: the
+// sink's Mosquitto (persistence saved every second) is SIGKILLed a
+// moment after the sink published the results of a few windows, one
+// window closing every 300 ms or so, to a consumer that is offline; no
+// result follows for 3 s, while checkpoints go on (every 200 ms), and
+// then edged is SIGKILLed too, before its sink saw the lost connection
+// (at its next publish). The broker comes back from its last save,
+// without what it acknowledged after it, and edged from a checkpoint
+// taken in the quiet stretch: that checkpoint must hold the sink's
+// latest publish and those of the 2 s before it, however long before
+// the checkpoint, so that the restore publishes them again. Exact
+// windows for a consumer that drops repeated msg_ids. Before, a
+// checkpoint held what was published in the 2 s before it, here
+// nothing: 100–300 of 2,000 results were missing in 5 of 6 runs.
+func TestMosquittoSinkBrokerKilledThenEdgedKilledAfterAQuietStretch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with a sink broker and edged killed")
+	}
+	sf := startSinkFault(t, "quietkill", 20_000)
+	defer sf.close()
+	w, out, nd, col, sub, publish := sf.w, sf.out, sf.nd, sf.col, sf.sub, sf.publish
+	sub.Disconnect(100) // its session stays on out, which queues its results
+	const windows = 6
+	closeWindowsPaced(t, sf, windows)
+	out.kill()
+	// The quiet stretch is what the test is about: no condition ends it.
+	testutil.Within(3*time.Second, func() bool { return false })
+	nd.kill()
+	out.start()
+	nd.start()
+	reconnectAll(t, []paho.Client{sub}, "consumer")
+	publish(windows*w.winMS+maxOutOfOrderMS+1, w.all())
+	waitResults(t, col, w, time.Minute)
+	drain(t, out.url(), "agg/_marker", col)
+	checkExact(t, col, w)
+	if code := nd.terminate(30 * time.Second); code != 0 {
+		t.Errorf("edged exited %d after SIGTERM, want 0", code)
+	}
+}
+
 // closeWindowsPaced publishes the readings that close sf's first windows
 // windows, one window after another, each once the sink holds the
 // results of the one before, about 300 ms apart.
