@@ -223,6 +223,20 @@ func (p *Publisher) Reset() {
 	p.tokens, p.head = nil, 0
 }
 
+// Lost returns a channel closed when the connection fails (the broker
+// closed or reset it, a write failed, an acknowledgement timed out),
+// also while nothing is being published: the broker may have lost what
+// it acknowledged on it (a broker killed between two saves of its
+// persistence). It is nil while there is no connection (before the
+// first Publish, after Reset) and over websockets, whose connection
+// paho keeps. Called on the Publisher's goroutine.
+func (p *Publisher) Lost() <-chan struct{} {
+	if p.conn == nil {
+		return nil
+	}
+	return p.conn.lost
+}
+
 // checkPublish refuses what no broker takes: a topic longer than MQTT's
 // 65535 bytes, a packet larger than its 256 MiB.
 func checkPublish(topic string, payload []byte, qos byte) error {

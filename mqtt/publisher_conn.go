@@ -42,6 +42,7 @@ type pubConn struct {
 	lastID   uint16        // last packet id given; publishing goroutine only
 	wake     chan struct{} // capacity 1: out has bytes for the writer
 	progress chan struct{} // capacity 1: an acknowledgement, a write or a failure
+	lost     chan struct{} // closed at the first failure (with err set)
 	done     chan struct{} // closed by close
 	wdone    chan struct{} // closed when the writer returned
 	rdone    chan struct{} // closed when the reader returned
@@ -117,6 +118,7 @@ func dialPubConn(cfg PublisherConfig) (*pubConn, error) {
 		keepAlive: keepAlive,
 		wake:      make(chan struct{}, 1),
 		progress:  make(chan struct{}, 1),
+		lost:      make(chan struct{}),
 		done:      make(chan struct{}),
 		wdone:     make(chan struct{}),
 		rdone:     make(chan struct{}),
@@ -225,11 +227,13 @@ func (c *pubConn) progressMark() int64 {
 	return c.acked
 }
 
-// fail records the first failure and wakes the publishing goroutine.
+// fail records the first failure, closes lost and wakes the publishing
+// goroutine.
 func (c *pubConn) fail(err error) {
 	c.mu.Lock()
 	if c.err == nil {
 		c.err = fmt.Errorf("%w: %w", ErrPublish, err)
+		close(c.lost)
 	}
 	c.mu.Unlock()
 	ring(c.progress)

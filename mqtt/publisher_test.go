@@ -284,3 +284,68 @@ func TestPublisherConnectionFailures(t *testing.T) {
 		t.Fatalf("flush after the broker dropped the new connection: %v", err)
 	}
 }
+
+// A connection the broker ends while nothing is being published closes
+// Lost at once: the broker may have lost what it acknowledged on it. A
+// Reset forgets it (nil until the next publish connects again), and the
+// new connection's Lost is open.
+func TestPublisherLostWhileIdle(t *testing.T) {
+	end := make(chan struct{})
+	f := startFakeBroker(t, packets.Accepted, func(pk packets.ControlPacket, w net.Conn) bool {
+		p, ok := pk.(*packets.PublishPacket)
+		if !ok {
+			return true
+		}
+		ack := packets.NewControlPacket(packets.Puback).(*packets.PubackPacket)
+		ack.MessageID = p.MessageID
+		if ack.Write(w) != nil {
+			return false
+		}
+		if string(p.Payload) == "x" {
+			<-end // the broker goes away after the first publish
+			return false
+		}
+		return true
+	})
+	pub, err := NewPublisher(fakeConfig(f, 8, waitBound))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	if pub.Lost() != nil {
+		t.Fatal("Lost is not nil before the first publish connects")
+	}
+	if err := pub.Publish("t", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	lost := pub.Lost()
+	select {
+	case <-lost:
+		t.Fatal("Lost closed while the connection is up")
+	default:
+	}
+	close(end)
+	select {
+	case <-lost:
+	case <-time.After(waitBound):
+		t.Fatal("Lost not closed after the broker ended the connection")
+	}
+	pub.Reset()
+	if pub.Lost() != nil {
+		t.Fatal("Lost is not nil after Reset")
+	}
+	if err := pub.Publish("t", []byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-pub.Lost():
+		t.Fatal("the new connection's Lost is closed")
+	default:
+	}
+}

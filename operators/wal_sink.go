@@ -67,6 +67,9 @@ type WriteAheadSink[T any] struct {
 	background bool
 	// maxHeld bounds the records held unpublished (WithMaxHeld); 0: none.
 	maxHeld int
+	// watch tells the background publisher of a lost connection
+	// (WithConnectionWatch); nil: none.
+	watch ConnectionWatch
 	// q is the background publisher's queue, nil until its first batch.
 	q *walQueue[T]
 	// tell is Context.OutputHeld until the run's first record told it.
@@ -186,6 +189,33 @@ func (s *WriteAheadSink[T]) WithPublishChunks(p PublishChunks[T]) *WriteAheadSin
 // other operators. Call before the job runs; it returns s.
 func (s *WriteAheadSink[T]) WithBackgroundPublish() *WriteAheadSink[T] {
 	s.background = true
+	return s
+}
+
+// ConnectionWatch tells a write-ahead sink publishing in the background
+// (WithBackgroundPublish) when the connection its latest publishes went
+// over is lost. Both methods are called on the sink's publishing
+// goroutine, which owns the publish, and must not block.
+type ConnectionWatch interface {
+	// Lost returns a channel closed when the current connection is lost;
+	// nil while there is none.
+	Lost() <-chan struct{}
+	// Drop forgets the lost connection: the next publish connects again.
+	Drop()
+}
+
+// WithConnectionWatch makes the background publisher watch w while it has
+// nothing to publish: when the connection is lost, it publishes again,
+// under the same ids, what a failed publish would (the latest publish and
+// those of the republish window before it), at once, before any newer
+// record. A broker killed a moment after a publish, before its next save
+// of its persistence, lost what it acknowledged, and without a watch the
+// sink notices only at its next publish, which a quiet stretch puts off
+// (or never comes: a job stopped meanwhile commits its savepoint as
+// published, and a job resumed from it publishes nothing again). Call
+// before the job runs; it returns s.
+func (s *WriteAheadSink[T]) WithConnectionWatch(w ConnectionWatch) *WriteAheadSink[T] {
+	s.watch = w
 	return s
 }
 
@@ -635,12 +665,18 @@ func (s *WriteAheadSink[T]) run(q *walQueue[T]) {
 		}
 		q.mu.Unlock()
 		if !ok {
+			var lost <-chan struct{}
+			if s.watch != nil {
+				lost = s.watch.Lost()
+			}
 			select {
 			case <-ch:
-				continue
+			case <-lost:
+				s.connectionLost(q)
 			case <-q.stop:
 				return
 			}
+			continue
 		}
 		var err error
 		for next < len(p.chunks) {
@@ -712,6 +748,31 @@ func (s *WriteAheadSink[T]) run(q *walQueue[T]) {
 			return
 		}
 		wait = min(2*wait, retryMax)
+	}
+}
+
+// connectionLost puts the batches a failed publish would publish again
+// (recentSince) back at the head of q, after the connection they went
+// over was lost while the publisher had nothing to publish, and forgets
+// that connection.
+func (s *WriteAheadSink[T]) connectionLost(q *walQueue[T]) {
+	s.watch.Drop()
+	q.mu.Lock()
+	again := s.recentSince(q.recent)
+	n := 0
+	for _, b := range again {
+		n += b.len()
+	}
+	if n > 0 {
+		q.batches = append(slices.Clip(again), q.batches...)
+		q.records.Add(int64(n))
+	}
+	q.recent = nil
+	q.changed()
+	q.mu.Unlock()
+	if s.log != nil && n > 0 {
+		s.log.Warn("write-ahead sink: the connection to the broker was lost; publishing again what went out over it lately",
+			"results", n)
 	}
 }
 

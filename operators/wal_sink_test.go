@@ -973,3 +973,91 @@ func TestWriteAheadSinkSnapshotHoldsTheLatestPublishAfterAQuietStretch(t *testin
 		}
 	}
 }
+
+// fakeWatch is a connection the test loses (operators.ConnectionWatch).
+type fakeWatch struct {
+	mu    sync.Mutex
+	lost  chan struct{} // nil: no connection
+	drops int
+}
+
+func (f *fakeWatch) Lost() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lost
+}
+
+func (f *fakeWatch) Drop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lost = nil
+	f.drops++
+}
+
+// The sink's broker is killed a moment after the sink published a and b
+// (acknowledged, not yet saved: the broker comes back without them), and
+// no result follows for a while. The lost connection is seen at once
+// (ConnectionWatch), not at the next publish: a and b go out again,
+// under the same ids, without any new checkpoint, and a stop in the
+// quiet stretch (the job's last checkpoint, whose WaitCommitted makes it
+// committed) comes after them. Before, the sink noticed the loss only at
+// its next publish: a job stopped in the quiet stretch committed its
+// savepoint as published, a job resumed from it published nothing again,
+// and a and b were lost for the consumer.
+func TestWriteAheadSinkPublishesAgainWhenTheConnectionIsLostWhileIdle(t *testing.T) {
+	ctx := sinkContext(0)
+	clock := ctx.Clock.(*clockwork.FakeClock)
+	f := &failingPublish{}
+	w := &fakeWatch{lost: make(chan struct{})}
+	s := operators.NewWriteAheadSink(f.publish, nil).WithBackgroundPublish().WithConnectionWatch(w)
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i, v := range []string{"a", "b"} {
+		id := int64(i + 1)
+		if i > 0 {
+			clock.Advance(500 * time.Millisecond)
+		}
+		completeCheckpoint(t, s, id, v)
+		if err := s.WaitCommitted(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := map[string]string{}
+	f.mu.Lock()
+	maps.Copy(first, f.ids)
+	f.mu.Unlock()
+	clock.Advance(10 * time.Second) // quiet
+	w.mu.Lock()
+	close(w.lost)
+	w.mu.Unlock()
+	testutil.Eventually(t, 10*time.Second, "a and b published again", func() bool {
+		_, out := f.state()
+		return len(out) >= 4
+	})
+	if _, out := f.state(); !slices.Equal(out, []string{"a", "b", "a", "b"}) {
+		t.Fatalf("published %v, want a b, then a b again once the connection was lost", out)
+	}
+	f.mu.Lock()
+	for v, id := range first {
+		if f.ids[v] != id {
+			t.Errorf("%s published again with id %s, first with %s", v, f.ids[v], id)
+		}
+	}
+	f.mu.Unlock()
+	w.mu.Lock()
+	drops := w.drops
+	w.mu.Unlock()
+	if drops != 1 {
+		t.Fatalf("lost connection dropped %d times, want once", drops)
+	}
+	// The stop's checkpoint: committed once what it holds is out.
+	completeCheckpoint(t, s, 3, "c")
+	if err := s.WaitCommitted(3); err != nil {
+		t.Fatal(err)
+	}
+	if _, out := f.state(); !slices.Equal(out, []string{"a", "b", "a", "b", "c"}) {
+		t.Fatalf("published %v by the stop, want a b a b c", out)
+	}
+}

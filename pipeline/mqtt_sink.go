@@ -232,9 +232,19 @@ func newWALPublisher[T any](pc mqtt.PublisherConfig, topic func(T) (string, erro
 	}, c).WithIdentity(format).WithBackgroundPublish().WithMaxHeld(maxHeld).
 		WithPublishChunks(func(chunks [][]T, id func(c, i int) string) error {
 			return reset(mqtt.PublishLineChunksFunc(w.pub, w.topic, w.format, uid, w.reject, batch)(chunks, id))
-		})
+		}).WithConnectionWatch(walWatch[T]{w})
 	return w
 }
+
+// walWatch is the publisher's connection as the write-ahead sink's
+// background publisher watches it (operators.ConnectionWatch): a
+// connection lost while no result is being published (the broker killed
+// a moment after a publish) has the sink publish its latest results
+// again at once, not at its next publish.
+type walWatch[T any] struct{ w *walPublisher[T] }
+
+func (v walWatch[T]) Lost() <-chan struct{} { return v.w.pub.Lost() }
+func (v walWatch[T]) Drop()                 { v.w.pub.Reset() }
 
 // Open connects the subtask's own publisher: subtasks sharing a client id
 // would take the connection from each other.

@@ -87,6 +87,46 @@ func TestMosquittoSinkBrokerKilledThenEdgedKilledAfterAQuietStretch(t *testing.T
 	}
 }
 
+// TestMosquittoSinkBrokerKilledThenEdgedStoppedAfterAQuietStretch: the
+// sink's Mosquitto (persistence saved every second) is SIGKILLed a
+// moment after the sink published the results of a few windows to a
+// consumer that is offline, and started again at once, without what it
+// acknowledged after its last save; no result follows, and 3 s later
+// edged is stopped with SIGTERM (a stop with a savepoint) and started
+// again. The sink must see the lost connection when it is lost, not at
+// its next publish, and publish its latest results again before the
+// stop's savepoint counts as published. Exact windows for a consumer
+// that drops repeated msg_ids. Before, the stop committed the savepoint
+// with nothing to publish, the restart from it published nothing again,
+// and 100–400 of 2,000 results were missing in 4 of 4 runs.
+func TestMosquittoSinkBrokerKilledThenEdgedStoppedAfterAQuietStretch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with a sink broker killed and edged stopped")
+	}
+	sf := startSinkFault(t, "quietstop", 20_000)
+	defer sf.close()
+	w, out, nd, col, sub, publish := sf.w, sf.out, sf.nd, sf.col, sf.sub, sf.publish
+	sub.Disconnect(100) // its session stays on out, which queues its results
+	const windows = 6
+	closeWindowsPaced(t, sf, windows)
+	out.kill()
+	out.start()
+	// The quiet stretch is what the test is about: no condition ends it.
+	testutil.Within(3*time.Second, func() bool { return false })
+	if code := nd.terminate(90 * time.Second); code != 0 {
+		t.Fatalf("edged exited %d after SIGTERM, want 0", code)
+	}
+	nd.start()
+	reconnectAll(t, []paho.Client{sub}, "consumer")
+	publish(windows*w.winMS+maxOutOfOrderMS+1, w.all())
+	waitResults(t, col, w, time.Minute)
+	drain(t, out.url(), "agg/_marker", col)
+	checkExact(t, col, w)
+	if code := nd.terminate(30 * time.Second); code != 0 {
+		t.Errorf("edged exited %d after SIGTERM, want 0", code)
+	}
+}
+
 // closeWindowsPaced publishes the readings that close sf's first windows
 // windows, one window after another, each once the sink holds the
 // results of the one before, about 300 ms apart.
