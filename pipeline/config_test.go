@@ -70,10 +70,10 @@ func TestBadConfigs(t *testing.T) {
 			[]string{`pipelines[0].filter: "temp +": unexpected token EOF (1:6)`}},
 		{"filter not bool", func(s string) string { return strings.Replace(s, "key: id", "key: id\n    filter: temp + 1", 1) },
 			[]string{`pipelines[0].filter: "temp + 1": expected bool, but got float64`}},
-		{"two sources and no sink", func(s string) string {
-			return strings.Replace(strings.Replace(s, "generator: {count: 10}", "generator: {count: 10}\n      file: {path: x, format: json, fields: {a: int}}", 1), "sinks: [{stdout: {}}]", "sinks: []", 1)
 		// The fields of a source that is not valid are not known: they are
 		// not named as missing too.
+		{"two sources and no sink", func(s string) string {
+			return strings.Replace(strings.Replace(s, "generator: {count: 10}", "generator: {count: 10}\n      file: {path: x, format: json, fields: {a: int}}", 1), "sinks: [{stdout: {}}]", "sinks: []", 1)
 		}, []string{`pipelines[0].source: must have exactly one of generator, file, mqtt`, `pipelines[0].sinks: at least one sink is required`}},
 		{"checkpoint and restart", func(s string) string {
 			return s + "    checkpoint: {interval: 5s, min_pause: 10s, mode: twice}\n    restart: {strategy: sometimes}\n    state_backend: bolt\n"
