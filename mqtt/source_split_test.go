@@ -217,31 +217,7 @@ func TestSourceSplitAwayWaitsForItsNodeWhileItIsBack(t *testing.T) {
 // failing the restore (which would fail the cluster's job at every
 // attempt).
 func TestSourceSplitRestoreOntoNewLogReadsItFromTheStart(t *testing.T) {
-	old, fresh := smallLog(t), smallLog(t)
-	appendSeq(t, old, 0, 100)
-	nodes := []string{"a", "b"}
-	a := NewSource(old, WithSplits(nodes, "a"))
-	if err := a.Open(opCtx(0)); err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	drain(t, a)
-	st, err := a.SnapshotState(7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	appendSeq(t, fresh, 0, 10)
-	a2 := NewSource(fresh, WithSplits(nodes, "a"))
-	if err := a2.Open(opCtx(0)); err != nil {
-		t.Fatal(err)
-	}
-	defer a2.Close()
-	if err := a2.RestoreState([][]byte{st, nil}, 2); err != nil {
-		t.Fatalf("restore onto a new log: %v", err)
-	}
-	if rest := drain(t, a2); len(rest) != 10 || rest[0].Offset != 0 {
-		t.Fatalf("read %d records of the new log, want its 10 from offset 0", len(rest))
-	}
+	splitRestoredOntoNewLogReadsItAll(t, 100, 10)
 }
 
 // The same when the new log already holds more records than the
@@ -250,8 +226,16 @@ func TestSourceSplitRestoreOntoNewLogReadsItFromTheStart(t *testing.T) {
 // reads the new log from its start too. Before, it read from the
 // checkpoint's offset and skipped the new log's first records.
 func TestSourceSplitRestoreOntoALongerNewLogReadsItFromTheStart(t *testing.T) {
+	splitRestoredOntoNewLogReadsItAll(t, 40, 100)
+}
+
+// splitRestoredOntoNewLogReadsItAll snapshots split "a" after it read
+// oldLen records of its log, restores it onto another log holding newLen
+// records, and checks that it reads them all, from offset 0.
+func splitRestoredOntoNewLogReadsItAll(t *testing.T, oldLen, newLen int) {
+	t.Helper()
 	old, fresh := smallLog(t), smallLog(t)
-	appendSeq(t, old, 0, 40)
+	appendSeq(t, old, 0, oldLen)
 	nodes := []string{"a", "b"}
 	a := NewSource(old, WithSplits(nodes, "a"))
 	if err := a.Open(opCtx(0)); err != nil {
@@ -263,7 +247,7 @@ func TestSourceSplitRestoreOntoALongerNewLogReadsItFromTheStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	appendSeq(t, fresh, 0, 100)
+	appendSeq(t, fresh, 0, newLen)
 	a2 := NewSource(fresh, WithSplits(nodes, "a"))
 	if err := a2.Open(opCtx(0)); err != nil {
 		t.Fatal(err)
@@ -272,7 +256,7 @@ func TestSourceSplitRestoreOntoALongerNewLogReadsItFromTheStart(t *testing.T) {
 	if err := a2.RestoreState([][]byte{st, nil}, 2); err != nil {
 		t.Fatalf("restore onto a new log: %v", err)
 	}
-	if rest := drain(t, a2); len(rest) != 100 || rest[0].Offset != 0 {
-		t.Fatalf("read %d records of the new log, want its 100 from offset 0", len(rest))
+	if rest := drain(t, a2); len(rest) != newLen || rest[0].Offset != 0 {
+		t.Fatalf("read %d records of the new log, want its %d from offset 0", len(rest), newLen)
 	}
 }

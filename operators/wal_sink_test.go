@@ -873,24 +873,34 @@ func TestWriteAheadSinkSnapshotHoldsWhatItPublishedLately(t *testing.T) {
 		t.Fatal(err)
 	}
 	// edged and the broker die here; edged comes back from snapshot 3.
-	g := &failingPublish{}
-	r := operators.NewWriteAheadSink(g.publish, nil).WithBackgroundPublish()
-	if err := r.Open(sinkContext(0)); err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if err := r.RestoreState([][]byte{st}, 1); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.WaitCommitted(3); err != nil {
-		t.Fatal(err)
-	}
+	g := restoreAndCommit(t, st, 3)
 	if _, out := g.state(); !slices.Equal(out, []string{"b", "c"}) {
 		t.Fatalf("restore published %v, want b (published 1.5 s before the snapshot) and c", out)
 	}
 	if g.ids["b"] != f.ids["b"] {
 		t.Fatalf("b published again with id %s, first with %s", g.ids["b"], f.ids["b"])
 	}
+}
+
+// restoreAndCommit restores a background-publishing write-ahead sink
+// from st, as edged does after a kill, and waits until checkpoint id (the
+// snapshot's) is committed: what it published is in the returned
+// failingPublish.
+func restoreAndCommit(t *testing.T, st []byte, id int64) *failingPublish {
+	t.Helper()
+	g := &failingPublish{}
+	r := operators.NewWriteAheadSink(g.publish, nil).WithBackgroundPublish()
+	if err := r.Open(sinkContext(0)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	if err := r.RestoreState([][]byte{st}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WaitCommitted(id); err != nil {
+		t.Fatal(err)
+	}
+	return g
 }
 
 // backgroundSink returns an open write-ahead sink publishing in the
@@ -952,18 +962,7 @@ func TestWriteAheadSinkSnapshotHoldsTheLatestPublishAfterAQuietStretch(t *testin
 		t.Fatal(err)
 	}
 	// edged is killed here and comes back from snapshot 3.
-	g := &failingPublish{}
-	r := operators.NewWriteAheadSink(g.publish, nil).WithBackgroundPublish()
-	if err := r.Open(sinkContext(0)); err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if err := r.RestoreState([][]byte{st}, 1); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.WaitCommitted(3); err != nil {
-		t.Fatal(err)
-	}
+	g := restoreAndCommit(t, st, 3)
 	if _, out := g.state(); !slices.Equal(out, []string{"a", "b", "c"}) {
 		t.Fatalf("restore published %v, want a and b (the latest publish, 10 s before the snapshot, and the one 500 ms before it) and c", out)
 	}

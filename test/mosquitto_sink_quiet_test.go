@@ -27,24 +27,12 @@ func TestMosquittoSinkBrokerKilledBeforeAQuietStretch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with a sink broker killed")
 	}
-	sf := startSinkFault(t, "quiet", 20_000)
-	defer sf.close()
-	w, out, nd, col, sub, publish := sf.w, sf.out, sf.nd, sf.col, sf.sub, sf.publish
-	sub.Disconnect(100) // its session stays on out, which queues its results
-	const windows = 6
-	closeWindowsPaced(t, sf, windows)
-	out.kill()
-	// The quiet stretch is what the test is about: no condition ends it.
-	testutil.Within(6*time.Second, func() bool { return false })
-	out.start()
-	reconnectAll(t, []paho.Client{sub}, "consumer")
-	publish(windows*w.winMS+maxOutOfOrderMS+1, w.all())
-	waitResults(t, col, w, time.Minute)
-	drain(t, out.url(), "agg/_marker", col)
-	checkExact(t, col, w)
-	if code := nd.terminate(30 * time.Second); code != 0 {
-		t.Errorf("edged exited %d after SIGTERM, want 0", code)
-	}
+	quietStretchExact(t, "quiet", func(sf *sinkFault) {
+		sf.out.kill()
+		// The quiet stretch is what the test is about: no condition ends it.
+		testutil.Within(6*time.Second, func() bool { return false })
+		sf.out.start()
+	})
 }
 
 // TestMosquittoSinkBrokerKilledThenEdgedKilledAfterAQuietStretch: the
@@ -65,26 +53,14 @@ func TestMosquittoSinkBrokerKilledThenEdgedKilledAfterAQuietStretch(t *testing.T
 	if testing.Short() {
 		t.Skip("end-to-end test with a sink broker and edged killed")
 	}
-	sf := startSinkFault(t, "quietkill", 20_000)
-	defer sf.close()
-	w, out, nd, col, sub, publish := sf.w, sf.out, sf.nd, sf.col, sf.sub, sf.publish
-	sub.Disconnect(100) // its session stays on out, which queues its results
-	const windows = 6
-	closeWindowsPaced(t, sf, windows)
-	out.kill()
-	// The quiet stretch is what the test is about: no condition ends it.
-	testutil.Within(3*time.Second, func() bool { return false })
-	nd.kill()
-	out.start()
-	nd.start()
-	reconnectAll(t, []paho.Client{sub}, "consumer")
-	publish(windows*w.winMS+maxOutOfOrderMS+1, w.all())
-	waitResults(t, col, w, time.Minute)
-	drain(t, out.url(), "agg/_marker", col)
-	checkExact(t, col, w)
-	if code := nd.terminate(30 * time.Second); code != 0 {
-		t.Errorf("edged exited %d after SIGTERM, want 0", code)
-	}
+	quietStretchExact(t, "quietkill", func(sf *sinkFault) {
+		sf.out.kill()
+		// The quiet stretch is what the test is about: no condition ends it.
+		testutil.Within(3*time.Second, func() bool { return false })
+		sf.nd.kill()
+		sf.out.start()
+		sf.nd.start()
+	})
 }
 
 // TestMosquittoSinkBrokerKilledThenEdgedStoppedAfterAQuietStretch: the
@@ -103,22 +79,35 @@ func TestMosquittoSinkBrokerKilledThenEdgedStoppedAfterAQuietStretch(t *testing.
 	if testing.Short() {
 		t.Skip("end-to-end test with a sink broker killed and edged stopped")
 	}
-	sf := startSinkFault(t, "quietstop", 20_000)
+	quietStretchExact(t, "quietstop", func(sf *sinkFault) {
+		sf.out.kill()
+		sf.out.start()
+		// The quiet stretch is what the test is about: no condition ends it.
+		testutil.Within(3*time.Second, func() bool { return false })
+		if code := sf.nd.terminate(90 * time.Second); code != 0 {
+			t.Fatalf("edged exited %d after SIGTERM, want 0", code)
+		}
+		sf.nd.start()
+	})
+}
+
+// quietStretchExact runs the sink-fault scenario the tests above share:
+// the consumer offline (its persistent session queues the results on the
+// sink's broker), a few windows closed one after another, then fault,
+// then the consumer back and the rest of the readings; every window must
+// be exact for a consumer that drops repeated msg_ids, and edged must
+// stop cleanly.
+func quietStretchExact(t *testing.T, name string, fault func(sf *sinkFault)) {
+	t.Helper()
+	sf := startSinkFault(t, name, 20_000)
 	defer sf.close()
-	w, out, nd, col, sub, publish := sf.w, sf.out, sf.nd, sf.col, sf.sub, sf.publish
+	w, out, nd, col, sub := sf.w, sf.out, sf.nd, sf.col, sf.sub
 	sub.Disconnect(100) // its session stays on out, which queues its results
 	const windows = 6
 	closeWindowsPaced(t, sf, windows)
-	out.kill()
-	out.start()
-	// The quiet stretch is what the test is about: no condition ends it.
-	testutil.Within(3*time.Second, func() bool { return false })
-	if code := nd.terminate(90 * time.Second); code != 0 {
-		t.Fatalf("edged exited %d after SIGTERM, want 0", code)
-	}
-	nd.start()
+	fault(sf)
 	reconnectAll(t, []paho.Client{sub}, "consumer")
-	publish(windows*w.winMS+maxOutOfOrderMS+1, w.all())
+	sf.publish(windows*w.winMS+maxOutOfOrderMS+1, w.all())
 	waitResults(t, col, w, time.Minute)
 	drain(t, out.url(), "agg/_marker", col)
 	checkExact(t, col, w)
