@@ -520,8 +520,6 @@ func (n *node) start(ctx context.Context, pc pipeline.PipelineConfig) (*job, err
 	return j, nil
 }
 
-// watch waits for j to end, polling its checkpoint history meanwhile, and
-// records and logs how it ended.
 // jobErr returns err, the failure of job name, naming the job: in front
 // of it, unless err already starts with it (a task's failure,
 // actors.TaskError, does).
@@ -533,6 +531,8 @@ func jobErr(name string, err error) error {
 	return fmt.Errorf("job %q: %w", name, err)
 }
 
+// watch waits for j to end, polling its checkpoint history meanwhile, and
+// records and logs how it ended.
 func (n *node) watch(j *job) {
 	t := time.NewTicker(n.opts.PollInterval)
 	defer t.Stop()
