@@ -249,18 +249,8 @@ func TestClusterDrainOfAJustKilledWorker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with three subprocesses")
 	}
-	members := startCluster(t, true)
-	a, c := members[0], members[2]
-	l := newClusterLoad(t, members)
-	client := &http.Client{Timeout: time.Second}
-	waitAllAlive(t, a, 3)
 	const n = 20_000
-	l.publish(0, n/2)
-	l.killWhen(2, 30*time.Second, func() bool { return c.ingestCovered(client) })
-	testutil.Eventually(t, 30*time.Second, "the master places c's subtasks on a and b", func() bool {
-		s, err := a.status(client)
-		return err == nil && s.keyedOn("c") == 0
-	})
+	a, l, client := workerKilledUnderLoad(t, n/2)
 	code, out, errs := runCLI(t, 3*time.Minute, "cluster", "drain", "c", "--addr", a.apiAddr)
 	if code != 0 || !strings.HasPrefix(out, "drained c: done") {
 		t.Fatalf("edged cluster drain c of the killed worker: exit %d, %q %q", code, out, errs)
@@ -303,18 +293,8 @@ func TestClusterDrainOfAWorkerKilledWhileTheJobRestarts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with three subprocesses")
 	}
-	members := startCluster(t, true)
-	a, c := members[0], members[2]
-	l := newClusterLoad(t, members)
-	client := &http.Client{Timeout: time.Second}
-	waitAllAlive(t, a, 3)
 	const n = 24_000
-	l.publish(0, n/3)
-	l.killWhen(2, 30*time.Second, func() bool { return c.ingestCovered(client) })
-	testutil.Eventually(t, 30*time.Second, "the master places no subtask on c", func() bool {
-		s, err := a.status(client)
-		return err == nil && s.keyedOn("c") == 0
-	})
+	a, l, _ := workerKilledUnderLoad(t, n/3)
 	l.publish(n/3, n/3+5_000)
 	code, out, errs := runCLI(t, 3*time.Minute, "cluster", "drain", "c", "--addr", a.apiAddr)
 	if code != 0 || !strings.HasPrefix(out, "drained c: ") {
@@ -322,4 +302,24 @@ func TestClusterDrainOfAWorkerKilledWhileTheJobRestarts(t *testing.T) {
 	}
 	l.publish(n/3+5_000, n)
 	l.finishChecked(n, 120*time.Second)
+}
+
+// workerKilledUnderLoad starts a three-node cluster with gossip, publishes
+// its first readings, SIGKILLs worker c once checkpoints cover its ingest
+// log, and waits until the master a places no keyed subtask on c. It
+// returns a, the load and a client for a's API.
+func workerKilledUnderLoad(t *testing.T, first int) (*clusterMember, *clusterLoad, *http.Client) {
+	t.Helper()
+	members := startCluster(t, true)
+	a, c := members[0], members[2]
+	l := newClusterLoad(t, members)
+	client := &http.Client{Timeout: time.Second}
+	waitAllAlive(t, a, 3)
+	l.publish(0, first)
+	l.killWhen(2, 30*time.Second, func() bool { return c.ingestCovered(client) })
+	testutil.Eventually(t, 30*time.Second, "the master places no keyed subtask on c", func() bool {
+		s, err := a.status(client)
+		return err == nil && s.keyedOn("c") == 0
+	})
+	return a, l, client
 }
