@@ -63,17 +63,7 @@ func TestBuildPanicFailsTheRun(t *testing.T) {
 			k := &Vertex{ID: 1, Name: "sink", UID: "sink", Parallelism: 1, In: intType(),
 				NewOperator: func(*operators.Context, any) (operators.Operator, any, error) { return c.sink() }}
 			job := &Job{Name: "build", Vertices: []*Vertex{s, k}, Edges: []*Edge{{From: s, To: k, Partition: c.part}}}
-			r, err := NewRunner(job, DefaultConfig())
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			err = r.Run(ctx)
-			var te *TaskError
-			if !errors.As(err, &te) {
-				t.Fatalf("Run returned %v (%T), want a *TaskError", err, err)
-			}
+			_, te := runTaskError(t, job)
 			if te.Operator != c.operator || te.Subtask != c.subtask || te.Panic != c.panicked || !strings.Contains(te.Err.Error(), c.cause) {
 				t.Fatalf("TaskError %+v, want operator %q subtask %d panic %v cause %q", te, c.operator, c.subtask, c.panicked, c.cause)
 			}
@@ -82,4 +72,22 @@ func TestBuildPanicFailsTheRun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runTaskError runs job for at most a minute and returns the error its
+// run failed with and the *TaskError it must hold.
+func runTaskError(t *testing.T, job *Job) (error, *TaskError) {
+	t.Helper()
+	r, err := NewRunner(job, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = r.Run(ctx)
+	var te *TaskError
+	if !errors.As(err, &te) {
+		t.Fatalf("Run returned %v (%T), want a *TaskError", err, err)
+	}
+	return err, te
 }

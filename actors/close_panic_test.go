@@ -1,12 +1,9 @@
 package actors
 
 import (
-	"context"
-	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/edgedio/edged/operators"
 )
@@ -46,17 +43,7 @@ func TestClosePanicFailsTheRun(t *testing.T) {
 					return panicClose{}, panicClose{}, nil
 				}}
 			job := &Job{Name: "close", Vertices: []*Vertex{s, k}, Edges: []*Edge{{From: s, To: k, Partition: part}}}
-			r, err := NewRunner(job, DefaultConfig())
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			err = r.Run(ctx)
-			var te *TaskError
-			if !errors.As(err, &te) {
-				t.Fatalf("Run returned %v (%T), want a *TaskError", err, err)
-			}
+			err, te := runTaskError(t, job)
 			if te.Operator != "sink" || !te.Panic || !strings.Contains(te.Err.Error(), "Close broke") || len(te.Stack) == 0 {
 				t.Fatalf("TaskError %+v, want a panic of operator sink with its stack", te)
 			}

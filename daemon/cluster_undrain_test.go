@@ -60,13 +60,7 @@ func TestUndrainQueuesJoin(t *testing.T) {
 	if n := ownedBy(before, "b"); n != 0 {
 		t.Fatalf("drained b placed %d subtasks", n)
 	}
-	done := make(chan error, 1)
-	go func() { done <- c.Undrain(context.Background(), "b") }()
-	testutil.Eventually(t, 10*time.Second, "the undrain's join is queued", func() bool {
-		c.rb.gateMu.Lock()
-		defer c.rb.gateMu.Unlock()
-		return len(c.rb.waiters) == 1
-	})
+	done := undrainQueued(t, c, "b")
 	c.live.mu.Lock()
 	drained, joining := c.live.drained["b"], c.live.joining["b"]
 	c.live.mu.Unlock()
@@ -184,13 +178,7 @@ func TestUndrainIsNotDamped(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-runs
-	done := make(chan error, 1)
-	go func() { done <- c.Undrain(context.Background(), "b") }()
-	testutil.Eventually(t, 10*time.Second, "the undrain's join is queued", func() bool {
-		c.rb.gateMu.Lock()
-		defer c.rb.gateMu.Unlock()
-		return len(c.rb.waiters) == 1
-	})
+	done := undrainQueued(t, c, "b")
 	fc.Advance(time.Second)
 	if c.rb.step(context.Background()) {
 		t.Fatal("the undrain's join ran before the settle delay")
@@ -211,4 +199,19 @@ func TestUndrainIsNotDamped(t *testing.T) {
 	if s := <-runs; triggerOf(s) != cluster.TriggerJoin {
 		t.Fatalf("ran %+v, want a join", s)
 	}
+}
+
+// undrainQueued starts an undrain of node in the background and waits
+// until its join is queued at the rebalance gate; the undrain's outcome
+// comes on the returned channel.
+func undrainQueued(t *testing.T, c *clusterNode, node string) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- c.Undrain(context.Background(), node) }()
+	testutil.Eventually(t, 10*time.Second, "the undrain's join is queued", func() bool {
+		c.rb.gateMu.Lock()
+		defer c.rb.gateMu.Unlock()
+		return len(c.rb.waiters) == 1
+	})
+	return done
 }
