@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
-
 	"github.com/edgedio/edged/snapshot"
 )
 
@@ -340,8 +338,7 @@ func (h *host) adopt(key TaskKey, md *snapshot.Metadata, gen int, nodeOf func(c 
 		}
 	}
 	h.mu.Unlock()
-	props := actor.PropsFromProducer(func() actor.Actor { return t })
-	if _, err := h.system.Root.SpawnNamed(props, name); err != nil {
+	if _, err := h.system.Root.SpawnNamed(h.props(t), name); err != nil {
 		return nil, fmt.Errorf("spawn subtask %s: %w", key, err)
 	}
 	if t.source != nil {

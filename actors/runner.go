@@ -425,7 +425,7 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	}
 	defer func() {
 		for _, h := range r.hosts {
-			h.system.Shutdown()
+			h.shutdown()
 		}
 	}()
 	if err != nil {
