@@ -88,6 +88,10 @@ type IngestInfo struct {
 	// Appends counts the messages appended (the rate in).
 	Appends       uint64 `json:"appends"`
 	AppendedBytes uint64 `json:"appended_bytes"`
+	// Fsyncs counts the log's fsyncs (of segment files and of its
+	// directory): appends share them (group commit), so Appends / Fsyncs
+	// is how many messages one fsync made durable.
+	Fsyncs uint64 `json:"fsyncs"`
 	// Blocked counts the appends that waited for space (the log full).
 	Blocked uint64 `json:"blocked"`
 	// Waiting is the appends waiting for space now.
@@ -203,7 +207,7 @@ func (n *node) handleIngest(w http.ResponseWriter, r *http.Request) {
 			l.Pipelines = append(l.Pipelines, IngestInfo{Pipeline: name, DiskBytes: s.DiskBytes, Segments: s.Segments,
 				FirstOffset: s.FirstOffset, NextOffset: s.NextOffset, DurableOffset: s.DurableOffset,
 				ReleasedOffset: s.ReleasedOffset, LagRecords: s.NextOffset - min(s.ReleasedOffset, s.NextOffset),
-				UnreleasedBytes: s.UnreleasedBytes, Appends: s.Appends, AppendedBytes: s.AppendedBytes,
+				UnreleasedBytes: s.UnreleasedBytes, Appends: s.Appends, AppendedBytes: s.AppendedBytes, Fsyncs: s.Fsyncs,
 				Blocked: s.Blocked, Waiting: s.Waiting})
 		}
 	}

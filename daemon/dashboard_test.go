@@ -116,7 +116,7 @@ func TestDashboardEndpoints(t *testing.T) {
 		var bc daemon.BrokerClients
 		getJSON(t, n, "/ingest", &il)
 		getJSON(t, n, "/broker/clients", &bc)
-		return len(il.Pipelines) == 1 && il.Pipelines[0].Pipeline == "sensors" && il.Pipelines[0].Appends > 0 &&
+		return len(il.Pipelines) == 1 && il.Pipelines[0].Pipeline == "sensors" && il.Pipelines[0].Appends > 0 && il.Pipelines[0].Fsyncs > 0 &&
 			il.Pipelines[0].NextOffset >= il.Pipelines[0].ReleasedOffset && il.Pipelines[0].DiskBytes > 0 &&
 			bc.Embedded && bc.Address != "" && len(bc.Clients) >= 1
 	})

@@ -183,21 +183,31 @@ func (e *edged) waitRunning(limit time.Duration) (time.Duration, error) {
 // ingested is the next offset of the pipeline's ingest log: how many
 // messages edged has read and logged since its log was created.
 func (e *edged) ingested() (int64, error) {
+	l, err := e.ingestLog()
+	return l.NextOffset, err
+}
+
+// ingestLog is the pipeline's ingest log in GET /ingest.
+type ingestLog struct {
+	Pipeline   string `json:"pipeline"`
+	NextOffset int64  `json:"next_offset"`
+	Fsyncs     int64  `json:"fsyncs"`
+}
+
+// ingestLog reads the pipeline's ingest log from GET /ingest.
+func (e *edged) ingestLog() (ingestLog, error) {
 	var l struct {
-		Pipelines []struct {
-			Pipeline   string `json:"pipeline"`
-			NextOffset int64  `json:"next_offset"`
-		} `json:"pipelines"`
+		Pipelines []ingestLog `json:"pipelines"`
 	}
 	if err := getJSON(e.client, "http://"+e.api+"/ingest", &l); err != nil {
-		return 0, err
+		return ingestLog{}, err
 	}
 	for _, p := range l.Pipelines {
 		if p.Pipeline == e.name {
-			return p.NextOffset, nil
+			return p, nil
 		}
 	}
-	return 0, fmt.Errorf("no ingest log of %q", e.name)
+	return ingestLog{}, fmt.Errorf("no ingest log of %q", e.name)
 }
 
 // deadLetters is how many records the job sent to its dead-letter output

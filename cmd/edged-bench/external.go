@@ -22,6 +22,7 @@ type subjectRun struct {
 	resultMsg int64
 	e2e       time.Duration // first publish until the results are all in (edged)
 	brokerCPU time.Duration // Mosquitto's CPU time meanwhile
+	fsyncs    int64         // fsyncs of edged's ingest log meanwhile
 	lastRead  time.Duration // first publish to the last message read
 }
 
@@ -35,6 +36,14 @@ func (r subjectRun) deadNote() string {
 		return "0 dead letters"
 	}
 	return fmt.Sprintf("%s readings went to the dead-letter output: later than the watermark allows (-lateness), which a publishing connection that fell behind the others produces", commas(r.dead))
+}
+
+// fsyncNote says how many fsyncs edged's ingest log took meanwhile.
+func (r subjectRun) fsyncNote() string {
+	if r.subject == "bare" || r.fsyncs == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %s ingest-log fsyncs, %.0f messages each", commas(r.fsyncs), float64(r.read)/float64(r.fsyncs))
 }
 
 func (r subjectRun) rate() float64 {
@@ -126,7 +135,7 @@ func reportExternal(q, n, size int, r subjectRun, runs map[string]subjectRun) {
 		What: what + fmt.Sprintf(", first to last read (%s read in %s; publishers done after %s)", commas(r.read), round(r.readDur), round(r.pubDur))})
 	addFigure(figure{Scenario: "external", Figure: "CPU per message", Subject: name, Value: r.cpuPerMsg(), Unit: "µs/msg",
 		Baseline: base(bare.cpuPerMsg()), BaselineOf: "bare", Target: cpuTarget, Met: cpuMet,
-		What: fmt.Sprintf("process CPU %s over %s messages (Mosquitto meanwhile: %.2f CPU-µs/msg)", round(r.cpu), commas(r.read), float64(r.brokerCPU.Microseconds())/float64(max(r.read, 1)))})
+		What: fmt.Sprintf("process CPU %s over %s messages (Mosquitto meanwhile: %.2f CPU-µs/msg)%s", round(r.cpu), commas(r.read), float64(r.brokerCPU.Microseconds())/float64(max(r.read, 1)), r.fsyncNote())})
 	peakTarget := ""
 	var peakMet *bool
 	if r.subject != "bare" {
@@ -269,6 +278,10 @@ func runEdgedExternal(dir string, mq *mosquitto, subj, root string, pkts []*pack
 		return r, err
 	}
 	mq0, _ := cpuTime(mq.cmd.Process.Pid)
+	log0, err := e.ingestLog()
+	if err != nil {
+		return r, err
+	}
 	logf("external: publishing to %s", spec.name)
 	logAt := e.logSize()
 	pubDone := make(chan struct{})
@@ -313,6 +326,11 @@ func runEdgedExternal(dir string, mq *mosquitto, subj, root string, pkts []*pack
 	mq1, _ := cpuTime(mq.cmd.Process.Pid)
 	r.brokerCPU = mq1 - mq0
 	r.cpu, r.peakKB = cpu1-cpu0, rss.peakKB()
+	log1, err := e.ingestLog()
+	if err != nil {
+		return r, err
+	}
+	r.fsyncs = log1.Fsyncs - log0.Fsyncs
 	e.heapNote("external", fmt.Sprintf("QoS %d publishers, %s", qos, subjectNames[subj]), logAt)
 	r.counted = res.sumBefore(lastEnd)
 	st := res.stats()
