@@ -84,6 +84,9 @@ func newEdged(dir string, p pipelineSpec) (*edged, error) {
 	b.WriteString("    source:\n      mqtt:\n")
 	if p.broker != "" {
 		fmt.Fprintf(&b, "        broker: %s\n        client_id: bench-%s\n        qos: 1\n", p.broker, p.name)
+		if *ackDelay != 0 {
+			fmt.Fprintf(&b, "        ack_delay: %s\n", *ackDelay)
+		}
 	}
 	fmt.Fprintf(&b, `        topics: ["%s"]
         format: json

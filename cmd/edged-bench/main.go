@@ -70,6 +70,7 @@ var (
 	subjects   = flag.String("subjects", "bare,alo,eo", "external: subscribers to run: bare (paho), alo (edged at-least-once), eo (edged exactly-once)")
 	conns      = flag.Int("conns", 8, "external: publisher connections")
 	inflight   = flag.Int("inflight", 2000, "QoS 1 publishes in flight per connection (external, memory)")
+	ackDelay   = flag.Duration("ack-delay", 0, "external: the pipelines' source.mqtt.ack_delay (0: edged's default)")
 	mqInflight = flag.Int("mosquitto-inflight", 1000, "Mosquitto's max_inflight_messages: QoS 1 messages it sends a subscriber before its PUBACKs (Mosquitto's own default is 20)")
 	pubRate    = flag.Float64("pub-rate", 0, "external: cap on the publishers' rate over all connections, msg/s (0: as fast as they go)")
 	eventRate  = flag.Int("event-rate", 100_000, "readings per second of event time (external, embedded): the 1 s windows hold this many readings")
