@@ -96,6 +96,17 @@ type IngestInfo struct {
 	Blocked uint64 `json:"blocked"`
 	// Waiting is the appends waiting for space now.
 	Waiting int `json:"waiting"`
+	// SourceBroker is the external broker the pipeline subscribes to
+	// (source.mqtt.broker, its password left out); empty for the
+	// embedded broker.
+	SourceBroker string `json:"source_broker,omitempty"`
+	// SourceConnected tells, for an external broker, whether the
+	// subscriber holds a connection the broker accepted; absent for the
+	// embedded broker.
+	SourceConnected *bool `json:"source_connected,omitempty"`
+	// SourceConnects counts the connections the external broker accepted
+	// since the node started (1 + reconnects).
+	SourceConnects uint64 `json:"source_connects,omitempty"`
 }
 
 // IngestList is the body of GET /ingest, by pipeline name.
@@ -209,6 +220,14 @@ func (n *node) handleIngest(w http.ResponseWriter, r *http.Request) {
 				ReleasedOffset: s.ReleasedOffset, LagRecords: s.NextOffset - min(s.ReleasedOffset, s.NextOffset),
 				UnreleasedBytes: s.UnreleasedBytes, Appends: s.Appends, AppendedBytes: s.AppendedBytes, Fsyncs: s.Fsyncs,
 				Blocked: s.Blocked, Waiting: s.Waiting})
+		}
+		for _, s := range m.subs {
+			for i := range l.Pipelines {
+				if p := &l.Pipelines[i]; p.Pipeline == s.Pipeline() {
+					up := s.Connected()
+					p.SourceBroker, p.SourceConnected, p.SourceConnects = s.Broker(), &up, s.Connects()
+				}
+			}
 		}
 	}
 	slices.SortFunc(l.Pipelines, func(a, b IngestInfo) int { return strings.Compare(a.Pipeline, b.Pipeline) })

@@ -76,6 +76,9 @@ type taskCollector struct {
 	// A file source's reads of its file from the start again: the file
 	// at its path was replaced or truncated.
 	fileResets *prometheus.Desc
+	// An external broker's subscriber: its connection up or not, and
+	// the connections the broker accepted.
+	sourceConnected, sourceConnects *prometheus.Desc
 }
 
 func newTaskCollector(n *node) *taskCollector {
@@ -104,6 +107,10 @@ func newTaskCollector(n *node) *taskCollector {
 			"Connections the embedded broker closed as it accepted them, since it held node.memory.broker_connections already.", nil, nil),
 		brokerSubsRefused: prometheus.NewDesc("edged_broker_subscriptions_refused_total",
 			"Topic filters the embedded broker refused in a SUBACK, since their client held node.memory.broker_client_subscriptions already.", nil, nil),
+		sourceConnected: prometheus.NewDesc("edged_mqtt_source_connected",
+			"1 while a pipeline's subscriber holds a connection its external broker (source.mqtt.broker) accepted, else 0: 0 from a lost connection until the broker accepts the next.", []string{"pipeline"}, nil),
+		sourceConnects: prometheus.NewDesc("edged_mqtt_source_connects_total",
+			"Connections a pipeline's external broker accepted since the node started (1 + reconnects).", []string{"pipeline"}, nil),
 		fileResets: prometheus.NewDesc("edged_file_source_resets_total",
 			"Times a pipeline's file source on this node read its file from the start again because the file at its path was replaced, truncated or rewritten (logged with the path, reason, old offset and size).", []string{"pipeline"}, nil),
 	}
@@ -111,7 +118,7 @@ func newTaskCollector(n *node) *taskCollector {
 
 // Describe implements prometheus.Collector.
 func (c *taskCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.records, c.recordsOut, c.backpressure, c.watermark, c.queued, c.logBytes, c.logShed, c.tooLarge, c.brokerTooLarge, c.brokerDeadLetters, c.brokerRefused, c.brokerRetainedRefused, c.brokerConnsRefused, c.brokerSubsRefused, c.fileResets} {
+	for _, d := range []*prometheus.Desc{c.records, c.recordsOut, c.backpressure, c.watermark, c.queued, c.logBytes, c.logShed, c.tooLarge, c.brokerTooLarge, c.brokerDeadLetters, c.brokerRefused, c.brokerRetainedRefused, c.brokerConnsRefused, c.brokerSubsRefused, c.fileResets, c.sourceConnected, c.sourceConnects} {
 		ch <- d
 	}
 }
@@ -141,6 +148,12 @@ func (c *taskCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, s := range m.subs {
 			ch <- prometheus.MustNewConstMetric(c.tooLarge, prometheus.CounterValue, float64(s.TooLarge()), s.Pipeline())
+			up := 0.0
+			if s.Connected() {
+				up = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.sourceConnected, prometheus.GaugeValue, up, s.Pipeline())
+			ch <- prometheus.MustNewConstMetric(c.sourceConnects, prometheus.CounterValue, float64(s.Connects()), s.Pipeline())
 		}
 		if b := m.broker; b != nil {
 			ch <- prometheus.MustNewConstMetric(c.brokerTooLarge, prometheus.CounterValue, float64(b.PacketsTooLarge()))

@@ -133,10 +133,10 @@ func (p *Publisher) connect() error {
 	tok := c.Connect()
 	if !tok.WaitTimeout(p.cfg.Timeout) {
 		c.Disconnect(0)
-		return fmt.Errorf("%w: connect to %s: timed out after %s", ErrPublish, p.cfg.Broker, p.cfg.Timeout)
+		return fmt.Errorf("%w: connect to %s: timed out after %s", ErrPublish, redactBroker(p.cfg.Broker), p.cfg.Timeout)
 	}
 	if err := tok.Error(); err != nil {
-		return fmt.Errorf("%w: connect to %s: %w", ErrPublish, p.cfg.Broker, err)
+		return fmt.Errorf("%w: connect to %s: %w", ErrPublish, redactBroker(p.cfg.Broker), err)
 	}
 	p.client = c
 	return nil
@@ -181,7 +181,7 @@ func (p *Publisher) waitOldest() error {
 	p.tokens[p.head] = nil
 	p.head++
 	if !tok.WaitTimeout(p.cfg.Timeout) {
-		return fmt.Errorf("%w: no acknowledgement from %s within %s", ErrPublish, p.cfg.Broker, p.cfg.Timeout)
+		return fmt.Errorf("%w: no acknowledgement from %s within %s", ErrPublish, redactBroker(p.cfg.Broker), p.cfg.Timeout)
 	}
 	if err := tok.Error(); err != nil {
 		return fmt.Errorf("%w: %w", ErrPublish, err)

@@ -82,7 +82,7 @@ func dialPubConn(cfg PublisherConfig) (*pubConn, error) {
 		nc, err = d.Dial("tcp", u.Host)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: connect to %s: %w", ErrPublish, cfg.Broker, err)
+		return nil, fmt.Errorf("%w: connect to %s: %w", ErrPublish, redactBroker(cfg.Broker), err)
 	}
 	keepAlive := pubKeepAlive
 	cp := packets.NewControlPacket(packets.Connect).(*packets.ConnectPacket)
@@ -94,12 +94,12 @@ func dialPubConn(cfg PublisherConfig) (*pubConn, error) {
 	r := bufio.NewReaderSize(nc, 4096)
 	if err := cp.Write(nc); err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("%w: connect to %s: %w", ErrPublish, cfg.Broker, err)
+		return nil, fmt.Errorf("%w: connect to %s: %w", ErrPublish, redactBroker(cfg.Broker), err)
 	}
 	pk, err := packets.ReadPacket(r)
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("%w: connect to %s: %w", ErrPublish, cfg.Broker, err)
+		return nil, fmt.Errorf("%w: connect to %s: %w", ErrPublish, redactBroker(cfg.Broker), err)
 	}
 	ack, ok := pk.(*packets.ConnackPacket)
 	if !ok {

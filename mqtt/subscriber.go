@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -419,6 +420,56 @@ type Subscriber struct {
 	keepAlive time.Duration // 0: defaultKeepAlive; tests shorten it
 	connects  atomic.Uint64 // connections accepted by the broker (CONNACK 0)
 	pings     atomic.Uint64 // PINGRESPs received
+
+	// connected is true from the broker's acceptance of a connection
+	// (CONNACK 0) until that connection ends; lostAt is when the last
+	// accepted connection ended (UnixNano; 0 before the first ended).
+	connected atomic.Bool
+	lostAt    atomic.Int64
+}
+
+// Broker returns the broker's URL (SubscriberConfig.Broker) with its
+// password, if any, replaced by "xxxxx", as the subscriber logs it.
+func (s *Subscriber) Broker() string { return redactBroker(s.cfg.Broker) }
+
+// redactBroker returns the broker URL raw with its password replaced by
+// "xxxxx": the URL names the broker in logs and in the API, which must
+// not show the password.
+func redactBroker(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	return u.Redacted()
+}
+
+// Connected reports whether the subscriber holds a connection the broker
+// accepted (CONNACK 0) and that has not ended: false from the start until
+// the first connection, and from a lost connection until the broker
+// accepts the next.
+func (s *Subscriber) Connected() bool { return s.connected.Load() }
+
+// Connects returns how many connections the broker accepted (CONNACK 0):
+// 1 after the first, one more after each reconnect.
+func (s *Subscriber) Connects() uint64 { return s.connects.Load() }
+
+// up records a connection the broker accepted and returns the log
+// attributes of the connected line: how long the subscriber was without
+// a connection, once one had been lost.
+func (s *Subscriber) up() []any {
+	s.connects.Add(1)
+	s.connected.Store(true)
+	if at := s.lostAt.Load(); at != 0 {
+		return []any{"down_for", time.Since(time.Unix(0, at)).Round(time.Millisecond)}
+	}
+	return nil
+}
+
+// down records the end of a connection the broker had accepted.
+func (s *Subscriber) down() {
+	if s.connected.Swap(false) {
+		s.lostAt.Store(time.Now().UnixNano())
+	}
 }
 
 // DedupWindow returns W, the number of last appended records a
@@ -667,7 +718,7 @@ func NewSubscriber(cfg SubscriberConfig, log *ingestlog.Log) (*Subscriber, error
 	}
 	tryCtx, cancel := context.WithCancel(context.Background())
 	cancel()
-	logger := cfg.Logger.With("component", "mqtt-subscriber", "broker", cfg.Broker, "client_id", cfg.ClientID)
+	logger := cfg.Logger.With("component", "mqtt-subscriber", "broker", redactBroker(cfg.Broker), "client_id", cfg.ClientID)
 	return &Subscriber{
 		cfg:     cfg,
 		log:     log,
@@ -721,6 +772,7 @@ func (s *Subscriber) Start(ctx context.Context) error {
 		SetOnConnectHandler(s.onConnect).
 		SetCustomOpenConnectionFn(bufferedDial(s.cfg.Broker, s.openConn, &s.pconn)).
 		SetConnectionLostHandler(func(_ paho.Client, err error) {
+			s.down()
 			s.logger.Warn("mqtt subscriber: connection lost; reconnecting", "error", err)
 		})
 	s.client = paho.NewClient(o)
@@ -742,6 +794,9 @@ func (s *Subscriber) onConnect(c paho.Client) {
 	present := false
 	if bc := s.pconn.Load(); bc != nil {
 		present = bc.sessionPresent()
+	}
+	if attrs := s.up(); attrs != nil {
+		s.logger.Info("mqtt subscriber connected again", append(attrs, "session_present", present)...)
 	}
 	p := s.subs.plan(present)
 	if len(p.unsub) > 0 {
@@ -1246,6 +1301,7 @@ func (s *Subscriber) Close() error {
 		dc.disconnect() // the direct reader sees the connection end
 	}
 	s.inflight.Wait()
+	s.connected.Store(false)
 	s.logger.Info("mqtt subscriber closed", "redeliveries_dropped", s.dropped.Load(),
 		"max_redelivery_age", s.maxAge.Load(), "window", s.cfg.DedupWindow(),
 		"max_unacknowledged", s.maxUnack.Load(), "ack_waits_through_pauses", s.pauses.Load())

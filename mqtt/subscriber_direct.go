@@ -86,6 +86,7 @@ func (s *Subscriber) runDirect() {
 	for {
 		start := time.Now()
 		up, err := s.directSession()
+		s.down()
 		if s.ctx.Err() != nil {
 			return
 		}
@@ -180,8 +181,7 @@ func (s *Subscriber) directSession() (up bool, err error) {
 	if ack.ReasonCode != 0 {
 		return false, fmt.Errorf("%w: %s (return code %d)", ErrConnectRefused, connackReason(ack.ReasonCode), ack.ReasonCode)
 	}
-	s.connects.Add(1)
-	s.logger.Info("mqtt subscriber connected", "session_present", ack.SessionPresent)
+	s.logger.Info("mqtt subscriber connected", append(s.up(), "session_present", ack.SessionPresent)...)
 	if !ack.SessionPresent {
 		s.seen.releaseAll() // a new session: the broker holds no open QoS 2 exchange
 	}

@@ -538,3 +538,58 @@ func TestDirectQoS2ResentWithoutDupBeforePubrel(t *testing.T) {
 		t.Fatalf("dropped %d, want 1", sub.Dropped())
 	}
 }
+
+// The subscriber tells whether it holds a connection the broker
+// accepted: not before the CONNACK, yes after it, not once the broker
+// ends the connection (nor while the next attempt waits for its
+// CONNACK), yes again after the next CONNACK, whose log line says how
+// long the subscriber was without a connection.
+func TestDirectConnectedFollowsTheConnection(t *testing.T) {
+	fb := startScriptBroker(t)
+	l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
+	sub, logs := startDirect(t, SubscriberConfig{Broker: "tcp://user:secret@" + fb.ln.Addr().String(), ClientID: "edged-connected",
+		Topics: []string{"sensors/#"}, QoS: 1}, l)
+	c1 := fb.next(t)
+	c1.expect(packets.Connect)
+	if sub.Connected() {
+		t.Fatal("connected before the CONNACK")
+	}
+	c1.send(encode(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connack}}))
+	sb := c1.expect(packets.Subscribe)
+	c1.send(encode(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Suback}, PacketID: sb.PacketID, ReasonCodes: []byte{1}}))
+	testutil.Eventually(t, waitBound, "connected after the CONNACK", sub.Connected)
+	if n := sub.Connects(); n != 1 {
+		t.Fatalf("connects %d, want 1", n)
+	}
+	if strings.Contains(logs.String(), "down_for") {
+		t.Fatalf("the first connection logged an outage:\n%s", logs.String())
+	}
+
+	c1.c.Close() // the broker goes away
+	testutil.Eventually(t, waitBound, "not connected once the broker ended the connection", func() bool { return !sub.Connected() })
+	c2 := fb.next(t)
+	c2.expect(packets.Connect)
+	if sub.Connected() {
+		t.Fatal("connected while the next attempt waits for its CONNACK")
+	}
+	c2.send(encode(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connack}}))
+	c2.expect(packets.Subscribe)
+	testutil.Eventually(t, waitBound, "connected again after the second CONNACK", sub.Connected)
+	if n := sub.Connects(); n != 2 {
+		t.Fatalf("connects %d, want 2", n)
+	}
+	if !strings.Contains(logs.String(), "down_for=") {
+		t.Fatalf("the reconnection does not say how long the subscriber was down:\n%s", logs.String())
+	}
+	sub.Close()
+	if sub.Connected() {
+		t.Fatal("connected after Close")
+	}
+	// The URL names the broker in every line, without its password.
+	if strings.Contains(logs.String(), "secret") || !strings.Contains(logs.String(), "broker=tcp://user:xxxxx@") {
+		t.Fatalf("the logs show the broker's password, or no broker:\n%s", logs.String())
+	}
+	if b := sub.Broker(); b != "tcp://user:xxxxx@"+fb.ln.Addr().String() {
+		t.Fatalf("Broker() = %q", b)
+	}
+}
