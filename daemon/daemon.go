@@ -571,6 +571,7 @@ func (n *node) shutdown(ctx context.Context, j *job) {
 	// once it runs again (or has used up its restarts).
 	j.run.StopRestarting()
 	if j.checkpointing {
+		j.markShutdown()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.StopTimeout)
 		defer cancel()
 		path, err := n.stop(sctx, j, "")

@@ -51,6 +51,7 @@ type job struct {
 	err       error
 	cancelled bool // cancel was asked
 	stopping  bool // a stop-with-savepoint was asked
+	shutdown  bool // the node's shutdown stops it with a savepoint
 	savepoint string
 	history   []snapshot.Stats // merged from every poll, by ID
 	completed int64            // checkpoints seen completing
@@ -88,6 +89,15 @@ func (j *job) wasCancelled() bool {
 	return j.cancelled
 }
 
+// markShutdown records that the node's shutdown stops the job with a
+// savepoint: however the job ends from now on, it does not count as a
+// failure (see finish).
+func (j *job) markShutdown() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.shutdown = true
+}
+
 func (j *job) markStopping() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -108,6 +118,14 @@ func (j *job) finish(err error) Status {
 	switch {
 	case err == nil:
 		j.status = StatusFinished
+	case j.shutdown:
+		// The node's shutdown asked for a stop with a savepoint, and the
+		// job failed before that savepoint completed (its sink's broker
+		// away past the stop's wait, a full disk): the shutdown had
+		// stopped its restarts, so the failure ends it. It is cancelled,
+		// as the stop asked for, not failed: it goes on from its latest
+		// checkpoint at the next start, and the node exits 0.
+		j.status, j.err = StatusCancelled, err
 	case j.cancelled && errors.Is(err, context.Canceled):
 		j.status = StatusCancelled
 	case errors.Is(err, actors.ErrStoppedRestarting):
