@@ -19,3 +19,18 @@ func IncrementalFirings(op any) (incremental, rebuilt int64) {
 	}
 	return 0, 0
 }
+
+// pendingTimers returns how many event-time and processing-time timers
+// the operator has queued.
+func (c *keyedCore[K, O]) pendingTimers() (event, processing int) {
+	return c.eventTimers.Len(), c.procTimers.Len()
+}
+
+// PendingTimers returns how many event-time and processing-time timers
+// the keyed operator op has queued (0, 0 for other operators).
+func PendingTimers(op any) (event, processing int) {
+	if o, ok := op.(interface{ pendingTimers() (int, int) }); ok {
+		return o.pendingTimers()
+	}
+	return 0, 0
+}

@@ -61,10 +61,7 @@ func (o *SessionWindow[K, T]) Collect(v T) {
 		o.dropLate(v)
 		return
 	}
-	// Move the state of every absorbed window into the merged one. Their
-	// timers stay: a timer is per key and time, and may be another
-	// session's too; one that finds no session ending at its time does
-	// nothing.
+	// Move the state of every absorbed window into the merged one.
 	sources := o.absorbed[:0:0]
 	for _, x := range o.absorbed {
 		if x != merged {
@@ -84,6 +81,17 @@ func (o *SessionWindow[K, T]) Collect(v T) {
 	i, _ := slices.BinarySearchFunc(keep, merged, func(a, b Window) int { return int(min(max(a.Start-b.Start, -1), 1)) })
 	keep = slices.Insert(keep, i, merged)
 	o.sessions.Update(keep)
+	// The timers of the absorbed windows go, unless a session of the key
+	// still needs one of them: a timer is per key and time, and the end
+	// of one session can be the cleanup time of another. Left behind, a
+	// session extended by every record (a sensor that never pauses for
+	// gap) would keep a timer per record until the watermark passed them.
+	for _, x := range sources {
+		o.dropTimer(x.MaxTimestamp(), keep)
+		if o.lateness > 0 {
+			o.dropTimer(x.MaxTimestamp()+o.lateness, keep)
+		}
+	}
 	if merged.MaxTimestamp() > current {
 		o.register(merged.MaxTimestamp())
 	} else {
@@ -91,6 +99,17 @@ func (o *SessionWindow[K, T]) Collect(v T) {
 		o.fire(merged)
 		o.register(merged.MaxTimestamp() + o.lateness)
 	}
+}
+
+// dropTimer deletes the current key's timer at ts, unless one of the
+// key's sessions (wins) fires or is cleaned up at ts.
+func (o *SessionWindow[K, T]) dropTimer(ts int64, wins []Window) {
+	for _, w := range wins {
+		if w.MaxTimestamp() == ts || w.MaxTimestamp()+o.lateness == ts {
+			return
+		}
+	}
+	o.unregister(ts)
 }
 
 func (o *SessionWindow[K, T]) fire(w Window) {

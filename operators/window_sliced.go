@@ -89,6 +89,16 @@ func (w *windowCore[K, T]) register(ts int64) {
 	}
 }
 
+// unregister deletes the current key's timer at ts in the window's
+// domain, if there is one.
+func (w *windowCore[K, T]) unregister(ts int64) {
+	if w.assigner.eventTime {
+		w.DeleteEventTimeTimer(ts)
+	} else {
+		w.DeleteProcessingTimeTimer(ts)
+	}
+}
+
 // dropLate sends a record too late for all its windows (or whose time no
 // window can hold, see windowTime) to the side output
 // (or counts it as dropped).

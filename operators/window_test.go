@@ -539,6 +539,65 @@ func TestSessionMergeKeepsTimersOfOtherSessions(t *testing.T) {
 	expectStateEmpty(t, h, "at the end")
 }
 
+// A key that keeps sending within the gap has one session that never
+// closes: each record moves its end on, and the timer of the end before
+// must go with it. Otherwise the operator keeps a timer per record of the
+// session (rate × session length, without bound for a sensor that never
+// pauses), in memory and in every checkpoint, until the watermark passes
+// them. Timers that another session of the key still needs stay (see
+// TestSessionMergeKeepsTimersOfOtherSessions).
+func TestSessionThatNeverClosesKeepsOneTimer(t *testing.T) {
+	for _, lateness := range []time.Duration{0, ms(500)} {
+		t.Run(fmt.Sprintf("lateness=%v", lateness), func(t *testing.T) {
+			h := newWindow(t, operators.EventTimeSessionWindows(ms(1000)), lateness, viaAggregate)
+			b0 := ev{"b", 0, 7} // another key: a session of its own that fires
+			feed(h, b0)
+			var all []ev
+			for ts := int64(0); ts < 20_000; ts++ {
+				e := ev{"a", ts, ts % 5}
+				all = append(all, e)
+				feed(h, e)
+				if ts%100 == 99 {
+					advance(t, h, ts-200)
+				}
+				if ev, _ := operators.PendingTimers(h.Op); ev > 3 {
+					t.Fatalf("at %d: %d event-time timers queued, want at most 3 (the session's end, b's and b's cleanup)", ts, ev)
+				}
+			}
+			expectOut(t, h, "the open session", res("b", 0, 1000, sumOf(b0)))
+			advance(t, h, watermark.MaxWatermark)
+			expectOut(t, h, "final watermark", res("a", 0, 20_999, sumOf(all...)))
+			expectStateEmpty(t, h, "at the end")
+		})
+	}
+}
+
+// The same for processing-time sessions: a key that keeps sending within
+// the gap keeps one processing-time timer, not one per millisecond it
+// sent in.
+func TestProcessingTimeSessionThatNeverClosesKeepsOneTimer(t *testing.T) {
+	start := operatorstest.DefaultStart.UnixMilli()
+	h := newWindow(t, operators.ProcessingTimeSessionWindows(ms(1000)), 0, viaAggregate)
+	var all []ev
+	for i := range int64(5000) {
+		e := ev{"a", 0, i % 3}
+		all = append(all, e)
+		h.Process(e, operators.NoTimestamp)
+		if _, pt := operators.PendingTimers(h.Op); pt > 1 {
+			t.Fatalf("after %d records: %d processing-time timers queued, want 1", i+1, pt)
+		}
+		if err := h.AdvanceProcessingTime(time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expectOut(t, h, "the open session")
+	if err := h.AdvanceProcessingTime(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	expectOut(t, h, "after the gap", res("a", start, start+4999+1000, sumOf(all...)))
+	expectStateEmpty(t, h, "at the end")
+}
+
 // Processing-time tumbling windows fire when the fake clock reaches End-1;
 // Finish fires the windows still open at the end of the input.
 func TestTumblingProcessingTimeWindows(t *testing.T) {

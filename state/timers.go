@@ -185,6 +185,7 @@ func (q *TimerQueue[K, N]) removeGroups(r keygroup.Range) int {
 		}
 		delete(q.groups, g)
 	}
+	q.compactTimes()
 	return removed
 }
 
@@ -210,8 +211,25 @@ func (q *TimerQueue[K, N]) Delete(ts int64, key K, group int, ns N) bool {
 	b := q.bucket(ts)
 	if b.live--; b.live == 0 {
 		q.dropBucket(b)
+		q.compactTimes()
 	}
 	return true
+}
+
+// compactTimes rebuilds the heap of timestamps from the buckets when the
+// entries of dropped buckets outnumber the live ones: a timer moved on and
+// on (deleted, registered a little later) would otherwise leave an entry
+// per move until the watermark reached it. Not called from PopUntil,
+// which pops the entry of the bucket it dropped itself.
+func (q *TimerQueue[K, N]) compactTimes() {
+	if len(q.times) <= 2*len(q.buckets)+64 {
+		return
+	}
+	q.times = q.times[:0]
+	for ts := range q.buckets {
+		q.times = append(q.times, ts)
+	}
+	slices.Sort(q.times) // a sorted slice is a min-heap
 }
 
 // dropBucket removes b, which holds no live timer any more, and keeps its

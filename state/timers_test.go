@@ -299,6 +299,30 @@ func TestTimerQueueOneEntryPerTimestamp(t *testing.T) {
 	}
 }
 
+// A timer moved on again and again (a session window's end, pushed on by
+// every record of a key that never pauses) leaves no entry behind in the
+// heap of timestamps: the entries of deleted buckets are dropped once they
+// outnumber the live ones, not only when the watermark reaches them.
+func TestTimerQueueMovedTimerLeavesNoHeapEntries(t *testing.T) {
+	q := NewTimerQueue[string, int]()
+	q.Register(1_000_000_000, "b", 7, 0) // far ahead: never reached below
+	for ts := int64(1000); ts < 201_000; ts++ {
+		q.Register(ts, "a", 1, 0)
+		if ts > 1000 {
+			q.Delete(ts-1, "a", 1, 0)
+		}
+		if len(q.times) > 2*len(q.buckets)+64 {
+			t.Fatalf("at %d: %d heap entries for %d timestamps", ts, len(q.times), len(q.buckets))
+		}
+	}
+	if got, ok := q.Peek(); !ok || got.Timestamp != 200_999 || got.Key != "a" {
+		t.Fatalf("Peek = %v, %v; want key a at 200999", got, ok)
+	}
+	if got := collect(q, 1_000_000_000); len(got) != 2 || got[0].Timestamp != 200_999 || got[1].Key != "b" {
+		t.Fatalf("fired %v, want the two live timers", got)
+	}
+}
+
 // BenchmarkTimers registers timers at random times for 1000 keys and fires
 // them with an advancing watermark.
 func BenchmarkTimers(b *testing.B) {
