@@ -1,0 +1,345 @@
+package test
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edgedio/edged/internal/testutil"
+	"github.com/edgedio/edged/operators/operatorstest"
+)
+
+// lateCollector keeps what a consumer that drops repeated msg_ids sees:
+// each msg_id's content (the message without its msg_id) once, and every
+// msg_id that came with two contents.
+type lateCollector struct {
+	mu      sync.Mutex
+	byID    map[string]string
+	bad     []string
+	markers map[string]bool
+}
+
+func (c *lateCollector) handle(_ paho.Client, m paho.Message) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var obj map[string]any
+	if err := json.Unmarshal(m.Payload(), &obj); err != nil {
+		c.markers[string(m.Payload())] = true
+		return
+	}
+	id, _ := obj["msg_id"].(string)
+	delete(obj, "msg_id")
+	content, _ := json.Marshal(obj)
+	if prev, ok := c.byID[id]; ok && prev != string(content) {
+		c.bad = append(c.bad, fmt.Sprintf("msg_id %s with two contents: %s and %s", id, prev, content))
+	}
+	c.byID[id] = string(content)
+}
+
+// contents returns the distinct contents, sorted, and fails the test if
+// two msg_ids carry one content (a result published twice under two ids).
+func (c *lateCollector) contents(t *testing.T) []string {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.bad) > 0 {
+		t.Fatalf("%s", strings.Join(c.bad, "\n"))
+	}
+	seen := map[string]string{}
+	for id, v := range c.byID {
+		if other, ok := seen[v]; ok {
+			t.Errorf("%s under two msg_ids, %s and %s", v, other, id)
+		}
+		seen[v] = id
+	}
+	return slices.Sorted(maps.Keys(seen))
+}
+
+// TestLateUpdatesExactlyOnceAcrossKillAndSavepoint runs two declared
+// pipelines on the embedded broker, 10 s tumbling windows and sessions of
+// a 5 s gap, both with allowed_lateness 2m, at parallelism 1. Readings
+// come in phases, each waiting until the windows' watermark is where the
+// next phase needs it, so which reading is on time, late within the
+// lateness or later than that is fixed. Late readings within the lateness
+// update windows that fired (a new result, a new msg_id); readings past
+// the lateness, one from 1970 and one hours ahead of the clock are dead
+// letters. edged is SIGKILLed after the first updates and stopped with a
+// savepoint and resumed from it later. A consumer that drops repeated
+// msg_ids, and the file sink's committed lines, must hold each result and
+// each dead letter exactly once, as a plain computation gives them.
+func TestLateUpdatesExactlyOnceAcrossKillAndSavepoint(t *testing.T) {
+	dir := t.TempDir()
+	broker, api := freeAddr(t), freeAddr(t)
+	url := "tcp://" + broker
+	t0 := (time.Now().Add(-30*time.Minute).UnixMilli() / 10_000) * 10_000
+	cfg := fmt.Sprintf(`node:
+  data_dir: %[1]s/data
+  broker: %[2]s
+  listen: %[3]s
+pipelines:
+  - name: tumb
+    source:
+      mqtt: {topics: [tumb/+], format: json, fields: {id: string, v: float, ts: {type: time, unit: ms}}}
+    event_time: {field: ts, max_out_of_orderness: 1s}
+    key: id
+    window: {type: tumbling, size: 10s, allowed_lateness: 2m, aggregates: [{name: n, fn: count}, {name: s, fn: sum, field: v}]}
+    sinks: [{mqtt: {topic: "out/tumb/{id}"}}, {file: {dir: %[1]s/out-tumb}}]
+    checkpoint: {dir: %[1]s/ck-tumb, interval: 200ms}
+  - name: sess
+    source:
+      mqtt: {topics: [sess/+], format: json, fields: {id: string, v: float, ts: {type: time, unit: ms}}}
+    event_time: {field: ts, max_out_of_orderness: 1s}
+    key: id
+    window: {type: session, gap: 5s, allowed_lateness: 2m, aggregates: [{name: n, fn: count}, {name: s, fn: sum, field: v}]}
+    sinks: [{mqtt: {topic: "out/sess/{id}"}}, {file: {dir: %[1]s/out-sess}}]
+    checkpoint: {dir: %[1]s/ck-sess, interval: 200ms}
+`, dir, broker, api)
+	cfgPath := filepath.Join(dir, "edged.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nd := &node{t: t, cfgPath: cfgPath, logPath: filepath.Join(dir, "edged.log"), brokerAddr: broker, apiAddr: api}
+	cleanupNode(t, nd)
+	nd.start()
+
+	col := &lateCollector{byID: map[string]string{}, markers: map[string]bool{}}
+	var sub, pub paho.Client
+	connectClients := func() {
+		sub = connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("late-results").
+			SetCleanSession(false).SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(col.handle))
+		for _, f := range []string{"out/#", "deadletter/#"} {
+			if tok := sub.Subscribe(f, 1, col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+				t.Fatalf("subscribe: %v", tok.Error())
+			}
+		}
+		pub = connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("late-device").SetAutoReconnect(false))
+	}
+	disconnect := func() {
+		pub.Disconnect(100)
+		sub.Disconnect(100)
+	}
+	connectClients()
+	send := func(id string, v float64, ts int64) {
+		t.Helper()
+		for _, p := range []string{"tumb", "sess"} {
+			body := fmt.Sprintf(`{"id":%q,"v":%g,"ts":%d}`, id, v, ts)
+			if tok := pub.Publish(p+"/"+id, 1, false, body); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
+				t.Fatalf("publish %s: %v", body, tok.Error())
+			}
+		}
+	}
+	// waitWM waits until both window operators' watermark is wm.
+	waitWM := func(wm int64) {
+		t.Helper()
+		testutil.Eventually(t, 30*time.Second, fmt.Sprintf("watermark %d", wm), func() bool {
+			for _, job := range []string{"tumb", "sess"} {
+				p, ok := nd.progress(job)
+				if !ok || p.eventTime != wm {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	// waitFor waits until the consumer has n distinct results and dead letters.
+	waitFor := func(n int, what string) {
+		t.Helper()
+		testutil.Eventually(t, 30*time.Second, what, func() bool {
+			col.mu.Lock()
+			defer col.mu.Unlock()
+			return len(col.byID) >= n
+		})
+	}
+	const s = 1000
+
+	// Phase A: on time. a: 1..9 s (v 1..9), b: 2 s; m at 15 s moves the
+	// watermark to 13.999 s: the tumbling window [0,10) fires, and the
+	// sessions a [1,14) and b [2,7).
+	for i := int64(1); i <= 9; i++ {
+		send("a", float64(i), t0+i*s)
+	}
+	send("b", 50, t0+2*s)
+	send("m", 7, t0+15*s)
+	waitWM(t0 + 13_999)
+	waitFor(4, "the first results")
+	// Phase B: late within the lateness: each updates its window.
+	send("a", 100, t0+5*s)
+	waitFor(6, "the first update")
+	send("a", 100, t0+5*s) // the same reading again: a second update
+	waitFor(8, "the second update")
+
+	nd.kill()
+	disconnect()
+	nd.start()
+	connectClients()
+	// Phase C: after the kill, late within the lateness again, and a
+	// kill as soon as the broker took it (in the ingest log, its update
+	// not yet published): the restarted node reads it again behind the
+	// watermark its checkpoint restored, so it updates the window, once.
+	send("a", 1000, t0+3*s)
+	nd.kill()
+	disconnect()
+	nd.start()
+	connectClients()
+	waitFor(10, "the update after the kill")
+
+	disconnect()
+	// Stopping both pipelines with savepoints stops the node; tumb
+	// resumes from its savepoint, sess from its latest savepoint.
+	sp := cliStop(t, nd, "tumb")
+	cliStop(t, nd, "sess")
+	if code := nd.waitExit(t, 30*time.Second); code != 0 {
+		t.Fatalf("edged exited %d after both stops", code)
+	}
+	nd.start("--from-savepoint", sp)
+	nd.checkRestoredFrom(t, sp)
+	connectClients()
+	// Phase D: after the savepoint, b late within the lateness.
+	send("b", 60, t0+4*s)
+	waitFor(12, "b's update after the savepoint")
+
+	// Phase E: m at 140 s moves the watermark to 138.999 s, past every
+	// window's lateness (tumbling 9.999+120 s, session a 13.999+120 s):
+	// a at 6 s is a dead letter; so are a reading from 1970 and one two
+	// hours ahead of the clock.
+	send("m", 8, t0+140*s)
+	waitWM(t0 + 138_999)
+	send("a", 5, t0+6*s)
+	send("a", 6, 1000)
+	send("a", 7, time.Now().Add(2*time.Hour).UnixMilli())
+
+	type res struct {
+		p, id  string
+		st, en int64
+		n      int
+		sum    float64
+	}
+	want := []res{
+		{"tumb", "a", t0, t0 + 10*s, 9, 45}, {"tumb", "a", t0, t0 + 10*s, 10, 145}, {"tumb", "a", t0, t0 + 10*s, 11, 245}, {"tumb", "a", t0, t0 + 10*s, 12, 1245},
+		{"tumb", "b", t0, t0 + 10*s, 1, 50}, {"tumb", "b", t0, t0 + 10*s, 2, 110},
+		{"tumb", "m", t0 + 10*s, t0 + 20*s, 1, 7},
+		{"sess", "a", t0 + 1*s, t0 + 14*s, 9, 45}, {"sess", "a", t0 + 1*s, t0 + 14*s, 10, 145}, {"sess", "a", t0 + 1*s, t0 + 14*s, 11, 245}, {"sess", "a", t0 + 1*s, t0 + 14*s, 12, 1245},
+		{"sess", "b", t0 + 2*s, t0 + 7*s, 1, 50}, {"sess", "b", t0 + 2*s, t0 + 9*s, 2, 110},
+		{"sess", "m", t0 + 15*s, t0 + 20*s, 1, 7},
+	}
+	var wantLines []string
+	wantOf := map[string][]string{}
+	for _, r := range want {
+		l := fmt.Sprintf(`{"id":%q,"n":%d,"s":%g,"window_end":%d,"window_start":%d}`, r.id, r.n, r.sum, r.en, r.st)
+		wantLines = append(wantLines, l)
+		wantOf[r.p] = append(wantOf[r.p], l)
+	}
+	// 14 results and 3 dead letters per pipeline. Then a kill once they
+	// are out (a kill before would replay m and a at 6 s with the
+	// checkpoint's older watermark, and a would update the windows: in a
+	// declared pipeline which readings are late after a restore depends
+	// on when the periodic watermarks went out); the restarted node must
+	// publish none of them under another msg_id.
+	waitFor(len(want)+6, "every result and dead letter")
+	// This run read the three (it started from the savepoint before them).
+	resp, err := http.Get("http://" + api + "/jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jobs struct {
+		Jobs []struct {
+			Name        string `json:"name"`
+			DeadLetters int64  `json:"dead_letters"`
+		} `json:"jobs"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&jobs)
+	resp.Body.Close()
+	if err != nil || len(jobs.Jobs) != 2 {
+		t.Fatalf("GET /jobs: %v %+v", err, jobs)
+	}
+	for _, j := range jobs.Jobs {
+		if j.DeadLetters != 3 {
+			t.Errorf("GET /jobs: %s counted %d dead letters, want 3", j.Name, j.DeadLetters)
+		}
+	}
+	nd.kill()
+	disconnect()
+	nd.start()
+	connectClients()
+	drainLate(t, url, col)
+	got := col.contents(t)
+	var gotResults, gotDead []string
+	for _, c := range got {
+		if strings.Contains(c, `"error"`) {
+			gotDead = append(gotDead, c)
+		} else {
+			gotResults = append(gotResults, c)
+		}
+	}
+	slices.Sort(wantLines)
+	// Both pipelines' results share the consumer: compare as a multiset.
+	if !slices.Equal(gotResults, uniq(wantLines)) {
+		t.Errorf("results over MQTT:\n%s\nwant:\n%s", strings.Join(gotResults, "\n"), strings.Join(uniq(wantLines), "\n"))
+	}
+	if len(gotDead) != 6 {
+		t.Errorf("%d dead letters over MQTT, want 6 (3 per pipeline):\n%s", len(gotDead), strings.Join(gotDead, "\n"))
+	}
+	for _, p := range []string{"tumb", "sess"} {
+		lines, err := operatorstest.CommittedLines(filepath.Join(dir, "out-"+p, "windows"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for what, n := range map[string]int{"dead-letter-late": 2, "dead-letter": 1} {
+			dl, err := operatorstest.CommittedLines(filepath.Join(dir, "out-"+p, what))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(dl) != n {
+				t.Errorf("%s: the file sink committed %d lines to %s, want %d:\n%s", p, len(dl), what, n, strings.Join(dl, "\n"))
+			}
+		}
+		wantP := slices.Sorted(slices.Values(wantOf[p]))
+		if got := normalise(t, lines); !slices.Equal(got, wantP) {
+			t.Errorf("%s: file sink committed:\n%s\nwant:\n%s", p, strings.Join(got, "\n"), strings.Join(wantP, "\n"))
+		}
+	}
+}
+
+func uniq(s []string) []string { return slices.Compact(slices.Clone(s)) }
+
+// normalise re-encodes JSON lines with sorted keys.
+func normalise(t *testing.T, lines []string) []string {
+	var out []string
+	for _, l := range lines {
+		var obj map[string]any
+		if err := json.Unmarshal([]byte(l), &obj); err != nil {
+			t.Fatalf("%q: %v", l, err)
+		}
+		b, _ := json.Marshal(obj)
+		out = append(out, string(b))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// drainLate publishes a marker that the consumer's subscription matches
+// and waits until it arrives: everything queued for it before is then in.
+func drainLate(t *testing.T, url string, col *lateCollector) {
+	t.Helper()
+	marker := fmt.Sprintf("marker-%d", time.Now().UnixNano())
+	c := connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("late-drain").SetAutoReconnect(false))
+	defer c.Disconnect(100)
+	if tok := c.Publish("out/marker", 1, false, marker); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish marker: %v", tok.Error())
+	}
+	testutil.Eventually(t, 30*time.Second, "the marker", func() bool {
+		col.mu.Lock()
+		defer col.mu.Unlock()
+		return col.markers[marker]
+	})
+}
