@@ -67,7 +67,7 @@ func (c *lateCollector) contents(t *testing.T) []string {
 }
 
 // TestLateUpdatesExactlyOnceAcrossKillAndSavepoint runs three declared
-// pipelines on the embedded broker, 10 s tumbling windows, sessions of a
+// pipelines on the embedded broker, and on Mosquitto, 10 s tumbling windows, sessions of a
 // 5 s gap and 10 s windows sliding by 5 s, each with allowed_lateness 2m,
 // at parallelism 1. Readings
 // come in phases, each waiting until the windows' watermark is where the
@@ -80,40 +80,43 @@ func (c *lateCollector) contents(t *testing.T) []string {
 // msg_ids, and the file sink's committed lines, must hold each result and
 // each dead letter exactly once, as a plain computation gives them.
 func TestLateUpdatesExactlyOnceAcrossKillAndSavepoint(t *testing.T) {
+	t.Run("embedded", func(t *testing.T) { lateUpdatesExactlyOnce(t, false) })
+	t.Run("mosquitto", func(t *testing.T) { lateUpdatesExactlyOnce(t, true) })
+}
+
+// lateUpdatesExactlyOnce runs TestLateUpdatesExactlyOnceAcrossKillAndSavepoint
+// with the embedded broker, or with a Mosquitto that the pipelines read
+// from (each with a persistent session) and publish to.
+func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool) {
 	dir := t.TempDir()
 	broker, api := freeAddr(t), freeAddr(t)
+	nodeBroker := "\n  broker: " + broker
+	if mosquitto {
+		broker, nodeBroker = startMosquitto(t), ""
+	}
 	url := "tcp://" + broker
 	t0 := (time.Now().Add(-30*time.Minute).UnixMilli() / 10_000) * 10_000
-	cfg := fmt.Sprintf(`node:
-  data_dir: %[1]s/data
-  broker: %[2]s
-  listen: %[3]s
-pipelines:
-  - name: tumb
+	windows := map[string]string{
+		"tumb": "{type: tumbling, size: 10s",
+		"sess": "{type: session, gap: 5s",
+		"slid": "{type: sliding, size: 10s, slide: 5s",
+	}
+	cfg := fmt.Sprintf("node:\n  data_dir: %s/data%s\n  listen: %s\npipelines:\n", dir, nodeBroker, api)
+	for _, p := range []string{"tumb", "sess", "slid"} {
+		src := ""
+		if mosquitto {
+			src = fmt.Sprintf("broker: %s, client_id: edged-%s, ", url, p)
+		}
+		cfg += fmt.Sprintf(`  - name: %[1]s
     source:
-      mqtt: {topics: [tumb/+], format: json, fields: {id: string, v: float, ts: {type: time, unit: ms}}}
+      mqtt: {%[3]stopics: [%[1]s/+], format: json, fields: {id: string, v: float, ts: {type: time, unit: ms}}}
     event_time: {field: ts, max_out_of_orderness: 1s}
     key: id
-    window: {type: tumbling, size: 10s, allowed_lateness: 2m, aggregates: [{name: n, fn: count}, {name: s, fn: sum, field: v}]}
-    sinks: [{mqtt: {topic: "out/tumb/{id}"}}, {file: {dir: %[1]s/out-tumb}}]
-    checkpoint: {dir: %[1]s/ck-tumb, interval: 200ms}
-  - name: sess
-    source:
-      mqtt: {topics: [sess/+], format: json, fields: {id: string, v: float, ts: {type: time, unit: ms}}}
-    event_time: {field: ts, max_out_of_orderness: 1s}
-    key: id
-    window: {type: session, gap: 5s, allowed_lateness: 2m, aggregates: [{name: n, fn: count}, {name: s, fn: sum, field: v}]}
-    sinks: [{mqtt: {topic: "out/sess/{id}"}}, {file: {dir: %[1]s/out-sess}}]
-    checkpoint: {dir: %[1]s/ck-sess, interval: 200ms}
-  - name: slid
-    source:
-      mqtt: {topics: [slid/+], format: json, fields: {id: string, v: float, ts: {type: time, unit: ms}}}
-    event_time: {field: ts, max_out_of_orderness: 1s}
-    key: id
-    window: {type: sliding, size: 10s, slide: 5s, allowed_lateness: 2m, aggregates: [{name: n, fn: count}, {name: s, fn: sum, field: v}]}
-    sinks: [{mqtt: {topic: "out/slid/{id}"}}, {file: {dir: %[1]s/out-slid}}]
-    checkpoint: {dir: %[1]s/ck-slid, interval: 200ms}
-`, dir, broker, api)
+    window: %[4]s, allowed_lateness: 2m, aggregates: [{name: n, fn: count}, {name: s, fn: sum, field: v}]}
+    sinks: [{mqtt: {topic: "out/%[1]s/{id}"}}, {file: {dir: %[2]s/out-%[1]s}}]
+    checkpoint: {dir: %[2]s/ck-%[1]s, interval: 200ms}
+`, p, dir, src, windows[p])
+	}
 	cfgPath := filepath.Join(dir, "edged.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
