@@ -67,12 +67,12 @@ func (c *lateCollector) contents(t *testing.T) []string {
 }
 
 // TestLateUpdatesExactlyOnceAcrossKillAndSavepoint runs three declared
-// pipelines on the embedded broker, and on Mosquitto, 10 s tumbling windows, sessions of a
-// 5 s gap and 10 s windows sliding by 5 s, each with allowed_lateness 2m,
-// at parallelism 1. Readings
-// come in phases, each waiting until the windows' watermark is where the
-// next phase needs it, so which reading is on time, late within the
-// lateness or later than that is fixed. Late readings within the lateness
+// pipelines, 10 s tumbling windows, sessions of a 5 s gap and 10 s windows
+// sliding by 5 s, each with allowed_lateness 2m: on the embedded broker
+// and on Mosquitto at parallelism 1, and on the embedded broker at
+// parallelism 2. Readings come in phases, each waiting until the windows'
+// watermark is where the next phase needs it, so which reading is on
+// time, late within the lateness or later than that is fixed. Late readings within the lateness
 // update windows that fired (a new result, a new msg_id); readings past
 // the lateness, one from 1970 and one hours ahead of the clock are dead
 // letters. edged is SIGKILLed after the first updates and stopped with a
@@ -80,14 +80,18 @@ func (c *lateCollector) contents(t *testing.T) []string {
 // msg_ids, and the file sink's committed lines, must hold each result and
 // each dead letter exactly once, as a plain computation gives them.
 func TestLateUpdatesExactlyOnceAcrossKillAndSavepoint(t *testing.T) {
-	t.Run("embedded", func(t *testing.T) { lateUpdatesExactlyOnce(t, false) })
-	t.Run("mosquitto", func(t *testing.T) { lateUpdatesExactlyOnce(t, true) })
+	t.Run("embedded", func(t *testing.T) { lateUpdatesExactlyOnce(t, false, 1) })
+	t.Run("mosquitto", func(t *testing.T) { lateUpdatesExactlyOnce(t, true, 1) })
+	t.Run("parallelism=2", func(t *testing.T) { lateUpdatesExactlyOnce(t, false, 2) })
 }
 
 // lateUpdatesExactlyOnce runs TestLateUpdatesExactlyOnceAcrossKillAndSavepoint
 // with the embedded broker, or with a Mosquitto that the pipelines read
-// from (each with a persistent session) and publish to.
-func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool) {
+// from (each with a persistent session) and publish to, at parallelism
+// par: the reading that moves the watermark is sent par times in a row,
+// so that every decoding subtask (the source deals the messages round
+// robin) reads one.
+func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool, par int) {
 	dir := t.TempDir()
 	broker, api := freeAddr(t), freeAddr(t)
 	nodeBroker := "\n  broker: " + broker
@@ -108,6 +112,7 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool) {
 			src = fmt.Sprintf("broker: %s, client_id: edged-%s, ", url, p)
 		}
 		cfg += fmt.Sprintf(`  - name: %[1]s
+    parallelism: %[5]d
     source:
       mqtt: {%[3]stopics: [%[1]s/+], format: json, fields: {id: string, v: float, ts: {type: time, unit: ms}}}
     event_time: {field: ts, max_out_of_orderness: 1s}
@@ -115,7 +120,7 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool) {
     window: %[4]s, allowed_lateness: 2m, aggregates: [{name: n, fn: count}, {name: s, fn: sum, field: v}]}
     sinks: [{mqtt: {topic: "out/%[1]s/{id}"}}, {file: {dir: %[2]s/out-%[1]s}}]
     checkpoint: {dir: %[2]s/ck-%[1]s, interval: 200ms}
-`, p, dir, src, windows[p])
+`, p, dir, src, windows[p], par)
 	}
 	cfgPath := filepath.Join(dir, "edged.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
@@ -183,7 +188,9 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool) {
 		send("a", float64(i), t0+i*s)
 	}
 	send("b", 50, t0+2*s)
-	send("m", 7, t0+15*s)
+	for range par {
+		send("m", 7, t0+15*s)
+	}
 	waitWM(t0 + 13_999)
 	waitFor(8, "the first results")
 	// Phase B: late within the lateness: each updates its window.
@@ -227,7 +234,9 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool) {
 	// window's lateness (tumbling 9.999+120 s, session a 13.999+120 s):
 	// a at 6 s is a dead letter; so are a reading from 1970 and one two
 	// hours ahead of the clock.
-	send("m", 8, t0+140*s)
+	for range par {
+		send("m", 8, t0+140*s)
+	}
 	waitWM(t0 + 138_999)
 	send("a", 5, t0+6*s)
 	send("a", 6, 1000)
@@ -242,10 +251,10 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool) {
 	want := []res{
 		{"tumb", "a", t0, t0 + 10*s, 9, 45}, {"tumb", "a", t0, t0 + 10*s, 10, 145}, {"tumb", "a", t0, t0 + 10*s, 11, 245}, {"tumb", "a", t0, t0 + 10*s, 12, 1245},
 		{"tumb", "b", t0, t0 + 10*s, 1, 50}, {"tumb", "b", t0, t0 + 10*s, 2, 110},
-		{"tumb", "m", t0 + 10*s, t0 + 20*s, 1, 7},
+		{"tumb", "m", t0 + 10*s, t0 + 20*s, par, 7 * float64(par)},
 		{"sess", "a", t0 + 1*s, t0 + 14*s, 9, 45}, {"sess", "a", t0 + 1*s, t0 + 14*s, 10, 145}, {"sess", "a", t0 + 1*s, t0 + 14*s, 11, 245}, {"sess", "a", t0 + 1*s, t0 + 14*s, 12, 1245},
 		{"sess", "b", t0 + 2*s, t0 + 7*s, 1, 50}, {"sess", "b", t0 + 2*s, t0 + 9*s, 2, 110},
-		{"sess", "m", t0 + 15*s, t0 + 20*s, 1, 7},
+		{"sess", "m", t0 + 15*s, t0 + 20*s, par, 7 * float64(par)},
 		// Sliding: a late reading fires again the windows of its slice
 		// that fired; [5,15) fires once, late readings included.
 		{"slid", "a", t0 - 5*s, t0 + 5*s, 4, 10}, {"slid", "a", t0 - 5*s, t0 + 5*s, 5, 1010},
@@ -253,7 +262,7 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool) {
 		{"slid", "a", t0 + 5*s, t0 + 15*s, 7, 235},
 		{"slid", "b", t0 - 5*s, t0 + 5*s, 1, 50}, {"slid", "b", t0 - 5*s, t0 + 5*s, 2, 110},
 		{"slid", "b", t0, t0 + 10*s, 1, 50}, {"slid", "b", t0, t0 + 10*s, 2, 110},
-		{"slid", "m", t0 + 10*s, t0 + 20*s, 1, 7}, {"slid", "m", t0 + 15*s, t0 + 25*s, 1, 7},
+		{"slid", "m", t0 + 10*s, t0 + 20*s, par, 7 * float64(par)}, {"slid", "m", t0 + 15*s, t0 + 25*s, par, 7 * float64(par)},
 	}
 	var wantLines []string
 	wantOf := map[string][]string{}
