@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -217,6 +218,13 @@ func (h *host) sendReport(rep hostReport) {
 		m.Kind = ctlFinished
 	case reportFailed:
 		m.Kind, m.Err = ctlFailed, toWire(rep.err)
+		// The control message carries a panic's text, not its stack:
+		// log the stack here, on the node where the panic happened.
+		var te *TaskError
+		if errors.As(rep.err, &te) && te.Panic && len(te.Stack) > 0 {
+			h.log.Error("task panicked; the job master gets the panic without its stack",
+				"operator", te.Operator, "uid", te.UID, "subtask", te.Subtask, "panic", te.Err, "stack", string(te.Stack))
+		}
 	case reportNotified:
 		m.Kind = ctlNotified
 	case reportInput:

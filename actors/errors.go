@@ -84,7 +84,10 @@ type TaskError struct {
 	UID         string
 	Subtask     int
 	Parallelism int
-	// Panic is true when the cause was a panic; Stack then holds the stack.
+	// Panic is true when the cause was a panic; Stack then holds the stack,
+	// except in a TaskError from a task host over a control channel (a job
+	// with a Cluster): the message carries the panic's text only, and the
+	// host logs the stack on its node.
 	Panic bool
 	Stack []byte
 	Err   error
