@@ -37,7 +37,8 @@ go test -c -o "$work/e2e.test" ./test
 long="TestEmbeddedKillExactlyOnceQoS2 TestMosquittoSinkBrokerDownResultsKept
   TestMosquittoBrokerHungExactlyOnce TestSlidingAndSessionWindowsExactAcrossKills
   TestClusterTwoPipelinesKillsExact TestMosquittoTotals
-  TestCLIStopWithSavepointAndResume TestClusterLeaderRestartsBeforeDetection"
+  TestCLIStopWithSavepointAndResume TestClusterLeaderRestartsBeforeDetection
+  TestMosquittoSIGTERMWhileTheSinkBrokerStaysDown"
 declare -A listed=()
 mapfile -t all < <(cd test && "$work/e2e.test" -test.list "$run" | grep '^Test' || true)
 for n in "${all[@]}"; do listed[$n]=1; done
