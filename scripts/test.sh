@@ -85,31 +85,11 @@ OTHER_PKGS=$(go list ./... | grep -v -E '/(actors|stream|operators|state|pipelin
 stage "the other packages"
 go test -count=1 -timeout 30m $OTHER_PKGS
 
-# The cross-builds and the 32-bit tests run beside the end-to-end tests,
-# at the lowest CPU priority (nice 19): they take the CPU time the
-# end-to-end tests leave idle while they wait on processes, brokers and
-# kills, and yield it whenever a test wants it. One after the other, on a
-# fresh machine (an empty build cache), they added almost 4 minutes.
-cross_log=$(mktemp)
-trap 'rm -f "$install_log" "$cross_log"; [ -n "${cross_pid:-}" ] && kill "$cross_pid" 2>/dev/null || true' EXIT
-nice -n 19 ./scripts/cross.sh >"$cross_log" 2>&1 &
-cross_pid=$!
-
 # test/ runs real processes, brokers and kill -9: each test in a process
 # of its own, two at a time.
-stage "end-to-end tests (the cross-builds and 32-bit tests beside them, at nice 19)"
-e2e_status=0
-./scripts/e2e.sh || e2e_status=$?
+stage "end-to-end tests"
+./scripts/e2e.sh
 
-cross_status=0
-wait "$cross_pid" || cross_status=$?
-cross_pid=
-stage "cross-builds and 32-bit tests (they ran beside the end-to-end tests)"
-cat "$cross_log"
-if [ "$e2e_status" -ne 0 ]; then
-  echo "== end-to-end tests failed"; exit "$e2e_status"
-fi
-if [ "$cross_status" -ne 0 ]; then
-  echo "== cross-builds or 32-bit tests failed"; exit "$cross_status"
-fi
+stage "cross-builds and 32-bit tests"
+./scripts/cross.sh
 stage "done"
