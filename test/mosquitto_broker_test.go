@@ -501,6 +501,35 @@ func (f *sinkFault) publish(from, to int) {
 	l.wait(f.nd.t, f.nd, 2*time.Minute)
 }
 
+// sinkDownAtHalf publishes the first quarter of the readings, kills the
+// sink's broker once it has saved their results, publishes up to half and
+// waits until a publish of the sink has failed. It returns that half.
+func (f *sinkFault) sinkDownAtHalf(t *testing.T) int {
+	t.Helper()
+	half := f.w.all() / 2
+	f.publish(0, half/2)
+	f.out.waitSaved()
+	f.out.kill()
+	f.publish(half/2, half)
+	testutil.Eventually(t, time.Minute, "a publish failing while the sink's broker is down", func() bool {
+		return strings.Contains(f.nd.runLog(), "publish failed; the results stay held")
+	})
+	return half
+}
+
+// finishExact publishes the readings from from on, checks that the
+// consumer got every window exactly, and stops the node, which must exit 0.
+func (f *sinkFault) finishExact(t *testing.T, from int) {
+	t.Helper()
+	f.publish(from, f.w.all())
+	waitResults(t, f.col, f.w, 2*time.Minute)
+	drain(t, f.out.url(), "agg/_marker", f.col)
+	checkExact(t, f.col, f.w)
+	if code := f.nd.terminate(30 * time.Second); code != 0 {
+		t.Errorf("edged exited %d after SIGTERM, want 0", code)
+	}
+}
+
 // close disconnects the devices and the consumer.
 func (f *sinkFault) close() {
 	disconnectAll(f.devs, 100)

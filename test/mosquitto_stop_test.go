@@ -29,15 +29,8 @@ func TestMosquittoStopWaitsForTheSinkBroker(t *testing.T) {
 	}
 	sf := startSinkFault(t, "stopwait", 20_000)
 	defer sf.close()
-	w, out, nd, col, sub, api, publish := sf.w, sf.out, sf.nd, sf.col, sf.sub, sf.api, sf.publish
-	half := w.all() / 2
-	publish(0, half/2)
-	out.waitSaved()
-	out.kill()
-	publish(half/2, half)
-	testutil.Eventually(t, time.Minute, "a publish failing while the sink's broker is down", func() bool {
-		return strings.Contains(nd.runLog(), "publish failed; the results stay held")
-	})
+	out, nd, sub, api := sf.out, sf.nd, sf.sub, sf.api
+	half := sf.sinkDownAtHalf(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -84,13 +77,7 @@ func TestMosquittoStopWaitsForTheSinkBroker(t *testing.T) {
 	}
 	nd.start()
 	nd.checkRestoredFrom(t, sp)
-	publish(half, w.all())
-	waitResults(t, col, w, 2*time.Minute)
-	drain(t, out.url(), "agg/_marker", col)
-	checkExact(t, col, w)
-	if code := nd.terminate(30 * time.Second); code != 0 {
-		t.Errorf("edged exited %d after SIGTERM, want 0", code)
-	}
+	sf.finishExact(t, half)
 }
 
 // TestMosquittoSIGTERMWhileTheSinkBrokerStaysDown: SIGTERM to a node
@@ -107,15 +94,8 @@ func TestMosquittoSIGTERMWhileTheSinkBrokerStaysDown(t *testing.T) {
 	}
 	sf := startSinkFault(t, "termdown", 20_000)
 	defer sf.close()
-	w, out, nd, col, sub, publish := sf.w, sf.out, sf.nd, sf.col, sf.sub, sf.publish
-	half := w.all() / 2
-	publish(0, half/2)
-	out.waitSaved()
-	out.kill()
-	publish(half/2, half)
-	testutil.Eventually(t, time.Minute, "a publish failing while the sink's broker is down", func() bool {
-		return strings.Contains(nd.runLog(), "publish failed; the results stay held")
-	})
+	out, nd, sub := sf.out, sf.nd, sf.sub
+	half := sf.sinkDownAtHalf(t)
 	began := time.Now()
 	code := nd.terminate(90 * time.Second)
 	t.Logf("edged exited %d %v after SIGTERM", code, time.Since(began).Round(time.Millisecond))
@@ -128,11 +108,5 @@ func TestMosquittoSIGTERMWhileTheSinkBrokerStaysDown(t *testing.T) {
 	out.start()
 	reconnectAll(t, []paho.Client{sub}, "consumer")
 	nd.start()
-	publish(half, w.all())
-	waitResults(t, col, w, 2*time.Minute)
-	drain(t, out.url(), "agg/_marker", col)
-	checkExact(t, col, w)
-	if code := nd.terminate(30 * time.Second); code != 0 {
-		t.Errorf("edged exited %d after SIGTERM, want 0", code)
-	}
+	sf.finishExact(t, half)
 }
