@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/edgedio/edged/snapshot"
 )
 
@@ -338,7 +340,8 @@ func (h *host) adopt(key TaskKey, md *snapshot.Metadata, gen int, nodeOf func(c 
 		}
 	}
 	h.mu.Unlock()
-	if _, err := h.system.Root.SpawnNamed(h.props(t), name); err != nil {
+	props := actor.PropsFromProducer(func() actor.Actor { return t })
+	if _, err := h.system.Root.SpawnNamed(props, name); err != nil {
 		return nil, fmt.Errorf("spawn subtask %s: %w", key, err)
 	}
 	if t.source != nil {

@@ -70,8 +70,6 @@ type host struct {
 	log    *slog.Logger
 	net    Network
 	system *actor.ActorSystem
-	// dispatch runs the mailboxes of the host's tasks.
-	dispatch *dispatcher
 	// reports is the master's inbox.
 	reports chan<- hostReport
 	// started is closed once every host of the deployment spawned its
@@ -142,20 +140,7 @@ func newHost(node string, epoch uint64, job *Job, plan *Plan, cfg Config, net Ne
 		node: node, epoch: epoch, job: job, plan: plan, cfg: cfg, maxP: job.maxParallelism(), log: log, net: net,
 		reports: reports, started: started,
 		done: make(chan struct{}), ctx: ctx, cancel: cancel,
-		dispatch: newDispatcher(),
 	}
-}
-
-// shutdown shuts the host's actor system down and lets the goroutines
-// that ran its tasks' mailboxes end.
-func (h *host) shutdown() {
-	h.system.Shutdown()
-	h.dispatch.stop()
-}
-
-// props returns the props of the actor of t.
-func (h *host) props(t *task) *actor.Props {
-	return actor.PropsFromProducer(func() actor.Actor { return t }, actor.WithDispatcher(h.dispatch))
 }
 
 // stopping reports whether the host stopped.
@@ -337,7 +322,8 @@ func (h *host) await(ready <-chan struct{}, t *task) {
 // spawn starts an actor per task.
 func (h *host) spawn() error {
 	for i, t := range h.tasks {
-		if _, err := h.system.Root.SpawnNamed(h.props(t), fmt.Sprintf("task-%d", i)); err != nil {
+		props := actor.PropsFromProducer(func() actor.Actor { return t })
+		if _, err := h.system.Root.SpawnNamed(props, fmt.Sprintf("task-%d", i)); err != nil {
 			return fmt.Errorf("actors: spawn task %d: %w", i, err)
 		}
 	}

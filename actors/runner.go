@@ -425,7 +425,7 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	}
 	defer func() {
 		for _, h := range r.hosts {
-			h.shutdown()
+			h.system.Shutdown()
 		}
 	}()
 	if err != nil {

@@ -320,7 +320,7 @@ func (w *Worker) Deploy(ctx context.Context, d Deployment) error {
 	h.seen = &w.checkpoint
 	if staging != "" {
 		if h.store, err = snapshot.OpenStore(staging, job.Name, job.maxParallelism(), cfg.Logger); err != nil {
-			h.shutdown()
+			h.system.Shutdown()
 			os.RemoveAll(staging)
 			return fmt.Errorf("actors: node %q: %w", w.cfg.Node, err)
 		}
@@ -329,7 +329,7 @@ func (w *Worker) Deploy(ctx context.Context, d Deployment) error {
 	w.mu.Lock()
 	if err = w.refusedLocked(d, call); err != nil {
 		w.mu.Unlock()
-		h.shutdown()
+		h.system.Shutdown()
 		os.RemoveAll(staging)
 		return err
 	}
@@ -402,7 +402,7 @@ func (w *Worker) teardown(wh *workerHost, staging string) {
 	if err := h.closeOperators(); err != nil {
 		w.log.Warn("close operators", "job", h.job.Name, "epoch", h.epoch, "err", err)
 	}
-	h.shutdown()
+	h.system.Shutdown()
 	if staging != "" {
 		if err := os.RemoveAll(staging); err != nil {
 			w.log.Warn("remove staged state files", "dir", staging, "err", err)
