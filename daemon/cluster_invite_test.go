@@ -10,10 +10,12 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/edgedio/edged/actors"
+	"github.com/edgedio/edged/internal/testutil"
 	"github.com/edgedio/edged/pipeline"
 	"github.com/edgedio/edged/snapshot"
 )
@@ -102,5 +104,36 @@ func TestPeerCallRefusedForBusyBodiesIsSentAgain(t *testing.T) {
 	defer mu.Unlock()
 	if len(got) < 5 {
 		t.Fatalf("a call refused for busy bodies was sent %d more times before its deadline, want it sent again", len(got)-3)
+	}
+}
+
+// A call refused for busy bodies whose context ends while the next try is
+// on its way returns the refusal, not the context's error: the caller
+// learns that the peer refused it (actors.ErrNotPlaced).
+func TestPeerCallRefusedThenCutByItsContextReturnsTheRefusal(t *testing.T) {
+	var tries atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		if tries.Add(1) == 1 {
+			clusterError(w, http.StatusServiceUnavailable, fmt.Errorf("%w: a body of 1 bytes", ErrBodiesBusy))
+			return
+		}
+		<-r.Context().Done() // the next try hangs until the caller gives up
+	}))
+	defer srv.Close()
+	cfg := &pipeline.ClusterConfig{Node: "a", Listen: "127.0.0.1:1",
+		Peers: []pipeline.PeerConfig{{ID: "b", Address: "127.0.0.1:1", API: strings.TrimPrefix(srv.URL, "http://")}}}
+	p := &peerClient{cfg: cfg, http: srv.Client()}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.invite(ctx, "b", actors.Deployment{Job: "j", Epoch: 1, Mode: snapshot.ExactlyOnce}) }()
+	testutil.Eventually(t, 10*time.Second, "the second try to reach the peer", func() bool { return tries.Load() == 2 })
+	cancel()
+	err := testutil.Receive(t, 10*time.Second, "the invite to return", done)
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.StatusCode != http.StatusServiceUnavailable || !errors.Is(err, actors.ErrNotPlaced) {
+		t.Fatalf("invite refused, then cut by its context on the next try: %v, want the 503 wrapping actors.ErrNotPlaced", err)
 	}
 }

@@ -538,7 +538,10 @@ const (
 // such bodies send): each try reads a copy of it from where it was given,
 // since the transport may still be writing a refused body after the
 // answer came back (the peer answers before it reads the body), and
-// reads it until it closes it (http.RoundTripper).
+// reads it until it closes it (http.RoundTripper). A try that ctx ends
+// returns the refusal before it, not ctx's error: the peer refused the
+// call, and the caller must learn that (actors.ErrNotPlaced) whether ctx
+// ended in the backoff or while the next try was on its way.
 func (p *peerClient) do(ctx context.Context, method, node, path string, body io.Reader, hdr http.Header) (*http.Response, error) {
 	br, again := body.(*bytes.Reader)
 	var start bytes.Reader
@@ -546,16 +549,21 @@ func (p *peerClient) do(ctx context.Context, method, node, path string, body io.
 		start = *br
 	}
 	backoff := bodiesBusyBackoff
+	var refused error
 	for {
 		if again {
 			r := start
 			body = &r
 		}
 		resp, err := p.doOnce(ctx, method, node, path, body, hdr)
+		if err != nil && refused != nil && ctx.Err() != nil {
+			return nil, refused
+		}
 		var ae *APIError
 		if !again || !errors.As(err, &ae) || ae.StatusCode != http.StatusServiceUnavailable || !strings.Contains(ae.Msg, ErrBodiesBusy.Error()) {
 			return resp, err
 		}
+		refused = err
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
