@@ -151,6 +151,36 @@ func TestAckLingerStopsAtHalfOfMaxPending(t *testing.T) {
 	}
 }
 
+// A slow broker's messages each arrive in a batch of their own: the
+// group commit still takes them until half of max_pending is outstanding,
+// however many batches that is.
+func TestAckLingerCountsMessagesNotBatches(t *testing.T) {
+	s := lingerSubscriber(t, 1024)
+	hand(s, 300)
+	first := <-s.pending
+	done := make(chan []*batch, 1)
+	go func() { done <- s.lingerFor([]*batch{first}, stoppedTimer(), stoppedTimer()) }()
+	var ended []*batch
+	testutil.Eventually(t, waitBound, "the linger to take the 300 batches handed", func() bool {
+		select {
+		case ended = <-done:
+			return true
+		default:
+			return len(s.pending) == 0
+		}
+	})
+	if ended != nil {
+		t.Fatalf("the wait ended after %d single-message batches, with 300 of max_pending 1024 outstanding", len(ended))
+	}
+	hand(s, 211)
+	testutil.Eventually(t, waitBound, "the linger to take the 211 more", func() bool { return len(s.pending) == 0 })
+	hand(s, 1) // 512 of 1024
+	bs := testutil.Receive(t, waitBound, "lingerFor to stop at half of max_pending", done)
+	if len(bs) != 512 {
+		t.Fatalf("took %d batches, want 512", len(bs))
+	}
+}
+
 func TestAckLingerLearnsTheBrokersWindow(t *testing.T) {
 	s := lingerSubscriber(t, 1024)
 	s.linger.still = ackQuiet

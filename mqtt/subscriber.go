@@ -1131,10 +1131,15 @@ func (b *byteBudget) release(n int64) {
 
 // acker acknowledges the written messages in arrival order, each once
 // the log has made it durable (a dropped redelivery once everything
-// written before it is): it takes every batch handed over so far (up to
-// maxAckBatches), waits once for the durability of their last record, so
-// that they share one group commit, then sends their acknowledgements,
-// those of consecutive batches from one connection with one write.
+// written before it is): it takes every batch handed over so far, waits
+// once for the durability of their last record, so that they share one
+// group commit, then sends their acknowledgements, those of consecutive
+// batches from one connection with one write. The batches it takes are
+// not counted: the messages in them are, by the subscriber's bounds on
+// what is pending (MaxPending, MaxPendingBytes), which also end
+// lingerFor's wait at half of them. A batch can be a single message (a
+// slow broker's packets each read on their own), so a bound on batches
+// would end the group commit long before those on messages do.
 func (s *Subscriber) acker() {
 	var bs []*batch
 	delay, quiet := stoppedTimer(), stoppedTimer()
@@ -1145,7 +1150,7 @@ func (s *Subscriber) acker() {
 		case b := <-s.pending:
 			bs = append(bs[:0], b)
 		more:
-			for len(bs) < maxAckBatches {
+			for {
 				select {
 				case b := <-s.pending:
 					bs = append(bs, b)
@@ -1173,14 +1178,14 @@ func stoppedTimer() *time.Timer {
 // them, for at most SubscriberConfig.AckDelay (see ackLinger), and
 // returns bs. delay and quiet are the acker's timers, stopped.
 func (s *Subscriber) lingerFor(bs []*batch, delay, quiet *time.Timer) []*batch {
-	if len(bs) >= maxAckBatches || !s.linger.more(time.Now(), s.unacked.Load(), s.halfPending()) {
+	if !s.linger.more(time.Now(), s.unacked.Load(), s.halfPending()) {
 		return bs
 	}
 	delay.Reset(s.linger.delay)
 	quiet.Reset(s.linger.still)
 	defer delay.Stop()
 	defer quiet.Stop()
-	for len(bs) < maxAckBatches {
+	for {
 		select {
 		case b := <-s.pending:
 			bs = append(bs, b)
@@ -1203,8 +1208,6 @@ func (s *Subscriber) lingerFor(bs []*batch, delay, quiet *time.Timer) []*batch {
 			return bs
 		}
 	}
-	s.linger.ended()
-	return bs
 }
 
 // halfPending reports whether half of the messages or of the payload
@@ -1212,10 +1215,6 @@ func (s *Subscriber) lingerFor(bs []*batch, delay, quiet *time.Timer) []*batch {
 func (s *Subscriber) halfPending() bool {
 	return s.slots.atLeastHalf() || s.budget.atLeastHalf()
 }
-
-// maxAckBatches is the most batches the acker acknowledges after one
-// wait for durability.
-const maxAckBatches = 64
 
 // ackBatches acknowledges the deliveries of bs, in order; see acker.
 func (s *Subscriber) ackBatches(bs []*batch) {
