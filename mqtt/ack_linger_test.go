@@ -243,6 +243,54 @@ func TestAckLingerWaitsThroughTheSlowBrokersPauses(t *testing.T) {
 	}
 }
 
+// While the direct reader lets messages gather in the socket, the
+// connection is not being read: the acker does not take it for quiet
+// until the reader has read it for ackQuiet after the pause.
+func TestAckLingerCountsNoQuietWhileTheReaderGathers(t *testing.T) {
+	s := lingerSubscriber(t, 1024)
+	s.linger.still = time.Microsecond
+	const pause = 50 * time.Millisecond
+	start := time.Now()
+	s.gathered.Store(start.Add(pause).UnixNano())
+	hand(s, 1)
+	first := <-s.pending
+	runLinger(t, s, []*batch{first})
+	if took := time.Since(start); took < pause {
+		t.Fatalf("the wait ended quiet after %v, while the reader gathered until %v", took, pause)
+	}
+}
+
+func TestReaderGathersOnlyWhileTheAckerLingers(t *testing.T) {
+	s := lingerSubscriber(t, 1024)
+	s.gatherPause = time.Millisecond
+	if p := s.gatherFor(100); p != 0 {
+		t.Fatalf("paused %v while the acker did not wait for more", p)
+	}
+	s.lingering.Store(true)
+	for _, c := range []struct {
+		last int
+		want time.Duration
+	}{
+		{0, 0},                  // the read brought nothing (a deadline, the first read)
+		{100, time.Millisecond}, // a message or two
+		{gatherSmall - 1, time.Millisecond},
+		{gatherSmall, 0}, // the broker fills reads on its own
+		{connReadBuffer, 0},
+	} {
+		before := time.Now()
+		if p := s.gatherFor(c.last); p != c.want {
+			t.Fatalf("after a read of %d bytes: pause %v, want %v", c.last, p, c.want)
+		}
+		if end := time.Unix(0, s.gathered.Load()); c.want > 0 && end.Before(before.Add(c.want)) {
+			t.Fatalf("after a read of %d bytes: the pause is recorded to end at %v, before %v", c.last, end, before.Add(c.want))
+		}
+	}
+	s.gatherPause = 0 // ack_delay 0s: no wait, no pause
+	if p := s.gatherFor(100); p != 0 {
+		t.Fatalf("paused %v with ack_delay 0s", p)
+	}
+}
+
 func TestAckLingerEndsWhenClosed(t *testing.T) {
 	s := lingerSubscriber(t, 1024)
 	hand(s, 1)

@@ -410,6 +410,18 @@ type Subscriber struct {
 	// pauses counts the broker's pauses (ackQuiet of nothing) that the
 	// acker waited through, taking the broker for slow (ackLinger).
 	pauses atomic.Int64
+	// lingering is set while the acker waits for more messages
+	// (lingerFor): the direct reader may then let them gather in the
+	// socket before it reads (gatherFor).
+	lingering atomic.Bool
+	// gathered is when the direct reader's last gathering pause ends or
+	// ended (UnixNano), 0 if it made none: a quiet connection is only
+	// quiet once the reader has been reading it for ackQuiet.
+	gathered atomic.Int64
+	gathers  atomic.Int64 // gathering pauses the direct reader made
+	// gatherPause is the direct reader's gathering pause:
+	// min(ackQuiet, AckDelay/4); 0: none.
+	gatherPause time.Duration
 	// lastOff is the offset of the last record written, if wrote; used by
 	// paho's goroutine (handle) only.
 	lastOff  uint64
@@ -720,16 +732,17 @@ func NewSubscriber(cfg SubscriberConfig, log *ingestlog.Log) (*Subscriber, error
 	cancel()
 	logger := cfg.Logger.With("component", "mqtt-subscriber", "broker", redactBroker(cfg.Broker), "client_id", cfg.ClientID)
 	return &Subscriber{
-		cfg:     cfg,
-		log:     log,
-		logger:  logger,
-		subs:    newSubscriptions(log.Dir(), cfg, logger),
-		tryCtx:  tryCtx,
-		pending: make(chan *batch, cfg.MaxPending),
-		budget:  newByteBudget(cfg.MaxPendingBytes),
-		slots:   newByteBudget(int64(cfg.MaxPending)),
-		linger:  ackLinger{delay: max(cfg.AckDelay, 0), still: ackQuiet},
-		ready:   make(chan struct{}),
+		cfg:         cfg,
+		log:         log,
+		logger:      logger,
+		subs:        newSubscriptions(log.Dir(), cfg, logger),
+		tryCtx:      tryCtx,
+		pending:     make(chan *batch, cfg.MaxPending),
+		budget:      newByteBudget(cfg.MaxPendingBytes),
+		slots:       newByteBudget(int64(cfg.MaxPending)),
+		linger:      ackLinger{delay: max(cfg.AckDelay, 0), still: ackQuiet},
+		gatherPause: min(ackQuiet, max(cfg.AckDelay, 0)/4),
+		ready:       make(chan struct{}),
 	}, nil
 }
 
@@ -1185,6 +1198,8 @@ func (s *Subscriber) lingerFor(bs []*batch, delay, quiet *time.Timer) []*batch {
 	quiet.Reset(s.linger.still)
 	defer delay.Stop()
 	defer quiet.Stop()
+	s.lingering.Store(true)
+	defer s.lingering.Store(false)
 	for {
 		select {
 		case b := <-s.pending:
@@ -1195,7 +1210,14 @@ func (s *Subscriber) lingerFor(bs []*batch, delay, quiet *time.Timer) []*batch {
 			}
 			quiet.Reset(s.linger.still)
 		case <-quiet.C:
-			if !s.linger.quiet(time.Now(), s.unacked.Load()) {
+			now := time.Now()
+			if read := time.Unix(0, s.gathered.Load()).Add(s.linger.still); read.After(now) {
+				// The reader let messages gather meanwhile: the
+				// connection was not read, so not found quiet.
+				quiet.Reset(read.Sub(now))
+				continue
+			}
+			if !s.linger.quiet(now, s.unacked.Load()) {
 				s.pauses.Add(1)
 				quiet.Reset(s.linger.still)
 				continue
@@ -1303,6 +1325,6 @@ func (s *Subscriber) Close() error {
 	s.connected.Store(false)
 	s.logger.Info("mqtt subscriber closed", "redeliveries_dropped", s.dropped.Load(),
 		"max_redelivery_age", s.maxAge.Load(), "window", s.cfg.DedupWindow(),
-		"max_unacknowledged", s.maxUnack.Load(), "ack_waits_through_pauses", s.pauses.Load())
+		"max_unacknowledged", s.maxUnack.Load(), "ack_waits_through_pauses", s.pauses.Load(), "read_gathering_pauses", s.gathers.Load())
 	return nil
 }
