@@ -198,6 +198,8 @@ type clusterLoad struct {
 	subs    []paho.Client   // by node: its results subscriber
 	pubs    [][]paho.Client // by node: its device connections
 	down    map[int]bool    // nodes killed and not yet restarted
+	// payload makes reading i's topic and payload; nil is payloadOf.
+	payload func(i int) (topic string, payload []byte)
 }
 
 const devicesPerNode = 4
@@ -303,7 +305,11 @@ func (l *clusterLoad) publish(from, to int) {
 		for l.down[node] {
 			node = (node + 1) % len(l.members)
 		}
-		topic, p := payloadOf(i)
+		payload := payloadOf
+		if l.payload != nil {
+			payload = l.payload
+		}
+		topic, p := payload(i)
 		toks = append(toks, l.pubs[node][(i/len(l.members))%devicesPerNode].Publish(topic, 1, false, p))
 		if len(toks) == inFlight {
 			wait()

@@ -92,6 +92,7 @@ type result struct {
 	MsgID       string `json:"msg_id"`
 	ID          string `json:"id"`
 	WindowStart int64  `json:"window_start"`
+	WindowEnd   int64  `json:"window_end"`
 	Count       int64  `json:"count"`
 }
 

@@ -80,9 +80,21 @@ func (c *lateCollector) contents(t *testing.T) []string {
 // msg_ids, and the file sink's committed lines, must hold each result and
 // each dead letter exactly once, as a plain computation gives them.
 func TestLateUpdatesExactlyOnceAcrossKillAndSavepoint(t *testing.T) {
-	t.Run("embedded", func(t *testing.T) { lateUpdatesExactlyOnce(t, false, 1) })
-	t.Run("mosquitto", func(t *testing.T) { lateUpdatesExactlyOnce(t, true, 1) })
-	t.Run("parallelism=2", func(t *testing.T) { lateUpdatesExactlyOnce(t, false, 2) })
+	t.Run("embedded", func(t *testing.T) { lateUpdatesExactlyOnce(t, false, 1, 1) })
+	t.Run("mosquitto", func(t *testing.T) { lateUpdatesExactlyOnce(t, true, 1, 1) })
+	t.Run("parallelism=2", func(t *testing.T) { lateUpdatesExactlyOnce(t, false, 2, 2) })
+}
+
+// TestLateUpdatesExactlyOnceAcrossRescale is
+// TestLateUpdatesExactlyOnceAcrossKillAndSavepoint with the pipelines
+// resumed from the stop's savepoints at another parallelism (2 to 3, and
+// 2 to 1): the late readings after the savepoint update windows that
+// fired before it, on a subtask that took the window's key group over;
+// a reading for a window still open at the savepoint is on time; those
+// past the lateness are dead letters; each once.
+func TestLateUpdatesExactlyOnceAcrossRescale(t *testing.T) {
+	t.Run("2to3", func(t *testing.T) { lateUpdatesExactlyOnce(t, false, 2, 3) })
+	t.Run("2to1", func(t *testing.T) { lateUpdatesExactlyOnce(t, false, 2, 1) })
 }
 
 // lateUpdatesExactlyOnce runs TestLateUpdatesExactlyOnceAcrossKillAndSavepoint
@@ -90,8 +102,9 @@ func TestLateUpdatesExactlyOnceAcrossKillAndSavepoint(t *testing.T) {
 // from (each with a persistent session) and publish to, at parallelism
 // par: the reading that moves the watermark is sent par times in a row,
 // so that every decoding subtask (the source deals the messages round
-// robin) reads one.
-func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool, par int) {
+// robin) reads one. After the stop with savepoints the pipelines resume
+// at parallelism resume.
+func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool, par, resume int) {
 	dir := t.TempDir()
 	broker, api := freeAddr(t), freeAddr(t)
 	nodeBroker := "\n  broker: " + broker
@@ -105,13 +118,16 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool, par int) {
 		"sess": "{type: session, gap: 5s",
 		"slid": "{type: sliding, size: 10s, slide: 5s",
 	}
-	cfg := fmt.Sprintf("node:\n  data_dir: %s/data%s\n  listen: %s\npipelines:\n", dir, nodeBroker, api)
-	for _, p := range []string{"tumb", "sess", "slid"} {
-		src := ""
-		if mosquitto {
-			src = fmt.Sprintf("broker: %s, client_id: edged-%s, ", url, p)
-		}
-		cfg += fmt.Sprintf(`  - name: %[1]s
+	cfgPath := filepath.Join(dir, "edged.yaml")
+	writeCfg := func(par int) {
+		t.Helper()
+		cfg := fmt.Sprintf("node:\n  data_dir: %s/data%s\n  listen: %s\npipelines:\n", dir, nodeBroker, api)
+		for _, p := range []string{"tumb", "sess", "slid"} {
+			src := ""
+			if mosquitto {
+				src = fmt.Sprintf("broker: %s, client_id: edged-%s, ", url, p)
+			}
+			cfg += fmt.Sprintf(`  - name: %[1]s
     parallelism: %[5]d
     source:
       mqtt: {%[3]stopics: [%[1]s/+], format: json, fields: {id: string, v: float, ts: {type: time, unit: ms}}}
@@ -121,11 +137,12 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool, par int) {
     sinks: [{mqtt: {topic: "out/%[1]s/{id}"}}, {file: {dir: %[2]s/out-%[1]s}}]
     checkpoint: {dir: %[2]s/ck-%[1]s, interval: 200ms}
 `, p, dir, src, windows[p], par)
+		}
+		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	cfgPath := filepath.Join(dir, "edged.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeCfg(par)
 	nd := &node{t: t, cfgPath: cfgPath, logPath: filepath.Join(dir, "edged.log"), brokerAddr: broker, apiAddr: api}
 	cleanupNode(t, nd)
 	nd.start()
@@ -223,18 +240,24 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool, par int) {
 	if code := nd.waitExit(t, 30*time.Second); code != 0 {
 		t.Fatalf("edged exited %d after the stops", code)
 	}
+	writeCfg(resume)
 	nd.start("--from-savepoint", sp)
 	nd.checkRestoredFrom(t, sp)
+	for _, p := range pipelines {
+		nd.checkParallelism(t, p, p+"/window", resume)
+	}
 	connectClients()
-	// Phase D: after the savepoint, b late within the lateness.
+	// Phase D: after the savepoint, b late within the lateness; m at
+	// 12 s on time, in m's windows still open at the savepoint.
 	send("b", 60, t0+4*s)
 	waitFor(22, "b's update after the savepoint")
+	send("m", 3, t0+12*s)
 
 	// Phase E: m at 140 s moves the watermark to 138.999 s, past every
 	// window's lateness (tumbling 9.999+120 s, session a 13.999+120 s):
 	// a at 6 s is a dead letter; so are a reading from 1970 and one two
 	// hours ahead of the clock.
-	for range par {
+	for range resume {
 		send("m", 8, t0+140*s)
 	}
 	waitWM(t0 + 138_999)
@@ -251,10 +274,10 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool, par int) {
 	want := []res{
 		{"tumb", "a", t0, t0 + 10*s, 9, 45}, {"tumb", "a", t0, t0 + 10*s, 10, 145}, {"tumb", "a", t0, t0 + 10*s, 11, 245}, {"tumb", "a", t0, t0 + 10*s, 12, 1245},
 		{"tumb", "b", t0, t0 + 10*s, 1, 50}, {"tumb", "b", t0, t0 + 10*s, 2, 110},
-		{"tumb", "m", t0 + 10*s, t0 + 20*s, par, 7 * float64(par)},
+		{"tumb", "m", t0 + 10*s, t0 + 20*s, par + 1, 7*float64(par) + 3},
 		{"sess", "a", t0 + 1*s, t0 + 14*s, 9, 45}, {"sess", "a", t0 + 1*s, t0 + 14*s, 10, 145}, {"sess", "a", t0 + 1*s, t0 + 14*s, 11, 245}, {"sess", "a", t0 + 1*s, t0 + 14*s, 12, 1245},
 		{"sess", "b", t0 + 2*s, t0 + 7*s, 1, 50}, {"sess", "b", t0 + 2*s, t0 + 9*s, 2, 110},
-		{"sess", "m", t0 + 15*s, t0 + 20*s, par, 7 * float64(par)},
+		{"sess", "m", t0 + 12*s, t0 + 20*s, par + 1, 7*float64(par) + 3},
 		// Sliding: a late reading fires again the windows of its slice
 		// that fired; [5,15) fires once, late readings included.
 		{"slid", "a", t0 - 5*s, t0 + 5*s, 4, 10}, {"slid", "a", t0 - 5*s, t0 + 5*s, 5, 1010},
@@ -262,7 +285,8 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool, par int) {
 		{"slid", "a", t0 + 5*s, t0 + 15*s, 7, 235},
 		{"slid", "b", t0 - 5*s, t0 + 5*s, 1, 50}, {"slid", "b", t0 - 5*s, t0 + 5*s, 2, 110},
 		{"slid", "b", t0, t0 + 10*s, 1, 50}, {"slid", "b", t0, t0 + 10*s, 2, 110},
-		{"slid", "m", t0 + 10*s, t0 + 20*s, par, 7 * float64(par)}, {"slid", "m", t0 + 15*s, t0 + 25*s, par, 7 * float64(par)},
+		{"slid", "m", t0 + 5*s, t0 + 15*s, 1, 3},
+		{"slid", "m", t0 + 10*s, t0 + 20*s, par + 1, 7*float64(par) + 3}, {"slid", "m", t0 + 15*s, t0 + 25*s, par, 7 * float64(par)},
 	}
 	var wantLines []string
 	wantOf := map[string][]string{}
