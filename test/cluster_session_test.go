@@ -1,6 +1,7 @@
 package test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -181,4 +182,106 @@ func sessionWindowsFailover(t *testing.T, victim int) {
 	l.col.mu.Lock()
 	t.Logf("%d sessions received under %d msg_ids", len(l.col.byKey), len(l.col.byMsgID))
 	l.col.mu.Unlock()
+}
+
+// TestClusterSessionWindowsWorkerKilledBeforeCheckpoint kills a worker
+// right after its devices published to it, while readings it
+// acknowledged are above every completed checkpoint, and restarts it
+// after the failover. Those readings live only on its disk and are read
+// once its split is home, behind the watermark: each is in a session or
+// a dead letter, none vanishes, and no session or dead letter comes
+// twice.
+func TestClusterSessionWindowsWorkerKilledBeforeCheckpoint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses and SIGKILL")
+	}
+	members := startClusterEdited(t, true, withSessionWindows)
+	l := newClusterLoad(t, members)
+	l.payload = sessionPayload
+	l.deadLetters = true
+	for _, c := range l.subs {
+		if tok := c.Subscribe("deadletter/#", 1, l.col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("subscribe to the dead letters: %v", tok.Error())
+		}
+	}
+	a, c := members[0], members[2]
+	client := &http.Client{Timeout: time.Second}
+	testutil.Eventually(t, 30*time.Second, "the master sees every node alive", func() bool {
+		s, err := a.status(client)
+		return err == nil && s.alive() == 3 && s.keyedOn("c") > 0
+	})
+	const n1, n2, n3, n4 = 15_500, 24_300, 33_700, 45_000
+	l.publish(0, n1)
+	rel, err := c.released(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rel >= n1/3 {
+		t.Fatalf("node c's log was released up to %d of %d before the kill: no reading was above the checkpoints", rel, n1/3)
+	}
+	l.kill(2)
+	t.Logf("killed node c with its log released up to %d of %d", rel, n1/3)
+	testutil.Eventually(t, 60*time.Second, "the master moved node c's subtasks to live nodes", func() bool {
+		s, err := a.status(client)
+		return err == nil && s.FailoversTotal >= 1 && s.keyedOn("c") == 0
+	})
+	l.publish(n1, n2)
+	l.restart(2)
+	testutil.Eventually(t, 90*time.Second, "node c owns key groups again", func() bool {
+		s, err := a.status(client)
+		return err == nil && s.keyedOn("c") > 0
+	})
+	l.publish(n2, n3)
+	l.publish(n3, n4)
+	l.publish(n4, n4+len(members)*tail)
+
+	// Every reading of the first bursts is counted in a session or is a
+	// dead letter.
+	limit := epochMS + int64(n4/sessionBurst)*2*sessionBurst
+	tally := func() (inSessions, dead int64, dup []string) {
+		l.col.mu.Lock()
+		defer l.col.mu.Unlock()
+		seen := map[winKey]string{}
+		for id, content := range l.col.byMsgID {
+			var r result
+			if err := json.Unmarshal([]byte(content), &r); err != nil {
+				t.Fatal(err)
+			}
+			k := winKey{r.ID, r.WindowStart}
+			if other, ok := seen[k]; ok {
+				dup = append(dup, fmt.Sprintf("session %v under %s and %s", k, other, id))
+			}
+			seen[k] = id
+			if r.WindowStart < limit {
+				inSessions += r.Count
+			}
+		}
+		for _, d := range l.col.dead {
+			var dl struct {
+				Payload string `json:"payload"`
+			}
+			var rd struct {
+				TS int64 `json:"ts"`
+			}
+			if json.Unmarshal([]byte(d), &dl) != nil || json.Unmarshal([]byte(dl.Payload), &rd) != nil {
+				t.Fatalf("dead letter %s", d)
+			}
+			if rd.TS < limit {
+				dead++
+			}
+		}
+		return inSessions, dead, dup
+	}
+	ok := testutil.Within(120*time.Second, func() bool {
+		s, d, _ := tally()
+		return s+d >= n4
+	})
+	s, d, dup := tally()
+	t.Logf("%d readings in sessions, %d dead letters, of %d", s, d, n4)
+	if len(dup) > 0 {
+		t.Errorf("sessions under two msg_ids:\n%s", strings.Join(dup, "\n"))
+	}
+	if !ok || s+d != n4 {
+		t.Fatalf("%d readings in sessions and %d dead letters, want %d in all", s, d, n4)
+	}
 }

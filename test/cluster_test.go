@@ -200,6 +200,8 @@ type clusterLoad struct {
 	down    map[int]bool    // nodes killed and not yet restarted
 	// payload makes reading i's topic and payload; nil is payloadOf.
 	payload func(i int) (topic string, payload []byte)
+	// deadLetters has the results subscribers take the dead letters too.
+	deadLetters bool
 }
 
 const devicesPerNode = 4
@@ -228,6 +230,11 @@ func (l *clusterLoad) connect(i int) {
 	c := connect(l.t, opts)
 	if tok := c.Subscribe("agg/#", 1, l.col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		l.t.Fatalf("subscribe to node %s: %v", m.id, tok.Error())
+	}
+	if l.deadLetters {
+		if tok := c.Subscribe("deadletter/#", 1, l.col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			l.t.Fatalf("subscribe to node %s's dead letters: %v", m.id, tok.Error())
+		}
 	}
 	l.subs[i] = c
 	l.pubs[i] = nil

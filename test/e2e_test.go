@@ -104,12 +104,13 @@ type collector struct {
 	bad     []string                // payloads that did not parse
 	perRun  map[int]map[winKey]bool // run -> windows received during it
 	run     int
-	markers map[string]bool // payloads received on a topic ending in /_marker (see drain)
+	markers map[string]bool   // payloads received on a topic ending in /_marker (see drain)
+	dead    map[string]string // msg_id -> dead letter received on deadletter/#
 }
 
 func newCollector() *collector {
 	return &collector{byMsgID: map[string]string{}, byKey: map[winKey][]result{}, perRun: map[int]map[winKey]bool{},
-		markers: map[string]bool{}}
+		markers: map[string]bool{}, dead: map[string]string{}}
 }
 
 // received returns how many results arrived during run.
@@ -130,6 +131,16 @@ func (c *collector) handle(_ paho.Client, m paho.Message) {
 	if strings.HasSuffix(m.Topic(), "/_marker") {
 		c.mu.Lock()
 		c.markers[string(payload)] = true
+		c.mu.Unlock()
+		return
+	}
+	if strings.HasPrefix(m.Topic(), "deadletter/") {
+		var d struct {
+			MsgID string `json:"msg_id"`
+		}
+		json.Unmarshal(payload, &d)
+		c.mu.Lock()
+		c.dead[d.MsgID] = string(payload)
 		c.mu.Unlock()
 		return
 	}
