@@ -200,21 +200,23 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool, par, resume int) {
 
 	// Phase A: on time. a: 1..9 s (v 1..9), b: 2 s; m at 15 s moves the
 	// watermark to 13.999 s: the tumbling window [0,10) fires, and the
-	// sessions a [1,14) and b [2,7).
+	// sessions a [1,14), b [2,7), and c's two, [1,6) and [7.5,12.5).
 	for i := int64(1); i <= 9; i++ {
 		send("a", float64(i), t0+i*s)
 	}
 	send("b", 50, t0+2*s)
+	send("c", 1, t0+1*s)
+	send("c", 2, t0+7500)
 	for range par {
 		send("m", 7, t0+15*s)
 	}
 	waitWM(t0 + 13_999)
-	waitFor(8, "the first results")
+	waitFor(13, "the first results")
 	// Phase B: late within the lateness: each updates its window.
 	send("a", 100, t0+5*s)
-	waitFor(11, "the first update")
+	waitFor(16, "the first update")
 	send("a", 100, t0+5*s) // the same reading again: a second update
-	waitFor(14, "the second update")
+	waitFor(19, "the second update")
 
 	nd.kill()
 	disconnect()
@@ -229,7 +231,7 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool, par, resume int) {
 	disconnect()
 	nd.start()
 	connectClients()
-	waitFor(18, "the update after the kill")
+	waitFor(23, "the update after the kill")
 
 	disconnect()
 	// Stopping every pipeline with a savepoint stops the node; tumb
@@ -247,10 +249,12 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool, par, resume int) {
 		nd.checkParallelism(t, p, p+"/window", resume)
 	}
 	connectClients()
-	// Phase D: after the savepoint, b late within the lateness; m at
-	// 12 s on time, in m's windows still open at the savepoint.
+	// Phase D: after the savepoint, b late within the lateness; c late
+	// within it, joining c's two sessions into one; m at 12 s on time, in
+	// m's windows still open at the savepoint.
 	send("b", 60, t0+4*s)
-	waitFor(22, "b's update after the savepoint")
+	waitFor(27, "b's update after the savepoint")
+	send("c", 4, t0+4*s)
 	send("m", 3, t0+12*s)
 
 	// Phase E: m at 140 s moves the watermark to 138.999 s, past every
@@ -274,9 +278,11 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool, par, resume int) {
 	want := []res{
 		{"tumb", "a", t0, t0 + 10*s, 9, 45}, {"tumb", "a", t0, t0 + 10*s, 10, 145}, {"tumb", "a", t0, t0 + 10*s, 11, 245}, {"tumb", "a", t0, t0 + 10*s, 12, 1245},
 		{"tumb", "b", t0, t0 + 10*s, 1, 50}, {"tumb", "b", t0, t0 + 10*s, 2, 110},
+		{"tumb", "c", t0, t0 + 10*s, 2, 3}, {"tumb", "c", t0, t0 + 10*s, 3, 7},
 		{"tumb", "m", t0 + 10*s, t0 + 20*s, par + 1, 7*float64(par) + 3},
 		{"sess", "a", t0 + 1*s, t0 + 14*s, 9, 45}, {"sess", "a", t0 + 1*s, t0 + 14*s, 10, 145}, {"sess", "a", t0 + 1*s, t0 + 14*s, 11, 245}, {"sess", "a", t0 + 1*s, t0 + 14*s, 12, 1245},
 		{"sess", "b", t0 + 2*s, t0 + 7*s, 1, 50}, {"sess", "b", t0 + 2*s, t0 + 9*s, 2, 110},
+		{"sess", "c", t0 + 1*s, t0 + 6*s, 1, 1}, {"sess", "c", t0 + 7500, t0 + 12500, 1, 2}, {"sess", "c", t0 + 1*s, t0 + 12500, 3, 7},
 		{"sess", "m", t0 + 12*s, t0 + 20*s, par + 1, 7*float64(par) + 3},
 		// Sliding: a late reading fires again the windows of its slice
 		// that fired; [5,15) fires once, late readings included.
@@ -285,6 +291,8 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool, par, resume int) {
 		{"slid", "a", t0 + 5*s, t0 + 15*s, 7, 235},
 		{"slid", "b", t0 - 5*s, t0 + 5*s, 1, 50}, {"slid", "b", t0 - 5*s, t0 + 5*s, 2, 110},
 		{"slid", "b", t0, t0 + 10*s, 1, 50}, {"slid", "b", t0, t0 + 10*s, 2, 110},
+		{"slid", "c", t0 - 5*s, t0 + 5*s, 1, 1}, {"slid", "c", t0 - 5*s, t0 + 5*s, 2, 5},
+		{"slid", "c", t0, t0 + 10*s, 2, 3}, {"slid", "c", t0, t0 + 10*s, 3, 7}, {"slid", "c", t0 + 5*s, t0 + 15*s, 1, 2},
 		{"slid", "m", t0 + 5*s, t0 + 15*s, 1, 3},
 		{"slid", "m", t0 + 10*s, t0 + 20*s, par + 1, 7*float64(par) + 3}, {"slid", "m", t0 + 15*s, t0 + 25*s, par, 7 * float64(par)},
 	}
