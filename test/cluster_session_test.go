@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,24 +13,29 @@ import (
 )
 
 // The session workload: readings come in bursts of 1,000 (burst i/1000),
-// each burst 1 s of event time followed by 1 s without readings; sensor
-// i%sensors sends every 100 ms of a burst. With a gap of 500 ms every
-// sensor has one session of perSensor readings per burst, from its first
-// reading of the burst to its last plus the gap.
+// each burst 1 s of event time followed by 300 ms without readings;
+// sensor i%sensors sends every 100 ms of a burst. With a gap of 150 ms
+// every sensor has one session of perSensor readings per burst, from its
+// first reading of the burst to its last plus the gap. The pause is short
+// enough that readings published at most 600 apart (clusterLoad.publish;
+// a node's broker logs those of its four device connections in any
+// order) are less than max_out_of_orderness (1 s) apart in event time.
 const (
-	sessionBurst = 1000
-	sessionGapMS = 150
+	sessionBurst   = 1000
+	sessionPauseMS = 300
+	sessionGapMS   = 150
+	sessionPeriod  = sessionBurst + sessionPauseMS
 )
 
 func sessionPayload(i int) (string, []byte) {
 	s := sensorOf(i)
-	ts := epochMS + int64(i/sessionBurst)*2*sessionBurst + int64(i%sessionBurst)
+	ts := epochMS + int64(i/sessionBurst)*sessionPeriod + int64(i%sessionBurst)
 	return "sensors/" + s + "/temperature", []byte(fmt.Sprintf(`{"sensor":%q,"t":%d.5,"ts":%d}`, s, 20+i%15, ts))
 }
 
 // sessionOf returns sensor s's session of burst b: its start and end.
 func sessionOf(s, b int) (start, end int64) {
-	first := epochMS + int64(b)*2*sessionBurst + int64(s)
+	first := epochMS + int64(b)*sessionPeriod + int64(s)
 	last := first + sessionBurst - sensors
 	return first, last + sessionGapMS
 }
@@ -80,7 +86,7 @@ func checkExactSessions(t *testing.T, col *collector, bursts int, timeout time.D
 			want[winKey{sensorOf(s), start}] = end
 		}
 	}
-	limit := epochMS + int64(bursts)*2*sessionBurst
+	limit := epochMS + int64(bursts)*sessionPeriod
 	for k, rs := range col.byKey {
 		end, ok := want[k]
 		if !ok {
@@ -237,7 +243,7 @@ func TestClusterSessionWindowsWorkerKilledBeforeCheckpoint(t *testing.T) {
 
 	// Every reading of the first bursts is counted in a session or is a
 	// dead letter.
-	limit := epochMS + int64(n4/sessionBurst)*2*sessionBurst
+	limit := epochMS + int64(n4/sessionBurst)*sessionPeriod
 	tally := func() (inSessions, dead int64, dup []string) {
 		l.col.mu.Lock()
 		defer l.col.mu.Unlock()
@@ -283,5 +289,148 @@ func TestClusterSessionWindowsWorkerKilledBeforeCheckpoint(t *testing.T) {
 	}
 	if !ok || s+d != n4 {
 		t.Fatalf("%d readings in sessions and %d dead letters, want %d in all", s, d, n4)
+	}
+}
+
+// TestClusterSessionLateUpdatesAcrossRescale runs event-time sessions
+// with an allowed lateness of a minute on a three-node cluster at
+// parallelism 3, stops the job with a savepoint through the CLI while
+// sessions are open, and resumes it from the savepoint at parallelism 2
+// (every node stopped, its config changed, the leader started first with
+// --from-savepoint). Late readings for sessions that fired before the
+// savepoint then update them, each once: one within a session, one that
+// extends a session's end; a reading past the lateness is one dead
+// letter; every other session arrives once, exact.
+func TestClusterSessionLateUpdatesAcrossRescale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses")
+	}
+	members := startClusterEdited(t, true, func(cfg string) string {
+		return strings.Replace(withSessionWindows(cfg), "      gap: ", "      allowed_lateness: 1m\n      gap: ", 1)
+	})
+	a := members[0]
+	l := newClusterLoad(t, members)
+	l.payload = sessionPayload
+	l.deadLetters = true
+	for _, c := range l.subs {
+		if tok := c.Subscribe("deadletter/#", 1, l.col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("subscribe to the dead letters: %v", tok.Error())
+		}
+	}
+	client := &http.Client{Timeout: time.Second}
+	// late publishes a reading of sensor s at event time ts to node i.
+	late := func(i, s int, ts int64) {
+		t.Helper()
+		p := fmt.Sprintf(`{"sensor":%q,"t":99.5,"ts":%d}`, sensorOf(s), ts)
+		if tok := l.pubs[i][0].Publish("sensors/"+sensorOf(s)+"/temperature", 1, false, p); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish %s: %v", p, tok.Error())
+		}
+	}
+	sessionsIn := func(bursts int) int {
+		l.col.mu.Lock()
+		defer l.col.mu.Unlock()
+		n := 0
+		for b := range bursts {
+			for s := range sensors {
+				start, _ := sessionOf(s, b)
+				if len(l.col.byKey[winKey{sensorOf(s), start}]) > 0 {
+					n++
+				}
+			}
+		}
+		return n
+	}
+
+	const n1, n2 = 15_500, 100_000
+	l.publish(0, n1)
+	testutil.Eventually(t, 60*time.Second, "the sessions of the first 12 bursts", func() bool { return sessionsIn(12) == 12*sensors })
+	sp := cliStop(t, a.node, "sensors")
+	for _, i := range []int{1, 2, 0} {
+		l.stop(i)
+	}
+	for _, m := range members {
+		setParallelism(t, m, 3, 2)
+	}
+	a.readyFn = a.hostsAndServes
+	a.start("--from-savepoint", sp)
+	delete(l.down, 0)
+	l.connect(0)
+	for _, i := range []int{1, 2} {
+		l.restart(i)
+	}
+	testutil.Eventually(t, 30*time.Second, "the job runs on the three nodes", func() bool {
+		return allHostTasks(client, members[1:])
+	})
+	a.checkRestoredFrom(t, sp)
+	testutil.Eventually(t, 30*time.Second, "two window subtasks placed", func() bool {
+		w, err := windowSubtasks(client, a)
+		total := 0
+		for _, c := range w {
+			total += c
+		}
+		return err == nil && total == 2
+	})
+	// Within the lateness: s000's session of burst 3 gets a reading
+	// inside it, s001's of burst 4 one 100 ms after its last, which moves
+	// its end on.
+	start3, end3 := sessionOf(0, 3)
+	start4, end4 := sessionOf(1, 4)
+	late(0, 0, start3+450)
+	late(1, 1, end4-sessionGapMS+100)
+	l.publish(n1, n2)
+	// Past the lateness (the watermark is about 129 s in): a dead letter.
+	late(2, 0, start3+550)
+	l.publish(n2, n2+len(members)*tail)
+	bursts := n2 / sessionBurst
+	testutil.Eventually(t, 120*time.Second, "every session", func() bool { return sessionsIn(bursts) == bursts*sensors })
+
+	type res struct{ count, end int64 }
+	updated := map[winKey][]res{
+		{sensorOf(0), start3}: {{perSensor, end3}, {perSensor + 1, end3}},
+		{sensorOf(1), start4}: {{perSensor, end4}, {perSensor + 1, end4 + 100}},
+	}
+	testutil.Within(30*time.Second, func() bool {
+		l.col.mu.Lock()
+		defer l.col.mu.Unlock()
+		for k := range updated {
+			if len(l.col.byKey[k]) < 2 {
+				return false
+			}
+		}
+		return len(l.col.dead) >= 1
+	})
+	l.col.mu.Lock()
+	defer l.col.mu.Unlock()
+	if len(l.col.bad) > 0 {
+		t.Fatalf("%d bad results, first: %s", len(l.col.bad), l.col.bad[0])
+	}
+	for b := range bursts {
+		for s := range sensors {
+			start, end := sessionOf(s, b)
+			k := winKey{sensorOf(s), start}
+			byID := map[string]res{}
+			for _, r := range l.col.byKey[k] {
+				byID[r.MsgID] = res{r.Count, r.WindowEnd}
+			}
+			var got []res
+			for _, r := range byID {
+				got = append(got, r)
+			}
+			slices.SortFunc(got, func(x, y res) int { return int(x.count - y.count) })
+			want, ok := updated[k]
+			if !ok {
+				want = []res{{perSensor, end}}
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("session %v: %+v by msg_id, want %+v", k, got, want)
+			}
+		}
+	}
+	if len(l.col.dead) != 1 {
+		var ds []string
+		for _, d := range l.col.dead {
+			ds = append(ds, d)
+		}
+		t.Errorf("%d dead letters, want 1:\n%s", len(l.col.dead), strings.Join(ds, "\n"))
 	}
 }
