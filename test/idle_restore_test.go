@@ -1,0 +1,129 @@
+package test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edgedio/edged/internal/testutil"
+)
+
+// TestIdleWatermarkAcrossSavepoint: a declared pipeline at parallelism 2
+// with idle_timeout, whose decoding subtasks went idle at different
+// watermarks, so that its windows fired up to the larger one. A reading
+// for a window that fired is a late dead letter before a stop with a
+// savepoint and after the resume from it (at the same parallelism and at
+// another), never a second result of that window.
+func TestIdleWatermarkAcrossSavepoint(t *testing.T) {
+	for _, resume := range []int{2, 3} {
+		t.Run(fmt.Sprintf("resume=%d", resume), func(t *testing.T) { idleWatermarkAcrossSavepoint(t, resume) })
+	}
+}
+
+func idleWatermarkAcrossSavepoint(t *testing.T, resume int) {
+	dir := t.TempDir()
+	broker, api := freeAddr(t), freeAddr(t)
+	url := "tcp://" + broker
+	cfgPath := filepath.Join(dir, "edged.yaml")
+	writeCfg := func(par int) {
+		cfg := fmt.Sprintf(`node:
+  data_dir: %[1]s/data
+  broker: %[2]s
+  listen: %[3]s
+pipelines:
+  - name: idle
+    parallelism: %[4]d
+    source:
+      mqtt: {topics: [idle/+], format: json, fields: {id: string, v: float, ts: {type: time, unit: ms}}}
+    event_time: {field: ts, max_out_of_orderness: 1s, idle_timeout: 1s}
+    key: id
+    window: {type: tumbling, size: 1s, aggregates: [{name: n, fn: count}, {name: s, fn: sum, field: v}]}
+    sinks: [{mqtt: {topic: "out/{id}"}}]
+    checkpoint: {dir: %[1]s/ck, interval: 200ms}
+`, dir, broker, api, par)
+		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeCfg(2)
+	nd := &node{t: t, cfgPath: cfgPath, logPath: filepath.Join(dir, "edged.log"), brokerAddr: broker, apiAddr: api}
+	cleanupNode(t, nd)
+	nd.start()
+	col := &lateCollector{byID: map[string]string{}, markers: map[string]bool{}}
+	var sub, pub paho.Client
+	connectClients := func() {
+		sub = connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("idle-results").
+			SetCleanSession(false).SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(col.handle))
+		for _, f := range []string{"out/#", "deadletter/#"} {
+			if tok := sub.Subscribe(f, 1, col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+				t.Fatalf("subscribe: %v", tok.Error())
+			}
+		}
+		pub = connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("idle-device").SetAutoReconnect(false))
+	}
+	connectClients()
+	send := func(id string, v float64, ts int64) {
+		t.Helper()
+		body := fmt.Sprintf(`{"id":%q,"v":%g,"ts":%d}`, id, v, ts)
+		if tok := pub.Publish("idle/"+id, 1, false, body); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish %s: %v", body, tok.Error())
+		}
+	}
+	waitFor := func(n int, what string) {
+		t.Helper()
+		testutil.Eventually(t, 30*time.Second, what, func() bool {
+			col.mu.Lock()
+			defer col.mu.Unlock()
+			return len(col.byID) >= n
+		})
+	}
+	wm := func() int64 {
+		p, _ := nd.progress("idle")
+		return p.eventTime
+	}
+	t0 := (time.Now().Add(-30*time.Minute).UnixMilli() / 10_000) * 10_000
+	// One decoding subtask reads k at 0.1 s, the other m at 10 s: once
+	// both are idle the windows are at 8.999 s and k's window [0,1) fires.
+	send("k", 1, t0+100)
+	send("m", 2, t0+10_000)
+	waitFor(1, "k's window")
+	t.Logf("watermark %d ms after t0", wm()-t0)
+	// k at 0.3 s is late: a dead letter.
+	send("k", 3, t0+300)
+	waitFor(2, "the first dead letter")
+	t.Logf("watermark %d ms after t0", wm()-t0)
+	pub.Disconnect(100)
+	sub.Disconnect(100)
+	sp := cliStop(t, nd, "idle")
+	if code := nd.waitExit(t, 30*time.Second); code != 0 {
+		t.Fatalf("edged exited %d after the stop", code)
+	}
+	writeCfg(resume)
+	nd.start("--from-savepoint", sp)
+	connectClients()
+	t.Logf("watermark after the resume %d ms after t0", wm()-t0)
+	// k at 0.2 s is as late as before the stop.
+	send("k", 5, t0+200)
+	waitFor(3, "the second dead letter")
+	t.Logf("watermark %d ms after t0", wm()-t0)
+	drainLate(t, url, col)
+	got := col.contents(t)
+	var results, dead []string
+	for _, c := range got {
+		if strings.Contains(c, `"error"`) {
+			dead = append(dead, c)
+		} else {
+			results = append(results, c)
+		}
+	}
+	want := []string{fmt.Sprintf(`out/k {"id":"k","n":1,"s":1,"window_end":%d,"window_start":%d}`, t0+1000, t0)}
+	if !slices.Equal(results, want) || len(dead) != 2 {
+		t.Errorf("results:\n%s\nwant:\n%s\ndead letters (want 2):\n%s", strings.Join(results, "\n"), strings.Join(want, "\n"), strings.Join(dead, "\n"))
+	}
+}
