@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -125,5 +126,89 @@ pipelines:
 	want := []string{fmt.Sprintf(`out/k {"id":"k","n":1,"s":1,"window_end":%d,"window_start":%d}`, t0+1000, t0)}
 	if !slices.Equal(results, want) || len(dead) != 2 {
 		t.Errorf("results:\n%s\nwant:\n%s\ndead letters (want 2):\n%s", strings.Join(results, "\n"), strings.Join(want, "\n"), strings.Join(dead, "\n"))
+	}
+}
+
+// TestLateUpdateThatChangesNoAggregate: with allowed lateness and only a
+// max aggregate, a late reading below the window's max fires the window
+// again with the result it had, under the msg_id it had: a consumer that
+// drops repeated msg_ids sees no second result; a late reading that moves
+// the max is a new result under a new msg_id.
+func TestLateUpdateThatChangesNoAggregate(t *testing.T) {
+	dir := t.TempDir()
+	broker, api := freeAddr(t), freeAddr(t)
+	url := "tcp://" + broker
+	cfgPath := filepath.Join(dir, "edged.yaml")
+	cfg := fmt.Sprintf(`node:
+  data_dir: %[1]s/data
+  broker: %[2]s
+  listen: %[3]s
+pipelines:
+  - name: mx
+    source:
+      mqtt: {topics: [mx/+], format: json, fields: {id: string, v: float, ts: {type: time, unit: ms}}}
+    event_time: {field: ts, max_out_of_orderness: 1s}
+    key: id
+    window: {type: tumbling, size: 1s, allowed_lateness: 1m, aggregates: [{name: mx, fn: max, field: v}]}
+    sinks: [{mqtt: {topic: "out/{id}"}}]
+    checkpoint: {dir: %[1]s/ck, interval: 200ms}
+`, dir, broker, api)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nd := &node{t: t, cfgPath: cfgPath, logPath: filepath.Join(dir, "edged.log"), brokerAddr: broker, apiAddr: api}
+	cleanupNode(t, nd)
+	nd.start()
+	col := &lateCollector{byID: map[string]string{}, markers: map[string]bool{}}
+	var mu sync.Mutex
+	var raw []string
+	handle := func(c paho.Client, m paho.Message) {
+		mu.Lock()
+		raw = append(raw, string(m.Payload()))
+		mu.Unlock()
+		col.handle(c, m)
+	}
+	sub := connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("mx-results").
+		SetCleanSession(false).SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(handle))
+	defer sub.Disconnect(100)
+	if tok := sub.Subscribe("out/#", 1, handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	pub := connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("mx-device").SetAutoReconnect(false))
+	defer pub.Disconnect(100)
+	send := func(id string, v float64, ts int64) {
+		t.Helper()
+		body := fmt.Sprintf(`{"id":%q,"v":%g,"ts":%d}`, id, v, ts)
+		if tok := pub.Publish("mx/"+id, 1, false, body); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish %s: %v", body, tok.Error())
+		}
+	}
+	rawCount := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(raw)
+	}
+	t0 := (time.Now().Add(-30*time.Minute).UnixMilli() / 10_000) * 10_000
+	send("k", 5, t0+100)
+	send("m", 1, t0+5000) // the watermark at 3.999 s: k's window [0,1) fires
+	testutil.Eventually(t, 30*time.Second, "k's window", func() bool { return rawCount() >= 1 })
+	send("k", 3, t0+200) // late, within the lateness; max stays 5
+	send("k", 7, t0+300) // late, within the lateness; max 7
+	testutil.Eventually(t, 30*time.Second, "k's window with max 7", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.ContainsFunc(raw, func(s string) bool { return strings.Contains(s, `"mx":7`) })
+	})
+	drainLate(t, url, col)
+	mu.Lock()
+	t.Logf("published: %s", strings.Join(raw, " "))
+	mu.Unlock()
+	got := col.contents(t)
+	want := []string{
+		fmt.Sprintf(`out/k {"id":"k","mx":5,"window_end":%d,"window_start":%d}`, t0+1000, t0),
+		fmt.Sprintf(`out/k {"id":"k","mx":7,"window_end":%d,"window_start":%d}`, t0+1000, t0),
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("results by msg_id:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
