@@ -212,3 +212,122 @@ pipelines:
 		t.Errorf("results by msg_id:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestSessionCleanedUpAfterARescale: a session fires, its job is stopped
+// with a savepoint before the session's lateness passed and resumed at
+// another parallelism; once the watermark passes the session's end plus
+// the lateness the restored subtask cleans it up, so a reading within gap
+// of its last reading opens a session of its own (README: "A session
+// whose lateness has passed is gone") rather than joining the old one.
+func TestSessionCleanedUpAfterARescale(t *testing.T) {
+	for _, resume := range []int{1, 3} {
+		t.Run(fmt.Sprintf("2to%d", resume), func(t *testing.T) { sessionCleanedUpAfterARescale(t, resume) })
+	}
+}
+
+func sessionCleanedUpAfterARescale(t *testing.T, resume int) {
+	dir := t.TempDir()
+	broker, api := freeAddr(t), freeAddr(t)
+	url := "tcp://" + broker
+	cfgPath := filepath.Join(dir, "edged.yaml")
+	writeCfg := func(par int) {
+		cfg := fmt.Sprintf(`node:
+  data_dir: %[1]s/data
+  broker: %[2]s
+  listen: %[3]s
+pipelines:
+  - name: ses
+    parallelism: %[4]d
+    source:
+      mqtt: {topics: [ses/+], format: json, fields: {id: string, v: float, ts: {type: time, unit: ms}}}
+    event_time: {field: ts, max_out_of_orderness: 1s}
+    key: id
+    window: {type: session, gap: 5s, allowed_lateness: 10s, aggregates: [{name: n, fn: count}, {name: s, fn: sum, field: v}]}
+    sinks: [{mqtt: {topic: "out/{id}"}}]
+    checkpoint: {dir: %[1]s/ck, interval: 200ms}
+`, dir, broker, api, par)
+		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeCfg(2)
+	nd := &node{t: t, cfgPath: cfgPath, logPath: filepath.Join(dir, "edged.log"), brokerAddr: broker, apiAddr: api}
+	cleanupNode(t, nd)
+	nd.start()
+	col := &lateCollector{byID: map[string]string{}, markers: map[string]bool{}}
+	var sub, pub paho.Client
+	connectClients := func() {
+		sub = connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("ses-results").
+			SetCleanSession(false).SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(col.handle))
+		for _, f := range []string{"out/#", "deadletter/#"} {
+			if tok := sub.Subscribe(f, 1, col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+				t.Fatalf("subscribe: %v", tok.Error())
+			}
+		}
+		pub = connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("ses-device").SetAutoReconnect(false))
+	}
+	connectClients()
+	send := func(id string, v float64, ts int64) {
+		t.Helper()
+		body := fmt.Sprintf(`{"id":%q,"v":%g,"ts":%d}`, id, v, ts)
+		if tok := pub.Publish("ses/"+id, 1, false, body); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish %s: %v", body, tok.Error())
+		}
+	}
+	waitWM := func(wm int64) {
+		t.Helper()
+		testutil.Eventually(t, 30*time.Second, fmt.Sprintf("watermark %d", wm), func() bool {
+			p, ok := nd.progress("ses")
+			return ok && p.eventTime == wm
+		})
+	}
+	waitFor := func(n int, what string) {
+		t.Helper()
+		testutil.Eventually(t, 30*time.Second, what, func() bool {
+			col.mu.Lock()
+			defer col.mu.Unlock()
+			return len(col.byID) >= n
+		})
+	}
+	const s = 1000
+	t0 := (time.Now().Add(-30*time.Minute).UnixMilli() / 10_000) * 10_000
+	// a's session [1,7) fires at the watermark 9.999 s; its lateness
+	// passes at 16.999 s.
+	send("a", 1, t0+1*s)
+	send("a", 2, t0+2*s)
+	for range 2 {
+		send("m", 0, t0+11*s)
+	}
+	waitWM(t0 + 9_999)
+	waitFor(1, "a's session")
+	pub.Disconnect(100)
+	sub.Disconnect(100)
+	sp := cliStop(t, nd, "ses")
+	if code := nd.waitExit(t, 30*time.Second); code != 0 {
+		t.Fatalf("edged exited %d after the stop", code)
+	}
+	writeCfg(resume)
+	nd.start("--from-savepoint", sp)
+	nd.checkParallelism(t, "ses", "ses/window", resume)
+	connectClients()
+	// The watermark at 19.999 s: a's session is gone.
+	for range resume {
+		send("m", 0, t0+21*s)
+	}
+	waitWM(t0 + 19_999)
+	// a at 6.5 s is within gap of a's last reading, and its own window
+	// [6.5,11.5) is within the lateness: a session of its own, fired at
+	// once.
+	send("a", 4, t0+6500)
+	waitFor(3, "a's new session")
+	drainLate(t, url, col)
+	got := col.contents(t)
+	want := []string{
+		fmt.Sprintf(`out/a {"id":"a","n":1,"s":4,"window_end":%d,"window_start":%d}`, t0+11500, t0+6500),
+		fmt.Sprintf(`out/a {"id":"a","n":2,"s":3,"window_end":%d,"window_start":%d}`, t0+7*s, t0+1*s),
+		fmt.Sprintf(`out/m {"id":"m","n":2,"s":0,"window_end":%d,"window_start":%d}`, t0+16*s, t0+11*s),
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("results:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
