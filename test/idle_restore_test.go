@@ -331,3 +331,137 @@ pipelines:
 		t.Errorf("results:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestAlertsLateReadingsAfterARescale: alerts at parallelism 2 look at a
+// key's readings up to 3 s; the job is stopped with a savepoint and
+// resumed at parallelism 3. Readings of the key behind the watermark then
+// are looked at on arrival when they come after the latest reading the
+// alerts looked at (an alert held from 4 s fires once), and are dead
+// letters when they do not (at 2.5 s, and at 3.5 s once 6.5 s was looked
+// at), as the README says of late readings to alerts.
+func TestAlertsLateReadingsAfterARescale(t *testing.T) {
+	dir := t.TempDir()
+	broker, api := freeAddr(t), freeAddr(t)
+	url := "tcp://" + broker
+	cfgPath := filepath.Join(dir, "edged.yaml")
+	writeCfg := func(par int) {
+		cfg := fmt.Sprintf(`node:
+  data_dir: %[1]s/data
+  broker: %[2]s
+  listen: %[3]s
+pipelines:
+  - name: al
+    parallelism: %[4]d
+    source:
+      mqtt: {topics: [al/+], format: json, fields: {id: string, temp: float, ts: {type: time, unit: ms}}}
+    event_time: {field: ts, max_out_of_orderness: 1s}
+    key: id
+    alerts: [{name: hot, when: temp > 38, for: 2s}]
+    sinks: [{mqtt: {topic: "out/{id}"}}]
+    checkpoint: {dir: %[1]s/ck, interval: 200ms}
+`, dir, broker, api, par)
+		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeCfg(2)
+	nd := &node{t: t, cfgPath: cfgPath, logPath: filepath.Join(dir, "edged.log"), brokerAddr: broker, apiAddr: api}
+	cleanupNode(t, nd)
+	nd.start()
+	col := &lateCollector{byID: map[string]string{}, markers: map[string]bool{}}
+	var sub, pub paho.Client
+	connectClients := func() {
+		sub = connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("al-results").
+			SetCleanSession(false).SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(col.handle))
+		for _, f := range []string{"out/#", "deadletter/#"} {
+			if tok := sub.Subscribe(f, 1, col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+				t.Fatalf("subscribe: %v", tok.Error())
+			}
+		}
+		pub = connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("al-device").SetAutoReconnect(false))
+	}
+	connectClients()
+	send := func(id string, temp float64, ts int64) {
+		t.Helper()
+		body := fmt.Sprintf(`{"id":%q,"temp":%g,"ts":%d}`, id, temp, ts)
+		if tok := pub.Publish("al/"+id, 1, false, body); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish %s: %v", body, tok.Error())
+		}
+	}
+	// waitWM waits until every subtask of the alerts operator is at wm.
+	waitWM := func(wm int64) {
+		t.Helper()
+		testutil.Eventually(t, 30*time.Second, fmt.Sprintf("the alerts' watermark %d", wm), func() bool {
+			ts, err := nd.tasks("al")
+			if err != nil {
+				return false
+			}
+			n := 0
+			for _, ti := range ts {
+				if slices.Contains(ti.Operators, "al/alerts") {
+					if ti.Watermark == nil || *ti.Watermark != wm {
+						return false
+					}
+					n++
+				}
+			}
+			return n > 0
+		})
+	}
+	waitFor := func(n int, what string) {
+		t.Helper()
+		testutil.Eventually(t, 30*time.Second, what, func() bool {
+			col.mu.Lock()
+			defer col.mu.Unlock()
+			return len(col.byID) >= n
+		})
+	}
+	const s = 1000
+	t0 := (time.Now().Add(-30*time.Minute).UnixMilli() / 10_000) * 10_000
+	for i := int64(1); i <= 3; i++ {
+		send("a", 20, t0+i*s)
+	}
+	for range 2 {
+		send("m", 20, t0+10*s)
+	}
+	waitWM(t0 + 8_999)
+	pub.Disconnect(100)
+	sub.Disconnect(100)
+	// A checkpoint after the watermark reached 8.999 s holds a's readings
+	// looked at: the savepoint does.
+	sp := cliStop(t, nd, "al")
+	if code := nd.waitExit(t, 30*time.Second); code != 0 {
+		t.Fatalf("edged exited %d after the stop", code)
+	}
+	writeCfg(3)
+	nd.start("--from-savepoint", sp)
+	nd.checkParallelism(t, "al", "al/alerts", 3)
+	connectClients()
+	send("a", 40, t0+2500) // behind a's latest (3 s): a dead letter
+	waitFor(1, "the first dead letter")
+	send("a", 40, t0+4*s)
+	send("a", 40, t0+5*s)
+	send("a", 40, t0+6500)
+	waitFor(2, "the alert")
+	send("a", 20, t0+3500) // behind a's latest (6.5 s): a dead letter
+	waitFor(3, "the second dead letter")
+	drainLate(t, url, col)
+	got := col.contents(t)
+	var results, dead []string
+	for _, c := range got {
+		if strings.Contains(c, `"error"`) {
+			dead = append(dead, c)
+		} else {
+			results = append(results, c)
+		}
+	}
+	want := []string{fmt.Sprintf(`out/a {"alert":"hot","at":%d,"id":"a","since":%d}`, t0+6*s, t0+4*s)}
+	if !slices.Equal(results, want) || len(dead) != 2 {
+		t.Errorf("results:\n%s\nwant:\n%s\ndead letters (want 2):\n%s", strings.Join(results, "\n"), strings.Join(want, "\n"), strings.Join(dead, "\n"))
+	}
+	for _, d := range dead {
+		if !strings.Contains(d, "late: behind the watermark") {
+			t.Errorf("dead letter %s: want the error of a late reading to the alerts", d)
+		}
+	}
+}
