@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -122,11 +123,16 @@ func TestClusterSessionWindowsFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with three subprocesses and SIGKILL")
 	}
-	t.Run("worker", func(t *testing.T) { sessionWindowsFailover(t, 2) })
-	t.Run("leader", func(t *testing.T) { sessionWindowsFailover(t, 0) })
+	t.Run("worker", func(t *testing.T) { sessionWindowsFailover(t, 2, false) })
+	t.Run("leader", func(t *testing.T) { sessionWindowsFailover(t, 0, false) })
+	t.Run("worker killed again in its handover back", func(t *testing.T) { sessionWindowsFailover(t, 2, true) })
 }
 
-func sessionWindowsFailover(t *testing.T, victim int) {
+// sessionWindowsFailover runs TestClusterSessionWindowsFailover, killing
+// members[victim]; with rekill the victim, started again without its
+// devices, is killed again as soon as the leader starts handing its
+// subtasks back to it, and started once more after the second failover.
+func sessionWindowsFailover(t *testing.T, victim int, rekill bool) {
 	members := startClusterEdited(t, true, withSessionWindows)
 	l := newClusterLoad(t, members)
 	l.payload = sessionPayload
@@ -176,13 +182,37 @@ func sessionWindowsFailover(t *testing.T, victim int) {
 	t.Logf("failover after %v", time.Since(start).Round(time.Millisecond))
 	l.publish(n2, n3)
 
+	if rekill {
+		handovers := func() int {
+			b, err := os.ReadFile(members[0].logPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return strings.Count(string(b), `msg="handover starting"`)
+		}
+		before := handovers()
+		v.start()
+		started := testutil.Within(30*time.Second, func() bool { return handovers() > before })
+		v.kill()
+		t.Logf("killed node %s again (a handover back to it had started: %v)", v.id, started)
+		testutil.Eventually(t, 60*time.Second, "node "+v.id+"'s subtasks run on the live nodes again", func() bool {
+			s, err := watcher.status(client)
+			return err == nil && s.keyedOn(v.id) == 0 && s.alive() == 2
+		})
+		l.publish(n3, n3+3_000)
+	}
+
 	// The node comes back and gets its subtasks back, under load.
 	l.restart(victim)
 	testutil.Eventually(t, 90*time.Second, "node "+v.id+" owns key groups again", func() bool {
 		s, err := members[0].status(client)
 		return err == nil && s.keyedOn(v.id) > 0
 	})
-	l.publish(n3, n4)
+	if rekill {
+		l.publish(n3+3_000, n4)
+	} else {
+		l.publish(n3, n4)
+	}
 	l.publish(n4, n4+len(members)*tail)
 	checkExactSessions(t, l.col, n4/sessionBurst, 120*time.Second)
 	l.col.mu.Lock()
