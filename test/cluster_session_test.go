@@ -464,3 +464,93 @@ func TestClusterSessionLateUpdatesAcrossRescale(t *testing.T) {
 		t.Errorf("%d dead letters, want 1:\n%s", len(l.col.dead), strings.Join(ds, "\n"))
 	}
 }
+
+// withSlidingWindows makes a cluster node's pipeline count per 1 s window
+// sliding by 500 ms instead of per 1 s tumbling window.
+func withSlidingWindows(cfg string) string {
+	const tumbling = "      type: tumbling\n      size: 1s\n"
+	if !strings.Contains(cfg, tumbling) {
+		panic("withSlidingWindows: unexpected config:\n" + cfg)
+	}
+	return strings.Replace(cfg, tumbling, "      type: sliding\n      size: 1s\n      slide: 500ms\n", 1)
+}
+
+// TestClusterSlidingWindowsFailover runs the e2e workload through 1 s
+// windows sliding by 500 ms on a three-node cluster with gossip; a worker
+// is SIGKILLed while the job processes what the live nodes took, and
+// restarted after the failover. Every window of every sensor arrives
+// under one msg_id with its exact count.
+func TestClusterSlidingWindowsFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses and SIGKILL")
+	}
+	members := startClusterEdited(t, true, withSlidingWindows)
+	l := newClusterLoad(t, members)
+	a, c := members[0], members[2]
+	client := &http.Client{Timeout: time.Second}
+	testutil.Eventually(t, 30*time.Second, "the master sees every node alive", func() bool {
+		s, err := a.status(client)
+		return err == nil && s.alive() == 3 && s.keyedOn("c") > 0
+	})
+	const n1, n2, n3, n4 = 15_250, 24_300, 33_700, 45_000
+	l.publish(0, n1)
+	testutil.Eventually(t, 60*time.Second, "node c's log released all it was sent", func() bool {
+		rel, err := c.released(client)
+		return err == nil && rel >= n1/3
+	})
+	l.disconnect(2)
+	l.down[2] = true
+	l.publish(n1, n2)
+	c.kill()
+	testutil.Eventually(t, 60*time.Second, "the master moved node c's subtasks to live nodes", func() bool {
+		s, err := a.status(client)
+		return err == nil && s.FailoversTotal >= 1 && s.keyedOn("c") == 0 && s.keyedOn("a")+s.keyedOn("b") > 0
+	})
+	l.publish(n2, n3)
+	l.restart(2)
+	testutil.Eventually(t, 90*time.Second, "node c owns key groups again", func() bool {
+		s, err := a.status(client)
+		return err == nil && s.keyedOn("c") > 0
+	})
+	l.publish(n3, n4)
+	l.publish(n4, n4+len(members)*tail)
+	// The windows starting at -0.5 s, 0 s, 0.5 s, … up to n4 readings.
+	starts := 2*n4/windowMS - 1
+	count := func() int {
+		l.col.mu.Lock()
+		defer l.col.mu.Unlock()
+		n := 0
+		for k := range starts {
+			for s := range sensors {
+				if len(l.col.byKey[winKey{sensorOf(s), epochMS + int64(k-1)*windowMS/2}]) > 0 {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	if !testutil.Within(120*time.Second, func() bool { return count() == starts*sensors }) {
+		t.Fatalf("%d of %d windows", count(), starts*sensors)
+	}
+	l.col.mu.Lock()
+	defer l.col.mu.Unlock()
+	if len(l.col.bad) > 0 {
+		t.Fatalf("%d bad results, first: %s", len(l.col.bad), l.col.bad[0])
+	}
+	for k := range starts {
+		for s := range sensors {
+			key := winKey{sensorOf(s), epochMS + int64(k-1)*windowMS/2}
+			want := int64(perSensor)
+			if k == 0 {
+				want = perSensor / 2
+			}
+			ids := map[string]int64{}
+			for _, r := range l.col.byKey[key] {
+				ids[r.MsgID] = r.Count
+			}
+			if len(ids) != 1 || l.col.byKey[key][0].Count != want {
+				t.Errorf("window %v: counts by msg_id %v, want one of %d", key, ids, want)
+			}
+		}
+	}
+}
