@@ -465,3 +465,102 @@ pipelines:
 		}
 	}
 }
+
+// TestSessionGapChangedAtARestore: sessions of a 5 s gap, stopped with a
+// savepoint while a's session [1,7) is open and resumed with a gap of
+// 1 s. The restored session keeps the end its old gap gave it (the state
+// holds the session's bounds, not its last reading): a reading at 6.5 s,
+// whose own window [6.5,7.5) of the new gap touches it, joins it, and the
+// session fires as [1,7.5) with 3 readings; m's session [4.6,9.6) takes m
+// at 7 s the same way.
+func TestSessionGapChangedAtARestore(t *testing.T) {
+	dir := t.TempDir()
+	broker, api := freeAddr(t), freeAddr(t)
+	url := "tcp://" + broker
+	cfgPath := filepath.Join(dir, "edged.yaml")
+	writeCfg := func(gap string) {
+		cfg := fmt.Sprintf(`node:
+  data_dir: %[1]s/data
+  broker: %[2]s
+  listen: %[3]s
+pipelines:
+  - name: ses
+    source:
+      mqtt: {topics: [ses/+], format: json, fields: {id: string, v: float, ts: {type: time, unit: ms}}}
+    event_time: {field: ts, max_out_of_orderness: 1s}
+    key: id
+    window: {type: session, gap: %[4]s, aggregates: [{name: n, fn: count}]}
+    sinks: [{mqtt: {topic: "out/{id}"}}]
+    checkpoint: {dir: %[1]s/ck, interval: 200ms}
+`, dir, broker, api, gap)
+		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeCfg("5s")
+	nd := &node{t: t, cfgPath: cfgPath, logPath: filepath.Join(dir, "edged.log"), brokerAddr: broker, apiAddr: api}
+	cleanupNode(t, nd)
+	nd.start()
+	col := &lateCollector{byID: map[string]string{}, markers: map[string]bool{}}
+	var sub, pub paho.Client
+	connectClients := func() {
+		sub = connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("gap-results").
+			SetCleanSession(false).SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(col.handle))
+		for _, f := range []string{"out/#", "deadletter/#"} {
+			if tok := sub.Subscribe(f, 1, col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+				t.Fatalf("subscribe: %v", tok.Error())
+			}
+		}
+		pub = connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("gap-device").SetAutoReconnect(false))
+	}
+	connectClients()
+	send := func(id string, ts int64) {
+		t.Helper()
+		body := fmt.Sprintf(`{"id":%q,"v":1,"ts":%d}`, id, ts)
+		if tok := pub.Publish("ses/"+id, 1, false, body); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish %s: %v", body, tok.Error())
+		}
+	}
+	waitWM := func(wm int64) {
+		t.Helper()
+		testutil.Eventually(t, 30*time.Second, fmt.Sprintf("watermark %d", wm), func() bool {
+			p, ok := nd.progress("ses")
+			return ok && p.eventTime == wm
+		})
+	}
+	t0 := (time.Now().Add(-30*time.Minute).UnixMilli() / 10_000) * 10_000
+	send("a", t0+1000)
+	send("a", t0+2000)
+	send("m", t0+4600)
+	waitWM(t0 + 3599)
+	pub.Disconnect(100)
+	sub.Disconnect(100)
+	sp := cliStop(t, nd, "ses")
+	if code := nd.waitExit(t, 30*time.Second); code != 0 {
+		t.Fatalf("edged exited %d after the stop", code)
+	}
+	writeCfg("1s")
+	nd.start("--from-savepoint", sp)
+	nd.checkRestoredFrom(t, sp)
+	connectClients()
+	send("m", t0+7000)
+	waitWM(t0 + 5999)
+	send("a", t0+6500)
+	send("m", t0+20_000)
+	waitWM(t0 + 18_999)
+	// The results go out once a checkpoint after their firing completed.
+	testutil.Eventually(t, 30*time.Second, "a's and m's sessions", func() bool {
+		col.mu.Lock()
+		defer col.mu.Unlock()
+		return len(col.byID) >= 2
+	})
+	drainLate(t, url, col)
+	got := col.contents(t)
+	want := []string{
+		fmt.Sprintf(`out/a {"id":"a","n":3,"window_end":%d,"window_start":%d}`, t0+7500, t0+1000),
+		fmt.Sprintf(`out/m {"id":"m","n":2,"window_end":%d,"window_start":%d}`, t0+9600, t0+4600),
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("results:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
