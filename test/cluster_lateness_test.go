@@ -34,12 +34,7 @@ func TestClusterLateUpdatesAcrossFailover(t *testing.T) {
 	}
 	members := startClusterEdited(t, true, withLateness)
 	l := newClusterLoad(t, members)
-	l.deadLetters = true
-	for _, c := range l.subs {
-		if tok := c.Subscribe("deadletter/#", 1, l.col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-			t.Fatalf("subscribe to the dead letters: %v", tok.Error())
-		}
-	}
+	l.takeDeadLetters()
 	a, c := members[0], members[2]
 	client := &http.Client{Timeout: time.Second}
 	testutil.Eventually(t, 30*time.Second, "the master sees every node alive", func() bool {

@@ -234,12 +234,7 @@ func TestClusterSessionWindowsWorkerKilledBeforeCheckpoint(t *testing.T) {
 	members := startClusterEdited(t, true, withSessionWindows)
 	l := newClusterLoad(t, members)
 	l.payload = sessionPayload
-	l.deadLetters = true
-	for _, c := range l.subs {
-		if tok := c.Subscribe("deadletter/#", 1, l.col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-			t.Fatalf("subscribe to the dead letters: %v", tok.Error())
-		}
-	}
+	l.takeDeadLetters()
 	a, c := members[0], members[2]
 	client := &http.Client{Timeout: time.Second}
 	testutil.Eventually(t, 30*time.Second, "the master sees every node alive", func() bool {
@@ -341,12 +336,7 @@ func TestClusterSessionLateUpdatesAcrossRescale(t *testing.T) {
 	a := members[0]
 	l := newClusterLoad(t, members)
 	l.payload = sessionPayload
-	l.deadLetters = true
-	for _, c := range l.subs {
-		if tok := c.Subscribe("deadletter/#", 1, l.col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-			t.Fatalf("subscribe to the dead letters: %v", tok.Error())
-		}
-	}
+	l.takeDeadLetters()
 	client := &http.Client{Timeout: time.Second}
 	// late publishes a reading of sensor s at event time ts to node i.
 	late := func(i, s int, ts int64) {

@@ -245,6 +245,20 @@ func (l *clusterLoad) connect(i int) {
 	}
 }
 
+// takeDeadLetters has the results subscribers take the dead letters too,
+// from now on and after every reconnect.
+func (l *clusterLoad) takeDeadLetters() {
+	l.deadLetters = true
+	for i, c := range l.subs {
+		if c == nil {
+			continue
+		}
+		if tok := c.Subscribe("deadletter/#", 1, l.col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			l.t.Fatalf("subscribe to node %s's dead letters: %v", l.members[i].id, tok.Error())
+		}
+	}
+}
+
 func (l *clusterLoad) disconnect(i int) {
 	if l.subs[i] != nil {
 		l.subs[i].Disconnect(0)
