@@ -249,10 +249,18 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool, par, resume int) {
 		nd.checkParallelism(t, p, p+"/window", resume)
 	}
 	connectClients()
-	// Phase D: after the savepoint, b late within the lateness; c late
-	// within it, joining c's two sessions into one; m at 12 s on time, in
-	// m's windows still open at the savepoint.
+	// Phase D: after the savepoint, b late within the lateness, and a
+	// kill as soon as the broker took it, maybe before the resumed job
+	// completed a checkpoint: the node restores from the savepoint, or a
+	// checkpoint after it, at the new parallelism, and b updates its
+	// windows once. Then c late within the lateness, joining c's two
+	// sessions into one; m at 12 s on time, in m's windows still open at
+	// the savepoint.
 	send("b", 60, t0+4*s)
+	nd.kill()
+	disconnect()
+	nd.start()
+	connectClients()
 	waitFor(27, "b's update after the savepoint")
 	send("c", 4, t0+4*s)
 	send("m", 3, t0+12*s)
