@@ -544,3 +544,48 @@ func TestClusterSlidingWindowsFailover(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterSessionWindowsPowerLoss: the three nodes of a cluster running
+// event-time sessions are SIGKILLed at once while the job processes
+// readings that no checkpoint covers yet (a whole-site power loss), and
+// all three start again. Every node's ingest log is back, so the job
+// restored from the checkpoint the cluster replicated reads them again:
+// every sensor's session of every burst arrives under one msg_id, exact,
+// and no other session does.
+func TestClusterSessionWindowsPowerLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses and SIGKILL")
+	}
+	members := startClusterEdited(t, true, withSessionWindows)
+	l := newClusterLoad(t, members)
+	l.payload = sessionPayload
+	a := members[0]
+	client := &http.Client{Timeout: time.Second}
+	testutil.Eventually(t, 30*time.Second, "a leads, every node alive", func() bool {
+		s, err := a.leaderStatus(client)
+		return err == nil && s.alive() == 3 && s.Leader == "a" && s.keyedOn("a") > 0
+	})
+	const n1, n2 = 20_500, 45_000
+	l.publish(0, n1)
+	for i, m := range members {
+		m.kill()
+		l.down[i] = true
+	}
+	for i := range members {
+		l.disconnect(i)
+	}
+	t.Logf("power loss: a, b and c SIGKILLed")
+	for _, m := range members {
+		m.readyFn = func(*http.Client) bool { return brokerUp(m.brokerAddr) }
+	}
+	for _, i := range []int{1, 2, 0} {
+		l.restart(i)
+	}
+	testutil.Eventually(t, 90*time.Second, "the job runs again, a leading, on the three nodes", func() bool {
+		s, err := a.leaderStatus(client)
+		return err == nil && s.Leader == "a" && s.alive() == 3 && s.keyedOn("a") > 0 && allHostTasks(client, members[1:])
+	})
+	l.publish(n1, n2)
+	l.publish(n2, n2+len(members)*tail)
+	checkExactSessions(t, l.col, n2/sessionBurst, 120*time.Second)
+}
