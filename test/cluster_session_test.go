@@ -589,3 +589,50 @@ func TestClusterSessionWindowsPowerLoss(t *testing.T) {
 	l.publish(n2, n2+len(members)*tail)
 	checkExactSessions(t, l.col, n2/sessionBurst, 120*time.Second)
 }
+
+// TestClusterSessionRescaleWithoutADeadNode: sessions at parallelism 3 on
+// a three-node cluster; once node c's log is covered by checkpoints, the
+// job is stopped with a savepoint through the CLI while sessions are open,
+// every node is stopped, and only a and b (a majority) start again, at
+// parallelism 2, the leader with --from-savepoint; c's device is lost.
+// The job runs on a and b, c's source split idle there, and every session
+// arrives once, exact.
+func TestClusterSessionRescaleWithoutADeadNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses")
+	}
+	members := startClusterEdited(t, true, withSessionWindows)
+	a, c := members[0], members[2]
+	l := newClusterLoad(t, members)
+	l.payload = sessionPayload
+	client := &http.Client{Timeout: time.Second}
+	const n1, n2 = 15_500, 40_000
+	l.publish(0, n1)
+	testutil.Eventually(t, 60*time.Second, "node c's log released all it was sent", func() bool {
+		rel, err := c.released(client)
+		return err == nil && rel >= n1/3
+	})
+	sp := cliStop(t, a.node, "sensors")
+	for _, i := range []int{1, 2, 0} {
+		l.stop(i)
+	}
+	for _, m := range members {
+		setParallelism(t, m, 3, 2)
+	}
+	a.readyFn = a.hostsAndServes
+	a.start("--from-savepoint", sp)
+	delete(l.down, 0)
+	l.connect(0)
+	l.restart(1)
+	testutil.Eventually(t, 60*time.Second, "the job runs on b too", func() bool {
+		return allHostTasks(client, members[1:2])
+	})
+	a.checkRestoredFrom(t, sp)
+	testutil.Eventually(t, 30*time.Second, "two window subtasks placed on a and b", func() bool {
+		w, err := windowSubtasks(client, a)
+		return err == nil && w["a"]+w["b"] == 2 && w["c"] == 0
+	})
+	l.publish(n1, n2)
+	l.publish(n2, n2+len(members)*tail)
+	checkExactSessions(t, l.col, n2/sessionBurst, 120*time.Second)
+}
