@@ -42,13 +42,23 @@ func sessionOf(s, b int) (start, end int64) {
 }
 
 // withSessionWindows makes a cluster node's pipeline count per event-time
-// session of a 150 ms gap instead of per 1 s tumbling window.
+// session of a 150 ms gap instead of per 1 s tumbling window, and give
+// the temperature of each session's first and last reading.
 func withSessionWindows(cfg string) string {
 	const tumbling = "      type: tumbling\n      size: 1s\n"
-	if !strings.Contains(cfg, tumbling) {
+	const count = "        - {name: count, fn: count}\n"
+	if !strings.Contains(cfg, tumbling) || !strings.Contains(cfg, count) {
 		panic("withSessionWindows: unexpected config:\n" + cfg)
 	}
+	cfg = strings.Replace(cfg, count, count+"        - {name: first, fn: first, field: temp}\n        - {name: last, fn: last, field: temp}\n", 1)
 	return strings.Replace(cfg, tumbling, fmt.Sprintf("      type: session\n      gap: %dms\n", sessionGapMS), 1)
+}
+
+// sessionTemps returns the temperatures of sensor s's first and last
+// readings of burst b (sessionPayload).
+func sessionTemps(s, b int) (first, last float64) {
+	temp := func(i int) float64 { return float64(20+i%15) + 0.5 }
+	return temp(b*sessionBurst + s), temp(b*sessionBurst + sessionBurst - sensors + s)
 }
 
 // checkExactSessions waits until every sensor's session of each of the
@@ -80,16 +90,21 @@ func checkExactSessions(t *testing.T, col *collector, bursts int, timeout time.D
 	if len(col.bad) > 0 {
 		t.Fatalf("%d bad results, first: %s", len(col.bad), col.bad[0])
 	}
-	want := map[winKey]int64{}
+	type session struct {
+		end         int64
+		first, last float64
+	}
+	want := map[winKey]session{}
 	for b := range bursts {
 		for s := range sensors {
 			start, end := sessionOf(s, b)
-			want[winKey{sensorOf(s), start}] = end
+			first, last := sessionTemps(s, b)
+			want[winKey{sensorOf(s), start}] = session{end, first, last}
 		}
 	}
 	limit := epochMS + int64(bursts)*sessionPeriod
 	for k, rs := range col.byKey {
-		end, ok := want[k]
+		w, ok := want[k]
 		if !ok {
 			if k.start < limit {
 				t.Errorf("session %v: not a session of the readings (%d results, first %+v)", k, len(rs), rs[0])
@@ -103,8 +118,8 @@ func checkExactSessions(t *testing.T, col *collector, bursts int, timeout time.D
 		if len(ids) > 1 {
 			t.Errorf("session %v: %d results under %d msg_ids: emitted twice", k, len(rs), len(ids))
 		}
-		if rs[0].Count != perSensor || rs[0].WindowEnd != end {
-			t.Errorf("session %v: count %d, end %d; want %d, %d", k, rs[0].Count, rs[0].WindowEnd, perSensor, end)
+		if r := rs[0]; r.Count != perSensor || r.WindowEnd != w.end || r.First != w.first || r.Last != w.last {
+			t.Errorf("session %v: count %d, end %d, first %g, last %g; want %d, %d, %g, %g", k, r.Count, r.WindowEnd, r.First, r.Last, perSensor, w.end, w.first, w.last)
 		}
 	}
 }

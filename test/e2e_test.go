@@ -89,11 +89,13 @@ func keyOf(i int) winKey {
 
 // result is a window result published to agg/<id>.
 type result struct {
-	MsgID       string `json:"msg_id"`
-	ID          string `json:"id"`
-	WindowStart int64  `json:"window_start"`
-	WindowEnd   int64  `json:"window_end"`
-	Count       int64  `json:"count"`
+	MsgID       string  `json:"msg_id"`
+	ID          string  `json:"id"`
+	WindowStart int64   `json:"window_start"`
+	WindowEnd   int64   `json:"window_end"`
+	Count       int64   `json:"count"`
+	First       float64 `json:"first"` // with withSessionWindows
+	Last        float64 `json:"last"`
 }
 
 // collector keeps every result the subscriber received.
