@@ -37,8 +37,15 @@ func TestClusterAlertsFailover(t *testing.T) {
 	}
 	t.Run("worker", func(t *testing.T) { clusterAlertsFailover(t, 2) })
 	t.Run("leader", func(t *testing.T) { clusterAlertsFailover(t, 0) })
+	t.Run("rescale", func(t *testing.T) { clusterAlertsFailover(t, -1) })
 }
 
+// clusterAlertsFailover runs TestClusterAlertsFailover, killing
+// members[victim]; with victim -1 it instead stops the job with a
+// savepoint through the CLI at a quarter of the readings (alerts pending,
+// their records held until the watermark passes them), stops every node,
+// and starts them again at parallelism 2, the leader with
+// --from-savepoint.
 func clusterAlertsFailover(t *testing.T, victim int) {
 	rs := alertReadings()
 	want := alertReference(rs)
@@ -48,6 +55,45 @@ func clusterAlertsFailover(t *testing.T, victim int) {
 		r := rs[i]
 		return "sensors/" + r.id + "/temperature", []byte(fmt.Sprintf(`{"sensor":%q,"t":%g,"ts":%d}`, r.id, r.temp, r.ts))
 	}
+	if victim < 0 {
+		clusterAlertsRescale(t, members, l, rs)
+	} else {
+		clusterAlertsKill(t, members, l, rs, victim)
+	}
+	checkClusterAlerts(t, l, want)
+}
+
+// clusterAlertsRescale publishes rs to the cluster with a stop with
+// savepoint and a resume at parallelism 2 at a quarter of them.
+func clusterAlertsRescale(t *testing.T, members []*clusterMember, l *clusterLoad, rs []alertReading) {
+	a := members[0]
+	client := &http.Client{Timeout: time.Second}
+	n := len(rs)
+	l.publish(0, n/4)
+	sp := cliStop(t, a.node, "sensors")
+	for _, i := range []int{1, 2, 0} {
+		l.stop(i)
+	}
+	for _, m := range members {
+		setParallelism(t, m, 3, 2)
+	}
+	a.readyFn = a.hostsAndServes
+	a.start("--from-savepoint", sp)
+	delete(l.down, 0)
+	l.connect(0)
+	for _, i := range []int{1, 2} {
+		l.restart(i)
+	}
+	testutil.Eventually(t, 60*time.Second, "the job runs on the three nodes", func() bool {
+		return allHostTasks(client, members[1:])
+	})
+	a.checkRestoredFrom(t, sp)
+	l.publish(n/4, n)
+}
+
+// clusterAlertsKill publishes rs to the cluster with members[victim]
+// killed mid-stream and restarted.
+func clusterAlertsKill(t *testing.T, members []*clusterMember, l *clusterLoad, rs []alertReading, victim int) {
 	v := members[victim]
 	watcher := members[0] // a node that stays up
 	if victim == 0 {
@@ -92,7 +138,12 @@ func clusterAlertsFailover(t *testing.T, victim int) {
 	})
 	// The last readings (sensor zz, far ahead) go to every node.
 	l.publish(n3, n)
+}
 
+// checkClusterAlerts checks that the consumer got exactly the alerts of
+// want, each under one msg_id.
+func checkClusterAlerts(t *testing.T, l *clusterLoad, want []string) {
+	t.Helper()
 	normal := make([]string, len(want))
 	for i, w := range want {
 		var obj map[string]any
