@@ -88,13 +88,14 @@ func TestLateUpdatesExactlyOnceAcrossKillAndSavepoint(t *testing.T) {
 // TestLateUpdatesExactlyOnceAcrossRescale is
 // TestLateUpdatesExactlyOnceAcrossKillAndSavepoint with the pipelines
 // resumed from the stop's savepoints at another parallelism (2 to 3, and
-// 2 to 1): the late readings after the savepoint update windows that
+// 2 to 1 on the embedded broker; 1 to 2 reading Mosquitto): the late readings after the savepoint update windows that
 // fired before it, on a subtask that took the window's key group over;
 // a reading for a window still open at the savepoint is on time; those
 // past the lateness are dead letters; each once.
 func TestLateUpdatesExactlyOnceAcrossRescale(t *testing.T) {
 	t.Run("2to3", func(t *testing.T) { lateUpdatesExactlyOnce(t, false, 2, 3) })
 	t.Run("2to1", func(t *testing.T) { lateUpdatesExactlyOnce(t, false, 2, 1) })
+	t.Run("mosquitto1to2", func(t *testing.T) { lateUpdatesExactlyOnce(t, true, 1, 2) })
 }
 
 // lateUpdatesExactlyOnce runs TestLateUpdatesExactlyOnceAcrossKillAndSavepoint
