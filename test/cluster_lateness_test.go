@@ -27,7 +27,9 @@ func withLateness(cfg string) string {
 // nodes) and after the worker came back; a reading past the lateness comes
 // at the end. Each late reading within the lateness updates its window
 // once (a second result, under a new msg_id), the one past it is one dead
-// letter, and every other window arrives once with its exact count.
+// letter, and every other window arrives once with its exact count. At
+// the end late readings go to the leader and the worker is killed again
+// at once: each of them updates its window once too.
 func TestClusterLateUpdatesAcrossFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with three subprocesses and SIGKILL")
@@ -91,6 +93,26 @@ func TestClusterLateUpdatesAcrossFailover(t *testing.T) {
 	waitWindows(windows, "at the end")
 
 	updated := map[winKey]bool{{"s000", epochMS + 5*windowMS}: true, {"s001", epochMS + 7*windowMS}: true, {"s002", epochMS + 9*windowMS}: true}
+	// Late readings within the lateness (window 50 ends at 51 s, the
+	// watermark is about 92 s in) of six sensors go to a, and c is killed
+	// at once, its log covered by checkpoints (it took readings i%3 == 2
+	// of [0, n1) and from n2 on, and one late reading): the window
+	// subtasks restored on the live nodes take the late readings from a's
+	// log, and each window is updated once.
+	cTook := uint64(n1/3 + 1 + (n3-n2)/3 + tail)
+	testutil.Eventually(t, 60*time.Second, "node c's log released all it was sent", func() bool {
+		rel, err := c.released(client)
+		return err == nil && rel >= cTook
+	})
+	for s := 10; s < 16; s++ {
+		late(0, sensorOf(s), 50)
+		updated[winKey{sensorOf(s), epochMS + 50*windowMS}] = true
+	}
+	l.kill(2)
+	testutil.Eventually(t, 60*time.Second, "the master moved node c's subtasks to live nodes again", func() bool {
+		s, err := a.status(client)
+		return err == nil && s.FailoversTotal >= 2 && s.keyedOn("c") == 0 && s.keyedOn("a")+s.keyedOn("b") > 0
+	})
 	testutil.Within(30*time.Second, func() bool {
 		l.col.mu.Lock()
 		defer l.col.mu.Unlock()
