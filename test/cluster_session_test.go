@@ -335,9 +335,9 @@ func TestClusterSessionWindowsWorkerKilledBeforeCheckpoint(t *testing.T) {
 // TestClusterSessionLateUpdatesAcrossRescale runs event-time sessions
 // with an allowed lateness of a minute on a three-node cluster at
 // parallelism 3, stops the job with a savepoint through the CLI while
-// sessions are open, and resumes it from the savepoint at parallelism 2
-// (every node stopped, its config changed, the leader started first with
-// --from-savepoint). Late readings for sessions that fired before the
+// sessions are open, and resumes it from the savepoint at parallelism 2,
+// and at 5 (more window subtasks than nodes): every node stopped, its
+// config changed, the leader started first with --from-savepoint. Late readings for sessions that fired before the
 // savepoint then update them, each once: one within a session, one that
 // extends a session's end; a reading past the lateness is one dead
 // letter; every other session arrives once, exact.
@@ -345,6 +345,11 @@ func TestClusterSessionLateUpdatesAcrossRescale(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with three subprocesses")
 	}
+	t.Run("3to2", func(t *testing.T) { clusterSessionLateUpdatesAcrossRescale(t, 2) })
+	t.Run("3to5", func(t *testing.T) { clusterSessionLateUpdatesAcrossRescale(t, 5) })
+}
+
+func clusterSessionLateUpdatesAcrossRescale(t *testing.T, to int) {
 	members := startClusterEdited(t, true, func(cfg string) string {
 		return strings.Replace(withSessionWindows(cfg), "      gap: ", "      allowed_lateness: 1m\n      gap: ", 1)
 	})
@@ -384,7 +389,7 @@ func TestClusterSessionLateUpdatesAcrossRescale(t *testing.T) {
 		l.stop(i)
 	}
 	for _, m := range members {
-		setParallelism(t, m, 3, 2)
+		setParallelism(t, m, 3, to)
 	}
 	a.readyFn = a.hostsAndServes
 	a.start("--from-savepoint", sp)
@@ -397,13 +402,13 @@ func TestClusterSessionLateUpdatesAcrossRescale(t *testing.T) {
 		return allHostTasks(client, members[1:])
 	})
 	a.checkRestoredFrom(t, sp)
-	testutil.Eventually(t, 30*time.Second, "two window subtasks placed", func() bool {
+	testutil.Eventually(t, 30*time.Second, fmt.Sprintf("%d window subtasks placed", to), func() bool {
 		w, err := windowSubtasks(client, a)
 		total := 0
 		for _, c := range w {
 			total += c
 		}
-		return err == nil && total == 2
+		return err == nil && total == to
 	})
 	// Within the lateness: s000's session of burst 3 gets a reading
 	// inside it, s001's of burst 4 one 100 ms after its last, which moves
