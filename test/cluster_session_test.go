@@ -138,17 +138,24 @@ func TestClusterSessionWindowsFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test with three subprocesses and SIGKILL")
 	}
-	t.Run("worker", func(t *testing.T) { sessionWindowsFailover(t, 2, false) })
-	t.Run("leader", func(t *testing.T) { sessionWindowsFailover(t, 0, false) })
-	t.Run("worker killed again in its handover back", func(t *testing.T) { sessionWindowsFailover(t, 2, true) })
+	t.Run("worker", func(t *testing.T) { sessionWindowsFailover(t, withSessionWindows, 2, false) })
+	t.Run("leader", func(t *testing.T) { sessionWindowsFailover(t, withSessionWindows, 0, false) })
+	t.Run("worker killed again in its handover back", func(t *testing.T) { sessionWindowsFailover(t, withSessionWindows, 2, true) })
+	// With a lateness, every fired session keeps its state and a cleanup
+	// timer until the watermark passes its end plus the lateness.
+	t.Run("worker with allowed lateness", func(t *testing.T) {
+		sessionWindowsFailover(t, func(cfg string) string {
+			return strings.Replace(withSessionWindows(cfg), "      gap: ", "      allowed_lateness: 5s\n      gap: ", 1)
+		}, 2, false)
+	})
 }
 
-// sessionWindowsFailover runs TestClusterSessionWindowsFailover, killing
-// members[victim]; with rekill the victim, started again without its
+// sessionWindowsFailover runs TestClusterSessionWindowsFailover with the
+// cluster's configs passed through edit, killing members[victim]; with rekill the victim, started again without its
 // devices, is killed again as soon as the leader starts handing its
 // subtasks back to it, and started once more after the second failover.
-func sessionWindowsFailover(t *testing.T, victim int, rekill bool) {
-	members := startClusterEdited(t, true, withSessionWindows)
+func sessionWindowsFailover(t *testing.T, edit func(string) string, victim int, rekill bool) {
+	members := startClusterEdited(t, true, edit)
 	l := newClusterLoad(t, members)
 	l.payload = sessionPayload
 	v := members[victim]
