@@ -337,6 +337,31 @@ func TestClusterSessionWindowsWorkerKilledBeforeCheckpoint(t *testing.T) {
 	if !ok || s+d != n4 {
 		t.Fatalf("%d readings in sessions and %d dead letters, want %d in all", s, d, n4)
 	}
+	// The master's GET /jobs counts the cluster's dead letters: at least
+	// those the consumer got (no node restarted after they were made; a
+	// replay may count one again).
+	l.col.mu.Lock()
+	got := int64(len(l.col.dead))
+	l.col.mu.Unlock()
+	var total int64
+	var byNode map[string]int64
+	counted := testutil.Within(30*time.Second, func() bool {
+		var jl struct {
+			Jobs []struct {
+				DeadLetters int64            `json:"dead_letters"`
+				ByNode      map[string]int64 `json:"dead_letters_by_node"`
+			} `json:"jobs"`
+		}
+		if err := a.get(client, "/jobs", &jl); err != nil || len(jl.Jobs) != 1 {
+			return false
+		}
+		total, byNode = jl.Jobs[0].DeadLetters, jl.Jobs[0].ByNode
+		return total >= got
+	})
+	t.Logf("GET /jobs: %d dead letters, by node %v; the consumer got %d", total, byNode, got)
+	if !counted {
+		t.Errorf("GET /jobs on the master counts %d dead letters (by node %v), the consumer got %d", total, byNode, got)
+	}
 }
 
 // TestClusterSessionLateUpdatesAcrossRescale runs event-time sessions
