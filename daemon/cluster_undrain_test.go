@@ -215,3 +215,90 @@ func undrainQueued(t *testing.T, c *clusterNode, node string) <-chan error {
 	})
 	return done
 }
+
+// An undrain of b asked while b's drain runs waits for that drain to end
+// and then undrains b: it rejoins and is moved in by a join. Before, the
+// undrain cleared the drained mark and asked b to rejoin at once (b had
+// not left yet, so that did nothing) and queued its join; the drain then
+// made b leave, the join found nothing to move, and the undrain answered
+// done while b stayed out of the cluster, taking no work and refusing
+// readings (seen with `edged cluster undrain b` right after an `edged
+// cluster drain b` whose --timeout ended).
+func TestUndrainWhileItsDrainRunsWaitsForIt(t *testing.T) {
+	c, fc, runs := undrainNode(t)
+	c.live.drained = map[string]bool{}
+	running, release := make(chan struct{}), make(chan struct{})
+	c.rb.exec = func(_ context.Context, s cluster.Start) error {
+		if len(s.Drain) > 0 {
+			c.live.mu.Lock()
+			for _, id := range s.Drain {
+				c.live.drained[id] = true
+			}
+			c.live.mu.Unlock()
+			close(running)
+			<-release
+			c.recordRebalance(cluster.Rebalance{At: time.Now(), Trigger: cluster.TriggerDrain, Outcome: cluster.RebalanceDone,
+				MovedKeyGroups: 42, PauseMS: map[string]float64{}})
+			return nil
+		}
+		runs <- s
+		return nil
+	}
+	drained := make(chan error, 1)
+	go func() { drained <- c.Drain(context.Background(), "b") }()
+	testutil.Eventually(t, 10*time.Second, "b's drain is queued", func() bool {
+		c.rb.gateMu.Lock()
+		defer c.rb.gateMu.Unlock()
+		return len(c.rb.waiters) == 1
+	})
+	stepped := make(chan bool, 1)
+	go func() { stepped <- c.rb.step(context.Background()) }()
+	<-running
+	undrained := make(chan error, 1)
+	go func() { undrained <- c.Undrain(context.Background(), "b") }()
+	// The undrain either went ahead at once (the fault: b's mark
+	// cleared, a join queued, or an answer) or waits for the drain.
+	testutil.Eventually(t, 10*time.Second, "the undrain went ahead or waits", func() bool {
+		if len(undrained) > 0 {
+			return true
+		}
+		c.rb.gateMu.Lock()
+		defer c.rb.gateMu.Unlock()
+		return len(c.rb.joined) == 1 || len(c.rb.waiters) > 0 || !c.live.drained["b"]
+	})
+	c.rb.gateMu.Lock()
+	joined, waiters, mark := len(c.rb.joined), len(c.rb.waiters), c.live.drained["b"]
+	c.rb.gateMu.Unlock()
+	if joined != 1 || waiters != 0 || !mark || len(undrained) > 0 {
+		t.Fatalf("while b's drain runs, the undrain waits for it %v, queued %d requests, b drained %v, answered %v",
+			joined == 1, waiters, mark, len(undrained) > 0)
+	}
+	close(release)
+	if !<-stepped {
+		t.Fatal("the drain did not run")
+	}
+	if err := <-drained; err != nil {
+		t.Fatal(err)
+	}
+	// Once the drain ended, the undrain goes ahead: b's mark is cleared
+	// and its join queued, which runs after the settle delay.
+	testutil.Eventually(t, 10*time.Second, "the undrain queued b's join", func() bool {
+		c.rb.gateMu.Lock()
+		defer c.rb.gateMu.Unlock()
+		return len(c.rb.waiters) == 1
+	})
+	c.live.mu.Lock()
+	mark = c.live.drained["b"]
+	c.live.mu.Unlock()
+	if mark {
+		t.Fatal("b still drained after the undrain went ahead")
+	}
+	fc.Advance(cluster.DefaultGateConfig().MaxSettle)
+	testutil.Eventually(t, 10*time.Second, "the join ran", func() bool { return c.rb.step(context.Background()) })
+	if err := <-undrained; err != nil {
+		t.Fatal(err)
+	}
+	if s := <-runs; triggerOf(s) != cluster.TriggerJoin || len(s.Drain) != 0 {
+		t.Fatalf("ran %+v, want b's join", s)
+	}
+}
