@@ -290,3 +290,56 @@ func TestBrowserNoCluster(t *testing.T) {
 		t.Fatalf("%d key-group ranges drawn without a cluster", n)
 	}
 }
+
+// The cluster view of a worker: the placement, the failovers and the
+// rebalances are the job masters', on the leader, and the worker's GET
+// /cluster holds none of them. The view says so and links the leader's
+// dashboard, rather than showing every member with 0 subtasks and 0 key
+// groups, "no keyed subtask placed" and "no failover since this node
+// started" while the cluster runs and failed over (as edged cluster
+// status asked of a worker prints "-" and names the leader).
+func TestBrowserClusterOnAWorker(t *testing.T) {
+	chromium(t)
+	f := newFakeCluster(t, 2)
+	f.mu.Lock()
+	s := &f.status
+	s.Node, s.Placement, s.Failovers, s.FailoversTotal, s.Rebalances, s.RebalancesTotal = "edge-2", nil, nil, 0, nil, 0
+	f.mu.Unlock()
+	addr, _ := startDemoWith(t, daemon.Options{Cluster: f})
+	ctx := browser(t, 1400, 1000)
+
+	run(t, ctx, "open the cluster view", chromedp.Navigate("http://"+addr+"/#cluster"),
+		chromedp.WaitVisible(`#members tbody tr[data-node]`, chromedp.ByQuery))
+	var view struct {
+		Counts, Map, Legend, Failovers, Rebalances, Cards, Link string
+	}
+	testutil.Eventually(t, waitLimit, "the cluster view drawn", func() bool {
+		run(t, ctx, "cluster view", chromedp.Evaluate(`({
+			Counts: [...document.querySelectorAll("#members tbody tr[data-node]")].map(r => r.cells[6].textContent + "/" + r.cells[7].textContent).join(" "),
+			Map: document.querySelector("#kg-map").textContent,
+			Legend: document.querySelector("#kg-legend").textContent,
+			Failovers: document.querySelector("#failovers tbody").textContent,
+			Rebalances: document.querySelector("#rebalances tbody").textContent,
+			Cards: [...document.querySelectorAll("#cluster-cards .card")].map(c => c.textContent).join("|"),
+			Link: (document.querySelector("#kg-legend a") || {}).href || "",
+		})`, &view))
+		return view.Map != ""
+	})
+	if view.Counts != "–/– –/– –/–" {
+		t.Errorf("members' subtasks/key groups on a worker: %q, want – for each (kept by the leader)", view.Counts)
+	}
+	if !strings.Contains(view.Map, "kept by the leader, node edge-1") || strings.Contains(view.Map, "no keyed subtask") {
+		t.Errorf("key-group map on a worker: %q", view.Map)
+	}
+	if want := "http://10.0.0.11:8081/#cluster"; view.Link != want || !strings.Contains(view.Legend, "edge-1") {
+		t.Errorf("legend %q links %q, want the leader's dashboard %s", view.Legend, view.Link, want)
+	}
+	for name, text := range map[string]string{"failovers": view.Failovers, "rebalances": view.Rebalances} {
+		if !strings.Contains(text, "recorded by this node: the leader, node edge-1") || strings.Contains(text, "since this node started") {
+			t.Errorf("%s table on a worker: %q", name, text)
+		}
+	}
+	if !strings.Contains(view.Cards, "failovers–") || !strings.Contains(view.Cards, "rebalances–") {
+		t.Errorf("cards on a worker: %q", view.Cards)
+	}
+}

@@ -15,6 +15,10 @@ const state = {
   graph: null,
   rates: new Map(), // chain name -> {in, out, bp, wmLag}
   cluster: null, // the latest GET /cluster of an enabled cluster
+  // On a cluster's worker: {node, leader, note}. The jobs are the job
+  // masters', on the leader; the worker lists them (GET /jobs?cluster=1)
+  // but answers none of a job's own endpoints.
+  worker: null,
 };
 
 // ---- helpers -------------------------------------------------------------
@@ -91,8 +95,12 @@ function showView(v) {
 }
 
 async function refreshJobs() {
-  const l = await api("/jobs");
+  // cluster=1: on a worker, the leader's jobs with the tasks this node
+  // hosts; elsewhere the node's own, as plain /jobs.
+  const l = await api("/jobs?cluster=1");
   state.jobs = l.jobs || [];
+  state.worker = l.node && l.leader !== l.node ? { node: l.node, leader: l.leader || "", note: l.note || "" } : null;
+  renderWorkerNote();
   const sel = $("#job-select");
   const names = state.jobs.map((j) => j.name);
   if (sel.options.length !== names.length || [...sel.options].some((o, i) => o.value !== names[i])) {
@@ -103,6 +111,37 @@ async function refreshJobs() {
 }
 
 function currentJob() { return state.jobs.find((j) => j.name === state.job); }
+
+// leaderDashboard returns the URL of the leader's dashboard, when this
+// node knows the leader's API address.
+function leaderDashboard(view) {
+  const c = state.cluster, w = state.worker;
+  const leader = w ? w.leader : c && c.leader;
+  const m = c && c.members ? c.members.find((x) => x.id === leader) : null;
+  return m && m.api ? `http://${m.api}/#${view}` : "";
+}
+
+// leaderRef names the leader (a link to its dashboard when its API is
+// known) for a note on a worker.
+function leaderRef(leader, view) {
+  if (!leader) return "no node (none leads now)";
+  const url = leaderDashboard(view);
+  return url ? el("span", {}, `node ${leader} (`, el("a", { href: url, class: "leader-link" }, url), ")") : `node ${leader}`;
+}
+
+// renderWorkerNote says, on a worker's job and checkpoint views, where the
+// job's graph, tasks, dead letters and checkpoints are: this node runs
+// none of the job masters.
+function renderWorkerNote() {
+  const n = $("#worker-note");
+  const w = state.worker;
+  n.hidden = !w || (state.view !== "job" && state.view !== "checkpoints");
+  if (!w) return;
+  const text = [`Node ${w.node} is a worker: the jobs run under the job masters of `, leaderRef(w.leader, state.view),
+    ", which keeps their graphs, tasks, dead letters and checkpoints, and takes savepoints, stops and cancels. This node lists their status and the tasks it hosts."];
+  if (w.note) text.push(" " + w.note);
+  n.replaceChildren(...text);
+}
 
 function renderCards() {
   const j = currentJob();
@@ -115,6 +154,7 @@ function renderCards() {
     card("checkpointing", j.checkpointing ? "on" : "off"),
     card("dead letters", j.dead_letters, j.dead_letters ? "warn" : ""),
   ];
+  if (state.worker && j.tasks_here !== undefined) cards.push(card("tasks here", j.tasks_here));
   if (j.error) cards.push(card("error", j.error, "bad"));
   else if (j.last_failure) cards.push(card("last failure", j.last_failure, j.status === "restarting" ? "bad" : "warn"));
   $("#job-cards").replaceChildren(...cards);
@@ -325,6 +365,27 @@ async function refreshIngest() {
     el("td", { class: "num" }, c.protocol_version), el("td", {}, c.clean_session ? "yes" : "no"))), "no client connected");
 }
 
+// renderWorkerViews empties the job and checkpoint views of a worker,
+// whose API answers none of a job's endpoints, saying where they are.
+function renderWorkerViews() {
+  const where = `on the leader, node ${state.worker.leader || "(none now)"}`;
+  if (state.view === "job") {
+    state.graph = null; state.graphKey = "";
+    const svg = $("#graph");
+    svg.replaceChildren(sv("text", { x: 10, y: 25, class: "metric" }, `the job graph is ${where}`));
+    svg.setAttribute("width", 400); svg.setAttribute("height", 40);
+    tbodyRows("#tasks", [], `the tasks' rates are ${where}`);
+    $("#dl-total").textContent = "";
+    $("#deadletters").replaceChildren(el("li", { class: "empty" }, `the dead letters are ${where}`));
+  } else if (state.view === "checkpoints") {
+    const svg = $("#cp-chart");
+    svg.replaceChildren(sv("text", { x: 60, y: 110, class: "tick" }, `the checkpoint history is ${where}`));
+    tbodyRows("#checkpoints", [], `the checkpoints are ${where}`);
+    $("#savepoints").replaceChildren(el("li", { class: "empty" }, `the savepoints are ${where}`));
+    for (const b of ["#btn-savepoint", "#btn-stop", "#btn-cancel"]) $(b).disabled = true;
+  }
+}
+
 // ---- cluster --------------------------------------------------------------
 
 // Node colours of the key-group map, the legend and the replica chips, by
@@ -349,7 +410,11 @@ let clusterNavAt = 0;
 async function refreshClusterNav() {
   if (Date.now() - clusterNavAt < 10000) return;
   clusterNavAt = Date.now();
-  try { setClusterEnabled((await api("/cluster")).enabled); } catch { /* shown by the next tick */ }
+  try {
+    const c = await api("/cluster");
+    state.cluster = c.enabled ? c : null;
+    setClusterEnabled(c.enabled);
+  } catch { /* shown by the next tick */ }
 }
 
 function setClusterEnabled(on) {
@@ -371,6 +436,12 @@ async function refreshCluster() {
   }
   const me = c.members.find((m) => m.id === c.node);
   const alive = c.members.filter((m) => m.state === "alive").length;
+  // The placement, the failovers and the rebalances are the job masters',
+  // on the leader: a worker holds none of them, and its zeros would read
+  // as a cluster that runs nothing and never failed over.
+  const follower = !!c.leader && c.leader !== c.node;
+  const elsewhere = follower && !c.placement.length;
+  const count = (n) => elsewhere ? el("span", { class: "muted", title: `kept by the leader, node ${c.leader}` }, "–") : n;
   const card = (k, v, cls = "") => el("div", { class: "card" }, el("div", { class: "k" }, k), el("div", { class: "v " + cls }, v));
   $("#cluster-cards").replaceChildren(
     card("this node", c.node),
@@ -378,11 +449,11 @@ async function refreshCluster() {
     card("epoch", c.epoch),
     card("members alive", `${alive} / ${c.members.length}`, alive < c.members.length ? "warn" : "ok"),
     card("majority", me && me.sees_majority ? "seen" : "not seen", me && me.sees_majority ? "ok" : "bad"),
-    card("failovers", c.failovers_total),
-    card("rebalances", c.rebalances_total));
+    card("failovers", follower && !c.failovers_total ? "–" : c.failovers_total),
+    card("rebalances", follower && !c.rebalances_total ? "–" : c.rebalances_total));
   // Tables are redrawn only when what they show changed, so that a button
   // is not replaced under the pointer.
-  if (changed("members", [c.node, c.members, [...owned], [...subtasks], state.busy])) tbodyRows("#members", c.members.map((m) => {
+  if (changed("members", [c.node, c.leader, elsewhere, c.members, [...owned], [...subtasks], state.busy])) tbodyRows("#members", c.members.map((m) => {
     const drain = el("button", { class: "drain", "data-node": m.id, title: `move all of ${m.id}'s work away, then let it leave` }, "Drain");
     drain.disabled = state.busy || m.state !== "alive";
     drain.addEventListener("click", () => clusterAct(`/cluster/drain/${encodeURIComponent(m.id)}`, `Drain ${m.id}`,
@@ -404,14 +475,15 @@ async function refreshCluster() {
         : el("td", { class: "muted", title: "known for this node only: see that node's dashboard" }, "—"),
       el("td", { class: "num" }, m.capacity || "no limit"),
       el("td", { class: "num" }, m.weight || 1),
-      el("td", { class: "num" }, subtasks.get(m.id) || 0),
-      el("td", { class: "num kg-count" }, owned.get(m.id) || 0),
+      el("td", { class: "num" }, count(subtasks.get(m.id) || 0)),
+      el("td", { class: "num kg-count" }, count(owned.get(m.id) || 0)),
       el("td", {}, el("code", {}, m.address)), el("td", {}, el("code", {}, m.api)),
       el("td", {}, action));
   }), "no members");
   $("#btn-rebalance").disabled = state.busy || !c.leader;
-  if (changed("kg", [c.epoch, c.max_parallelism, c.members, c.placement, svgWidth("#kg-map")])) drawKeyGroups(c, owned);
-  if (!changed("tables", [c.replicas, c.failovers, c.rebalances])) return;
+  if (changed("kg", [c.epoch, c.leader, c.max_parallelism, c.members, c.placement, svgWidth("#kg-map")])) drawKeyGroups(c, owned, elsewhere);
+  if (!changed("tables", [c.leader, c.members, c.replicas, c.failovers, c.rebalances])) return;
+  const recordedBy = () => follower ? el("span", {}, "none recorded by this node: the leader, ", leaderRef(c.leader, "cluster"), ", records them") : null;
   const rep = [];
   for (const cp of c.replicas) for (const f of cp.files) {
     rep.push(el("tr", {}, el("td", {}, (cp.job ? cp.job + " " : "") + "#" + cp.checkpoint), el("td", {}, el("code", {}, f.file)),
@@ -425,7 +497,7 @@ async function refreshCluster() {
     el("td", {}, fmtDateTime(f.at)), el("td", {}, nodeChip(f.dead_node)), el("td", { class: "num" }, f.epoch),
     el("td", { class: "num" }, fmtMs(f.detection_ms)), el("td", { class: "num" }, fmtMs(f.placement_ms)),
     el("td", { class: "num" }, fmtMs(f.restore_ms)), el("td", { class: "num" }, fmtMs(f.first_record_ms)),
-    el("td", { class: "num" }, el("b", {}, fmtMs(foTotal(f)))), el("td", {}, phaseBar(f, maxTotal)))), "no failover since this node started");
+    el("td", { class: "num" }, el("b", {}, fmtMs(foTotal(f)))), el("td", {}, phaseBar(f, maxTotal)))), recordedBy() || "no failover since this node started");
   tbodyRows("#rebalances", c.rebalances.slice(0, 10).map((r) => {
     const pauses = Object.entries(r.pause_ms || {}).sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1));
     const moved = r.outcome !== "refused" && r.outcome !== "aborted";
@@ -435,7 +507,7 @@ async function refreshCluster() {
       el("td", { class: "num" }, moved ? r.moved_key_groups : "–"), el("td", { class: "num" }, moved ? fmtBytes(r.bytes_shipped) : "–"),
       el("td", { class: "pauses" }, pauses.length ? pauses.slice(0, 6).map(([s, ms]) => `${s} ${fmtMs(ms)}`).join(", ") + (pauses.length > 6 ? ` … (${pauses.length})` : "") : "–"),
       el("td", { class: "err" }, r.error || ""));
-  }), "no rebalance since this node started");
+  }), recordedBy() || "no rebalance since this node started");
 }
 
 // changed reports whether the data drawn under name differs from the
@@ -476,7 +548,7 @@ function phaseBar(f, maxTotal) {
 // drawKeyGroups draws one row per keyed operator over its key groups
 // 0..max-1, each subtask's range coloured by the node that owns it, and
 // key groups nobody owns hatched.
-function drawKeyGroups(c, owned) {
+function drawKeyGroups(c, owned, elsewhere) {
   const svg = $("#kg-map");
   svg.replaceChildren();
   const ops = new Map();
@@ -489,9 +561,9 @@ function drawKeyGroups(c, owned) {
   }
   $("#kg-note").textContent = `which node owns which key groups of each keyed operator, epoch ${c.epoch}` + (maxKG ? `; ${maxKG} key groups` : "");
   if (!ops.size) {
-    svg.setAttribute("width", 460); svg.setAttribute("height", 40); svg.removeAttribute("viewBox");
-    svg.append(sv("text", { x: 10, y: 25, class: "tick" }, "no keyed subtask placed under this epoch"));
-    $("#kg-legend").replaceChildren();
+    svg.setAttribute("width", elsewhere ? 640 : 460); svg.setAttribute("height", 40); svg.removeAttribute("viewBox");
+    svg.append(sv("text", { x: 10, y: 25, class: "tick" }, elsewhere ? `the placement is kept by the leader, node ${c.leader}, which runs the job masters` : "no keyed subtask placed under this epoch"));
+    $("#kg-legend").replaceChildren(...(elsewhere ? [el("span", { class: "legend-item" }, "see the leader's cluster view: ", leaderRef(c.leader, "cluster"))] : []));
     return;
   }
   const L = 190, R = 16, T = 22, ROW = 34, BAR = 24;
@@ -587,7 +659,9 @@ async function tick() {
   try {
     await refreshJobs();
     renderCards();
-    if (state.job) {
+    if (state.worker) {
+      renderWorkerViews();
+    } else if (state.job) {
       if (state.view === "job") {
         await refreshTasks();
         await refreshGraph();
