@@ -242,6 +242,41 @@ type Handback struct {
 	Error string `json:"error,omitempty"`
 }
 
+// HandbackSteps are the steps of a hand-back, in order.
+var HandbackSteps = []string{"savepoint", "replicate", "takeover", "restore"}
+
+// TimedBy reports whether node, whose record h is, timed step (one of
+// HandbackSteps): the leader that handed over (From) times the savepoint,
+// the replication and the take-over message, the node that took over
+// (To) the restore; a yield times none. The record carries 0 for the
+// steps its node did not time: shown as durations, they would read as
+// steps that took no time.
+func (h Handback) TimedBy(node, step string) bool {
+	if h.Outcome == "yielded" {
+		return false
+	}
+	if step == "restore" {
+		return node == h.To
+	}
+	return node == h.From
+}
+
+// StepMS returns the duration of step (one of HandbackSteps) in
+// milliseconds.
+func (h Handback) StepMS(step string) float64 {
+	switch step {
+	case "savepoint":
+		return h.SavepointMS
+	case "replicate":
+		return h.ReplicateMS
+	case "takeover":
+		return h.TakeoverMS
+	case "restore":
+		return h.RestoreMS
+	}
+	return 0
+}
+
 // RebalanceOutcome is how a rebalance ended.
 type RebalanceOutcome string
 

@@ -163,10 +163,13 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.rebalances, prometheus.CounterValue, float64(s.RebalancesTotal))
 	ch <- prometheus.MustNewConstMetric(c.handbacks, prometheus.CounterValue, float64(s.HandbacksTotal))
 	if len(s.Handbacks) > 0 {
+		// Only the steps this node timed: its record holds 0 for the
+		// others, which the other node of the hand-back timed.
 		h := s.Handbacks[0]
-		for step, v := range map[string]float64{"savepoint": h.SavepointMS, "replicate": h.ReplicateMS,
-			"takeover": h.TakeoverMS, "restore": h.RestoreMS} {
-			gauge(c.lastHandback, v/1000, step, h.Outcome)
+		for _, step := range cluster.HandbackSteps {
+			if h.TimedBy(s.Node, step) {
+				gauge(c.lastHandback, h.StepMS(step)/1000, step, h.Outcome)
+			}
 		}
 	}
 	if len(s.Failovers) > 0 {

@@ -340,8 +340,16 @@ func printClusterStatus(w io.Writer, s cluster.Status) error {
 	fmt.Fprintf(w, "\nHAND-BACKS OF THE LEADERSHIP (newest first; %d since the node started)\n", s.HandbacksTotal)
 	fmt.Fprintln(tw, "AT\tFROM\tTO\tEPOCH\tOUTCOME\tSAVEPOINT\tREPLICATE\tTAKEOVER\tRESTORE\tERROR")
 	for _, h := range s.Handbacks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", h.At.Local().Format(time.DateTime), h.From, h.To, h.Epoch, h.Outcome,
-			msDuration(h.SavepointMS), msDuration(h.ReplicateMS), msDuration(h.TakeoverMS), msDuration(h.RestoreMS), oneLine(h.Error))
+		// A step the other node of the hand-back timed is "-", not 0s.
+		steps := make([]string, len(cluster.HandbackSteps))
+		for i, step := range cluster.HandbackSteps {
+			steps[i] = "-"
+			if h.TimedBy(s.Node, step) {
+				steps[i] = msDuration(h.StepMS(step))
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", h.At.Local().Format(time.DateTime), h.From, h.To, h.Epoch, h.Outcome,
+			strings.Join(steps, "\t"), oneLine(h.Error))
 	}
 	return flushOrNone(w, tw, len(s.Handbacks))
 }

@@ -125,9 +125,16 @@ func clusterOfThree() cluster.Status {
 		},
 		Replicas:  []cluster.CheckpointReplicas{{Checkpoint: 9, Files: []cluster.ReplicaFile{{File: "window-0.snap", Size: 2048, Nodes: []string{"n1", "n2"}}}}},
 		Failovers: []cluster.Failover{{At: time.Now().Add(-time.Minute), DeadNode: "n3", Epoch: 5, DetectionMS: 1500, PlacementMS: 30, RestoreMS: 400, FirstRecordMS: 70}},
-		Handbacks: []cluster.Handback{{At: time.Now().Add(-time.Minute), From: "n2", To: "n1", Epoch: 4, Savepoints: map[string]uint64{"j": 8},
-			SavepointMS: 250, ReplicateMS: 20, TakeoverMS: 5, RestoreMS: 1600, Outcome: "done"}},
-		HandbacksTotal: 1,
+		// Each node's record of a hand-back holds the steps it timed:
+		// n1 took over in the first (the restore), and handed over in
+		// the second, which failed (the savepoint, the replication and
+		// the take-over message).
+		Handbacks: []cluster.Handback{
+			{At: time.Now().Add(-time.Minute), From: "n2", To: "n1", Epoch: 4, Savepoints: map[string]uint64{"j": 8}, RestoreMS: 1600, Outcome: "done"},
+			{At: time.Now().Add(-time.Hour), From: "n1", To: "n2", Epoch: 3, Savepoints: map[string]uint64{"j": 6},
+				SavepointMS: 250, ReplicateMS: 20, TakeoverMS: 5, Outcome: "failed", Error: "refused"},
+		},
+		HandbacksTotal: 2,
 	}
 }
 
@@ -184,14 +191,20 @@ func TestClusterCommands(t *testing.T) {
 	if !strings.Contains(out, "REBALANCES (newest first; 0 since the node started)\n(none)") {
 		t.Errorf("no rebalance shown as (none):\n%s", out)
 	}
-	handback := ""
-	for _, l := range lines {
-		if strings.Contains(l, " n2    n1 ") {
-			handback = l
+	// The steps the other node timed show as "-", not as 0s.
+	for _, want := range [][]string{
+		{"n2", "n1", "4", "done", "-", "-", "-", "1.6s"},
+		{"n1", "n2", "3", "failed", "250ms", "20ms", "5ms", "-", "refused"},
+	} {
+		handback := ""
+		for _, l := range lines {
+			if strings.Contains(l, " "+want[0]+"    "+want[1]+" ") {
+				handback = l
+			}
 		}
-	}
-	if f := strings.Fields(handback); len(f) < 10 || !slices.Equal(f[2:10], []string{"n2", "n1", "4", "done", "250ms", "20ms", "5ms", "1.6s"}) {
-		t.Errorf("hand-back row %q in:\n%s", handback, out)
+		if f := strings.Fields(handback); len(f) < 2+len(want) || !slices.Equal(f[2:2+len(want)], want) {
+			t.Errorf("hand-back row %q, want %q, in:\n%s", handback, want, out)
+		}
 	}
 
 	out, errs, code = cli("cluster", "status", "-json")
