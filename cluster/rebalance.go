@@ -166,6 +166,10 @@ func (g *RebalanceGate) Request(now time.Time, t Trigger, node string) {
 	}
 }
 
+// DrainQueued reports whether a drain of node is queued (asked, not
+// started yet).
+func (g *RebalanceGate) DrainQueued(node string) bool { return slices.Contains(g.drains, node) }
+
 // Checkpoint says whether a checkpoint is in progress.
 func (g *RebalanceGate) Checkpoint(inProgress bool) { g.checkpoint = inProgress }
 

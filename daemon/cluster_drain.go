@@ -182,6 +182,40 @@ func (b *rebalancer) awaitRunning(ctx context.Context, node string) (ok bool, er
 	}
 }
 
+// awaitDrain waits for the batch that drains node, when one runs (as
+// awaitRunning) or is queued, to end and returns its error (ok true); ok
+// is false when no drain of node runs or is queued. ctx ending gives up
+// the wait: the drain goes on.
+func (b *rebalancer) awaitDrain(ctx context.Context, node string) (ok bool, err error) {
+	if ok, err := b.awaitRunning(ctx, node); ok {
+		return true, err
+	}
+	w := &rebalanceWaiter{trigger: cluster.TriggerDrain, node: node, done: make(chan batchResult, 1)}
+	b.gateMu.Lock()
+	if !b.gate.DrainQueued(node) {
+		running := b.inBatch && slices.Contains(b.runningDrain, node)
+		b.gateMu.Unlock()
+		if running {
+			// Its batch started since awaitRunning looked.
+			return b.awaitRunning(ctx, node)
+		}
+		return false, nil
+	}
+	// Answered with the queued drain's batch, as its own waiter is.
+	b.waiters = append(b.waiters, w)
+	b.gateMu.Unlock()
+	select {
+	case res := <-w.done:
+		fillActionRecord(ctx, res.rec)
+		return true, res.err
+	case <-ctx.Done():
+		b.gateMu.Lock()
+		b.waiters = slices.DeleteFunc(b.waiters, func(x *rebalanceWaiter) bool { return x == w })
+		b.gateMu.Unlock()
+		return true, fmt.Errorf("%w: the drain of %q is queued and runs when the gate opens", ctx.Err(), node)
+	}
+}
+
 // requested notes a join queued by liveView.follow (with gateMu held).
 func (b *rebalancer) requestedLocked(now time.Time) {
 	if b.queuedAt.IsZero() {

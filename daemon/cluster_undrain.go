@@ -55,12 +55,13 @@ func (c *clusterNode) Undrain(ctx context.Context, node string) error {
 	if !c.isMaster() {
 		return fmt.Errorf("%w: node %q does not run the job masters; ask node %q", cluster.ErrRefused, c.cfg.Node, c.leader())
 	}
-	// A drain of the node that runs now would make it leave after this
-	// undrain asked it to rejoin (it had not left yet, so the rejoin did
-	// nothing) and after the join found it still there: the undrain would
-	// answer done while the node is out of the cluster. Wait for that
-	// drain to end first, as a drain asked again does.
-	if ok, err := c.rb.awaitRunning(ctx, node); ok && ctx.Err() != nil {
+	// A drain of the node that runs now, or is queued, would make it
+	// leave after this undrain asked it to rejoin (it had not left yet,
+	// so the rejoin did nothing) and after the join found it still
+	// there: the undrain would answer done while the node is out of the
+	// cluster (or, for a queued drain, "not drained" while it is about to
+	// be). Wait for that drain to end first, as a drain asked again does.
+	if ok, err := c.rb.awaitDrain(ctx, node); ok && ctx.Err() != nil {
 		return fmt.Errorf("undrain: %w; node %q is not undrained: ask again once its drain has ended", err, node)
 	}
 	v := c.live

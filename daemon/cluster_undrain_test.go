@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -300,5 +301,83 @@ func TestUndrainWhileItsDrainRunsWaitsForIt(t *testing.T) {
 	}
 	if s := <-runs; triggerOf(s) != cluster.TriggerJoin || len(s.Drain) != 0 {
 		t.Fatalf("ran %+v, want b's join", s)
+	}
+}
+
+// An undrain of b asked while b's drain is queued (held by a checkpoint
+// in progress) waits for that drain to run and then undrains b. Before,
+// it answered "node not drained: node "b" takes subtasks already" (409)
+// and the queued drain then made b leave.
+func TestUndrainWhileItsDrainIsQueuedWaitsForIt(t *testing.T) {
+	c, fc, runs := undrainNode(t)
+	c.live.drained = map[string]bool{}
+	var held atomic.Bool
+	held.Store(true)
+	c.rb.checkpointing = func(time.Time) bool { return held.Load() }
+	c.rb.exec = func(_ context.Context, s cluster.Start) error {
+		if len(s.Drain) > 0 {
+			c.live.mu.Lock()
+			for _, id := range s.Drain {
+				c.live.drained[id] = true
+			}
+			c.live.mu.Unlock()
+			c.recordRebalance(cluster.Rebalance{At: time.Now(), Trigger: cluster.TriggerDrain, Outcome: cluster.RebalanceDone,
+				MovedKeyGroups: 42, PauseMS: map[string]float64{}})
+			return nil
+		}
+		runs <- s
+		return nil
+	}
+	drained := make(chan error, 1)
+	go func() { drained <- c.Drain(context.Background(), "b") }()
+	testutil.Eventually(t, 10*time.Second, "b's drain is queued", func() bool {
+		c.rb.gateMu.Lock()
+		defer c.rb.gateMu.Unlock()
+		return len(c.rb.waiters) == 1
+	})
+	fc.Advance(time.Second)
+	if c.rb.step(context.Background()) {
+		t.Fatal("the drain ran while a checkpoint was in progress")
+	}
+	undrained := make(chan error, 1)
+	go func() { undrained <- c.Undrain(context.Background(), "b") }()
+	testutil.Eventually(t, 10*time.Second, "the undrain answered or waits", func() bool {
+		if len(undrained) > 0 {
+			return true
+		}
+		c.rb.gateMu.Lock()
+		defer c.rb.gateMu.Unlock()
+		return len(c.rb.waiters) == 2
+	})
+	select {
+	case err := <-undrained:
+		t.Fatalf("the undrain of b answered (%v) while b's drain was queued", err)
+	default:
+	}
+	held.Store(false)
+	if !c.rb.step(context.Background()) {
+		t.Fatal("the drain did not run once the checkpoint ended")
+	}
+	if err := <-drained; err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the undrain queued b's join", func() bool {
+		c.rb.gateMu.Lock()
+		defer c.rb.gateMu.Unlock()
+		return len(c.rb.waiters) == 1
+	})
+	fc.Advance(cluster.DefaultGateConfig().MaxSettle)
+	testutil.Eventually(t, 10*time.Second, "the join ran", func() bool { return c.rb.step(context.Background()) })
+	if err := <-undrained; err != nil {
+		t.Fatal(err)
+	}
+	if s := <-runs; triggerOf(s) != cluster.TriggerJoin || len(s.Drain) != 0 {
+		t.Fatalf("ran %+v, want b's join", s)
+	}
+	c.live.mu.Lock()
+	mark := c.live.drained["b"]
+	c.live.mu.Unlock()
+	if mark {
+		t.Fatal("b still drained after the undrain")
 	}
 }
