@@ -238,3 +238,43 @@ func TestClusterNodeDrainedBeforeAHandbackIsUndrained(t *testing.T) {
 	l.finishChecked(n, 120*time.Second)
 	_ = c
 }
+
+// `edged cluster undrain b` asked while b's drain still runs (the drain
+// command's --timeout ended first) waits for that drain and then brings
+// b back: it answers once b's join moved its subtasks back, and b is
+// alive with them. Before, the undrain went ahead at once (b had not
+// left yet, so it did not rejoin), the drain then made b leave, and the
+// undrain answered `undrained b: done, 0 key groups moved` (exit 0)
+// while b stayed out of the cluster, refusing readings, until it was
+// undrained again.
+func TestClusterUndrainAskedWhileItsDrainRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test with three subprocesses")
+	}
+	members := startCluster(t, true)
+	a := members[0]
+	l := newClusterLoad(t, members)
+	client := &http.Client{Timeout: time.Second}
+	waitAllAlive(t, a, 3)
+	const n = 18_000
+	l.publish(0, n/3)
+	l.stopDevices(1)
+
+	code, _, stderr := runCLI(t, time.Minute, "cluster", "drain", "b", "--timeout", "1s", "--addr", a.apiAddr)
+	if code != 1 || !strings.Contains(stderr, "was asked and is still queued or in progress") {
+		t.Fatalf("edged cluster drain b --timeout 1s: exit %d, %s", code, stderr)
+	}
+	out := mustCLI(t, 3*time.Minute, a.apiAddr, "cluster", "undrain", "b")
+	s, err := a.rebalances(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out, "undrained b: done,") || strings.Contains(out, " 0 key groups moved") ||
+		s.state("b") != "alive" || s.keyedOn("b") == 0 {
+		t.Fatalf("undrain asked during the drain printed %q; then b %s with %d keyed subtasks, rebalances %+v",
+			out, s.state("b"), s.keyedOn("b"), s.Rebalances)
+	}
+	l.startDevices(1)
+	l.publish(n/3, n)
+	l.finishChecked(n, 120*time.Second)
+}
