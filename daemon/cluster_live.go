@@ -69,8 +69,10 @@ type liveView struct {
 	// stopCtx reading it.
 	stopMu sync.Mutex
 	// out is set while the node is out of the membership: it left it
-	// (drained) and has not rejoined.
+	// (drained) and has not rejoined. outNow mirrors it for Status, which
+	// must not wait for gossipMu.
 	out      bool
+	outNow   atomic.Bool
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup

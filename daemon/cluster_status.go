@@ -47,6 +47,13 @@ func (c *clusterNode) Status() cluster.Status {
 			// What the node runs tasks under: the peers memberlist
 			// declared dead, their death not confirmed yet, count as gone.
 			m.SeesMajority = cluster.HasQuorum(len(v.reachable()), size)
+			if v.outNow.Load() {
+				// Drained, it left the membership and runs nothing until
+				// it is undrained or restarts, as the leader shows it; its
+				// stopped gossip run still lists every member as it last
+				// saw them, itself alive among them.
+				m.State, m.Drained, m.SeesMajority = cluster.StateLeft, true, false
+			}
 		} else if p, ok := c.cfg.Peer(id); ok {
 			m.Address, m.API = p.Address, p.API
 		}

@@ -177,6 +177,7 @@ func (c *clusterNode) Rejoin() (bool, error) {
 		}
 	}
 	v.out = false
+	v.outNow.Store(false)
 	if c.pauseIngest != nil {
 		c.pauseIngest(false)
 	}
@@ -193,5 +194,6 @@ func (v *liveView) markOut() bool {
 		return false
 	}
 	v.out = true
+	v.outNow.Store(true)
 	return true
 }

@@ -381,3 +381,36 @@ func TestUndrainWhileItsDrainIsQueuedWaitsForIt(t *testing.T) {
 		t.Fatal("b still drained after the undrain")
 	}
 }
+
+// A drained worker that left the membership says so in its own status:
+// itself left and drained, seeing no majority (it runs nothing), as the
+// leader shows it; undrained, it is alive again. Before, its stopped
+// gossip run still listed every member alive, itself included, and its
+// status read "3 of 3 members alive" with MAJORITY yes
+// (edged_cluster_members{state="alive"} 3, edged_cluster_sees_majority 1)
+// while the leader showed it "left (drained)".
+func TestStatusOfALeftNodeSaysItLeft(t *testing.T) {
+	c := testClusterNode(t, nil)
+	c.master = false
+	self := func() cluster.MemberStatus {
+		t.Helper()
+		m, ok := c.Status().Member("a")
+		if !ok {
+			t.Fatal("no member a in its own status")
+		}
+		return m
+	}
+	if m := self(); m.State != cluster.StateAlive || m.Drained || !m.SeesMajority {
+		t.Fatalf("before its drain: %+v", m)
+	}
+	c.leave()
+	if m := self(); m.State != cluster.StateLeft || !m.Drained || m.SeesMajority {
+		t.Fatalf("after it left: %+v, want left, drained, no majority", m)
+	}
+	if _, err := c.Rejoin(); err != nil {
+		t.Fatal(err)
+	}
+	if m := self(); m.State != cluster.StateAlive || m.Drained || !m.SeesMajority {
+		t.Fatalf("after it rejoined: %+v", m)
+	}
+}

@@ -229,7 +229,9 @@ func printClusterStatus(w io.Writer, s cluster.Status) error {
 		leader = "none"
 	}
 	fmt.Fprintf(w, "node %s, leader %s, epoch %d, %d of %d members alive", s.Node, leader, s.Epoch, by[cluster.StateAlive], len(s.Members))
-	if me, ok := s.Member(s.Node); ok && !me.SeesMajority {
+	if me, ok := s.Member(s.Node); ok && me.State == cluster.StateLeft {
+		fmt.Fprint(w, " (this node was drained and left the cluster: it runs nothing until it is undrained or restarts; the other members as it last saw them)")
+	} else if ok && !me.SeesMajority {
 		fmt.Fprint(w, " (this node sees no majority: it owns nothing)")
 	}
 	fmt.Fprintln(w)

@@ -493,3 +493,21 @@ func TestClientCommandAtAnAddressThatDoesNotAnswerHTTP(t *testing.T) {
 		}
 	}
 }
+
+// edged cluster status asked of a drained node that left the cluster
+// says so, rather than that it sees no majority.
+func TestClusterStatusOfALeftNode(t *testing.T) {
+	s := clusterOfThree()
+	s.Node = "n2"
+	s.Placement, s.Failovers, s.Handbacks = nil, nil, nil
+	s.Members[1].State, s.Members[1].Drained, s.Members[1].SeesMajority = cluster.StateLeft, true, false
+	var out bytes.Buffer
+	if err := printClusterStatus(&out, s); err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := strings.Cut(out.String(), "\n")
+	if !strings.Contains(first, "1 of 3 members alive (this node was drained and left the cluster: it runs nothing until it is undrained or restarts") ||
+		strings.Contains(first, "sees no majority") || !strings.Contains(out.String(), "left (drained)") {
+		t.Fatalf("status of a node that left:\n%s", out.String())
+	}
+}
