@@ -249,7 +249,13 @@ func TestBrowserCluster(t *testing.T) {
 		return strings.Contains(s, "drain") && strings.Contains(s, "window/2")
 	})
 
-	// The drained member shows Undrain in place of Drain; undrain it.
+	// The drained member is marked so, as edged cluster status prints
+	// "(drained)"; it shows Undrain in place of Drain; undrain it.
+	testutil.Eventually(t, waitLimit, "edge-2 marked drained", func() bool {
+		var s string
+		run(t, ctx, "drained tag", chromedp.Evaluate(`[...document.querySelectorAll("#members tr[data-node] .tag.drained")].map(e => e.closest("tr").dataset.node).join(",")`, &s))
+		return s == "edge-2"
+	})
 	run(t, ctx, "undrain edge-2", chromedp.WaitVisible(`#members button.undrain[data-node="edge-2"]`, chromedp.ByQuery),
 		chromedp.Click(`#members button.undrain[data-node="edge-2"]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#confirm-ok`, chromedp.ByQuery), chromedp.Click(`#confirm-ok`, chromedp.ByQuery))
@@ -265,6 +271,9 @@ func TestBrowserCluster(t *testing.T) {
 		t.Fatalf("cluster asked to undrain %v; want edge-2 once", undrained)
 	}
 	run(t, ctx, "drain button back", chromedp.WaitVisible(`#members button.drain[data-node="edge-2"]:enabled`, chromedp.ByQuery))
+	if n := evalInt(t, ctx, `document.querySelectorAll("#members .tag.drained").length`); n != 0 {
+		t.Fatalf("%d members marked drained after the undrain", n)
+	}
 
 	// Rebalance, but step back at the confirmation: nothing is asked.
 	run(t, ctx, "rebalance", chromedp.Click(`#btn-rebalance`, chromedp.ByQuery),

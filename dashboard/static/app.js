@@ -469,6 +469,9 @@ async function refreshCluster() {
     return el("tr", { "data-node": m.id },
       el("td", {}, nodeChip(m.id), m.id === c.node ? el("span", { class: "tag" }, "this node") : ""),
       el("td", {}, el("span", { class: "state state-" + m.state }, m.state),
+        // Drained: its subtasks move away (still alive) or have (left),
+        // as edged cluster status prints "(drained)".
+        m.drained ? el("span", { class: "tag drained", title: "drained: it takes no subtasks until it is undrained or restarts" }, "drained") : "",
         m.other_pipelines ? el("span", { class: "tag warn", title: "its config or version differs from the job masters': it gets no subtasks until it restarts with the same pipelines" }, "other pipelines") : ""),
       el("td", {}, m.leader ? "★ leader" : ""),
       m.id === c.node ? el("td", { class: m.sees_majority ? "ok" : "bad" }, m.sees_majority ? "yes" : "no")
