@@ -51,6 +51,12 @@ type Status struct {
 	Failovers []Failover `json:"failovers"`
 	// FailoversTotal counts the failovers since this node started.
 	FailoversTotal int64 `json:"failovers_total"`
+	// FailoversInProgress are the failovers the job masters' node began
+	// and has not recorded yet, oldest first: their nodes were seen dead,
+	// and the jobs do not run again on a new placement yet (they wait for
+	// a majority, say). Each has At, DeadNode and DetectionMS; it moves to
+	// Failovers once every job runs again.
+	FailoversInProgress []Failover `json:"failovers_in_progress,omitempty"`
 	// Rebalances are the latest rebalances, newest first (a bounded
 	// history; RebalancesTotal counts them all).
 	Rebalances []Rebalance `json:"rebalances"`

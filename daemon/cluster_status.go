@@ -85,6 +85,10 @@ func (c *clusterNode) Status() cluster.Status {
 	s.Failovers = slices.Clone(v.failovers)
 	s.Rebalances = slices.Clone(v.rebalances)
 	s.FailoversTotal, s.RebalancesTotal = v.nFailovers, v.nRebalances
+	for _, p := range v.pending {
+		s.FailoversInProgress = append(s.FailoversInProgress, cluster.Failover{At: p.at, DeadNode: p.dead,
+			DetectionMS: p.detectionMS, PlacementMS: p.placementMS})
+	}
 	v.mu.Unlock()
 	if c.hb != nil {
 		s.Handbacks, s.HandbacksTotal = c.hb.status()

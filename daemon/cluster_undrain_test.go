@@ -414,3 +414,28 @@ func TestStatusOfALeftNodeSaysItLeft(t *testing.T) {
 		t.Fatalf("after it rejoined: %+v", m)
 	}
 }
+
+// A failover that began and is not done (its jobs do not run again yet:
+// with two nodes of three dead they wait for a majority) is shown in the
+// status as in progress. Before, the status said "0 since the node
+// started" and listed no failover while the nodes were dead and the
+// jobs down, and a rebalance asked meanwhile waited, queued, for that
+// failover, which nothing but the log named.
+func TestStatusShowsAFailoverInProgress(t *testing.T) {
+	c := testClusterNode(t, nil)
+	at := time.Date(2026, 12, 7, 8, 52, 45, 0, time.UTC)
+	c.live.mu.Lock()
+	c.live.pending = []*pendingChange{{at: at, dead: "b,c", detectionMS: 1200}}
+	c.live.mu.Unlock()
+	s := c.Status()
+	if len(s.FailoversInProgress) != 1 || s.FailoversInProgress[0].DeadNode != "b,c" || !s.FailoversInProgress[0].At.Equal(at) ||
+		s.FailoversInProgress[0].DetectionMS != 1200 || s.FailoversTotal != 0 || len(s.Failovers) != 0 {
+		t.Fatalf("status during the failover: in progress %+v, done %+v (%d)", s.FailoversInProgress, s.Failovers, s.FailoversTotal)
+	}
+	c.live.mu.Lock()
+	c.live.pending = nil
+	c.live.mu.Unlock()
+	if s := c.Status(); len(s.FailoversInProgress) != 0 {
+		t.Fatalf("in progress after it ended: %+v", s.FailoversInProgress)
+	}
+}

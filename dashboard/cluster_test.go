@@ -352,3 +352,29 @@ func TestBrowserClusterOnAWorker(t *testing.T) {
 		t.Errorf("cards on a worker: %q", view.Cards)
 	}
 }
+
+// A failover in progress (its nodes seen dead, its jobs not running again
+// yet) is shown above the done ones, and counted apart on the card.
+func TestBrowserClusterFailoverInProgress(t *testing.T) {
+	chromium(t)
+	f := newFakeCluster(t, 2)
+	f.mu.Lock()
+	f.status.FailoversInProgress = []cluster.Failover{{At: time.Now(), DeadNode: "edge-2", DetectionMS: 1100}}
+	f.mu.Unlock()
+	addr, _ := startDemoWith(t, daemon.Options{Cluster: f})
+	ctx := browser(t, 1400, 1000)
+	run(t, ctx, "open the cluster view", chromedp.Navigate("http://"+addr+"/#cluster"),
+		chromedp.WaitVisible(`#failovers tbody tr.in-progress`, chromedp.ByQuery))
+	var first, cards string
+	run(t, ctx, "failovers", chromedp.Evaluate(`document.querySelector("#failovers tbody tr").textContent`, &first),
+		chromedp.Evaluate(`[...document.querySelectorAll("#cluster-cards .card")].map(c => c.textContent).join("|")`, &cards))
+	if !strings.Contains(first, "edge-2") || !strings.Contains(first, "in progress (detection 1.10 s)") {
+		t.Fatalf("first failover row %q", first)
+	}
+	if !strings.Contains(cards, "failovers2 (+1 in progress)") {
+		t.Fatalf("cards %q", cards)
+	}
+	if n := evalInt(t, ctx, `document.querySelectorAll("#failovers svg.phases").length`); n != 2 {
+		t.Fatalf("%d failover bars, want the 2 done ones", n)
+	}
+}

@@ -316,12 +316,18 @@ func printClusterStatus(w io.Writer, s cluster.Status) error {
 	}
 
 	fmt.Fprintf(w, "\nFAILOVERS (newest first; %d since the node started)\n", s.FailoversTotal)
+	for _, f := range s.FailoversInProgress {
+		fmt.Fprintf(w, "in progress: %s seen dead at %s (detection %s); the jobs do not run again on a new placement yet\n",
+			f.DeadNode, f.At.Local().Format(time.DateTime), msDuration(f.DetectionMS))
+	}
 	fmt.Fprintln(tw, "AT\tDEAD NODE\tEPOCH\tDETECTION\tPLACEMENT\tRESTORE\tFIRST RECORD\tTOTAL")
 	for _, f := range s.Failovers {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", f.At.Local().Format(time.DateTime), f.DeadNode, f.Epoch,
 			msDuration(f.DetectionMS), msDuration(f.PlacementMS), msDuration(f.RestoreMS), msDuration(f.FirstRecordMS), msDuration(f.TotalMS()))
 	}
-	if err := flushOrNone(w, tw, len(s.Failovers)); err != nil {
+	if len(s.Failovers) == 0 && len(s.FailoversInProgress) > 0 {
+		tw.Init(w, 0, 4, 2, ' ', 0) // none done yet: drop the header
+	} else if err := flushOrNone(w, tw, len(s.Failovers)); err != nil {
 		return err
 	}
 

@@ -511,3 +511,23 @@ func TestClusterStatusOfALeftNode(t *testing.T) {
 		t.Fatalf("status of a node that left:\n%s", out.String())
 	}
 }
+
+// edged cluster status shows a failover in progress above the table of
+// the done ones (none yet here).
+func TestClusterStatusShowsAFailoverInProgress(t *testing.T) {
+	s := clusterOfThree()
+	s.Failovers, s.FailoversTotal = nil, 0
+	s.FailoversInProgress = []cluster.Failover{{At: time.Now(), DeadNode: "n2,n3", DetectionMS: 1200}}
+	var out bytes.Buffer
+	if err := printClusterStatus(&out, s); err != nil {
+		t.Fatal(err)
+	}
+	_, fo, _ := strings.Cut(out.String(), "FAILOVERS (newest first; 0 since the node started)\n")
+	if line, _, _ := strings.Cut(fo, "\n"); !strings.HasPrefix(line, "in progress: n2,n3 seen dead at ") ||
+		!strings.Contains(line, "(detection 1.2s); the jobs do not run again on a new placement yet") {
+		t.Fatalf("failovers of a cluster failing over:\n%s", out.String())
+	}
+	if strings.Contains(fo[:strings.Index(fo, "REBALANCES")], "(none)") {
+		t.Fatalf("a failover in progress shown with (none):\n%s", out.String())
+	}
+}

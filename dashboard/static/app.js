@@ -440,6 +440,8 @@ async function refreshCluster() {
   // on the leader: a worker holds none of them, and its zeros would read
   // as a cluster that runs nothing and never failed over.
   const follower = !!c.leader && c.leader !== c.node;
+  // Failovers begun and not done: their jobs do not run again yet.
+  const inProgress = c.failovers_in_progress || [];
   const elsewhere = follower && !c.placement.length;
   const count = (n) => elsewhere ? el("span", { class: "muted", title: `kept by the leader, node ${c.leader}` }, "–") : n;
   const card = (k, v, cls = "") => el("div", { class: "card" }, el("div", { class: "k" }, k), el("div", { class: "v " + cls }, v));
@@ -449,7 +451,7 @@ async function refreshCluster() {
     card("epoch", c.epoch),
     card("members alive", `${alive} / ${c.members.length}`, alive < c.members.length ? "warn" : "ok"),
     card("majority", me && me.sees_majority ? "seen" : "not seen", me && me.sees_majority ? "ok" : "bad"),
-    card("failovers", follower && !c.failovers_total ? "–" : c.failovers_total),
+    card("failovers", (follower && !c.failovers_total ? "–" : c.failovers_total) + (inProgress.length ? ` (+${inProgress.length} in progress)` : ""), inProgress.length ? "warn" : ""),
     card("rebalances", follower && !c.rebalances_total ? "–" : c.rebalances_total));
   // Tables are redrawn only when what they show changed, so that a button
   // is not replaced under the pointer.
@@ -485,7 +487,7 @@ async function refreshCluster() {
   }), "no members");
   $("#btn-rebalance").disabled = state.busy || !c.leader;
   if (changed("kg", [c.epoch, c.leader, c.max_parallelism, c.members, c.placement, svgWidth("#kg-map")])) drawKeyGroups(c, owned, elsewhere);
-  if (!changed("tables", [c.leader, c.members, c.replicas, c.failovers, c.rebalances])) return;
+  if (!changed("tables", [c.leader, c.members, c.replicas, c.failovers, inProgress, c.rebalances])) return;
   const recordedBy = () => follower ? el("span", {}, "none recorded by this node: the leader, ", leaderRef(c.leader, "cluster"), ", records them") : null;
   const rep = [];
   for (const cp of c.replicas) for (const f of cp.files) {
@@ -496,11 +498,14 @@ async function refreshCluster() {
   tbodyRows("#replicas", rep.slice(0, 40), "no replicated checkpoint yet");
   const fo = c.failovers.slice(0, 10);
   const maxTotal = Math.max(1, ...fo.map(foTotal));
-  tbodyRows("#failovers", fo.map((f) => el("tr", {},
+  const pending = inProgress.map((f) => el("tr", { class: "in-progress" },
+    el("td", {}, fmtDateTime(f.at)), el("td", {}, nodeChip(f.dead_node)),
+    el("td", { class: "warn", colspan: "7" }, `in progress (detection ${fmtMs(f.detection_ms)}): the jobs do not run again on a new placement yet`)));
+  tbodyRows("#failovers", pending.concat(fo.map((f) => el("tr", {},
     el("td", {}, fmtDateTime(f.at)), el("td", {}, nodeChip(f.dead_node)), el("td", { class: "num" }, f.epoch),
     el("td", { class: "num" }, fmtMs(f.detection_ms)), el("td", { class: "num" }, fmtMs(f.placement_ms)),
     el("td", { class: "num" }, fmtMs(f.restore_ms)), el("td", { class: "num" }, fmtMs(f.first_record_ms)),
-    el("td", { class: "num" }, el("b", {}, fmtMs(foTotal(f)))), el("td", {}, phaseBar(f, maxTotal)))), recordedBy() || "no failover since this node started");
+    el("td", { class: "num" }, el("b", {}, fmtMs(foTotal(f)))), el("td", {}, phaseBar(f, maxTotal))))), recordedBy() || "no failover since this node started");
   tbodyRows("#rebalances", c.rebalances.slice(0, 10).map((r) => {
     const pauses = Object.entries(r.pause_ms || {}).sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1));
     const moved = r.outcome !== "refused" && r.outcome !== "aborted";
