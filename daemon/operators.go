@@ -79,6 +79,8 @@ type taskCollector struct {
 	// An external broker's subscriber: its connection up or not, and
 	// the connections the broker accepted.
 	sourceConnected, sourceConnects *prometheus.Desc
+	// The results an MQTT sink's subtask holds for its broker.
+	sinkHeld *prometheus.Desc
 }
 
 func newTaskCollector(n *node) *taskCollector {
@@ -111,6 +113,8 @@ func newTaskCollector(n *node) *taskCollector {
 			"1 while a pipeline's subscriber holds a connection its external broker (source.mqtt.broker) accepted, else 0: 0 from a lost connection until the broker accepts the next.", []string{"pipeline"}, nil),
 		sourceConnects: prometheus.NewDesc("edged_mqtt_source_connects_total",
 			"Connections a pipeline's external broker accepted since the node started (1 + reconnects).", []string{"pipeline"}, nil),
+		sinkHeld: prometheus.NewDesc("edged_sink_results_held",
+			"Results of completed checkpoints that a subtask of an MQTT sink (checkpoints on) holds because its broker has not acknowledged them yet (down, hung or refusing, or a persistent session on the embedded broker full): what the sink's max_held bounds. Near max_held, the sink holds the job back.", []string{"job", "sink", "subtask"}, nil),
 		fileResets: prometheus.NewDesc("edged_file_source_resets_total",
 			"Times a pipeline's file source on this node read its file from the start again because the file at its path was replaced, truncated or rewritten (logged with the path, reason, old offset and size).", []string{"pipeline"}, nil),
 	}
@@ -118,7 +122,7 @@ func newTaskCollector(n *node) *taskCollector {
 
 // Describe implements prometheus.Collector.
 func (c *taskCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.records, c.recordsOut, c.backpressure, c.watermark, c.queued, c.logBytes, c.logShed, c.tooLarge, c.brokerTooLarge, c.brokerDeadLetters, c.brokerRefused, c.brokerRetainedRefused, c.brokerConnsRefused, c.brokerSubsRefused, c.fileResets, c.sourceConnected, c.sourceConnects} {
+	for _, d := range []*prometheus.Desc{c.records, c.recordsOut, c.backpressure, c.watermark, c.queued, c.logBytes, c.logShed, c.tooLarge, c.brokerTooLarge, c.brokerDeadLetters, c.brokerRefused, c.brokerRetainedRefused, c.brokerConnsRefused, c.brokerSubsRefused, c.fileResets, c.sourceConnected, c.sourceConnects, c.sinkHeld} {
 		ch <- d
 	}
 }
@@ -135,6 +139,11 @@ func (c *taskCollector) Collect(ch chan<- prometheus.Metric) {
 			if m.Watermark != math.MinInt64 {
 				ch <- prometheus.MustNewConstMetric(c.watermark, prometheus.GaugeValue, float64(m.Watermark), j.name, m.Chain, sub)
 			}
+		}
+	}
+	for name, held := range c.n.sinkResultsHeld() {
+		for _, h := range held {
+			ch <- prometheus.MustNewConstMetric(c.sinkHeld, prometheus.GaugeValue, float64(h.Results), name, h.Sink, strconv.Itoa(h.Subtask))
 		}
 	}
 	for name, n := range c.n.fileSourceResets() {
@@ -164,6 +173,39 @@ func (c *taskCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.brokerSubsRefused, prometheus.CounterValue, float64(b.SubscriptionsRefused()))
 		}
 	}
+}
+
+// sinkResultsHeld returns, by pipeline, what the subtasks of its MQTT
+// sinks on this node hold for their broker (pipeline.Job.SinkResultsHeld):
+// those of the jobs it runs and, in a cluster, of the subtasks it hosts
+// as a worker. Pipelines without such a sink open on the node are left
+// out.
+func (n *node) sinkResultsHeld() map[string][]pipeline.SinkHeld {
+	out := map[string][]pipeline.SinkHeld{}
+	type key struct {
+		job, sink string
+		subtask   int
+	}
+	seen := map[key]bool{} // a subtask is reported once
+	add := func(name string, pj *pipeline.Job) {
+		for _, h := range pj.SinkResultsHeld() {
+			if k := (key{name, h.Sink, h.Subtask}); !seen[k] {
+				seen[k] = true
+				out[name] = append(out[name], h)
+			}
+		}
+	}
+	own := map[*pipeline.Job]bool{}
+	for _, j := range n.jobList() {
+		own[j.pj] = true
+		add(j.name, j.pj)
+	}
+	for name, pj := range n.deadCounts.hostedJobs() {
+		if !own[pj] {
+			add(name, pj)
+		}
+	}
+	return out
 }
 
 // fileSourceResets returns, by pipeline, the file sources' reads of their

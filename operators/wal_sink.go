@@ -70,8 +70,10 @@ type WriteAheadSink[T any] struct {
 	// watch tells the background publisher of a lost connection
 	// (WithConnectionWatch); nil: none.
 	watch ConnectionWatch
-	// q is the background publisher's queue, nil until its first batch.
-	q *walQueue[T]
+	// q is the background publisher's queue, nil until its first batch;
+	// held is q for Held, which other goroutines call.
+	q    *walQueue[T]
+	held atomic.Pointer[walQueue[T]]
 	// tell is Context.OutputHeld until the run's first record told it.
 	tell func()
 	// committed: the restored snapshot was committed by every sink
@@ -231,6 +233,22 @@ func (s *WriteAheadSink[T]) WithConnectionWatch(w ConnectionWatch) *WriteAheadSi
 func (s *WriteAheadSink[T]) WithMaxHeld(n int) *WriteAheadSink[T] {
 	s.maxHeld = max(n, 0)
 	return s
+}
+
+// Held returns the records the background publisher
+// (WithBackgroundPublish) holds: those of completed checkpoints and
+// restored ones that the external system has not yet taken, with the
+// ones published lately that a failed publish sends again first. It is
+// what WithMaxHeld bounds (one checkpoint's records join whole, so it can
+// pass the bound by that much); records of checkpoints not yet complete
+// do not count. 0 before the publisher's first batch, and without
+// WithBackgroundPublish. Safe to call from any goroutine while the
+// subtask runs.
+func (s *WriteAheadSink[T]) Held() int64 {
+	if q := s.held.Load(); q != nil {
+		return q.records.Load()
+	}
+	return 0
 }
 
 // Open records the sink's UID, for the record ids, and where the subtask
@@ -611,6 +629,7 @@ func (s *WriteAheadSink[T]) enqueue(batches []walBatch[T]) {
 	if q == nil || q.closed() {
 		q = &walQueue[T]{change: make(chan struct{}), nudge: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 		s.q = q
+		s.held.Store(q)
 		go s.run(q)
 	}
 	q.mu.Lock()

@@ -1060,3 +1060,58 @@ func TestWriteAheadSinkPublishesAgainWhenTheConnectionIsLostWhileIdle(t *testing
 		t.Fatalf("published %v by the stop, want a b a b c", out)
 	}
 }
+
+// Held counts what the background publisher holds for the broker, for
+// the node's metrics: the records of completed checkpoints it has not
+// published, not those of a checkpoint not yet complete; a publish that
+// goes through takes them off, and a failure puts the latest publish
+// back (it goes out again first), which counts again. Held is read from
+// another goroutine than the subtask's (a scrape of /metrics).
+func TestWriteAheadSinkHeld(t *testing.T) {
+	ctx := sinkContext(0)
+	clock := ctx.Clock.(*clockwork.FakeClock)
+	f := &failingPublish{down: true}
+	s := operators.NewWriteAheadSink(f.publish, nil).WithBackgroundPublish()
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	held := func() int64 {
+		n := make(chan int64)
+		go func() { n <- s.Held() }()
+		return <-n
+	}
+	if n := held(); n != 0 {
+		t.Fatalf("Held() = %d before any record, want 0", n)
+	}
+	completeCheckpoint(t, s, 1, "a", "b", "c")
+	// The publish failed: the publisher waits to try again.
+	if err := clock.BlockUntilContext(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if n := held(); n != 3 {
+		t.Fatalf("Held() = %d with a completed checkpoint of 3 waiting for the broker, want 3", n)
+	}
+	s.Collect("d")
+	if _, err := s.SnapshotState(2); err != nil {
+		t.Fatal(err)
+	}
+	if n := held(); n != 3 {
+		t.Fatalf("Held() = %d with checkpoint 2 (1 record) not yet complete, want 3", n)
+	}
+	f.mu.Lock()
+	f.down = false
+	f.mu.Unlock()
+	clock.Advance(time.Second) // the retry, which succeeds
+	testutil.Eventually(t, 0, "the held records published", func() bool { return held() == 0 })
+
+	f.mu.Lock()
+	f.down = true
+	f.mu.Unlock()
+	if err := s.NotifyCheckpointComplete(2); err != nil {
+		t.Fatal(err)
+	}
+	// Checkpoint 2's record fails, and the latest publish (checkpoint 1's
+	// 3, just before) goes out again first: 4 wait.
+	testutil.Eventually(t, 0, "the failed publish's records counted", func() bool { return held() == 4 })
+}

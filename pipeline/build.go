@@ -1,11 +1,13 @@
 package pipeline
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,9 +83,44 @@ type counters struct {
 	// start again (operators.FileReset).
 	fileResets atomic.Int64
 
-	mu     sync.Mutex // guards recent and next
+	mu     sync.Mutex // guards recent, next and held
 	recent [RecentDeadLetters]DeadLetter
 	next   int // count of dead letters recorded in recent
+	// held: the open subtasks of the pipeline's MQTT sinks (checkpoints
+	// on) on this node, by sink and subtask, for SinkResultsHeld.
+	held map[sinkSubtask]heldCounter
+}
+
+// sinkSubtask names one subtask of a sink: the sink's name within the
+// pipeline ("sink-0-windows") and the subtask.
+type sinkSubtask struct {
+	sink    string
+	subtask int
+}
+
+// heldCounter is a sink subtask that holds results for its broker
+// (operators.WriteAheadSink.Held).
+type heldCounter interface{ Held() int64 }
+
+// addHeld records h as the open subtask k, in place of an earlier
+// attempt's.
+func (c *counters) addHeld(k sinkSubtask, h heldCounter) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held == nil {
+		c.held = map[sinkSubtask]heldCounter{}
+	}
+	c.held[k] = h
+}
+
+// removeHeld forgets subtask k if it is still h: a new attempt's
+// subtask may have opened before the old one closed.
+func (c *counters) removeHeld(k sinkSubtask, h heldCounter) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held[k] == h {
+		delete(c.held, k)
+	}
 }
 
 // RecentPayloadBytes is how much of a dead letter's payload, and of its
@@ -173,6 +210,38 @@ func (j *Job) RecentDeadLetters() []DeadLetter {
 	for i := c.next - n; i < c.next; i++ {
 		out = append(out, c.recent[i%RecentDeadLetters])
 	}
+	return out
+}
+
+// SinkHeld is what one subtask of an MQTT sink holds for its broker.
+type SinkHeld struct {
+	// Sink is the sink's name within the pipeline: sink-<i>-<output>
+	// ("sink-1-windows", "sink-1-deadletters").
+	Sink    string
+	Subtask int
+	// Results are the results of completed checkpoints (and restored
+	// ones) that the broker has not yet acknowledged, with those published
+	// lately that a failed publish sends again: what max_held bounds.
+	Results int64
+}
+
+// SinkResultsHeld returns, for every open subtask on this node of the
+// pipeline's MQTT sinks with checkpoints on, the results it holds for its
+// broker, ordered by sink and subtask. A broker that is down, hung or
+// refusing, or a consumer whose persistent session on the embedded
+// broker is full, makes them grow up to max_held. Safe to call while the
+// job runs.
+func (j *Job) SinkResultsHeld() []SinkHeld {
+	c := j.c
+	c.mu.Lock()
+	out := make([]SinkHeld, 0, len(c.held))
+	for k, h := range c.held {
+		out = append(out, SinkHeld{Sink: k.sink, Subtask: k.subtask, Results: h.Held()})
+	}
+	c.mu.Unlock()
+	slices.SortFunc(out, func(a, b SinkHeld) int {
+		return cmp.Or(strings.Compare(a.Sink, b.Sink), cmp.Compare(a.Subtask, b.Subtask))
+	})
 	return out
 }
 

@@ -54,6 +54,7 @@ func mqttSink[T any](b *builder, name, what string, s *stream.Stream[T], format 
 		s.To(name, func() operators.Sink[T] {
 			w := newWALPublisher(pc, topic, format, batch, sc.MaxHeld)
 			w.commitWait = b.in.CommitWait
+			w.counters, w.sink = b.c, strings.TrimPrefix(name, b.cfg.Name+"/")
 			w.reject = sinkReject(b, name, format, &w.logger)
 			return w
 		}).UID(name).StateSettings(sinkDigest("mqtt"))
@@ -210,6 +211,12 @@ type walPublisher[T any] struct {
 	commitWait time.Duration
 	done       <-chan struct{}
 	clock      clockwork.Clock
+	// counters are the pipeline's, where the open subtask is recorded
+	// under sink for Job.SinkResultsHeld (nil: not recorded); held is
+	// its key, set in Open.
+	counters *counters
+	sink     string
+	held     *sinkSubtask
 }
 
 func newWALPublisher[T any](pc mqtt.PublisherConfig, topic func(T) (string, error), format func(T) string, batch mqtt.Batch, maxHeld int) *walPublisher[T] {
@@ -265,7 +272,14 @@ func (w *walPublisher[T]) Open(ctx *operators.Context) error {
 		return fmt.Errorf("mqtt sink: %w", err)
 	}
 	w.pub = pub
-	return w.WriteAheadSink.Open(ctx)
+	if err := w.WriteAheadSink.Open(ctx); err != nil {
+		return err
+	}
+	if w.counters != nil {
+		w.held = &sinkSubtask{sink: w.sink, subtask: ctx.Subtask}
+		w.counters.addHeld(*w.held, w.WriteAheadSink)
+	}
+	return nil
 }
 
 // WaitCommitted waits until the results of the checkpoint that ends the
@@ -340,6 +354,10 @@ func waitCommitted(wait func() error, clk clockwork.Clock, done <-chan struct{},
 
 // Close closes the connection.
 func (w *walPublisher[T]) Close() error {
+	if w.held != nil {
+		w.counters.removeHeld(*w.held, w.WriteAheadSink)
+		w.held = nil
+	}
 	err := w.WriteAheadSink.Close()
 	if w.pub != nil {
 		if cerr := w.pub.Close(); err == nil {
