@@ -216,7 +216,7 @@ func (j *Job) RecentDeadLetters() []DeadLetter {
 // SinkHeld is what one subtask of an MQTT sink holds for its broker.
 type SinkHeld struct {
 	// Sink is the sink's name within the pipeline: sink-<i>-<output>
-	// ("sink-1-windows", "sink-1-deadletters").
+	// ("sink-0-windows", "sink-0-dead-letter").
 	Sink    string
 	Subtask int
 	// Results are the results of completed checkpoints (and restored

@@ -362,8 +362,10 @@ type MQTTSinkConfig struct {
 	MaxHeld int `yaml:"max_held" json:"-"`
 }
 
-// DefaultMaxHeld is an MQTT sink's default max_held: with results of
-// about 256 bytes (a pipeline's rows) some 13 MB per subtask.
+// DefaultMaxHeld is an MQTT sink's default max_held: a pipeline's row
+// takes about 300 bytes of heap restored from a checkpoint and up to
+// about 425 as the sink collects it (its chunks' spare room), so some
+// 15–21 MB per subtask.
 const DefaultMaxHeld = 50_000
 
 func (m *MQTTSinkConfig) setDefaults() { m.QoS, m.MaxHeld = 1, DefaultMaxHeld }
