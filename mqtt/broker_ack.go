@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"context"
 	"log/slog"
 	"net"
 	"sync"
@@ -223,12 +224,19 @@ type ackGate struct {
 	wake    chan struct{} // cap 1: there is work for the flusher
 	waitBuf []uint64      // the flusher's copy of written
 	in      *cutReader    // the connection as mochi reads it
+	// ctx is the broker's, cancelled too when the connection closes: it
+	// ends a publish of this connection waiting for room in a full
+	// session store, which would otherwise keep the client (and its
+	// read goroutine) until the store has room.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 func newAckGate(b *Broker, c net.Conn) *ackGate {
 	g := &ackGate{Conn: c, b: b, written: make([]uint64, 1+len(b.routes)), wake: make(chan struct{}, 1),
 		in: newCutReader(c, b.cfg.MaxMessageBytes, b.cutMark)}
 	g.cond.L = &g.mu
+	g.ctx, g.cancel = context.WithCancel(b.ctx)
 	return g
 }
 
@@ -353,6 +361,7 @@ type closeWriter interface{ CloseWrite() error }
 // lingers instead (see linger): Close returns at once, the broker's Close
 // waits for it. Any other connection closes at once, as before.
 func (g *ackGate) Close() error {
+	g.cancel()
 	g.mu.Lock()
 	g.closed = true
 	g.cond.Broadcast()

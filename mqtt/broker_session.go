@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -308,29 +309,35 @@ func (h *sessionHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pa
 	if len(to) == 0 {
 		return pk, nil
 	}
-	if err := h.waitRoom(cl, to); err != nil {
+	// A wait for room ends with the broker or with the connection.
+	ctx := h.b.ctx
+	gate, gated := cl.Net.Conn.(*ackGate)
+	if gated {
+		ctx = gate.ctx
+	}
+	if err := h.waitRoom(ctx, cl, to); err != nil {
 		return pk, packets.ErrRejectPacket
 	}
 	data := sessionMsgData{Topic: pk.TopicName, Payload: pk.Payload,
 		Qos: pk.FixedHeader.Qos, Retain: pk.FixedHeader.Retain, Origin: cl.ID, Created: pk.Created}
 	var id uint64
 	var err error
-	if gate, ok := cl.Net.Conn.(*ackGate); ok && pk.FixedHeader.Qos == 1 {
+	if gated && pk.FixedHeader.Qos == 1 {
 		// The PUBACK waits in the gate for the record, which a group
 		// commit makes durable while this connection reads on (a
 		// publisher with many messages in flight, such as a sink, shares
 		// each fsync among them). A QoS 2 message is stored before its
 		// PUBREC: the journal must not keep one whose PUBREC was lost.
 		var seq uint64
-		if id, seq, err = h.store.addMessageNoWait(h.b.ctx, data, to); err == nil {
+		if id, seq, err = h.store.addMessageNoWait(ctx, data, to); err == nil {
 			gate.storedSession(seq)
 		}
 	} else {
-		id, err = h.store.addMessage(h.b.ctx, data, to)
+		id, err = h.store.addMessage(ctx, data, to)
 	}
 	if err != nil {
 		// No PUBACK: drop the connection so the publisher resends.
-		if h.b.ctx.Err() == nil {
+		if ctx.Err() == nil {
 			h.b.logger.Error("mqtt broker: storing message for persistent sessions failed; disconnecting client",
 				"client", cl.ID, "topic", pk.TopicName, "err", err)
 		}
@@ -363,7 +370,7 @@ const roomPoll = time.Second
 // messages: back-pressure on the publisher, as for a full store, instead
 // of mochi dropping the message for that session. It fails (the
 // publisher's connection ended, no PUBACK) only when the broker stops.
-func (h *sessionHook) waitRoom(cl *mochi.Client, to []sessionTo) error {
+func (h *sessionHook) waitRoom(ctx context.Context, cl *mochi.Client, to []sessionTo) error {
 	limit := sessionQueueLimit(int(h.b.server.Options.Capabilities.MaximumInflight))
 	blocked := false
 	for {
@@ -390,8 +397,11 @@ func (h *sessionHook) waitRoom(cl *mochi.Client, to []sessionTo) error {
 		select {
 		case <-freed:
 		case <-timer.C:
-		case <-h.b.ctx.Done():
+		case <-ctx.Done():
 			timer.Stop()
+			if h.b.ctx.Err() == nil {
+				return ctx.Err() // the connection ended
+			}
 			cl.Stop(ErrBrokerClosed)
 			return ErrBrokerClosed
 		}

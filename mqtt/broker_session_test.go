@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
@@ -371,4 +372,51 @@ func TestBrokerSessionAliasedMessagesLeaveTheJournal(t *testing.T) {
 	if st := b.SessionStats(); st.Messages != 0 {
 		t.Errorf("the session journal holds %d message(s) after the consumer acknowledged every one", st.Messages)
 	}
+}
+
+// A publish waiting for room in a full session store ends when its
+// connection ends (here taken over by a new connection with the same
+// client id, as a sink's publisher reconnecting after a timeout or a
+// restart of its job does): before, it went on waiting on the broker's
+// context, with the connection's client and buffers (about 0.5 MiB), and
+// a node whose results' consumer stayed away gained one such wait per
+// reconnect of its sink (12 after 12 minutes). The consumer back, the
+// messages of the connection that is still up are delivered.
+func TestBrokerSessionStoreFullWaitEndsWithTheConnection(t *testing.T) {
+	cfg := BrokerConfig{DataDir: t.TempDir(), SessionMaxBytes: 10000}
+	b := startBrokerCfg(t, nil, cfg, nil)
+	sub := connectPersistent(t, b.Addr(), "slow", &persistentSub{seen: map[string]int{}}, false)
+	if tok := sub.Subscribe("results/#", 1, nil); !tok.WaitTimeout(waitBound) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	sub.Disconnect(0)
+	waiting := func() int {
+		var buf strings.Builder
+		if err := pprof.Lookup("goroutine").WriteTo(&buf, 1); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, g := range strings.Split(buf.String(), "\n\n") {
+			if _, rest, ok := strings.Cut(g, "goroutine profile:"); ok {
+				_, g, _ = strings.Cut(rest, "\n")
+			}
+			var c int
+			if (strings.Contains(g, "(*sessionStore).addMessageLocked") || strings.Contains(g, "(*sessionHook).waitRoom")) &&
+				func() bool { _, err := fmt.Sscanf(g, "%d @", &c); return err == nil }() {
+				n += c
+			}
+		}
+		return n
+	}
+	pad := strings.Repeat("x", 190)
+	for round := range 3 {
+		pub := connect(t, b.Addr(), "sink")
+		for i := range 60 {
+			pub.Publish("results/x", 1, false, fmt.Sprintf("%d-%02d%s", round, i, pad))
+		}
+		testutil.Eventually(t, waitBound, "a publish waiting for room in the full store", func() bool { return waiting() >= 1 })
+	}
+	// Three connections of "sink", each taken over by the next: only the
+	// last one's publish may still wait.
+	testutil.Eventually(t, waitBound, "the waits of the connections taken over ended", func() bool { return waiting() == 1 })
 }
