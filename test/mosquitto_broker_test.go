@@ -3,12 +3,14 @@ package test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -418,6 +420,12 @@ func TestMosquittoSinkBrokerDownResultsKept(t *testing.T) {
 	testutil.Within(40*time.Second-time.Since(down), func() bool { return false })
 	status, attempts := jobAttempts(t, nd, "plant")
 	t.Logf("sink broker down for %v; the job is %s after %d attempts", time.Since(down).Round(time.Millisecond), status, attempts)
+	// What waits for the broker shows in /metrics.
+	if n := sinkResultsHeld(t, nd, "plant"); n == 0 {
+		t.Errorf("edged_sink_results_held of plant is 0 with the sink's broker down for 40 s")
+	} else {
+		t.Logf("edged_sink_results_held of plant: %d", n)
+	}
 	out.start()
 	reconnectAll(t, []paho.Client{sub}, "consumer")
 	publish(2*quarter, w.all())
@@ -433,6 +441,9 @@ func TestMosquittoSinkBrokerDownResultsKept(t *testing.T) {
 	if _, attempts := jobAttempts(t, nd, "plant"); attempts != 1 {
 		t.Fatalf("the job restarted (%d attempts) around the sink broker's outage", attempts)
 	}
+	testutil.Eventually(t, time.Minute, "edged_sink_results_held of plant back to 0", func() bool {
+		return sinkResultsHeld(t, nd, "plant") == 0
+	})
 	drain(t, out.url(), "agg/_marker", col)
 	checkExact(t, col, w)
 	if code := nd.terminate(30 * time.Second); code != 0 {
@@ -570,4 +581,37 @@ func jobAttempts(t *testing.T, nd *node, job string) (string, int) {
 		}
 	}
 	return "not listed", 0
+}
+
+// sinkResultsHeld returns the sum of edged_sink_results_held over the
+// MQTT sinks of job on nd.
+func sinkResultsHeld(t *testing.T, nd *node, job string) int64 {
+	t.Helper()
+	resp, err := http.Get("http://" + nd.apiAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	found := false
+	for _, l := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(l, `edged_sink_results_held{job="`+job+`",`) {
+			continue
+		}
+		found = true
+		f := strings.Fields(l)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("edged_sink_results_held line %q: %v", l, err)
+		}
+		sum += int64(v)
+	}
+	if !found {
+		t.Fatalf("/metrics has no edged_sink_results_held of job %q", job)
+	}
+	return sum
 }
