@@ -148,31 +148,16 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool, par, resume int) {
 	cleanupNode(t, nd)
 	nd.start()
 
-	col := &lateCollector{byID: map[string]string{}, markers: map[string]bool{}}
-	var sub, pub paho.Client
-	connectClients := func() {
-		sub = connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("late-results").
-			SetCleanSession(false).SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(col.handle))
-		for _, f := range []string{"out/#", "deadletter/#"} {
-			if tok := sub.Subscribe(f, 1, col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-				t.Fatalf("subscribe: %v", tok.Error())
-			}
-		}
-		pub = connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("late-device").SetAutoReconnect(false))
-	}
-	disconnect := func() {
-		pub.Disconnect(100)
-		sub.Disconnect(100)
-	}
-	connectClients()
+	cl := newLateClients(t, url, "late")
+	col := cl.col
+	disconnect := cl.disconnect
+	cl.connect()
 	pipelines := []string{"tumb", "sess", "slid"}
 	send := func(id string, v float64, ts int64) {
 		t.Helper()
 		for _, p := range pipelines {
 			body := fmt.Sprintf(`{"id":%q,"v":%g,"ts":%d}`, id, v, ts)
-			if tok := pub.Publish(p+"/"+id, 1, false, body); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
-				t.Fatalf("publish %s: %v", body, tok.Error())
-			}
+			cl.publish(p+"/"+id, body)
 		}
 	}
 	// waitWM waits until both window operators' watermark is wm.
@@ -189,14 +174,7 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool, par, resume int) {
 		})
 	}
 	// waitFor waits until the consumer has n distinct results and dead letters.
-	waitFor := func(n int, what string) {
-		t.Helper()
-		testutil.Eventually(t, 30*time.Second, what, func() bool {
-			col.mu.Lock()
-			defer col.mu.Unlock()
-			return len(col.byID) >= n
-		})
-	}
+	waitFor := cl.waitFor
 	const s = 1000
 
 	// Phase A: on time. a: 1..9 s (v 1..9), b: 2 s; m at 15 s moves the
@@ -222,7 +200,7 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool, par, resume int) {
 	nd.kill()
 	disconnect()
 	nd.start()
-	connectClients()
+	cl.connect()
 	// Phase C: after the kill, late within the lateness again, and a
 	// kill as soon as the broker took it (in the ingest log, its update
 	// not yet published): the restarted node reads it again behind the
@@ -231,7 +209,7 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool, par, resume int) {
 	nd.kill()
 	disconnect()
 	nd.start()
-	connectClients()
+	cl.connect()
 	waitFor(23, "the update after the kill")
 
 	disconnect()
@@ -249,7 +227,7 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool, par, resume int) {
 	for _, p := range pipelines {
 		nd.checkParallelism(t, p, p+"/window", resume)
 	}
-	connectClients()
+	cl.connect()
 	// Phase D: after the savepoint, b late within the lateness, and a
 	// kill as soon as the broker took it, maybe before the resumed job
 	// completed a checkpoint: the node restores from the savepoint, or a
@@ -261,7 +239,7 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool, par, resume int) {
 	nd.kill()
 	disconnect()
 	nd.start()
-	connectClients()
+	cl.connect()
 	waitFor(27, "b's update after the savepoint")
 	send("c", 4, t0+4*s)
 	send("m", 3, t0+12*s)
@@ -343,7 +321,7 @@ func lateUpdatesExactlyOnce(t *testing.T, mosquitto bool, par, resume int) {
 	nd.kill()
 	disconnect()
 	nd.start()
-	connectClients()
+	cl.connect()
 	drainLate(t, url, col)
 	got := col.contents(t)
 	var gotResults, gotDead []string
@@ -411,5 +389,60 @@ func drainLate(t *testing.T, url string, col *lateCollector) {
 		col.mu.Lock()
 		defer col.mu.Unlock()
 		return col.markers[marker]
+	})
+}
+
+// lateClients are the consumer and the device of the lateness tests: the
+// consumer a persistent session on out/# and deadletter/# that collects
+// what it receives into col, the device publishing readings at QoS 1.
+type lateClients struct {
+	t        *testing.T
+	url      string
+	id       string // the client ids are id-results and id-device
+	col      *lateCollector
+	sub, pub paho.Client
+}
+
+// newLateClients returns the lateness tests' clients for the broker at
+// url, not connected yet.
+func newLateClients(t *testing.T, url, id string) *lateClients {
+	return &lateClients{t: t, url: url, id: id, col: &lateCollector{byID: map[string]string{}, markers: map[string]bool{}}}
+}
+
+// connect connects the consumer (resuming its session) and the device.
+func (c *lateClients) connect() {
+	c.sub = connect(c.t, paho.NewClientOptions().AddBroker(c.url).SetClientID(c.id+"-results").
+		SetCleanSession(false).SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(c.col.handle))
+	for _, f := range []string{"out/#", "deadletter/#"} {
+		if tok := c.sub.Subscribe(f, 1, c.col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			c.t.Fatalf("subscribe: %v", tok.Error())
+		}
+	}
+	c.pub = connect(c.t, paho.NewClientOptions().AddBroker(c.url).SetClientID(c.id+"-device").SetAutoReconnect(false))
+}
+
+// disconnect disconnects the device and the consumer.
+func (c *lateClients) disconnect() {
+	c.pub.Disconnect(100)
+	c.sub.Disconnect(100)
+}
+
+// publish publishes body to topic from the device and waits for its
+// acknowledgement.
+func (c *lateClients) publish(topic, body string) {
+	c.t.Helper()
+	if tok := c.pub.Publish(topic, 1, false, body); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
+		c.t.Fatalf("publish %s: %v", body, tok.Error())
+	}
+}
+
+// waitFor waits until the consumer has n distinct results and dead
+// letters.
+func (c *lateClients) waitFor(n int, what string) {
+	c.t.Helper()
+	testutil.Eventually(c.t, 30*time.Second, what, func() bool {
+		c.col.mu.Lock()
+		defer c.col.mu.Unlock()
+		return len(c.col.byID) >= n
 	})
 }

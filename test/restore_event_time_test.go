@@ -56,34 +56,15 @@ pipelines:
 	nd := &node{t: t, cfgPath: cfgPath, logPath: filepath.Join(dir, "edged.log"), brokerAddr: broker, apiAddr: api}
 	cleanupNode(t, nd)
 	nd.start()
-	col := &lateCollector{byID: map[string]string{}, markers: map[string]bool{}}
-	var sub, pub paho.Client
-	connectClients := func() {
-		sub = connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("idle-results").
-			SetCleanSession(false).SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(col.handle))
-		for _, f := range []string{"out/#", "deadletter/#"} {
-			if tok := sub.Subscribe(f, 1, col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-				t.Fatalf("subscribe: %v", tok.Error())
-			}
-		}
-		pub = connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("idle-device").SetAutoReconnect(false))
-	}
-	connectClients()
+	cl := newLateClients(t, url, "idle")
+	col := cl.col
+	cl.connect()
 	send := func(id string, v float64, ts int64) {
 		t.Helper()
 		body := fmt.Sprintf(`{"id":%q,"v":%g,"ts":%d}`, id, v, ts)
-		if tok := pub.Publish("idle/"+id, 1, false, body); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
-			t.Fatalf("publish %s: %v", body, tok.Error())
-		}
+		cl.publish("idle/"+id, body)
 	}
-	waitFor := func(n int, what string) {
-		t.Helper()
-		testutil.Eventually(t, 30*time.Second, what, func() bool {
-			col.mu.Lock()
-			defer col.mu.Unlock()
-			return len(col.byID) >= n
-		})
-	}
+	waitFor := cl.waitFor
 	wm := func() int64 {
 		p, _ := nd.progress("idle")
 		return p.eventTime
@@ -99,15 +80,14 @@ pipelines:
 	send("k", 3, t0+300)
 	waitFor(2, "the first dead letter")
 	t.Logf("watermark %d ms after t0", wm()-t0)
-	pub.Disconnect(100)
-	sub.Disconnect(100)
+	cl.disconnect()
 	sp := cliStop(t, nd, "idle")
 	if code := nd.waitExit(t, 30*time.Second); code != 0 {
 		t.Fatalf("edged exited %d after the stop", code)
 	}
 	writeCfg(resume)
 	nd.start("--from-savepoint", sp)
-	connectClients()
+	cl.connect()
 	t.Logf("watermark after the resume %d ms after t0", wm()-t0)
 	// k at 0.2 s is as late as before the stop.
 	send("k", 5, t0+200)
@@ -254,25 +234,13 @@ pipelines:
 	nd := &node{t: t, cfgPath: cfgPath, logPath: filepath.Join(dir, "edged.log"), brokerAddr: broker, apiAddr: api}
 	cleanupNode(t, nd)
 	nd.start()
-	col := &lateCollector{byID: map[string]string{}, markers: map[string]bool{}}
-	var sub, pub paho.Client
-	connectClients := func() {
-		sub = connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("ses-results").
-			SetCleanSession(false).SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(col.handle))
-		for _, f := range []string{"out/#", "deadletter/#"} {
-			if tok := sub.Subscribe(f, 1, col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-				t.Fatalf("subscribe: %v", tok.Error())
-			}
-		}
-		pub = connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("ses-device").SetAutoReconnect(false))
-	}
-	connectClients()
+	cl := newLateClients(t, url, "ses")
+	col := cl.col
+	cl.connect()
 	send := func(id string, v float64, ts int64) {
 		t.Helper()
 		body := fmt.Sprintf(`{"id":%q,"v":%g,"ts":%d}`, id, v, ts)
-		if tok := pub.Publish("ses/"+id, 1, false, body); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
-			t.Fatalf("publish %s: %v", body, tok.Error())
-		}
+		cl.publish("ses/"+id, body)
 	}
 	waitWM := func(wm int64) {
 		t.Helper()
@@ -281,14 +249,7 @@ pipelines:
 			return ok && p.eventTime == wm
 		})
 	}
-	waitFor := func(n int, what string) {
-		t.Helper()
-		testutil.Eventually(t, 30*time.Second, what, func() bool {
-			col.mu.Lock()
-			defer col.mu.Unlock()
-			return len(col.byID) >= n
-		})
-	}
+	waitFor := cl.waitFor
 	const s = 1000
 	t0 := (time.Now().Add(-30*time.Minute).UnixMilli() / 10_000) * 10_000
 	// a's session [1,7) fires at the watermark 9.999 s; its lateness
@@ -300,8 +261,7 @@ pipelines:
 	}
 	waitWM(t0 + 9_999)
 	waitFor(1, "a's session")
-	pub.Disconnect(100)
-	sub.Disconnect(100)
+	cl.disconnect()
 	sp := cliStop(t, nd, "ses")
 	if code := nd.waitExit(t, 30*time.Second); code != 0 {
 		t.Fatalf("edged exited %d after the stop", code)
@@ -309,7 +269,7 @@ pipelines:
 	writeCfg(resume)
 	nd.start("--from-savepoint", sp)
 	nd.checkParallelism(t, "ses", "ses/window", resume)
-	connectClients()
+	cl.connect()
 	// The watermark at 19.999 s: a's session is gone.
 	for range resume {
 		send("m", 0, t0+21*s)
@@ -368,25 +328,13 @@ pipelines:
 	nd := &node{t: t, cfgPath: cfgPath, logPath: filepath.Join(dir, "edged.log"), brokerAddr: broker, apiAddr: api}
 	cleanupNode(t, nd)
 	nd.start()
-	col := &lateCollector{byID: map[string]string{}, markers: map[string]bool{}}
-	var sub, pub paho.Client
-	connectClients := func() {
-		sub = connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("al-results").
-			SetCleanSession(false).SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(col.handle))
-		for _, f := range []string{"out/#", "deadletter/#"} {
-			if tok := sub.Subscribe(f, 1, col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-				t.Fatalf("subscribe: %v", tok.Error())
-			}
-		}
-		pub = connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("al-device").SetAutoReconnect(false))
-	}
-	connectClients()
+	cl := newLateClients(t, url, "al")
+	col := cl.col
+	cl.connect()
 	send := func(id string, temp float64, ts int64) {
 		t.Helper()
 		body := fmt.Sprintf(`{"id":%q,"temp":%g,"ts":%d}`, id, temp, ts)
-		if tok := pub.Publish("al/"+id, 1, false, body); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
-			t.Fatalf("publish %s: %v", body, tok.Error())
-		}
+		cl.publish("al/"+id, body)
 	}
 	// waitWM waits until every subtask of the alerts operator is at wm.
 	waitWM := func(wm int64) {
@@ -408,14 +356,7 @@ pipelines:
 			return n > 0
 		})
 	}
-	waitFor := func(n int, what string) {
-		t.Helper()
-		testutil.Eventually(t, 30*time.Second, what, func() bool {
-			col.mu.Lock()
-			defer col.mu.Unlock()
-			return len(col.byID) >= n
-		})
-	}
+	waitFor := cl.waitFor
 	const s = 1000
 	t0 := (time.Now().Add(-30*time.Minute).UnixMilli() / 10_000) * 10_000
 	for i := int64(1); i <= 3; i++ {
@@ -425,8 +366,7 @@ pipelines:
 		send("m", 20, t0+10*s)
 	}
 	waitWM(t0 + 8_999)
-	pub.Disconnect(100)
-	sub.Disconnect(100)
+	cl.disconnect()
 	// A checkpoint after the watermark reached 8.999 s holds a's readings
 	// looked at: the savepoint does.
 	sp := cliStop(t, nd, "al")
@@ -436,7 +376,7 @@ pipelines:
 	writeCfg(3)
 	nd.start("--from-savepoint", sp)
 	nd.checkParallelism(t, "al", "al/alerts", 3)
-	connectClients()
+	cl.connect()
 	send("a", 40, t0+2500) // behind a's latest (3 s): a dead letter
 	waitFor(1, "the first dead letter")
 	send("a", 40, t0+4*s)
@@ -501,25 +441,13 @@ pipelines:
 	nd := &node{t: t, cfgPath: cfgPath, logPath: filepath.Join(dir, "edged.log"), brokerAddr: broker, apiAddr: api}
 	cleanupNode(t, nd)
 	nd.start()
-	col := &lateCollector{byID: map[string]string{}, markers: map[string]bool{}}
-	var sub, pub paho.Client
-	connectClients := func() {
-		sub = connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("gap-results").
-			SetCleanSession(false).SetAutoReconnect(false).SetOrderMatters(false).SetDefaultPublishHandler(col.handle))
-		for _, f := range []string{"out/#", "deadletter/#"} {
-			if tok := sub.Subscribe(f, 1, col.handle); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-				t.Fatalf("subscribe: %v", tok.Error())
-			}
-		}
-		pub = connect(t, paho.NewClientOptions().AddBroker(url).SetClientID("gap-device").SetAutoReconnect(false))
-	}
-	connectClients()
+	cl := newLateClients(t, url, "gap")
+	col := cl.col
+	cl.connect()
 	send := func(id string, ts int64) {
 		t.Helper()
 		body := fmt.Sprintf(`{"id":%q,"v":1,"ts":%d}`, id, ts)
-		if tok := pub.Publish("ses/"+id, 1, false, body); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
-			t.Fatalf("publish %s: %v", body, tok.Error())
-		}
+		cl.publish("ses/"+id, body)
 	}
 	waitWM := func(wm int64) {
 		t.Helper()
@@ -533,8 +461,7 @@ pipelines:
 	send("a", t0+2000)
 	send("m", t0+4600)
 	waitWM(t0 + 3599)
-	pub.Disconnect(100)
-	sub.Disconnect(100)
+	cl.disconnect()
 	sp := cliStop(t, nd, "ses")
 	if code := nd.waitExit(t, 30*time.Second); code != 0 {
 		t.Fatalf("edged exited %d after the stop", code)
@@ -542,7 +469,7 @@ pipelines:
 	writeCfg("1s")
 	nd.start("--from-savepoint", sp)
 	nd.checkRestoredFrom(t, sp)
-	connectClients()
+	cl.connect()
 	send("m", t0+7000)
 	waitWM(t0 + 5999)
 	send("a", t0+6500)
