@@ -368,8 +368,9 @@ const roomPoll = time.Second
 
 // waitRoom waits while a recipient in to holds sessionQueueLimit
 // messages: back-pressure on the publisher, as for a full store, instead
-// of mochi dropping the message for that session. It fails (the
-// publisher's connection ended, no PUBACK) only when the broker stops.
+// of mochi dropping the message for that session. It fails (no PUBACK)
+// only when ctx ends: the publisher's connection closed (ctx is its
+// ackGate's), or the broker stopped (the connection is ended too).
 func (h *sessionHook) waitRoom(ctx context.Context, cl *mochi.Client, to []sessionTo) error {
 	limit := sessionQueueLimit(int(h.b.server.Options.Capabilities.MaximumInflight))
 	blocked := false
