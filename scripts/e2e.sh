@@ -34,11 +34,12 @@ go test -c -o "$work/e2e.test" ./test
 # The longest tests first (about 35-80 s each when run alone): one started
 # last would run alone at the end. Names missing here run after them, in
 # the package's order.
-long="TestEmbeddedKillExactlyOnceQoS2 TestMosquittoSinkBrokerDownResultsKept
+long="TestClusterSessionWindowsFailover TestEmbeddedKillExactlyOnceQoS2 TestMosquittoSinkBrokerDownResultsKept
   TestMosquittoBrokerHungExactlyOnce TestSlidingAndSessionWindowsExactAcrossKills
   TestClusterTwoPipelinesKillsExact TestMosquittoTotals
   TestCLIStopWithSavepointAndResume TestClusterLeaderRestartsBeforeDetection
-  TestMosquittoSIGTERMWhileTheSinkBrokerStaysDown"
+  TestMosquittoSIGTERMWhileTheSinkBrokerStaysDown TestClusterDrainOfTheSinkNodeAndRebalanceAskedTwiceAtOnce
+  TestClusterSessionLateUpdatesAcrossRescale TestClusterLateUpdatesAcrossFailover"
 declare -A listed=()
 mapfile -t all < <(cd test && "$work/e2e.test" -test.list "$run" | grep '^Test' || true)
 for n in "${all[@]}"; do listed[$n]=1; done
