@@ -521,12 +521,11 @@ const gatherSmall = connReadBuffer / 8
 // and the last read brought a few messages only (a broker slower than
 // the reader, the common case when it is the bottleneck), min(ackQuiet,
 // AckDelay/4), else 0. A read then brings many messages instead of one
-// or two, and the reader wakes once for them instead of once per read:
-// at 30,000 messages/s, the read, the wake-up and the read deadline per
-// message or two cost edged more CPU than everything else it does. The
-// messages are acknowledged no later than without the pause (the acker
-// waits for more anyway), only read later, by at most the pause, and
-// the acker counts no quiet while the reader pauses.
+// or two, and the reader wakes once for them instead of once per read
+// (each with its read call and read deadline). A message is read at most
+// the pause later: one that arrives as the acker's wait ends joins the
+// next group commit, acknowledged that much later too. The acker counts
+// no quiet while the reader pauses.
 func (s *Subscriber) gatherFor(last int) time.Duration {
 	pause := s.gatherPause
 	if pause <= 0 || last >= gatherSmall || last == 0 || !s.lingering.Load() {
