@@ -240,6 +240,11 @@ func TestBrokerURLChecked(t *testing.T) {
 		{"localhost:1883", `"localhost:1883" is host:port, not a URL: write tcp://localhost:1883`},
 		{"[::1]:1883", `"[::1]:1883" is host:port, not a URL: write tcp://[::1]:1883`},
 		{"broker.local", `"broker.local" must be a tcp://, mqtt://, ssl://, tls://, mqtts://, tcps://, mqtt+ssl://, unix://, ws:// or wss:// URL`},
+		// A problem names the URL without its password.
+		{"tcp://edge:s3cret@127.0.0.1", `"tcp://edge:xxxxx@127.0.0.1" has no port (tcp://127.0.0.1:1883, say)`},
+		{"tcp://edge:s3cret@127.0.0.1:99999", `"tcp://edge:xxxxx@127.0.0.1:99999" has port "99999": it must be in [1, 65535]`},
+		{"http://edge:s3cret@x:80", `"http://edge:xxxxx@x:80" must be a tcp://, mqtt://, ssl://, tls://, mqtts://, tcps://, mqtt+ssl://, unix://, ws:// or wss:// URL`},
+		{"tcp://edge:s3cret@127.0.0.1:1883/%zz", `"tcp://edge:xxxxx@127.0.0.1:1883/%zz" is not a URL`},
 	} {
 		if got := checkBrokerURL(c.broker); got != c.problem {
 			t.Errorf("%s: %q, want %q", c.broker, got, c.problem)

@@ -633,7 +633,7 @@ func (pc *PipelineConfig) compileSource(p *problems, path string, pl *plan) *Sch
 		case "", mqtt.ClientPaho:
 		case mqtt.ClientDirect:
 			if u, err := url.Parse(m.Broker); m.Broker != "" && err == nil && (u.Scheme == "ws" || u.Scheme == "wss") {
-				p.add(mp+".client", fmt.Sprintf("(direct) does not dial %q (WebSocket): use client: paho", m.Broker))
+				p.add(mp+".client", fmt.Sprintf("(direct) does not dial %q (WebSocket): use client: paho", redactedURL(m.Broker)))
 			}
 		default:
 			p.add(mp+".client", fmt.Sprintf("(%q) must be %q or %q", m.Client, mqtt.ClientDirect, mqtt.ClientPaho))
@@ -1205,18 +1205,36 @@ func msCeil(d time.Duration) int64 {
 // readers dial (the direct reader all but ws and wss, which paho dials).
 var brokerSchemes = []string{"tcp", "mqtt", "ssl", "tls", "mqtts", "tcps", "mqtt+ssl", "unix", "ws", "wss"}
 
+// userinfoPassword matches the password of a URL's userinfo, in a URL
+// that url.Parse refuses.
+var userinfoPassword = regexp.MustCompile(`^([^/@]*://[^/@:]*:)[^/@]*@`)
+
+// redactedURL returns raw with the password of its userinfo, if any,
+// replaced by "xxxxx", also when raw does not parse: a problem with a
+// broker URL is printed and logged, and must not show its password.
+func redactedURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		if u.User == nil {
+			return raw
+		}
+		return u.Redacted()
+	}
+	return userinfoPassword.ReplaceAllString(raw, "${1}xxxxx@")
+}
+
 // checkBrokerURL returns what is wrong with broker as the URL of an
 // external broker, or "": a known scheme, and a host and a port in
 // [1, 65535] (there is no default port; a websocket URL may leave it to
 // its scheme), or a socket path for unix://.
-func checkBrokerURL(broker string) string {
-	if !strings.Contains(broker, "://") {
+func checkBrokerURL(raw string) string {
+	broker := redactedURL(raw) // the message names the URL, never its password
+	if !strings.Contains(raw, "://") {
 		if _, port, err := net.SplitHostPort(broker); err == nil && port != "" && strings.Trim(port, "0123456789") == "" {
 			// node.broker's form: the likely mistake.
 			return fmt.Sprintf("%q is host:port, not a URL: write tcp://%s", broker, broker)
 		}
 	}
-	u, err := url.Parse(broker)
+	u, err := url.Parse(raw)
 	if err != nil {
 		return fmt.Sprintf("%q is not a URL", broker)
 	}

@@ -208,6 +208,9 @@ func TestMQTTSourceClient(t *testing.T) {
 	ws := strings.Replace(ext, "tcp://", "ws://", 1)
 	wantProblems(t, strings.Replace(ws, "format: json", "client: direct\n        format: json", 1),
 		`pipelines[0].source.mqtt.client: (direct) does not dial "ws://127.0.0.1:1883" (WebSocket): use client: paho`)
+	wsUser := strings.Replace(ext, "tcp://", "ws://edge:s3cret@", 1)
+	wantProblems(t, strings.Replace(wsUser, "format: json", "client: direct\n        format: json", 1),
+		`pipelines[0].source.mqtt.client: (direct) does not dial "ws://edge:xxxxx@127.0.0.1:1883" (WebSocket): use client: paho`)
 	if _, err := Parse([]byte(strings.Replace(ws, "format: json", "client: paho\n        format: json", 1))); err != nil {
 		t.Fatalf("paho over ws: %v", err)
 	}
