@@ -108,7 +108,8 @@ type MemberStatus struct {
 	// Address is the member's data transport address (Meta.Transport).
 	Address string `json:"address"`
 	// API is the member's REST API address, where its own GET /cluster
-	// answers.
+	// answers: its cluster.peers entry's api, and for this node the
+	// address its API listens on (node.listen).
 	API   string      `json:"api"`
 	State MemberState `json:"state"`
 	// Leader marks the member this node takes for the leader.

@@ -42,8 +42,11 @@ type clusterNode struct {
 	// node may host subtasks of a job.
 	hostsFn func(node string) bool
 
-	cfg    *pipeline.ClusterConfig
-	log    *slog.Logger
+	cfg *pipeline.ClusterConfig
+	log *slog.Logger
+	// api is the address this node's REST API listens on (its own
+	// member's api in GET /cluster).
+	api    string
 	net    *cluster.Network
 	tr     *cluster.RemoteTransport
 	peers  *peerClient
@@ -669,8 +672,8 @@ func clusterError(w http.ResponseWriter, code int, err error) {
 
 // joinCluster starts the node's part in the cluster of cfg: the transport,
 // and on a node other than the master's the worker that hosts the tasks
-// placed on it.
-func (n *node) joinCluster(cfg *pipeline.Config) error {
+// placed on it. api is the address the node's REST API listens on.
+func (n *node) joinCluster(cfg *pipeline.Config, api string) error {
 	dataDir := cfg.Node.DataDir
 	if dataDir == "" {
 		dataDir = DefaultDataDir
@@ -679,6 +682,7 @@ func (n *node) joinCluster(cfg *pipeline.Config) error {
 	if err != nil {
 		return err
 	}
+	c.api = api
 	c.fingerprint = pipelinesFingerprint(cfg.Pipelines)
 	c.nodesDigest = nodesDigest(cfg.Cluster.Nodes(), cfg.Cluster.ChannelConfig().Shared())
 	c.rep = newReplicas(cfg.Cluster, cfg.Pipelines, c.peers, c.live.alike, c.seen.Load, n.log.With("node", cfg.Cluster.Node))

@@ -40,7 +40,7 @@ func (c *clusterNode) Status() cluster.Status {
 			m.State = cluster.StateLeft
 		}
 		if id == c.cfg.Node {
-			m.API = ""
+			m.API = c.api
 			if c.tr != nil {
 				m.Address = c.tr.Addr()
 			}

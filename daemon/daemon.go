@@ -292,7 +292,7 @@ func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
 		return fmt.Errorf("daemon: mqtt: %w", err)
 	}
 	if cfg.Cluster != nil {
-		if err := n.joinCluster(cfg); err != nil {
+		if err := n.joinCluster(cfg, ln.Addr().String()); err != nil {
 			ln.Close()
 			if errors.Is(err, ErrSavepointNotLeader) {
 				return err // says "daemon:" already
