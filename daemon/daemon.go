@@ -303,25 +303,16 @@ func Run(ctx context.Context, cfg *pipeline.Config, opts Options) error {
 		defer n.cluster.stop()
 	}
 	var watchers sync.WaitGroup
-	for i, pc := range cfg.Pipelines {
-		if n.cluster != nil && !n.cluster.master {
-			// The job master on the cluster's first node places tasks
-			// here; the worker hosts them.
-			break
+	if err := n.startJobs(ctx, cfg.Pipelines, &watchers); err != nil {
+		// The node ends: the started pipelines run again when it
+		// restarts, so no log of theirs sheds as they end.
+		n.noShedding()
+		for _, started := range n.jobList() {
+			started.cancel()
 		}
-		j, err := n.start(ctx, pc)
-		if err != nil {
-			// The node ends: the started pipelines run again when it
-			// restarts, so no log of theirs sheds as they end.
-			n.noShedding()
-			for _, started := range n.jobList() {
-				started.cancel()
-			}
-			watchers.Wait()
-			ln.Close()
-			return fmt.Errorf("daemon: start pipelines[%d] %q: %w", i, pc.Name, err)
-		}
-		watchers.Go(func() { n.watch(j) })
+		watchers.Wait()
+		ln.Close()
+		return err
 	}
 	// Serve only now: the handlers read n.jobs without a lock.
 	srv := &http.Server{Handler: newAPI(n), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: n.opts.IdleTimeout}
@@ -852,4 +843,37 @@ func fileInTheWay(dir string) string {
 			return ""
 		}
 	}
+}
+
+// startJobs starts pipelines as the node's jobs, each watched on
+// watchers, unless the node is a cluster node that does not lead: the job
+// master on the leader places tasks here, and the worker hosts them.
+//
+// A cluster node decides under startMu, on its leadership as it is then:
+// its gossip runs already, and a yield to another leader (which takes
+// startMu to cancel the jobs and step down) can come before this start.
+// Decided on the leadership the node started with, the jobs started after
+// such a yield, in a newer term than the leader the node now follows,
+// whose deployments it then refused as a stale master's while the leader
+// refused its own: two nodes killed at once and started again, the
+// cluster ran no job until every node was restarted.
+func (n *node) startJobs(ctx context.Context, pipelines []pipeline.PipelineConfig, watchers *sync.WaitGroup) error {
+	if c := n.cluster; c != nil {
+		c.startMu.Lock()
+		defer c.startMu.Unlock()
+		if c.stopping() || !c.isMaster() {
+			if c.master {
+				n.log.Info("cluster: this node yielded the leadership before it started its jobs; it follows the leader", "leader", c.leader())
+			}
+			return nil
+		}
+	}
+	for i, pc := range pipelines {
+		j, err := n.start(ctx, pc)
+		if err != nil {
+			return fmt.Errorf("daemon: start pipelines[%d] %q: %w", i, pc.Name, err)
+		}
+		watchers.Go(func() { n.watch(j) })
+	}
+	return nil
 }
