@@ -330,12 +330,12 @@ func (h *host) spawn() error {
 	return nil
 }
 
-// start tells the host's sources to start polling.
+// start tells the host's tasks that every task of the job is spawned:
+// the sources start polling, and every task arms its processing-time
+// timers.
 func (h *host) start() {
-	for _, t := range h.tasks {
-		if t.source != nil {
-			h.system.Root.Send(t.pid, startMsg{})
-		}
+	for _, t := range h.taskList() {
+		h.system.Root.Send(t.pid, startMsg{})
 	}
 }
 

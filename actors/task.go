@@ -14,7 +14,8 @@ import (
 	"github.com/edgedio/edged/watermark"
 )
 
-// startMsg tells a source task to start polling.
+// startMsg tells a task that every task of the job is spawned: a source
+// starts polling, and the task's processing-time timers are armed.
 type startMsg struct{}
 
 // pollMsg tells a source task to poll again.
@@ -86,7 +87,7 @@ type task struct {
 	// openSince is when the oldest open output batch was opened (zero when
 	// none is).
 	openSince time.Time
-	started   bool // the actor has started: timers may be armed
+	started   bool // the actor and its host have started: timers may be armed
 	ended     int  // input channels that delivered end-of-stream
 	done      bool // finished or failed: no more input
 	failed    bool // failed: ignore every message
@@ -185,15 +186,25 @@ func (t *task) Receive(c actor.Context) {
 		t.notify(m.id, false)
 	case *actor.Started:
 		// Operators may have asked for processing-time callbacks in Open;
-		// the clock timer is armed once the task runs.
-		t.started = true
-		t.timers.arm(t)
+		// the clock timer is armed once every task of the job is spawned
+		// (the host started: see startTimers), at once for a task spawned
+		// in a running job (a handover).
+		select {
+		case <-t.run.started:
+			t.startTimers()
+		default:
+		}
 	case timerMsg:
 		t.timers.fired(m.at)
 		if !t.done {
 			t.fireTimers()
 		}
-	case pollMsg, startMsg:
+	case startMsg:
+		t.startTimers()
+		if t.source != nil && !t.done && t.stopSource == 0 {
+			t.poll()
+		}
+	case pollMsg:
 		if !t.done && t.stopSource == 0 {
 			t.poll()
 		}
@@ -606,6 +617,22 @@ func (t *task) sendRemote(ch *channel, m message) {
 		}
 		operators.Fail(fmt.Errorf("channel to %s[%d]: %w", ch.toName, ch.toSub, err))
 	}
+}
+
+// startTimers arms the clock timer of the processing-time callbacks the
+// operators asked for so far. Not before the host started: a callback
+// may send on a channel to another node (a timestamp assigner's periodic
+// watermark, a process function's restored timer), and that node opens
+// the channel's receiving end when it deploys its tasks, which every node
+// reported done only once the host is started. A frame sent before would
+// be lost, and the receiver would fail the channel at the next one for
+// the gap.
+func (t *task) startTimers() {
+	if t.started {
+		return
+	}
+	t.started = true
+	t.timers.arm(t)
 }
 
 // fireTimers runs the processing-time callbacks that are due.
