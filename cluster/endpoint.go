@@ -33,7 +33,18 @@ type Endpoint struct {
 	in        map[Link]*InChannel
 	unrouted  atomic.Int64 // frames for no open channel
 	corrupted atomic.Int64 // frames that did not decode
+
+	earlyMu sync.Mutex // guards early
+	// early counts, by channel, the frames that arrived while the
+	// channel's receiving end was not open (none, or one of an older
+	// epoch on the link) and were dropped: a gap the channel's receiver
+	// finds at its start is then explained in its error. At most
+	// maxEarlyChannels channels, the oldest epochs evicted first.
+	early map[ChannelID]int64
 }
+
+// maxEarlyChannels bounds the channels Endpoint.early remembers.
+const maxEarlyChannels = 64
 
 // NewEndpoint returns an endpoint with channels configured by cfg (which
 // must be valid). onFail, if not nil, is called once per failed channel,
@@ -95,6 +106,7 @@ func (e *Endpoint) Close(l Link) {
 // open in id's epoch: a channel of the same link in a newer epoch stays.
 func (e *Endpoint) CloseChannel(id ChannelID) {
 	l := id.Link()
+	e.forgetEarly(id)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if c := e.out[l]; c != nil && c.m.ID() == id {
@@ -110,6 +122,9 @@ func (e *Endpoint) CloseChannel(id ChannelID) {
 // endpoint (the control channels of a host on the job master's node).
 func (e *Endpoint) CloseEnd(id ChannelID, out bool) {
 	l := id.Link()
+	if !out {
+		e.forgetEarly(id)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if c := e.out[l]; out && c != nil && c.m.ID() == id {
@@ -162,11 +177,58 @@ func (e *Endpoint) handleFrame(data []byte, r Releaser) {
 		out.step(Receive{Frame: f})
 		release(r)
 	case in != nil:
+		if f.Channel.Epoch > in.ID().Epoch {
+			// The link's receiver is of an older epoch: it drops the
+			// frame.
+			e.noteEarly(f.Channel)
+		}
 		in.receive(f, r)
 	default:
 		e.unrouted.Add(1)
+		if f.Kind != KindAck {
+			e.noteEarly(f.Channel)
+		}
 		release(r)
 	}
+}
+
+// noteEarly counts a frame of channel id dropped because the channel's
+// receiving end was not open.
+func (e *Endpoint) noteEarly(id ChannelID) {
+	e.earlyMu.Lock()
+	defer e.earlyMu.Unlock()
+	if e.early == nil {
+		e.early = make(map[ChannelID]int64)
+	}
+	if _, ok := e.early[id]; !ok && len(e.early) >= maxEarlyChannels {
+		var oldest ChannelID
+		first := true
+		for k := range e.early {
+			if first || k.Epoch < oldest.Epoch {
+				oldest, first = k, false
+			}
+		}
+		delete(e.early, oldest)
+	}
+	e.early[id]++
+}
+
+// takeEarly returns and forgets the number of frames of channel id
+// dropped before its receiving end opened.
+func (e *Endpoint) takeEarly(id ChannelID) int64 {
+	e.earlyMu.Lock()
+	defer e.earlyMu.Unlock()
+	n := e.early[id]
+	delete(e.early, id)
+	return n
+}
+
+// forgetEarly forgets the frames of channel id dropped before its
+// receiving end opened.
+func (e *Endpoint) forgetEarly(id ChannelID) {
+	e.earlyMu.Lock()
+	defer e.earlyMu.Unlock()
+	delete(e.early, id)
 }
 
 // release releases r, if any.
@@ -239,6 +301,18 @@ type frameSender interface {
 }
 
 func (e *Endpoint) failed(id ChannelID, out bool, err error) {
+	if !out {
+		if n := e.takeEarly(id); n > 0 {
+			// A frame sent before the receiving end opened was lost: the
+			// gap is the sender's (or the deployment's) doing, not the
+			// network's.
+			what := "1 frame of the channel"
+			if n > 1 {
+				what = fmt.Sprintf("%d frames of the channel", n)
+			}
+			err = fmt.Errorf("%w (%s arrived before its receiving end was open, and dropped)", err, what)
+		}
+	}
 	e.log.Error("channel failed", "job", id.Job, "channel", id.String(), "err", err)
 	if e.onFail != nil {
 		e.onFail(id, err)

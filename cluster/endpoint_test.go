@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -95,5 +96,60 @@ func TestEndpointTransportRefusalFails(t *testing.T) {
 	}
 	if err := out.Send(t.Context(), Send{Kind: KindBatch, Body: []byte{3}}); !errors.Is(err, ErrChannelFailed) || len(failures) != 1 {
 		t.Fatalf("Send after the failure: %v, %d failures; want the same failure, reported once", err, len(failures))
+	}
+}
+
+// A frame that arrives before its channel's receiving end is open is
+// dropped, and the gap the receiver then finds at its start still fails
+// the channel loudly, with an error that says frames of the channel came
+// before the receiving end was open: the gap is not the network's.
+func TestEndpointGapAfterFramesBeforeOpenSaysSo(t *testing.T) {
+	cfg := DefaultChannelConfig()
+	net := NewMemoryNetwork(1, Faults{})
+	var failed error
+	a := NewEndpoint(cfg, nil, nil)
+	b := NewEndpoint(cfg, nil, func(_ ChannelID, err error) { failed = err })
+	a.Attach(net.Node("a", a))
+	b.Attach(net.Node("b", b))
+	id := ChannelID{Job: "j", Epoch: 2, Edge: 0, From: 0, To: 1}
+	// The link's receiver of the epoch before is still open: it drops
+	// the newer frame too.
+	old := b.OpenReceiver(ChannelID{Job: "j", Epoch: 1, Edge: 0, From: 0, To: 1}, "a", func(Frame) {})
+	out := a.OpenSender(id, "b")
+	step := func() {
+		for net.Pending() > 0 {
+			net.Step()
+		}
+	}
+	if err := out.Send(t.Context(), Send{Kind: KindWatermark, Value: 7}); err != nil {
+		t.Fatal(err)
+	}
+	step()
+	if got := old.Stats().EpochDropped; got != 1 {
+		t.Fatalf("the older epoch's receiver dropped %d frames, want 1", got)
+	}
+	b.CloseEnd(old.ID(), false)
+	if err := out.Send(t.Context(), Send{Kind: KindStatus, Value: 1}); err != nil {
+		t.Fatal(err)
+	}
+	step()
+	if got := b.Unrouted(); got != 1 {
+		t.Fatalf("%d frames unrouted, want 1", got)
+	}
+	var delivered int
+	in := b.OpenReceiver(id, "a", func(Frame) { delivered++ })
+	if err := out.Send(t.Context(), Send{Kind: KindBatch, Body: []byte{1}}); err != nil {
+		t.Fatal(err)
+	}
+	step()
+	if delivered != 0 || !errors.Is(in.Err(), ErrGap) {
+		t.Fatalf("delivered %d, receiver error %v; want none delivered and a gap", delivered, in.Err())
+	}
+	if !errors.Is(failed, ErrChannelFailed) || !errors.Is(failed, ErrGap) {
+		t.Fatalf("reported failure %v, want a failed channel for a gap", failed)
+	}
+	const want = "expected seq 1, got batch seq 3 (2 frames of the channel arrived before its receiving end was open, and dropped)"
+	if !strings.Contains(failed.Error(), want) {
+		t.Fatalf("reported failure %q, want it to say %q", failed, want)
 	}
 }
