@@ -20,10 +20,9 @@ type FileTx struct {
 	Name string
 	// Data is the part file's content, carried in the checkpoint by a
 	// sink made with FileSinkOptions.CarryParts once pre-committed (non-nil
-	// then, even when empty); nil otherwise. A sink that does not carry
-	// its parts makes it empty and non-nil for a transaction nothing was
-	// written to: no part file exists for it, and committing it writes
-	// none.
+	// then, even when empty); nil otherwise. Either kind of sink makes it
+	// empty and non-nil for a transaction nothing was written to: no part
+	// file exists for it, and committing it writes none.
 	Data []byte
 }
 
@@ -85,10 +84,10 @@ func (fileTxCodec) Decode(src []byte) (FileTx, int, error) {
 // record; pre-commit flushes, fsyncs and renames it to ".<name>.pending";
 // commit renames that to "<name>" (the only files readers should take: no
 // leading dot). Renames are atomic and followed by an fsync of the
-// directory. Without carried parts, a transaction nothing was written to
-// has no file at all: a sink whose input is quiet (a dead-letter output,
-// most of the time) leaves no empty part per checkpoint and does no fsync
-// for it. A sink that carries its parts still writes one, empty or not.
+// directory. A transaction nothing was written to has no file at all: a
+// sink whose input is quiet (a dead-letter output, most of the time)
+// leaves no empty part per checkpoint and does no fsync for it, whether
+// or not it carries its parts.
 type fileTransactions[T any] struct {
 	dir     string
 	format  func(T) string
@@ -242,16 +241,9 @@ func (f *fileTransactions[T]) PreCommit(tx FileTx) error {
 	if tx.Name != f.current || tx.Name == "" {
 		return fmt.Errorf("file sink: pre-commit of %s, which is not the open transaction", tx.Name)
 	}
-	if f.f == nil {
-		if !f.carry { // nothing written: no part file
-			f.current = ""
-			return nil
-		}
-		// A sink that carries its parts writes one at every checkpoint,
-		// empty or not, as before.
-		if err := f.create(); err != nil {
-			return err
-		}
+	if f.f == nil { // nothing written: no part file
+		f.current = ""
+		return nil
 	}
 	if err := f.w.Flush(); err != nil {
 		return err
@@ -272,7 +264,7 @@ func (f *fileTransactions[T]) PreCommit(tx FileTx) error {
 // preCommitTx pre-commits tx and, when the sink carries its parts, puts
 // the part's content in the transaction kept pending.
 func (f *fileTransactions[T]) preCommitTx(tx FileTx) (FileTx, error) {
-	empty := !f.carry && tx.Name == f.current && f.f == nil
+	empty := tx.Name == f.current && f.f == nil
 	if err := f.PreCommit(tx); err != nil {
 		return tx, err
 	}
@@ -317,10 +309,10 @@ func (f *fileTransactions[T]) Commit(tx FileTx) error {
 
 // commitCarried writes the part tx carries and commits it: written to
 // ".<name>-<random>.restoring", fsynced, renamed to <name>.
-// A transaction nothing was written to, in a sink that does not carry its
-// parts, has nothing to commit.
+// A transaction nothing was written to (empty content) has nothing to
+// commit: no part file is written for it.
 func (f *fileTransactions[T]) commitCarried(tx FileTx) error {
-	if len(tx.Data) == 0 && !f.carry {
+	if len(tx.Data) == 0 {
 		return nil
 	}
 	// A file of its own: after a restore at another parallelism every

@@ -104,10 +104,20 @@ func TestFileSinkTwoPhaseCommit(t *testing.T) {
 // wrote nothing in (a declared pipeline's dead-letter outputs, most of the
 // time): no empty committed part, pending or in-progress file per
 // checkpoint. A checkpoint whose transaction was empty restores, in the
-// same dir and in another, committing nothing.
+// same dir and in another, committing nothing. The same holds for a sink
+// that carries its parts (a declared pipeline's file sink in a cluster),
+// which before wrote an empty committed part per subtask and output at
+// every checkpoint.
 func TestFileSinkLeavesNoEmptyParts(t *testing.T) {
+	for _, carry := range []bool{false, true} {
+		t.Run(fmt.Sprintf("carry=%v", carry), func(t *testing.T) { testFileSinkLeavesNoEmptyParts(t, carry) })
+	}
+}
+
+func testFileSinkLeavesNoEmptyParts(t *testing.T, carry bool) {
 	dir := t.TempDir()
 	format := func(v string) string { return v }
+	opts := operators.FileSinkOptions{CarryParts: carry}
 	files := func(dir string) []string {
 		entries, err := os.ReadDir(dir)
 		if err != nil {
@@ -119,7 +129,7 @@ func TestFileSinkLeavesNoEmptyParts(t *testing.T) {
 		}
 		return names
 	}
-	s := operators.NewFileSink(dir, format)
+	s := operators.NewFileSinkWith(dir, format, opts)
 	if err := s.Open(sinkContext(0)); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +164,7 @@ func TestFileSinkLeavesNoEmptyParts(t *testing.T) {
 	// Restores of checkpoints whose pending transaction was empty, here
 	// and in a dir that never saw the parts.
 	for _, d := range []string{dir, t.TempDir()} {
-		r := operators.NewFileSink(d, format)
+		r := operators.NewFileSinkWith(d, format, opts)
 		if err := r.Open(sinkContext(0)); err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +188,7 @@ func TestFileSinkLeavesNoEmptyParts(t *testing.T) {
 	if got := readCommitted(t, dir); !slices.Equal(got, []string{"a"}) {
 		t.Fatalf("committed %v, want [a]", got)
 	}
-	r := operators.NewFileSink(dir, format)
+	r := operators.NewFileSinkWith(dir, format, opts)
 	if err := r.Open(sinkContext(0)); err != nil {
 		t.Fatal(err)
 	}
