@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -98,6 +99,9 @@ type WorkerConfig struct {
 	Network Network
 	// Dir is where the node stages the state files it writes and fetches,
 	// one directory per deployment, removed when the deployment ends.
+	// The worker owns it: NewWorker removes what an earlier run of the
+	// node left there (a deployment a kill -9 or a power loss ended
+	// without its teardown), which nothing reads again.
 	Dir string
 	// Logger receives the worker's logs; default discards.
 	Logger *slog.Logger
@@ -149,8 +153,39 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Worker{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), hosts: make(map[string]*workerHost),
+	w := &Worker{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), hosts: make(map[string]*workerHost),
 		latest: make(map[string]uint64), deploying: make(map[string]*deployCall)}
+	w.removeStaged()
+	return w
+}
+
+// removeStaged removes what an earlier run of the node left in the
+// staging directory: the directories of deployments a kill -9 or a power
+// loss ended without their teardown, each with the copies of the state
+// files its restore fetched and the files of its checkpoints in
+// progress. A deployment stages into a directory of its own, which it
+// fills anew (its restore fetches every file again), so nothing there is
+// read again; without this a worker killed again and again filled its
+// card with them. Best effort: what cannot be removed is logged.
+func (w *Worker) removeStaged() {
+	if w.cfg.Dir == "" {
+		return
+	}
+	entries, err := os.ReadDir(w.cfg.Dir)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			w.log.Warn("cannot list the staging directory", "dir", w.cfg.Dir, "err", err)
+		}
+		return
+	}
+	for _, e := range entries {
+		path := filepath.Join(w.cfg.Dir, e.Name())
+		if err := os.RemoveAll(path); err != nil {
+			w.log.Warn("cannot remove what an earlier run of the node staged", "path", path, "err", err)
+			continue
+		}
+		w.log.Info("removed what an earlier run of the node staged", "path", path)
+	}
 }
 
 // deployCall is a Deploy call in progress.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 
@@ -124,4 +125,37 @@ func TestWorkerEvictEndsADeploymentInProgress(t *testing.T) {
 			t.Fatalf("the worker hosts %+v after its eviction, want nothing", jobs)
 		}
 	}
+}
+
+// The staging directory holds only what the deployments of the running
+// process write: a new worker removes what an earlier run of its node
+// left there (a kill -9 or a power loss ends a deployment without its
+// teardown). Before, each killed deployment's directory stayed for good,
+// with the copies of the state files its restore fetched.
+func TestNewWorkerRemovesWhatAnEarlierRunStaged(t *testing.T) {
+	dir := t.TempDir()
+	for _, p := range []string{"sensors-12884901891/restore/sensors%2Fsource.0.state", "sensors-12884901892/checkpoints/chk-40/sensors%2Fsource.0.state", "other-7/handover-3-w-0/x.state"} {
+		path := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte("state"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := NewWorker(WorkerConfig{Node: "w", Network: newLoopNet(), Dir: dir})
+	defer w.Close()
+	left, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		var names []string
+		for _, e := range left {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("the staging directory holds %v from an earlier run, want nothing", names)
+	}
+	// A worker whose staging directory does not exist yet starts too.
+	NewWorker(WorkerConfig{Node: "w", Network: newLoopNet(), Dir: filepath.Join(dir, "none")}).Close()
 }
