@@ -641,8 +641,13 @@ func TestFailoverScriptLeaderCutOffHealed(t *testing.T) {
 // committed too is in both dirs with the same content. Before, the
 // survivor failed the restore (neither pending nor committed) on every
 // attempt and the job never ran again without c.
+//
+// A sink writes no part for a checkpoint interval it wrote nothing in,
+// so the checkpoint restored must hold a part of c's: with checkpoints a
+// second apart, each interval after the first windows fired holds tens
+// of them (a 10 s window of event time closes every 0.1 s).
 func TestFailoverScriptWorkerKilledNodeLocalFileSinks(t *testing.T) {
-	fc := newFailoverCluster(t, foOptions{replicas: 1, localSinks: true})
+	fc := newFailoverCluster(t, foOptions{replicas: 1, localSinks: true, interval: time.Second})
 	a := fc.nodes["a"]
 	epoch0 := fc.checkpointedWith("c")
 	fc.kill("c")

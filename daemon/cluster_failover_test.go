@@ -262,6 +262,9 @@ type foOptions struct {
 	credits int
 	// maxConcurrent, when set, is the job's checkpoint.max_concurrent.
 	maxConcurrent int
+	// interval, when set, is the job's checkpoint.interval (100 ms
+	// otherwise).
+	interval time.Duration
 	// localSinks gives each node a file sink dir of its own (out/<id>),
 	// as nodes on separate machines have: checkTotals reads their union.
 	localSinks bool
@@ -402,6 +405,9 @@ func newFailoverCluster(t *testing.T, o foOptions) *foCluster {
 		}
 		if o.maxConcurrent > 0 {
 			pc.Checkpoint.MaxConcurrent = o.maxConcurrent
+		}
+		if o.interval > 0 {
+			pc.Checkpoint.Interval = o.interval
 		}
 		cfg := &pipeline.Config{Pipelines: []pipeline.PipelineConfig{pc}, Cluster: ccfg}
 		if o.second {
