@@ -143,7 +143,10 @@ func (d *handbackDecider) decide(now time.Time, self string, alive []string, oth
 		return "", ""
 	}
 	if now.Before(d.next) {
-		return "", fmt.Sprintf("damping: %v between hand-back attempts", d.interval)
+		// The wait is the interval after an attempt, or the settle delay
+		// after one that was not ready (a rebalance or a checkpoint under
+		// way): say how long it is.
+		return "", fmt.Sprintf("damping: the next hand-back attempt in %v", d.next.Sub(now).Round(time.Millisecond))
 	}
 	for _, id := range lower {
 		r, ok := d.up[id]

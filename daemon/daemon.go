@@ -862,7 +862,7 @@ func (n *node) startJobs(ctx context.Context, pipelines []pipeline.PipelineConfi
 		c.startMu.Lock()
 		defer c.startMu.Unlock()
 		if c.stopping() || !c.isMaster() {
-			if c.master {
+			if c.master && !c.stopping() {
 				n.log.Info("cluster: this node yielded the leadership before it started its jobs; it follows the leader", "leader", c.leader())
 			}
 			return nil
