@@ -221,7 +221,9 @@ func dirMB(path string) float64 {
 //     handover itself reports, MoveResult.Moved[0].Pause);
 //   - others-pause-ms: the longest such gap among the three subtasks
 //     that stay put, against idle-gap-ms, the longest gap over 1 s with
-//     nothing going on;
+//     nothing going on, and savepoint-gap-ms, their longest gap during a
+//     savepoint with no move (what any checkpoint of that state costs
+//     them);
 //   - move-worst-second: the job's records/s in its worst second from the
 //     move to 1 s after it, as a fraction of the second before it;
 //   - restart-pause-ms, restart-worst-second: the same for the stop with
@@ -270,7 +272,7 @@ func BenchmarkRebalancePause(b *testing.B) {
 	// Every key has its state, twice over.
 	testutil.Eventually(b, 2*time.Minute, "every key folded in twice", func() bool { return total.Load() >= 2*rebalKeys })
 
-	var idle, moved, movedAPI, others, moveWorst, restart, restartMin, restartWorst, spMB []float64
+	var idle, spGap, moved, movedAPI, others, moveWorst, restart, restartMin, restartWorst, spMB []float64
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	ctx := context.Background()
 	for b.Loop() {
@@ -278,6 +280,12 @@ func BenchmarkRebalancePause(b *testing.B) {
 		idle = append(idle, ms(slices.Max(idleW.gaps[:])))
 
 		job := m.job.Load()
+		spW := m.measure(b, func() {
+			if _, err := job.TriggerSavepoint(ctx, ""); err != nil {
+				b.Fatal(err)
+			}
+		})
+		spGap = append(spGap, ms(slices.Max(spW.gaps[1:])))
 		r, _ := job.Execution().Runner()
 		from := r.NodeOf(rebalUID, 0)
 		to := ""
@@ -343,13 +351,16 @@ func BenchmarkRebalancePause(b *testing.B) {
 	}
 	b.StopTimer()
 	reportPauses(b, pauseFigures{idle: idle, moved: moved, movedAPI: movedAPI, others: others, moveWorst: moveWorst,
-		restart: restart, restartMin: restartMin, restartWorst: restartWorst, spMB: spMB})
+		restart: restart, restartMin: restartMin, restartWorst: restartWorst, spMB: spMB, spGap: spGap})
 }
 
 // pauseFigures are a rebalance benchmark's figures, one per iteration.
 type pauseFigures struct {
 	idle, moved, movedAPI, others, moveWorst []float64
 	restart, restartMin, restartWorst, spMB  []float64
+	// spGap: the longest gap of the subtasks that stay put during a
+	// savepoint with no move (what any checkpoint costs them).
+	spGap []float64
 }
 
 // median returns the median of xs.
@@ -365,6 +376,9 @@ func reportPauses(b *testing.B, f pauseFigures) {
 	b.ReportMetric(median(f.moved), "moved-pause-ms")
 	b.ReportMetric(median(f.movedAPI), "move-api-pause-ms")
 	b.ReportMetric(median(f.others), "others-pause-ms")
+	if len(f.spGap) > 0 {
+		b.ReportMetric(median(f.spGap), "savepoint-gap-ms")
+	}
 	b.ReportMetric(median(f.moveWorst), "move-worst-second")
 	b.ReportMetric(median(f.restart), "restart-pause-ms")
 	b.ReportMetric(median(f.restartMin), "restart-min-pause-ms")
