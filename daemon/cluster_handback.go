@@ -161,13 +161,18 @@ func (d *handbackDecider) decide(now time.Time, self string, alive []string, oth
 func (d *handbackDecider) attempt(now time.Time) { d.next = now.Add(d.interval) }
 
 // done records how the attempt ended: a failure doubles the backoff, a
-// success resets it; notReady (the node had not caught up, or the gate
-// was busy) retries after the settle delay without backing off.
+// success resets it; one not ready retries without backing off: after
+// handbackBusyRetry (at most the settle delay) when the node had not
+// caught up or a rebalance or checkpoint was under way (each ends within
+// about a checkpoint interval), after the settle delay when the node did
+// not answer.
 func (d *handbackDecider) done(now time.Time, err error) {
 	switch {
 	case err == nil:
 		d.interval = d.cfg.MinInterval
 		d.next = now.Add(d.interval)
+	case errors.Is(err, errHandbackBusy):
+		d.next = now.Add(min(d.cfg.Settle, handbackBusyRetry))
 	case errors.Is(err, errHandbackNotReady):
 		d.next = now.Add(d.cfg.Settle)
 	default:
@@ -179,6 +184,15 @@ func (d *handbackDecider) done(now time.Time, err error) {
 // errHandbackNotReady is a hand-back not started: the node had not
 // caught up, or a checkpoint, failover or rebalance was in progress.
 var errHandbackNotReady = errors.New("hand-back not ready")
+
+// errHandbackBusy is a hand-back not started because the node had not
+// caught up or a checkpoint, failover or rebalance was in progress. It
+// wraps errHandbackNotReady.
+var errHandbackBusy = fmt.Errorf("%w (busy)", errHandbackNotReady)
+
+// handbackBusyRetry is how soon a hand-back that found the node busy is
+// tried again.
+const handbackBusyRetry = time.Second
 
 // handback is the node's hand-back state.
 type handback struct {
@@ -402,18 +416,18 @@ func (c *clusterNode) handBack(ctx context.Context, target string, since time.Ti
 	for job, id := range ours {
 		if theirs[job] < id {
 			log.Info("cluster: hand-back: the lower node has not caught up; retrying later", "job", job, "checkpoint_id", id, "its_latest", theirs[job])
-			return fmt.Errorf("%w: node %q has checkpoint %d of job %q, the latest is %d", errHandbackNotReady, target, theirs[job], job, id)
+			return fmt.Errorf("%w: node %q has checkpoint %d of job %q, the latest is %d", errHandbackBusy, target, theirs[job], job, id)
 		}
 	}
 	// Not beside a rebalance (the rebalancer's runs take redeployMu).
 	if !c.redeployMu.TryLock() {
 		log.Info("cluster: hand-back: a rebalance is in progress; retrying later")
-		return fmt.Errorf("%w: a rebalance is in progress", errHandbackNotReady)
+		return fmt.Errorf("%w: a rebalance is in progress", errHandbackBusy)
 	}
 	defer c.redeployMu.Unlock()
 	if busy := c.handbackBusy(since); busy != "" || !c.isMaster() {
 		log.Info("cluster: hand-back: not now", "busy", busy, "leads", c.isMaster())
-		return fmt.Errorf("%w: %s", errHandbackNotReady, busy)
+		return fmt.Errorf("%w: %s", errHandbackBusy, busy)
 	}
 	c.handing.Store(true)
 	defer c.handing.Store(false)

@@ -97,11 +97,17 @@ func TestHandbackDecision(t *testing.T) {
 	d.done(at(163), fmt.Errorf("%w: behind", errHandbackNotReady))
 	check(at(167.9), abc, "")
 	check(at(168), abc, "a")
-	// A success resets the interval.
+	// Busy (a rebalance or a checkpoint under way, the node not caught
+	// up): after handbackBusyRetry, no backoff.
 	d.attempt(at(168))
-	d.done(at(169), nil)
-	check(at(178.9), abc, "")
-	check(at(179), abc, "a")
+	d.done(at(168.5), fmt.Errorf("%w: a rebalance is in progress", errHandbackBusy))
+	check(at(169.4), abc, "")
+	check(at(169.5), abc, "a")
+	// A success resets the interval.
+	d.attempt(at(170))
+	d.done(at(171), nil)
+	check(at(180.9), abc, "")
+	check(at(181), abc, "a")
 
 	// The lowest node that settled: c hands back to b while a settles.
 	d2 := newHandbackDecider(cfg)
