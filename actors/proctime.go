@@ -99,11 +99,20 @@ func (p *procTimers) arm(t *task) {
 	pid := t.pid
 	run := t.run
 	p.armed = next
-	p.timer = clock.AfterFunc(max(d, 0), func() {
+	fire := func() {
 		if !run.stopping() {
 			run.system.Root.Send(pid, timerMsg{at: next})
 		}
-	})
+	}
+	p.timer = clock.AfterFunc(max(d, 0), fire)
+	// The clock may have moved between reading the time and registering
+	// the timer (a fake clock advanced by another goroutine meanwhile):
+	// the timer is then due later than next, and a fake clock advanced no
+	// further would never fire it. Fire it now instead.
+	if d > 0 && t.procNow() >= next {
+		p.timer.Stop()
+		p.timer = clock.AfterFunc(0, fire)
+	}
 }
 
 // maxProcDelay is the longest delay a time.Duration holds, in whole

@@ -164,3 +164,79 @@ func TestProcessingTimersAndTTLAcrossRescales(t *testing.T) {
 		}
 	}
 }
+
+// racingClock is a fake clock that advances by jump just before the first
+// timer of duration d is registered with it: the test's Advance landing
+// between a task's reading of the time and its registration of a timer.
+type racingClock struct {
+	*clockwork.FakeClock
+	d, jump time.Duration
+	raced   atomic.Bool
+}
+
+func (c *racingClock) AfterFunc(d time.Duration, f func()) clockwork.Timer {
+	if d == c.d && c.raced.CompareAndSwap(false, true) {
+		c.FakeClock.Advance(c.jump)
+	}
+	return c.FakeClock.AfterFunc(d, f)
+}
+
+// Processing-time timers restored from a savepoint, whose clock timer is
+// registered (at the start command) after the clock moved past the time
+// the task read, fire though the clock advances no further. Before, the
+// clock timer was registered for that much later and the timers never
+// fired: seen as TestProcessingTimersAndTTLAcrossRescales timing out
+// waiting for "phase 1 timers" under the race detector and CPU load, its
+// Advance overlapping the restored job's start.
+func TestProcessingTimerArmedAcrossAnAdvanceFires(t *testing.T) {
+	const keys = 20
+	var all []string // twice over: the source has not finished at the savepoint
+	for range 2 {
+		for k := range keys {
+			all = append(all, fmt.Sprintf("k%d", k))
+		}
+	}
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := checkpointConfig(t, snapshot.ExactlyOnce)
+	cfg.Interval = time.Hour
+	out := t.TempDir()
+
+	// Every key's timer, due at 5 s, pending in the savepoint.
+	var fired, elems atomic.Int64
+	g := newGate()
+	cfg.Dir = t.TempDir()
+	job, err := procTimerJob(all, g, base.UnixMilli(), &fired, &elems, out,
+		stream.WithCheckpointing(cfg), stream.WithClock(clockwork.NewFakeClockAt(base))).ExecuteAsync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.allow(keys)
+	testutil.Eventually(t, 30*time.Second, "every key's element", func() bool { return elems.Load() == keys })
+	sp, err := job.StopWithSavepoint(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Wait(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Restored at 1 s: the clock timer of 4 s is registered after the
+	// clock moved on to 5 s.
+	clk := &racingClock{FakeClock: clockwork.NewFakeClockAt(base.Add(time.Second)), d: 4 * time.Second, jump: 4 * time.Second}
+	fired.Store(0)
+	g = newGate()
+	cfg.Dir = t.TempDir()
+	job, err = procTimerJob(all, g, base.UnixMilli(), &fired, &elems, out,
+		stream.WithCheckpointing(cfg), stream.WithClock(clk), stream.WithSavepoint(sp, false)).ExecuteAsync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		_ = job.Wait()
+	}()
+	testutil.Eventually(t, 30*time.Second, "the restored timers' clock timer registered", clk.raced.Load)
+	testutil.Eventually(t, 10*time.Second, "every key's timer fired", func() bool { return fired.Load() == keys })
+}
