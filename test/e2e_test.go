@@ -198,13 +198,14 @@ func (n *node) start(extra ...string) {
 	}
 	fmt.Fprintf(f, "===== edged run %v at %s =====\n", extra, time.Now().Format(time.RFC3339Nano))
 	n.logFile = f
-	n.cmd = exec.Command(edgedBin, append([]string{"run", "-c", n.cfgPath}, extra...)...)
-	n.cmd.Stdout, n.cmd.Stderr = f, f
-	if err := n.cmd.Start(); err != nil {
+	// n.cmd only once started: a cleanup kills the n.cmd it finds.
+	cmd := exec.Command(edgedBin, append([]string{"run", "-c", n.cfgPath}, extra...)...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
 		n.t.Fatalf("start edged: %v", err)
 	}
-	n.done = make(chan struct{})
-	cmd, done := n.cmd, n.done
+	n.cmd, n.done = cmd, make(chan struct{})
+	done := n.done
 	go func() {
 		n.waitErr = cmd.Wait()
 		close(done)
