@@ -181,8 +181,8 @@ func (d *handbackDecider) done(now time.Time, err error) {
 	}
 }
 
-// errHandbackNotReady is a hand-back not started: the node had not
-// caught up, or a checkpoint, failover or rebalance was in progress.
+// errHandbackNotReady is a hand-back not started: the lower node did not
+// answer, or it was busy (errHandbackBusy).
 var errHandbackNotReady = errors.New("hand-back not ready")
 
 // errHandbackBusy is a hand-back not started because the node had not
