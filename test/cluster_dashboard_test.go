@@ -184,12 +184,15 @@ func TestClusterDashboardDuringFailover(t *testing.T) {
 		States, Failovers, Cards, MapNodes string
 	}
 	var lv leaderView
-	testutil.Eventually(t, 30*time.Second, "the leader's cluster view shows c dead and its failover", func() bool {
+	testutil.Eventually(t, 30*time.Second, "the leader's cluster view shows c dead and its failover completed", func() bool {
 		leader.eval(`({States: [...document.querySelectorAll("#members tbody tr[data-node]")].map(r => r.dataset.node + ":" + r.querySelector(".state").textContent).join(" "),
 			Failovers: [...document.querySelectorAll("#failovers tbody tr")].map(r => (r.cells[1] || {}).textContent || "").join(" "),
 			Cards: [...document.querySelectorAll("#cluster-cards .card")].map(c => c.textContent).join("|"),
 			MapNodes: [...new Set([...document.querySelectorAll("#kg-map rect.kg")].map(r => r.dataset.node))].sort().join(",")})`, &lv)
-		return strings.Contains(lv.States, "c:dead") && lv.Failovers == "c" && lv.MapNodes == "a,b"
+		// The failover's row shows while it is in progress, its count
+		// ("failovers1") once it completed.
+		return strings.Contains(lv.States, "c:dead") && lv.Failovers == "c" && lv.MapNodes == "a,b" &&
+			strings.Contains(lv.Cards, "failovers1")
 	})
 	s, err := a.status(client)
 	if err != nil {
