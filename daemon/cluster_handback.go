@@ -143,9 +143,9 @@ func (d *handbackDecider) decide(now time.Time, self string, alive []string, oth
 		return "", ""
 	}
 	if now.Before(d.next) {
-		// The wait is the interval after an attempt, or the settle delay
-		// after one that was not ready (a rebalance or a checkpoint under
-		// way): say how long it is.
+		// The wait is the interval after an attempt, or after one that
+		// was not ready a second (the node busy) or the settle delay (the
+		// lower node did not answer): say how long it is.
 		return "", fmt.Sprintf("damping: the next hand-back attempt in %v", d.next.Sub(now).Round(time.Millisecond))
 	}
 	for _, id := range lower {
@@ -185,9 +185,9 @@ func (d *handbackDecider) done(now time.Time, err error) {
 // answer, or it was busy (errHandbackBusy).
 var errHandbackNotReady = errors.New("hand-back not ready")
 
-// errHandbackBusy is a hand-back not started because the node had not
-// caught up or a checkpoint, failover or rebalance was in progress. It
-// wraps errHandbackNotReady.
+// errHandbackBusy is a hand-back not started because the lower node had
+// not caught up, a checkpoint, failover or rebalance was in progress, or
+// this node no longer led. It wraps errHandbackNotReady.
 var errHandbackBusy = fmt.Errorf("%w (busy)", errHandbackNotReady)
 
 // handbackBusyRetry is how soon a hand-back that found the node busy is
