@@ -51,6 +51,15 @@ func clusterAlertsFailover(t *testing.T, victim int) {
 	want := alertReference(rs)
 	members := startClusterEdited(t, true, withAlerts)
 	l := newClusterLoad(t, members)
+	// 600 readings in flight (the default) span 3 s of the alerts'
+	// event time (alertSensors readings per alertStepMS), and a node's
+	// broker logs its four connections' readings in any order: a reading
+	// could reach its split after one more than max_out_of_orderness
+	// ahead of it on another connection, and be late (seen in CI: an
+	// alert whose since was one step off, a late reading dead-lettered).
+	// 120 readings span 600 ms; with the shuffle within 300 ms, less
+	// than alertOOOMS.
+	l.inFlight = 120
 	l.payload = func(i int) (string, []byte) {
 		r := rs[i]
 		return "sensors/" + r.id + "/temperature", []byte(fmt.Sprintf(`{"sensor":%q,"t":%g,"ts":%d}`, r.id, r.temp, r.ts))

@@ -202,6 +202,11 @@ type clusterLoad struct {
 	payload func(i int) (topic string, payload []byte)
 	// deadLetters has the results subscribers take the dead letters too.
 	deadLetters bool
+	// inFlight is how many readings publish sends before it waits for
+	// their PUBACKs; 0 is 600. A node's broker logs the readings of its
+	// devicesPerNode connections in any order, so the readings in flight
+	// at once must be less than max_out_of_orderness apart in event time.
+	inFlight int
 }
 
 const devicesPerNode = 4
@@ -309,9 +314,12 @@ func (l *clusterLoad) restart(i int) {
 }
 
 // publish sends readings [from, to) in lock step: reading i to node i%3,
-// or the next live one; at most inFlight unacknowledged at once.
+// or the next live one; at most l.inFlight unacknowledged at once.
 func (l *clusterLoad) publish(from, to int) {
-	const inFlight = 600
+	inFlight := l.inFlight
+	if inFlight == 0 {
+		inFlight = 600
+	}
 	var toks []paho.Token
 	wait := func() {
 		for _, tok := range toks {
