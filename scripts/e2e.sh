@@ -4,7 +4,9 @@
 # brokers and kills, so two at a time take less time than one after
 # another (506 s against 741 s for 57 tests in CI, on two CPUs). Each runner gets its own part of
 # the ports the tests pick from (EDGED_TEST_PORTS), so two tests running
-# side by side never pick the same port.
+# side by side never pick the same port. With -j above 1, the few tests
+# that mostly sit in a deliberate wait run in a runner of their own
+# beside the others (see waiting below).
 #
 #   scripts/e2e.sh              # every test, two at a time
 #   scripts/e2e.sh -j 1         # one at a time
@@ -40,9 +42,21 @@ long="TestClusterSessionWindowsFailover TestEmbeddedKillExactlyOnceQoS2 TestMosq
   TestCLIStopWithSavepointAndResume TestClusterLeaderRestartsBeforeDetection
   TestMosquittoSIGTERMWhileTheSinkBrokerStaysDown TestClusterDrainOfTheSinkNodeAndRebalanceAskedTwiceAtOnce
   TestClusterSessionLateUpdatesAcrossRescale TestClusterLateUpdatesAcrossFailover"
+# Tests that spend most of their time in a deliberate wait (a broker
+# stopped or kept down for 15-40 s, which is what they are about), with
+# little for the CPU to do: they run one after another in a runner of
+# their own beside the others, instead of holding one of their slots.
+waiting="TestMosquittoBrokerHungExactlyOnce TestMosquittoSinkBrokerDownResultsKept
+  TestMosquittoSIGTERMWhileTheSinkBrokerStaysDown"
 declare -A listed=()
 mapfile -t all < <(cd test && "$work/e2e.test" -test.list "$run" | grep '^Test' || true)
 for n in "${all[@]}"; do listed[$n]=1; done
+waiters=()
+if [ "$jobs" -gt 1 ]; then
+  for n in $waiting; do
+    if [ -n "${listed[$n]:-}" ]; then waiters+=("$n"); unset "listed[$n]"; fi
+  done
+fi
 names=()
 for n in $long; do
   if [ -n "${listed[$n]:-}" ]; then names+=("$n"); unset "listed[$n]"; fi
@@ -50,7 +64,7 @@ done
 for n in "${all[@]}"; do
   if [ -n "${listed[$n]:-}" ]; then names+=("$n"); fi
 done
-if [ ${#names[@]} -eq 0 ]; then
+if [ $((${#names[@]} + ${#waiters[@]})) -eq 0 ]; then
   echo "no test in test/ matches '$run'" >&2
   exit 1
 fi
@@ -68,11 +82,22 @@ next() {
 }
 
 # The ports of [20000, 32000) in one part per runner.
-span=$(( (32000 - 20000) / jobs ))
+slots=$jobs
+[ ${#waiters[@]} -gt 0 ] && slots=$((jobs + 1))
+span=$(( (32000 - 20000) / slots ))
+# runner SLOT runs the tests of names in turn with the other runners;
+# runner SLOT waiting runs those of waiters, one after another.
 runner() {
-  local slot=$1 lo=$((20000 + $1 * span)) i name start secs status
-  while i=$(next) && [ "$i" -lt ${#names[@]} ]; do
-    name=${names[$i]}
+  local slot=$1 lo=$((20000 + $1 * span)) i name start secs status w=0
+  while :; do
+    if [ "${2:-}" = waiting ]; then
+      [ "$w" -lt ${#waiters[@]} ] || break
+      name=${waiters[$w]}
+      w=$((w + 1))
+    else
+      i=$(next) && [ "$i" -lt ${#names[@]} ] || break
+      name=${names[$i]}
+    fi
     start=$(date +%s%N)
     if (cd test && EDGED_TEST_PORTS="$lo-$((lo + span))" EDGED_E2E_EDGED="$work/edged" \
       "$work/e2e.test" -test.run "^${name}\$" -test.count=1 -test.timeout 10m -test.v) >"$work/$name.log" 2>&1; then
@@ -92,8 +117,9 @@ runner() {
 }
 
 begin=$(date +%s)
-echo "== test/: ${#names[@]} tests, $jobs at a time"
+echo "== test/: $((${#names[@]} + ${#waiters[@]})) tests, $jobs at a time (and ${#waiters[@]} that mostly wait, one after another beside them)"
 for ((s = 0; s < jobs; s++)); do runner "$s" & done
+[ ${#waiters[@]} -gt 0 ] && runner "$jobs" waiting &
 wait
 failed=$(cat "$work/failed")
 echo "== test/: $(( $(date +%s) - begin ))s"
