@@ -242,7 +242,7 @@ func findTagged(l *ingestlog.Log, from uint64, tag int64, topic string) (bool, e
 		if err != nil || !ok {
 			return false, err
 		}
-		if rec.Received.UnixNano() == tag && rec.Topic == topic {
+		if !rec.Note && rec.Received.UnixNano() == tag && rec.Topic == topic {
 			return true, nil
 		}
 	}

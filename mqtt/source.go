@@ -325,6 +325,9 @@ func (s *Source) Poll(out operators.Collector[Message], limit int) (operators.St
 		if !ok {
 			return operators.NothingAvailable, nil
 		}
+		if rec.Note {
+			continue // a redelivery note, no message (see Subscriber)
+		}
 		out.Collect(Message{Topic: rec.Topic, Payload: rec.Payload, Offset: rec.Offset, TooLarge: rec.TooLarge})
 	}
 	return operators.MoreAvailable, nil

@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -142,5 +143,30 @@ func TestSourceRestoreErrors(t *testing.T) {
 	// An offset beyond the log fails when the source reads.
 	if err := src.RestoreState([][]byte{{1, 50}}, 1); err == nil {
 		t.Fatal("restore beyond the end of the log")
+	}
+}
+
+// A redelivery note in the log (ingestlog.Message.Note) is no message:
+// the source skips it, and the messages keep their offsets.
+func TestSourceSkipsRedeliveryNotes(t *testing.T) {
+	l := smallLog(t)
+	ctx := context.Background()
+	for _, m := range []ingestlog.Message{
+		{Topic: "sensors/1", Payload: []byte("a"), QoS: 1, PacketID: 1},
+		{Topic: "sensors/1", Payload: []byte("a"), QoS: 1, PacketID: 1, Note: true},
+		{Topic: "sensors/2", Payload: []byte("b"), QoS: 1, PacketID: 2},
+	} {
+		if _, err := l.Append(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := NewSource(l)
+	if err := src.Open(opCtx(0)); err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	got := drain(t, src)
+	if len(got) != 2 || got[0].Offset != 0 || string(got[0].Payload) != "a" || got[1].Offset != 2 || string(got[1].Payload) != "b" {
+		t.Fatalf("read %+v, want a at 0 and b at 2", got)
 	}
 }

@@ -310,6 +310,20 @@ func lengthBytes(n int64) int {
 // twice keeps both). A redelivery of a message still being appended waits
 // for that append and is dropped only if it succeeded.
 //
+// A redelivery whose record is more than W/2 fresh records back is not
+// just dropped but noted: a redelivery note (ingestlog.Message.Note, the
+// same packet identifier, topic and payload; no message: the Source skips
+// it) is appended, and acknowledged once durable, which makes it the
+// latest record under that identifier, as young as the newest. A note is
+// not fresh: it ages no other record. The broker resends a message on
+// every session until an acknowledgement of it reaches it, and with edged
+// killed again and again before that, its record would otherwise fall
+// out of the window and its next resend be logged again. With the notes
+// it stays in the window as long as each session appends fewer than W/2
+// fresh records between two resends of it. loadTail reads the log's last
+// 2·W records, so that the notes in them do not push fresh records out of
+// what it reloads.
+//
 // Why W is enough. Let U be the most messages the broker holds sent to
 // this client but unacknowledged, at any time; it can redeliver only
 // those, and U < 65536 since each needs its own packet identifier. Let a
@@ -400,7 +414,8 @@ type Subscriber struct {
 	// ones; filled by loadTail before Start, then used by paho's
 	// goroutine (handle) only.
 	seen     *keyRing
-	dropped  atomic.Uint64 // redeliveries dropped as duplicates
+	dropped  atomic.Uint64 // redeliveries dropped as duplicates (noted or not)
+	notes    atomic.Uint64 // redeliveries noted in the log (ingestlog.Message.Note)
 	tooLarge atomic.Uint64 // messages too large to keep, appended as dead-letter records
 	dups     atomic.Uint64 // deliveries with DUP received
 	maxAge   atomic.Int64  // most records appended after one a dropped redelivery matched
@@ -507,6 +522,11 @@ func (s *Subscriber) TooLarge() uint64 { return s.tooLarge.Load() }
 // Redelivered returns how many messages arrived with the DUP flag, dropped
 // or not.
 func (s *Subscriber) Redelivered() uint64 { return s.dups.Load() }
+
+// Notes returns how many of the dropped redeliveries (Dropped) were noted
+// in the log again (ingestlog.Message.Note) because the record they
+// repeat was past the middle of the window.
+func (s *Subscriber) Notes() uint64 { return s.notes.Load() }
 
 // MaxRedeliveryAge returns the most records that had been appended after
 // the record a dropped redelivery matched: how much of the window
@@ -653,22 +673,24 @@ func (r *keyRing) releaseAll() {
 	}
 }
 
-// loadTail fills s.seen with the identities of the last W records of the
-// log.
+// loadTail fills s.seen with the identities of the records of the log's
+// last 2·W: the last W fresh ones among them, and the redelivery notes
+// after the first of those. Notes, which do not age the others (see
+// Subscriber), are why it reads back 2·W rather than W.
 func (s *Subscriber) loadTail() error {
 	w := s.cfg.DedupWindow()
 	s.seen = newKeyRing(w)
 	st := s.log.Stats()
 	from := st.FirstOffset
-	if st.NextOffset > from+uint64(w) {
-		from = st.NextOffset - uint64(w)
+	if st.NextOffset > from+2*uint64(w) {
+		from = st.NextOffset - 2*uint64(w)
 	}
 	r, err := s.log.Reader(from)
 	if err != nil {
 		return fmt.Errorf("mqtt: subscriber: read the ingest log's tail for deduplication: %w", err)
 	}
 	defer r.Close()
-	n, withID := 0, 0
+	n, withID, notes := 0, 0, 0
 	for {
 		rec, ok, err := r.TryNext()
 		if err != nil {
@@ -677,14 +699,17 @@ func (s *Subscriber) loadTail() error {
 		if !ok {
 			break
 		}
-		s.seen.add(recordKey(rec), true, false)
+		s.seen.add(recordKey(rec), !rec.Note, false)
 		n++
 		if rec.PacketID != 0 {
 			withID++
 		}
+		if rec.Note {
+			notes++
+		}
 	}
 	s.logger.Info("mqtt subscriber: redelivery window loaded", "records", n, "with_packet_id", withID,
-		"from", from, "window", w)
+		"redelivery_notes", notes, "from", from, "window", w)
 	return nil
 }
 
@@ -704,6 +729,10 @@ type delivery struct {
 	has     bool
 	err     error // of the append
 	dropped bool  // a redelivery of a record in the log: acked, not appended
+	// note marks a redelivery of a record far back in the window: it is
+	// appended as a redelivery note (ingestlog.Message.Note), not as a
+	// message, and acknowledged once that is durable.
+	note bool
 	// tooLarge is, for a message too large to keep, the size of its
 	// PUBLISH packet: a dead-letter record with its first payload bytes
 	// takes its place.
@@ -977,6 +1006,16 @@ func (s *Subscriber) dedup(d *delivery) bool {
 	case d.dup:
 		s.dups.Add(1)
 		age, dup = s.seen.has(d.key)
+		if dup && age > s.cfg.DedupWindow()/2 {
+			// The record it repeats is past the middle of the window:
+			// note it again at the log's tail, so that the next resend
+			// of it, here or after a restart, still finds it.
+			raise(&s.maxAge, int64(age))
+			d.note = true
+			s.dropped.Add(1)
+			s.notes.Add(1)
+			return false
+		}
 	case d.qos == 2:
 		// A QoS 2 PUBLISH under a packet identifier whose exchange is
 		// open (received, no PUBREL yet) is that message again, DUP or
@@ -996,7 +1035,8 @@ func (s *Subscriber) dedup(d *delivery) bool {
 // appendRecord writes d's message to the log without waiting for the
 // fsync and records it in the redelivery table; for a message too large
 // to keep (d.tooLarge, see classify) it writes the dead-letter record,
-// counts it and logs it. It returns the append's error and then changes
+// counts it and logs it; for a redelivery to note (d.note) it writes the
+// note. It returns the append's error and then changes
 // nothing: with s.tryCtx an append that would wait for log space fails
 // at once (wouldBlock). Called like dedup.
 func (s *Subscriber) appendRecord(ctx context.Context, d *delivery, topic string, payload []byte, retain bool) error {
@@ -1008,11 +1048,12 @@ func (s *Subscriber) appendRecord(ctx context.Context, d *delivery, topic string
 		Received: time.Now(),
 		PacketID: d.id,
 		TooLarge: d.tooLarge,
+		Note:     d.note,
 	})
 	if err != nil {
 		return err
 	}
-	if d.tooLarge > 0 {
+	if d.tooLarge > 0 && !d.note {
 		s.tooLarge.Add(1)
 		s.logger.Warn("mqtt subscriber: message larger than source.mqtt.max_message_bytes (or than an ingest-log record); recorded as a dead letter with its first bytes, acknowledged once durable",
 			"topic", topic, "message_bytes", d.tooLarge, "packet_id", d.id, "qos", d.qos,
@@ -1323,7 +1364,7 @@ func (s *Subscriber) Close() error {
 	}
 	s.inflight.Wait()
 	s.connected.Store(false)
-	s.logger.Info("mqtt subscriber closed", "redeliveries_dropped", s.dropped.Load(),
+	s.logger.Info("mqtt subscriber closed", "redeliveries_dropped", s.dropped.Load(), "redeliveries_noted", s.notes.Load(),
 		"max_redelivery_age", s.maxAge.Load(), "window", s.cfg.DedupWindow(),
 		"max_unacknowledged", s.maxUnack.Load(), "ack_waits_through_pauses", s.pauses.Load(), "read_gathering_pauses", s.gathers.Load())
 	return nil

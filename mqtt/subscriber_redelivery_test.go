@@ -68,6 +68,9 @@ func logged(t *testing.T, l *ingestlog.Log, from uint64) []string {
 		if !ok {
 			break
 		}
+		if rec.Note {
+			continue // a redelivery note, no message
+		}
 		got = append(got, rec.Topic+" "+string(rec.Payload))
 	}
 	sort.Strings(got)
@@ -282,10 +285,80 @@ func TestSubscriberLongRedeliveryDoesNotCascade(t *testing.T) {
 	if got, want := sub.Dropped(), uint64(window); got != want {
 		t.Errorf("dropped %d redeliveries, want the %d in the window", got, want)
 	}
-	if got, want := l.Stats().NextOffset, uint64(n+n-window); got != want {
-		t.Errorf("log holds %d records, want %d (%d appended again from outside the window)", got, want, n-window)
+	// Of the ones in the window, those more than window/2 records back
+	// (ages 31 down to 17) are noted again.
+	if got, want := sub.Notes(), uint64(window-1-window/2); got != want {
+		t.Errorf("noted %d redeliveries, want %d", got, want)
+	}
+	if got, want := l.Stats().NextOffset, uint64(n+n-window)+sub.Notes(); got != want {
+		t.Errorf("log holds %d records, want %d (%d appended again from outside the window, %d notes)", got, want, n-window, sub.Notes())
+	}
+	if got := len(logged(t, l, 0)); got != n+n-window {
+		t.Errorf("log holds %d messages, want %d", got, n+n-window)
 	}
 	if err := sub.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A message whose acknowledgement the broker never gets (edged killed
+// again and again before it reads the ack) is resent on every session,
+// further back each time: each run appends more fresh messages than half
+// the window, and the three runs together more than the window. Each
+// resend that finds the record past the middle of the window notes it
+// again at the log's tail, so the next run, which reloads the tail, still
+// knows it: it is logged once. Before the notes, the third resend was
+// appended a second time.
+func TestSubscriberRedeliveryNotedAcrossRestarts(t *testing.T) {
+	testutil.Burn(t, 2)
+	br := startBroker(t, nil)
+	dir := t.TempDir()
+	l := openLog(t, dir, ingestlog.DefaultOptions())
+	const window, perRun = 32, 20 // more than window/2, less than window
+	cfg := SubscriberConfig{Broker: "tcp://" + br.Addr(), ClientID: "edged-noted-redelivery", Topics: []string{"sensors/#"},
+		MaxPending: 8, RedeliveryWindow: window}
+	sub := startSubscriberWith(t, cfg, l)
+	held := newFakeMsg(1, "sensors/held", `{"seq":-1}`, false)
+	sub.handle(nil, held)
+	waitAcked(t, held)
+	seq := 0
+	fresh := func() {
+		var ms []*fakeMsg
+		for range perRun {
+			m := newFakeMsg(uint16(2+seq%1000), fmt.Sprintf("sensors/%d", seq%7), fmt.Sprintf(`{"seq":%d}`, seq), false)
+			seq++
+			ms = append(ms, m)
+			sub.handle(nil, m)
+		}
+		waitAcked(t, ms...)
+	}
+	fresh()
+	var dropped, notes uint64
+	for run := range 3 {
+		sub, l = restart(t, sub, dir, l)
+		r := held.redelivery()
+		sub.handle(nil, r)
+		waitAcked(t, r)
+		dropped, notes = dropped+sub.Dropped(), notes+sub.Notes()
+		if sub.Dropped() != 1 {
+			t.Fatalf("run %d: the resend of the held message was not taken for a redelivery (dropped %d)", run, sub.Dropped())
+		}
+		fresh()
+	}
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if notes == 0 {
+		t.Fatalf("no resend was noted (%d dropped): the test did not reach a record past the middle of the window", dropped)
+	}
+	n := 0
+	for _, m := range logged(t, l, 0) {
+		if m == "sensors/held {\"seq\":-1}" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("the held message is logged %d times, want 1", n)
+	}
+	t.Logf("%d resends dropped, %d of them noted; %d fresh messages appended", dropped, notes, seq)
 }

@@ -133,7 +133,8 @@
 //	    flags      byte     bits 0-1 QoS (0..2), bit 2 retain, bit 3
 //	                        packet id present, bit 4 commit mark
 //	                        present, bit 5 dead letter (too large),
-//	                        bits 6-7 0
+//	                        bit 6 redelivery note (Message.Note; only
+//	                        with bit 3), bit 7 0
 //	    received   varint   receive time, ns since the Unix epoch; 0 unknown
 //	    packet id  uvarint  1..65535, if bit 3: the MQTT packet identifier
 //	    too large  uvarint  if bit 5: the size of the message that was
@@ -147,7 +148,7 @@
 // A record carries no offset: it is its segment's base plus its index in
 // the segment, and the segments must be contiguous. Decoders accept
 // exactly the encodings the encoder produces (minimal varints, no
-// trailing bytes) and never panic. Bits 3, 4 and 5 were added within
+// trailing bytes) and never panic. Bits 3, 4, 5 and 6 were added within
 // version 1: records without them are the original format and read as
 // before (PacketID 0, no mark); a build that predates them rejects a
 // record that has them (ErrRecordBody). Incompatible changes bump the

@@ -31,7 +31,8 @@ const (
 	flagPacketID = 0x08 // bit 3: a packet identifier follows the receive time
 	flagMark     = 0x10 // bit 4: a commit mark ends the body
 	flagTooLarge = 0x20 // bit 5: a dead letter: the size of the payload not kept follows the packet identifier
-	flagsKnown   = flagQoS | flagRetain | flagPacketID | flagMark | flagTooLarge
+	flagNote     = 0x40 // bit 6: a redelivery note (Message.Note); needs bit 3
+	flagsKnown   = flagQoS | flagRetain | flagPacketID | flagMark | flagTooLarge | flagNote
 )
 
 // recordOverhead is the most bytes a record's frame adds to its topic and
@@ -89,6 +90,14 @@ type Message struct {
 	// as a dead letter, not as the message. 0 for every other message; it
 	// is stored only when non-zero, and is then at least len(Payload).
 	TooLarge int64
+	// Note marks a redelivery note, not a message: the broker resent,
+	// under PacketID, a message the log already holds (an earlier record
+	// with the same packet identifier, topic and payload), and the
+	// subscriber noted it again so that the log's tail, which it reloads
+	// at start to recognise redeliveries, still shows it (see the mqtt
+	// package's Subscriber). Readers of the messages skip notes. A note
+	// has a packet identifier; its other fields are the message's.
+	Note bool
 }
 
 // Record is a Message read back from the log with its offset.
@@ -109,6 +118,8 @@ func (m *Message) validate() error {
 		return fmt.Errorf("%w: payload of %d bytes (at most %d)", ErrInvalidMessage, len(m.Payload), MaxPayloadBytes)
 	case m.TooLarge < 0 || (m.TooLarge > 0 && int64(len(m.Payload)) > m.TooLarge):
 		return fmt.Errorf("%w: too-large size %d with %d payload bytes kept", ErrInvalidMessage, m.TooLarge, len(m.Payload))
+	case m.Note && m.PacketID == 0:
+		return fmt.Errorf("%w: a redelivery note without a packet identifier", ErrInvalidMessage)
 	}
 	return nil
 }
@@ -153,6 +164,9 @@ func appendFrame(dst []byte, m *Message) []byte {
 	}
 	if m.TooLarge != 0 {
 		flags |= flagTooLarge
+	}
+	if m.Note {
+		flags |= flagNote
 	}
 	dst = append(dst, flags)
 	dst = binary.AppendVarint(dst, m.unixNano())
@@ -217,7 +231,7 @@ func parseBody(b []byte) (body, error) {
 		return r, fmt.Errorf("%w: %d bytes", ErrRecordBody, len(b))
 	}
 	r.flags = b[0]
-	if r.flags&^flagsKnown != 0 || r.flags&flagQoS == 3 {
+	if r.flags&^flagsKnown != 0 || r.flags&flagQoS == 3 || r.flags&(flagNote|flagPacketID) == flagNote {
 		return r, fmt.Errorf("%w: flags %#02x", ErrRecordBody, r.flags)
 	}
 	b = b[1:]
@@ -327,6 +341,7 @@ func (p *body) message(topic string) Message {
 		Retain:   p.flags&flagRetain != 0,
 		PacketID: p.packetID,
 		TooLarge: p.tooLarge,
+		Note:     p.flags&flagNote != 0,
 	}
 	if p.received != 0 {
 		m.Received = time.Unix(0, p.received)

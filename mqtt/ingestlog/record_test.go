@@ -23,6 +23,8 @@ func TestFrameRoundTrip(t *testing.T) {
 		{Topic: "sensors/1", Payload: []byte("ON"), QoS: 2, PacketID: 65535},
 		{Topic: "big", Payload: []byte("{\"v\":"), QoS: 1, PacketID: 7, TooLarge: 300 << 20},
 		{Topic: "big", TooLarge: 1},
+		{Topic: "sensors/1", Payload: []byte("ON"), QoS: 1, PacketID: 9, Note: true},
+		{Topic: "big", Payload: []byte("{"), QoS: 1, PacketID: 8, TooLarge: 9, Note: true},
 	}
 	for i, m := range msgs {
 		frame := appendFrame(nil, &m)
@@ -42,8 +44,8 @@ func TestFrameRoundTrip(t *testing.T) {
 		if got.Payload == nil {
 			t.Errorf("msg %d: nil payload", i)
 		}
-		if got.PacketID != m.PacketID || got.TooLarge != m.TooLarge {
-			t.Errorf("msg %d: packet id %d, too large %d, want %d, %d", i, got.PacketID, got.TooLarge, m.PacketID, m.TooLarge)
+		if got.PacketID != m.PacketID || got.TooLarge != m.TooLarge || got.Note != m.Note {
+			t.Errorf("msg %d: packet id %d, too large %d, note %v, want %d, %d, %v", i, got.PacketID, got.TooLarge, got.Note, m.PacketID, m.TooLarge, m.Note)
 		}
 		// The same record with a commit mark.
 		for _, d := range []uint64{0, 1, 1 << 40} {
@@ -55,7 +57,7 @@ func TestFrameRoundTrip(t *testing.T) {
 			if err != nil || n != int64(len(marked)) || !p.hasMark() || p.mark != d {
 				t.Fatalf("msg %d mark %d: parse = %+v, %d, %v", i, d, p, n, err)
 			}
-			if got := p.message(string(p.topic)); !sameMessage(got, m) || got.PacketID != m.PacketID {
+			if got := p.message(string(p.topic)); !sameMessage(got, m) || got.PacketID != m.PacketID || got.Note != m.Note {
 				t.Errorf("msg %d: decoded %+v with a mark", i, got)
 			}
 		}
@@ -85,7 +87,8 @@ func TestDecodeFrameRejects(t *testing.T) {
 		{"huge length", []byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0}, ErrRecordLength},
 		{"checksum", badCRC, ErrChecksum},
 		{"qos 3", rawFrame([]byte{3, 0, 0, 0}), ErrRecordBody},
-		{"unknown flag", rawFrame([]byte{0x40, 0, 0, 0}), ErrRecordBody},
+		{"unknown flag", rawFrame([]byte{0x80, 0, 0, 0}), ErrRecordBody},
+		{"note without a packet id", rawFrame([]byte{0x40, 0, 0, 0}), ErrRecordBody},
 		{"too-large size 0", rawFrame([]byte{0x20, 0, 0, 0, 0}), ErrRecordBody},
 		{"too-large size below the payload kept", rawFrame([]byte{0x20, 0, 1, 0, 2, 'a', 'b'}), ErrRecordBody},
 		{"non-minimal too-large size", rawFrame([]byte{0x20, 0, 0x81, 0x00, 0, 0}), ErrRecordBody},
@@ -116,6 +119,7 @@ func TestMessageValidate(t *testing.T) {
 		{Topic: strings.Repeat("t", maxTopicBytes+1)},
 		{Topic: "t", TooLarge: -1},
 		{Topic: "t", Payload: []byte("abc"), TooLarge: 2},
+		{Topic: "t", QoS: 1, Note: true},
 	} {
 		if err := m.validate(); !errors.Is(err, ErrInvalidMessage) {
 			t.Errorf("validate(%.20q, qos %d) = %v, want ErrInvalidMessage", m.Topic, m.QoS, err)

@@ -303,7 +303,7 @@ func findMark(tail []byte, off uint64) (int64, uint64, bool) {
 // body parseBody accepts (known flags, minimal varints, fields that fill
 // it exactly).
 func markedShape(b []byte) bool {
-	if len(b) < minBodySize || b[0]&^flagsKnown != 0 || b[0]&flagQoS == 3 {
+	if len(b) < minBodySize || b[0]&^flagsKnown != 0 || b[0]&flagQoS == 3 || b[0]&(flagNote|flagPacketID) == flagNote {
 		return false
 	}
 	flags := b[0]
