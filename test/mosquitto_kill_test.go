@@ -1,7 +1,10 @@
 package test
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,6 +89,27 @@ func TestMosquittoKillExactlyOnce(t *testing.T) {
 	// the consumer before judging.
 	drain(t, url, "agg/_marker", col)
 	burn.report(t)
+	t.Logf("redeliveries: %s", redeliveryNotes(nd))
 	checkExact(t, col, w)
 	t.Logf("done in %v", time.Since(start).Round(time.Millisecond))
+}
+
+// redeliveryNotes sums up, from the node's log over all its runs, the
+// redelivery notes each start found in the ingest log's tail and what the
+// last run's subscriber dropped and noted.
+func redeliveryNotes(n *node) string {
+	b, _ := os.ReadFile(n.logPath)
+	var loaded []string
+	closed := "no subscriber closed"
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, "redelivery window loaded") {
+			if _, v, ok := strings.Cut(line, "redelivery_notes="); ok {
+				loaded = append(loaded, strings.Fields(v)[0])
+			}
+		}
+		if _, v, ok := strings.Cut(line, "mqtt subscriber closed"); ok {
+			closed = strings.TrimLeft(v, "\" ")
+		}
+	}
+	return fmt.Sprintf("notes in the tail at each start %v; at the end: %s", loaded, closed)
 }
