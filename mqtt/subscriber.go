@@ -992,7 +992,9 @@ func (s *Subscriber) release(n, size int64) {
 }
 
 // dedup reports whether d is the redelivery of a record in the log
-// (see Subscriber), and marks it dropped then. It sets d.off to the last
+// (see Subscriber), and marks it dropped then; a redelivery to note
+// instead (d.note) is counted as dropped but reported false, to be
+// appended as a note. It sets d.off to the last
 // record written before d. Called in arrival order, one at a time, on the
 // goroutine that reads the broker's messages.
 func (s *Subscriber) dedup(d *delivery) bool {
@@ -1006,16 +1008,6 @@ func (s *Subscriber) dedup(d *delivery) bool {
 	case d.dup:
 		s.dups.Add(1)
 		age, dup = s.seen.has(d.key)
-		if dup && age > s.cfg.DedupWindow()/2 {
-			// The record it repeats is past the middle of the window:
-			// note it again at the log's tail, so that the next resend
-			// of it, here or after a restart, still finds it.
-			raise(&s.maxAge, int64(age))
-			d.note = true
-			s.dropped.Add(1)
-			s.notes.Add(1)
-			return false
-		}
 	case d.qos == 2:
 		// A QoS 2 PUBLISH under a packet identifier whose exchange is
 		// open (received, no PUBREL yet) is that message again, DUP or
@@ -1027,8 +1019,16 @@ func (s *Subscriber) dedup(d *delivery) bool {
 		return false
 	}
 	raise(&s.maxAge, int64(age))
-	d.dropped = true
 	s.dropped.Add(1)
+	if d.dup && uint64(age) > s.seen.w/2 {
+		// The record it repeats is past the middle of the window: note
+		// it again at the log's tail, so that the next resend of it,
+		// here or after a restart, still finds it.
+		d.note = true
+		s.notes.Add(1)
+		return false
+	}
+	d.dropped = true
 	return true
 }
 
