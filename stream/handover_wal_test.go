@@ -73,6 +73,9 @@ func TestHandoverPublishesTheMovedSinksResultsOnce(t *testing.T) {
 		name := fmt.Sprintf("workers=%v/to_worker=%v/background=%v/broker_at_retire=%v", tc.workers, tc.toWorker, tc.background,
 			[]string{"up", "down", "stalled"}[tc.atRetire])
 		t.Run(name, func(t *testing.T) {
+			// Each case's generator is paced (10,000 readings a second, 4 s
+			// a run) and its nodes are its own: the cases run side by side.
+			t.Parallel()
 			p := &published{background: tc.background}
 			// A stalled publish ends once the retire stopped waiting for it
 			// (as a publish to a hung broker times out).
