@@ -12,8 +12,10 @@
 #   scripts/e2e.sh -j 1         # one at a time
 #   scripts/e2e.sh -run Cluster # the tests whose names match a regexp
 #
-# Prints one line per test (ok, skip or FAIL, and its time) and the whole
-# output of a test that failed or skipped; exits non-zero when one failed.
+# Prints one line per test (ok, skip or FAIL, its time, and the CPU time
+# its processes used: the test's, edged's, the brokers' and the burners')
+# and the whole output of a test that failed or skipped; exits non-zero
+# when one failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,11 +45,16 @@ long="TestClusterSessionWindowsFailover TestEmbeddedKillExactlyOnceQoS2 TestMosq
   TestMosquittoSIGTERMWhileTheSinkBrokerStaysDown TestClusterDrainOfTheSinkNodeAndRebalanceAskedTwiceAtOnce
   TestClusterSessionLateUpdatesAcrossRescale TestClusterLateUpdatesAcrossFailover"
 # Tests that spend most of their time in a deliberate wait (a broker
-# stopped or kept down for 15-40 s, which is what they are about), with
-# little for the CPU to do: they run one after another in a runner of
-# their own beside the others, instead of holding one of their slots.
+# stopped, hung or kept down, a peer that cannot be reached, a full card),
+# which is what they are about, with little for the CPU to do: they use
+# 0.1-0.4 CPU-s per second where the others use 0.6-1.2 (the cpu column).
+# They run one after another in a runner of their own beside the others,
+# instead of holding one of their slots.
 waiting="TestMosquittoBrokerHungExactlyOnce TestMosquittoSinkBrokerDownResultsKept
-  TestMosquittoSIGTERMWhileTheSinkBrokerStaysDown"
+  TestMosquittoSIGTERMWhileTheSinkBrokerStaysDown TestMosquittoBrokerDownWhileEdgedStarts
+  TestClusterWrongPeerTransportAddressIsNamed TestMosquittoSinkBrokerKilledBeforeAQuietStretch
+  TestMosquittoSinkBrokerKilledThenEdgedStoppedAfterAQuietStretch
+  TestMosquittoSinkBrokerKilledThenEdgedKilledAfterAQuietStretch TestCardFullStopDoesNotWaitForSpace"
 declare -A listed=()
 mapfile -t all < <(cd test && "$work/e2e.test" -test.list "$run" | grep '^Test' || true)
 for n in "${all[@]}"; do listed[$n]=1; done
@@ -81,6 +88,13 @@ next() {
   ) 8>"$work/next.lock"
 }
 
+# cpu_of prints the CPU seconds (user and system) of the children in the
+# output of bash's times written to file $1 (its second line).
+cpu_of() {
+  [ -s "$1" ] || { echo 0; return; }
+  sed -n 2p "$1" | awk '{ s = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); s += p[1] * 60 + p[2] } printf "%.1f", s }'
+}
+
 # The ports of [20000, 32000) in one part per runner.
 slots=$jobs
 [ ${#waiters[@]} -gt 0 ] && slots=$((jobs + 1))
@@ -99,8 +113,11 @@ runner() {
       name=${names[$i]}
     fi
     start=$(date +%s%N)
+    # The subshell's times: what the test's processes (edged, brokers,
+    # burners) used of the CPU, user and system, once they have ended.
     if (cd test && EDGED_TEST_PORTS="$lo-$((lo + span))" EDGED_E2E_EDGED="$work/edged" \
-      "$work/e2e.test" -test.run "^${name}\$" -test.count=1 -test.timeout 10m -test.v) >"$work/$name.log" 2>&1; then
+      "$work/e2e.test" -test.run "^${name}\$" -test.count=1 -test.timeout 10m -test.v >"$work/$name.log" 2>&1
+      rc=$?; times >"$work/$name.cpu"; exit $rc); then
       status=ok
       grep -q -- "^--- SKIP: $name " "$work/$name.log" && status=skip
     else
@@ -108,9 +125,10 @@ runner() {
       echo "$name" >>"$work/failed"
     fi
     secs=$(( ($(date +%s%N) - start) / 1000000 ))
+    cpu=$(cpu_of "$work/$name.cpu")
     (
       flock 9
-      printf '%-4s %-58s %4d.%01ds\n' "$status" "$name" $((secs / 1000)) $((secs % 1000 / 100))
+      printf '%-4s %-58s %4d.%01ds  cpu %5.1fs\n' "$status" "$name" $((secs / 1000)) $((secs % 1000 / 100)) "$cpu"
       [ "$status" = ok ] || sed 's/^/    /' "$work/$name.log"
     ) 9>"$work/print.lock"
   done
