@@ -72,27 +72,48 @@ fi
 stage "tests with the race detector: $RACE_PKGS"
 go test -race -count=1 -timeout 20m -skip "$RACE_SKIP" $RACE_PKGS
 
-# Only the packages that have such tests: building the others' test
-# binaries without the race detector would take minutes on a cold cache
-# and run nothing.
-skip_funcs=$(echo "$RACE_SKIP" | sed -e 's/\^/^func /g' -e 's/\$/\\b/g')
-SKIPPED_PKGS=$(grep -rlE "$skip_funcs" --include='*_test.go' ${RACE_PKGS//\/.../} | xargs -r -n1 dirname | sort -u)
-stage "the tests the race detector skipped: $RACE_SKIP, in" $SKIPPED_PKGS
-if [ -n "$SKIPPED_PKGS" ]; then
-  go test -count=1 -run "$RACE_SKIP" $SKIPPED_PKGS
-fi
-
 # Every other package but test/, without the race detector (they ran
 # above with it otherwise).
 OTHER_PKGS=$(go list ./... | grep -v -E '/(actors|stream|operators|state|pipeline|mqtt|daemon|cluster|internal|test)(/|$)')
 stage "the other packages"
 go test -count=1 -timeout 30m $OTHER_PKGS
 
+# The tests the race detector skipped, then the cross-builds and the
+# 32-bit tests, run beside the end-to-end tests, which spend much of their
+# time waiting on processes, brokers and timeouts and leave part of the
+# CPU idle. Their output is kept and printed once the end-to-end tests are
+# done. Only the packages that have such tests: building the others' test
+# binaries without the race detector would take minutes on a cold cache
+# and run nothing.
+skip_funcs=$(echo "$RACE_SKIP" | sed -e 's/\^/^func /g' -e 's/\$/\\b/g')
+SKIPPED_PKGS=$(grep -rlE "$skip_funcs" --include='*_test.go' ${RACE_PKGS//\/.../} | xargs -r -n1 dirname | sort -u)
+beside_log=$(mktemp)
+trap 'rm -f "$install_log" "$beside_log"' EXIT
+(
+  set -e
+  start=$SECONDS
+  echo "== the tests the race detector skipped: $RACE_SKIP, in" $SKIPPED_PKGS
+  if [ -n "$SKIPPED_PKGS" ]; then
+    go test -count=1 -run "$RACE_SKIP" $SKIPPED_PKGS
+  fi
+  echo "== cross-builds and 32-bit tests"
+  ./scripts/cross.sh
+  echo "== beside the end-to-end tests: done in $((SECONDS - start))s"
+) >"$beside_log" 2>&1 &
+beside_pid=$!
+
 # test/ runs real processes, brokers and kill -9: each test in a process
 # of its own, two at a time.
-stage "end-to-end tests"
-./scripts/e2e.sh
-
-stage "cross-builds and 32-bit tests"
-./scripts/cross.sh
+stage "end-to-end tests (beside them: the tests the race detector skipped, the cross-builds and the 32-bit tests)"
+e2e_status=0
+./scripts/e2e.sh || e2e_status=$?
+beside_status=0
+wait "$beside_pid" || beside_status=$?
+stage "what ran beside the end-to-end tests"
+cat "$beside_log"
+if [ "$e2e_status" -ne 0 ] || [ "$beside_status" -ne 0 ]; then
+  echo "== failed:" $([ "$e2e_status" -ne 0 ] && echo "end-to-end tests") \
+    $([ "$beside_status" -ne 0 ] && echo "what ran beside them")
+  exit 1
+fi
 stage "done"
