@@ -1023,9 +1023,9 @@ func (s *Subscriber) dedup(d *delivery) bool {
 	if d.dup && uint64(age) > s.seen.w/2 {
 		// The record it repeats is past the middle of the window: note
 		// it again at the log's tail, so that the next resend of it,
-		// here or after a restart, still finds it.
+		// here or after a restart, still finds it (counted in s.notes
+		// once appendRecord wrote the note).
 		d.note = true
-		s.notes.Add(1)
 		return false
 	}
 	d.dropped = true
@@ -1052,6 +1052,9 @@ func (s *Subscriber) appendRecord(ctx context.Context, d *delivery, topic string
 	})
 	if err != nil {
 		return err
+	}
+	if d.note {
+		s.notes.Add(1)
 	}
 	if d.tooLarge > 0 && !d.note {
 		s.tooLarge.Add(1)

@@ -362,3 +362,56 @@ func TestSubscriberRedeliveryNotedAcrossRestarts(t *testing.T) {
 	}
 	t.Logf("%d resends dropped, %d of them noted; %d fresh messages appended", dropped, notes, seq)
 }
+
+// A redelivery to note is counted in Notes only once its note is in the
+// log: a note whose append fails (here: the log is closed) leaves the
+// message unacknowledged, to come back, and is counted among the dropped
+// redeliveries but not the noted ones.
+func TestSubscriberNoteCountedOnceAppended(t *testing.T) {
+	const window = 32
+	for _, appended := range []bool{true, false} {
+		t.Run(fmt.Sprintf("appended=%v", appended), func(t *testing.T) {
+			l := openLog(t, t.TempDir(), ingestlog.DefaultOptions())
+			s, err := NewSubscriber(SubscriberConfig{Broker: "tcp://127.0.0.1:1", Topics: []string{"x"}, ClientID: "noted",
+				MaxPending: 4, RedeliveryWindow: window}, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.loadTail(); err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			// Message 1, then window/2+1 fresh ones after it: its record is
+			// past the middle of the window.
+			for i := range window/2 + 2 {
+				d := delivery{id: uint16(i + 1), qos: 1}
+				payload := s.classify(&d, "x", []byte(fmt.Sprint(i)), 0)
+				if s.dedup(&d) {
+					t.Fatalf("fresh message %d taken for a redelivery", i+1)
+				}
+				if err := s.appendRecord(ctx, &d, "x", payload, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d := delivery{id: 1, qos: 1, dup: true}
+			payload := s.classify(&d, "x", []byte("0"), 0)
+			if s.dedup(&d) || !d.note {
+				t.Fatalf("the resend of message 1 is not to be noted (note %v)", d.note)
+			}
+			if !appended {
+				l.Close()
+			}
+			err = s.appendRecord(ctx, &d, "x", payload, false)
+			if appended != (err == nil) {
+				t.Fatalf("append of the note: %v", err)
+			}
+			want := uint64(0)
+			if appended {
+				want = 1
+			}
+			if s.Dropped() != 1 || s.Notes() != want {
+				t.Fatalf("dropped %d, noted %d; want 1 and %d", s.Dropped(), s.Notes(), want)
+			}
+		})
+	}
+}
