@@ -13,18 +13,18 @@ import (
 // TestChannelScripts runs testdata/channel/*.txt: a sender and a receiver
 // joined by a scripted wire. Commands (t is an offset from the Unix epoch):
 //
-//	new [credits=32 window=64 epoch=1 ack-interval=1s ack-timeout=10s max-frame= max-merge=]
+//	new [credits=128 inflight-bytes= window=64 epoch=1 ack-interval=1s ack-timeout=10s max-frame= max-merge=]
 //	send kind=batch|watermark|status|barrier|eos [value=0 bytes=8 n=1 merge=false]
 //	deliver [seq=]      deliver wire frame seq (may be a duplicate), or
 //	                    every frame still on the wire, in order
 //	drop seq=           lose a frame on the wire
-//	forge seq= kind= [epoch= value=]   a frame out of nowhere, to the receiver
+//	forge seq= kind= [epoch= value= bytes=8]   a frame out of nowhere, to the receiver
 //	process seq=        the task processed every batch up to seq
 //	acks [drop=true]    deliver (or lose) the acks on the wire, in order
 //	ack seq= received= [epoch=]        an ack out of nowhere, to the sender
 //	tick t= [side=both|sender|receiver]
 //	disconnect side=sender|receiver
-//	state
+//	state               (with inflight-bytes set, also the bytes in flight)
 //
 // Each action is printed with s: (sender) or r: (receiver) before it.
 // go test ./cluster/ -run Script -update rewrites the expected output.
@@ -43,6 +43,9 @@ type chanHarness struct {
 	wire []uint64         // frames transmitted, not yet delivered or dropped
 	acks []Frame          // acks transmitted, not yet delivered
 	out  []string
+	// bytes is set when the script set inflight-bytes: state prints the
+	// bytes in flight.
+	bytes bool
 }
 
 func (h *chanHarness) handle(cmd *script.Command) (string, error) {
@@ -124,6 +127,8 @@ func (h *chanHarness) create(cmd *script.Command) (string, error) {
 		}
 	}
 	get("credits", &cfg.Credits)
+	get("inflight-bytes", &cfg.MaxInFlightBytes)
+	h.bytes = cmd.Has("inflight-bytes")
 	get("window", &cfg.DuplicateWindow)
 	get("max-frame", &cfg.MaxFrameBytes)
 	get("max-merge", &cfg.MaxMergeBytes)
@@ -232,11 +237,15 @@ func (h *chanHarness) forge(cmd *script.Command) error {
 	if err != nil {
 		return err
 	}
+	size, err := cmd.IntOr("bytes", 8)
+	if err != nil {
+		return err
+	}
 	id := h.id
 	id.Epoch = uint64(epoch)
 	f := Frame{Channel: id, Seq: uint64(seq), Kind: kind, Value: value}
 	if kind == KindBatch {
-		f.Body = make([]byte, 8)
+		f.Body = make([]byte, size)
 	}
 	h.receiver(Receive{Frame: f})
 	return nil
@@ -303,6 +312,10 @@ func (h *chanHarness) state() {
 			h.s.InFlight(), h.s.Credits(), h.s.Blocked(), ss.MaxInFlight, ss.Frames, ss.Batches, ss.StaleAcks, ss.EpochDropped, h.s.Err() != nil),
 		fmt.Sprintf("receiver: held=%d delivered=%d batches=%d duplicates=%d epoch-dropped=%d acks=%d err=%v",
 			h.r.Held(), rs.Delivered, rs.Batches, rs.Duplicates, rs.EpochDropped, rs.Acks, h.r.Err() != nil))
+	if h.bytes {
+		h.out = append(h.out, fmt.Sprintf("bytes: in-flight=%d max-in-flight=%d held=%d",
+			h.s.bytes, ss.MaxInFlightBytes, h.r.HeldBytes()))
+	}
 	if ss.Merged > 0 {
 		h.out = append(h.out, fmt.Sprintf("merged: %d", ss.Merged))
 	}

@@ -13,9 +13,16 @@ type ChannelConfig struct {
 	// Credits is the number of batches a sender may have unacknowledged on
 	// one channel, as actors.Config.Credits bounds them between local
 	// subtasks. A blocked sender resumes when half of them are free.
-	// Default 32: a key-by edge between two nodes kept its cores busier
-	// than with 16 (BENCHMARKS.md, "Credits").
+	// Default 128: small batches keep a channel between two nodes busy
+	// through the acknowledgements' round trip (BENCHMARKS.md, "A byte
+	// window under the credits"); MaxInFlightBytes bounds their bytes.
 	Credits int
+	// MaxInFlightBytes bounds the frame bodies a sender may have
+	// unacknowledged on one channel, and a receiver holds unprocessed,
+	// in bytes, beside Credits: a batch that would pass it waits, unless
+	// nothing is in flight (one frame of any size always crosses). A
+	// blocked sender resumes when half of it is free too. Default 2 MiB.
+	MaxInFlightBytes int
 	// MaxFrameBytes is the largest frame a channel sends, header included,
 	// in bytes; batches are capped at MaxBatchBytes so that they fit.
 	// Default 256 KiB.
@@ -42,23 +49,25 @@ type ChannelConfig struct {
 }
 
 // Shared returns, in readable form, the settings of c that must be the
-// same on every node of a cluster: the credits (a receiver holds its
-// sender to its own). The others may differ: a receiver takes frames up
-// to the transport's message limit whatever its own MaxFrameBytes, and
-// the rest are each end's own.
+// same on every node of a cluster: the credits and the in-flight bytes
+// (a receiver holds its sender to its own). The others may differ: a
+// receiver takes frames up to the transport's message limit whatever its
+// own MaxFrameBytes, and the rest are each end's own.
 func (c ChannelConfig) Shared() string {
-	return "cluster.channels.credits=" + strconv.Itoa(c.Credits)
+	return "cluster.channels.credits=" + strconv.Itoa(c.Credits) +
+		" cluster.channels.max_inflight_bytes=" + strconv.Itoa(c.MaxInFlightBytes)
 }
 
 // DefaultChannelConfig returns the default channel configuration.
 func DefaultChannelConfig() ChannelConfig {
 	return ChannelConfig{
-		Credits:         32,
-		MaxFrameBytes:   256 << 10,
-		MaxMergeBytes:   64 << 10,
-		DuplicateWindow: 64,
-		AckInterval:     time.Second,
-		AckTimeout:      10 * time.Second,
+		Credits:          128,
+		MaxInFlightBytes: 2 << 20,
+		MaxFrameBytes:    256 << 10,
+		MaxMergeBytes:    64 << 10,
+		DuplicateWindow:  64,
+		AckInterval:      time.Second,
+		AckTimeout:       10 * time.Second,
 	}
 }
 
@@ -74,6 +83,9 @@ func (c ChannelConfig) Validate() error {
 	var errs []error
 	if c.Credits < 1 {
 		errs = append(errs, fmt.Errorf("cluster.channels.credits (%d) must be at least 1", c.Credits))
+	}
+	if c.MaxInFlightBytes < 1 {
+		errs = append(errs, fmt.Errorf("cluster.channels.max_inflight_bytes (%d) must be at least 1", c.MaxInFlightBytes))
 	}
 	if c.MaxFrameBytes < 2*FrameOverhead {
 		errs = append(errs, fmt.Errorf("cluster.channels.max_frame_bytes (%d) must be at least %d", c.MaxFrameBytes, 2*FrameOverhead))

@@ -91,6 +91,13 @@ func newFaultRun(t *testing.T, seed uint64) *faultRun {
 	// Half the runs merge batches (as data channels do): under credit
 	// pressure and saturation, several cross in one frame.
 	fr.merge = r.IntN(2) == 0
+	// A third of the runs bound the bytes in flight below a few batches':
+	// a sender over them fails the receiving channel
+	// (ErrCreditExceeded), which fails the run.
+	if r.IntN(3) == 0 {
+		cfg.MaxInFlightBytes = 16 + r.IntN(256)
+		fr.cfg = cfg
+	}
 	for _, node := range []string{"a", "b"} {
 		ep := NewEndpoint(cfg, nil, func(id ChannelID, err error) { fr.failures = append(fr.failures, err) })
 		ep.Attach(fr.net.Node(node, ep))
@@ -261,8 +268,9 @@ func TestFaultScheduleExactlyOnceOrFail(t *testing.T) {
 		seeds = 80
 	}
 	outcomes := map[string][2]int{}
-	var merged int64 // batches that crossed merged into another's frame
-	coalesced := 0   // channels whose receiver acknowledged several batches at once
+	var merged int64    // batches that crossed merged into another's frame
+	coalesced := 0      // channels whose receiver acknowledged several batches at once
+	var byteWaits int64 // batches that waited for room in the bytes in flight
 	for i := range seeds {
 		seed := base + uint64(i)
 		fr := newFaultRun(t, seed)
@@ -270,6 +278,7 @@ func TestFaultScheduleExactlyOnceOrFail(t *testing.T) {
 		if ok {
 			for _, c := range fr.outs {
 				merged += c.Stats().Merged
+				byteWaits += c.Stats().ByteWaits
 			}
 			for _, s := range fr.ins {
 				if st := s.ch.Stats(); st.Acks < st.Batches-1 {
@@ -296,8 +305,8 @@ func TestFaultScheduleExactlyOnceOrFail(t *testing.T) {
 	if outcomes["everything"][1]+outcomes["partition"][1] == 0 {
 		t.Errorf("no faulty run failed: the failure path was not reached: %v", outcomes)
 	}
-	if merged == 0 || coalesced == 0 {
-		t.Errorf("%d batches merged, %d channels with coalesced acknowledgements: the paths were not reached", merged, coalesced)
+	if merged == 0 || coalesced == 0 || byteWaits == 0 {
+		t.Errorf("%d batches merged, %d channels with coalesced acknowledgements, %d batches waited for bytes in flight: the paths were not reached", merged, coalesced, byteWaits)
 	}
-	t.Logf("%d batches merged; %d channels with coalesced acknowledgements", merged, coalesced)
+	t.Logf("%d batches merged; %d channels with coalesced acknowledgements; %d batches waited for bytes in flight", merged, coalesced, byteWaits)
 }

@@ -21,10 +21,11 @@ type ReceiverStats struct {
 // Receiver is the receiving end of one cross-node channel: a pure machine.
 // It delivers frames to the task strictly in sequence, drops duplicates it
 // has delivered recently, fails the channel on a gap, an old duplicate, a
-// sender over its credits or a lost connection, and acknowledges frames
-// once the task has processed them, so that the acknowledgement is the
-// sender's credit: at once when nothing delivered is left to process,
-// else once every quarter of the credits (see advance).
+// sender over its credits or in-flight bytes or a lost connection, and
+// acknowledges frames once the task has processed them, so that the
+// acknowledgement is the sender's credit: at once when nothing delivered
+// is left to process, else once every quarter of the credits or of the
+// in-flight bytes (see advance).
 //
 // Control frames (watermarks, status, barriers, end of stream) hold no
 // credit: they count as processed once every batch before them is.
@@ -37,8 +38,10 @@ type Receiver struct {
 	expected  uint64  // next sequence number to deliver
 	queue     []entry // delivered, not yet processed, in order
 	batches   int     // batches in queue
+	bytes     int     // the body bytes of the batches in queue
 	processed uint64  // every frame up to here is processed
 	unacked   int     // batches processed since the last ack
+	unackedB  int     // their body bytes
 	eos       uint64  // sequence number of the end of stream, 0 before
 	done      bool
 	err       error
@@ -51,8 +54,9 @@ type Receiver struct {
 }
 
 type entry struct {
-	seq  uint64
-	kind Kind
+	seq   uint64
+	kind  Kind
+	bytes int // a batch's body bytes
 }
 
 // NewReceiver returns the receiver of channel id. cfg must be valid.
@@ -71,6 +75,10 @@ func (r *Receiver) Stats() ReceiverStats { return r.stats }
 
 // Held returns the number of batches delivered and not yet processed.
 func (r *Receiver) Held() int { return r.batches }
+
+// HeldBytes returns the body bytes of the batches delivered and not yet
+// processed.
+func (r *Receiver) HeldBytes() int { return r.bytes }
 
 // Step feeds one input to the receiver and returns what to do. A failed
 // receiver ignores its inputs; a finished one still answers ticks, so that
@@ -124,16 +132,22 @@ func (r *Receiver) receive(f Frame) []Action {
 	if f.Kind == KindBatch && r.batches >= r.cfg.Credits {
 		return r.fail(ErrCreditExceeded, "batch seq %d with %d batches unprocessed, credits %d (cluster.channels.credits must be the same on every node)", f.Seq, r.batches, r.cfg.Credits)
 	}
+	if f.Kind == KindBatch && r.batches > 0 && r.bytes+len(f.Body) > r.cfg.MaxInFlightBytes {
+		return r.fail(ErrCreditExceeded, "batch seq %d of %d bytes with %d bytes unprocessed, max_inflight_bytes %d (cluster.channels.max_inflight_bytes must be the same on every node)", f.Seq, len(f.Body), r.bytes, r.cfg.MaxInFlightBytes)
+	}
 	r.expected++
 	r.stats.Delivered++
+	var n int
 	if f.Kind == KindBatch {
+		n = len(f.Body)
 		r.batches++
+		r.bytes += n
 		r.stats.Batches++
 	}
 	if f.Kind == KindEndOfStream {
 		r.eos = f.Seq
 	}
-	r.queue = append(r.queue, entry{f.Seq, f.Kind})
+	r.queue = append(r.queue, entry{f.Seq, f.Kind, n})
 	acts := []Action{Deliver{Frame: f}}
 	return append(acts, r.advance(false)...)
 }
@@ -161,9 +175,11 @@ func (r *Receiver) process(seq uint64) []Action {
 	}
 	n := 0
 	for n < len(r.queue) && r.queue[n].seq <= seq {
-		if r.queue[n].kind == KindBatch {
+		if e := r.queue[n]; e.kind == KindBatch {
 			r.batches--
+			r.bytes -= e.bytes
 			r.unacked++
+			r.unackedB += e.bytes
 		}
 		r.processed = r.queue[n].seq
 		n++
@@ -175,9 +191,10 @@ func (r *Receiver) process(seq uint64) []Action {
 // advance counts the control frames at the head of the queue as processed,
 // and acknowledges when the end of stream was processed, or batches were:
 // at once when no batch delivered is left to process, else once every
-// ackEvery batches. A receiver behind its sender thus sends one
-// acknowledgement for several batches, and the sender, which resumes when
-// half its credits are free, waits no longer for it.
+// ackEvery batches or a quarter of the in-flight bytes. A receiver behind
+// its sender thus sends one acknowledgement for several batches, and the
+// sender, which resumes when half its credits and bytes are free, waits
+// no longer for it.
 func (r *Receiver) advance(batchDone bool) []Action {
 	n := 0
 	for n < len(r.queue) && r.queue[n].kind != KindBatch {
@@ -187,7 +204,7 @@ func (r *Receiver) advance(batchDone bool) []Action {
 	r.queue = r.queue[:copy(r.queue, r.queue[n:])]
 	var acts []Action
 	eosDone := r.eos != 0 && r.processed >= r.eos
-	due := batchDone && (r.batches == 0 || r.unacked >= r.ackEvery())
+	due := batchDone && (r.batches == 0 || r.unacked >= r.ackEvery() || r.unackedB >= max(1, r.cfg.MaxInFlightBytes/4))
 	if (due || eosDone) && r.processed > r.ackSeq {
 		acts = append(acts, r.ack())
 	}
@@ -205,7 +222,7 @@ func (r *Receiver) ackEvery() int { return max(1, r.cfg.Credits/4) }
 
 func (r *Receiver) ack() Action {
 	r.ackSeq, r.ackReceived, r.ackAt = r.processed, r.expected-1, r.now
-	r.unacked = 0
+	r.unacked, r.unackedB = 0, 0
 	r.stats.Acks++
 	return Transmit{Frame: Frame{Channel: r.id, Kind: KindAck, Seq: r.processed, Value: int64(r.expected - 1)}}
 }

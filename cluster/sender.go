@@ -14,11 +14,18 @@ type SenderStats struct {
 	// MaxInFlight is the most batches ever unacknowledged at once: never
 	// more than the channel's credits.
 	MaxInFlight int
+	// MaxInFlightBytes is the most batch body bytes ever unacknowledged at
+	// once: never more than ChannelConfig.MaxInFlightBytes, but for a
+	// single frame larger than it.
+	MaxInFlightBytes int
 	// StaleAcks counts acknowledgements that acknowledged nothing new
 	// (repeated or reordered).
 	StaleAcks int64
 	// EpochDropped counts acknowledgements of another epoch, dropped.
 	EpochDropped int64
+	// ByteWaits counts the batches that waited with a credit free: the
+	// bytes in flight left no room for them (MaxInFlightBytes).
+	ByteWaits int64
 	// Merged counts the batches that joined a batch waiting for credit
 	// (Send.Merge): they crossed in its frame, not in one of their own.
 	Merged int64
@@ -26,11 +33,13 @@ type SenderStats struct {
 
 // Sender is the sending end of one cross-node channel: a pure machine.
 // It numbers every message of the channel in one sequence, sends a batch
-// only while it holds a credit, and takes credits back from the
+// only while it holds a credit and the batches in flight leave room for
+// its bytes (ChannelConfig.MaxInFlightBytes; one batch of any size when
+// nothing is in flight), and takes credits back from the
 // receiver's acknowledgements. Messages behind a batch waiting for credit
 // wait with it, so order holds; a batch sent with Merge behind it joins
 // it instead, in the same frame, while there is room. A batch sent with
-// Merge while half the credits or more are in flight waits for the next
+// Merge while half the credits or bytes or more are in flight waits for the next
 // acknowledgement too, taking the batches after it: a saturated channel
 // sends fewer, larger frames.
 //
@@ -45,7 +54,8 @@ type Sender struct {
 	tx       uint64   // highest sequence number transmitted
 	acked    uint64   // highest sequence number acknowledged as processed
 	received uint64   // highest sequence number the receiver reported received
-	inflight []uint64 // transmitted, unacknowledged batches, in order
+	inflight []flight // transmitted, unacknowledged batches, in order
+	bytes    int      // the body bytes of inflight
 	pending  []Frame  // messages waiting for a credit, in order
 	merging  bool     // the last of pending is a batch that takes Merge batches
 	waiting  bool     // a Resume is owed
@@ -57,6 +67,12 @@ type Sender struct {
 	progressAt time.Time // when the receiver last reported a new frame received
 
 	stats SenderStats
+}
+
+// flight is a transmitted batch: its sequence number and body bytes.
+type flight struct {
+	seq   uint64
+	bytes int
 }
 
 // NewSender returns the sender of channel id. cfg must be valid.
@@ -82,7 +98,8 @@ func (s *Sender) Blocked() bool {
 	return !s.merging || len(s.pending[len(s.pending)-1].Body) >= s.cfg.mergeBytes()/2
 }
 
-// Credits returns the batches the sender may transmit now.
+// Credits returns the batches the sender may transmit now, as far as the
+// credits go (MaxInFlightBytes may let fewer cross).
 func (s *Sender) Credits() int {
 	if len(s.pending) > 0 {
 		return 0
@@ -140,7 +157,10 @@ func (s *Sender) send(m Send) []Action {
 	if m.Kind == KindEndOfStream {
 		s.eos = f.Seq
 	}
-	if len(s.pending) > 0 || (f.Kind == KindBatch && len(s.inflight) >= s.cfg.Credits) || (mergeable && s.saturated()) {
+	if len(s.pending) == 0 && f.Kind == KindBatch && len(s.inflight) < s.cfg.Credits && !s.room(len(f.Body)) {
+		s.stats.ByteWaits++
+	}
+	if len(s.pending) > 0 || (f.Kind == KindBatch && !s.room(len(f.Body))) || (mergeable && s.saturated()) {
 		f.Body = s.keep(f.Body, mergeable)
 		s.pending = append(s.pending, f)
 		s.merging = mergeable
@@ -166,14 +186,25 @@ func (s *Sender) keep(body []byte, mergeable bool) []byte {
 	return append(getBuf(n), body...)
 }
 
-// saturated reports whether half the channel's credits or more are in
-// flight: the receiver is behind, and a batch that may merge waits for the
-// next acknowledgement rather than cross alone. The batches the task
-// sends meanwhile join it, so that a saturated channel carries fewer,
-// larger frames (and acknowledgements); a channel with credit to spare
-// sends every batch at once.
+// room reports whether a batch of n body bytes may be transmitted now: a
+// credit is free, and the bytes in flight stay within MaxInFlightBytes
+// or nothing is in flight (a batch larger than the window still crosses,
+// alone).
+func (s *Sender) room(n int) bool {
+	if len(s.inflight) >= s.cfg.Credits {
+		return false
+	}
+	return len(s.inflight) == 0 || s.bytes+n <= s.cfg.MaxInFlightBytes
+}
+
+// saturated reports whether half the channel's credits, or half its
+// in-flight bytes, or more are in flight: the receiver is behind, and a
+// batch that may merge waits for the next acknowledgement rather than
+// cross alone. The batches the task sends meanwhile join it, so that a
+// saturated channel carries fewer, larger frames (and acknowledgements);
+// a channel with credit to spare sends every batch at once.
 func (s *Sender) saturated() bool {
-	return len(s.inflight) >= max(1, s.cfg.Credits/2)
+	return len(s.inflight) >= max(1, s.cfg.Credits/2) || s.bytes >= max(1, s.cfg.MaxInFlightBytes/2)
 }
 
 func (s *Sender) transmit(f Frame) Transmit {
@@ -183,9 +214,11 @@ func (s *Sender) transmit(f Frame) Transmit {
 	}
 	s.tx = f.Seq
 	if f.Kind == KindBatch {
-		s.inflight = append(s.inflight, f.Seq)
+		s.inflight = append(s.inflight, flight{f.Seq, len(f.Body)})
+		s.bytes += len(f.Body)
 		s.stats.Batches++
 		s.stats.MaxInFlight = max(s.stats.MaxInFlight, len(s.inflight))
+		s.stats.MaxInFlightBytes = max(s.stats.MaxInFlightBytes, s.bytes)
 	}
 	s.stats.Frames++
 	s.stats.Bytes += int64(f.EncodedSize())
@@ -217,14 +250,15 @@ func (s *Sender) ack(f Frame) []Action {
 	}
 	s.acked = f.Seq
 	n := 0
-	for n < len(s.inflight) && s.inflight[n] <= f.Seq {
+	for n < len(s.inflight) && s.inflight[n].seq <= f.Seq {
+		s.bytes -= s.inflight[n].bytes
 		n++
 	}
 	s.inflight = s.inflight[:copy(s.inflight, s.inflight[n:])]
 	var acts []Action
 	for len(s.pending) > 0 {
 		p := s.pending[0]
-		if p.Kind == KindBatch && len(s.inflight) >= s.cfg.Credits {
+		if p.Kind == KindBatch && !s.room(len(p.Body)) {
 			break
 		}
 		s.pending[0] = Frame{}
@@ -236,7 +270,7 @@ func (s *Sender) ack(f Frame) []Action {
 	if len(s.pending) == 0 {
 		s.pending, s.merging = nil, false
 	}
-	if s.waiting && len(s.pending) == 0 && s.cfg.Credits-len(s.inflight) >= max(1, s.cfg.Credits/2) {
+	if s.waiting && len(s.pending) == 0 && s.cfg.Credits-len(s.inflight) >= max(1, s.cfg.Credits/2) && s.bytes <= s.cfg.MaxInFlightBytes/2 {
 		s.waiting = false
 		acts = append(acts, Resume{})
 	}

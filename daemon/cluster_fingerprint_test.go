@@ -196,7 +196,7 @@ func TestClusterMemberWithOtherNodesPlacedAround(t *testing.T) {
 	v.checkFingerprints()
 	out := logs.String()
 	if k := strings.Count(out, "names other cluster nodes or channel credits"); k != 2 || !strings.Contains(out, "member=c") || !strings.Contains(out, "member=e") ||
-		!strings.Contains(out, "our_nodes=\"[a b c]\"") || !strings.Contains(out, `our_channels="cluster.channels.credits=32"`) {
+		!strings.Contains(out, "our_nodes=\"[a b c]\"") || !strings.Contains(out, `our_channels="`+cluster.DefaultChannelConfig().Shared()+`"`) {
 		t.Fatalf("want a warning naming c and one naming e, with this node's ids and credits, got %d:\n%s", k, out)
 	}
 	if strings.Contains(out, "runs other pipelines") {

@@ -148,6 +148,8 @@ func (c *ClusterConfig) LeadershipConfig() cluster.LeadershipConfig {
 type ChannelsConfig struct {
 	// Credits is the number of batches unacknowledged per channel.
 	Credits int `yaml:"credits"`
+	// MaxInFlightBytes bounds the batch bytes unacknowledged per channel.
+	MaxInFlightBytes int `yaml:"max_inflight_bytes"`
 	// MaxFrameBytes is the largest frame a channel sends.
 	MaxFrameBytes int `yaml:"max_frame_bytes"`
 	// MaxMergeBytes caps the frames merged from batches waiting for
@@ -168,6 +170,9 @@ func (c *ClusterConfig) ChannelConfig() cluster.ChannelConfig {
 	ch := c.Channels
 	if ch.Credits != 0 {
 		cc.Credits = ch.Credits
+	}
+	if ch.MaxInFlightBytes != 0 {
+		cc.MaxInFlightBytes = ch.MaxInFlightBytes
 	}
 	if ch.MaxFrameBytes != 0 {
 		cc.MaxFrameBytes = ch.MaxFrameBytes

@@ -18,7 +18,7 @@ const clusterBlock = `cluster:
 `
 
 func TestClusterConfigKeys(t *testing.T) {
-	extra := "  secret_key: " + "MDEyMzQ1Njc4OWFiY2RlZg==" + "\n  profile: lan\n  channels: {credits: 4, max_merge_bytes: 0, ack_interval: 2s, ack_timeout: 30s}\n"
+	extra := "  secret_key: " + "MDEyMzQ1Njc4OWFiY2RlZg==" + "\n  profile: lan\n  channels: {credits: 4, max_inflight_bytes: 65536, max_merge_bytes: 0, ack_interval: 2s, ack_timeout: 30s}\n"
 	cfg, err := Parse([]byte(goodPipeline + clusterBlock + extra))
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +32,7 @@ func TestClusterConfigKeys(t *testing.T) {
 	}
 	cc := cfg.Cluster.ChannelConfig()
 	def := cluster.DefaultChannelConfig()
-	if cc.Credits != 4 || cc.MaxMergeBytes != 0 || cc.AckInterval != 2*time.Second || cc.AckTimeout != 30*time.Second || cc.MaxFrameBytes != def.MaxFrameBytes {
+	if cc.Credits != 4 || cc.MaxInFlightBytes != 65536 || cc.MaxMergeBytes != 0 || cc.AckInterval != 2*time.Second || cc.AckTimeout != 30*time.Second || cc.MaxFrameBytes != def.MaxFrameBytes {
 		t.Errorf("ChannelConfig() = %+v", cc)
 	}
 
@@ -72,9 +72,10 @@ func TestBadClusterConfigs(t *testing.T) {
 		{"profile", func(s string) string { return s + "  profile: wan\n" },
 			[]string{`cluster.profile: "wan": want "device" or "lan"`}},
 		{"channels", func(s string) string {
-			return s + "  channels: {credits: -1, max_merge_bytes: -5, ack_interval: 1s, ack_timeout: 1s}\n"
+			return s + "  channels: {credits: -1, max_inflight_bytes: -3, max_merge_bytes: -5, ack_interval: 1s, ack_timeout: 1s}\n"
 		}, []string{
 			`cluster.channels.credits: (-1) must be at least 1`,
+			`cluster.channels.max_inflight_bytes: (-3) must be at least 1`,
 			`cluster.channels.max_merge_bytes: (-5) must not be negative`,
 			`cluster.channels.ack_timeout: (1s) must be at least twice cluster.channels.ack_interval (1s)`,
 		}},

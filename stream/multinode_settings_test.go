@@ -84,9 +84,9 @@ func TestMultiNodeSettingsMismatchRefused(t *testing.T) {
 	}
 }
 
-// A node whose cluster.channels.credits differ from the job master's is
-// refused when it registers, with an error that names the setting and
-// both values (before, every channel from the node with more credits
+// A node whose cluster.channels.credits or max_inflight_bytes differ from
+// the job master's is refused when it registers, with an error that names
+// the settings and both values (before, every channel from the node with more credits
 // failed with cluster.ErrCreditExceeded and the job restarted over and
 // over); channel settings that are each end's own (the acknowledgement
 // interval, the largest frame) may differ.
@@ -97,6 +97,7 @@ func TestMultiNodeChannelSettingsMismatch(t *testing.T) {
 		refused bool
 	}{
 		{"credits", func(cfg *cluster.ChannelConfig) { cfg.Credits = 8 }, true},
+		{"in-flight bytes", func(cfg *cluster.ChannelConfig) { cfg.MaxInFlightBytes = 1 << 20 }, true},
 		{"ack interval and frame size", func(cfg *cluster.ChannelConfig) {
 			cfg.AckInterval, cfg.MaxFrameBytes = 80*time.Millisecond, 128<<10
 		}, false},
@@ -112,8 +113,8 @@ func TestMultiNodeChannelSettingsMismatch(t *testing.T) {
 			case !c.refused && err != nil:
 				t.Fatalf("refused: %v", err)
 			case c.refused && (!errors.Is(err, actors.ErrPlanMismatch) ||
-				!strings.Contains(err.Error(), fmt.Sprintf(`node "node-1" runs with cluster.channels.credits=8, the job master with cluster.channels.credits=%d`, testChannelConfig().Credits))):
-				t.Fatalf("got %v, want ErrPlanMismatch naming node-1's and the master's credits", err)
+				!strings.Contains(err.Error(), fmt.Sprintf(`node "node-1" runs with %s, the job master with %s`, other.Shared(), testChannelConfig().Shared()))):
+				t.Fatalf("got %v, want ErrPlanMismatch naming node-1's and the master's channel settings", err)
 			}
 			if c.refused {
 				t.Log(err)
