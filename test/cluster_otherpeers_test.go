@@ -31,7 +31,7 @@ func TestClusterMemberWithOtherPeersGetsNoSubtasks(t *testing.T) {
 }
 
 // Node c of a three-node cluster with gossip is started with
-// cluster.channels.credits 8, the others with the default 16: a
+// cluster.channels.credits 8, the others with the default (128): a
 // receiver holds its sender to its own credits, so c would fail every
 // channel from a and b (cluster.ErrCreditExceeded, the job restarting
 // over and over). The leader places nothing on c and says why, naming c,
