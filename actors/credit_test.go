@@ -119,3 +119,44 @@ func TestCancelUnblocksTasks(t *testing.T) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
 }
+
+// A vertex whose records are sized (RecordBytes, BatchBytes) sends a
+// batch once its records' bytes reach the cap: with a blocked consumer
+// the channel's credits then hold credits × (cap + one record) bytes,
+// not credits × batch size records.
+func TestBatchBytesBoundInFlightRecords(t *testing.T) {
+	const credits, batch, n = 3, 100, 10_000
+	const recordBytes, capBytes = 10_000, 25_000 // a batch is sent at its third record
+	var emitted, consumed atomic.Int64
+	gate := make(chan struct{})
+	job := twoStageJob(&countingSource{n: n, emitted: &emitted}, &gateSink{gate: gate, count: &consumed})
+	job.Vertices[0].RecordBytes = func(int64) int { return recordBytes }
+	job.Vertices[0].BatchBytes = capBytes
+	cfg := DefaultConfig()
+	cfg.Credits, cfg.BatchSize = credits, batch
+	r, err := NewRunner(job, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- r.Run(context.Background()) }()
+	<-r.Started()
+	testutil.Eventually(t, 0, "the channel to fill", func() bool {
+		return len(r.hosts[0].chans) == 1 && r.hosts[0].chans[0].maxInFlight.Load() == credits
+	})
+	perBatch := int64((capBytes + recordBytes - 1) / recordBytes)
+	if got, max := emitted.Load(), (credits+1)*perBatch; got > max {
+		t.Fatalf("source emitted %d records of %d bytes with %d credits and batches capped at %d bytes: not bounded (max %d; %d with the batch size alone)",
+			got, recordBytes, credits, capBytes, max, (credits+1)*batch)
+	}
+	close(gate)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if consumed.Load() != n {
+		t.Fatalf("consumed %d, want %d", consumed.Load(), n)
+	}
+	if got := r.Stats().Channels[0].Batches; got < n/perBatch {
+		t.Fatalf("%d batches for %d records of %d bytes in batches capped at %d bytes: want %d or more", got, n, recordBytes, capBytes, n/perBatch)
+	}
+}

@@ -67,6 +67,14 @@ type Vertex struct {
 	Keyed bool
 	// NoChain keeps the vertex out of chains (for tests and debugging).
 	NoChain bool
+	// RecordBytes, when set, is a func(Out) int giving a record's size in
+	// bytes, and BatchBytes a cap: a batch on the vertex's main-output
+	// edges is sent once its records' sizes reach BatchBytes, before it
+	// holds BatchSize records. A channel's credits then bound its bytes
+	// too, to credits × (BatchBytes + one record), whatever the records'
+	// sizes (Stream.BatchBytes).
+	RecordBytes any
+	BatchBytes  int
 	// NewSource returns the operators.Source[Out] of one subtask. Set for
 	// sources only.
 	NewSource func(ctx *operators.Context) (operators.Operator, error)

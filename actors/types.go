@@ -218,6 +218,11 @@ type typedRouter[T any] struct {
 	codec    codec.Codec[T]
 	wire     bool
 	private  []*batch[T] // wire channels: the batch being filled
+	// sizeOf, when set, sizes the records (Vertex.RecordBytes): a batch
+	// is sent once bytes[i], its records' sizes, reach maxBytes.
+	sizeOf   func(T) int
+	maxBytes int
+	bytes    []int
 }
 
 func (t *Type[T]) newRouter(tk *task, e *Edge, chans []*channel, crosses bool) router {
@@ -237,6 +242,10 @@ func (t *Type[T]) newRouter(tk *task, e *Edge, chans []*channel, crosses bool) r
 	}
 	if e.Partition == KeyBy {
 		r.keyGroup = e.KeyGroup.(func(T) int)
+	}
+	if f, ok := e.From.RecordBytes.(func(T) int); ok && e.Output == "" && e.From.BatchBytes > 0 {
+		r.sizeOf, r.maxBytes = f, e.From.BatchBytes
+		r.bytes = make([]int, len(chans))
 	}
 	// Round robin starts at a different target in every subtask.
 	r.next = tk.subtask % len(chans)
@@ -281,6 +290,12 @@ func (r *typedRouter[T]) add(i int, v T) {
 	}
 	b.items = append(b.items, v)
 	b.ts = append(b.ts, r.t.time.Timestamp)
+	if r.sizeOf != nil {
+		if r.bytes[i] += r.sizeOf(v); r.bytes[i] >= r.maxBytes {
+			r.send(i)
+			return
+		}
+	}
 	if len(b.items) >= r.size {
 		r.send(i)
 	}
@@ -304,6 +319,9 @@ func (r *typedRouter[T]) send(i int) {
 	b, ch := r.open[i], r.chans[i]
 	r.open[i] = nil
 	r.nopen--
+	if r.bytes != nil {
+		r.bytes[i] = 0
+	}
 	r.t.live.recordsOut.Add(int64(len(b.items)))
 	if !r.wire {
 		r.t.sendData(ch, b)

@@ -395,7 +395,7 @@ func BuildJobWith(cfg PipelineConfig, env *stream.Environment, out io.Writer, in
 		}
 		msgs := stream.FromSource(env, uid("source"), func() operators.Source[mqtt.Message] {
 			return mqtt.NewSource(log, srcOpts...)
-		}).UID(uid("source")).SetParallelism(splits)
+		}).UID(uid("source")).SetParallelism(splits).BatchBytes(messageBytes, SourceBatchBytes)
 		decode := pl.json.Decode
 		if pl.csv != nil {
 			decode = pl.csv.Decode
@@ -784,3 +784,14 @@ const (
 	MinEventTime int64 = -1 << 53
 	MaxEventTime int64 = 1 << 53
 )
+
+// SourceBatchBytes caps the batches of messages an MQTT source sends to
+// the decoding subtasks (parallelism above 1) in payload bytes: a channel
+// between them then holds at most node.memory.credits × (64 KiB + one
+// message), however large the messages, where a batch of batch_size
+// messages of 1 MiB each held 256 MiB.
+const SourceBatchBytes = 64 << 10
+
+// messageBytes is what an MQTT message weighs in a batch: its payload and
+// topic.
+func messageBytes(m mqtt.Message) int { return len(m.Payload) + len(m.Topic) }

@@ -649,3 +649,37 @@ func TestSideOutputStreamSettingsNameTheSideOutput(t *testing.T) {
 		}
 	}
 }
+
+// BatchBytes without a size function or with a limit below one byte, or
+// on a union, is refused when the job is built, naming the operator.
+func TestBatchBytesRefusedSettings(t *testing.T) {
+	size := func(int64) int { return 8 }
+	for _, c := range []struct {
+		name, want string
+		build      func(env *stream.Environment)
+	}{
+		{"zero limit", `BatchBytes on operator "src": want a size function and a limit of at least 1 byte, got limit 0`, func(env *stream.Environment) {
+			stream.FromSource(env, "src", ints(10)).BatchBytes(size, 0).To("sink", discard)
+		}},
+		{"no size function", `BatchBytes on operator "src": want a size function`, func(env *stream.Environment) {
+			stream.FromSource(env, "src", ints(10)).BatchBytes(nil, 1024).To("sink", discard)
+		}},
+		{"union", `BatchBytes on a union`, func(env *stream.Environment) {
+			a, b := stream.FromSource(env, "a", ints(10)), stream.FromSource(env, "b", ints(10))
+			a.Union(b).BatchBytes(size, 1024).To("sink", discard)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := stream.NewEnvironment("batch-bytes")
+			c.build(env)
+			if _, err := env.Graph(); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want an error containing %q", err, c.want)
+			}
+		})
+	}
+	env := stream.NewEnvironment("batch-bytes", stream.WithParallelism(2))
+	stream.FromSource(env, "src", ints(1000)).SetParallelism(1).BatchBytes(size, 64).To("sink", discard)
+	if err := env.Execute(context.Background()); err != nil {
+		t.Fatalf("a job with BatchBytes: %v", err)
+	}
+}

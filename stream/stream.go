@@ -121,6 +121,28 @@ func (s *Stream[T]) SetParallelism(n int) *Stream[T] {
 	return s
 }
 
+// BatchBytes bounds the bytes of the batches the operator that produced s
+// sends to the next operators: a batch is sent once the sizes of its
+// records, as size gives them, reach limit, before it holds the batch
+// size's count of records. The records a channel holds (its credits'
+// batches) are then bounded in bytes as well as in count, to about
+// credits × (limit + one record), however large the records: for records
+// whose size varies a lot, such as the messages of a source whose
+// payloads may be large. A limit below 1 is refused when the job is
+// built.
+func (s *Stream[T]) BatchBytes(size func(T) int, limit int) *Stream[T] {
+	s.must("BatchBytes")
+	switch {
+	case s.v == nil:
+		s.env.addError(s.noOperator("BatchBytes"))
+	case size == nil || limit < 1:
+		s.env.addError(fmt.Errorf("stream: BatchBytes on operator %q: want a size function and a limit of at least 1 byte, got limit %d", s.v.Name, limit))
+	default:
+		s.v.RecordBytes, s.v.BatchBytes = size, limit
+	}
+	return s
+}
+
 // UID sets the stable identifier of the operator that produced s; state is
 // matched to operators by it when a job is restored. Stateful operators
 // must have one.

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 )
 
 var (
 	memConfig = flag.String("memory-config", "", "memory: node.memory of the measured runs, as a YAML flow mapping's content (empty: the defaults)")
+	memPar    = flag.Int("memory-parallelism", 0, "memory: the pipeline's parallelism (0: the default, 1)")
+	memLoads  = flag.String("memory-loads", "mem-load,mem-burst,mem-big", "memory: the loads to run, comma-separated: mem-load (sustained), mem-burst, mem-big (large payloads)")
 	memBase   = flag.String("memory-base", "limit: off, credits: 16, batch_size: 512", "memory: node.memory of the same-run baseline (default: the settings of a node before node.memory: no soft limit, 16 credits, 512 records per batch); empty: no baseline runs")
 )
 
@@ -35,7 +38,14 @@ func benchMemory(dir string, mq *mosquitto) error {
 		return big.root + "/" + s, append(p, `"}`...)
 	}
 
+	run := map[string]bool{}
+	for _, name := range strings.Split(*memLoads, ",") {
+		run[strings.TrimSpace(name)] = true
+	}
 	for _, l := range []memLoad{sustained, burst, big} {
+		if !run[l.name] {
+			continue
+		}
 		r, err := runMemLoad(dir, mq, l, *memConfig)
 		if err != nil {
 			return fmt.Errorf("%s: %w", l.name, err)
@@ -54,7 +64,11 @@ func benchMemory(dir string, mq *mosquitto) error {
 	if cfg == "" {
 		cfg = "the defaults"
 	}
-	note("memory", "Every figure is a fresh edged running the exactly-once pipeline (1 s tumbling count+avg per sensor, checkpoints every 1 s, write-ahead MQTT sink) against the external Mosquitto, with node.memory %s; the baseline, in the same run, is a fresh edged with node.memory {%s}. Idle is the peak over the first 10 s after the job runs, without traffic (checkpoints every 1 s go on). CPU: utime+stime of edged from the first publish until all results were in, over the readings.", cfg, *memBase)
+	par := "1"
+	if *memPar > 0 {
+		par = fmt.Sprint(*memPar)
+	}
+	note("memory", "Every figure is a fresh edged running the exactly-once pipeline (1 s tumbling count+avg per sensor, checkpoints every 1 s, write-ahead MQTT sink, parallelism "+par+") against the external Mosquitto, with node.memory %s; the baseline, in the same run, is a fresh edged with node.memory {%s}. Idle is the peak over the first 10 s after the job runs, without traffic (checkpoints every 1 s go on). CPU: utime+stime of edged from the first publish until all results were in, over the readings.", cfg, *memBase)
 	return nil
 }
 
@@ -102,7 +116,7 @@ func reportMem(l memLoad, r memRun, base *memRun) {
 
 func startMemEdged(dir string, mq *mosquitto, name, root, memory string) (*edged, *results, func(), error) {
 	spec := pipelineSpec{name: name, broker: mq.url(), topic: root + "/+", window: "1s", lateness: lateness.String(),
-		sinkTopic: root + "-out/{id}", checkpoint: "exactly_once", memory: memory}
+		sinkTopic: root + "-out/{id}", checkpoint: "exactly_once", memory: memory, parallelism: *memPar}
 	e, err := newEdged(dir, spec)
 	if err != nil {
 		return nil, nil, nil, err
