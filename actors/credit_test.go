@@ -54,13 +54,11 @@ func twoStageJob(src operators.Source[int64], sink operators.Sink[int64]) *Job {
 	return &Job{Name: "credits", Vertices: []*Vertex{s, k}, Edges: []*Edge{{From: s, To: k, Partition: Rebalance}}}
 }
 
-// A fast source and a blocked consumer: the source stops once the channel's
-// credits are used up, and never more batches are in flight than credits.
-func TestCreditsBoundInFlightBatches(t *testing.T) {
-	const credits, batch, n = 3, 100, 1_000_000
-	var emitted, consumed atomic.Int64
-	gate := make(chan struct{})
-	job := twoStageJob(&countingSource{n: n, emitted: &emitted}, &gateSink{gate: gate, count: &consumed})
+// runUntilFull runs twoStageJob job with credits and batch size batch
+// until the source has used every credit of its channel (it then
+// blocks), and returns the runner and the channel of Run's error.
+func runUntilFull(t *testing.T, job *Job, credits, batch int) (*Runner, <-chan error) {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Credits, cfg.BatchSize = credits, batch
 	r, err := NewRunner(job, cfg)
@@ -69,12 +67,21 @@ func TestCreditsBoundInFlightBatches(t *testing.T) {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- r.Run(context.Background()) }()
-
 	<-r.Started()
-	// Wait until the source has used every credit (it then blocks).
 	testutil.Eventually(t, 0, "the channel to fill", func() bool {
-		return len(r.hosts[0].chans) == 1 && r.hosts[0].chans[0].maxInFlight.Load() == credits
+		return len(r.hosts[0].chans) == 1 && r.hosts[0].chans[0].maxInFlight.Load() == int64(credits)
 	})
+	return r, errc
+}
+
+// A fast source and a blocked consumer: the source stops once the channel's
+// credits are used up, and never more batches are in flight than credits.
+func TestCreditsBoundInFlightBatches(t *testing.T) {
+	const credits, batch, n = 3, 100, 1_000_000
+	var emitted, consumed atomic.Int64
+	gate := make(chan struct{})
+	job := twoStageJob(&countingSource{n: n, emitted: &emitted}, &gateSink{gate: gate, count: &consumed})
+	r, errc := runUntilFull(t, job, credits, batch)
 	// The source is blocked: it cannot have emitted more than the batches
 	// that fit in the credits plus the one it was filling.
 	before := emitted.Load()
@@ -132,18 +139,7 @@ func TestBatchBytesBoundInFlightRecords(t *testing.T) {
 	job := twoStageJob(&countingSource{n: n, emitted: &emitted}, &gateSink{gate: gate, count: &consumed})
 	job.Vertices[0].RecordBytes = func(int64) int { return recordBytes }
 	job.Vertices[0].BatchBytes = capBytes
-	cfg := DefaultConfig()
-	cfg.Credits, cfg.BatchSize = credits, batch
-	r, err := NewRunner(job, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- r.Run(context.Background()) }()
-	<-r.Started()
-	testutil.Eventually(t, 0, "the channel to fill", func() bool {
-		return len(r.hosts[0].chans) == 1 && r.hosts[0].chans[0].maxInFlight.Load() == credits
-	})
+	r, errc := runUntilFull(t, job, credits, batch)
 	perBatch := int64((capBytes + recordBytes - 1) / recordBytes)
 	if got, max := emitted.Load(), (credits+1)*perBatch; got > max {
 		t.Fatalf("source emitted %d records of %d bytes with %d credits and batches capped at %d bytes: not bounded (max %d; %d with the batch size alone)",
