@@ -157,10 +157,11 @@ func (s *Sender) send(m Send) []Action {
 	if m.Kind == KindEndOfStream {
 		s.eos = f.Seq
 	}
-	if len(s.pending) == 0 && f.Kind == KindBatch && len(s.inflight) < s.cfg.Credits && !s.room(len(f.Body)) {
+	fits := f.Kind != KindBatch || s.room(len(f.Body))
+	if !fits && len(s.pending) == 0 && len(s.inflight) < s.cfg.Credits {
 		s.stats.ByteWaits++
 	}
-	if len(s.pending) > 0 || (f.Kind == KindBatch && !s.room(len(f.Body))) || (mergeable && s.saturated()) {
+	if len(s.pending) > 0 || !fits || (mergeable && s.saturated()) {
 		f.Body = s.keep(f.Body, mergeable)
 		s.pending = append(s.pending, f)
 		s.merging = mergeable
