@@ -1,13 +1,10 @@
 package pipeline
 
 import (
-	"io"
 	"testing"
 
 	"github.com/edgedio/edged/actors"
 	"github.com/edgedio/edged/mqtt"
-	"github.com/edgedio/edged/mqtt/ingestlog"
-	"github.com/edgedio/edged/stream"
 )
 
 // An MQTT source at parallelism 2 sends its messages to the decoding
@@ -31,15 +28,7 @@ pipelines:
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc := cfg.Pipelines[0]
-	env := stream.NewEnvironment("s", EnvOptionsOrDie(t, pc)...)
-	if _, err := BuildJobWith(pc, env, io.Discard, Inputs{MQTTLog: func(string) (*ingestlog.Log, error) { return nil, nil }}); err != nil {
-		t.Fatal(err)
-	}
-	g, err := env.Graph()
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := jobGraph(t, cfg.Pipelines[0], Inputs{})
 	var src *actors.Vertex
 	for _, v := range g.Vertices {
 		if v.UID == "s/source" {

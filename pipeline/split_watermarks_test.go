@@ -37,20 +37,8 @@ pipelines:
 		if err != nil {
 			t.Fatal(err)
 		}
-		pc := cfg.Pipelines[0]
-		env := stream.NewEnvironment("s", EnvOptionsOrDie(t, pc)...)
 		nodes := []string{"a", "b", "c"}
-		_, err = BuildJobWith(pc, env, io.Discard, Inputs{
-			MQTTLog: func(string) (*ingestlog.Log, error) { return nil, nil },
-			Nodes:   nodes, Self: "a",
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := env.Graph()
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := jobGraph(t, cfg.Pipelines[0], Inputs{Nodes: nodes, Self: "a"})
 		byUID := map[string]*actors.Vertex{}
 		for _, v := range g.Vertices {
 			byUID[v.UID] = v
@@ -81,4 +69,20 @@ pipelines:
 			}
 		}
 	}
+}
+
+// jobGraph returns the job graph BuildJobWith builds for pipeline pc with
+// in, its MQTT source reading no log.
+func jobGraph(t *testing.T, pc PipelineConfig, in Inputs) *actors.Job {
+	t.Helper()
+	env := stream.NewEnvironment(pc.Name, EnvOptionsOrDie(t, pc)...)
+	in.MQTTLog = func(string) (*ingestlog.Log, error) { return nil, nil }
+	if _, err := BuildJobWith(pc, env, io.Discard, in); err != nil {
+		t.Fatal(err)
+	}
+	g, err := env.Graph()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }
