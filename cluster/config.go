@@ -13,9 +13,9 @@ type ChannelConfig struct {
 	// Credits is the number of batches a sender may have unacknowledged on
 	// one channel, as actors.Config.Credits bounds them between local
 	// subtasks. A blocked sender resumes when half of them are free.
-	// Default 128: small batches keep a channel between two nodes busy
-	// through the acknowledgements' round trip (BENCHMARKS.md, "A byte
-	// window under the credits"); MaxInFlightBytes bounds their bytes.
+	// Default 128: with small batches a key-by edge between two processes
+	// moved more records than with 32 (BENCHMARKS.md, "A byte window
+	// under the credits"); MaxInFlightBytes bounds their bytes.
 	Credits int
 	// MaxInFlightBytes bounds the frame bodies a sender may have
 	// unacknowledged on one channel, and a receiver holds unprocessed,
