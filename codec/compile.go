@@ -29,7 +29,7 @@ func (c *compiler) compile(t reflect.Type) (*plan, error) {
 		r := r.(planResult)
 		return r.pl, r.err
 	}
-	pl := &plan{}
+	pl := &plan{size: t.Size()}
 	c.seen[t] = pl
 	if err := c.fill(pl, t); err != nil {
 		return nil, err
@@ -98,6 +98,15 @@ func (c *compiler) fillStruct(pl *plan, t reflect.Type) error {
 	}
 	pl.enc, pl.dec = pl.encStruct, pl.decStruct
 	pl.flat = flatFields(pl)
+	if pl.flat != nil {
+		var size uintptr
+		for _, f := range pl.fields {
+			size += f.pl.size
+		}
+		// No padding, no skipped field: decoding every field writes
+		// every byte of the value.
+		pl.flatWhole = size == t.Size()
+	}
 	return nil
 }
 

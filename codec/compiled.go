@@ -29,14 +29,12 @@ func (c compiled[T]) Append(dst []byte, v T) ([]byte, error) {
 // plan's func value.
 func (c compiled[T]) appendAll(dst []byte, vs []T, e *DictEncoder) ([]byte, error) {
 	pl := c.pl
+	if pl.flat != nil && e != nil {
+		return appendFlatDict(dst, pl.flat, unsafe.Pointer(unsafe.SliceData(vs)), len(vs), pl.size, e), nil
+	}
 	if pl.flat != nil {
-		var prev unsafe.Pointer
 		for i := range vs {
-			p := unsafe.Pointer(&vs[i])
-			dst = appendFlat(dst, pl.flat, p, prev, e)
-			if e != nil {
-				prev = p
-			}
+			dst = appendFlat(dst, pl.flat, unsafe.Pointer(&vs[i]))
 		}
 		return dst, nil
 	}
@@ -97,7 +95,11 @@ type plan struct {
 	fields []field // a struct's fields, nested structs flattened
 	// flat is set when the plan is a struct whose fields are all
 	// scalars: their ops and offsets, for appendFlat and a Decoder.
-	flat    []flatField
+	flat []flatField
+	// flatWhole is set when flat's fields are all of the struct's bytes.
+	flatWhole bool
+	// size is the size in memory of a value of the type.
+	size    uintptr
 	isStrct bool
 	minSize int // bytes in the shortest encoding of any value
 }
@@ -167,22 +169,13 @@ func flatFields(pl *plan) []flatField {
 
 // appendFlat appends the struct of scalars at p, whose fields are fs, as
 // encStruct does: a string, an int64 and a float64 encoded inline,
-// anything else by appendScalar; a string with e's numbering when e is not
-// nil (AppendBatchDict). When prev is not nil (the batch's value before
-// p, in AppendBatchDict), an int64 is encoded as its difference from
-// prev's: timestamps and counters of one batch mostly differ by little,
-// and a short varint is read and written faster than a long one. Scalars
-// cannot fail to encode.
-func appendFlat(dst []byte, fs []flatField, p, prev unsafe.Pointer, e *DictEncoder) []byte {
+// anything else by appendScalar. Scalars cannot fail to encode.
+func appendFlat(dst []byte, fs []flatField, p unsafe.Pointer) []byte {
 	for _, f := range fs {
 		q := unsafe.Add(p, f.off)
 		switch f.op {
 		case opString:
 			s := *(*string)(q)
-			if e != nil {
-				dst = e.AppendString(dst, s)
-				continue
-			}
 			if len(s) < 0x80 {
 				dst = append(dst, byte(len(s)))
 			} else {
@@ -190,16 +183,63 @@ func appendFlat(dst []byte, fs []flatField, p, prev unsafe.Pointer, e *DictEncod
 			}
 			dst = append(dst, s...)
 		case opInt64:
-			v := *(*int64)(q)
-			if prev != nil {
-				v -= *(*int64)(unsafe.Add(prev, f.off)) // wraps: the decoder's sum wraps back
-			}
-			dst = binary.AppendVarint(dst, v)
+			dst = binary.AppendVarint(dst, *(*int64)(q))
 		case opFloat64:
 			dst = binary.LittleEndian.AppendUint64(dst, *(*uint64)(q))
 		default:
 			dst = appendScalar(f.op, dst, q)
 		}
+	}
+	return dst
+}
+
+// appendFlatDict appends the n structs of scalars of the given size laid
+// end to end at p, whose fields are fs, as appendFlat does but for two
+// things (AppendBatchDict). A string is written with e's numbering, a
+// number e's address table knows inline. After the first value, an int64
+// is written as its difference from the value before's: timestamps and
+// counters of one batch mostly differ by little, and a short varint is
+// read and written faster than a long one.
+func appendFlatDict(dst []byte, fs []flatField, p unsafe.Pointer, n int, size uintptr, e *DictEncoder) []byte {
+	var prev unsafe.Pointer
+	for range n {
+		for _, f := range fs {
+			q := unsafe.Add(p, f.off)
+			switch f.op {
+			case opString:
+				s := *(*string)(q)
+				if e.ptrs != nil && len(s) > 0 && len(s) <= dictMaxLen {
+					set, data := e.ptrSet(s), unsafe.Pointer(unsafe.StringData(s))
+					id := -1
+					for i := range set {
+						if set[i].p == data && set[i].n == uint32(len(s)) {
+							id = int(set[i].id)
+							break
+						}
+					}
+					if tag := uint64(id)<<1 | 1; id >= 0 && tag < 0x4000 {
+						if tag < 0x80 {
+							dst = append(dst, byte(tag))
+						} else {
+							dst = append(dst, byte(tag)|0x80, byte(tag>>7))
+						}
+						continue
+					}
+				}
+				dst = e.AppendString(dst, s)
+			case opInt64:
+				v := *(*int64)(q)
+				if prev != nil {
+					v -= *(*int64)(unsafe.Add(prev, f.off)) // wraps: the decoder's sum wraps back
+				}
+				dst = binary.AppendVarint(dst, v)
+			case opFloat64:
+				dst = binary.LittleEndian.AppendUint64(dst, *(*uint64)(q))
+			default:
+				dst = appendScalar(f.op, dst, q)
+			}
+		}
+		prev, p = p, unsafe.Add(p, size)
 	}
 	return dst
 }

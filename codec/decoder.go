@@ -30,6 +30,9 @@ type Decoder[T any] struct {
 	// flat is set when pl is a struct whose fields are all scalars: its
 	// fields, in order.
 	flat []flatField
+	// whole is set when flat's fields are every byte of a T: decoding
+	// them all overwrites a value, which need not be zeroed first.
+	whole bool
 	// str is set when T is string and c its built-in codec.
 	str  bool
 	strs *internTable
@@ -43,7 +46,7 @@ func NewDecoder[T any](c Codec[T]) *Decoder[T] {
 	switch cc := any(c).(type) {
 	case compiled[T]:
 		d.pl = cc.pl
-		d.flat = cc.pl.flat
+		d.flat, d.whole = cc.pl.flat, cc.pl.flatWhole
 	case StringCodec:
 		d.str = true
 	}
@@ -81,10 +84,13 @@ func (d *Decoder[T]) appendN(dst []T, src []byte, n int, dd *DictDecoder) ([]T, 
 		return dst, 0, fmt.Errorf("%w: %d values in %d bytes", ErrShort, n, len(src))
 	}
 	dst = slices.Grow(dst, n)[:start+n] // grows ahead, as append does
-	off := 0
-	var zero T
 	coder := dd != nil && d.coder
 	flat := d.flat != nil && !coder
+	if flat && dd != nil {
+		return d.appendFlatDict(dst, src, start, dd)
+	}
+	off := 0
+	var zero T
 	str := d.str && dd != nil
 	for i := start; i < start+n; i++ {
 		dst[i] = zero
@@ -94,11 +100,7 @@ func (d *Decoder[T]) appendN(dst []T, src []byte, n int, dd *DictDecoder) ([]T, 
 		case coder:
 			k, err = any(&dst[i]).(DictCoder).DecodeDict(src[off:], DictReader{strs: &d.strs, dd: dd})
 		case flat:
-			var prev unsafe.Pointer
-			if dd != nil && i > start {
-				prev = unsafe.Pointer(&dst[i-1])
-			}
-			k, err = d.decFlat(src[off:], unsafe.Pointer(&dst[i]), prev, dd)
+			k, err = d.decFlat(src[off:], unsafe.Pointer(&dst[i]))
 		case str:
 			k, err = d.dictString(src[off:], (*string)(unsafe.Pointer(&dst[i])), dd)
 		default:
@@ -116,11 +118,97 @@ func (d *Decoder[T]) appendN(dst []T, src []byte, n int, dd *DictDecoder) ([]T, 
 	return dst, off, nil
 }
 
+// appendFlatDict is appendN for a struct of scalars and a numbering
+// (AppendNDict): the values dst[start:] decoded from src in one loop over
+// them and their fields, as decFlat decodes each but for two things. A
+// string is decoded with dd's numbering, a number of one or two bytes
+// (the common case) inline; an int64 after the first value is the
+// difference from the value before's, as appendFlatDict wrote it.
+func (d *Decoder[T]) appendFlatDict(dst []T, src []byte, start int, dd *DictDecoder) ([]T, int, error) {
+	fs, strs := d.flat, dd.strs
+	off := 0
+	var prev unsafe.Pointer
+	for i := start; i < len(dst); i++ {
+		if !d.whole {
+			var zero T
+			dst[i] = zero
+		}
+		p := unsafe.Pointer(&dst[i])
+		var err error
+		for _, f := range fs {
+			q := unsafe.Add(p, f.off)
+			switch f.op {
+			case opString:
+				// A number of one byte, or of two with the second
+				// minimal (not zero): readDictString's first cases.
+				if off+1 < len(src) {
+					tag, k := uint64(src[off]), 1
+					if tag >= 0x80 {
+						if b := src[off+1]; b < 0x80 && b != 0 {
+							tag, k = tag&0x7f|uint64(b)<<7, 2
+						} else {
+							tag = 0 // not read inline
+						}
+					}
+					if id := tag >> 1; tag&1 == 1 && id < uint64(len(strs)) {
+						*(*string)(q) = strs[id]
+						off += k
+						continue
+					}
+				}
+				var k int
+				if k, err = readDictString(&d.strs, dd, src[off:], (*string)(q)); err == nil {
+					strs = dd.strs // it may have numbered one more
+					off += k
+				}
+			case opInt64:
+				var base int64
+				if prev != nil {
+					base = *(*int64)(unsafe.Add(prev, f.off))
+				}
+				if off < len(src) && src[off] < 0x80 {
+					x := uint64(src[off])
+					*(*int64)(q) = base + (int64(x>>1) ^ -int64(x&1))
+					off++
+					continue
+				}
+				var v int64
+				var k int
+				if v, k, err = readVarint(src[off:]); err == nil {
+					*(*int64)(q) = base + v
+					off += k
+				}
+			case opFloat64:
+				if len(src)-off < 8 {
+					err = errShortFixed
+					break
+				}
+				*(*uint64)(q) = binary.LittleEndian.Uint64(src[off:])
+				off += 8
+			default:
+				var k int
+				if k, err = decodeScalar(f.op, src[off:], q); err == nil {
+					off += k
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		if err != nil {
+			clear(dst[start : i+1])
+			return dst[:start], 0, fmt.Errorf("value %d: %w", i-start, err)
+		}
+		prev = p
+	}
+	return dst, off, nil
+}
+
 // decodeInto decodes one value into *v, which is zero.
 func (d *Decoder[T]) decodeInto(src []byte, v *T) (int, error) {
 	switch {
 	case d.flat != nil:
-		return d.decFlat(src, unsafe.Pointer(v), nil, nil)
+		return d.decFlat(src, unsafe.Pointer(v))
 	case d.pl != nil:
 		return d.pl.decode(src, unsafe.Pointer(v), 0)
 	case d.str:
@@ -134,12 +222,9 @@ func (d *Decoder[T]) decodeInto(src []byte, v *T) (int, error) {
 
 // decFlat decodes the struct of scalars at p, field by field, as the
 // plan's decStruct does: the same values, bytes consumed and errors. A
-// string is interned, or decoded with dd's numbering when dd is not nil
-// (AppendNDict); a one-byte varint and a float64 are decoded inline,
-// anything else by decodeScalar. When prev is not nil (the value decoded
-// before p in the batch), an int64 is the difference from prev's, as
-// appendFlat wrote it.
-func (d *Decoder[T]) decFlat(src []byte, p, prev unsafe.Pointer, dd *DictDecoder) (int, error) {
+// string is interned; a one-byte varint and a float64 are decoded inline,
+// anything else by decodeScalar.
+func (d *Decoder[T]) decFlat(src []byte, p unsafe.Pointer) (int, error) {
 	off := 0
 	for _, f := range d.flat {
 		q := unsafe.Add(p, f.off)
@@ -148,25 +233,17 @@ func (d *Decoder[T]) decFlat(src []byte, p, prev unsafe.Pointer, dd *DictDecoder
 		var err error
 		switch f.op {
 		case opString:
-			if dd != nil {
-				n, err = d.dictString(rest, (*string)(q), dd)
-			} else {
-				n, err = d.internInto(rest, (*string)(q))
-			}
+			n, err = d.internInto(rest, (*string)(q))
 		case opInt64:
-			var base int64
-			if prev != nil {
-				base = *(*int64)(unsafe.Add(prev, f.off))
-			}
 			if len(rest) > 0 && rest[0] < 0x80 {
 				x := uint64(rest[0])
-				*(*int64)(q) = base + (int64(x>>1) ^ -int64(x&1))
+				*(*int64)(q) = int64(x>>1) ^ -int64(x&1)
 				off++
 				continue
 			}
 			var v int64
 			if v, n, err = readVarint(rest); err == nil {
-				*(*int64)(q) = base + v
+				*(*int64)(q) = v
 			}
 		case opFloat64:
 			if len(rest) < 8 {

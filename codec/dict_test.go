@@ -401,3 +401,88 @@ func TestDictTwoByteTags(t *testing.T) {
 		}
 	}
 }
+
+// paddedReading has padding after Flag, skippedReading a field the codec
+// skips: decoding their fields does not write every byte of a value.
+type paddedReading struct {
+	Flag bool
+	ID   string
+	N    int64
+}
+
+type skippedReading struct {
+	ID    string
+	Cache int64 `codec:"-"`
+	N     int64
+}
+
+// A batch decoded into a slice whose spare room holds earlier values
+// leaves nothing of them behind: a struct whose fields are all its bytes
+// is overwritten field by field, any other zeroed first, so a field the
+// codec skips decodes to zero.
+func TestDictFlatOverwritesEarlierValues(t *testing.T) {
+	if !For[SensorReading]().(compiled[SensorReading]).pl.flatWhole {
+		t.Fatal("SensorReading: its fields are not all its bytes")
+	}
+	if For[paddedReading]().(compiled[paddedReading]).pl.flatWhole {
+		t.Fatal("paddedReading: its padding counted as a field's")
+	}
+	if For[skippedReading]().(compiled[skippedReading]).pl.flatWhole {
+		t.Fatal("skippedReading: its skipped field counted as encoded")
+	}
+
+	s := newDictStream(For[skippedReading]())
+	s.out = slices.Repeat([]skippedReading{{ID: "stale", Cache: 99, N: 7}}, 4)[:0]
+	vs := []skippedReading{{ID: "a", Cache: 1, N: 5}, {ID: "a", Cache: 2, N: 3}, {ID: "b", N: -9}}
+	want := []skippedReading{{ID: "a", N: 5}, {ID: "a", N: 3}, {ID: "b", N: -9}}
+	if got := s.decode(t, s.encode(t, vs)); !slices.Equal(got, want) {
+		t.Fatalf("decoded %v, want %v", got, want)
+	}
+
+	p := newDictStream(For[paddedReading]())
+	pvs := []paddedReading{{Flag: true, ID: "x", N: 1}, {ID: "x", N: 2}}
+	p.out = slices.Repeat([]paddedReading{{Flag: true, ID: "stale", N: 9}}, 2)[:0]
+	if got := p.decode(t, p.encode(t, pvs)); !slices.Equal(got, pvs) {
+		t.Fatalf("decoded %v, want %v", got, pvs)
+	}
+}
+
+// A batch that fails part way returns the slice it was given, at its
+// length, the values decoded before the failure cleared from its spare
+// room, and an error that names the failing value.
+func TestDictFlatFailureMidBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cut  func(b []byte) []byte
+		want error
+	}{
+		{"truncated", func(b []byte) []byte { return b[:len(b)-3] }, ErrShort},
+		{"number not given", func(b []byte) []byte {
+			// The third value's number, its first byte, made odd and
+			// past the numbering.
+			b = slices.Clone(b)
+			b[len(b)-10] = 0x7f
+			return b
+		}, ErrCorrupt},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newDictStream(For[SensorReading]())
+			pool := sensorPool(2)
+			s.decode(t, s.encode(t, []SensorReading{{ID: pool[0]}, {ID: pool[1]}}))
+			b := s.encode(t, []SensorReading{{ID: pool[0], Timestamp: 5}, {ID: pool[1], Timestamp: 6}, {ID: pool[0], Timestamp: 7}})
+			n, k := binary.Uvarint(b)
+			dst := make([]SensorReading, 1, 8)
+			dst[0] = SensorReading{ID: "kept"}
+			got, used, err := s.d.AppendNDict(dst, tc.cut(b)[k:], int(n), &s.dd)
+			if !errors.Is(err, tc.want) || !strings.HasPrefix(err.Error(), "value 2: ") {
+				t.Fatalf("error %v, want value 2 and %v", err, tc.want)
+			}
+			if used != 0 || len(got) != 1 || got[0].ID != "kept" {
+				t.Fatalf("returned %v and %d bytes, want the slice given", got, used)
+			}
+			if spare := got[1:4]; !slices.Equal(spare, make([]SensorReading, 3)) {
+				t.Fatalf("spare room holds %v after a failure", spare)
+			}
+		})
+	}
+}
