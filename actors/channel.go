@@ -76,6 +76,9 @@ type channel struct {
 	sent, processed atomic.Int64
 	// maxInFlight is the largest sent-processed seen when sending.
 	maxInFlight atomic.Int64
+	// halved counts the batches to another node encoded over its frame
+	// cap and sent in halves.
+	halved atomic.Int64
 	// blocked is the time the sender spent waiting for credit, in ns:
 	// backpressure.
 	blocked atomic.Int64

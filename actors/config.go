@@ -18,6 +18,13 @@ type Config struct {
 	// BatchSize is the number of records per batch; a batch is sent when
 	// full, when its task goes idle, or after Linger. Default 512.
 	BatchSize int
+	// WireBatchSize is the number of records per batch on an edge whose
+	// channels cross nodes, where a batch pays for its frame, its
+	// acknowledgement and its delivery on both nodes; 0 is 4 × BatchSize.
+	// A batch whose encoding is over its channel's frame cap is sent in
+	// halves, and the edge's later batches are cut to half its records
+	// (not below BatchSize).
+	WireBatchSize int
 	// Linger is how long a partly filled batch may wait while its task is
 	// busy. Default 5ms.
 	Linger time.Duration
@@ -85,11 +92,23 @@ func DefaultConfig() Config {
 	}
 }
 
+// wireBatchSize is the number of records per batch on an edge that
+// crosses nodes.
+func (c Config) wireBatchSize() int {
+	if c.WireBatchSize > 0 {
+		return c.WireBatchSize
+	}
+	return 4 * c.BatchSize
+}
+
 // Validate reports every problem of c at once.
 func (c Config) Validate() error {
 	var errs []error
 	if c.BatchSize < 1 {
 		errs = append(errs, fmt.Errorf("batch_size (%d) must be at least 1", c.BatchSize))
+	}
+	if c.WireBatchSize < 0 {
+		errs = append(errs, fmt.Errorf("wire_batch_size (%d) must not be negative", c.WireBatchSize))
 	}
 	if c.Linger < 0 {
 		errs = append(errs, fmt.Errorf("linger (%s) must not be negative", c.Linger))

@@ -809,6 +809,7 @@ func (r *Runner) Stats() Stats {
 				Batches:     ch.sent.Load(),
 				MaxInFlight: ch.maxInFlight.Load(),
 				Credits:     ch.credits,
+				Halved:      ch.halved.Load(),
 			})
 		}
 	}
@@ -902,6 +903,9 @@ type ChannelStats struct {
 	Batches     int64
 	MaxInFlight int64
 	Credits     int
+	// Halved counts the batches to another node whose encoding was over
+	// the channel's frame cap, sent in halves (encoded again).
+	Halved int64
 }
 
 // checkRestore matches a snapshot to the job: the same number of key

@@ -214,10 +214,13 @@ type typedRouter[T any] struct {
 	edge     *Edge
 	maxP     int
 	next     int // round-robin cursor
-	size     int
-	codec    codec.Codec[T]
-	wire     bool
-	private  []*batch[T] // wire channels: the batch being filled
+	size     int // records per batch within the node
+	// limits[i] is the records per batch on channel i: limitOf, or
+	// fewer once a batch to another node was over its frame cap.
+	limits  []int
+	codec   codec.Codec[T]
+	wire    bool
+	private []*batch[T] // wire channels: the batch being filled
 	// sizeOf, when set, sizes the records (Vertex.RecordBytes): a batch
 	// is sent once bytes[i], its records' sizes, reach maxBytes.
 	sizeOf   func(T) int
@@ -239,6 +242,10 @@ func (t *Type[T]) newRouter(tk *task, e *Edge, chans []*channel, crosses bool) r
 	}
 	if r.wire {
 		r.private = make([]*batch[T], len(chans))
+	}
+	r.limits = make([]int, len(chans))
+	for i, ch := range chans {
+		r.limits[i] = r.limitOf(ch)
 	}
 	if e.Partition == KeyBy {
 		r.keyGroup = e.KeyGroup.(func(T) int)
@@ -296,7 +303,7 @@ func (r *typedRouter[T]) add(i int, v T) {
 			return
 		}
 	}
-	if len(b.items) >= r.size {
+	if len(b.items) >= r.limits[i] {
 		r.send(i)
 	}
 }
@@ -310,7 +317,7 @@ func (r *typedRouter[T]) take(i int) *batch[T] {
 		return ch.acquire(r.t.run.done).(*batch[T])
 	}
 	if r.private[i] == nil {
-		r.private[i] = &batch[T]{ch: ch, items: make([]T, 0, r.size), ts: make([]int64, 0, r.size)}
+		r.private[i] = &batch[T]{ch: ch, items: make([]T, 0, r.limits[i]), ts: make([]int64, 0, r.limits[i])}
 	}
 	return r.private[i]
 }
@@ -327,15 +334,20 @@ func (r *typedRouter[T]) send(i int) {
 		r.t.sendData(ch, b)
 		return
 	}
-	r.sendWire(ch, b.ts, b.items)
+	if fit := r.sendWire(ch, b.ts, b.items); fit < len(b.items) && r.limits[i] > r.size {
+		// Records this large: batches that fit the frames rather than
+		// every one encoded twice, but not fewer records than within
+		// the node.
+		r.limits[i] = max(r.size, fit)
+	}
 	clear(b.items)
 	b.items, b.ts = b.items[:0], b.ts[:0]
 }
 
 // sendWire encodes records into a wire batch and sends it on ch. On a
 // channel to another node a batch is capped in bytes as well: one over the
-// cap is sent in halves.
-func (r *typedRouter[T]) sendWire(ch *channel, ts []int64, items []T) {
+// cap is sent in halves. It returns the records of the smallest batch sent.
+func (r *typedRouter[T]) sendWire(ch *channel, ts []int64, items []T) int {
 	w := ch.acquire(r.t.run.done).(*wireBatch)
 	if ch.txDict == nil {
 		ch.txDict = new(codec.DictEncoder)
@@ -351,12 +363,21 @@ func (r *typedRouter[T]) sendWire(ch *channel, ts []int64, items []T) {
 		// the halves.
 		ch.txDict.Rollback(mark)
 		ch.release(w)
+		ch.halved.Add(1)
 		h := len(items) / 2
-		r.sendWire(ch, ts[:h], items[:h])
-		r.sendWire(ch, ts[h:], items[h:])
-		return
+		return min(r.sendWire(ch, ts[:h], items[:h]), r.sendWire(ch, ts[h:], items[h:]))
 	}
 	r.t.sendData(ch, w)
+	return len(items)
+}
+
+// limitOf is the number of records per batch on ch: the wire batch size to
+// another node, the batch size within this one.
+func (r *typedRouter[T]) limitOf(ch *channel) int {
+	if ch.bodyCap() > 0 {
+		return r.t.run.cfg.wireBatchSize()
+	}
+	return r.size
 }
 
 func (r *typedRouter[T]) flush() {
@@ -380,6 +401,7 @@ func (r *typedRouter[T]) replace(i int, ch *channel) error {
 	}
 	r.chans[i] = ch
 	r.private[i] = nil
+	r.limits[i] = r.limitOf(ch)
 	return nil
 }
 

@@ -50,6 +50,10 @@ func WithMaxParallelism(n int) Option { return func(e *Environment) { e.job.MaxP
 // WithBatchSize sets the number of records per batch (default 512).
 func WithBatchSize(n int) Option { return func(e *Environment) { e.cfg.BatchSize = n } }
 
+// WithWireBatchSize sets the number of records per batch on an edge that
+// crosses nodes (default 4 × the batch size).
+func WithWireBatchSize(n int) Option { return func(e *Environment) { e.cfg.WireBatchSize = n } }
+
 // WithLinger sets how long a partly filled batch may wait (default 5ms).
 func WithLinger(d time.Duration) Option { return func(e *Environment) { e.cfg.Linger = d } }
 

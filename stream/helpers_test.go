@@ -43,6 +43,16 @@ func generator(count int64, keys int) func() operators.Source[operators.SensorRe
 	}
 }
 
+// pacedGenerator is generator paced so that its count readings take at
+// least d: injected failures, which wait for two completed checkpoints,
+// then happen before the job ends however fast the machine; unpaced, a
+// fast run could end first.
+func pacedGenerator(count int64, keys int, d time.Duration) func() operators.Source[operators.SensorReading] {
+	return func() operators.Source[operators.SensorReading] {
+		return operators.SensorGenerator(operators.GeneratorConfig{Count: count, Keys: keys, Rate: float64(count) / d.Seconds()})
+	}
+}
+
 // expected computes the per-sensor count and sum of the first count
 // generated readings with a plain loop, independently of the engine.
 func expected(count int64, keys int) map[string]countSum {

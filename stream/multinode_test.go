@@ -222,6 +222,81 @@ func TestMultiNodeBatchesHalvedKeepTheirStrings(t *testing.T) {
 	}
 }
 
+// Records crossing nodes go in batches of the wire batch size, not of the
+// node's batch size. Records too large for a frame at that size are
+// halved, and the channel's later batches are cut to what fitted: a few
+// batches are halved, not every one.
+func TestMultiNodeWireBatches(t *testing.T) {
+	const n, batch, wire = 20_000, 16, 128
+	run := func(t *testing.T, cfg cluster.ChannelConfig, wire int) (cluster.SenderStats, int64) {
+		c := memoryClusterWith(t, 2, 1, cluster.Faults{}, cfg)
+		var got atomic.Int64
+		env := stream.NewEnvironment("wire-batches", stream.WithParallelism(2), stream.WithBatchSize(batch),
+			stream.WithWireBatchSize(wire), stream.WithLinger(time.Hour), stream.WithCluster(c.Cluster))
+		src := stream.FromSource(env, "generator", generator(n, 100)).UID("generator")
+		stream.KeyBy(src, bySensor).Stream().ForEach("count", func(operators.SensorReading) error {
+			got.Add(1)
+			return nil
+		}).UID("count")
+		// Every record crosses: the generators on node-0, the
+		// counters on node-1.
+		c.Placement = make(map[actors.TaskKey]string)
+		for sub := range 2 {
+			c.Placement[actors.TaskKey{UID: "generator", Subtask: sub}] = "node-0"
+			c.Placement[actors.TaskKey{UID: "count", Subtask: sub}] = "node-1"
+		}
+		if err := execute(t, env); err != nil {
+			t.Fatal(err)
+		}
+		c.checkCrossed(t)
+		if got.Load() != n {
+			t.Fatalf("counted %d records, want %d", got.Load(), n)
+		}
+		var halved int64
+		for _, ch := range env.Stats().Channels {
+			halved += ch.Halved
+		}
+		return c.sent(), halved
+	}
+	// No merging under backpressure: every batch crosses alone.
+	cfg := testChannelConfig()
+	cfg.MaxMergeBytes = 0
+	t.Run("size", func(t *testing.T) {
+		s, halved := run(t, cfg, wire)
+		// Full batches but the last of each of the four channels.
+		if lo, hi := int64(n/wire), int64(n/wire+4); s.Batches < lo || s.Batches > hi {
+			t.Fatalf("%d batches crossed for %d records in batches of %d (%d within a node): want %d to %d", s.Batches, n, wire, batch, lo, hi)
+		}
+		if halved != 0 {
+			t.Fatalf("%d batches halved under the default frame cap", halved)
+		}
+	})
+	t.Run("halved", func(t *testing.T) {
+		cfg := cfg
+		cfg.MaxFrameBytes = cluster.FrameOverhead + 600 // about 50 readings
+		s, halved := run(t, cfg, 1024)
+		if per := float64(n) / float64(s.Batches); per > 64 || per < batch {
+			t.Fatalf("%.0f records per batch crossing nodes, want what fits a frame of about 50", per)
+		}
+		// Each of the four channels halves its first batch down to what
+		// fits (1024 -> 32: 31 halvings), and then rarely.
+		if halved == 0 || halved > 4*31+20 {
+			t.Fatalf("%d batches halved: want the first of each channel's, not every one (%d batches)", halved, s.Batches)
+		}
+		t.Logf("%d batches, %d halved", s.Batches, halved)
+	})
+}
+
+// A negative wire batch size is refused before the job starts.
+func TestWireBatchSizeRefused(t *testing.T) {
+	env := stream.NewEnvironment("wire-refused", stream.WithWireBatchSize(-1))
+	stream.FromSource(env, "generator", generator(10, 2)).ForEach("discard", func(operators.SensorReading) error { return nil })
+	err := execute(t, env)
+	if err == nil || !strings.Contains(err.Error(), "wire_batch_size (-1) must not be negative") {
+		t.Fatalf("executing with a wire batch size of -1: %v, want it refused", err)
+	}
+}
+
 // Every partitioner crosses nodes: forward, rebalance, key-by and
 // broadcast edges, each with its subtasks on other nodes, deliver every
 // record exactly once (broadcast: once per target).
@@ -290,13 +365,7 @@ func testMultiNodeExactlyOnce(t *testing.T, c *testCluster, fails int64, n int64
 	got := t.TempDir()
 	gen := generator(n, keys)
 	if fails > 0 {
-		// Paced (at least 2 s for all records) so that the injected
-		// failures, which wait for two completed checkpoints, happen
-		// before the job ends however fast the machine; unpaced, a fast
-		// run could end first.
-		gen = func() operators.Source[operators.SensorReading] {
-			return operators.SensorGenerator(operators.GeneratorConfig{Count: n, Keys: keys, Rate: float64(n) / 2})
-		}
+		gen = pacedGenerator(n, keys, 2*time.Second)
 	}
 	env := eoJobFrom(gen, got, fail, append([]stream.Option{
 		stream.WithParallelism(2),

@@ -145,8 +145,9 @@ func TestMultiProcessExactlyOnceUnderFailures(t *testing.T) {
 			stream.WithRestartStrategy(&snapshot.FixedDelay{Attempts: 30}),
 			stream.WithCluster(c.Cluster)}
 	}
-	workerCluster(t, c, files, func() *stream.Environment { return eoJob(n, keys, got, fail, opts()...) })
-	env := eoJob(n, keys, got, fail, opts()...)
+	gen := pacedGenerator(n, keys, time.Second)
+	workerCluster(t, c, files, func() *stream.Environment { return eoJobFrom(gen, got, fail, opts()...) })
+	env := eoJobFrom(gen, got, fail, opts()...)
 	c.spread(t, env)
 	job := runWithFiles(t, env, files)
 	c.checkCrossed(t)
