@@ -217,6 +217,9 @@ func TestClusterNodeDrainedBeforeAHandbackIsUndrained(t *testing.T) {
 		return brokerUp(a.brokerAddr) && a.get(cl, "/cluster", &s) == nil
 	}
 	l.restart(0)
+	// b refuses a drain that would leave it alone (no majority) until
+	// it sees a alive again.
+	waitAllAlive(t, b, 3)
 	l.stopDevices(2)
 	if out := mustCLI(t, 3*time.Minute, b.apiAddr, "cluster", "drain", "c"); !strings.HasPrefix(out, "drained c: done,") {
 		t.Fatalf("edged cluster drain c on b printed %q", out)
