@@ -194,15 +194,16 @@ func appendFlat(dst []byte, fs []flatField, p unsafe.Pointer) []byte {
 }
 
 // appendFlatDict appends the n structs of scalars of the given size laid
-// end to end at p, whose fields are fs, as appendFlat does but for two
+// end to end from first, whose fields are fs, as appendFlat does but for two
 // things (AppendBatchDict). A string is written with e's numbering, a
 // number e's address table knows inline. After the first value, an int64
 // is written as its difference from the value before's: timestamps and
 // counters of one batch mostly differ by little, and a short varint is
 // read and written faster than a long one.
-func appendFlatDict(dst []byte, fs []flatField, p unsafe.Pointer, n int, size uintptr, e *DictEncoder) []byte {
+func appendFlatDict(dst []byte, fs []flatField, first unsafe.Pointer, n int, size uintptr, e *DictEncoder) []byte {
 	var prev unsafe.Pointer
-	for range n {
+	for i := range n {
+		p := unsafe.Add(first, uintptr(i)*size) // never past the last: checkptr
 		for _, f := range fs {
 			q := unsafe.Add(p, f.off)
 			switch f.op {
@@ -239,7 +240,7 @@ func appendFlatDict(dst []byte, fs []flatField, p unsafe.Pointer, n int, size ui
 				dst = appendScalar(f.op, dst, q)
 			}
 		}
-		prev, p = p, unsafe.Add(p, size)
+		prev = p
 	}
 	return dst
 }
