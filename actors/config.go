@@ -22,8 +22,9 @@ type Config struct {
 	// channels cross nodes, where a batch pays for its frame, its
 	// acknowledgement and its delivery on both nodes; 0 is 4 × BatchSize.
 	// A batch whose encoding is over its channel's frame cap is sent in
-	// halves, and the edge's later batches are cut to half its records
-	// (not below BatchSize).
+	// halves (halved again while over), and the channel's later batches
+	// are cut to the records of the smallest part sent (not below
+	// BatchSize).
 	WireBatchSize int
 	// Linger is how long a partly filled batch may wait while its task is
 	// busy. Default 5ms.

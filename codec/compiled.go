@@ -210,20 +210,8 @@ func appendFlatDict(dst []byte, fs []flatField, first unsafe.Pointer, n int, siz
 			case opString:
 				s := *(*string)(q)
 				if e.ptrs != nil && len(s) > 0 && len(s) <= dictMaxLen {
-					set, data := e.ptrSet(s), unsafe.Pointer(unsafe.StringData(s))
-					id := -1
-					for i := range set {
-						if set[i].p == data && set[i].n == uint32(len(s)) {
-							id = int(set[i].id)
-							break
-						}
-					}
-					if tag := uint64(id)<<1 | 1; id >= 0 && tag < 0x4000 {
-						if tag < 0x80 {
-							dst = append(dst, byte(tag))
-						} else {
-							dst = append(dst, byte(tag)|0x80, byte(tag>>7))
-						}
+					if id, ok := e.known(s); ok {
+						dst = appendTag(dst, uint64(id)<<1|1)
 						continue
 					}
 				}

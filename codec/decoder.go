@@ -139,22 +139,11 @@ func (d *Decoder[T]) appendFlatDict(dst []T, src []byte, start int, dd *DictDeco
 			q := unsafe.Add(p, f.off)
 			switch f.op {
 			case opString:
-				// A number of one byte, or of two with the second
-				// minimal (not zero): readDictString's first cases.
-				if off+1 < len(src) {
-					tag, k := uint64(src[off]), 1
-					if tag >= 0x80 {
-						if b := src[off+1]; b < 0x80 && b != 0 {
-							tag, k = tag&0x7f|uint64(b)<<7, 2
-						} else {
-							tag = 0 // not read inline
-						}
-					}
-					if id := tag >> 1; tag&1 == 1 && id < uint64(len(strs)) {
-						*(*string)(q) = strs[id]
-						off += k
-						continue
-					}
+				// A number of one or two bytes, read inline.
+				if tag, k := shortTag(src[off:]); tag&1 == 1 && tag>>1 < uint64(len(strs)) {
+					*(*string)(q) = strs[tag>>1]
+					off += k
+					continue
 				}
 				var k int
 				if k, err = readDictString(&d.strs, dd, src[off:], (*string)(q)); err == nil {

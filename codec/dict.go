@@ -108,6 +108,18 @@ func (e *DictEncoder) ptrSet(s string) *[dictWays]dictPtr {
 	return (*[dictWays]dictPtr)(e.ptrs[i : i+dictWays])
 }
 
+// known returns the number of s when the address table holds its bytes.
+// The table must not be empty (nil before the first number).
+func (e *DictEncoder) known(s string) (uint32, bool) {
+	set, data := e.ptrSet(s), unsafe.Pointer(unsafe.StringData(s))
+	for i := range set {
+		if p := &set[i]; p.p == data && p.n == uint32(len(s)) {
+			return p.id, true
+		}
+	}
+	return 0, false
+}
+
 // remember puts s, numbered id, in the first slot of its set, the others
 // moving one slot down and the last one's string out.
 func (e *DictEncoder) remember(s string, id uint32) {
@@ -123,11 +135,8 @@ func (e *DictEncoder) AppendString(dst []byte, s string) []byte {
 		return appendInline(dst, s)
 	}
 	if e.ptrs != nil {
-		set, data := e.ptrSet(s), unsafe.Pointer(unsafe.StringData(s))
-		for i := range set {
-			if p := &set[i]; p.p == data && p.n == uint32(len(s)) {
-				return appendTag(dst, uint64(p.id)<<1|1)
-			}
+		if id, ok := e.known(s); ok {
+			return appendTag(dst, uint64(id)<<1|1)
 		}
 	}
 	if e.n >= dictEntries && !e.lookUp() {
@@ -251,19 +260,26 @@ func (d *Decoder[T]) dictString(src []byte, s *string, dd *DictDecoder) (int, er
 	return readDictString(&d.strs, dd, src, s)
 }
 
+// shortTag reads the tag at the front of src when it takes one byte, or
+// two: the number of a string of a numbering past 63, or a string of 64
+// bytes and more. It returns the tag and its bytes, 0 for a tag it does
+// not read (longer, short of bytes, or a second byte of zero: a
+// non-minimal encoding, which readUvarint refuses).
+func shortTag(src []byte) (uint64, int) {
+	switch {
+	case len(src) > 0 && src[0] < 0x80:
+		return uint64(src[0]), 1
+	case len(src) > 1 && src[1] < 0x80 && src[1] != 0:
+		return uint64(src[0]&0x7f) | uint64(src[1])<<7, 2
+	}
+	return 0, 0
+}
+
 // readDictString decodes a dictionary-coded string into *s, interning a
 // string sent whole in *strs, which it allocates on the first one.
 func readDictString(strs **internTable, dd *DictDecoder, src []byte, s *string) (int, error) {
-	tag, k := uint64(0), 1
-	switch {
-	case len(src) > 0 && src[0] < 0x80:
-		tag = uint64(src[0])
-	case len(src) > 1 && src[1] < 0x80 && src[1] != 0:
-		// Two bytes: the number of a string of a numbering past 63, or
-		// a string of 64 bytes and more. (A zero second byte is a
-		// non-minimal encoding, which readUvarint refuses.)
-		tag, k = uint64(src[0]&0x7f)|uint64(src[1])<<7, 2
-	default:
+	tag, k := shortTag(src)
+	if k == 0 {
 		var err error
 		if tag, k, err = readUvarint(src); err != nil {
 			return 0, err
