@@ -155,9 +155,8 @@ func (d *Decoder[T]) appendFlatDict(dst []T, src []byte, start int, dd *DictDeco
 				if prev != nil {
 					base = *(*int64)(unsafe.Add(prev, f.off))
 				}
-				if off < len(src) && src[off] < 0x80 {
-					x := uint64(src[off])
-					*(*int64)(q) = base + (int64(x>>1) ^ -int64(x&1))
+				if v, ok := oneByteVarint(src[off:]); ok {
+					*(*int64)(q) = base + v
 					off++
 					continue
 				}
@@ -224,9 +223,8 @@ func (d *Decoder[T]) decFlat(src []byte, p unsafe.Pointer) (int, error) {
 		case opString:
 			n, err = d.internInto(rest, (*string)(q))
 		case opInt64:
-			if len(rest) > 0 && rest[0] < 0x80 {
-				x := uint64(rest[0])
-				*(*int64)(q) = int64(x>>1) ^ -int64(x&1)
+			if v, ok := oneByteVarint(rest); ok {
+				*(*int64)(q) = v
 				off++
 				continue
 			}

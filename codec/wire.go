@@ -55,6 +55,17 @@ func readUvarint(src []byte) (uint64, int, error) {
 	return 0, 0, errShortVarint
 }
 
+// oneByteVarint decodes the zig-zag varint at the front of src when it
+// takes one byte, the common case in a batch (the Decoder's loops read it
+// inline); ok is false for any other, which readVarint decodes.
+func oneByteVarint(src []byte) (v int64, ok bool) {
+	if len(src) == 0 || src[0] >= 0x80 {
+		return 0, false
+	}
+	x := uint64(src[0])
+	return int64(x>>1) ^ -int64(x&1), true
+}
+
 // readVarint decodes a minimally encoded zig-zag varint, the encoding of
 // binary.AppendVarint.
 func readVarint(src []byte) (int64, int, error) {
