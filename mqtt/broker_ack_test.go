@@ -72,7 +72,12 @@ func TestBrokerPipelinesOneConnection(t *testing.T) {
 		c.expect(packets.Puback, uint16(i+1))
 	}
 	fsyncs := l.Stats().Fsyncs - fsyncs0
-	if fsyncs > n/4 {
+	// Without pipelining it is one per message, n. With it, how many
+	// messages an fsync takes depends on how fast the broker reads while
+	// the fsync runs: 199–235 fsyncs under the race detector beside a CPU
+	// burner, 296 in CI with other packages' tests beside it; n/2 leaves
+	// room for that and still fails at one per message.
+	if fsyncs > n/2 {
 		t.Fatalf("%d fsyncs for %d messages in flight on one connection: one per message, no pipelining", fsyncs, n)
 	}
 	checkLogOrder(t, l, 0, n)
